@@ -1,0 +1,487 @@
+/* diwarp native API.
+ *
+ * The objects and their semantics mirror ibverbs one to one (device, PD, MR,
+ * CQ with completion channel, QP with the RESET->INIT->RTR->RTS->ERR state
+ * machine, SRQ, AH), and every enumeration has the numeric values of its
+ * ibverbs counterpart, so the verbs provider maps calls without tables.
+ *
+ * Conventions: functions returning int return 0 (or a count) on success and a
+ * negative errno on failure. Constructors return the object through an out
+ * parameter. All calls are thread-safe, as ibverbs calls are. Each call that
+ * touches a device may run a bounded step of its progress engine.
+ */
+#ifndef DIWARP_DIWARP_H
+#define DIWARP_DIWARP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DIWARP_VERSION_MAJOR 0
+#define DIWARP_VERSION_MINOR 1
+#define DIWARP_VERSION_PATCH 0
+
+/* "0.1.0" */
+const char *diwarp_version(void);
+
+struct diwarp_device;
+struct diwarp_pd;
+struct diwarp_mr;
+struct diwarp_cq;
+struct diwarp_comp_channel;
+struct diwarp_qp;
+struct diwarp_srq;
+struct diwarp_ah;
+struct diwarp_listener;
+
+/* ---- device ---------------------------------------------------------- */
+
+/* GID: 16 bytes, network order. GID index 0 is the IPv4-mapped address of the
+ * device (::ffff:a.b.c.d). */
+union diwarp_gid {
+        uint8_t raw[16];
+        struct {
+                uint64_t subnet_prefix;
+                uint64_t interface_id;
+        } global;
+};
+
+struct diwarp_open_opts {
+        /* IPv4 address of the device instance in dotted form; NULL: DIWARP_ADDR
+         * or 127.0.0.1. */
+        const char *addr;
+        /* First UDP/TCP port tried; 0: DIWARP_PORT_BASE or the built-in default. */
+        uint16_t port_base;
+};
+
+/* Opens a device instance: binds one UDP socket and one TCP listener on the
+ * first free port at or above the port base. opts may be NULL. */
+int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out);
+int diwarp_device_close(struct diwarp_device *dev);
+
+struct diwarp_device_attr {
+        char fw_ver[64];
+        uint64_t node_guid;
+        uint32_t vendor_id;
+        uint32_t vendor_part_id;
+        uint32_t hw_ver;
+        uint64_t max_mr_size;
+        int max_qp;
+        int max_qp_wr;
+        int max_sge;
+        int max_cq;
+        int max_cqe;
+        int max_mr;
+        int max_pd;
+        int max_qp_rd_atom; /* ORD */
+        int max_qp_init_rd_atom;
+        int max_res_rd_atom; /* IRD */
+        int max_srq;
+        int max_srq_wr;
+        int max_srq_sge;
+        int max_ah;
+        uint32_t max_inline_data;
+        uint32_t max_msg_size_rc;
+        uint32_t max_msg_size_ud;
+        bool atomics;
+};
+
+int diwarp_device_query(struct diwarp_device *dev, struct diwarp_device_attr *attr);
+int diwarp_device_gid(struct diwarp_device *dev, union diwarp_gid *gid);
+/* The instance's UDP/TCP port and its instance number (the high 12 bits of
+ * every QPN it hands out). */
+int diwarp_device_port(struct diwarp_device *dev, uint16_t *port, uint16_t *instance);
+
+/* Runs up to budget units of progress work (receive batches, completions,
+ * timers). Returns the amount of work done (>= 0) or -errno. */
+int diwarp_progress(struct diwarp_device *dev, int budget);
+
+/* ---- protection domain and memory registration ------------------------ */
+
+enum diwarp_access_flags {
+        DIWARP_ACCESS_LOCAL_WRITE = 1,
+        DIWARP_ACCESS_REMOTE_WRITE = 1 << 1,
+        DIWARP_ACCESS_REMOTE_READ = 1 << 2,
+        DIWARP_ACCESS_REMOTE_ATOMIC = 1 << 3,
+        DIWARP_ACCESS_MW_BIND = 1 << 4,
+        DIWARP_ACCESS_ZERO_BASED = 1 << 5,
+};
+
+int diwarp_pd_alloc(struct diwarp_device *dev, struct diwarp_pd **out);
+/* -EBUSY while MRs, QPs, SRQs or AHs still use it. */
+int diwarp_pd_dealloc(struct diwarp_pd *pd);
+
+struct diwarp_mr_info {
+        void *addr;
+        size_t length;
+        uint64_t iova; /* the address remote peers use as TO base */
+        uint32_t lkey;
+        uint32_t rkey; /* STag: 24-bit index << 8 | 8-bit random key */
+        int access;
+};
+
+int diwarp_mr_reg(struct diwarp_pd *pd, void *addr, size_t length, uint64_t iova, int access,
+                  struct diwarp_mr **out);
+int diwarp_mr_dereg(struct diwarp_mr *mr);
+int diwarp_mr_info(const struct diwarp_mr *mr, struct diwarp_mr_info *info);
+
+/* ---- completion queues ------------------------------------------------ */
+
+enum diwarp_wc_status {
+        DIWARP_WC_SUCCESS = 0,
+        DIWARP_WC_LOC_LEN_ERR = 1,
+        DIWARP_WC_LOC_QP_OP_ERR = 2,
+        DIWARP_WC_LOC_PROT_ERR = 4,
+        DIWARP_WC_WR_FLUSH_ERR = 5,
+        DIWARP_WC_BAD_RESP_ERR = 7,
+        DIWARP_WC_LOC_ACCESS_ERR = 8,
+        DIWARP_WC_REM_INV_REQ_ERR = 9,
+        DIWARP_WC_REM_ACCESS_ERR = 10,
+        DIWARP_WC_REM_OP_ERR = 11,
+        DIWARP_WC_RETRY_EXC_ERR = 12,
+        DIWARP_WC_RNR_RETRY_EXC_ERR = 13,
+        DIWARP_WC_REM_INV_RD_REQ_ERR = 15,
+        DIWARP_WC_REM_ABORT_ERR = 16,
+        DIWARP_WC_FATAL_ERR = 19,
+        DIWARP_WC_RESP_TIMEOUT_ERR = 20,
+        DIWARP_WC_GENERAL_ERR = 21,
+};
+
+const char *diwarp_wc_status_str(enum diwarp_wc_status status);
+
+enum diwarp_wc_opcode {
+        DIWARP_WC_SEND = 0,
+        DIWARP_WC_RDMA_WRITE = 1,
+        DIWARP_WC_RDMA_READ = 2,
+        DIWARP_WC_COMP_SWAP = 3,
+        DIWARP_WC_FETCH_ADD = 4,
+        DIWARP_WC_LOCAL_INV = 6,
+        DIWARP_WC_RECV = 1 << 7,
+        DIWARP_WC_RECV_RDMA_WITH_IMM = (1 << 7) + 1,
+};
+
+enum diwarp_wc_flags {
+        DIWARP_WC_GRH = 1 << 0,
+        DIWARP_WC_WITH_IMM = 1 << 1,
+        DIWARP_WC_WITH_INV = 1 << 3,
+};
+
+struct diwarp_wc {
+        uint64_t wr_id;
+        enum diwarp_wc_status status;
+        enum diwarp_wc_opcode opcode;
+        uint32_t vendor_err; /* for Terminate-caused errors: layer << 12 | type << 8 | code */
+        uint32_t byte_len;
+        uint32_t imm_data;         /* network byte order, as in ibverbs */
+        uint32_t invalidated_rkey; /* with DIWARP_WC_WITH_INV */
+        uint32_t qp_num;
+        uint32_t src_qp;
+        unsigned int wc_flags;
+        uint16_t pkey_index;
+        uint16_t slid;
+        uint8_t sl;
+        uint8_t dlid_path_bits;
+};
+
+/* A completion channel is a real file descriptor: poll it for POLLIN, then
+ * call diwarp_comp_channel_get_event. */
+int diwarp_comp_channel_create(struct diwarp_device *dev, struct diwarp_comp_channel **out);
+int diwarp_comp_channel_destroy(struct diwarp_comp_channel *ch);
+int diwarp_comp_channel_fd(const struct diwarp_comp_channel *ch);
+/* Blocks unless the fd was made non-blocking (then -EAGAIN). */
+int diwarp_comp_channel_get_event(struct diwarp_comp_channel *ch, struct diwarp_cq **cq,
+                                  void **cq_context);
+
+int diwarp_cq_create(struct diwarp_device *dev, int cqe, void *cq_context,
+                     struct diwarp_comp_channel *channel, struct diwarp_cq **out);
+/* -EBUSY while a QP or SRQ still uses it. */
+int diwarp_cq_destroy(struct diwarp_cq *cq);
+/* Returns the number of completions written (0..n) or -errno. Busy-polls: each
+ * call runs a bounded progress step first. */
+int diwarp_cq_poll(struct diwarp_cq *cq, int n, struct diwarp_wc *wc);
+/* Arms the CQ: the next completion (solicited_only: the next solicited receive
+ * or any error completion) writes one event to the CQ's channel. */
+int diwarp_cq_req_notify(struct diwarp_cq *cq, bool solicited_only);
+void diwarp_cq_ack_events(struct diwarp_cq *cq, unsigned int nevents);
+int diwarp_cq_cqe(const struct diwarp_cq *cq);
+
+/* ---- queue pairs ------------------------------------------------------ */
+
+enum diwarp_qp_type {
+        DIWARP_QPT_RC = 2,
+        DIWARP_QPT_UC = 3, /* carried by the RC transport: stronger guarantees */
+        DIWARP_QPT_UD = 4,
+        DIWARP_QPT_RD = 0x100, /* reliable datagram, diwarp extension */
+};
+
+enum diwarp_qp_state {
+        DIWARP_QPS_RESET = 0,
+        DIWARP_QPS_INIT = 1,
+        DIWARP_QPS_RTR = 2,
+        DIWARP_QPS_RTS = 3,
+        DIWARP_QPS_SQD = 4,
+        DIWARP_QPS_SQE = 5,
+        DIWARP_QPS_ERR = 6,
+};
+
+struct diwarp_qp_cap {
+        uint32_t max_send_wr;
+        uint32_t max_recv_wr;
+        uint32_t max_send_sge;
+        uint32_t max_recv_sge;
+        uint32_t max_inline_data;
+};
+
+struct diwarp_qp_init_attr {
+        void *qp_context;
+        struct diwarp_cq *send_cq;
+        struct diwarp_cq *recv_cq;
+        struct diwarp_srq *srq;
+        struct diwarp_qp_cap cap; /* in: requested; out: granted */
+        enum diwarp_qp_type qp_type;
+        bool sq_sig_all;
+};
+
+/* Mask bits of diwarp_qp_modify: the ibverbs IBV_QP_* values. */
+enum diwarp_qp_attr_mask {
+        DIWARP_QP_STATE = 1 << 0,
+        DIWARP_QP_CUR_STATE = 1 << 1,
+        DIWARP_QP_ACCESS_FLAGS = 1 << 3,
+        DIWARP_QP_PKEY_INDEX = 1 << 4,
+        DIWARP_QP_PORT = 1 << 5,
+        DIWARP_QP_QKEY = 1 << 6,
+        DIWARP_QP_AV = 1 << 7,
+        DIWARP_QP_PATH_MTU = 1 << 8,
+        DIWARP_QP_TIMEOUT = 1 << 9,
+        DIWARP_QP_RETRY_CNT = 1 << 10,
+        DIWARP_QP_RNR_RETRY = 1 << 11,
+        DIWARP_QP_RQ_PSN = 1 << 12,
+        DIWARP_QP_MAX_QP_RD_ATOMIC = 1 << 13,
+        DIWARP_QP_MIN_RNR_TIMER = 1 << 15,
+        DIWARP_QP_SQ_PSN = 1 << 16,
+        DIWARP_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
+        DIWARP_QP_CAP = 1 << 19,
+        DIWARP_QP_DEST_QPN = 1 << 20,
+};
+
+struct diwarp_qp_attr {
+        enum diwarp_qp_state qp_state;
+        enum diwarp_qp_state cur_qp_state;
+        int qp_access_flags;
+        uint32_t qkey;
+        uint32_t dest_qp_num;
+        union diwarp_gid dgid; /* with DIWARP_QP_AV: the peer's GID */
+        uint32_t path_mtu;     /* bytes */
+        uint32_t rq_psn;
+        uint32_t sq_psn;
+        uint8_t max_rd_atomic;      /* ORD: outstanding RDMA Reads/atomics we issue */
+        uint8_t max_dest_rd_atomic; /* IRD: ones we accept */
+        uint8_t timeout;            /* IB encoding: 4.096 us * 2^timeout; 0 = default */
+        uint8_t retry_cnt;
+        uint8_t rnr_retry;
+        uint8_t min_rnr_timer;
+        uint8_t port_num;
+        uint16_t pkey_index;
+        struct diwarp_qp_cap cap;
+};
+
+int diwarp_qp_create(struct diwarp_pd *pd, struct diwarp_qp_init_attr *attr,
+                     struct diwarp_qp **out);
+int diwarp_qp_destroy(struct diwarp_qp *qp);
+int diwarp_qp_modify(struct diwarp_qp *qp, const struct diwarp_qp_attr *attr, int mask);
+int diwarp_qp_query(struct diwarp_qp *qp, struct diwarp_qp_attr *attr,
+                    struct diwarp_qp_init_attr *init_attr);
+uint32_t diwarp_qp_num(const struct diwarp_qp *qp);
+enum diwarp_qp_state diwarp_qp_state(const struct diwarp_qp *qp);
+
+struct diwarp_sge {
+        uint64_t addr;
+        uint32_t length;
+        uint32_t lkey;
+};
+
+enum diwarp_wr_opcode {
+        DIWARP_WR_RDMA_WRITE = 0,
+        DIWARP_WR_RDMA_WRITE_WITH_IMM = 1,
+        DIWARP_WR_SEND = 2,
+        DIWARP_WR_SEND_WITH_IMM = 3,
+        DIWARP_WR_RDMA_READ = 4,
+        DIWARP_WR_ATOMIC_CMP_AND_SWP = 5,
+        DIWARP_WR_ATOMIC_FETCH_AND_ADD = 6,
+        DIWARP_WR_LOCAL_INV = 7,
+        DIWARP_WR_SEND_WITH_INV = 9,
+};
+
+enum diwarp_send_flags {
+        DIWARP_SEND_FENCE = 1 << 0,
+        DIWARP_SEND_SIGNALED = 1 << 1,
+        DIWARP_SEND_SOLICITED = 1 << 2,
+        DIWARP_SEND_INLINE = 1 << 3,
+};
+
+struct diwarp_send_wr {
+        uint64_t wr_id;
+        struct diwarp_send_wr *next;
+        struct diwarp_sge *sg_list;
+        int num_sge;
+        enum diwarp_wr_opcode opcode;
+        unsigned int send_flags;
+        uint32_t imm_data;        /* network byte order */
+        uint32_t invalidate_rkey; /* SEND_WITH_INV and LOCAL_INV */
+        union {
+                struct {
+                        uint64_t remote_addr;
+                        uint32_t rkey;
+                } rdma;
+                struct {
+                        uint64_t remote_addr;
+                        uint64_t compare_add;
+                        uint64_t swap;
+                        uint32_t rkey;
+                } atomic;
+                struct {
+                        struct diwarp_ah *ah;
+                        uint32_t remote_qpn;
+                        uint32_t remote_qkey;
+                } ud;
+        } wr;
+};
+
+struct diwarp_recv_wr {
+        uint64_t wr_id;
+        struct diwarp_recv_wr *next;
+        struct diwarp_sge *sg_list;
+        int num_sge;
+};
+
+/* On failure *bad_wr names the first WR not posted; those before it were. */
+int diwarp_post_send(struct diwarp_qp *qp, struct diwarp_send_wr *wr,
+                     struct diwarp_send_wr **bad_wr);
+int diwarp_post_recv(struct diwarp_qp *qp, struct diwarp_recv_wr *wr,
+                     struct diwarp_recv_wr **bad_wr);
+
+/* ---- shared receive queues -------------------------------------------- */
+
+struct diwarp_srq_attr {
+        uint32_t max_wr;
+        uint32_t max_sge;
+        uint32_t srq_limit;
+};
+
+int diwarp_srq_create(struct diwarp_pd *pd, struct diwarp_srq_attr *attr, void *srq_context,
+                      struct diwarp_srq **out);
+int diwarp_srq_destroy(struct diwarp_srq *srq);
+int diwarp_srq_modify(struct diwarp_srq *srq, const struct diwarp_srq_attr *attr, int mask);
+int diwarp_srq_query(struct diwarp_srq *srq, struct diwarp_srq_attr *attr);
+int diwarp_post_srq_recv(struct diwarp_srq *srq, struct diwarp_recv_wr *wr,
+                         struct diwarp_recv_wr **bad_wr);
+
+/* ---- address handles (UD, RD) ----------------------------------------- */
+
+int diwarp_ah_create(struct diwarp_pd *pd, const union diwarp_gid *dgid, struct diwarp_ah **out);
+int diwarp_ah_destroy(struct diwarp_ah *ah);
+
+/* ---- asynchronous events ---------------------------------------------- */
+
+enum diwarp_event_type {
+        DIWARP_EVENT_CQ_ERR = 0,
+        DIWARP_EVENT_QP_FATAL = 1,
+        DIWARP_EVENT_QP_REQ_ERR = 2,
+        DIWARP_EVENT_QP_ACCESS_ERR = 3,
+        DIWARP_EVENT_COMM_EST = 4,
+        DIWARP_EVENT_SQ_DRAINED = 5,
+        DIWARP_EVENT_DEVICE_FATAL = 8,
+        DIWARP_EVENT_PORT_ACTIVE = 9,
+        DIWARP_EVENT_SRQ_ERR = 14,
+        DIWARP_EVENT_SRQ_LIMIT_REACHED = 15,
+        DIWARP_EVENT_QP_LAST_WQE_REACHED = 16,
+};
+
+struct diwarp_async_event {
+        enum diwarp_event_type event_type;
+        union {
+                struct diwarp_qp *qp;
+                struct diwarp_cq *cq;
+                struct diwarp_srq *srq;
+        } element;
+};
+
+/* A real fd: readable while events are pending. */
+int diwarp_async_fd(struct diwarp_device *dev);
+/* -EAGAIN when none is pending and the fd is non-blocking. */
+int diwarp_get_async_event(struct diwarp_device *dev, struct diwarp_async_event *ev);
+
+/* ---- native connection management (RC) -------------------------------- */
+
+#define DIWARP_MAX_PRIVATE_DATA 512
+
+struct diwarp_conn_param {
+        const void *private_data;
+        uint16_t private_data_len;
+        uint8_t ird; /* responder resources: RDMA Reads we accept at once */
+        uint8_t ord; /* initiator depth: RDMA Reads we issue at once */
+};
+
+/* Listens on addr:port (TCP) for MPA connection requests. */
+int diwarp_listen(struct diwarp_device *dev, uint16_t port, int backlog,
+                  struct diwarp_listener **out);
+int diwarp_listener_destroy(struct diwarp_listener *l);
+int diwarp_listener_fd(const struct diwarp_listener *l);
+
+struct diwarp_conn_request {
+        uint64_t id; /* opaque, passed to accept/reject */
+        union diwarp_gid peer_gid;
+        uint16_t peer_port;
+        uint8_t private_data[DIWARP_MAX_PRIVATE_DATA];
+        uint16_t private_data_len;
+        uint8_t ird, ord;
+};
+
+/* Waits up to timeout_ms (-1: forever) for a connection request. */
+int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
+                                struct diwarp_conn_request *req);
+/* qp (RC, in INIT) becomes RTS on success. reply may carry private data. */
+int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *qp,
+                  const struct diwarp_conn_param *reply);
+int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
+                  uint16_t private_data_len);
+/* Connects qp (RC, INIT) to dgid:port. Completes within timeout_ms or fails
+ * with -ETIMEDOUT; -ECONNREFUSED when the peer rejects (reply private data
+ * copied to reply_pd). */
+int diwarp_connect(struct diwarp_qp *qp, const union diwarp_gid *dgid, uint16_t port,
+                   const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
+                   uint16_t *reply_pd_len);
+int diwarp_disconnect(struct diwarp_qp *qp);
+
+/* ---- counters --------------------------------------------------------- */
+
+struct diwarp_counters {
+        uint64_t tx_packets, tx_bytes;
+        uint64_t rx_packets, rx_bytes;
+        uint64_t retransmits;
+        uint64_t crc_errors;
+        uint64_t rx_dropped_malformed;
+        uint64_t rx_dropped_no_qp;
+        uint64_t rx_dropped_qkey;
+        uint64_t rx_dropped_no_recv;
+        uint64_t rx_dropped_duplicate;
+        uint64_t rx_dropped_protection;
+        uint64_t rnr_naks;
+        uint64_t credit_stalls;
+        uint64_t tx_backpressure;
+        uint64_t fault_dropped, fault_duplicated, fault_reordered, fault_corrupted, fault_delayed;
+        uint64_t terminates_sent, terminates_received;
+};
+
+int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);
+int diwarp_qp_counters(struct diwarp_qp *qp, struct diwarp_counters *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

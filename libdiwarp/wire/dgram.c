@@ -1,0 +1,229 @@
+/* Datagram header codec, version 1. Layout and rules: docs/PROTOCOL.md. */
+#include "dgram.h"
+
+#include <string.h>
+
+#include "crc32c.h"
+
+/* Flags that only mean something on a reliable-datagram packet. */
+#define DW_DGRAM_F_RD_ONLY                                                                         \
+        (DW_DGRAM_F_ACK | DW_DGRAM_F_SACK | DW_DGRAM_F_CREDIT | DW_DGRAM_F_ACKREQ | DW_DGRAM_F_NAK)
+
+/* SACK blocks are checked as distances from ack_psn, so wrap-around at 2^32
+ * needs no special case; a block must lie within 2^31 of ack_psn for serial
+ * comparison to be meaningful at all. */
+static int check_sacks(const struct dw_dgram_hdr *h, const char **why)
+{
+        uint32_t prev_end = 0;
+
+        for (unsigned i = 0; i < h->sack_count; i++) {
+                uint32_t s = h->sack[i].start - h->ack_psn;
+                uint32_t e = h->sack[i].end - h->ack_psn;
+
+                if (s == 0 || s >= 0x80000000u)
+                        return dw_wire_fail(
+                            why, "sack: block start_psn not after ack_psn (it would be acked)",
+                            EBADMSG);
+                if (e == s)
+                        return dw_wire_fail(why, "sack: empty block (start_psn == end_psn)",
+                                            EBADMSG);
+                if (e < s)
+                        return dw_wire_fail(why, "sack: block end_psn before its start_psn",
+                                            EBADMSG);
+                if (e > 0x80000000u)
+                        return dw_wire_fail(why, "sack: block end_psn more than 2^31 past ack_psn",
+                                            EBADMSG);
+                /* Strictly after the previous end: touching blocks must be merged,
+                 * so each set of received PSNs has exactly one encoding. */
+                if (i > 0 && s <= prev_end)
+                        return dw_wire_fail(
+                            why, "sack: blocks not in ascending order with a gap between them",
+                            EBADMSG);
+                prev_end = e;
+        }
+        return 0;
+}
+
+int dw_dgram_hdr_validate(const struct dw_dgram_hdr *h, const char **why)
+{
+        uint8_t f = h->flags;
+
+        if (h->sack_count > DW_DGRAM_MAX_SACK)
+                return dw_wire_fail(why, "sack_count: more than DW_DGRAM_MAX_SACK (8) blocks",
+                                    EMSGSIZE);
+        if (h->dst_qpn & ~DW_DGRAM_QPN_MASK)
+                return dw_wire_fail(why, "dst_qpn: reserved high 8 bits set", EBADMSG);
+        if (h->src_qpn & ~DW_DGRAM_QPN_MASK)
+                return dw_wire_fail(why, "src_qpn: reserved high 8 bits set", EBADMSG);
+
+        if (!(f & DW_DGRAM_F_RD)) {
+                if (!(f & DW_DGRAM_F_DATA))
+                        return dw_wire_fail(why, "flags: UD packet without DATA", EBADMSG);
+                if (f & DW_DGRAM_F_RD_ONLY)
+                        return dw_wire_fail(
+                            why, "flags: UD packet with ACK/SACK/NAK/CREDIT/ACKREQ (RD only)",
+                            EBADMSG);
+        }
+        if ((f & DW_DGRAM_F_SACK) && !(f & DW_DGRAM_F_ACK))
+                return dw_wire_fail(why, "flags: SACK without ACK", EBADMSG);
+        if ((f & DW_DGRAM_F_NAK) && (f & DW_DGRAM_F_DATA))
+                return dw_wire_fail(why, "flags: NAK and DATA together", EBADMSG);
+        /* Both would claim ack_psn, with different meanings. */
+        if ((f & DW_DGRAM_F_NAK) && (f & DW_DGRAM_F_ACK))
+                return dw_wire_fail(why, "flags: NAK and ACK together (both use ack_psn)", EBADMSG);
+        if ((f & DW_DGRAM_F_IMM) && !(f & DW_DGRAM_F_DATA))
+                return dw_wire_fail(why, "flags: IMM without DATA", EBADMSG);
+        if (!(f & DW_DGRAM_F_DATA) && !(f & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK | DW_DGRAM_F_CREDIT)))
+                return dw_wire_fail(why, "flags: control-only packet without ACK, NAK or CREDIT",
+                                    EBADMSG);
+
+        if (!(f & DW_DGRAM_F_SACK) && h->sack_count != 0)
+                return dw_wire_fail(why, "sack_count: non-zero without the SACK flag", EBADMSG);
+        if ((f & DW_DGRAM_F_SACK) && h->sack_count == 0)
+                return dw_wire_fail(why, "sack_count: zero with the SACK flag", EBADMSG);
+
+        if (f & DW_DGRAM_F_NAK) {
+                if (h->nak_code == DW_DGRAM_NAK_NONE)
+                        return dw_wire_fail(why, "nak_code: zero with the NAK flag", EBADMSG);
+                if (h->nak_code > DW_DGRAM_NAK_MAX)
+                        return dw_wire_fail(why, "nak_code: unknown code", EPROTO);
+        } else if (h->nak_code != DW_DGRAM_NAK_NONE) {
+                return dw_wire_fail(why, "nak_code: non-zero without the NAK flag", EBADMSG);
+        }
+        if (h->rnr_delay != 0 && !((f & DW_DGRAM_F_NAK) && h->nak_code == DW_DGRAM_NAK_RNR))
+                return dw_wire_fail(why, "rnr_delay: non-zero outside an RNR NAK", EBADMSG);
+        /* Fields that are not valid must be zero, so no bits travel unchecked. */
+        if (h->ack_psn != 0 && !(f & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)))
+                return dw_wire_fail(why, "ack_psn: non-zero without ACK or NAK", EBADMSG);
+        if (h->credits != 0 && !(f & DW_DGRAM_F_CREDIT))
+                return dw_wire_fail(why, "credits: non-zero without the CREDIT flag", EBADMSG);
+
+        return check_sacks(h, why);
+}
+
+ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h)
+{
+        if (h->sack_count > DW_DGRAM_MAX_SACK)
+                return -EINVAL;
+        return DW_DGRAM_HDR_LEN + (ssize_t)h->sack_count * DW_DGRAM_SACK_LEN;
+}
+
+ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
+{
+        if (dw_dgram_hdr_validate(h, NULL) != 0)
+                return -EINVAL;
+        ssize_t n = dw_dgram_hdr_len(h);
+        if (cap < (size_t)n)
+                return -ENOSPC;
+
+        buf[0] = DW_DGRAM_VERSION;
+        buf[1] = h->flags;
+        buf[2] = h->sack_count;
+        buf[3] = h->nak_code;
+        dw_put_be32(buf + 4, h->dst_qpn);
+        dw_put_be32(buf + 8, h->src_qpn);
+        dw_put_be32(buf + 12, h->qkey);
+        dw_put_be32(buf + 16, h->psn);
+        dw_put_be32(buf + 20, h->ack_psn);
+        dw_put_be16(buf + 24, h->credits);
+        dw_put_be16(buf + 26, h->rnr_delay);
+        for (unsigned i = 0; i < h->sack_count; i++) {
+                uint8_t *p = buf + DW_DGRAM_HDR_LEN + i * DW_DGRAM_SACK_LEN;
+                dw_put_be32(p, h->sack[i].start);
+                dw_put_be32(p + 4, h->sack[i].end);
+        }
+        return n;
+}
+
+ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out, const char **why)
+{
+        struct dw_dgram_hdr h;
+
+        if (len < 1)
+                return dw_wire_fail(why, "version: datagram is empty", ENODATA);
+        /* Version first: another version may have another length, and the
+         * receiver counts it as "unknown version", not as "truncated". */
+        if (buf[0] != DW_DGRAM_VERSION)
+                return dw_wire_fail(why, "version: not 1", EPROTO);
+        if (len < DW_DGRAM_HDR_LEN)
+                return dw_wire_fail(why, "header: shorter than the 28-byte fixed header", ENODATA);
+
+        memset(&h, 0, sizeof(h));
+        h.flags = buf[1];
+        h.sack_count = buf[2];
+        h.nak_code = buf[3];
+        h.dst_qpn = dw_get_be32(buf + 4);
+        h.src_qpn = dw_get_be32(buf + 8);
+        h.qkey = dw_get_be32(buf + 12);
+        h.psn = dw_get_be32(buf + 16);
+        h.ack_psn = dw_get_be32(buf + 20);
+        h.credits = dw_get_be16(buf + 24);
+        h.rnr_delay = dw_get_be16(buf + 26);
+
+        if (h.sack_count > DW_DGRAM_MAX_SACK)
+                return dw_wire_fail(why, "sack_count: more than DW_DGRAM_MAX_SACK (8) blocks",
+                                    EMSGSIZE);
+        size_t n = DW_DGRAM_HDR_LEN + (size_t)h.sack_count * DW_DGRAM_SACK_LEN;
+        if (len < n)
+                return dw_wire_fail(why, "sack: blocks announced by sack_count are truncated",
+                                    ENODATA);
+        for (unsigned i = 0; i < h.sack_count; i++) {
+                const uint8_t *p = buf + DW_DGRAM_HDR_LEN + i * DW_DGRAM_SACK_LEN;
+                h.sack[i].start = dw_get_be32(p);
+                h.sack[i].end = dw_get_be32(p + 4);
+        }
+
+        int rc = dw_dgram_hdr_validate(&h, why);
+        if (rc != 0)
+                return rc;
+        *out = h;
+        return (ssize_t)n;
+}
+
+int dw_dgram_layout(const struct dw_dgram_hdr *h, size_t hdr_len, size_t len,
+                    struct dw_dgram_layout *out, const char **why)
+{
+        memset(out, 0, sizeof(*out));
+        if (len < hdr_len)
+                return dw_wire_fail(why, "header: datagram shorter than its header", ENODATA);
+        size_t body = len - hdr_len;
+
+        if (!(h->flags & DW_DGRAM_F_DATA)) {
+                if (body != 0)
+                        return dw_wire_fail(why, "body: bytes after a control-only header",
+                                            EBADMSG);
+                return 0;
+        }
+        size_t imm = (h->flags & DW_DGRAM_F_IMM) ? DW_DGRAM_IMM_MSG_LEN : 0;
+        if (body < imm + DW_DGRAM_DDP_TAGGED_LEN)
+                return dw_wire_fail(why, "segment: shorter than the smallest DDP header", ENODATA);
+        out->seg_off = hdr_len;
+        out->seg_len = body - imm;
+        if (imm)
+                out->imm_off = len - imm;
+        return 0;
+}
+
+ssize_t dw_dgram_packet_check(const uint8_t *pkt, size_t len, const char **why)
+{
+        if (len < DW_DGRAM_HDR_LEN + DW_DGRAM_CRC_LEN)
+                return dw_wire_fail(why, "crc: datagram shorter than header + CRC32c", ENODATA);
+        size_t body = len - DW_DGRAM_CRC_LEN;
+        uint32_t crc = dw_crc32c(pkt, body);
+        if (crc != dw_get_be32(pkt + body))
+                return dw_wire_fail(why, "crc: CRC32c mismatch", EILSEQ);
+        return (ssize_t)body;
+}
+
+void dw_dgram_crc_trailer(uint8_t out[DW_DGRAM_CRC_LEN], uint32_t crc_state)
+{
+        dw_put_be32(out, dw_crc32c_final(crc_state));
+}
+
+ssize_t dw_dgram_packet_seal(uint8_t *pkt, size_t len, size_t cap)
+{
+        if (cap < DW_DGRAM_CRC_LEN || len > cap - DW_DGRAM_CRC_LEN)
+                return -ENOSPC;
+        dw_put_be32(pkt + len, dw_crc32c(pkt, len));
+        return (ssize_t)(len + DW_DGRAM_CRC_LEN);
+}

@@ -1,0 +1,144 @@
+/* Datagram header (version 1) for UD and RD queue pairs over UDP.
+ *
+ * One UDP payload is:
+ *     dgram header | DDP/RDMAP segment (DATA only) | [Immediate Data message (IMM)] | CRC32c
+ * The CRC32c covers every byte before it and is sent in network byte order.
+ * The layout, the flag rules and the size limits are in docs/PROTOCOL.md
+ * (section "Datagram header"); keep the two in step.
+ */
+#ifndef DIWARP_WIRE_DGRAM_H
+#define DIWARP_WIRE_DGRAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "wire.h"
+
+#define DW_DGRAM_VERSION     1
+#define DW_DGRAM_HDR_LEN     28 /* fixed part, without SACK blocks */
+#define DW_DGRAM_SACK_LEN    8  /* one {start_psn, end_psn} block */
+#define DW_DGRAM_MAX_SACK    8
+#define DW_DGRAM_HDR_MAX_LEN (DW_DGRAM_HDR_LEN + DW_DGRAM_MAX_SACK * DW_DGRAM_SACK_LEN) /* 92 */
+#define DW_DGRAM_CRC_LEN     4
+#define DW_UDP_MAX_PAYLOAD   65507 /* 65535 - 20 (IPv4) - 8 (UDP) */
+
+/* Header sizes of the DDP/RDMAP segment a datagram carries (RFC 5041 §4,
+ * RFC 5040 §4; the RDMAP control byte is part of the DDP header). */
+#define DW_DGRAM_DDP_UNTAGGED_LEN 18
+#define DW_DGRAM_DDP_TAGGED_LEN   14
+/* RFC 7306 Immediate Data message: untagged DDP/RDMAP header + 8 bytes of data. */
+#define DW_DGRAM_IMM_MSG_LEN (DW_DGRAM_DDP_UNTAGGED_LEN + 8) /* 26 */
+
+/* Largest UD message payload in one datagram: a Send (65457 bytes) and a Send
+ * with Immediate, whose Immediate Data message rides in the same datagram
+ * (65431 bytes). UD packets never carry SACK blocks, so the fixed header is all. */
+#define DW_DGRAM_MAX_UD_MSG                                                                        \
+        (DW_UDP_MAX_PAYLOAD - DW_DGRAM_HDR_LEN - DW_DGRAM_DDP_UNTAGGED_LEN - DW_DGRAM_CRC_LEN)
+#define DW_DGRAM_MAX_UD_MSG_IMM (DW_DGRAM_MAX_UD_MSG - DW_DGRAM_IMM_MSG_LEN)
+
+/* flags (byte 1) */
+#define DW_DGRAM_F_RD     0x01 /* reliable datagram; clear = UD */
+#define DW_DGRAM_F_ACK    0x02 /* ack_psn valid: every PSN before it was received */
+#define DW_DGRAM_F_SACK   0x04 /* sack_count SACK blocks follow the fixed header */
+#define DW_DGRAM_F_CREDIT 0x08 /* credits valid */
+#define DW_DGRAM_F_ACKREQ 0x10 /* sender asks for an immediate ACK */
+#define DW_DGRAM_F_NAK    0x20 /* nak_code says why; ack_psn names the PSN refused */
+#define DW_DGRAM_F_DATA   0x40 /* a DDP/RDMAP segment follows the header */
+#define DW_DGRAM_F_IMM    0x80 /* an RFC 7306 Immediate Data message ends the datagram */
+
+/* nak_code (byte 3), only with DW_DGRAM_F_NAK */
+enum dw_dgram_nak {
+        DW_DGRAM_NAK_NONE = 0,
+        DW_DGRAM_NAK_RNR = 1,        /* no receive posted; retry after rnr_delay */
+        DW_DGRAM_NAK_SEQ = 2,        /* sequence error: ack_psn is the PSN expected */
+        DW_DGRAM_NAK_REM_ACCESS = 3, /* remote access error (STag, bounds, rights) */
+        DW_DGRAM_NAK_REM_OP = 4,     /* remote operation error */
+        DW_DGRAM_NAK_INVALID = 5,    /* invalid request */
+        DW_DGRAM_NAK_MAX = DW_DGRAM_NAK_INVALID,
+};
+
+/* rnr_delay is in units of 10 microseconds (0..655.35 ms, the range of the IB
+ * RNR NAK timer); 0 means "use your own back-off". */
+#define DW_DGRAM_RNR_DELAY_UNIT_US 10
+
+#define DW_DGRAM_QPN_MASK 0x00FFFFFFu
+
+/* Half-open PSN range [start, end) received beyond ack_psn. */
+struct dw_dgram_sack {
+        uint32_t start;
+        uint32_t end;
+};
+
+/* The version is not a field: the codec speaks version 1 only. */
+struct dw_dgram_hdr {
+        uint8_t flags;
+        uint8_t sack_count;
+        uint8_t nak_code;
+        uint32_t dst_qpn;
+        uint32_t src_qpn;
+        uint32_t qkey;
+        uint32_t psn;
+        uint32_t ack_psn;
+        uint16_t credits;
+        uint16_t rnr_delay;
+        struct dw_dgram_sack sack[DW_DGRAM_MAX_SACK];
+};
+
+/* PSN serial arithmetic modulo 2^32 (RFC 1982 style). dw_psn_diff(a, b) is the
+ * signed distance a - b; dw_psn_before(a, b) is true when a precedes b. Two
+ * PSNs exactly 2^31 apart compare as "before" both ways: keep windows < 2^31. */
+static inline int32_t dw_psn_diff(uint32_t a, uint32_t b)
+{
+        uint32_t d = a - b;
+        /* Spelled out so the conversion never depends on implementation-defined
+         * unsigned-to-signed behaviour. */
+        return d <= (uint32_t)INT32_MAX ? (int32_t)d : -(int32_t)(~d) - 1;
+}
+
+static inline bool dw_psn_before(uint32_t a, uint32_t b)
+{
+        return dw_psn_diff(a, b) < 0;
+}
+
+/* Checks every flag rule and field range of a header; returns 0 or the
+ * negative errno the decoder would return for it (see wire.h). */
+int dw_dgram_hdr_validate(const struct dw_dgram_hdr *h, const char **why);
+
+/* Encoded header length (fixed part + SACK blocks), or -EINVAL. */
+ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h);
+
+/* Bytes written, -EINVAL for a header dw_dgram_hdr_validate refuses, -ENOSPC. */
+ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap);
+
+/* Header length (where the DDP segment starts when DATA), or a negative errno.
+ * buf/len are the datagram without its CRC (see dw_dgram_packet_check). */
+ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out, const char **why);
+
+/* Where the parts of a datagram body are; offsets from the start of the datagram. */
+struct dw_dgram_layout {
+        size_t seg_off; /* DDP/RDMAP segment (first message); 0 when not DATA */
+        size_t seg_len;
+        size_t imm_off; /* Immediate Data message (DW_DGRAM_IMM_MSG_LEN bytes); 0 when not IMM */
+};
+
+/* Splits a decoded datagram of len bytes (without CRC) whose header is h and
+ * hdr_len long. -ENODATA when the segment is shorter than a DDP header,
+ * -EBADMSG when a control-only packet has trailing bytes. */
+int dw_dgram_layout(const struct dw_dgram_hdr *h, size_t hdr_len, size_t len,
+                    struct dw_dgram_layout *out, const char **why);
+
+/* Verifies the trailing CRC32c of a whole datagram. Returns the length without
+ * the CRC, -ENODATA when shorter than a fixed header + CRC, -EILSEQ on mismatch. */
+ssize_t dw_dgram_packet_check(const uint8_t *pkt, size_t len, const char **why);
+
+/* Writes the CRC trailer for a CRC32c state (dw_crc32c_init/update over every
+ * byte sent before it, e.g. over an iovec for a gathered send). */
+void dw_dgram_crc_trailer(uint8_t out[DW_DGRAM_CRC_LEN], uint32_t crc_state);
+
+/* Appends the CRC to a contiguous datagram of len bytes in a buffer of cap
+ * bytes; returns the total length or -ENOSPC. */
+ssize_t dw_dgram_packet_seal(uint8_t *pkt, size_t len, size_t cap);
+
+#endif
