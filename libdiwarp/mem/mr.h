@@ -1,0 +1,179 @@
+/* mem/: protection domains, the MR / STag table, access checks, invalidation.
+ *
+ * Registration is bookkeeping only (DESIGN.md §6): data moves through socket
+ * syscalls on virtual addresses, so nothing is pinned. An STag (= lkey = rkey)
+ * is a 24-bit slot index << 8 | an 8-bit key drawn from getrandom() at each
+ * registration, so a stale STag (slot deregistered and reused) or a guessed
+ * one fails the check. STag 0 is never valid (slot 0 is never handed out).
+ *
+ * Locking: nothing here takes a lock. The caller holds the device lock.
+ * Hot path: the check functions never allocate, log, or make a syscall;
+ * dw_mr_register makes one getrandom() call (not a hot path).
+ */
+#ifndef DIWARP_MEM_MR_H
+#define DIWARP_MEM_MR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <diwarp/diwarp.h>
+
+#include "wire/rdmap.h"
+
+struct dw_device;
+
+/* A protection domain. The engine embeds it in its diwarp_pd object; mem/
+ * only counts its users (MRs here; QPs, SRQs and AHs through dw_pd_get/put)
+ * so that dealloc can refuse with -EBUSY. */
+struct dw_pd {
+        struct dw_device *dev;
+        uint32_t handle; /* unique per table, never 0; for logs */
+        int use_count;
+};
+
+/* One registered region. Lives inside the table (no allocation per
+ * registration); the pointer stays stable until dw_mr_deregister. */
+struct dw_mr {
+        uint32_t stag; /* = lkey = rkey */
+        struct dw_pd *pd;
+        uint8_t *addr; /* host address of byte 0 */
+        size_t length; /* bytes */
+        uint64_t iova; /* TO of byte 0 (0 with DIWARP_ACCESS_ZERO_BASED) */
+        int access;    /* enum diwarp_access_flags */
+        bool valid;    /* false once invalidated (Local Invalidate / Send with Invalidate) */
+        /* private to mem/ */
+        bool in_use; /* slot registered (valid or invalidated) */
+        uint32_t next_free;
+};
+
+struct dw_mr_table {
+        struct dw_mr *slots; /* [max + 1]; slot 0 unused so STag 0 never matches */
+        uint32_t max;        /* usable slots: indices 1..max */
+        uint32_t count;      /* registered */
+        uint32_t free_head;  /* index of the first free slot, 0 = none */
+        uint32_t free_tail;
+        uint32_t next_pd_handle;
+};
+
+/* Largest table: the index field is 24 bits and index 0 is reserved. */
+#define DW_MR_MAX_INDEX 0xffffffu
+
+static inline uint32_t dw_stag_index(uint32_t stag)
+{
+        return stag >> 8;
+}
+
+static inline uint8_t dw_stag_key(uint32_t stag)
+{
+        return (uint8_t)stag;
+}
+
+/* max: number of MRs (1..DW_MR_MAX_INDEX). -EINVAL, -ENOMEM. */
+int dw_mr_table_init(struct dw_mr_table *t, uint32_t max);
+void dw_mr_table_destroy(struct dw_mr_table *t);
+
+/* PD bookkeeping. dw_pd_init gives the PD a unique handle from the table.
+ * dw_pd_fini returns -EBUSY while use_count > 0 (then nothing changes). */
+void dw_pd_init(struct dw_mr_table *t, struct dw_pd *pd, struct dw_device *dev);
+int dw_pd_fini(struct dw_pd *pd);
+void dw_pd_get(struct dw_pd *pd);
+void dw_pd_put(struct dw_pd *pd);
+
+/* Registers [addr, addr+len) for pd. iova is the TO of byte 0 as remote peers
+ * name it (the caller passes (uintptr_t)addr for plain ibv_reg_mr); with
+ * DIWARP_ACCESS_ZERO_BASED the iova argument is ignored and TOs start at 0.
+ * As in ibverbs, REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is -EINVAL.
+ * len may be 0. -EINVAL (bad arguments, addr+len or iova+len wraps, unknown
+ * access bits), -ENOMEM (table full), -EIO (no randomness). */
+int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t len, uint64_t iova,
+                   int access, struct dw_mr **out);
+/* -EINVAL if mr is not a registered slot of t. The STag is dead at once. */
+int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr);
+
+/* Result of an access check. Values are stable (they may appear in logs). */
+enum dw_prot_status {
+        DW_PROT_OK = 0,
+        DW_PROT_INVALID_STAG,      /* index out of range, slot free, key mismatch, STag 0 */
+        DW_PROT_PD_MISMATCH,       /* registered for another PD ("not associated with stream") */
+        DW_PROT_ACCESS,            /* a needed access right was not granted */
+        DW_PROT_BOUNDS,            /* [TO, TO+len) not inside the region */
+        DW_PROT_INVALIDATED,       /* valid index and key, but invalidated */
+        DW_PROT_TO_WRAP,           /* TO + len wraps past 2^64 */
+        DW_PROT_NOT_INVALIDATABLE, /* invalidate only: this STag cannot be invalidated */
+};
+
+/* Remote (tagged) access: RDMA Write / Read Response placement, RDMA Read
+ * Request source, atomics. needed_access: DIWARP_ACCESS_REMOTE_{READ,WRITE,
+ * ATOMIC} bits. to is the TO from the wire (iova-based, or 0-based with
+ * ZERO_BASED). On DW_PROT_OK *host_addr (if non-NULL) is the host address of
+ * byte TO.
+ * A zero-length access is always DW_PROT_OK with *host_addr = NULL and no
+ * STag check at all: it touches no memory (RFC 5040 allows zero-length RDMA
+ * Read/Write, and peers send them with junk STags, e.g. STag 0).
+ * TO wrap: to + len > 2^64 - 1 (the end is not representable).
+ * Order of checks (first failure wins): STag, invalidated, PD, access,
+ * TO wrap, bounds. */
+enum dw_prot_status dw_mr_check_remote(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd,
+                                       int needed_access, uint64_t to, uint64_t len,
+                                       uint8_t **host_addr);
+/* Local (lkey) access for an SGE. needed_access: DIWARP_ACCESS_LOCAL_WRITE for
+ * receive buffers and RDMA Read / atomic sinks; 0 for send sources (any
+ * registration may be read locally). addr is the SGE address, iova-based as in
+ * ibverbs (0-based for ZERO_BASED MRs). Same zero-length rule. */
+enum dw_prot_status dw_mr_check_local(struct dw_mr_table *t, uint32_t lkey, const struct dw_pd *pd,
+                                      int needed_access, uint64_t addr, uint64_t len,
+                                      uint8_t **host_addr);
+
+/* Invalidates an STag (Local Invalidate; Send with Invalidate at the Data
+ * Sink, RFC 5040 §6.10). Any MR of pd may be invalidated (decision: see
+ * mem/README.md); afterwards every access and a second invalidate fail until
+ * the MR is deregistered. Returns the status: OK, INVALID_STAG, INVALIDATED
+ * (already invalid), PD_MISMATCH. */
+enum dw_prot_status dw_mr_invalidate_status(struct dw_mr_table *t, uint32_t stag,
+                                            const struct dw_pd *pd);
+/* Same, as an errno: 0, -EINVAL (no such STag, or already invalidated),
+ * -EACCES (another PD). */
+int dw_mr_invalidate(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd);
+
+/* Looks up a live registration by STag (key checked), valid or invalidated;
+ * NULL if none. For the engine's diwarp_mr wrapper and for tests. */
+struct dw_mr *dw_mr_lookup(struct dw_mr_table *t, uint32_t stag);
+
+/* Short constant name, e.g. "invalid STag". Never NULL. */
+const char *dw_prot_status_str(enum dw_prot_status st);
+
+/* Work-completion status for a failed check, as a hardware RNIC reports it:
+ * remote = the peer refused our access (it sent a Terminate) ->
+ * DIWARP_WC_REM_ACCESS_ERR; local = one of our own lkeys failed ->
+ * DIWARP_WC_LOC_PROT_ERR. DW_PROT_OK -> DIWARP_WC_SUCCESS. */
+enum diwarp_wc_status dw_prot_status_to_wc(enum dw_prot_status st, bool remote);
+
+/* Where a failed check happened: decides which layer reports it in the
+ * Terminate (RFC 5040 §4.8, RFC 5041 §7.2). */
+enum dw_prot_ctx {
+        DW_PROT_CTX_TAGGED_SINK, /* tagged DDP placement: RDMA Write, Read Response */
+        DW_PROT_CTX_READ_SOURCE, /* RDMA Read Request at the Data Source */
+        DW_PROT_CTX_ATOMIC,      /* RFC 7306 Atomic Request target */
+        DW_PROT_CTX_INVALIDATE,  /* Send with (SE and) Invalidate: the Invalidate STag */
+};
+
+/* Terminate error triple (enum dw_term_layer, per-layer type and code from
+ * wire/rdmap.h). */
+struct dw_term_error {
+        uint8_t layer;
+        uint8_t etype;
+        uint8_t ecode;
+};
+
+/* Maps a failed status to the Terminate error the Data Sink/Source sends.
+ * Returns 0, or -EINVAL for DW_PROT_OK or an unknown status/context. */
+int dw_prot_status_to_term(enum dw_prot_status st, enum dw_prot_ctx ctx, struct dw_term_error *out);
+
+/* diwarp_wc.vendor_err encoding of a Terminate error: layer << 12 | type << 8 | code. */
+static inline uint32_t dw_term_vendor_err(struct dw_term_error e)
+{
+        return (uint32_t)(e.layer & 0xf) << 12 | (uint32_t)(e.etype & 0xf) << 8 | e.ecode;
+}
+
+#endif

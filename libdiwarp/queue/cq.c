@@ -1,0 +1,277 @@
+/* Completion queues and completion channels: see cq.h for the semantics. */
+#include "queue/cq.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* ---- completion channel ---- */
+
+int dw_comp_channel_init(struct dw_comp_channel *ch)
+{
+        memset(ch, 0, sizeof(*ch));
+        ch->efd = eventfd(0, EFD_CLOEXEC);
+        if (ch->efd < 0)
+                return -errno;
+        pthread_mutex_init(&ch->lock, NULL);
+        return 0;
+}
+
+int dw_comp_channel_fini(struct dw_comp_channel *ch)
+{
+        pthread_mutex_lock(&ch->lock);
+        if (ch->attached > 0) {
+                pthread_mutex_unlock(&ch->lock);
+                return -EBUSY;
+        }
+        pthread_mutex_unlock(&ch->lock);
+        pthread_mutex_destroy(&ch->lock);
+        close(ch->efd);
+        ch->efd = -1;
+        free(ch->fifo);
+        ch->fifo = NULL;
+        return 0;
+}
+
+int dw_comp_channel_fd(const struct dw_comp_channel *ch)
+{
+        return ch->efd;
+}
+
+/* The eventfd counter is non-zero exactly while the FIFO is non-empty. Both are
+ * changed only under ch->lock, so reading the counter back to zero when the
+ * FIFO empties can never block, whatever O_NONBLOCK the application set. */
+static void channel_signal(struct dw_comp_channel *ch)
+{
+        eventfd_write(ch->efd, 1);
+}
+
+static void channel_clear(struct dw_comp_channel *ch)
+{
+        eventfd_t v;
+
+        eventfd_read(ch->efd, &v);
+}
+
+/* Called at CQ attach (not a hot path): make room for every CQ's bound of
+ * pending events so that notify never allocates. */
+static int channel_reserve(struct dw_comp_channel *ch, uint32_t attached)
+{
+        uint32_t need = attached * DW_CQ_MAX_PENDING_EVENTS;
+        struct dw_cq **nf;
+        uint32_t i;
+
+        if (need <= ch->fifo_cap)
+                return 0;
+        nf = calloc(need, sizeof(*nf));
+        if (!nf)
+                return -ENOMEM;
+        for (i = 0; i < ch->fifo_count; i++)
+                nf[i] = ch->fifo[(ch->fifo_head + i) % ch->fifo_cap];
+        free(ch->fifo);
+        ch->fifo = nf;
+        ch->fifo_cap = need;
+        ch->fifo_head = 0;
+        return 0;
+}
+
+static void channel_notify(struct dw_comp_channel *ch, struct dw_cq *cq)
+{
+        pthread_mutex_lock(&ch->lock);
+        if (cq->pending_events >= DW_CQ_MAX_PENDING_EVENTS) {
+                /* The application has not fetched this CQ's earlier events; one
+                 * more in the queue tells it nothing new. */
+                ch->coalesced++;
+        } else {
+                ch->fifo[(ch->fifo_head + ch->fifo_count) % ch->fifo_cap] = cq;
+                ch->fifo_count++;
+                cq->pending_events++;
+                if (ch->fifo_count == 1)
+                        channel_signal(ch);
+        }
+        pthread_mutex_unlock(&ch->lock);
+}
+
+/* Removes every undelivered event of cq (the CQ is going away). */
+static void channel_detach(struct dw_comp_channel *ch, struct dw_cq *cq)
+{
+        uint32_t i, kept = 0, n;
+
+        pthread_mutex_lock(&ch->lock);
+        n = ch->fifo_count;
+        for (i = 0; i < n; i++) {
+                struct dw_cq *c = ch->fifo[(ch->fifo_head + i) % ch->fifo_cap];
+
+                if (c != cq)
+                        ch->fifo[(ch->fifo_head + kept++) % ch->fifo_cap] = c;
+        }
+        ch->fifo_count = kept;
+        cq->pending_events = 0;
+        if (n > 0 && kept == 0)
+                channel_clear(ch);
+        ch->attached--;
+        pthread_mutex_unlock(&ch->lock);
+}
+
+int dw_comp_channel_get_event(struct dw_comp_channel *ch, struct dw_cq **cq, void **cq_context)
+{
+        for (;;) {
+                struct pollfd pfd;
+                int fl;
+
+                pthread_mutex_lock(&ch->lock);
+                if (ch->fifo_count > 0) {
+                        struct dw_cq *c = ch->fifo[ch->fifo_head];
+
+                        ch->fifo_head = (ch->fifo_head + 1) % ch->fifo_cap;
+                        ch->fifo_count--;
+                        c->pending_events--;
+                        if (ch->fifo_count == 0)
+                                channel_clear(ch);
+                        pthread_mutex_lock(&c->ack_lock);
+                        c->events_reported++;
+                        pthread_mutex_unlock(&c->ack_lock);
+                        pthread_mutex_unlock(&ch->lock);
+                        if (cq)
+                                *cq = c;
+                        if (cq_context)
+                                *cq_context = c->cq_context;
+                        return 0;
+                }
+                pthread_mutex_unlock(&ch->lock);
+
+                fl = fcntl(ch->efd, F_GETFL);
+                if (fl < 0)
+                        return -errno;
+                if (fl & O_NONBLOCK)
+                        return -EAGAIN;
+                /* Sleep until the FIFO becomes non-empty; another thread may
+                 * win the event, then we loop and sleep again. */
+                pfd.fd = ch->efd;
+                pfd.events = POLLIN;
+                pfd.revents = 0;
+                if (poll(&pfd, 1, -1) < 0)
+                        return -errno; /* -EINTR lets a signal interrupt the wait */
+        }
+}
+
+/* ---- completion queue ---- */
+
+int dw_cq_init(struct dw_cq *cq, int cqe, struct dw_comp_channel *channel, void *cq_context)
+{
+        int rc;
+
+        if (!cq || cqe < 1)
+                return -EINVAL;
+        memset(cq, 0, sizeof(*cq));
+        cq->ring = calloc((size_t)cqe, sizeof(*cq->ring));
+        if (!cq->ring)
+                return -ENOMEM;
+        cq->cqe = (uint32_t)cqe;
+        cq->cq_context = cq_context;
+        if (channel) {
+                pthread_mutex_lock(&channel->lock);
+                rc = channel_reserve(channel, channel->attached + 1);
+                if (rc == 0)
+                        channel->attached++;
+                pthread_mutex_unlock(&channel->lock);
+                if (rc) {
+                        free(cq->ring);
+                        cq->ring = NULL;
+                        return rc;
+                }
+                cq->channel = channel;
+        }
+        pthread_mutex_init(&cq->ack_lock, NULL);
+        pthread_cond_init(&cq->ack_cond, NULL);
+        return 0;
+}
+
+void dw_cq_fini(struct dw_cq *cq)
+{
+        if (!cq || !cq->ring)
+                return;
+        if (cq->channel)
+                channel_detach(cq->channel, cq);
+        dw_cq_wait_acks(cq);
+        pthread_cond_destroy(&cq->ack_cond);
+        pthread_mutex_destroy(&cq->ack_lock);
+        free(cq->ring);
+        cq->ring = NULL;
+        cq->channel = NULL;
+}
+
+int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited)
+{
+        bool fire;
+
+        if (cq->count == cq->cqe) {
+                cq->overflowed = true;
+                return -EOVERFLOW;
+        }
+        cq->ring[cq->tail] = *wc;
+        cq->tail = cq->tail + 1 == cq->cqe ? 0 : cq->tail + 1;
+        cq->count++;
+
+        if (!cq->armed)
+                return 0;
+        /* ibverbs: solicited_only fires on a solicited receive completion or
+         * on any unsuccessful completion. */
+        fire = !cq->armed_solicited_only || wc->status != DIWARP_WC_SUCCESS ||
+               (solicited && (wc->opcode & DIWARP_WC_RECV));
+        if (fire) {
+                cq->armed = false;
+                cq->armed_solicited_only = false;
+                if (cq->channel)
+                        channel_notify(cq->channel, cq);
+        }
+        return 0;
+}
+
+int dw_cq_pop(struct dw_cq *cq, int n, struct diwarp_wc *wc)
+{
+        int i;
+
+        for (i = 0; i < n && cq->count > 0; i++) {
+                wc[i] = cq->ring[cq->head];
+                cq->head = cq->head + 1 == cq->cqe ? 0 : cq->head + 1;
+                cq->count--;
+        }
+        return i;
+}
+
+int dw_cq_arm(struct dw_cq *cq, bool solicited_only)
+{
+        if (!cq)
+                return -EINVAL;
+        /* Arming for "next completion" while already armed for solicited only
+         * widens the request, as ibverbs allows; the converse keeps the wider
+         * one. */
+        if (cq->armed)
+                cq->armed_solicited_only = cq->armed_solicited_only && solicited_only;
+        else
+                cq->armed_solicited_only = solicited_only;
+        cq->armed = true;
+        return 0;
+}
+
+void dw_cq_ack_events(struct dw_cq *cq, unsigned nevents)
+{
+        pthread_mutex_lock(&cq->ack_lock);
+        cq->events_completed += nevents;
+        pthread_cond_broadcast(&cq->ack_cond);
+        pthread_mutex_unlock(&cq->ack_lock);
+}
+
+void dw_cq_wait_acks(struct dw_cq *cq)
+{
+        pthread_mutex_lock(&cq->ack_lock);
+        /* Unsigned difference: robust if the counters wrap. */
+        while ((int)(cq->events_reported - cq->events_completed) > 0)
+                pthread_cond_wait(&cq->ack_cond, &cq->ack_lock);
+        pthread_mutex_unlock(&cq->ack_lock);
+}

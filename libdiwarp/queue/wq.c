@@ -1,0 +1,252 @@
+/* Work queue rings and shared receive queues: see wq.h. */
+#include "queue/wq.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint32_t wq_idx(const struct dw_wq *wq, uint32_t i)
+{
+        uint32_t k = wq->head + i;
+
+        return k >= wq->capacity ? k - wq->capacity : k;
+}
+
+int dw_wq_init(struct dw_wq *wq, uint32_t max_wr, uint32_t max_sge, uint32_t max_inline)
+{
+        if (!wq || max_wr < 1 || max_sge > DW_MAX_SGE || max_inline > DW_MAX_INLINE)
+                return -EINVAL;
+        memset(wq, 0, sizeof(*wq));
+        wq->ring = calloc(max_wr, sizeof(*wq->ring));
+        if (!wq->ring)
+                return -ENOMEM;
+        if (max_inline > 0) {
+                wq->inline_area = calloc(max_wr, max_inline);
+                if (!wq->inline_area) {
+                        free(wq->ring);
+                        wq->ring = NULL;
+                        return -ENOMEM;
+                }
+        }
+        wq->capacity = max_wr;
+        wq->max_sge = max_sge;
+        wq->max_inline = max_inline;
+        return 0;
+}
+
+void dw_wq_fini(struct dw_wq *wq)
+{
+        if (!wq)
+                return;
+        free(wq->ring);
+        free(wq->inline_area);
+        wq->ring = NULL;
+        wq->inline_area = NULL;
+        wq->capacity = wq->count = wq->head = wq->tail = wq->started = 0;
+}
+
+struct dw_wqe *dw_wq_reserve(struct dw_wq *wq)
+{
+        struct dw_wqe *w;
+
+        if (wq->count == wq->capacity)
+                return NULL;
+        w = &wq->ring[wq->tail];
+        memset(w, 0, sizeof(*w));
+        if (wq->inline_area)
+                w->inline_buf = wq->inline_area + (size_t)wq->tail * wq->max_inline;
+        return w;
+}
+
+void dw_wq_commit(struct dw_wq *wq)
+{
+        wq->tail = wq->tail + 1 == wq->capacity ? 0 : wq->tail + 1;
+        wq->count++;
+}
+
+struct dw_wqe *dw_wq_head(struct dw_wq *wq)
+{
+        return wq->count ? &wq->ring[wq->head] : NULL;
+}
+
+void dw_wq_pop(struct dw_wq *wq)
+{
+        if (wq->count == 0)
+                return;
+        wq->head = wq->head + 1 == wq->capacity ? 0 : wq->head + 1;
+        wq->count--;
+        /* A WQE may complete without having been started (flush). */
+        if (wq->started > 0)
+                wq->started--;
+}
+
+struct dw_wqe *dw_wq_at(struct dw_wq *wq, uint32_t i)
+{
+        return i < wq->count ? &wq->ring[wq_idx(wq, i)] : NULL;
+}
+
+struct dw_wqe *dw_wq_next(struct dw_wq *wq)
+{
+        return dw_wq_at(wq, wq->started);
+}
+
+void dw_wq_advance(struct dw_wq *wq)
+{
+        struct dw_wqe *w = dw_wq_next(wq);
+
+        if (!w)
+                return;
+        w->flags |= DW_WQE_STARTED;
+        wq->started++;
+}
+
+static int copy_sges(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_sge *sg, int num_sge)
+{
+        uint64_t total = 0;
+        int i;
+
+        if (num_sge < 0 || (uint32_t)num_sge > wq->max_sge || (num_sge > 0 && !sg))
+                return -EINVAL;
+        for (i = 0; i < num_sge; i++) {
+                wqe->sge[i] = sg[i];
+                total += sg[i].length;
+        }
+        wqe->num_sge = (uint32_t)num_sge;
+        wqe->total_len = total;
+        return 0;
+}
+
+int dw_wqe_set_inline(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_sge *sg,
+                      int num_sge)
+{
+        uint64_t total = 0;
+        uint32_t off = 0;
+        int i;
+
+        if (num_sge < 0 || num_sge > DW_MAX_SGE || (num_sge > 0 && !sg))
+                return -EINVAL;
+        for (i = 0; i < num_sge; i++)
+                total += sg[i].length;
+        if (total > wq->max_inline || (total > 0 && !wqe->inline_buf))
+                return -EINVAL;
+        /* Copy now: ibverbs lets the caller reuse the buffer (and ignores the
+         * lkey) as soon as the post returns. */
+        for (i = 0; i < num_sge; i++) {
+                if (sg[i].length)
+                        memcpy(wqe->inline_buf + off, (const void *)(uintptr_t)sg[i].addr,
+                               sg[i].length);
+                off += sg[i].length;
+        }
+        wqe->inline_len = off;
+        wqe->num_sge = total > 0 ? 1 : 0;
+        wqe->sge[0].addr = (uint64_t)(uintptr_t)wqe->inline_buf;
+        wqe->sge[0].length = off;
+        wqe->sge[0].lkey = 0;
+        wqe->total_len = off;
+        wqe->flags |= DW_WQE_INLINE;
+        return 0;
+}
+
+static bool opcode_carries_payload(int op)
+{
+        return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM ||
+               op == DIWARP_WR_SEND_WITH_INV || op == DIWARP_WR_RDMA_WRITE ||
+               op == DIWARP_WR_RDMA_WRITE_WITH_IMM;
+}
+
+int dw_wqe_from_send_wr(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_send_wr *wr)
+{
+        int rc;
+
+        wqe->wr_id = wr->wr_id;
+        wqe->opcode = wr->opcode;
+        wqe->send_flags = wr->send_flags;
+        wqe->imm_data = wr->imm_data;
+        wqe->invalidate_rkey = wr->invalidate_rkey;
+        /* The union is interpreted by opcode; UD/RD address fields ride with
+         * sends (the QP type decides whether they mean anything). */
+        switch (wr->opcode) {
+        case DIWARP_WR_RDMA_WRITE:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+        case DIWARP_WR_RDMA_READ:
+                wqe->remote_addr = wr->wr.rdma.remote_addr;
+                wqe->rkey = wr->wr.rdma.rkey;
+                break;
+        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+                wqe->remote_addr = wr->wr.atomic.remote_addr;
+                wqe->rkey = wr->wr.atomic.rkey;
+                wqe->compare_add = wr->wr.atomic.compare_add;
+                wqe->swap = wr->wr.atomic.swap;
+                break;
+        case DIWARP_WR_SEND:
+        case DIWARP_WR_SEND_WITH_IMM:
+        case DIWARP_WR_SEND_WITH_INV:
+                wqe->ah = wr->wr.ud.ah;
+                wqe->remote_qpn = wr->wr.ud.remote_qpn;
+                wqe->remote_qkey = wr->wr.ud.remote_qkey;
+                break;
+        default:
+                break;
+        }
+        if ((wr->send_flags & DIWARP_SEND_INLINE) && opcode_carries_payload(wr->opcode))
+                rc = dw_wqe_set_inline(wq, wqe, wr->sg_list, wr->num_sge);
+        else
+                rc = copy_sges(wq, wqe, wr->sg_list, wr->num_sge);
+        return rc;
+}
+
+int dw_wqe_from_recv_wr(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_recv_wr *wr)
+{
+        wqe->wr_id = wr->wr_id;
+        return copy_sges(wq, wqe, wr->sg_list, wr->num_sge);
+}
+
+/* ---- shared receive queue ---- */
+
+int dw_srq_init(struct dw_srq *srq, uint32_t max_wr, uint32_t max_sge, void *srq_context)
+{
+        int rc;
+
+        if (!srq)
+                return -EINVAL;
+        memset(srq, 0, sizeof(*srq));
+        rc = dw_wq_init(&srq->wq, max_wr, max_sge, 0);
+        if (rc)
+                return rc;
+        srq->srq_context = srq_context;
+        return 0;
+}
+
+void dw_srq_fini(struct dw_srq *srq)
+{
+        if (srq)
+                dw_wq_fini(&srq->wq);
+}
+
+int dw_srq_arm_limit(struct dw_srq *srq, uint32_t limit)
+{
+        if (limit > srq->wq.capacity)
+                return -EINVAL;
+        srq->limit = limit;
+        srq->limit_armed = limit > 0;
+        return 0;
+}
+
+int dw_srq_take(struct dw_srq *srq, struct dw_wqe *out, bool *limit_event)
+{
+        struct dw_wqe *w = dw_wq_head(&srq->wq);
+
+        if (limit_event)
+                *limit_event = false;
+        if (!w)
+                return -ENOENT;
+        *out = *w;
+        dw_wq_pop(&srq->wq);
+        if (srq->limit_armed && srq->wq.count < srq->limit) {
+                srq->limit_armed = false;
+                if (limit_event)
+                        *limit_event = true;
+        }
+        return 0;
+}

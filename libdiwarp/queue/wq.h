@@ -1,0 +1,140 @@
+/* Send / receive work queues and shared receive queues.
+ *
+ * A dw_wq is a fixed ring of struct dw_wqe allocated at init, with an inline
+ * area of max_inline bytes per slot. Posting is reserve → fill → commit, so a
+ * WR that fails validation is never visible (reserve the same slot again).
+ * Consumption: head is the oldest WQE not yet completed; a separate cursor
+ * marks how many from the head the engine has already started (sent), so the
+ * send path walks dw_wq_next/dw_wq_advance and the completion path pops from
+ * the head. Callers hold the device lock; nothing here allocates after init.
+ */
+#ifndef DIWARP_QUEUE_WQ_H
+#define DIWARP_QUEUE_WQ_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <diwarp/diwarp.h>
+
+#define DW_MAX_SGE 8
+/* Largest inline area per WQE we grant (max_inline_data). */
+#define DW_MAX_INLINE 512
+
+enum dw_wqe_flags {
+        DW_WQE_INLINE = 1 << 0, /* sge[0] points into the ring's inline area */
+        DW_WQE_STARTED = 1 << 1,
+        DW_WQE_DONE = 1 << 2,  /* engine finished; waiting to be completed in order */
+        DW_WQE_ERROR = 1 << 3, /* finished with an error status */
+};
+
+struct dw_wqe {
+        uint64_t wr_id;
+        int opcode; /* enum diwarp_wr_opcode (send); unused for receives */
+        unsigned int send_flags;
+        uint32_t imm_data; /* network byte order */
+        uint32_t invalidate_rkey;
+        uint64_t remote_addr;
+        uint32_t rkey;
+        uint64_t compare_add;
+        uint64_t swap;
+        void *ah; /* struct dw_ah * (UD/RD) */
+        uint32_t remote_qpn;
+        uint32_t remote_qkey;
+        uint32_t num_sge;
+        struct diwarp_sge sge[DW_MAX_SGE];
+        uint8_t *inline_buf; /* this slot's inline area (NULL when max_inline is 0) */
+        uint32_t inline_len;
+        uint64_t total_len; /* sum of sge lengths */
+        /* engine progress, zeroed at reserve; meaning is the engine's */
+        uint64_t bytes_done;
+        uint64_t bytes_acked;
+        uint32_t msn;
+        uint32_t psn;      /* RD: first PSN of this message */
+        uint32_t flags;    /* enum dw_wqe_flags */
+        int status;        /* enum diwarp_wc_status once DONE */
+        uint32_t byte_len; /* for the completion */
+        uint64_t ts_ns;
+        void *priv;
+};
+
+struct dw_wq {
+        struct dw_wqe *ring;
+        uint8_t *inline_area; /* capacity * max_inline bytes */
+        uint32_t capacity;    /* max_wr */
+        uint32_t max_sge;
+        uint32_t max_inline;
+        uint32_t head;    /* oldest */
+        uint32_t tail;    /* next slot to reserve */
+        uint32_t count;   /* committed WQEs */
+        uint32_t started; /* of the count, how many from head the engine has begun */
+};
+
+/* max_wr >= 1, max_sge <= DW_MAX_SGE, max_inline <= DW_MAX_INLINE; -EINVAL /
+ * -ENOMEM. */
+int dw_wq_init(struct dw_wq *wq, uint32_t max_wr, uint32_t max_sge, uint32_t max_inline);
+void dw_wq_fini(struct dw_wq *wq);
+
+/* Slot at the tail, zeroed (inline_buf set), or NULL when full (the caller
+ * returns -ENOMEM as ibverbs does). Not visible until dw_wq_commit. */
+struct dw_wqe *dw_wq_reserve(struct dw_wq *wq);
+void dw_wq_commit(struct dw_wq *wq);
+
+/* Oldest WQE, or NULL when empty. */
+struct dw_wqe *dw_wq_head(struct dw_wq *wq);
+/* Drops the oldest WQE (after its completion was generated). */
+void dw_wq_pop(struct dw_wq *wq);
+/* i-th WQE from the head (0 = oldest), or NULL if i >= count. For flushing:
+ * for (i = 0; (w = dw_wq_at(wq, i)); i++) ... */
+struct dw_wqe *dw_wq_at(struct dw_wq *wq, uint32_t i);
+/* First WQE the engine has not started yet, or NULL. */
+struct dw_wqe *dw_wq_next(struct dw_wq *wq);
+/* Marks dw_wq_next's WQE started (sets DW_WQE_STARTED). */
+void dw_wq_advance(struct dw_wq *wq);
+
+static inline uint32_t dw_wq_count(const struct dw_wq *wq)
+{
+        return wq->count;
+}
+static inline bool dw_wq_empty(const struct dw_wq *wq)
+{
+        return wq->count == 0;
+}
+static inline bool dw_wq_full(const struct dw_wq *wq)
+{
+        return wq->count == wq->capacity;
+}
+
+/* Fill helpers (validate, then copy into a reserved WQE). -EINVAL when num_sge
+ * exceeds max_sge or is negative, or inline data exceeds max_inline. Inline
+ * (DIWARP_SEND_INLINE): the bytes the sg_list names are copied into the slot's
+ * inline area NOW, so the caller may reuse its buffer as soon as post returns;
+ * the WQE then has one sge (addr = inline area, lkey 0) and DW_WQE_INLINE. */
+int dw_wqe_from_send_wr(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_send_wr *wr);
+int dw_wqe_from_recv_wr(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_recv_wr *wr);
+/* Copies num_sge buffers (addresses are process virtual addresses) into the
+ * inline area; used by dw_wqe_from_send_wr. */
+int dw_wqe_set_inline(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_sge *sg,
+                      int num_sge);
+
+/* ---- shared receive queue ---- */
+
+struct dw_srq {
+        struct dw_wq wq;
+        uint32_t limit;   /* srq_limit; meaningful while limit_armed */
+        bool limit_armed; /* fires DIWARP_EVENT_SRQ_LIMIT_REACHED once, then disarms */
+        void *srq_context;
+        int use_count; /* QPs using it; maintained by qp/ */
+};
+
+int dw_srq_init(struct dw_srq *srq, uint32_t max_wr, uint32_t max_sge, void *srq_context);
+void dw_srq_fini(struct dw_srq *srq);
+/* Arms the limit event (ibv_modify_srq with IBV_SRQ_LIMIT): limit 0 disarms;
+ * -EINVAL if limit > capacity. */
+int dw_srq_arm_limit(struct dw_srq *srq, uint32_t limit);
+/* Takes the oldest receive WQE (copied to *out, so the slot can be reused at
+ * once). -ENOENT when empty. *limit_event (may be NULL) is set true when this
+ * take made the count drop below an armed limit: the limit is disarmed and the
+ * caller raises DIWARP_EVENT_SRQ_LIMIT_REACHED. */
+int dw_srq_take(struct dw_srq *srq, struct dw_wqe *out, bool *limit_event);
+
+#endif

@@ -1,0 +1,207 @@
+/* DIWARP_* environment variables -> struct dw_config. See config.h and the
+ * table in docs/USAGE.md (keep both in step). */
+#include "util/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util/fault.h"
+#include "util/log.h"
+
+void dw_config_defaults(struct dw_config *cfg)
+{
+        memset(cfg, 0, sizeof(*cfg));
+        snprintf(cfg->addr, sizeof(cfg->addr), "%s", DW_CONFIG_DEFAULT_ADDR);
+        cfg->port_base = DW_CONFIG_DEFAULT_PORT_BASE;
+        cfg->log_level = DW_LOG_DEFAULT;
+        cfg->progress_thread = false;
+        cfg->io = DW_IO_PLAIN;
+        cfg->rc_crc = true;
+        cfg->rc_transport = DW_RC_TCP;
+        cfg->peer_timeout_ms = DW_CONFIG_DEFAULT_PEER_TIMEOUT_MS;
+        cfg->connect_timeout_ms = DW_CONFIG_DEFAULT_CONNECT_TIMEOUT_MS;
+        cfg->fault_spec[0] = '\0';
+        cfg->fault_seed = DW_CONFIG_DEFAULT_FAULT_SEED;
+        cfg->udp_mtu = DW_CONFIG_DEFAULT_UDP_MTU;
+}
+
+/* Records "NAME='value': expectation" in cfg->why_buf. The value is cut short
+ * so a huge variable cannot hide the variable name. */
+static int bad(struct dw_config *cfg, const char *name, const char *value, const char *expect)
+{
+        snprintf(cfg->why_buf, sizeof(cfg->why_buf), "%s='%.64s'%s: %s", name, value,
+                 strlen(value) > 64 ? "..." : "", expect);
+        return -EINVAL;
+}
+
+/* Decimal unsigned in [lo, hi]; no sign, no trailing junk. */
+static bool parse_u64(const char *s, int base, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+        char *end;
+        unsigned long long v;
+
+        if (!*s || *s == '-' || *s == '+' || *s == ' ')
+                return false;
+        errno = 0;
+        v = strtoull(s, &end, base);
+        if (errno || *end != '\0' || v < lo || v > hi)
+                return false;
+        *out = v;
+        return true;
+}
+
+/* Picks one of names[]; returns the index or -1. */
+static int parse_choice(const char *s, const char *const *names, int n)
+{
+        for (int i = 0; i < n; i++)
+                if (strcasecmp(s, names[i]) == 0)
+                        return i;
+        return -1;
+}
+
+struct env_view {
+        const char *(*get)(void *ctx, const char *name);
+        void *ctx;
+};
+
+/* Unset and empty both mean "use the default", as shells make them hard to tell apart. */
+static const char *var(const struct env_view *env, const char *name)
+{
+        const char *v = env->get(env->ctx, name);
+
+        return v && *v ? v : NULL;
+}
+
+static int parse_all(struct dw_config *cfg, const struct env_view *env)
+{
+        const char *v;
+        uint64_t u;
+        int i;
+
+        if ((v = var(env, "DIWARP_ADDR"))) {
+                struct in_addr a;
+
+                if (strlen(v) >= sizeof(cfg->addr) || inet_pton(AF_INET, v, &a) != 1)
+                        return bad(cfg, "DIWARP_ADDR", v, "expected a dotted IPv4 address");
+                if (a.s_addr == htonl(INADDR_ANY))
+                        return bad(cfg, "DIWARP_ADDR", v,
+                                   "0.0.0.0 cannot name a device (its GID is derived from it)");
+                snprintf(cfg->addr, sizeof(cfg->addr), "%s", v);
+        }
+        if ((v = var(env, "DIWARP_PORT_BASE"))) {
+                if (!parse_u64(v, 10, 1, 65535, &u))
+                        return bad(cfg, "DIWARP_PORT_BASE", v, "expected a port 1..65535");
+                cfg->port_base = (uint16_t)u;
+        }
+        if ((v = var(env, "DIWARP_LOG"))) {
+                i = dw_log_level_parse(v);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_LOG", v, "expected error, warn, info or debug");
+                cfg->log_level = i;
+        }
+        if ((v = var(env, "DIWARP_PROGRESS"))) {
+                static const char *const names[] = {"app", "thread"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_PROGRESS", v, "expected app or thread");
+                cfg->progress_thread = i == 1;
+        }
+        if ((v = var(env, "DIWARP_IO"))) {
+                static const char *const names[] = {"plain", "uring"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_IO", v, "expected plain or uring");
+                cfg->io = i == 1 ? DW_IO_URING : DW_IO_PLAIN;
+        }
+        if ((v = var(env, "DIWARP_RC_CRC"))) {
+                static const char *const names[] = {"0", "1"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_RC_CRC", v, "expected 0 or 1");
+                cfg->rc_crc = i == 1;
+        }
+        if ((v = var(env, "DIWARP_RC_TRANSPORT"))) {
+                static const char *const names[] = {"tcp", "rd"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_RC_TRANSPORT", v, "expected tcp or rd");
+                cfg->rc_transport = i == 1 ? DW_RC_RD : DW_RC_TCP;
+        }
+        if ((v = var(env, "DIWARP_PEER_TIMEOUT_MS"))) {
+                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_TIMEOUT_MS, &u))
+                        return bad(cfg, "DIWARP_PEER_TIMEOUT_MS", v,
+                                   "expected milliseconds 1..3600000");
+                cfg->peer_timeout_ms = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_CONNECT_TIMEOUT_MS"))) {
+                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_TIMEOUT_MS, &u))
+                        return bad(cfg, "DIWARP_CONNECT_TIMEOUT_MS", v,
+                                   "expected milliseconds 1..3600000");
+                cfg->connect_timeout_ms = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_UDP_MTU"))) {
+                if (!parse_u64(v, 10, DW_CONFIG_MIN_UDP_MTU, DW_CONFIG_MAX_UDP_MTU, &u))
+                        return bad(cfg, "DIWARP_UDP_MTU", v, "expected bytes 512..65507");
+                cfg->udp_mtu = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_FAULT_SEED"))) {
+                /* Base 0: decimal, or 0x-prefixed hex as seeds are often printed. */
+                if (!parse_u64(v, 0, 0, UINT64_MAX, &u))
+                        return bad(cfg, "DIWARP_FAULT_SEED", v,
+                                   "expected an unsigned 64-bit integer (decimal or 0x hex)");
+                cfg->fault_seed = u;
+        }
+        if ((v = var(env, "DIWARP_FAULT"))) {
+                struct dw_fault_params p;
+                char reason[160];
+
+                if (strlen(v) >= sizeof(cfg->fault_spec))
+                        return bad(cfg, "DIWARP_FAULT", v, "spec longer than 255 characters");
+                /* Validate now so a typo fails at device open, not silently later. */
+                if (dw_fault_parse(v, &p, reason, sizeof(reason)) < 0)
+                        return bad(cfg, "DIWARP_FAULT", v,
+                                   reason + (strncmp(reason, "DIWARP_FAULT: ", 14) ? 0 : 14));
+                snprintf(cfg->fault_spec, sizeof(cfg->fault_spec), "%s", v);
+        }
+        return 0;
+}
+
+int dw_config_from_getenv(struct dw_config *cfg,
+                          const char *(*getenv_fn)(void *ctx, const char *name), void *ctx,
+                          const char **why)
+{
+        struct env_view env = {getenv_fn, ctx};
+        char reason[sizeof(cfg->why_buf)];
+        int rc;
+
+        dw_config_defaults(cfg);
+        rc = parse_all(cfg, &env);
+        if (rc) {
+                /* Leave defaults behind, not a half-applied environment. */
+                memcpy(reason, cfg->why_buf, sizeof(reason));
+                dw_config_defaults(cfg);
+                memcpy(cfg->why_buf, reason, sizeof(reason));
+                if (why)
+                        *why = cfg->why_buf;
+        }
+        return rc;
+}
+
+static const char *process_getenv(void *ctx, const char *name)
+{
+        (void)ctx;
+        return getenv(name);
+}
+
+int dw_config_from_env(struct dw_config *cfg, const char **why)
+{
+        return dw_config_from_getenv(cfg, process_getenv, NULL, why);
+}

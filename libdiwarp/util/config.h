@@ -1,0 +1,60 @@
+/* Engine configuration: built-in defaults overridden by DIWARP_* environment
+ * variables. The table of variables is in docs/USAGE.md. */
+#ifndef DW_UTIL_CONFIG_H
+#define DW_UTIL_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum dw_io_backend {
+        DW_IO_PLAIN = 0, /* sendmmsg/recvmmsg */
+        DW_IO_URING = 1, /* io_uring via liburing */
+};
+
+enum dw_rc_transport {
+        DW_RC_TCP = 0, /* MPA rev 2 over one TCP connection per QP */
+        DW_RC_RD = 1,  /* the reliable-datagram sublayer over the instance UDP socket */
+};
+
+#define DW_CONFIG_DEFAULT_ADDR               "127.0.0.1"
+#define DW_CONFIG_DEFAULT_PORT_BASE          7471
+#define DW_CONFIG_DEFAULT_PEER_TIMEOUT_MS    5000
+#define DW_CONFIG_DEFAULT_CONNECT_TIMEOUT_MS 10000
+#define DW_CONFIG_DEFAULT_FAULT_SEED         1
+#define DW_CONFIG_DEFAULT_UDP_MTU            1472 /* 1500 - IPv4 20 - UDP 8 */
+#define DW_CONFIG_MIN_UDP_MTU                512
+#define DW_CONFIG_MAX_UDP_MTU                65507 /* largest IPv4 UDP payload */
+#define DW_CONFIG_MAX_TIMEOUT_MS             3600000u
+
+struct dw_config {
+        char addr[16];                     /* DIWARP_ADDR, dotted IPv4 */
+        uint16_t port_base;                /* DIWARP_PORT_BASE */
+        int log_level;                     /* DIWARP_LOG, enum dw_log_level */
+        bool progress_thread;              /* DIWARP_PROGRESS=thread (default app) */
+        enum dw_io_backend io;             /* DIWARP_IO=plain|uring */
+        bool rc_crc;                       /* DIWARP_RC_CRC=0|1 */
+        enum dw_rc_transport rc_transport; /* DIWARP_RC_TRANSPORT=tcp|rd */
+        uint32_t peer_timeout_ms;          /* DIWARP_PEER_TIMEOUT_MS */
+        uint32_t connect_timeout_ms;       /* DIWARP_CONNECT_TIMEOUT_MS */
+        char fault_spec[256];              /* DIWARP_FAULT, validated; "" = off */
+        uint64_t fault_seed;               /* DIWARP_FAULT_SEED */
+        uint32_t udp_mtu;                  /* DIWARP_UDP_MTU: largest UDP payload per datagram */
+        /* Holds the text *why points to after a failure (names variable and value),
+         * so the reason needs no global buffer and lives as long as the config. */
+        char why_buf[384];
+};
+
+/* Fills *cfg with the built-in defaults (never fails). */
+void dw_config_defaults(struct dw_config *cfg);
+
+/* Defaults, then every DIWARP_* variable that is set and non-empty. Returns 0,
+ * or -EINVAL with *why (if why != NULL) set to a reason naming the variable and
+ * its value; *cfg then holds the defaults (never a half-applied environment). */
+int dw_config_from_env(struct dw_config *cfg, const char **why);
+
+/* Same, reading variables through getenv_fn (tests inject an environment). */
+int dw_config_from_getenv(struct dw_config *cfg,
+                          const char *(*getenv_fn)(void *ctx, const char *name), void *ctx,
+                          const char **why);
+
+#endif

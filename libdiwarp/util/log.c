@@ -1,0 +1,87 @@
+/* Leveled logging to stderr. See log.h. */
+#include "util/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+int dw_log_threshold = DW_LOG_DEFAULT;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void dw_log_set_level(int level)
+{
+        if (level < DW_LOG_ERROR)
+                level = DW_LOG_ERROR;
+        if (level > DW_LOG_DEBUG)
+                level = DW_LOG_DEBUG;
+        __atomic_store_n(&dw_log_threshold, level, __ATOMIC_RELAXED);
+}
+
+int dw_log_get_level(void)
+{
+        return __atomic_load_n(&dw_log_threshold, __ATOMIC_RELAXED);
+}
+
+int dw_log_level_parse(const char *s)
+{
+        static const struct {
+                const char *name;
+                int level;
+        } names[] = {
+            {"error", DW_LOG_ERROR},  {"err", DW_LOG_ERROR}, {"warn", DW_LOG_WARN},
+            {"warning", DW_LOG_WARN}, {"info", DW_LOG_INFO}, {"debug", DW_LOG_DEBUG},
+            {"dbg", DW_LOG_DEBUG},    {"0", DW_LOG_ERROR},   {"1", DW_LOG_WARN},
+            {"2", DW_LOG_INFO},       {"3", DW_LOG_DEBUG},
+        };
+
+        if (!s)
+                return -EINVAL;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+                if (strcasecmp(s, names[i].name) == 0)
+                        return names[i].level;
+        return -EINVAL;
+}
+
+int dw_log_level_from_env(void)
+{
+        const char *v = getenv("DIWARP_LOG");
+
+        if (!v || !*v)
+                return DW_LOG_DEFAULT;
+        return dw_log_level_parse(v);
+}
+
+void dw_log(int level, const char *fmt, ...)
+{
+        char line[1024];
+        va_list ap;
+        int n, m;
+
+        if (level < DW_LOG_ERROR)
+                level = DW_LOG_ERROR;
+        if (level > DW_LOG_DEBUG)
+                level = DW_LOG_DEBUG;
+        n = snprintf(line, sizeof(line), "diwarp: %s: ", level_names[level]);
+        va_start(ap, fmt);
+        m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+        va_end(ap);
+        if (m < 0)
+                m = 0;
+        n += m;
+        /* Truncated: vsnprintf left the buffer NUL-terminated at size - 2. */
+        if ((size_t)n > sizeof(line) - 2)
+                n = (int)sizeof(line) - 2;
+        /* Callers may or may not end the message with a newline; emit exactly one. */
+        if (n > 0 && line[n - 1] == '\n')
+                n--;
+        line[n++] = '\n';
+        /* One write so concurrent lines never interleave; the result is ignored
+         * because there is nowhere left to report a failure to write stderr. */
+        ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+        (void)w;
+}

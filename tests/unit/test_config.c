@@ -1,0 +1,338 @@
+/* DIWARP_* configuration parsing and the log module. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/config.h"
+#include "util/log.h"
+
+/* A fake environment: NULL-terminated name/value pairs. */
+struct fake_env {
+        const char *kv[32];
+};
+
+static const char *fake_get(void *ctx, const char *name)
+{
+        struct fake_env *e = ctx;
+
+        for (int i = 0; e->kv[i]; i += 2)
+                if (strcmp(e->kv[i], name) == 0)
+                        return e->kv[i + 1];
+        return NULL;
+}
+
+static int parse1(struct dw_config *cfg, const char *name, const char *value, const char **why)
+{
+        struct fake_env e = {{name, value, NULL}};
+
+        return dw_config_from_getenv(cfg, fake_get, &e, why);
+}
+
+static void assert_defaults(const struct dw_config *c)
+{
+        cr_assert_str_eq(c->addr, "127.0.0.1");
+        cr_assert_eq(c->port_base, 7471);
+        cr_assert_eq(c->log_level, DW_LOG_WARN);
+        cr_assert_not(c->progress_thread);
+        cr_assert_eq(c->io, DW_IO_PLAIN);
+        cr_assert(c->rc_crc);
+        cr_assert_eq(c->rc_transport, DW_RC_TCP);
+        cr_assert_eq(c->peer_timeout_ms, 5000);
+        cr_assert_eq(c->connect_timeout_ms, 10000);
+        cr_assert_str_eq(c->fault_spec, "");
+        cr_assert_eq(c->fault_seed, 1);
+        cr_assert_eq(c->udp_mtu, 1472);
+}
+
+Test(config, defaults_with_empty_environment)
+{
+        struct dw_config c;
+        struct fake_env e = {{NULL}};
+
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &e, NULL), 0);
+        assert_defaults(&c);
+}
+
+Test(config, empty_value_means_default)
+{
+        struct dw_config c;
+        struct fake_env e = {{"DIWARP_PORT_BASE", "", "DIWARP_LOG", "", "DIWARP_ADDR", "", NULL}};
+
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &e, NULL), 0);
+        assert_defaults(&c);
+}
+
+Test(config, every_variable_parsed)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        struct fake_env e = {{
+            "DIWARP_ADDR",
+            "10.1.2.3",
+            "DIWARP_PORT_BASE",
+            "20000",
+            "DIWARP_LOG",
+            "DEBUG",
+            "DIWARP_PROGRESS",
+            "thread",
+            "DIWARP_IO",
+            "uring",
+            "DIWARP_RC_CRC",
+            "0",
+            "DIWARP_RC_TRANSPORT",
+            "rd",
+            "DIWARP_PEER_TIMEOUT_MS",
+            "250",
+            "DIWARP_CONNECT_TIMEOUT_MS",
+            "3000",
+            "DIWARP_UDP_MTU",
+            "9000",
+            "DIWARP_FAULT_SEED",
+            "0xdeadbeefcafe",
+            "DIWARP_FAULT",
+            "drop:1%,delay:100",
+            NULL,
+        }};
+
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &e, &why), 0, "%s", why);
+        cr_assert_str_eq(c.addr, "10.1.2.3");
+        cr_assert_eq(c.port_base, 20000);
+        cr_assert_eq(c.log_level, DW_LOG_DEBUG);
+        cr_assert(c.progress_thread);
+        cr_assert_eq(c.io, DW_IO_URING);
+        cr_assert_not(c.rc_crc);
+        cr_assert_eq(c.rc_transport, DW_RC_RD);
+        cr_assert_eq(c.peer_timeout_ms, 250);
+        cr_assert_eq(c.connect_timeout_ms, 3000);
+        cr_assert_eq(c.udp_mtu, 9000);
+        cr_assert_eq(c.fault_seed, 0xdeadbeefcafeull);
+        cr_assert_str_eq(c.fault_spec, "drop:1%,delay:100");
+}
+
+Test(config, alternative_spellings)
+{
+        struct dw_config c;
+
+        cr_assert_eq(parse1(&c, "DIWARP_PROGRESS", "app", NULL), 0);
+        cr_assert_not(c.progress_thread);
+        cr_assert_eq(parse1(&c, "DIWARP_IO", "plain", NULL), 0);
+        cr_assert_eq(c.io, DW_IO_PLAIN);
+        cr_assert_eq(parse1(&c, "DIWARP_RC_TRANSPORT", "TCP", NULL), 0);
+        cr_assert_eq(c.rc_transport, DW_RC_TCP);
+        cr_assert_eq(parse1(&c, "DIWARP_LOG", "warning", NULL), 0);
+        cr_assert_eq(c.log_level, DW_LOG_WARN);
+        cr_assert_eq(parse1(&c, "DIWARP_LOG", "2", NULL), 0);
+        cr_assert_eq(c.log_level, DW_LOG_INFO);
+        cr_assert_eq(parse1(&c, "DIWARP_FAULT_SEED", "18446744073709551615", NULL), 0);
+        cr_assert_eq(c.fault_seed, UINT64_MAX);
+        cr_assert_eq(parse1(&c, "DIWARP_ADDR", "255.255.255.255", NULL), 0);
+        cr_assert_str_eq(c.addr, "255.255.255.255");
+        cr_assert_eq(parse1(&c, "DIWARP_UDP_MTU", "65507", NULL), 0);
+        cr_assert_eq(parse1(&c, "DIWARP_UDP_MTU", "512", NULL), 0);
+        cr_assert_eq(parse1(&c, "DIWARP_FAULT", "off", NULL), 0);
+}
+
+Test(config, bad_values_rejected_with_reason)
+{
+        static const char *const bad[][2] = {
+            {"DIWARP_ADDR", "localhost"},
+            {"DIWARP_ADDR", "1.2.3"},
+            {"DIWARP_ADDR", "0.0.0.0"},
+            {"DIWARP_ADDR", "::1"},
+            {"DIWARP_ADDR", "255.255.255.255x"},
+            {"DIWARP_PORT_BASE", "0"},
+            {"DIWARP_PORT_BASE", "65536"},
+            {"DIWARP_PORT_BASE", "-1"},
+            {"DIWARP_PORT_BASE", "80a"},
+            {"DIWARP_PORT_BASE", " 80"},
+            {"DIWARP_LOG", "verbose"},
+            {"DIWARP_LOG", "4"},
+            {"DIWARP_PROGRESS", "threads"},
+            {"DIWARP_IO", "epoll"},
+            {"DIWARP_RC_CRC", "yes"},
+            {"DIWARP_RC_CRC", "2"},
+            {"DIWARP_RC_TRANSPORT", "udp"},
+            {"DIWARP_PEER_TIMEOUT_MS", "0"},
+            {"DIWARP_PEER_TIMEOUT_MS", "3600001"},
+            {"DIWARP_PEER_TIMEOUT_MS", "5s"},
+            {"DIWARP_CONNECT_TIMEOUT_MS", "99999999999999999999999"},
+            {"DIWARP_UDP_MTU", "511"},
+            {"DIWARP_UDP_MTU", "65508"},
+            {"DIWARP_FAULT_SEED", "seed"},
+            {"DIWARP_FAULT_SEED", "-5"},
+            {"DIWARP_FAULT_SEED", "18446744073709551616"},
+            {"DIWARP_FAULT", "drop:2"},
+            {"DIWARP_FAULT", "drop:x"},
+            {"DIWARP_FAULT", "bogus:0.1"},
+            {"DIWARP_FAULT", "drop:0.1,,dup:0.1"},
+        };
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                struct dw_config c;
+                const char *why = NULL;
+
+                cr_assert_eq(parse1(&c, bad[i][0], bad[i][1], &why), -EINVAL, "%s=%s accepted",
+                             bad[i][0], bad[i][1]);
+                cr_assert_not_null(why, "%s=%s: no reason", bad[i][0], bad[i][1]);
+                cr_assert_not_null(strstr(why, bad[i][0]), "reason lacks the name: %s", why);
+                cr_assert_not_null(strstr(why, bad[i][1]), "reason lacks the value: %s", why);
+                /* A failed parse leaves the defaults, not a partial environment. */
+                assert_defaults(&c);
+        }
+}
+
+Test(config, failure_discards_earlier_variables)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        struct fake_env e = {{"DIWARP_ADDR", "10.0.0.1", "DIWARP_PORT_BASE", "99999", NULL}};
+
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &e, &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "DIWARP_PORT_BASE='99999'"), "%s", why);
+        assert_defaults(&c);
+}
+
+Test(config, fault_reason_explains_the_item)
+{
+        struct dw_config c;
+        const char *why = NULL;
+
+        cr_assert_eq(parse1(&c, "DIWARP_FAULT", "dup:0.1,reorder:7", &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "DIWARP_FAULT='dup:0.1,reorder:7'"), "%s", why);
+        cr_assert_not_null(strstr(why, "probability"), "%s", why);
+}
+
+Test(config, long_value_truncated_in_reason)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        char big[1000];
+
+        memset(big, 'x', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        cr_assert_eq(parse1(&c, "DIWARP_FAULT", big, &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "DIWARP_FAULT="), "%s", why);
+        cr_assert_lt(strlen(why), sizeof(c.why_buf));
+}
+
+Test(config, from_process_environment)
+{
+        struct dw_config c;
+        const char *why = NULL;
+
+        /* Criterion runs each test in its own process, so setenv stays local. */
+        setenv("DIWARP_PORT_BASE", "30000", 1);
+        setenv("DIWARP_RC_TRANSPORT", "rd", 1);
+        unsetenv("DIWARP_ADDR");
+        cr_assert_eq(dw_config_from_env(&c, &why), 0);
+        cr_assert_eq(c.port_base, 30000);
+        cr_assert_eq(c.rc_transport, DW_RC_RD);
+        cr_assert_str_eq(c.addr, "127.0.0.1");
+        setenv("DIWARP_IO", "bogus", 1);
+        cr_assert_eq(dw_config_from_env(&c, &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "DIWARP_IO='bogus'"), "%s", why);
+}
+
+/* ---- log ---------------------------------------------------------------- */
+
+Test(log, level_parse)
+{
+        cr_assert_eq(dw_log_level_parse("error"), DW_LOG_ERROR);
+        cr_assert_eq(dw_log_level_parse("Warn"), DW_LOG_WARN);
+        cr_assert_eq(dw_log_level_parse("info"), DW_LOG_INFO);
+        cr_assert_eq(dw_log_level_parse("debug"), DW_LOG_DEBUG);
+        cr_assert_eq(dw_log_level_parse("trace"), -EINVAL);
+        cr_assert_eq(dw_log_level_parse(""), -EINVAL);
+        cr_assert_eq(dw_log_level_parse(NULL), -EINVAL);
+}
+
+Test(log, level_from_env)
+{
+        unsetenv("DIWARP_LOG");
+        cr_assert_eq(dw_log_level_from_env(), DW_LOG_WARN);
+        setenv("DIWARP_LOG", "info", 1);
+        cr_assert_eq(dw_log_level_from_env(), DW_LOG_INFO);
+        setenv("DIWARP_LOG", "loud", 1);
+        cr_assert_eq(dw_log_level_from_env(), -EINVAL);
+}
+
+Test(log, set_level_clamps)
+{
+        dw_log_set_level(99);
+        cr_assert_eq(dw_log_get_level(), DW_LOG_DEBUG);
+        dw_log_set_level(-3);
+        cr_assert_eq(dw_log_get_level(), DW_LOG_ERROR);
+}
+
+static int evaluated;
+
+static int side_effect(void)
+{
+        return ++evaluated;
+}
+
+/* Captures what the log writes to stderr while fn runs. */
+static size_t capture(void (*fn)(void), char *out, size_t cap)
+{
+        int p[2], saved;
+        ssize_t n;
+
+        cr_assert_eq(pipe(p), 0);
+        saved = dup(STDERR_FILENO);
+        dup2(p[1], STDERR_FILENO);
+        fn();
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        close(p[1]);
+        n = read(p[0], out, cap - 1);
+        close(p[0]);
+        cr_assert_geq(n, 0);
+        out[n] = '\0';
+        return (size_t)n;
+}
+
+static void emit_lines(void)
+{
+        dw_log_set_level(DW_LOG_WARN);
+        dw_err("qp %u: %s", 17u, "broken");
+        dw_warn("peer %s:%d gone\n", "10.0.0.2", 7471);
+        dw_info("hidden %d", side_effect());
+        dw_dbg("hidden %d", side_effect());
+}
+
+Test(log, format_and_filtering)
+{
+        char buf[4096];
+
+        evaluated = 0;
+        capture(emit_lines, buf, sizeof(buf));
+        cr_assert_str_eq(buf, "diwarp: error: qp 17: broken\n"
+                              "diwarp: warn: peer 10.0.0.2:7471 gone\n");
+        cr_assert_eq(evaluated, 0, "arguments evaluated below the level");
+}
+
+static void emit_long(void)
+{
+        char big[3000];
+
+        memset(big, 'a', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        dw_log_set_level(DW_LOG_DEBUG);
+        dw_dbg("%s", big);
+}
+
+Test(log, long_line_truncated_to_one_line)
+{
+        char buf[8192];
+        size_t n = capture(emit_long, buf, sizeof(buf));
+
+        cr_assert_gt(n, 100);
+        cr_assert_leq(n, 1024);
+        cr_assert_eq(strncmp(buf, "diwarp: debug: aaa", 18), 0);
+        cr_assert_eq(buf[n - 1], '\n');
+        cr_assert_null(memchr(buf, '\n', n - 1), "line split");
+}

@@ -1,0 +1,679 @@
+/* Unit tests for mem/: PD bookkeeping, STag table, access checks,
+ * invalidation, status mappings. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "mem/mr.h"
+
+#define NSLOTS 8
+#define BUFSZ  4096
+#define IOVA   0x10000ull
+
+#define LW         DIWARP_ACCESS_LOCAL_WRITE
+#define RW         DIWARP_ACCESS_REMOTE_WRITE
+#define RR         DIWARP_ACCESS_REMOTE_READ
+#define RA         DIWARP_ACCESS_REMOTE_ATOMIC
+#define ALL_REMOTE (LW | RW | RR | RA)
+
+static struct dw_mr_table tab;
+static struct dw_pd pd_a, pd_b;
+static uint8_t buf[BUFSZ];
+
+static void setup(void)
+{
+        cr_assert_eq(dw_mr_table_init(&tab, NSLOTS), 0);
+        dw_pd_init(&tab, &pd_a, NULL);
+        dw_pd_init(&tab, &pd_b, NULL);
+}
+
+static void teardown(void)
+{
+        dw_mr_table_destroy(&tab);
+}
+
+static struct dw_mr *reg(struct dw_pd *pd, uint64_t iova, int access)
+{
+        struct dw_mr *mr = NULL;
+        cr_assert_eq(dw_mr_register(&tab, pd, buf, BUFSZ, iova, access, &mr), 0);
+        cr_assert_not_null(mr);
+        return mr;
+}
+
+static enum dw_prot_status rchk(uint32_t stag, const struct dw_pd *pd, int acc, uint64_t to,
+                                uint64_t len)
+{
+        uint8_t *p = (uint8_t *)1; /* must be overwritten */
+        enum dw_prot_status st = dw_mr_check_remote(&tab, stag, pd, acc, to, len, &p);
+        if (st != DW_PROT_OK)
+                cr_assert_null(p, "host_addr must be NULL on failure");
+        return st;
+}
+
+TestSuite(mr, .init = setup, .fini = teardown);
+
+/* ---- table and PD ---------------------------------------------------- */
+
+Test(mr_table, init_rejects_bad_sizes)
+{
+        struct dw_mr_table t;
+        cr_expect_eq(dw_mr_table_init(&t, 0), -EINVAL);
+        cr_expect_eq(dw_mr_table_init(&t, DW_MR_MAX_INDEX + 1), -EINVAL);
+        cr_expect_eq(dw_mr_table_init(NULL, 4), -EINVAL);
+        cr_assert_eq(dw_mr_table_init(&t, 1), 0);
+        dw_mr_table_destroy(&t);
+        dw_mr_table_destroy(&t); /* idempotent */
+}
+
+Test(mr, pd_handles_unique_nonzero)
+{
+        struct dw_pd p;
+        dw_pd_init(&tab, &p, NULL);
+        cr_expect_neq(pd_a.handle, 0);
+        cr_expect_neq(pd_b.handle, 0);
+        cr_expect_neq(pd_a.handle, pd_b.handle);
+        cr_expect_neq(p.handle, pd_a.handle);
+        cr_expect_neq(p.handle, pd_b.handle);
+        cr_expect_eq(p.use_count, 0);
+}
+
+Test(mr, pd_busy_while_used)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW);
+        cr_expect_eq(pd_a.use_count, 1);
+        cr_expect_eq(dw_pd_fini(&pd_a), -EBUSY);
+        cr_expect_neq(pd_a.handle, 0, "failed fini must change nothing");
+        cr_assert_eq(dw_mr_deregister(&tab, mr), 0);
+        cr_expect_eq(pd_a.use_count, 0);
+
+        dw_pd_get(&pd_a); /* a QP */
+        cr_expect_eq(dw_pd_fini(&pd_a), -EBUSY);
+        dw_pd_put(&pd_a);
+        cr_expect_eq(dw_pd_fini(&pd_a), 0);
+        dw_pd_put(&pd_a); /* never below zero */
+        cr_expect_eq(pd_a.use_count, 0);
+}
+
+/* ---- registration ---------------------------------------------------- */
+
+Test(mr, register_fields_and_stag_layout)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RR);
+        uint32_t idx = dw_stag_index(mr->stag);
+        cr_expect(idx >= 1 && idx <= NSLOTS, "index %u", idx);
+        cr_expect_eq(mr->stag, idx << 8 | dw_stag_key(mr->stag));
+        cr_expect_eq(mr->pd, &pd_a);
+        cr_expect_eq(mr->addr, buf);
+        cr_expect_eq(mr->length, BUFSZ);
+        cr_expect_eq(mr->iova, IOVA);
+        cr_expect_eq(mr->access, LW | RR);
+        cr_expect(mr->valid);
+        cr_expect_eq(tab.count, 1);
+        cr_expect_eq(dw_mr_lookup(&tab, mr->stag), mr);
+}
+
+Test(mr, register_distinct_stags)
+{
+        struct dw_mr *m[NSLOTS];
+        for (int i = 0; i < NSLOTS; i++) {
+                m[i] = reg(&pd_a, IOVA, LW);
+                for (int j = 0; j < i; j++)
+                        cr_expect_neq(dw_stag_index(m[i]->stag), dw_stag_index(m[j]->stag));
+        }
+}
+
+Test(mr, register_rejects_bad_arguments)
+{
+        struct dw_mr *mr = NULL;
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, 1 << 12, &mr), -EINVAL);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, RW, &mr), -EINVAL);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, RA, &mr), -EINVAL);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, RW | RR, &mr), -EINVAL);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, NULL, BUFSZ, IOVA, LW, &mr), -EINVAL);
+        cr_expect_eq(dw_mr_register(&tab, NULL, buf, BUFSZ, IOVA, LW, &mr), -EINVAL);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, LW, NULL), -EINVAL);
+        /* iova + len must stay representable */
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, UINT64_MAX - BUFSZ + 1, LW, &mr),
+                     -EINVAL);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, UINT64_MAX, LW, &mr), -EINVAL);
+        /* host address range must not wrap */
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, (void *)(UINTPTR_MAX - 10), 100, 0, LW, &mr),
+                     -EINVAL);
+        cr_expect_null(mr);
+        cr_expect_eq(tab.count, 0);
+        cr_expect_eq(pd_a.use_count, 0);
+        /* read-only rights and MW_BIND alone are fine */
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, RR, &mr), 0);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, 0, &mr), 0);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, DIWARP_ACCESS_MW_BIND, &mr), 0);
+}
+
+Test(mr, register_highest_iova_edge)
+{
+        struct dw_mr *mr = NULL;
+        uint64_t iova = UINT64_MAX - BUFSZ; /* last TO = UINT64_MAX - 1 */
+        cr_assert_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, iova, LW | RW, &mr), 0);
+        uint8_t *p;
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, UINT64_MAX - 1, 1, &p),
+                     DW_PROT_OK);
+        cr_expect_eq(p, buf + BUFSZ - 1);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, iova, BUFSZ), DW_PROT_OK);
+        /* one past: the exclusive end would be 2^64, which wraps */
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, UINT64_MAX, 1), DW_PROT_TO_WRAP);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, iova, BUFSZ + 1), DW_PROT_TO_WRAP);
+}
+
+Test(mr, zero_length_registration)
+{
+        struct dw_mr *mr = NULL;
+        cr_assert_eq(dw_mr_register(&tab, &pd_a, buf, 0, IOVA, LW | RW, &mr), 0);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 1), DW_PROT_BOUNDS);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 0), DW_PROT_OK);
+        /* NULL address with zero length is accepted, as ibverbs does */
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, NULL, 0, 0, LW, &mr), 0);
+}
+
+Test(mr, table_exhaustion_and_slot_reuse)
+{
+        struct dw_mr *m[NSLOTS], *extra = NULL;
+        for (int i = 0; i < NSLOTS; i++)
+                m[i] = reg(&pd_a, IOVA, LW);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, LW, &extra), -ENOMEM);
+        cr_expect_null(extra);
+        cr_expect_eq(tab.count, NSLOTS);
+        cr_expect_eq(pd_a.use_count, NSLOTS);
+
+        uint32_t old = m[3]->stag;
+        cr_assert_eq(dw_mr_deregister(&tab, m[3]), 0);
+        cr_assert_eq(dw_mr_register(&tab, &pd_b, buf, BUFSZ, IOVA, LW | RR, &extra), 0);
+        cr_expect_eq(extra, m[3], "the only free slot is reused");
+        cr_expect_eq(dw_stag_index(extra->stag), dw_stag_index(old));
+        cr_expect_neq(extra->stag, old, "new key on reuse");
+        cr_expect_eq(rchk(old, &pd_a, 0, IOVA, 1), DW_PROT_INVALID_STAG);
+        cr_expect_eq(rchk(old, &pd_b, RR, IOVA, 1), DW_PROT_INVALID_STAG);
+        cr_expect_eq(rchk(extra->stag, &pd_b, RR, IOVA, 1), DW_PROT_OK);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, LW, &extra), -ENOMEM);
+
+        for (int i = 0; i < NSLOTS; i++)
+                cr_expect_eq(dw_mr_deregister(&tab, m[i]), 0);
+        cr_expect_eq(tab.count, 0);
+        cr_expect_eq(pd_a.use_count, 0);
+        cr_expect_eq(pd_b.use_count, 0);
+        /* all slots usable again */
+        for (int i = 0; i < NSLOTS; i++)
+                m[i] = reg(&pd_a, IOVA, LW);
+        cr_expect_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, IOVA, LW, &extra), -ENOMEM);
+}
+
+Test(mr, free_list_is_fifo)
+{
+        struct dw_mr *a = reg(&pd_a, IOVA, LW);
+        uint32_t ia = dw_stag_index(a->stag);
+        cr_assert_eq(dw_mr_deregister(&tab, a), 0);
+        /* the freed slot goes to the back: the next NSLOTS-1 registrations
+         * use other slots */
+        for (int i = 0; i < NSLOTS - 1; i++) {
+                struct dw_mr *m = reg(&pd_a, IOVA, LW);
+                cr_expect_neq(dw_stag_index(m->stag), ia);
+        }
+        struct dw_mr *last = reg(&pd_a, IOVA, LW);
+        cr_expect_eq(dw_stag_index(last->stag), ia);
+}
+
+Test(mr_table, same_slot_never_repeats_key)
+{
+        struct dw_mr_table t;
+        struct dw_pd pd;
+        cr_assert_eq(dw_mr_table_init(&t, 1), 0);
+        dw_pd_init(&t, &pd, NULL);
+        uint32_t prev = 0;
+        int keys_seen[256] = {0};
+        for (int i = 0; i < 2000; i++) {
+                struct dw_mr *mr;
+                cr_assert_eq(dw_mr_register(&t, &pd, buf, BUFSZ, 0, LW, &mr), 0);
+                cr_assert_eq(dw_stag_index(mr->stag), 1);
+                cr_assert_neq(mr->stag, prev, "iteration %d repeated key", i);
+                if (prev)
+                        cr_assert_null(dw_mr_lookup(&t, prev));
+                keys_seen[dw_stag_key(mr->stag)]++;
+                prev = mr->stag;
+                cr_assert_eq(dw_mr_deregister(&t, mr), 0);
+                uint8_t *p;
+                cr_assert_eq(dw_mr_check_local(&t, prev, &pd, 0, 0, 1, &p), DW_PROT_INVALID_STAG,
+                             "stale STag after dereg");
+        }
+        /* keys come from a random source, not a counter: with 2000 draws
+         * over 256 values, far more than a handful distinct ones appear */
+        int distinct = 0;
+        for (int k = 0; k < 256; k++)
+                distinct += keys_seen[k] != 0;
+        cr_expect_gt(distinct, 128);
+        dw_mr_table_destroy(&t);
+}
+
+Test(mr, deregister_rejects_bad_pointers)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW);
+        struct dw_mr outside = *mr;
+        cr_expect_eq(dw_mr_deregister(&tab, &outside), -EINVAL);
+        cr_expect_eq(dw_mr_deregister(&tab, &tab.slots[0]), -EINVAL);
+        cr_expect_eq(dw_mr_deregister(&tab, &tab.slots[NSLOTS + 1]), -EINVAL);
+        cr_expect_eq(dw_mr_deregister(&tab, (struct dw_mr *)((char *)mr + 1)), -EINVAL);
+        cr_expect_eq(dw_mr_deregister(&tab, NULL), -EINVAL);
+        cr_expect_eq(dw_mr_deregister(&tab, mr), 0);
+        cr_expect_eq(dw_mr_deregister(&tab, mr), -EINVAL, "double dereg");
+        cr_expect_eq(pd_a.use_count, 0);
+        cr_expect_eq(tab.count, 0);
+}
+
+/* ---- STag validity --------------------------------------------------- */
+
+Test(mr, stag_zero_never_valid)
+{
+        struct dw_mr *mr = reg(&pd_a, 0, ALL_REMOTE | DIWARP_ACCESS_ZERO_BASED);
+        cr_expect_neq(mr->stag, 0);
+        cr_expect_eq(rchk(0, &pd_a, 0, 0, 1), DW_PROT_INVALID_STAG);
+        for (uint32_t k = 0; k < 256; k++)
+                cr_expect_eq(rchk(k, &pd_a, 0, 0, 1), DW_PROT_INVALID_STAG, "index 0 key %u", k);
+        cr_expect_null(dw_mr_lookup(&tab, 0));
+        cr_expect_eq(dw_mr_invalidate(&tab, 0, &pd_a), -EINVAL);
+}
+
+Test(mr, stale_stag_after_dereg)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
+        uint32_t stag = mr->stag;
+        cr_expect_eq(rchk(stag, &pd_a, RW, IOVA, 1), DW_PROT_OK);
+        cr_assert_eq(dw_mr_deregister(&tab, mr), 0);
+        cr_expect_eq(rchk(stag, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
+        uint8_t *p;
+        cr_expect_eq(dw_mr_check_local(&tab, stag, &pd_a, 0, IOVA, 1, &p), DW_PROT_INVALID_STAG);
+        cr_expect_null(dw_mr_lookup(&tab, stag));
+        cr_expect_eq(dw_mr_invalidate(&tab, stag, &pd_a), -EINVAL);
+}
+
+Test(mr, guessed_keys_fail)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
+        uint32_t idx = dw_stag_index(mr->stag);
+        int ok = 0;
+        for (uint32_t k = 0; k < 256; k++) {
+                enum dw_prot_status st = rchk(idx << 8 | k, &pd_a, RW, IOVA, 1);
+                if (k == dw_stag_key(mr->stag))
+                        cr_expect_eq(st, DW_PROT_OK);
+                else
+                        cr_expect_eq(st, DW_PROT_INVALID_STAG, "key %u", k);
+                ok += st == DW_PROT_OK;
+        }
+        cr_expect_eq(ok, 1);
+}
+
+Test(mr, guessed_indices_fail)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
+        uint8_t key = dw_stag_key(mr->stag);
+        uint32_t idx = dw_stag_index(mr->stag);
+        /* free slots and out-of-range indices, with the live key */
+        for (uint32_t i = 0; i <= NSLOTS + 2; i++)
+                if (i != idx)
+                        cr_expect_eq(rchk(i << 8 | key, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG,
+                                     "index %u", i);
+        cr_expect_eq(rchk(DW_MR_MAX_INDEX << 8 | key, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
+        cr_expect_eq(rchk(UINT32_MAX, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
+}
+
+Test(mr, pd_mismatch)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
+        uint8_t *p;
+        cr_expect_eq(rchk(mr->stag, &pd_b, RW, IOVA, 1), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(rchk(mr->stag, NULL, RW, IOVA, 1), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(dw_mr_check_local(&tab, mr->stag, &pd_b, LW, IOVA, 1, &p),
+                     DW_PROT_PD_MISMATCH);
+        /* PD is checked before rights and bounds */
+        cr_expect_eq(rchk(mr->stag, &pd_b, RW, 0, 1), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 1), DW_PROT_OK);
+}
+
+/* ---- access rights --------------------------------------------------- */
+
+Test(mr, each_remote_access_bit)
+{
+        const int rights[] = {RR, RW, RA};
+        for (unsigned i = 0; i < 3; i++) {
+                struct dw_mr *mr = reg(&pd_a, IOVA, LW | rights[i]);
+                for (unsigned j = 0; j < 3; j++) {
+                        enum dw_prot_status want = i == j ? DW_PROT_OK : DW_PROT_ACCESS;
+                        cr_expect_eq(rchk(mr->stag, &pd_a, rights[j], IOVA, 8), want,
+                                     "granted %#x needed %#x", rights[i], rights[j]);
+                }
+                /* several needed bits: all must be granted */
+                cr_expect_eq(rchk(mr->stag, &pd_a, RR | RW, IOVA, 8), DW_PROT_ACCESS);
+                cr_assert_eq(dw_mr_deregister(&tab, mr), 0);
+        }
+        struct dw_mr *both = reg(&pd_a, IOVA, LW | RR | RW);
+        cr_expect_eq(rchk(both->stag, &pd_a, RR | RW, IOVA, 8), DW_PROT_OK);
+        cr_expect_eq(rchk(both->stag, &pd_a, RR | RW | RA, IOVA, 8), DW_PROT_ACCESS);
+}
+
+Test(mr, local_only_mr_refuses_remote)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RR, IOVA, 1), DW_PROT_ACCESS);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 1), DW_PROT_ACCESS);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RA, IOVA, 8), DW_PROT_ACCESS);
+}
+
+Test(mr, local_write_bit)
+{
+        struct dw_mr *ro = reg(&pd_a, IOVA, 0);
+        struct dw_mr *rr = reg(&pd_a, IOVA, RR);
+        struct dw_mr *rw = reg(&pd_a, IOVA, LW);
+        uint8_t *p;
+        /* send source: any registration may be read locally */
+        cr_expect_eq(dw_mr_check_local(&tab, ro->stag, &pd_a, 0, IOVA, BUFSZ, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf);
+        cr_expect_eq(dw_mr_check_local(&tab, rr->stag, &pd_a, 0, IOVA, BUFSZ, &p), DW_PROT_OK);
+        /* receive buffer / read sink needs LOCAL_WRITE */
+        cr_expect_eq(dw_mr_check_local(&tab, ro->stag, &pd_a, LW, IOVA, 1, &p), DW_PROT_ACCESS);
+        cr_expect_null(p);
+        cr_expect_eq(dw_mr_check_local(&tab, rr->stag, &pd_a, LW, IOVA, 1, &p), DW_PROT_ACCESS);
+        cr_expect_eq(dw_mr_check_local(&tab, rw->stag, &pd_a, LW, IOVA + 10, 5, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf + 10);
+}
+
+/* ---- bounds ---------------------------------------------------------- */
+
+Test(mr, bounds_exact_edges)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
+        uint32_t s = mr->stag;
+        uint8_t *p;
+
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, RW, IOVA, 1, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf, "first byte");
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, RW, IOVA + BUFSZ - 1, 1, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf + BUFSZ - 1, "last byte");
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, RW, IOVA, BUFSZ, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf, "whole region");
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, RW, IOVA + 100, BUFSZ - 100, &p),
+                     DW_PROT_OK, "tail up to the last byte");
+
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + BUFSZ, 1), DW_PROT_BOUNDS, "one past the end");
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA - 1, 1), DW_PROT_BOUNDS, "one before");
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA - 1, 2), DW_PROT_BOUNDS, "straddles the start");
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA, BUFSZ + 1), DW_PROT_BOUNDS, "one byte too long");
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + BUFSZ - 1, 2), DW_PROT_BOUNDS, "straddles the end");
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + 100, BUFSZ - 99), DW_PROT_BOUNDS);
+        cr_expect_eq(rchk(s, &pd_a, RW, 0, IOVA + BUFSZ), DW_PROT_BOUNDS, "covers from 0");
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + 2 * BUFSZ, 1), DW_PROT_BOUNDS, "far beyond");
+
+        /* local checks use the same arithmetic */
+        cr_expect_eq(dw_mr_check_local(&tab, s, &pd_a, LW, IOVA + BUFSZ - 1, 1, &p), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_local(&tab, s, &pd_a, LW, IOVA + BUFSZ, 1, &p), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_mr_check_local(&tab, s, &pd_a, LW, IOVA - 1, 1, &p), DW_PROT_BOUNDS);
+}
+
+Test(mr, to_plus_len_wrap)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
+        uint32_t s = mr->stag;
+        uint8_t *p;
+        cr_expect_eq(rchk(s, &pd_a, RW, UINT64_MAX, 1), DW_PROT_TO_WRAP);
+        cr_expect_eq(rchk(s, &pd_a, RW, UINT64_MAX - 9, 10), DW_PROT_TO_WRAP);
+        cr_expect_eq(rchk(s, &pd_a, RW, UINT64_MAX - 9, 9), DW_PROT_BOUNDS, "no wrap: bounds");
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA, UINT64_MAX), DW_PROT_TO_WRAP);
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + 1, UINT64_MAX - IOVA), DW_PROT_TO_WRAP);
+        /* a wrapped sum that lands inside the region must not pass */
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + 8, UINT64_MAX - 3), DW_PROT_TO_WRAP);
+        cr_expect_eq(dw_mr_check_local(&tab, s, &pd_a, LW, UINT64_MAX - 1, 4, &p), DW_PROT_TO_WRAP);
+        cr_expect_null(p);
+}
+
+Test(mr, zero_based)
+{
+        struct dw_mr *mr = reg(&pd_a, 0xdead0000, LW | RW | RR | DIWARP_ACCESS_ZERO_BASED);
+        uint8_t *p;
+        cr_expect_eq(mr->iova, 0, "iova ignored with ZERO_BASED");
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, 0, 1, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf);
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RR, BUFSZ - 1, 1, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf + BUFSZ - 1);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, BUFSZ, 1), DW_PROT_BOUNDS);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, 0xdead0000, 1), DW_PROT_BOUNDS,
+                     "the given iova is not an address of a zero-based MR");
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, (uintptr_t)buf, 1), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_mr_check_local(&tab, mr->stag, &pd_a, LW, 16, 16, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf + 16);
+}
+
+Test(mr, iova_equals_address)
+{
+        /* plain ibv_reg_mr: the engine passes the host address as iova */
+        uint64_t va = (uintptr_t)buf;
+        struct dw_mr *mr = reg(&pd_a, va, LW | RW);
+        uint8_t *p;
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, va + 123, 7, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf + 123);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, 123, 7), DW_PROT_BOUNDS);
+}
+
+Test(mr, zero_length_always_ok)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW);
+        uint8_t *p = buf;
+        const uint32_t stags[] = {0, 0xffffffffu, mr->stag ^ 1, mr->stag};
+        for (unsigned i = 0; i < 4; i++) {
+                p = buf;
+                cr_expect_eq(
+                    dw_mr_check_remote(&tab, stags[i], &pd_b, RW | RR | RA, UINT64_MAX, 0, &p),
+                    DW_PROT_OK);
+                cr_expect_null(p, "no address for a zero-length access");
+                p = buf;
+                cr_expect_eq(dw_mr_check_local(&tab, stags[i], NULL, LW, 0, 0, &p), DW_PROT_OK);
+                cr_expect_null(p);
+        }
+        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), 0);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 0), DW_PROT_OK);
+}
+
+Test(mr, host_addr_may_be_null)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, IOVA, 1, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, 0, 1, NULL), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_mr_check_local(&tab, mr->stag, &pd_a, LW, IOVA, 1, NULL), DW_PROT_OK);
+}
+
+Test(mr, check_order)
+{
+        /* first failure wins: STag, invalidated, PD, access, wrap, bounds */
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW);
+        uint32_t s = mr->stag;
+        cr_expect_eq(rchk(s ^ 0x80, &pd_b, RW, UINT64_MAX, 2), DW_PROT_INVALID_STAG);
+        cr_expect_eq(rchk(s, &pd_b, RW, UINT64_MAX, 2), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(rchk(s, &pd_a, RW, UINT64_MAX, 2), DW_PROT_ACCESS);
+        cr_expect_eq(rchk(s, &pd_a, 0, UINT64_MAX, 2), DW_PROT_TO_WRAP);
+        cr_expect_eq(rchk(s, &pd_a, 0, 0, 2), DW_PROT_BOUNDS);
+        cr_assert_eq(dw_mr_invalidate(&tab, s, &pd_a), 0);
+        cr_expect_eq(rchk(s, &pd_b, RW, UINT64_MAX, 2), DW_PROT_INVALIDATED);
+}
+
+/* ---- invalidation ---------------------------------------------------- */
+
+Test(mr, invalidate_blocks_all_access)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
+        uint8_t *p;
+        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), 0);
+        cr_expect_not(mr->valid);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 1), DW_PROT_INVALIDATED);
+        cr_expect_eq(rchk(mr->stag, &pd_a, RR, IOVA, 1), DW_PROT_INVALIDATED);
+        cr_expect_eq(rchk(mr->stag, &pd_a, 0, IOVA, 1), DW_PROT_INVALIDATED);
+        /* lkey = rkey: the local side is invalid too */
+        cr_expect_eq(dw_mr_check_local(&tab, mr->stag, &pd_a, 0, IOVA, 1, &p), DW_PROT_INVALIDATED);
+        cr_expect_null(p);
+        /* still registered: lookup finds it, the slot is not free */
+        cr_expect_eq(dw_mr_lookup(&tab, mr->stag), mr);
+        cr_expect_eq(tab.count, 1);
+        cr_expect_eq(pd_a.use_count, 1);
+        /* a second invalidation fails */
+        cr_expect_eq(dw_mr_invalidate_status(&tab, mr->stag, &pd_a), DW_PROT_INVALIDATED);
+        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), -EINVAL);
+        /* only deregistration ends it; the slot's next STag works */
+        uint32_t old = mr->stag;
+        cr_assert_eq(dw_mr_deregister(&tab, mr), 0);
+        cr_expect_eq(pd_a.use_count, 0);
+        struct dw_mr *again = reg(&pd_a, IOVA, ALL_REMOTE);
+        cr_expect_eq(rchk(again->stag, &pd_a, RW, IOVA, 1), DW_PROT_OK);
+        cr_expect_eq(rchk(old, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
+}
+
+Test(mr, invalidate_other_pd_refused)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
+        cr_expect_eq(dw_mr_invalidate_status(&tab, mr->stag, &pd_b), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_b), -EACCES);
+        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, NULL), -EACCES);
+        cr_expect(mr->valid, "a refused invalidate changes nothing");
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 1), DW_PROT_OK);
+        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), 0);
+}
+
+Test(mr, invalidate_bad_stags)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
+        uint32_t idx = dw_stag_index(mr->stag);
+        for (uint32_t k = 0; k < 256; k++) {
+                if (k == dw_stag_key(mr->stag))
+                        continue;
+                cr_expect_eq(dw_mr_invalidate_status(&tab, idx << 8 | k, &pd_a),
+                             DW_PROT_INVALID_STAG);
+        }
+        cr_expect_eq(dw_mr_invalidate(&tab, (idx + 1) << 8, &pd_a), -EINVAL);
+        cr_expect_eq(dw_mr_invalidate(&tab, UINT32_MAX, &pd_a), -EINVAL);
+        cr_expect(mr->valid, "guessed STags invalidate nothing");
+}
+
+Test(mr, invalidate_one_leaves_others)
+{
+        struct dw_mr *a = reg(&pd_a, IOVA, ALL_REMOTE);
+        struct dw_mr *b = reg(&pd_a, IOVA, ALL_REMOTE);
+        cr_assert_eq(dw_mr_invalidate(&tab, a->stag, &pd_a), 0);
+        cr_expect_eq(rchk(b->stag, &pd_a, RW, IOVA, 1), DW_PROT_OK);
+        cr_expect_eq(rchk(a->stag, &pd_a, RW, IOVA, 1), DW_PROT_INVALIDATED);
+}
+
+/* ---- mappings -------------------------------------------------------- */
+
+static const enum dw_prot_status all_fail[] = {
+    DW_PROT_INVALID_STAG,
+    DW_PROT_PD_MISMATCH,
+    DW_PROT_ACCESS,
+    DW_PROT_BOUNDS,
+    DW_PROT_INVALIDATED,
+    DW_PROT_TO_WRAP,
+    DW_PROT_NOT_INVALIDATABLE,
+};
+#define NFAIL (sizeof(all_fail) / sizeof(all_fail[0]))
+
+Test(mr_map, status_str)
+{
+        cr_expect_str_eq(dw_prot_status_str(DW_PROT_OK), "ok");
+        for (unsigned i = 0; i < NFAIL; i++) {
+                const char *s = dw_prot_status_str(all_fail[i]);
+                cr_assert_not_null(s);
+                cr_expect_str_neq(s, "ok");
+                cr_expect_str_neq(s, "unknown protection status");
+                for (unsigned j = 0; j < i; j++)
+                        cr_expect_str_neq(s, dw_prot_status_str(all_fail[j]));
+        }
+        cr_expect_str_eq(dw_prot_status_str((enum dw_prot_status)99), "unknown protection status");
+}
+
+Test(mr_map, wc_status)
+{
+        cr_expect_eq(dw_prot_status_to_wc(DW_PROT_OK, true), DIWARP_WC_SUCCESS);
+        cr_expect_eq(dw_prot_status_to_wc(DW_PROT_OK, false), DIWARP_WC_SUCCESS);
+        for (unsigned i = 0; i < NFAIL; i++) {
+                cr_expect_eq(dw_prot_status_to_wc(all_fail[i], true), DIWARP_WC_REM_ACCESS_ERR);
+                cr_expect_eq(dw_prot_status_to_wc(all_fail[i], false), DIWARP_WC_LOC_PROT_ERR);
+        }
+        /* the ibverbs numbers */
+        cr_expect_eq(DIWARP_WC_REM_ACCESS_ERR, 10);
+        cr_expect_eq(DIWARP_WC_LOC_PROT_ERR, 4);
+}
+
+struct term_case {
+        enum dw_prot_status st;
+        enum dw_prot_ctx ctx;
+        uint8_t layer, etype, ecode;
+};
+
+Test(mr_map, terminate_errors)
+{
+        const struct term_case cases[] = {
+            /* tagged placement: DDP Tagged Buffer Error (RFC 5041) */
+            {DW_PROT_INVALID_STAG, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x00},
+            {DW_PROT_INVALIDATED, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x00},
+            {DW_PROT_BOUNDS, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x01},
+            {DW_PROT_PD_MISMATCH, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x02},
+            {DW_PROT_TO_WRAP, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x03},
+            /* no DDP code for rights: RDMAP Remote Protection / access */
+            {DW_PROT_ACCESS, DW_PROT_CTX_TAGGED_SINK, 0, 1, 0x02},
+            /* Read Request source: RDMAP Remote Protection Error */
+            {DW_PROT_INVALID_STAG, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x00},
+            {DW_PROT_INVALIDATED, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x00},
+            {DW_PROT_BOUNDS, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x01},
+            {DW_PROT_ACCESS, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x02},
+            {DW_PROT_PD_MISMATCH, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x03},
+            {DW_PROT_TO_WRAP, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x04},
+            {DW_PROT_ACCESS, DW_PROT_CTX_ATOMIC, 0, 1, 0x02},
+            {DW_PROT_BOUNDS, DW_PROT_CTX_ATOMIC, 0, 1, 0x01},
+            {DW_PROT_INVALID_STAG, DW_PROT_CTX_ATOMIC, 0, 1, 0x00},
+            /* Send with Invalidate: STag cannot be invalidated */
+            {DW_PROT_INVALID_STAG, DW_PROT_CTX_INVALIDATE, 0, 1, 0x09},
+            {DW_PROT_INVALIDATED, DW_PROT_CTX_INVALIDATE, 0, 1, 0x09},
+            {DW_PROT_PD_MISMATCH, DW_PROT_CTX_INVALIDATE, 0, 1, 0x09},
+            {DW_PROT_NOT_INVALIDATABLE, DW_PROT_CTX_INVALIDATE, 0, 1, 0x09},
+        };
+        for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                struct dw_term_error e = {0xee, 0xee, 0xee};
+                cr_assert_eq(dw_prot_status_to_term(cases[i].st, cases[i].ctx, &e), 0, "case %u",
+                             i);
+                cr_expect_eq(e.layer, cases[i].layer, "case %u layer", i);
+                cr_expect_eq(e.etype, cases[i].etype, "case %u etype", i);
+                cr_expect_eq(e.ecode, cases[i].ecode, "case %u ecode", i);
+        }
+        /* every failing status maps in every access context */
+        const enum dw_prot_ctx ctxs[] = {DW_PROT_CTX_TAGGED_SINK, DW_PROT_CTX_READ_SOURCE,
+                                         DW_PROT_CTX_ATOMIC};
+        for (unsigned c = 0; c < 3; c++)
+                for (unsigned i = 0; i < NFAIL; i++) {
+                        struct dw_term_error e;
+                        cr_expect_eq(dw_prot_status_to_term(all_fail[i], ctxs[c], &e), 0);
+                }
+}
+
+Test(mr_map, terminate_rejects_nonsense)
+{
+        struct dw_term_error e;
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_OK, DW_PROT_CTX_TAGGED_SINK, &e), -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_ACCESS, DW_PROT_CTX_INVALIDATE, &e), -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_BOUNDS, DW_PROT_CTX_INVALIDATE, &e), -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_BOUNDS, (enum dw_prot_ctx)42, &e), -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term((enum dw_prot_status)77, DW_PROT_CTX_READ_SOURCE, &e),
+                     -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_BOUNDS, DW_PROT_CTX_READ_SOURCE, NULL),
+                     -EINVAL);
+}
+
+Test(mr_map, vendor_err_encoding)
+{
+        struct dw_term_error e = {.layer = 1, .etype = 1, .ecode = 3};
+        cr_expect_eq(dw_term_vendor_err(e), 0x1103u);
+        struct dw_term_error f = {.layer = 0, .etype = 2, .ecode = 0xff};
+        cr_expect_eq(dw_term_vendor_err(f), 0x02ffu);
+}
