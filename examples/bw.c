@@ -1,0 +1,247 @@
+/* diwarp-bw: one-way bandwidth between two processes.
+ *
+ *   server: diwarp-bw [--port P]
+ *   client: diwarp-bw [--transport ud|rc] [--op send|write|read] [--size B]
+ *                     [--iters N] [--window W] [--validate] HOST
+ *
+ * send:  the client streams messages; the server keeps receives posted and
+ *        returns credits (an 8-byte message with its receive count) every
+ *        window/2 messages, so the client never has more than window messages
+ *        the server has not consumed (UD has no other flow control).
+ * write: (RC) the client streams RDMA Writes into the server's buffer.
+ * read:  (RC) the client streams RDMA Reads from the server's buffer.
+ * gbps counts payload bits over the client's elapsed time (first post to the
+ * last credit / completion); the server's RESULT (op=send) uses its own
+ * first-to-last arrival time. The last line printed is the RESULT line.
+ */
+#include <endian.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static struct ex_ctx c;
+
+static uint32_t auto_window(void)
+{
+        if (c.o.window)
+                return c.o.window;
+        if (c.o.transport == EX_RC)
+                return 64;
+        /* UD: what a default 208 KiB socket receive buffer holds. */
+        uint64_t w = 180000 / (c.o.size + 1024);
+        return w < 2 ? 2 : w > 64 ? 64 : (uint32_t)w;
+}
+
+static bool send_credit(uint64_t count)
+{
+        uint8_t msg[8];
+        uint64_t be = htobe64(count);
+        memcpy(msg, &be, 8);
+        struct diwarp_sge sge = {(uintptr_t)msg, 8, 0};
+        struct diwarp_send_wr wr = {.wr_id = EX_WRID_CREDIT,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_INLINE},
+                              *bad;
+        if (c.o.transport == EX_UD) {
+                wr.wr.ud.ah = c.ah;
+                wr.wr.ud.remote_qpn = c.peer_qpn;
+                wr.wr.ud.remote_qkey = EX_QKEY;
+        }
+        return diwarp_post_send(c.qp, &wr, &bad) == 0;
+}
+
+/* Server side of op=send. Returns the number of messages received intact. */
+static bool serve_send(uint32_t window, uint64_t *received, double *secs)
+{
+        uint64_t t_first = 0, t_last = 0;
+        uint32_t every = window / 2 ? window / 2 : 1;
+        uint64_t n = 0;
+        bool ok = true;
+        struct diwarp_wc wc;
+        size_t off = c.o.transport == EX_UD ? EX_GRH : 0;
+        for (uint32_t i = 0; i < c.nrecv; i++)
+                if (ex_post_recv_slot(&c, i))
+                        return false;
+        if (ex_sync(&c))
+                return false;
+        while (n < c.o.iters) {
+                int r = ex_poll1(&c, &wc);
+                if (r <= 0) {
+                        fprintf(stderr, "server: no message for %d ms after %llu\n", c.o.timeout_ms,
+                                (unsigned long long)n);
+                        ok = false;
+                        break;
+                }
+                if ((wc.wr_id & EX_WRID_MASK) != EX_WRID_RECV)
+                        continue; /* credit send completions (unsignaled unless error) */
+                if (wc.status != DIWARP_WC_SUCCESS) {
+                        fprintf(stderr, "server: receive: %s\n", diwarp_wc_status_str(wc.status));
+                        ok = false;
+                        break;
+                }
+                uint32_t slot = (uint32_t)(wc.wr_id & 0xffffffffu);
+                t_last = ex_now_ns();
+                if (!t_first)
+                        t_first = t_last;
+                if (wc.byte_len != c.o.size + off) {
+                        fprintf(stderr, "server: got %u bytes\n", wc.byte_len);
+                        ok = false;
+                }
+                if (c.o.validate) {
+                        int64_t bad =
+                            ex_check(c.recv_area + (size_t)slot * c.slot_len + off, c.o.size, 0);
+                        if (bad >= 0) {
+                                fprintf(stderr, "server: message %llu byte %lld differs\n",
+                                        (unsigned long long)n, (long long)bad);
+                                ok = false;
+                        }
+                }
+                n++;
+                if (ex_post_recv_slot(&c, slot))
+                        return false;
+                if ((n % every == 0 || n == c.o.iters) && !send_credit(n))
+                        return false;
+        }
+        *received = n;
+        /* first to last arrival: one message's time short of the whole run */
+        if (n > 1)
+                *secs = (double)(t_last - t_first) / 1e9 * (double)n / (double)(n - 1);
+        return ok;
+}
+
+static bool client_send(uint32_t window, double *secs)
+{
+        uint64_t sent = 0, credited = 0;
+        struct diwarp_wc wc;
+        uint32_t len = (uint32_t)c.o.size;
+        for (uint32_t i = 0; i < EX_CREDIT_SLOTS; i++)
+                if (ex_post_credit_recv(&c, i))
+                        return false;
+        ex_fill(c.send_area, len, 0);
+        if (ex_sync(&c))
+                return false;
+        uint64_t t0 = ex_now_ns();
+        while (credited < c.o.iters) {
+                while (sent < c.o.iters && sent - credited < window) {
+                        /* signal every 16th: the SQ slots of the others free up with it */
+                        bool sig = (sent & 15) == 15 || sent + 1 == c.o.iters;
+                        int e = ex_post_send(&c, EX_WRID_SEND | sent, c.send_area, len, sig,
+                                             DIWARP_WR_SEND, 0);
+                        if (e == -12 /* ENOMEM: SQ full */)
+                                break;
+                        if (e) {
+                                fprintf(stderr, "client: post send: %d\n", e);
+                                return false;
+                        }
+                        sent++;
+                }
+                int r = ex_poll1(&c, &wc);
+                if (r <= 0) {
+                        fprintf(stderr, "client: stalled at %llu sent, %llu credited\n",
+                                (unsigned long long)sent, (unsigned long long)credited);
+                        return false;
+                }
+                if (wc.status != DIWARP_WC_SUCCESS) {
+                        fprintf(stderr, "client: completion: %s\n",
+                                diwarp_wc_status_str(wc.status));
+                        return false;
+                }
+                if ((wc.wr_id & EX_WRID_MASK) == EX_WRID_CREDIT) {
+                        uint32_t i = (uint32_t)(wc.wr_id & 0xffffffffu);
+                        size_t off = c.o.transport == EX_UD ? EX_GRH : 0;
+                        uint64_t v;
+                        memcpy(&v, c.credit_area + (size_t)i * 64 + off, 8);
+                        v = be64toh(v);
+                        if (v > credited)
+                                credited = v;
+                        if (ex_post_credit_recv(&c, i))
+                                return false;
+                }
+        }
+        *secs = (double)(ex_now_ns() - t0) / 1e9;
+        return true;
+}
+
+static bool client_rdma(uint32_t window, bool read, double *secs)
+{
+        uint64_t posted = 0, done = 0;
+        struct diwarp_wc wc;
+        uint32_t len = (uint32_t)c.o.size;
+        ex_fill(c.send_area, len, 0);
+        if (ex_sync(&c))
+                return false;
+        uint64_t t0 = ex_now_ns();
+        while (done < c.o.iters) {
+                while (posted < c.o.iters && posted - done < window) {
+                        if (ex_post_rdma(&c, EX_WRID_SEND | posted, read, len))
+                                return false;
+                        posted++;
+                }
+                if (ex_poll1(&c, &wc) <= 0 || wc.status != DIWARP_WC_SUCCESS) {
+                        fprintf(stderr, "client: RDMA %s failed after %llu\n",
+                                read ? "read" : "write", (unsigned long long)done);
+                        return false;
+                }
+                done++;
+        }
+        *secs = (double)(ex_now_ns() - t0) / 1e9;
+        if (read && c.o.validate && ex_check(c.recv_area, len, 0) >= 0) {
+                fprintf(stderr, "client: read data differs\n");
+                return false;
+        }
+        return ex_done(&c) == 0;
+}
+
+int main(int argc, char **argv)
+{
+        struct ex_opts o;
+        ex_parse(argc, argv, &o, "diwarp-bw", true);
+        double secs = 0;
+        uint64_t count = 0;
+        struct ex_opts peek = o;
+        /* Receive slots are sized before the parameters are known on the
+         * server; 2 x the largest automatic window covers every op. */
+        bool ok = ex_setup(&c, &peek, 128) == 0;
+        uint32_t window = 0;
+        if (ok) {
+                window = auto_window();
+                if (window > 64)
+                        window = 64;
+                if (c.server) {
+                        if (c.o.op == EX_SEND) {
+                                ok = serve_send(window, &count, &secs);
+                        } else {
+                                if (c.o.op == EX_READ)
+                                        ex_fill(c.send_area, c.o.size, 0);
+                                ok = ex_sync(&c) == 0 && ex_serve_until_done(&c) == 0;
+                                if (c.o.op == EX_WRITE && c.o.validate &&
+                                    ex_check(c.recv_area, c.o.size, 0) >= 0) {
+                                        fprintf(stderr, "server: written data differs\n");
+                                        ok = false;
+                                }
+                                count = c.o.iters;
+                        }
+                } else if (c.o.op == EX_SEND) {
+                        ok = client_send(window, &secs);
+                } else {
+                        ok = client_rdma(window, c.o.op == EX_READ, &secs);
+                }
+                bool peer_ok = false;
+                uint64_t peer_count = 0;
+                if (ex_finish(&c, ok, count, &peer_ok, &peer_count) < 0 || !peer_ok)
+                        ok = false;
+                if (!c.server && c.o.op == EX_SEND && peer_count != c.o.iters)
+                        ok = false;
+                o = c.o;
+        }
+        ex_teardown(&c);
+        double gbps = secs > 0 ? (double)o.size * (double)o.iters * 8 / secs / 1e9 : 0;
+        printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s gbps=%.3f\n",
+               ex_transport_name(o.transport), ex_op_name(o.op), (unsigned long long)o.size,
+               (unsigned long long)o.iters, ok ? "ok" : "fail", gbps);
+        return ok ? 0 : 1;
+}

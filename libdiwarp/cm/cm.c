@@ -1,0 +1,1004 @@
+/* RC connection management: native CM calls and the IB-style connect.
+ * See cm.h for the private data layout and README.md for the decisions. */
+#include "cm/cm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cm/mpa_conn.h"
+#include "dw.h"
+#include "llp/tcp.h"
+#include "qp/rc.h"
+#include "util/time.h"
+
+static const uint8_t ibcm_magic[4] = {'D', 'W', 'Q', 'P'};
+
+int dw_ibcm_pd_encode(const struct dw_ibcm_pd *in, uint8_t *buf, size_t cap)
+{
+        if (cap < DW_IBCM_PD_LEN)
+                return -ENOSPC;
+        memcpy(buf, ibcm_magic, 4);
+        buf[4] = in->version;
+        buf[5] = in->reason;
+        buf[6] = buf[7] = 0;
+        dw_put_be32(buf + 8, in->init_qpn);
+        dw_put_be32(buf + 12, in->resp_qpn);
+        memcpy(buf + 16, in->gid.raw, 16);
+        return DW_IBCM_PD_LEN;
+}
+
+int dw_ibcm_pd_decode(const uint8_t *buf, size_t len, struct dw_ibcm_pd *out)
+{
+        if (len < DW_IBCM_PD_LEN)
+                return len >= 4 && memcmp(buf, ibcm_magic, 4) == 0 ? -ENODATA : -EPROTO;
+        if (memcmp(buf, ibcm_magic, 4) != 0 || buf[4] != DW_IBCM_VERSION)
+                return -EPROTO;
+        out->version = buf[4];
+        out->reason = buf[5];
+        out->init_qpn = dw_get_be32(buf + 8);
+        out->resp_qpn = dw_get_be32(buf + 12);
+        memcpy(out->gid.raw, buf + 16, 16);
+        return 0;
+}
+
+static struct dw_rc_dev *rcdev(struct dw_device *dev)
+{
+        return (struct dw_rc_dev *)dev->rc;
+}
+
+static bool is_rc(const struct dw_qp *qp)
+{
+        return qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC;
+}
+
+static uint64_t ms_from_now(uint32_t ms)
+{
+        return dw_now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+static uint32_t connect_timeout_ms(const struct dw_device *dev)
+{
+        return dev->cfg.connect_timeout_ms ? dev->cfg.connect_timeout_ms : 10000;
+}
+
+/* ======================================================================
+ * IB-style connect, responder side: sockets accepted on the instance
+ * listener, waiting for their MPA Request and for the QP they name.
+ * ====================================================================== */
+
+enum pend_state { PEND_READING, PEND_WAITING_QP, PEND_REPLYING };
+
+struct dw_cm_pend {
+        struct dw_cm_pend *next;
+        struct dw_device *dev;
+        int fd;
+        bool watched;
+        uint32_t events;
+        struct sockaddr_in peer;
+        enum pend_state state;
+        struct dw_qp *qp; /* PEND_REPLYING: the QP the stream goes to */
+        bool accepting;   /* the Reply being written accepts */
+        struct dw_ibcm_pd req;
+        uint64_t deadline_ns;
+        struct dw_mpa_conn mpa;
+};
+
+#define DW_CM_MAX_PEND 256
+
+static int pend_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx);
+
+static void pend_watch(struct dw_cm_pend *p, uint32_t ev)
+{
+        if (!p->watched) {
+                if (dw_progress_watch_fd(p->dev, p->fd, ev, pend_cb, p) == 0) {
+                        p->watched = true;
+                        p->events = ev;
+                }
+        } else if (ev != p->events && dw_progress_modify_fd(p->dev, p->fd, ev) == 0) {
+                p->events = ev;
+        }
+}
+
+static void pend_unwatch(struct dw_cm_pend *p)
+{
+        if (p->watched)
+                dw_progress_unwatch_fd(p->dev, p->fd);
+        p->watched = false;
+}
+
+static void pend_free(struct dw_cm_pend *p, bool close_fd)
+{
+        struct dw_rc_dev *rd = rcdev(p->dev);
+
+        for (struct dw_cm_pend **pp = &rd->pend; *pp; pp = &(*pp)->next)
+                if (*pp == p) {
+                        *pp = p->next;
+                        rd->npend--;
+                        break;
+                }
+        pend_unwatch(p);
+        if (close_fd && p->fd >= 0)
+                close(p->fd);
+        free(p);
+}
+
+static void pend_reply(struct dw_cm_pend *p, struct dw_qp *qp, uint8_t reason)
+{
+        uint8_t pd[DW_IBCM_PD_LEN];
+        struct dw_ibcm_pd r = {.version = DW_IBCM_VERSION,
+                               .reason = reason,
+                               .init_qpn = p->req.init_qpn,
+                               .resp_qpn = p->req.resp_qpn,
+                               .gid = p->dev->gid};
+
+        dw_ibcm_pd_encode(&r, pd, sizeof(pd));
+        bool accept = reason == DW_IBCM_ACCEPT;
+        uint16_t ird = qp ? dw_rc_offer_ird(qp) : 0, ord = qp ? dw_rc_offer_ord(qp) : 0;
+        if (dw_mpa_respond(&p->mpa, accept, ird, ord, pd, sizeof(pd)) < 0) {
+                pend_free(p, true);
+                return;
+        }
+        p->state = PEND_REPLYING;
+        p->accepting = accept;
+        p->qp = accept ? qp : NULL;
+        if (accept)
+                qp->rc->state = DW_RC_CONNECTING;
+        pend_watch(p, EPOLLOUT);
+        pend_cb(p->dev, p->fd, EPOLLOUT, p);
+}
+
+/* Decides what a complete Request gets: accept now, wait for the QP, or reject. */
+static void pend_try_match(struct dw_cm_pend *p)
+{
+        struct dw_device *dev = p->dev;
+        char pb[32];
+        struct dw_qp *qp = dw_qp_lookup(dev, p->req.resp_qpn);
+
+        if (!qp || !is_rc(qp) || !qp->rc) {
+                dw_warn("IB-style connect from %s: no RC QP %#x here; rejecting",
+                        dw_tcp_addr_str(&p->peer, pb, sizeof(pb)), p->req.resp_qpn);
+                pend_reply(p, NULL, DW_IBCM_NO_QP);
+                return;
+        }
+        struct dw_rc_conn *c = qp->rc;
+        bool ready = (qp->state == DIWARP_QPS_RTR || qp->state == DIWARP_QPS_RTS) &&
+                     (qp->attr_mask_set & DIWARP_QP_DEST_QPN) &&
+                     (qp->attr_mask_set & DIWARP_QP_AV) && c->state == DW_RC_IDLE && c->ib_style;
+        if (ready && qp->attr.dest_qp_num == p->req.init_qpn &&
+            memcmp(qp->attr.dgid.raw, p->req.gid.raw, 16) == 0 &&
+            qp->peer.sin_addr.s_addr == p->peer.sin_addr.s_addr) {
+                pend_reply(p, qp, DW_IBCM_ACCEPT);
+                return;
+        }
+        if (c->state == DW_RC_UP || c->state == DW_RC_CONNECTING) {
+                dw_warn("IB-style connect from %s for QP %#x: already connected; rejecting",
+                        dw_tcp_addr_str(&p->peer, pb, sizeof(pb)), qp->qpn);
+                pend_reply(p, NULL, DW_IBCM_BUSY);
+                return;
+        }
+        /* The peer reached RTR first: hold the Request until our QP does
+         * (or the deadline passes). Nothing to read meanwhile. */
+        p->state = PEND_WAITING_QP;
+        pend_unwatch(p);
+}
+
+static int pend_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
+{
+        struct dw_cm_pend *p = ctx;
+        char pb[32];
+
+        (void)fd;
+        (void)events;
+        if (!dw_mpa_step(&p->mpa)) {
+                pend_watch(p, dw_mpa_poll_events(&p->mpa) == POLLOUT ? EPOLLOUT : EPOLLIN);
+                return 0;
+        }
+        switch (p->mpa.state) {
+        case DW_MPA_REQUEST:
+                if (p->state != PEND_READING)
+                        return 0;
+                if (p->mpa.peer_markers ||
+                    dw_ibcm_pd_decode(p->mpa.pd, p->mpa.pd_len, &p->req) < 0) {
+                        dw_warn("IB-style connect from %s: %s; rejecting",
+                                dw_tcp_addr_str(&p->peer, pb, sizeof(pb)),
+                                p->mpa.peer_markers ? "MPA markers requested"
+                                                    : "private data is not a diwarp QP request");
+                        memset(&p->req, 0, sizeof(p->req));
+                        pend_reply(p, NULL, DW_IBCM_BAD_REQUEST);
+                        return 1;
+                }
+                pend_try_match(p);
+                return 1;
+        case DW_MPA_DONE: {
+                struct dw_qp *qp = p->qp;
+                struct dw_mpa_conn mc = p->mpa;
+                struct sockaddr_in peer = p->peer;
+                int sfd = p->fd;
+                pend_unwatch(p);
+                p->fd = -1;
+                pend_free(p, false);
+                qp->rc->state = DW_RC_IDLE;
+                qp->rc->ib_style = true;
+                dw_rc_attach(qp, sfd, &mc, &peer);
+                return 1;
+        }
+        case DW_MPA_REJECTED:
+                pend_free(p, true);
+                return 1;
+        default: /* FAILED */
+                dw_info("IB-style connect from %s: %s (%s)",
+                        dw_tcp_addr_str(&p->peer, pb, sizeof(pb)),
+                        p->mpa.why ? p->mpa.why : "MPA setup failed", strerror(-p->mpa.err));
+                if (p->state == PEND_REPLYING && p->accepting && p->qp && p->qp->rc)
+                        p->qp->rc->state = DW_RC_IDLE;
+                pend_free(p, true);
+                return 1;
+        }
+        (void)dev;
+}
+
+static int listen_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
+{
+        struct dw_rc_dev *rd = ctx;
+        int work = 0;
+
+        (void)events;
+        for (int i = 0; i < 16; i++) {
+                struct sockaddr_in peer;
+                int s = dw_tcp_accept(fd, &peer);
+                if (s < 0)
+                        break;
+                work++;
+                if (rd->npend >= DW_CM_MAX_PEND) {
+                        char pb[32];
+                        dw_warn("instance listener: too many pending connects; dropping %s",
+                                dw_tcp_addr_str(&peer, pb, sizeof(pb)));
+                        close(s);
+                        continue;
+                }
+                struct dw_cm_pend *p = calloc(1, sizeof(*p));
+                if (!p) {
+                        close(s);
+                        continue;
+                }
+                p->dev = dev;
+                p->fd = s;
+                p->peer = peer;
+                p->state = PEND_READING;
+                p->deadline_ns = ms_from_now(connect_timeout_ms(dev));
+                dw_mpa_init_responder(&p->mpa, s, dev->cfg.rc_crc, DW_RC_MAX_RD, DW_RC_MAX_RD);
+                p->next = rd->pend;
+                rd->pend = p;
+                rd->npend++;
+                dw_progress_timer(dev, p->deadline_ns);
+                pend_watch(p, EPOLLIN);
+                pend_cb(dev, s, EPOLLIN, p);
+        }
+        return work;
+}
+
+/* A QP reached RTR as the responder: a Request may already be waiting. */
+static void pend_match_qp(struct dw_device *dev, struct dw_qp *qp)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        for (struct dw_cm_pend *p = rd->pend, *n; p; p = n) {
+                n = p->next;
+                if (p->state == PEND_WAITING_QP && p->req.resp_qpn == qp->qpn) {
+                        pend_try_match(p);
+                        if (qp->rc->state != DW_RC_IDLE)
+                                return;
+                }
+        }
+}
+
+/* ======================================================================
+ * IB-style connect, initiator side.
+ * ====================================================================== */
+
+struct dw_cm_att {
+        struct dw_cm_att *next;
+        struct dw_qp *qp;
+        int fd;
+        bool watched;
+        uint32_t events;
+        uint64_t deadline_ns; /* give up */
+        uint64_t retry_ns;    /* fd < 0: next attempt */
+        uint32_t backoff_ms;
+        struct dw_mpa_conn mpa;
+};
+
+static int att_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx);
+
+static void att_close_fd(struct dw_cm_att *a)
+{
+        if (a->fd < 0)
+                return;
+        if (a->watched)
+                dw_progress_unwatch_fd(a->qp->dev, a->fd);
+        a->watched = false;
+        close(a->fd);
+        a->fd = -1;
+}
+
+static void att_free(struct dw_cm_att *a)
+{
+        struct dw_rc_dev *rd = rcdev(a->qp->dev);
+
+        for (struct dw_cm_att **pp = &rd->atts; *pp; pp = &(*pp)->next)
+                if (*pp == a) {
+                        *pp = a->next;
+                        break;
+                }
+        att_close_fd(a);
+        if (a->qp->rc && a->qp->rc->cm == a)
+                a->qp->rc->cm = NULL;
+        free(a);
+}
+
+static void att_fatal(struct dw_cm_att *a, const char *why, int err)
+{
+        struct dw_qp *qp = a->qp;
+        char pb[32];
+
+        dw_warn("RC QP %#x: IB-style connect to %s (QP %#x) failed: %s%s%s", qp->qpn,
+                dw_tcp_addr_str(&qp->peer, pb, sizeof(pb)), qp->attr.dest_qp_num, why,
+                err ? ": " : "", err ? strerror(-err) : "");
+        att_free(a);
+        qp->rc->state = DW_RC_IDLE;
+        if (qp->state != DIWARP_QPS_ERR)
+                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+}
+
+static void att_watch(struct dw_cm_att *a)
+{
+        uint32_t ev = dw_mpa_poll_events(&a->mpa) == POLLOUT ? EPOLLOUT : EPOLLIN;
+
+        if (!a->watched) {
+                if (dw_progress_watch_fd(a->qp->dev, a->fd, ev, att_cb, a) == 0) {
+                        a->watched = true;
+                        a->events = ev;
+                }
+        } else if (ev != a->events && dw_progress_modify_fd(a->qp->dev, a->fd, ev) == 0) {
+                a->events = ev;
+        }
+}
+
+static void att_retry_later(struct dw_cm_att *a, int err, const char *why)
+{
+        struct dw_qp *qp = a->qp;
+        uint64_t now = dw_now_ns();
+
+        att_close_fd(a);
+        if (now >= a->deadline_ns) {
+                att_fatal(a, why, err);
+                return;
+        }
+        dw_dbg("RC QP %#x: IB-style connect attempt failed (%s), retrying in %u ms", qp->qpn,
+               strerror(-err), a->backoff_ms);
+        a->retry_ns = now + (uint64_t)a->backoff_ms * 1000000ull;
+        if (a->retry_ns > a->deadline_ns)
+                a->retry_ns = a->deadline_ns;
+        a->backoff_ms = a->backoff_ms * 2 > 500 ? 500 : a->backoff_ms * 2;
+        dw_progress_timer(qp->dev, a->retry_ns);
+}
+
+static void att_start(struct dw_cm_att *a)
+{
+        struct dw_qp *qp = a->qp;
+        struct dw_device *dev = qp->dev;
+        uint8_t pd[DW_IBCM_PD_LEN];
+        struct dw_ibcm_pd r = {.version = DW_IBCM_VERSION,
+                               .init_qpn = qp->qpn,
+                               .resp_qpn = qp->attr.dest_qp_num,
+                               .gid = dev->gid};
+        bool inprog = false;
+
+        dw_ibcm_pd_encode(&r, pd, sizeof(pd));
+        int fd = dw_tcp_connect_start(dev->addr, &qp->peer, &inprog);
+        if (fd < 0) {
+                att_retry_later(a, fd, "TCP connect");
+                return;
+        }
+        a->fd = fd;
+        dw_mpa_init_initiator(&a->mpa, fd, inprog, dev->cfg.rc_crc, dw_rc_offer_ird(qp),
+                              dw_rc_offer_ord(qp), pd, sizeof(pd));
+        att_watch(a);
+        att_cb(dev, fd, 0, a);
+}
+
+static int att_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
+{
+        struct dw_cm_att *a = ctx;
+        struct dw_qp *qp = a->qp;
+        struct dw_ibcm_pd rep;
+
+        (void)dev;
+        (void)fd;
+        (void)events;
+        if (a->fd < 0)
+                return 0;
+        if (!dw_mpa_step(&a->mpa)) {
+                att_watch(a);
+                return 0;
+        }
+        switch (a->mpa.state) {
+        case DW_MPA_DONE: {
+                if (dw_ibcm_pd_decode(a->mpa.pd, a->mpa.pd_len, &rep) < 0 ||
+                    rep.init_qpn != qp->qpn || rep.resp_qpn != qp->attr.dest_qp_num) {
+                        att_fatal(a, "the Reply's private data does not name our QPs", 0);
+                        return 1;
+                }
+                struct dw_mpa_conn mc = a->mpa;
+                int sfd = a->fd;
+                if (a->watched)
+                        dw_progress_unwatch_fd(qp->dev, a->fd);
+                a->watched = false;
+                a->fd = -1;
+                att_free(a);
+                qp->rc->state = DW_RC_IDLE;
+                if (dw_rc_attach(qp, sfd, &mc, &qp->peer) < 0 && qp->state != DIWARP_QPS_ERR)
+                        dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+                return 1;
+        }
+        case DW_MPA_REJECTED: {
+                const char *why = "rejected by the peer";
+                if (dw_ibcm_pd_decode(a->mpa.pd, a->mpa.pd_len, &rep) == 0) {
+                        switch (rep.reason) {
+                        case DW_IBCM_NO_QP:
+                                why = "the peer has no such QP";
+                                break;
+                        case DW_IBCM_NOT_READY:
+                                why = "the peer QP did not reach RTR for us in time";
+                                break;
+                        case DW_IBCM_BUSY:
+                                why = "the peer QP is already connected";
+                                break;
+                        default:
+                                why = "the peer did not understand the request";
+                                break;
+                        }
+                }
+                att_fatal(a, why, 0);
+                return 1;
+        }
+        default:
+                att_retry_later(a, a->mpa.err ? a->mpa.err : -EPROTO,
+                                a->mpa.why ? a->mpa.why : "MPA setup");
+                return 1;
+        }
+}
+
+int dw_cm_ib_connect(struct dw_qp *qp)
+{
+        struct dw_device *dev = qp->dev;
+        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_conn *c = qp->rc;
+
+        if (!rd || !c)
+                return -EINVAL;
+        int cmp = memcmp(dev->gid.raw, qp->attr.dgid.raw, 16);
+        if (cmp == 0)
+                cmp = qp->qpn < qp->attr.dest_qp_num ? -1 : qp->qpn > qp->attr.dest_qp_num;
+        if (cmp == 0) {
+                dw_warn("RC QP %#x: RTR names the QP itself as its peer", qp->qpn);
+                return -EINVAL;
+        }
+        c->ib_style = true;
+        if (cmp > 0) {
+                /* Larger (GID, QPN): the peer connects to us. */
+                pend_match_qp(dev, qp);
+                return 0;
+        }
+        struct dw_cm_att *a = calloc(1, sizeof(*a));
+        if (!a)
+                return -ENOMEM;
+        a->qp = qp;
+        a->fd = -1;
+        a->backoff_ms = 10;
+        a->deadline_ns = ms_from_now(connect_timeout_ms(dev));
+        a->next = rd->atts;
+        rd->atts = a;
+        c->cm = a;
+        c->state = DW_RC_CONNECTING;
+        dw_progress_timer(dev, a->deadline_ns);
+        att_start(a);
+        return 0;
+}
+
+void dw_cm_qp_cancel(struct dw_qp *qp)
+{
+        struct dw_rc_dev *rd = rcdev(qp->dev);
+
+        if (!rd)
+                return;
+        if (qp->rc && qp->rc->cm) {
+                att_free((struct dw_cm_att *)qp->rc->cm);
+                if (qp->rc->state == DW_RC_CONNECTING)
+                        qp->rc->state = DW_RC_IDLE;
+        }
+        for (struct dw_cm_pend *p = rd->pend, *n; p; p = n) {
+                n = p->next;
+                if (p->qp == qp) {
+                        if (qp->rc && qp->rc->state == DW_RC_CONNECTING)
+                                qp->rc->state = DW_RC_IDLE;
+                        pend_free(p, true);
+                }
+        }
+}
+
+int dw_cm_progress(struct dw_device *dev)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+        uint64_t now = dw_now_ns();
+        int work = 0;
+
+        if (!rd)
+                return 0;
+        for (struct dw_cm_pend *p = rd->pend, *n; p; p = n) {
+                n = p->next;
+                if (now < p->deadline_ns) {
+                        dw_progress_timer(dev, p->deadline_ns);
+                        continue;
+                }
+                work++;
+                if (p->state == PEND_WAITING_QP) {
+                        char pb[32];
+                        dw_warn("IB-style connect from %s for QP %#x: the QP did not reach RTR "
+                                "for that peer in time; rejecting",
+                                dw_tcp_addr_str(&p->peer, pb, sizeof(pb)), p->req.resp_qpn);
+                        p->deadline_ns = now + 1000000000ull; /* for the Reply itself */
+                        pend_reply(p, NULL, DW_IBCM_NOT_READY);
+                } else {
+                        if (p->state == PEND_REPLYING && p->accepting && p->qp && p->qp->rc)
+                                p->qp->rc->state = DW_RC_IDLE;
+                        pend_free(p, true);
+                }
+        }
+        for (struct dw_cm_att *a = rd->atts, *n; a; a = n) {
+                n = a->next;
+                if (a->fd < 0 && now >= a->retry_ns) {
+                        work++;
+                        att_start(a);
+                } else if (a->fd >= 0 && now >= a->deadline_ns) {
+                        work++;
+                        att_fatal(a, "no MPA Reply in time", -ETIMEDOUT);
+                } else {
+                        dw_progress_timer(dev, a->fd < 0 ? a->retry_ns : a->deadline_ns);
+                }
+        }
+        return work;
+}
+
+int dw_cm_dev_init(struct dw_device *dev)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        if (dev->tcp_listen_fd >= 0) {
+                int r = dw_progress_watch_fd(dev, dev->tcp_listen_fd, EPOLLIN, listen_cb, rd);
+                if (r < 0)
+                        return r;
+                rd->listen_watched = true;
+        }
+        return 0;
+}
+
+void dw_cm_dev_fini(struct dw_device *dev)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        if (!rd)
+                return;
+        while (rd->pend)
+                pend_free(rd->pend, true);
+        while (rd->atts)
+                att_free(rd->atts);
+        if (rd->listen_watched)
+                dw_progress_unwatch_fd(dev, dev->tcp_listen_fd);
+        rd->listen_watched = false;
+}
+
+/* ======================================================================
+ * Native CM (diwarp.h): listeners, accept/reject, connect, disconnect.
+ * These block the caller (poll on the socket) WITHOUT the device lock; the
+ * lock is taken only to check and attach the QP.
+ * ====================================================================== */
+
+#define DW_LISTEN_MAX 64
+
+struct dw_lconn {
+        bool used;
+        bool delivered; /* handed to the application by get_request */
+        int fd;
+        uint64_t id;
+        uint64_t deadline_ns;
+        struct sockaddr_in peer;
+        struct dw_mpa_conn mpa;
+};
+
+struct diwarp_listener {
+        struct dw_device *dev;
+        int fd;
+        uint16_t port;
+        pthread_mutex_t lock;
+        uint64_t next_id;
+        struct dw_lconn conns[DW_LISTEN_MAX];
+};
+
+int diwarp_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
+{
+        struct dw_device *dev = dw_dev_of(d);
+
+        if (!dev || !out)
+                return -EINVAL;
+        struct diwarp_listener *l = calloc(1, sizeof(*l));
+        if (!l)
+                return -ENOMEM;
+        int fd = dw_tcp_listen(dev->addr, port, backlog, &l->port);
+        if (fd < 0) {
+                dw_warn("diwarp_listen: %s:%u: %s", dev->cfg.addr, port, strerror(-fd));
+                free(l);
+                return fd;
+        }
+        l->dev = dev;
+        l->fd = fd;
+        l->next_id = 1;
+        pthread_mutex_init(&l->lock, NULL);
+        *out = l;
+        return 0;
+}
+
+static void lconn_drop(struct dw_lconn *lc)
+{
+        if (lc->fd >= 0)
+                close(lc->fd);
+        lc->fd = -1;
+        lc->used = false;
+}
+
+int diwarp_listener_destroy(struct diwarp_listener *l)
+{
+        if (!l)
+                return -EINVAL;
+        for (int i = 0; i < DW_LISTEN_MAX; i++)
+                if (l->conns[i].used)
+                        lconn_drop(&l->conns[i]);
+        close(l->fd);
+        pthread_mutex_destroy(&l->lock);
+        free(l);
+        return 0;
+}
+
+int diwarp_listener_fd(const struct diwarp_listener *l)
+{
+        return l ? l->fd : -EINVAL;
+}
+
+static void listener_accept_all(struct diwarp_listener *l)
+{
+        struct dw_device *dev = l->dev;
+
+        for (;;) {
+                struct sockaddr_in peer;
+                int s = dw_tcp_accept(l->fd, &peer);
+                if (s < 0)
+                        return;
+                struct dw_lconn *lc = NULL;
+                for (int i = 0; i < DW_LISTEN_MAX && !lc; i++)
+                        if (!l->conns[i].used)
+                                lc = &l->conns[i];
+                if (!lc) {
+                        char pb[32];
+                        dw_warn("listener port %u: too many unanswered requests; dropping %s",
+                                l->port, dw_tcp_addr_str(&peer, pb, sizeof(pb)));
+                        close(s);
+                        continue;
+                }
+                memset(lc, 0, sizeof(*lc));
+                lc->used = true;
+                lc->fd = s;
+                lc->peer = peer;
+                lc->id = l->next_id++;
+                lc->deadline_ns = ms_from_now(connect_timeout_ms(dev));
+                dw_mpa_init_responder(&lc->mpa, s, dev->cfg.rc_crc, DW_RC_MAX_RD, DW_RC_MAX_RD);
+        }
+}
+
+/* Steps the undelivered sockets; returns a ready one or NULL. */
+static struct dw_lconn *listener_scan(struct diwarp_listener *l)
+{
+        uint64_t now = dw_now_ns();
+        char pb[32];
+
+        for (int i = 0; i < DW_LISTEN_MAX; i++) {
+                struct dw_lconn *lc = &l->conns[i];
+                if (!lc->used || lc->delivered)
+                        continue;
+                if (!dw_mpa_step(&lc->mpa)) {
+                        if (now >= lc->deadline_ns) {
+                                dw_info("listener port %u: no MPA Request from %s in time", l->port,
+                                        dw_tcp_addr_str(&lc->peer, pb, sizeof(pb)));
+                                lconn_drop(lc);
+                        }
+                        continue;
+                }
+                if (lc->mpa.state != DW_MPA_REQUEST) {
+                        dw_info("listener port %u: connect from %s failed: %s", l->port,
+                                dw_tcp_addr_str(&lc->peer, pb, sizeof(pb)),
+                                lc->mpa.why ? lc->mpa.why : "?");
+                        lconn_drop(lc);
+                        continue;
+                }
+                if (lc->mpa.peer_markers) {
+                        /* We never insert markers: refuse cleanly with a Reject. */
+                        dw_warn("listener port %u: %s asks for MPA markers; rejecting", l->port,
+                                dw_tcp_addr_str(&lc->peer, pb, sizeof(pb)));
+                        if (dw_mpa_respond(&lc->mpa, false, 0, 0, NULL, 0) == 0)
+                                dw_mpa_run(&lc->mpa, now + 1000000000ull);
+                        lconn_drop(lc);
+                        continue;
+                }
+                return lc;
+        }
+        return NULL;
+}
+
+int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
+                                struct diwarp_conn_request *req)
+{
+        if (!l || !req)
+                return -EINVAL;
+        uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : ms_from_now((uint32_t)timeout_ms);
+
+        pthread_mutex_lock(&l->lock);
+        for (;;) {
+                listener_accept_all(l);
+                struct dw_lconn *lc = listener_scan(l);
+                if (lc) {
+                        memset(req, 0, sizeof(*req));
+                        req->id = lc->id;
+                        dw_ipv4_to_gid(lc->peer.sin_addr, &req->peer_gid);
+                        req->peer_port = ntohs(lc->peer.sin_port);
+                        req->private_data_len = lc->mpa.pd_len;
+                        memcpy(req->private_data, lc->mpa.pd, lc->mpa.pd_len);
+                        req->ird = (uint8_t)(lc->mpa.peer_ird > 255 ? 255 : lc->mpa.peer_ird);
+                        req->ord = (uint8_t)(lc->mpa.peer_ord > 255 ? 255 : lc->mpa.peer_ord);
+                        lc->delivered = true;
+                        pthread_mutex_unlock(&l->lock);
+                        return 0;
+                }
+                uint64_t now = dw_now_ns();
+                if (now >= deadline) {
+                        pthread_mutex_unlock(&l->lock);
+                        return timeout_ms == 0 ? -EAGAIN : -ETIMEDOUT;
+                }
+                struct pollfd pfd[DW_LISTEN_MAX + 1];
+                int n = 0;
+                uint64_t wake = deadline;
+                pfd[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+                for (int i = 0; i < DW_LISTEN_MAX; i++) {
+                        struct dw_lconn *c = &l->conns[i];
+                        if (!c->used || c->delivered)
+                                continue;
+                        pfd[n++] =
+                            (struct pollfd){.fd = c->fd, .events = dw_mpa_poll_events(&c->mpa)};
+                        if (c->deadline_ns < wake)
+                                wake = c->deadline_ns;
+                }
+                int ms = -1;
+                if (wake != UINT64_MAX)
+                        ms = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+                pthread_mutex_unlock(&l->lock);
+                poll(pfd, (nfds_t)n, ms);
+                pthread_mutex_lock(&l->lock);
+        }
+}
+
+static struct dw_lconn *find_request(struct diwarp_listener *l, uint64_t id)
+{
+        for (int i = 0; i < DW_LISTEN_MAX; i++)
+                if (l->conns[i].used && l->conns[i].delivered && l->conns[i].id == id)
+                        return &l->conns[i];
+        return NULL;
+}
+
+static uint16_t param_or(uint8_t v, uint16_t dflt)
+{
+        return v ? (v > DW_RC_MAX_RD ? DW_RC_MAX_RD : v) : dflt;
+}
+
+/* Claims an RC QP in INIT (or RTR) for a native connect/accept. */
+static int claim_qp(struct dw_qp *qp)
+{
+        if (!is_rc(qp) || !qp->rc)
+                return -EINVAL;
+        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR)
+                return -EINVAL;
+        if (qp->rc->state != DW_RC_IDLE || qp->rc->fd >= 0)
+                return -EISCONN;
+        qp->rc->state = DW_RC_CONNECTING;
+        return 0;
+}
+
+/* Stream established: QP to RTS and hand the socket to rc.c. */
+static int attach_native(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
+                         const struct sockaddr_in *peer)
+{
+        struct dw_device *dev = qp->dev;
+
+        pthread_mutex_lock(&dev->lock);
+        qp->rc->state = DW_RC_IDLE;
+        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR) {
+                pthread_mutex_unlock(&dev->lock);
+                close(fd);
+                return -EINVAL;
+        }
+        qp->peer = *peer;
+        dw_ipv4_to_gid(peer->sin_addr, &qp->attr.dgid);
+        qp->state = DIWARP_QPS_RTS;
+        int r = dw_rc_attach(qp, fd, mc, peer);
+        if (r < 0)
+                qp->state = DIWARP_QPS_INIT;
+        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        pthread_mutex_unlock(&dev->lock);
+        return r;
+}
+
+int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *q,
+                  const struct diwarp_conn_param *reply)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+
+        if (!l || !qp || qp->dev != l->dev)
+                return -EINVAL;
+        if (reply && reply->private_data_len > DW_MPA_ULP_PD_MAX)
+                return -EINVAL;
+        pthread_mutex_lock(&l->lock);
+        struct dw_lconn *lc = find_request(l, request_id);
+        if (!lc) {
+                pthread_mutex_unlock(&l->lock);
+                return -ENOENT;
+        }
+        pthread_mutex_lock(&qp->dev->lock);
+        int r = claim_qp(qp);
+        uint16_t ird = param_or(reply ? reply->ird : 0, dw_rc_offer_ird(qp));
+        uint16_t ord = param_or(reply ? reply->ord : 0, dw_rc_offer_ord(qp));
+        pthread_mutex_unlock(&qp->dev->lock);
+        if (r < 0) {
+                pthread_mutex_unlock(&l->lock);
+                return r;
+        }
+        r = dw_mpa_respond(&lc->mpa, true, ird, ord, reply ? reply->private_data : NULL,
+                           reply ? reply->private_data_len : 0);
+        if (r == 0) {
+                r = dw_mpa_run(&lc->mpa, ms_from_now(connect_timeout_ms(l->dev)));
+                if (r >= 0)
+                        r = lc->mpa.state == DW_MPA_DONE ? 0 : (lc->mpa.err ? lc->mpa.err : -EIO);
+        }
+        if (r < 0) {
+                pthread_mutex_lock(&qp->dev->lock);
+                qp->rc->state = DW_RC_IDLE;
+                pthread_mutex_unlock(&qp->dev->lock);
+                lconn_drop(lc);
+                pthread_mutex_unlock(&l->lock);
+                return r;
+        }
+        int fd = lc->fd;
+        struct dw_mpa_conn mc = lc->mpa;
+        struct sockaddr_in peer = lc->peer;
+        lc->fd = -1;
+        lconn_drop(lc);
+        pthread_mutex_unlock(&l->lock);
+        return attach_native(qp, fd, &mc, &peer);
+}
+
+int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
+                  uint16_t private_data_len)
+{
+        if (!l || private_data_len > DW_MPA_ULP_PD_MAX)
+                return -EINVAL;
+        pthread_mutex_lock(&l->lock);
+        struct dw_lconn *lc = find_request(l, request_id);
+        if (!lc) {
+                pthread_mutex_unlock(&l->lock);
+                return -ENOENT;
+        }
+        int r = dw_mpa_respond(&lc->mpa, false, 0, 0, private_data, private_data_len);
+        if (r == 0) {
+                r = dw_mpa_run(&lc->mpa, ms_from_now(connect_timeout_ms(l->dev)));
+                r = r < 0 ? r : 0;
+        }
+        lconn_drop(lc);
+        pthread_mutex_unlock(&l->lock);
+        return r;
+}
+
+int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port,
+                   const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
+                   uint16_t *reply_pd_len)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(port)};
+
+        if (!qp || !dgid || dw_gid_to_ipv4(dgid, &dst.sin_addr) < 0)
+                return -EINVAL;
+        if (param && param->private_data_len > DW_MPA_ULP_PD_MAX)
+                return -EINVAL;
+        struct dw_device *dev = qp->dev;
+        pthread_mutex_lock(&dev->lock);
+        int r = claim_qp(qp);
+        uint16_t ird = param_or(param ? param->ird : 0, dw_rc_offer_ird(qp));
+        uint16_t ord = param_or(param ? param->ord : 0, dw_rc_offer_ord(qp));
+        bool crc = dev->cfg.rc_crc;
+        struct in_addr src = dev->addr;
+        uint32_t tmo = timeout_ms < 0 ? connect_timeout_ms(dev) : (uint32_t)timeout_ms;
+        pthread_mutex_unlock(&dev->lock);
+        if (r < 0)
+                return r;
+
+        struct dw_mpa_conn *mc = malloc(sizeof(*mc));
+        bool inprog = false;
+        int fd = mc ? dw_tcp_connect_start(src, &dst, &inprog) : -ENOMEM;
+        if (fd >= 0) {
+                r = dw_mpa_init_initiator(mc, fd, inprog, crc, ird, ord,
+                                          param ? param->private_data : NULL,
+                                          param ? param->private_data_len : 0);
+                if (r == 0)
+                        r = dw_mpa_run(mc, ms_from_now(tmo));
+                if (r >= 0) {
+                        if (mc->state == DW_MPA_DONE)
+                                r = 0;
+                        else if (mc->state == DW_MPA_REJECTED)
+                                r = -ECONNREFUSED;
+                        else
+                                r = mc->err ? mc->err : -EIO;
+                }
+                if (mc->state == DW_MPA_DONE || mc->state == DW_MPA_REJECTED) {
+                        uint16_t n = mc->pd_len;
+                        if (reply_pd_len) {
+                                if (n > *reply_pd_len)
+                                        n = *reply_pd_len;
+                                *reply_pd_len = n;
+                        }
+                        if (reply_pd && reply_pd_len && n)
+                                memcpy(reply_pd, mc->pd, n);
+                }
+        } else {
+                r = fd;
+        }
+        if (r < 0) {
+                char pb[32];
+                dw_info("RC QP %#x: connect to %s: %s%s%s", qp->qpn,
+                        dw_tcp_addr_str(&dst, pb, sizeof(pb)), strerror(-r),
+                        mc && mc->why ? " — " : "", mc && mc->why ? mc->why : "");
+                if (fd >= 0)
+                        close(fd);
+                free(mc);
+                pthread_mutex_lock(&dev->lock);
+                qp->rc->state = DW_RC_IDLE;
+                pthread_mutex_unlock(&dev->lock);
+                return r;
+        }
+        r = attach_native(qp, fd, mc, &dst);
+        free(mc);
+        return r;
+}
+
+int diwarp_disconnect(struct diwarp_qp *q)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+
+        if (!qp || !is_rc(qp))
+                return -EINVAL;
+        pthread_mutex_lock(&qp->dev->lock);
+        int r = dw_rc_disconnect(qp);
+        dw_progress_step(qp->dev, DW_PROGRESS_BUDGET);
+        pthread_mutex_unlock(&qp->dev->lock);
+        return r;
+}

@@ -1,0 +1,309 @@
+/* Internal umbrella header of the engine: the device, QP, AH and SRQ objects
+ * and the functions the generic QP code exposes to the transports (UD here,
+ * RC in qp/rc.c by E5).
+ *
+ * Public handles are the internal objects themselves: a struct diwarp_qp * is
+ * a struct dw_qp * (see the dw_*_of / dw_*_pub converters below), so the public
+ * API needs no lookup tables.
+ *
+ * Locking: dev->lock guards everything reachable from a device. Every public
+ * call takes it; the progress thread takes it for each bounded step. Every
+ * dw_ function declared here expects the caller to hold it, unless its
+ * comment says otherwise.
+ */
+#ifndef DIWARP_DW_H
+#define DIWARP_DW_H
+
+#include <diwarp/diwarp.h>
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "mem/mr.h"
+#include "queue/cq.h"
+#include "queue/event.h"
+#include "queue/wq.h"
+#include "util/config.h"
+#include "util/fault.h"
+#include "util/log.h"
+#include "llp/udp.h"
+#include "progress/progress.h"
+
+/* ---- limits --------------------------------------------------------- */
+
+#define DW_QPN_INDEX_BITS  12
+#define DW_QPN_INDEX_MASK  0xfffu
+#define DW_MAX_QP          4096 /* per instance: the low 12 bits of the QPN */
+#define DW_MAX_INSTANCE    4096 /* the high 12 bits of the QPN */
+#define DW_FIRST_QP_INDEX  2    /* QPN 0 and 1 are never handed out */
+#define DW_MAX_QP_WR       16384
+#define DW_MAX_CQE         (1 << 20)
+#define DW_MAX_MR          (1 << 16)
+#define DW_MAX_PD          1024
+#define DW_MAX_SRQ         1024
+#define DW_MAX_SRQ_WR      16384
+#define DW_MAX_AH          (1 << 16)
+#define DW_MAX_RD_ATOM     16
+#define DW_MAX_MSG_RC      (1u << 31)
+#define DW_GRH_LEN         40 /* UD receives start with a GRH, as on IB/RoCE */
+#define DW_UD_DEFAULT_QKEY 0
+#define DW_PROGRESS_BUDGET 64 /* work units of the step post_* and cq_poll run */
+
+static inline uint32_t dw_qpn_make(uint16_t instance, uint32_t index)
+{
+        return (uint32_t)instance << DW_QPN_INDEX_BITS | (index & DW_QPN_INDEX_MASK);
+}
+
+static inline uint16_t dw_qpn_instance(uint32_t qpn)
+{
+        return (uint16_t)((qpn >> DW_QPN_INDEX_BITS) & 0xfffu);
+}
+
+static inline uint32_t dw_qpn_index(uint32_t qpn)
+{
+        return qpn & DW_QPN_INDEX_MASK;
+}
+
+struct dw_device;
+struct dw_qp;
+struct dw_rc_conn; /* E5: per-QP RC connection state (llp/tcp.h, qp/rc.c) */
+
+/* ---- device ----------------------------------------------------------- */
+
+struct dw_device {
+        pthread_mutex_t lock;
+        struct dw_config cfg;
+        uint16_t port;     /* UDP and TCP port: cfg.port_base + instance */
+        uint16_t instance; /* high 12 bits of every QPN */
+        struct in_addr addr;
+        union diwarp_gid gid; /* ::ffff:a.b.c.d */
+        struct dw_udp udp;
+        int tcp_listen_fd; /* instance TCP listener (IB-style RC connects, E5 accepts) */
+        struct dw_mr_table mrs;
+        struct dw_async_queue async;
+        struct dw_fault fault;
+        bool fault_on;
+        struct dw_progress prog;
+        struct dw_qp *qps[DW_MAX_QP]; /* by QPN index; [0], [1] stay NULL */
+        uint32_t next_qp_index;       /* allocation cursor */
+        int nqp, npd, ncq, nsrq, nah, nchannel;
+        uint32_t next_pd_handle;
+        struct diwarp_counters ctr;
+        void *rc; /* E5: device-wide RC/CM state (listeners, pending IB-style connects) */
+        struct dw_device *reg_next; /* device registry link */
+};
+
+/* ---- address handle --------------------------------------------------- */
+
+struct dw_ah {
+        struct dw_pd *pd;
+        union diwarp_gid dgid;
+        struct in_addr ip; /* from the IPv4-mapped dgid; port comes from the remote QPN */
+};
+
+/* ---- CQ, completion channel and SRQ wrappers ----------------------------
+ * queue/ objects first, so a struct dw_cq * handed out by queue/ (e.g. by
+ * dw_comp_channel_get_event) is also the public struct diwarp_cq *. */
+
+struct dw_cq_obj {
+        struct dw_cq cq;
+        struct dw_device *dev;
+};
+
+struct dw_channel_obj {
+        struct dw_comp_channel ch;
+        struct dw_device *dev;
+};
+
+struct dw_srq_obj {
+        struct dw_srq q; /* q.srq_context, q.use_count, q.limit */
+        struct dw_device *dev;
+        struct dw_pd *pd;
+        uint32_t max_sge;
+};
+
+/* ---- queue pair --------------------------------------------------------- */
+
+/* UD duplicate filter: a direct-mapped table of recently delivered messages,
+ * keyed by (source IPv4, source port, source QPN, MSN). UD has no sequence
+ * numbers of its own, but a datagram the network (or DIWARP_FAULT=dup)
+ * duplicates carries the same MSN; senders start their MSN at a random value
+ * so a restarted peer reusing a port and QPN is not mistaken for one. */
+#define DW_UD_SEEN_SLOTS 256
+struct dw_ud_seen {
+        uint64_t addr;    /* ip << 16 | port; 0 = empty */
+        uint64_t qpn_msn; /* src_qpn << 32 | msn */
+};
+
+struct dw_qp {
+        struct dw_device *dev;
+        struct dw_pd *pd;
+        void *qp_context;
+        enum diwarp_qp_type type;
+        enum diwarp_qp_state state;
+        uint32_t qpn;
+        struct dw_cq *send_cq, *recv_cq;
+        struct dw_srq_obj *srq; /* NULL: receives come from rq */
+        struct dw_wq sq, rq;
+        struct diwarp_qp_cap cap; /* granted */
+        bool sq_sig_all;
+        /* Attributes as last set through diwarp_qp_modify (qkey, dest_qp_num,
+         * dgid, path_mtu, ORD/IRD, timeouts, access flags...). */
+        struct diwarp_qp_attr attr;
+        int attr_mask_set;          /* union of every mask applied since RESET */
+        struct sockaddr_in peer;    /* RC/RD: peer instance address (dgid ip, port of dest QPN) */
+        uint32_t ud_msn;            /* UD: MSN of the next Send (DDP queue 0), random start */
+        struct dw_ud_seen *ud_seen; /* UD: DW_UD_SEEN_SLOTS entries, duplicate filter */
+        bool tx_pending;            /* UD: WQEs wait for socket room (back-pressure) */
+        /* SRQ QPs: the receive WQE taken from the SRQ for the message being
+         * placed (dw_qp_recv_head), so the transports see one API for RQ and SRQ. */
+        struct dw_wqe srq_cur;
+        bool srq_cur_valid;
+        struct diwarp_counters ctr;
+        struct dw_rc_conn *rc; /* E5: RC connection state, NULL until dw_rc_qp_init sets it */
+};
+
+/* ---- converters between public handles and engine objects -------------- */
+
+static inline struct dw_device *dw_dev_of(struct diwarp_device *d)
+{
+        return (struct dw_device *)d;
+}
+static inline struct diwarp_device *dw_dev_pub(struct dw_device *d)
+{
+        return (struct diwarp_device *)d;
+}
+static inline struct dw_qp *dw_qp_of(struct diwarp_qp *q)
+{
+        return (struct dw_qp *)q;
+}
+static inline struct diwarp_qp *dw_qp_pub(struct dw_qp *q)
+{
+        return (struct diwarp_qp *)q;
+}
+static inline struct dw_pd *dw_pd_of(struct diwarp_pd *p)
+{
+        return (struct dw_pd *)p;
+}
+static inline struct dw_cq_obj *dw_cq_of(struct diwarp_cq *c)
+{
+        return (struct dw_cq_obj *)c;
+}
+static inline struct diwarp_cq *dw_cq_pub(struct dw_cq *c)
+{
+        return (struct diwarp_cq *)c; /* dw_cq is the first member of dw_cq_obj */
+}
+static inline struct dw_srq_obj *dw_srq_of(struct diwarp_srq *s)
+{
+        return (struct dw_srq_obj *)s;
+}
+static inline struct diwarp_srq *dw_srq_pub(struct dw_srq_obj *s)
+{
+        return (struct diwarp_srq *)s;
+}
+static inline struct dw_ah *dw_ah_of(struct diwarp_ah *a)
+{
+        return (struct dw_ah *)a;
+}
+
+/* ---- device registry (qp/device.c) -------------------------------------
+ * The one global besides the log level: every open device, so tools and the
+ * verbs provider can enumerate them. Takes its own mutex; never call with a
+ * device lock held. */
+typedef void (*dw_device_visit_fn)(struct dw_device *dev, void *ctx);
+void dw_registry_foreach(dw_device_visit_fn fn, void *ctx);
+
+/* ---- functions the generic QP code offers the transports (qp/qp.c) ----- */
+
+/* QP of this device with that QPN (instance must match), or NULL. */
+struct dw_qp *dw_qp_lookup(struct dw_device *dev, uint32_t qpn);
+
+/* Writes a completion for a send WQE (if signaled or status != SUCCESS) and
+ * pops it from the SQ; the WQE must be the SQ head (completions are in order). */
+void dw_qp_complete_send(struct dw_qp *qp, enum diwarp_wc_status status, uint32_t byte_len);
+
+/* Writes wc (qp_num is filled in) to the QP's receive CQ; solicited as the
+ * message's SE bit says. Raises CQ_ERR on overflow. */
+void dw_qp_complete_recv(struct dw_qp *qp, struct diwarp_wc *wc, bool solicited);
+
+/* Head receive WQE, or NULL when none is posted. With an SRQ the WQE is taken
+ * from the SRQ into qp->srq_cur on the first call (firing SRQ_LIMIT_REACHED if
+ * due) and stays there until dw_qp_recv_pop, so a multi-segment message can
+ * keep placing into it. dw_qp_recv_pop removes it (after its completion). */
+struct dw_wqe *dw_qp_recv_head(struct dw_qp *qp);
+void dw_qp_recv_pop(struct dw_qp *qp);
+
+/* Pushes a completion to a CQ; on overflow raises CQ_ERR. */
+void dw_cq_complete(struct dw_device *dev, struct dw_cq *cq, const struct diwarp_wc *wc,
+                    bool solicited);
+
+/* Moves the QP to ERR: flushes every outstanding send and receive WQE with
+ * DIWARP_WC_WR_FLUSH_ERR, tells the transport (dw_rc_qp_error), and raises
+ * event (pass -1 for none: e.g. the application asked for ERR). */
+void dw_qp_to_error(struct dw_qp *qp, int event);
+
+/* Raises an async event for a QP / CQ / SRQ / the device. */
+void dw_async_qp(struct dw_qp *qp, enum diwarp_event_type type);
+void dw_async_cq(struct dw_device *dev, struct dw_cq *cq, enum diwarp_event_type type);
+void dw_async_srq(struct dw_device *dev, struct dw_srq_obj *srq, enum diwarp_event_type type);
+void dw_async_dev(struct dw_device *dev, enum diwarp_event_type type);
+
+/* Scatters len bytes of src into the WQE's SGE list at byte offset off,
+ * checking each SGE for LOCAL_WRITE access in the QP's PD. Returns 0,
+ * -EMSGSIZE (does not fit) or -EACCES (protection: nothing written). */
+int dw_qp_scatter(struct dw_qp *qp, const struct dw_wqe *wqe, size_t off, const void *src,
+                  size_t len);
+
+/* Fills iov[] with the host addresses of a send WQE's SGEs (inline data
+ * included), checking lkeys. Returns the iovec count, or -EACCES. */
+int dw_qp_gather(struct dw_qp *qp, const struct dw_wqe *wqe, struct iovec *iov, int max_iov);
+
+/* Address of a peer instance: ip + port_base + instance(qpn). */
+void dw_peer_addr(const struct dw_device *dev, struct in_addr ip, uint32_t qpn,
+                  struct sockaddr_in *out);
+/* IPv4 of an IPv4-mapped GID; -EINVAL when the GID is not one. */
+int dw_gid_to_ipv4(const union diwarp_gid *gid, struct in_addr *ip);
+void dw_ipv4_to_gid(struct in_addr ip, union diwarp_gid *gid);
+
+/* ---- UD (qp/ud.c) --------------------------------------------------------- */
+
+/* Transmits queued UD sends of qp until the SQ is empty or the socket pushes
+ * back. Returns work done. */
+int dw_ud_tx(struct dw_qp *qp, int budget);
+/* Handles one received datagram (CRC not yet checked). */
+void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from);
+
+/* ---- hooks into the RC transport (implemented by qp/rc.c, E5) -------------
+ * The generic QP code calls these for RC (and UC) QPs only, lock held.
+ * qp/rc_stub.c provides -EOPNOTSUPP stand-ins while qp/rc.c does not exist. */
+
+/* At create (RC QP, state RESET): allocate qp->rc. */
+int dw_rc_qp_init(struct dw_qp *qp);
+/* At destroy: close the connection, free qp->rc. */
+void dw_rc_qp_fini(struct dw_qp *qp);
+/* After a successful state change (qp->state already = new state, qp->attr
+ * updated). E.g. RTR with DEST_QPN + AV starts the IB-style connect. A
+ * negative return fails the modify (the state is restored by the caller). */
+int dw_rc_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old_state, int mask);
+/* A send WQE was committed to qp->sq (it stays there until completed with
+ * dw_qp_complete_send, in order). May transmit at once or leave it for
+ * dw_rc_progress. The post itself has succeeded already; a negative return
+ * moves the QP to ERR (QP_FATAL), which flushes the WQE. */
+int dw_rc_post_send(struct dw_qp *qp, struct dw_wqe *wqe);
+/* A receive WQE was committed (the RC receive path takes it with dw_qp_recv_head). */
+void dw_rc_post_recv(struct dw_qp *qp);
+/* The QP went to ERR (by the application or an error): tear the stream down.
+ * Called before the WQEs are flushed. */
+void dw_rc_qp_error(struct dw_qp *qp);
+/* Bounded RC progress: socket I/O, timers. Returns work done. */
+int dw_rc_progress(struct dw_device *dev, int budget);
+/* Device open/close: RC/CM per-device state (dev->rc), e.g. the instance
+ * TCP listener's accept handler through dw_progress_watch_fd. */
+int dw_rc_dev_init(struct dw_device *dev);
+void dw_rc_dev_fini(struct dw_device *dev);
+
+#endif

@@ -1,0 +1,64 @@
+/* TCP lower layer for RC: non-blocking stream sockets and the socket options
+ * that make a vanished peer an error in bounded time.
+ *
+ * Pure socket helpers: no device, no QP, no MPA. cm/ runs the MPA connection
+ * setup on top of these; qp/rc.c moves FPDUs through dw_tcp_writev/readv.
+ * Every function returns >= 0 or a negative errno and never raises SIGPIPE.
+ */
+#ifndef DIWARP_LLP_TCP_H
+#define DIWARP_LLP_TCP_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* Non-blocking, close-on-exec listener bound to addr:port (port 0: any; the
+ * bound port is then in *bound_port if non-NULL). SO_REUSEADDR is set so a
+ * restarted process can rebind at once. Returns the fd or -errno. */
+int dw_tcp_listen(struct in_addr addr, uint16_t port, int backlog, uint16_t *bound_port);
+
+/* Accepts one pending connection (non-blocking, close-on-exec). Returns the fd,
+ * -EAGAIN when none is pending, or -errno. peer may be NULL. */
+int dw_tcp_accept(int lfd, struct sockaddr_in *peer);
+
+/* Starts a non-blocking connect from src (INADDR_ANY / port 0 allowed) to dst.
+ * Returns the fd; *in_progress tells whether the connect is still running
+ * (then wait for POLLOUT and call dw_tcp_connect_result). -errno on failure. */
+int dw_tcp_connect_start(struct in_addr src, const struct sockaddr_in *dst, bool *in_progress);
+
+/* Result of a finished non-blocking connect: 0 or -errno (SO_ERROR). */
+int dw_tcp_connect_result(int fd);
+
+/* Sets the options every RC stream gets: TCP_NODELAY (FPDUs are whole
+ * messages already; Nagle would only add latency), SO_KEEPALIVE with
+ * TCP_KEEPIDLE/INTVL/CNT and TCP_USER_TIMEOUT derived from peer_timeout_ms,
+ * so that a peer that vanishes without FIN/RST (host down, cable pulled) makes
+ * the socket fail with ETIMEDOUT within about peer_timeout_ms, both when we
+ * have unacknowledged data (user timeout) and when the stream is idle
+ * (keepalive). peer_timeout_ms 0 leaves the kernel defaults. */
+int dw_tcp_configure(int fd, uint32_t peer_timeout_ms);
+
+/* writev with MSG_NOSIGNAL|MSG_DONTWAIT. Returns bytes written (may be short),
+ * -EAGAIN when the socket buffer is full, or -errno (-EPIPE, -ECONNRESET,
+ * -EFAULT for an unmapped source buffer...). */
+ssize_t dw_tcp_writev(int fd, const struct iovec *iov, int iovcnt);
+
+/* readv with MSG_DONTWAIT. Returns bytes read, 0 at end of stream, -EAGAIN when
+ * nothing is available, or -errno (-EFAULT for an unmapped target). */
+ssize_t dw_tcp_readv(int fd, const struct iovec *iov, int iovcnt);
+
+/* Advances an iovec array past n consumed bytes: *iov / *iovcnt are moved past
+ * fully consumed entries and the first partial one is trimmed in place. */
+void dw_iov_advance(struct iovec **iov, int *iovcnt, size_t n);
+
+/* Blocks (poll) until fd has events or deadline_ns (dw_now_ns clock; 0 = no
+ * wait) passes. Returns the revents, 0 on timeout, or -errno. */
+int dw_tcp_wait(int fd, short events, uint64_t deadline_ns);
+
+/* "a.b.c.d:port" into buf (at least 24 bytes), for log lines. */
+const char *dw_tcp_addr_str(const struct sockaddr_in *a, char *buf, size_t len);
+
+#endif

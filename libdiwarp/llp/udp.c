@@ -1,0 +1,172 @@
+/* The instance UDP socket: open/bind, gathered send, batched receive. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* recvmmsg */
+#endif
+#include "llp/udp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/errqueue.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
+{
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr = addr};
+        int one = 1, sz = DW_UDP_SOCK_BUF;
+        int fd, err;
+
+        memset(u, 0, sizeof(*u));
+        u->fd = -1;
+        fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
+                err = -errno;
+                close(fd);
+                return err;
+        }
+        /* ICMP errors go to the error queue instead of failing the next
+         * call blindly; we drain them (dw_udp_drain_errors). */
+        setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof(one));
+        /* Bigger buffers absorb bursts of 64 KiB datagrams; as root the FORCE
+         * variant passes the rmem_max/wmem_max caps. Failures are harmless. */
+        if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) < 0)
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) < 0)
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+
+        u->rx_buf = malloc((size_t)DW_UDP_RX_BATCH * DW_UDP_RX_BUF);
+        u->rx_msgs = calloc(DW_UDP_RX_BATCH, sizeof(*u->rx_msgs));
+        if (!u->rx_buf || !u->rx_msgs) {
+                free(u->rx_buf);
+                free(u->rx_msgs);
+                u->rx_buf = NULL;
+                u->rx_msgs = NULL;
+                close(fd);
+                return -ENOMEM;
+        }
+        for (int i = 0; i < DW_UDP_RX_BATCH; i++) {
+                u->rx_iov[i].iov_base = dw_udp_rx_pkt(u, i);
+                u->rx_iov[i].iov_len = DW_UDP_RX_BUF;
+        }
+        u->fd = fd;
+        return 0;
+}
+
+void dw_udp_close(struct dw_udp *u)
+{
+        if (u->fd >= 0)
+                close(u->fd);
+        u->fd = -1;
+        free(u->rx_buf);
+        free(u->rx_msgs);
+        u->rx_buf = NULL;
+        u->rx_msgs = NULL;
+}
+
+size_t dw_udp_rx_len(const struct dw_udp *u, int i)
+{
+        return u->rx_msgs[i].msg_len;
+}
+
+bool dw_udp_rx_truncated(const struct dw_udp *u, int i)
+{
+        return (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+}
+
+/* Reads and discards every queued ICMP error. UD is unreliable and RD has its
+ * own timers, so an error only matters as a counter. */
+static void dw_udp_drain_errors(struct dw_udp *u)
+{
+        uint8_t ctrl[256], data[64];
+        for (int i = 0; i < 64; i++) {
+                struct iovec iov = {data, sizeof(data)};
+                struct msghdr mh = {.msg_iov = &iov,
+                                    .msg_iovlen = 1,
+                                    .msg_control = ctrl,
+                                    .msg_controllen = sizeof(ctrl)};
+                if (recvmsg(u->fd, &mh, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+                        return;
+                u->icmp_errors++;
+        }
+}
+
+static bool dw_udp_is_icmp_err(int e)
+{
+        return e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN ||
+               e == ENETDOWN || e == EPROTO;
+}
+
+int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
+                const struct sockaddr_in *dst)
+{
+        struct msghdr mh = {.msg_name = (void *)dst,
+                            .msg_namelen = sizeof(*dst),
+                            .msg_iov = (struct iovec *)iov,
+                            .msg_iovlen = (size_t)iovcnt};
+        for (int attempt = 0; attempt < 2; attempt++) {
+                ssize_t n = sendmsg(u->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n >= 0)
+                        return (int)n;
+                int e = errno;
+                if (e == EINTR)
+                        continue;
+                if (dw_udp_is_icmp_err(e)) {
+                        /* a report about an earlier datagram, not this one */
+                        dw_udp_drain_errors(u);
+                        continue;
+                }
+                if (e == EWOULDBLOCK)
+                        e = EAGAIN;
+                return -e;
+        }
+        return -EAGAIN;
+}
+
+int dw_udp_send_fn(void *ctx, const struct iovec *iov, int iovcnt, const void *addr,
+                   socklen_t addrlen)
+{
+        (void)addrlen;
+        return dw_udp_send(ctx, iov, iovcnt, addr);
+}
+
+int dw_udp_recv_batch(struct dw_udp *u, int max)
+{
+        if (max > DW_UDP_RX_BATCH)
+                max = DW_UDP_RX_BATCH;
+        if (max <= 0)
+                return 0;
+        for (int i = 0; i < max; i++) {
+                struct msghdr *mh = &u->rx_msgs[i].msg_hdr;
+                mh->msg_name = &u->rx_addr[i];
+                mh->msg_namelen = sizeof(u->rx_addr[i]);
+                mh->msg_iov = &u->rx_iov[i];
+                mh->msg_iovlen = 1;
+                mh->msg_control = NULL;
+                mh->msg_controllen = 0;
+                mh->msg_flags = 0;
+                u->rx_msgs[i].msg_len = 0;
+        }
+        for (int attempt = 0; attempt < 2; attempt++) {
+                int n = recvmmsg(u->fd, u->rx_msgs, (unsigned)max, MSG_DONTWAIT, NULL);
+                if (n >= 0)
+                        return n;
+                int e = errno;
+                if (e == EAGAIN || e == EWOULDBLOCK)
+                        return 0;
+                if (e == EINTR)
+                        continue;
+                if (dw_udp_is_icmp_err(e)) {
+                        dw_udp_drain_errors(u);
+                        continue;
+                }
+                return -e;
+        }
+        return 0;
+}

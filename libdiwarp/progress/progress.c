@@ -1,0 +1,357 @@
+/* The progress engine: bounded steps and the optional progress thread. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "dw.h"
+#include "util/time.h"
+
+/* epoll data: low 32 bits a tag, high 32 bits the fd (to spot a slot reused
+ * between epoll_wait and processing). */
+#define DW_TAG_UDP    0u
+#define DW_TAG_WAKE   1u
+#define DW_TAG_WATCH  2u /* + slot index */
+#define DW_MAX_EVENTS 64
+
+static uint64_t dw_ev_data(int fd, uint32_t tag)
+{
+        return (uint64_t)(uint32_t)fd << 32 | tag;
+}
+
+int dw_progress_init(struct dw_device *dev)
+{
+        struct dw_progress *p = &dev->prog;
+        p->epfd = -1;
+        p->wake_fd = -1;
+        p->deadline_ns = UINT64_MAX;
+        p->watch = calloc(DW_MAX_WATCH, sizeof(*p->watch));
+        if (!p->watch)
+                return -ENOMEM;
+        for (unsigned i = 0; i < DW_MAX_WATCH; i++)
+                p->watch[i].fd = -1;
+        p->epfd = epoll_create1(EPOLL_CLOEXEC);
+        p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (p->epfd < 0 || p->wake_fd < 0)
+                goto fail;
+        struct epoll_event ev = {.events = EPOLLIN,
+                                 .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
+        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, dev->udp.fd, &ev) < 0)
+                goto fail;
+        ev.data.u64 = dw_ev_data(p->wake_fd, DW_TAG_WAKE);
+        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->wake_fd, &ev) < 0)
+                goto fail;
+        return 0;
+fail:;
+        int err = -errno;
+        dw_progress_fini(dev);
+        return err ? err : -ENOMEM;
+}
+
+void dw_progress_fini(struct dw_device *dev)
+{
+        struct dw_progress *p = &dev->prog;
+        if (p->epfd >= 0)
+                close(p->epfd);
+        if (p->wake_fd >= 0)
+                close(p->wake_fd);
+        p->epfd = p->wake_fd = -1;
+        free(p->watch);
+        p->watch = NULL;
+}
+
+void dw_progress_wake(struct dw_device *dev)
+{
+        uint64_t one = 1;
+        if (dev->prog.wake_fd >= 0 && write(dev->prog.wake_fd, &one, sizeof(one)) < 0) {
+                /* EAGAIN: the counter is already non-zero, the thread will wake. */
+        }
+}
+
+void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns)
+{
+        if (abs_ns < dev->prog.deadline_ns)
+                dev->prog.deadline_ns = abs_ns;
+}
+
+void dw_progress_tx_wait(struct dw_device *dev, bool wait)
+{
+        struct dw_progress *p = &dev->prog;
+        if (wait)
+                p->ntx_pending++;
+        else if (p->ntx_pending > 0)
+                p->ntx_pending--;
+        bool want = p->ntx_pending > 0;
+        if (want != p->udp_wants_out) {
+                /* The thread sleeps until the socket has room again. */
+                struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0),
+                                         .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
+                epoll_ctl(p->epfd, EPOLL_CTL_MOD, dev->udp.fd, &ev);
+                p->udp_wants_out = want;
+        }
+}
+
+/* ---- watched fds --------------------------------------------------------- */
+
+static int dw_watch_find(struct dw_progress *p, int fd)
+{
+        for (unsigned i = 0; i < DW_MAX_WATCH; i++)
+                if (p->watch[i].fd == fd)
+                        return (int)i;
+        return -1;
+}
+
+int dw_progress_watch_fd(struct dw_device *dev, int fd, uint32_t events, dw_watch_fn fn, void *ctx)
+{
+        struct dw_progress *p = &dev->prog;
+        if (fd < 0 || !fn)
+                return -EINVAL;
+        if (dw_watch_find(p, fd) >= 0)
+                return -EEXIST;
+        int slot = dw_watch_find(p, -1);
+        if (slot < 0)
+                return -ENOSPC;
+        struct epoll_event ev = {.events = events,
+                                 .data.u64 = dw_ev_data(fd, DW_TAG_WATCH + (uint32_t)slot)};
+        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+                return -errno;
+        p->watch[slot] = (struct dw_watch){.fd = fd, .events = events, .fn = fn, .ctx = ctx};
+        p->nwatch++;
+        return 0;
+}
+
+int dw_progress_modify_fd(struct dw_device *dev, int fd, uint32_t events)
+{
+        struct dw_progress *p = &dev->prog;
+        int slot = dw_watch_find(p, fd);
+        if (slot < 0)
+                return -ENOENT;
+        if (p->watch[slot].events == events)
+                return 0;
+        struct epoll_event ev = {.events = events,
+                                 .data.u64 = dw_ev_data(fd, DW_TAG_WATCH + (uint32_t)slot)};
+        if (epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)
+                return -errno;
+        p->watch[slot].events = events;
+        return 0;
+}
+
+int dw_progress_unwatch_fd(struct dw_device *dev, int fd)
+{
+        struct dw_progress *p = &dev->prog;
+        int slot = dw_watch_find(p, fd);
+        if (slot < 0)
+                return -ENOENT;
+        epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
+        p->watch[slot].fd = -1;
+        p->watch[slot].fn = NULL;
+        p->nwatch--;
+        return 0;
+}
+
+/* ---- the step --------------------------------------------------------------- */
+
+static int dw_progress_rx(struct dw_device *dev, int budget)
+{
+        int work = 0;
+        while (work < budget) {
+                int want = budget - work < DW_UDP_RX_BATCH ? budget - work : DW_UDP_RX_BATCH;
+                int n = dw_udp_recv_batch(&dev->udp, want);
+                if (n <= 0)
+                        break;
+                for (int i = 0; i < n; i++) {
+                        if (dw_udp_rx_truncated(&dev->udp, i)) {
+                                dev->ctr.rx_dropped_malformed++;
+                                continue;
+                        }
+                        dw_ud_rx(dev, dw_udp_rx_pkt(&dev->udp, i), dw_udp_rx_len(&dev->udp, i),
+                                 &dev->udp.rx_addr[i]);
+                }
+                work += n;
+                if (n < want)
+                        break; /* socket drained */
+        }
+        return work;
+}
+
+/* Round-robin over QPs waiting to transmit, resuming where the last step
+ * stopped, so one busy QP cannot starve the others. */
+static int dw_progress_tx(struct dw_device *dev, int budget)
+{
+        struct dw_progress *p = &dev->prog;
+        int work = 0;
+        if (p->ntx_pending == 0)
+                return 0;
+        for (unsigned k = 0; k < DW_MAX_QP && work < budget && p->ntx_pending; k++) {
+                unsigned idx = (p->rr_qp + k) % DW_MAX_QP;
+                struct dw_qp *qp = dev->qps[idx];
+                if (!qp || !qp->tx_pending)
+                        continue;
+                /* Each QP gets a share so the budget spreads over the pending ones. */
+                int share = (budget - work) / (int)p->ntx_pending;
+                work += dw_ud_tx(qp, share > 0 ? share : 1);
+                p->rr_qp = idx + 1;
+        }
+        return work;
+}
+
+static int dw_progress_watch_events(struct dw_device *dev, const struct epoll_event *evs, int n)
+{
+        struct dw_progress *p = &dev->prog;
+        int work = 0;
+        for (int i = 0; i < n; i++) {
+                uint32_t tag = (uint32_t)evs[i].data.u64;
+                int fd = (int)(evs[i].data.u64 >> 32);
+                if (tag == DW_TAG_WAKE) {
+                        uint64_t v;
+                        if (read(p->wake_fd, &v, sizeof(v)) < 0) {
+                                /* EAGAIN: already drained */
+                        }
+                        continue;
+                }
+                if (tag < DW_TAG_WATCH)
+                        continue; /* UDP: the receive step below handles it */
+                uint32_t slot = tag - DW_TAG_WATCH;
+                if (slot >= DW_MAX_WATCH || p->watch[slot].fd != fd || !p->watch[slot].fn)
+                        continue; /* unwatched since epoll_wait */
+                int r = p->watch[slot].fn(dev, fd, evs[i].events, p->watch[slot].ctx);
+                if (r > 0)
+                        work += r;
+        }
+        return work;
+}
+
+static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll_event *evs,
+                           int nev)
+{
+        struct dw_progress *p = &dev->prog;
+        struct epoll_event local[DW_MAX_EVENTS];
+        int work = 0;
+
+        p->steps++;
+        p->deadline_ns = UINT64_MAX;
+        if (budget <= 0)
+                budget = DW_PROGRESS_BUDGET;
+        if (evs == NULL && p->nwatch > 0) {
+                /* Application-driven: one non-blocking look at every watched fd. */
+                nev = epoll_wait(p->epfd, local, DW_MAX_EVENTS, 0);
+                evs = local;
+        }
+        bool udp_ready = true;
+        if (evs && nev >= 0 && nev < DW_MAX_EVENTS) {
+                /* epoll already told whether the UDP socket is readable: skip
+                 * a recvmmsg that would only return EAGAIN. */
+                udp_ready = false;
+                for (int i = 0; i < nev; i++)
+                        if ((uint32_t)evs[i].data.u64 == DW_TAG_UDP &&
+                            (evs[i].events & (EPOLLIN | EPOLLERR)))
+                                udp_ready = true;
+        }
+        if (evs && nev > 0)
+                work += dw_progress_watch_events(dev, evs, nev);
+        if (udp_ready)
+                work += dw_progress_rx(dev, budget);
+        if (dev->fault_on && dw_fault_held_count(&dev->fault) > 0) {
+                int r = dw_fault_flush_due(&dev->fault, dw_now_ns(), dw_udp_send_fn, &dev->udp);
+                if (r > 0)
+                        work += r;
+        }
+        work += dw_progress_tx(dev, budget);
+        int r = dw_rc_progress(dev, budget);
+        if (r > 0)
+                work += r;
+        return work;
+}
+
+int dw_progress_step(struct dw_device *dev, int budget)
+{
+        return dw_progress_run(dev, budget, NULL, 0);
+}
+
+/* ---- the progress thread ------------------------------------------------------ */
+
+static int dw_progress_timeout_ms(struct dw_device *dev)
+{
+        uint64_t due = dev->prog.deadline_ns;
+        if (dev->fault_on && dw_fault_held_count(&dev->fault) > 0) {
+                uint64_t f = dw_fault_next_due_ns(&dev->fault);
+                if (f < due)
+                        due = f;
+        }
+        if (due == UINT64_MAX)
+                return -1; /* idle: sleep until a fd is ready */
+        uint64_t now = dw_now_ns();
+        if (due <= now)
+                return 0;
+        uint64_t ms = (due - now + 999999) / 1000000;
+        return ms > 60000 ? 60000 : (int)ms;
+}
+
+static void *dw_progress_thread(void *arg)
+{
+        struct dw_device *dev = arg;
+        struct epoll_event evs[DW_MAX_EVENTS];
+
+        for (;;) {
+                pthread_mutex_lock(&dev->lock);
+                bool stop = dev->prog.stop;
+                int timeout = dw_progress_timeout_ms(dev);
+                pthread_mutex_unlock(&dev->lock);
+                if (stop)
+                        break;
+                int n = epoll_wait(dev->prog.epfd, evs, DW_MAX_EVENTS, timeout);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        dw_err("device port %u: progress thread epoll_wait: %s", dev->port,
+                               strerror(errno));
+                        break;
+                }
+                pthread_mutex_lock(&dev->lock);
+                if (!dev->prog.stop)
+                        dw_progress_run(dev, DW_PROGRESS_BUDGET * 4, evs, n);
+                pthread_mutex_unlock(&dev->lock);
+        }
+        return NULL;
+}
+
+int dw_progress_start(struct dw_device *dev)
+{
+        pthread_mutex_lock(&dev->lock);
+        if (dev->prog.started) {
+                pthread_mutex_unlock(&dev->lock);
+                return 0;
+        }
+        dev->prog.started = true;
+        dev->prog.thread_mode = true;
+        dev->prog.stop = false;
+        int err = pthread_create(&dev->prog.thread, NULL, dw_progress_thread, dev);
+        if (err) {
+                dev->prog.started = false;
+                dev->prog.thread_mode = false;
+        }
+        pthread_mutex_unlock(&dev->lock);
+        if (err)
+                dw_err("device port %u: cannot start the progress thread: %s", dev->port,
+                       strerror(err));
+        return -err;
+}
+
+void dw_progress_stop(struct dw_device *dev)
+{
+        pthread_mutex_lock(&dev->lock);
+        bool started = dev->prog.started;
+        dev->prog.stop = true;
+        pthread_mutex_unlock(&dev->lock);
+        if (!started)
+                return;
+        dw_progress_wake(dev);
+        pthread_join(dev->prog.thread, NULL);
+        pthread_mutex_lock(&dev->lock);
+        dev->prog.started = false;
+        dev->prog.thread_mode = false;
+        pthread_mutex_unlock(&dev->lock);
+}

@@ -1,0 +1,77 @@
+/* progress/: the progress engine of a device.
+ *
+ * A step (dw_progress_step) is bounded work under the device lock: receive a
+ * batch of datagrams and place them, transmit UD sends that waited for socket
+ * room (round-robin over QPs), release fault-held packets that are due, call
+ * the watch callbacks of ready fds (E5's TCP sockets, listeners) and the RC
+ * transport's own progress. post_* and cq_poll run one step; so does
+ * diwarp_progress.
+ *
+ * DIWARP_PROGRESS=thread (or a completion channel being created) starts a
+ * thread that sleeps in epoll_wait on the UDP socket, a wake-up eventfd and
+ * the watched fds, and runs a step whenever one is ready or a timer is due.
+ */
+#ifndef DIWARP_PROGRESS_H
+#define DIWARP_PROGRESS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct dw_device;
+
+/* Called from a step (device lock held) when a watched fd is ready; events
+ * are EPOLLIN/EPOLLOUT/EPOLLERR/EPOLLHUP bits. Returns work done (>= 0).
+ * It may unwatch its own fd. */
+typedef int (*dw_watch_fn)(struct dw_device *dev, int fd, uint32_t events, void *ctx);
+
+#define DW_MAX_WATCH 4160 /* every QP's TCP socket + listeners */
+
+struct dw_watch {
+        int fd; /* -1: free slot */
+        uint32_t events;
+        dw_watch_fn fn;
+        void *ctx;
+};
+
+struct dw_progress {
+        bool thread_mode; /* the progress thread runs (or is asked to) */
+        bool stop;        /* asks the thread to exit */
+        bool started;
+        pthread_t thread;
+        int epfd;               /* epoll: UDP fd, wake eventfd, watched fds */
+        int wake_fd;            /* eventfd written by dw_progress_wake */
+        bool udp_wants_out;     /* EPOLLOUT registered for the UDP fd (back-pressure) */
+        unsigned rr_qp;         /* round-robin cursor over QP indices (transmit) */
+        unsigned ntx_pending;   /* QPs with tx_pending set */
+        struct dw_watch *watch; /* DW_MAX_WATCH slots, allocated at init */
+        unsigned nwatch;
+        uint64_t deadline_ns; /* earliest timer asked for by dw_progress_timer; UINT64_MAX none */
+        uint64_t steps;
+};
+
+/* One bounded step. Lock held. Returns work done (>= 0). */
+int dw_progress_step(struct dw_device *dev, int budget);
+
+/* Watches fd; fn runs from a step when it is ready. Lock held. -ENOSPC, -EEXIST. */
+int dw_progress_watch_fd(struct dw_device *dev, int fd, uint32_t events, dw_watch_fn fn, void *ctx);
+/* Changes the events of a watched fd (e.g. add EPOLLOUT while a send backlog exists). */
+int dw_progress_modify_fd(struct dw_device *dev, int fd, uint32_t events);
+int dw_progress_unwatch_fd(struct dw_device *dev, int fd);
+/* Asks for a step no later than abs_ns (CLOCK_MONOTONIC, dw_now_ns): the thread
+ * bounds its sleep by it. Transports call it from their progress for their
+ * retransmit / keepalive timers; it is cleared before each step. Lock held. */
+void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns);
+/* Wakes the progress thread (new work to do). Any thread, lock not needed. */
+void dw_progress_wake(struct dw_device *dev);
+/* Marks the UD transmit of a QP as waiting for socket room / done waiting. */
+void dw_progress_tx_wait(struct dw_device *dev, bool wait);
+
+int dw_progress_init(struct dw_device *dev);
+/* Starts the thread if not running; call WITHOUT the device lock. */
+int dw_progress_start(struct dw_device *dev);
+/* Stops and joins the thread; call WITHOUT the device lock. */
+void dw_progress_stop(struct dw_device *dev);
+void dw_progress_fini(struct dw_device *dev);
+
+#endif

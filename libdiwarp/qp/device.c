@@ -1,0 +1,876 @@
+/* Device instances and the objects that hang off them without being QPs:
+ * PD, MR, CQ, completion channel, async events, AH, SRQ, counters, and the
+ * device registry. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dw.h"
+#include "wire/dgram.h"
+
+/* ---- registry: the one global besides the log level ------------------- */
+
+static pthread_mutex_t dw_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dw_device *dw_registry_head;
+
+static void dw_registry_add(struct dw_device *dev)
+{
+        pthread_mutex_lock(&dw_registry_lock);
+        dev->reg_next = dw_registry_head;
+        dw_registry_head = dev;
+        pthread_mutex_unlock(&dw_registry_lock);
+}
+
+static void dw_registry_remove(struct dw_device *dev)
+{
+        pthread_mutex_lock(&dw_registry_lock);
+        for (struct dw_device **p = &dw_registry_head; *p; p = &(*p)->reg_next) {
+                if (*p == dev) {
+                        *p = dev->reg_next;
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&dw_registry_lock);
+}
+
+void dw_registry_foreach(dw_device_visit_fn fn, void *ctx)
+{
+        pthread_mutex_lock(&dw_registry_lock);
+        for (struct dw_device *d = dw_registry_head; d; d = d->reg_next)
+                fn(d, ctx);
+        pthread_mutex_unlock(&dw_registry_lock);
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+const char *diwarp_version(void)
+{
+        return "0.1.0";
+}
+
+const char *diwarp_wc_status_str(enum diwarp_wc_status status)
+{
+        switch (status) {
+        case DIWARP_WC_SUCCESS:
+                return "success";
+        case DIWARP_WC_LOC_LEN_ERR:
+                return "local length error";
+        case DIWARP_WC_LOC_QP_OP_ERR:
+                return "local QP operation error";
+        case DIWARP_WC_LOC_PROT_ERR:
+                return "local protection error";
+        case DIWARP_WC_WR_FLUSH_ERR:
+                return "Work Request Flushed Error";
+        case DIWARP_WC_BAD_RESP_ERR:
+                return "bad response error";
+        case DIWARP_WC_LOC_ACCESS_ERR:
+                return "local access error";
+        case DIWARP_WC_REM_INV_REQ_ERR:
+                return "remote invalid request error";
+        case DIWARP_WC_REM_ACCESS_ERR:
+                return "remote access error";
+        case DIWARP_WC_REM_OP_ERR:
+                return "remote operation error";
+        case DIWARP_WC_RETRY_EXC_ERR:
+                return "transport retry counter exceeded";
+        case DIWARP_WC_RNR_RETRY_EXC_ERR:
+                return "RNR retry counter exceeded";
+        case DIWARP_WC_REM_INV_RD_REQ_ERR:
+                return "remote invalid RD request";
+        case DIWARP_WC_REM_ABORT_ERR:
+                return "operation aborted";
+        case DIWARP_WC_FATAL_ERR:
+                return "fatal error";
+        case DIWARP_WC_RESP_TIMEOUT_ERR:
+                return "response timeout error";
+        case DIWARP_WC_GENERAL_ERR:
+                return "general error";
+        }
+        return "unknown";
+}
+
+void dw_ipv4_to_gid(struct in_addr ip, union diwarp_gid *gid)
+{
+        memset(gid, 0, sizeof(*gid));
+        gid->raw[10] = 0xff;
+        gid->raw[11] = 0xff;
+        memcpy(&gid->raw[12], &ip.s_addr, 4);
+}
+
+int dw_gid_to_ipv4(const union diwarp_gid *gid, struct in_addr *ip)
+{
+        static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (memcmp(gid->raw, prefix, sizeof(prefix)) != 0)
+                return -EINVAL;
+        memcpy(&ip->s_addr, &gid->raw[12], 4);
+        return 0;
+}
+
+void dw_peer_addr(const struct dw_device *dev, struct in_addr ip, uint32_t qpn,
+                  struct sockaddr_in *out)
+{
+        memset(out, 0, sizeof(*out));
+        out->sin_family = AF_INET;
+        out->sin_addr = ip;
+        out->sin_port = htons((uint16_t)(dev->cfg.port_base + dw_qpn_instance(qpn)));
+}
+
+/* ---- async events ------------------------------------------------------- */
+
+static void dw_async_push(struct dw_device *dev, struct diwarp_async_event *ev)
+{
+        if (dw_async_queue_push(&dev->async, ev) < 0)
+                dw_warn("device port %u: async event queue full, event %d dropped", dev->port,
+                        ev->event_type);
+}
+
+void dw_async_qp(struct dw_qp *qp, enum diwarp_event_type type)
+{
+        struct diwarp_async_event ev = {.event_type = type};
+        ev.element.qp = dw_qp_pub(qp);
+        dw_async_push(qp->dev, &ev);
+}
+
+void dw_async_cq(struct dw_device *dev, struct dw_cq *cq, enum diwarp_event_type type)
+{
+        struct diwarp_async_event ev = {.event_type = type};
+        ev.element.cq = dw_cq_pub(cq);
+        dw_async_push(dev, &ev);
+}
+
+void dw_async_srq(struct dw_device *dev, struct dw_srq_obj *srq, enum diwarp_event_type type)
+{
+        struct diwarp_async_event ev = {.event_type = type};
+        ev.element.srq = dw_srq_pub(srq);
+        dw_async_push(dev, &ev);
+}
+
+void dw_async_dev(struct dw_device *dev, enum diwarp_event_type type)
+{
+        struct diwarp_async_event ev = {.event_type = type};
+        dw_async_push(dev, &ev);
+}
+
+void dw_cq_complete(struct dw_device *dev, struct dw_cq *cq, const struct diwarp_wc *wc,
+                    bool solicited)
+{
+        bool was_overflowed = cq->overflowed;
+        if (dw_cq_push(cq, wc, solicited) == -EOVERFLOW && !was_overflowed) {
+                dw_warn("device port %u: CQ %p overflow (cqe %u), completion of QP %#x lost",
+                        dev->port, (void *)cq, cq->cqe, wc->qp_num);
+                dw_async_cq(dev, cq, DIWARP_EVENT_CQ_ERR);
+        }
+}
+
+/* ---- device --------------------------------------------------------------- */
+
+static int dw_tcp_listen_open(struct in_addr addr, uint16_t port)
+{
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr = addr};
+        int one = 1, err;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        /* TIME_WAIT leftovers of a previous run must not block the port; two
+         * listeners on one port stay impossible without SO_REUSEPORT. */
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(fd, 128) < 0) {
+                err = -errno;
+                close(fd);
+                return err;
+        }
+        return fd;
+}
+
+/* Takes the first port at or above the base where both the UDP socket and
+ * the TCP listener bind. */
+static int dw_device_bind(struct dw_device *dev)
+{
+        int last = -EADDRINUSE;
+        for (unsigned i = 0; i < DW_MAX_INSTANCE; i++) {
+                unsigned port = dev->cfg.port_base + i;
+                if (port > 65535)
+                        break;
+                int err = dw_udp_open(&dev->udp, dev->addr, (uint16_t)port);
+                if (err == -EADDRINUSE || err == -EACCES) {
+                        last = err;
+                        continue;
+                }
+                if (err < 0)
+                        return err;
+                int fd = dw_tcp_listen_open(dev->addr, (uint16_t)port);
+                if (fd == -EADDRINUSE || fd == -EACCES) {
+                        dw_udp_close(&dev->udp);
+                        last = fd;
+                        continue;
+                }
+                if (fd < 0) {
+                        dw_udp_close(&dev->udp);
+                        return fd;
+                }
+                dev->tcp_listen_fd = fd;
+                dev->port = (uint16_t)port;
+                dev->instance = (uint16_t)i;
+                return 0;
+        }
+        return last;
+}
+
+int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
+{
+        const char *why = NULL;
+        int err;
+
+        if (!out)
+                return -EINVAL;
+        struct dw_device *dev = calloc(1, sizeof(*dev));
+        if (!dev)
+                return -ENOMEM;
+        dev->udp.fd = -1;
+        dev->tcp_listen_fd = -1;
+        dev->prog.epfd = -1;
+        dev->prog.wake_fd = -1;
+        err = dw_config_from_env(&dev->cfg, &why);
+        if (err < 0) {
+                dw_err("device open: bad configuration: %s", why ? why : "?");
+                free(dev);
+                return err;
+        }
+        dw_log_set_level(dev->cfg.log_level);
+        if (opts && opts->addr) {
+                if (strlen(opts->addr) >= sizeof(dev->cfg.addr)) {
+                        free(dev);
+                        return -EINVAL;
+                }
+                strcpy(dev->cfg.addr, opts->addr);
+        }
+        if (opts && opts->port_base)
+                dev->cfg.port_base = opts->port_base;
+        if (inet_pton(AF_INET, dev->cfg.addr, &dev->addr) != 1) {
+                dw_err("device open: address '%s' is not dotted IPv4", dev->cfg.addr);
+                free(dev);
+                return -EINVAL;
+        }
+        dw_ipv4_to_gid(dev->addr, &dev->gid);
+
+        pthread_mutex_init(&dev->lock, NULL);
+        err = dw_device_bind(dev);
+        if (err < 0) {
+                dw_err("device open: no free UDP+TCP port on %s from %u: %s", dev->cfg.addr,
+                       dev->cfg.port_base, strerror(-err));
+                goto fail_lock;
+        }
+        err = dw_mr_table_init(&dev->mrs, DW_MAX_MR);
+        if (err < 0)
+                goto fail_sock;
+        err = dw_async_queue_init(&dev->async, 0);
+        if (err < 0)
+                goto fail_mr;
+        err = dw_fault_init(&dev->fault, dev->cfg.fault_spec, dev->cfg.fault_seed, &why);
+        if (err < 0) {
+                dw_err("device open: DIWARP_FAULT: %s", why ? why : "?");
+                goto fail_async;
+        }
+        dev->fault_on = dw_fault_enabled(&dev->fault);
+        err = dw_progress_init(dev);
+        if (err < 0)
+                goto fail_fault;
+        dev->next_qp_index = DW_FIRST_QP_INDEX;
+        pthread_mutex_lock(&dev->lock);
+        err = dw_rc_dev_init(dev);
+        pthread_mutex_unlock(&dev->lock);
+        if (err < 0)
+                goto fail_prog;
+        if (dev->cfg.progress_thread) {
+                err = dw_progress_start(dev);
+                if (err < 0)
+                        goto fail_rc;
+        }
+        dw_registry_add(dev);
+        dw_info("device open: %s port %u instance %u%s%s", dev->cfg.addr, dev->port, dev->instance,
+                dev->fault_on ? ", fault injection " : "",
+                dev->fault_on ? dev->cfg.fault_spec : "");
+        *out = dw_dev_pub(dev);
+        return 0;
+
+fail_rc:
+        pthread_mutex_lock(&dev->lock);
+        dw_rc_dev_fini(dev);
+        pthread_mutex_unlock(&dev->lock);
+fail_prog:
+        dw_progress_fini(dev);
+fail_fault:
+        dw_fault_destroy(&dev->fault);
+fail_async:
+        dw_async_queue_fini(&dev->async);
+fail_mr:
+        dw_mr_table_destroy(&dev->mrs);
+fail_sock:
+        dw_udp_close(&dev->udp);
+        close(dev->tcp_listen_fd);
+fail_lock:
+        pthread_mutex_destroy(&dev->lock);
+        free(dev);
+        return err;
+}
+
+int diwarp_device_close(struct diwarp_device *d)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev)
+                return -EINVAL;
+        pthread_mutex_lock(&dev->lock);
+        if (dev->nqp || dev->ncq || dev->npd || dev->nsrq || dev->nah || dev->nchannel) {
+                dw_warn("device port %u: close refused, objects still exist (qp %d cq %d pd %d "
+                        "srq %d ah %d channel %d)",
+                        dev->port, dev->nqp, dev->ncq, dev->npd, dev->nsrq, dev->nah,
+                        dev->nchannel);
+                pthread_mutex_unlock(&dev->lock);
+                return -EBUSY;
+        }
+        pthread_mutex_unlock(&dev->lock);
+        dw_registry_remove(dev);
+        dw_progress_stop(dev);
+        pthread_mutex_lock(&dev->lock);
+        dw_rc_dev_fini(dev);
+        /* Packets still held by the fault model leave now: a reorder or delay
+         * must not turn into a loss at close. */
+        if (dev->fault_on)
+                dw_fault_flush_all(&dev->fault, dw_udp_send_fn, &dev->udp);
+        pthread_mutex_unlock(&dev->lock);
+        dw_progress_fini(dev);
+        dw_fault_destroy(&dev->fault);
+        dw_async_queue_fini(&dev->async);
+        dw_mr_table_destroy(&dev->mrs);
+        dw_udp_close(&dev->udp);
+        if (dev->tcp_listen_fd >= 0)
+                close(dev->tcp_listen_fd);
+        pthread_mutex_destroy(&dev->lock);
+        free(dev);
+        return 0;
+}
+
+int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || !a)
+                return -EINVAL;
+        memset(a, 0, sizeof(*a));
+        snprintf(a->fw_ver, sizeof(a->fw_ver), "diwarp %s", diwarp_version());
+        pthread_mutex_lock(&dev->lock);
+        /* GUID: the IPv4 address and the port, unique per instance on a host. */
+        a->node_guid =
+            (uint64_t)ntohl(dev->addr.s_addr) << 32 | (uint64_t)dev->port << 16 | dev->instance;
+        pthread_mutex_unlock(&dev->lock);
+        a->vendor_id = 0x0;
+        a->vendor_part_id = 0x1;
+        a->hw_ver = 1;
+        a->max_mr_size = UINT64_MAX;
+        a->max_qp = DW_MAX_QP - DW_FIRST_QP_INDEX;
+        a->max_qp_wr = DW_MAX_QP_WR;
+        a->max_sge = DW_MAX_SGE;
+        a->max_cq = 65536;
+        a->max_cqe = DW_MAX_CQE;
+        a->max_mr = DW_MAX_MR;
+        a->max_pd = DW_MAX_PD;
+        a->max_qp_rd_atom = DW_MAX_RD_ATOM;
+        a->max_qp_init_rd_atom = DW_MAX_RD_ATOM;
+        a->max_res_rd_atom = DW_MAX_RD_ATOM * (DW_MAX_QP - DW_FIRST_QP_INDEX);
+        a->max_srq = DW_MAX_SRQ;
+        a->max_srq_wr = DW_MAX_SRQ_WR;
+        a->max_srq_sge = DW_MAX_SGE;
+        a->max_ah = DW_MAX_AH;
+        a->max_inline_data = DW_MAX_INLINE;
+        a->max_msg_size_rc = DW_MAX_MSG_RC;
+        /* One datagram per UD message; the Send-with-Immediate limit is the
+         * smaller one, and the one every UD message size stays within. */
+        a->max_msg_size_ud = DW_DGRAM_MAX_UD_MSG_IMM;
+        a->atomics = true;
+        return 0;
+}
+
+int diwarp_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || !gid)
+                return -EINVAL;
+        *gid = dev->gid;
+        return 0;
+}
+
+int diwarp_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev)
+                return -EINVAL;
+        if (port)
+                *port = dev->port;
+        if (instance)
+                *instance = dev->instance;
+        return 0;
+}
+
+int diwarp_progress(struct diwarp_device *d, int budget)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || budget < 0)
+                return -EINVAL;
+        pthread_mutex_lock(&dev->lock);
+        int n = dw_progress_step(dev, budget ? budget : DW_PROGRESS_BUDGET);
+        pthread_mutex_unlock(&dev->lock);
+        return n;
+}
+
+int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || !out)
+                return -EINVAL;
+        pthread_mutex_lock(&dev->lock);
+        *out = dev->ctr;
+        pthread_mutex_unlock(&dev->lock);
+        return 0;
+}
+
+/* ---- protection domains ---------------------------------------------------- */
+
+int diwarp_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || !out)
+                return -EINVAL;
+        struct dw_pd *pd = calloc(1, sizeof(*pd));
+        if (!pd)
+                return -ENOMEM;
+        pthread_mutex_lock(&dev->lock);
+        if (dev->npd >= DW_MAX_PD) {
+                pthread_mutex_unlock(&dev->lock);
+                free(pd);
+                return -ENOMEM;
+        }
+        dw_pd_init(&dev->mrs, pd, dev);
+        dev->npd++;
+        pthread_mutex_unlock(&dev->lock);
+        *out = (struct diwarp_pd *)pd;
+        return 0;
+}
+
+int diwarp_pd_dealloc(struct diwarp_pd *p)
+{
+        struct dw_pd *pd = dw_pd_of(p);
+        if (!pd)
+                return -EINVAL;
+        struct dw_device *dev = pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        int err = dw_pd_fini(pd);
+        if (err == 0)
+                dev->npd--;
+        pthread_mutex_unlock(&dev->lock);
+        if (err == 0)
+                free(pd);
+        return err;
+}
+
+/* ---- memory regions ---------------------------------------------------------- */
+
+int diwarp_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, int access,
+                  struct diwarp_mr **out)
+{
+        struct dw_pd *pd = dw_pd_of(p);
+        struct dw_mr *mr = NULL;
+        if (!pd || !out)
+                return -EINVAL;
+        struct dw_device *dev = pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        int err = dw_mr_register(&dev->mrs, pd, addr, length, iova, access, &mr);
+        pthread_mutex_unlock(&dev->lock);
+        if (err < 0)
+                return err;
+        *out = (struct diwarp_mr *)mr;
+        return 0;
+}
+
+int diwarp_mr_dereg(struct diwarp_mr *m)
+{
+        struct dw_mr *mr = (struct dw_mr *)m;
+        if (!mr || !mr->pd)
+                return -EINVAL;
+        struct dw_device *dev = mr->pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        int err = dw_mr_deregister(&dev->mrs, mr);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}
+
+int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
+{
+        const struct dw_mr *mr = (const struct dw_mr *)m;
+        if (!mr || !info)
+                return -EINVAL;
+        info->addr = mr->addr;
+        info->length = mr->length;
+        info->iova = mr->iova;
+        info->lkey = mr->stag;
+        info->rkey = mr->stag;
+        info->access = mr->access;
+        return 0;
+}
+
+/* ---- completion channels and CQs ---------------------------------------------- */
+
+int diwarp_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel **out)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || !out)
+                return -EINVAL;
+        struct dw_channel_obj *ch = calloc(1, sizeof(*ch));
+        if (!ch)
+                return -ENOMEM;
+        int err = dw_comp_channel_init(&ch->ch);
+        if (err < 0) {
+                free(ch);
+                return err;
+        }
+        ch->dev = dev;
+        /* An application that sleeps on a channel fd calls nothing that could
+         * drive progress, so a channel brings the progress thread up. */
+        err = dw_progress_start(dev);
+        if (err < 0) {
+                dw_comp_channel_fini(&ch->ch);
+                free(ch);
+                return err;
+        }
+        pthread_mutex_lock(&dev->lock);
+        dev->nchannel++;
+        pthread_mutex_unlock(&dev->lock);
+        *out = (struct diwarp_comp_channel *)ch;
+        return 0;
+}
+
+int diwarp_comp_channel_destroy(struct diwarp_comp_channel *c)
+{
+        struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
+        if (!ch)
+                return -EINVAL;
+        struct dw_device *dev = ch->dev;
+        pthread_mutex_lock(&dev->lock);
+        int err = dw_comp_channel_fini(&ch->ch);
+        if (err == 0)
+                dev->nchannel--;
+        pthread_mutex_unlock(&dev->lock);
+        if (err == 0)
+                free(ch);
+        return err;
+}
+
+int diwarp_comp_channel_fd(const struct diwarp_comp_channel *c)
+{
+        const struct dw_channel_obj *ch = (const struct dw_channel_obj *)c;
+        if (!ch)
+                return -EINVAL;
+        return dw_comp_channel_fd(&ch->ch);
+}
+
+int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
+                                  void **cq_context)
+{
+        struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
+        struct dw_cq *q = NULL;
+        void *ctx = NULL;
+        if (!ch)
+                return -EINVAL;
+        /* No device lock: the progress thread pushes events while we sleep. */
+        int err = dw_comp_channel_get_event(&ch->ch, &q, &ctx);
+        if (err < 0)
+                return err;
+        if (cq)
+                *cq = dw_cq_pub(q);
+        if (cq_context)
+                *cq_context = ctx;
+        return 0;
+}
+
+int diwarp_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
+                     struct diwarp_comp_channel *channel, struct diwarp_cq **out)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || !out || cqe < 1 || cqe > DW_MAX_CQE)
+                return -EINVAL;
+        struct dw_cq_obj *cq = calloc(1, sizeof(*cq));
+        if (!cq)
+                return -ENOMEM;
+        struct dw_channel_obj *ch = (struct dw_channel_obj *)channel;
+        if (ch && ch->dev != dev) {
+                free(cq);
+                return -EINVAL;
+        }
+        pthread_mutex_lock(&dev->lock);
+        int err = dw_cq_init(&cq->cq, cqe, ch ? &ch->ch : NULL, cq_context);
+        if (err == 0)
+                dev->ncq++;
+        pthread_mutex_unlock(&dev->lock);
+        if (err < 0) {
+                free(cq);
+                return err;
+        }
+        cq->dev = dev;
+        *out = dw_cq_pub(&cq->cq);
+        return 0;
+}
+
+int diwarp_cq_destroy(struct diwarp_cq *c)
+{
+        struct dw_cq_obj *cq = dw_cq_of(c);
+        if (!cq)
+                return -EINVAL;
+        struct dw_device *dev = cq->dev;
+        pthread_mutex_lock(&dev->lock);
+        if (cq->cq.use_count > 0) {
+                pthread_mutex_unlock(&dev->lock);
+                return -EBUSY;
+        }
+        dev->ncq--;
+        dw_async_queue_purge(&dev->async, c);
+        pthread_mutex_unlock(&dev->lock);
+        /* Without the lock: dw_cq_fini waits until every delivered channel
+         * event was acknowledged, which another thread may still be doing. */
+        dw_cq_fini(&cq->cq);
+        free(cq);
+        return 0;
+}
+
+int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
+{
+        struct dw_cq_obj *cq = dw_cq_of(c);
+        if (!cq || n < 0 || (n > 0 && !wc))
+                return -EINVAL;
+        struct dw_device *dev = cq->dev;
+        pthread_mutex_lock(&dev->lock);
+        if (dw_cq_count(&cq->cq) < (uint32_t)n)
+                dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        int got = dw_cq_pop(&cq->cq, n, wc);
+        pthread_mutex_unlock(&dev->lock);
+        return got;
+}
+
+int diwarp_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
+{
+        struct dw_cq_obj *cq = dw_cq_of(c);
+        if (!cq)
+                return -EINVAL;
+        pthread_mutex_lock(&cq->dev->lock);
+        int err = dw_cq_arm(&cq->cq, solicited_only);
+        pthread_mutex_unlock(&cq->dev->lock);
+        return err;
+}
+
+void diwarp_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
+{
+        struct dw_cq_obj *cq = dw_cq_of(c);
+        if (cq)
+                dw_cq_ack_events(&cq->cq, nevents);
+}
+
+int diwarp_cq_cqe(const struct diwarp_cq *c)
+{
+        const struct dw_cq_obj *cq = (const struct dw_cq_obj *)c;
+        if (!cq)
+                return -EINVAL;
+        return (int)cq->cq.cqe;
+}
+
+/* ---- async events ---------------------------------------------------------------- */
+
+int diwarp_async_fd(struct diwarp_device *d)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev)
+                return -EINVAL;
+        return dw_async_queue_fd(&dev->async);
+}
+
+int diwarp_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || !ev)
+                return -EINVAL;
+        /* The queue has its own mutex; blocking here must not stall the engine. */
+        return dw_async_queue_get(&dev->async, ev);
+}
+
+/* ---- address handles ----------------------------------------------------------------- */
+
+int diwarp_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwarp_ah **out)
+{
+        struct dw_pd *pd = dw_pd_of(p);
+        struct in_addr ip;
+        if (!pd || !dgid || !out)
+                return -EINVAL;
+        if (dw_gid_to_ipv4(dgid, &ip) < 0) {
+                dw_warn("AH create: GID is not an IPv4-mapped address");
+                return -EINVAL;
+        }
+        struct dw_ah *ah = calloc(1, sizeof(*ah));
+        if (!ah)
+                return -ENOMEM;
+        ah->pd = pd;
+        ah->dgid = *dgid;
+        ah->ip = ip;
+        struct dw_device *dev = pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        if (dev->nah >= DW_MAX_AH) {
+                pthread_mutex_unlock(&dev->lock);
+                free(ah);
+                return -ENOMEM;
+        }
+        dw_pd_get(pd);
+        dev->nah++;
+        pthread_mutex_unlock(&dev->lock);
+        *out = (struct diwarp_ah *)ah;
+        return 0;
+}
+
+int diwarp_ah_destroy(struct diwarp_ah *a)
+{
+        struct dw_ah *ah = dw_ah_of(a);
+        if (!ah)
+                return -EINVAL;
+        struct dw_device *dev = ah->pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        dw_pd_put(ah->pd);
+        dev->nah--;
+        pthread_mutex_unlock(&dev->lock);
+        free(ah);
+        return 0;
+}
+
+/* ---- shared receive queues ------------------------------------------------------------ */
+
+/* ibverbs IBV_SRQ_MAX_WR / IBV_SRQ_LIMIT */
+#define DW_SRQ_MAX_WR 1
+#define DW_SRQ_LIMIT  2
+
+int diwarp_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_context,
+                      struct diwarp_srq **out)
+{
+        struct dw_pd *pd = dw_pd_of(p);
+        if (!pd || !attr || !out)
+                return -EINVAL;
+        if (attr->max_wr < 1 || attr->max_wr > DW_MAX_SRQ_WR || attr->max_sge > DW_MAX_SGE)
+                return -EINVAL;
+        struct dw_srq_obj *srq = calloc(1, sizeof(*srq));
+        if (!srq)
+                return -ENOMEM;
+        uint32_t max_sge = attr->max_sge ? attr->max_sge : 1;
+        int err = dw_srq_init(&srq->q, attr->max_wr, max_sge, srq_context);
+        if (err < 0) {
+                free(srq);
+                return err;
+        }
+        srq->dev = pd->dev;
+        srq->pd = pd;
+        srq->max_sge = max_sge;
+        struct dw_device *dev = pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        if (dev->nsrq >= DW_MAX_SRQ) {
+                pthread_mutex_unlock(&dev->lock);
+                dw_srq_fini(&srq->q);
+                free(srq);
+                return -ENOMEM;
+        }
+        dw_pd_get(pd);
+        dev->nsrq++;
+        pthread_mutex_unlock(&dev->lock);
+        attr->max_wr = srq->q.wq.capacity;
+        attr->max_sge = max_sge;
+        *out = dw_srq_pub(srq);
+        return 0;
+}
+
+int diwarp_srq_destroy(struct diwarp_srq *s)
+{
+        struct dw_srq_obj *srq = dw_srq_of(s);
+        if (!srq)
+                return -EINVAL;
+        struct dw_device *dev = srq->dev;
+        pthread_mutex_lock(&dev->lock);
+        if (srq->q.use_count > 0) {
+                pthread_mutex_unlock(&dev->lock);
+                return -EBUSY;
+        }
+        dw_pd_put(srq->pd);
+        dev->nsrq--;
+        dw_async_queue_purge(&dev->async, s);
+        pthread_mutex_unlock(&dev->lock);
+        dw_srq_fini(&srq->q);
+        free(srq);
+        return 0;
+}
+
+int diwarp_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
+{
+        struct dw_srq_obj *srq = dw_srq_of(s);
+        if (!srq || !attr)
+                return -EINVAL;
+        /* Resizing is not supported (as on many RNICs). */
+        if (mask & DW_SRQ_MAX_WR)
+                return -EINVAL;
+        if (mask & ~(DW_SRQ_MAX_WR | DW_SRQ_LIMIT))
+                return -EINVAL;
+        int err = 0;
+        pthread_mutex_lock(&srq->dev->lock);
+        if (mask & DW_SRQ_LIMIT)
+                err = dw_srq_arm_limit(&srq->q, attr->srq_limit);
+        pthread_mutex_unlock(&srq->dev->lock);
+        return err;
+}
+
+int diwarp_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
+{
+        struct dw_srq_obj *srq = dw_srq_of(s);
+        if (!srq || !attr)
+                return -EINVAL;
+        pthread_mutex_lock(&srq->dev->lock);
+        attr->max_wr = srq->q.wq.capacity;
+        attr->max_sge = srq->max_sge;
+        attr->srq_limit = srq->q.limit_armed ? srq->q.limit : 0;
+        pthread_mutex_unlock(&srq->dev->lock);
+        return 0;
+}
+
+int diwarp_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
+                         struct diwarp_recv_wr **bad_wr)
+{
+        struct dw_srq_obj *srq = dw_srq_of(s);
+        int err = 0;
+        if (!srq || !wr) {
+                if (bad_wr)
+                        *bad_wr = wr;
+                return -EINVAL;
+        }
+        struct dw_device *dev = srq->dev;
+        pthread_mutex_lock(&dev->lock);
+        for (; wr; wr = wr->next) {
+                struct dw_wqe *w = dw_wq_reserve(&srq->q.wq);
+                if (!w) {
+                        err = -ENOMEM;
+                        break;
+                }
+                err = dw_wqe_from_recv_wr(&srq->q.wq, w, wr);
+                if (err < 0)
+                        break;
+                dw_wq_commit(&srq->q.wq);
+        }
+        if (err < 0 && bad_wr)
+                *bad_wr = wr;
+        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}

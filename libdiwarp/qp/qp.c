@@ -1,0 +1,747 @@
+/* Queue pairs: creation, the IB state machine, posting, completion and
+ * flushing. Transport work is delegated: UD to qp/ud.c, RC/UC to qp/rc.c. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "dw.h"
+#include "wire/dgram.h"
+
+static bool dw_qp_is_rc(const struct dw_qp *qp)
+{
+        return qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC;
+}
+
+struct dw_qp *dw_qp_lookup(struct dw_device *dev, uint32_t qpn)
+{
+        if ((qpn & ~DW_DGRAM_QPN_MASK) || dw_qpn_instance(qpn) != dev->instance)
+                return NULL;
+        struct dw_qp *qp = dev->qps[dw_qpn_index(qpn)];
+        return qp && qp->qpn == qpn ? qp : NULL;
+}
+
+/* ---- completions ------------------------------------------------------- */
+
+static enum diwarp_wc_opcode dw_wc_opcode_of(int wr_opcode)
+{
+        switch (wr_opcode) {
+        case DIWARP_WR_RDMA_WRITE:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                return DIWARP_WC_RDMA_WRITE;
+        case DIWARP_WR_RDMA_READ:
+                return DIWARP_WC_RDMA_READ;
+        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+                return DIWARP_WC_COMP_SWAP;
+        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+                return DIWARP_WC_FETCH_ADD;
+        case DIWARP_WR_LOCAL_INV:
+                return DIWARP_WC_LOCAL_INV;
+        default:
+                return DIWARP_WC_SEND;
+        }
+}
+
+void dw_qp_complete_send(struct dw_qp *qp, enum diwarp_wc_status status, uint32_t byte_len)
+{
+        struct dw_wqe *w = dw_wq_head(&qp->sq);
+        if (!w)
+                return;
+        if (status != DIWARP_WC_SUCCESS || qp->sq_sig_all ||
+            (w->send_flags & DIWARP_SEND_SIGNALED)) {
+                struct diwarp_wc wc = {
+                    .wr_id = w->wr_id,
+                    .status = status,
+                    .opcode = dw_wc_opcode_of(w->opcode),
+                    .byte_len = byte_len,
+                    .qp_num = qp->qpn,
+                };
+                dw_cq_complete(qp->dev, qp->send_cq, &wc, false);
+        }
+        dw_wq_pop(&qp->sq);
+}
+
+void dw_qp_complete_recv(struct dw_qp *qp, struct diwarp_wc *wc, bool solicited)
+{
+        wc->qp_num = qp->qpn;
+        dw_cq_complete(qp->dev, qp->recv_cq, wc, solicited);
+}
+
+struct dw_wqe *dw_qp_recv_head(struct dw_qp *qp)
+{
+        if (!qp->srq)
+                return dw_wq_head(&qp->rq);
+        if (!qp->srq_cur_valid) {
+                bool limit = false;
+                if (dw_srq_take(&qp->srq->q, &qp->srq_cur, &limit) < 0)
+                        return NULL;
+                qp->srq_cur_valid = true;
+                if (limit)
+                        dw_async_srq(qp->dev, qp->srq, DIWARP_EVENT_SRQ_LIMIT_REACHED);
+        }
+        return &qp->srq_cur;
+}
+
+void dw_qp_recv_pop(struct dw_qp *qp)
+{
+        if (qp->srq)
+                qp->srq_cur_valid = false;
+        else
+                dw_wq_pop(&qp->rq);
+}
+
+/* Every outstanding WQE completes with WR_FLUSH_ERR (signaled or not, as an
+ * RNIC does for error completions). SRQ WQEs stay in the SRQ for other QPs,
+ * except the one this QP had already taken. */
+static void dw_qp_flush(struct dw_qp *qp)
+{
+        struct dw_wqe *w;
+        while ((w = dw_wq_head(&qp->sq))) {
+                struct diwarp_wc wc = {.wr_id = w->wr_id,
+                                       .status = DIWARP_WC_WR_FLUSH_ERR,
+                                       .opcode = dw_wc_opcode_of(w->opcode),
+                                       .qp_num = qp->qpn};
+                dw_cq_complete(qp->dev, qp->send_cq, &wc, false);
+                dw_wq_pop(&qp->sq);
+        }
+        while ((w = qp->srq ? (qp->srq_cur_valid ? &qp->srq_cur : NULL) : dw_wq_head(&qp->rq))) {
+                struct diwarp_wc wc = {.wr_id = w->wr_id,
+                                       .status = DIWARP_WC_WR_FLUSH_ERR,
+                                       .opcode = DIWARP_WC_RECV,
+                                       .qp_num = qp->qpn};
+                dw_cq_complete(qp->dev, qp->recv_cq, &wc, false);
+                dw_qp_recv_pop(qp);
+        }
+        if (qp->tx_pending) {
+                qp->tx_pending = false;
+                dw_progress_tx_wait(qp->dev, false);
+        }
+}
+
+void dw_qp_to_error(struct dw_qp *qp, int event)
+{
+        bool was_err = qp->state == DIWARP_QPS_ERR;
+        qp->state = DIWARP_QPS_ERR;
+        if (!was_err) {
+                if (dw_qp_is_rc(qp))
+                        dw_rc_qp_error(qp);
+                if (event >= 0)
+                        dw_async_qp(qp, (enum diwarp_event_type)event);
+                /* IB: a QP on an SRQ reports its last WQE once it is in error. */
+                if (qp->srq)
+                        dw_async_qp(qp, DIWARP_EVENT_QP_LAST_WQE_REACHED);
+        }
+        dw_qp_flush(qp);
+}
+
+/* A random first MSN per UD QP (see struct dw_ud_seen). */
+static uint32_t dw_random_msn(const struct dw_qp *qp)
+{
+        uint32_t v;
+        if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v))
+                return v;
+        uint64_t x = (uint64_t)(uintptr_t)qp ^ ((uint64_t)qp->qpn << 40) ^ (uint64_t)time(NULL);
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 33;
+        return (uint32_t)x;
+}
+
+/* Discards WQEs without completions (transition to RESET). */
+static void dw_qp_reset_queues(struct dw_qp *qp)
+{
+        while (dw_wq_head(&qp->sq))
+                dw_wq_pop(&qp->sq);
+        while (dw_wq_head(&qp->rq))
+                dw_wq_pop(&qp->rq);
+        qp->srq_cur_valid = false;
+        if (qp->tx_pending) {
+                qp->tx_pending = false;
+                dw_progress_tx_wait(qp->dev, false);
+        }
+        qp->ud_msn = dw_random_msn(qp);
+        if (qp->ud_seen)
+                memset(qp->ud_seen, 0, DW_UD_SEEN_SLOTS * sizeof(*qp->ud_seen));
+        qp->attr_mask_set = 0;
+}
+
+/* ---- data movement helpers -------------------------------------------------- */
+
+int dw_qp_scatter(struct dw_qp *qp, const struct dw_wqe *wqe, size_t off, const void *src,
+                  size_t len)
+{
+        uint8_t *dst[DW_MAX_SGE];
+        size_t cnt[DW_MAX_SGE];
+        const struct dw_pd *pd = qp->srq ? qp->srq->pd : qp->pd;
+        size_t skip = off, left = len;
+        unsigned n = 0;
+
+        if (len == 0)
+                return 0;
+        if (off > wqe->total_len || len > wqe->total_len - off)
+                return -EMSGSIZE;
+        /* Check every piece before writing any, so a protection failure never
+         * leaves a partial write behind. */
+        for (uint32_t i = 0; i < wqe->num_sge && left; i++) {
+                const struct diwarp_sge *s = &wqe->sge[i];
+                if (skip >= s->length) {
+                        skip -= s->length;
+                        continue;
+                }
+                size_t take = s->length - skip < left ? s->length - skip : left;
+                uint8_t *h = NULL;
+                if (dw_mr_check_local(&qp->dev->mrs, s->lkey, pd, DIWARP_ACCESS_LOCAL_WRITE,
+                                      s->addr + skip, take, &h) != DW_PROT_OK)
+                        return -EACCES;
+                dst[n] = h;
+                cnt[n] = take;
+                n++;
+                left -= take;
+                skip = 0;
+        }
+        const uint8_t *p = src;
+        for (unsigned i = 0; i < n; i++) {
+                memcpy(dst[i], p, cnt[i]);
+                p += cnt[i];
+        }
+        return 0;
+}
+
+int dw_qp_gather(struct dw_qp *qp, const struct dw_wqe *wqe, struct iovec *iov, int max_iov)
+{
+        int n = 0;
+        if (wqe->flags & DW_WQE_INLINE) {
+                if (wqe->inline_len == 0)
+                        return 0;
+                if (max_iov < 1)
+                        return -EINVAL;
+                iov[0].iov_base = wqe->inline_buf;
+                iov[0].iov_len = wqe->inline_len;
+                return 1;
+        }
+        for (uint32_t i = 0; i < wqe->num_sge; i++) {
+                const struct diwarp_sge *s = &wqe->sge[i];
+                uint8_t *h = NULL;
+                if (s->length == 0)
+                        continue;
+                if (n >= max_iov)
+                        return -EINVAL;
+                if (dw_mr_check_local(&qp->dev->mrs, s->lkey, qp->pd, 0, s->addr, s->length, &h) !=
+                    DW_PROT_OK)
+                        return -EACCES;
+                iov[n].iov_base = h;
+                iov[n].iov_len = s->length;
+                n++;
+        }
+        return n;
+}
+
+/* ---- create / destroy --------------------------------------------------------- */
+
+static int dw_qp_alloc_index(struct dw_device *dev)
+{
+        for (unsigned k = 0; k < DW_MAX_QP; k++) {
+                uint32_t i = dev->next_qp_index + k;
+                i = DW_FIRST_QP_INDEX + (i - DW_FIRST_QP_INDEX) % (DW_MAX_QP - DW_FIRST_QP_INDEX);
+                if (!dev->qps[i]) {
+                        /* Next search starts after it, so a destroyed QPN is not
+                         * handed out again at once (stale packets for it). */
+                        dev->next_qp_index = i + 1;
+                        return (int)i;
+                }
+        }
+        return -ENOMEM;
+}
+
+int diwarp_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct diwarp_qp **out)
+{
+        struct dw_pd *pd = dw_pd_of(p);
+        int err;
+
+        if (!pd || !attr || !out || !attr->send_cq || !attr->recv_cq)
+                return -EINVAL;
+        struct dw_device *dev = pd->dev;
+        struct dw_cq_obj *scq = dw_cq_of(attr->send_cq), *rcq = dw_cq_of(attr->recv_cq);
+        struct dw_srq_obj *srq = attr->srq ? dw_srq_of(attr->srq) : NULL;
+        if (scq->dev != dev || rcq->dev != dev || (srq && srq->dev != dev))
+                return -EINVAL;
+        switch (attr->qp_type) {
+        case DIWARP_QPT_RC:
+        case DIWARP_QPT_UC:
+        case DIWARP_QPT_UD:
+                break;
+        case DIWARP_QPT_RD:
+                return -EOPNOTSUPP;
+        default:
+                return -EINVAL;
+        }
+        struct diwarp_qp_cap cap = attr->cap;
+        if (cap.max_send_wr > DW_MAX_QP_WR || cap.max_recv_wr > DW_MAX_QP_WR ||
+            cap.max_send_sge > DW_MAX_SGE || cap.max_recv_sge > DW_MAX_SGE ||
+            cap.max_inline_data > DW_MAX_INLINE)
+                return -EINVAL;
+        if (cap.max_send_wr == 0)
+                cap.max_send_wr = 1;
+        if (cap.max_recv_wr == 0)
+                cap.max_recv_wr = 1;
+        if (cap.max_send_sge == 0)
+                cap.max_send_sge = 1;
+        if (cap.max_recv_sge == 0)
+                cap.max_recv_sge = 1;
+
+        struct dw_qp *qp = calloc(1, sizeof(*qp));
+        if (!qp)
+                return -ENOMEM;
+        qp->dev = dev;
+        qp->pd = pd;
+        qp->qp_context = attr->qp_context;
+        qp->type = attr->qp_type;
+        qp->state = DIWARP_QPS_RESET;
+        qp->send_cq = &scq->cq;
+        qp->recv_cq = &rcq->cq;
+        qp->srq = srq;
+        qp->sq_sig_all = attr->sq_sig_all;
+        err = dw_wq_init(&qp->sq, cap.max_send_wr, cap.max_send_sge, cap.max_inline_data);
+        if (err < 0)
+                goto fail;
+        if (srq) {
+                cap.max_recv_wr = 0;
+                cap.max_recv_sge = 0;
+        } else {
+                err = dw_wq_init(&qp->rq, cap.max_recv_wr, cap.max_recv_sge, 0);
+                if (err < 0)
+                        goto fail_sq;
+        }
+        qp->cap = cap;
+        qp->attr.qkey = DW_UD_DEFAULT_QKEY;
+        if (qp->type == DIWARP_QPT_UD) {
+                qp->ud_seen = calloc(DW_UD_SEEN_SLOTS, sizeof(*qp->ud_seen));
+                if (!qp->ud_seen) {
+                        err = -ENOMEM;
+                        goto fail_rq;
+                }
+                qp->ud_msn = dw_random_msn(qp);
+        }
+
+        pthread_mutex_lock(&dev->lock);
+        int idx = dw_qp_alloc_index(dev);
+        if (idx < 0) {
+                pthread_mutex_unlock(&dev->lock);
+                err = idx;
+                goto fail_rq;
+        }
+        qp->qpn = dw_qpn_make(dev->instance, (uint32_t)idx);
+        if (dw_qp_is_rc(qp)) {
+                err = dw_rc_qp_init(qp);
+                if (err < 0) {
+                        pthread_mutex_unlock(&dev->lock);
+                        goto fail_rq;
+                }
+        }
+        dev->qps[idx] = qp;
+        dev->nqp++;
+        dw_pd_get(pd);
+        qp->send_cq->use_count++;
+        qp->recv_cq->use_count++;
+        if (srq)
+                srq->q.use_count++;
+        pthread_mutex_unlock(&dev->lock);
+        attr->cap = cap;
+        dw_dbg("QP %#x created (type %d)", qp->qpn, qp->type);
+        *out = dw_qp_pub(qp);
+        return 0;
+
+fail_rq:
+        free(qp->ud_seen);
+        if (!srq)
+                dw_wq_fini(&qp->rq);
+fail_sq:
+        dw_wq_fini(&qp->sq);
+fail:
+        free(qp);
+        return err;
+}
+
+int diwarp_qp_destroy(struct diwarp_qp *q)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp)
+                return -EINVAL;
+        struct dw_device *dev = qp->dev;
+        pthread_mutex_lock(&dev->lock);
+        if (dw_qp_is_rc(qp))
+                dw_rc_qp_fini(qp);
+        if (qp->tx_pending)
+                dw_progress_tx_wait(dev, false);
+        dev->qps[dw_qpn_index(qp->qpn)] = NULL;
+        dev->nqp--;
+        dw_pd_put(qp->pd);
+        qp->send_cq->use_count--;
+        qp->recv_cq->use_count--;
+        if (qp->srq)
+                qp->srq->q.use_count--;
+        dw_async_queue_purge(&dev->async, q);
+        pthread_mutex_unlock(&dev->lock);
+        dw_wq_fini(&qp->sq);
+        if (!qp->srq)
+                dw_wq_fini(&qp->rq);
+        free(qp->ud_seen);
+        free(qp);
+        return 0;
+}
+
+uint32_t diwarp_qp_num(const struct diwarp_qp *q)
+{
+        return q ? ((const struct dw_qp *)q)->qpn : 0;
+}
+
+enum diwarp_qp_state diwarp_qp_state(const struct diwarp_qp *q)
+{
+        const struct dw_qp *qp = (const struct dw_qp *)q;
+        if (!qp)
+                return DIWARP_QPS_ERR;
+        /* A single aligned enum read; a racing modify gives the old or the new state. */
+        return __atomic_load_n(&qp->state, __ATOMIC_RELAXED);
+}
+
+/* ---- modify ------------------------------------------------------------------------ */
+
+/* Attributes a transition must carry. iWARP needs fewer than IB: PKEY_INDEX
+ * and PORT are optional (one port, no partitions), and the RC path
+ * attributes (AV, DEST_QPN, PSNs, timers) are optional because rdma_cm-style
+ * setup (MPA over TCP) supplies the peer instead; AV and DEST_QPN, when used
+ * for the IB-style connect, must come together. */
+static int dw_qp_required(const struct dw_qp *qp, enum diwarp_qp_state cur,
+                          enum diwarp_qp_state next)
+{
+        if (cur == DIWARP_QPS_RESET && next == DIWARP_QPS_INIT)
+                return qp->type == DIWARP_QPT_UD ? DIWARP_QP_QKEY : 0;
+        if (cur == DIWARP_QPS_RTR && next == DIWARP_QPS_RTS)
+                return qp->type == DIWARP_QPT_UD ? DIWARP_QP_SQ_PSN : 0;
+        return 0;
+}
+
+static bool dw_qp_transition_ok(enum diwarp_qp_state cur, enum diwarp_qp_state next)
+{
+        if (next == DIWARP_QPS_RESET || next == DIWARP_QPS_ERR)
+                return true;
+        switch (cur) {
+        case DIWARP_QPS_RESET:
+                return next == DIWARP_QPS_INIT;
+        case DIWARP_QPS_INIT:
+                return next == DIWARP_QPS_INIT || next == DIWARP_QPS_RTR;
+        case DIWARP_QPS_RTR:
+                return next == DIWARP_QPS_RTS;
+        case DIWARP_QPS_RTS:
+                return next == DIWARP_QPS_RTS;
+        default:
+                return false; /* SQD, SQE: not supported; ERR only to RESET */
+        }
+}
+
+#define DW_QP_KNOWN_MASK                                                                           \
+        (DIWARP_QP_STATE | DIWARP_QP_CUR_STATE | DIWARP_QP_ACCESS_FLAGS | DIWARP_QP_PKEY_INDEX |   \
+         DIWARP_QP_PORT | DIWARP_QP_QKEY | DIWARP_QP_AV | DIWARP_QP_PATH_MTU | DIWARP_QP_TIMEOUT | \
+         DIWARP_QP_RETRY_CNT | DIWARP_QP_RNR_RETRY | DIWARP_QP_RQ_PSN |                            \
+         DIWARP_QP_MAX_QP_RD_ATOMIC | DIWARP_QP_MIN_RNR_TIMER | DIWARP_QP_SQ_PSN |                 \
+         DIWARP_QP_MAX_DEST_RD_ATOMIC | DIWARP_QP_CAP | DIWARP_QP_DEST_QPN)
+
+static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a, int mask)
+{
+        enum diwarp_qp_state cur = qp->state;
+        enum diwarp_qp_state next = (mask & DIWARP_QP_STATE) ? a->qp_state : cur;
+
+        if (mask & ~DW_QP_KNOWN_MASK) {
+                dw_warn("QP %#x: modify with unknown mask bits %#x", qp->qpn,
+                        mask & ~DW_QP_KNOWN_MASK);
+                return -EINVAL;
+        }
+        if ((mask & DIWARP_QP_CUR_STATE) && a->cur_qp_state != cur)
+                return -EINVAL;
+        if (next < DIWARP_QPS_RESET || next > DIWARP_QPS_ERR)
+                return -EINVAL;
+        if ((mask & DIWARP_QP_STATE) && !dw_qp_transition_ok(cur, next)) {
+                dw_warn("QP %#x: invalid transition %d -> %d", qp->qpn, cur, next);
+                return -EINVAL;
+        }
+        if (!(mask & DIWARP_QP_STATE) && (cur == DIWARP_QPS_RESET || cur == DIWARP_QPS_ERR) &&
+            (mask & ~DIWARP_QP_CUR_STATE))
+                return -EINVAL;
+        int need = dw_qp_required(qp, cur, next);
+        if ((mask & need) != need) {
+                dw_warn("QP %#x: transition %d -> %d needs attribute mask %#x (got %#x)", qp->qpn,
+                        cur, next, need, mask);
+                return -EINVAL;
+        }
+        if (dw_qp_is_rc(qp) && next == DIWARP_QPS_RTR && cur == DIWARP_QPS_INIT &&
+            !!(mask & DIWARP_QP_AV) != !!(mask & DIWARP_QP_DEST_QPN)) {
+                dw_warn("QP %#x: RTR needs both AV and DEST_QPN, or neither (CM connect)", qp->qpn);
+                return -EINVAL;
+        }
+        struct in_addr ip;
+        if ((mask & DIWARP_QP_AV) && dw_gid_to_ipv4(&a->dgid, &ip) < 0) {
+                dw_warn("QP %#x: AV GID is not an IPv4-mapped address", qp->qpn);
+                return -EINVAL;
+        }
+        if ((mask & DIWARP_QP_DEST_QPN) && (a->dest_qp_num & ~DW_DGRAM_QPN_MASK))
+                return -EINVAL;
+        if ((mask & DIWARP_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > DW_MAX_RD_ATOM)
+                return -EINVAL;
+        if ((mask & DIWARP_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > DW_MAX_RD_ATOM)
+                return -EINVAL;
+        if ((mask & DIWARP_QP_PORT) && a->port_num != 1)
+                return -EINVAL;
+
+        if (next == DIWARP_QPS_ERR) {
+                dw_qp_to_error(qp, -1);
+                return 0;
+        }
+        struct diwarp_qp_attr saved = qp->attr;
+        int saved_mask = qp->attr_mask_set;
+        struct sockaddr_in saved_peer = qp->peer;
+        if (next == DIWARP_QPS_RESET) {
+                dw_qp_reset_queues(qp);
+                memset(&qp->attr, 0, sizeof(qp->attr));
+                memset(&qp->peer, 0, sizeof(qp->peer));
+        }
+        if (mask & DIWARP_QP_ACCESS_FLAGS)
+                qp->attr.qp_access_flags = a->qp_access_flags;
+        if (mask & DIWARP_QP_PKEY_INDEX)
+                qp->attr.pkey_index = a->pkey_index;
+        if (mask & DIWARP_QP_PORT)
+                qp->attr.port_num = a->port_num;
+        if (mask & DIWARP_QP_QKEY)
+                qp->attr.qkey = a->qkey;
+        if (mask & DIWARP_QP_AV) {
+                qp->attr.dgid = a->dgid;
+                dw_gid_to_ipv4(&a->dgid, &ip);
+                qp->peer.sin_family = AF_INET;
+                qp->peer.sin_addr = ip;
+        }
+        if (mask & DIWARP_QP_DEST_QPN)
+                qp->attr.dest_qp_num = a->dest_qp_num;
+        if (mask & (DIWARP_QP_AV | DIWARP_QP_DEST_QPN))
+                dw_peer_addr(qp->dev, qp->peer.sin_addr, qp->attr.dest_qp_num, &qp->peer);
+        if (mask & DIWARP_QP_PATH_MTU)
+                qp->attr.path_mtu = a->path_mtu;
+        if (mask & DIWARP_QP_TIMEOUT)
+                qp->attr.timeout = a->timeout;
+        if (mask & DIWARP_QP_RETRY_CNT)
+                qp->attr.retry_cnt = a->retry_cnt;
+        if (mask & DIWARP_QP_RNR_RETRY)
+                qp->attr.rnr_retry = a->rnr_retry;
+        if (mask & DIWARP_QP_RQ_PSN)
+                qp->attr.rq_psn = a->rq_psn;
+        if (mask & DIWARP_QP_SQ_PSN)
+                qp->attr.sq_psn = a->sq_psn;
+        if (mask & DIWARP_QP_MAX_QP_RD_ATOMIC)
+                qp->attr.max_rd_atomic = a->max_rd_atomic;
+        if (mask & DIWARP_QP_MAX_DEST_RD_ATOMIC)
+                qp->attr.max_dest_rd_atomic = a->max_dest_rd_atomic;
+        if (mask & DIWARP_QP_MIN_RNR_TIMER)
+                qp->attr.min_rnr_timer = a->min_rnr_timer;
+        qp->attr_mask_set |= mask;
+        qp->state = next;
+        if (dw_qp_is_rc(qp)) {
+                int err = dw_rc_qp_modify(qp, cur, mask);
+                if (err < 0) {
+                        qp->state = cur;
+                        qp->attr = saved;
+                        qp->attr_mask_set = saved_mask;
+                        qp->peer = saved_peer;
+                        return err;
+                }
+        }
+        dw_dbg("QP %#x: state %d -> %d", qp->qpn, cur, next);
+        return 0;
+}
+
+int diwarp_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp || !attr)
+                return -EINVAL;
+        pthread_mutex_lock(&qp->dev->lock);
+        int err = dw_qp_modify_locked(qp, attr, mask);
+        pthread_mutex_unlock(&qp->dev->lock);
+        return err;
+}
+
+int diwarp_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
+                    struct diwarp_qp_init_attr *init_attr)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp)
+                return -EINVAL;
+        pthread_mutex_lock(&qp->dev->lock);
+        if (attr) {
+                *attr = qp->attr;
+                attr->qp_state = qp->state;
+                attr->cur_qp_state = qp->state;
+                attr->cap = qp->cap;
+                if (!attr->port_num)
+                        attr->port_num = 1;
+        }
+        if (init_attr) {
+                memset(init_attr, 0, sizeof(*init_attr));
+                init_attr->qp_context = qp->qp_context;
+                init_attr->send_cq = dw_cq_pub(qp->send_cq);
+                init_attr->recv_cq = dw_cq_pub(qp->recv_cq);
+                init_attr->srq = qp->srq ? dw_srq_pub(qp->srq) : NULL;
+                init_attr->cap = qp->cap;
+                init_attr->qp_type = qp->type;
+                init_attr->sq_sig_all = qp->sq_sig_all;
+        }
+        pthread_mutex_unlock(&qp->dev->lock);
+        return 0;
+}
+
+int diwarp_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp || !out)
+                return -EINVAL;
+        pthread_mutex_lock(&qp->dev->lock);
+        *out = qp->ctr;
+        pthread_mutex_unlock(&qp->dev->lock);
+        return 0;
+}
+
+/* ---- posting ---------------------------------------------------------------------- */
+
+static bool dw_opcode_ok(enum diwarp_qp_type type, int op)
+{
+        switch (type) {
+        case DIWARP_QPT_UD:
+                return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM;
+        case DIWARP_QPT_UC:
+                return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM ||
+                       op == DIWARP_WR_RDMA_WRITE || op == DIWARP_WR_RDMA_WRITE_WITH_IMM ||
+                       op == DIWARP_WR_SEND_WITH_INV || op == DIWARP_WR_LOCAL_INV;
+        case DIWARP_QPT_RC:
+                return (op >= DIWARP_WR_RDMA_WRITE && op <= DIWARP_WR_LOCAL_INV) ||
+                       op == DIWARP_WR_SEND_WITH_INV;
+        default:
+                return false;
+        }
+}
+
+static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr)
+{
+        if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge ||
+            (wr->num_sge > 0 && !wr->sg_list))
+                return -EINVAL;
+        if (!dw_opcode_ok(qp->type, wr->opcode))
+                return -EINVAL;
+        uint64_t total = 0;
+        for (int i = 0; i < wr->num_sge; i++)
+                total += wr->sg_list[i].length;
+        if ((wr->send_flags & DIWARP_SEND_INLINE) && total > qp->cap.max_inline_data)
+                return -EINVAL;
+        if (qp->type == DIWARP_QPT_UD) {
+                struct dw_ah *ah = wr->wr.ud.ah ? dw_ah_of(wr->wr.ud.ah) : NULL;
+                if (!ah || ah->pd->dev != qp->dev)
+                        return -EINVAL;
+                if (wr->wr.ud.remote_qpn & ~DW_DGRAM_QPN_MASK)
+                        return -EINVAL;
+                uint64_t max = wr->opcode == DIWARP_WR_SEND_WITH_IMM ? DW_DGRAM_MAX_UD_MSG_IMM
+                                                                     : DW_DGRAM_MAX_UD_MSG;
+                if (total > max)
+                        return -EINVAL;
+        } else if (total > DW_MAX_MSG_RC) {
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        int err = 0;
+        if (!qp || !wr) {
+                if (bad_wr)
+                        *bad_wr = wr;
+                return -EINVAL;
+        }
+        struct dw_device *dev = qp->dev;
+        pthread_mutex_lock(&dev->lock);
+        for (; wr; wr = wr->next) {
+                /* ERR accepts work and flushes it, as ibverbs providers do. */
+                if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_ERR) {
+                        err = -EINVAL;
+                        break;
+                }
+                err = dw_check_send_wr(qp, wr);
+                if (err < 0)
+                        break;
+                struct dw_wqe *w = dw_wq_reserve(&qp->sq);
+                if (!w) {
+                        err = -ENOMEM;
+                        break;
+                }
+                err = dw_wqe_from_send_wr(&qp->sq, w, wr);
+                if (err < 0)
+                        break;
+                dw_wq_commit(&qp->sq);
+                if (qp->state == DIWARP_QPS_ERR) {
+                        dw_qp_flush(qp);
+                } else if (dw_qp_is_rc(qp)) {
+                        int e = dw_rc_post_send(qp, w);
+                        if (e < 0) {
+                                dw_warn("QP %#x: RC transport refused a send: %s", qp->qpn,
+                                        strerror(-e));
+                                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+                        }
+                }
+        }
+        if (err < 0 && bad_wr)
+                *bad_wr = wr;
+        if (qp->type == DIWARP_QPT_UD && qp->state == DIWARP_QPS_RTS && !qp->tx_pending)
+                dw_ud_tx(qp, DW_PROGRESS_BUDGET);
+        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}
+
+int diwarp_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        int err = 0;
+        if (!qp || !wr) {
+                if (bad_wr)
+                        *bad_wr = wr;
+                return -EINVAL;
+        }
+        struct dw_device *dev = qp->dev;
+        pthread_mutex_lock(&dev->lock);
+        for (; wr; wr = wr->next) {
+                if (qp->srq || qp->state == DIWARP_QPS_RESET) {
+                        err = -EINVAL;
+                        break;
+                }
+                if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_recv_sge ||
+                    (wr->num_sge > 0 && !wr->sg_list)) {
+                        err = -EINVAL;
+                        break;
+                }
+                struct dw_wqe *w = dw_wq_reserve(&qp->rq);
+                if (!w) {
+                        err = -ENOMEM;
+                        break;
+                }
+                err = dw_wqe_from_recv_wr(&qp->rq, w, wr);
+                if (err < 0)
+                        break;
+                dw_wq_commit(&qp->rq);
+                if (qp->state == DIWARP_QPS_ERR)
+                        dw_qp_flush(qp);
+                else if (dw_qp_is_rc(qp))
+                        dw_rc_post_recv(qp);
+        }
+        if (err < 0 && bad_wr)
+                *bad_wr = wr;
+        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}

@@ -1,0 +1,1912 @@
+/* RC transport: RDMAP over DDP over MPA over one TCP stream per QP.
+ * See rc.h for the buffer layout and cm/README.md for the decisions. */
+#include "qp/rc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cm/cm.h"
+#include "cm/mpa_conn.h"
+#include "llp/tcp.h"
+#include "progress/progress.h"
+#include "util/time.h"
+#include "wire/crc32c.h"
+
+/* diwarp's use of the 8 opaque bytes of an RFC 7306 Immediate Data header:
+ * bytes 0-3 the 32-bit immediate value as ibverbs carries it (network order),
+ * byte 4 flags. DW_IMM_WITH_SEND: this immediate belongs to the Send that
+ * follows it (Send with Immediate), so it consumes no receive WQE of its own;
+ * without it the message completes a receive WQE as RECV_RDMA_WITH_IMM (the
+ * immediate of an RDMA Write with Immediate). */
+#define DW_IMM_WITH_SEND 0x01u
+
+#define DW_RC_IOV_MAX 1024 /* Linux UIO_MAXIOV */
+
+static int rc_tx(struct dw_rc_conn *c);
+static void rc_close_now(struct dw_rc_conn *c);
+
+/* ---------------------------------------------------------------- helpers */
+
+static const char *peer_str(const struct dw_rc_conn *c, char *buf, size_t len)
+{
+        if (c->fd < 0 && c->peer.sin_family != AF_INET)
+                return "(unconnected)";
+        return dw_tcp_addr_str(&c->peer, buf, len);
+}
+
+static struct dw_rc_dev *rcdev(struct dw_device *dev)
+{
+        return (struct dw_rc_dev *)dev->rc;
+}
+
+static uint32_t ord_limit(const struct dw_rc_conn *c)
+{
+        const struct dw_qp *qp = c->qp;
+        uint32_t o = c->peer_ird ? c->peer_ird : 1;
+
+        if ((qp->attr_mask_set & DIWARP_QP_MAX_QP_RD_ATOMIC) && qp->attr.max_rd_atomic &&
+            qp->attr.max_rd_atomic < o)
+                o = qp->attr.max_rd_atomic;
+        return o > DW_RC_MAX_RD ? DW_RC_MAX_RD : o;
+}
+
+uint16_t dw_rc_offer_ird(const struct dw_qp *qp)
+{
+        if ((qp->attr_mask_set & DIWARP_QP_MAX_DEST_RD_ATOMIC) && qp->attr.max_dest_rd_atomic)
+                return qp->attr.max_dest_rd_atomic < DW_RC_MAX_RD ? qp->attr.max_dest_rd_atomic
+                                                                  : DW_RC_MAX_RD;
+        return DW_RC_MAX_RD;
+}
+
+uint16_t dw_rc_offer_ord(const struct dw_qp *qp)
+{
+        if ((qp->attr_mask_set & DIWARP_QP_MAX_QP_RD_ATOMIC) && qp->attr.max_rd_atomic)
+                return qp->attr.max_rd_atomic < DW_RC_MAX_RD ? qp->attr.max_rd_atomic
+                                                             : DW_RC_MAX_RD;
+        return DW_RC_MAX_RD;
+}
+
+/* QP-level remote access rights (ibv qp_access_flags); only enforced once the
+ * application has set them, as QPs made by the native CM may never do. */
+static bool qp_allows(const struct dw_qp *qp, int access)
+{
+        if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
+                return true;
+        return (qp->attr.qp_access_flags & access) == access;
+}
+
+/* iovecs for bytes [off, off+len) of a WQE's SGE list, every piece checked
+ * against its lkey with the given access. Returns the count, -EMSGSIZE when
+ * the range runs past the SGEs, -EACCES on a protection failure. */
+static int sge_range_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, uint64_t len,
+                         int access, struct iovec *iov, int max)
+{
+        int n = 0;
+
+        if (len == 0)
+                return 0;
+        if ((w->flags & DW_WQE_INLINE) && access == 0) {
+                if (off + len > w->sge[0].length)
+                        return -EMSGSIZE;
+                iov[0].iov_base = (uint8_t *)(uintptr_t)w->sge[0].addr + off;
+                iov[0].iov_len = len;
+                return 1;
+        }
+        for (uint32_t i = 0; i < w->num_sge && len; i++) {
+                const struct diwarp_sge *s = &w->sge[i];
+                if (off >= s->length) {
+                        off -= s->length;
+                        continue;
+                }
+                uint64_t piece = s->length - off;
+                if (piece > len)
+                        piece = len;
+                uint8_t *host = NULL;
+                if (dw_mr_check_local(&qp->dev->mrs, s->lkey, qp->pd, access, s->addr + off, piece,
+                                      &host) != DW_PROT_OK)
+                        return -EACCES;
+                if (n == max)
+                        return -EMSGSIZE;
+                iov[n].iov_base = host;
+                iov[n].iov_len = piece;
+                n++;
+                len -= piece;
+                off = 0;
+        }
+        return len ? -EMSGSIZE : n;
+}
+
+static uint32_t crc_iov(uint32_t s, const struct iovec *iov, int n)
+{
+        for (int i = 0; i < n; i++)
+                s = dw_crc32c_update(s, iov[i].iov_base, iov[i].iov_len);
+        return s;
+}
+
+/* ---------------------------------------------------------------- watch / timers */
+
+static int rc_watch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx);
+
+static void set_watch(struct dw_rc_conn *c, bool want_out)
+{
+        if (c->fd < 0)
+                return;
+        uint32_t ev = EPOLLIN | (want_out ? EPOLLOUT : 0);
+        if (!c->watched) {
+                if (dw_progress_watch_fd(c->qp->dev, c->fd, ev, rc_watch_cb, c) == 0) {
+                        c->watched = true;
+                        c->watch_events = ev;
+                }
+                return;
+        }
+        if (ev != c->watch_events && dw_progress_modify_fd(c->qp->dev, c->fd, ev) == 0)
+                c->watch_events = ev;
+}
+
+void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadline_ns)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        c->deadline_ns = deadline_ns;
+        if (!c->on_timer_list && rd) {
+                c->tprev = NULL;
+                c->tnext = rd->timers;
+                if (rd->timers)
+                        rd->timers->tprev = c;
+                rd->timers = c;
+                c->on_timer_list = true;
+        }
+        dw_progress_timer(dev, deadline_ns);
+}
+
+void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        if (!c->on_timer_list || !rd)
+                return;
+        if (c->tprev)
+                c->tprev->tnext = c->tnext;
+        else
+                rd->timers = c->tnext;
+        if (c->tnext)
+                c->tnext->tprev = c->tprev;
+        c->tnext = c->tprev = NULL;
+        c->on_timer_list = false;
+}
+
+/* ---------------------------------------------------------------- stream state */
+
+static void reset_stream(struct dw_rc_conn *c)
+{
+        c->iov_pos = c->iov_cnt = 0;
+        c->nslot = c->ndone = 0;
+        c->term_queued = c->term_pending = false;
+        c->fin_after_batch = false;
+        c->cur = NULL;
+        c->cur_off = 0;
+        c->cur_phase = 0;
+        c->nsrc = 0;
+        c->irq_turn = false;
+        c->msn_send = c->msn_rreq = c->msn_term = c->msn_aresp = 1;
+        c->orq_head = c->orq_count = 0;
+        c->rx_state = DW_RC_RX_HDR;
+        c->rx_start = c->rx_end = 0;
+        c->rx_big = false;
+        c->rx_wqe = NULL;
+        c->rx_msg_len = 0;
+        c->msn_expect_send = c->msn_expect_rreq = c->msn_expect_aresp = 1;
+        c->rx_write_bytes = 0;
+        c->imm_pending = false;
+        c->irq_head = c->irq_count = 0;
+        c->rtr_send_expected = false;
+}
+
+static void rc_close_now(struct dw_rc_conn *c)
+{
+        struct dw_device *dev = c->qp->dev;
+
+        dw_rc_timer_del(dev, c);
+        if (c->fd >= 0) {
+                if (c->watched)
+                        dw_progress_unwatch_fd(dev, c->fd);
+                close(c->fd);
+        }
+        c->fd = -1;
+        c->watched = false;
+        c->rx_state = DW_RC_RX_STOP;
+        if (c->state != DW_RC_IDLE)
+                c->state = DW_RC_CLOSED;
+}
+
+/* Forgets every reference to send/receive WQEs (they are about to be
+ * completed or flushed by the generic QP code). */
+static void drop_wqe_refs(struct dw_rc_conn *c)
+{
+        c->cur = NULL;
+        c->ndone = 0;
+        c->orq_head = c->orq_count = 0;
+        c->rx_wqe = NULL;
+}
+
+/* Completes SQ WQEs that are finished, in order. */
+static void retire(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+        struct dw_wqe *w;
+
+        while ((w = dw_wq_head(&qp->sq)) && (w->flags & DW_WQE_DONE)) {
+                if (w == c->cur)
+                        c->cur = NULL;
+                dw_qp_complete_send(qp, (enum diwarp_wc_status)w->status, w->byte_len);
+        }
+}
+
+/* Completes the SQ from its head through culprit: earlier finished WQEs with
+ * their status, unfinished ones flushed, culprit with status. Does nothing if
+ * culprit is not (or no longer) in the SQ. References must be dropped first. */
+static void complete_through(struct dw_rc_conn *c, struct dw_wqe *culprit,
+                             enum diwarp_wc_status status)
+{
+        struct dw_qp *qp = c->qp;
+        bool found = false;
+        struct dw_wqe *w;
+
+        if (!culprit)
+                return;
+        for (uint32_t i = 0; (w = dw_wq_at(&qp->sq, i)); i++)
+                if (w == culprit) {
+                        found = true;
+                        break;
+                }
+        if (!found)
+                return;
+        while ((w = dw_wq_head(&qp->sq))) {
+                if (w == culprit) {
+                        dw_qp_complete_send(qp, status, 0);
+                        break;
+                }
+                dw_qp_complete_send(qp,
+                                    (w->flags & DW_WQE_DONE) ? (enum diwarp_wc_status)w->status
+                                                             : DIWARP_WC_WR_FLUSH_ERR,
+                                    w->byte_len);
+        }
+}
+
+/* We detected an error: send a Terminate (unless !send_term), move the QP to
+ * ERR with event (-1: none). */
+static void fail_with_term(struct dw_rc_conn *c, bool send_term, uint8_t layer, uint8_t etype,
+                           uint8_t ecode, bool with_hdr, const uint8_t *rdmap_hdr, int event,
+                           const char *why)
+{
+        struct dw_qp *qp = c->qp;
+        char pb[32];
+
+        dw_warn("RC QP %#x peer %s: %s; terminating (layer %u type %u code %#x)", qp->qpn,
+                peer_str(c, pb, sizeof(pb)), why, layer, etype, ecode);
+        if (send_term && c->fd >= 0 && !c->term_pending) {
+                memset(&c->term, 0, sizeof(c->term));
+                c->term.layer = layer;
+                c->term.etype = etype;
+                c->term.ecode = ecode;
+                if (with_hdr) {
+                        bool tagged = c->rh_raw[0] & DW_DDP_CTRL_T;
+                        c->term.has_ddp_hdr = true;
+                        c->term.ddp_hdr_len =
+                            tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
+                        memcpy(c->term.ddp_hdr, c->rh_raw, c->term.ddp_hdr_len);
+                }
+                if (rdmap_hdr) {
+                        c->term.has_rdmap_hdr = true;
+                        memcpy(c->term.rdmap_hdr, rdmap_hdr, DW_RDMAP_RREQ_HDR_LEN);
+                }
+                c->term_pending = true;
+                qp->ctr.terminates_sent++;
+                qp->dev->ctr.terminates_sent++;
+        }
+        c->rx_state = DW_RC_RX_STOP;
+        if (qp->state != DIWARP_QPS_ERR)
+                dw_qp_to_error(qp, event);
+        else
+                dw_rc_qp_error(qp);
+}
+
+static void fail_prot(struct dw_rc_conn *c, enum dw_prot_status st, enum dw_prot_ctx ctx,
+                      const uint8_t *rdmap_hdr, const char *what)
+{
+        struct dw_term_error te = {DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_PROTECTION,
+                                   DW_TERM_RDMAP_UNSPECIFIED};
+        char why[160];
+
+        dw_prot_status_to_term(st, ctx, &te);
+        c->qp->ctr.rx_dropped_protection++;
+        c->qp->dev->ctr.rx_dropped_protection++;
+        snprintf(why, sizeof(why), "%s: %s", what, dw_prot_status_str(st));
+        fail_with_term(c, true, te.layer, te.etype, te.ecode, true, rdmap_hdr,
+                       DIWARP_EVENT_QP_ACCESS_ERR, why);
+}
+
+/* The stream broke (EOF, reset, user timeout) without a Terminate. */
+static void stream_failed(struct dw_rc_conn *c, int err)
+{
+        struct dw_qp *qp = c->qp;
+        char pb[32];
+        bool busy = c->rx_state == DW_RC_RX_DIRECT || c->rx_end != c->rx_start || c->rx_wqe ||
+                    c->orq_count || c->irq_count || c->iov_pos != c->iov_cnt ||
+                    !dw_wq_empty(&qp->sq);
+
+        if (err == 0 && !busy)
+                dw_info("RC QP %#x peer %s: peer closed the connection", qp->qpn,
+                        peer_str(c, pb, sizeof(pb)));
+        else
+                dw_warn("RC QP %#x peer %s: connection lost (%s)%s", qp->qpn,
+                        peer_str(c, pb, sizeof(pb)), err ? strerror(-err) : "end of stream",
+                        busy ? " with operations in flight" : "");
+        rc_close_now(c);
+        if (qp->state != DIWARP_QPS_ERR)
+                dw_qp_to_error(qp, (err == 0 && !busy) ? -1 : DIWARP_EVENT_QP_FATAL);
+}
+
+/* ---------------------------------------------------------------- transmit */
+
+/* Appends one FPDU to the batch: header (DDP/RDMAP + ext) from a slot, payload
+ * iovecs as given (registered memory), trailer. */
+static int add_fpdu(struct dw_rc_conn *c, const struct dw_rdmap_hdr *h, const void *ext,
+                    size_t extlen, const struct iovec *pay, int npay, size_t paylen)
+{
+        struct dw_rc_txslot *s = &c->slot[c->nslot];
+        ssize_t hl = dw_rdmap_encode(h, s->hdr + DW_MPA_HDR_LEN, DW_RC_HDR_MAX - DW_MPA_HDR_LEN);
+        if (hl < 0)
+                return (int)hl;
+        if (extlen)
+                memcpy(s->hdr + DW_MPA_HDR_LEN + hl, ext, extlen);
+        size_t ulen = (size_t)hl + extlen + paylen;
+        dw_put_be16(s->hdr, (uint16_t)ulen);
+        size_t hdrlen = DW_MPA_HDR_LEN + (size_t)hl + extlen;
+
+        uint32_t st = 0;
+        if (c->crc) {
+                st = dw_crc32c_update(dw_crc32c_init(), s->hdr, hdrlen);
+                st = crc_iov(st, pay, npay);
+        }
+        ssize_t tl = dw_mpa_fpdu_trailer(s->trl, ulen, st, c->crc);
+        if (tl < 0)
+                return (int)tl;
+
+        c->iov[c->iov_cnt].iov_base = s->hdr;
+        c->iov[c->iov_cnt].iov_len = hdrlen;
+        c->iov_cnt++;
+        for (int i = 0; i < npay; i++)
+                c->iov[c->iov_cnt++] = pay[i];
+        c->iov[c->iov_cnt].iov_base = s->trl;
+        c->iov[c->iov_cnt].iov_len = (size_t)tl;
+        c->iov_cnt++;
+        c->nslot++;
+        c->qp->ctr.tx_packets++;
+        c->qp->ctr.tx_bytes += hdrlen + paylen + (size_t)tl;
+        return 0;
+}
+
+static void add_term(struct dw_rc_conn *c)
+{
+        struct dw_rdmap_hdr h;
+        uint8_t ext[DW_RDMAP_TERM_MAX_LEN];
+
+        dw_rdmap_hdr_init(&h, DW_RDMAP_TERMINATE);
+        h.ddp.msn = c->msn_term++;
+        h.ddp.mo = 0;
+        ssize_t n = dw_rdmap_term_encode(&c->term, ext, sizeof(ext));
+        if (n < 0) {
+                /* Drop the carried headers rather than the Terminate. */
+                c->term.has_ddp_hdr = c->term.has_rdmap_hdr = c->term.seglen_valid = false;
+                n = dw_rdmap_term_encode(&c->term, ext, sizeof(ext));
+        }
+        if (n >= 0)
+                add_fpdu(c, &h, ext, (size_t)n, NULL, 0, 0);
+}
+
+/* Payload iovecs for [off, off+len) of the current WQE's resolved sources. */
+static int gather_src(struct dw_rc_conn *c, uint64_t off, uint64_t len, struct iovec *out)
+{
+        int n = 0;
+
+        for (int i = 0; i < c->nsrc && len; i++) {
+                if (off >= c->src[i].iov_len) {
+                        off -= c->src[i].iov_len;
+                        continue;
+                }
+                size_t piece = c->src[i].iov_len - off;
+                if (piece > len)
+                        piece = len;
+                out[n].iov_base = (uint8_t *)c->src[i].iov_base + off;
+                out[n].iov_len = piece;
+                n++;
+                len -= piece;
+                off = 0;
+        }
+        return n;
+}
+
+static bool is_read_like(int op)
+{
+        return op == DIWARP_WR_RDMA_READ || op == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
+               op == DIWARP_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* A local error on a send WQE: it completes with status, the QP goes to ERR
+ * and the peer gets a Terminate (local catastrophic: the fault is ours). */
+static void wqe_local_error(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status status,
+                            const char *why)
+{
+        char pb[32];
+
+        dw_warn("RC QP %#x peer %s: send WR %#llx: %s", c->qp->qpn, peer_str(c, pb, sizeof(pb)),
+                (unsigned long long)w->wr_id, why);
+        drop_wqe_refs(c);
+        complete_through(c, w, status);
+        fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+                       DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1, why);
+}
+
+static bool sq_ready(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+
+        if (qp->state != DIWARP_QPS_RTS)
+                return false;
+        if (c->cur)
+                return true;
+        struct dw_wqe *w = dw_wq_next(&qp->sq);
+        if (!w)
+                return false;
+        /* Fence: wait for every earlier Read / Atomic to complete. */
+        if ((w->send_flags & DIWARP_SEND_FENCE) && c->orq_count)
+                return false;
+        /* ORD: excess Reads / Atomics wait here, in order. */
+        if (is_read_like(w->opcode) && c->orq_count >= ord_limit(c))
+                return false;
+        return true;
+}
+
+/* Starts the next SQ WQE. Returns 1 when it became c->cur, 0 when it finished
+ * without an FPDU (Local Invalidate), -1 on error (handled). */
+static int start_wqe(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+        struct dw_wqe *w = dw_wq_next(&qp->sq);
+        struct iovec tmp[DW_MAX_SGE];
+        int n;
+
+        dw_wq_advance(&qp->sq);
+        w->bytes_done = 0;
+        switch (w->opcode) {
+        case DIWARP_WR_SEND:
+        case DIWARP_WR_SEND_WITH_IMM:
+        case DIWARP_WR_SEND_WITH_INV:
+        case DIWARP_WR_RDMA_WRITE:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                n = sge_range_iov(qp, w, 0, w->total_len, 0, c->src, DW_MAX_SGE);
+                if (n < 0) {
+                        wqe_local_error(c, w, DIWARP_WC_LOC_PROT_ERR,
+                                        "source SGE fails its lkey check");
+                        return -1;
+                }
+                c->nsrc = n;
+                break;
+        case DIWARP_WR_RDMA_READ:
+                if (w->total_len > UINT32_MAX) {
+                        wqe_local_error(c, w, DIWARP_WC_LOC_LEN_ERR, "RDMA Read longer than 4 GiB");
+                        return -1;
+                }
+                n = sge_range_iov(qp, w, 0, w->total_len, DIWARP_ACCESS_LOCAL_WRITE, tmp,
+                                  DW_MAX_SGE);
+                if (n < 0) {
+                        wqe_local_error(c, w, DIWARP_WC_LOC_PROT_ERR,
+                                        "RDMA Read sink SGE fails its lkey check");
+                        return -1;
+                }
+                break;
+        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+                n = sge_range_iov(qp, w, 0, 8, DIWARP_ACCESS_LOCAL_WRITE, tmp, DW_MAX_SGE);
+                if (n < 0) {
+                        wqe_local_error(
+                            c, w, n == -EMSGSIZE ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR,
+                            "atomic result SGE is not 8 writable bytes");
+                        return -1;
+                }
+                break;
+        case DIWARP_WR_LOCAL_INV: {
+                enum dw_prot_status st =
+                    dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd);
+                if (st != DW_PROT_OK) {
+                        char why[96];
+                        snprintf(why, sizeof(why), "Local Invalidate of STag %#x: %s",
+                                 w->invalidate_rkey, dw_prot_status_str(st));
+                        wqe_local_error(c, w, DIWARP_WC_LOC_PROT_ERR, why);
+                        return -1;
+                }
+                w->status = DIWARP_WC_SUCCESS;
+                w->byte_len = 0;
+                w->flags |= DW_WQE_DONE;
+                retire(c);
+                return 0;
+        }
+        default:
+                wqe_local_error(c, w, DIWARP_WC_LOC_QP_OP_ERR, "opcode not supported on RC");
+                return -1;
+        }
+        c->cur = w;
+        c->cur_off = 0;
+        c->cur_phase = (w->opcode == DIWARP_WR_SEND_WITH_IMM) ? 1 : 0;
+        return 1;
+}
+
+static void build_imm(struct dw_rc_conn *c, struct dw_wqe *w, bool with_send)
+{
+        struct dw_rdmap_hdr h;
+        uint8_t imm[DW_RDMAP_IMM_HDR_LEN] = {0};
+        bool se = w->send_flags & DIWARP_SEND_SOLICITED;
+
+        /* With a Send the Send carries the SE bit; a lone immediate carries it. */
+        dw_rdmap_hdr_init(&h, (!with_send && se) ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA);
+        h.ddp.msn = c->msn_send++;
+        memcpy(imm, &w->imm_data, 4);
+        imm[4] = with_send ? DW_IMM_WITH_SEND : 0;
+        add_fpdu(c, &h, imm, sizeof(imm), NULL, 0, 0);
+}
+
+/* Emits the next FPDU of the current SQ WQE. 1: FPDU added, 0: nothing to do,
+ * -1: error (handled). */
+static int tx_sq_fpdu(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+
+        while (!c->cur) {
+                int r = start_wqe(c);
+                if (r < 0)
+                        return -1;
+                if (r == 0) {
+                        if (!sq_ready(c))
+                                return 0;
+                        continue;
+                }
+        }
+        struct dw_wqe *w = c->cur;
+        struct dw_rdmap_hdr h;
+        struct iovec pay[DW_MAX_SGE];
+
+        switch (w->opcode) {
+        case DIWARP_WR_SEND_WITH_IMM:
+                if (c->cur_phase == 1) {
+                        build_imm(c, w, true);
+                        c->cur_phase = 0;
+                        return 1;
+                }
+                /* fall through */
+        case DIWARP_WR_SEND:
+        case DIWARP_WR_SEND_WITH_INV: {
+                bool se = w->send_flags & DIWARP_SEND_SOLICITED;
+                bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
+                uint64_t seg = w->total_len - c->cur_off;
+                if (seg > DW_RC_SEG_PAYLOAD)
+                        seg = DW_RC_SEG_PAYLOAD;
+                dw_rdmap_hdr_init(&h, inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
+                                          : (se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
+                if (inv)
+                        h.inval_stag = w->invalidate_rkey;
+                if (c->cur_off == 0)
+                        w->msn = c->msn_send;
+                h.ddp.msn = w->msn;
+                h.ddp.mo = (uint32_t)c->cur_off;
+                bool last = c->cur_off + seg == w->total_len;
+                h.ddp.last = last;
+                int np = gather_src(c, c->cur_off, seg, pay);
+                add_fpdu(c, &h, NULL, 0, pay, np, seg);
+                c->cur_off += seg;
+                if (last) {
+                        c->msn_send++;
+                        c->done_wqe[c->ndone++] = w;
+                        c->cur = NULL;
+                }
+                return 1;
+        }
+        case DIWARP_WR_RDMA_WRITE:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM: {
+                if (c->cur_phase == 1) {
+                        build_imm(c, w, false);
+                        c->done_wqe[c->ndone++] = w;
+                        c->cur = NULL;
+                        return 1;
+                }
+                uint64_t seg = w->total_len - c->cur_off;
+                if (seg > DW_RC_SEG_PAYLOAD)
+                        seg = DW_RC_SEG_PAYLOAD;
+                dw_rdmap_hdr_init(&h, DW_RDMAP_WRITE);
+                h.ddp.stag = w->rkey;
+                h.ddp.to = w->remote_addr + c->cur_off;
+                bool last = c->cur_off + seg == w->total_len;
+                h.ddp.last = last;
+                int np = gather_src(c, c->cur_off, seg, pay);
+                add_fpdu(c, &h, NULL, 0, pay, np, seg);
+                c->cur_off += seg;
+                if (last) {
+                        if (w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM) {
+                                c->cur_phase = 1;
+                        } else {
+                                c->done_wqe[c->ndone++] = w;
+                                c->cur = NULL;
+                        }
+                }
+                return 1;
+        }
+        case DIWARP_WR_RDMA_READ: {
+                struct dw_rdmap_rreq rq = {
+                    .sink_stag = w->num_sge ? w->sge[0].lkey : 0,
+                    .sink_to = w->num_sge ? w->sge[0].addr : 0,
+                    .rdma_rd_sz = (uint32_t)w->total_len,
+                    .src_stag = w->rkey,
+                    .src_to = w->remote_addr,
+                };
+                uint8_t ext[DW_RDMAP_RREQ_HDR_LEN];
+                dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
+                dw_rdmap_hdr_init(&h, DW_RDMAP_READ_REQ);
+                h.ddp.msn = c->msn_rreq++;
+                struct dw_rc_orq *o = &c->orq[(c->orq_head + c->orq_count) % DW_RC_MAX_RD];
+                *o = (struct dw_rc_orq){.wqe = w,
+                                        .atomic = false,
+                                        .msn = h.ddp.msn,
+                                        .sink_stag = rq.sink_stag,
+                                        .sink_to = rq.sink_to,
+                                        .len = w->total_len};
+                c->orq_count++;
+                add_fpdu(c, &h, ext, sizeof(ext), NULL, 0, 0);
+                c->cur = NULL;
+                return 1;
+        }
+        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+        case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
+                bool cas = w->opcode == DIWARP_WR_ATOMIC_CMP_AND_SWP;
+                struct dw_rdmap_atomic_req ar = {
+                    .aopcode = cas ? DW_ATOMIC_CMP_SWAP : DW_ATOMIC_FETCH_ADD,
+                    .req_id = ++c->atomic_req_id,
+                    .remote_stag = w->rkey,
+                    .remote_to = w->remote_addr,
+                    .add_swap_data = cas ? w->swap : w->compare_add,
+                    .add_swap_mask = cas ? ~0ull : 0,
+                    .compare_data = cas ? w->compare_add : 0,
+                    .compare_mask = cas ? ~0ull : 0,
+                };
+                uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+                dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));
+                dw_rdmap_hdr_init(&h, DW_RDMAP_ATOMIC_REQ);
+                h.ddp.msn = c->msn_rreq++;
+                struct dw_rc_orq *o = &c->orq[(c->orq_head + c->orq_count) % DW_RC_MAX_RD];
+                *o = (struct dw_rc_orq){
+                    .wqe = w, .atomic = true, .msn = h.ddp.msn, .len = 8, .sink_to = ar.req_id};
+                c->orq_count++;
+                add_fpdu(c, &h, ext, sizeof(ext), NULL, 0, 0);
+                c->cur = NULL;
+                return 1;
+        }
+        default:
+                break;
+        }
+        (void)qp;
+        return 0;
+}
+
+/* Field-wise add of RFC 7306 Fetch-and-Add: a 1 in mask ends a field, so no
+ * carry crosses out of that bit. mask 0 is a plain 64-bit add. */
+static uint64_t masked_add(uint64_t a, uint64_t b, uint64_t mask)
+{
+        if (!mask)
+                return a + b;
+        uint64_t r = 0, carry = 0;
+        for (int i = 0; i < 64; i++) {
+                uint64_t s = ((a >> i) & 1) + ((b >> i) & 1) + carry;
+                r |= (s & 1) << i;
+                carry = ((mask >> i) & 1) ? 0 : s >> 1;
+        }
+        return r;
+}
+
+/* Executes an atomic on host memory (device lock held; __atomic so the
+ * owner's own CPU accesses stay coherent). Returns the original value. */
+static uint64_t do_atomic(uint64_t *p, const struct dw_rdmap_atomic_req *a)
+{
+        uint64_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST), nv;
+
+        for (;;) {
+                switch (a->aopcode) {
+                case DW_ATOMIC_FETCH_ADD:
+                        if (!a->add_swap_mask)
+                                return __atomic_fetch_add(p, a->add_swap_data, __ATOMIC_SEQ_CST);
+                        nv = masked_add(old, a->add_swap_data, a->add_swap_mask);
+                        break;
+                case DW_ATOMIC_SWAP:
+                        nv = (old & ~a->add_swap_mask) | (a->add_swap_data & a->add_swap_mask);
+                        break;
+                default: /* CMP_SWAP */
+                        if ((old & a->compare_mask) != (a->compare_data & a->compare_mask))
+                                return old;
+                        nv = (old & ~a->add_swap_mask) | (a->add_swap_data & a->add_swap_mask);
+                        break;
+                }
+                if (__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_SEQ_CST))
+                        return old;
+        }
+}
+
+/* Next FPDU of the head IRQ entry (Read Response segment or Atomic Response). */
+static int tx_irq_fpdu(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+        struct dw_rc_irq *e = &c->irq[c->irq_head];
+        struct dw_rdmap_hdr h;
+
+        if (e->atomic) {
+                uint8_t *host = NULL;
+                enum dw_prot_status st =
+                    dw_mr_check_remote(&qp->dev->mrs, e->areq.remote_stag, qp->pd,
+                                       DIWARP_ACCESS_REMOTE_ATOMIC, e->areq.remote_to, 8, &host);
+                if (st != DW_PROT_OK) {
+                        memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
+                        fail_prot(c, st, DW_PROT_CTX_ATOMIC, NULL, "Atomic target");
+                        return -1;
+                }
+                struct dw_rdmap_atomic_resp ar = {
+                    .req_id = e->areq.req_id, .orig_data = do_atomic((uint64_t *)host, &e->areq)};
+                uint8_t ext[DW_RDMAP_ATOMIC_RESP_HDR_LEN];
+                dw_rdmap_atomic_resp_encode(&ar, ext, sizeof(ext));
+                dw_rdmap_hdr_init(&h, DW_RDMAP_ATOMIC_RESP);
+                h.ddp.msn = c->msn_aresp++;
+                add_fpdu(c, &h, ext, sizeof(ext), NULL, 0, 0);
+                c->irq_head = (c->irq_head + 1) % DW_RC_MAX_RD;
+                c->irq_count--;
+                return 1;
+        }
+
+        uint32_t seg = e->len - e->done;
+        if (seg > DW_RC_SEG_PAYLOAD)
+                seg = DW_RC_SEG_PAYLOAD;
+        uint8_t *host = NULL;
+        /* Checked again per segment: the region may have been deregistered or
+         * invalidated since the request arrived. */
+        enum dw_prot_status st =
+            dw_mr_check_remote(&qp->dev->mrs, e->src_stag, qp->pd, DIWARP_ACCESS_REMOTE_READ,
+                               e->src_to + e->done, seg, &host);
+        if (st != DW_PROT_OK) {
+                memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
+                fail_prot(c, st, DW_PROT_CTX_READ_SOURCE, e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN,
+                          "RDMA Read source");
+                return -1;
+        }
+        dw_rdmap_hdr_init(&h, DW_RDMAP_READ_RESP);
+        h.ddp.stag = e->sink_stag;
+        h.ddp.to = e->sink_to + e->done;
+        bool last = e->done + seg == e->len;
+        h.ddp.last = last;
+        struct iovec pay = {host, seg};
+        add_fpdu(c, &h, NULL, 0, &pay, seg ? 1 : 0, seg);
+        e->done += seg;
+        if (last) {
+                c->irq_head = (c->irq_head + 1) % DW_RC_MAX_RD;
+                c->irq_count--;
+        }
+        return 1;
+}
+
+static void build_batch(struct dw_rc_conn *c)
+{
+        c->nslot = 0;
+        c->ndone = 0;
+        c->iov_pos = c->iov_cnt = 0;
+
+        if (c->term_pending && !c->term_queued) {
+                add_term(c);
+                c->term_queued = true;
+                return;
+        }
+        if (c->state != DW_RC_UP)
+                return;
+        while (c->nslot < DW_RC_TX_BATCH && c->iov_cnt + DW_MAX_SGE + 2 <= DW_RC_TX_IOV) {
+                bool irq = c->irq_count > 0;
+                bool sq = sq_ready(c);
+                if (!irq && !sq)
+                        break;
+                bool use_irq = irq && (!sq || c->irq_turn);
+                c->irq_turn = !use_irq;
+                int r = use_irq ? tx_irq_fpdu(c) : tx_sq_fpdu(c);
+                if (r <= 0 || c->term_pending)
+                        break;
+        }
+        if (c->term_pending && !c->term_queued && c->nslot < DW_RC_TX_BATCH) {
+                add_term(c);
+                c->term_queued = true;
+        }
+}
+
+static void batch_done(struct dw_rc_conn *c)
+{
+        for (int i = 0; i < c->ndone; i++) {
+                struct dw_wqe *w = c->done_wqe[i];
+                w->status = DIWARP_WC_SUCCESS;
+                w->byte_len = (uint32_t)w->total_len;
+                w->flags |= DW_WQE_DONE;
+        }
+        c->ndone = 0;
+        c->nslot = 0;
+        c->iov_pos = c->iov_cnt = 0;
+        if (c->qp->state != DIWARP_QPS_ERR)
+                retire(c);
+        if ((c->term_queued || c->fin_after_batch) && c->fd >= 0) {
+                /* Everything up to the Terminate (or the graceful end) is out:
+                 * FIN, then wait for the peer's EOF before closing, so the
+                 * Terminate is read rather than lost to a reset. */
+                shutdown(c->fd, SHUT_WR);
+                c->fin_after_batch = false;
+                c->term_pending = false;
+                if (c->state == DW_RC_UP)
+                        c->state = DW_RC_CLOSING;
+        }
+}
+
+static int rc_tx_locked(struct dw_rc_conn *c, size_t *writtenp);
+
+static int rc_tx(struct dw_rc_conn *c)
+{
+        size_t written = 0;
+        int work = 0;
+
+        if (c->fd < 0 || (c->state != DW_RC_UP && c->state != DW_RC_CLOSING) || c->in_tx)
+                return 0;
+        c->in_tx = true;
+        work = rc_tx_locked(c, &written);
+        c->in_tx = false;
+        return work;
+}
+
+static int rc_tx_locked(struct dw_rc_conn *c, size_t *writtenp)
+{
+        size_t written = *writtenp;
+        int work = 0;
+
+        for (;;) {
+                if (c->iov_pos == c->iov_cnt) {
+                        if (c->iov_cnt)
+                                batch_done(c);
+                        if (c->fd < 0)
+                                return work;
+                        build_batch(c);
+                        if (c->iov_cnt == 0)
+                                break;
+                }
+                int cnt = c->iov_cnt - c->iov_pos;
+                if (cnt > DW_RC_IOV_MAX)
+                        cnt = DW_RC_IOV_MAX;
+                ssize_t n = dw_tcp_writev(c->fd, c->iov + c->iov_pos, cnt);
+                if (n == -EAGAIN) {
+                        set_watch(c, true);
+                        return work;
+                }
+                if (n < 0) {
+                        stream_failed(c, (int)n);
+                        return work;
+                }
+                struct iovec *p = c->iov + c->iov_pos;
+                int left = c->iov_cnt - c->iov_pos;
+                dw_iov_advance(&p, &left, (size_t)n);
+                c->iov_pos = (int)(p - c->iov);
+                /* Zero-length entries at the end of a batch count as written. */
+                while (c->iov_pos < c->iov_cnt && c->iov[c->iov_pos].iov_len == 0)
+                        c->iov_pos++;
+                written += (size_t)n;
+                work++;
+                c->qp->dev->ctr.tx_bytes += (size_t)n;
+                if (written >= DW_RC_TX_STEP_BYTES) {
+                        /* Yield for fairness; EPOLLOUT brings us back. */
+                        set_watch(c, true);
+                        return work;
+                }
+        }
+        set_watch(c, false);
+        return work;
+}
+
+/* ---------------------------------------------------------------- receive */
+
+static void rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
+                             enum diwarp_wc_opcode op, uint32_t len, unsigned flags, uint32_t imm,
+                             uint32_t inv, bool solicited)
+{
+        struct diwarp_wc wc = {
+            .wr_id = w->wr_id,
+            .status = st,
+            .opcode = op,
+            .byte_len = len,
+            .imm_data = imm,
+            .invalidated_rkey = inv,
+            .wc_flags = flags,
+            .src_qp = c->qp->attr.dest_qp_num,
+        };
+        dw_qp_complete_recv(c->qp, &wc, solicited);
+        dw_qp_recv_pop(c->qp);
+}
+
+static struct dw_wqe *rx_take_recv(struct dw_rc_conn *c)
+{
+        struct dw_wqe *w = dw_qp_recv_head(c->qp);
+
+        if (!w) {
+                c->qp->ctr.rx_dropped_no_recv++;
+                c->qp->dev->ctr.rx_dropped_no_recv++;
+                fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                               DW_TERM_DDP_U_NO_BUFFER, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                               "untagged message but no receive WQE posted");
+        }
+        return w;
+}
+
+/* Resolves where the payload of the data segment in c->rh goes. 0 or -1
+ * (failed; the Terminate is queued). */
+static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
+{
+        struct dw_qp *qp = c->qp;
+        const struct dw_rdmap_hdr *h = &c->rh;
+        int n;
+
+        c->ntgt = c->tgt_pos = 0;
+        switch (h->opcode) {
+        case DW_RDMAP_WRITE: {
+                uint8_t *host = NULL;
+                enum dw_prot_status st = DW_PROT_OK;
+                if (payload && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
+                        st = DW_PROT_ACCESS;
+                else
+                        st = dw_mr_check_remote(&qp->dev->mrs, h->ddp.stag, qp->pd,
+                                                DIWARP_ACCESS_REMOTE_WRITE, h->ddp.to, payload,
+                                                &host);
+                if (st != DW_PROT_OK) {
+                        fail_prot(c, st, DW_PROT_CTX_TAGGED_SINK, NULL, "RDMA Write sink");
+                        return -1;
+                }
+                if (payload) {
+                        c->tgt[0].iov_base = host;
+                        c->tgt[0].iov_len = payload;
+                        c->ntgt = 1;
+                }
+                c->rx_write_bytes += payload;
+                return 0;
+        }
+        case DW_RDMAP_READ_RESP: {
+                struct dw_rc_orq *o = &c->orq[c->orq_head];
+                if (!c->orq_count || o->atomic) {
+                        fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                       DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL,
+                                       DIWARP_EVENT_QP_REQ_ERR,
+                                       "RDMA Read Response without an outstanding Read");
+                        return -1;
+                }
+                if (payload && h->ddp.stag != o->sink_stag) {
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_TAGGED,
+                                       DW_TERM_DDP_T_INVALID_STAG, true, NULL,
+                                       DIWARP_EVENT_QP_REQ_ERR,
+                                       "RDMA Read Response names another sink STag");
+                        return -1;
+                }
+                if ((payload && h->ddp.to != o->sink_to + o->done) || o->done + payload > o->len) {
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_TAGGED,
+                                       DW_TERM_DDP_T_BASE_BOUNDS, true, NULL,
+                                       DIWARP_EVENT_QP_REQ_ERR,
+                                       "RDMA Read Response outside the requested range");
+                        return -1;
+                }
+                n = sge_range_iov(qp, o->wqe, o->done, payload, DIWARP_ACCESS_LOCAL_WRITE, c->tgt,
+                                  DW_MAX_SGE);
+                if (n < 0) {
+                        struct dw_wqe *w = o->wqe;
+                        drop_wqe_refs(c);
+                        complete_through(c, w, DIWARP_WC_LOC_PROT_ERR);
+                        fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
+                                       DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+                                       DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
+                                       "RDMA Read sink no longer registered");
+                        return -1;
+                }
+                c->ntgt = n;
+                return 0;
+        }
+        default: { /* Send family */
+                if (h->ddp.msn != c->msn_expect_send) {
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                       DW_TERM_DDP_U_MSN_RANGE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                       "Send with unexpected MSN");
+                        return -1;
+                }
+                if (!c->rx_wqe) {
+                        if (h->ddp.mo != 0) {
+                                fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                               DW_TERM_DDP_U_INVALID_MO, true, NULL,
+                                               DIWARP_EVENT_QP_REQ_ERR,
+                                               "Send segment with MO != 0 starts a message");
+                                return -1;
+                        }
+                        if (c->rtr_send_expected && payload == 0 && h->ddp.last) {
+                                /* RFC 6581 RTR zero-length Send: no receive WQE. */
+                                return 0;
+                        }
+                        c->rx_wqe = rx_take_recv(c);
+                        if (!c->rx_wqe)
+                                return -1;
+                        c->rx_msg_len = 0;
+                }
+                if (h->ddp.mo != c->rx_msg_len) {
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                       DW_TERM_DDP_U_INVALID_MO, true, NULL,
+                                       DIWARP_EVENT_QP_REQ_ERR, "Send segment out of order (MO)");
+                        return -1;
+                }
+                n = sge_range_iov(qp, c->rx_wqe, c->rx_msg_len, payload, DIWARP_ACCESS_LOCAL_WRITE,
+                                  c->tgt, DW_MAX_SGE);
+                if (n < 0) {
+                        struct dw_wqe *w = c->rx_wqe;
+                        bool too_long = n == -EMSGSIZE;
+                        c->rx_wqe = NULL;
+                        rx_complete_recv(c, w,
+                                         too_long ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR,
+                                         DIWARP_WC_RECV, 0, 0, 0, 0, false);
+                        if (too_long)
+                                fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                               DW_TERM_DDP_U_MSG_TOO_LONG, true, NULL,
+                                               DIWARP_EVENT_QP_REQ_ERR,
+                                               "Send longer than the receive WQE");
+                        else
+                                fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
+                                               DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+                                               DW_TERM_RDMAP_CATASTROPHIC_STREAM, true, NULL,
+                                               DIWARP_EVENT_QP_ACCESS_ERR,
+                                               "receive WQE SGE fails its lkey check");
+                        return -1;
+                }
+                c->ntgt = n;
+                return 0;
+        }
+        }
+}
+
+/* The whole data segment (payload + trailer) is in: check CRC, then apply. */
+static void rx_data_end(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+        const struct dw_rdmap_hdr *h = &c->rh;
+        uint32_t pad = c->trl_len - DW_MPA_CRC_LEN;
+
+        c->rx_state = DW_RC_RX_HDR;
+        if (c->crc) {
+                uint32_t want = dw_crc32c_final(dw_crc32c_update(c->crc_state, c->trl, pad));
+                const uint8_t *p = c->trl + pad;
+                uint32_t got = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                               (uint32_t)p[3] << 24;
+                if (want != got) {
+                        qp->ctr.crc_errors++;
+                        qp->dev->ctr.crc_errors++;
+                        fail_with_term(c, true, DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA, DW_TERM_LLP_CRC,
+                                       true, NULL, DIWARP_EVENT_QP_FATAL, "MPA CRC mismatch");
+                        return;
+                }
+        }
+        qp->ctr.rx_packets++;
+        qp->ctr.rx_bytes += c->rx_payload;
+
+        switch (h->opcode) {
+        case DW_RDMAP_WRITE:
+                return;
+        case DW_RDMAP_READ_RESP: {
+                struct dw_rc_orq *o = &c->orq[c->orq_head];
+                o->done += c->rx_payload;
+                if (!h->ddp.last)
+                        return;
+                if (o->done != o->len) {
+                        fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                       DW_TERM_RDMAP_UNSPECIFIED, true, NULL,
+                                       DIWARP_EVENT_QP_REQ_ERR,
+                                       "RDMA Read Response shorter than requested");
+                        return;
+                }
+                o->wqe->status = DIWARP_WC_SUCCESS;
+                o->wqe->byte_len = (uint32_t)o->len;
+                o->wqe->flags |= DW_WQE_DONE;
+                c->orq_head = (c->orq_head + 1) % DW_RC_MAX_RD;
+                c->orq_count--;
+                retire(c);
+                return;
+        }
+        default: {
+                bool se = h->opcode == DW_RDMAP_SEND_SE || h->opcode == DW_RDMAP_SEND_SE_INVAL;
+                bool inv = h->opcode == DW_RDMAP_SEND_INVAL || h->opcode == DW_RDMAP_SEND_SE_INVAL;
+                if (!c->rx_wqe) { /* absorbed RTR Send */
+                        c->rtr_send_expected = false;
+                        c->msn_expect_send++;
+                        return;
+                }
+                c->rx_msg_len += c->rx_payload;
+                if (!h->ddp.last)
+                        return;
+                struct dw_wqe *w = c->rx_wqe;
+                unsigned flags = 0;
+                uint32_t imm = 0;
+                c->rx_wqe = NULL;
+                c->msn_expect_send++;
+                if (inv) {
+                        enum dw_prot_status st =
+                            dw_mr_invalidate_status(&qp->dev->mrs, h->inval_stag, qp->pd);
+                        if (st != DW_PROT_OK) {
+                                struct dw_term_error te = {DW_TERM_LAYER_RDMAP,
+                                                           DW_TERM_RDMAP_REMOTE_OPERATION,
+                                                           DW_TERM_RDMAP_STAG_NOT_INVALIDATED};
+                                dw_prot_status_to_term(st, DW_PROT_CTX_INVALIDATE, &te);
+                                rx_complete_recv(c, w, DIWARP_WC_REM_INV_REQ_ERR, DIWARP_WC_RECV, 0,
+                                                 0, 0, 0, false);
+                                fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
+                                               DIWARP_EVENT_QP_ACCESS_ERR,
+                                               "Send with Invalidate of an STag that cannot be "
+                                               "invalidated");
+                                return;
+                        }
+                        flags |= DIWARP_WC_WITH_INV;
+                }
+                if (c->imm_pending) {
+                        flags |= DIWARP_WC_WITH_IMM;
+                        imm = c->imm_value;
+                        c->imm_pending = false;
+                }
+                rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV, (uint32_t)c->rx_msg_len,
+                                 flags, imm, inv ? h->inval_stag : 0, se);
+                return;
+        }
+        }
+}
+
+static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
+{
+        struct dw_qp *qp = c->qp;
+        const struct dw_rdmap_hdr *h = &c->rh;
+        const char *why = NULL;
+
+        qp->ctr.rx_packets++;
+        switch (h->opcode) {
+        case DW_RDMAP_READ_REQ:
+        case DW_RDMAP_ATOMIC_REQ: {
+                bool atomic = h->opcode == DW_RDMAP_ATOMIC_REQ;
+                if (h->ddp.msn != c->msn_expect_rreq) {
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                       DW_TERM_DDP_U_MSN_RANGE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                       "Read/Atomic Request MSN");
+                        return;
+                }
+                if (c->irq_count >= c->ird || c->irq_count >= DW_RC_MAX_RD) {
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                       DW_TERM_DDP_U_NO_BUFFER, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                       "more Read/Atomic Requests outstanding than our IRD");
+                        return;
+                }
+                struct dw_rc_irq *e = &c->irq[(c->irq_head + c->irq_count) % DW_RC_MAX_RD];
+                memset(e, 0, sizeof(*e));
+                memcpy(e->term_hdr, c->rh_raw, DW_DDP_UNTAGGED_HDR_LEN);
+                if (!atomic) {
+                        struct dw_rdmap_rreq rq;
+                        if (dw_rdmap_rreq_decode(ext, extlen, &rq, &why) < 0) {
+                                fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
+                                               DW_TERM_RDMAP_REMOTE_OPERATION,
+                                               DW_TERM_RDMAP_UNSPECIFIED, true, NULL,
+                                               DIWARP_EVENT_QP_REQ_ERR, why);
+                                return;
+                        }
+                        memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
+                        enum dw_prot_status st = DW_PROT_OK;
+                        if (rq.rdma_rd_sz && !qp_allows(qp, DIWARP_ACCESS_REMOTE_READ))
+                                st = DW_PROT_ACCESS;
+                        else
+                                st = dw_mr_check_remote(&qp->dev->mrs, rq.src_stag, qp->pd,
+                                                        DIWARP_ACCESS_REMOTE_READ, rq.src_to,
+                                                        rq.rdma_rd_sz, NULL);
+                        if (st != DW_PROT_OK) {
+                                fail_prot(c, st, DW_PROT_CTX_READ_SOURCE, ext,
+                                          "RDMA Read Request source");
+                                return;
+                        }
+                        e->sink_stag = rq.sink_stag;
+                        e->sink_to = rq.sink_to;
+                        e->len = rq.rdma_rd_sz;
+                        e->src_stag = rq.src_stag;
+                        e->src_to = rq.src_to;
+                } else {
+                        if (dw_rdmap_atomic_req_decode(ext, extlen, &e->areq, &why) < 0) {
+                                fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
+                                               DW_TERM_RDMAP_REMOTE_OPERATION,
+                                               DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL,
+                                               DIWARP_EVENT_QP_REQ_ERR, why);
+                                return;
+                        }
+                        uint8_t *host = NULL;
+                        enum dw_prot_status st = DW_PROT_OK;
+                        if (!qp_allows(qp, DIWARP_ACCESS_REMOTE_ATOMIC))
+                                st = DW_PROT_ACCESS;
+                        else
+                                st = dw_mr_check_remote(&qp->dev->mrs, e->areq.remote_stag, qp->pd,
+                                                        DIWARP_ACCESS_REMOTE_ATOMIC,
+                                                        e->areq.remote_to, 8, &host);
+                        /* Atomics need a naturally aligned 64-bit word. */
+                        if (st == DW_PROT_OK && ((uintptr_t)host & 7))
+                                st = DW_PROT_BOUNDS;
+                        if (st != DW_PROT_OK) {
+                                fail_prot(c, st, DW_PROT_CTX_ATOMIC, NULL, "Atomic Request target");
+                                return;
+                        }
+                        e->atomic = true;
+                }
+                c->msn_expect_rreq++;
+                c->irq_count++;
+                return;
+        }
+        case DW_RDMAP_ATOMIC_RESP: {
+                struct dw_rdmap_atomic_resp ar;
+                struct dw_rc_orq *o = &c->orq[c->orq_head];
+                if (h->ddp.msn != c->msn_expect_aresp ||
+                    dw_rdmap_atomic_resp_decode(ext, extlen, &ar, &why) < 0 || !c->orq_count ||
+                    !o->atomic || ar.req_id != (uint32_t)o->sink_to) {
+                        fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                       DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL,
+                                       DIWARP_EVENT_QP_REQ_ERR,
+                                       "Atomic Response that matches no outstanding request");
+                        return;
+                }
+                c->msn_expect_aresp++;
+                struct iovec iov[DW_MAX_SGE];
+                int n = sge_range_iov(qp, o->wqe, 0, 8, DIWARP_ACCESS_LOCAL_WRITE, iov, DW_MAX_SGE);
+                struct dw_wqe *w = o->wqe;
+                if (n < 0) {
+                        drop_wqe_refs(c);
+                        complete_through(c, w, DIWARP_WC_LOC_PROT_ERR);
+                        fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
+                                       DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+                                       DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
+                                       "atomic result buffer no longer registered");
+                        return;
+                }
+                uint8_t val[8];
+                memcpy(val, &ar.orig_data, 8); /* host order, as ibverbs returns it */
+                size_t off = 0;
+                for (int i = 0; i < n; i++) {
+                        memcpy(iov[i].iov_base, val + off, iov[i].iov_len);
+                        off += iov[i].iov_len;
+                }
+                w->status = DIWARP_WC_SUCCESS;
+                w->byte_len = 8;
+                w->flags |= DW_WQE_DONE;
+                c->orq_head = (c->orq_head + 1) % DW_RC_MAX_RD;
+                c->orq_count--;
+                retire(c);
+                return;
+        }
+        case DW_RDMAP_IMM_DATA:
+        case DW_RDMAP_IMM_DATA_SE: {
+                struct dw_rdmap_imm im;
+                if (h->ddp.msn != c->msn_expect_send || c->rx_wqe ||
+                    dw_rdmap_imm_decode(ext, extlen, &im, &why) < 0) {
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                       DW_TERM_DDP_U_MSN_RANGE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                       "Immediate Data out of sequence");
+                        return;
+                }
+                uint32_t imm;
+                memcpy(&imm, im.data, 4);
+                c->msn_expect_send++;
+                if (im.data[4] & DW_IMM_WITH_SEND) {
+                        c->imm_pending = true;
+                        c->imm_value = imm;
+                        return;
+                }
+                struct dw_wqe *w = rx_take_recv(c);
+                if (!w)
+                        return;
+                uint32_t len = (uint32_t)c->rx_write_bytes;
+                c->rx_write_bytes = 0;
+                rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV_RDMA_WITH_IMM, len,
+                                 DIWARP_WC_WITH_IMM, imm, 0, h->opcode == DW_RDMAP_IMM_DATA_SE);
+                return;
+        }
+        case DW_RDMAP_TERMINATE: {
+                struct dw_rdmap_term t;
+                char pb[32];
+                qp->ctr.terminates_received++;
+                qp->dev->ctr.terminates_received++;
+                if (dw_rdmap_term_decode(ext, extlen, &t, &why) < 0) {
+                        dw_warn("RC QP %#x peer %s: malformed Terminate (%s)", qp->qpn,
+                                peer_str(c, pb, sizeof(pb)), why);
+                        memset(&t, 0, sizeof(t));
+                        t.layer = DW_TERM_LAYER_RDMAP;
+                        t.etype = DW_TERM_RDMAP_REMOTE_OPERATION;
+                        t.ecode = DW_TERM_RDMAP_UNSPECIFIED;
+                }
+                dw_warn("RC QP %#x peer %s: Terminate received (layer %u type %u code %#x)",
+                        qp->qpn, peer_str(c, pb, sizeof(pb)), t.layer, t.etype, t.ecode);
+                enum diwarp_wc_status st = DIWARP_WC_REM_OP_ERR;
+                int ev = DIWARP_EVENT_QP_REQ_ERR;
+                if ((t.layer == DW_TERM_LAYER_RDMAP &&
+                     t.etype == DW_TERM_RDMAP_REMOTE_PROTECTION) ||
+                    (t.layer == DW_TERM_LAYER_DDP && t.etype == DW_TERM_DDP_TAGGED)) {
+                        st = DIWARP_WC_REM_ACCESS_ERR;
+                        ev = DIWARP_EVENT_QP_ACCESS_ERR;
+                } else if (t.layer == DW_TERM_LAYER_DDP && t.etype == DW_TERM_DDP_UNTAGGED) {
+                        if (t.ecode == DW_TERM_DDP_U_NO_BUFFER)
+                                st = DIWARP_WC_RNR_RETRY_EXC_ERR;
+                        else if (t.ecode == DW_TERM_DDP_U_MSG_TOO_LONG)
+                                st = DIWARP_WC_REM_INV_REQ_ERR;
+                } else if (t.layer == DW_TERM_LAYER_RDMAP &&
+                           t.ecode == DW_TERM_RDMAP_STAG_NOT_INVALIDATED) {
+                        st = DIWARP_WC_REM_INV_REQ_ERR;
+                } else if (t.layer == DW_TERM_LAYER_LLP ||
+                           (t.layer == DW_TERM_LAYER_RDMAP &&
+                            t.etype == DW_TERM_RDMAP_LOCAL_CATASTROPHIC)) {
+                        st = DIWARP_WC_REM_ABORT_ERR;
+                        ev = DIWARP_EVENT_QP_FATAL;
+                }
+                /* Which of our WRs caused it: the carried DDP header names it. */
+                struct dw_wqe *culprit = NULL;
+                struct dw_ddp_hdr dh;
+                if (t.has_ddp_hdr && dw_ddp_decode(t.ddp_hdr, t.ddp_hdr_len, &dh, NULL) > 0) {
+                        struct dw_wqe *w;
+                        if (!dh.tagged && dh.qn == DW_RDMAP_QN_READ_REQ) {
+                                for (uint32_t i = 0; i < c->orq_count; i++) {
+                                        struct dw_rc_orq *o =
+                                            &c->orq[(c->orq_head + i) % DW_RC_MAX_RD];
+                                        if (o->msn == dh.msn)
+                                                culprit = o->wqe;
+                                }
+                        }
+                        for (uint32_t i = 0; !culprit && (w = dw_wq_at(&qp->sq, i)); i++) {
+                                if (!(w->flags & DW_WQE_STARTED) || (w->flags & DW_WQE_DONE))
+                                        continue;
+                                bool send = w->opcode == DIWARP_WR_SEND ||
+                                            w->opcode == DIWARP_WR_SEND_WITH_IMM ||
+                                            w->opcode == DIWARP_WR_SEND_WITH_INV;
+                                bool write = w->opcode == DIWARP_WR_RDMA_WRITE ||
+                                             w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
+                                if ((!dh.tagged && dh.qn == DW_RDMAP_QN_SEND && send &&
+                                     w->msn == dh.msn) ||
+                                    (dh.tagged && write && w->rkey == dh.stag))
+                                        culprit = w;
+                        }
+                }
+                if (!culprit && c->orq_count)
+                        culprit = c->orq[c->orq_head].wqe;
+                if (!culprit)
+                        culprit = c->cur;
+                drop_wqe_refs(c);
+                complete_through(c, culprit, st);
+                c->term_pending = false;
+                c->rx_state = DW_RC_RX_STOP;
+                if (qp->state != DIWARP_QPS_ERR)
+                        dw_qp_to_error(qp, ev);
+                return;
+        }
+        default:
+                fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                               DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                               "unexpected RDMAP opcode");
+                return;
+        }
+}
+
+/* Places n bytes into the target iovecs (CRC over them), advancing. */
+static void tgt_consume(struct dw_rc_conn *c, const uint8_t *src, size_t n)
+{
+        while (n && c->tgt_pos < c->ntgt) {
+                struct iovec *t = &c->tgt[c->tgt_pos];
+                size_t k = t->iov_len < n ? t->iov_len : n;
+                if (src) {
+                        memcpy(t->iov_base, src, k);
+                        src += k;
+                }
+                if (c->crc)
+                        c->crc_state = dw_crc32c_update(c->crc_state, t->iov_base, k);
+                t->iov_base = (uint8_t *)t->iov_base + k;
+                t->iov_len -= k;
+                n -= k;
+                if (t->iov_len == 0)
+                        c->tgt_pos++;
+        }
+}
+
+static size_t tgt_left(const struct dw_rc_conn *c)
+{
+        size_t s = 0;
+        for (int i = c->tgt_pos; i < c->ntgt; i++)
+                s += c->tgt[i].iov_len;
+        return s;
+}
+
+/* Parses what is staged. 1: progress made, 0: need more bytes, -1: stopped. */
+static int rx_parse(struct dw_rc_conn *c)
+{
+        uint32_t avail = c->rx_end - c->rx_start;
+        uint8_t *p = c->rxbuf + c->rx_start;
+        const char *why = NULL;
+
+        if (avail < DW_MPA_HDR_LEN + 1)
+                return 0;
+        uint16_t ulen = dw_get_be16(p);
+        bool tagged = p[2] & DW_DDP_CTRL_T;
+        uint32_t dlen = tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
+        memset(c->rh_raw, 0, sizeof(c->rh_raw));
+        if (ulen < dlen) {
+                memcpy(c->rh_raw, p + 2, avail - 2 < dlen ? avail - 2 : dlen);
+                fail_with_term(
+                    c, true, DW_TERM_LAYER_DDP, tagged ? DW_TERM_DDP_TAGGED : DW_TERM_DDP_UNTAGGED,
+                    tagged ? DW_TERM_DDP_T_INVALID_VERSION : DW_TERM_DDP_U_INVALID_VERSION, false,
+                    NULL, DIWARP_EVENT_QP_FATAL, "MPA ULPDU shorter than a DDP header");
+                return -1;
+        }
+        if (avail < DW_MPA_HDR_LEN + dlen)
+                return 0;
+        memcpy(c->rh_raw, p + 2, dlen);
+        ssize_t hr = dw_rdmap_decode(p + 2, dlen, &c->rh, &why);
+        if (hr < 0) {
+                uint8_t dv = p[2] & DW_DDP_CTRL_DV, rv = (p[3] & DW_RDMAP_CTRL_RV) >> 6;
+                if (dv != DW_DDP_VERSION)
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP,
+                                       tagged ? DW_TERM_DDP_TAGGED : DW_TERM_DDP_UNTAGGED,
+                                       tagged ? DW_TERM_DDP_T_INVALID_VERSION
+                                              : DW_TERM_DDP_U_INVALID_VERSION,
+                                       true, NULL, DIWARP_EVENT_QP_FATAL, why);
+                else if (!tagged && dw_get_be32(p + 2 + 6) > DW_RDMAP_QN_ATOMIC_RESP)
+                        fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                       DW_TERM_DDP_U_INVALID_QN, true, NULL, DIWARP_EVENT_QP_FATAL,
+                                       why);
+                else
+                        fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                       rv != DW_RDMAP_VERSION ? DW_TERM_RDMAP_INVALID_VERSION
+                                                              : DW_TERM_RDMAP_UNEXPECTED_OPCODE,
+                                       true, NULL, DIWARP_EVENT_QP_FATAL, why);
+                return -1;
+        }
+
+        switch (c->rh.opcode) {
+        case DW_RDMAP_WRITE:
+        case DW_RDMAP_READ_RESP:
+        case DW_RDMAP_SEND:
+        case DW_RDMAP_SEND_INVAL:
+        case DW_RDMAP_SEND_SE:
+        case DW_RDMAP_SEND_SE_INVAL: {
+                uint32_t hl = DW_MPA_HDR_LEN + dlen;
+                c->rx_payload = ulen - dlen;
+                c->crc_state = 0;
+                if (c->crc)
+                        c->crc_state = dw_crc32c_update(dw_crc32c_init(), p, hl);
+                if (rx_resolve(c, c->rx_payload) < 0)
+                        return -1;
+                c->rx_big = c->rx_payload > 4096;
+                c->rx_start += hl;
+                uint32_t have = c->rx_end - c->rx_start;
+                uint32_t take = have < c->rx_payload ? have : c->rx_payload;
+                if (c->ntgt)
+                        tgt_consume(c, c->rxbuf + c->rx_start, take);
+                c->rx_start += take;
+                c->trl_len = (uint32_t)(dw_mpa_pad_len(ulen) + DW_MPA_CRC_LEN);
+                c->trl_have = 0;
+                have = c->rx_end - c->rx_start;
+                if (take == c->rx_payload) {
+                        uint32_t t = have < c->trl_len ? have : c->trl_len;
+                        memcpy(c->trl, c->rxbuf + c->rx_start, t);
+                        c->trl_have = t;
+                        c->rx_start += t;
+                }
+                if (take == c->rx_payload && c->trl_have == c->trl_len) {
+                        rx_data_end(c);
+                } else {
+                        c->rx_state = DW_RC_RX_DIRECT;
+                        c->rx_start = c->rx_end = 0; /* all staged bytes were consumed */
+                }
+                return c->rx_state == DW_RC_RX_STOP ? -1 : 1;
+        }
+        default: {
+                /* Control messages are small and whole in staging. */
+                size_t fl = dw_mpa_fpdu_len(ulen, c->crc);
+                if (ulen > dlen + DW_RDMAP_ATOMIC_REQ_HDR_LEN + DW_RDMAP_TERM_MAX_LEN) {
+                        fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                       DW_TERM_RDMAP_UNSPECIFIED, true, NULL, DIWARP_EVENT_QP_FATAL,
+                                       "control message too long");
+                        return -1;
+                }
+                if (avail < fl)
+                        return 0;
+                struct dw_mpa_fpdu f;
+                ssize_t r = dw_mpa_fpdu_decode(p, avail, c->crc, DW_MPA_ULPDU_MAX, &f, &why);
+                if (r < 0) {
+                        if (r == -EILSEQ) {
+                                c->qp->ctr.crc_errors++;
+                                c->qp->dev->ctr.crc_errors++;
+                        }
+                        fail_with_term(c, true, DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA, DW_TERM_LLP_CRC,
+                                       true, NULL, DIWARP_EVENT_QP_FATAL,
+                                       why ? why : "MPA CRC mismatch");
+                        return -1;
+                }
+                c->rx_start += (uint32_t)fl;
+                c->rx_big = false;
+                rx_control(c, p + 2 + dlen, ulen - dlen);
+                return c->rx_state == DW_RC_RX_STOP ? -1 : 1;
+        }
+        }
+}
+
+/* Reads payload remainder + trailer (+ a peek at the next header). */
+static ssize_t rx_direct(struct dw_rc_conn *c)
+{
+        struct iovec iov[DW_MAX_SGE + 2];
+        int n = 0;
+
+        for (int i = c->tgt_pos; i < c->ntgt; i++)
+                iov[n++] = c->tgt[i];
+        size_t pay_left = tgt_left(c);
+        size_t trl_left = c->trl_len - c->trl_have;
+        iov[n].iov_base = c->trl + c->trl_have;
+        iov[n].iov_len = trl_left;
+        n++;
+        iov[n].iov_base = c->rxbuf + c->rx_end;
+        iov[n].iov_len = DW_RC_RX_PEEK;
+        n++;
+        ssize_t r = dw_tcp_readv(c->fd, iov, n);
+        if (r <= 0)
+                return r;
+        size_t got = (size_t)r;
+        size_t k = got < pay_left ? got : pay_left;
+        tgt_consume(c, NULL, k);
+        got -= k;
+        if (got) {
+                size_t t = got < trl_left ? got : trl_left;
+                c->trl_have += (uint32_t)t;
+                got -= t;
+                c->rx_end += (uint32_t)got;
+        }
+        if (tgt_left(c) == 0 && c->trl_have == c->trl_len)
+                rx_data_end(c);
+        return r;
+}
+
+static ssize_t rx_fill(struct dw_rc_conn *c)
+{
+        if (c->rx_start == c->rx_end) {
+                c->rx_start = c->rx_end = 0;
+        } else if (c->rx_start && DW_RC_RXBUF - c->rx_end < 256) {
+                memmove(c->rxbuf, c->rxbuf + c->rx_start, c->rx_end - c->rx_start);
+                c->rx_end -= c->rx_start;
+                c->rx_start = 0;
+        }
+        size_t space = DW_RC_RXBUF - c->rx_end;
+        /* After a large payload, read just enough for the next header so the
+         * payload behind it can go straight to its target. */
+        if (c->rx_big && space > DW_RC_RX_PEEK && c->rx_end - c->rx_start < DW_RC_RX_PEEK)
+                space = DW_RC_RX_PEEK;
+        struct iovec iov = {c->rxbuf + c->rx_end, space};
+        ssize_t r = dw_tcp_readv(c->fd, &iov, 1);
+        if (r > 0)
+                c->rx_end += (uint32_t)r;
+        return r;
+}
+
+static int rc_rx_closing(struct dw_rc_conn *c)
+{
+        uint8_t sink[4096];
+        for (int i = 0; i < 64; i++) {
+                struct iovec iov = {sink, sizeof(sink)};
+                ssize_t r = dw_tcp_readv(c->fd, &iov, 1);
+                if (r == -EAGAIN)
+                        return 1;
+                if (r <= 0) {
+                        rc_close_now(c);
+                        return 1;
+                }
+        }
+        return 1;
+}
+
+static int rc_rx(struct dw_rc_conn *c)
+{
+        size_t got = 0;
+        int work = 0;
+
+        while (c->fd >= 0) {
+                if (c->state == DW_RC_CLOSING)
+                        return work + rc_rx_closing(c);
+                if (c->state != DW_RC_UP || c->rx_state == DW_RC_RX_STOP)
+                        return work;
+                ssize_t r;
+                if (c->rx_state == DW_RC_RX_DIRECT) {
+                        if (got >= DW_RC_RX_STEP_BYTES)
+                                return work;
+                        r = rx_direct(c);
+                } else {
+                        int p = rx_parse(c);
+                        if (p > 0) {
+                                work++;
+                                continue;
+                        }
+                        if (p < 0)
+                                return work;
+                        if (got >= DW_RC_RX_STEP_BYTES)
+                                return work;
+                        r = rx_fill(c);
+                }
+                if (r == -EAGAIN)
+                        return work;
+                if (r <= 0) {
+                        stream_failed(c, (int)r);
+                        return work;
+                }
+                got += (size_t)r;
+                c->qp->dev->ctr.rx_bytes += (size_t)r;
+        }
+        return work;
+}
+
+static int rc_watch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
+{
+        struct dw_rc_conn *c = ctx;
+        int work = 0;
+
+        (void)dev;
+        if (c->fd != fd)
+                return 0;
+        if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+                work += rc_rx(c);
+        /* Always try to transmit: receiving may have queued Read Responses,
+         * freed ORD slots, or the socket may have room again. */
+        if (c->fd == fd)
+                work += rc_tx(c);
+        return work;
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
+                 const struct sockaddr_in *peer)
+{
+        struct dw_rc_conn *c = qp->rc;
+        char pb[32];
+
+        if (!c || c->fd >= 0 || qp->state == DIWARP_QPS_ERR || qp->state == DIWARP_QPS_RESET) {
+                close(fd);
+                return -EINVAL;
+        }
+        reset_stream(c);
+        c->fd = fd;
+        c->peer = *peer;
+        c->crc = mc->crc;
+        c->ird = mc->ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : mc->ird;
+        if (!c->ird)
+                c->ird = 1;
+        c->peer_ird = dw_mpa_result_ord(mc);
+        if (!c->peer_ird)
+                c->peer_ird = 1;
+        c->initiator = mc->initiator;
+        c->rtr_send_expected = !mc->initiator && mc->rtr_send;
+        int r = dw_tcp_configure(fd, qp->dev->cfg.peer_timeout_ms);
+        if (r < 0)
+                dw_warn("RC QP %#x: TCP options: %s", qp->qpn, strerror(-r));
+        c->state = DW_RC_UP;
+        c->watched = false;
+        set_watch(c, false);
+        if (!c->watched) {
+                dw_warn("RC QP %#x: cannot watch the stream socket", qp->qpn);
+                c->state = DW_RC_CLOSED;
+                close(fd);
+                c->fd = -1;
+                return -ENOSPC;
+        }
+        dw_info("RC QP %#x connected to %s (peer QP %#x, CRC %s, IRD %u, ORD %u)", qp->qpn,
+                dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num, c->crc ? "on" : "off",
+                c->ird, ord_limit(c));
+        rc_tx(c);
+        dw_progress_wake(qp->dev);
+        return 0;
+}
+
+int dw_rc_disconnect(struct dw_qp *qp)
+{
+        struct dw_rc_conn *c = qp->rc;
+
+        if (!c)
+                return -EINVAL;
+        if (c->state == DW_RC_UP)
+                c->fin_after_batch = true;
+        if (qp->state != DIWARP_QPS_ERR)
+                dw_qp_to_error(qp, -1);
+        else
+                dw_rc_qp_error(qp);
+        return 0;
+}
+
+int dw_rc_qp_init(struct dw_qp *qp)
+{
+        struct dw_rc_conn *c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        c->rxbuf = malloc(DW_RC_RXBUF);
+        if (!c->rxbuf) {
+                free(c);
+                return -ENOMEM;
+        }
+        c->qp = qp;
+        c->fd = -1;
+        c->state = DW_RC_IDLE;
+        reset_stream(c);
+        qp->rc = c;
+        return 0;
+}
+
+void dw_rc_qp_fini(struct dw_qp *qp)
+{
+        struct dw_rc_conn *c = qp->rc;
+
+        if (!c)
+                return;
+        dw_cm_qp_cancel(qp);
+        rc_close_now(c);
+        free(c->rxbuf);
+        free(c);
+        qp->rc = NULL;
+}
+
+int dw_rc_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old_state, int mask)
+{
+        struct dw_rc_conn *c = qp->rc;
+
+        (void)mask;
+        if (!c)
+                return 0;
+        switch (qp->state) {
+        case DIWARP_QPS_RESET:
+                dw_cm_qp_cancel(qp);
+                rc_close_now(c);
+                reset_stream(c);
+                c->state = DW_RC_IDLE;
+                c->ib_style = false;
+                return 0;
+        case DIWARP_QPS_RTR:
+                if (old_state != DIWARP_QPS_RTR && c->state == DW_RC_IDLE &&
+                    (qp->attr_mask_set & DIWARP_QP_DEST_QPN) && (qp->attr_mask_set & DIWARP_QP_AV))
+                        return dw_cm_ib_connect(qp);
+                return 0;
+        case DIWARP_QPS_RTS:
+                if (c->state == DW_RC_IDLE && old_state == DIWARP_QPS_INIT &&
+                    (qp->attr_mask_set & DIWARP_QP_DEST_QPN) && (qp->attr_mask_set & DIWARP_QP_AV))
+                        return dw_cm_ib_connect(qp);
+                if (c->state == DW_RC_UP)
+                        rc_tx(c);
+                return 0;
+        case DIWARP_QPS_ERR:
+                dw_rc_qp_error(qp);
+                return 0;
+        default:
+                return 0;
+        }
+}
+
+int dw_rc_post_send(struct dw_qp *qp, struct dw_wqe *wqe)
+{
+        struct dw_rc_conn *c = qp->rc;
+
+        (void)wqe;
+        if (!c)
+                return -EINVAL;
+        /* Before the stream is up the WQE just waits in the SQ. */
+        if (c->state == DW_RC_UP && c->iov_pos == c->iov_cnt)
+                rc_tx(c);
+        return 0;
+}
+
+void dw_rc_post_recv(struct dw_qp *qp)
+{
+        (void)qp;
+}
+
+void dw_rc_qp_error(struct dw_qp *qp)
+{
+        struct dw_rc_conn *c = qp->rc;
+
+        if (!c)
+                return;
+        drop_wqe_refs(c);
+        c->irq_head = c->irq_count = 0;
+        c->imm_pending = false;
+        dw_cm_qp_cancel(qp);
+        if (c->state == DW_RC_UP && c->fd >= 0) {
+                /* Finish the FPDU batch on the wire (the stream must stay
+                 * framed), then the Terminate if one is due, then FIN. */
+                if (!c->term_pending)
+                        c->fin_after_batch = true;
+                c->state = DW_RC_CLOSING;
+                c->rx_state = DW_RC_RX_STOP;
+                uint32_t ms = qp->dev->cfg.peer_timeout_ms ? qp->dev->cfg.peer_timeout_ms : 5000;
+                dw_rc_timer_add(qp->dev, c, dw_now_ns() + (uint64_t)ms * 1000000ull);
+                if (c->in_tx)
+                        return; /* the running rc_tx sends the Terminate / FIN */
+                if (c->iov_pos == c->iov_cnt) {
+                        build_batch(c);
+                        if (c->iov_cnt == 0) {
+                                /* Nothing left to send: FIN now. */
+                                shutdown(c->fd, SHUT_WR);
+                                c->fin_after_batch = false;
+                        }
+                }
+                rc_tx(c);
+                set_watch(c, c->iov_pos != c->iov_cnt);
+        } else if (c->state != DW_RC_CLOSING) {
+                rc_close_now(c);
+        }
+}
+
+int dw_rc_progress(struct dw_device *dev, int budget)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+        int work = 0;
+
+        (void)budget;
+        if (!rd)
+                return 0;
+        uint64_t now = dw_now_ns();
+        struct dw_rc_conn *c = rd->timers, *next;
+        for (; c; c = next) {
+                next = c->tnext;
+                if (c->deadline_ns > now) {
+                        dw_progress_timer(dev, c->deadline_ns);
+                        continue;
+                }
+                if (c->state == DW_RC_CLOSING) {
+                        char pb[32];
+                        dw_dbg("RC QP %#x peer %s: closing without the peer's EOF", c->qp->qpn,
+                               peer_str(c, pb, sizeof(pb)));
+                        rc_close_now(c);
+                        work++;
+                } else {
+                        dw_rc_timer_del(dev, c);
+                }
+        }
+        work += dw_cm_progress(dev);
+        return work;
+}
+
+int dw_rc_dev_init(struct dw_device *dev)
+{
+        struct dw_rc_dev *rd = calloc(1, sizeof(*rd));
+        if (!rd)
+                return -ENOMEM;
+        rd->dev = dev;
+        dev->rc = rd;
+        int r = dw_cm_dev_init(dev);
+        if (r < 0) {
+                dev->rc = NULL;
+                free(rd);
+        }
+        return r;
+}
+
+void dw_rc_dev_fini(struct dw_device *dev)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        if (!rd)
+                return;
+        dw_cm_dev_fini(dev);
+        free(rd);
+        dev->rc = NULL;
+}

@@ -1,0 +1,173 @@
+/* RC transport over TCP/MPA (RFC 5040/5041/5044, RFC 7306 extensions).
+ *
+ * One struct dw_rc_conn per RC/UC QP (qp->rc), allocated at QP create with
+ * every buffer it will use, so the data path never allocates:
+ *  - transmit: FPDUs are gathered with writev straight from registered memory:
+ *    [MPA length + DDP/RDMAP header] [payload iovecs] [pad + CRC]. Up to
+ *    DW_RC_TX_BATCH FPDUs go out per syscall; a short write resumes where it
+ *    stopped on the next progress step (EPOLLOUT).
+ *  - receive: headers land in a small staging buffer; the payload of a tagged
+ *    or untagged data segment is read with readv directly into its target
+ *    (registered memory resolved through mem/ checks), followed by the trailer
+ *    and a peek at the next header. CRC32c is computed over what was placed.
+ * The hooks of dw.h (dw_rc_*) drive it; cm/ hands it established streams
+ * through dw_rc_attach. The device lock is held for everything here.
+ */
+#ifndef DIWARP_QP_RC_H
+#define DIWARP_QP_RC_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "dw.h"
+#include "wire/ddp.h"
+#include "wire/mpa.h"
+#include "wire/rdmap.h"
+
+struct dw_mpa_conn;
+
+/* Payload bytes per FPDU (ULPDU_Length is 16 bits: header + payload must stay
+ * <= 65535). A multiple of 512 so segments of aligned buffers stay aligned. */
+#define DW_RC_SEG_PAYLOAD   65024u
+#define DW_RC_TX_BATCH      16
+#define DW_RC_TX_IOV        (DW_RC_TX_BATCH * (DW_MAX_SGE + 2))
+#define DW_RC_HDR_MAX       (DW_MPA_HDR_LEN + DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
+#define DW_RC_RXBUF         16384u
+#define DW_RC_RX_PEEK       64u /* staging bytes read after a direct payload read */
+#define DW_RC_MAX_RD        DW_MAX_RD_ATOM
+#define DW_RC_RX_STEP_BYTES (4u << 20) /* bytes read per callback before yielding */
+#define DW_RC_TX_STEP_BYTES (8u << 20) /* bytes written per call before yielding */
+
+enum dw_rc_conn_state {
+        DW_RC_IDLE,       /* no stream; IB-style: waiting for RTR */
+        DW_RC_CONNECTING, /* cm/ is setting the stream up */
+        DW_RC_UP,         /* FPDU mode */
+        DW_RC_CLOSING,    /* draining: last FPDUs / Terminate out, FIN sent, wait for EOF */
+        DW_RC_CLOSED,     /* stream gone; the QP is in ERR (or RESET) */
+};
+
+/* An RDMA Read or Atomic we issued, waiting for its response (ORQ). */
+struct dw_rc_orq {
+        struct dw_wqe *wqe;
+        bool atomic;
+        uint32_t msn;       /* DDP queue 1 MSN of the request */
+        uint32_t sink_stag; /* Read: the Data Sink STag we named */
+        uint64_t sink_to;
+        uint64_t len;
+        uint64_t done; /* Read Response bytes placed */
+};
+
+/* An RDMA Read or Atomic request from the peer, waiting for our response (IRQ). */
+struct dw_rc_irq {
+        bool atomic;
+        uint32_t sink_stag;
+        uint64_t sink_to;
+        uint32_t len;
+        uint32_t src_stag;
+        uint64_t src_to;
+        uint32_t done;
+        struct dw_rdmap_atomic_req areq;
+        uint8_t term_hdr[DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_RREQ_HDR_LEN]; /* for a Terminate */
+};
+
+struct dw_rc_txslot {
+        uint8_t hdr[DW_RC_HDR_MAX + 2];
+        uint8_t trl[DW_MPA_TRAILER_MAX + 1];
+};
+
+enum dw_rc_rx_state {
+        DW_RC_RX_HDR,    /* parsing headers in the staging buffer */
+        DW_RC_RX_DIRECT, /* reading payload remainder + trailer straight from the socket */
+        DW_RC_RX_STOP,   /* nothing more is read (error / closing) */
+};
+
+struct dw_rc_conn {
+        struct dw_qp *qp;
+        enum dw_rc_conn_state state;
+        int fd;
+        struct sockaddr_in peer;
+        bool watched;
+        uint32_t watch_events;
+        /* negotiated */
+        bool crc;
+        uint16_t ird;           /* requests we accept at once */
+        uint16_t peer_ird;      /* cap on our ORD */
+        bool rtr_send_expected; /* RFC 6581 P2P: first zero-length Send is the RTR */
+        bool ib_style;          /* set up by the IB-style connect */
+        bool initiator;
+        bool in_tx; /* rc_tx/build_batch running: error paths must not re-enter */
+
+        /* ---- transmit ---- */
+        struct iovec iov[DW_RC_TX_IOV];
+        int iov_pos, iov_cnt; /* batch being written: iov[iov_pos..iov_cnt) */
+        struct dw_rc_txslot slot[DW_RC_TX_BATCH];
+        int nslot;
+        struct dw_wqe *done_wqe[DW_RC_TX_BATCH]; /* finished when the batch is out */
+        int ndone;
+        bool term_queued; /* the Terminate is in the batch: close after it */
+        bool term_pending;
+        struct dw_rdmap_term term;
+        bool fin_after_batch; /* graceful disconnect: FIN once the batch is out */
+        /* SQ WQE being segmented */
+        struct dw_wqe *cur;
+        uint64_t cur_off;
+        int cur_phase; /* 0: main message, 1: the Immediate Data message */
+        struct iovec src[DW_MAX_SGE];
+        int nsrc;
+        bool irq_turn; /* round-robin between IRQ responses and the SQ */
+        uint32_t msn_send, msn_rreq, msn_term, msn_aresp; /* next MSN per DDP queue */
+        struct dw_rc_orq orq[DW_RC_MAX_RD];
+        uint32_t orq_head, orq_count;
+        uint32_t atomic_req_id;
+
+        /* ---- receive ---- */
+        enum dw_rc_rx_state rx_state;
+        uint8_t *rxbuf; /* DW_RC_RXBUF bytes */
+        uint32_t rx_start, rx_end;
+        bool rx_big;            /* last payload was large: read headers in small peeks */
+        struct dw_rdmap_hdr rh; /* header of the segment being placed */
+        uint8_t rh_raw[DW_DDP_UNTAGGED_HDR_LEN];
+        uint32_t rx_payload;          /* payload bytes of this segment */
+        struct iovec tgt[DW_MAX_SGE]; /* placement target of the remainder */
+        int ntgt, tgt_pos;
+        uint8_t trl[DW_MPA_TRAILER_MAX + 1];
+        uint32_t trl_len, trl_have;
+        uint32_t crc_state;
+        struct dw_wqe *rx_wqe; /* receive WQE the current Send message fills */
+        uint64_t rx_msg_len;   /* bytes of the current untagged message so far */
+        uint32_t msn_expect_send, msn_expect_rreq, msn_expect_aresp;
+        uint64_t rx_write_bytes; /* RDMA Write bytes since the last Immediate Data */
+        bool imm_pending;        /* Send with Immediate: the imm of the next Send */
+        uint32_t imm_value;
+        struct dw_rc_irq irq[DW_RC_MAX_RD];
+        uint32_t irq_head, irq_count;
+
+        /* ---- timers / cm ---- */
+        uint64_t deadline_ns; /* CLOSING: give up waiting for EOF; cm: connect deadline */
+        void *cm;             /* cm/: IB-style connect attempt in progress */
+        struct dw_rc_conn *tnext, *tprev; /* device list of conns with timers */
+        bool on_timer_list;
+};
+
+/* cm/ -> rc: the MPA exchange on fd is DONE for qp; the stream is now the
+ * QP's (fd is closed by rc from here on, also on failure). Sends queued
+ * before are transmitted. 0 or -errno. */
+int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
+                 const struct sockaddr_in *peer);
+
+/* Graceful disconnect (diwarp_disconnect): what was handed to the socket
+ * still goes out, then FIN; the QP moves to ERR. */
+int dw_rc_disconnect(struct dw_qp *qp);
+
+/* IRD we offer in MPA for this QP (max_dest_rd_atomic or the device maximum),
+ * and the ORD we ask for. */
+uint16_t dw_rc_offer_ird(const struct dw_qp *qp);
+uint16_t dw_rc_offer_ord(const struct dw_qp *qp);
+
+/* Timer list of the device (cm/ uses it for its connect attempts too). */
+void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadline_ns);
+void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c);
+
+#endif

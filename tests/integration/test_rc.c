@@ -1,0 +1,1023 @@
+/* RC over TCP/MPA, end to end between two devices of one process (every byte
+ * crosses a real loopback TCP stream): IB-style connect and the native CM,
+ * every RDMAP operation at sizes 0..64 MiB checked byte for byte, and the
+ * protection / error paths (Terminate -> both QPs in ERR, right statuses). */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <diwarp/diwarp.h>
+
+#define MAXBUF ((64u << 20) + 4096)
+#define ALL_ACCESS                                                                                 \
+        (DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ |      \
+         DIWARP_ACCESS_REMOTE_ATOMIC)
+
+struct side {
+        struct diwarp_device *dev;
+        struct diwarp_pd *pd;
+        struct diwarp_cq *cq;
+        struct diwarp_qp *qp;
+        struct diwarp_mr *mr;
+        uint8_t *buf;
+        size_t len;
+        uint32_t lkey, rkey;
+};
+
+static struct side A, B;
+
+static uint64_t now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void side_init(struct side *s, size_t len, int access)
+{
+        memset(s, 0, sizeof(*s));
+        cr_assert_eq(diwarp_device_open(NULL, &s->dev), 0);
+        cr_assert_eq(diwarp_pd_alloc(s->dev, &s->pd), 0);
+        cr_assert_eq(diwarp_cq_create(s->dev, 1024, NULL, NULL, &s->cq), 0);
+        struct diwarp_qp_init_attr ia = {.send_cq = s->cq,
+                                         .recv_cq = s->cq,
+                                         .qp_type = DIWARP_QPT_RC,
+                                         .cap = {.max_send_wr = 256,
+                                                 .max_recv_wr = 256,
+                                                 .max_send_sge = 4,
+                                                 .max_recv_sge = 4,
+                                                 .max_inline_data = 64}};
+        cr_assert_eq(diwarp_qp_create(s->pd, &ia, &s->qp), 0);
+        s->len = len;
+        s->buf = aligned_alloc(4096, len);
+        cr_assert_not_null(s->buf);
+        memset(s->buf, 0, len);
+        cr_assert_eq(diwarp_mr_reg(s->pd, s->buf, len, (uintptr_t)s->buf, access, &s->mr), 0);
+        struct diwarp_mr_info mi;
+        diwarp_mr_info(s->mr, &mi);
+        s->lkey = mi.lkey;
+        s->rkey = mi.rkey;
+}
+
+static void side_fini(struct side *s)
+{
+        if (!s->dev)
+                return;
+        cr_expect_eq(diwarp_qp_destroy(s->qp), 0);
+        cr_expect_eq(diwarp_mr_dereg(s->mr), 0);
+        cr_expect_eq(diwarp_cq_destroy(s->cq), 0);
+        cr_expect_eq(diwarp_pd_dealloc(s->pd), 0);
+        cr_expect_eq(diwarp_device_close(s->dev), 0);
+        free(s->buf);
+        memset(s, 0, sizeof(*s));
+}
+
+static void to_init(struct side *s)
+{
+        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_INIT,
+                                   .qp_access_flags = DIWARP_ACCESS_REMOTE_WRITE |
+                                                      DIWARP_ACCESS_REMOTE_READ |
+                                                      DIWARP_ACCESS_REMOTE_ATOMIC,
+                                   .port_num = 1};
+        cr_assert_eq(diwarp_qp_modify(s->qp, &a,
+                                      DIWARP_QP_STATE | DIWARP_QP_ACCESS_FLAGS | DIWARP_QP_PORT |
+                                          DIWARP_QP_PKEY_INDEX),
+                     0);
+}
+
+static void to_rtr_rts(struct side *s, struct side *peer)
+{
+        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_RTR,
+                                   .dest_qp_num = diwarp_qp_num(peer->qp),
+                                   .path_mtu = 4096,
+                                   .max_dest_rd_atomic = 16};
+        cr_assert_eq(diwarp_device_gid(peer->dev, &a.dgid), 0);
+        cr_assert_eq(diwarp_qp_modify(s->qp, &a,
+                                      DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
+                                          DIWARP_QP_PATH_MTU | DIWARP_QP_RQ_PSN |
+                                          DIWARP_QP_MAX_DEST_RD_ATOMIC | DIWARP_QP_MIN_RNR_TIMER),
+                     0);
+}
+
+static void to_rts(struct side *s)
+{
+        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_RTS, .max_rd_atomic = 16, .timeout = 14};
+        cr_assert_eq(diwarp_qp_modify(s->qp, &a,
+                                      DIWARP_QP_STATE | DIWARP_QP_SQ_PSN | DIWARP_QP_TIMEOUT |
+                                          DIWARP_QP_RETRY_CNT | DIWARP_QP_RNR_RETRY |
+                                          DIWARP_QP_MAX_QP_RD_ATOMIC),
+                     0);
+}
+
+static void progress_both(void)
+{
+        diwarp_progress(A.dev, 64);
+        if (B.dev)
+                diwarp_progress(B.dev, 64);
+}
+
+/* IB-style: both to RTR (either order), then RTS; the stream comes up while
+ * we drive progress. */
+static void pair_ib(size_t len)
+{
+        side_init(&A, len, ALL_ACCESS);
+        side_init(&B, len, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        to_rtr_rts(&A, &B);
+        to_rtr_rts(&B, &A);
+        to_rts(&A);
+        to_rts(&B);
+}
+
+static void pair_fini(void)
+{
+        side_fini(&A);
+        side_fini(&B);
+}
+
+/* Waits for one completion on s; drives both devices. */
+static struct diwarp_wc wait_wc(struct side *s, int timeout_ms)
+{
+        struct diwarp_wc wc;
+        uint64_t end = now_ms() + (uint64_t)timeout_ms;
+        for (;;) {
+                int n = diwarp_cq_poll(s->cq, 1, &wc);
+                cr_assert_geq(n, 0);
+                if (n == 1)
+                        return wc;
+                progress_both();
+                cr_assert_lt(now_ms(), end, "no completion within %d ms", timeout_ms);
+        }
+}
+
+static bool poll_none(struct side *s, int ms)
+{
+        struct diwarp_wc wc;
+        uint64_t end = now_ms() + (uint64_t)ms;
+        while (now_ms() < end) {
+                if (diwarp_cq_poll(s->cq, 1, &wc) != 0)
+                        return false;
+                progress_both();
+        }
+        return true;
+}
+
+static void post_recv(struct side *s, uint64_t id, size_t off, uint32_t len)
+{
+        struct diwarp_sge sge = {(uintptr_t)s->buf + off, len, s->lkey};
+        struct diwarp_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1};
+        struct diwarp_recv_wr *bad;
+        cr_assert_eq(diwarp_post_recv(s->qp, &wr, &bad), 0);
+}
+
+static int post_send(struct side *s, enum diwarp_wr_opcode op, uint64_t id, size_t off,
+                     uint32_t len, uint64_t raddr, uint32_t rkey, unsigned flags)
+{
+        struct diwarp_sge sge = {(uintptr_t)s->buf + off, len, s->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = op,
+                                    .send_flags = DIWARP_SEND_SIGNALED | flags};
+        wr.wr.rdma.remote_addr = raddr;
+        wr.wr.rdma.rkey = rkey;
+        struct diwarp_send_wr *bad;
+        return diwarp_post_send(s->qp, &wr, &bad);
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+        uint32_t x = seed * 2654435761u + 1;
+        for (size_t i = 0; i < n; i++) {
+                x = x * 1103515245u + 12345u;
+                p[i] = (uint8_t)(x >> 16);
+        }
+}
+
+static const uint32_t sizes[] = {0, 1, 4095, 4096, 65536, 1u << 20, 64u << 20};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+TestSuite(rc, .fini = pair_fini, .timeout = 120);
+
+Test(rc, ib_connect_send_all_sizes)
+{
+        pair_ib(MAXBUF);
+        for (unsigned i = 0; i < NSIZES; i++) {
+                uint32_t n = sizes[i];
+                fill(A.buf, n, i + 1);
+                memset(B.buf, 0xee, n + 16);
+                post_recv(&B, 100 + i, 0, n + 16);
+                cr_assert_eq(post_send(&A, DIWARP_WR_SEND, i, 0, n, 0, 0, 0), 0);
+                struct diwarp_wc w = wait_wc(&A, 20000);
+                cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "size %u: %s", n,
+                             diwarp_wc_status_str(w.status));
+                cr_assert_eq(w.opcode, DIWARP_WC_SEND);
+                cr_assert_eq(w.wr_id, i);
+                w = wait_wc(&B, 20000);
+                cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "size %u", n);
+                cr_assert_eq(w.opcode, DIWARP_WC_RECV);
+                cr_assert_eq(w.wr_id, 100 + i);
+                cr_assert_eq(w.byte_len, n);
+                cr_assert_eq(memcmp(A.buf, B.buf, n), 0, "size %u: data differs", n);
+                cr_assert_eq(B.buf[n], 0xee, "size %u: wrote past the message", n);
+        }
+}
+
+Test(rc, write_and_read_all_sizes)
+{
+        pair_ib(MAXBUF);
+        for (unsigned i = 0; i < NSIZES; i++) {
+                uint32_t n = sizes[i];
+                /* Write A -> B at offset 0. */
+                fill(A.buf, n, 10 + i);
+                memset(B.buf, 0, n + 16);
+                cr_assert_eq(
+                    post_send(&A, DIWARP_WR_RDMA_WRITE, i, 0, n, (uintptr_t)B.buf, B.rkey, 0), 0);
+                struct diwarp_wc w = wait_wc(&A, 20000);
+                cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "write %u: %s", n,
+                             diwarp_wc_status_str(w.status));
+                cr_assert_eq(w.opcode, DIWARP_WC_RDMA_WRITE);
+                /* A Read behind the Write returns only after the Write is placed. */
+                memset(A.buf, 0, n + 16);
+                cr_assert_eq(
+                    post_send(&A, DIWARP_WR_RDMA_READ, 1000 + i, 0, n, (uintptr_t)B.buf, B.rkey, 0),
+                    0);
+                w = wait_wc(&A, 20000);
+                cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "read %u: %s", n,
+                             diwarp_wc_status_str(w.status));
+                cr_assert_eq(w.opcode, DIWARP_WC_RDMA_READ);
+                cr_assert_eq(w.byte_len, n);
+                uint8_t *ref = malloc(n + 1);
+                fill(ref, n, 10 + i);
+                cr_assert_eq(memcmp(B.buf, ref, n), 0, "write %u: target differs", n);
+                cr_assert_eq(memcmp(A.buf, ref, n), 0, "read %u: sink differs", n);
+                cr_assert_eq(A.buf[n], 0, "read %u: wrote past the sink", n);
+                free(ref);
+                cr_assert(poll_none(&B, 1), "RDMA Write/Read must not complete at the target");
+        }
+}
+
+Test(rc, multi_sge_and_many_outstanding_reads)
+{
+        pair_ib(1 << 20);
+        fill(B.buf, 1 << 20, 77);
+        /* 32 reads of 8 KiB, two SGEs each, posted at once: more than ORD (16),
+         * the excess waits on our side and all complete in order. */
+        for (int i = 0; i < 32; i++) {
+                struct diwarp_sge sge[2] = {{(uintptr_t)A.buf + i * 8192, 3000, A.lkey},
+                                            {(uintptr_t)A.buf + i * 8192 + 3000, 5192, A.lkey}};
+                struct diwarp_send_wr wr = {.wr_id = (uint64_t)i,
+                                            .sg_list = sge,
+                                            .num_sge = 2,
+                                            .opcode = DIWARP_WR_RDMA_READ,
+                                            .send_flags = DIWARP_SEND_SIGNALED};
+                wr.wr.rdma.remote_addr = (uintptr_t)B.buf + i * 8192;
+                wr.wr.rdma.rkey = B.rkey;
+                struct diwarp_send_wr *bad;
+                cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        }
+        for (int i = 0; i < 32; i++) {
+                struct diwarp_wc w = wait_wc(&A, 10000);
+                cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+                cr_assert_eq(w.wr_id, (uint64_t)i, "completions in order");
+        }
+        cr_assert_eq(memcmp(A.buf, B.buf, 32 * 8192), 0);
+}
+
+Test(rc, immediate_data)
+{
+        pair_ib(1 << 20);
+        /* RDMA Write with Immediate: data placed, one receive WQE consumed. */
+        fill(A.buf, 5000, 3);
+        post_recv(&B, 7, 0, 0);
+        struct diwarp_sge sge = {(uintptr_t)A.buf, 5000, A.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE_WITH_IMM,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .imm_data = htonl(0xabcd1234)};
+        wr.wr.rdma.remote_addr = (uintptr_t)B.buf + 8192;
+        wr.wr.rdma.rkey = B.rkey;
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_RDMA_WRITE);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_RECV_RDMA_WITH_IMM);
+        cr_assert_eq(w.wr_id, 7);
+        cr_assert(w.wc_flags & DIWARP_WC_WITH_IMM);
+        cr_assert_eq(ntohl(w.imm_data), 0xabcd1234);
+        cr_assert_eq(w.byte_len, 5000);
+        cr_assert_eq(memcmp(A.buf, B.buf + 8192, 5000), 0);
+
+        /* Send with Immediate: one receive WQE gets data and immediate. */
+        post_recv(&B, 8, 0, 4096);
+        wr.opcode = DIWARP_WR_SEND_WITH_IMM;
+        wr.imm_data = htonl(42);
+        wr.wr_id = 2;
+        sge.length = 100;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_RECV);
+        cr_assert_eq(w.wr_id, 8);
+        cr_assert_eq(w.byte_len, 100);
+        cr_assert(w.wc_flags & DIWARP_WC_WITH_IMM);
+        cr_assert_eq(ntohl(w.imm_data), 42);
+        cr_assert_eq(memcmp(A.buf, B.buf, 100), 0);
+        cr_assert(poll_none(&B, 50), "exactly one receive completion per message");
+}
+
+Test(rc, atomics)
+{
+        pair_ib(1 << 16);
+        uint64_t *target = (uint64_t *)(B.buf + 64);
+        *target = 1000;
+        struct diwarp_sge sge = {(uintptr_t)A.buf, 8, A.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_ATOMIC_FETCH_AND_ADD,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.atomic.remote_addr = (uintptr_t)target;
+        wr.wr.atomic.rkey = B.rkey;
+        wr.wr.atomic.compare_add = 23;
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_FETCH_ADD);
+        cr_assert_eq(*(uint64_t *)A.buf, 1000);
+        cr_assert_eq(*target, 1023);
+
+        /* CAS that matches, then one that does not. */
+        wr.opcode = DIWARP_WR_ATOMIC_CMP_AND_SWP;
+        wr.wr.atomic.compare_add = 1023;
+        wr.wr.atomic.swap = 7;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        w = wait_wc(&A, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_COMP_SWAP);
+        cr_assert_eq(*(uint64_t *)A.buf, 1023);
+        cr_assert_eq(*target, 7);
+        wr.wr.atomic.compare_add = 1;
+        wr.wr.atomic.swap = 99;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(*(uint64_t *)A.buf, 7);
+        cr_assert_eq(*target, 7);
+}
+
+Test(rc, send_with_invalidate_and_local_invalidate)
+{
+        pair_ib(1 << 16);
+        /* A second MR on B that A will invalidate remotely. */
+        struct diwarp_mr *mr2;
+        cr_assert_eq(
+            diwarp_mr_reg(B.pd, B.buf + 4096, 4096, (uintptr_t)B.buf + 4096, ALL_ACCESS, &mr2), 0);
+        struct diwarp_mr_info mi;
+        diwarp_mr_info(mr2, &mi);
+        post_recv(&B, 5, 0, 64);
+        struct diwarp_sge sge = {(uintptr_t)A.buf, 10, A.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND_WITH_INV,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .invalidate_rkey = mi.rkey};
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert(w.wc_flags & DIWARP_WC_WITH_INV);
+        cr_assert_eq(w.invalidated_rkey, mi.rkey);
+
+        /* The invalidated STag is dead: an RDMA Read from it fails remotely. */
+        cr_assert_eq(
+            post_send(&A, DIWARP_WR_RDMA_READ, 3, 0, 16, (uintptr_t)B.buf + 4096, mi.rkey, 0), 0);
+        w = wait_wc(&A, 5000);
+        cr_assert_eq(w.wr_id, 3);
+        cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR, "got %s", diwarp_wc_status_str(w.status));
+        diwarp_mr_dereg(mr2);
+}
+
+Test(rc, local_invalidate)
+{
+        pair_ib(1 << 16);
+        struct diwarp_mr *mr2;
+        cr_assert_eq(
+            diwarp_mr_reg(A.pd, A.buf + 4096, 4096, (uintptr_t)A.buf + 4096, ALL_ACCESS, &mr2), 0);
+        struct diwarp_mr_info mi;
+        diwarp_mr_info(mr2, &mi);
+        /* Before: B can read it. */
+        cr_assert_eq(
+            post_send(&B, DIWARP_WR_RDMA_READ, 1, 0, 16, (uintptr_t)A.buf + 4096, mi.rkey, 0), 0);
+        cr_assert_eq(wait_wc(&B, 5000).status, DIWARP_WC_SUCCESS);
+        struct diwarp_send_wr li = {.wr_id = 2,
+                                    .opcode = DIWARP_WR_LOCAL_INV,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .invalidate_rkey = mi.rkey};
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(A.qp, &li, &bad), 0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_LOCAL_INV);
+        /* After: the Read fails with a remote access error, both QPs go to ERR. */
+        cr_assert_eq(
+            post_send(&B, DIWARP_WR_RDMA_READ, 3, 0, 16, (uintptr_t)A.buf + 4096, mi.rkey, 0), 0);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 3);
+        cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR, "got %s", diwarp_wc_status_str(w.status));
+        uint64_t end = now_ms() + 5000;
+        while (diwarp_qp_state(A.qp) != DIWARP_QPS_ERR && now_ms() < end)
+                progress_both();
+        cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_ERR);
+        cr_assert_eq(diwarp_qp_state(B.qp), DIWARP_QPS_ERR);
+        diwarp_mr_dereg(mr2);
+}
+
+/* ---- protection and error paths ---- */
+
+#include <fcntl.h>
+
+static bool got_async(struct side *s, enum diwarp_event_type type, int ms)
+{
+        int fd = diwarp_async_fd(s->dev);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        uint64_t end = now_ms() + (uint64_t)ms;
+        while (now_ms() < end) {
+                struct diwarp_async_event ev;
+                int r = diwarp_get_async_event(s->dev, &ev);
+                if (r == 0 && ev.event_type == type && ev.element.qp == s->qp)
+                        return true;
+                progress_both();
+        }
+        return false;
+}
+
+static void wait_err(struct side *s)
+{
+        uint64_t end = now_ms() + 5000;
+        while (diwarp_qp_state(s->qp) != DIWARP_QPS_ERR && now_ms() < end)
+                progress_both();
+        cr_assert_eq(diwarp_qp_state(s->qp), DIWARP_QPS_ERR);
+}
+
+/* After an error both QPs are in ERR and new work flushes. */
+static void check_dead(void)
+{
+        wait_err(&A);
+        wait_err(&B);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 99, 0, 1, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(&A, 2000);
+        cr_assert_eq(w.wr_id, 99);
+        cr_assert_eq(w.status, DIWARP_WC_WR_FLUSH_ERR);
+}
+
+Test(rc, read_bad_stag)
+{
+        pair_ib(1 << 16);
+        cr_assert_eq(
+            post_send(&A, DIWARP_WR_RDMA_READ, 1, 0, 64, (uintptr_t)B.buf, B.rkey ^ 0x5a, 0), 0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR, "got %s", diwarp_wc_status_str(w.status));
+        cr_assert(got_async(&A, DIWARP_EVENT_QP_ACCESS_ERR, 2000));
+        cr_assert(got_async(&B, DIWARP_EVENT_QP_ACCESS_ERR, 2000));
+        check_dead();
+}
+
+Test(rc, read_out_of_bounds)
+{
+        pair_ib(1 << 16);
+        cr_assert_eq(post_send(&A, DIWARP_WR_RDMA_READ, 1, 0, 64, (uintptr_t)B.buf + (1 << 16) - 32,
+                               B.rkey, 0),
+                     0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR);
+        check_dead();
+}
+
+static void write_must_fail(uint64_t raddr, uint32_t rkey, uint32_t len, uint8_t *guard,
+                            size_t guard_len)
+{
+        uint8_t *copy = malloc(guard_len);
+        memcpy(copy, guard, guard_len);
+        memset(A.buf, 0x77, len);
+        cr_assert_eq(post_send(&A, DIWARP_WR_RDMA_WRITE, 1, 0, len, raddr, rkey, 0), 0);
+        /* The Write completes when handed to TCP (iWARP semantics) unless the
+         * Terminate overtakes it; either way the QP then dies. */
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert(w.status == DIWARP_WC_SUCCESS || w.status == DIWARP_WC_REM_ACCESS_ERR, "got %s",
+                  diwarp_wc_status_str(w.status));
+        cr_assert(got_async(&A, DIWARP_EVENT_QP_ACCESS_ERR, 3000));
+        check_dead();
+        cr_assert_eq(memcmp(copy, guard, guard_len), 0, "target memory was touched");
+        free(copy);
+}
+
+Test(rc, write_bad_stag)
+{
+        pair_ib(1 << 16);
+        write_must_fail((uintptr_t)B.buf, B.rkey + 0x100, 128, B.buf, B.len);
+}
+
+Test(rc, write_out_of_bounds)
+{
+        pair_ib(1 << 16);
+        write_must_fail((uintptr_t)B.buf + B.len - 64, B.rkey, 128, B.buf, B.len);
+}
+
+Test(rc, write_large_bad_stag)
+{
+        pair_ib(8 << 20);
+        write_must_fail((uintptr_t)B.buf, B.rkey ^ 1, 8 << 20, B.buf, B.len);
+}
+
+Test(rc, write_without_remote_write_right)
+{
+        side_init(&A, 1 << 16, ALL_ACCESS);
+        side_init(&B, 1 << 16, DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_READ);
+        to_init(&A);
+        to_init(&B);
+        to_rtr_rts(&A, &B);
+        to_rtr_rts(&B, &A);
+        to_rts(&A);
+        to_rts(&B);
+        write_must_fail((uintptr_t)B.buf, B.rkey, 100, B.buf, B.len);
+}
+
+Test(rc, write_pd_mismatch)
+{
+        pair_ib(1 << 16);
+        struct diwarp_pd *pd2;
+        struct diwarp_mr *mr2;
+        cr_assert_eq(diwarp_pd_alloc(B.dev, &pd2), 0);
+        uint8_t *other = calloc(1, 4096);
+        cr_assert_eq(diwarp_mr_reg(pd2, other, 4096, (uintptr_t)other, ALL_ACCESS, &mr2), 0);
+        struct diwarp_mr_info mi;
+        diwarp_mr_info(mr2, &mi);
+        write_must_fail((uintptr_t)other, mi.rkey, 100, other, 4096);
+        diwarp_mr_dereg(mr2);
+        diwarp_pd_dealloc(pd2);
+        free(other);
+}
+
+Test(rc, atomic_misaligned)
+{
+        pair_ib(1 << 16);
+        struct diwarp_sge sge = {(uintptr_t)A.buf, 8, A.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_ATOMIC_FETCH_AND_ADD,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.atomic.remote_addr = (uintptr_t)B.buf + 4;
+        wr.wr.atomic.rkey = B.rkey;
+        wr.wr.atomic.compare_add = 1;
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR);
+        check_dead();
+}
+
+Test(rc, send_without_receive)
+{
+        pair_ib(1 << 16);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 10, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert(w.status == DIWARP_WC_SUCCESS || w.status == DIWARP_WC_RNR_RETRY_EXC_ERR);
+        cr_assert(got_async(&B, DIWARP_EVENT_QP_REQ_ERR, 3000));
+        cr_assert(got_async(&A, DIWARP_EVENT_QP_REQ_ERR, 3000));
+        check_dead();
+}
+
+Test(rc, send_longer_than_receive)
+{
+        pair_ib(1 << 16);
+        post_recv(&B, 5, 0, 16);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 100, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 5);
+        cr_assert_eq(w.status, DIWARP_WC_LOC_LEN_ERR);
+        w = wait_wc(&A, 5000);
+        cr_assert_eq(w.wr_id, 1);
+        cr_assert(w.status == DIWARP_WC_SUCCESS || w.status == DIWARP_WC_REM_INV_REQ_ERR);
+        check_dead();
+}
+
+Test(rc, local_protection_error)
+{
+        pair_ib(1 << 16);
+        struct diwarp_sge sge = {(uintptr_t)A.buf, 64, A.lkey ^ 0x33};
+        struct diwarp_send_wr wr = {.wr_id = 9,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert_eq(w.wr_id, 9);
+        cr_assert_eq(w.status, DIWARP_WC_LOC_PROT_ERR);
+        check_dead();
+}
+
+Test(rc, work_posted_before_connect_waits)
+{
+        side_init(&A, 1 << 16, ALL_ACCESS);
+        side_init(&B, 1 << 16, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        /* B (the connecting or the awaiting side, whichever) is fully up and
+         * posts at once; A lags behind. Nothing may be lost. */
+        to_rtr_rts(&B, &A);
+        to_rts(&B);
+        fill(B.buf, 1000, 5);
+        cr_assert_eq(
+            post_send(&B, DIWARP_WR_RDMA_WRITE, 1, 0, 1000, (uintptr_t)A.buf + 2000, A.rkey, 0), 0);
+        cr_assert_eq(post_send(&B, DIWARP_WR_SEND, 2, 0, 1000, 0, 0, 0), 0);
+        cr_assert(poll_none(&B, 100));
+        post_recv(&A, 3, 0, 1000);
+        to_rtr_rts(&A, &B);
+        to_rts(&A);
+        cr_assert_eq(wait_wc(&B, 5000).wr_id, 1);
+        cr_assert_eq(wait_wc(&B, 5000).wr_id, 2);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(memcmp(A.buf, B.buf, 1000), 0);
+        cr_assert_eq(memcmp(A.buf + 2000, B.buf, 1000), 0);
+}
+
+/* ---- native CM ---- */
+
+struct server_arg {
+        struct diwarp_listener *l;
+        bool reject;
+        int result;
+        struct diwarp_conn_request req;
+};
+
+static void *server_main(void *p)
+{
+        struct server_arg *s = p;
+        s->result = diwarp_listener_get_request(s->l, 5000, &s->req);
+        if (s->result < 0)
+                return NULL;
+        if (s->reject) {
+                s->result = diwarp_reject(s->l, s->req.id, "nope", 4);
+                return NULL;
+        }
+        struct diwarp_conn_param rep = {
+            .private_data = "welcome", .private_data_len = 7, .ird = 4, .ord = 4};
+        s->result = diwarp_accept(s->l, s->req.id, B.qp, &rep);
+        return NULL;
+}
+
+static uint16_t listener_port(struct diwarp_listener *l)
+{
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        cr_assert_eq(getsockname(diwarp_listener_fd(l), (struct sockaddr *)&sa, &sl), 0);
+        return ntohs(sa.sin_port);
+}
+
+Test(rc, native_connect_accept)
+{
+        side_init(&A, 1 << 20, ALL_ACCESS);
+        side_init(&B, 1 << 20, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        struct server_arg sa = {0};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &sa.l), 0);
+        uint16_t port = listener_port(sa.l);
+        post_recv(&B, 1, 0, 4096);
+        pthread_t th;
+        pthread_create(&th, NULL, server_main, &sa);
+        union diwarp_gid gid;
+        diwarp_device_gid(B.dev, &gid);
+        struct diwarp_conn_param p = {
+            .private_data = "hello", .private_data_len = 5, .ird = 8, .ord = 8};
+        char rpd[64];
+        uint16_t rlen = sizeof(rpd);
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, &p, 5000, rpd, &rlen), 0);
+        pthread_join(th, NULL);
+        cr_assert_eq(sa.result, 0);
+        cr_assert_eq(sa.req.private_data_len, 5);
+        cr_assert_eq(memcmp(sa.req.private_data, "hello", 5), 0);
+        cr_assert_eq(sa.req.ird, 8);
+        cr_assert_eq(sa.req.ord, 8);
+        cr_assert_eq(rlen, 7);
+        cr_assert_eq(memcmp(rpd, "welcome", 7), 0);
+        cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_RTS);
+        cr_assert_eq(diwarp_qp_state(B.qp), DIWARP_QPS_RTS);
+
+        fill(A.buf, 3000, 9);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 3000, 0, 0, 0), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.byte_len, 3000);
+        cr_assert_eq(memcmp(A.buf, B.buf, 3000), 0);
+        /* 64 MiB would need a bigger buffer; 1 MiB read back over the native stream. */
+        fill(B.buf, 1 << 20, 4);
+        cr_assert_eq(post_send(&A, DIWARP_WR_RDMA_READ, 2, 0, 1 << 20, (uintptr_t)B.buf, B.rkey, 0),
+                     0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(memcmp(A.buf, B.buf, 1 << 20), 0);
+
+        /* Graceful disconnect: both sides end in ERR, posted receives flush. */
+        post_recv(&B, 3, 0, 16);
+        cr_assert_eq(diwarp_disconnect(A.qp), 0);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 3);
+        cr_assert_eq(w.status, DIWARP_WC_WR_FLUSH_ERR);
+        wait_err(&A);
+        wait_err(&B);
+        diwarp_listener_destroy(sa.l);
+}
+
+Test(rc, native_reject_with_private_data)
+{
+        side_init(&A, 4096, ALL_ACCESS);
+        side_init(&B, 4096, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        struct server_arg sa = {.reject = true};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &sa.l), 0);
+        uint16_t port = listener_port(sa.l);
+        pthread_t th;
+        pthread_create(&th, NULL, server_main, &sa);
+        union diwarp_gid gid;
+        diwarp_device_gid(B.dev, &gid);
+        char rpd[64];
+        uint16_t rlen = sizeof(rpd);
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, NULL, 5000, rpd, &rlen), -ECONNREFUSED);
+        pthread_join(th, NULL);
+        cr_assert_eq(sa.result, 0);
+        cr_assert_eq(rlen, 4);
+        cr_assert_eq(memcmp(rpd, "nope", 4), 0);
+        cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_INIT);
+        diwarp_listener_destroy(sa.l);
+}
+
+Test(rc, native_connect_refused_and_timeout)
+{
+        side_init(&A, 4096, ALL_ACCESS);
+        to_init(&A);
+        union diwarp_gid gid;
+        diwarp_device_gid(A.dev, &gid);
+        /* Nobody listens: refused at once. */
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        socklen_t sl = sizeof(sa);
+        getsockname(s, (struct sockaddr *)&sa, &sl);
+        uint16_t port = ntohs(sa.sin_port);
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, NULL, 2000, NULL, NULL), -ECONNREFUSED);
+        /* A TCP listener that never answers MPA: -ETIMEDOUT in about the timeout. */
+        cr_assert_eq(listen(s, 4), 0);
+        uint64_t t0 = now_ms();
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, NULL, 300, NULL, NULL), -ETIMEDOUT);
+        uint64_t dt = now_ms() - t0;
+        cr_assert(dt >= 250 && dt < 2000, "timed out after %llu ms", (unsigned long long)dt);
+        close(s);
+}
+
+/* Raw MPA peer: a Request with markers gets a Reject; a Request with C = 0
+ * still gets CRC from a default (CRC on) responder. */
+static void raw_request(uint16_t port, uint8_t flags, uint8_t *reply, size_t *rlen)
+{
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                 .sin_port = htons(port)};
+        cr_assert_eq(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        uint8_t req[24] = "MPA ID Req Frame";
+        req[16] = flags;
+        req[17] = 2;
+        req[18] = 0;
+        req[19] = 4;
+        req[20] = 0;
+        req[21] = 1; /* IRD 1 */
+        req[22] = 0;
+        req[23] = 1; /* ORD 1 */
+        cr_assert_eq(write(s, req, sizeof(req)), 24);
+        struct pollfd p = {.fd = s, .events = POLLIN};
+        size_t got = 0;
+        while (got < 24 && poll(&p, 1, 3000) > 0) {
+                ssize_t n = read(s, reply + got, 24 - got);
+                if (n <= 0)
+                        break;
+                got += (size_t)n;
+        }
+        *rlen = got;
+        close(s);
+}
+
+struct lthread {
+        struct diwarp_listener *l;
+        int r;
+        struct diwarp_conn_request req;
+};
+
+static void *get_req_main(void *p)
+{
+        struct lthread *t = p;
+        t->r = diwarp_listener_get_request(t->l, 1500, &t->req);
+        if (t->r == 0)
+                t->r = diwarp_accept(t->l, t->req.id, B.qp, NULL);
+        return NULL;
+}
+
+Test(rc, mpa_markers_rejected_crc_negotiated)
+{
+        setenv("DIWARP_RC_CRC", "1", 1);
+        side_init(&B, 4096, ALL_ACCESS);
+        to_init(&B);
+        struct lthread t = {0};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &t.l), 0);
+        uint16_t port = listener_port(t.l);
+        pthread_t th;
+        pthread_create(&th, NULL, get_req_main, &t);
+        uint8_t rep[24];
+        size_t n;
+        raw_request(port, 0x80 | 0x40, rep, &n); /* M and C */
+        cr_assert_eq(n, 24);
+        cr_assert_eq(memcmp(rep, "MPA ID Rep Frame", 16), 0);
+        cr_assert(rep[16] & 0x20, "markers request must be rejected (R = 1)");
+        cr_assert_eq(rep[16] & 0x80, 0, "we never ask for markers");
+        pthread_join(th, NULL);
+        cr_assert_eq(t.r, -ETIMEDOUT, "a markers request is not handed to the application");
+
+        pthread_create(&th, NULL, get_req_main, &t);
+        raw_request(port, 0x00, rep, &n); /* no CRC asked */
+        pthread_join(th, NULL);
+        cr_assert_eq(n, 24);
+        cr_assert_eq(t.r, 0);
+        cr_assert_eq(rep[16] & 0x20, 0, "accepted");
+        cr_assert(rep[16] & 0x40, "responder with DIWARP_RC_CRC=1 turns CRC on");
+        cr_assert_eq(rep[17], 2);
+        diwarp_listener_destroy(t.l);
+}
+
+/* ---- peer death (multi-process) ---- */
+
+#include <signal.h>
+#include <sys/wait.h>
+
+struct exch {
+        union diwarp_gid gid;
+        uint32_t qpn;
+};
+
+/* Child: B side. Receives forever until killed. Never returns. */
+static void child_main(int rfd, int wfd)
+{
+        struct side s;
+        memset(&s, 0, sizeof(s));
+        if (diwarp_device_open(NULL, &s.dev) || diwarp_pd_alloc(s.dev, &s.pd) ||
+            diwarp_cq_create(s.dev, 1024, NULL, NULL, &s.cq))
+                _exit(2);
+        struct diwarp_qp_init_attr ia = {
+            .send_cq = s.cq,
+            .recv_cq = s.cq,
+            .qp_type = DIWARP_QPT_RC,
+            .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
+        if (diwarp_qp_create(s.pd, &ia, &s.qp))
+                _exit(2);
+        size_t len = 1 << 20;
+        s.buf = malloc(len);
+        if (diwarp_mr_reg(s.pd, s.buf, len, (uintptr_t)s.buf, ALL_ACCESS, &s.mr))
+                _exit(2);
+        struct diwarp_mr_info mi;
+        diwarp_mr_info(s.mr, &mi);
+        struct exch me = {.qpn = diwarp_qp_num(s.qp)}, peer;
+        diwarp_device_gid(s.dev, &me.gid);
+        if (write(wfd, &me, sizeof(me)) != sizeof(me) ||
+            read(rfd, &peer, sizeof(peer)) != sizeof(peer))
+                _exit(3);
+        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_INIT,
+                                   .qp_access_flags = DIWARP_ACCESS_REMOTE_WRITE};
+        diwarp_qp_modify(s.qp, &a, DIWARP_QP_STATE | DIWARP_QP_ACCESS_FLAGS);
+        for (int i = 0; i < 64; i++) {
+                struct diwarp_sge sge = {(uintptr_t)s.buf, (uint32_t)len, mi.lkey};
+                struct diwarp_recv_wr wr = {.wr_id = (uint64_t)i, .sg_list = &sge, .num_sge = 1};
+                struct diwarp_recv_wr *bad;
+                diwarp_post_recv(s.qp, &wr, &bad);
+        }
+        a = (struct diwarp_qp_attr){
+            .qp_state = DIWARP_QPS_RTR, .dgid = peer.gid, .dest_qp_num = peer.qpn};
+        if (diwarp_qp_modify(s.qp, &a, DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN))
+                _exit(4);
+        a.qp_state = DIWARP_QPS_RTS;
+        diwarp_qp_modify(s.qp, &a, DIWARP_QP_STATE);
+        char go = 1;
+        if (write(wfd, &go, 1) != 1)
+                _exit(5);
+        for (;;) {
+                struct diwarp_wc wc;
+                if (diwarp_cq_poll(s.cq, 1, &wc) == 1 && wc.status == DIWARP_WC_SUCCESS) {
+                        struct diwarp_sge sge = {(uintptr_t)s.buf, (uint32_t)len, mi.lkey};
+                        struct diwarp_recv_wr wr = {
+                            .wr_id = wc.wr_id, .sg_list = &sge, .num_sge = 1};
+                        struct diwarp_recv_wr *bad;
+                        diwarp_post_recv(s.qp, &wr, &bad);
+                }
+        }
+}
+
+/* Parent: A side; streams 1 MiB Sends at the child, then the child dies
+ * (sig) mid-transfer. The error must arrive within the peer timeout. */
+static void peer_dies(int sig, uint32_t timeout_ms)
+{
+        char env[32];
+        snprintf(env, sizeof(env), "%u", timeout_ms);
+        setenv("DIWARP_PEER_TIMEOUT_MS", env, 1);
+        int p2c[2], c2p[2];
+        cr_assert_eq(pipe(p2c), 0);
+        cr_assert_eq(pipe(c2p), 0);
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0)
+                child_main(p2c[0], c2p[1]);
+        side_init(&A, 1 << 20, ALL_ACCESS);
+        to_init(&A);
+        struct exch me = {.qpn = diwarp_qp_num(A.qp)}, peer;
+        diwarp_device_gid(A.dev, &me.gid);
+        cr_assert_eq(read(c2p[0], &peer, sizeof(peer)), (ssize_t)sizeof(peer));
+        cr_assert_eq(write(p2c[1], &me, sizeof(me)), (ssize_t)sizeof(me));
+        struct diwarp_qp_attr a = {
+            .qp_state = DIWARP_QPS_RTR, .dgid = peer.gid, .dest_qp_num = peer.qpn};
+        cr_assert_eq(
+            diwarp_qp_modify(A.qp, &a, DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN), 0);
+        a.qp_state = DIWARP_QPS_RTS;
+        cr_assert_eq(diwarp_qp_modify(A.qp, &a, DIWARP_QP_STATE), 0);
+        char go;
+        cr_assert_eq(read(c2p[0], &go, 1), 1);
+
+        /* Keep 8 x 1 MiB in flight; after 20 completions, the peer dies. */
+        int posted = 0, done = 0;
+        uint64_t t_kill = 0, t_err = 0;
+        uint64_t end = now_ms() + 60000;
+        while (now_ms() < end) {
+                while (posted - done < 8) {
+                        if (post_send(&A, DIWARP_WR_SEND, (uint64_t)posted, 0, 1 << 20, 0, 0, 0))
+                                break;
+                        posted++;
+                }
+                struct diwarp_wc wc;
+                int n = diwarp_cq_poll(A.cq, 1, &wc);
+                if (n == 1) {
+                        done++;
+                        if (wc.status != DIWARP_WC_SUCCESS) {
+                                t_err = now_ms();
+                                break;
+                        }
+                }
+                if (!t_kill && done >= 20) {
+                        kill(pid, sig);
+                        t_kill = now_ms();
+                }
+                if (t_kill && diwarp_qp_state(A.qp) == DIWARP_QPS_ERR) {
+                        t_err = now_ms();
+                        break;
+                }
+        }
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        cr_assert(t_kill, "transfer never started");
+        cr_assert(t_err, "no error after the peer died");
+        cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_ERR);
+        cr_assert_leq(t_err - t_kill, timeout_ms + 3000, "error after %llu ms",
+                      (unsigned long long)(t_err - t_kill));
+        cr_log_info("peer %s: error %llu ms after the signal", strsignal(sig),
+                    (unsigned long long)(t_err - t_kill));
+}
+
+Test(rc, peer_killed_mid_transfer)
+{
+        peer_dies(SIGKILL, 2000);
+}
+
+/* A stopped peer's kernel still acknowledges, but its receive window stays
+ * shut: TCP_USER_TIMEOUT ends the stream within about the peer timeout. */
+Test(rc, peer_frozen_mid_transfer)
+{
+        peer_dies(SIGSTOP, 2000);
+}
