@@ -50,11 +50,6 @@ void dw_registry_foreach(dw_device_visit_fn fn, void *ctx)
 
 /* ---- small helpers ------------------------------------------------------ */
 
-const char *diwarp_version(void)
-{
-        return "0.1.0";
-}
-
 const char *diwarp_wc_status_str(enum diwarp_wc_status status)
 {
         switch (status) {
@@ -369,7 +364,7 @@ int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
         a->node_guid =
             (uint64_t)ntohl(dev->addr.s_addr) << 32 | (uint64_t)dev->port << 16 | dev->instance;
         pthread_mutex_unlock(&dev->lock);
-        a->vendor_id = 0x0;
+        a->vendor_id = 0x444957; /* "DIW": our own, not a hardware vendor's */
         a->vendor_part_id = 0x1;
         a->hw_ver = 1;
         a->max_mr_size = UINT64_MAX;

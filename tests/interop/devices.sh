@@ -1,0 +1,34 @@
+#!/bin/bash
+# ibv_devices and ibv_devinfo [-v] see diwarp0 as an iWARP RNIC on Ethernet.
+. "$(dirname "$0")/lib.sh"
+need ibv_devices
+need ibv_devinfo
+
+out=$TMPD/out
+timeout 30 "$DIWARP" devices >"$out" 2>&1 || { cat "$out" >&2; fail "diwarp devices exited $?"; }
+expect "$out" '^[[:space:]]*diwarp0[[:space:]]+0244570[0-9a-f]{9}$' "diwarp devices lists diwarp0 with its GUID"
+
+timeout 30 "$DIWARP" run ibv_devinfo >"$out" 2>&1 || { cat "$out" >&2; fail "ibv_devinfo exited $?"; }
+expect "$out" '^hca_id:[[:space:]]+diwarp0$' "ibv_devinfo names diwarp0"
+expect "$out" 'transport:[[:space:]]+iWARP \(1\)' "transport iWARP"
+expect "$out" 'vendor_id:[[:space:]]+0x444957' "our own vendor id"
+expect "$out" 'board_id:[[:space:]]+DIWARP_SOFT_RNIC' "board_id via ibv_read_sysfs_file"
+expect "$out" 'state:[[:space:]]+PORT_ACTIVE \(4\)' "port active"
+expect "$out" 'link_layer:[[:space:]]+Ethernet' "link layer Ethernet"
+
+timeout 30 "$DIWARP" run ibv_devinfo -v >"$out" 2>&1 || { cat "$out" >&2; fail "ibv_devinfo -v exited $?"; }
+expect "$out" 'GID\[ *0\]:[[:space:]]+::ffff:127\.0\.0\.1' "GID[0] is the IPv4-mapped device address"
+expect "$out" 'atomic_cap:[[:space:]]+ATOMIC_HCA' "atomics advertised"
+expect "$out" 'max_qp_wr:[[:space:]]+[1-9]' "nonzero max_qp_wr"
+expect "$out" 'phys_port_cnt:[[:space:]]+1' "one port"
+
+# Another address: the GID follows DIWARP_ADDR (--addr).
+timeout 30 "$DIWARP" run --addr 127.0.0.2 ibv_devinfo -v >"$out" 2>&1 ||
+        { cat "$out" >&2; fail "ibv_devinfo -v with --addr exited $?"; }
+expect "$out" 'GID\[ *0\]:[[:space:]]+::ffff:127\.0\.0\.2' "GID[0] follows --addr"
+
+# Without the preload the device must not appear (the test can fail).
+if ibv_devices 2>/dev/null | grep -q diwarp0; then
+        fail "diwarp0 visible without the preload"
+fi
+echo "ok"

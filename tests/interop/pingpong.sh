@@ -1,0 +1,39 @@
+#!/bin/bash
+# Runs an rdma-core pingpong (server + client on loopback) under diwarp:
+#   pingpong.sh PROGRAM [EXTRA ARGS...]   e.g. ibv_ud_pingpong -e
+# Both must exit 0, report their transfer, and agree on each other's QPN.
+. "$(dirname "$0")/lib.sh"
+prog=$1
+shift
+need "$prog"
+
+port=$(free_port)
+srv=$TMPD/server
+cli=$TMPD/client
+timeout 60 "$DIWARP" run "$prog" -g 0 -p "$port" "$@" >"$srv" 2>&1 &
+spid=$!
+# The server listens on its side-channel port once its QP exists.
+i=0
+while ! listening "$port"; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || { kill $spid 2>/dev/null; cat "$srv" >&2; fail "server never listened"; }
+        kill -0 $spid 2>/dev/null || { cat "$srv" >&2; fail "server died before listening"; }
+        sleep 0.1
+done
+timeout 60 "$DIWARP" run "$prog" -g 0 -p "$port" "$@" 127.0.0.1 >"$cli" 2>&1
+crc=$?
+wait $spid
+src=$?
+echo "--- server ($src):"; cat "$srv"
+echo "--- client ($crc):"; cat "$cli"
+[ $src -eq 0 ] || fail "$prog server exited $src"
+[ $crc -eq 0 ] || fail "$prog client exited $crc"
+for f in "$srv" "$cli"; do
+        expect "$f" '^[0-9]+ bytes in [0-9.]+ seconds' "$prog reports its transfer"
+        expect "$f" '^[0-9]+ iters in [0-9.]+ seconds' "$prog reports its iterations"
+        expect "$f" 'GID ::ffff:127\.0\.0\.1' "$prog uses the IPv4-mapped GID"
+done
+sq=$(sed -n 's/.*local address: .*QPN \(0x[0-9a-f]*\).*/\1/p' "$srv")
+cq=$(sed -n 's/.*remote address: .*QPN \(0x[0-9a-f]*\).*/\1/p' "$cli")
+[ -n "$sq" ] && [ "$sq" = "$cq" ] || fail "client saw server QPN '$cq', server has '$sq'"
+echo "ok"

@@ -1,0 +1,221 @@
+/* A plain ibverbs program (linked against libibverbs only) run under
+ * `diwarp run`: checks the provider's verbs one by one, including the errno
+ * each misuse must get, and a UD loopback message through a completion
+ * channel. Exit 0 = all checks passed; each failure prints its line.
+ */
+#include <infiniband/verbs.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond)                                                                                \
+        do {                                                                                       \
+                if (!(cond)) {                                                                     \
+                        fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__,      \
+                                #cond, errno, strerror(errno));                                    \
+                        failures++;                                                                \
+                }                                                                                  \
+        } while (0)
+
+#define REQUIRE(cond)                                                                              \
+        do {                                                                                       \
+                CHECK(cond);                                                                       \
+                if (!(cond))                                                                       \
+                        exit(1);                                                                   \
+        } while (0)
+
+enum { MSG = 256, GRH = 40, QKEY = 0x11111111 };
+
+int main(void)
+{
+        int n = 0;
+        struct ibv_device **list = ibv_get_device_list(&n);
+        REQUIRE(list && n >= 1);
+        REQUIRE(!strcmp(ibv_get_device_name(list[0]), "diwarp0"));
+        CHECK(list[0]->transport_type == IBV_TRANSPORT_IWARP);
+        CHECK(list[0]->node_type == IBV_NODE_RNIC);
+        CHECK(ibv_get_device_guid(list[0]) != 0);
+        struct ibv_context *ctx = ibv_open_device(list[0]);
+        REQUIRE(ctx);
+
+        /* Port: the extended op through the inline wrapper ... */
+        struct ibv_port_attr pa;
+        CHECK(ibv_query_port(ctx, 1, &pa) == 0);
+        CHECK(pa.state == IBV_PORT_ACTIVE && pa.link_layer == IBV_LINK_LAYER_ETHERNET);
+        CHECK(ibv_query_port(ctx, 2, &pa) == EINVAL);
+        /* ... and the exported legacy entry, which must not write past the
+         * old (compat) struct. */
+        unsigned char raw[sizeof(struct ibv_port_attr)];
+        memset(raw, 0xab, sizeof(raw));
+        CHECK((ibv_query_port)(ctx, 1, (struct _compat_ibv_port_attr *)raw) == 0);
+        CHECK(raw[offsetof(struct ibv_port_attr, port_cap_flags2)] == 0xab);
+        CHECK(((struct ibv_port_attr *)raw)->state == IBV_PORT_ACTIVE);
+
+        struct ibv_device_attr da;
+        CHECK(ibv_query_device(ctx, &da) == 0);
+        CHECK(da.phys_port_cnt == 1 && da.max_qp > 0 && da.vendor_id == 0x444957);
+        struct ibv_device_attr_ex dax;
+        CHECK(ibv_query_device_ex(ctx, NULL, &dax) == 0);
+        CHECK(dax.orig_attr.max_qp_wr == da.max_qp_wr);
+
+        union ibv_gid gid;
+        CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0);
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        CHECK(!memcmp(gid.raw, mapped, 12));
+        CHECK(ibv_query_gid(ctx, 1, 1, &gid) == -1 && errno == EINVAL);
+        struct ibv_gid_entry ge;
+        CHECK(ibv_query_gid_ex(ctx, 1, 0, &ge, 0) == 0 && !memcmp(ge.gid.raw, mapped, 12));
+        __be16 pkey;
+        CHECK(ibv_query_pkey(ctx, 1, 0, &pkey) == 0 && pkey == htons(0xffff));
+
+        /* Async fd: a real descriptor; non-blocking and empty -> EAGAIN. */
+        int fl = fcntl(ctx->async_fd, F_GETFL);
+        CHECK(fl >= 0);
+        CHECK(fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0);
+        struct ibv_async_event ev;
+        CHECK(ibv_get_async_event(ctx, &ev) == -1 && errno == EAGAIN);
+
+        struct ibv_pd *pd = ibv_alloc_pd(ctx);
+        REQUIRE(pd && pd->context == ctx);
+        char *buf = calloc(1, 2 * (MSG + GRH));
+        REQUIRE(buf);
+        struct ibv_mr *mr = ibv_reg_mr(pd, buf, 2 * (MSG + GRH), IBV_ACCESS_LOCAL_WRITE);
+        REQUIRE(mr && mr->lkey && mr->addr == buf);
+        errno = 0;
+        CHECK(ibv_dealloc_pd(pd) == EBUSY); /* the MR still uses it */
+        CHECK(ibv_reg_mr(pd, buf, 64, 1 << 30) == NULL && errno == EINVAL);
+
+        struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+        REQUIRE(ch && ch->fd >= 0 && fcntl(ch->fd, F_GETFD) >= 0);
+        int cq_ctx_tag;
+        struct ibv_cq *cq = ibv_create_cq(ctx, 16, &cq_ctx_tag, ch, 0);
+        REQUIRE(cq && cq->cqe >= 16 && cq->channel == ch);
+        CHECK(ibv_create_cq(ctx, 16, NULL, ch, 5) == NULL && errno == EINVAL);
+
+        struct ibv_ah_attr aa = {.port_num = 1};
+        CHECK(ibv_create_ah(pd, &aa) == NULL && errno == EINVAL); /* no GRH */
+
+        struct ibv_qp_init_attr qia = {
+            .send_cq = cq,
+            .recv_cq = cq,
+            .cap = {.max_send_wr = 4,
+                    .max_recv_wr = 4,
+                    .max_send_sge = 1,
+                    .max_recv_sge = 1,
+                    .max_inline_data = 64},
+            .qp_type = IBV_QPT_RAW_PACKET,
+        };
+        CHECK(ibv_create_qp(pd, &qia) == NULL && errno == EOPNOTSUPP);
+        qia.qp_type = IBV_QPT_UD;
+        struct ibv_qp *qp = ibv_create_qp(pd, &qia);
+        REQUIRE(qp);
+        CHECK(qp->qp_num > 1 && qp->state == IBV_QPS_RESET && qp->context == ctx);
+        CHECK(qia.cap.max_inline_data >= 64 && qia.cap.max_send_wr >= 4);
+        CHECK(ibv_qp_to_qp_ex(qp) == NULL);
+        CHECK(ibv_destroy_cq(cq) == EBUSY); /* the QP still uses it */
+
+        struct ibv_qp_attr a = {
+            .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1, .qkey = QKEY};
+        CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) ==
+              0);
+        a.qp_state = IBV_QPS_RTS; /* INIT -> RTS skips RTR: invalid */
+        CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == EINVAL);
+        a.qp_state = IBV_QPS_RTR;
+        CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
+        a.qp_state = IBV_QPS_RTS;
+        a.sq_psn = 0;
+        CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+        CHECK(qp->state == IBV_QPS_RTS);
+        struct ibv_qp_attr qa;
+        struct ibv_qp_init_attr qi;
+        CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS);
+        CHECK(qa.qkey == QKEY && qi.qp_type == IBV_QPT_UD && qi.send_cq == cq);
+
+        /* UD loopback to ourselves through the completion channel. */
+        aa.is_global = 1;
+        aa.grh.dgid = gid;
+        CHECK(ibv_query_gid(ctx, 1, 0, &aa.grh.dgid) == 0);
+        struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+        REQUIRE(ah);
+        char *rbuf = buf, *sbuf = buf + MSG + GRH;
+        for (int i = 0; i < MSG; i++)
+                sbuf[i] = (char)(i * 7 + 1);
+        struct ibv_sge rsge = {(uintptr_t)rbuf, MSG + GRH, mr->lkey};
+        struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rsge, .num_sge = 1}, *rbad = NULL;
+        CHECK(ibv_post_recv(qp, &rwr, &rbad) == 0);
+        CHECK(ibv_req_notify_cq(cq, 0) == 0);
+        struct ibv_sge ssge = {(uintptr_t)sbuf, MSG, mr->lkey};
+        struct ibv_send_wr swr = {.wr_id = 2,
+                                  .sg_list = &ssge,
+                                  .num_sge = 1,
+                                  .opcode = IBV_WR_SEND,
+                                  .send_flags = IBV_SEND_SIGNALED},
+                           *sbad = NULL;
+        swr.wr.ud.remote_qpn = qp->qp_num;
+        swr.wr.ud.remote_qkey = QKEY;
+        swr.wr.ud.ah = NULL; /* misuse first: no AH */
+        CHECK(ibv_post_send(qp, &swr, &sbad) == EINVAL && sbad == &swr);
+        swr.wr.ud.ah = ah;
+        CHECK(ibv_post_send(qp, &swr, &sbad) == 0);
+
+        int got_send = 0, got_recv = 0;
+        for (int round = 0; round < 50 && !(got_send && got_recv); round++) {
+                struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+                if (poll(&pfd, 1, 100) == 1) {
+                        struct ibv_cq *ecq = NULL;
+                        void *ectx = NULL;
+                        CHECK(ibv_get_cq_event(ch, &ecq, &ectx) == 0);
+                        CHECK(ecq == cq && ectx == &cq_ctx_tag);
+                        ibv_ack_cq_events(ecq, 1);
+                        CHECK(ibv_req_notify_cq(cq, 0) == 0);
+                }
+                struct ibv_wc wc[4];
+                int k = ibv_poll_cq(cq, 4, wc);
+                CHECK(k >= 0);
+                for (int i = 0; i < k; i++) {
+                        CHECK(wc[i].status == IBV_WC_SUCCESS);
+                        if (wc[i].wr_id == 2) {
+                                CHECK(wc[i].opcode == IBV_WC_SEND);
+                                got_send = 1;
+                        } else if (wc[i].wr_id == 1) {
+                                CHECK(wc[i].opcode == IBV_WC_RECV);
+                                CHECK(wc[i].byte_len == MSG + GRH);
+                                CHECK(wc[i].wc_flags & IBV_WC_GRH);
+                                CHECK(wc[i].src_qp == qp->qp_num);
+                                CHECK(!memcmp(rbuf + GRH, sbuf, MSG));
+                                struct ibv_ah *rah =
+                                    ibv_create_ah_from_wc(pd, &wc[i], (struct ibv_grh *)rbuf, 1);
+                                CHECK(rah != NULL);
+                                if (rah)
+                                        CHECK(ibv_destroy_ah(rah) == 0);
+                                got_recv = 1;
+                        }
+                }
+        }
+        CHECK(got_send && got_recv);
+        CHECK(cq->comp_events_completed >= 1);
+
+        CHECK(ibv_destroy_ah(ah) == 0);
+        CHECK(ibv_destroy_qp(qp) == 0);
+        CHECK(ibv_destroy_comp_channel(ch) == EBUSY); /* the CQ still uses it */
+        CHECK(ibv_destroy_cq(cq) == 0);
+        CHECK(ibv_destroy_comp_channel(ch) == 0);
+        CHECK(ibv_dereg_mr(mr) == 0);
+        CHECK(ibv_dealloc_pd(pd) == 0);
+        CHECK(ibv_close_device(ctx) == 0);
+        ibv_free_device_list(list);
+        free(buf);
+        if (failures) {
+                fprintf(stderr, "%d check(s) failed\n", failures);
+                return 1;
+        }
+        printf("ok\n");
+        return 0;
+}

@@ -1,0 +1,175 @@
+/* The data path: the ibv_context ops that verbs.h's inline ibv_post_send,
+ * ibv_post_recv, ibv_post_srq_recv, ibv_poll_cq and ibv_req_notify_cq call.
+ *
+ * No allocation and no logging here: work requests are converted in small
+ * batches on the stack. Scatter lists and receive WRs have the same layout in
+ * ibverbs and diwarp (checked below), so they are passed through unconverted.
+ */
+#include "provider.h"
+
+#include <assert.h>
+#include <string.h>
+
+#define DWV_BATCH 16
+
+static_assert(sizeof(struct ibv_sge) == sizeof(struct diwarp_sge), "sge layout");
+static_assert(offsetof(struct ibv_sge, addr) == offsetof(struct diwarp_sge, addr), "sge addr");
+static_assert(offsetof(struct ibv_sge, length) == offsetof(struct diwarp_sge, length),
+              "sge length");
+static_assert(offsetof(struct ibv_sge, lkey) == offsetof(struct diwarp_sge, lkey), "sge lkey");
+static_assert(sizeof(struct ibv_recv_wr) == sizeof(struct diwarp_recv_wr), "recv wr layout");
+static_assert(offsetof(struct ibv_recv_wr, wr_id) == offsetof(struct diwarp_recv_wr, wr_id),
+              "recv wr_id");
+static_assert(offsetof(struct ibv_recv_wr, next) == offsetof(struct diwarp_recv_wr, next),
+              "recv next");
+static_assert(offsetof(struct ibv_recv_wr, sg_list) == offsetof(struct diwarp_recv_wr, sg_list),
+              "recv sg_list");
+static_assert(offsetof(struct ibv_recv_wr, num_sge) == offsetof(struct diwarp_recv_wr, num_sge),
+              "recv num_sge");
+/* The numeric identities the conversions rely on. */
+static_assert((int)IBV_WR_SEND_WITH_INV == (int)DIWARP_WR_SEND_WITH_INV, "opcodes");
+static_assert((int)IBV_WR_ATOMIC_FETCH_AND_ADD == (int)DIWARP_WR_ATOMIC_FETCH_AND_ADD, "opcodes");
+static_assert((int)IBV_SEND_INLINE == (int)DIWARP_SEND_INLINE, "send flags");
+static_assert((int)IBV_WC_RECV_RDMA_WITH_IMM == (int)DIWARP_WC_RECV_RDMA_WITH_IMM, "wc opcodes");
+static_assert((int)IBV_WC_GENERAL_ERR == (int)DIWARP_WC_GENERAL_ERR, "wc status");
+static_assert((int)IBV_WC_WITH_INV == (int)DIWARP_WC_WITH_INV, "wc flags");
+
+/* Converts one WR; 0, or EINVAL for something only the provider can judge
+ * (an AH of another context). The engine validates everything else. */
+static int dwv_conv_send(struct ibv_qp *qp, const struct ibv_send_wr *s, struct diwarp_send_wr *d)
+{
+        d->wr_id = s->wr_id;
+        d->next = NULL;
+        d->sg_list = (struct diwarp_sge *)s->sg_list;
+        d->num_sge = s->num_sge;
+        d->opcode = (enum diwarp_wr_opcode)s->opcode;
+        d->send_flags = s->send_flags;
+        /* One union in ibverbs, two fields here: the engine reads the one its
+         * opcode needs. */
+        d->imm_data = s->imm_data;
+        d->invalidate_rkey = s->invalidate_rkey;
+        if (qp->qp_type == IBV_QPT_UD) {
+                struct ibv_ah *ah = s->wr.ud.ah;
+                if (!ah || ah->context != qp->context)
+                        return EINVAL;
+                d->wr.ud.ah = dwv_ah(ah)->d;
+                d->wr.ud.remote_qpn = s->wr.ud.remote_qpn;
+                d->wr.ud.remote_qkey = s->wr.ud.remote_qkey;
+        } else if (s->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                   s->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+                d->wr.atomic.remote_addr = s->wr.atomic.remote_addr;
+                d->wr.atomic.compare_add = s->wr.atomic.compare_add;
+                d->wr.atomic.swap = s->wr.atomic.swap;
+                d->wr.atomic.rkey = s->wr.atomic.rkey;
+        } else {
+                d->wr.rdma.remote_addr = s->wr.rdma.remote_addr;
+                d->wr.rdma.rkey = s->wr.rdma.rkey;
+        }
+        return 0;
+}
+
+int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+        struct diwarp_send_wr dw[DWV_BATCH];
+        struct ibv_send_wr *src[DWV_BATCH];
+        struct diwarp_qp *dqp = dwv_qp(qp)->d;
+
+        while (wr) {
+                int n = 0, conv_err = 0;
+                for (; wr && n < DWV_BATCH; wr = wr->next) {
+                        conv_err = dwv_conv_send(qp, wr, &dw[n]);
+                        if (conv_err)
+                                break;
+                        if (n)
+                                dw[n - 1].next = &dw[n];
+                        src[n++] = wr;
+                }
+                if (n) {
+                        struct diwarp_send_wr *dbad = NULL;
+                        int err = diwarp_post_send(dqp, dw, &dbad);
+                        if (err < 0) {
+                                if (bad_wr)
+                                        *bad_wr = dbad ? src[dbad - dw] : src[0];
+                                return -err;
+                        }
+                }
+                if (conv_err) {
+                        if (bad_wr)
+                                *bad_wr = wr;
+                        return conv_err;
+                }
+        }
+        return 0;
+}
+
+int dwv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+        struct diwarp_recv_wr *dbad = NULL;
+        int err = diwarp_post_recv(dwv_qp(qp)->d, (struct diwarp_recv_wr *)wr, &dbad);
+        if (err < 0) {
+                if (bad_wr)
+                        *bad_wr = dbad ? (struct ibv_recv_wr *)dbad : wr;
+                return -err;
+        }
+        return 0;
+}
+
+int dwv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+        struct diwarp_recv_wr *dbad = NULL;
+        int err = diwarp_post_srq_recv(dwv_srq(srq)->d, (struct diwarp_recv_wr *)wr, &dbad);
+        if (err < 0) {
+                if (bad_wr)
+                        *bad_wr = dbad ? (struct ibv_recv_wr *)dbad : wr;
+                return -err;
+        }
+        return 0;
+}
+
+int dwv_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+        struct diwarp_wc dwc[DWV_BATCH];
+        struct diwarp_cq *dcq = dwv_cq(cq)->d;
+        int total = 0;
+
+        if (num_entries < 0 || (num_entries > 0 && !wc))
+                return -EINVAL;
+        while (total < num_entries) {
+                int want = num_entries - total;
+                if (want > DWV_BATCH)
+                        want = DWV_BATCH;
+                int got = diwarp_cq_poll(dcq, want, dwc);
+                if (got < 0)
+                        return total ? total : got;
+                for (int i = 0; i < got; i++) {
+                        const struct diwarp_wc *s = &dwc[i];
+                        struct ibv_wc *d = &wc[total + i];
+                        d->wr_id = s->wr_id;
+                        d->status = (enum ibv_wc_status)s->status;
+                        d->opcode = (enum ibv_wc_opcode)s->opcode;
+                        d->vendor_err = s->vendor_err;
+                        d->byte_len = s->byte_len;
+                        if (s->wc_flags & DIWARP_WC_WITH_INV)
+                                d->invalidated_rkey = s->invalidated_rkey;
+                        else
+                                d->imm_data = s->imm_data;
+                        d->qp_num = s->qp_num;
+                        d->src_qp = s->src_qp;
+                        d->wc_flags = s->wc_flags;
+                        d->pkey_index = s->pkey_index;
+                        d->slid = s->slid;
+                        d->sl = s->sl;
+                        d->dlid_path_bits = s->dlid_path_bits;
+                }
+                total += got;
+                if (got < want)
+                        break;
+        }
+        return total;
+}
+
+int dwv_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+        int err = diwarp_cq_req_notify(dwv_cq(cq)->d, solicited_only != 0);
+        return err < 0 ? -err : 0;
+}

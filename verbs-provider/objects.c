@@ -1,0 +1,734 @@
+/* The object verbs: PD, MR, completion channel, CQ, SRQ, AH, QP.
+ *
+ * Each maps 1:1 onto the native API (diwarp.h), whose enums and mask bits
+ * have the ibverbs values. Objects of other devices go to the real
+ * libibverbs. Misuse answers with the errno a hardware provider gives and a
+ * warn-level line; it never crashes.
+ */
+#define _GNU_SOURCE
+#include "provider.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+DWV_REAL(struct ibv_pd *, ibv_alloc_pd, "IBVERBS_1.1", (struct ibv_context *))
+DWV_REAL(int, ibv_dealloc_pd, "IBVERBS_1.1", (struct ibv_pd *))
+DWV_REAL(struct ibv_mr *, ibv_reg_mr, "IBVERBS_1.1", (struct ibv_pd *, void *, size_t, int))
+DWV_REAL(struct ibv_mr *, ibv_reg_mr_iova2, "IBVERBS_1.8",
+         (struct ibv_pd *, void *, size_t, uint64_t, unsigned int))
+DWV_REAL(struct ibv_mr *, ibv_reg_dmabuf_mr, "IBVERBS_1.12",
+         (struct ibv_pd *, uint64_t, size_t, uint64_t, int, int))
+DWV_REAL(int, ibv_dereg_mr, "IBVERBS_1.1", (struct ibv_mr *))
+DWV_REAL(struct ibv_comp_channel *, ibv_create_comp_channel, "IBVERBS_1.0", (struct ibv_context *))
+DWV_REAL(int, ibv_destroy_comp_channel, "IBVERBS_1.0", (struct ibv_comp_channel *))
+DWV_REAL(struct ibv_cq *, ibv_create_cq, "IBVERBS_1.1",
+         (struct ibv_context *, int, void *, struct ibv_comp_channel *, int))
+DWV_REAL(int, ibv_resize_cq, "IBVERBS_1.1", (struct ibv_cq *, int))
+DWV_REAL(int, ibv_destroy_cq, "IBVERBS_1.1", (struct ibv_cq *))
+DWV_REAL(int, ibv_get_cq_event, "IBVERBS_1.1",
+         (struct ibv_comp_channel *, struct ibv_cq **, void **))
+DWV_REAL(void, ibv_ack_cq_events, "IBVERBS_1.1", (struct ibv_cq *, unsigned int))
+DWV_REAL(struct ibv_srq *, ibv_create_srq, "IBVERBS_1.1",
+         (struct ibv_pd *, struct ibv_srq_init_attr *))
+DWV_REAL(int, ibv_modify_srq, "IBVERBS_1.1", (struct ibv_srq *, struct ibv_srq_attr *, int))
+DWV_REAL(int, ibv_query_srq, "IBVERBS_1.1", (struct ibv_srq *, struct ibv_srq_attr *))
+DWV_REAL(int, ibv_destroy_srq, "IBVERBS_1.1", (struct ibv_srq *))
+DWV_REAL(struct ibv_ah *, ibv_create_ah, "IBVERBS_1.1", (struct ibv_pd *, struct ibv_ah_attr *))
+DWV_REAL(struct ibv_ah *, ibv_create_ah_from_wc, "IBVERBS_1.1",
+         (struct ibv_pd *, struct ibv_wc *, struct ibv_grh *, uint8_t))
+DWV_REAL(int, ibv_destroy_ah, "IBVERBS_1.1", (struct ibv_ah *))
+DWV_REAL(struct ibv_qp *, ibv_create_qp, "IBVERBS_1.1",
+         (struct ibv_pd *, struct ibv_qp_init_attr *))
+DWV_REAL(int, ibv_modify_qp, "IBVERBS_1.1", (struct ibv_qp *, struct ibv_qp_attr *, int))
+DWV_REAL(int, ibv_query_qp, "IBVERBS_1.1",
+         (struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *))
+DWV_REAL(int, ibv_destroy_qp, "IBVERBS_1.1", (struct ibv_qp *))
+DWV_REAL(struct ibv_qp_ex *, ibv_qp_to_qp_ex, "IBVERBS_1.6", (struct ibv_qp *))
+DWV_REAL(int, ibv_attach_mcast, "IBVERBS_1.1", (struct ibv_qp *, const union ibv_gid *, uint16_t))
+DWV_REAL(int, ibv_detach_mcast, "IBVERBS_1.1", (struct ibv_qp *, const union ibv_gid *, uint16_t))
+
+/* Returns NULL with errno set from a negative diwarp code. */
+static void *dwv_fail(int neg)
+{
+        errno = -neg;
+        return NULL;
+}
+
+/* ---- protection domains ------------------------------------------------- */
+
+DWV_SYMVER(dwv_ibv_alloc_pd, ibv_alloc_pd, "IBVERBS_1.1");
+struct ibv_pd *dwv_ibv_alloc_pd(struct ibv_context *ctx)
+{
+        if (!dwv_ctx_is_ours(ctx))
+                return real_ibv_alloc_pd()(ctx);
+        struct dwv_context *c = dwv_ctx(ctx);
+        struct dwv_pd *p = calloc(1, sizeof(*p));
+        if (!p)
+                return dwv_fail(-ENOMEM);
+        int err = diwarp_pd_alloc(c->dev, &p->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_alloc_pd: %s", strerror(-err));
+                free(p);
+                return dwv_fail(err);
+        }
+        p->pd.context = ctx;
+        p->pd.handle = dwv_next_handle(c);
+        return &p->pd;
+}
+
+DWV_SYMVER(dwv_ibv_dealloc_pd, ibv_dealloc_pd, "IBVERBS_1.1");
+int dwv_ibv_dealloc_pd(struct ibv_pd *pd)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_dealloc_pd()(pd);
+        int err = diwarp_pd_dealloc(dwv_pd(pd)->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_dealloc_pd(handle %u): %s", pd->handle, strerror(-err));
+                return dwv_errno(err);
+        }
+        free(dwv_pd(pd));
+        return 0;
+}
+
+/* ---- memory regions ----------------------------------------------------- */
+
+/* Access bits diwarp implements, plus ones that are no-ops for a stack that
+ * never pins pages (ON_DEMAND, HUGETLB, and the optional-range hints). */
+#define DWV_ACCESS_NATIVE                                                                          \
+        (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |               \
+         IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED)
+#define DWV_ACCESS_IGNORED (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE)
+
+static struct ibv_mr *dwv_reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                              unsigned int access)
+{
+        if (access & ~(unsigned)(DWV_ACCESS_NATIVE | DWV_ACCESS_IGNORED)) {
+                dw_warn("verbs: ibv_reg_mr: unsupported access flags %#x",
+                        access & ~(unsigned)(DWV_ACCESS_NATIVE | DWV_ACCESS_IGNORED));
+                return dwv_fail(-EINVAL);
+        }
+        struct dwv_mr *m = calloc(1, sizeof(*m));
+        if (!m)
+                return dwv_fail(-ENOMEM);
+        int err = diwarp_mr_reg(dwv_pd(pd)->d, addr, length, iova,
+                                (int)(access & DWV_ACCESS_NATIVE), &m->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_reg_mr(%p, %zu, access %#x): %s", addr, length, access,
+                        strerror(-err));
+                free(m);
+                return dwv_fail(err);
+        }
+        struct diwarp_mr_info info;
+        diwarp_mr_info(m->d, &info);
+        m->mr.context = pd->context;
+        m->mr.pd = pd;
+        m->mr.addr = addr;
+        m->mr.length = length;
+        m->mr.handle = dwv_next_handle(dwv_ctx(pd->context));
+        m->mr.lkey = info.lkey;
+        m->mr.rkey = info.rkey;
+        return &m->mr;
+}
+
+DWV_SYMVER(dwv_ibv_reg_mr, ibv_reg_mr, "IBVERBS_1.1");
+struct ibv_mr *dwv_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_reg_mr()(pd, addr, length, access);
+        return dwv_reg(pd, addr, length, (uintptr_t)addr, (unsigned)access);
+}
+
+DWV_SYMVER(dwv_ibv_reg_mr_iova2, ibv_reg_mr_iova2, "IBVERBS_1.8");
+struct ibv_mr *dwv_ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                    unsigned int access)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_reg_mr_iova2()(pd, addr, length, iova, access);
+        return dwv_reg(pd, addr, length, iova, access);
+}
+
+DWV_SYMVER(dwv_ibv_reg_dmabuf_mr, ibv_reg_dmabuf_mr, "IBVERBS_1.12");
+struct ibv_mr *dwv_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+                                     uint64_t iova, int fd, int access)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_reg_dmabuf_mr()(pd, offset, length, iova, fd, access);
+        /* Device memory has no host address a socket could reach. */
+        dw_warn("verbs: ibv_reg_dmabuf_mr: dma-buf regions are not supported by diwarp");
+        return dwv_fail(-EOPNOTSUPP);
+}
+
+DWV_SYMVER(dwv_ibv_dereg_mr, ibv_dereg_mr, "IBVERBS_1.1");
+int dwv_ibv_dereg_mr(struct ibv_mr *mr)
+{
+        if (!mr || !dwv_ctx_is_ours(mr->context))
+                return real_ibv_dereg_mr()(mr);
+        struct dwv_mr *m = (struct dwv_mr *)mr;
+        int err = diwarp_mr_dereg(m->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_dereg_mr(lkey %#x): %s", mr->lkey, strerror(-err));
+                return dwv_errno(err);
+        }
+        free(m);
+        return 0;
+}
+
+/* ---- completion channels and CQs ---------------------------------------- */
+
+DWV_SYMVER(dwv_ibv_create_comp_channel, ibv_create_comp_channel, "IBVERBS_1.0");
+struct ibv_comp_channel *dwv_ibv_create_comp_channel(struct ibv_context *ctx)
+{
+        if (!dwv_ctx_is_ours(ctx))
+                return real_ibv_create_comp_channel()(ctx);
+        struct dwv_channel *ch = calloc(1, sizeof(*ch));
+        if (!ch)
+                return dwv_fail(-ENOMEM);
+        int err = diwarp_comp_channel_create(dwv_ctx(ctx)->dev, &ch->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_create_comp_channel: %s", strerror(-err));
+                free(ch);
+                return dwv_fail(err);
+        }
+        ch->ch.context = ctx;
+        ch->ch.fd = diwarp_comp_channel_fd(ch->d);
+        return &ch->ch;
+}
+
+DWV_SYMVER(dwv_ibv_destroy_comp_channel, ibv_destroy_comp_channel, "IBVERBS_1.0");
+int dwv_ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+        if (!channel || !dwv_ctx_is_ours(channel->context))
+                return real_ibv_destroy_comp_channel()(channel);
+        struct dwv_channel *ch = (struct dwv_channel *)channel;
+        int err = diwarp_comp_channel_destroy(ch->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_destroy_comp_channel(fd %d): %s", channel->fd, strerror(-err));
+                return dwv_errno(err);
+        }
+        free(ch);
+        return 0;
+}
+
+DWV_SYMVER(dwv_ibv_create_cq, ibv_create_cq, "IBVERBS_1.1");
+struct ibv_cq *dwv_ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+                                 struct ibv_comp_channel *channel, int comp_vector)
+{
+        if (!dwv_ctx_is_ours(ctx))
+                return real_ibv_create_cq()(ctx, cqe, cq_context, channel, comp_vector);
+        struct dwv_context *c = dwv_ctx(ctx);
+        if (channel && channel->context != ctx) {
+                dw_warn("verbs: ibv_create_cq: completion channel of another context");
+                return dwv_fail(-EINVAL);
+        }
+        if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
+                dw_warn("verbs: ibv_create_cq: comp_vector %d (the device has %d)", comp_vector,
+                        ctx->num_comp_vectors);
+                return dwv_fail(-EINVAL);
+        }
+        struct dwv_cq *cq = calloc(1, sizeof(*cq));
+        if (!cq)
+                return dwv_fail(-ENOMEM);
+        /* The engine's cq_context is the wrapper: a channel event leads back
+         * to it without a lookup. */
+        int err = diwarp_cq_create(c->dev, cqe, cq,
+                                   channel ? ((struct dwv_channel *)channel)->d : NULL, &cq->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_create_cq(cqe %d): %s", cqe, strerror(-err));
+                free(cq);
+                return dwv_fail(err);
+        }
+        cq->cq.context = ctx;
+        cq->cq.channel = channel;
+        cq->cq.cq_context = cq_context;
+        cq->cq.handle = dwv_next_handle(c);
+        cq->cq.cqe = diwarp_cq_cqe(cq->d);
+        pthread_mutex_init(&cq->cq.mutex, NULL);
+        pthread_cond_init(&cq->cq.cond, NULL);
+        if (channel)
+                __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
+        dwv_link_add(c, &c->cqs, &cq->link);
+        return &cq->cq;
+}
+
+DWV_SYMVER(dwv_ibv_resize_cq, ibv_resize_cq, "IBVERBS_1.1");
+int dwv_ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+        if (!cq || !dwv_ctx_is_ours(cq->context))
+                return real_ibv_resize_cq()(cq, cqe);
+        dw_warn("verbs: ibv_resize_cq: resizing CQs is not supported");
+        return EOPNOTSUPP;
+}
+
+DWV_SYMVER(dwv_ibv_destroy_cq, ibv_destroy_cq, "IBVERBS_1.1");
+int dwv_ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+        if (!ibcq || !dwv_ctx_is_ours(ibcq->context))
+                return real_ibv_destroy_cq()(ibcq);
+        struct dwv_cq *cq = dwv_cq(ibcq);
+        int err = diwarp_cq_destroy(cq->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_destroy_cq(handle %u): %s", ibcq->handle, strerror(-err));
+                return dwv_errno(err);
+        }
+        if (ibcq->channel)
+                __atomic_sub_fetch(&ibcq->channel->refcnt, 1, __ATOMIC_RELAXED);
+        dwv_link_del(dwv_ctx(ibcq->context), &cq->link);
+        pthread_mutex_destroy(&ibcq->mutex);
+        pthread_cond_destroy(&ibcq->cond);
+        free(cq);
+        return 0;
+}
+
+DWV_SYMVER(dwv_ibv_get_cq_event, ibv_get_cq_event, "IBVERBS_1.1");
+int dwv_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
+{
+        if (!channel || !dwv_ctx_is_ours(channel->context))
+                return real_ibv_get_cq_event()(channel, cq, cq_context);
+        struct diwarp_cq *dcq = NULL;
+        void *wrapper = NULL;
+        int err = diwarp_comp_channel_get_event(((struct dwv_channel *)channel)->d, &dcq, &wrapper);
+        if (err < 0) {
+                errno = -err;
+                return -1;
+        }
+        struct dwv_cq *w = wrapper;
+        if (cq)
+                *cq = &w->cq;
+        if (cq_context)
+                *cq_context = w->cq.cq_context;
+        return 0;
+}
+
+DWV_SYMVER(dwv_ibv_ack_cq_events, ibv_ack_cq_events, "IBVERBS_1.1");
+void dwv_ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+        if (!cq || !dwv_ctx_is_ours(cq->context)) {
+                real_ibv_ack_cq_events()(cq, nevents);
+                return;
+        }
+        diwarp_cq_ack_events(dwv_cq(cq)->d, nevents);
+        /* The public counters, as applications and the real library see them. */
+        pthread_mutex_lock(&cq->mutex);
+        cq->comp_events_completed += nevents;
+        pthread_cond_signal(&cq->cond);
+        pthread_mutex_unlock(&cq->mutex);
+}
+
+/* ---- shared receive queues ---------------------------------------------- */
+
+DWV_SYMVER(dwv_ibv_create_srq, ibv_create_srq, "IBVERBS_1.1");
+struct ibv_srq *dwv_ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_create_srq()(pd, init);
+        if (!init)
+                return dwv_fail(-EINVAL);
+        struct dwv_context *c = dwv_ctx(pd->context);
+        struct dwv_srq *s = calloc(1, sizeof(*s));
+        if (!s)
+                return dwv_fail(-ENOMEM);
+        struct diwarp_srq_attr a = {
+            .max_wr = init->attr.max_wr,
+            .max_sge = init->attr.max_sge,
+            .srq_limit = init->attr.srq_limit,
+        };
+        int err = diwarp_srq_create(dwv_pd(pd)->d, &a, s, &s->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_create_srq(max_wr %u, max_sge %u): %s", init->attr.max_wr,
+                        init->attr.max_sge, strerror(-err));
+                free(s);
+                return dwv_fail(err);
+        }
+        init->attr.max_wr = a.max_wr;
+        init->attr.max_sge = a.max_sge;
+        s->srq.context = pd->context;
+        s->srq.srq_context = init->srq_context;
+        s->srq.pd = pd;
+        s->srq.handle = dwv_next_handle(c);
+        pthread_mutex_init(&s->srq.mutex, NULL);
+        pthread_cond_init(&s->srq.cond, NULL);
+        dwv_link_add(c, &c->srqs, &s->link);
+        return &s->srq;
+}
+
+DWV_SYMVER(dwv_ibv_modify_srq, ibv_modify_srq, "IBVERBS_1.1");
+int dwv_ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+        if (!srq || !dwv_ctx_is_ours(srq->context))
+                return real_ibv_modify_srq()(srq, attr, mask);
+        if (!attr)
+                return EINVAL;
+        struct diwarp_srq_attr a = {
+            .max_wr = attr->max_wr,
+            .max_sge = attr->max_sge,
+            .srq_limit = attr->srq_limit,
+        };
+        int err = diwarp_srq_modify(dwv_srq(srq)->d, &a, mask);
+        if (err < 0) {
+                dw_warn("verbs: ibv_modify_srq(mask %#x): %s", mask, strerror(-err));
+                return -err;
+        }
+        return 0;
+}
+
+DWV_SYMVER(dwv_ibv_query_srq, ibv_query_srq, "IBVERBS_1.1");
+int dwv_ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+        if (!srq || !dwv_ctx_is_ours(srq->context))
+                return real_ibv_query_srq()(srq, attr);
+        if (!attr)
+                return EINVAL;
+        struct diwarp_srq_attr a;
+        int err = diwarp_srq_query(dwv_srq(srq)->d, &a);
+        if (err < 0)
+                return -err;
+        attr->max_wr = a.max_wr;
+        attr->max_sge = a.max_sge;
+        attr->srq_limit = a.srq_limit;
+        return 0;
+}
+
+DWV_SYMVER(dwv_ibv_destroy_srq, ibv_destroy_srq, "IBVERBS_1.1");
+int dwv_ibv_destroy_srq(struct ibv_srq *srq)
+{
+        if (!srq || !dwv_ctx_is_ours(srq->context))
+                return real_ibv_destroy_srq()(srq);
+        struct dwv_srq *s = dwv_srq(srq);
+        int err = diwarp_srq_destroy(s->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_destroy_srq(handle %u): %s", srq->handle, strerror(-err));
+                return dwv_errno(err);
+        }
+        dwv_link_del(dwv_ctx(srq->context), &s->link);
+        pthread_mutex_destroy(&srq->mutex);
+        pthread_cond_destroy(&srq->cond);
+        free(s);
+        return 0;
+}
+
+/* ---- address handles ---------------------------------------------------- */
+
+static struct ibv_ah *dwv_ah_create(struct ibv_pd *pd, const union ibv_gid *dgid)
+{
+        struct dwv_ah *a = calloc(1, sizeof(*a));
+        if (!a)
+                return dwv_fail(-ENOMEM);
+        union diwarp_gid g;
+        memcpy(g.raw, dgid->raw, sizeof(g.raw));
+        int err = diwarp_ah_create(dwv_pd(pd)->d, &g, &a->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_create_ah: %s", strerror(-err));
+                free(a);
+                return dwv_fail(err);
+        }
+        a->ah.context = pd->context;
+        a->ah.pd = pd;
+        a->ah.handle = dwv_next_handle(dwv_ctx(pd->context));
+        return &a->ah;
+}
+
+DWV_SYMVER(dwv_ibv_create_ah, ibv_create_ah, "IBVERBS_1.1");
+struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_create_ah()(pd, attr);
+        if (!attr)
+                return dwv_fail(-EINVAL);
+        if (!attr->is_global) {
+                /* Ethernet link layer: a peer is named by its GID, as on RoCE. */
+                dw_warn("verbs: ibv_create_ah: no GRH (is_global=0); diwarp addresses peers "
+                        "by GID (e.g. pass -g 0)");
+                return dwv_fail(-EINVAL);
+        }
+        if (attr->port_num != 1) {
+                dw_warn("verbs: ibv_create_ah: port %u (diwarp0 has port 1)", attr->port_num);
+                return dwv_fail(-EINVAL);
+        }
+        return dwv_ah_create(pd, &attr->grh.dgid);
+}
+
+DWV_SYMVER(dwv_ibv_create_ah_from_wc, ibv_create_ah_from_wc, "IBVERBS_1.1");
+struct ibv_ah *dwv_ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+                                         uint8_t port_num)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_create_ah_from_wc()(pd, wc, grh, port_num);
+        if (!wc || !grh || !(wc->wc_flags & IBV_WC_GRH)) {
+                dw_warn("verbs: ibv_create_ah_from_wc: completion without GRH");
+                return dwv_fail(-EINVAL);
+        }
+        /* The sender is the GRH's source GID. */
+        return dwv_ah_create(pd, &grh->sgid);
+}
+
+DWV_SYMVER(dwv_ibv_destroy_ah, ibv_destroy_ah, "IBVERBS_1.1");
+int dwv_ibv_destroy_ah(struct ibv_ah *ah)
+{
+        if (!ah || !dwv_ctx_is_ours(ah->context))
+                return real_ibv_destroy_ah()(ah);
+        int err = diwarp_ah_destroy(dwv_ah(ah)->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_destroy_ah(handle %u): %s", ah->handle, strerror(-err));
+                return dwv_errno(err);
+        }
+        free(dwv_ah(ah));
+        return 0;
+}
+
+/* ---- queue pairs -------------------------------------------------------- */
+
+static int dwv_cq_ok(struct ibv_context *ctx, struct ibv_cq *cq)
+{
+        return cq && cq->context == ctx;
+}
+
+DWV_SYMVER(dwv_ibv_create_qp, ibv_create_qp, "IBVERBS_1.1");
+struct ibv_qp *dwv_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_create_qp()(pd, init);
+        struct ibv_context *ctx = pd->context;
+        struct dwv_context *c = dwv_ctx(ctx);
+        if (!init)
+                return dwv_fail(-EINVAL);
+        if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC &&
+            init->qp_type != IBV_QPT_UD) {
+                dw_warn("verbs: ibv_create_qp: QP type %d is not supported (RC, UC, UD are)",
+                        init->qp_type);
+                return dwv_fail(-EOPNOTSUPP);
+        }
+        if (!dwv_cq_ok(ctx, init->send_cq) || !dwv_cq_ok(ctx, init->recv_cq)) {
+                dw_warn("verbs: ibv_create_qp: send_cq and recv_cq must be CQs of this context");
+                return dwv_fail(-EINVAL);
+        }
+        if (init->srq && init->srq->context != ctx) {
+                dw_warn("verbs: ibv_create_qp: SRQ of another context");
+                return dwv_fail(-EINVAL);
+        }
+        struct dwv_qp *q = calloc(1, sizeof(*q));
+        if (!q)
+                return dwv_fail(-ENOMEM);
+        struct diwarp_qp_init_attr a = {
+            .qp_context = q,
+            .send_cq = dwv_cq(init->send_cq)->d,
+            .recv_cq = dwv_cq(init->recv_cq)->d,
+            .srq = init->srq ? dwv_srq(init->srq)->d : NULL,
+            .cap =
+                {
+                    .max_send_wr = init->cap.max_send_wr,
+                    .max_recv_wr = init->cap.max_recv_wr,
+                    .max_send_sge = init->cap.max_send_sge,
+                    .max_recv_sge = init->cap.max_recv_sge,
+                    .max_inline_data = init->cap.max_inline_data,
+                },
+            .qp_type = (enum diwarp_qp_type)init->qp_type,
+            .sq_sig_all = init->sq_sig_all != 0,
+        };
+        int err = diwarp_qp_create(dwv_pd(pd)->d, &a, &q->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_create_qp(type %d, send_wr %u, recv_wr %u, send_sge %u, "
+                        "recv_sge %u, inline %u): %s",
+                        init->qp_type, init->cap.max_send_wr, init->cap.max_recv_wr,
+                        init->cap.max_send_sge, init->cap.max_recv_sge, init->cap.max_inline_data,
+                        strerror(-err));
+                free(q);
+                return dwv_fail(err);
+        }
+        /* Granted capabilities go back to the caller (libfabric sizes its
+         * inline threshold from this). */
+        init->cap.max_send_wr = a.cap.max_send_wr;
+        init->cap.max_recv_wr = a.cap.max_recv_wr;
+        init->cap.max_send_sge = a.cap.max_send_sge;
+        init->cap.max_recv_sge = a.cap.max_recv_sge;
+        init->cap.max_inline_data = a.cap.max_inline_data;
+
+        struct ibv_qp *qp = &q->qpx.qp_base;
+        qp->context = ctx;
+        qp->qp_context = init->qp_context;
+        qp->pd = pd;
+        qp->send_cq = init->send_cq;
+        qp->recv_cq = init->recv_cq;
+        qp->srq = init->srq;
+        qp->handle = dwv_next_handle(c);
+        qp->qp_num = diwarp_qp_num(q->d);
+        qp->state = IBV_QPS_RESET;
+        qp->qp_type = init->qp_type;
+        pthread_mutex_init(&qp->mutex, NULL);
+        pthread_cond_init(&qp->cond, NULL);
+        dwv_link_add(c, &c->qps, &q->link);
+        return qp;
+}
+
+static uint32_t dwv_mtu_bytes(enum ibv_mtu m)
+{
+        return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? 128u << m : 0;
+}
+
+static enum ibv_mtu dwv_mtu_enum(uint32_t bytes)
+{
+        enum ibv_mtu m = IBV_MTU_256;
+        while (m < IBV_MTU_4096 && (128u << (m + 1)) <= bytes)
+                m++;
+        return m;
+}
+
+/* IB-only attributes a hardware iWARP provider accepts and ignores. */
+#define DWV_QP_IGNORED                                                                             \
+        (IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_RATE_LIMIT)
+
+DWV_SYMVER(dwv_ibv_modify_qp, ibv_modify_qp, "IBVERBS_1.1");
+int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_modify_qp()(qp, attr, mask);
+        if (!attr)
+                return EINVAL;
+        struct diwarp_qp_attr a;
+        memset(&a, 0, sizeof(a));
+        int dmask = mask & ~DWV_QP_IGNORED;
+        a.qp_state = (enum diwarp_qp_state)attr->qp_state;
+        a.cur_qp_state = (enum diwarp_qp_state)attr->cur_qp_state;
+        a.qp_access_flags = (int)attr->qp_access_flags;
+        a.qkey = attr->qkey;
+        a.dest_qp_num = attr->dest_qp_num;
+        a.rq_psn = attr->rq_psn;
+        a.sq_psn = attr->sq_psn;
+        a.max_rd_atomic = attr->max_rd_atomic;
+        a.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+        a.timeout = attr->timeout;
+        a.retry_cnt = attr->retry_cnt;
+        a.rnr_retry = attr->rnr_retry;
+        a.min_rnr_timer = attr->min_rnr_timer;
+        a.port_num = attr->port_num;
+        a.pkey_index = attr->pkey_index;
+        a.cap.max_send_wr = attr->cap.max_send_wr;
+        a.cap.max_recv_wr = attr->cap.max_recv_wr;
+        a.cap.max_send_sge = attr->cap.max_send_sge;
+        a.cap.max_recv_sge = attr->cap.max_recv_sge;
+        a.cap.max_inline_data = attr->cap.max_inline_data;
+        if (mask & IBV_QP_PATH_MTU) {
+                a.path_mtu = dwv_mtu_bytes(attr->path_mtu);
+                if (!a.path_mtu) {
+                        dw_warn("verbs: QP %#x: modify: invalid path_mtu %d", qp->qp_num,
+                                attr->path_mtu);
+                        return EINVAL;
+                }
+        }
+        if (mask & IBV_QP_AV) {
+                if (!attr->ah_attr.is_global) {
+                        dw_warn("verbs: QP %#x: modify: ah_attr without GRH (is_global=0); "
+                                "diwarp addresses peers by GID (e.g. pass -g 0)",
+                                qp->qp_num);
+                        return EINVAL;
+                }
+                memcpy(a.dgid.raw, attr->ah_attr.grh.dgid.raw, sizeof(a.dgid.raw));
+        }
+        int err = diwarp_qp_modify(dwv_qp(qp)->d, &a, dmask);
+        if (err < 0) {
+                dw_warn("verbs: QP %#x: ibv_modify_qp(mask %#x, state %d): %s", qp->qp_num, mask,
+                        attr->qp_state, strerror(-err));
+                return -err;
+        }
+        if (mask & IBV_QP_STATE)
+                qp->state = attr->qp_state;
+        return 0;
+}
+
+DWV_SYMVER(dwv_ibv_query_qp, ibv_query_qp, "IBVERBS_1.1");
+int dwv_ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
+                     struct ibv_qp_init_attr *init)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_query_qp()(qp, attr, mask, init);
+        if (!attr || !init)
+                return EINVAL;
+        struct diwarp_qp_attr a;
+        struct diwarp_qp_init_attr ia;
+        int err = diwarp_qp_query(dwv_qp(qp)->d, &a, &ia);
+        if (err < 0)
+                return -err;
+        memset(attr, 0, sizeof(*attr));
+        attr->qp_state = (enum ibv_qp_state)a.qp_state;
+        attr->cur_qp_state = (enum ibv_qp_state)a.cur_qp_state;
+        attr->path_mtu = dwv_mtu_enum(a.path_mtu ? a.path_mtu : 4096);
+        attr->path_mig_state = IBV_MIG_MIGRATED;
+        attr->qkey = a.qkey;
+        attr->rq_psn = a.rq_psn;
+        attr->sq_psn = a.sq_psn;
+        attr->dest_qp_num = a.dest_qp_num;
+        attr->qp_access_flags = (unsigned)a.qp_access_flags;
+        attr->cap.max_send_wr = a.cap.max_send_wr;
+        attr->cap.max_recv_wr = a.cap.max_recv_wr;
+        attr->cap.max_send_sge = a.cap.max_send_sge;
+        attr->cap.max_recv_sge = a.cap.max_recv_sge;
+        attr->cap.max_inline_data = a.cap.max_inline_data;
+        attr->ah_attr.is_global = 1;
+        memcpy(attr->ah_attr.grh.dgid.raw, a.dgid.raw, sizeof(a.dgid.raw));
+        attr->ah_attr.grh.hop_limit = 64;
+        attr->ah_attr.port_num = 1;
+        attr->pkey_index = a.pkey_index;
+        attr->max_rd_atomic = a.max_rd_atomic;
+        attr->max_dest_rd_atomic = a.max_dest_rd_atomic;
+        attr->min_rnr_timer = a.min_rnr_timer;
+        attr->port_num = a.port_num ? a.port_num : 1;
+        attr->timeout = a.timeout;
+        attr->retry_cnt = a.retry_cnt;
+        attr->rnr_retry = a.rnr_retry;
+
+        memset(init, 0, sizeof(*init));
+        init->qp_context = qp->qp_context;
+        init->send_cq = qp->send_cq;
+        init->recv_cq = qp->recv_cq;
+        init->srq = qp->srq;
+        init->cap = attr->cap;
+        init->qp_type = qp->qp_type;
+        init->sq_sig_all = ia.sq_sig_all;
+        qp->state = attr->qp_state;
+        return 0;
+}
+
+DWV_SYMVER(dwv_ibv_destroy_qp, ibv_destroy_qp, "IBVERBS_1.1");
+int dwv_ibv_destroy_qp(struct ibv_qp *qp)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_destroy_qp()(qp);
+        struct dwv_qp *q = dwv_qp(qp);
+        int err = diwarp_qp_destroy(q->d);
+        if (err < 0) {
+                dw_warn("verbs: QP %#x: ibv_destroy_qp: %s", qp->qp_num, strerror(-err));
+                return dwv_errno(err);
+        }
+        dwv_link_del(dwv_ctx(qp->context), &q->link);
+        pthread_mutex_destroy(&qp->mutex);
+        pthread_cond_destroy(&qp->cond);
+        free(q);
+        return 0;
+}
+
+DWV_SYMVER(dwv_ibv_qp_to_qp_ex, ibv_qp_to_qp_ex, "IBVERBS_1.6");
+struct ibv_qp_ex *dwv_ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_qp_to_qp_ex()(qp);
+        /* Only QPs created with send_ops_flags have the wr_* API; ours are
+         * created through ibv_create_qp, so (as the real library says for
+         * such QPs) there is none. */
+        return NULL;
+}
+
+DWV_SYMVER(dwv_ibv_attach_mcast, ibv_attach_mcast, "IBVERBS_1.1");
+int dwv_ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_attach_mcast()(qp, gid, lid);
+        dw_warn("verbs: QP %#x: multicast is not supported (as on iWARP RNICs)", qp->qp_num);
+        return EOPNOTSUPP;
+}
+
+DWV_SYMVER(dwv_ibv_detach_mcast, ibv_detach_mcast, "IBVERBS_1.1");
+int dwv_ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_detach_mcast()(qp, gid, lid);
+        return EOPNOTSUPP;
+}

@@ -1,0 +1,178 @@
+/* Internal header of libdiwarp-verbs.so, the LD_PRELOAD ibverbs provider.
+ *
+ * Every ibverbs object we hand out is a wrapper that embeds the public
+ * ibverbs struct (first member, so the application's pointer is the wrapper's)
+ * with its public fields filled, plus the diwarp object it stands for.
+ *
+ * An object is ours when its context is one of our contexts, and a context is
+ * ours when its device is diwarp0 (dwv_ctx_is_ours). Everything else is
+ * forwarded to the real libibverbs, resolved by name and version (dwv_real).
+ */
+#ifndef DWV_PROVIDER_H
+#define DWV_PROVIDER_H
+
+#include <diwarp/diwarp.h>
+#include <infiniband/verbs.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/log.h"
+
+/* Binds the C function impl to the exported name@@version (the default
+ * version, the one new links and LD_PRELOAD interposition resolve to). The
+ * version script hides impl itself. */
+#define DWV_SYMVER(impl, name, ver) __asm__(".symver " #impl ", " #name "@@" ver)
+
+#define DWV_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---- the device ---------------------------------------------------------
+ * Laid out like rdma-core's private struct verbs_device (v44): code such as
+ * mlx5dv_is_supported / efadv / ibv_get_device_index reads past struct
+ * ibv_device, so those bytes must exist and hold harmless values. */
+struct dwv_verbs_device {
+        struct ibv_device device;
+        const void *ops; /* points to a zeroed ops table whose first member is a name */
+        int refcount;
+        void *list_next, *list_prev;
+        void *sysfs; /* NULL: "no sysfs", ibv_get_device_index returns -1 */
+        uint64_t core_support;
+};
+
+/* The one diwarp device (diwarp0); static, initialised once, never freed. */
+struct dwv_verbs_device *dwv_device(void);
+static inline int dwv_dev_is_ours(const struct ibv_device *d)
+{
+        return d && d == &dwv_device()->device;
+}
+/* Stable node GUID (network order) derived from the device IPv4 address. */
+uint64_t dwv_device_guid_be(void);
+
+/* ---- the context -------------------------------------------------------- */
+struct dwv_obj_link {
+        struct dwv_obj_link *next, *prev;
+};
+
+struct dwv_context {
+        struct verbs_context vctx; /* vctx.context is what applications see */
+        struct diwarp_device *dev;
+        pthread_mutex_t objs_lock; /* guards the lists below (async-event lookup) */
+        struct dwv_obj_link qps, cqs, srqs;
+        uint32_t next_handle;
+};
+
+static inline int dwv_ctx_is_ours(const struct ibv_context *ctx)
+{
+        return ctx && dwv_dev_is_ours(ctx->device);
+}
+static inline struct dwv_context *dwv_ctx(struct ibv_context *ctx)
+{
+        return DWV_CONTAINER(ctx, struct dwv_context, vctx.context);
+}
+uint32_t dwv_next_handle(struct dwv_context *c);
+void dwv_link_add(struct dwv_context *c, struct dwv_obj_link *head, struct dwv_obj_link *l);
+void dwv_link_del(struct dwv_context *c, struct dwv_obj_link *l);
+
+/* ---- wrappers ----------------------------------------------------------- */
+struct dwv_pd {
+        struct ibv_pd pd;
+        struct diwarp_pd *d;
+};
+
+struct dwv_mr {
+        struct ibv_mr mr;
+        struct diwarp_mr *d;
+};
+
+struct dwv_channel {
+        struct ibv_comp_channel ch;
+        struct diwarp_comp_channel *d;
+};
+
+struct dwv_cq {
+        struct ibv_cq cq;
+        struct diwarp_cq *d;
+        struct dwv_obj_link link;
+};
+
+struct dwv_srq {
+        struct ibv_srq srq;
+        struct diwarp_srq *d;
+        struct dwv_obj_link link;
+};
+
+struct dwv_ah {
+        struct ibv_ah ah;
+        struct diwarp_ah *d;
+};
+
+struct dwv_qp {
+        struct ibv_qp_ex qpx; /* qpx.qp_base is the application's struct ibv_qp */
+        struct diwarp_qp *d;
+        struct dwv_obj_link link;
+};
+
+static inline struct dwv_pd *dwv_pd(struct ibv_pd *p)
+{
+        return (struct dwv_pd *)p;
+}
+static inline struct dwv_cq *dwv_cq(struct ibv_cq *c)
+{
+        return (struct dwv_cq *)c;
+}
+static inline struct dwv_srq *dwv_srq(struct ibv_srq *s)
+{
+        return (struct dwv_srq *)s;
+}
+static inline struct dwv_qp *dwv_qp(struct ibv_qp *q)
+{
+        return (struct dwv_qp *)q;
+}
+static inline struct dwv_ah *dwv_ah(struct ibv_ah *a)
+{
+        return (struct dwv_ah *)a;
+}
+
+/* ---- forwarding to the real libibverbs ---------------------------------- */
+/* dlvsym in libibverbs.so.1 (never ourselves); NULL (and a warning) if absent. */
+void *dwv_real(const char *name, const char *version);
+
+/* Declares a static accessor real_<name>() returning the real function,
+ * resolved once. */
+#define DWV_REAL(ret, name, ver, params)                                                           \
+        typedef ret(*name##_real_fn) params;                                                       \
+        static name##_real_fn real_##name(void)                                                    \
+        {                                                                                          \
+                static name##_real_fn fn;                                                          \
+                name##_real_fn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);                         \
+                if (!f) {                                                                          \
+                        f = (name##_real_fn)dwv_real(#name, ver);                                  \
+                        __atomic_store_n(&fn, f, __ATOMIC_RELEASE);                                \
+                }                                                                                  \
+                return f;                                                                          \
+        }
+
+/* ---- data path (datapath.c): the ibv_context ops ------------------------ */
+int dwv_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+int dwv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int dwv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int dwv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+
+/* ---- queries (device.c), also used as verbs_context ops ------------------ */
+int dwv_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,
+                      size_t attr_len);
+int dwv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
+                        struct ibv_device_attr_ex *attr, size_t attr_size);
+
+/* Sets errno from a negative diwarp return and returns the positive errno
+ * (the convention of the int-returning verbs). */
+static inline int dwv_errno(int neg)
+{
+        errno = -neg;
+        return -neg;
+}
+
+#endif
