@@ -65,20 +65,23 @@ static bool run_send(double *lat_us)
 {
         const uint64_t n = c.o.iters;
         uint32_t len = (uint32_t)c.o.size;
-        if (ex_post_recv_slot(&c, 0) || ex_sync(&c))
+        /* Both slots posted ahead: the receive for message k+1 is already in
+         * place when message k is answered, so reposting happens after the
+         * send, off the round trip (and UD never finds the RQ empty). */
+        if (ex_post_recv_slot(&c, 0) || ex_post_recv_slot(&c, 1) || ex_sync(&c))
                 return false;
         ex_fill(c.send_area, len, 0);
         uint64_t t0 = ex_now_ns();
         for (uint64_t k = 0; k < n; k++) {
-                uint32_t slot = (uint32_t)(k & 1), next = slot ^ 1;
                 if (c.server) {
                         int s = wait_recv();
-                        if (s < 0 || !check_slot(s, k) || ex_post_recv_slot(&c, next))
+                        if (s < 0 || !check_slot(s, k))
                                 return false;
                         if (c.o.validate)
                                 ex_fill(c.send_area, len, k);
                         if (ex_post_send(&c, EX_WRID_SEND | k, c.send_area, len, true,
-                                         DIWARP_WR_SEND, 0))
+                                         DIWARP_WR_SEND, 0) ||
+                            ex_post_recv_slot(&c, (uint32_t)s))
                                 return false;
                 } else {
                         if (c.o.validate)
@@ -86,8 +89,12 @@ static bool run_send(double *lat_us)
                         if (ex_post_send(&c, EX_WRID_SEND | k, c.send_area, len, true,
                                          DIWARP_WR_SEND, 0))
                                 return false;
+                        /* the slot of answer k-1 goes back after send k: answer k
+                         * lands in the other one, posted since */
+                        if (k > 0 && ex_post_recv_slot(&c, (uint32_t)((k - 1) & 1)))
+                                return false;
                         int s = wait_recv();
-                        if (s < 0 || !check_slot(s, k) || ex_post_recv_slot(&c, next))
+                        if (s < 0 || !check_slot(s, k))
                                 return false;
                 }
         }
