@@ -1,0 +1,606 @@
+/* RD reliability sublayer: see rel.h and README.md. */
+#include "rel/rel.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define NS_PER_US   1000ull
+#define NS_PER_MS   1000000ull
+#define MAX_BACKOFF 16 /* 2^16 × 1 µs already exceeds any allowed rto_max */
+
+void dw_rel_params_default(struct dw_rel_params *p)
+{
+        memset(p, 0, sizeof(*p));
+        p->rto_init_us = DW_REL_DEF_RTO_INIT_US;
+        p->rto_min_us = DW_REL_DEF_RTO_MIN_US;
+        p->rto_max_us = DW_REL_DEF_RTO_MAX_US;
+        p->ack_delay_us = DW_REL_DEF_ACK_DELAY_US;
+        p->rnr_min_us = DW_REL_DEF_RNR_MIN_US;
+        p->rnr_max_us = DW_REL_DEF_RNR_MAX_US;
+        p->peer_timeout_ms = DW_REL_DEF_PEER_TIMEOUT_MS;
+        p->window = DW_REL_DEF_WINDOW;
+        p->ack_every = DW_REL_DEF_ACK_EVERY;
+        p->retry_limit = DW_REL_DEF_RETRY_LIMIT;
+        p->rnr_retry_limit = DW_REL_DEF_RNR_RETRY_LIMIT;
+        p->dupthresh = DW_REL_DEF_DUPTHRESH;
+}
+
+static bool pow2_window(uint32_t n)
+{
+        return n >= 1 && n <= DW_REL_MAX_TXWIN && (n & (n - 1)) == 0;
+}
+
+int dw_rel_params_check(const struct dw_rel_params *p, const char **why)
+{
+        const char *w = NULL;
+
+        if (!pow2_window(p->window))
+                w = "window must be a power of two in 1..128";
+        else if (p->rto_min_us < 1 || p->rto_min_us > p->rto_init_us ||
+                 p->rto_init_us > p->rto_max_us)
+                w = "need 1 <= rto_min <= rto_init <= rto_max";
+        else if (p->rto_max_us > 4000000u)
+                w = "rto_max above 4 s";
+        else if (p->ack_every < 1)
+                w = "ack_every must be >= 1";
+        else if (p->dupthresh < 1)
+                w = "dupthresh must be >= 1";
+        else if (p->rnr_min_us < 1 || p->rnr_min_us > p->rnr_max_us)
+                w = "need 1 <= rnr_min <= rnr_max";
+        if (why)
+                *why = w;
+        return w ? -EINVAL : 0;
+}
+
+int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
+                     struct dw_rel_txent *ring, uint32_t ring_len, uint32_t tx_psn, uint32_t rx_psn)
+{
+        if (!r || !p || !ring || !pow2_window(ring_len))
+                return -EINVAL;
+        memset(r, 0, sizeof(*r));
+        r->p = p;
+        r->ring = ring;
+        r->ring_mask = (uint16_t)(ring_len - 1);
+        r->snd_nxt = r->snd_una = r->sack_high = tx_psn;
+        r->rcv_nxt = rx_psn;
+        r->rto_ns = p->rto_init_us * (uint32_t)NS_PER_US;
+        return 0;
+}
+
+static inline struct dw_rel_txent *ent(struct dw_rel_peer *r, uint32_t psn)
+{
+        return &r->ring[psn & r->ring_mask];
+}
+
+static inline uint32_t to_us(uint64_t now)
+{
+        return (uint32_t)(now / NS_PER_US);
+}
+
+static inline bool outstanding(const struct dw_rel_peer *r)
+{
+        return r->snd_nxt != r->snd_una;
+}
+
+static inline bool in_flight(const struct dw_rel_peer *r, uint32_t psn)
+{
+        return !dw_psn_before(psn, r->snd_una) && dw_psn_before(psn, r->snd_nxt);
+}
+
+static inline bool rnr_waiting(const struct dw_rel_peer *r, uint64_t now)
+{
+        return r->rnr_until != 0 && now < r->rnr_until;
+}
+
+static int set_fatal(struct dw_rel_peer *r, int err, enum dw_rel_fatal_reason why)
+{
+        r->fatal = (int16_t)err;
+        r->fatal_reason = (uint8_t)why;
+        return err;
+}
+
+static inline bool back_pressure(int rc)
+{
+        return rc == -EAGAIN || rc == -EWOULDBLOCK || rc == -ENOBUFS;
+}
+
+uint64_t dw_rel_rto_ns(const struct dw_rel_peer *r)
+{
+        uint64_t max = (uint64_t)r->p->rto_max_us * NS_PER_US;
+        uint64_t rto = (uint64_t)r->rto_ns << r->backoff;
+
+        return rto < max ? rto : max;
+}
+
+void dw_rel_rtt_sample(struct dw_rel_peer *r, uint64_t rtt)
+{
+        const struct dw_rel_params *p = r->p;
+        uint64_t max = (uint64_t)p->rto_max_us * NS_PER_US;
+        uint64_t min = (uint64_t)p->rto_min_us * NS_PER_US;
+        uint64_t srtt, var, rto;
+
+        /* A sample longer than the largest RTO carries no usable information
+         * and would overflow the 32-bit state. */
+        if (rtt > max)
+                rtt = max;
+        if (!(r->flags & DW_REL_F_HAVE_RTT)) { /* RFC 6298 (2.2) */
+                srtt = rtt;
+                var = rtt / 2;
+                r->flags |= DW_REL_F_HAVE_RTT;
+        } else { /* (2.3): RTTVAR first, with the old SRTT; beta 1/4, alpha 1/8 */
+                uint64_t old = r->srtt_ns;
+                uint64_t dev = old > rtt ? old - rtt : rtt - old;
+
+                var = (3 * (uint64_t)r->rttvar_ns + dev) / 4;
+                srtt = (7 * old + rtt) / 8;
+        }
+        rto = srtt + (4 * var > DW_REL_CLOCK_G_NS ? 4 * var : DW_REL_CLOCK_G_NS);
+        if (rto < min) /* (2.4) */
+                rto = min;
+        if (rto > max) /* (2.5) */
+                rto = max;
+        r->srtt_ns = (uint32_t)srtt;
+        r->rttvar_ns = (uint32_t)var;
+        r->rto_ns = (uint32_t)rto;
+        /* Karn: a sample from a packet sent once ends the backoff. */
+        r->backoff = 0;
+}
+
+/* ------------------------------------------------------------------ send */
+
+bool dw_rel_tx_can_send(const struct dw_rel_peer *r, uint64_t now)
+{
+        return !r->fatal && dw_rel_tx_inflight(r) <= r->ring_mask && !rnr_waiting(r, now);
+}
+
+bool dw_rel_tx_want_ackreq(const struct dw_rel_peer *r)
+{
+        /* Asking on every packet of a window-limited flow would defeat ACK
+         * coalescing; asking on the one that fills the window is enough. */
+        return dw_rel_tx_inflight(r) + 1 == (uint32_t)r->ring_mask + 1;
+}
+
+int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_t now)
+{
+        struct dw_rel_txent *e;
+
+        if (r->fatal)
+                return r->fatal;
+        if (psn != r->snd_nxt)
+                return -EINVAL;
+        if (dw_rel_tx_inflight(r) > r->ring_mask)
+                return -EAGAIN;
+        e = ent(r, psn);
+        e->cookie = cookie;
+        e->sent_us = to_us(now);
+        e->retx = 0;
+        e->flags = 0;
+        e->rsvd = 0;
+        if (!outstanding(r))
+                r->last_progress = now; /* the silent-peer clock starts with the first packet */
+        if (!r->rto_deadline)           /* RFC 6298 (5.1) */
+                r->rto_deadline = now + dw_rel_rto_ns(r);
+        r->snd_nxt = psn + 1;
+        return 0;
+}
+
+/* RFC 6675 IsLost with SACKed-PSN counting: an un-SACKed PSN with at least
+ * dupthresh SACKed PSNs above it is lost. Each PSN gets one fast retransmit;
+ * if that copy is lost too, the RTO recovers it. */
+static void mark_lost(struct dw_rel_peer *r)
+{
+        unsigned above = 0;
+        uint32_t psn = r->sack_high;
+
+        while (psn != r->snd_una) {
+                struct dw_rel_txent *e = ent(r, --psn);
+
+                if (e->flags & DW_REL_TXF_SACKED) {
+                        above++;
+                } else if (above >= r->p->dupthresh && !(e->flags & DW_REL_TXF_FAST)) {
+                        e->flags |= DW_REL_TXF_FAST | DW_REL_TXF_PENDING;
+                        r->flags |= DW_REL_F_RETX_PENDING;
+                        r->stats.fast_retransmits++;
+                }
+        }
+}
+
+static int on_nak(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now)
+{
+        uint32_t psn = h->ack_psn;
+        struct dw_rel_txent *e;
+
+        if (!in_flight(r, psn))
+                return 0; /* stale: already acked, or never sent */
+        e = ent(r, psn);
+        if (e->flags & DW_REL_TXF_SACKED)
+                return 0;
+
+        if (h->nak_code == DW_DGRAM_NAK_SEQ) {
+                /* The receiver expects psn: resend it (we never send SEQ NAKs
+                 * ourselves; selective repeat does not need them). */
+                e->flags |= DW_REL_TXF_PENDING;
+                r->flags |= DW_REL_F_RETX_PENDING;
+                return 0;
+        }
+        if (h->nak_code != DW_DGRAM_NAK_RNR)
+                return 0; /* access/operation errors: qp/ completes the WQE in error */
+
+        r->stats.rnr_naks++;
+        r->last_progress = now; /* the peer is alive, just out of receives */
+        e->flags |= DW_REL_TXF_PENDING;
+        r->flags |= DW_REL_F_RETX_PENDING;
+        if (rnr_waiting(r, now))
+                return 0; /* same episode: the in-flight packets after psn bounce too */
+
+        const struct dw_rel_params *p = r->p;
+        if (p->rnr_retry_limit != DW_REL_RNR_INFINITE && r->rnr_retries >= p->rnr_retry_limit)
+                return set_fatal(r, -EREMOTEIO, DW_REL_RNR_EXCEEDED);
+        if (r->rnr_retries == 0 || dw_psn_before(psn, r->rnr_psn))
+                r->rnr_psn = psn;
+        if (r->rnr_retries < 0xFE)
+                r->rnr_retries++;
+
+        uint64_t delay_us;
+        if (h->rnr_delay) {
+                delay_us = (uint64_t)h->rnr_delay * DW_DGRAM_RNR_DELAY_UNIT_US;
+        } else {
+                unsigned sh = r->rnr_retries - 1u;
+                delay_us = (uint64_t)p->rnr_min_us << (sh > MAX_BACKOFF ? MAX_BACKOFF : sh);
+                if (delay_us > p->rnr_max_us)
+                        delay_us = p->rnr_max_us;
+        }
+        r->rnr_until = now + delay_us * NS_PER_US;
+        /* Waiting for the receiver is not loss: keep the RTO out of the way. */
+        r->rto_deadline = r->rnr_until + dw_rel_rto_ns(r);
+        return 0;
+}
+
+int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now,
+                  const struct dw_rel_ops *ops, void *ctx)
+{
+        unsigned nsack = 0, i;
+        bool progress = false, sacked_new = false, have_sample = false;
+        uint32_t best_sent = 0, now_us = to_us(now);
+
+        if (r->fatal)
+                return r->fatal;
+        if (h->flags & DW_DGRAM_F_NAK)
+                return on_nak(r, h, now);
+        if (!(h->flags & DW_DGRAM_F_ACK))
+                return 0;
+
+        /* Validate everything before changing anything. */
+        if (dw_psn_before(r->snd_nxt, h->ack_psn))
+                return -EBADMSG;
+        if (h->flags & DW_DGRAM_F_SACK)
+                nsack = h->sack_count < DW_DGRAM_MAX_SACK ? h->sack_count : DW_DGRAM_MAX_SACK;
+        for (i = 0; i < nsack; i++)
+                if (!dw_psn_before(h->sack[i].start, h->sack[i].end) ||
+                    dw_psn_before(r->snd_nxt, h->sack[i].end))
+                        return -EBADMSG;
+
+#define NEWLY_HELD(psn, e)                                                                         \
+        do {                                                                                       \
+                (e)->flags |= DW_REL_TXF_SACKED;                                                   \
+                if (ops && ops->acked)                                                             \
+                        ops->acked(ctx, (psn), (e)->cookie);                                       \
+                /* Karn: only packets sent once; the newest one has the least                      \
+                 * coalescing delay in its sample. */                                              \
+                if ((e)->retx == 0 && (!have_sample || (int32_t)((e)->sent_us - best_sent) > 0)) { \
+                        best_sent = (e)->sent_us;                                                  \
+                        have_sample = true;                                                        \
+                }                                                                                  \
+        } while (0)
+
+        while (dw_psn_before(r->snd_una, h->ack_psn)) {
+                struct dw_rel_txent *e = ent(r, r->snd_una);
+
+                if (!(e->flags & DW_REL_TXF_SACKED))
+                        NEWLY_HELD(r->snd_una, e);
+                r->snd_una++;
+                progress = true;
+        }
+        for (i = 0; i < nsack; i++) {
+                uint32_t psn = h->sack[i].start, end = h->sack[i].end;
+
+                if (dw_psn_before(psn, r->snd_una))
+                        psn = r->snd_una;
+                for (; dw_psn_before(psn, end); psn++) {
+                        struct dw_rel_txent *e = ent(r, psn);
+
+                        if (!(e->flags & DW_REL_TXF_SACKED)) {
+                                NEWLY_HELD(psn, e);
+                                sacked_new = true;
+                        }
+                }
+                if (dw_psn_before(r->sack_high, end))
+                        r->sack_high = end;
+        }
+#undef NEWLY_HELD
+        if (dw_psn_before(r->sack_high, r->snd_una))
+                r->sack_high = r->snd_una;
+
+        if (have_sample)
+                dw_rel_rtt_sample(r, (uint64_t)(uint32_t)(now_us - best_sent) * NS_PER_US);
+        if (progress || sacked_new) {
+                r->retries = 0;
+                r->last_progress = now;
+                if (r->rnr_retries &&
+                    (!in_flight(r, r->rnr_psn) || (ent(r, r->rnr_psn)->flags & DW_REL_TXF_SACKED)))
+                        r->rnr_retries = 0; /* the refused PSN got through */
+                /* RFC 6298 (5.2)/(5.3) */
+                r->rto_deadline = outstanding(r) ? now + dw_rel_rto_ns(r) : 0;
+                if (!outstanding(r))
+                        r->rnr_until = 0;
+        }
+        if (sacked_new)
+                mark_lost(r);
+        return 0;
+}
+
+/* --------------------------------------------------------------- receive */
+
+static inline bool rx_bit(const struct dw_rel_peer *r, uint32_t psn)
+{
+        unsigned i = psn & (DW_REL_RX_WINDOW - 1);
+
+        return (r->rx_map[i >> 6] >> (i & 63)) & 1;
+}
+
+enum dw_rel_verdict dw_rel_rx_classify(const struct dw_rel_peer *r, uint32_t psn)
+{
+        int32_t d = dw_psn_diff(psn, r->rcv_nxt);
+
+        if (d < 0)
+                return DW_REL_DUPLICATE;
+        if (d >= (int32_t)DW_REL_RX_WINDOW)
+                return DW_REL_OUT_OF_WINDOW;
+        return d > 0 && rx_bit(r, psn) ? DW_REL_DUPLICATE : DW_REL_NEW;
+}
+
+uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint64_t now,
+                        enum dw_rel_verdict *verdict)
+{
+        enum dw_rel_verdict v = dw_rel_rx_classify(r, psn);
+        uint32_t adv = 0;
+
+        if (verdict)
+                *verdict = v;
+        if (v == DW_REL_OUT_OF_WINDOW) {
+                r->stats.rx_oow++;
+                return 0;
+        }
+        if (ack_req)
+                r->flags |= DW_REL_F_ACK_NOW;
+        if (v == DW_REL_DUPLICATE) {
+                /* The sender missed our ACK (or the network duplicated): answer
+                 * at once so it stops retransmitting. */
+                r->stats.rx_dup++;
+                r->flags |= DW_REL_F_ACK_NOW;
+                return 0;
+        }
+        if (psn != r->rcv_nxt) {
+                unsigned i = psn & (DW_REL_RX_WINDOW - 1);
+
+                r->rx_map[i >> 6] |= 1ull << (i & 63);
+                r->stats.rx_ooo++;
+                /* A hole: SACK it now so the sender's fast retransmit can run
+                 * (RFC 5681 §4.2 acks out-of-order segments immediately). */
+                r->flags |= DW_REL_F_ACK_NOW;
+                return 0;
+        }
+        do {
+                unsigned i = r->rcv_nxt & (DW_REL_RX_WINDOW - 1);
+
+                r->rx_map[i >> 6] &= ~(1ull << (i & 63));
+                r->rcv_nxt++;
+                adv++;
+        } while (rx_bit(r, r->rcv_nxt));
+
+        if (adv > 1 || r->rx_map[0] || r->rx_map[1]) {
+                r->flags |= DW_REL_F_ACK_NOW; /* filled a hole, or holes remain */
+        } else if (++r->rx_unacked >= r->p->ack_every || r->p->ack_delay_us == 0) {
+                r->flags |= DW_REL_F_ACK_NOW;
+        } else if (!r->ack_deadline) {
+                r->ack_deadline = now + (uint64_t)r->p->ack_delay_us * NS_PER_US;
+        }
+        return adv;
+}
+
+bool dw_rel_ack_due(const struct dw_rel_peer *r, uint64_t now)
+{
+        return (r->flags & DW_REL_F_ACK_NOW) || (r->ack_deadline && now >= r->ack_deadline);
+}
+
+bool dw_rel_ack_owed(const struct dw_rel_peer *r)
+{
+        return (r->flags & DW_REL_F_ACK_NOW) || r->ack_deadline;
+}
+
+int dw_rel_build_ack(struct dw_rel_peer *r, struct dw_dgram_hdr *h, unsigned max_sack)
+{
+        struct dw_dgram_sack runs[DW_REL_RX_WINDOW / 2];
+        unsigned nr = 0, n = 0, i;
+
+        if (h->flags & DW_DGRAM_F_NAK)
+                return -EINVAL;
+        if (max_sack > DW_DGRAM_MAX_SACK)
+                max_sack = DW_DGRAM_MAX_SACK;
+        h->flags |= DW_DGRAM_F_RD | DW_DGRAM_F_ACK;
+        h->flags &= (uint8_t)~DW_DGRAM_F_SACK;
+        h->ack_psn = r->rcv_nxt;
+
+        if (max_sack && (r->rx_map[0] | r->rx_map[1])) {
+                /* Rotate the bitmap so bit i is rcv_nxt + i (bit 0 is never set). */
+                unsigned __int128 m = ((unsigned __int128)r->rx_map[1] << 64) | r->rx_map[0];
+                unsigned s = r->rcv_nxt & (DW_REL_RX_WINDOW - 1);
+
+                if (s)
+                        m = (m >> s) | (m << (DW_REL_RX_WINDOW - s));
+                i = 1;
+                while (m >> i) {
+                        unsigned start, end;
+
+                        while (!((m >> i) & 1))
+                                i++;
+                        start = i;
+                        while (i < DW_REL_RX_WINDOW && ((m >> i) & 1))
+                                i++;
+                        end = i;
+                        runs[nr].start = r->rcv_nxt + start;
+                        runs[nr].end = r->rcv_nxt + end;
+                        nr++;
+                        if (i >= DW_REL_RX_WINDOW)
+                                break;
+                }
+                /* Lowest runs first: they name the holes the sender should fill
+                 * next. When they do not all fit, the last slot goes to the
+                 * highest run so the sender still sees how far data got. */
+                for (i = 0; i < nr && n < max_sack; i++) {
+                        if (n == max_sack - 1 && nr > max_sack)
+                                i = nr - 1;
+                        h->sack[n++] = runs[i];
+                }
+        }
+        h->sack_count = (uint8_t)n;
+        if (n)
+                h->flags |= DW_DGRAM_F_SACK;
+        r->flags &= (uint8_t)~DW_REL_F_ACK_NOW;
+        r->ack_deadline = 0;
+        r->rx_unacked = 0;
+        r->stats.acks_built++;
+        return (int)n;
+}
+
+void dw_rel_build_rnr_nak(struct dw_dgram_hdr *h, uint32_t psn, uint32_t delay_us)
+{
+        uint32_t units = (delay_us + DW_DGRAM_RNR_DELAY_UNIT_US - 1) / DW_DGRAM_RNR_DELAY_UNIT_US;
+
+        h->flags = DW_DGRAM_F_RD | DW_DGRAM_F_NAK | (h->flags & DW_DGRAM_F_CREDIT);
+        h->sack_count = 0;
+        h->nak_code = DW_DGRAM_NAK_RNR;
+        h->ack_psn = psn;
+        h->rnr_delay = (uint16_t)(units > 0xFFFF ? 0xFFFF : units);
+}
+
+/* ---------------------------------------------------------------- timers */
+
+/* RTO expiry: after it the ACK clock is gone, so every un-SACKed packet not
+ * sent within the last SRTT is presumed lost (the oldest always is). */
+static void rto_mark(struct dw_rel_peer *r, uint64_t now)
+{
+        uint64_t young =
+            (r->flags & DW_REL_F_HAVE_RTT) ? r->srtt_ns : (uint64_t)r->p->rto_init_us * NS_PER_US;
+        uint32_t now_us = to_us(now);
+        bool first = true;
+
+        for (uint32_t psn = r->snd_una; psn != r->snd_nxt; psn++) {
+                struct dw_rel_txent *e = ent(r, psn);
+                uint64_t age = (uint64_t)(uint32_t)(now_us - e->sent_us) * NS_PER_US;
+
+                if (e->flags & DW_REL_TXF_SACKED)
+                        continue;
+                if (first || age >= young) {
+                        e->flags |= DW_REL_TXF_PENDING;
+                        r->flags |= DW_REL_F_RETX_PENDING;
+                }
+                first = false;
+        }
+}
+
+int dw_rel_timers(struct dw_rel_peer *r, uint64_t now, const struct dw_rel_ops *ops, void *ctx)
+{
+        const struct dw_rel_params *p = r->p;
+        int rc;
+
+        if (r->fatal)
+                return r->fatal;
+
+        if (outstanding(r)) {
+                if (p->peer_timeout_ms &&
+                    now - r->last_progress >= (uint64_t)p->peer_timeout_ms * NS_PER_MS)
+                        return set_fatal(r, -ETIMEDOUT, DW_REL_PEER_TIMEOUT);
+                if (r->rto_deadline && now >= r->rto_deadline && !rnr_waiting(r, now)) {
+                        r->stats.rto_expiries++;
+                        if (++r->retries > p->retry_limit)
+                                return set_fatal(r, -ETIMEDOUT, DW_REL_RETRY_EXCEEDED);
+                        rto_mark(r, now);
+                        if (r->backoff < MAX_BACKOFF) /* RFC 6298 (5.5) */
+                                r->backoff++;
+                        r->rto_deadline = now + dw_rel_rto_ns(r); /* (5.6) */
+                }
+        }
+
+        if ((r->flags & DW_REL_F_RETX_PENDING) && !rnr_waiting(r, now)) {
+                uint32_t now_us = to_us(now);
+
+                for (uint32_t psn = r->snd_una; psn != r->snd_nxt; psn++) {
+                        struct dw_rel_txent *e = ent(r, psn);
+
+                        if (!(e->flags & DW_REL_TXF_PENDING))
+                                continue;
+                        if (!(e->flags & DW_REL_TXF_SACKED)) {
+                                rc = ops->retransmit(ctx, psn, e->cookie);
+                                if (rc < 0)
+                                        return back_pressure(rc) ? 0 : rc;
+                                e->sent_us = now_us;
+                                if (e->retx < UINT8_MAX)
+                                        e->retx++;
+                                r->stats.retransmits++;
+                        }
+                        e->flags &= (uint8_t)~DW_REL_TXF_PENDING;
+                }
+                r->flags &= (uint8_t)~DW_REL_F_RETX_PENDING;
+                r->rnr_until = 0;
+                if (!r->rto_deadline && outstanding(r))
+                        r->rto_deadline = now + dw_rel_rto_ns(r);
+        }
+
+        if (dw_rel_ack_due(r, now) && ops->send_ack) {
+                rc = ops->send_ack(ctx);
+                if (rc < 0 && !back_pressure(rc))
+                        return rc;
+        }
+        return 0;
+}
+
+uint64_t dw_rel_next_deadline(const struct dw_rel_peer *r)
+{
+        uint64_t d = UINT64_MAX;
+
+        if (r->fatal || (r->flags & DW_REL_F_ACK_NOW))
+                return 0;
+        if (r->flags & DW_REL_F_RETX_PENDING) {
+                if (!r->rnr_until)
+                        return 0;
+                d = r->rnr_until;
+        }
+        if (r->ack_deadline && r->ack_deadline < d)
+                d = r->ack_deadline;
+        if (outstanding(r)) {
+                if (r->rto_deadline && r->rto_deadline < d)
+                        d = r->rto_deadline;
+                if (r->p->peer_timeout_ms) {
+                        uint64_t t = r->last_progress + (uint64_t)r->p->peer_timeout_ms * NS_PER_MS;
+                        if (t < d)
+                                d = t;
+                }
+        }
+        return d;
+}
+
+const char *dw_rel_fatal_str(const struct dw_rel_peer *r)
+{
+        switch (r->fatal_reason) {
+        case DW_REL_OK:
+                return "ok";
+        case DW_REL_RETRY_EXCEEDED:
+                return "retransmission retry limit exceeded";
+        case DW_REL_PEER_TIMEOUT:
+                return "peer silent for the peer timeout";
+        case DW_REL_RNR_EXCEEDED:
+                return "RNR retry limit exceeded";
+        }
+        return "unknown";
+}

@@ -1,0 +1,242 @@
+/* RD reliability sublayer: a socket-free state machine per pseudo-stream
+ * (local QP, remote QP). Selective repeat: PSNs, cumulative ACK + SACK,
+ * fast retransmit on SACK holes, RTO from measured RTT (RFC 6298) with
+ * exponential backoff and a retry limit, duplicate suppression, coalesced and
+ * piggybacked ACKs, RNR back-off, and a bound on a silent peer.
+ *
+ * Nothing here sends, allocates, logs or reads a clock: the caller (qp/) passes
+ * `now` (dw_now_ns()) and gets work back through struct dw_rel_ops. The caller
+ * holds the device lock. See rel/README.md and docs/PROTOCOL.md ("RD
+ * reliability: timers and defaults").
+ */
+#ifndef DW_REL_REL_H
+#define DW_REL_REL_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wire/dgram.h"
+
+/* Receive window in PSNs: the out-of-order bitmap covers [rcv_nxt, rcv_nxt+128).
+ * A sender never has more than this many PSNs outstanding. */
+#define DW_REL_RX_WINDOW 128u
+#define DW_REL_MAX_TXWIN DW_REL_RX_WINDOW
+
+/* Defaults (docs/PROTOCOL.md, "RD reliability: timers and defaults"). */
+#define DW_REL_DEF_WINDOW          128u
+#define DW_REL_DEF_RTO_INIT_US     5000u /* before the first RTT sample */
+#define DW_REL_DEF_RTO_MIN_US      1000u
+#define DW_REL_DEF_RTO_MAX_US      500000u
+#define DW_REL_DEF_RETRY_LIMIT     12u  /* RTO expiries in a row without progress */
+#define DW_REL_DEF_DUPTHRESH       3u   /* SACKed PSNs above a hole that make it lost */
+#define DW_REL_DEF_ACK_EVERY       2u   /* in-order packets per ACK */
+#define DW_REL_DEF_ACK_DELAY_US    50u  /* longest an owed ACK waits for a piggyback */
+#define DW_REL_DEF_RNR_MIN_US      640u /* own RNR back-off when rnr_delay is 0 */
+#define DW_REL_DEF_RNR_MAX_US      100000u
+#define DW_REL_DEF_RNR_RETRY_LIMIT 7u
+#define DW_REL_RNR_INFINITE        0xFFu /* rnr_retry_limit: retry forever (ibverbs rnr_retry 7) */
+#define DW_REL_DEF_PEER_TIMEOUT_MS 5000u /* = DIWARP_PEER_TIMEOUT_MS default */
+#define DW_REL_CLOCK_G_NS          1000u /* RFC 6298 G: send times are kept in µs */
+
+/* Shared, read-only tuning; one per QP or device, outlives its peers. */
+struct dw_rel_params {
+        uint32_t rto_init_us;
+        uint32_t rto_min_us;
+        uint32_t rto_max_us; /* ≤ 4 s: estimator state is 32-bit ns */
+        uint32_t ack_delay_us;
+        uint32_t rnr_min_us;
+        uint32_t rnr_max_us;
+        uint32_t peer_timeout_ms; /* 0 = no bound (tests only) */
+        uint16_t window;          /* sizing hint for the caller's ring; power of 2 ≤ 128 */
+        uint16_t ack_every;
+        uint8_t retry_limit;
+        uint8_t rnr_retry_limit; /* DW_REL_RNR_INFINITE = never give up */
+        uint8_t dupthresh;
+};
+
+void dw_rel_params_default(struct dw_rel_params *p);
+/* 0, or -EINVAL with a reason. */
+int dw_rel_params_check(const struct dw_rel_params *p, const char **why);
+
+/* Send-window entry, one per outstanding PSN, in a caller-provided ring
+ * indexed by PSN & (ring_len - 1). 16 bytes. */
+enum {
+        DW_REL_TXF_SACKED = 0x01,  /* the peer holds it; `acked` already called */
+        DW_REL_TXF_PENDING = 0x02, /* retransmit at the next dw_rel_timers */
+        DW_REL_TXF_FAST = 0x04,    /* fast retransmit already spent on it */
+};
+
+struct dw_rel_txent {
+        uint64_t cookie;  /* caller's handle to rebuild the packet (WQE slot, offset...) */
+        uint32_t sent_us; /* last (re)transmission, µs; wraps every 71 minutes */
+        uint8_t retx;     /* times retransmitted; Karn: no RTT sample when > 0 */
+        uint8_t flags;
+        uint16_t rsvd;
+};
+static_assert(sizeof(struct dw_rel_txent) == 16, "txent is 16 bytes");
+
+enum dw_rel_verdict {
+        DW_REL_NEW = 0,           /* first copy: place it */
+        DW_REL_DUPLICATE = 1,     /* already received: drop (an ACK is owed) */
+        DW_REL_OUT_OF_WINDOW = 2, /* beyond rcv_nxt + 128: drop, no state change */
+};
+
+enum dw_rel_fatal_reason {
+        DW_REL_OK = 0,
+        DW_REL_RETRY_EXCEEDED = 1, /* -ETIMEDOUT → IBV_WC_RETRY_EXC_ERR */
+        DW_REL_PEER_TIMEOUT = 2,   /* -ETIMEDOUT → IBV_WC_RETRY_EXC_ERR */
+        DW_REL_RNR_EXCEEDED = 3,   /* -EREMOTEIO → IBV_WC_RNR_RETRY_EXC_ERR */
+};
+
+struct dw_rel_stats {
+        uint32_t retransmits; /* all retransmissions (fast, RTO, RNR) */
+        uint32_t fast_retransmits;
+        uint32_t rto_expiries;
+        uint32_t rnr_naks;
+        uint32_t rx_dup;
+        uint32_t rx_ooo; /* accepted out of order */
+        uint32_t rx_oow;
+        uint32_t acks_built;
+};
+
+enum {
+        DW_REL_F_HAVE_RTT = 0x01,
+        DW_REL_F_ACK_NOW = 0x02,      /* an ACK must go out without waiting */
+        DW_REL_F_RETX_PENDING = 0x04, /* some ring entry has DW_REL_TXF_PENDING */
+};
+
+/* Per-pseudo-stream state. Fields are readable (tests, counters); change them
+ * only through the functions below. */
+struct dw_rel_peer {
+        const struct dw_rel_params *p;
+        struct dw_rel_txent *ring;
+        /* send side: outstanding PSNs are [snd_una, snd_nxt) */
+        uint32_t snd_nxt;
+        uint32_t snd_una;   /* oldest PSN not cumulatively acked */
+        uint32_t sack_high; /* one past the highest SACKed PSN (≥ snd_una) */
+        uint32_t rnr_psn;   /* PSN of the current RNR episode */
+        uint16_t ring_mask;
+        uint8_t backoff; /* RTO doublings since the last valid RTT sample */
+        uint8_t retries; /* RTO expiries since the last ACK progress */
+        uint8_t rnr_retries;
+        uint8_t flags;
+        int16_t fatal; /* 0 or the negative errno every call now returns */
+        uint8_t fatal_reason;
+        uint8_t rsvd0[3];
+        uint32_t srtt_ns;
+        uint32_t rttvar_ns;
+        uint32_t rto_ns;        /* RFC 6298 RTO before backoff, clamped */
+        uint64_t rto_deadline;  /* ns; 0 = timer not running */
+        uint64_t last_progress; /* ns of the last ACK progress (or RNR NAK, or first send) */
+        uint64_t rnr_until;     /* ns; no transmission before it; 0 = none */
+        /* receive side */
+        uint64_t rx_map[2];  /* bit (psn & 127): psn in (rcv_nxt, rcv_nxt+128) received */
+        uint32_t rcv_nxt;    /* cumulative ACK point = in-order delivery cursor */
+        uint16_t rx_unacked; /* in-order packets since the last ACK built */
+        uint16_t rsvd1;
+        uint64_t ack_deadline; /* ns; 0 = no delayed ACK owed */
+        struct dw_rel_stats stats;
+};
+static_assert(sizeof(struct dw_rel_peer) <= 256, "per-peer reliability state stays ≤ 256 bytes");
+
+/* What dw_rel_on_ack / dw_rel_timers ask of the caller. */
+struct dw_rel_ops {
+        /* The peer holds `psn` (cumulative ACK or SACK): exactly once per PSN.
+         * Release the packet; complete WQEs in order by dw_rel_tx_una(). */
+        void (*acked)(void *ctx, uint32_t psn, uint64_t cookie);
+        /* Send the packet `psn` again (same PSN and payload; fresh ACK fields
+         * from dw_rel_build_ack are welcome). 0 when the socket took it;
+         * -EAGAIN / -ENOBUFS = local back-pressure: it stays pending for the
+         * next call. Any other negative value stops the pass and is returned. */
+        int (*retransmit)(void *ctx, uint32_t psn, uint64_t cookie);
+        /* Send a control-only ACK built with dw_rel_build_ack. 0 or as above. */
+        int (*send_ack)(void *ctx);
+};
+
+/* ring_len: power of two in 1..128; it is the send window. tx_psn: first PSN
+ * this side sends; rx_psn: first PSN expected from the peer (both ends must
+ * agree on them: sq_psn/rq_psn for RC over RD). */
+int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
+                     struct dw_rel_txent *ring, uint32_t ring_len, uint32_t tx_psn,
+                     uint32_t rx_psn);
+
+/* ---- send side ---- */
+
+/* True when a new PSN may be sent now: window not full, no RNR back-off, not fatal. */
+bool dw_rel_tx_can_send(const struct dw_rel_peer *r, uint64_t now);
+static inline uint32_t dw_rel_tx_next_psn(const struct dw_rel_peer *r)
+{
+        return r->snd_nxt;
+}
+static inline uint32_t dw_rel_tx_una(const struct dw_rel_peer *r)
+{
+        return r->snd_una;
+}
+static inline uint32_t dw_rel_tx_inflight(const struct dw_rel_peer *r)
+{
+        return r->snd_nxt - r->snd_una;
+}
+/* Registers the packet just handed to the socket with PSN dw_rel_tx_next_psn()
+ * (call it only once the socket accepted it, so an EAGAIN costs no PSN).
+ * -EINVAL wrong PSN, -EAGAIN window full, or the fatal errno. */
+int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_t now);
+/* Whether the next data packet should carry ACKREQ: it fills the window, so
+ * the sender stops until an ACK comes and a delayed ACK would stall it. */
+bool dw_rel_tx_want_ackreq(const struct dw_rel_peer *r);
+
+/* Consumes the feedback of any received RD header: ACK (+SACK) and NAK (RNR,
+ * SEQ; other NAK codes are the QP's business and ignored here). Calls
+ * ops->acked for every PSN newly held by the peer, takes an RTT sample (Karn),
+ * marks holes for fast retransmit. 0; -EBADMSG when the header acknowledges
+ * PSNs never sent (nothing changed); -EREMOTEIO when the RNR retry limit is
+ * exceeded; the fatal errno once fatal. */
+int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now,
+                  const struct dw_rel_ops *ops, void *ctx);
+
+/* ---- receive side ---- */
+
+/* Classifies a DATA PSN without changing state: qp/ uses it to answer RNR
+ * before accepting (an RNR-refused PSN must stay NEW for its retry). */
+enum dw_rel_verdict dw_rel_rx_classify(const struct dw_rel_peer *r, uint32_t psn);
+/* Accepts a DATA PSN. Returns how far the in-order cursor (dw_rel_rx_cursor)
+ * advanced: every PSN before the cursor has been received, so qp/ completes
+ * messages up to it in order. ack_req: the packet had DW_DGRAM_F_ACKREQ. */
+uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint64_t now,
+                        enum dw_rel_verdict *verdict);
+static inline uint32_t dw_rel_rx_cursor(const struct dw_rel_peer *r)
+{
+        return r->rcv_nxt;
+}
+/* True when an ACK must be sent now (to piggyback on data, or alone). */
+bool dw_rel_ack_due(const struct dw_rel_peer *r, uint64_t now);
+/* True when some ACK is owed (now or after the coalescing delay): piggyback
+ * it on any data packet going to this peer. */
+bool dw_rel_ack_owed(const struct dw_rel_peer *r);
+/* Adds ACK (ack_psn = cursor) and up to max_sack SACK blocks (ascending, the
+ * lowest runs first and the highest run last when they do not all fit) to h,
+ * which must not carry a NAK. Clears the owed ACK. Returns the blocks written
+ * or -EINVAL. */
+int dw_rel_build_ack(struct dw_rel_peer *r, struct dw_dgram_hdr *h, unsigned max_sack);
+/* Turns h into an RNR NAK refusing psn; delay_us is rounded up to the 10 µs
+ * unit (0 = let the sender pick its own back-off). */
+void dw_rel_build_rnr_nak(struct dw_dgram_hdr *h, uint32_t psn, uint32_t delay_us);
+
+/* ---- timers ---- */
+
+/* Runs due work: peer timeout, RTO expiry (marks, backs off, counts toward
+ * the retry limit), pending retransmissions (fast, RTO, after RNR), a due
+ * ACK. Returns 0, a non back-pressure error from a callback, or the fatal
+ * errno (-ETIMEDOUT retry limit or silent peer, -EREMOTEIO RNR limit), after
+ * which the QP goes to error; the peer stays fatal. */
+int dw_rel_timers(struct dw_rel_peer *r, uint64_t now, const struct dw_rel_ops *ops, void *ctx);
+/* Earliest ns at which dw_rel_timers has work (≤ now: at once); UINT64_MAX none. */
+uint64_t dw_rel_next_deadline(const struct dw_rel_peer *r);
+
+/* Current RTO including backoff, ns. */
+uint64_t dw_rel_rto_ns(const struct dw_rel_peer *r);
+/* RFC 6298 update with one RTT measurement (exposed for tests). */
+void dw_rel_rtt_sample(struct dw_rel_peer *r, uint64_t rtt_ns);
+const char *dw_rel_fatal_str(const struct dw_rel_peer *r);
+
+#endif
