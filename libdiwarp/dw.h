@@ -225,6 +225,16 @@ struct dw_qp *dw_qp_lookup(struct dw_device *dev, uint32_t qpn);
 /* Writes a completion for a send WQE (if signaled or status != SUCCESS) and
  * pops it from the SQ; the WQE must be the SQ head (completions are in order). */
 void dw_qp_complete_send(struct dw_qp *qp, enum diwarp_wc_status status, uint32_t byte_len);
+/* The same, with wc.vendor_err = vendor_err on an error completion: RC puts
+ * the received Terminate's layer << 12 | type << 8 | code there
+ * (dw_term_vendor_err) for the WR the Terminate names. */
+void dw_qp_complete_send_ve(struct dw_qp *qp, enum diwarp_wc_status status, uint32_t byte_len,
+                            uint32_t vendor_err);
+
+/* diwarp_qp_modify without taking the lock: the same checks, attribute
+ * updates and transport side effects (dw_rc_qp_modify). cm/ moves natively
+ * connected QPs through INIT -> RTR -> RTS with it. */
+int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, int mask);
 
 /* Writes wc (qp_num is filled in) to the QP's receive CQ; solicited as the
  * message's SE bit says. Raises CQ_ERR on overflow. */

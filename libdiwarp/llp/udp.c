@@ -3,6 +3,9 @@
 #define _GNU_SOURCE /* recvmmsg */
 #endif
 #include "llp/udp.h"
+#ifdef DIWARP_HAVE_URING
+#include "llp/uring.h"
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,17 +46,16 @@ int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
 
         u->rx_buf = malloc((size_t)DW_UDP_RX_BATCH * DW_UDP_RX_BUF);
         u->rx_msgs = calloc(DW_UDP_RX_BATCH, sizeof(*u->rx_msgs));
-        if (!u->rx_buf || !u->rx_msgs) {
-                free(u->rx_buf);
-                free(u->rx_msgs);
-                u->rx_buf = NULL;
-                u->rx_msgs = NULL;
-                close(fd);
+        u->tx_msgs = calloc(DW_UDP_TX_BATCH, sizeof(*u->tx_msgs));
+        if (!u->rx_buf || !u->rx_msgs || !u->tx_msgs) {
+                u->fd = fd;
+                dw_udp_close(u);
                 return -ENOMEM;
         }
         for (int i = 0; i < DW_UDP_RX_BATCH; i++) {
-                u->rx_iov[i].iov_base = dw_udp_rx_pkt(u, i);
+                u->rx_iov[i].iov_base = u->rx_buf + (size_t)i * DW_UDP_RX_BUF;
                 u->rx_iov[i].iov_len = DW_UDP_RX_BUF;
+                u->rx_pkt[i] = u->rx_iov[i].iov_base;
         }
         u->fd = fd;
         return 0;
@@ -61,28 +63,45 @@ int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
 
 void dw_udp_close(struct dw_udp *u)
 {
+#ifdef DIWARP_HAVE_URING
+        if (u->ur)
+                dw_uring_close(u); /* before the socket and the buffers it points at */
+#endif
         if (u->fd >= 0)
                 close(u->fd);
         u->fd = -1;
         free(u->rx_buf);
         free(u->rx_msgs);
+        free(u->tx_msgs);
         u->rx_buf = NULL;
         u->rx_msgs = NULL;
+        u->tx_msgs = NULL;
 }
 
-size_t dw_udp_rx_len(const struct dw_udp *u, int i)
+int dw_udp_enable_uring(struct dw_udp *u)
 {
-        return u->rx_msgs[i].msg_len;
+#ifdef DIWARP_HAVE_URING
+        if (u->ur)
+                return 0;
+        return dw_uring_open(u);
+#else
+        (void)u;
+        return -ENOTSUP;
+#endif
 }
 
-bool dw_udp_rx_truncated(const struct dw_udp *u, int i)
+int dw_udp_poll_fd(const struct dw_udp *u)
 {
-        return (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+#ifdef DIWARP_HAVE_URING
+        if (u->ur)
+                return dw_uring_fd(u);
+#endif
+        return u->fd;
 }
 
 /* Reads and discards every queued ICMP error. UD is unreliable and RD has its
  * own timers, so an error only matters as a counter. */
-static void dw_udp_drain_errors(struct dw_udp *u)
+void dw_udp_drain_errors(struct dw_udp *u)
 {
         uint8_t ctrl[256], data[64];
         for (int i = 0; i < 64; i++) {
@@ -97,7 +116,7 @@ static void dw_udp_drain_errors(struct dw_udp *u)
         }
 }
 
-static bool dw_udp_is_icmp_err(int e)
+bool dw_udp_is_icmp_err(int e)
 {
         return e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN ||
                e == ENETDOWN || e == EPROTO;
@@ -106,6 +125,18 @@ static bool dw_udp_is_icmp_err(int e)
 int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                 const struct sockaddr_in *dst)
 {
+#ifdef DIWARP_HAVE_URING
+        if (u->ur) {
+                struct dw_udp_msg m = {.iov = iov, .iovcnt = iovcnt, .dst = dst};
+                int r = dw_uring_send_batch(u, &m, 1);
+                if (r < 0)
+                        return r;
+                size_t len = 0;
+                for (int i = 0; i < iovcnt; i++)
+                        len += iov[i].iov_len;
+                return (int)len;
+        }
+#endif
         struct msghdr mh = {.msg_name = (void *)dst,
                             .msg_namelen = sizeof(*dst),
                             .msg_iov = (struct iovec *)iov,
@@ -129,11 +160,73 @@ int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
         return -EAGAIN;
 }
 
+int dw_udp_send_batch(struct dw_udp *u, const struct dw_udp_msg *msgs, int n)
+{
+        if (n > DW_UDP_TX_BATCH)
+                n = DW_UDP_TX_BATCH;
+        if (n <= 0)
+                return -EINVAL;
+#ifdef DIWARP_HAVE_URING
+        if (u->ur)
+                return dw_uring_send_batch(u, msgs, n);
+#endif
+        for (int i = 0; i < n; i++) {
+                struct msghdr *mh = &u->tx_msgs[i].msg_hdr;
+                mh->msg_name = (void *)msgs[i].dst;
+                mh->msg_namelen = sizeof(*msgs[i].dst);
+                mh->msg_iov = (struct iovec *)msgs[i].iov;
+                mh->msg_iovlen = (size_t)msgs[i].iovcnt;
+                mh->msg_control = NULL;
+                mh->msg_controllen = 0;
+                mh->msg_flags = 0;
+        }
+        for (int attempt = 0; attempt < 2; attempt++) {
+                /* sendmmsg stops at the first failing datagram; when it sent at
+                 * least one, that error is lost and the caller meets it again
+                 * by sending from the first unsent one. */
+                int r = sendmmsg(u->fd, u->tx_msgs, (unsigned)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (r > 0)
+                        return r;
+                int e = r == 0 ? EAGAIN : errno;
+                if (e == EINTR)
+                        continue;
+                if (dw_udp_is_icmp_err(e)) {
+                        dw_udp_drain_errors(u);
+                        continue;
+                }
+                if (e == EWOULDBLOCK)
+                        e = EAGAIN;
+                return -e;
+        }
+        return -EAGAIN;
+}
+
 int dw_udp_send_fn(void *ctx, const struct iovec *iov, int iovcnt, const void *addr,
                    socklen_t addrlen)
 {
         (void)addrlen;
         return dw_udp_send(ctx, iov, iovcnt, addr);
+}
+
+void dw_udp_rx_done(struct dw_udp *u)
+{
+#ifdef DIWARP_HAVE_URING
+        if (u->ur)
+                dw_uring_rx_done(u);
+#else
+        (void)u;
+#endif
+}
+
+bool dw_udp_rx_stashed(const struct dw_udp *u)
+{
+#ifdef DIWARP_HAVE_URING
+        if (u->ur)
+                return dw_uring_rx_stashed(u);
+#else
+        (void)u;
+#endif
+        return false;
 }
 
 int dw_udp_recv_batch(struct dw_udp *u, int max)
@@ -142,6 +235,10 @@ int dw_udp_recv_batch(struct dw_udp *u, int max)
                 max = DW_UDP_RX_BATCH;
         if (max <= 0)
                 return 0;
+#ifdef DIWARP_HAVE_URING
+        if (u->ur)
+                return dw_uring_recv_batch(u, max);
+#endif
         for (int i = 0; i < max; i++) {
                 struct msghdr *mh = &u->rx_msgs[i].msg_hdr;
                 mh->msg_name = &u->rx_addr[i];
@@ -155,8 +252,13 @@ int dw_udp_recv_batch(struct dw_udp *u, int max)
         }
         for (int attempt = 0; attempt < 2; attempt++) {
                 int n = recvmmsg(u->fd, u->rx_msgs, (unsigned)max, MSG_DONTWAIT, NULL);
-                if (n >= 0)
+                if (n >= 0) {
+                        for (int i = 0; i < n; i++) {
+                                u->rx_len[i] = u->rx_msgs[i].msg_len;
+                                u->rx_trunc[i] = (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+                        }
                         return n;
+                }
                 int e = errno;
                 if (e == EAGAIN || e == EWOULDBLOCK)
                         return 0;

@@ -1,11 +1,18 @@
 /* llp/udp: the device instance's UDP socket (one per device, shared by every
  * UD/RD QP). Knows sockets and buffers, nothing about QPs or the wire format.
  *
- * Transmit: dw_udp_send gathers iovecs with one sendmsg (no staging copy).
+ * Transmit: dw_udp_send gathers iovecs with one sendmsg (no staging copy);
+ * dw_udp_send_batch sends several such datagrams with one sendmmsg.
  * Receive: dw_udp_recv_batch fills up to DW_UDP_RX_BATCH preallocated bounce
  * buffers with one recvmmsg. IP_RECVERR is on: ICMP errors (port unreachable
  * from a peer that went away) are read from the error queue and counted, and
  * never fail a receive or a send.
+ *
+ * Two I/O backends behind the same calls (DIWARP_IO): plain (the syscalls
+ * above) and io_uring (llp/uring.h: multishot recvmsg into the same bounce
+ * buffers through a provided-buffer ring, sendmsg SQEs). Callers do not see
+ * which one runs, except that the fd to watch for "datagrams may be waiting"
+ * is dw_udp_poll_fd (the ring fd with io_uring).
  */
 #ifndef DIWARP_LLP_UDP_H
 #define DIWARP_LLP_UDP_H
@@ -18,29 +25,64 @@
 #include <sys/uio.h>
 
 #define DW_UDP_RX_BATCH 32
-#define DW_UDP_RX_BUF   65536 /* > the largest IPv4 UDP payload, so truncation is visible */
+/* > the largest IPv4 UDP payload (65507) so truncation is visible, with room
+ * for io_uring's recvmsg_out header and source address in front of it. */
+#define DW_UDP_RX_BUF   (65536 + 128)
 #define DW_UDP_SOCK_BUF (4 << 20)
+#define DW_UDP_TX_BATCH 16 /* datagrams per sendmmsg */
+
+struct dw_uring;
+
+/* One datagram of a dw_udp_send_batch: iov[0..iovcnt) gathered, sent to dst. */
+struct dw_udp_msg {
+        const struct iovec *iov;
+        int iovcnt;
+        const struct sockaddr_in *dst;
+};
 
 struct dw_udp {
         int fd;
         uint8_t *rx_buf;         /* DW_UDP_RX_BATCH x DW_UDP_RX_BUF bytes */
         struct mmsghdr *rx_msgs; /* [DW_UDP_RX_BATCH]; opaque here (needs _GNU_SOURCE) */
+        struct mmsghdr *tx_msgs; /* [DW_UDP_TX_BATCH] */
         struct iovec rx_iov[DW_UDP_RX_BATCH];
+        /* The last batch: datagram i is rx_pkt[i], rx_len[i] bytes from rx_addr[i]. */
+        uint8_t *rx_pkt[DW_UDP_RX_BATCH];
+        uint32_t rx_len[DW_UDP_RX_BATCH];
+        bool rx_trunc[DW_UDP_RX_BATCH];
         struct sockaddr_in rx_addr[DW_UDP_RX_BATCH];
+        struct dw_uring *ur;  /* io_uring backend, NULL = plain */
         uint64_t icmp_errors; /* errors read from the error queue */
 };
 
 /* Creates the socket bound to addr:port (non-blocking, CLOEXEC, IP_RECVERR,
- * DW_UDP_SOCK_BUF send/receive buffers as far as the system allows).
- * -EADDRINUSE when the port is taken; other -errno. */
+ * DW_UDP_SOCK_BUF send/receive buffers as far as the system allows), plain
+ * backend. -EADDRINUSE when the port is taken; other -errno. */
 int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port);
 void dw_udp_close(struct dw_udp *u);
+
+/* Switches the socket to the io_uring backend. -ENOTSUP when the library was
+ * built without liburing; another -errno when the kernel refuses (seccomp,
+ * io_uring_disabled, no provided-buffer rings): the plain backend stays. */
+int dw_udp_enable_uring(struct dw_udp *u);
+static inline bool dw_udp_uring_on(const struct dw_udp *u)
+{
+        return u->ur != NULL;
+}
+/* The fd whose readability means "datagrams may be waiting": the socket, or
+ * the ring fd with io_uring (the socket then only matters for EPOLLOUT). */
+int dw_udp_poll_fd(const struct dw_udp *u);
 
 /* Sends one datagram. Returns bytes sent, or -errno: -EAGAIN/-ENOBUFS mean
  * "no room now, retry on the next progress step". A pending ICMP error is
  * consumed and the send retried once. */
 int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                 const struct sockaddr_in *dst);
+/* Sends msgs[0..n) (n <= DW_UDP_TX_BATCH) in order with one syscall, stopping
+ * at the first failure. Returns how many were sent (>= 1), or -errno when
+ * msgs[0] could not be (the error of a later one is seen by calling again
+ * from it). Same back-pressure and ICMP rules as dw_udp_send. */
+int dw_udp_send_batch(struct dw_udp *u, const struct dw_udp_msg *msgs, int n);
 /* Same signature as dw_fault_send_fn (ctx = struct dw_udp *). */
 int dw_udp_send_fn(void *ctx, const struct iovec *iov, int iovcnt, const void *addr,
                    socklen_t addrlen);
@@ -48,14 +90,32 @@ int dw_udp_send_fn(void *ctx, const struct iovec *iov, int iovcnt, const void *a
 /* Receives up to max (<= DW_UDP_RX_BATCH) datagrams. Returns the count
  * (0 when none is waiting) or -errno. Datagram i is dw_udp_rx_pkt(u, i) with
  * dw_udp_rx_len(u, i) bytes from u->rx_addr[i]; dw_udp_rx_truncated marks an
- * oversize one. Valid until the next call. */
+ * oversize one. Valid until dw_udp_rx_done or the next call. */
 int dw_udp_recv_batch(struct dw_udp *u, int max);
-size_t dw_udp_rx_len(const struct dw_udp *u, int i);
-bool dw_udp_rx_truncated(const struct dw_udp *u, int i);
+/* The caller is done with the last batch: its buffers go back to the kernel
+ * (io_uring; a no-op for plain). */
+void dw_udp_rx_done(struct dw_udp *u);
+/* True when datagrams were already taken from the kernel (io_uring reaps
+ * receive completions while it waits for its sends) and wait for
+ * dw_udp_recv_batch: the caller must not sleep on dw_udp_poll_fd. */
+bool dw_udp_rx_stashed(const struct dw_udp *u);
 
+static inline size_t dw_udp_rx_len(const struct dw_udp *u, int i)
+{
+        return u->rx_len[i];
+}
+static inline bool dw_udp_rx_truncated(const struct dw_udp *u, int i)
+{
+        return u->rx_trunc[i];
+}
 static inline uint8_t *dw_udp_rx_pkt(struct dw_udp *u, int i)
 {
-        return u->rx_buf + (size_t)i * DW_UDP_RX_BUF;
+        return u->rx_pkt[i];
 }
+
+/* For llp/uring.c: reads and counts every queued ICMP error; tells whether an
+ * errno is such a report about an earlier datagram. */
+void dw_udp_drain_errors(struct dw_udp *u);
+bool dw_udp_is_icmp_err(int e);
 
 #endif

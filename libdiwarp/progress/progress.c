@@ -37,9 +37,11 @@ int dw_progress_init(struct dw_device *dev)
         p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (p->epfd < 0 || p->wake_fd < 0)
                 goto fail;
-        struct epoll_event ev = {.events = EPOLLIN,
-                                 .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, dev->udp.fd, &ev) < 0)
+        /* With io_uring the ring fd says "datagrams received"; the socket
+         * itself is only watched (EPOLLOUT) while a send waits for room. */
+        int rx_fd = dw_udp_poll_fd(&dev->udp);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = dw_ev_data(rx_fd, DW_TAG_UDP)};
+        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, rx_fd, &ev) < 0)
                 goto fail;
         ev.data.u64 = dw_ev_data(p->wake_fd, DW_TAG_WAKE);
         if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->wake_fd, &ev) < 0)
@@ -87,9 +89,11 @@ void dw_progress_tx_wait(struct dw_device *dev, bool wait)
         bool want = p->ntx_pending > 0;
         if (want != p->udp_wants_out) {
                 /* The thread sleeps until the socket has room again. */
-                struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0),
+                bool uring = dw_udp_uring_on(&dev->udp);
+                struct epoll_event ev = {.events = (uring ? 0 : EPOLLIN) | (want ? EPOLLOUT : 0),
                                          .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-                epoll_ctl(p->epfd, EPOLL_CTL_MOD, dev->udp.fd, &ev);
+                int op = !uring ? EPOLL_CTL_MOD : want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL;
+                epoll_ctl(p->epfd, op, dev->udp.fd, &ev);
                 p->udp_wants_out = want;
         }
 }
@@ -170,6 +174,7 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
                         dw_ud_rx(dev, dw_udp_rx_pkt(&dev->udp, i), dw_udp_rx_len(&dev->udp, i),
                                  &dev->udp.rx_addr[i]);
                 }
+                dw_udp_rx_done(&dev->udp);
                 work += n;
                 if (n < want)
                         break; /* socket drained */
@@ -250,6 +255,8 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
                             (evs[i].events & (EPOLLIN | EPOLLERR)))
                                 udp_ready = true;
         }
+        if (dw_udp_rx_stashed(&dev->udp))
+                udp_ready = true;
         if (evs && nev > 0)
                 work += dw_progress_watch_events(dev, evs, nev);
         if (udp_ready)
@@ -260,6 +267,9 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
                         work += r;
         }
         work += dw_progress_tx(dev, budget);
+        /* io_uring: receive completions reaped while the sends waited. */
+        if (dw_udp_rx_stashed(&dev->udp))
+                work += dw_progress_rx(dev, budget);
         int r = dw_rc_progress(dev, budget);
         if (r > 0)
                 work += r;
@@ -281,6 +291,8 @@ static int dw_progress_timeout_ms(struct dw_device *dev)
                 if (f < due)
                         due = f;
         }
+        if (dw_udp_rx_stashed(&dev->udp))
+                return 0;
         if (due == UINT64_MAX)
                 return -1; /* idle: sleep until a fd is ready */
         uint64_t now = dw_now_ns();

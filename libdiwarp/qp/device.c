@@ -262,6 +262,19 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
                        dev->cfg.port_base, strerror(-err));
                 goto fail_lock;
         }
+        if (dev->cfg.io == DW_IO_URING) {
+                err = dw_udp_enable_uring(&dev->udp);
+                if (err == -ENOTSUP) {
+                        dw_err("device open: DIWARP_IO=uring, but this libdiwarp was built "
+                               "without liburing (install liburing-dev and rebuild, or use "
+                               "DIWARP_IO=plain)");
+                        goto fail_sock;
+                }
+                if (err < 0)
+                        dw_warn("device port %u: io_uring unavailable (%s); using the plain "
+                                "sendmmsg/recvmmsg backend",
+                                dev->port, strerror(-err));
+        }
         err = dw_mr_table_init(&dev->mrs, DW_MAX_MR);
         if (err < 0)
                 goto fail_sock;
@@ -289,7 +302,8 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
                         goto fail_rc;
         }
         dw_registry_add(dev);
-        dw_info("device open: %s port %u instance %u%s%s", dev->cfg.addr, dev->port, dev->instance,
+        dw_info("device open: %s port %u instance %u, %s I/O%s%s", dev->cfg.addr, dev->port,
+                dev->instance, dw_udp_uring_on(&dev->udp) ? "io_uring" : "plain",
                 dev->fault_on ? ", fault injection " : "",
                 dev->fault_on ? dev->cfg.fault_spec : "");
         *out = dw_dev_pub(dev);

@@ -1,5 +1,6 @@
 /* Queue pairs: creation, the IB state machine, posting, completion and
  * flushing. Transport work is delegated: UD to qp/ud.c, RC/UC to qp/rc.c. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,12 @@ static enum diwarp_wc_opcode dw_wc_opcode_of(int wr_opcode)
 
 void dw_qp_complete_send(struct dw_qp *qp, enum diwarp_wc_status status, uint32_t byte_len)
 {
+        dw_qp_complete_send_ve(qp, status, byte_len, 0);
+}
+
+void dw_qp_complete_send_ve(struct dw_qp *qp, enum diwarp_wc_status status, uint32_t byte_len,
+                            uint32_t vendor_err)
+{
         struct dw_wqe *w = dw_wq_head(&qp->sq);
         if (!w)
                 return;
@@ -56,6 +63,7 @@ void dw_qp_complete_send(struct dw_qp *qp, enum diwarp_wc_status status, uint32_
                     .opcode = dw_wc_opcode_of(w->opcode),
                     .byte_len = byte_len,
                     .qp_num = qp->qpn,
+                    .vendor_err = status != DIWARP_WC_SUCCESS ? vendor_err : 0,
                 };
                 dw_cq_complete(qp->dev, qp->send_cq, &wc, false);
         }
@@ -557,6 +565,11 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
         return 0;
 }
 
+int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, int mask)
+{
+        return dw_qp_modify_locked(qp, attr, mask);
+}
+
 int diwarp_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
 {
         struct dw_qp *qp = dw_qp_of(q);
@@ -667,8 +680,13 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         for (; wr; wr = wr->next) {
-                /* ERR accepts work and flushes it, as ibverbs providers do. */
-                if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_ERR) {
+                /* ERR accepts work and flushes it, as ibverbs providers do.
+                 * RC/UC also accept work in RTR: an iWARP stream carries both
+                 * directions once up, and programs written for iWARP through
+                 * the IB-style connect send from a QP they leave in RTR
+                 * (perftest's credit Writes on the receiving side). */
+                if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_ERR &&
+                    !(qp->state == DIWARP_QPS_RTR && dw_qp_is_rc(qp))) {
                         err = -EINVAL;
                         break;
                 }
@@ -689,8 +707,10 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                 } else if (dw_qp_is_rc(qp)) {
                         int e = dw_rc_post_send(qp, w);
                         if (e < 0) {
-                                dw_warn("QP %#x: RC transport refused a send: %s", qp->qpn,
-                                        strerror(-e));
+                                char ip[INET_ADDRSTRLEN] = "?";
+                                inet_ntop(AF_INET, &qp->peer.sin_addr, ip, sizeof(ip));
+                                dw_warn("RC QP %#x peer %s:%u: transport refused a send: %s",
+                                        qp->qpn, ip, ntohs(qp->peer.sin_port), strerror(-e));
                                 dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
                         }
                 }

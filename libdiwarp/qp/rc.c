@@ -136,7 +136,10 @@ static void set_watch(struct dw_rc_conn *c, bool want_out)
 {
         if (c->fd < 0)
                 return;
-        uint32_t ev = EPOLLIN | (want_out ? EPOLLOUT : 0);
+        /* After the peer's orderly close there is nothing left to read (EOF
+         * would keep the fd readable); errors and hang-ups are reported
+         * anyway. */
+        uint32_t ev = (c->peer_closed ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0);
         if (!c->watched) {
                 if (dw_progress_watch_fd(c->qp->dev, c->fd, ev, rc_watch_cb, c) == 0) {
                         c->watched = true;
@@ -205,6 +208,8 @@ static void reset_stream(struct dw_rc_conn *c)
         c->imm_pending = false;
         c->irq_head = c->irq_count = 0;
         c->rtr_send_expected = false;
+        c->comm_est = false;
+        c->peer_closed = false;
 }
 
 static void rc_close_now(struct dw_rc_conn *c)
@@ -251,7 +256,7 @@ static void retire(struct dw_rc_conn *c)
  * their status, unfinished ones flushed, culprit with status. Does nothing if
  * culprit is not (or no longer) in the SQ. References must be dropped first. */
 static void complete_through(struct dw_rc_conn *c, struct dw_wqe *culprit,
-                             enum diwarp_wc_status status)
+                             enum diwarp_wc_status status, uint32_t vendor_err)
 {
         struct dw_qp *qp = c->qp;
         bool found = false;
@@ -268,7 +273,7 @@ static void complete_through(struct dw_rc_conn *c, struct dw_wqe *culprit,
                 return;
         while ((w = dw_wq_head(&qp->sq))) {
                 if (w == culprit) {
-                        dw_qp_complete_send(qp, status, 0);
+                        dw_qp_complete_send_ve(qp, status, 0, vendor_err);
                         break;
                 }
                 dw_qp_complete_send(qp,
@@ -331,11 +336,83 @@ static void fail_prot(struct dw_rc_conn *c, enum dw_prot_status st, enum dw_prot
                        DIWARP_EVENT_QP_ACCESS_ERR, why);
 }
 
-/* The stream broke (EOF, reset, user timeout) without a Terminate. */
+/* The peer of an IB-style stream is gone (it closed in order) and work needs
+ * it: as an IB requester whose retries find no responder, the oldest
+ * unfinished send WQE completes with RETRY_EXC_ERR, the QP moves to ERR (no
+ * async event: IB reports this through the completion) and the rest flush. */
+static void peer_gone_fail(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+        struct dw_wqe *w;
+        char pb[32];
+
+        retire(c);
+        drop_wqe_refs(c);
+        rc_close_now(c); /* nobody to send a Terminate or FIN to */
+        w = dw_wq_head(&qp->sq);
+        if (w)
+                dw_warn("RC QP %#x peer %s: send WR %#llx: the peer QP closed its stream; "
+                        "completing with RETRY_EXC_ERR",
+                        qp->qpn, peer_str(c, pb, sizeof(pb)), (unsigned long long)w->wr_id);
+        complete_through(c, w, DIWARP_WC_RETRY_EXC_ERR, 0);
+        if (qp->state != DIWARP_QPS_ERR)
+                dw_qp_to_error(qp, -1);
+}
+
+/* The stream broke (EOF, reset, user timeout) without a Terminate.
+ *
+ * An IB-style stream (ibv_modify_qp RTR with a GID and QPN) that ends with
+ * EOF at an FPDU boundary is the peer destroying its QP. On IB that leaves
+ * the local QP alone, so here too: the stream is marked peer_closed, posted
+ * receives stay posted, Sends and Writes still go out on our half of the
+ * stream, and only work that cannot succeed fails, with RETRY_EXC_ERR: a
+ * Read or Atomic (no response can come), or a send once our half is gone
+ * too (write error or reset). Programs that close right after their last
+ * exchange (ibv_rc_pingpong, ibv_srq_pingpong) must not see flushes next to
+ * their last real completion.
+ *
+ * Everything else is an error now: a reset or timeout, EOF inside an FPDU,
+ * and any end of a stream the native CM set up (diwarp_connect/accept;
+ * iWARP semantics: the peer's diwarp_disconnect ends the connection, the QP
+ * moves to ERR and its WQEs flush, quietly if nothing was in flight). */
 static void stream_failed(struct dw_rc_conn *c, int err)
 {
         struct dw_qp *qp = c->qp;
         char pb[32];
+
+        if (c->peer_closed) {
+                /* The peer's socket is gone too (a write failed, or its reset
+                 * came): the QP still stays as it is; only unfinished sends fail. */
+                dw_dbg("RC QP %#x peer %s: stream gone after the peer's close (%s)", qp->qpn,
+                       peer_str(c, pb, sizeof(pb)), err ? strerror(-err) : "end of stream");
+                rc_close_now(c);
+                if (!dw_wq_empty(&qp->sq) && qp->state != DIWARP_QPS_ERR)
+                        peer_gone_fail(c);
+                return;
+        }
+        if (err == 0 && c->ib_style && c->rx_state == DW_RC_RX_HDR && c->rx_end == c->rx_start) {
+                dw_info("RC QP %#x peer %s: the peer closed its end (QP destroyed); this QP "
+                        "stays in state %d until work needs the peer",
+                        qp->qpn, peer_str(c, pb, sizeof(pb)), qp->state);
+                /* A message cut short stays unfinished in its receive WQE, as
+                 * on IB; the peer's outstanding Reads need no response. */
+                c->rx_wqe = NULL;
+                c->rx_msg_len = 0;
+                c->imm_pending = false;
+                c->irq_head = c->irq_count = 0;
+                c->rx_state = DW_RC_RX_STOP;
+                c->peer_closed = true;
+                /* Our direction stays open: Sends and Writes still go out
+                 * (the peer's end drains until it is really closed, like an
+                 * IB QP that acknowledges until destroyed). Reads and Atomics
+                 * can never be answered now. */
+                if (c->orq_count && qp->state != DIWARP_QPS_ERR) {
+                        peer_gone_fail(c);
+                        return;
+                }
+                set_watch(c, c->iov_pos != c->iov_cnt);
+                return;
+        }
         bool busy = c->rx_state == DW_RC_RX_DIRECT || c->rx_end != c->rx_start || c->rx_wqe ||
                     c->orq_count || c->irq_count || c->iov_pos != c->iov_cnt ||
                     !dw_wq_empty(&qp->sq);
@@ -448,7 +525,7 @@ static void wqe_local_error(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_
         dw_warn("RC QP %#x peer %s: send WR %#llx: %s", c->qp->qpn, peer_str(c, pb, sizeof(pb)),
                 (unsigned long long)w->wr_id, why);
         drop_wqe_refs(c);
-        complete_through(c, w, status);
+        complete_through(c, w, status, 0);
         fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
                        DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1, why);
 }
@@ -457,7 +534,9 @@ static bool sq_ready(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
 
-        if (qp->state != DIWARP_QPS_RTS)
+        /* RTR too: an IB-style passive side may send before it moves to RTS
+         * (see diwarp_post_send); the stream is bidirectional once up. */
+        if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_RTR)
                 return false;
         if (c->cur)
                 return true;
@@ -940,6 +1019,22 @@ static void rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp
         dw_qp_recv_pop(c->qp);
 }
 
+/* A receive WQE fails because of what the peer sent; the Terminate we send
+ * for it says why, and the completion carries the same code in vendor_err. */
+static void rx_fail_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
+                         struct dw_term_error te)
+{
+        struct diwarp_wc wc = {
+            .wr_id = w->wr_id,
+            .status = st,
+            .opcode = DIWARP_WC_RECV,
+            .vendor_err = dw_term_vendor_err(te),
+            .src_qp = c->qp->attr.dest_qp_num,
+        };
+        dw_qp_complete_recv(c->qp, &wc, false);
+        dw_qp_recv_pop(c->qp);
+}
+
 static struct dw_wqe *rx_take_recv(struct dw_rc_conn *c)
 {
         struct dw_wqe *w = dw_qp_recv_head(c->qp);
@@ -1013,7 +1108,7 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                 if (n < 0) {
                         struct dw_wqe *w = o->wqe;
                         drop_wqe_refs(c);
-                        complete_through(c, w, DIWARP_WC_LOC_PROT_ERR);
+                        complete_through(c, w, DIWARP_WC_LOC_PROT_ERR, 0);
                         fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
                                        DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
                                        DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
@@ -1059,20 +1154,20 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                         struct dw_wqe *w = c->rx_wqe;
                         bool too_long = n == -EMSGSIZE;
                         c->rx_wqe = NULL;
-                        rx_complete_recv(c, w,
-                                         too_long ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR,
-                                         DIWARP_WC_RECV, 0, 0, 0, 0, false);
-                        if (too_long)
-                                fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                               DW_TERM_DDP_U_MSG_TOO_LONG, true, NULL,
-                                               DIWARP_EVENT_QP_REQ_ERR,
-                                               "Send longer than the receive WQE");
-                        else
-                                fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
-                                               DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
-                                               DW_TERM_RDMAP_CATASTROPHIC_STREAM, true, NULL,
-                                               DIWARP_EVENT_QP_ACCESS_ERR,
-                                               "receive WQE SGE fails its lkey check");
+                        struct dw_term_error te =
+                            too_long
+                                ? (struct dw_term_error){DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                                         DW_TERM_DDP_U_MSG_TOO_LONG}
+                                : (struct dw_term_error){DW_TERM_LAYER_RDMAP,
+                                                         DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+                                                         DW_TERM_RDMAP_CATASTROPHIC_STREAM};
+                        rx_fail_recv(c, w,
+                                     too_long ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR, te);
+                        fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
+                                       too_long ? DIWARP_EVENT_QP_REQ_ERR
+                                                : DIWARP_EVENT_QP_ACCESS_ERR,
+                                       too_long ? "Send longer than the receive WQE"
+                                                : "receive WQE SGE fails its lkey check");
                         return -1;
                 }
                 c->ntgt = n;
@@ -1152,8 +1247,7 @@ static void rx_data_end(struct dw_rc_conn *c)
                                                            DW_TERM_RDMAP_REMOTE_OPERATION,
                                                            DW_TERM_RDMAP_STAG_NOT_INVALIDATED};
                                 dw_prot_status_to_term(st, DW_PROT_CTX_INVALIDATE, &te);
-                                rx_complete_recv(c, w, DIWARP_WC_REM_INV_REQ_ERR, DIWARP_WC_RECV, 0,
-                                                 0, 0, 0, false);
+                                rx_fail_recv(c, w, DIWARP_WC_REM_INV_REQ_ERR, te);
                                 fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
                                                DIWARP_EVENT_QP_ACCESS_ERR,
                                                "Send with Invalidate of an STag that cannot be "
@@ -1274,7 +1368,7 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                 struct dw_wqe *w = o->wqe;
                 if (n < 0) {
                         drop_wqe_refs(c);
-                        complete_through(c, w, DIWARP_WC_LOC_PROT_ERR);
+                        complete_through(c, w, DIWARP_WC_LOC_PROT_ERR, 0);
                         fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
                                        DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
                                        DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
@@ -1391,7 +1485,9 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                 if (!culprit)
                         culprit = c->cur;
                 drop_wqe_refs(c);
-                complete_through(c, culprit, st);
+                complete_through(
+                    c, culprit, st,
+                    dw_term_vendor_err((struct dw_term_error){t.layer, t.etype, t.ecode}));
                 c->term_pending = false;
                 c->rx_state = DW_RC_RX_STOP;
                 if (qp->state != DIWARP_QPS_ERR)
@@ -1477,6 +1573,14 @@ static int rx_parse(struct dw_rc_conn *c)
                                                               : DW_TERM_RDMAP_UNEXPECTED_OPCODE,
                                        true, NULL, DIWARP_EVENT_QP_FATAL, why);
                 return -1;
+        }
+        if (!c->comm_est) {
+                /* IB semantics: the first message on a QP still in RTR (the
+                 * passive side of an IB-style connect that has not moved to
+                 * RTS yet) raises Communication Established, once. */
+                c->comm_est = true;
+                if (c->qp->state == DIWARP_QPS_RTR)
+                        dw_async_qp(c->qp, DIWARP_EVENT_COMM_EST);
         }
 
         switch (c->rh.opcode) {
@@ -1666,6 +1770,10 @@ static int rc_watch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx
         (void)dev;
         if (c->fd != fd)
                 return 0;
+        if (c->peer_closed && (events & (EPOLLERR | EPOLLHUP))) {
+                stream_failed(c, -ECONNRESET);
+                return 1;
+        }
         if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
                 work += rc_rx(c);
         /* Always try to transmit: receiving may have queued Read Responses,
@@ -1701,12 +1809,14 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         c->rtr_send_expected = !mc->initiator && mc->rtr_send;
         int r = dw_tcp_configure(fd, qp->dev->cfg.peer_timeout_ms);
         if (r < 0)
-                dw_warn("RC QP %#x: TCP options: %s", qp->qpn, strerror(-r));
+                dw_warn("RC QP %#x peer %s: TCP options: %s", qp->qpn,
+                        dw_tcp_addr_str(peer, pb, sizeof(pb)), strerror(-r));
         c->state = DW_RC_UP;
         c->watched = false;
         set_watch(c, false);
         if (!c->watched) {
-                dw_warn("RC QP %#x: cannot watch the stream socket", qp->qpn);
+                dw_warn("RC QP %#x peer %s: cannot watch the stream socket", qp->qpn,
+                        dw_tcp_addr_str(peer, pb, sizeof(pb)));
                 c->state = DW_RC_CLOSED;
                 close(fd);
                 c->fd = -1;
@@ -1760,6 +1870,15 @@ void dw_rc_qp_fini(struct dw_qp *qp)
         if (!c)
                 return;
         dw_cm_qp_cancel(qp);
+        if (c->fd >= 0 && c->ib_style && c->state == DW_RC_UP) {
+                /* Destroying an IB-style QP is an orderly close for the peer
+                 * (see stream_failed): FIN first, and what already arrived is
+                 * read away, so the close does not turn into a reset. */
+                shutdown(c->fd, SHUT_WR);
+                uint8_t sink[4096];
+                for (int i = 0; i < 256 && recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+                        ;
+        }
         rc_close_now(c);
         free(c->rxbuf);
         free(c);
@@ -1808,6 +1927,10 @@ int dw_rc_post_send(struct dw_qp *qp, struct dw_wqe *wqe)
         (void)wqe;
         if (!c)
                 return -EINVAL;
+        if (c->peer_closed && (c->fd < 0 || is_read_like(wqe->opcode))) {
+                peer_gone_fail(c);
+                return 0;
+        }
         /* Before the stream is up the WQE just waits in the SQ. */
         if (c->state == DW_RC_UP && c->iov_pos == c->iov_cnt)
                 rc_tx(c);

@@ -45,7 +45,7 @@ enum dw_rc_conn_state {
         DW_RC_CONNECTING, /* cm/ is setting the stream up */
         DW_RC_UP,         /* FPDU mode */
         DW_RC_CLOSING,    /* draining: last FPDUs / Terminate out, FIN sent, wait for EOF */
-        DW_RC_CLOSED,     /* stream gone; the QP is in ERR (or RESET) */
+        DW_RC_CLOSED,     /* stream gone; the QP is in ERR (or RESET), or peer_closed */
 };
 
 /* An RDMA Read or Atomic we issued, waiting for its response (ORQ). */
@@ -96,8 +96,14 @@ struct dw_rc_conn {
         uint16_t peer_ird;      /* cap on our ORD */
         bool rtr_send_expected; /* RFC 6581 P2P: first zero-length Send is the RTR */
         bool ib_style;          /* set up by the IB-style connect */
+        /* IB-style stream ended by the peer in an orderly way (EOF at an FPDU
+         * boundary: its QP was destroyed). As on IB, that does not touch this
+         * QP: posted receives stay, Sends/Writes still go out while our half
+         * of the stream lasts; Reads/Atomics fail (see stream_failed). */
+        bool peer_closed;
         bool initiator;
-        bool in_tx; /* rc_tx/build_batch running: error paths must not re-enter */
+        bool in_tx;    /* rc_tx/build_batch running: error paths must not re-enter */
+        bool comm_est; /* first FPDU of this stream seen (COMM_EST if the QP was in RTR) */
 
         /* ---- transmit ---- */
         struct iovec iov[DW_RC_TX_IOV];

@@ -36,10 +36,10 @@ static void dw_ud_set_pending(struct dw_qp *qp, bool pending)
         dw_progress_tx_wait(qp->dev, pending);
 }
 
-/* Encodes the headers of one UD message into hdr (dgram + Send) and imm
- * (Immediate Data message, when with_imm). Returns the header length. */
-static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint8_t *hdr, size_t cap,
-                             uint8_t *imm, bool with_imm)
+/* Encodes the headers of one UD message with MSN msn into hdr (dgram + Send)
+ * and imm (Immediate Data message, when with_imm). Returns the header length. */
+static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, uint8_t *hdr,
+                             size_t cap, uint8_t *imm, bool with_imm)
 {
         bool se = w->send_flags & DIWARP_SEND_SOLICITED;
         /* IB rule: a remote qkey with the high bit set means "use the QP's own". */
@@ -59,7 +59,7 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint8_t *
         if (dw_rdmap_hdr_init(&r, se && !with_imm ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND) < 0)
                 return -EINVAL;
         r.ddp.last = true;
-        r.ddp.msn = qp->ud_msn;
+        r.ddp.msn = msn;
         r.ddp.mo = 0;
         ssize_t m = dw_rdmap_encode(&r, hdr + n, cap - (size_t)n);
         if (m < 0)
@@ -69,7 +69,7 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint8_t *
                 if (dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA) < 0)
                         return -EINVAL;
                 ri.ddp.last = true;
-                ri.ddp.msn = qp->ud_msn + 1;
+                ri.ddp.msn = msn + 1;
                 ri.ddp.mo = 0;
                 ssize_t k = dw_rdmap_encode(&ri, imm, DW_DGRAM_IMM_MSG_LEN);
                 if (k != DW_DGRAM_DDP_UNTAGGED_LEN)
@@ -88,89 +88,160 @@ static bool dw_ud_net_error(int e)
                e == EHOSTDOWN || e == ENETDOWN;
 }
 
+/* One datagram being built: headers, CRC trailer and the iovecs gathering
+ * them around the payload, which stays in registered memory. */
+struct dw_ud_txm {
+        uint8_t hdr[DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN];
+        uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
+        uint8_t crc[DW_DGRAM_CRC_LEN];
+        struct iovec iov[DW_MAX_SGE + 3];
+        struct sockaddr_in dst;
+        uint32_t msn_next; /* qp->ud_msn once this one is sent */
+};
+
+/* Builds the datagram of WQE w with MSN msn into m. Returns the iovec count,
+ * or the completion status that fails the WQE (negative: -1 encode, -2 lkey). */
+static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, struct dw_ud_txm *m)
+{
+        bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+        ssize_t hl = dw_ud_headers(qp, w, msn, m->hdr, sizeof(m->hdr), m->imm, with_imm);
+        if (hl < 0)
+                return -1;
+        m->iov[0].iov_base = m->hdr;
+        m->iov[0].iov_len = (size_t)hl;
+        int g = dw_qp_gather(qp, w, m->iov + 1, DW_MAX_SGE);
+        if (g < 0)
+                return -2;
+        int cnt = 1 + g;
+        if (with_imm) {
+                m->iov[cnt].iov_base = m->imm;
+                m->iov[cnt].iov_len = sizeof(m->imm);
+                cnt++;
+        }
+        uint32_t st = dw_crc32c_update_iov(dw_crc32c_init(), m->iov, (size_t)cnt);
+        dw_dgram_crc_trailer(m->crc, st);
+        m->iov[cnt].iov_base = m->crc;
+        m->iov[cnt].iov_len = sizeof(m->crc);
+        cnt++;
+        dw_peer_addr(qp->dev, ((struct dw_ah *)w->ah)->ip, w->remote_qpn, &m->dst);
+        m->msn_next = msn + (with_imm ? 2 : 1);
+        return cnt;
+}
+
+/* The head WQE was sent (or lost in the network: UD is unreliable, an ICMP
+ * error is not the sender's failure). */
+static void dw_ud_sent(struct dw_qp *qp, const struct dw_ud_txm *m)
+{
+        uint32_t len = (uint32_t)dw_wq_head(&qp->sq)->total_len;
+        qp->ud_msn = m->msn_next;
+        dw_ud_count_tx(qp, len);
+        dw_qp_complete_send(qp, DIWARP_WC_SUCCESS, len);
+}
+
+/* The head WQE's send failed locally with -r (not back-pressure). Completes it
+ * with an error; returns false when the QP went to ERR. */
+static bool dw_ud_send_failed(struct dw_qp *qp, const struct dw_ud_txm *m, int r)
+{
+        if (dw_ud_net_error(-r)) {
+                dw_ud_sent(qp, m);
+                return true;
+        }
+        char ip[INET_ADDRSTRLEN];
+        struct dw_wqe *w = dw_wq_head(&qp->sq);
+        inet_ntop(AF_INET, &m->dst.sin_addr, ip, sizeof(ip));
+        dw_warn("QP %#x: UD send to %s:%u QPN %#x failed: %s", qp->qpn, ip, ntohs(m->dst.sin_port),
+                w->remote_qpn, strerror(-r));
+        bool prot = r == -EFAULT;
+        dw_qp_complete_send(qp,
+                            prot ? DIWARP_WC_LOC_PROT_ERR
+                                 : (r == -EMSGSIZE ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_GENERAL_ERR),
+                            0);
+        if (prot) {
+                dw_qp_to_error(qp, -1);
+                return false;
+        }
+        return true;
+}
+
+/* Sends the SQ from its head, up to budget WQEs. Several ready WQEs go out
+ * with one sendmmsg (dw_udp_send_batch); a lone one with one sendmsg, the
+ * latency path. With fault injection each datagram passes the fault hook. */
 int dw_ud_tx(struct dw_qp *qp, int budget)
 {
         struct dw_device *dev = qp->dev;
+        struct dw_ud_txm m[DW_UDP_TX_BATCH];
+        struct dw_udp_msg msgs[DW_UDP_TX_BATCH];
         int work = 0;
-        struct dw_wqe *w;
 
-        while (work < budget && qp->state == DIWARP_QPS_RTS && (w = dw_wq_head(&qp->sq))) {
-                uint8_t hdr[DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN];
-                uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
-                uint8_t crc[DW_DGRAM_CRC_LEN];
-                struct iovec iov[DW_MAX_SGE + 3];
-                bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
-                struct dw_ah *ah = w->ah;
-                struct sockaddr_in dst;
-
-                ssize_t hl = dw_ud_headers(qp, w, hdr, sizeof(hdr), imm, with_imm);
-                if (hl < 0) {
-                        dw_warn("QP %#x: cannot encode UD headers (%zd)", qp->qpn, hl);
-                        dw_qp_complete_send(qp, DIWARP_WC_LOC_QP_OP_ERR, 0);
-                        work++;
-                        continue;
+        while (work < budget && qp->state == DIWARP_QPS_RTS && !dw_wq_empty(&qp->sq)) {
+                int want = budget - work;
+                if (want > DW_UDP_TX_BATCH)
+                        want = DW_UDP_TX_BATCH;
+                if ((uint32_t)want > dw_wq_count(&qp->sq))
+                        want = (int)dw_wq_count(&qp->sq);
+                /* Build datagrams for the first WQEs; a WQE that cannot be
+                 * built ends the batch and is failed when it reaches the head. */
+                int n = 0, bad = 0;
+                uint32_t msn = qp->ud_msn;
+                while (n < want) {
+                        int c = dw_ud_build(qp, dw_wq_at(&qp->sq, (uint32_t)n), msn, &m[n]);
+                        if (c < 0) {
+                                bad = c;
+                                break;
+                        }
+                        msgs[n] =
+                            (struct dw_udp_msg){.iov = m[n].iov, .iovcnt = c, .dst = &m[n].dst};
+                        msn = m[n].msn_next;
+                        n++;
                 }
-                iov[0].iov_base = hdr;
-                iov[0].iov_len = (size_t)hl;
-                int g = dw_qp_gather(qp, w, iov + 1, DW_MAX_SGE);
-                if (g < 0) {
+                if (n == 0) {
+                        struct dw_wqe *w = dw_wq_head(&qp->sq);
+                        work++;
+                        if (bad == -1) {
+                                dw_warn("QP %#x: cannot encode UD headers", qp->qpn);
+                                dw_qp_complete_send(qp, DIWARP_WC_LOC_QP_OP_ERR, 0);
+                                continue;
+                        }
                         dw_warn("QP %#x: send wr_id %#llx: local protection error (lkey)", qp->qpn,
                                 (unsigned long long)w->wr_id);
                         dw_qp_complete_send(qp, DIWARP_WC_LOC_PROT_ERR, 0);
                         dw_qp_to_error(qp, -1);
-                        return work + 1;
-                }
-                int cnt = 1 + g;
-                if (with_imm) {
-                        iov[cnt].iov_base = imm;
-                        iov[cnt].iov_len = sizeof(imm);
-                        cnt++;
-                }
-                uint32_t st = dw_crc32c_update_iov(dw_crc32c_init(), iov, (size_t)cnt);
-                dw_dgram_crc_trailer(crc, st);
-                iov[cnt].iov_base = crc;
-                iov[cnt].iov_len = sizeof(crc);
-                cnt++;
-
-                dw_peer_addr(dev, ah->ip, w->remote_qpn, &dst);
-                int r;
-                if (dev->fault_on)
-                        r = dw_fault_tx(&dev->fault, iov, cnt, &dst, sizeof(dst), dw_now_ns(),
-                                        dw_udp_send_fn, &dev->udp, &dev->ctr);
-                else
-                        r = dw_udp_send(&dev->udp, iov, cnt, &dst);
-                if (r == -EAGAIN || r == -ENOBUFS) {
-                        /* Back-pressure: keep the WQE, retry on the next step. */
-                        dev->ctr.tx_backpressure++;
-                        qp->ctr.tx_backpressure++;
-                        dw_ud_set_pending(qp, true);
                         return work;
                 }
-                uint32_t len = (uint32_t)w->total_len;
-                if (r < 0 && !dw_ud_net_error(-r)) {
-                        char ip[INET_ADDRSTRLEN];
-                        inet_ntop(AF_INET, &dst.sin_addr, ip, sizeof(ip));
-                        dw_warn("QP %#x: UD send to %s:%u QPN %#x failed: %s", qp->qpn, ip,
-                                ntohs(dst.sin_port), w->remote_qpn, strerror(-r));
-                        bool prot = r == -EFAULT;
-                        dw_qp_complete_send(
-                            qp,
-                            prot ? DIWARP_WC_LOC_PROT_ERR
-                                 : (r == -EMSGSIZE ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_GENERAL_ERR),
-                            0);
-                        if (prot) {
-                                dw_qp_to_error(qp, -1);
-                                return work + 1;
+                for (int off = 0; off < n;) {
+                        int r;
+                        if (dev->fault_on) {
+                                r = dw_fault_tx(&dev->fault, msgs[off].iov, msgs[off].iovcnt,
+                                                &m[off].dst, sizeof(m[off].dst), dw_now_ns(),
+                                                dw_udp_send_fn, &dev->udp, &dev->ctr);
+                                r = r >= 0 ? 1 : r;
+                        } else if (n - off == 1) {
+                                r = dw_udp_send(&dev->udp, msgs[off].iov, msgs[off].iovcnt,
+                                                &m[off].dst);
+                                r = r >= 0 ? 1 : r;
+                        } else {
+                                r = dw_udp_send_batch(&dev->udp, msgs + off, n - off);
                         }
-                        work++;
-                        continue;
+                        if (r == -EAGAIN || r == -ENOBUFS) {
+                                /* Back-pressure: keep the WQEs, retry on the next step;
+                                 * their MSNs are assigned again then. */
+                                dev->ctr.tx_backpressure++;
+                                qp->ctr.tx_backpressure++;
+                                dw_ud_set_pending(qp, true);
+                                return work;
+                        }
+                        if (r < 0) {
+                                work++;
+                                if (!dw_ud_send_failed(qp, &m[off], r))
+                                        return work;
+                                off++;
+                                continue;
+                        }
+                        for (int i = 0; i < r; i++)
+                                dw_ud_sent(qp, &m[off + i]);
+                        work += r;
+                        off += r;
                 }
-                /* Accepted, or lost in the network (UD is unreliable: an ICMP
-                 * error is not the sender's failure). */
-                qp->ud_msn += with_imm ? 2 : 1;
-                dw_ud_count_tx(qp, len);
-                dw_qp_complete_send(qp, DIWARP_WC_SUCCESS, len);
-                work++;
         }
         if (dw_wq_empty(&qp->sq) || qp->state != DIWARP_QPS_RTS)
                 dw_ud_set_pending(qp, false);

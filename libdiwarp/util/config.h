@@ -17,7 +17,7 @@ enum dw_rc_transport {
 };
 
 #define DW_CONFIG_DEFAULT_ADDR               "127.0.0.1"
-#define DW_CONFIG_DEFAULT_PORT_BASE          7471
+#define DW_CONFIG_DEFAULT_PORT_BASE          17471
 #define DW_CONFIG_DEFAULT_PEER_TIMEOUT_MS    5000
 #define DW_CONFIG_DEFAULT_CONNECT_TIMEOUT_MS 10000
 #define DW_CONFIG_DEFAULT_FAULT_SEED         1

@@ -5,12 +5,14 @@
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +32,8 @@ struct side {
         struct diwarp_mr *mr;
         uint8_t *buf;
         size_t len;
+        bool mapped;                    /* buf is an mmap (pages touched only as used) */
+        struct diwarp_comp_channel *ch; /* side_init_ex with a channel */
         uint32_t lkey, rkey;
 };
 
@@ -42,12 +46,17 @@ static uint64_t now_ms(void)
         return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void side_init(struct side *s, size_t len, int access)
+/* with_channel: the CQ gets a completion channel (which also starts the
+ * device's progress thread); mapped: the buffer is an anonymous mmap, so a
+ * 1 GiB buffer costs RAM only for the pages a test touches. */
+static void side_init_ex(struct side *s, size_t len, int access, bool with_channel, bool mapped)
 {
         memset(s, 0, sizeof(*s));
         cr_assert_eq(diwarp_device_open(NULL, &s->dev), 0);
         cr_assert_eq(diwarp_pd_alloc(s->dev, &s->pd), 0);
-        cr_assert_eq(diwarp_cq_create(s->dev, 1024, NULL, NULL, &s->cq), 0);
+        if (with_channel)
+                cr_assert_eq(diwarp_comp_channel_create(s->dev, &s->ch), 0);
+        cr_assert_eq(diwarp_cq_create(s->dev, 1024, NULL, s->ch, &s->cq), 0);
         struct diwarp_qp_init_attr ia = {.send_cq = s->cq,
                                          .recv_cq = s->cq,
                                          .qp_type = DIWARP_QPT_RC,
@@ -58,14 +67,26 @@ static void side_init(struct side *s, size_t len, int access)
                                                  .max_inline_data = 64}};
         cr_assert_eq(diwarp_qp_create(s->pd, &ia, &s->qp), 0);
         s->len = len;
-        s->buf = aligned_alloc(4096, len);
-        cr_assert_not_null(s->buf);
-        memset(s->buf, 0, len);
+        s->mapped = mapped;
+        if (mapped) {
+                s->buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                cr_assert_neq(s->buf, MAP_FAILED);
+        } else {
+                s->buf = aligned_alloc(4096, len);
+                cr_assert_not_null(s->buf);
+                memset(s->buf, 0, len);
+        }
         cr_assert_eq(diwarp_mr_reg(s->pd, s->buf, len, (uintptr_t)s->buf, access, &s->mr), 0);
         struct diwarp_mr_info mi;
         diwarp_mr_info(s->mr, &mi);
         s->lkey = mi.lkey;
         s->rkey = mi.rkey;
+}
+
+static void side_init(struct side *s, size_t len, int access)
+{
+        side_init_ex(s, len, access, false, false);
 }
 
 static void side_fini(struct side *s)
@@ -75,9 +96,14 @@ static void side_fini(struct side *s)
         cr_expect_eq(diwarp_qp_destroy(s->qp), 0);
         cr_expect_eq(diwarp_mr_dereg(s->mr), 0);
         cr_expect_eq(diwarp_cq_destroy(s->cq), 0);
+        if (s->ch)
+                cr_expect_eq(diwarp_comp_channel_destroy(s->ch), 0);
         cr_expect_eq(diwarp_pd_dealloc(s->pd), 0);
         cr_expect_eq(diwarp_device_close(s->dev), 0);
-        free(s->buf);
+        if (s->mapped)
+                munmap(s->buf, s->len);
+        else
+                free(s->buf);
         memset(s, 0, sizeof(*s));
 }
 
@@ -131,6 +157,19 @@ static void pair_ib(size_t len)
 {
         side_init(&A, len, ALL_ACCESS);
         side_init(&B, len, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        to_rtr_rts(&A, &B);
+        to_rtr_rts(&B, &A);
+        to_rts(&A);
+        to_rts(&B);
+}
+
+/* The same with mmap'd buffers (and optionally a channel on B). */
+static void pair_ib_ex(size_t len, bool b_channel, bool mapped)
+{
+        side_init_ex(&A, len, ALL_ACCESS, false, mapped);
+        side_init_ex(&B, len, ALL_ACCESS, b_channel, mapped);
         to_init(&A);
         to_init(&B);
         to_rtr_rts(&A, &B);
@@ -203,6 +242,19 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
                 p[i] = (uint8_t)(x >> 16);
         }
 }
+
+/* wc.vendor_err of a Terminate-caused error: layer << 12 | type << 8 | code
+ * (RFC 5040 §4.8 values). */
+#define VE(layer, type, code)      ((layer) << 12 | (type) << 8 | (code))
+#define VE_RDMAP_INVALID_STAG      VE(0, 1, 0x00)
+#define VE_RDMAP_BASE_BOUNDS       VE(0, 1, 0x01)
+#define VE_RDMAP_ACCESS_RIGHTS     VE(0, 1, 0x02)
+#define VE_DDP_TAGGED_INVALID_STAG VE(1, 1, 0x00)
+#define VE_DDP_TAGGED_BOUNDS       VE(1, 1, 0x01)
+#define VE_DDP_TAGGED_NOT_ON_QP    VE(1, 1, 0x02)
+#define VE_DDP_NO_BUFFER           VE(1, 2, 0x02)
+#define VE_DDP_MSG_TOO_LONG        VE(1, 2, 0x05)
+#define VE_LLP_CRC                 VE(2, 0, 0x02)
 
 static const uint32_t sizes[] = {0, 1, 4095, 4096, 65536, 1u << 20, 64u << 20};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
@@ -413,6 +465,7 @@ Test(rc, send_with_invalidate_and_local_invalidate)
         w = wait_wc(&A, 5000);
         cr_assert_eq(w.wr_id, 3);
         cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR, "got %s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.vendor_err, VE_RDMAP_INVALID_STAG, "vendor_err %#x", w.vendor_err);
         diwarp_mr_dereg(mr2);
 }
 
@@ -443,6 +496,7 @@ Test(rc, local_invalidate)
         w = wait_wc(&B, 5000);
         cr_assert_eq(w.wr_id, 3);
         cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR, "got %s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.vendor_err, VE_RDMAP_INVALID_STAG, "vendor_err %#x", w.vendor_err);
         uint64_t end = now_ms() + 5000;
         while (diwarp_qp_state(A.qp) != DIWARP_QPS_ERR && now_ms() < end)
                 progress_both();
@@ -452,8 +506,6 @@ Test(rc, local_invalidate)
 }
 
 /* ---- protection and error paths ---- */
-
-#include <fcntl.h>
 
 static bool got_async(struct side *s, enum diwarp_event_type type, int ms)
 {
@@ -496,6 +548,7 @@ Test(rc, read_bad_stag)
             post_send(&A, DIWARP_WR_RDMA_READ, 1, 0, 64, (uintptr_t)B.buf, B.rkey ^ 0x5a, 0), 0);
         struct diwarp_wc w = wait_wc(&A, 5000);
         cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR, "got %s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.vendor_err, VE_RDMAP_INVALID_STAG, "vendor_err %#x", w.vendor_err);
         cr_assert(got_async(&A, DIWARP_EVENT_QP_ACCESS_ERR, 2000));
         cr_assert(got_async(&B, DIWARP_EVENT_QP_ACCESS_ERR, 2000));
         check_dead();
@@ -509,11 +562,14 @@ Test(rc, read_out_of_bounds)
                      0);
         struct diwarp_wc w = wait_wc(&A, 5000);
         cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR);
+        cr_assert_eq(w.vendor_err, VE_RDMAP_BASE_BOUNDS, "vendor_err %#x", w.vendor_err);
         check_dead();
 }
 
+/* vendor_err: the Terminate's code, asserted when the Terminate still found
+ * the Write outstanding (else the Write completed at hand-off to TCP). */
 static void write_must_fail(uint64_t raddr, uint32_t rkey, uint32_t len, uint8_t *guard,
-                            size_t guard_len)
+                            size_t guard_len, uint32_t vendor_err)
 {
         uint8_t *copy = malloc(guard_len);
         memcpy(copy, guard, guard_len);
@@ -524,6 +580,13 @@ static void write_must_fail(uint64_t raddr, uint32_t rkey, uint32_t len, uint8_t
         struct diwarp_wc w = wait_wc(&A, 5000);
         cr_assert(w.status == DIWARP_WC_SUCCESS || w.status == DIWARP_WC_REM_ACCESS_ERR, "got %s",
                   diwarp_wc_status_str(w.status));
+        if (w.status == DIWARP_WC_REM_ACCESS_ERR)
+                cr_assert_eq(w.vendor_err, vendor_err, "vendor_err %#x, want %#x", w.vendor_err,
+                             vendor_err);
+        else
+                cr_assert_eq(w.vendor_err, 0);
+        cr_log_info("write of %u bytes: %s, vendor_err %#x", len, diwarp_wc_status_str(w.status),
+                    w.vendor_err);
         cr_assert(got_async(&A, DIWARP_EVENT_QP_ACCESS_ERR, 3000));
         check_dead();
         cr_assert_eq(memcmp(copy, guard, guard_len), 0, "target memory was touched");
@@ -533,19 +596,22 @@ static void write_must_fail(uint64_t raddr, uint32_t rkey, uint32_t len, uint8_t
 Test(rc, write_bad_stag)
 {
         pair_ib(1 << 16);
-        write_must_fail((uintptr_t)B.buf, B.rkey + 0x100, 128, B.buf, B.len);
+        write_must_fail((uintptr_t)B.buf, B.rkey + 0x100, 128, B.buf, B.len,
+                        VE_DDP_TAGGED_INVALID_STAG);
 }
 
 Test(rc, write_out_of_bounds)
 {
         pair_ib(1 << 16);
-        write_must_fail((uintptr_t)B.buf + B.len - 64, B.rkey, 128, B.buf, B.len);
+        write_must_fail((uintptr_t)B.buf + B.len - 64, B.rkey, 128, B.buf, B.len,
+                        VE_DDP_TAGGED_BOUNDS);
 }
 
 Test(rc, write_large_bad_stag)
 {
         pair_ib(8 << 20);
-        write_must_fail((uintptr_t)B.buf, B.rkey ^ 1, 8 << 20, B.buf, B.len);
+        write_must_fail((uintptr_t)B.buf, B.rkey ^ 1, 8 << 20, B.buf, B.len,
+                        VE_DDP_TAGGED_INVALID_STAG);
 }
 
 Test(rc, write_without_remote_write_right)
@@ -558,7 +624,7 @@ Test(rc, write_without_remote_write_right)
         to_rtr_rts(&B, &A);
         to_rts(&A);
         to_rts(&B);
-        write_must_fail((uintptr_t)B.buf, B.rkey, 100, B.buf, B.len);
+        write_must_fail((uintptr_t)B.buf, B.rkey, 100, B.buf, B.len, VE_RDMAP_ACCESS_RIGHTS);
 }
 
 Test(rc, write_pd_mismatch)
@@ -571,7 +637,7 @@ Test(rc, write_pd_mismatch)
         cr_assert_eq(diwarp_mr_reg(pd2, other, 4096, (uintptr_t)other, ALL_ACCESS, &mr2), 0);
         struct diwarp_mr_info mi;
         diwarp_mr_info(mr2, &mi);
-        write_must_fail((uintptr_t)other, mi.rkey, 100, other, 4096);
+        write_must_fail((uintptr_t)other, mi.rkey, 100, other, 4096, VE_DDP_TAGGED_NOT_ON_QP);
         diwarp_mr_dereg(mr2);
         diwarp_pd_dealloc(pd2);
         free(other);
@@ -593,6 +659,7 @@ Test(rc, atomic_misaligned)
         cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
         struct diwarp_wc w = wait_wc(&A, 5000);
         cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR);
+        cr_assert_eq(w.vendor_err, VE_RDMAP_BASE_BOUNDS, "vendor_err %#x", w.vendor_err);
         check_dead();
 }
 
@@ -602,6 +669,7 @@ Test(rc, send_without_receive)
         cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 10, 0, 0, 0), 0);
         struct diwarp_wc w = wait_wc(&A, 5000);
         cr_assert(w.status == DIWARP_WC_SUCCESS || w.status == DIWARP_WC_RNR_RETRY_EXC_ERR);
+        cr_assert_eq(w.vendor_err, w.status == DIWARP_WC_SUCCESS ? 0 : VE_DDP_NO_BUFFER);
         cr_assert(got_async(&B, DIWARP_EVENT_QP_REQ_ERR, 3000));
         cr_assert(got_async(&A, DIWARP_EVENT_QP_REQ_ERR, 3000));
         check_dead();
@@ -615,9 +683,27 @@ Test(rc, send_longer_than_receive)
         struct diwarp_wc w = wait_wc(&B, 5000);
         cr_assert_eq(w.wr_id, 5);
         cr_assert_eq(w.status, DIWARP_WC_LOC_LEN_ERR);
+        cr_assert_eq(w.vendor_err, VE_DDP_MSG_TOO_LONG, "the Terminate B sent");
         w = wait_wc(&A, 5000);
         cr_assert_eq(w.wr_id, 1);
         cr_assert(w.status == DIWARP_WC_SUCCESS || w.status == DIWARP_WC_REM_INV_REQ_ERR);
+        cr_assert_eq(w.vendor_err, w.status == DIWARP_WC_SUCCESS ? 0 : VE_DDP_MSG_TOO_LONG);
+        check_dead();
+}
+
+/* A Send too large to be out of our hands before the Terminate comes back:
+ * the Terminate names it (by MSN), so it completes with RNR_RETRY_EXC_ERR and
+ * the Terminate's code in vendor_err, deterministically. */
+Test(rc, large_send_without_receive_named_by_terminate)
+{
+        pair_ib_ex(64u << 20, false, true);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 64u << 20, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(&A, 20000);
+        cr_assert_eq(w.wr_id, 1);
+        cr_assert_eq(w.status, DIWARP_WC_RNR_RETRY_EXC_ERR, "got %s",
+                     diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.vendor_err, VE_DDP_NO_BUFFER, "vendor_err %#x", w.vendor_err);
+        cr_assert(got_async(&A, DIWARP_EVENT_QP_REQ_ERR, 3000));
         check_dead();
 }
 
@@ -664,6 +750,461 @@ Test(rc, work_posted_before_connect_waits)
         cr_assert_eq(memcmp(A.buf + 2000, B.buf, 1000), 0);
 }
 
+static uint16_t listener_port(struct diwarp_listener *l);
+
+/* ---- Solicited Event ---- */
+
+/* True when the channel fd becomes readable within ms. */
+static bool channel_readable(struct side *s, int ms)
+{
+        struct pollfd p = {.fd = diwarp_comp_channel_fd(s->ch), .events = POLLIN};
+        return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+/* Takes the one pending event: it must name s's CQ. */
+static void take_event(struct side *s)
+{
+        struct diwarp_cq *cq = NULL;
+        void *ctx;
+        cr_assert_eq(diwarp_comp_channel_get_event(s->ch, &cq, &ctx), 0);
+        cr_assert_eq(cq, s->cq);
+        diwarp_cq_ack_events(s->cq, 1);
+}
+
+/* Polls s's CQ (the progress thread of B does the receiving) for one wc. */
+static struct diwarp_wc wait_wc_only(struct side *s, int timeout_ms)
+{
+        struct diwarp_wc wc;
+        uint64_t end = now_ms() + (uint64_t)timeout_ms;
+        for (;;) {
+                int n = diwarp_cq_poll(s->cq, 1, &wc);
+                cr_assert_geq(n, 0);
+                if (n == 1)
+                        return wc;
+                diwarp_progress(A.dev, 64);
+                cr_assert_lt(now_ms(), end, "no completion within %d ms", timeout_ms);
+        }
+}
+
+Test(rc, solicited_event)
+{
+        /* B's CQ has a channel (so B has a progress thread); only A is driven here. */
+        pair_ib_ex(1 << 16, true, false);
+        for (int i = 0; i < 8; i++)
+                post_recv(&B, 10 + (uint64_t)i, 4096 * (size_t)i, 4096);
+
+        /* Armed for solicited only: a plain Send completes without an event. */
+        cr_assert_eq(diwarp_cq_req_notify(B.cq, true), 0);
+        fill(A.buf, 100, 1);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 100, 0, 0, 0), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        struct diwarp_wc w = wait_wc_only(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.wr_id, 10);
+        cr_assert_not(channel_readable(&B, 300), "a plain Send fired a solicited-only CQ");
+
+        /* Send with Solicited Event: the fd becomes readable by itself (B's
+         * progress thread), before anyone polls B's CQ. */
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 2, 0, 100, 0, 0, DIWARP_SEND_SOLICITED), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert(channel_readable(&B, 5000), "a solicited Send fired no event");
+        take_event(&B);
+        w = wait_wc_only(&B, 5000);
+        cr_assert_eq(w.wr_id, 11);
+        cr_assert_eq(w.byte_len, 100);
+        cr_assert_eq(memcmp(A.buf, B.buf + 4096, 100), 0);
+        cr_assert_not(channel_readable(&B, 100), "exactly one event per arming");
+
+        /* Not armed: a solicited Send fires nothing. */
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 3, 0, 10, 0, 0, DIWARP_SEND_SOLICITED), 0);
+        cr_assert_eq(wait_wc(&A, 5000).wr_id, 3);
+        cr_assert_eq(wait_wc_only(&B, 5000).wr_id, 12);
+        cr_assert_not(channel_readable(&B, 200));
+
+        /* Send with Immediate + SE and RDMA Write with Immediate + SE fire it too. */
+        struct diwarp_sge sge = {(uintptr_t)A.buf, 16, A.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 4,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND_WITH_IMM,
+                                    .send_flags = DIWARP_SEND_SIGNALED | DIWARP_SEND_SOLICITED,
+                                    .imm_data = htonl(77)};
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_cq_req_notify(B.cq, true), 0);
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        cr_assert(channel_readable(&B, 5000), "Send with Immediate + SE fired no event");
+        take_event(&B);
+        w = wait_wc_only(&B, 5000);
+        cr_assert_eq(w.wr_id, 13);
+        cr_assert_eq(ntohl(w.imm_data), 77);
+        cr_assert_eq(wait_wc(&A, 5000).wr_id, 4);
+        wr.opcode = DIWARP_WR_RDMA_WRITE_WITH_IMM;
+        wr.wr_id = 5;
+        wr.wr.rdma.remote_addr = (uintptr_t)B.buf + 60000;
+        wr.wr.rdma.rkey = B.rkey;
+        cr_assert_eq(diwarp_cq_req_notify(B.cq, true), 0);
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        cr_assert(channel_readable(&B, 5000), "Write with Immediate + SE fired no event");
+        take_event(&B);
+        w = wait_wc_only(&B, 5000);
+        cr_assert_eq(w.wr_id, 14);
+        cr_assert_eq(w.opcode, DIWARP_WC_RECV_RDMA_WITH_IMM);
+        cr_assert_eq(wait_wc(&A, 5000).wr_id, 5);
+
+        /* An error completion fires a solicited-only CQ: a plain Send longer
+         * than the receive WQE (LOC_LEN_ERR at B). */
+        cr_assert_eq(diwarp_cq_req_notify(B.cq, true), 0);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 6, 0, 8000, 0, 0, 0), 0);
+        cr_assert(channel_readable(&B, 5000), "an error completion fired no event");
+        take_event(&B);
+        w = wait_wc_only(&B, 5000);
+        cr_assert_eq(w.wr_id, 15);
+        cr_assert_eq(w.status, DIWARP_WC_LOC_LEN_ERR);
+        cr_assert_eq(w.vendor_err, VE_DDP_MSG_TOO_LONG);
+}
+
+/* ---- COMM_EST ---- */
+
+/* Every pending async event of s (non-blocking). */
+static int drain_async(struct side *s, enum diwarp_event_type *types, int max)
+{
+        int fd = diwarp_async_fd(s->dev), n = 0;
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        struct diwarp_async_event ev;
+        while (diwarp_get_async_event(s->dev, &ev) == 0)
+                if (n < max)
+                        types[n++] = ev.event_type;
+        return n;
+}
+
+static bool has_event(const enum diwarp_event_type *t, int n, enum diwarp_event_type want)
+{
+        for (int i = 0; i < n; i++)
+                if (t[i] == want)
+                        return true;
+        return false;
+}
+
+/* IB-style: the passive side (larger QPN; both GIDs are the same address)
+ * stays in RTR; the first message it receives raises COMM_EST, once, and the
+ * receive completes in RTR as on IB. The active side raises none. */
+Test(rc, comm_est_on_passive_side_in_rtr)
+{
+        side_init(&A, 1 << 16, ALL_ACCESS);
+        side_init(&B, 1 << 16, ALL_ACCESS);
+        struct side *act = &A, *pas = &B;
+        if (diwarp_qp_num(A.qp) > diwarp_qp_num(B.qp)) {
+                act = &B;
+                pas = &A;
+        }
+        to_init(act);
+        to_init(pas);
+        post_recv(pas, 1, 0, 100);
+        post_recv(pas, 2, 100, 100);
+        to_rtr_rts(pas, act);
+        to_rtr_rts(act, pas);
+        to_rts(act);
+        cr_assert_eq(post_send(act, DIWARP_WR_SEND, 7, 0, 50, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(pas, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.wr_id, 1);
+        cr_assert_eq(diwarp_qp_state(pas->qp), DIWARP_QPS_RTR);
+        enum diwarp_event_type ev[16];
+        int n = drain_async(pas, ev, 16);
+        cr_assert_eq(n, 1, "exactly one async event on the passive side, got %d", n);
+        cr_assert_eq(ev[0], DIWARP_EVENT_COMM_EST);
+        /* A second message in RTR raises nothing more. */
+        cr_assert_eq(post_send(act, DIWARP_WR_SEND, 8, 0, 50, 0, 0, 0), 0);
+        cr_assert_eq(wait_wc(pas, 5000).wr_id, 2);
+        cr_assert_eq(drain_async(pas, ev, 16), 0);
+        to_rts(pas);
+        post_recv(act, 3, 0, 100);
+        cr_assert_eq(post_send(pas, DIWARP_WR_SEND, 9, 0, 50, 0, 0, 0), 0);
+        cr_assert_eq(wait_wc(act, 5000).wr_id, 7);
+        cr_assert_eq(wait_wc(act, 5000).wr_id, 8);
+        cr_assert_eq(wait_wc(act, 5000).wr_id, 3);
+        n = drain_async(act, ev, 16);
+        cr_assert_not(has_event(ev, n, DIWARP_EVENT_COMM_EST), "active side raised COMM_EST");
+}
+
+/* ---- error log lines ---- */
+
+/* stderr (where diwarp logs) captured into a temporary file. */
+static int cap_saved = -1;
+static FILE *cap_file;
+
+static void capture_start(void)
+{
+        fflush(stderr);
+        cap_file = tmpfile();
+        cr_assert_not_null(cap_file);
+        cap_saved = dup(STDERR_FILENO);
+        dup2(fileno(cap_file), STDERR_FILENO);
+}
+
+/* Stops capturing; returns what was logged (malloc'd), echoed to stderr too. */
+static char *capture_end(void)
+{
+        fflush(stderr);
+        dup2(cap_saved, STDERR_FILENO);
+        close(cap_saved);
+        long n = ftell(cap_file);
+        char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+        rewind(cap_file);
+        if (n > 0 && fread(text, 1, (size_t)n, cap_file) != (size_t)n)
+                text[0] = 0;
+        fclose(cap_file);
+        fputs(text, stderr);
+        return text;
+}
+
+/* The log line containing what must name the QP and the peer ip:port. */
+static void assert_line_names(const char *log, const char *what, uint32_t qpn)
+{
+        const char *hit = strstr(log, what);
+        cr_assert_not_null(hit, "no log line with \"%s\"", what);
+        const char *bol = hit;
+        while (bol > log && bol[-1] != '\n')
+                bol--;
+        const char *eol = strchr(hit, '\n');
+        size_t len = eol ? (size_t)(eol - bol) : strlen(bol);
+        char line[512];
+        snprintf(line, sizeof(line), "%.*s", (int)(len < 511 ? len : 511), bol);
+        char want[32];
+        snprintf(want, sizeof(want), "QP %#x ", qpn);
+        cr_assert_not_null(strstr(line, want), "line does not name QP %#x: %s", qpn, line);
+        const char *p = strstr(line, " peer ");
+        cr_assert_not_null(p, "line names no peer: %s", line);
+        unsigned a, b, c, d, port;
+        cr_assert_eq(sscanf(p, " peer %u.%u.%u.%u:%u", &a, &b, &c, &d, &port), 5,
+                     "peer is not ip:port: %s", line);
+        cr_assert(port > 0 && port < 65536 && a < 256, "bad peer address: %s", line);
+}
+
+Test(rc, error_log_lines_name_qp_and_peer)
+{
+        pair_ib(1 << 16);
+        capture_start();
+        cr_assert_eq(
+            post_send(&A, DIWARP_WR_RDMA_READ, 1, 0, 64, (uintptr_t)B.buf, B.rkey ^ 0x5a, 0), 0);
+        struct diwarp_wc w = wait_wc(&A, 5000);
+        wait_err(&A);
+        wait_err(&B);
+        char *log = capture_end();
+        cr_assert_eq(w.status, DIWARP_WC_REM_ACCESS_ERR);
+        assert_line_names(log, "terminating", diwarp_qp_num(B.qp));
+        assert_line_names(log, "Terminate received", diwarp_qp_num(A.qp));
+        free(log);
+}
+
+/* ---- CRC error from a raw MPA peer ---- */
+
+static void read_full(int s, void *buf, size_t n)
+{
+        size_t got = 0;
+        struct pollfd p = {.fd = s, .events = POLLIN};
+        while (got < n && poll(&p, 1, 5000) > 0) {
+                ssize_t r = read(s, (uint8_t *)buf + got, n - got);
+                if (r <= 0)
+                        break;
+                got += (size_t)r;
+        }
+        cr_assert_eq(got, n, "short read (%zu of %zu)", got, n);
+}
+
+struct accept_arg {
+        struct diwarp_listener *l;
+        int r;
+        struct diwarp_conn_request req;
+};
+
+static void *accept_main(void *p)
+{
+        struct accept_arg *t = p;
+        t->r = diwarp_listener_get_request(t->l, 5000, &t->req);
+        if (t->r == 0)
+                t->r = diwarp_accept(t->l, t->req.id, B.qp, NULL);
+        return NULL;
+}
+
+/* A foreign peer sends a Send FPDU with a wrong CRC: the QP logs it (QP and
+ * peer), counts it, sends a Terminate (LLP / MPA / CRC error) and goes to ERR
+ * with QP_FATAL; the posted receive flushes. */
+Test(rc, crc_error_from_raw_peer)
+{
+        setenv("DIWARP_RC_CRC", "1", 1);
+        side_init(&B, 4096, ALL_ACCESS);
+        to_init(&B);
+        post_recv(&B, 1, 0, 1024);
+        struct accept_arg t = {0};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &t.l), 0);
+        uint16_t port = listener_port(t.l);
+        pthread_t th;
+        pthread_create(&th, NULL, accept_main, &t);
+
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                 .sin_port = htons(port)};
+        cr_assert_eq(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        uint8_t req[24] = "MPA ID Req Frame";
+        req[16] = 0x40; /* C */
+        req[17] = 2;
+        req[19] = 4; /* PD_Length: the IRD/ORD block only (no QPN trailer) */
+        req[20] = 0; /* IRD 1 */
+        req[21] = 1;
+        req[22] = 0;
+        req[23] = 1; /* ORD 1 */
+        cr_assert_eq(write(s, req, sizeof(req)), 24);
+        uint8_t rep[20 + 512];
+        read_full(s, rep, 20);
+        cr_assert_eq(memcmp(rep, "MPA ID Rep Frame", 16), 0);
+        cr_assert(rep[16] & 0x40, "CRC in use");
+        uint16_t pdl = (uint16_t)(rep[18] << 8 | rep[19]);
+        read_full(s, rep + 20, pdl);
+        /* Our QPN trailer ends the Reply's private data: B's QPN. */
+        cr_assert_geq(pdl, 4 + 8);
+        cr_assert_eq(memcmp(rep + 20 + pdl - 8, "DWQN", 4), 0);
+        uint32_t qpn = (uint32_t)rep[20 + pdl - 4] << 24 | (uint32_t)rep[20 + pdl - 3] << 16 |
+                       (uint32_t)rep[20 + pdl - 2] << 8 | rep[20 + pdl - 1];
+        cr_assert_eq(qpn, diwarp_qp_num(B.qp));
+        pthread_join(th, NULL);
+        cr_assert_eq(t.r, 0);
+
+        /* Send, last segment, QN 0, MSN 1, MO 0, 6 payload bytes, bad CRC. */
+        uint8_t f[2 + 18 + 6 + 2 + 4] = {0};
+        f[1] = 18 + 6;      /* ULPDU_Length */
+        f[2] = 0x40 | 0x01; /* L, DDP version 1 */
+        f[3] = 0x40 | 0x03; /* RDMAP version 1, Send */
+        f[15] = 1;          /* MSN */
+        memcpy(f + 20, "abcdef", 6);
+        f[sizeof(f) - 1] = 0x5a; /* CRC (wrong) */
+        capture_start();
+        cr_assert_eq(write(s, f, sizeof(f)), (ssize_t)sizeof(f));
+        uint64_t end = now_ms() + 5000;
+        while (diwarp_qp_state(B.qp) != DIWARP_QPS_ERR && now_ms() < end)
+                diwarp_progress(B.dev, 64);
+        /* Keep B progressing while its Terminate reaches us. */
+        uint8_t term[64];
+        size_t got = 0;
+        end = now_ms() + 5000;
+        while (got < 2 + 18 + 4 && now_ms() < end) {
+                diwarp_progress(B.dev, 64);
+                struct pollfd p = {.fd = s, .events = POLLIN};
+                if (poll(&p, 1, 10) == 1) {
+                        ssize_t r = read(s, term + got, sizeof(term) - got);
+                        if (r <= 0)
+                                break;
+                        got += (size_t)r;
+                }
+        }
+        char *log = capture_end();
+        cr_assert_eq(diwarp_qp_state(B.qp), DIWARP_QPS_ERR);
+        cr_assert_geq(got, 2 + 18 + 4, "no Terminate came back (%zu bytes)", got);
+        cr_assert_eq(term[3] & 0x0f, 0x7, "RDMAP opcode Terminate");
+        cr_assert_eq(term[2 + 18], 0x20, "layer LLP, type MPA");
+        cr_assert_eq(term[2 + 19], 0x02, "code: MPA CRC error");
+        struct diwarp_counters ctr;
+        cr_assert_eq(diwarp_qp_counters(B.qp, &ctr), 0);
+        cr_assert_eq(ctr.crc_errors, 1);
+        cr_assert_eq(ctr.terminates_sent, 1);
+        cr_assert(got_async(&B, DIWARP_EVENT_QP_FATAL, 1000));
+        struct diwarp_wc w = wait_wc(&B, 2000);
+        cr_assert_eq(w.wr_id, 1);
+        cr_assert_eq(w.status, DIWARP_WC_WR_FLUSH_ERR);
+        assert_line_names(log, "MPA CRC mismatch", diwarp_qp_num(B.qp));
+        free(log);
+        close(s);
+        diwarp_listener_destroy(t.l);
+}
+
+/* ---- 1 GiB messages ---- */
+
+#define GIB (1ull << 30)
+
+/* Every 64-bit word of a buffer gets a value derived from its offset and a
+ * seed: a misplaced, missing or duplicated segment changes some word. */
+static void fill_words(uint8_t *p, size_t len, uint64_t seed)
+{
+        uint64_t *w = (uint64_t *)p;
+        for (size_t i = 0; i < len / 8; i++)
+                w[i] = (i * 0x9e3779b97f4a7c15ull) ^ seed;
+}
+
+/* Index of the first word that differs, or SIZE_MAX. */
+static size_t check_words(const uint8_t *p, size_t len, uint64_t seed)
+{
+        const uint64_t *w = (const uint64_t *)p;
+        for (size_t i = 0; i < len / 8; i++)
+                if (w[i] != ((i * 0x9e3779b97f4a7c15ull) ^ seed))
+                        return i;
+        return SIZE_MAX;
+}
+
+static bool all_zero(const uint8_t *p, size_t len)
+{
+        for (size_t i = 0; i < len; i++)
+                if (p[i])
+                        return false;
+        return true;
+}
+
+Test(rc, send_1gib, .timeout = 240)
+{
+        uint64_t t0 = now_ms();
+        pair_ib_ex(GIB + 4096, false, true);
+        fill_words(A.buf, GIB, 0x1111);
+        post_recv(&B, 1, 0, (uint32_t)(GIB + 4096));
+        uint64_t t1 = now_ms();
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 2, 0, (uint32_t)GIB, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(&A, 200000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "%s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.byte_len, GIB);
+        w = wait_wc(&B, 200000);
+        uint64_t t2 = now_ms();
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "%s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.wr_id, 1);
+        cr_assert_eq(w.byte_len, GIB);
+        size_t bad = check_words(B.buf, GIB, 0x1111);
+        cr_assert_eq(bad, SIZE_MAX, "word %zu (offset %zu) differs", bad, bad * 8);
+        cr_assert(all_zero(B.buf + GIB, 4096), "wrote past the message");
+        cr_log_info("1 GiB Send: %llu ms transfer, %llu ms total", (unsigned long long)(t2 - t1),
+                    (unsigned long long)(now_ms() - t0));
+}
+
+Test(rc, write_read_1gib, .timeout = 240)
+{
+        uint64_t t0 = now_ms();
+        pair_ib_ex(GIB + 4096, false, true);
+        fill_words(A.buf, GIB, 0x2222);
+        uint64_t t1 = now_ms();
+        cr_assert_eq(post_send(&A, DIWARP_WR_RDMA_WRITE, 1, 0, (uint32_t)GIB,
+                               (uintptr_t)B.buf + 4096, B.rkey, 0),
+                     0);
+        struct diwarp_wc w = wait_wc(&A, 200000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "%s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.opcode, DIWARP_WC_RDMA_WRITE);
+        /* Drop A's copy (the pages read back as zero), then Read it back. */
+        cr_assert_eq(madvise(A.buf, GIB + 4096, MADV_DONTNEED), 0);
+        cr_assert_eq(post_send(&A, DIWARP_WR_RDMA_READ, 2, 0, (uint32_t)GIB,
+                               (uintptr_t)B.buf + 4096, B.rkey, 0),
+                     0);
+        w = wait_wc(&A, 200000);
+        uint64_t t2 = now_ms();
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "%s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.opcode, DIWARP_WC_RDMA_READ);
+        cr_assert_eq(w.byte_len, GIB);
+        size_t bad = check_words(B.buf + 4096, GIB, 0x2222);
+        cr_assert_eq(bad, SIZE_MAX, "write: word %zu differs", bad);
+        cr_assert(all_zero(B.buf, 4096), "write placed before its TO");
+        bad = check_words(A.buf, GIB, 0x2222);
+        cr_assert_eq(bad, SIZE_MAX, "read: word %zu differs", bad);
+        cr_assert(all_zero(A.buf + GIB, 4096), "read wrote past the sink");
+        cr_assert(poll_none(&B, 1), "RDMA Write/Read must not complete at the target");
+        cr_log_info("1 GiB Write + Read: %llu ms transfer, %llu ms total",
+                    (unsigned long long)(t2 - t1), (unsigned long long)(now_ms() - t0));
+}
+
 /* ---- native CM ---- */
 
 struct server_arg {
@@ -697,6 +1238,22 @@ static uint16_t listener_port(struct diwarp_listener *l)
         return ntohs(sa.sin_port);
 }
 
+/* What diwarp_qp_query says about a natively connected QP. */
+static void check_native_peer(struct side *s, struct side *peer, uint8_t ord, uint8_t ird)
+{
+        struct diwarp_qp_attr a;
+        struct diwarp_qp_init_attr ia;
+        cr_assert_eq(diwarp_qp_query(s->qp, &a, &ia), 0);
+        cr_assert_eq(a.qp_state, DIWARP_QPS_RTS);
+        cr_assert_eq(a.dest_qp_num, diwarp_qp_num(peer->qp), "dest_qp_num %#x, peer QPN %#x",
+                     a.dest_qp_num, diwarp_qp_num(peer->qp));
+        union diwarp_gid g;
+        diwarp_device_gid(peer->dev, &g);
+        cr_assert_eq(memcmp(a.dgid.raw, g.raw, 16), 0);
+        cr_assert_eq(a.max_rd_atomic, ord);
+        cr_assert_eq(a.max_dest_rd_atomic, ird);
+}
+
 Test(rc, native_connect_accept)
 {
         side_init(&A, 1 << 20, ALL_ACCESS);
@@ -726,6 +1283,17 @@ Test(rc, native_connect_accept)
         cr_assert_eq(memcmp(rpd, "welcome", 7), 0);
         cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_RTS);
         cr_assert_eq(diwarp_qp_state(B.qp), DIWARP_QPS_RTS);
+        /* Both QPs went INIT -> RTR -> RTS with the peer's QPN (carried in the
+         * MPA private data's QPN trailer, invisible to the application), its
+         * GID and the negotiated IRD/ORD. */
+        check_native_peer(&A, &B, 4, 8);
+        check_native_peer(&B, &A, 4, 4);
+        /* The passive side never processed a message in RTR: no COMM_EST. */
+        enum diwarp_event_type ev[16];
+        int nev = drain_async(&B, ev, 16);
+        cr_assert_not(has_event(ev, nev, DIWARP_EVENT_COMM_EST));
+        nev = drain_async(&A, ev, 16);
+        cr_assert_not(has_event(ev, nev, DIWARP_EVENT_COMM_EST));
 
         fill(A.buf, 3000, 9);
         cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 3000, 0, 0, 0), 0);
@@ -733,6 +1301,7 @@ Test(rc, native_connect_accept)
         struct diwarp_wc w = wait_wc(&B, 5000);
         cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
         cr_assert_eq(w.byte_len, 3000);
+        cr_assert_eq(w.src_qp, diwarp_qp_num(A.qp));
         cr_assert_eq(memcmp(A.buf, B.buf, 3000), 0);
         /* 64 MiB would need a bigger buffer; 1 MiB read back over the native stream. */
         fill(B.buf, 1 << 20, 4);
@@ -774,6 +1343,81 @@ Test(rc, native_reject_with_private_data)
         cr_assert_eq(memcmp(rpd, "nope", 4), 0);
         cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_INIT);
         diwarp_listener_destroy(sa.l);
+}
+
+/* Private data up to 500 bytes leaves room for the QPN trailer; 508 (the MPA
+ * maximum) does not: the connection works, the peer QPN stays unknown (0). */
+static void native_with_pd(uint16_t len, bool qpn_known)
+{
+        side_init(&A, 4096, ALL_ACCESS);
+        side_init(&B, 4096, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        struct server_arg sa = {0};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &sa.l), 0);
+        uint16_t port = listener_port(sa.l);
+        pthread_t th;
+        pthread_create(&th, NULL, server_main, &sa);
+        union diwarp_gid gid;
+        diwarp_device_gid(B.dev, &gid);
+        uint8_t pd[508];
+        fill(pd, sizeof(pd), len);
+        struct diwarp_conn_param p = {.private_data = pd, .private_data_len = len};
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, &p, 5000, NULL, NULL), 0);
+        pthread_join(th, NULL);
+        cr_assert_eq(sa.result, 0);
+        cr_assert_eq(sa.req.private_data_len, len);
+        cr_assert_eq(memcmp(sa.req.private_data, pd, len), 0);
+        struct diwarp_qp_attr a;
+        struct diwarp_qp_init_attr ia;
+        cr_assert_eq(diwarp_qp_query(B.qp, &a, &ia), 0);
+        cr_assert_eq(a.dest_qp_num, qpn_known ? diwarp_qp_num(A.qp) : 0);
+        cr_assert_eq(diwarp_qp_query(A.qp, &a, &ia), 0);
+        cr_assert_eq(a.dest_qp_num, diwarp_qp_num(B.qp), "the Reply has room for the trailer");
+        diwarp_listener_destroy(sa.l);
+}
+
+/* A QP already in RTR (without a peer) only takes the RTR -> RTS step. */
+Test(rc, native_connect_from_rtr)
+{
+        side_init(&A, 4096, ALL_ACCESS);
+        side_init(&B, 4096, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_RTR};
+        cr_assert_eq(diwarp_qp_modify(A.qp, &a, DIWARP_QP_STATE), 0);
+        struct server_arg sa = {0};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &sa.l), 0);
+        uint16_t port = listener_port(sa.l);
+        pthread_t th;
+        pthread_create(&th, NULL, server_main, &sa);
+        union diwarp_gid gid;
+        diwarp_device_gid(B.dev, &gid);
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, NULL, 5000, NULL, NULL), 0);
+        pthread_join(th, NULL);
+        cr_assert_eq(sa.result, 0);
+        struct diwarp_qp_attr q;
+        struct diwarp_qp_init_attr ia;
+        cr_assert_eq(diwarp_qp_query(A.qp, &q, &ia), 0);
+        cr_assert_eq(q.qp_state, DIWARP_QPS_RTS);
+        cr_assert_eq(q.dest_qp_num, diwarp_qp_num(B.qp));
+        cr_assert_eq(memcmp(q.dgid.raw, gid.raw, 16), 0);
+        post_recv(&B, 1, 0, 64);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 2, 0, 64, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.src_qp, diwarp_qp_num(A.qp));
+        diwarp_listener_destroy(sa.l);
+}
+
+Test(rc, native_private_data_500)
+{
+        native_with_pd(500, true);
+}
+
+Test(rc, native_private_data_508)
+{
+        native_with_pd(508, false);
 }
 
 Test(rc, native_connect_refused_and_timeout)
@@ -972,6 +1616,7 @@ static void peer_dies(int sig, uint32_t timeout_ms)
         cr_assert_eq(read(c2p[0], &go, 1), 1);
 
         /* Keep 8 x 1 MiB in flight; after 20 completions, the peer dies. */
+        capture_start();
         int posted = 0, done = 0;
         uint64_t t_kill = 0, t_err = 0;
         uint64_t end = now_ms() + 60000;
@@ -999,8 +1644,14 @@ static void peer_dies(int sig, uint32_t timeout_ms)
                         break;
                 }
         }
+        char *log = capture_end();
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
+        /* The error line names our QP and the vanished peer's ip:port. */
+        assert_line_names(log,
+                          strstr(log, "connection lost") ? "connection lost" : "peer QP closed",
+                          diwarp_qp_num(A.qp));
+        free(log);
         cr_assert(t_kill, "transfer never started");
         cr_assert(t_err, "no error after the peer died");
         cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_ERR);

@@ -35,7 +35,7 @@ static int parse1(struct dw_config *cfg, const char *name, const char *value, co
 static void assert_defaults(const struct dw_config *c)
 {
         cr_assert_str_eq(c->addr, "127.0.0.1");
-        cr_assert_eq(c->port_base, 7471);
+        cr_assert_eq(c->port_base, 17471);
         cr_assert_eq(c->log_level, DW_LOG_WARN);
         cr_assert_not(c->progress_thread);
         cr_assert_eq(c->io, DW_IO_PLAIN);
