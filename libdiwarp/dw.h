@@ -42,6 +42,7 @@
 #define DW_FIRST_QP_INDEX  2    /* QPN 0 and 1 are never handed out */
 #define DW_MAX_QP_WR       16384
 #define DW_MAX_CQE         (1 << 20)
+#define DW_MAX_CQ          65536 /* per instance */
 #define DW_MAX_MR          (1 << 16)
 #define DW_MAX_PD          1024
 #define DW_MAX_SRQ         1024
@@ -71,6 +72,7 @@ static inline uint32_t dw_qpn_index(uint32_t qpn)
 struct dw_device;
 struct dw_qp;
 struct dw_rc_conn; /* E5: per-QP RC connection state (llp/tcp.h, qp/rc.c) */
+struct dw_rd_qp;   /* qp/rd.c: per-QP RD state (RD QPs, RC over RD) */
 
 /* ---- device ----------------------------------------------------------- */
 
@@ -94,6 +96,7 @@ struct dw_device {
         uint32_t next_pd_handle;
         struct diwarp_counters ctr;
         void *rc; /* E5: device-wide RC/CM state (listeners, pending IB-style connects) */
+        void *rd; /* qp/rd.c: device-wide RD state (active pseudo-streams, tx staging) */
         struct dw_device *reg_next; /* device registry link */
 };
 
@@ -159,12 +162,19 @@ struct dw_qp {
         uint32_t ud_msn;            /* UD: MSN of the next Send (DDP queue 0), random start */
         struct dw_ud_seen *ud_seen; /* UD: DW_UD_SEEN_SLOTS entries, duplicate filter */
         bool tx_pending;            /* UD: WQEs wait for socket room (back-pressure) */
+        /* UD transmit: the headers (datagram + DDP/RDMAP Send) of the last
+         * message, reused with only the MSN rewritten while destination QPN,
+         * qkey and opcode repeat (qp/ud.c). ud_hdr_op 0: empty. */
+        uint8_t ud_hdr[48];
+        uint8_t ud_hdr_len, ud_hdr_op;
+        uint32_t ud_hdr_dst, ud_hdr_qkey;
         /* SRQ QPs: the receive WQE taken from the SRQ for the message being
          * placed (dw_qp_recv_head), so the transports see one API for RQ and SRQ. */
         struct dw_wqe srq_cur;
         bool srq_cur_valid;
         struct diwarp_counters ctr;
         struct dw_rc_conn *rc; /* E5: RC connection state, NULL until dw_rc_qp_init sets it */
+        struct dw_rd_qp *rd;   /* qp/rd.c: RD QPs and RC over RD; NULL otherwise */
 };
 
 /* ---- converters between public handles and engine objects -------------- */
@@ -311,6 +321,10 @@ void dw_rc_post_recv(struct dw_qp *qp);
 void dw_rc_qp_error(struct dw_qp *qp);
 /* Bounded RC progress: socket I/O, timers. Returns work done. */
 int dw_rc_progress(struct dw_device *dev, int budget);
+/* Application-driven steps: reads the live RC streams directly (one recvmsg
+ * each, no epoll). Returns work done, or -1 when there are more live streams
+ * than it polls this way: the caller then looks at them through epoll. */
+int dw_rc_poll(struct dw_device *dev, int budget);
 /* Device open/close: RC/CM per-device state (dev->rc), e.g. the instance
  * TCP listener's accept handler through dw_progress_watch_fd. */
 int dw_rc_dev_init(struct dw_device *dev);

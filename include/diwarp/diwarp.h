@@ -100,6 +100,12 @@ int diwarp_device_port(struct diwarp_device *dev, uint16_t *port, uint16_t *inst
  * timers). Returns the amount of work done (>= 0) or -errno. */
 int diwarp_progress(struct diwarp_device *dev, int budget);
 
+/* Starts the device's progress thread now (idempotent; it runs until the
+ * device closes), as DIWARP_PROGRESS=thread does at open. For callers that
+ * must make progress while the application calls nothing, e.g. the target
+ * of RDMA Reads and Writes that waits by polling memory (the verbs provider). */
+int diwarp_progress_thread_start(struct diwarp_device *dev);
+
 /* ---- protection domain and memory registration ------------------------ */
 
 enum diwarp_access_flags {

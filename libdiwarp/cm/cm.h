@@ -60,6 +60,8 @@ struct dw_rc_dev {
         int npend;
         struct dw_cm_att *atts; /* IB-style: our outgoing attempts */
         bool listen_watched;
+        struct dw_rc_conn *live; /* rc.c: conns with an open stream (dw_rc_poll reads them) */
+        unsigned nlive;
 };
 
 /* Native CM QPN trailer: 'D' 'W' 'Q' 'N' + QPN (32, BE) appended to the

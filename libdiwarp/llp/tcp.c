@@ -144,7 +144,10 @@ ssize_t dw_tcp_readv(int fd, const struct iovec *iov, int iovcnt)
         struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
 
         for (;;) {
-                ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
+                /* One buffer (the staging reads, the busy-poll of an idle
+                 * stream): recv skips the msghdr and iovec copies. */
+                ssize_t n = iovcnt == 1 ? recv(fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT)
+                                        : recvmsg(fd, &mh, MSG_DONTWAIT);
                 if (n >= 0)
                         return n;
                 if (errno == EINTR)

@@ -52,10 +52,18 @@ int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
                 dw_udp_close(u);
                 return -ENOMEM;
         }
+        /* The receive headers are set up once; a receive resets only what
+         * the kernel writes back (msg_namelen; msg_len and msg_flags are
+         * always written for the datagrams it returns). */
         for (int i = 0; i < DW_UDP_RX_BATCH; i++) {
                 u->rx_iov[i].iov_base = u->rx_buf + (size_t)i * DW_UDP_RX_BUF;
                 u->rx_iov[i].iov_len = DW_UDP_RX_BUF;
                 u->rx_pkt[i] = u->rx_iov[i].iov_base;
+                struct msghdr *mh = &u->rx_msgs[i].msg_hdr;
+                mh->msg_name = &u->rx_addr[i];
+                mh->msg_namelen = sizeof(u->rx_addr[i]);
+                mh->msg_iov = &u->rx_iov[i];
+                mh->msg_iovlen = 1;
         }
         u->fd = fd;
         return 0;
@@ -239,29 +247,41 @@ int dw_udp_recv_batch(struct dw_udp *u, int max)
         if (u->ur)
                 return dw_uring_recv_batch(u, max);
 #endif
-        for (int i = 0; i < max; i++) {
-                struct msghdr *mh = &u->rx_msgs[i].msg_hdr;
-                mh->msg_name = &u->rx_addr[i];
-                mh->msg_namelen = sizeof(u->rx_addr[i]);
-                mh->msg_iov = &u->rx_iov[i];
-                mh->msg_iovlen = 1;
-                mh->msg_control = NULL;
-                mh->msg_controllen = 0;
-                mh->msg_flags = 0;
-                u->rx_msgs[i].msg_len = 0;
-        }
         for (int attempt = 0; attempt < 2; attempt++) {
-                int n = recvmmsg(u->fd, u->rx_msgs, (unsigned)max, MSG_DONTWAIT, NULL);
-                if (n >= 0) {
-                        for (int i = 0; i < n; i++) {
-                                u->rx_len[i] = u->rx_msgs[i].msg_len;
-                                u->rx_trunc[i] = (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+                if (u->rx_single) {
+                        /* Latency mode: a busy-polling ping-pong sees one datagram
+                         * at a time; recvfrom is the cheapest way to get it.
+                         * MSG_TRUNC returns the real length of an oversize one. */
+                        socklen_t al = sizeof(u->rx_addr[0]);
+                        ssize_t r =
+                            recvfrom(u->fd, u->rx_pkt[0], DW_UDP_RX_BUF, MSG_DONTWAIT | MSG_TRUNC,
+                                     (struct sockaddr *)&u->rx_addr[0], &al);
+                        if (r >= 0) {
+                                u->rx_len[0] = r > DW_UDP_RX_BUF ? DW_UDP_RX_BUF : (uint32_t)r;
+                                u->rx_trunc[0] = r > DW_UDP_RX_BUF;
+                                /* More may be queued: the next call takes a batch. */
+                                u->rx_single = false;
+                                return 1;
                         }
-                        return n;
+                } else {
+                        int n = recvmmsg(u->fd, u->rx_msgs, (unsigned)max, MSG_DONTWAIT, NULL);
+                        if (n >= 0) {
+                                u->rx_single = n <= 1;
+                                for (int i = 0; i < n; i++) {
+                                        /* the kernel shortened it to the source's length */
+                                        u->rx_msgs[i].msg_hdr.msg_namelen = sizeof(u->rx_addr[i]);
+                                        u->rx_len[i] = u->rx_msgs[i].msg_len;
+                                        u->rx_trunc[i] =
+                                            (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+                                }
+                                return n;
+                        }
                 }
                 int e = errno;
-                if (e == EAGAIN || e == EWOULDBLOCK)
+                if (e == EAGAIN || e == EWOULDBLOCK) {
+                        u->rx_single = true;
                         return 0;
+                }
                 if (e == EINTR)
                         continue;
                 if (dw_udp_is_icmp_err(e)) {

@@ -53,6 +53,10 @@ struct dw_udp {
         struct sockaddr_in rx_addr[DW_UDP_RX_BATCH];
         struct dw_uring *ur;  /* io_uring backend, NULL = plain */
         uint64_t icmp_errors; /* errors read from the error queue */
+        /* Plain backend: the last receive found at most one datagram, so the
+         * next one is a recvfrom (one datagram, no msghdr/iovec import, no
+         * second attempt inside recvmmsg) until one succeeds again. */
+        bool rx_single;
 };
 
 /* Creates the socket bound to addr:port (non-blocking, CLOEXEC, IP_RECVERR,

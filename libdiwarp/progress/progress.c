@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "dw.h"
+#include "qp/rd.h"
 #include "util/time.h"
 
 /* epoll data: low 32 bits a tag, high 32 bits the fd (to spot a slot reused
@@ -124,6 +125,8 @@ int dw_progress_watch_fd(struct dw_device *dev, int fd, uint32_t events, dw_watc
                 return -errno;
         p->watch[slot] = (struct dw_watch){.fd = fd, .events = events, .fn = fn, .ctx = ctx};
         p->nwatch++;
+        if (events & EPOLLOUT)
+                p->nwatch_out++;
         return 0;
 }
 
@@ -139,6 +142,10 @@ int dw_progress_modify_fd(struct dw_device *dev, int fd, uint32_t events)
                                  .data.u64 = dw_ev_data(fd, DW_TAG_WATCH + (uint32_t)slot)};
         if (epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)
                 return -errno;
+        if ((events & EPOLLOUT) && !(p->watch[slot].events & EPOLLOUT))
+                p->nwatch_out++;
+        else if (!(events & EPOLLOUT) && (p->watch[slot].events & EPOLLOUT))
+                p->nwatch_out--;
         p->watch[slot].events = events;
         return 0;
 }
@@ -150,6 +157,8 @@ int dw_progress_unwatch_fd(struct dw_device *dev, int fd)
         if (slot < 0)
                 return -ENOENT;
         epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
+        if (p->watch[slot].events & EPOLLOUT)
+                p->nwatch_out--;
         p->watch[slot].fd = -1;
         p->watch[slot].fn = NULL;
         p->nwatch--;
@@ -229,8 +238,37 @@ static int dw_progress_watch_events(struct dw_device *dev, const struct epoll_ev
         return work;
 }
 
+/* Application-driven steps: is it time for a look at the epoll set? The data
+ * sockets are read directly every step (a busy-polling application then pays
+ * one recvmmsg/recvmsg per step, as a raw-socket program would, instead of an
+ * epoll_wait before it); what only epoll sees (listeners, CM handshakes, the
+ * wake eventfd) is looked at every DW_PROGRESS_EPOLL_EVERY steps, and when
+ * the coarse clock ticked (a few ms) since the last look, which is checked
+ * every 4th step: an application calling rarely still sees it within 4
+ * calls. A fd waiting for EPOLLOUT (a blocked RC stream) is looked at every
+ * step. */
+#define DW_PROGRESS_EPOLL_EVERY 64
+
+static bool dw_progress_epoll_due(struct dw_progress *p)
+{
+        if (p->nwatch == 0)
+                return false;
+        if (p->nwatch_out > 0 || ++p->since_epoll >= DW_PROGRESS_EPOLL_EVERY)
+                return true;
+        if (p->since_epoll & 3)
+                return false; /* the clock is read every 4th step */
+        struct timespec ts;
+        /* The coarse clock is a plain read of the vDSO page (no TSC read, which
+         * costs ~200 ns on some VMs). */
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        int64_t tick = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        return tick != p->epoll_tick;
+}
+
+/* read: an application-driven step reads the data sockets directly (not the
+ * steps of post_*, see dw_progress_step_post). */
 static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll_event *evs,
-                           int nev)
+                           int nev, bool read)
 {
         struct dw_progress *p = &dev->prog;
         struct epoll_event local[DW_MAX_EVENTS];
@@ -240,12 +278,28 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
         p->deadline_ns = UINT64_MAX;
         if (budget <= 0)
                 budget = DW_PROGRESS_BUDGET;
-        if (evs == NULL && p->nwatch > 0) {
-                /* Application-driven: one non-blocking look at every watched fd. */
+        bool app = evs == NULL;
+        bool look = app && dw_progress_epoll_due(p);
+        if (app && !look && read) {
+                /* RC streams read directly; more live streams than it polls
+                 * (or none pollable) fall back to the epoll look. */
+                int r = dw_rc_poll(dev, budget);
+                if (r < 0)
+                        look = p->nwatch > 0;
+                else
+                        work += r;
+        }
+        if (look) {
                 nev = epoll_wait(p->epfd, local, DW_MAX_EVENTS, 0);
                 evs = local;
+                p->since_epoll = 0;
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+                p->epoll_tick = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
         }
-        bool udp_ready = true;
+        /* Without an epoll look the UDP socket is read when datagram QPs
+         * exist (or nothing else is watched, as before). */
+        bool udp_ready = read && (p->ndgram > 0 || p->nwatch == 0);
         if (evs && nev >= 0 && nev < DW_MAX_EVENTS) {
                 /* epoll already told whether the UDP socket is readable: skip
                  * a recvmmsg that would only return EAGAIN. */
@@ -273,12 +327,22 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
         int r = dw_rc_progress(dev, budget);
         if (r > 0)
                 work += r;
+        /* RD: new segments (ACKs ride on them), then rel/ timers; asks for a
+         * step at its next deadline through dw_progress_timer. */
+        r = dw_rd_progress(dev, budget);
+        if (r > 0)
+                work += r;
         return work;
 }
 
 int dw_progress_step(struct dw_device *dev, int budget)
 {
-        return dw_progress_run(dev, budget, NULL, 0);
+        return dw_progress_run(dev, budget, NULL, 0, true);
+}
+
+int dw_progress_step_post(struct dw_device *dev, int budget)
+{
+        return dw_progress_run(dev, budget, NULL, 0, false);
 }
 
 /* ---- the progress thread ------------------------------------------------------ */
@@ -324,7 +388,7 @@ static void *dw_progress_thread(void *arg)
                 }
                 pthread_mutex_lock(&dev->lock);
                 if (!dev->prog.stop)
-                        dw_progress_run(dev, DW_PROGRESS_BUDGET * 4, evs, n);
+                        dw_progress_run(dev, DW_PROGRESS_BUDGET * 4, evs, n, true);
                 pthread_mutex_unlock(&dev->lock);
         }
         return NULL;

@@ -48,10 +48,25 @@ struct dw_progress {
         unsigned nwatch;
         uint64_t deadline_ns; /* earliest timer asked for by dw_progress_timer; UINT64_MAX none */
         uint64_t steps;
+        /* Application-driven steps read the data sockets directly (UDP
+         * recvmmsg, RC streams through dw_rc_poll) and look at the epoll set
+         * (listeners, CM sockets, EPOLLOUT waits) only every
+         * DW_PROGRESS_EPOLL_EVERY steps, once per coarse clock tick, or every
+         * step while a watched fd waits for EPOLLOUT. */
+        unsigned nwatch_out;  /* watched fds with EPOLLOUT in their events */
+        unsigned ndgram;      /* QPs using the UDP socket (UD, RD): recvmmsg each step */
+        unsigned since_epoll; /* app-driven steps since the last epoll_wait */
+        int64_t epoll_tick;   /* CLOCK_MONOTONIC_COARSE (ns) of the last epoll_wait */
 };
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
 int dw_progress_step(struct dw_device *dev, int budget);
+/* The step of post_send / post_recv: the same, except that the data sockets
+ * are not read directly (the work just posted needs no receive, and a
+ * busy-polling application reads them in its next poll anyway); they are read
+ * when the periodic epoll look reports them, so an application that only
+ * posts still makes receive progress. */
+int dw_progress_step_post(struct dw_device *dev, int budget);
 
 /* Watches fd; fn runs from a step when it is ready. Lock held. -ENOSPC, -EEXIST. */
 int dw_progress_watch_fd(struct dw_device *dev, int fd, uint32_t events, dw_watch_fn fn, void *ctx);

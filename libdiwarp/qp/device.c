@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dw.h"
+#include "qp/rd.h"
 #include "wire/dgram.h"
 
 /* ---- registry: the one global besides the log level ------------------- */
@@ -349,6 +350,7 @@ int diwarp_device_close(struct diwarp_device *d)
         dw_progress_stop(dev);
         pthread_mutex_lock(&dev->lock);
         dw_rc_dev_fini(dev);
+        dw_rd_dev_fini(dev);
         /* Packets still held by the fault model leave now: a reorder or delay
          * must not turn into a loss at close. */
         if (dev->fault_on)
@@ -385,7 +387,7 @@ int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
         a->max_qp = DW_MAX_QP - DW_FIRST_QP_INDEX;
         a->max_qp_wr = DW_MAX_QP_WR;
         a->max_sge = DW_MAX_SGE;
-        a->max_cq = 65536;
+        a->max_cq = DW_MAX_CQ;
         a->max_cqe = DW_MAX_CQE;
         a->max_mr = DW_MAX_MR;
         a->max_pd = DW_MAX_PD;
@@ -435,6 +437,14 @@ int diwarp_progress(struct diwarp_device *d, int budget)
         int n = dw_progress_step(dev, budget ? budget : DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return n;
+}
+
+int diwarp_progress_thread_start(struct diwarp_device *d)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev)
+                return -EINVAL;
+        return dw_progress_start(dev);
 }
 
 int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
@@ -621,7 +631,9 @@ int diwarp_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
                 return -EINVAL;
         }
         pthread_mutex_lock(&dev->lock);
-        int err = dw_cq_init(&cq->cq, cqe, ch ? &ch->ch : NULL, cq_context);
+        /* The max_cq the device reports (diwarp_device_query) is enforced. */
+        int err = dev->ncq >= DW_MAX_CQ ? -ENOMEM
+                                        : dw_cq_init(&cq->cq, cqe, ch ? &ch->ch : NULL, cq_context);
         if (err == 0)
                 dev->ncq++;
         pthread_mutex_unlock(&dev->lock);

@@ -8,11 +8,18 @@
 #include <time.h>
 
 #include "dw.h"
+#include "qp/rd.h"
 #include "wire/dgram.h"
 
 static bool dw_qp_is_rc(const struct dw_qp *qp)
 {
         return qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC;
+}
+
+/* UD and every QP the RD transport serves receive through the UDP socket. */
+static bool dw_qp_uses_udp(const struct dw_qp *qp)
+{
+        return qp->type == DIWARP_QPT_UD || dw_qp_on_rd(qp);
 }
 
 struct dw_qp *dw_qp_lookup(struct dw_device *dev, uint32_t qpn)
@@ -132,7 +139,9 @@ void dw_qp_to_error(struct dw_qp *qp, int event)
         bool was_err = qp->state == DIWARP_QPS_ERR;
         qp->state = DIWARP_QPS_ERR;
         if (!was_err) {
-                if (dw_qp_is_rc(qp))
+                if (dw_qp_on_rd(qp))
+                        dw_rd_qp_error(qp);
+                else if (dw_qp_is_rc(qp))
                         dw_rc_qp_error(qp);
                 if (event >= 0)
                         dw_async_qp(qp, (enum diwarp_event_type)event);
@@ -279,8 +288,8 @@ int diwarp_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, stru
         case DIWARP_QPT_UC:
         case DIWARP_QPT_UD:
                 break;
-        case DIWARP_QPT_RD:
-                return -EOPNOTSUPP;
+        case DIWARP_QPT_RD: /* qp/rd.c (diwarpdv_create_qp) */
+                break;
         default:
                 return -EINVAL;
         }
@@ -340,7 +349,13 @@ int diwarp_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, stru
                 goto fail_rq;
         }
         qp->qpn = dw_qpn_make(dev->instance, (uint32_t)idx);
-        if (dw_qp_is_rc(qp)) {
+        if (dw_rd_wanted(dev, qp->type)) {
+                err = dw_rd_qp_init(qp);
+                if (err < 0) {
+                        pthread_mutex_unlock(&dev->lock);
+                        goto fail_rq;
+                }
+        } else if (dw_qp_is_rc(qp)) {
                 err = dw_rc_qp_init(qp);
                 if (err < 0) {
                         pthread_mutex_unlock(&dev->lock);
@@ -349,6 +364,8 @@ int diwarp_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, stru
         }
         dev->qps[idx] = qp;
         dev->nqp++;
+        if (dw_qp_uses_udp(qp))
+                dev->prog.ndgram++; /* app-driven steps read the UDP socket */
         dw_pd_get(pd);
         qp->send_cq->use_count++;
         qp->recv_cq->use_count++;
@@ -378,7 +395,11 @@ int diwarp_qp_destroy(struct diwarp_qp *q)
                 return -EINVAL;
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
-        if (dw_qp_is_rc(qp))
+        if (dw_qp_uses_udp(qp))
+                dev->prog.ndgram--;
+        if (dw_qp_on_rd(qp))
+                dw_rd_qp_fini(qp);
+        else if (dw_qp_is_rc(qp))
                 dw_rc_qp_fini(qp);
         if (qp->tx_pending)
                 dw_progress_tx_wait(dev, false);
@@ -424,7 +445,7 @@ static int dw_qp_required(const struct dw_qp *qp, enum diwarp_qp_state cur,
                           enum diwarp_qp_state next)
 {
         if (cur == DIWARP_QPS_RESET && next == DIWARP_QPS_INIT)
-                return qp->type == DIWARP_QPT_UD ? DIWARP_QP_QKEY : 0;
+                return qp->type == DIWARP_QPT_UD || qp->type == DIWARP_QPT_RD ? DIWARP_QP_QKEY : 0;
         if (cur == DIWARP_QPS_RTR && next == DIWARP_QPS_RTS)
                 return qp->type == DIWARP_QPT_UD ? DIWARP_QP_SQ_PSN : 0;
         return 0;
@@ -551,8 +572,9 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                 qp->attr.min_rnr_timer = a->min_rnr_timer;
         qp->attr_mask_set |= mask;
         qp->state = next;
-        if (dw_qp_is_rc(qp)) {
-                int err = dw_rc_qp_modify(qp, cur, mask);
+        if (dw_qp_on_rd(qp) || dw_qp_is_rc(qp)) {
+                int err = dw_qp_on_rd(qp) ? dw_rd_qp_modify(qp, cur, mask)
+                                          : dw_rc_qp_modify(qp, cur, mask);
                 if (err < 0) {
                         qp->state = cur;
                         qp->attr = saved;
@@ -633,6 +655,7 @@ static bool dw_opcode_ok(enum diwarp_qp_type type, int op)
                        op == DIWARP_WR_RDMA_WRITE || op == DIWARP_WR_RDMA_WRITE_WITH_IMM ||
                        op == DIWARP_WR_SEND_WITH_INV || op == DIWARP_WR_LOCAL_INV;
         case DIWARP_QPT_RC:
+        case DIWARP_QPT_RD:
                 return (op >= DIWARP_WR_RDMA_WRITE && op <= DIWARP_WR_LOCAL_INV) ||
                        op == DIWARP_WR_SEND_WITH_INV;
         default:
@@ -661,6 +684,19 @@ static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr)
                 uint64_t max = wr->opcode == DIWARP_WR_SEND_WITH_IMM ? DW_DGRAM_MAX_UD_MSG_IMM
                                                                      : DW_DGRAM_MAX_UD_MSG;
                 if (total > max)
+                        return -EINVAL;
+        } else if (qp->type == DIWARP_QPT_RD) {
+                /* Send-type WRs carry their destination in wr.ud; RDMA and atomic
+                 * WRs go through diwarpdv_post_send_rd (wr.wr is a union). */
+                bool send = wr->opcode == DIWARP_WR_SEND || wr->opcode == DIWARP_WR_SEND_WITH_IMM ||
+                            wr->opcode == DIWARP_WR_SEND_WITH_INV;
+                if (wr->opcode != DIWARP_WR_LOCAL_INV && !send)
+                        return -EINVAL;
+                struct dw_ah *ah = wr->wr.ud.ah ? dw_ah_of(wr->wr.ud.ah) : NULL;
+                if (send &&
+                    (!ah || ah->pd->dev != qp->dev || (wr->wr.ud.remote_qpn & ~DW_DGRAM_QPN_MASK)))
+                        return -EINVAL;
+                if (total > DW_MAX_MSG_RC)
                         return -EINVAL;
         } else if (total > DW_MAX_MSG_RC) {
                 return -EINVAL;
@@ -704,8 +740,8 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                 dw_wq_commit(&qp->sq);
                 if (qp->state == DIWARP_QPS_ERR) {
                         dw_qp_flush(qp);
-                } else if (dw_qp_is_rc(qp)) {
-                        int e = dw_rc_post_send(qp, w);
+                } else if (dw_qp_on_rd(qp) || dw_qp_is_rc(qp)) {
+                        int e = dw_qp_on_rd(qp) ? dw_rd_post_send(qp, w) : dw_rc_post_send(qp, w);
                         if (e < 0) {
                                 char ip[INET_ADDRSTRLEN] = "?";
                                 inet_ntop(AF_INET, &qp->peer.sin_addr, ip, sizeof(ip));
@@ -719,7 +755,7 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                 *bad_wr = wr;
         if (qp->type == DIWARP_QPT_UD && qp->state == DIWARP_QPS_RTS && !qp->tx_pending)
                 dw_ud_tx(qp, DW_PROGRESS_BUDGET);
-        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        dw_progress_step_post(dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;
 }
@@ -756,12 +792,14 @@ int diwarp_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwa
                 dw_wq_commit(&qp->rq);
                 if (qp->state == DIWARP_QPS_ERR)
                         dw_qp_flush(qp);
+                else if (dw_qp_on_rd(qp))
+                        dw_rd_post_recv(qp);
                 else if (dw_qp_is_rc(qp))
                         dw_rc_post_recv(qp);
         }
         if (err < 0 && bad_wr)
                 *bad_wr = wr;
-        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        dw_progress_step_post(dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;
 }

@@ -35,7 +35,6 @@ struct dw_mpa_conn;
 #define DW_RC_TX_IOV        (DW_RC_TX_BATCH * (DW_MAX_SGE + 2))
 #define DW_RC_HDR_MAX       (DW_MPA_HDR_LEN + DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
 #define DW_RC_RXBUF         16384u
-#define DW_RC_RX_PEEK       64u /* staging bytes read after a direct payload read */
 #define DW_RC_MAX_RD        DW_MAX_RD_ATOM
 #define DW_RC_RX_STEP_BYTES (4u << 20) /* bytes read per callback before yielding */
 #define DW_RC_TX_STEP_BYTES (8u << 20) /* bytes written per call before yielding */
@@ -155,6 +154,9 @@ struct dw_rc_conn {
         void *cm;             /* cm/: IB-style connect attempt in progress */
         struct dw_rc_conn *tnext, *tprev; /* device list of conns with timers */
         bool on_timer_list;
+        struct dw_rc_conn *lnext, *lprev; /* device list of conns with an open stream */
+        bool on_live_list;
+        bool rx_short; /* the last read returned less than asked: the socket is drained */
 };
 
 /* cm/ -> rc: the MPA exchange on fd is DONE for qp; the stream is now the

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "dw.h"
+#include "qp/rd.h"
 #include "util/time.h"
 #include "wire/crc32c.h"
 #include "wire/dgram.h"
@@ -36,6 +37,10 @@ static void dw_ud_set_pending(struct dw_qp *qp, bool pending)
         dw_progress_tx_wait(qp->dev, pending);
 }
 
+/* MSN of an untagged DDP header (RFC 5041 §4.3: control, RsvdULP 8 + 32 bits,
+ * QN, MSN, MO). The cached header is checked at this offset when stored. */
+#define DW_UD_MSN_OFF 10
+
 /* Encodes the headers of one UD message with MSN msn into hdr (dgram + Send)
  * and imm (Immediate Data message, when with_imm). Returns the header length. */
 static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, uint8_t *hdr,
@@ -44,6 +49,13 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
         bool se = w->send_flags & DIWARP_SEND_SOLICITED;
         /* IB rule: a remote qkey with the high bit set means "use the QP's own". */
         uint32_t qkey = (w->remote_qkey & 0x80000000u) ? qp->attr.qkey : w->remote_qkey;
+        uint8_t op = se ? 2 : 1; /* header cache key (Sends without immediate) */
+        if (!with_imm && qp->ud_hdr_op == op && qp->ud_hdr_dst == w->remote_qpn &&
+            qp->ud_hdr_qkey == qkey && cap >= qp->ud_hdr_len) {
+                memcpy(hdr, qp->ud_hdr, qp->ud_hdr_len);
+                dw_put_be32(hdr + DW_DGRAM_HDR_LEN + DW_UD_MSN_OFF, msn);
+                return qp->ud_hdr_len;
+        }
         struct dw_dgram_hdr h = {
             .flags = DW_DGRAM_F_DATA | (with_imm ? DW_DGRAM_F_IMM : 0),
             .dst_qpn = w->remote_qpn,
@@ -64,6 +76,14 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
         ssize_t m = dw_rdmap_encode(&r, hdr + n, cap - (size_t)n);
         if (m < 0)
                 return m;
+        if (!with_imm && n == DW_DGRAM_HDR_LEN && (size_t)(n + m) <= sizeof(qp->ud_hdr) &&
+            dw_get_be32(hdr + n + DW_UD_MSN_OFF) == msn) {
+                memcpy(qp->ud_hdr, hdr, (size_t)(n + m));
+                qp->ud_hdr_len = (uint8_t)(n + m);
+                qp->ud_hdr_op = op;
+                qp->ud_hdr_dst = w->remote_qpn;
+                qp->ud_hdr_qkey = qkey;
+        }
         if (with_imm) {
                 struct dw_rdmap_hdr ri;
                 if (dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA) < 0)
@@ -295,8 +315,7 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
         if (hl < 0)
                 goto malformed;
         if (h.flags & DW_DGRAM_F_RD) {
-                /* Reliable datagrams are not served yet (rel/ is a later milestone). */
-                dev->ctr.rx_dropped_no_qp++;
+                dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from); /* qp/rd.c */
                 return;
         }
         if (!(h.flags & DW_DGRAM_F_DATA)) {
@@ -386,9 +405,21 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
         uint8_t grh[DW_GRH_LEN];
         union diwarp_gid sgid;
         dw_ipv4_to_gid(from->sin_addr, &sgid);
-        dw_ud_grh(grh, &sgid, &dev->gid, (uint32_t)plen);
-        if (dw_qp_scatter(qp, w, 0, grh, DW_GRH_LEN) < 0 ||
-            dw_qp_scatter(qp, w, DW_GRH_LEN, payload, plen) < 0) {
+        int sr;
+        if (payload - pkt >= DW_GRH_LEN) {
+                /* The headers in front of the payload are decoded already: the
+                 * GRH goes over them, and one scatter (one lkey check per SGE,
+                 * all or nothing) places GRH + payload. */
+                uint8_t *g = (uint8_t *)payload - DW_GRH_LEN;
+                dw_ud_grh(g, &sgid, &dev->gid, (uint32_t)plen);
+                sr = dw_qp_scatter(qp, w, 0, g, DW_GRH_LEN + plen);
+        } else {
+                dw_ud_grh(grh, &sgid, &dev->gid, (uint32_t)plen);
+                sr = dw_qp_scatter(qp, w, 0, grh, DW_GRH_LEN);
+                if (sr == 0)
+                        sr = dw_qp_scatter(qp, w, DW_GRH_LEN, payload, plen);
+        }
+        if (sr < 0) {
                 dw_warn("QP %#x: receive wr_id %#llx: local protection error (lkey)", qp->qpn,
                         (unsigned long long)w->wr_id);
                 wc.status = DIWARP_WC_LOC_PROT_ERR;

@@ -7,6 +7,7 @@
 #include "wire/crc32c.h"
 
 #include <limits.h>
+#include <string.h>
 
 #ifdef DIWARP_HAVE_ISAL
 #include <isa-l/crc.h>
@@ -359,8 +360,35 @@ uint32_t dw_crc32c_update_portable(uint32_t state, const void *buf, size_t len)
         return crc;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DW_CRC32C_HW_SMALL 256
+/* Short buffers (headers, small messages): the SSE4.2 crc32 instruction
+ * computes the same reflected CRC32c register step without the setup cost of
+ * a folding routine, which dominates below a few hundred bytes. */
+__attribute__((target("sse4.2"))) static uint32_t dw_crc32c_hw_small(uint32_t crc, const uint8_t *p,
+                                                                     size_t len)
+{
+        uint64_t c = crc;
+        while (len >= 8) {
+                uint64_t v;
+                memcpy(&v, p, 8);
+                c = __builtin_ia32_crc32di(c, v);
+                p += 8;
+                len -= 8;
+        }
+        uint32_t c32 = (uint32_t)c;
+        while (len--)
+                c32 = __builtin_ia32_crc32qi(c32, *p++);
+        return c32;
+}
+#endif
+
 uint32_t dw_crc32c_update(uint32_t state, const void *buf, size_t len)
 {
+#ifdef DW_CRC32C_HW_SMALL
+        if (len <= DW_CRC32C_HW_SMALL && __builtin_cpu_supports("sse4.2"))
+                return dw_crc32c_hw_small(state, buf, len);
+#endif
 #ifdef DIWARP_HAVE_ISAL
         const uint8_t *p = buf;
 

@@ -1,0 +1,74 @@
+/* diwarpdv: diwarp-specific extensions of the native API (as efadv/mlx5dv
+ * extend ibverbs). Include after <diwarp/diwarp.h>.
+ *
+ * ---- Reliable-datagram (RD) queue pairs ----------------------------------
+ *
+ * An RD QP is connectionless like UD and reliable like RC: every work request
+ * names its destination, and the engine keeps one pseudo-stream per (local
+ * QP, remote QP) with sequence numbers, ACK/SACK, retransmission and
+ * in-order completion (docs/PROTOCOL.md, "RD over UDP"). All RD QPs of a
+ * device share the device's one UDP socket, whatever the number of peers.
+ *
+ *   create:  diwarpdv_create_qp(pd, &init_attr, &qp)   (= diwarp_qp_create with
+ *            init_attr.qp_type = DIWARP_QPT_RD); no SRQ.
+ *   states:  RESET -> INIT (DIWARP_QP_QKEY required, DIWARP_QP_ACCESS_FLAGS
+ *            optional: remote rights the QP grants) -> RTR -> RTS, as UD.
+ *   post:    opcodes SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE,
+ *            RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_FETCH_AND_ADD,
+ *            ATOMIC_CMP_AND_SWP, LOCAL_INV. Addressing is UD-like:
+ *            wr.wr.ud.ah (from diwarp_ah_create), wr.wr.ud.remote_qpn and
+ *            wr.wr.ud.remote_qkey (high bit set: use the QP's own qkey), posted
+ *            with diwarp_post_send. RDMA and atomic WRs need the remote buffer
+ *            too, and wr.wr is a union: post them with diwarpdv_post_send_rd,
+ *            which takes the destination (ah, remote QPN, qkey) beside the WR
+ *            chain and reads wr.wr.rdma / wr.wr.atomic exactly as on RC. It
+ *            accepts every opcode (for Sends the destination argument wins
+ *            over wr.wr.ud).
+ *   sizes:   messages up to 2 GiB; they are cut into segments of the path MTU
+ *            (DIWARP_UDP_MTU) and placed directly by offset.
+ *   receive: wc.src_qp is the sender's QPN; no GRH is written (unlike UD).
+ *   errors:  a protection violation at the target fails that WR with
+ *            DIWARP_WC_REM_ACCESS_ERR (the target answers that peer only and
+ *            keeps serving others); a peer that stops answering fails the
+ *            oldest WR to it with DIWARP_WC_RETRY_EXC_ERR within
+ *            DIWARP_PEER_TIMEOUT_MS, the QP moves to ERR and the rest flush.
+ *            A Send that finds no receive posted is retried (RNR) until one
+ *            is posted, as long as the peer answers.
+ *
+ * ---- RC carried by RD -----------------------------------------------------
+ *
+ * With DIWARP_RC_TRANSPORT=rd, RC (and UC) QPs use the same sublayer with one
+ * pseudo-stream: ibv_modify_qp to RTR with ah_attr (dgid) + dest_qp_num (and
+ * rq_psn; sq_psn at RTS) sets it up, no TCP connection is made. Connection
+ * setup through rdma_cm / diwarp_connect is not available in that mode.
+ */
+#ifndef DIWARP_DIWARPDV_H
+#define DIWARP_DIWARPDV_H
+
+#include <diwarp/diwarp.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates a reliable-datagram QP (attr->qp_type is set to DIWARP_QPT_RD). */
+int diwarpdv_create_qp(struct diwarp_pd *pd, struct diwarp_qp_init_attr *attr,
+                       struct diwarp_qp **out);
+
+/* Destination of RD work requests posted with diwarpdv_post_send_rd. */
+struct diwarpdv_rd_dest {
+        struct diwarp_ah *ah;
+        uint32_t remote_qpn;
+        uint32_t remote_qkey; /* high bit set: the QP's own qkey */
+};
+
+/* Posts a chain of WRs on an RD QP, all to dest; wr.wr is read as on RC
+ * (rdma / atomic). Same return and *bad_wr rules as diwarp_post_send. */
+int diwarpdv_post_send_rd(struct diwarp_qp *qp, struct diwarp_send_wr *wr,
+                          const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,1872 @@
+/* RD transport: RDMAP over DDP over the rel/ reliable-datagram sublayer, on
+ * the device's one UDP socket. See rd.h for the model and qp/README.md (RD)
+ * for the decisions.
+ *
+ * Transmit: WQEs are sent in SQ order; each is cut into segments of
+ * dw_rd_seg_payload(mtu) bytes. A segment is named by a 64-bit cookie (kind,
+ * ring slot, segment index) so rel/ can ask for it again and we rebuild it
+ * from the WQE (or the responder's IRQ entry) with the same PSN and bytes.
+ * Up to DW_UDP_TX_BATCH datagrams go out per sendmmsg; PSNs are registered
+ * with rel/ only for those the socket took, and the cursors roll back to the
+ * first one it refused (local back-pressure costs no PSN and no retry).
+ *
+ * Receive: the datagram is still in the llp bounce buffer; a NEW segment is
+ * checked (protection, receive WQE) and copied straight to its place, then
+ * handed to rel/. A refused segment is not accepted: RNR NAK (no receive WQE,
+ * no IRQ slot) or an error NAK (REM_ACCESS, REM_OP, INVALID) that is repeated
+ * whenever the same PSN comes again. Completions follow rel/'s in-order
+ * cursor: a message completes once every PSN up to its last segment arrived.
+ *
+ * Receive WQEs are bound to Send messages in MSN order (queue-0 MSN counts
+ * only messages that consume a receive WQE), so a later Send can never take
+ * the WQE of an earlier one that was refused for RNR. On an RD QP several
+ * peers share the RQ: a WQE completes when its message does and leaves the
+ * ring once every older WQE has completed too.
+ */
+#include "qp/rd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <diwarp/diwarpdv.h>
+
+#include "util/time.h"
+#include "wire/crc32c.h"
+#include "wire/rdmap.h"
+
+/* ---------------------------------------------------------------- layout */
+
+#define RD_MAX_ORQ  DW_MAX_RD_ATOM /* Reads/Atomics we have outstanding, per QP */
+#define RD_MAX_IRQ  64             /* Read/Atomic responses we owe, per QP (all peers) */
+#define RD_HASH_MIN 16u
+#define RD_BATCH    DW_UDP_TX_BATCH
+/* Largest extra RDMAP header after the DDP header (Atomic Request). */
+#define RD_HDR_CAP (DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
+
+/* Cookie: kind (2 bits) | slot (14 bits, < DW_MAX_QP_WR and RD_MAX_IRQ) | segment (32 bits). */
+enum { RD_CK_SQ = 1, RD_CK_IRQ = 2 };
+static inline uint64_t rd_cookie(unsigned kind, uint32_t slot, uint32_t seg)
+{
+        return (uint64_t)kind << 62 | (uint64_t)(slot & 0x3fffu) << 32 | seg;
+}
+static inline unsigned ck_kind(uint64_t c)
+{
+        return (unsigned)(c >> 62);
+}
+static inline uint32_t ck_slot(uint64_t c)
+{
+        return (uint32_t)(c >> 32) & 0x3fffu;
+}
+static inline uint32_t ck_seg(uint64_t c)
+{
+        return (uint32_t)c;
+}
+
+/* WQE flag bits of the RD engine (above queue/'s enum dw_wqe_flags). */
+enum {
+        RD_W_TXALL = 1u << 8,   /* send: every segment handed to the socket once */
+        RD_W_RESP = 1u << 9,    /* Read/Atomic: the response is complete */
+        RD_W_LAST = 1u << 10,   /* last segment (or response) seen; psn = its PSN */
+        RD_W_BOUND = 1u << 11,  /* receive: bound to (peer, msn) */
+        RD_W_IMM = 1u << 12,    /* receive: carries immediate data */
+        RD_W_INV = 1u << 13,    /* receive: Send with Invalidate */
+        RD_W_SE = 1u << 14,     /* receive: solicited */
+        RD_W_WIMM = 1u << 15,   /* receive: consumed by RDMA Write with Immediate */
+        RD_W_INORQ = 1u << 16,  /* send: on the ORQ */
+        RD_W_QUEUED = 1u << 17, /* send: dw_rd_post_send resolved its peer */
+};
+
+/* Responder work for one Read or Atomic Request. */
+struct rd_irq {
+        struct dw_rd_peer *peer; /* NULL: free */
+        bool atomic;
+        uint32_t msn; /* request's queue-1 MSN (Atomic: also the Response's) */
+        uint32_t sink_stag;
+        uint64_t sink_to;
+        uint32_t len;
+        uint32_t src_stag;
+        uint64_t src_to;
+        uint32_t req_id;
+        uint64_t orig; /* Atomic: the original value, kept for retransmission */
+        uint32_t nseg, next_seg, sent, acked;
+};
+
+struct dw_rd_peer {
+        struct dw_rel_peer rel;
+        struct dw_rd_qp *s;
+        struct dw_rd_peer *hnext;         /* per-QP hash chain */
+        struct dw_rd_peer *anext, *aprev; /* device list of peers with timers */
+        uint32_t ip;                      /* network order */
+        uint16_t port;                    /* network order */
+        bool active;
+        bool dead; /* QP in ERR: no more reliability work */
+        uint32_t rqpn;
+        uint32_t tx_msn;  /* next queue-0 MSN (receive-consuming messages) we send */
+        uint32_t tx_rreq; /* next queue-1 MSN (Read/Atomic Requests) we send */
+        uint32_t rx_bind; /* next queue-0 MSN to bind to a receive WQE */
+        uint32_t rx_done; /* next queue-0 MSN to complete */
+        uint32_t nak_psn; /* PSN refused with nak_code (repeated on every copy) */
+        uint8_t nak_code;
+        uint8_t rsvd[3];
+        uint32_t batch; /* segments built in the current batch, not yet registered */
+        struct dw_rel_txent ring[DW_REL_DEF_WINDOW];
+};
+
+struct dw_rd_qp {
+        struct dw_qp *qp;
+        bool rc; /* RC/UC carried by RD */
+        struct dw_rel_params params;
+        struct dw_rd_peer *rc_peer;
+        struct dw_rd_peer **htab;
+        uint32_t hmask, npeers;
+        /* transmit cursor: WQE tx_idx from the SQ head, its segment tx_seg */
+        uint32_t tx_idx, tx_seg;
+        struct dw_wqe *orq[RD_MAX_ORQ];
+        uint32_t norq, orq_building;
+        uint32_t rq_bound; /* receive WQEs [0, rq_bound) from the RQ head are bound */
+        struct rd_irq irq[RD_MAX_IRQ];
+        uint32_t fifo[RD_MAX_IRQ]; /* IRQ entries in arrival order, until fully sent */
+        uint32_t fifo_head, fifo_count;
+        bool irq_turn;
+        struct dw_rd_qp *next, *prev; /* device list of RD QPs */
+};
+
+struct rd_txslot {
+        uint8_t hdr[RD_HDR_CAP];
+        uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
+        uint8_t crc[DW_DGRAM_CRC_LEN];
+        struct iovec iov[DW_MAX_SGE + 3];
+        int iovcnt;
+        struct sockaddr_in dst;
+        uint32_t bytes;
+        /* for commit / rollback */
+        struct dw_rd_peer *peer;
+        uint32_t psn;
+        uint64_t cookie;
+        uint32_t save_idx, save_seg;
+};
+
+struct dw_rd_dev {
+        struct dw_rd_qp *qps;      /* every RD-served QP */
+        struct dw_rd_peer *active; /* peers with outstanding data, owed ACKs or timers */
+        bool tx_wait;              /* registered with dw_progress_tx_wait */
+        uint32_t seg;              /* payload bytes per segment */
+        struct rd_txslot slot[RD_BATCH];
+        struct dw_udp_msg msgs[RD_BATCH];
+        struct rd_txslot rslot; /* retransmissions and control packets */
+};
+
+static_assert(DW_MAX_QP_WR <= 0x4000, "SQ slot fits the cookie");
+
+static struct dw_rd_dev *rdd(struct dw_device *dev)
+{
+        return (struct dw_rd_dev *)dev->rd;
+}
+
+uint32_t dw_rd_seg_payload(uint32_t mtu)
+{
+        if (mtu < DW_CONFIG_MIN_UDP_MTU)
+                mtu = DW_CONFIG_MIN_UDP_MTU;
+        if (mtu > DW_UDP_MAX_PAYLOAD)
+                mtu = DW_UDP_MAX_PAYLOAD;
+        /* Room for the fixed header, an untagged DDP header, an Immediate Data
+         * message and the CRC; SACK blocks ride in what is left over. The size
+         * is fixed per device so a retransmission rebuilds the same segment. */
+        return mtu - DW_DGRAM_HDR_LEN - DW_DGRAM_DDP_UNTAGGED_LEN - DW_DGRAM_IMM_MSG_LEN -
+               DW_DGRAM_CRC_LEN;
+}
+
+size_t dw_rd_peer_bytes(void)
+{
+        return sizeof(struct dw_rd_peer);
+}
+
+bool dw_rd_wanted(const struct dw_device *dev, enum diwarp_qp_type type)
+{
+        if (type == DIWARP_QPT_RD)
+                return true;
+        return (type == DIWARP_QPT_RC || type == DIWARP_QPT_UC) &&
+               dev->cfg.rc_transport == DW_RC_RD;
+}
+
+static const char *peer_str(const struct dw_rd_peer *p, char *buf, size_t len)
+{
+        char ip[INET_ADDRSTRLEN];
+        struct in_addr a = {.s_addr = p->ip};
+        inet_ntop(AF_INET, &a, ip, sizeof(ip));
+        snprintf(buf, len, "%s:%u QPN %#x", ip, ntohs(p->port), p->rqpn);
+        return buf;
+}
+
+static uint64_t rd_nseg(uint64_t len, uint32_t seg)
+{
+        return len == 0 ? 1 : (len + seg - 1) / seg;
+}
+
+static bool is_read_like(int op)
+{
+        return op == DIWARP_WR_RDMA_READ || op == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
+               op == DIWARP_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+static bool qp_allows(const struct dw_qp *qp, int access)
+{
+        if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
+                return true;
+        return (qp->attr.qp_access_flags & access) == access;
+}
+
+/* ---------------------------------------------------------------- peers */
+
+static uint32_t rd_hash(uint32_t ip, uint16_t port, uint32_t qpn)
+{
+        uint64_t k = (uint64_t)ip << 32 ^ (uint64_t)port << 24 ^ qpn;
+        k *= 0x9e3779b97f4a7c15ull;
+        return (uint32_t)(k >> 32);
+}
+
+static void rd_activate(struct dw_rd_peer *p)
+{
+        struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        if (p->active || p->dead)
+                return;
+        p->active = true;
+        p->aprev = NULL;
+        p->anext = d->active;
+        if (d->active)
+                d->active->aprev = p;
+        d->active = p;
+}
+
+static void rd_deactivate(struct dw_rd_peer *p)
+{
+        struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        if (!p->active)
+                return;
+        if (p->aprev)
+                p->aprev->anext = p->anext;
+        else
+                d->active = p->anext;
+        if (p->anext)
+                p->anext->aprev = p->aprev;
+        p->anext = p->aprev = NULL;
+        p->active = false;
+}
+
+/* First PSN of the direction from QPN a to QPN b on an RD QP, which both ends
+ * compute alike (no handshake). RC over RD uses sq_psn / rq_psn instead. */
+static uint32_t rd_isn(uint32_t from_qpn, uint32_t to_qpn)
+{
+        uint64_t k = ((uint64_t)from_qpn << 24 | to_qpn) * 0xff51afd7ed558ccdull;
+        return (uint32_t)(k >> 29);
+}
+
+static struct dw_rd_peer *rd_peer_find(struct dw_rd_qp *s, uint32_t ip, uint16_t port, uint32_t qpn)
+{
+        if (!s->htab)
+                return NULL;
+        struct dw_rd_peer *p = s->htab[rd_hash(ip, port, qpn) & s->hmask];
+        for (; p; p = p->hnext)
+                if (p->ip == ip && p->port == port && p->rqpn == qpn)
+                        return p;
+        return NULL;
+}
+
+static int rd_hash_grow(struct dw_rd_qp *s)
+{
+        uint32_t n = s->htab ? (s->hmask + 1) * 4 : RD_HASH_MIN;
+        struct dw_rd_peer **t = calloc(n, sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        if (s->htab) {
+                for (uint32_t i = 0; i <= s->hmask; i++) {
+                        struct dw_rd_peer *p = s->htab[i], *nx;
+                        for (; p; p = nx) {
+                                nx = p->hnext;
+                                uint32_t b = rd_hash(p->ip, p->port, p->rqpn) & (n - 1);
+                                p->hnext = t[b];
+                                t[b] = p;
+                        }
+                }
+                free(s->htab);
+        }
+        s->htab = t;
+        s->hmask = n - 1;
+        return 0;
+}
+
+static struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, uint32_t qpn,
+                                      uint32_t tx_psn, uint32_t rx_psn)
+{
+        if (!s->htab || s->npeers >= (s->hmask + 1) * 2)
+                if (rd_hash_grow(s) < 0)
+                        return NULL;
+        struct dw_rd_peer *p = calloc(1, sizeof(*p));
+        if (!p)
+                return NULL;
+        p->s = s;
+        p->ip = ip;
+        p->port = port;
+        p->rqpn = qpn;
+        p->tx_msn = p->tx_rreq = p->rx_bind = p->rx_done = 1;
+        if (dw_rel_peer_init(&p->rel, &s->params, p->ring, DW_REL_DEF_WINDOW, tx_psn, rx_psn) < 0) {
+                free(p);
+                return NULL;
+        }
+        uint32_t b = rd_hash(ip, port, qpn) & s->hmask;
+        p->hnext = s->htab[b];
+        s->htab[b] = p;
+        s->npeers++;
+        return p;
+}
+
+static void rd_peers_free(struct dw_rd_qp *s)
+{
+        if (!s->htab)
+                return;
+        for (uint32_t i = 0; i <= s->hmask; i++) {
+                struct dw_rd_peer *p = s->htab[i], *nx;
+                for (; p; p = nx) {
+                        nx = p->hnext;
+                        rd_deactivate(p);
+                        free(p);
+                }
+        }
+        free(s->htab);
+        s->htab = NULL;
+        s->hmask = 0;
+        s->npeers = 0;
+        s->rc_peer = NULL;
+}
+
+/* ---------------------------------------------------------------- send-side completion */
+
+static void rd_retire(struct dw_rd_qp *s)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_wqe *w;
+        while ((w = dw_wq_head(&qp->sq)) && (w->flags & DW_WQE_DONE)) {
+                dw_qp_complete_send(qp, (enum diwarp_wc_status)w->status, w->byte_len);
+                if (s->tx_idx)
+                        s->tx_idx--;
+        }
+}
+
+static void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w)
+{
+        if ((w->flags & DW_WQE_DONE) || !(w->flags & RD_W_TXALL))
+                return;
+        if (is_read_like(w->opcode)) {
+                if (!(w->flags & RD_W_RESP) || w->bytes_acked < 1)
+                        return;
+                w->byte_len = (uint32_t)w->total_len;
+        } else {
+                if (w->bytes_acked < w->ts_ns)
+                        return;
+                w->byte_len = (uint32_t)w->total_len;
+        }
+        w->status = DIWARP_WC_SUCCESS;
+        w->flags |= DW_WQE_DONE;
+        rd_retire(s);
+}
+
+static void orq_remove(struct dw_rd_qp *s, struct dw_wqe *w)
+{
+        for (uint32_t i = 0; i < s->norq; i++)
+                if (s->orq[i] == w) {
+                        s->orq[i] = s->orq[--s->norq];
+                        w->flags &= ~RD_W_INORQ;
+                        return;
+                }
+}
+
+/* Completes the SQ from its head through w: finished WQEs with their status,
+ * unfinished ones flushed, w with status. */
+static void rd_complete_through(struct dw_rd_qp *s, struct dw_wqe *w, enum diwarp_wc_status status)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_wqe *h;
+        bool found = false;
+        for (uint32_t i = 0; (h = dw_wq_at(&qp->sq, i)); i++)
+                if (h == w) {
+                        found = true;
+                        break;
+                }
+        if (!found)
+                return;
+        while ((h = dw_wq_head(&qp->sq))) {
+                if (h->flags & RD_W_INORQ)
+                        orq_remove(s, h);
+                bool last = h == w;
+                dw_qp_complete_send(qp,
+                                    last                       ? status
+                                    : (h->flags & DW_WQE_DONE) ? (enum diwarp_wc_status)h->status
+                                                               : DIWARP_WC_WR_FLUSH_ERR,
+                                    last ? 0 : h->byte_len);
+                if (s->tx_idx)
+                        s->tx_idx--;
+                else
+                        s->tx_seg = 0;
+                if (last)
+                        break;
+        }
+}
+
+/* The pseudo-stream to p failed for good (rel/ fatal, or a local error). */
+static void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event,
+                         const char *why)
+{
+        struct dw_rd_qp *s = p->s;
+        struct dw_qp *qp = s->qp;
+        char pb[64];
+        dw_warn("RD QP %#x peer %s: %s; QP to error", qp->qpn, peer_str(p, pb, sizeof(pb)), why);
+        if (qp->state == DIWARP_QPS_ERR)
+                return;
+        struct dw_wqe *w;
+        for (uint32_t i = 0; (w = dw_wq_at(&qp->sq, i)); i++)
+                if (w->priv == p && !(w->flags & DW_WQE_DONE)) {
+                        rd_complete_through(s, w, status);
+                        break;
+                }
+        dw_qp_to_error(qp, event);
+}
+
+/* ---------------------------------------------------------------- packet build */
+
+/* iovecs for bytes [off, off+len) of a send WQE's SGEs (lkeys checked). */
+static int rd_src_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, uint64_t len,
+                      struct iovec *iov)
+{
+        int n = 0;
+        if (len == 0)
+                return 0;
+        if (w->flags & DW_WQE_INLINE) {
+                if (off + len > w->inline_len)
+                        return -EMSGSIZE;
+                iov[0].iov_base = w->inline_buf + off;
+                iov[0].iov_len = len;
+                return 1;
+        }
+        for (uint32_t i = 0; i < w->num_sge && len; i++) {
+                const struct diwarp_sge *g = &w->sge[i];
+                if (off >= g->length) {
+                        off -= g->length;
+                        continue;
+                }
+                uint64_t piece = g->length - off < len ? g->length - off : len;
+                uint8_t *host = NULL;
+                if (dw_mr_check_local(&qp->dev->mrs, g->lkey, qp->pd, 0, g->addr + off, piece,
+                                      &host) != DW_PROT_OK)
+                        return -EACCES;
+                iov[n].iov_base = host;
+                iov[n].iov_len = piece;
+                n++;
+                len -= piece;
+                off = 0;
+        }
+        return len ? -EMSGSIZE : n;
+}
+
+/* Builds the datagram for cookie with PSN psn into t (and piggybacks an
+ * owed ACK). 0, or -EACCES (a local key or the Read source failed), -EINVAL. */
+static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
+                    struct rd_txslot *t)
+{
+        struct dw_rd_qp *s = p->s;
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        uint32_t S = rdd(dev)->seg;
+        struct dw_rdmap_hdr r;
+        uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+        size_t extlen = 0;
+        struct iovec pay[DW_MAX_SGE];
+        int npay = 0;
+        uint64_t plen = 0;
+        bool imm = false;
+        uint32_t qkey = 0;
+        uint32_t seg = ck_seg(cookie);
+
+        if (ck_kind(cookie) == RD_CK_SQ) {
+                struct dw_wqe *w = &qp->sq.ring[ck_slot(cookie)];
+                uint64_t off = (uint64_t)seg * S;
+                bool se = w->send_flags & DIWARP_SEND_SOLICITED;
+                qkey = w->remote_qkey;
+                switch (w->opcode) {
+                case DIWARP_WR_SEND:
+                case DIWARP_WR_SEND_WITH_IMM:
+                case DIWARP_WR_SEND_WITH_INV: {
+                        bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
+                        bool wimm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+                        plen = w->total_len - off < S ? w->total_len - off : S;
+                        bool last = off + plen == w->total_len;
+                        /* With immediate data the SE bit rides on the Immediate
+                         * Data message, as on UD. */
+                        dw_rdmap_hdr_init(&r,
+                                          inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
+                                              : (se && !wimm ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
+                        if (inv)
+                                r.inval_stag = w->invalidate_rkey;
+                        r.ddp.msn = w->msn;
+                        r.ddp.mo = (uint32_t)off;
+                        r.ddp.last = last;
+                        imm = wimm && last;
+                        break;
+                }
+                case DIWARP_WR_RDMA_WRITE:
+                case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                        plen = w->total_len - off < S ? w->total_len - off : S;
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_WRITE);
+                        r.ddp.stag = w->rkey;
+                        r.ddp.to = w->remote_addr + off;
+                        r.ddp.last = off + plen == w->total_len;
+                        imm = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM && r.ddp.last;
+                        break;
+                case DIWARP_WR_RDMA_READ: {
+                        /* The Data Sink STag names the request (its queue-1 MSN)
+                         * and the sink TO counts from 0: the requester places
+                         * responses by offset into its SGE list. */
+                        struct dw_rdmap_rreq rq = {.sink_stag = w->msn,
+                                                   .sink_to = 0,
+                                                   .rdma_rd_sz = (uint32_t)w->total_len,
+                                                   .src_stag = w->rkey,
+                                                   .src_to = w->remote_addr};
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_READ_REQ);
+                        r.ddp.msn = w->msn;
+                        extlen = (size_t)dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
+                        break;
+                }
+                case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+                case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
+                        bool cas = w->opcode == DIWARP_WR_ATOMIC_CMP_AND_SWP;
+                        struct dw_rdmap_atomic_req ar = {
+                            .aopcode = cas ? DW_ATOMIC_CMP_SWAP : DW_ATOMIC_FETCH_ADD,
+                            .req_id = w->msn,
+                            .remote_stag = w->rkey,
+                            .remote_to = w->remote_addr,
+                            .add_swap_data = cas ? w->swap : w->compare_add,
+                            .add_swap_mask = cas ? ~0ull : 0,
+                            .compare_data = cas ? w->compare_add : 0,
+                            .compare_mask = cas ? ~0ull : 0,
+                        };
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_REQ);
+                        r.ddp.msn = w->msn;
+                        extlen = (size_t)dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));
+                        break;
+                }
+                default:
+                        return -EINVAL;
+                }
+                if (plen) {
+                        npay = rd_src_iov(qp, w, off, plen, pay);
+                        if (npay < 0)
+                                return -EACCES;
+                }
+                if (imm) {
+                        struct dw_rdmap_hdr ri;
+                        bool wr = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
+                        dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA);
+                        ri.ddp.msn = w->msn;
+                        ssize_t k = dw_rdmap_encode(&ri, t->imm, sizeof(t->imm));
+                        if (k != DW_DGRAM_DDP_UNTAGGED_LEN)
+                                return -EINVAL;
+                        /* Bytes 0-3: the verbs immediate (network order); bytes
+                         * 4-7: with a Write, its length (the receiver's byte_len). */
+                        memcpy(t->imm + k, &w->imm_data, 4);
+                        dw_put_be32(t->imm + k + 4, wr ? (uint32_t)w->total_len : 0);
+                }
+        } else {
+                struct rd_irq *e = &s->irq[ck_slot(cookie)];
+                if (e->atomic) {
+                        struct dw_rdmap_atomic_resp ar = {.req_id = e->req_id,
+                                                          .orig_data = e->orig};
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_RESP);
+                        r.ddp.msn = e->msn;
+                        extlen = (size_t)dw_rdmap_atomic_resp_encode(&ar, ext, sizeof(ext));
+                } else {
+                        uint64_t off = (uint64_t)seg * S;
+                        plen = e->len - off < S ? e->len - off : S;
+                        uint8_t *host = NULL;
+                        /* Checked per segment: the region may have gone since. */
+                        if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd,
+                                               DIWARP_ACCESS_REMOTE_READ, e->src_to + off, plen,
+                                               &host) != DW_PROT_OK)
+                                return -EACCES;
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_READ_RESP);
+                        r.ddp.stag = e->sink_stag;
+                        r.ddp.to = e->sink_to + off;
+                        r.ddp.last = off + plen == e->len;
+                        if (plen) {
+                                pay[0].iov_base = host;
+                                pay[0].iov_len = plen;
+                                npay = 1;
+                        }
+                }
+        }
+
+        size_t ddp_len = r.ddp.tagged ? DW_DGRAM_DDP_TAGGED_LEN : DW_DGRAM_DDP_UNTAGGED_LEN;
+        size_t fixed = DW_DGRAM_HDR_LEN + ddp_len + extlen + plen +
+                       (imm ? DW_DGRAM_IMM_MSG_LEN : 0) + DW_DGRAM_CRC_LEN;
+        uint32_t mtu = dev->cfg.udp_mtu ? dev->cfg.udp_mtu : DW_CONFIG_DEFAULT_UDP_MTU;
+        struct dw_dgram_hdr h = {
+            .flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (imm ? DW_DGRAM_F_IMM : 0) |
+                     (ackreq ? DW_DGRAM_F_ACKREQ : 0),
+            .dst_qpn = p->rqpn,
+            .src_qpn = qp->qpn,
+            .qkey = qkey,
+            .psn = psn,
+        };
+        if (dw_rel_ack_owed(&p->rel)) {
+                size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
+                dw_rel_build_ack(&p->rel, &h,
+                                 room > DW_DGRAM_MAX_SACK ? DW_DGRAM_MAX_SACK : (unsigned)room);
+        }
+        ssize_t hl = dw_dgram_encode(&h, t->hdr, sizeof(t->hdr));
+        if (hl < 0)
+                return -EINVAL;
+        ssize_t dl = dw_rdmap_encode(&r, t->hdr + hl, sizeof(t->hdr) - (size_t)hl);
+        if (dl < 0)
+                return -EINVAL;
+        memcpy(t->hdr + hl + dl, ext, extlen);
+        int n = 0;
+        t->iov[n].iov_base = t->hdr;
+        t->iov[n].iov_len = (size_t)hl + (size_t)dl + extlen;
+        n++;
+        for (int i = 0; i < npay; i++)
+                t->iov[n++] = pay[i];
+        if (imm) {
+                t->iov[n].iov_base = t->imm;
+                t->iov[n].iov_len = sizeof(t->imm);
+                n++;
+        }
+        uint32_t st = dw_crc32c_update_iov(dw_crc32c_init(), t->iov, (size_t)n);
+        dw_dgram_crc_trailer(t->crc, st);
+        t->iov[n].iov_base = t->crc;
+        t->iov[n].iov_len = sizeof(t->crc);
+        n++;
+        t->iovcnt = n;
+        t->bytes = (uint32_t)plen;
+        t->dst.sin_family = AF_INET;
+        t->dst.sin_addr.s_addr = p->ip;
+        t->dst.sin_port = p->port;
+        t->peer = p;
+        t->psn = psn;
+        t->cookie = cookie;
+        return 0;
+}
+
+static bool rd_backpressure(int r)
+{
+        return r == -EAGAIN || r == -ENOBUFS;
+}
+
+/* Sends one datagram (fault hook when on). Network errors (ICMP) count as
+ * sent: the datagram is lost and rel/ recovers or gives up. */
+static int rd_send_one(struct dw_device *dev, const struct iovec *iov, int n,
+                       const struct sockaddr_in *dst)
+{
+        int r;
+        if (dev->fault_on)
+                r = dw_fault_tx(&dev->fault, iov, n, dst, sizeof(*dst), dw_now_ns(), dw_udp_send_fn,
+                                &dev->udp, &dev->ctr);
+        else
+                r = dw_udp_send(&dev->udp, iov, n, dst);
+        if (r >= 0 || !rd_backpressure(r))
+                return 0;
+        dev->ctr.tx_backpressure++;
+        return r;
+}
+
+static int rd_send_ctrl(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
+{
+        struct dw_qp *qp = p->s->qp;
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_CRC_LEN];
+        h->dst_qpn = p->rqpn;
+        h->src_qpn = qp->qpn;
+        ssize_t n = dw_dgram_encode(h, buf, sizeof(buf));
+        if (n < 0)
+                return 0;
+        n = dw_dgram_packet_seal(buf, (size_t)n, sizeof(buf));
+        if (n < 0)
+                return 0;
+        struct iovec iov = {buf, (size_t)n};
+        struct sockaddr_in dst = {
+            .sin_family = AF_INET, .sin_addr.s_addr = p->ip, .sin_port = p->port};
+        return rd_send_one(qp->dev, &iov, 1, &dst);
+}
+
+static void rd_send_nak(struct dw_rd_peer *p, uint32_t psn, uint8_t code)
+{
+        struct dw_dgram_hdr h = {0};
+        if (code == DW_DGRAM_NAK_RNR) {
+                dw_rel_build_rnr_nak(&h, psn, 0);
+                h.flags |= DW_DGRAM_F_RD;
+        } else {
+                h.flags = DW_DGRAM_F_RD | DW_DGRAM_F_NAK;
+                h.nak_code = code;
+                h.ack_psn = psn;
+        }
+        h.psn = p->rel.snd_nxt;
+        rd_send_ctrl(p, &h);
+}
+
+/* ---------------------------------------------------------------- rel/ callbacks */
+
+static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
+{
+        struct dw_rd_peer *p = ctx;
+        struct dw_rd_qp *s = p->s;
+        (void)psn;
+        if (ck_kind(cookie) == RD_CK_SQ) {
+                struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
+                w->bytes_acked++;
+                rd_check_done(s, w);
+        } else {
+                struct rd_irq *e = &s->irq[ck_slot(cookie)];
+                e->acked++;
+                if (e->acked >= e->nseg && e->sent >= e->nseg)
+                        e->peer = NULL;
+        }
+}
+
+static int ops_retransmit(void *ctx, uint32_t psn, uint64_t cookie)
+{
+        struct dw_rd_peer *p = ctx;
+        struct dw_device *dev = p->s->qp->dev;
+        struct rd_txslot *t = &rdd(dev)->rslot;
+        int r = rd_build(p, cookie, psn, false, t);
+        if (r < 0)
+                return r;
+        r = rd_send_one(dev, t->iov, t->iovcnt, &t->dst);
+        if (r < 0)
+                return r;
+        dev->ctr.retransmits++;
+        p->s->qp->ctr.retransmits++;
+        dev->ctr.tx_packets++;
+        return 0;
+}
+
+static int ops_send_ack(void *ctx)
+{
+        struct dw_rd_peer *p = ctx;
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD, .psn = p->rel.snd_nxt};
+        dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
+        return rd_send_ctrl(p, &h);
+}
+
+static const struct dw_rel_ops rd_ops = {
+    .acked = ops_acked,
+    .retransmit = ops_retransmit,
+    .send_ack = ops_send_ack,
+};
+
+/* ---------------------------------------------------------------- transmit */
+
+static bool rd_room(struct dw_rd_peer *p, uint64_t now)
+{
+        return !p->dead && dw_rel_tx_can_send(&p->rel, now) &&
+               dw_rel_tx_inflight(&p->rel) + p->batch < DW_REL_DEF_WINDOW;
+}
+
+static uint32_t rd_ord(const struct dw_rd_qp *s)
+{
+        const struct dw_qp *qp = s->qp;
+        if ((qp->attr_mask_set & DIWARP_QP_MAX_QP_RD_ATOMIC) && qp->attr.max_rd_atomic &&
+            qp->attr.max_rd_atomic < RD_MAX_ORQ)
+                return qp->attr.max_rd_atomic;
+        return RD_MAX_ORQ;
+}
+
+/* Next SQ segment into t. 1 built, 0 nothing (empty or blocked), 2 progress
+ * without a packet (Local Invalidate), -1 the QP failed. */
+static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_txslot *t)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_wqe *w = dw_wq_at(&qp->sq, s->tx_idx);
+        if (!w)
+                return 0;
+        if (w->opcode == DIWARP_WR_LOCAL_INV) {
+                if (nbuilt)
+                        return 0;
+                enum dw_prot_status st =
+                    dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd);
+                s->tx_idx++;
+                s->tx_seg = 0;
+                if (st != DW_PROT_OK) {
+                        dw_warn("RD QP %#x: Local Invalidate of STag %#x: %s", qp->qpn,
+                                w->invalidate_rkey, dw_prot_status_str(st));
+                        rd_complete_through(s, w, DIWARP_WC_LOC_PROT_ERR);
+                        dw_qp_to_error(qp, -1);
+                        return -1;
+                }
+                w->status = DIWARP_WC_SUCCESS;
+                w->byte_len = 0;
+                w->flags |= DW_WQE_DONE | RD_W_TXALL;
+                rd_retire(s);
+                return 2;
+        }
+        struct dw_rd_peer *p = w->priv;
+        if (!p)
+                return 0;
+        if (s->tx_seg == 0) {
+                if ((w->send_flags & DIWARP_SEND_FENCE) && s->norq + s->orq_building)
+                        return 0;
+                if (is_read_like(w->opcode) && s->norq + s->orq_building >= rd_ord(s))
+                        return 0;
+        }
+        if (!rd_room(p, now))
+                return 0;
+        uint32_t psn = p->rel.snd_nxt + p->batch;
+        bool last_seg = s->tx_seg + 1 >= w->ts_ns;
+        bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
+                      (last_seg && s->tx_idx + 1 >= dw_wq_count(&qp->sq));
+        uint32_t slot = (uint32_t)(w - qp->sq.ring);
+        int r = rd_build(p, rd_cookie(RD_CK_SQ, slot, s->tx_seg), psn, ackreq, t);
+        if (r < 0) {
+                dw_warn("RD QP %#x: send WR %#llx: local protection error (lkey)", qp->qpn,
+                        (unsigned long long)w->wr_id);
+                rd_complete_through(s, w, DIWARP_WC_LOC_PROT_ERR);
+                dw_qp_to_error(qp, -1);
+                return -1;
+        }
+        t->save_idx = s->tx_idx;
+        t->save_seg = s->tx_seg;
+        p->batch++;
+        if (is_read_like(w->opcode) && s->tx_seg == 0)
+                s->orq_building++;
+        if (last_seg) {
+                s->tx_idx++;
+                s->tx_seg = 0;
+        } else {
+                s->tx_seg++;
+        }
+        return 1;
+}
+
+static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
+{
+        for (uint32_t k = 0; k < s->fifo_count; k++) {
+                uint32_t idx = s->fifo[(s->fifo_head + k) % RD_MAX_IRQ];
+                struct rd_irq *e = &s->irq[idx];
+                if (!e->peer || e->next_seg >= e->nseg)
+                        continue;
+                struct dw_rd_peer *p = e->peer;
+                if (!rd_room(p, now))
+                        return 0;
+                uint32_t psn = p->rel.snd_nxt + p->batch;
+                bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
+                              e->next_seg + 1 >= e->nseg;
+                int r = rd_build(p, rd_cookie(RD_CK_IRQ, idx, e->next_seg), psn, ackreq, t);
+                if (r < 0) {
+                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, DIWARP_EVENT_QP_ACCESS_ERR,
+                                     "RDMA Read source no longer accessible");
+                        return -1;
+                }
+                t->save_idx = idx;
+                t->save_seg = e->next_seg;
+                p->batch++;
+                e->next_seg++;
+                return 1;
+        }
+        return 0;
+}
+
+static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
+{
+        struct dw_rd_peer *p = t->peer;
+        struct dw_qp *qp = s->qp;
+        dw_rel_tx_sent(&p->rel, t->psn, t->cookie, now);
+        qp->ctr.tx_packets++;
+        qp->ctr.tx_bytes += t->bytes;
+        qp->dev->ctr.tx_packets++;
+        qp->dev->ctr.tx_bytes += t->bytes;
+        if (ck_kind(t->cookie) == RD_CK_SQ) {
+                struct dw_wqe *w = &qp->sq.ring[ck_slot(t->cookie)];
+                w->bytes_done++;
+                if (is_read_like(w->opcode) && !(w->flags & RD_W_INORQ) && s->norq < RD_MAX_ORQ) {
+                        s->orq[s->norq++] = w;
+                        w->flags |= RD_W_INORQ;
+                }
+                if (w->bytes_done >= w->ts_ns)
+                        w->flags |= RD_W_TXALL;
+        } else {
+                struct rd_irq *e = &s->irq[ck_slot(t->cookie)];
+                e->sent++;
+                while (s->fifo_count) {
+                        struct rd_irq *h = &s->irq[s->fifo[s->fifo_head]];
+                        if (h->peer && h->sent < h->nseg)
+                                break;
+                        s->fifo_head = (s->fifo_head + 1) % RD_MAX_IRQ;
+                        s->fifo_count--;
+                }
+        }
+        rd_activate(p);
+}
+
+static void rd_tx_wait(struct dw_device *dev, bool wait)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        if (d->tx_wait == wait)
+                return;
+        d->tx_wait = wait;
+        dw_progress_tx_wait(dev, wait);
+}
+
+/* Transmits new segments of one QP. Returns work; *blocked when the socket
+ * pushed back. */
+static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        struct dw_rd_dev *d = rdd(dev);
+        int work = 0;
+
+        while (work < budget) {
+                if (qp->state != DIWARP_QPS_RTS && !(s->rc && qp->state == DIWARP_QPS_RTR))
+                        return work;
+                uint64_t now = dw_now_ns();
+                int n = 0;
+                bool sq_off = false, irq_off = s->fifo_count == 0;
+                s->orq_building = 0;
+                while (n < RD_BATCH && !(sq_off && irq_off)) {
+                        bool use_irq = !irq_off && (s->irq_turn || sq_off);
+                        int r = use_irq ? rd_next_irq(s, now, &d->slot[n])
+                                        : rd_next_sq(s, now, n, &d->slot[n]);
+                        if (r < 0) {
+                                n = -1;
+                                break;
+                        }
+                        if (r == 0) {
+                                if (use_irq)
+                                        irq_off = true;
+                                else
+                                        sq_off = true;
+                                continue;
+                        }
+                        if (r == 2) {
+                                work++;
+                                continue;
+                        }
+                        s->irq_turn = !use_irq;
+                        n++;
+                }
+                if (n < 0) {
+                        /* The QP failed while building: forget the batch. */
+                        for (int i = 0; i < RD_BATCH; i++) {
+                                if (d->slot[i].peer)
+                                        d->slot[i].peer->batch = 0;
+                                d->slot[i].peer = NULL;
+                        }
+                        return work + 1;
+                }
+                if (n == 0)
+                        break;
+                int sent = 0;
+                if (dev->fault_on || n == 1) {
+                        for (; sent < n; sent++)
+                                if (rd_send_one(dev, d->slot[sent].iov, d->slot[sent].iovcnt,
+                                                &d->slot[sent].dst) < 0)
+                                        break;
+                } else {
+                        for (int i = 0; i < n; i++)
+                                d->msgs[i] = (struct dw_udp_msg){.iov = d->slot[i].iov,
+                                                                 .iovcnt = d->slot[i].iovcnt,
+                                                                 .dst = &d->slot[i].dst};
+                        while (sent < n) {
+                                int r = dw_udp_send_batch(&dev->udp, d->msgs + sent, n - sent);
+                                if (r > 0) {
+                                        sent += r;
+                                        continue;
+                                }
+                                if (rd_backpressure(r)) {
+                                        dev->ctr.tx_backpressure++;
+                                        break;
+                                }
+                                sent++; /* lost to a network error: rel/ recovers */
+                        }
+                }
+                for (int i = 0; i < n; i++)
+                        d->slot[i].peer->batch = 0;
+                for (int i = 0; i < sent; i++)
+                        rd_commit(s, &d->slot[i], now);
+                /* Roll the cursors back to the first datagram the socket refused. */
+                for (int i = n - 1; i >= sent; i--) {
+                        struct rd_txslot *t = &d->slot[i];
+                        if (ck_kind(t->cookie) == RD_CK_SQ) {
+                                s->tx_idx = t->save_idx;
+                                s->tx_seg = t->save_seg;
+                        } else {
+                                s->irq[t->save_idx].next_seg = t->save_seg;
+                        }
+                }
+                for (int i = 0; i < n; i++)
+                        d->slot[i].peer = NULL;
+                work += sent;
+                if (sent < n) {
+                        qp->ctr.tx_backpressure++;
+                        *blocked = true;
+                        return work;
+                }
+        }
+        return work;
+}
+
+/* ---------------------------------------------------------------- receive */
+
+enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE };
+
+/* Receive WQE bound to (p, msn), binding WQEs in MSN order first. NULL:
+ * not enough receive WQEs posted (RNR). */
+static struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn)
+{
+        struct dw_qp *qp = s->qp;
+        if (dw_psn_diff(msn, p->rx_bind) >= 0) {
+                uint32_t need = msn - p->rx_bind + 1;
+                if (dw_wq_count(&qp->rq) - s->rq_bound < need)
+                        return NULL;
+                for (uint32_t m = p->rx_bind; need--; m++) {
+                        struct dw_wqe *w = dw_wq_at(&qp->rq, s->rq_bound++);
+                        w->priv = p;
+                        w->msn = m;
+                        w->flags |= RD_W_BOUND;
+                        w->byte_len = 0;
+                }
+                p->rx_bind = msn + 1;
+        }
+        struct dw_wqe *w;
+        for (uint32_t i = 0; i < s->rq_bound && (w = dw_wq_at(&qp->rq, i)); i++)
+                if (w->priv == p && w->msn == msn && !(w->flags & DW_WQE_DONE))
+                        return w;
+        return NULL;
+}
+
+static void rd_rq_pop_done(struct dw_rd_qp *s)
+{
+        struct dw_wqe *w;
+        while ((w = dw_wq_head(&s->qp->rq)) && (w->flags & DW_WQE_DONE)) {
+                dw_wq_pop(&s->qp->rq);
+                if (s->rq_bound)
+                        s->rq_bound--;
+        }
+}
+
+static void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
+                         enum diwarp_wc_status st)
+{
+        struct diwarp_wc wc = {
+            .wr_id = w->wr_id, .status = st, .opcode = DIWARP_WC_RECV, .src_qp = p->rqpn};
+        w->flags |= DW_WQE_DONE;
+        dw_qp_complete_recv(s->qp, &wc, false);
+        rd_rq_pop_done(s);
+}
+
+/* Completes, in order, every message of p whose last PSN is below the cursor. */
+static void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
+{
+        struct dw_qp *qp = s->qp;
+        uint32_t cur = dw_rel_rx_cursor(&p->rel);
+        for (;;) {
+                struct dw_wqe *w = NULL, *x;
+                for (uint32_t i = 0; i < s->rq_bound && (x = dw_wq_at(&qp->rq, i)); i++)
+                        if (x->priv == p && x->msn == p->rx_done && !(x->flags & DW_WQE_DONE)) {
+                                w = x;
+                                break;
+                        }
+                if (!w || !(w->flags & RD_W_LAST) || !dw_psn_before(w->psn, cur))
+                        break;
+                struct diwarp_wc wc = {
+                    .wr_id = w->wr_id,
+                    .status = DIWARP_WC_SUCCESS,
+                    .opcode =
+                        (w->flags & RD_W_WIMM) ? DIWARP_WC_RECV_RDMA_WITH_IMM : DIWARP_WC_RECV,
+                    .byte_len = w->byte_len,
+                    .src_qp = p->rqpn,
+                };
+                if (w->flags & RD_W_IMM) {
+                        wc.wc_flags |= DIWARP_WC_WITH_IMM;
+                        wc.imm_data = w->imm_data;
+                }
+                if (w->flags & RD_W_INV) {
+                        if (dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd) ==
+                            DW_PROT_OK) {
+                                wc.wc_flags |= DIWARP_WC_WITH_INV;
+                                wc.invalidated_rkey = w->invalidate_rkey;
+                        } else {
+                                wc.status = DIWARP_WC_REM_INV_REQ_ERR;
+                        }
+                }
+                w->flags |= DW_WQE_DONE;
+                p->rx_done++;
+                dw_qp_complete_recv(qp, &wc, (w->flags & RD_W_SE) != 0);
+        }
+        rd_rq_pop_done(s);
+        for (uint32_t i = 0; i < s->norq;) {
+                struct dw_wqe *w = s->orq[i];
+                if (w->priv == p && (w->flags & RD_W_LAST) && dw_psn_before(w->psn, cur)) {
+                        w->flags |= RD_W_RESP;
+                        s->orq[i] = s->orq[--s->norq];
+                        w->flags &= ~RD_W_INORQ;
+                        rd_check_done(s, w);
+                        continue;
+                }
+                i++;
+        }
+}
+
+static uint64_t masked_add(uint64_t a, uint64_t b, uint64_t mask)
+{
+        /* RFC 7306 field-wise add: a 1 in the mask marks the top bit of a field,
+         * so carries stop there. */
+        uint64_t out = 0;
+        unsigned carry = 0;
+        for (unsigned i = 0; i < 64; i++) {
+                unsigned sum = (unsigned)((a >> i) & 1) + (unsigned)((b >> i) & 1) + carry;
+                out |= (uint64_t)(sum & 1) << i;
+                carry = (mask >> i) & 1 ? 0 : sum >> 1;
+        }
+        return out;
+}
+
+static uint64_t rd_atomic_exec(uint64_t *p, const struct dw_rdmap_atomic_req *a)
+{
+        uint64_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+        for (;;) {
+                uint64_t nv;
+                if (a->aopcode == DW_ATOMIC_FETCH_ADD)
+                        nv = a->add_swap_mask ? masked_add(old, a->add_swap_data, a->add_swap_mask)
+                                              : old + a->add_swap_data;
+                else if (a->aopcode == DW_ATOMIC_CMP_SWAP &&
+                         (old & a->compare_mask) != (a->compare_data & a->compare_mask))
+                        return old;
+                else
+                        nv = (old & ~a->add_swap_mask) | (a->add_swap_data & a->add_swap_mask);
+                if (__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_SEQ_CST))
+                        return old;
+        }
+}
+
+static struct dw_wqe *rd_orq_find(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn,
+                                  bool atomic)
+{
+        for (uint32_t i = 0; i < s->norq; i++) {
+                struct dw_wqe *w = s->orq[i];
+                if (w->priv == p && w->msn == msn && (w->opcode != DIWARP_WR_RDMA_READ) == atomic)
+                        return w;
+        }
+        return NULL;
+}
+
+static int rd_irq_alloc(struct dw_rd_qp *s)
+{
+        if (s->fifo_count >= RD_MAX_IRQ)
+                return -1;
+        for (int i = 0; i < RD_MAX_IRQ; i++)
+                if (!s->irq[i].peer)
+                        return i;
+        return -1;
+}
+
+static void rd_irq_queue(struct dw_rd_qp *s, int idx)
+{
+        s->fifo[(s->fifo_head + s->fifo_count) % RD_MAX_IRQ] = (uint32_t)idx;
+        s->fifo_count++;
+}
+
+/* One NEW DATA segment: check, place. */
+static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                     const struct dw_dgram_hdr *h, uint8_t *pkt,
+                                     const struct dw_dgram_layout *lay, uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        const char *why = NULL;
+        struct dw_rdmap_hdr r;
+        ssize_t rl = dw_rdmap_decode(pkt + lay->seg_off, lay->seg_len, &r, &why);
+        if (rl < 0)
+                return RV_DROP;
+        uint8_t *pay = pkt + lay->seg_off + rl;
+        size_t plen = lay->seg_len - (size_t)rl;
+        bool has_imm = h->flags & DW_DGRAM_F_IMM;
+        struct dw_rdmap_hdr ri;
+        uint32_t imm_val = 0, imm_len = 0;
+        if (has_imm) {
+                if (dw_rdmap_decode(pkt + lay->imm_off, DW_DGRAM_IMM_MSG_LEN, &ri, &why) < 0 ||
+                    (ri.opcode != DW_RDMAP_IMM_DATA && ri.opcode != DW_RDMAP_IMM_DATA_SE) ||
+                    !r.ddp.last)
+                        return RV_DROP;
+                memcpy(&imm_val, pkt + lay->imm_off + DW_DGRAM_DDP_UNTAGGED_LEN, 4);
+                imm_len = dw_get_be32(pkt + lay->imm_off + DW_DGRAM_DDP_UNTAGGED_LEN + 4);
+        }
+        /* Requests must carry our Q_Key on an RD QP; responses belong to a
+         * stream we opened and carry none. */
+        bool request = r.opcode != DW_RDMAP_READ_RESP && r.opcode != DW_RDMAP_ATOMIC_RESP;
+        if (!s->rc && request && h->qkey != qp->attr.qkey) {
+                dev->ctr.rx_dropped_qkey++;
+                qp->ctr.rx_dropped_qkey++;
+                return RV_DROP;
+        }
+
+        switch (r.opcode) {
+        case DW_RDMAP_SEND:
+        case DW_RDMAP_SEND_SE:
+        case DW_RDMAP_SEND_INVAL:
+        case DW_RDMAP_SEND_SE_INVAL: {
+                int32_t ahead = dw_psn_diff(r.ddp.msn, p->rx_done);
+                if (ahead < 0 || ahead > 65536)
+                        return RV_DROP;
+                struct dw_wqe *w = rd_rx_bind(s, p, r.ddp.msn);
+                if (!w)
+                        return RV_RNR;
+                int e = dw_qp_scatter(qp, w, r.ddp.mo, pay, plen);
+                if (e == -EMSGSIZE) {
+                        dw_warn("RD QP %#x: Send of more than the %llu-byte receive WR %#llx",
+                                qp->qpn, (unsigned long long)w->total_len,
+                                (unsigned long long)w->wr_id);
+                        rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
+                        *nak = DW_DGRAM_NAK_INVALID;
+                        return RV_NAK;
+                }
+                if (e < 0) {
+                        dw_warn("RD QP %#x: receive WR %#llx: local protection error (lkey)",
+                                qp->qpn, (unsigned long long)w->wr_id);
+                        rd_recv_fail(s, p, w, DIWARP_WC_LOC_PROT_ERR);
+                        *nak = DW_DGRAM_NAK_REM_OP;
+                        return RV_NAK;
+                }
+                if (r.ddp.last) {
+                        w->psn = h->psn;
+                        w->byte_len = r.ddp.mo + (uint32_t)plen;
+                        w->flags |= RD_W_LAST;
+                        if (r.opcode == DW_RDMAP_SEND_SE || r.opcode == DW_RDMAP_SEND_SE_INVAL)
+                                w->flags |= RD_W_SE;
+                        if (r.opcode == DW_RDMAP_SEND_INVAL || r.opcode == DW_RDMAP_SEND_SE_INVAL) {
+                                w->flags |= RD_W_INV;
+                                w->invalidate_rkey = r.inval_stag;
+                        }
+                        if (has_imm) {
+                                w->flags |= RD_W_IMM;
+                                w->imm_data = imm_val;
+                                if (ri.opcode == DW_RDMAP_IMM_DATA_SE)
+                                        w->flags |= RD_W_SE;
+                        }
+                }
+                qp->ctr.rx_bytes += plen;
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_WRITE: {
+                struct dw_wqe *w = NULL;
+                if (has_imm) {
+                        int32_t ahead = dw_psn_diff(ri.ddp.msn, p->rx_done);
+                        if (ahead < 0 || ahead > 65536)
+                                return RV_DROP;
+                }
+                uint8_t *host = NULL;
+                enum dw_prot_status st = DW_PROT_OK;
+                if (plen && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
+                        st = DW_PROT_ACCESS;
+                else
+                        st = dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd,
+                                                DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to, plen, &host);
+                if (st != DW_PROT_OK) {
+                        dw_warn("RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s", qp->qpn,
+                                r.ddp.stag, (unsigned long long)r.ddp.to, plen,
+                                dw_prot_status_str(st));
+                        dev->ctr.rx_dropped_protection++;
+                        qp->ctr.rx_dropped_protection++;
+                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                        return RV_NAK;
+                }
+                if (has_imm) {
+                        w = rd_rx_bind(s, p, ri.ddp.msn);
+                        if (!w)
+                                return RV_RNR;
+                }
+                if (plen)
+                        memcpy(host, pay, plen);
+                if (w) {
+                        w->psn = h->psn;
+                        w->byte_len = imm_len;
+                        w->imm_data = imm_val;
+                        w->flags |= RD_W_LAST | RD_W_IMM | RD_W_WIMM;
+                        if (ri.opcode == DW_RDMAP_IMM_DATA_SE)
+                                w->flags |= RD_W_SE;
+                }
+                qp->ctr.rx_bytes += plen;
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_READ_REQ: {
+                struct dw_rdmap_rreq rq;
+                if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
+                        *nak = DW_DGRAM_NAK_INVALID;
+                        return RV_NAK;
+                }
+                enum dw_prot_status st = DW_PROT_OK;
+                if (rq.rdma_rd_sz && !qp_allows(qp, DIWARP_ACCESS_REMOTE_READ))
+                        st = DW_PROT_ACCESS;
+                else
+                        st = dw_mr_check_remote(&dev->mrs, rq.src_stag, qp->pd,
+                                                DIWARP_ACCESS_REMOTE_READ, rq.src_to, rq.rdma_rd_sz,
+                                                NULL);
+                if (st != DW_PROT_OK) {
+                        dw_warn("RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s", qp->qpn,
+                                rq.src_stag, (unsigned long long)rq.src_to, rq.rdma_rd_sz,
+                                dw_prot_status_str(st));
+                        dev->ctr.rx_dropped_protection++;
+                        qp->ctr.rx_dropped_protection++;
+                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                        return RV_NAK;
+                }
+                int idx = rd_irq_alloc(s);
+                if (idx < 0)
+                        return RV_RNR;
+                struct rd_irq *e = &s->irq[idx];
+                *e = (struct rd_irq){.peer = p,
+                                     .msn = r.ddp.msn,
+                                     .sink_stag = rq.sink_stag,
+                                     .sink_to = rq.sink_to,
+                                     .len = rq.rdma_rd_sz,
+                                     .src_stag = rq.src_stag,
+                                     .src_to = rq.src_to,
+                                     .nseg = (uint32_t)rd_nseg(rq.rdma_rd_sz, rdd(dev)->seg)};
+                rd_irq_queue(s, idx);
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_ATOMIC_REQ: {
+                struct dw_rdmap_atomic_req ar;
+                if (dw_rdmap_atomic_req_decode(pay, plen, &ar, &why) < 0) {
+                        *nak = DW_DGRAM_NAK_INVALID;
+                        return RV_NAK;
+                }
+                uint8_t *host = NULL;
+                enum dw_prot_status st = DW_PROT_OK;
+                if (!qp_allows(qp, DIWARP_ACCESS_REMOTE_ATOMIC))
+                        st = DW_PROT_ACCESS;
+                else
+                        st =
+                            dw_mr_check_remote(&dev->mrs, ar.remote_stag, qp->pd,
+                                               DIWARP_ACCESS_REMOTE_ATOMIC, ar.remote_to, 8, &host);
+                if (st == DW_PROT_OK && ((uintptr_t)host & 7))
+                        st = DW_PROT_BOUNDS;
+                if (st != DW_PROT_OK) {
+                        dw_warn("RD QP %#x: Atomic on STag %#x TO %#llx: %s", qp->qpn,
+                                ar.remote_stag, (unsigned long long)ar.remote_to,
+                                dw_prot_status_str(st));
+                        dev->ctr.rx_dropped_protection++;
+                        qp->ctr.rx_dropped_protection++;
+                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                        return RV_NAK;
+                }
+                int idx = rd_irq_alloc(s);
+                if (idx < 0)
+                        return RV_RNR;
+                struct rd_irq *e = &s->irq[idx];
+                /* Executed once, here: rel/ accepts each PSN once, and a
+                 * retransmitted response carries the value kept in e. */
+                *e = (struct rd_irq){.peer = p,
+                                     .atomic = true,
+                                     .msn = r.ddp.msn,
+                                     .req_id = ar.req_id,
+                                     .orig = rd_atomic_exec((uint64_t *)host, &ar),
+                                     .nseg = 1};
+                rd_irq_queue(s, idx);
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_READ_RESP: {
+                struct dw_wqe *w = rd_orq_find(s, p, r.ddp.stag, false);
+                if (!w || r.ddp.to > w->total_len || plen > w->total_len - r.ddp.to)
+                        return RV_DROP;
+                if (dw_qp_scatter(qp, w, r.ddp.to, pay, plen) < 0) {
+                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
+                                     "RDMA Read sink fails its lkey check");
+                        return RV_GONE;
+                }
+                if (r.ddp.last) {
+                        w->psn = h->psn;
+                        w->flags |= RD_W_LAST;
+                }
+                qp->ctr.rx_bytes += plen;
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_ATOMIC_RESP: {
+                struct dw_rdmap_atomic_resp ar;
+                if (dw_rdmap_atomic_resp_decode(pay, plen, &ar, &why) < 0)
+                        return RV_DROP;
+                struct dw_wqe *w = rd_orq_find(s, p, ar.req_id, true);
+                if (!w)
+                        return RV_DROP;
+                uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
+                if (dw_qp_scatter(qp, w, 0, &v, 8) < 0) {
+                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
+                                     "atomic result buffer fails its lkey check");
+                        return RV_GONE;
+                }
+                w->psn = h->psn;
+                w->flags |= RD_W_LAST;
+                return RV_ACCEPT;
+        }
+        default:
+                return RV_DROP;
+        }
+}
+
+/* An error NAK for one of our PSNs: the WR that sent it fails, the QP too. */
+static void rd_on_error_nak(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
+{
+        struct dw_rd_qp *s = p->s;
+        struct dw_rel_peer *r = &p->rel;
+        uint32_t psn = h->ack_psn;
+        if (dw_psn_before(psn, r->snd_una) || !dw_psn_before(psn, r->snd_nxt))
+                return; /* stale */
+        uint64_t cookie = r->ring[psn & r->ring_mask].cookie;
+        enum diwarp_wc_status st = h->nak_code == DW_DGRAM_NAK_REM_ACCESS ? DIWARP_WC_REM_ACCESS_ERR
+                                   : h->nak_code == DW_DGRAM_NAK_REM_OP   ? DIWARP_WC_REM_OP_ERR
+                                                                        : DIWARP_WC_REM_INV_REQ_ERR;
+        char pb[64];
+        dw_warn("RD QP %#x peer %s: PSN %#x refused (NAK code %u)", s->qp->qpn,
+                peer_str(p, pb, sizeof(pb)), psn, h->nak_code);
+        if (ck_kind(cookie) == RD_CK_SQ) {
+                rd_complete_through(s, &s->qp->sq.ring[ck_slot(cookie)], st);
+                dw_qp_to_error(s->qp, -1);
+        } else {
+                rd_peer_fail(p, DIWARP_WC_REM_OP_ERR, DIWARP_EVENT_QP_FATAL,
+                             "the peer refused a response");
+        }
+}
+
+void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
+              const struct dw_dgram_hdr *h, const struct sockaddr_in *from)
+{
+        const char *why = NULL;
+        struct dw_qp *qp = dw_qp_lookup(dev, h->dst_qpn);
+        if (!qp || !qp->rd) {
+                dev->ctr.rx_dropped_no_qp++;
+                return;
+        }
+        struct dw_rd_qp *s = qp->rd;
+        bool data = h->flags & DW_DGRAM_F_DATA;
+        struct dw_rd_peer *p = rd_peer_find(s, from->sin_addr.s_addr, from->sin_port, h->src_qpn);
+        if (p && p->nak_code && data && h->psn == p->nak_psn) {
+                /* Error NAKs travel unreliably: answer every copy. */
+                rd_send_nak(p, h->psn, p->nak_code);
+                return;
+        }
+        bool ready = qp->state == DIWARP_QPS_RTS || qp->state == DIWARP_QPS_RTR;
+        if (!ready || (p && p->dead)) {
+                dev->ctr.rx_dropped_no_qp++;
+                return;
+        }
+        struct dw_dgram_layout lay;
+        if (dw_dgram_layout(h, hl, body, &lay, &why) < 0) {
+                dev->ctr.rx_dropped_malformed++;
+                return;
+        }
+        if (!p) {
+                /* First use: only a request from a stranger opens a stream
+                 * (RC over RD knows its one peer from RTR). */
+                if (s->rc || !data || h->qkey != qp->attr.qkey ||
+                    (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK))) {
+                        dev->ctr.rx_dropped_no_qp++;
+                        return;
+                }
+                p = rd_peer_new(s, from->sin_addr.s_addr, from->sin_port, h->src_qpn,
+                                rd_isn(qp->qpn, h->src_qpn), rd_isn(h->src_qpn, qp->qpn));
+                if (!p) {
+                        dev->ctr.rx_dropped_no_qp++;
+                        return;
+                }
+        }
+        uint64_t now = dw_now_ns();
+        rd_activate(p);
+        if ((h->flags & DW_DGRAM_F_NAK) && h->nak_code >= DW_DGRAM_NAK_REM_ACCESS) {
+                rd_on_error_nak(p, h);
+                return;
+        }
+        if (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) {
+                if (h->flags & DW_DGRAM_F_NAK && h->nak_code == DW_DGRAM_NAK_RNR) {
+                        dev->ctr.rnr_naks++;
+                        qp->ctr.rnr_naks++;
+                }
+                int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
+                if (qp->state == DIWARP_QPS_ERR)
+                        return;
+                if (r == -EREMOTEIO || r == -ETIMEDOUT) {
+                        rd_peer_fail(p,
+                                     r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR
+                                                     : DIWARP_WC_RETRY_EXC_ERR,
+                                     DIWARP_EVENT_QP_FATAL, dw_rel_fatal_str(&p->rel));
+                        return;
+                }
+        }
+        if (!data)
+                return;
+        enum dw_rel_verdict v = dw_rel_rx_classify(&p->rel, h->psn);
+        if (v != DW_REL_NEW) {
+                if (v == DW_REL_DUPLICATE) {
+                        dev->ctr.rx_dropped_duplicate++;
+                        qp->ctr.rx_dropped_duplicate++;
+                        dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
+                }
+                return;
+        }
+        uint8_t nak = 0;
+        enum rd_verdict rv = rd_rx_segment(s, p, h, pkt, &lay, &nak);
+        switch (rv) {
+        case RV_ACCEPT: {
+                dev->ctr.rx_packets++;
+                qp->ctr.rx_packets++;
+                uint32_t adv =
+                    dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
+                if (adv)
+                        rd_rx_complete(s, p);
+                return;
+        }
+        case RV_RNR:
+                dev->ctr.rx_dropped_no_recv++;
+                qp->ctr.rx_dropped_no_recv++;
+                rd_send_nak(p, h->psn, DW_DGRAM_NAK_RNR);
+                return;
+        case RV_NAK:
+                p->nak_psn = h->psn;
+                p->nak_code = nak;
+                rd_send_nak(p, h->psn, nak);
+                /* RC semantics: the responder's stream ends too; an RD QP keeps
+                 * serving its other peers. */
+                if (s->rc && qp->state != DIWARP_QPS_ERR)
+                        dw_qp_to_error(qp, nak == DW_DGRAM_NAK_REM_ACCESS
+                                               ? DIWARP_EVENT_QP_ACCESS_ERR
+                                               : DIWARP_EVENT_QP_REQ_ERR);
+                return;
+        case RV_DROP:
+                dev->ctr.rx_dropped_malformed++;
+                return;
+        case RV_GONE:
+                return;
+        }
+}
+
+/* ---------------------------------------------------------------- progress */
+
+int dw_rd_progress(struct dw_device *dev, int budget)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        int work = 0;
+        if (!d || (!d->qps && !d->active))
+                return 0;
+        bool blocked = false;
+        for (struct dw_rd_qp *s = d->qps; s && !blocked; s = s->next)
+                if (dw_wq_count(&s->qp->sq) > s->tx_idx || s->fifo_count)
+                        work += rd_tx_qp(s, budget, &blocked);
+        rd_tx_wait(dev, blocked);
+
+        uint64_t now = dw_now_ns(), next = UINT64_MAX;
+        struct dw_rd_peer *p = d->active, *nx;
+        for (; p; p = nx) {
+                nx = p->anext;
+                if (p->dead || p->s->qp->state == DIWARP_QPS_ERR) {
+                        rd_deactivate(p);
+                        continue;
+                }
+                int r = dw_rel_timers(&p->rel, now, &rd_ops, p);
+                if (r < 0 && !rd_backpressure(r)) {
+                        enum diwarp_wc_status st = r == -EREMOTEIO   ? DIWARP_WC_RNR_RETRY_EXC_ERR
+                                                   : r == -ETIMEDOUT ? DIWARP_WC_RETRY_EXC_ERR
+                                                                     : DIWARP_WC_LOC_PROT_ERR;
+                        /* Marks the QP's peers dead; they leave the list as the
+                         * walk meets them, so nx stays valid. */
+                        rd_peer_fail(p, st, DIWARP_EVENT_QP_FATAL,
+                                     r == -ETIMEDOUT || r == -EREMOTEIO ? dw_rel_fatal_str(&p->rel)
+                                                                        : "retransmission failed");
+                        rd_deactivate(p);
+                        continue;
+                }
+                uint64_t dl = dw_rel_next_deadline(&p->rel);
+                if (dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0)
+                        rd_deactivate(p);
+                else if (dl < next)
+                        next = dl;
+                work++;
+        }
+        if (next != UINT64_MAX)
+                dw_progress_timer(dev, next);
+        return work;
+}
+
+/* ---------------------------------------------------------------- QP hooks */
+
+int dw_rd_dev_init(struct dw_device *dev)
+{
+        struct dw_rd_dev *d = calloc(1, sizeof(*d));
+        if (!d)
+                return -ENOMEM;
+        d->seg = dw_rd_seg_payload(dev->cfg.udp_mtu ? dev->cfg.udp_mtu : DW_CONFIG_DEFAULT_UDP_MTU);
+        dev->rd = d;
+        return 0;
+}
+
+void dw_rd_dev_fini(struct dw_device *dev)
+{
+        free(dev->rd);
+        dev->rd = NULL;
+}
+
+static void rd_params(struct dw_rd_qp *s)
+{
+        struct dw_qp *qp = s->qp;
+        dw_rel_params_default(&s->params);
+        s->params.peer_timeout_ms = qp->dev->cfg.peer_timeout_ms;
+        if (!s->rc) {
+                /* RD QPs: a Send waits for its receive WR as long as the peer
+                 * answers (RNR forever); a silent peer still ends it. */
+                s->params.rnr_retry_limit = DW_REL_RNR_INFINITE;
+        } else if (qp->attr_mask_set & DIWARP_QP_RNR_RETRY) {
+                s->params.rnr_retry_limit =
+                    qp->attr.rnr_retry >= 7 ? DW_REL_RNR_INFINITE : qp->attr.rnr_retry;
+        }
+}
+
+int dw_rd_qp_init(struct dw_qp *qp)
+{
+        struct dw_device *dev = qp->dev;
+        if (qp->srq) {
+                dw_warn("QP %#x: SRQ is not supported over RD", qp->qpn);
+                return -EOPNOTSUPP;
+        }
+        if (!rdd(dev)) {
+                int e = dw_rd_dev_init(dev);
+                if (e < 0)
+                        return e;
+        }
+        struct dw_rd_qp *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->qp = qp;
+        s->rc = qp->type != DIWARP_QPT_RD;
+        qp->rd = s;
+        rd_params(s);
+        struct dw_rd_dev *d = rdd(dev);
+        s->next = d->qps;
+        if (d->qps)
+                d->qps->prev = s;
+        d->qps = s;
+        return 0;
+}
+
+void dw_rd_qp_fini(struct dw_qp *qp)
+{
+        struct dw_rd_qp *s = qp->rd;
+        if (!s)
+                return;
+        struct dw_rd_dev *d = rdd(qp->dev);
+        rd_peers_free(s);
+        if (s->prev)
+                s->prev->next = s->next;
+        else
+                d->qps = s->next;
+        if (s->next)
+                s->next->prev = s->prev;
+        free(s);
+        qp->rd = NULL;
+}
+
+static void rd_reset_state(struct dw_rd_qp *s)
+{
+        s->tx_idx = s->tx_seg = 0;
+        s->norq = s->orq_building = 0;
+        s->rq_bound = 0;
+        memset(s->irq, 0, sizeof(s->irq));
+        s->fifo_head = s->fifo_count = 0;
+}
+
+int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
+{
+        struct dw_rd_qp *s = qp->rd;
+        if (qp->state == DIWARP_QPS_RESET) {
+                rd_peers_free(s);
+                rd_reset_state(s);
+                return 0;
+        }
+        rd_params(s);
+        if (!s->rc)
+                return 0;
+        if (qp->state == DIWARP_QPS_RTR && old == DIWARP_QPS_INIT) {
+                if (!(mask & DIWARP_QP_AV) || !(mask & DIWARP_QP_DEST_QPN)) {
+                        dw_warn("RC QP %#x over RD: RTR needs AV and DEST_QPN (no CM "
+                                "connection over RD)",
+                                qp->qpn);
+                        return -EOPNOTSUPP;
+                }
+                rd_peers_free(s);
+                uint32_t sq = (qp->attr_mask_set & DIWARP_QP_SQ_PSN) ? qp->attr.sq_psn : 0;
+                s->rc_peer = rd_peer_new(s, qp->peer.sin_addr.s_addr, qp->peer.sin_port,
+                                         qp->attr.dest_qp_num, sq, qp->attr.rq_psn);
+                if (!s->rc_peer)
+                        return -ENOMEM;
+                return 0;
+        }
+        if ((mask & DIWARP_QP_SQ_PSN) && s->rc_peer) {
+                struct dw_rel_peer *r = &s->rc_peer->rel;
+                /* IB sets sq_psn at RTS; nothing was sent yet, so the send
+                 * side starts over at the agreed PSN (receive side untouched). */
+                if (r->snd_nxt == r->snd_una && r->snd_nxt != qp->attr.sq_psn &&
+                    dw_wq_count(&qp->sq) == 0) {
+                        r->snd_nxt = r->snd_una = r->sack_high = qp->attr.sq_psn;
+                }
+        }
+        return 0;
+}
+
+int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
+{
+        struct dw_rd_qp *s = qp->rd;
+        struct dw_rd_peer *p;
+        if (s->rc) {
+                p = s->rc_peer;
+                if (!p)
+                        return -ENOTCONN;
+                w->remote_qkey = 0;
+        } else if (w->opcode == DIWARP_WR_LOCAL_INV) {
+                p = NULL;
+        } else {
+                struct dw_ah *ah = w->ah;
+                struct sockaddr_in a;
+                dw_peer_addr(qp->dev, ah->ip, w->remote_qpn, &a);
+                p = rd_peer_find(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn);
+                if (!p)
+                        p = rd_peer_new(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn,
+                                        rd_isn(qp->qpn, w->remote_qpn),
+                                        rd_isn(w->remote_qpn, qp->qpn));
+                if (!p)
+                        return -ENOMEM;
+                /* IB rule: a remote qkey with the high bit set means "use the QP's own". */
+                if (w->remote_qkey & 0x80000000u)
+                        w->remote_qkey = qp->attr.qkey;
+        }
+        w->priv = p;
+        w->ts_ns = rd_nseg(w->total_len, rdd(qp->dev)->seg);
+        if (is_read_like(w->opcode))
+                w->ts_ns = 1;
+        switch (w->opcode) {
+        case DIWARP_WR_SEND:
+        case DIWARP_WR_SEND_WITH_IMM:
+        case DIWARP_WR_SEND_WITH_INV:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                w->msn = p->tx_msn++;
+                break;
+        case DIWARP_WR_RDMA_READ:
+        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+                if (w->total_len > UINT32_MAX)
+                        return -EMSGSIZE;
+                w->msn = p->tx_rreq++;
+                break;
+        default:
+                break;
+        }
+        w->flags |= RD_W_QUEUED;
+        return 0;
+}
+
+void dw_rd_post_recv(struct dw_qp *qp)
+{
+        (void)qp; /* bound to messages when their segments arrive */
+}
+
+void dw_rd_qp_error(struct dw_qp *qp)
+{
+        struct dw_rd_qp *s = qp->rd;
+        if (!s)
+                return;
+        if (s->htab)
+                for (uint32_t i = 0; i <= s->hmask; i++)
+                        for (struct dw_rd_peer *p = s->htab[i]; p; p = p->hnext)
+                                p->dead = true; /* unlinked by the next progress step */
+        /* Receive WQEs that already completed (behind an older unfinished one)
+         * leave the ring now, so the flush does not complete them twice. */
+        struct dw_wq *rq = &qp->rq;
+        uint32_t keep = 0, n = dw_wq_count(rq);
+        for (uint32_t i = 0; i < n; i++) {
+                struct dw_wqe *w = dw_wq_at(rq, i);
+                if (w->flags & DW_WQE_DONE)
+                        continue;
+                if (keep != i)
+                        *dw_wq_at(rq, keep) = *w;
+                keep++;
+        }
+        if (keep != n) {
+                rq->count = keep;
+                rq->tail = (rq->head + keep) % rq->capacity;
+        }
+        rd_reset_state(s);
+}
+
+int diwarpdv_create_qp(struct diwarp_pd *pd, struct diwarp_qp_init_attr *attr,
+                       struct diwarp_qp **out)
+{
+        if (!attr)
+                return -EINVAL;
+        attr->qp_type = DIWARP_QPT_RD;
+        return diwarp_qp_create(pd, attr, out);
+}
+
+int diwarpdv_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                          const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        int err = 0;
+        if (!qp || !wr || !dest || !dest->ah || (dest->remote_qpn & ~DW_DGRAM_QPN_MASK)) {
+                if (bad_wr)
+                        *bad_wr = wr;
+                return -EINVAL;
+        }
+        struct dw_device *dev = qp->dev;
+        struct dw_ah *ah = dw_ah_of(dest->ah);
+        pthread_mutex_lock(&dev->lock);
+        for (; wr; wr = wr->next) {
+                if (qp->type != DIWARP_QPT_RD || ah->pd->dev != dev ||
+                    (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_ERR) ||
+                    wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge ||
+                    (wr->num_sge > 0 && !wr->sg_list) ||
+                    (wr->opcode > DIWARP_WR_LOCAL_INV && wr->opcode != DIWARP_WR_SEND_WITH_INV)) {
+                        err = -EINVAL;
+                        break;
+                }
+                uint64_t total = 0;
+                for (int i = 0; i < wr->num_sge; i++)
+                        total += wr->sg_list[i].length;
+                if (total > DW_MAX_MSG_RC ||
+                    ((wr->send_flags & DIWARP_SEND_INLINE) && total > qp->cap.max_inline_data)) {
+                        err = -EINVAL;
+                        break;
+                }
+                struct dw_wqe *w = dw_wq_reserve(&qp->sq);
+                if (!w) {
+                        err = -ENOMEM;
+                        break;
+                }
+                err = dw_wqe_from_send_wr(&qp->sq, w, wr);
+                if (err < 0)
+                        break;
+                w->ah = ah;
+                w->remote_qpn = dest->remote_qpn;
+                w->remote_qkey = dest->remote_qkey;
+                dw_wq_commit(&qp->sq);
+                if (qp->state == DIWARP_QPS_ERR) {
+                        dw_qp_to_error(qp, -1); /* flushes it */
+                } else {
+                        int e = dw_rd_post_send(qp, w);
+                        if (e < 0) {
+                                dw_warn("RD QP %#x: cannot queue a send: %s", qp->qpn,
+                                        strerror(-e));
+                                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+                        }
+                }
+        }
+        if (err < 0 && bad_wr)
+                *bad_wr = wr;
+        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}

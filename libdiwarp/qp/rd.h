@@ -1,0 +1,74 @@
+/* RD transport: reliable datagrams over the device's single UDP socket.
+ *
+ * Serves two kinds of QP: DIWARP_QPT_RD (diwarpdv_create_qp: an address
+ * handle + remote QPN per WR, UD-like) and RC/UC QPs when
+ * DIWARP_RC_TRANSPORT=rd (one pseudo-stream, set up by the IB-style RTR with
+ * dgid + dest_qp_num and sq_psn/rq_psn, no TCP connection).
+ *
+ * Per (local QP, remote QP) pseudo-stream a struct dw_rd_peer wraps the
+ * rel/ state machine (struct dw_rel_peer) and its send-window ring; it is
+ * created on first use (first WR to, or first valid packet from, that remote
+ * QP) and found through a per-QP hash keyed by (remote IPv4, port, remote
+ * QPN). Messages are cut into segments of at most the path MTU (cfg.udp_mtu);
+ * each carries its DDP offset (MO untagged, TO tagged) and is placed directly
+ * into the target buffer in any order; completions follow the rel/ in-order
+ * cursor. See qp/README.md ("RD") and docs/PROTOCOL.md ("RD over UDP: packet
+ * types as used").
+ *
+ * Every function expects the device lock held.
+ */
+#ifndef DIWARP_QP_RD_H
+#define DIWARP_QP_RD_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dw.h"
+#include "rel/rel.h"
+#include "wire/dgram.h"
+
+struct dw_rd_qp;
+struct dw_rd_peer;
+
+/* True when this QP is served by the RD transport (qp->rd set at create). */
+static inline bool dw_qp_on_rd(const struct dw_qp *qp)
+{
+        return qp->rd != NULL;
+}
+
+/* Whether a new QP of this type uses RD on this device. */
+bool dw_rd_wanted(const struct dw_device *dev, enum diwarp_qp_type type);
+
+/* Device open/close: per-device RD state (dev->rd). */
+int dw_rd_dev_init(struct dw_device *dev);
+void dw_rd_dev_fini(struct dw_device *dev);
+
+/* QP create/destroy (qp->rd). -EOPNOTSUPP with an SRQ. */
+int dw_rd_qp_init(struct dw_qp *qp);
+void dw_rd_qp_fini(struct dw_qp *qp);
+/* After a successful state change (qp->state is the new state). RC over RD:
+ * RTR with AV + DEST_QPN creates the pseudo-stream (rx ISN rq_psn, tx ISN
+ * sq_psn, which RTS may still set). RESET forgets every peer. */
+int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old_state, int mask);
+/* A send WQE was committed: resolves its peer (creating it), assigns its
+ * MSN. Transmission happens in dw_rd_progress. Negative: QP to ERR. */
+int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *wqe);
+void dw_rd_post_recv(struct dw_qp *qp);
+/* The QP goes to ERR (called before the WQEs are flushed). */
+void dw_rd_qp_error(struct dw_qp *qp);
+
+/* One received RD datagram: CRC verified, header decoded (hl bytes), body is
+ * the length without the CRC. */
+void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
+              const struct dw_dgram_hdr *h, const struct sockaddr_in *from);
+/* Transmit new segments, run rel/ timers (retransmissions, ACKs), and ask the
+ * progress engine for a step at the next deadline. Returns work done. */
+int dw_rd_progress(struct dw_device *dev, int budget);
+
+/* Payload bytes per segment for a given UDP MTU (see rd.c). */
+uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
+/* sizeof(struct dw_rd_peer) + its send-window ring, for reports and tests. */
+size_t dw_rd_peer_bytes(void);
+
+#endif

@@ -1,0 +1,795 @@
+/* RD transport end to end (qp/rd.c): RD QPs made with diwarpdv_create_qp and
+ * RC QPs carried by RD (DIWARP_RC_TRANSPORT=rd).
+ *
+ *   rd_test ops    rd|rc   every operation, sizes 0 .. 64 MiB, byte-exact
+ *   rd_test stream rd|rc   2000 Sends/Writes-with-imm of mixed sizes: exactly
+ *                          once, in order, byte-exact (meson runs it under
+ *                          DIWARP_FAULT drop/dup/reorder/corrupt/mixed)
+ *   rd_test prot   rd|rc   protection violations -> REM_ACCESS_ERR
+ *   rd_test rnr    rd|rc   Send before the receive is posted: delivered
+ *   rd_test fds            one UDP socket per device for 64 QPs x 64 peers
+ *   rd_test vanish rd|rc kill|stop   peer process killed / stopped: the WR
+ *                          fails with RETRY_EXC_ERR within the peer timeout
+ *
+ * Two devices in one process (two instances, two UDP sockets) except for
+ * vanish, which forks the peer. Exit 0 pass, 1 fail; alarm() bounds each run.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <diwarp/diwarp.h>
+#include <diwarp/diwarpdv.h>
+
+/* Engine-internal (qp/rd.h): per-peer state size, reported by the fds case. */
+size_t dw_rd_peer_bytes(void);
+
+#define QKEY 0x11223344u
+#define MiB  (1024u * 1024u)
+
+static bool rc_mode;
+static size_t buf_len = 64 * MiB + 4096;
+
+static void die(const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "FAIL: ");
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        exit(1);
+}
+
+#define CHECK(call)                                                                                \
+        do {                                                                                       \
+                int _e = (call);                                                                   \
+                if (_e < 0)                                                                        \
+                        die("%s:%d %s: %s", __FILE__, __LINE__, #call, strerror(-_e));             \
+        } while (0)
+
+static uint64_t now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+struct side {
+        struct diwarp_device *dev;
+        struct diwarp_pd *pd;
+        struct diwarp_cq *cq;
+        struct diwarp_qp *qp;
+        struct diwarp_mr *mr;
+        struct diwarp_ah *ah; /* to the other side */
+        uint8_t *buf;
+        uint32_t lkey, rkey;
+        uint32_t qpn;
+        union diwarp_gid gid;
+};
+
+static void side_open(struct side *s, int access)
+{
+        memset(s, 0, sizeof(*s));
+        CHECK(diwarp_device_open(NULL, &s->dev));
+        CHECK(diwarp_pd_alloc(s->dev, &s->pd));
+        CHECK(diwarp_cq_create(s->dev, 8192, NULL, NULL, &s->cq));
+        s->buf = aligned_alloc(4096, buf_len);
+        if (!s->buf)
+                die("no memory");
+        memset(s->buf, 0, buf_len);
+        CHECK(diwarp_mr_reg(s->pd, s->buf, buf_len, (uintptr_t)s->buf, access, &s->mr));
+        struct diwarp_mr_info mi;
+        CHECK(diwarp_mr_info(s->mr, &mi));
+        s->lkey = mi.lkey;
+        s->rkey = mi.rkey;
+        CHECK(diwarp_device_gid(s->dev, &s->gid));
+}
+
+static void qp_make(struct side *s, int qp_access)
+{
+        struct diwarp_qp_init_attr ia = {
+            .send_cq = s->cq,
+            .recv_cq = s->cq,
+            .cap = {.max_send_wr = 4096,
+                    .max_recv_wr = 4096,
+                    .max_send_sge = 2,
+                    .max_recv_sge = 2,
+                    .max_inline_data = 64},
+            .qp_type = DIWARP_QPT_RC,
+        };
+        if (rc_mode)
+                CHECK(diwarp_qp_create(s->pd, &ia, &s->qp));
+        else
+                CHECK(diwarpdv_create_qp(s->pd, &ia, &s->qp));
+        s->qpn = diwarp_qp_num(s->qp);
+        struct diwarp_qp_attr a = {
+            .qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .qp_access_flags = qp_access, .port_num = 1};
+        CHECK(diwarp_qp_modify(
+            s->qp, &a, DIWARP_QP_STATE | DIWARP_QP_ACCESS_FLAGS | (rc_mode ? 0 : DIWARP_QP_QKEY)));
+}
+
+static void qp_connect(struct side *s, const struct side *peer, uint32_t peer_qpn)
+{
+        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_RTR};
+        int mask = DIWARP_QP_STATE;
+        if (rc_mode) {
+                a.dgid = peer->gid;
+                a.dest_qp_num = peer_qpn;
+                a.rq_psn = peer_qpn * 7 + 100; /* = the peer's sq_psn below */
+                a.max_dest_rd_atomic = 16;
+                a.rnr_retry = 7;
+                mask |= DIWARP_QP_AV | DIWARP_QP_DEST_QPN | DIWARP_QP_RQ_PSN |
+                        DIWARP_QP_MAX_DEST_RD_ATOMIC | DIWARP_QP_RNR_RETRY;
+        }
+        CHECK(diwarp_qp_modify(s->qp, &a, mask));
+        a.qp_state = DIWARP_QPS_RTS;
+        a.sq_psn = s->qpn * 7 + 100;
+        a.max_rd_atomic = 16;
+        CHECK(diwarp_qp_modify(s->qp, &a,
+                               DIWARP_QP_STATE | DIWARP_QP_SQ_PSN | DIWARP_QP_MAX_QP_RD_ATOMIC));
+        if (!rc_mode)
+                CHECK(diwarp_ah_create(s->pd, &peer->gid, &s->ah));
+}
+
+static void pair_open(struct side *a, struct side *b, int qp_access)
+{
+        int acc = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
+                  DIWARP_ACCESS_REMOTE_READ | DIWARP_ACCESS_REMOTE_ATOMIC;
+        side_open(a, acc);
+        side_open(b, acc);
+        qp_make(a, qp_access);
+        qp_make(b, qp_access);
+        qp_connect(a, b, b->qpn);
+        qp_connect(b, a, a->qpn);
+}
+
+static void side_close(struct side *s)
+{
+        if (s->ah)
+                CHECK(diwarp_ah_destroy(s->ah));
+        CHECK(diwarp_qp_destroy(s->qp));
+        CHECK(diwarp_mr_dereg(s->mr));
+        CHECK(diwarp_cq_destroy(s->cq));
+        CHECK(diwarp_pd_dealloc(s->pd));
+        CHECK(diwarp_device_close(s->dev));
+        free(s->buf);
+}
+
+/* Posts one WR from a to b (destination filled for RD). */
+static void post(struct side *a, struct side *b, struct diwarp_send_wr *wr)
+{
+        struct diwarp_send_wr *bad = NULL;
+        bool send = wr->opcode == DIWARP_WR_SEND || wr->opcode == DIWARP_WR_SEND_WITH_IMM;
+        if (rc_mode) {
+                CHECK(diwarp_post_send(a->qp, wr, &bad));
+        } else if (send) {
+                wr->wr.ud.ah = a->ah;
+                wr->wr.ud.remote_qpn = b->qpn;
+                wr->wr.ud.remote_qkey = QKEY;
+                CHECK(diwarp_post_send(a->qp, wr, &bad));
+        } else {
+                struct diwarpdv_rd_dest d = {a->ah, b->qpn, QKEY};
+                CHECK(diwarpdv_post_send_rd(a->qp, wr, &d, &bad));
+        }
+}
+
+static void post_recv(struct side *s, uint64_t id, uint64_t off, uint32_t len)
+{
+        struct diwarp_sge sge = {(uintptr_t)s->buf + off, len, s->lkey};
+        struct diwarp_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1};
+        struct diwarp_recv_wr *bad;
+        CHECK(diwarp_post_recv(s->qp, &wr, &bad));
+}
+
+/* Polls both sides until `want` completions arrived on side w. */
+static int poll_until(struct side *w, struct side *other, struct diwarp_wc *out, int want,
+                      unsigned timeout_ms)
+{
+        int got = 0;
+        uint64_t end = now_ms() + timeout_ms;
+        while (got < want) {
+                int n = diwarp_cq_poll(w->cq, want - got, out + got);
+                if (n < 0)
+                        die("cq_poll: %s", strerror(-n));
+                got += n;
+                if (other) {
+                        struct diwarp_wc junk[4];
+                        int m = diwarp_cq_poll(other->cq, 0, junk);
+                        (void)m;
+                        diwarp_progress(other->dev, 64);
+                }
+                if (now_ms() > end)
+                        return got;
+        }
+        return got;
+}
+
+static void expect_wc(struct diwarp_wc *wc, uint64_t id, enum diwarp_wc_status st, const char *what)
+{
+        if (wc->wr_id != id || wc->status != st)
+                die("%s: wc wr_id %#llx status %d (%s), want %#llx status %d", what,
+                    (unsigned long long)wc->wr_id, wc->status, diwarp_wc_status_str(wc->status),
+                    (unsigned long long)id, st);
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+        uint32_t x = seed * 2654435761u + 1;
+        for (size_t i = 0; i < n; i++) {
+                x = x * 1103515245u + 12345u;
+                p[i] = (uint8_t)(x >> 16);
+        }
+}
+
+static void verify(const uint8_t *a, const uint8_t *b, size_t n, const char *what, uint32_t size)
+{
+        if (memcmp(a, b, n) != 0) {
+                size_t i = 0;
+                while (a[i] == b[i])
+                        i++;
+                die("%s size %u: data differs at byte %zu", what, size, i);
+        }
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static const uint32_t sizes[] = {0, 1, 4095, 4096, 65536, MiB, 64 * MiB};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+static int case_ops(void)
+{
+        struct side a, b;
+        int all = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
+                  DIWARP_ACCESS_REMOTE_READ | DIWARP_ACCESS_REMOTE_ATOMIC;
+        pair_open(&a, &b, all);
+        struct diwarp_wc wc[4];
+        uint8_t *ref = malloc(64 * MiB);
+        if (!ref)
+                die("no memory");
+        for (unsigned k = 0; k < NSIZES; k++) {
+                uint32_t sz = sizes[k];
+                unsigned tmo = 120000;
+                /* Send and Send with Immediate */
+                for (int imm = 0; imm < 2; imm++) {
+                        fill(a.buf, sz, sz + imm);
+                        memset(b.buf, 0, sz + 16);
+                        post_recv(&b, 77, 0, sz + 16);
+                        struct diwarp_sge sge = {(uintptr_t)a.buf, sz, a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = 1,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = imm ? DIWARP_WR_SEND_WITH_IMM
+                                                                  : DIWARP_WR_SEND,
+                                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                                    .imm_data = 0xabcd1234};
+                        post(&a, &b, &wr);
+                        if (poll_until(&b, &a, wc, 1, tmo) != 1)
+                                die("send size %u: no receive completion", sz);
+                        expect_wc(wc, 77, DIWARP_WC_SUCCESS, "recv");
+                        if (wc->byte_len != sz || wc->opcode != DIWARP_WC_RECV ||
+                            wc->src_qp != a.qpn ||
+                            (imm &&
+                             (!(wc->wc_flags & DIWARP_WC_WITH_IMM) || wc->imm_data != 0xabcd1234)))
+                                die("send size %u imm %d: byte_len %u opcode %d src %#x flags %#x",
+                                    sz, imm, wc->byte_len, wc->opcode, wc->src_qp, wc->wc_flags);
+                        verify(a.buf, b.buf, sz, "send", sz);
+                        if (poll_until(&a, &b, wc, 1, tmo) != 1)
+                                die("send size %u: no send completion", sz);
+                        expect_wc(wc, 1, DIWARP_WC_SUCCESS, "send");
+                }
+                /* RDMA Write and Write with Immediate */
+                for (int imm = 0; imm < 2; imm++) {
+                        fill(a.buf, sz, sz + 5 + imm);
+                        memset(b.buf, 0, sz + 16);
+                        if (imm)
+                                post_recv(&b, 78, 0, 0);
+                        struct diwarp_sge sge = {(uintptr_t)a.buf, sz, a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = 2,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = imm ? DIWARP_WR_RDMA_WRITE_WITH_IMM
+                                                                  : DIWARP_WR_RDMA_WRITE,
+                                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                                    .imm_data = 0x5555};
+                        wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+                        wr.wr.rdma.rkey = b.rkey;
+                        post(&a, &b, &wr);
+                        if (poll_until(&a, &b, wc, 1, tmo) != 1)
+                                die("write size %u: no completion", sz);
+                        expect_wc(wc, 2, DIWARP_WC_SUCCESS, "write");
+                        if (imm) {
+                                if (poll_until(&b, &a, wc, 1, tmo) != 1)
+                                        die("write imm size %u: no receive completion", sz);
+                                expect_wc(wc, 78, DIWARP_WC_SUCCESS, "write imm recv");
+                                if (wc->opcode != DIWARP_WC_RECV_RDMA_WITH_IMM ||
+                                    wc->imm_data != 0x5555 || wc->byte_len != sz)
+                                        die("write imm size %u: opcode %d imm %#x len %u", sz,
+                                            wc->opcode, wc->imm_data, wc->byte_len);
+                        }
+                        verify(a.buf, b.buf, sz, "write", sz);
+                }
+                /* RDMA Read */
+                fill(b.buf, sz, sz + 9);
+                memset(a.buf, 0, sz + 16);
+                {
+                        struct diwarp_sge sge = {(uintptr_t)a.buf, sz, a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = 3,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = DIWARP_WR_RDMA_READ,
+                                                    .send_flags = DIWARP_SEND_SIGNALED};
+                        wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+                        wr.wr.rdma.rkey = b.rkey;
+                        post(&a, &b, &wr);
+                        if (poll_until(&a, &b, wc, 1, tmo) != 1)
+                                die("read size %u: no completion", sz);
+                        expect_wc(wc, 3, DIWARP_WC_SUCCESS, "read");
+                        if (wc->byte_len != sz || wc->opcode != DIWARP_WC_RDMA_READ)
+                                die("read size %u: byte_len %u", sz, wc->byte_len);
+                        verify(b.buf, a.buf, sz, "read", sz);
+                }
+                fprintf(stderr, "ops size %u ok\n", sz);
+        }
+        /* Atomics */
+        uint64_t *target = (uint64_t *)(b.buf + 64);
+        *target = 1000;
+        struct diwarp_sge sge = {(uintptr_t)a.buf, 8, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 4,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_ATOMIC_FETCH_AND_ADD,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.atomic.remote_addr = (uintptr_t)target;
+        wr.wr.atomic.rkey = b.rkey;
+        wr.wr.atomic.compare_add = 5;
+        post(&a, &b, &wr);
+        if (poll_until(&a, &b, wc, 1, 10000) != 1)
+                die("fetch-add: no completion");
+        expect_wc(wc, 4, DIWARP_WC_SUCCESS, "fetch-add");
+        if (*(uint64_t *)a.buf != 1000 || *target != 1005)
+                die("fetch-add: got %llu, target %llu", (unsigned long long)*(uint64_t *)a.buf,
+                    (unsigned long long)*target);
+        wr.opcode = DIWARP_WR_ATOMIC_CMP_AND_SWP;
+        wr.wr_id = 5;
+        wr.wr.atomic.remote_addr = (uintptr_t)target;
+        wr.wr.atomic.rkey = b.rkey;
+        wr.wr.atomic.compare_add = 1005;
+        wr.wr.atomic.swap = 77;
+        post(&a, &b, &wr);
+        if (poll_until(&a, &b, wc, 1, 10000) != 1)
+                die("cmp-swap: no completion");
+        expect_wc(wc, 5, DIWARP_WC_SUCCESS, "cmp-swap");
+        if (*(uint64_t *)a.buf != 1005 || *target != 77)
+                die("cmp-swap: got %llu, target %llu", (unsigned long long)*(uint64_t *)a.buf,
+                    (unsigned long long)*target);
+        fprintf(stderr, "atomics ok\n");
+        free(ref);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- stream */
+
+#define STREAM_N   2000
+#define STREAM_MAX 20000
+
+static uint32_t stream_size(unsigned i)
+{
+        static const uint32_t pick[] = {0, 1, 7, 1400, 1500, 4096, 9000, 20000};
+        return pick[(i * 2654435761u >> 7) % 8];
+}
+
+static int case_stream(void)
+{
+        struct side a, b;
+        buf_len = ((size_t)STREAM_N * STREAM_MAX + 4095) / 4096 * 4096;
+        int all =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        pair_open(&a, &b, all);
+        /* Receives for every message first: slot i of b.buf for message i. */
+        for (unsigned i = 0; i < STREAM_N; i++)
+                post_recv(&b, 1000 + i, (uint64_t)i * STREAM_MAX, STREAM_MAX);
+        for (unsigned i = 0; i < STREAM_N; i++)
+                fill(a.buf + (uint64_t)i * STREAM_MAX, stream_size(i), i);
+        unsigned posted = 0, sent_done = 0, recvd = 0;
+        struct diwarp_wc wc[64];
+        uint64_t end = now_ms() + 100000;
+        while (recvd < STREAM_N || sent_done < STREAM_N) {
+                while (posted < STREAM_N && posted - sent_done < 1000) {
+                        unsigned i = posted;
+                        uint32_t sz = stream_size(i);
+                        struct diwarp_sge sge = {(uintptr_t)a.buf + (uint64_t)i * STREAM_MAX, sz,
+                                                 a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = i,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                                    .imm_data = i};
+                        if (i % 3 == 2) {
+                                /* Write with immediate into the same slot. */
+                                wr.opcode = DIWARP_WR_RDMA_WRITE_WITH_IMM;
+                                wr.wr.rdma.remote_addr =
+                                    (uintptr_t)b.buf + (uint64_t)i * STREAM_MAX;
+                                wr.wr.rdma.rkey = b.rkey;
+                        } else {
+                                wr.opcode = i % 3 ? DIWARP_WR_SEND_WITH_IMM : DIWARP_WR_SEND;
+                        }
+                        post(&a, &b, &wr);
+                        posted++;
+                }
+                int n = diwarp_cq_poll(a.cq, 64, wc);
+                for (int k = 0; k < n; k++) {
+                        expect_wc(&wc[k], sent_done, DIWARP_WC_SUCCESS, "stream send");
+                        sent_done++;
+                }
+                n = diwarp_cq_poll(b.cq, 64, wc);
+                for (int k = 0; k < n; k++) {
+                        unsigned i = recvd;
+                        expect_wc(&wc[k], 1000 + i, DIWARP_WC_SUCCESS, "stream recv (order)");
+                        uint32_t sz = stream_size(i);
+                        if (wc[k].byte_len != sz)
+                                die("message %u: byte_len %u want %u", i, wc[k].byte_len, sz);
+                        if (i % 3 &&
+                            (!(wc[k].wc_flags & DIWARP_WC_WITH_IMM) || wc[k].imm_data != i))
+                                die("message %u: immediate missing", i);
+                        verify(a.buf + (uint64_t)i * STREAM_MAX, b.buf + (uint64_t)i * STREAM_MAX,
+                               sz, "stream", sz);
+                        recvd++;
+                }
+                if (now_ms() > end)
+                        die("stream: timeout, %u/%u received, %u/%u sent", recvd, STREAM_N,
+                            sent_done, STREAM_N);
+        }
+        /* Nothing more may arrive: exactly once. */
+        for (int k = 0; k < 50; k++) {
+                if (diwarp_cq_poll(b.cq, 64, wc) != 0 || diwarp_cq_poll(a.cq, 64, wc) != 0)
+                        die("stream: extra completion");
+                usleep(1000);
+        }
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        fprintf(stderr,
+                "stream ok: retransmits %llu+%llu crc_errors %llu+%llu dup %llu+%llu "
+                "fault drop %llu dup %llu reorder %llu corrupt %llu\n",
+                (unsigned long long)ca.retransmits, (unsigned long long)cb.retransmits,
+                (unsigned long long)ca.crc_errors, (unsigned long long)cb.crc_errors,
+                (unsigned long long)ca.rx_dropped_duplicate,
+                (unsigned long long)cb.rx_dropped_duplicate,
+                (unsigned long long)(ca.fault_dropped + cb.fault_dropped),
+                (unsigned long long)(ca.fault_duplicated + cb.fault_duplicated),
+                (unsigned long long)(ca.fault_reordered + cb.fault_reordered),
+                (unsigned long long)(ca.fault_corrupted + cb.fault_corrupted));
+        if (ca.fault_corrupted + cb.fault_corrupted > 0 && ca.crc_errors + cb.crc_errors == 0)
+                die("corrupted datagrams were not counted as CRC errors");
+        if (ca.fault_dropped + cb.fault_dropped > 0 && ca.retransmits + cb.retransmits == 0)
+                die("drops without retransmissions");
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- prot */
+
+static int case_prot(void)
+{
+        struct side a, b;
+        buf_len = 1 * MiB;
+        /* b grants remote write only (no read, no atomic) on its QP. */
+        pair_open(&a, &b, DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE);
+        struct diwarp_wc wc[4];
+        struct diwarp_sge sge = {(uintptr_t)a.buf, 4096, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 9,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        /* Out of bounds: past the end of b's region. */
+        wr.wr.rdma.remote_addr = (uintptr_t)b.buf + buf_len - 100;
+        wr.wr.rdma.rkey = b.rkey;
+        memset(b.buf, 0, buf_len);
+        post(&a, &b, &wr);
+        if (poll_until(&a, &b, wc, 1, 10000) != 1)
+                die("prot write: no completion");
+        expect_wc(wc, 9, DIWARP_WC_REM_ACCESS_ERR, "out-of-bounds write");
+        for (size_t i = 0; i < buf_len; i++)
+                if (b.buf[i])
+                        die("prot: a refused write touched memory at %zu", i);
+        if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                die("requester QP not in ERR after REM_ACCESS_ERR");
+        if (!rc_mode && diwarp_qp_state(b.qp) != DIWARP_QPS_RTS)
+                die("RD responder must keep serving other peers");
+        side_close(&a);
+        side_close(&b);
+
+        /* Read where the QP grants no remote read. */
+        pair_open(&a, &b, DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE);
+        sge.lkey = a.lkey;
+        sge.addr = (uintptr_t)a.buf;
+        wr.opcode = DIWARP_WR_RDMA_READ;
+        wr.wr_id = 10;
+        wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+        wr.wr.rdma.rkey = b.rkey;
+        post(&a, &b, &wr);
+        if (poll_until(&a, &b, wc, 1, 10000) != 1)
+                die("prot read: no completion");
+        expect_wc(wc, 10, DIWARP_WC_REM_ACCESS_ERR, "read without REMOTE_READ");
+        side_close(&a);
+        side_close(&b);
+
+        /* Bad rkey (stale key byte). */
+        pair_open(&a, &b, DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE);
+        sge.lkey = a.lkey;
+        sge.addr = (uintptr_t)a.buf;
+        wr.opcode = DIWARP_WR_RDMA_WRITE;
+        wr.wr_id = 11;
+        wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+        wr.wr.rdma.rkey = b.rkey ^ 0x5a;
+        post(&a, &b, &wr);
+        if (poll_until(&a, &b, wc, 1, 10000) != 1)
+                die("prot rkey: no completion");
+        expect_wc(wc, 11, DIWARP_WC_REM_ACCESS_ERR, "write with a bad rkey");
+        side_close(&a);
+        side_close(&b);
+        fprintf(stderr, "prot ok\n");
+        return 0;
+}
+
+/* ---------------------------------------------------------------- rnr */
+
+static int case_rnr(void)
+{
+        struct side a, b;
+        buf_len = 1 * MiB;
+        pair_open(&a, &b, DIWARP_ACCESS_LOCAL_WRITE);
+        fill(a.buf, 100000, 3);
+        struct diwarp_wc wc[4];
+        struct diwarp_sge sge = {(uintptr_t)a.buf, 100000, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 12,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        post(&a, &b, &wr);
+        /* 500 ms with no receive posted: nothing completes, nothing is lost. */
+        if (poll_until(&a, &b, wc, 1, 500) != 0)
+                die("rnr: the send completed (%s) without a receive",
+                    diwarp_wc_status_str(wc[0].status));
+        post_recv(&b, 13, 0, 200000);
+        if (poll_until(&b, &a, wc, 1, 10000) != 1)
+                die("rnr: not delivered after the receive was posted");
+        expect_wc(wc, 13, DIWARP_WC_SUCCESS, "rnr recv");
+        verify(a.buf, b.buf, 100000, "rnr", 100000);
+        if (poll_until(&a, &b, wc, 1, 10000) != 1)
+                die("rnr: no send completion");
+        expect_wc(wc, 12, DIWARP_WC_SUCCESS, "rnr send");
+        struct diwarp_counters c;
+        CHECK(diwarp_device_counters(a.dev, &c));
+        if (c.rnr_naks == 0)
+                die("rnr: no RNR NAK counted");
+        fprintf(stderr, "rnr ok (%llu RNR NAKs)\n", (unsigned long long)c.rnr_naks);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- fds */
+
+static int count_fds(void)
+{
+        int n = 0;
+        DIR *d = opendir("/proc/self/fd");
+        if (!d)
+                return -1;
+        while (readdir(d))
+                n++;
+        closedir(d);
+        return n;
+}
+
+static int case_fds(void)
+{
+        enum { NQ = 64 };
+        struct side a, b;
+        buf_len = 1 * MiB;
+        side_open(&a, DIWARP_ACCESS_LOCAL_WRITE);
+        side_open(&b, DIWARP_ACCESS_LOCAL_WRITE);
+        int before = count_fds();
+        struct diwarp_qp *qa[NQ], *qb[NQ];
+        struct side sa = a, sb = b;
+        for (int i = 0; i < NQ; i++) {
+                qp_make(&sa, 0);
+                qp_make(&sb, 0);
+                qa[i] = sa.qp;
+                qb[i] = sb.qp;
+                qp_connect(&sa, &b, 0);
+                qp_connect(&sb, &a, 0);
+                if (i != NQ - 1) {
+                        CHECK(diwarp_ah_destroy(sa.ah));
+                        CHECK(diwarp_ah_destroy(sb.ah));
+                }
+        }
+        struct diwarp_ah *ah = sa.ah;
+        CHECK(diwarp_ah_destroy(sb.ah));
+        /* Each of a's QPs sends to every one of b's QPs: NQ x NQ pseudo-streams. */
+        for (int j = 0; j < NQ; j++)
+                for (int k = 0; k < NQ; k++)
+                        post_recv(&(struct side){.qp = qb[j], .buf = b.buf, .lkey = b.lkey},
+                                  (uint64_t)j << 16 | (uint64_t)k, 0, 64);
+        for (int i = 0; i < NQ; i++)
+                for (int j = 0; j < NQ; j++) {
+                        struct diwarp_sge sge = {(uintptr_t)a.buf, 16, a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = (uint64_t)i << 16 | (uint64_t)j,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = DIWARP_WR_SEND};
+                        wr.wr.ud.ah = ah;
+                        wr.wr.ud.remote_qpn = diwarp_qp_num(qb[j]);
+                        wr.wr.ud.remote_qkey = QKEY;
+                        struct diwarp_send_wr *bad;
+                        CHECK(diwarp_post_send(qa[i], &wr, &bad));
+                }
+        int got = 0;
+        struct diwarp_wc wc[64];
+        uint64_t end = now_ms() + 60000;
+        while (got < NQ * NQ) {
+                int n = diwarp_cq_poll(b.cq, 64, wc);
+                for (int k = 0; k < n; k++)
+                        if (wc[k].status != DIWARP_WC_SUCCESS)
+                                die("fds: receive status %d", wc[k].status);
+                got += n;
+                diwarp_cq_poll(a.cq, 64, wc);
+                if (now_ms() > end)
+                        die("fds: %d/%d messages", got, NQ * NQ);
+        }
+        int after = count_fds();
+        if (after != before)
+                die("fds: %d descriptors before the QPs, %d with %d QPs and %d peers", before,
+                    after, 2 * NQ, NQ * NQ);
+        fprintf(stderr,
+                "fds ok: %d fds for 2 devices, %d QPs, %d pseudo-streams; %zu bytes per "
+                "pseudo-stream\n",
+                after, 2 * NQ, 2 * NQ * NQ, dw_rd_peer_bytes());
+        for (int i = 0; i < NQ; i++) {
+                /* drain, then destroy */
+                CHECK(diwarp_qp_destroy(qa[i]));
+                CHECK(diwarp_qp_destroy(qb[i]));
+        }
+        CHECK(diwarp_ah_destroy(ah));
+        a.qp = b.qp = NULL;
+        CHECK(diwarp_mr_dereg(a.mr));
+        CHECK(diwarp_mr_dereg(b.mr));
+        while (diwarp_cq_poll(a.cq, 64, wc) > 0 || diwarp_cq_poll(b.cq, 64, wc) > 0)
+                ;
+        CHECK(diwarp_cq_destroy(a.cq));
+        CHECK(diwarp_cq_destroy(b.cq));
+        CHECK(diwarp_pd_dealloc(a.pd));
+        CHECK(diwarp_pd_dealloc(b.pd));
+        CHECK(diwarp_device_close(a.dev));
+        CHECK(diwarp_device_close(b.dev));
+        free(a.buf);
+        free(b.buf);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- vanish */
+
+static int case_vanish(const char *how)
+{
+        int up[2], down[2];
+        buf_len = 1 * MiB;
+        if (pipe(up) < 0 || pipe(down) < 0)
+                die("pipe");
+        pid_t pid = fork();
+        if (pid < 0)
+                die("fork");
+        if (pid == 0) {
+                struct side b, a_info;
+                side_open(&b, DIWARP_ACCESS_LOCAL_WRITE);
+                qp_make(&b, 0);
+                uint32_t info[5] = {b.qpn};
+                memcpy(&info[1], b.gid.raw, 16);
+                if (write(up[1], info, sizeof(info)) != sizeof(info))
+                        _exit(2);
+                if (read(down[0], info, sizeof(info)) != sizeof(info))
+                        _exit(2);
+                memset(&a_info, 0, sizeof(a_info));
+                memcpy(a_info.gid.raw, &info[1], 16);
+                qp_connect(&b, &a_info, info[0]);
+                for (int i = 0; i < 64; i++)
+                        post_recv(&b, i, 0, 4096);
+                for (;;) {
+                        struct diwarp_wc wc[8];
+                        diwarp_cq_poll(b.cq, 8, wc);
+                        usleep(100);
+                }
+        }
+        struct side a, b_info;
+        side_open(&a, DIWARP_ACCESS_LOCAL_WRITE);
+        qp_make(&a, 0);
+        uint32_t info[5];
+        if (read(up[0], info, sizeof(info)) != sizeof(info))
+                die("child setup");
+        memset(&b_info, 0, sizeof(b_info));
+        memcpy(b_info.gid.raw, &info[1], 16);
+        b_info.qpn = info[0];
+        uint32_t mine[5] = {a.qpn};
+        memcpy(&mine[1], a.gid.raw, 16);
+        if (write(down[1], mine, sizeof(mine)) != sizeof(mine))
+                die("pipe write");
+        qp_connect(&a, &b_info, b_info.qpn);
+        struct diwarp_wc wc[8];
+        struct diwarp_sge sge = {(uintptr_t)a.buf, 1000, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        post(&a, &b_info, &wr);
+        if (poll_until(&a, NULL, wc, 1, 10000) != 1)
+                die("vanish: first send did not complete");
+        expect_wc(wc, 1, DIWARP_WC_SUCCESS, "vanish first send");
+        kill(pid, strcmp(how, "stop") == 0 ? SIGSTOP : SIGKILL);
+        usleep(20000);
+        uint64_t t0 = now_ms();
+        wr.wr_id = 2;
+        post(&a, &b_info, &wr);
+        wr.wr_id = 3;
+        post(&a, &b_info, &wr);
+        const char *env = getenv("DIWARP_PEER_TIMEOUT_MS");
+        unsigned limit = env ? (unsigned)atoi(env) : 5000;
+        int n = poll_until(&a, NULL, wc, 2, limit + 2000);
+        uint64_t dt = now_ms() - t0;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (n != 2)
+                die("vanish: %d completions after %llu ms", n, (unsigned long long)dt);
+        expect_wc(&wc[0], 2, DIWARP_WC_RETRY_EXC_ERR, "vanish send");
+        expect_wc(&wc[1], 3, DIWARP_WC_WR_FLUSH_ERR, "vanish flushed send");
+        if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                die("vanish: QP not in ERR");
+        struct diwarp_async_event ev;
+        int fl = diwarp_get_async_event(a.dev, &ev);
+        if (fl < 0 || ev.event_type != DIWARP_EVENT_QP_FATAL)
+                die("vanish: no QP_FATAL async event (%d)", fl);
+        fprintf(stderr, "vanish (%s) ok: RETRY_EXC_ERR after %llu ms (limit %u)\n", how,
+                (unsigned long long)dt, limit);
+        side_close(&a);
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        if (argc < 2)
+                die("usage: rd_test ops|stream|prot|rnr|fds|vanish [rd|rc] [kill|stop]");
+        alarm(280);
+        rc_mode = argc > 2 && strcmp(argv[2], "rc") == 0;
+        if (rc_mode)
+                setenv("DIWARP_RC_TRANSPORT", "rd", 1);
+        if (!strcmp(argv[1], "ops"))
+                return case_ops();
+        if (!strcmp(argv[1], "stream"))
+                return case_stream();
+        if (!strcmp(argv[1], "prot"))
+                return case_prot();
+        if (!strcmp(argv[1], "rnr"))
+                return case_rnr();
+        if (!strcmp(argv[1], "fds"))
+                return case_fds();
+        if (!strcmp(argv[1], "vanish"))
+                return case_vanish(argc > 3 ? argv[3] : "kill");
+        die("unknown case %s", argv[1]);
+        return 1;
+}
