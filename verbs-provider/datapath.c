@@ -49,6 +49,10 @@ static int dwv_conv_send(struct ibv_qp *qp, const struct ibv_send_wr *s, struct 
         d->imm_data = s->imm_data;
         d->invalidate_rkey = s->invalidate_rkey;
         if (qp->qp_type == IBV_QPT_UD) {
+                /* wr.ud aliases wr.rdma: for any other opcode "ah" is an
+                 * address, not an AH, and must not be dereferenced. */
+                if (s->opcode != IBV_WR_SEND && s->opcode != IBV_WR_SEND_WITH_IMM)
+                        return EINVAL;
                 struct ibv_ah *ah = s->wr.ud.ah;
                 if (!ah || ah->context != qp->context)
                         return EINVAL;
@@ -66,6 +70,23 @@ static int dwv_conv_send(struct ibv_qp *qp, const struct ibv_send_wr *s, struct 
                 d->wr.rdma.rkey = s->wr.rdma.rkey;
         }
         return 0;
+}
+
+/* A post was refused (error path only, so it may log). A full queue is the
+ * program's flow control, not misuse: debug level. */
+static void dwv_post_failed(struct ibv_qp *qp, const char *verb, uint64_t wr_id, int err)
+{
+        static const char *const state[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+        enum ibv_qp_state s = (enum ibv_qp_state)diwarp_qp_state(dwv_qp(qp)->d);
+        const char *sn = (unsigned)s < sizeof(state) / sizeof(state[0]) ? state[s] : "?";
+
+        if (err == -ENOMEM)
+                dw_dbg("verbs: QP %#x: %s: WR %#llx: queue full", qp->qp_num, verb,
+                       (unsigned long long)wr_id);
+        else
+                dw_warn("verbs: QP %#x (%s): %s: WR %#llx refused: %s (bad opcode, SGE count, "
+                        "length or state)",
+                        qp->qp_num, sn, verb, (unsigned long long)wr_id, strerror(-err));
 }
 
 int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
@@ -88,12 +109,17 @@ int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
                         struct diwarp_send_wr *dbad = NULL;
                         int err = diwarp_post_send(dqp, dw, &dbad);
                         if (err < 0) {
+                                struct ibv_send_wr *b = dbad ? src[dbad - dw] : src[0];
+                                dwv_post_failed(qp, "ibv_post_send", b->wr_id, err);
                                 if (bad_wr)
-                                        *bad_wr = dbad ? src[dbad - dw] : src[0];
+                                        *bad_wr = b;
                                 return -err;
                         }
                 }
                 if (conv_err) {
+                        dw_warn("verbs: QP %#x: ibv_post_send: WR %#llx: opcode %d without a "
+                                "valid AH of this context (UD QPs take Sends only)",
+                                qp->qp_num, (unsigned long long)wr->wr_id, wr->opcode);
                         if (bad_wr)
                                 *bad_wr = wr;
                         return conv_err;
@@ -107,8 +133,10 @@ int dwv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
         struct diwarp_recv_wr *dbad = NULL;
         int err = diwarp_post_recv(dwv_qp(qp)->d, (struct diwarp_recv_wr *)wr, &dbad);
         if (err < 0) {
+                struct ibv_recv_wr *b = dbad ? (struct ibv_recv_wr *)dbad : wr;
+                dwv_post_failed(qp, "ibv_post_recv", b->wr_id, err);
                 if (bad_wr)
-                        *bad_wr = dbad ? (struct ibv_recv_wr *)dbad : wr;
+                        *bad_wr = b;
                 return -err;
         }
         return 0;
@@ -119,6 +147,11 @@ int dwv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_re
         struct diwarp_recv_wr *dbad = NULL;
         int err = diwarp_post_srq_recv(dwv_srq(srq)->d, (struct diwarp_recv_wr *)wr, &dbad);
         if (err < 0) {
+                if (err == -ENOMEM)
+                        dw_dbg("verbs: ibv_post_srq_recv: SRQ full");
+                else
+                        dw_warn("verbs: ibv_post_srq_recv: WR refused: %s (bad SGE count?)",
+                                strerror(-err));
                 if (bad_wr)
                         *bad_wr = dbad ? (struct ibv_recv_wr *)dbad : wr;
                 return -err;

@@ -298,6 +298,23 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
                 errno = -err;
                 return NULL;
         }
+        /* An RDMA target is passive: ib_write_lat waits by polling memory and
+         * the ib_read_* server calls nothing while it is read, yet their
+         * streams must be accepted and served. So the progress thread runs
+         * unless DIWARP_PROGRESS=app asks otherwise (then the program must
+         * call into the device to make progress). */
+        const char *pm = getenv("DIWARP_PROGRESS");
+        if (!pm || strcmp(pm, "app") != 0) {
+                err = diwarp_progress_thread_start(c->dev);
+                if (err < 0) {
+                        dw_warn("verbs: ibv_open_device(%s): progress thread: %s", d->name,
+                                strerror(-err));
+                        diwarp_device_close(c->dev);
+                        free(c);
+                        errno = -err;
+                        return NULL;
+                }
+        }
         struct verbs_context *v = &c->vctx;
         struct ibv_context *ctx = &v->context;
         v->sz = sizeof(*v);
@@ -320,6 +337,10 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
         c->qps.next = c->qps.prev = &c->qps;
         c->cqs.next = c->cqs.prev = &c->cqs;
         c->srqs.next = c->srqs.prev = &c->srqs;
+        c->pds.next = c->pds.prev = &c->pds;
+        c->mrs.next = c->mrs.prev = &c->mrs;
+        c->ahs.next = c->ahs.prev = &c->ahs;
+        c->channels.next = c->channels.prev = &c->channels;
         return ctx;
 }
 
@@ -329,6 +350,15 @@ int dwv_ibv_close_device(struct ibv_context *ctx)
         if (!dwv_ctx_is_ours(ctx))
                 return real_ibv_close_device()(ctx);
         struct dwv_context *c = dwv_ctx(ctx);
+        if (c->keep_open)
+                return 0; /* rdma_cm's (see provider.h) */
+        /* Closing a hardware device's file releases every object still open
+         * (and ibv_close_device succeeds); so here. */
+        int left = dwv_release_all(c);
+        if (left)
+                dw_info("verbs: ibv_close_device: released %d object%s the program had not "
+                        "destroyed",
+                        left, left == 1 ? "" : "s");
         int err = diwarp_device_close(c->dev);
         if (err < 0) {
                 dw_warn("verbs: ibv_close_device: %s", strerror(-err));

@@ -73,6 +73,7 @@ struct ibv_pd *dwv_ibv_alloc_pd(struct ibv_context *ctx)
         }
         p->pd.context = ctx;
         p->pd.handle = dwv_next_handle(c);
+        dwv_link_add(c, &c->pds, &p->link);
         return &p->pd;
 }
 
@@ -86,6 +87,7 @@ int dwv_ibv_dealloc_pd(struct ibv_pd *pd)
                 dw_warn("verbs: ibv_dealloc_pd(handle %u): %s", pd->handle, strerror(-err));
                 return dwv_errno(err);
         }
+        dwv_link_del(dwv_ctx(pd->context), &dwv_pd(pd)->link);
         free(dwv_pd(pd));
         return 0;
 }
@@ -127,6 +129,7 @@ static struct ibv_mr *dwv_reg(struct ibv_pd *pd, void *addr, size_t length, uint
         m->mr.handle = dwv_next_handle(dwv_ctx(pd->context));
         m->mr.lkey = info.lkey;
         m->mr.rkey = info.rkey;
+        dwv_link_add(dwv_ctx(pd->context), &dwv_ctx(pd->context)->mrs, &m->link);
         return &m->mr;
 }
 
@@ -169,6 +172,7 @@ int dwv_ibv_dereg_mr(struct ibv_mr *mr)
                 dw_warn("verbs: ibv_dereg_mr(lkey %#x): %s", mr->lkey, strerror(-err));
                 return dwv_errno(err);
         }
+        dwv_link_del(dwv_ctx(mr->context), &m->link);
         free(m);
         return 0;
 }
@@ -191,6 +195,7 @@ struct ibv_comp_channel *dwv_ibv_create_comp_channel(struct ibv_context *ctx)
         }
         ch->ch.context = ctx;
         ch->ch.fd = diwarp_comp_channel_fd(ch->d);
+        dwv_link_add(dwv_ctx(ctx), &dwv_ctx(ctx)->channels, &ch->link);
         return &ch->ch;
 }
 
@@ -205,6 +210,7 @@ int dwv_ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
                 dw_warn("verbs: ibv_destroy_comp_channel(fd %d): %s", channel->fd, strerror(-err));
                 return dwv_errno(err);
         }
+        dwv_link_del(dwv_ctx(channel->context), &ch->link);
         free(ch);
         return 0;
 }
@@ -292,6 +298,7 @@ int dwv_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, v
                 return -1;
         }
         struct dwv_cq *w = wrapper;
+        __atomic_add_fetch(&w->events_got, 1, __ATOMIC_RELAXED);
         if (cq)
                 *cq = &w->cq;
         if (cq_context)
@@ -424,6 +431,7 @@ static struct ibv_ah *dwv_ah_create(struct ibv_pd *pd, const union ibv_gid *dgid
         a->ah.context = pd->context;
         a->ah.pd = pd;
         a->ah.handle = dwv_next_handle(dwv_ctx(pd->context));
+        dwv_link_add(dwv_ctx(pd->context), &dwv_ctx(pd->context)->ahs, &a->link);
         return &a->ah;
 }
 
@@ -471,6 +479,7 @@ int dwv_ibv_destroy_ah(struct ibv_ah *ah)
                 dw_warn("verbs: ibv_destroy_ah(handle %u): %s", ah->handle, strerror(-err));
                 return dwv_errno(err);
         }
+        dwv_link_del(dwv_ctx(ah->context), &dwv_ah(ah)->link);
         free(dwv_ah(ah));
         return 0;
 }
@@ -693,12 +702,15 @@ int dwv_ibv_destroy_qp(struct ibv_qp *qp)
         if (!qp || !dwv_ctx_is_ours(qp->context))
                 return real_ibv_destroy_qp()(qp);
         struct dwv_qp *q = dwv_qp(qp);
+        /* Unlinked first: rdmacm.c looks QPs up in this list (under objs_lock)
+         * and must never find one whose engine QP is gone. */
+        dwv_link_del(dwv_ctx(qp->context), &q->link);
         int err = diwarp_qp_destroy(q->d);
         if (err < 0) {
                 dw_warn("verbs: QP %#x: ibv_destroy_qp: %s", qp->qp_num, strerror(-err));
+                dwv_link_add(dwv_ctx(qp->context), &dwv_ctx(qp->context)->qps, &q->link);
                 return dwv_errno(err);
         }
-        dwv_link_del(dwv_ctx(qp->context), &q->link);
         pthread_mutex_destroy(&qp->mutex);
         pthread_cond_destroy(&qp->cond);
         free(q);
@@ -731,4 +743,45 @@ int dwv_ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t l
         if (!qp || !dwv_ctx_is_ours(qp->context))
                 return real_ibv_detach_mcast()(qp, gid, lid);
         return EOPNOTSUPP;
+}
+
+/* ---- releasing what a program left at ibv_close_device ------------------ */
+
+/* First object of a list (its link), or NULL; the lock is not held while the
+ * object is destroyed, which unlinks it. */
+static struct dwv_obj_link *dwv_first(struct dwv_context *c, struct dwv_obj_link *head)
+{
+        pthread_mutex_lock(&c->objs_lock);
+        struct dwv_obj_link *l = head->next != head ? head->next : NULL;
+        pthread_mutex_unlock(&c->objs_lock);
+        return l;
+}
+
+int dwv_release_all(struct dwv_context *c)
+{
+        struct dwv_obj_link *l;
+        int n = 0;
+
+        /* Each destroy unlinks its object; one that refuses (it cannot, in
+         * this order) is unlinked by hand so the loop ends. */
+#define DWV_DRAIN(head, type, destroy_expr)                                                        \
+        while ((l = dwv_first(c, head))) {                                                         \
+                type *o = DWV_CONTAINER(l, type, link);                                            \
+                n++;                                                                               \
+                if (destroy_expr)                                                                  \
+                        dwv_link_del(c, l);                                                        \
+        }
+        DWV_DRAIN(&c->qps, struct dwv_qp, dwv_ibv_destroy_qp(&o->qpx.qp_base))
+        DWV_DRAIN(&c->ahs, struct dwv_ah, dwv_ibv_destroy_ah(&o->ah))
+        DWV_DRAIN(&c->mrs, struct dwv_mr, dwv_ibv_dereg_mr(&o->mr))
+        DWV_DRAIN(&c->srqs, struct dwv_srq, dwv_ibv_destroy_srq(&o->srq))
+        /* Events handed out but never acknowledged would block the destroy. */
+        DWV_DRAIN(&c->cqs, struct dwv_cq,
+                  (dwv_ibv_ack_cq_events(&o->cq, __atomic_load_n(&o->events_got, __ATOMIC_RELAXED) -
+                                                     o->cq.comp_events_completed),
+                   dwv_ibv_destroy_cq(&o->cq)))
+        DWV_DRAIN(&c->channels, struct dwv_channel, dwv_ibv_destroy_comp_channel(&o->ch))
+        DWV_DRAIN(&c->pds, struct dwv_pd, dwv_ibv_dealloc_pd(&o->pd))
+#undef DWV_DRAIN
+        return n;
 }

@@ -58,9 +58,16 @@ struct dwv_obj_link {
 struct dwv_context {
         struct verbs_context vctx; /* vctx.context is what applications see */
         struct diwarp_device *dev;
-        pthread_mutex_t objs_lock; /* guards the lists below (async-event lookup) */
-        struct dwv_obj_link qps, cqs, srqs;
+        /* Guards the lists below: every object of the context, for the
+         * async-event lookup (qps, cqs, srqs) and for ibv_close_device,
+         * which releases what the program left (dwv_release_all). */
+        pthread_mutex_t objs_lock;
+        struct dwv_obj_link qps, cqs, srqs, pds, mrs, ahs, channels;
         uint32_t next_handle;
+        /* The context rdmacm.c opened for every rdma_cm id: programs close
+         * id->verbs at exit (perftest -R) while rdma_cm still uses it, so
+         * ibv_close_device leaves it open. */
+        bool keep_open;
 };
 
 static inline int dwv_ctx_is_ours(const struct ibv_context *ctx)
@@ -74,27 +81,35 @@ static inline struct dwv_context *dwv_ctx(struct ibv_context *ctx)
 uint32_t dwv_next_handle(struct dwv_context *c);
 void dwv_link_add(struct dwv_context *c, struct dwv_obj_link *head, struct dwv_obj_link *l);
 void dwv_link_del(struct dwv_context *c, struct dwv_obj_link *l);
+/* Destroys every object still linked in the context (QPs, AHs, MRs, SRQs,
+ * CQs, channels, PDs, in dependency order), as closing the device file does
+ * on hardware. Returns how many there were. */
+int dwv_release_all(struct dwv_context *c);
 
 /* ---- wrappers ----------------------------------------------------------- */
 struct dwv_pd {
         struct ibv_pd pd;
         struct diwarp_pd *d;
+        struct dwv_obj_link link;
 };
 
 struct dwv_mr {
         struct ibv_mr mr;
         struct diwarp_mr *d;
+        struct dwv_obj_link link;
 };
 
 struct dwv_channel {
         struct ibv_comp_channel ch;
         struct diwarp_comp_channel *d;
+        struct dwv_obj_link link;
 };
 
 struct dwv_cq {
         struct ibv_cq cq;
         struct diwarp_cq *d;
         struct dwv_obj_link link;
+        unsigned events_got; /* channel events handed out (ibv_get_cq_event) */
 };
 
 struct dwv_srq {
@@ -106,6 +121,7 @@ struct dwv_srq {
 struct dwv_ah {
         struct ibv_ah ah;
         struct diwarp_ah *d;
+        struct dwv_obj_link link;
 };
 
 struct dwv_qp {

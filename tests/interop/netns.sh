@@ -1,0 +1,249 @@
+#!/bin/bash
+# Runs a server/client program pair under diwarp between two network
+# namespaces joined by a veth pair (issue 4: "between two network namespaces"):
+#   netns.sh CASE
+#   CASE: rc_pingpong ud_pingpong send_lat write_bw rping udaddy rdma_server
+#         fi_msg fi_rdm example_rc example_ud
+# The server runs in namespace A (device address 10.77.X.1), the client in B
+# (10.77.X.2); X comes from this script's PID, the namespaces are named
+# diwarp-A-PID / diwarp-B-PID and exist only for this run. The addresses live
+# only inside them. Both programs must exit 0 and print their own success
+# output. Needs root and `ip netns` (otherwise exit 77: skipped).
+#
+# NETNS_BREAK=peer   the client targets 10.77.X.3, a host that does not exist
+# NETNS_BREAK=addr   the client's device address is A's, absent from B
+# make the run fail: `NETNS_BREAK=peer netns.sh rping` must exit 1 (the
+# netns_*_broken tests check the script can fail).
+. "$(dirname "$0")/lib.sh"
+case=${1:?usage: netns.sh CASE}
+
+skip() {
+        echo "SKIP: $*" >&2
+        exit 77
+}
+[ "$(id -u)" -eq 0 ] || skip "netns tests need root (ip netns + veth)"
+command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+
+nsA=diwarp-A-$$
+nsB=diwarp-B-$$
+X=$(($$ % 250 + 1))
+A=10.77.$X.1
+B=10.77.$X.2
+spid=
+cpid=
+
+cleanup() {
+        # Whatever still runs inside our namespaces was started by this run.
+        for ns in $nsA $nsB; do
+                pids=$(ip netns pids "$ns" 2>/dev/null)
+                [ -z "$pids" ] || kill -9 $pids 2>/dev/null
+        done
+        for p in $spid $cpid; do
+                kill -9 "$p" 2>/dev/null
+        done
+        ip netns del "$nsA" 2>/dev/null
+        ip netns del "$nsB" 2>/dev/null
+        rm -rf "$TMPD"
+}
+trap cleanup EXIT
+# A signal (meson's timeout sends SIGTERM) leaves through the EXIT trap.
+trap 'exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
+
+# Namespaces of earlier runs that were killed outright (SIGKILL skips the
+# trap): named by a PID that no longer exists.
+for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^diwarp-[AB]-[0-9]+$/ { print $1 }'); do
+        kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
+done
+
+setup() {
+        ip netns add "$nsA" && ip netns add "$nsB" &&
+                ip link add name vethA netns "$nsA" type veth peer name vethB netns "$nsB" &&
+                ip -n "$nsA" addr add "$A/24" dev vethA &&
+                ip -n "$nsB" addr add "$B/24" dev vethB &&
+                ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
+                ip -n "$nsA" link set vethA up && ip -n "$nsB" link set vethB up
+}
+setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
+
+# ns_listening NS PORT: a TCP socket listens on PORT inside NS.
+ns_listening() {
+        hex=$(printf '%04X' "$2")
+        ip netns exec "$1" awk -v p=":$hex" \
+                '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+                /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# The namespaces are fresh: any port is free in them.
+port=18515
+peer=$A          # where the client finds the server
+caddr=$B         # the client's device address
+case ${NETNS_BREAK:-} in
+"") ;;
+peer) peer=10.77.$X.3 ;;
+addr) caddr=$A ;;
+*) fail "unknown NETNS_BREAK '$NETNS_BREAK'" ;;
+esac
+# perftest prints GIDs as 16 decimal bytes.
+gidA=$(printf '00:00:00:00:00:00:00:00:00:00:255:255:10:77:%02d:01' $X)
+gidB=$(printf '00:00:00:00:00:00:00:00:00:00:255:255:10:77:%02d:02' $X)
+native=0 # 1: a native-API example, run without the preload
+
+case $case in
+rc_pingpong | ud_pingpong)
+        prog=ibv_$case
+        need "$prog"
+        S=("$prog" -g 0 -p $port)
+        C=("$prog" -g 0 -p $port "$peer")
+        ;;
+send_lat | write_bw)
+        prog=ib_$case
+        need "$prog"
+        S=("$prog" -d diwarp0 -x 0 -p $port -n 100)
+        C=("$prog" -d diwarp0 -x 0 -p $port -n 100 "$peer")
+        ;;
+rping)
+        need rping
+        S=(rping -s -a $A -p $port -V -C 10)
+        C=(rping -c -a "$peer" -p $port -V -v -C 10)
+        ;;
+udaddy)
+        need udaddy
+        port=7174 # udaddy has no port option
+        S=(udaddy -c 2 -C 10 -S 512)
+        C=(udaddy -s "$peer" -c 2 -C 10 -S 512)
+        ;;
+rdma_server)
+        need rdma_server
+        need rdma_client
+        S=(rdma_server -p $port)
+        C=(rdma_client -s "$peer" -p $port)
+        ;;
+fi_msg | fi_rdm)
+        # libfabric's verbs provider ignores loopback interfaces; here the
+        # device address is the veth's, so it finds diwarp0 on it.
+        need fi_pingpong
+        if [ "$case" = fi_msg ]; then p=(-p verbs -e msg); else p=(-p "verbs;ofi_rxm" -e rdm); fi
+        S=(fi_pingpong "${p[@]}" -I 100 -S 1024 -B $port)
+        C=(fi_pingpong "${p[@]}" -I 100 -S 1024 -P $port "$peer")
+        ;;
+example_rc | example_ud)
+        pp=${DIWARP_PINGPONG:-$(dirname "$DIWARP")/../examples/diwarp-pingpong}
+        [ -x "$pp" ] || fail "no diwarp-pingpong at $pp (set DIWARP_PINGPONG)"
+        native=1
+        S=("$pp" --port $port --addr $A)
+        C=("$pp" --transport "${case#example_}" --size 4096 --iters 300 --validate
+                --port $port --addr "$caddr" "$peer")
+        ;;
+*)
+        fail "unknown case '$case'"
+        ;;
+esac
+
+# in_ns NS ADDR CMD...: CMD inside NS with the device at ADDR, bounded.
+in_ns() {
+        ns=$1
+        addr=$2
+        shift 2
+        if [ $native = 1 ]; then
+                timeout 60 ip netns exec "$ns" "$@"
+        else
+                timeout 60 ip netns exec "$ns" "$DIWARP" run --addr "$addr" -- "$@"
+        fi
+}
+
+srv=$TMPD/server
+cli=$TMPD/client
+in_ns "$nsA" $A "${S[@]}" >"$srv" 2>&1 &
+spid=$!
+i=0
+while ! ns_listening "$nsA" $port; do
+        i=$((i + 1))
+        [ $i -lt 150 ] || { cat "$srv" >&2; fail "server never listened"; }
+        kill -0 $spid 2>/dev/null || { cat "$srv" >&2; fail "server died before listening"; }
+        sleep 0.1
+done
+# In the background so a signal interrupts the wait at once.
+in_ns "$nsB" "$caddr" "${C[@]}" >"$cli" 2>&1 &
+cpid=$!
+wait $cpid
+crc=$?
+cpid=
+# The server ends soon after its client; one that waits for a client that
+# failed is stopped (and counts as failed).
+i=0
+n=100
+[ $crc -eq 0 ] || n=10
+while kill -0 $spid 2>/dev/null && [ $i -lt $n ]; do
+        i=$((i + 1))
+        sleep 0.1
+done
+kill $spid 2>/dev/null
+wait $spid
+src=$?
+spid=
+echo "--- server ($src) in $nsA at $A: ${S[*]}"
+cat "$srv"
+echo "--- client ($crc) in $nsB at $caddr: ${C[*]}"
+cat "$cli"
+[ $crc -eq 0 ] || fail "$case client exited $crc"
+[ $src -eq 0 ] || fail "$case server exited $src"
+! grep -q "AddressSanitizer\|runtime error" "$srv" "$cli" || fail "sanitizer report"
+
+case $case in
+rc_pingpong | ud_pingpong)
+        for f in "$srv" "$cli"; do
+                expect "$f" '^[0-9]+ bytes in [0-9.]+ seconds' "$prog reports its transfer"
+                expect "$f" '^[0-9]+ iters in [0-9.]+ seconds' "$prog reports its iterations"
+        done
+        expect "$srv" "local address: .*GID ::ffff:10\.77\.$X\.1\$" "server GID is A's address"
+        expect "$srv" "remote address: .*GID ::ffff:10\.77\.$X\.2\$" "server sees B's GID"
+        expect "$cli" "local address: .*GID ::ffff:10\.77\.$X\.2\$" "client GID is B's address"
+        expect "$cli" "remote address: .*GID ::ffff:10\.77\.$X\.1\$" "client sees A's GID"
+        sq=$(sed -n 's/.*local address: .*QPN \(0x[0-9a-f]*\).*/\1/p' "$srv")
+        cq=$(sed -n 's/.*remote address: .*QPN \(0x[0-9a-f]*\).*/\1/p' "$cli")
+        [ -n "$sq" ] && [ "$sq" = "$cq" ] || fail "client saw server QPN '$cq', server has '$sq'"
+        ;;
+send_lat | write_bw)
+        case $prog in
+        *_lat) row='^ *[0-9]+([[:space:]]+[0-9.]+){8}' ;;
+        *) row='^ *[0-9]+([[:space:]]+[0-9.]+){4}' ;;
+        esac
+        for f in "$srv" "$cli"; do
+                expect "$f" 'Transport type : IW' "$prog sees an iWARP device"
+                expect "$f" "GID: $gidA" "$prog shows A's GID"
+                expect "$f" "GID: $gidB" "$prog shows B's GID"
+                expect "$f" "$row" "$prog prints its result row"
+        done
+        if grep -Eqi 'completion with error|failed status' "$srv" "$cli"; then
+                fail "$prog reported an error completion"
+        fi
+        ;;
+rping)
+        [ "$(grep -c '^ping data: rdma-ping-[0-9]' "$cli")" -eq 10 ] || fail "rping: 10 verified pings"
+        ;;
+udaddy)
+        for f in "$srv" "$cli"; do
+                expect "$f" '^data transfers complete' "udaddy transfers its data"
+                expect "$f" '^return status 0' "udaddy reports success"
+        done
+        ;;
+rdma_server)
+        expect "$srv" '^rdma_server: end 0' "rdma_server succeeds"
+        expect "$cli" '^rdma_client: end 0' "rdma_client succeeds"
+        ;;
+fi_msg | fi_rdm)
+        for f in "$srv" "$cli"; do
+                expect "$f" '^1k +100 +=100 ' "fi_pingpong completes 100 transfers"
+        done
+        ;;
+example_rc | example_ud)
+        t=${case#example_}
+        for f in "$srv" "$cli"; do
+                expect "$f" "^RESULT transport=$t op=send size=4096 iters=300 status=ok" \
+                        "diwarp-pingpong $t succeeds"
+        done
+        ;;
+esac
+echo "ok"

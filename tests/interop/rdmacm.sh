@@ -1,0 +1,142 @@
+#!/bin/bash
+# Runs an rdma_cm program pair (server + client, two processes on this
+# machine) under diwarp and checks exit codes and the programs' own output:
+#   rdmacm.sh CASE      CASE: rping rdma_server rdma_xserver udaddy ucmatose
+#                       ucmatose_migrate cmtime ib_send_bw ib_write_lat
+#                       fi_msg fi_rdm
+# The rdma_cm emulation lives in verbs-provider/rdmacm.c.
+. "$(dirname "$0")/lib.sh"
+case=$1
+
+port=$(free_port)
+addr=127.0.0.1
+srv=$TMPD/server
+cli=$TMPD/client
+server_exits=1 # cmtime's server keeps serving: it is stopped, not awaited
+
+case $case in
+rping)
+        need rping
+        S=(rping -s -a $addr -p "$port" -V -C 10)
+        C=(rping -c -a $addr -p "$port" -V -v -C 10)
+        ;;
+rdma_server)
+        need rdma_server
+        S=(rdma_server -p "$port")
+        C=(rdma_client -s $addr -p "$port")
+        ;;
+rdma_xserver)
+        need rdma_xserver
+        S=(rdma_xserver -p "$port")
+        C=(rdma_xclient -s $addr -p "$port")
+        ;;
+udaddy)
+        need udaddy
+        port=7174 # udaddy has no port option
+        S=(udaddy -c 2 -C 10 -S 512)
+        C=(udaddy -s $addr -c 2 -C 10 -S 512)
+        ;;
+ucmatose | ucmatose_migrate)
+        need ucmatose
+        m=()
+        [ "$case" = ucmatose_migrate ] && m=(-m)
+        S=(ucmatose -p "$port" -c 2 -C 10 "${m[@]}")
+        C=(ucmatose -s $addr -p "$port" -c 2 -C 10 "${m[@]}")
+        ;;
+cmtime)
+        need cmtime
+        S=(cmtime -p "$port" -c 10)
+        C=(cmtime -s $addr -p "$port" -c 10)
+        server_exits=0
+        ;;
+ib_send_bw | ib_write_lat)
+        need "$case"
+        S=("$case" -R -d diwarp0 -p "$port" -n 200)
+        C=("$case" -R -d diwarp0 -p "$port" -n 200 $addr)
+        ;;
+fi_msg | fi_rdm)
+        need fi_pingpong
+        # libfabric's verbs provider only looks at non-loopback interfaces: the
+        # device takes this machine's first global IPv4 address.
+        addr=$(ip -4 -o addr show scope global 2>/dev/null | awk '{ sub("/.*", "", $4); print $4; exit }')
+        [ -n "$addr" ] || { echo "SKIP: no non-loopback IPv4 address" >&2; exit 77; }
+        export DIWARP_ADDR=$addr
+        if [ "$case" = fi_msg ]; then p=(-p verbs -e msg); else p=(-p "verbs;ofi_rxm" -e rdm); fi
+        S=(fi_pingpong "${p[@]}" -I 100 -S 1024 -B "$port")
+        C=(fi_pingpong "${p[@]}" -I 100 -S 1024 -P "$port" "$addr")
+        ;;
+*)
+        fail "unknown case '$case'"
+        ;;
+esac
+
+timeout 60 "$DIWARP" run -- "${S[@]}" >"$srv" 2>&1 &
+spid=$!
+i=0
+while ! listening "$port"; do
+        i=$((i + 1))
+        [ $i -lt 150 ] || { kill $spid 2>/dev/null; cat "$srv" >&2; fail "server never listened"; }
+        kill -0 $spid 2>/dev/null || { cat "$srv" >&2; fail "server died before listening"; }
+        sleep 0.1
+done
+timeout 60 "$DIWARP" run -- "${C[@]}" >"$cli" 2>&1
+crc=$?
+if [ $server_exits = 1 ]; then
+        wait $spid
+        src=$?
+else
+        sleep 0.5
+        kill $spid 2>/dev/null
+        wait $spid 2>/dev/null
+        src=0
+fi
+echo "--- server ($src): ${S[*]}"
+cat "$srv"
+echo "--- client ($crc): ${C[*]}"
+cat "$cli"
+[ $src -eq 0 ] || fail "$case server exited $src"
+[ $crc -eq 0 ] || fail "$case client exited $crc"
+! grep -q "AddressSanitizer\|runtime error" "$srv" "$cli" || fail "sanitizer report"
+
+case $case in
+rping)
+        [ "$(grep -c '^ping data: rdma-ping-[0-9]' "$cli")" -eq 10 ] || fail "rping: 10 verified pings"
+        ;;
+rdma_server)
+        expect "$srv" '^rdma_server: end 0' "rdma_server succeeds"
+        expect "$cli" '^rdma_client: end 0' "rdma_client succeeds"
+        ;;
+rdma_xserver)
+        expect "$srv" '^rdma_xserver: end 0' "rdma_xserver succeeds"
+        expect "$cli" '^rdma_xclient: end 0' "rdma_xclient succeeds"
+        ;;
+udaddy | ucmatose | ucmatose_migrate)
+        for f in "$srv" "$cli"; do
+                expect "$f" '^data transfers complete' "$case transfers its data"
+                expect "$f" '^return status 0' "$case reports success"
+        done
+        [ "$case" != ucmatose_migrate ] || expect "$cli" 'migrating to new event channel' "ids migrate"
+        ;;
+cmtime)
+        expect "$cli" '^connect +: +[0-9.]+' "cmtime times its connects"
+        expect "$cli" '^disconnect +: +[0-9.]+' "cmtime times its disconnects"
+        ;;
+ib_send_bw)
+        for f in "$srv" "$cli"; do
+                expect "$f" 'Data ex. method : rdma_cm' "rdma_cm is used"
+                expect "$f" '^ *65536 +200 +[0-9.]+ +[0-9.]+' "$case reports its bandwidth"
+        done
+        ;;
+ib_write_lat)
+        for f in "$srv" "$cli"; do
+                expect "$f" 'Data ex. method : rdma_cm' "rdma_cm is used"
+                expect "$f" '^ *2 +200 +[0-9.]+ +[0-9.]+' "$case reports its latency"
+        done
+        ;;
+fi_msg | fi_rdm)
+        for f in "$srv" "$cli"; do
+                expect "$f" '^1k +100 +=100 ' "fi_pingpong completes 100 transfers"
+        done
+        ;;
+esac
+echo "ok"
