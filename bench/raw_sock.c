@@ -1,11 +1,21 @@
 /* Raw-socket baselines for diwarp's benchmarks: what plain UDP and TCP sockets
  * achieve on the same machine, measured the same way (busy-polling, pinned).
  *
- *   raw-sock --proto udp|tcp --mode pingpong|stream [--size B] [--iters N]
- *            [--port P] [--cpu C] [HOST]
+ *   raw-sock --proto udp|tcp --mode pingpong|stream|rate [--size B] [--iters N]
+ *            [--window W] [--port P] [--cpu C] [HOST]
  *
  * Without HOST it serves one run and exits; with HOST it drives the run and
- * prints `RESULT proto=.. mode=.. size=.. iters=.. status=ok lat_us=..|gbps=..`.
+ * prints `RESULT proto=.. mode=.. size=.. iters=.. status=ok lat_us=..|gbps=..|mps=..`.
+ *
+ * pingpong: half the average round trip. stream (TCP): back-to-back sends of
+ * SIZE bytes, one byte of acknowledgement at the end. stream (UDP) and rate
+ * (both): the client keeps at most W messages the server has not received;
+ * the server returns an 8-byte credit (cumulative count) every W/2 messages,
+ * as diwarp-bw and bench-msgrate do (UDP has no other flow control). Each
+ * message is one send() and one recv() of SIZE bytes, so `rate` counts
+ * messages the way an application sending messages over a socket sees them.
+ * W defaults to 64 for rate and to what a 208 KiB socket buffer holds for
+ * UDP stream (the rule diwarp-bw uses).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -26,6 +36,8 @@
 struct opts {
         bool udp;
         bool stream;
+        bool rate;
+        uint32_t window;
         size_t size;
         long iters;
         uint16_t port;
@@ -217,17 +229,151 @@ static void run_udp(const struct opts *o, char *buf)
                o->iters, t / timed / 2 * 1e6);
 }
 
+/* ---- windowed one-way transfer with credits (UDP stream, rate) ---------------- */
+
+static int credit_socket(const struct opts *o, struct sockaddr_in *peer)
+{
+        if (!o->udp)
+                return tcp_socket(o);
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        if (fd < 0)
+                die("socket");
+        int big = 4 << 20;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+        *peer = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(o->port)};
+        char b = 0;
+        if (!o->host) {
+                struct sockaddr_in sa = {.sin_family = AF_INET,
+                                         .sin_port = htons(o->port),
+                                         .sin_addr.s_addr = htonl(INADDR_ANY)};
+                if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
+                        die("bind");
+                /* the client's hello tells us where it is; answer it */
+                udp_recv(fd, &b, 1, peer);
+                if (sendto(fd, &b, 1, 0, (struct sockaddr *)peer, sizeof(*peer)) < 0)
+                        die("sendto");
+                return fd;
+        }
+        if (inet_pton(AF_INET, o->host, &peer->sin_addr) != 1) {
+                errno = EINVAL;
+                die("host");
+        }
+        for (int tries = 0;; tries++) {
+                if (sendto(fd, &b, 1, 0, (struct sockaddr *)peer, sizeof(*peer)) < 0)
+                        die("sendto");
+                double start = now_s();
+                while (now_s() - start < 0.05)
+                        if (recv(fd, &b, 1, MSG_DONTWAIT) == 1)
+                                return fd;
+                if (tries > 100) {
+                        errno = ETIMEDOUT;
+                        die("no answer");
+                }
+        }
+}
+
+static void xmit(int fd, const struct opts *o, const char *buf, size_t len,
+                 const struct sockaddr_in *peer)
+{
+        if (!o->udp) {
+                send_exact(fd, buf, len);
+                return;
+        }
+        for (;;) {
+                if (sendto(fd, buf, len, 0, (const struct sockaddr *)peer, sizeof(*peer)) >= 0)
+                        return;
+                if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR)
+                        die("sendto");
+        }
+}
+
+static void run_credit(const struct opts *o, char *buf)
+{
+        struct sockaddr_in peer;
+        int fd = credit_socket(o, &peer);
+        uint32_t every = o->window / 2 ? o->window / 2 : 1;
+        uint64_t credit;
+        if (!o->host) {
+                uint64_t n = 0;
+                double last = now_s();
+                while (n < (uint64_t)o->iters) {
+                        if (o->udp) {
+                                ssize_t r = recv(fd, buf, o->size ? o->size : 1, MSG_DONTWAIT);
+                                if (r < 0) {
+                                        if (errno != EAGAIN && errno != EINTR)
+                                                die("recv");
+                                        if (now_s() - last > 5) {
+                                                errno = ETIMEDOUT;
+                                                die("no message");
+                                        }
+                                        continue;
+                                }
+                                if ((size_t)r != o->size)
+                                        continue; /* a late hello */
+                                last = now_s();
+                        } else {
+                                recv_exact(fd, buf, o->size);
+                        }
+                        n++;
+                        if (n % every == 0 || n == (uint64_t)o->iters) {
+                                credit = n;
+                                xmit(fd, o, (const char *)&credit, sizeof(credit), &peer);
+                        }
+                }
+                close(fd);
+                return;
+        }
+        uint64_t sent = 0, credited = 0;
+        size_t have = 0;
+        char cb[8];
+        double t0 = now_s(), last = t0;
+        while (credited < (uint64_t)o->iters) {
+                while (sent < (uint64_t)o->iters && sent - credited < o->window) {
+                        xmit(fd, o, buf, o->size, &peer);
+                        sent++;
+                }
+                ssize_t r = recv(fd, cb + have, sizeof(cb) - have, MSG_DONTWAIT);
+                if (r > 0) {
+                        have += (size_t)r;
+                        if (o->udp && have != sizeof(cb)) {
+                                have = 0; /* a stray hello answer */
+                                continue;
+                        }
+                        if (have == sizeof(cb)) {
+                                memcpy(&credit, cb, sizeof(credit));
+                                if (credit > credited)
+                                        credited = credit;
+                                have = 0;
+                                last = now_s();
+                        }
+                } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                        die("recv credit");
+                } else if (now_s() - last > 5) {
+                        errno = ETIMEDOUT;
+                        die("stalled waiting for credit");
+                }
+        }
+        double t = now_s() - t0;
+        if (o->rate)
+                printf("RESULT proto=%s mode=rate size=%zu iters=%ld window=%u status=ok "
+                       "mps=%.4f\n",
+                       o->udp ? "udp" : "tcp", o->size, o->iters, o->window,
+                       (double)o->iters / t / 1e6);
+        else
+                printf("RESULT proto=udp mode=stream size=%zu iters=%ld window=%u status=ok "
+                       "gbps=%.3f\n",
+                       o->size, o->iters, o->window, (double)o->size * o->iters * 8 / t / 1e9);
+        close(fd);
+}
+
 int main(int argc, char **argv)
 {
         struct opts o = {.size = 64, .iters = 10000, .port = 18600, .cpu = -1};
         static const struct option longopts[] = {
-            {"proto", required_argument, NULL, 'p'},
-            {"mode", required_argument, NULL, 'm'},
-            {"size", required_argument, NULL, 's'},
-            {"iters", required_argument, NULL, 'n'},
-            {"port", required_argument, NULL, 'P'},
-            {"cpu", required_argument, NULL, 'c'},
-            {NULL, 0, NULL, 0},
+            {"proto", required_argument, NULL, 'p'},  {"mode", required_argument, NULL, 'm'},
+            {"size", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'n'},
+            {"port", required_argument, NULL, 'P'},   {"cpu", required_argument, NULL, 'c'},
+            {"window", required_argument, NULL, 'w'}, {NULL, 0, NULL, 0},
         };
         int c;
         while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -239,7 +385,8 @@ int main(int argc, char **argv)
                         break;
                 case 'm':
                         o.stream = strcmp(optarg, "stream") == 0;
-                        if (!o.stream && strcmp(optarg, "pingpong") != 0)
+                        o.rate = strcmp(optarg, "rate") == 0;
+                        if (!o.stream && !o.rate && strcmp(optarg, "pingpong") != 0)
                                 goto usage;
                         break;
                 case 's':
@@ -254,14 +401,21 @@ int main(int argc, char **argv)
                 case 'c':
                         o.cpu = atoi(optarg);
                         break;
+                case 'w':
+                        o.window = (uint32_t)strtoul(optarg, NULL, 0);
+                        break;
                 default:
                         goto usage;
                 }
         }
         if (optind < argc)
                 o.host = argv[optind];
-        if (o.iters <= 0 || (o.udp && (o.stream || o.size > 65507)))
+        if (o.iters <= 0 || (o.udp && o.size > 65507) || (o.rate && o.size == 0))
                 goto usage;
+        if (!o.window) {
+                uint64_t w = 180000 / (o.size + 1024);
+                o.window = o.rate ? 64 : w < 2 ? 2 : w > 64 ? 64 : (uint32_t)w;
+        }
         if (o.cpu >= 0) {
                 cpu_set_t set;
                 CPU_ZERO(&set);
@@ -272,14 +426,16 @@ int main(int argc, char **argv)
         char *buf = calloc(1, o.size ? o.size : 1);
         if (!buf)
                 die("calloc");
-        if (o.udp)
+        if (o.rate || (o.udp && o.stream))
+                run_credit(&o, buf);
+        else if (o.udp)
                 run_udp(&o, buf);
         else
                 run_tcp(&o, buf);
         free(buf);
         return 0;
 usage:
-        fprintf(stderr, "usage: raw-sock --proto udp|tcp --mode pingpong|stream [--size B] "
-                        "[--iters N] [--port P] [--cpu C] [HOST]\n");
+        fprintf(stderr, "usage: raw-sock --proto udp|tcp --mode pingpong|stream|rate [--size B] "
+                        "[--iters N] [--window W] [--port P] [--cpu C] [HOST]\n");
         return 2;
 }

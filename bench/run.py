@@ -1,0 +1,1504 @@
+#!/usr/bin/env python3
+"""diwarp benchmark harness: every stack side by side with raw sockets, one run.
+
+    bench/run.py [--quick] [--out DIR] [--build DIR] [--runs N] [--cases LIST]
+                 [--groups LIST] [--allow-missing] [--noise X] [-v]
+
+Cases: diwarp native UD / RC (TCP) / RD / RC over RD, the same through the
+verbs provider (perftest under `diwarp run`), raw UDP and TCP sockets
+(bench/raw-sock), libfabric's fi_pingpong (tcp msg, udp dgram, udp;ofi_rxd
+rdm). Metrics: latency 8 B - 1 MiB, bandwidth and CPU seconds per GB
+4 KiB - 16 MiB, message rate (8 B, window 64), and the seed-derived ones:
+multi-QP latency / throughput / Jain's index, registration cost, buffer reuse,
+overlap and independent progress, memory per peer, idle CPU of the progress
+thread. See bench/README.md for definitions and docs/PERFORMANCE.md for the
+numbers.
+
+Server on core 0, client on core 1 (--cpus). Each point is the median of
+--runs runs (3 with --quick, 5 otherwise), with min and max; runs of all cases
+at one point alternate round after round (A B C A B C ...), so slow drifts of
+a shared machine hit every case alike. max/min > --noise (1.5) flags the
+point as noisy: it is reported, with the flag.
+
+Never a number from a failed run: any run that exits non-zero, times out or
+prints no valid result fails its point (no value; the reason is in the
+report), the remaining sizes of that case and metric are skipped, and the
+harness exits 1 at the end (0 with --allow-missing). A case the engine does
+not offer yet (EOPNOTSUPP, or a setting it ignores) is a 'not available' row
+and does not change the exit status. Exit 2: bad usage or a missing program
+(perftest and fi_pingpong may be missing with --allow-missing: their rows
+say so). Python 3 standard library; plots need gnuplot.
+"""
+import argparse
+import csv
+import datetime
+import fnmatch
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+KiB, MiB = 1 << 10, 1 << 20
+UD_MAX = 65431          # diwarp UD max message (docs/USAGE.md)
+UDP_MAX = 65507
+VERBS_UD_MAX = 4096     # perftest UD: one MTU
+FI_DGRAM_MAX = 1024     # fi_pingpong udp dgram fails above 1472 B here; powers of two
+
+# ---------------------------------------------------------------------------
+# configuration of the two modes
+
+
+def plan(quick):
+    """Sizes, iteration budgets and runs of each group."""
+    if quick:
+        return dict(
+            runs=3, seed_runs=3, timeout=30,
+            lat_sizes=[64],
+            bw_sizes=[32 * KiB, MiB],
+            bw_bytes=16 * MiB, bw_bytes_big=64 * MiB,
+            rate_iters=5000,
+            mq_k=[1, 8], mq_lat_size=8, mq_bw_size=8 * KiB, mq_iters=300, mq_ms=200,
+            reg_sizes=[4 * KiB, MiB, 64 * MiB, 256 * MiB], reg_reps=11,
+            reuse_sizes=[64 * KiB], reuse_iters=100, reuse_pool=16 * MiB,
+            ov_size=MiB, ov_reps=5,
+            mem_peers=[100],
+            idle_ms=300,
+        )
+    return dict(
+        runs=5, seed_runs=3, timeout=180,
+        lat_sizes=[8, 64, 512, 4 * KiB, 32 * KiB, 256 * KiB, MiB],
+        bw_sizes=[4 * KiB, 32 * KiB, MiB, 16 * MiB],
+        bw_bytes=256 * MiB, bw_bytes_big=512 * MiB,
+        rate_iters=100000,
+        mq_k=[1, 2, 4, 8, 16, 32, 64], mq_lat_size=8, mq_bw_size=8 * KiB, mq_iters=2000,
+        mq_ms=1000,
+        reg_sizes=[4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB], reg_reps=21,
+        reuse_sizes=[64, 4 * KiB, 32 * KiB, MiB], reuse_iters=2000, reuse_pool=64 * MiB,
+        ov_size=MiB, ov_reps=9,
+        mem_peers=[1, 10, 100, 1000],
+        idle_ms=2000,
+    )
+
+
+def lat_iters(size, quick):
+    if size <= 512:
+        n = 10000
+    elif size <= 4 * KiB:
+        n = 5000
+    elif size <= 32 * KiB:
+        n = 2000
+    elif size <= 256 * KiB:
+        n = 500
+    else:
+        n = 200
+    return max(50, n // 10) if quick else n
+
+
+def bw_iters(size, pl):
+    # Large messages move more bytes: an RDMA Write completes once the socket
+    # has the data, so the last few MB in socket buffers are not in the time
+    # of diwarp-bw; transfers far larger than those buffers keep that error
+    # small. 16 MiB: diwarp-bw's setup touches 128 such slots (2 GiB), so the
+    # transfer must also be long enough for its CPU time to stand out.
+    budget = pl["bw_bytes_big"] if size >= MiB else pl["bw_bytes"]
+    return max(64 if size >= 16 * MiB else 16, budget // size)
+
+
+# ---------------------------------------------------------------------------
+# processes
+
+
+class RunFailed(Exception):
+    pass
+
+
+class NotAvailable(Exception):
+    pass
+
+
+class Proc:
+    """A spawned program whose rusage we collect (wait4 in a thread)."""
+
+    def __init__(self, argv, env, logdir):
+        self.argv = argv
+        self.out = tempfile.NamedTemporaryFile(dir=logdir, prefix="out-", delete=False)
+        self.err = tempfile.NamedTemporaryFile(dir=logdir, prefix="err-", delete=False)
+        try:
+            self.pid = os.posix_spawnp(argv[0], argv, env, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, self.out.fileno(), 1),
+                (os.POSIX_SPAWN_DUP2, self.err.fileno(), 2)])
+        except OSError as e:
+            raise RunFailed(f"cannot start {argv[0]}: {e}")
+        self.code = None
+        self.cpu = 0.0
+        self.done = threading.Event()
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _wait(self):
+        _, status, ru = os.wait4(self.pid, 0)
+        self.code = os.waitstatus_to_exitcode(status)
+        self.cpu = ru.ru_utime + ru.ru_stime
+        self.done.set()
+
+    def kill(self):
+        if not self.done.is_set():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.done.wait(5)
+
+    def texts(self):
+        res = []
+        for f in (self.out, self.err):
+            f.flush()
+            with open(f.name, errors="replace") as r:
+                res.append(r.read())
+            f.close()
+            os.unlink(f.name)
+        return res
+
+
+def tcp_listening(port):
+    hexport = f":{port:04X}"
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[1].endswith(hexport) and parts[3] == "0A":
+                        return True
+        except OSError:
+            pass
+    return False
+
+
+def parse_result(text):
+    lines = [l for l in text.splitlines() if l.startswith("RESULT")]
+    if not lines:
+        return None
+    return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
+
+
+def parse_table(text, header_re, col):
+    """The value in column col of the first data line after a header line."""
+    lines = text.splitlines()
+    for i, l in enumerate(lines):
+        if re.search(header_re, l):
+            for d in lines[i + 1:]:
+                f = d.split()
+                if f and re.fullmatch(r"\d+[kmg]?", f[0]) and len(f) > col:
+                    return float(f[col])
+    return None
+
+
+class Runner:
+    def __init__(self, a, logdir):
+        self.a = a
+        self.port = a.port
+        self.srv_cpu, self.cli_cpu = a.cpus.split(",")
+        self.logdir = logdir
+        self.log = open(os.path.join(logdir, "runs.log"), "w")
+        self.nruns = 0
+
+    def next_port(self):
+        # a fresh port per run: no TIME_WAIT or slow listener of the previous run
+        self.port += 1
+        if self.port > 60000:
+            self.port = self.a.port
+        return self.port
+
+    def env(self, extra):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIWARP_")}
+        env["DIWARP_PROGRESS"] = "app"
+        env.update(extra)
+        return env
+
+    def record(self, label, procs, note=""):
+        txt = f"== {label} {note}\n"
+        outs = []
+        for name, p in procs:
+            o, e = p.texts()
+            outs.append((o, e))
+            txt += (f"  {name} exit {p.code} cpu {p.cpu:.3f}s: {' '.join(p.argv)}\n"
+                    f"    stdout: {o.strip()[-1500:]}\n    stderr: {e.strip()[-1500:]}\n")
+        self.log.write(txt)
+        self.log.flush()
+        return outs, txt
+
+    def run_single(self, label, argv, env_extra, timeout, pin="srv"):
+        cpu = self.srv_cpu if pin == "srv" else self.cli_cpu
+        p = Proc(["taskset", "-c", cpu] + argv, self.env(env_extra), self.logdir)
+        self.nruns += 1
+        if not p.done.wait(timeout):
+            p.kill()
+            self.record(label, [("proc", p)], "TIMEOUT")
+            raise RunFailed(f"timed out after {timeout} s: {' '.join(argv)}")
+        outs, txt = self.record(label, [("proc", p)])
+        return p, outs[0][0], outs[0][1], txt
+
+    def run_pair(self, label, server, client, env_extra, timeout, listen=True,
+                 pin=None):
+        """server/client: argv without taskset; '{port}' is replaced."""
+        port = str(self.next_port())
+        server = [x.replace("{port}", port) for x in server]
+        client = [x.replace("{port}", port) for x in client]
+        scpu, ccpu = pin or (self.srv_cpu, self.cli_cpu)
+        env = self.env(env_extra)
+        if self.a.verbose:
+            envs = " ".join(f"{k}={v}" for k, v in env_extra.items())
+            print(f"# {label}: {envs} {' '.join(server)} & {' '.join(client)}", file=sys.stderr)
+        t_start = time.monotonic()
+        s = Proc(["taskset", "-c", scpu] + server, env, self.logdir)
+        self.nruns += 1
+        if listen:
+            deadline = time.monotonic() + 5
+            while (not tcp_listening(int(port)) and not s.done.is_set()
+                   and time.monotonic() < deadline):
+                time.sleep(0.003)
+        else:
+            time.sleep(0.02)
+        c = Proc(["taskset", "-c", ccpu] + client, env, self.logdir)
+        note = ""
+        deadline = time.monotonic() + timeout
+        # whichever ends first; a failure ends the other at once
+        while True:
+            if c.done.wait(0.005):
+                if c.code != 0:
+                    s.kill()
+                elif not s.done.wait(max(1.0, min(10.0, deadline - time.monotonic()))):
+                    s.kill()
+                    note = "SERVER DID NOT EXIT"
+                break
+            if s.done.is_set() and s.code != 0:
+                c.kill()
+                break
+            if time.monotonic() > deadline:
+                c.kill()
+                s.kill()
+                note = "TIMEOUT"
+                break
+        note += f" ({time.monotonic() - t_start:.2f} s)"
+        outs, txt = self.record(label, [("server", s), ("client", c)], note)
+        if note.startswith("TIMEOUT"):
+            raise RunFailed(f"timed out after {timeout} s\n{txt}")
+        if note.startswith("SERVER"):
+            raise RunFailed(f"server did not exit after the client\n{txt}")
+        for (name, p), (o, _) in zip((("server", s), ("client", c)), outs):
+            r = parse_result(o)
+            if p.code == 3 and r and r.get("status") == "unsupported":
+                raise NotAvailable("the engine answers EOPNOTSUPP")
+        if s.code != 0 or c.code != 0:
+            raise RunFailed(f"exit status server {s.code}, client {c.code}\n{txt}")
+        return dict(server=outs[0][0], client=outs[1][0], cpu=s.cpu + c.cpu, log=txt)
+
+
+# ---------------------------------------------------------------------------
+# cases
+
+
+def result_of(text, log, want):
+    r = parse_result(text)
+    if r is None or r.get("status") != "ok":
+        raise RunFailed(f"no 'status=ok' RESULT line\n{log}")
+    out = {}
+    for key in want:
+        try:
+            v = float(r[key])
+        except (KeyError, ValueError):
+            raise RunFailed(f"RESULT has no number {key}\n{log}")
+        out[key] = v
+    return r, out
+
+
+def positive(v, what, log):
+    if v is None or not math.isfinite(v) or v <= 0:
+        raise RunFailed(f"{what}: no positive number in the output\n{log}")
+    return v
+
+
+class Case:
+    """One stack configuration. Methods return {metric: value} for one run."""
+
+    def __init__(self, name, family, desc, env=None, avail=None, sizes=None, quick=True):
+        self.name, self.family, self.desc = name, family, desc
+        self.quick_groups = None  # with --quick: only these groups (None: all)
+        self.env = env or {}
+        self.avail = avail        # None, the reason it is not available, or {group: reason}
+        self.sizes = sizes or {}  # group -> callable(size) -> None or "why not"
+        self.quick = quick
+        self.groups = {}
+
+    def avail_for(self, group):
+        return self.avail.get(group) if isinstance(self.avail, dict) else self.avail
+
+    def limit(self, group, size):
+        f = self.sizes.get(group)
+        return f(size) if f else None
+
+
+def build_cases(h):
+    """h: Harness (programs, probes, plan)."""
+    P, pl, q = h.prog, h.pl, h.a.quick
+    cases = []
+    T = h.pl["timeout"]
+
+    def cap(limit, why):
+        return lambda s: None if s <= limit else why
+
+    # ---- raw sockets -----------------------------------------------------
+    def raw(proto):
+        def lat(r, size):
+            argv = [P["raw-sock"], "--proto", proto, "--mode", "pingpong", "--size",
+                    str(size), "--iters", str(lat_iters(size, q)), "--port", "{port}"]
+            o = r.run_pair(f"raw-{proto} lat {size}", argv, argv + ["127.0.0.1"], {}, T,
+                           listen=proto == "tcp")
+            return {"lat_us": result_of(o["client"], o["log"], ["lat_us"])[1]["lat_us"]}
+
+        def bw(r, size, iters):
+            argv = [P["raw-sock"], "--proto", proto, "--mode", "stream", "--size", str(size),
+                    "--iters", str(iters), "--port", "{port}"]
+            o = r.run_pair(f"raw-{proto} bw {size}x{iters}", argv, argv + ["127.0.0.1"], {}, T,
+                           listen=proto == "tcp")
+            return result_of(o["client"], o["log"], ["gbps"])[1]["gbps"], o["cpu"]
+
+        def rate(r, size):
+            argv = [P["raw-sock"], "--proto", proto, "--mode", "rate", "--size", str(size),
+                    "--window", "64", "--iters", str(pl["rate_iters"]), "--port", "{port}"]
+            o = r.run_pair(f"raw-{proto} rate", argv, argv + ["127.0.0.1"], {}, T,
+                           listen=proto == "tcp")
+            return {"msgrate_mps": result_of(o["client"], o["log"], ["mps"])[1]["mps"]}
+
+        c = Case(f"raw-{proto}", "dgram" if proto == "udp" else "stream",
+                 f"bench/raw-sock --proto {proto} (busy-polling sockets)")
+        c.groups = dict(lat=lat, bw=bw, rate=rate)
+        if proto == "udp":
+            c.sizes = dict(lat=cap(UDP_MAX, "above one UDP datagram"),
+                           bw=cap(UDP_MAX, "above one UDP datagram"))
+        return c
+
+    cases += [raw("udp"), raw("tcp")]
+
+    # ---- diwarp native ----------------------------------------------------
+    def native(name, family, desc, transport, lat_op, bw_op, env=None, avail=None,
+               rate=True, lat=True, sizes=None, quick=True, only=None):
+        env = env or {}
+
+        def do_lat(r, size):
+            cli = [P["diwarp-pingpong"], "--transport", transport, "--op", lat_op, "--size",
+                   str(size), "--iters", str(lat_iters(size, q)), "--port", "{port}",
+                   "127.0.0.1"]
+            o = r.run_pair(f"{name} lat {size}", [P["diwarp-pingpong"], "--port", "{port}"],
+                           cli, env, T)
+            return {"lat_us": result_of(o["client"], o["log"], ["lat_us"])[1]["lat_us"]}
+
+        def do_bw(r, size, iters):
+            cli = [P["diwarp-bw"], "--transport", transport, "--op", bw_op, "--size", str(size),
+                   "--iters", str(iters), "--port", "{port}", "127.0.0.1"]
+            o = r.run_pair(f"{name} bw {size}x{iters}", [P["diwarp-bw"], "--port", "{port}"],
+                           cli, env, T)
+            return result_of(o["client"], o["log"], ["gbps"])[1]["gbps"], o["cpu"]
+
+        def do_rate(r, size):
+            cli = [P["bench-msgrate"], "--transport", transport, "--size", str(size),
+                   "--window", "64", "--iters", str(pl["rate_iters"]), "--port", "{port}",
+                   "127.0.0.1"]
+            o = r.run_pair(f"{name} rate", [P["bench-msgrate"], "--port", "{port}"], cli, env, T)
+            return {"msgrate_mps": result_of(o["client"], o["log"], ["mps"])[1]["mps"]}
+
+        c = Case(name, family, desc, env, avail, sizes, quick)
+        g = {}
+        if lat:
+            g["lat"] = do_lat
+        if bw_op:
+            g["bw"] = do_bw
+        if rate:
+            g["rate"] = do_rate
+        if only:
+            g = {k: v for k, v in g.items() if k in only}
+        c.groups = g
+        return c
+
+    ud_sizes = dict(lat=cap(32 * KiB, "above the UD message limit (65 431 B)"),
+                    bw=cap(32 * KiB, "above the UD message limit (65 431 B)"))
+    cases.append(native("diwarp-ud", "dgram", "diwarp-pingpong / diwarp-bw --transport ud "
+                        "(send); bench-msgrate", "ud", "send", "send", sizes=ud_sizes))
+    cases.append(native("diwarp-rc", "stream", "--transport rc --op send (MPA/TCP, CRC on)",
+                        "rc", "send", "send"))
+    cases.append(native("diwarp-rc-write", "stream", "--transport rc --op write (RDMA Write; "
+                        "latency: the target polls the last byte)", "rc", "write", "write",
+                        rate=False, quick=True))
+    cases.append(native("diwarp-rc-write-nocrc", "stream", "as diwarp-rc-write with "
+                        "DIWARP_RC_CRC=0", "rc", "write", "write", env={"DIWARP_RC_CRC": "0"},
+                        rate=False, lat=False))
+    rd_why = {"lat": h.rd_ex_why, "bw": h.rd_ex_why, "rate": h.rd_why}
+    cases.append(native("diwarp-rd", "dgram", "--transport rd (reliable datagrams; RDMA "
+                        "Write for bandwidth)", "rd", "send", "write", avail=rd_why))
+    cases.append(native("diwarp-rd-drop1", "dgram", "diwarp-rd with DIWARP_FAULT=drop:1% "
+                        "(bandwidth: goodput under loss)", "rd", "send", "write",
+                        env={"DIWARP_FAULT": "drop:1%"}, avail=h.rd_ex_why, only=["bw"]))
+    cases.append(native("diwarp-rc-rd", "stream", "RC QPs over the RD sublayer "
+                        "(DIWARP_RC_TRANSPORT=rd): send latency, RDMA Write bandwidth", "rc",
+                        "send", "write", env={"DIWARP_RC_TRANSPORT": "rd"}, avail=h.rcrd_why))
+    tgt = {"lat": lambda s: None if s == 64 else "io_uring compared at 64 B only",
+           "bw": lambda s: None if s in (32 * KiB, MiB) else "io_uring compared at 32 KiB "
+                                                            "and 1 MiB only"}
+    ud_tgt = {"lat": tgt["lat"], "bw": lambda s: None if s == 32 * KiB else
+              "io_uring compared at 32 KiB only (UD)"}
+    cases.append(native("diwarp-ud-uring", "dgram", "diwarp-ud with DIWARP_IO=uring", "ud",
+                        "send", "send", env={"DIWARP_IO": "uring"}, avail=h.uring_why,
+                        sizes=ud_tgt, rate=False, quick=False))
+    cases.append(native("diwarp-rc-uring", "stream", "diwarp-rc-write with DIWARP_IO=uring",
+                        "rc", "send", "write", env={"DIWARP_IO": "uring"},
+                        avail=h.uring_why, sizes=tgt, rate=False, quick=False))
+
+    # ---- verbs provider: perftest under `diwarp run` -----------------------
+    def verbs(name, family, desc, conn, lat_prog, bw_prog, env=None, avail=None, sizes=None,
+              rate=True, quick=True):
+        env = env or {}
+        base = ["-d", "diwarp0", "-x", "0", "-F", "-p", "{port}"]
+        if conn == "UD":
+            base += ["-c", "UD"]
+
+        def run_pt(r, label, prog, args):
+            argv = [P["diwarp"], "run", "--", P[prog]] + base + args
+            return r.run_pair(label, argv, argv + ["127.0.0.1"], env, T)
+
+        def do_lat(r, size):
+            o = run_pt(r, f"{name} lat {size}", lat_prog,
+                       ["-s", str(size), "-n", str(lat_iters(size, q))])
+            v = parse_table(o["client"], r"#bytes\s+#iterations\s+t_min", 5)
+            return {"lat_us": positive(v, "t_avg", o["log"])}
+
+        def do_bw(r, size, iters):
+            o = run_pt(r, f"{name} bw {size}x{iters}", bw_prog,
+                       ["-s", str(size), "-n", str(max(5, iters)), "--report_gbits"])
+            v = parse_table(o["client"], r"#bytes\s+#iterations\s+BW peak", 3)
+            return positive(v, "BW average", o["log"]), o["cpu"]
+
+        def do_rate(r, size):
+            o = run_pt(r, f"{name} rate", bw_prog,
+                       ["-s", str(size), "-t", "64", "-n", str(pl["rate_iters"]),
+                        "--report_gbits"])
+            v = parse_table(o["client"], r"#bytes\s+#iterations\s+BW peak", 4)
+            return {"msgrate_mps": positive(v, "MsgRate", o["log"])}
+
+        # perftest spends about a second per run on its own start-up: --quick
+        # keeps its latency only
+        c = Case(name, family, desc, env, avail, sizes, quick=quick)
+        c.quick_groups = {"lat"}
+        c.needs = [p for p in (lat_prog, bw_prog) if p]
+        c.groups = {}
+        if lat_prog:
+            c.groups["lat"] = do_lat
+        if bw_prog:
+            c.groups["bw"] = do_bw
+            if rate:
+                c.groups["rate"] = do_rate
+        return c
+
+    vud = dict(lat=cap(VERBS_UD_MAX, "perftest UD: one MTU (4096 B) at most"),
+               bw=cap(VERBS_UD_MAX, "perftest UD: one MTU (4096 B) at most"))
+    cases.append(verbs("verbs-ud", "dgram", "perftest ib_send_lat / ib_send_bw -c UD under "
+                       "`diwarp run`", "UD", "ib_send_lat", "ib_send_bw", sizes=vud))
+    cases.append(verbs("verbs-rc", "stream", "perftest ib_send_lat / ib_send_bw (RC) under "
+                       "`diwarp run`", "RC", "ib_send_lat", "ib_send_bw"))
+    cases.append(verbs("verbs-rc-write", "stream", "perftest ib_write_bw (RC) under "
+                       "`diwarp run`", "RC", None, "ib_write_bw", rate=False))
+    cases.append(verbs("verbs-rc-rd", "stream", "perftest ib_send_lat / ib_write_bw with "
+                       "DIWARP_RC_TRANSPORT=rd", "RC", "ib_send_lat", "ib_write_bw",
+                       env={"DIWARP_RC_TRANSPORT": "rd"}, avail=h.rcrd_why, rate=False,
+                       quick=False))
+
+    # ---- libfabric fi_pingpong ---------------------------------------------
+    def fabric(name, family, prov, ep, sizes=None):
+        def do_lat(r, size):
+            # rxd's first exchanges set up its reliability state: not too few
+            n = max(500 if q else 1000, lat_iters(size, q)) if size <= 4 * KiB \
+                else lat_iters(size, q)
+            args = ["fi_pingpong", "-p", prov, "-e", ep, "-I", str(n), "-S", str(size)]
+            o = r.run_pair(f"{name} lat {size}", [P["fi_pingpong"]] + args[1:] + ["-B", "{port}"],
+                           [P["fi_pingpong"]] + args[1:] + ["-P", "{port}", "127.0.0.1"], {}, T)
+            v = parse_table(o["client"], r"bytes\s+#sent\s+#ack", 6)
+            return {"lat_us": positive(v, "usec/xfer", o["log"])}
+
+        c = Case(name, family, f"fi_pingpong -p '{prov}' -e {ep} (libfabric-bin; "
+                 "ping-pong only: no bandwidth or rate tool)", sizes=sizes)
+        c.needs = ["fi_pingpong"]
+        c.groups = dict(lat=do_lat)
+        return c
+
+    cases.append(fabric("fi-tcp", "stream", "tcp", "msg"))
+    cases.append(fabric("fi-udp", "dgram", "udp", "dgram",
+                        sizes=dict(lat=cap(FI_DGRAM_MAX, "udp dgram: 1472 B at most"))))
+    cases.append(fabric("fi-rxd", "dgram", "udp;ofi_rxd", "rdm"))
+    return cases
+
+
+# ---------------------------------------------------------------------------
+# results
+
+
+class Point:
+    def __init__(self):
+        self.vals = []
+        self.status = "ok"
+        self.reason = ""
+        self.extra = {}
+
+
+def stats(vals):
+    return statistics.median(vals), min(vals), max(vals)
+
+
+def fmt(v):
+    if v is None:
+        return ""
+    a = abs(v)
+    if v == int(v) and a < 1e7:
+        return str(int(v))
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    if a >= 0.01:
+        return f"{v:.3f}"
+    return f"{v:.3g}"
+
+
+def size_name(s):
+    if s >= MiB and s % MiB == 0:
+        return f"{s // MiB} MiB"
+    if s >= KiB and s % KiB == 0:
+        return f"{s // KiB} KiB"
+    return f"{s} B"
+
+
+class Harness:
+    GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle"]
+
+    def __init__(self, a):
+        self.a = a
+        self.pl = plan(a.quick)
+        if a.runs:
+            self.pl["runs"] = self.pl["seed_runs"] = a.runs
+        if a.timeout:
+            self.pl["timeout"] = a.timeout
+        self.points = {}      # (case, metric, size) -> Point
+        self.order = []       # keys in insertion order
+        self.notes = []       # (case, group, status, reason)
+        self.failures = []
+        self.missing = []
+        self.cpu_dropped = 0
+
+    # ---- bookkeeping
+    def pt(self, case, metric, size):
+        k = (case, metric, size)
+        if k not in self.points:
+            self.points[k] = Point()
+            self.order.append(k)
+        return self.points[k]
+
+    def note(self, case, group, status, reason):
+        self.notes.append((case, group, status, reason))
+
+    def fail_point(self, keys, reason):
+        first = reason.strip().splitlines()[0] if reason.strip() else "failed"
+        for k in keys:
+            p = self.pt(*k)
+            p.status, p.reason, p.vals = "failed", first, []
+        self.failures.append((keys[0][0], keys[0][1], keys[0][2], reason))
+        print(f"run: FAILED {keys[0][0]} {keys[0][1]} size {keys[0][2]}: {first}",
+              file=sys.stderr)
+
+    # ---- programs
+    def find_programs(self):
+        a = self.a
+        missing = []
+        for tool, pkg in (("taskset", "util-linux"), ("gnuplot", "gnuplot-nox")):
+            if not shutil.which(tool):
+                missing.append(f"{tool} (Debian package {pkg})")
+        prog = {}
+        own = [("diwarp-pingpong", "examples"), ("diwarp-bw", "examples"), ("raw-sock", "bench"),
+               ("bench-msgrate", "bench"), ("bench-multiqp", "bench"), ("bench-reuse", "bench"),
+               ("bench-overlap", "bench"), ("bench-mempeer", "bench"), ("bench-regcost", "bench"),
+               ("bench-probe", "bench"), ("diwarp", "tools")]
+        for name, sub in own:
+            p = os.path.join(a.build, sub, name)
+            if not (os.path.isfile(p) and os.access(p, os.X_OK)):
+                missing.append(f"{p} (build first: meson setup {a.build} --buildtype=release "
+                               f"-Dtests=false && ninja -C {a.build})")
+            prog[name] = os.path.abspath(p)
+        if missing:
+            for m in missing:
+                print(f"run: missing program: {m}", file=sys.stderr)
+            sys.exit(2)
+        for tool, pkg in (("ib_send_lat", "perftest"), ("ib_send_bw", "perftest"),
+                          ("ib_write_bw", "perftest"), ("fi_pingpong", "libfabric-bin")):
+            w = shutil.which(tool)
+            if w:
+                prog[tool] = w
+            else:
+                self.missing.append(f"{tool} (Debian package {pkg})")
+        if self.missing and not a.allow_missing:
+            for m in self.missing:
+                print(f"run: missing program: {m} (tools/setup.sh installs it; "
+                      f"--allow-missing reports its cases as 'missing')", file=sys.stderr)
+            sys.exit(2)
+        self.prog = prog
+
+    # ---- probes: what the engine offers now
+    def probes(self, r):
+        def probe(mode, env, extra=()):
+            p, out, err, txt = r.run_single(f"probe {mode} {env}",
+                                            [self.prog["bench-probe"], "--mode", mode] +
+                                            list(extra), env, 30)
+            return p.code, parse_result(out) or {}, err.strip()
+
+        code, res, err = probe("rd", {})
+        if code == 3:
+            self.rd_why = "the engine answers EOPNOTSUPP for RD QPs (libdiwarp/rel is in progress)"
+        elif code != 0:
+            self.rd_why = "bench-probe --mode rd failed (see Failures)"
+            self.failures.append(("diwarp-rd", "probe", 0, f"bench-probe --mode rd: exit "
+                                  f"{code}: {err[-600:]}"))
+        else:
+            self.rd_why = None
+        # latency and bandwidth of RD go through the examples: they must speak
+        # --transport rd too (bench-msgrate and bench-mempeer do)
+        self.rd_ex_why = self.rd_why
+        if self.rd_why is None:
+            h = subprocess.run([self.prog["diwarp-pingpong"], "--help"], capture_output=True,
+                               text=True)
+            if not re.search(r"\|rd\b", h.stdout + h.stderr):
+                self.rd_ex_why = ("RD QPs exist, but examples/diwarp-pingpong and diwarp-bw "
+                                  "have no --transport rd yet")
+        code, res, err = probe("rc-rd", {"DIWARP_RC_TRANSPORT": "rd"})
+        if code == 0:
+            self.rcrd_why = None
+        elif code == 3:
+            self.rcrd_why = "DIWARP_RC_TRANSPORT=rd: the engine answers EOPNOTSUPP"
+        elif code == 4:
+            self.rcrd_why = ("DIWARP_RC_TRANSPORT=rd is accepted but ignored: the probe's RC "
+                             f"QPs still used {res.get('tcp_connections', '?')} TCP connections")
+        else:
+            self.rcrd_why = "DIWARP_RC_TRANSPORT=rd: bench-probe --mode rc-rd failed (see Failures)"
+            self.failures.append(("diwarp-rc-rd", "probe", 0, f"bench-probe --mode rc-rd: "
+                                  f"exit {code}: {err[-600:]}"))
+        code, res, err = probe("idle-cpu", {"DIWARP_IO": "uring"}, ["--duration-ms", "10"])
+        self.uring_why = None if code == 0 else (
+            f"DIWARP_IO=uring: device open fails ({err[-200:] or 'exit %d' % code}); "
+            "the io_uring backend needs liburing at build time")
+
+    # ---- measurement loops
+    def want_group(self, g):
+        return not self.a.groups or g in self.a.groups
+
+    def want_case(self, name):
+        if not self.a.cases:
+            return True
+        return any(fnmatch.fnmatch(name, pat) for pat in self.a.cases)
+
+    def run_core(self, r, cases):
+        """lat, bw (+cpu), rate: points interleaved round by round."""
+        pl = self.pl
+        groups = [("lat", "lat_us", pl["lat_sizes"]), ("bw", "bw_gbps", pl["bw_sizes"]),
+                  ("rate", "msgrate_mps", [8])]
+        for g, metric, sizes in groups:
+            if not self.want_group(g):
+                continue
+            active = []
+            for c in cases:
+                if g not in c.groups or not self.want_case(c.name):
+                    continue
+                if self.a.quick and (not c.quick or (c.quick_groups and
+                                                     g not in c.quick_groups)):
+                    continue
+                why = c.avail_for(g)
+                if why:
+                    self.note(c.name, g, "not available", why)
+                    for s in sizes:
+                        if c.limit(g, s) is None and not self.quick_skip(c, g, s):
+                            p = self.pt(c.name, metric, s)
+                            p.status, p.reason = "n/a", why
+                    continue
+                need = [n for n in getattr(c, "needs", []) if n not in self.prog]
+                if need:
+                    self.note(c.name, g, "missing", ", ".join(need) + " not installed")
+                    for s in sizes:
+                        p = self.pt(c.name, metric, s)
+                        p.status, p.reason = "missing", ", ".join(need) + " not installed"
+                    continue
+                active.append(c)
+            broken = set()
+            for s in sizes:
+                todo = []
+                for c in active:
+                    why = c.limit(g, s)
+                    if why or self.quick_skip(c, g, s):
+                        continue
+                    if c.name in broken:
+                        p = self.pt(c.name, metric, s)
+                        p.status, p.reason = "skipped", "failed at a smaller size"
+                        continue
+                    todo.append(c)
+                # bandwidth: one short run per point first, for the setup CPU
+                iters = bw_iters(s, pl) if g == "bw" else None
+                short = max(5, iters // 8) if iters else None
+                setup_cpu = {}
+                for rnd in range(pl["runs"]):
+                    for c in list(todo):
+                        keys = [(c.name, metric, s)] + ([(c.name, "cpu_s_per_gb", s)]
+                                                        if g == "bw" else [])
+                        try:
+                            if g == "bw":
+                                if c.name not in setup_cpu:
+                                    setup_cpu[c.name] = c.groups[g](r, s, short)[1]
+                                gbps, cpu = c.groups[g](r, s, iters)
+                                self.pt(c.name, metric, s).vals.append(gbps)
+                                gb = (iters - short) * s / 1e9
+                                # a transfer whose CPU time does not clearly exceed
+                                # the short run's is not separable from setup noise:
+                                # that run gives no CPU number (never a made-up one)
+                                if cpu > 1.05 * setup_cpu[c.name]:
+                                    cpg = (cpu - setup_cpu[c.name]) / gb
+                                    self.pt(c.name, "cpu_s_per_gb", s).vals.append(cpg)
+                                else:
+                                    self.cpu_dropped += 1
+                            else:
+                                res = c.groups[g](r, s)
+                                for m, v in res.items():
+                                    self.pt(c.name, m, s).vals.append(positive(v, m, ""))
+                        except NotAvailable as e:
+                            for k in keys:
+                                p = self.pt(*k)
+                                p.status, p.reason, p.vals = "n/a", str(e), []
+                            todo.remove(c)
+                        except RunFailed as e:
+                            self.fail_point(keys, str(e))
+                            broken.add(c.name)
+                            todo.remove(c)
+                    self.progress_line(g, s, rnd)
+                if g == "bw":
+                    for c in todo:
+                        p = self.pt(c.name, "cpu_s_per_gb", s)
+                        if p.status == "ok" and not p.vals:
+                            p.status, p.reason = "n/a", ("no run moved enough bytes to tell "
+                                                         "the transfer's CPU from setup noise")
+
+    def quick_skip(self, c, g, s):
+        """--quick measures stream cases' bandwidth at 1 MiB only (the issue
+        targets), datagram cases' at 32 KiB; raw-tcp, the baseline, at both."""
+        return (self.a.quick and g == "bw" and c.family == "stream" and c.name != "raw-tcp"
+                and s < MiB)
+
+    def progress_line(self, g, s, rnd):
+        el = time.monotonic() - self.t0
+        n = self.pl["runs"] if g in ("lat", "bw", "rate") else self.pl["seed_runs"]
+        print(f"run: {g} {size_name(s) if s else ''} round {rnd + 1}/{n} "
+              f"({el:.0f} s)", file=sys.stderr)
+
+    def repeat(self, keys_fn, fn, label):
+        """Runs fn() --runs times; fn returns {(case, metric, size): value}."""
+        for rnd in range(self.pl["seed_runs"]):
+            try:
+                res = fn()
+            except NotAvailable as e:
+                for k in keys_fn():
+                    p = self.pt(*k)
+                    p.status, p.reason, p.vals = "n/a", str(e), []
+                return False
+            except RunFailed as e:
+                self.fail_point(keys_fn(), str(e))
+                return False
+            for k, v in res.items():
+                self.pt(*k).vals.append(v)
+        return True
+
+    def run_seed(self, r):
+        pl, P, T = self.pl, self.prog, self.pl["timeout"]
+        # --- multi-QP (BM-6, BM-7)
+        if self.want_group("mq"):
+            # RD joins when the engine has it (full runs; --quick keeps RC and UD)
+            for tr in ("rc", "ud") + (() if self.a.quick else ("rd",)):
+                name = f"diwarp-{tr}"
+                if not self.want_case(name):
+                    continue
+                if tr == "rd" and self.rd_why:
+                    for k in pl["mq_k"]:
+                        p = self.pt(name, "mq_lat_us", k)
+                        p.status, p.reason = "n/a", self.rd_why
+                    continue
+                broken = False
+                for k in pl["mq_k"]:
+                    if broken:
+                        for m in ("mq_lat_us", "mq_bw_gbps", "mq_jain"):
+                            p = self.pt(name, m, k)
+                            p.status, p.reason = "skipped", "failed at fewer QPs"
+                        continue
+
+                    def lat(k=k, tr=tr, name=name):
+                        cli = [P["bench-multiqp"], "--mode", "lat", "--transport", tr, "--qps",
+                               str(k), "--size", str(pl["mq_lat_size"]), "--iters",
+                               str(max(50, pl["mq_iters"] // k)), "--port", "{port}", "127.0.0.1"]
+                        o = r.run_pair(f"{name} mq lat k={k}",
+                                       [P["bench-multiqp"], "--port", "{port}"], cli, {}, T)
+                        v = result_of(o["client"], o["log"], ["lat_us"])[1]["lat_us"]
+                        return {(name, "mq_lat_us", k): positive(v, "lat_us", o["log"])}
+
+                    def bw(k=k, tr=tr, name=name):
+                        cli = [P["bench-multiqp"], "--mode", "bw", "--transport", tr, "--qps",
+                               str(k), "--size", str(pl["mq_bw_size"]), "--window", "16",
+                               "--duration-ms", str(pl["mq_ms"]), "--bidir", "--port", "{port}",
+                               "127.0.0.1"]
+                        o = r.run_pair(f"{name} mq bw k={k}",
+                                       [P["bench-multiqp"], "--port", "{port}"], cli, {}, T)
+                        _, v = result_of(o["client"], o["log"], ["gbps", "jain"])
+                        return {(name, "mq_bw_gbps", k): positive(v["gbps"], "gbps", o["log"]),
+                                (name, "mq_jain", k): positive(v["jain"], "jain", o["log"])}
+
+                    ok1 = self.repeat(lambda: [(name, "mq_lat_us", k)], lat, "mq lat")
+                    ok2 = self.repeat(lambda: [(name, "mq_bw_gbps", k), (name, "mq_jain", k)],
+                                      bw, "mq bw")
+                    broken = not (ok1 and ok2)
+                    self.progress_line(f"multi-QP {tr} k={k}", 0, self.pl["seed_runs"] - 1)
+        # --- registration cost (BM-9)
+        if self.want_group("reg") and self.want_case("diwarp"):
+            sizes = pl["reg_sizes"]
+
+            def reg():
+                p, out, err, txt = r.run_single(
+                    "regcost", [P["bench-regcost"], "--reps", str(pl["reg_reps"])] +
+                    [str(s) for s in sizes], {}, T)
+                if p.code != 0:
+                    raise RunFailed(f"bench-regcost exit {p.code}\n{txt}")
+                res = {}
+                for line in out.splitlines():
+                    if not line.startswith("RESULT"):
+                        continue
+                    d = dict(re.findall(r"(\w+)=(\S+)", line))
+                    if d.get("status") != "ok":
+                        raise RunFailed(f"bench-regcost: {line}\n{txt}")
+                    s = int(d["size"])
+                    for m in ("reg_us", "dereg_us", "regdereg_us", "cold_reg_us",
+                              "cold_dereg_us"):
+                        res[("diwarp", m, s)] = positive(float(d[m]), m, txt)
+                if len({k[2] for k in res}) != len(sizes):
+                    raise RunFailed(f"bench-regcost: a size is missing\n{txt}")
+                return res
+
+            self.repeat(lambda: [("diwarp", "regdereg_us", s) for s in sizes], reg, "reg")
+            self.progress_line("registration", 0, self.pl["seed_runs"] - 1)
+        # --- buffer reuse (BM-11)
+        if self.want_group("reuse"):
+            for tr in ("rc", "ud"):
+                name = f"diwarp-{tr}"
+                if not self.want_case(name):
+                    continue
+                for s in pl["reuse_sizes"]:
+                    if tr == "ud" and s > 32 * KiB:
+                        continue
+
+                    def reuse(s=s, tr=tr, name=name):
+                        it = max(50, min(pl["reuse_iters"], (64 * MiB) // max(s, 1)))
+                        cli = [P["bench-reuse"], "--transport", tr, "--size", str(s), "--iters",
+                               str(it), "--pool", str(pl["reuse_pool"]), "--port", "{port}",
+                               "127.0.0.1"]
+                        o = r.run_pair(f"{name} reuse {s}", [P["bench-reuse"], "--port",
+                                                             "{port}"], cli, {}, T)
+                        _, v = result_of(o["client"], o["log"],
+                                         ["lat_full_us", "lat_half_us", "lat_none_us", "ratio"])
+                        return {(name, "reuse_full_us", s): positive(v["lat_full_us"], "", ""),
+                                (name, "reuse_half_us", s): positive(v["lat_half_us"], "", ""),
+                                (name, "reuse_none_us", s): positive(v["lat_none_us"], "", ""),
+                                (name, "reuse_ratio", s): positive(v["ratio"], "", "")}
+
+                    self.repeat(lambda: [(name, "reuse_ratio", s)], reuse, "reuse")
+                self.progress_line(f"buffer reuse {tr}", 0, self.pl["seed_runs"] - 1)
+        # --- overlap and independent progress (BM-12, BM-13), RC RDMA Read
+        if self.want_group("progress") and self.want_case("diwarp-rc"):
+            s = pl["ov_size"]
+            for prog_mode in ("app", "thread"):
+                name = f"diwarp-rc-{prog_mode}"
+                env = {"DIWARP_PROGRESS": prog_mode}
+                block = ["--block"] if prog_mode == "thread" else []
+                for mode, metrics in (("progress", ("progress_ratio", "ratio")),
+                                      ("overlap", ("overlap_ratio", "overlap"))):
+                    def ov(mode=mode, metrics=metrics, name=name, env=env, block=block):
+                        # both may use both cores; the main threads are pinned
+                        # apart after the device is open (--cpu), so a progress
+                        # thread can run beside them
+                        srv = [P["bench-overlap"], "--cpu", self.r.srv_cpu, "--port", "{port}"]
+                        cli = [P["bench-overlap"], "--mode", mode, "--op", "read", "--size",
+                               str(s), "--reps", str(pl["ov_reps"]), "--cpu", self.r.cli_cpu,
+                               "--port", "{port}", "127.0.0.1"] + block
+                        both = f"{self.r.srv_cpu},{self.r.cli_cpu}"
+                        o = r.run_pair(f"{name} {mode}", srv, cli, env, T, pin=(both, both))
+                        rr, v = result_of(o["client"], o["log"], [metrics[1]])
+                        res = {(name, metrics[0], s): v[metrics[1]]}
+                        if mode == "progress":
+                            res[(name, "progress_t0_us", s)] = float(rr["t0_us"])
+                            res[(name, "progress_tD_us", s)] = float(rr["tD_us"])
+                        else:
+                            res[(name, "overlap_l0_us", s)] = float(rr["l0_us"])
+                        if not math.isfinite(v[metrics[1]]):
+                            raise RunFailed(f"{metrics[1]} is not a number\n{o['log']}")
+                        return res
+
+                    self.repeat(lambda: [(name, metrics[0], s)], ov, mode)
+                self.progress_line(f"overlap/progress {prog_mode}", 0, self.pl["seed_runs"] - 1)
+        # --- memory per peer
+        if self.want_group("mem"):
+            for tr in ("ud", "rd", "rc"):
+                name = f"diwarp-{tr}"
+                if not self.want_case(name):
+                    continue
+                broken = None
+                for n in pl["mem_peers"]:
+                    if broken:
+                        p = self.pt(name, "mem_per_peer_b", n)
+                        p.status, p.reason = broken
+                        continue
+
+                    def mem(n=n, tr=tr, name=name):
+                        cli = [P["bench-mempeer"], "--transport", tr, "--qps", str(n),
+                               "--port", "{port}", "127.0.0.1"]
+                        o = r.run_pair(f"{name} mem {n}", [P["bench-mempeer"], "--port",
+                                                           "{port}"], cli, {}, T)
+                        rr, v = result_of(o["client"], o["log"],
+                                          ["per_peer_b", "rss_per_peer_b", "kern_per_peer_b",
+                                           "udp_sockets", "tcp_sockets"])
+                        return {(name, "mem_per_peer_b", n): v["per_peer_b"],
+                                (name, "mem_rss_per_peer_b", n): v["rss_per_peer_b"],
+                                (name, "mem_kern_per_peer_b", n): v["kern_per_peer_b"],
+                                (name, "mem_udp_sockets", n): v["udp_sockets"],
+                                (name, "mem_tcp_sockets", n): v["tcp_sockets"]}
+
+                    if tr == "rd" and self.rd_why:
+                        p = self.pt(name, "mem_per_peer_b", n)
+                        p.status, p.reason = "n/a", self.rd_why
+                        continue
+                    ok = self.repeat(lambda: [(name, "mem_per_peer_b", n)], mem, "mem")
+                    if not ok:
+                        p = self.pt(name, "mem_per_peer_b", n)
+                        broken = ("skipped" if p.status == "failed" else p.status,
+                                  "failed with fewer peers" if p.status == "failed" else p.reason)
+                self.progress_line(f"memory per peer {tr}", 0, self.pl["seed_runs"] - 1)
+        # --- idle CPU of the progress thread
+        if self.want_group("idle") and self.want_case("diwarp-rc"):
+            def idle():
+                p, out, err, txt = r.run_single(
+                    "idle-cpu", [P["bench-probe"], "--mode", "idle-cpu", "--duration-ms",
+                                 str(pl["idle_ms"])], {"DIWARP_PROGRESS": "thread"}, T)
+                rr = parse_result(out) or {}
+                if p.code != 0 or rr.get("status") != "ok":
+                    raise RunFailed(f"bench-probe idle-cpu failed\n{txt}")
+                if int(rr.get("threads", "1")) < 2:
+                    raise RunFailed(f"DIWARP_PROGRESS=thread started no thread\n{txt}")
+                return {("diwarp-thread", "idle_cpu_pct", 0): float(rr["idle_cpu_pct"])}
+
+            self.repeat(lambda: [("diwarp-thread", "idle_cpu_pct", 0)], idle, "idle")
+
+    # ---- output
+    BASE = {"lat_us": {"dgram": "raw-udp", "stream": "raw-tcp"},
+            "bw_gbps": {"dgram": "raw-tcp", "stream": "raw-tcp"},
+            "cpu_s_per_gb": {"dgram": "raw-tcp", "stream": "raw-tcp"},
+            "msgrate_mps": {"dgram": "raw-udp", "stream": "raw-tcp"}}
+
+    def baseline(self, case, metric, size):
+        fam = self.family.get(case)
+        if metric not in self.BASE or fam is None:
+            return None
+        b = self.BASE[metric][fam]
+        if b == case:
+            return None
+        p = self.points.get((b, metric, size))
+        if not p or p.status != "ok" or not p.vals:
+            return None
+        return statistics.median(p.vals)
+
+    def summary(self, key):
+        p = self.points[key]
+        if p.status != "ok" or not p.vals:
+            return None
+        med, lo, hi = stats(p.vals)
+        base = self.baseline(*key)
+        ratio = med / base if base else None
+        if lo > 0:
+            noisy = hi / lo > self.a.noise
+        else:  # values that may be 0 or negative (overlap): spread against the median
+            noisy = hi - lo > (self.a.noise - 1) * max(abs(med), 1e-12)
+        return dict(med=med, lo=lo, hi=hi, base=base, ratio=ratio, n=len(p.vals), noisy=noisy)
+
+    def write_csv(self, path):
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["case", "metric", "size", "value", "baseline", "ratio", "runs", "min",
+                        "max"])
+            for k in self.order:
+                p = self.points[k]
+                s = self.summary(k)
+                if s is None:
+                    st = {"n/a": "not-available"}.get(p.status, p.status)
+                    w.writerow([k[0], k[1], k[2], st, "", "", 0, "", ""])
+                    continue
+                w.writerow([k[0], k[1], k[2], f"{s['med']:.6g}",
+                            f"{s['base']:.6g}" if s["base"] else "",
+                            f"{s['ratio']:.4f}" if s["ratio"] else "", s["n"],
+                            f"{s['lo']:.6g}", f"{s['hi']:.6g}"])
+
+    def cell(self, key, ratio=True):
+        p = self.points.get(key)
+        if p is None:
+            return ""
+        s = self.summary(key)
+        if s is None:
+            return {"n/a": "n/a", "failed": "**FAILED**", "missing": "missing",
+                    "skipped": "skipped"}.get(p.status, p.status)
+        txt = f"{fmt(s['med'])} ({fmt(s['lo'])}–{fmt(s['hi'])})"
+        if ratio and s["ratio"]:
+            txt += f" ×{s['ratio']:.2f}"
+        if s["noisy"]:
+            txt += " ⚠"
+        return txt
+
+    def table(self, metric, title, unit_note, sizes=None, ratio=True, size_fmt=size_name,
+              col="size"):
+        keys = [k for k in self.order if k[1] == metric]
+        if not keys:
+            return ""
+        rank = {c.name: i for i, c in enumerate(self.cases)}
+        cases = []
+        for k in keys:
+            if k[0] not in cases:
+                cases.append(k[0])
+        cases.sort(key=lambda c: rank.get(c, len(rank)))
+        sizes = sorted({k[2] for k in keys})
+        out = [f"### {title}\n"] + ([unit_note + "\n"] if unit_note else [])
+        out.append("| case | " + " | ".join(size_fmt(s) for s in sizes) + " |")
+        out.append("|---|" + "---|" * len(sizes))
+        for c in cases:
+            out.append(f"| {c} | " + " | ".join(self.cell((c, metric, s), ratio) for s in sizes)
+                       + " |")
+        return "\n".join(out) + "\n"
+
+    def value(self, case, metric, size):
+        s = self.summary((case, metric, size)) if (case, metric, size) in self.points else None
+        return s
+
+    def targets(self):
+        """(issue, target, measured, status, why)."""
+        T = []
+
+        def ratio_target(issue, text, case, metric, size, limit, upper):
+            k = (case, metric, size)
+            p = self.points.get(k)
+            s = self.summary(k) if p else None
+            if s is None or s["ratio"] is None:
+                why = (p.reason if p and p.reason else
+                       "not measured in this run" if not p or p.status == "ok" else p.status)
+                if p and p.status == "ok" and s and s["ratio"] is None:
+                    why = "baseline missing"
+                T.append((issue, text, "", "not yet measurable", why))
+                return
+            ok = s["ratio"] <= limit if upper else s["ratio"] >= limit
+            meas = f"{s['ratio']:.2f} ({fmt(s['med'])} vs {fmt(s['base'])})"
+            why = ""
+            if s["noisy"]:
+                why = f"noisy point (max/min {s['hi'] / s['lo']:.2f})"
+            T.append((issue, text, meas, "met" if ok else "missed", why))
+
+        ratio_target(3, "UD 64 B send ping-pong ≤ 1.15 × raw UDP", "diwarp-ud", "lat_us", 64,
+                     1.15, True)
+        ratio_target(3, "RC 64 B send ping-pong ≤ 1.20 × raw TCP", "diwarp-rc", "lat_us", 64,
+                     1.20, True)
+        ratio_target(3, "RC RDMA Write stream 1 MiB, CRC off ≥ 0.85 × raw TCP",
+                     "diwarp-rc-write-nocrc", "bw_gbps", MiB, 0.85, False)
+        ratio_target(3, "RC RDMA Write stream 1 MiB, CRC on ≥ 0.75 × raw TCP",
+                     "diwarp-rc-write", "bw_gbps", MiB, 0.75, False)
+        # progress thread: idle CPU reported; Read against a computing target completes
+        s = self.value("diwarp-thread", "idle_cpu_pct", 0)
+        if s:
+            T.append((3, "progress thread idle CPU reported (seed PR-22: ≤ 1 % of a core)",
+                      f"{s['med']:.3f} %", "met" if s["med"] <= 1 else "missed", ""))
+        else:
+            T.append((3, "progress thread idle CPU reported", "", "not yet measurable",
+                      self.why("diwarp-thread", "idle_cpu_pct", 0)))
+        s = self.value("diwarp-rc-thread", "progress_ratio", self.pl["ov_size"])
+        if s:
+            T.append((3, "RDMA Read of 1 MiB completes against a computing target "
+                      "(thread; seed PR-14: t(D)/t(0) ≤ 1.10)",
+                      f"t(D)/t(0) = {s['med']:.2f}", "met" if s["med"] <= 1.10 else "missed",
+                      "completes; " + ("within 1.10" if s["med"] <= 1.10 else
+                                       "slower than 1.10 × t(0)")))
+        else:
+            T.append((3, "RDMA Read against a computing target completes", "",
+                      "not yet measurable",
+                      self.why("diwarp-rc-thread", "progress_ratio", self.pl["ov_size"])))
+        u = [k for k in self.order if k[0].endswith("-uring")]
+        got = [k for k in u if self.summary(k)]
+        if got:
+            T.append((3, "io_uring backend compared with the plain one in bench/",
+                      ", ".join(f"{k[0]} {k[1]} {size_name(k[2])} ×{self.cmp_plain(k)}"
+                                for k in got), "met", "ratios are uring / plain"))
+        else:
+            T.append((3, "io_uring backend compared with the plain one", "",
+                      "not yet measurable", self.why(*u[0]) if u else "not run"))
+        ratio_target(5, "RD RDMA Write stream 1 MiB ≥ 1.0 × raw TCP", "diwarp-rd", "bw_gbps",
+                     MiB, 1.0, False)
+        ratio_target(5, "RD 64 B send ping-pong ≤ 1.20 × raw UDP", "diwarp-rd", "lat_us", 64,
+                     1.20, True)
+        a, b = self.value("diwarp-rd", "mq_lat_us", 1), self.value("diwarp-ud", "mq_lat_us", 1)
+        if T[-1][3] == "not yet measurable" and a and b:
+            T[-1] = T[-1][:4] + (T[-1][4] + f"; meanwhile bench-multiqp k=1, "
+                                 f"{self.pl['mq_lat_size']} B: RD / UD = "
+                                 f"{a['med'] / b['med']:.2f}",)
+        a = self.value("diwarp-rd-drop1", "bw_gbps", MiB)
+        b = self.value("diwarp-rd", "bw_gbps", MiB)
+        if a and b:
+            r = a["med"] / b["med"]
+            T.append((5, "goodput with 1 % drop ≥ 0.7 × lossless (RD, 1 MiB)", f"{r:.2f}",
+                      "met" if r >= 0.7 else "missed", ""))
+        else:
+            T.append((5, "goodput with 1 % drop ≥ 0.7 × lossless", "", "not yet measurable",
+                      self.why("diwarp-rd-drop1", "bw_gbps", MiB)))
+        lat = self.common("diwarp-rc-rd", "diwarp-rc", "lat_us")
+        bw = self.common("diwarp-rc-rd", "diwarp-rc-write", "bw_gbps")
+        got = []
+        if lat:
+            got.append(f"lat {size_name(lat)} ×{self.cmp('diwarp-rc-rd', 'diwarp-rc', 'lat_us', lat)}")
+        if bw:
+            got.append(f"bw {size_name(bw)} ×{self.cmp('diwarp-rc-rd', 'diwarp-rc-write', 'bw_gbps', bw)}")
+        if lat and bw:
+            T.append((5, "RC over RD vs RC over TCP, latency and bandwidth, reported",
+                      ", ".join(got), "met", "ratios RC-over-RD / RC-over-TCP"))
+        else:
+            T.append((5, "RC over RD vs RC over TCP, latency and bandwidth, reported",
+                      ", ".join(got), "not yet measurable",
+                      self.why("diwarp-rc-rd", "bw_gbps" if lat else "lat_us",
+                               MiB if lat else 64)))
+        n = max(self.pl["mem_peers"])
+        s = self.value("diwarp-rd", "mem_rss_per_peer_b", n)
+        u = self.value("diwarp-ud", "mem_rss_per_peer_b", n)
+        if s and u:
+            d = s["med"] - u["med"]
+            T.append((5, "per-peer reliability state ≤ 256 B (heap per peer)",
+                      f"{d:.0f} B per peer at {n} peers (RSS per peer, RD {s['med']:.0f} − UD "
+                      f"{u['med']:.0f}: the address handle and QP costs cancel)",
+                      "met" if d <= 256 else "missed",
+                      "RSS moves in pages: trust it at 1000 peers; sizeof belongs to the unit "
+                      "tests"))
+        else:
+            T.append((5, "per-peer reliability state ≤ 256 B", "", "not yet measurable",
+                      self.why("diwarp-rd", "mem_per_peer_b", n)))
+        s = self.value("diwarp-rd", "mem_udp_sockets", n)
+        if s:
+            T.append((5, "one UDP socket per device instance whatever the peers",
+                      f"{s['med']:.0f} UDP socket(s) at {n} peers",
+                      "met" if s["med"] == 1 else "missed", ""))
+        else:
+            u = self.value("diwarp-ud", "mem_udp_sockets", n)
+            T.append((5, "one UDP socket per device instance whatever the peers", "",
+                      "not yet measurable",
+                      self.why("diwarp-rd", "mem_per_peer_b", n) +
+                      (f" (UD today: {u['med']:.0f} UDP socket at {n} peers)" if u else "")))
+        return T
+
+    def slope_table(self):
+        """Marginal memory per peer between consecutive peer counts, from the
+        medians: (total(N2) - total(N1)) / (N2 - N1), total = per_peer * N."""
+        rows = []
+        ns = self.pl["mem_peers"]
+        for c in ("diwarp-ud", "diwarp-rd", "diwarp-rc"):
+            cells = []
+            for n1, n2 in zip(ns, ns[1:]):
+                a = self.value(c, "mem_per_peer_b", n1) if (c, "mem_per_peer_b", n1) in \
+                    self.points else None
+                b = self.value(c, "mem_per_peer_b", n2) if (c, "mem_per_peer_b", n2) in \
+                    self.points else None
+                cells.append(fmt((b["med"] * n2 - a["med"] * n1) / (n2 - n1)) if a and b
+                             else "")
+            if any(cells):
+                rows.append(f"| {c} | " + " | ".join(cells) + " |")
+        if not rows:
+            return ""
+        head = " | ".join(f"{a}→{b} peers" for a, b in zip(ns, ns[1:]))
+        return ("### Marginal memory per added peer (bytes)\n\nThe slope between peer "
+                "counts, from the medians above (seed PR-8: UD slope ≤ 1 KB per peer).\n\n"
+                f"| case | {head} |\n|---|" + "---|" * (len(ns) - 1) + "\n" +
+                "\n".join(rows) + "\n")
+
+    def common(self, a, b, metric):
+        """The largest size at which both cases have a number, or None."""
+        sizes = [k[2] for k in self.order if k[0] == a and k[1] == metric and self.summary(k)
+                 and (b, metric, k[2]) in self.points and self.summary((b, metric, k[2]))]
+        return max(sizes) if sizes else None
+
+    def cmp(self, a, b, metric, size):
+        x, y = self.value(a, metric, size), self.value(b, metric, size)
+        return f"{x['med'] / y['med']:.2f}" if x and y else "?"
+
+    def cmp_plain(self, k):
+        plain = {"diwarp-ud-uring": "diwarp-ud", "diwarp-rc-uring": "diwarp-rc"}[k[0]]
+        if k[1] == "bw_gbps" and k[0] == "diwarp-rc-uring":
+            plain = "diwarp-rc-write"
+        return self.cmp(k[0], plain, k[1], k[2])
+
+    def why(self, case, metric, size):
+        p = self.points.get((case, metric, size))
+        if p is None:
+            return "not run (excluded by --cases/--groups or --quick)"
+        return f"{p.status}: {p.reason}" if p.reason else p.status
+
+    def write_report(self, path, info):
+        pl = self.pl
+        L = [f"# diwarp benchmark report\n",
+             f"`{info['command']}` — {info['date']}, commit {info['commit']}, "
+             f"{info['elapsed']:.0f} s, {self.r.nruns} program runs.\n",
+             "## Machine\n", "```", info["machine"], "```",
+             f"Load average at start: {info['load0']}; at end: {info['load1']}.\n",
+             "## Method\n",
+             f"Server on core {self.r.srv_cpu}, client on core {self.r.cli_cpu} (taskset); every "
+             f"process busy-polls (DIWARP_PROGRESS=app) unless stated. Each point: the median of "
+             f"{pl['runs']} runs (seed-derived metrics: {pl['seed_runs']}), (min–max) beside "
+             f"it; runs of all cases at a point alternate "
+             f"round by round. ×r = median / median of the raw-socket baseline at the same size "
+             f"(latency and message rate: raw-udp for datagram cases, raw-tcp for stream cases; "
+             f"bandwidth and CPU: raw-tcp). ⚠ = noisy point: max/min > {self.a.noise}. "
+             "Latency is half the round trip (mean over the iterations of one run; perftest: "
+             "t_avg; fi_pingpong: usec/xfer). CPU s/GB: user+system time of both processes "
+             "(wait4 rusage) for the bytes moved, minus a short run of the same case (setup "
+             "cost); busy-polling processes burn a core each, so it tracks 2 / bandwidth. "
+             f"{self.cpu_dropped} bandwidth run(s) gave no CPU number (their CPU time was not "
+             "above 1.05 × the short run's: setup noise would dominate).\n"]
+        L.append("## Targets (issues 3 and 5)\n")
+        L.append("| issue | target | measured | status | note |")
+        L.append("|---|---|---|---|---|")
+        for t in self.targets():
+            L.append(f"| {t[0]} | {t[1]} | {t[2]} | {t[3]} | {t[4]} |")
+        L.append("")
+        L.append("## Core metrics\n")
+        L.append(self.table("lat_us", "Latency (µs, half round trip)", "Lower is better."))
+        L.append("![latency](latency.svg)\n" if os.path.exists(os.path.join(os.path.dirname(path), "latency.svg")) else "")
+        L.append(self.table("bw_gbps", "Bandwidth (Gbit/s, one way)", "Higher is better; "
+                            "ratio to raw TCP streaming."))
+        L.append("![bandwidth](bandwidth.svg)\n" if os.path.exists(os.path.join(os.path.dirname(path), "bandwidth.svg")) else "")
+        L.append(self.table("cpu_s_per_gb", "CPU seconds per GB (both processes)",
+                            "Lower is better."))
+        L.append(self.table("msgrate_mps", "Message rate (million messages/s, 8 B, window 64)",
+                            "Higher is better."))
+        L.append("## Seed-derived metrics\n")
+        kfmt = lambda k: f"k={k}"
+        L.append(self.table("mq_lat_us", f"Multi-QP normalized latency (BM-6), "
+                            f"{pl['mq_lat_size']} B (µs)",
+                            "Half round trip per message with one message in flight on each "
+                            "of k QPs: elapsed / (iterations · k) / 2.", size_fmt=kfmt))
+        L.append(self.table("mq_bw_gbps", f"Multi-QP aggregate throughput (BM-7), "
+                            f"{size_name(pl['mq_bw_size'])}, both ways (Gbit/s)",
+                            f"{pl['mq_ms']} ms, window 16 per QP.", size_fmt=kfmt))
+        L.append(self.table("mq_jain", "Jain's fairness index over the k QPs",
+                            "1 = every QP got the same throughput.", size_fmt=kfmt))
+        for m, t in (("regdereg_us", "Registration + deregistration (µs), warm pages"),
+                     ("reg_us", "Registration (µs), warm pages"),
+                     ("dereg_us", "Deregistration (µs), warm pages"),
+                     ("cold_reg_us", "Registration (µs), cold pages (fresh mmap)")):
+            L.append(self.table(m, t, "Median of the repetitions inside a run."))
+        L.append(self.table("reuse_ratio", "Buffer reuse (BM-11): latency ratio no reuse / full "
+                            "reuse", "Ping-pong over a pool of registered buffers (seed PR-13: "
+                            "≤ 1.4)."))
+        L.append(self.table("reuse_full_us", "Buffer reuse: latency with full reuse (µs)", ""))
+        L.append(self.table("reuse_none_us", "Buffer reuse: latency with no reuse (µs)", ""))
+        L.append(self.table("progress_ratio", "Independent progress (BM-13): t(D)/t(0), RDMA "
+                            "Read of 1 MiB, target computing D = 10·t(0)",
+                            "≈ 1: the read completes while the target computes; ≈ 11: it "
+                            "waits for the target's next call."))
+        L.append(self.table("progress_t0_us", "Independent progress: t(0) (µs)", ""))
+        L.append(self.table("overlap_ratio", "Overlap (BM-12, Eq. 3.4): initiator computes "
+                            "during an RDMA Read of 1 MiB", "1 = the transfer hides entirely "
+                            "behind computation, 0 = not at all."))
+        L.append(self.table("mem_per_peer_b", "Memory per peer (bytes): RSS + kernel socket "
+                            "memory, per added peer", "", size_fmt=lambda n: f"{n} peers"))
+        L.append(self.slope_table())
+        L.append("![memory per peer](mempeer.svg)\n" if os.path.exists(os.path.join(os.path.dirname(path), "mempeer.svg")) else "")
+        L.append(self.table("mem_rss_per_peer_b", "… of which process RSS (bytes per peer)", "",
+                            size_fmt=lambda n: f"{n} peers"))
+        L.append(self.table("mem_kern_per_peer_b", "… of which kernel socket memory (bytes per "
+                            "peer)", "", size_fmt=lambda n: f"{n} peers"))
+        L.append(self.table("mem_tcp_sockets", "TCP sockets of the measured process", "",
+                            size_fmt=lambda n: f"{n} peers"))
+        L.append(self.table("idle_cpu_pct", "Idle CPU of the progress thread (% of one core)",
+                            "DIWARP_PROGRESS=thread, a device with one UD QP, "
+                            f"{pl['idle_ms']} ms of nothing.", size_fmt=lambda n: ""))
+        L.append("## Not available, missing, failed\n")
+        rows = {}
+        for k in self.order:
+            p = self.points[k]
+            if p.status != "ok":
+                rows.setdefault((k[0], p.status, p.reason), []).append(k)
+        for (c, st, why), ks in rows.items():
+            metrics = sorted({k[1] for k in ks})
+            L.append(f"- **{c}** {', '.join(metrics)}: {st} — {why}")
+        for m in self.missing:
+            L.append(f"- missing program: {m}")
+        L.append("- fi-tcp, fi-udp, fi-rxd bandwidth and message rate: not measurable — "
+                 "libfabric-bin's fi_pingpong is a ping-pong only.")
+        if self.failures:
+            L.append("\n### Failures (first lines of each; full output in runs.log)\n")
+            for c, m, s, why in self.failures:
+                L.append(f"- {c} {m} size {s}:\n\n```\n{why.strip()[:1500]}\n```")
+        L.append("\n## Cases\n")
+        for c in self.cases:
+            L.append(f"- **{c.name}** ({c.family}): {c.desc}")
+        with open(path, "w") as f:
+            f.write("\n".join(L) + "\n")
+
+    def plots(self, out):
+        def series(metric):
+            data = {}
+            for k in self.order:
+                if k[1] != metric:
+                    continue
+                s = self.summary(k)
+                if s:
+                    data.setdefault(k[0], []).append((k[2], s["med"], s["lo"], s["hi"]))
+            return data
+
+        scripts = []
+        for metric, fname, title, ylabel, xlabel, logy in (
+                ("lat_us", "latency", "Latency (half round trip)", "µs", "message size (bytes)",
+                 True),
+                ("bw_gbps", "bandwidth", "Bandwidth, one way", "Gbit/s", "message size (bytes)",
+                 False),
+                ("mem_per_peer_b", "mempeer", "Memory per peer (RSS + kernel socket memory)",
+                 "bytes per peer", "peers", True)):
+            data = series(metric)
+            if not data:
+                continue
+            plot = []
+            for case, pts in sorted(data.items()):
+                dat = os.path.join(out, f"{fname}-{case}.dat")
+                with open(dat, "w") as f:
+                    for x, m, lo, hi in sorted(pts):
+                        f.write(f"{x} {m} {lo} {hi}\n")
+                plot.append(f"'{dat}' using 1:2:3:4 with yerrorlines title '{case}'")
+            gp = [f"set terminal svg size 960,600 dynamic font 'sans,11'",
+                  f"set output '{os.path.join(out, fname + '.svg')}'",
+                  f"set title '{title}'", "set logscale x 2", f"set xlabel '{xlabel}'",
+                  f"set ylabel '{ylabel}'", "set grid", "set key outside right",
+                  "set format x '%.0b%BB'" if metric != "mem_per_peer_b" else "set format x '%g'"]
+            if logy:
+                gp.append("set logscale y")
+            gp.append("plot " + ", \\\n     ".join(plot))
+            path = os.path.join(out, fname + ".gp")
+            with open(path, "w") as f:
+                f.write("\n".join(gp) + "\n")
+            scripts.append(path)
+        for s in scripts:
+            p = subprocess.run(["gnuplot", s], capture_output=True, text=True)
+            if p.returncode != 0:
+                print(f"run: gnuplot failed on {s}:\n{p.stderr}", file=sys.stderr)
+                sys.exit(1)
+
+
+def machine_info():
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, shell=True).stdout.strip()
+        except OSError:
+            return "?"
+    return "\n".join([f"nproc: {sh('nproc')}", sh("lscpu | head -n 14"),
+                      f"kernel: {sh('uname -r')}",
+                      f"memory: {sh('free -m | sed -n 2p')}"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.split("\n")[2:]))
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and runs (< 1 minute)")
+    ap.add_argument("--out", help="output directory (default: BUILD/bench-report)")
+    ap.add_argument("--build", default=os.environ.get("DIWARP_BUILD", "build-rel"),
+                    help="meson build dir, release, no sanitizers (default: $DIWARP_BUILD or "
+                         "build-rel)")
+    ap.add_argument("--runs", type=int, help="runs per point (default 3 quick, 5 full)")
+    ap.add_argument("--cases", help="comma list of case-name patterns (fnmatch), e.g. 'raw-*,diwarp-rc'")
+    ap.add_argument("--groups", help="comma list of: " + ",".join(Harness.GROUPS))
+    ap.add_argument("--allow-missing", action="store_true",
+                    help="missing perftest/fi_pingpong and failed runs do not make the exit "
+                         "status non-zero (they are still reported)")
+    ap.add_argument("--noise", type=float, default=1.5, help="max/min above this flags a "
+                    "point as noisy (default 1.5)")
+    ap.add_argument("--cpus", default="0,1", help="server,client cores (default 0,1)")
+    ap.add_argument("--port", type=int, default=19100, help="first TCP port (one per run)")
+    ap.add_argument("--timeout", type=float, help="seconds per run (default 30 quick, 180 full)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each command")
+    a = ap.parse_args()
+    if (a.runs is not None and a.runs < 1) or not re.fullmatch(r"\d+,\d+", a.cpus):
+        print("run: bad --runs or --cpus", file=sys.stderr)
+        sys.exit(2)
+    a.cases = [c for c in (a.cases or "").split(",") if c]
+    a.groups = [g for g in (a.groups or "").split(",") if g]
+    for g in a.groups:
+        if g not in Harness.GROUPS:
+            print(f"run: unknown group {g!r} (known: {', '.join(Harness.GROUPS)})",
+                  file=sys.stderr)
+            sys.exit(2)
+    out = a.out or os.path.join(a.build, "bench-report")
+    os.makedirs(out, exist_ok=True)
+    h = Harness(a)
+    h.find_programs()
+    logdir = tempfile.mkdtemp(prefix="logs-", dir=out)
+    r = Runner(a, logdir)
+    h.r = r
+    h.t0 = time.monotonic()
+    load0 = open("/proc/loadavg").read().split()[:3]
+    try:
+        h.probes(r)
+    except RunFailed as e:
+        print(f"run: a probe failed: {e}", file=sys.stderr)
+        sys.exit(1)
+    h.cases = build_cases(h)
+    h.family = {c.name: c.family for c in h.cases}
+    try:
+        h.run_core(r, h.cases)
+        h.run_seed(r)
+    except KeyboardInterrupt:
+        print("run: interrupted; writing what was measured", file=sys.stderr)
+    finally:
+        r.log.close()
+        # the run log stays; the per-run scratch files are gone already
+        os.replace(os.path.join(logdir, "runs.log"), os.path.join(out, "runs.log"))
+        shutil.rmtree(logdir, ignore_errors=True)
+    load1 = open("/proc/loadavg").read().split()[:3]
+    commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
+                             "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip() or "?"
+    info = dict(command="bench/run.py " + " ".join(sys.argv[1:]),
+                date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), commit=commit,
+                elapsed=time.monotonic() - h.t0, machine=machine_info(),
+                load0=" ".join(load0), load1=" ".join(load1))
+    h.write_csv(os.path.join(out, "results.csv"))
+    h.plots(out)
+    h.write_report(os.path.join(out, "report.md"), info)
+    print(f"run: {info['elapsed']:.0f} s, {r.nruns} program runs; report {out}/report.md, "
+          f"{out}/results.csv, plots {out}/*.svg, log {out}/runs.log", file=sys.stderr)
+    bad = [k for k in h.order if h.points[k].status in ("failed", "missing")]
+    if (bad or h.missing or h.failures) and not a.allow_missing:
+        print(f"run: {len(h.failures)} failed point(s), {len(h.missing)} missing program(s): "
+              "exit 1 (see the report)", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
