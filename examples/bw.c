@@ -1,7 +1,7 @@
 /* diwarp-bw: one-way bandwidth between two processes.
  *
  *   server: diwarp-bw [--port P]
- *   client: diwarp-bw [--transport ud|rc] [--op send|write|read] [--size B]
+ *   client: diwarp-bw [--transport ud|rc|rd] [--op send|write|read] [--size B]
  *                     [--iters N] [--window W] [--validate] HOST
  *
  * send:  the client streams messages; the server keeps receives posted and
@@ -27,8 +27,8 @@ static uint32_t auto_window(void)
 {
         if (c.o.window)
                 return c.o.window;
-        if (c.o.transport == EX_RC)
-                return 64;
+        if (c.o.transport != EX_UD)
+                return 64; /* reliable: the transport's own window limits it */
         /* UD: what a default 208 KiB socket receive buffer holds. */
         uint64_t w = 180000 / (c.o.size + 1024);
         return w < 2 ? 2 : w > 64 ? 64 : (uint32_t)w;
@@ -46,7 +46,7 @@ static bool send_credit(uint64_t count)
                                     .opcode = DIWARP_WR_SEND,
                                     .send_flags = DIWARP_SEND_INLINE},
                               *bad;
-        if (c.o.transport == EX_UD) {
+        if (c.o.transport != EX_RC) {
                 wr.wr.ud.ah = c.ah;
                 wr.wr.ud.remote_qpn = c.peer_qpn;
                 wr.wr.ud.remote_qkey = EX_QKEY;

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <diwarp/diwarpdv.h>
+
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
@@ -26,7 +28,7 @@ uint64_t ex_now_ns(void)
 
 const char *ex_transport_name(enum ex_transport t)
 {
-        return t == EX_RC ? "rc" : "ud";
+        return t == EX_RC ? "rc" : t == EX_RD ? "rd" : "ud";
 }
 
 const char *ex_op_name(enum ex_op op)
@@ -37,7 +39,7 @@ const char *ex_op_name(enum ex_op op)
 static void ex_usage(const char *prog, bool bw)
 {
         fprintf(stderr,
-                "usage: %s [--transport ud|rc] [--op send|write|read] [--size BYTES]\n"
+                "usage: %s [--transport ud|rc|rd] [--op send|write|read] [--size BYTES]\n"
                 "          [--iters N] [--validate] [--port P] [--addr A]%s [--timeout MS] "
                 "[HOST]\n"
                 "  without HOST: serve one client; with HOST: connect to its side channel.\n"
@@ -75,6 +77,8 @@ void ex_parse(int argc, char **argv, struct ex_opts *o, const char *prog, bool b
                                 o->transport = EX_UD;
                         else if (!strcmp(optarg, "rc"))
                                 o->transport = EX_RC;
+                        else if (!strcmp(optarg, "rd"))
+                                o->transport = EX_RD;
                         else
                                 ex_usage(prog, bw);
                         break;
@@ -269,6 +273,29 @@ static int ex_connect_qp(struct ex_ctx *c)
                         return ex_fail("AH create", err);
                 return 0;
         }
+        if (c->o.transport == EX_RD) {
+                /* RD (diwarpdv): UD-like states, a Q_Key, remote access for
+                 * RDMA Write/Read; no connection, an AH per WR. */
+                a.qp_access_flags = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
+                                    DIWARP_ACCESS_REMOTE_READ;
+                err = diwarp_qp_modify(c->qp, &a,
+                                       DIWARP_QP_STATE | DIWARP_QP_PKEY_INDEX | DIWARP_QP_PORT |
+                                           DIWARP_QP_QKEY | DIWARP_QP_ACCESS_FLAGS);
+                if (err)
+                        return ex_fail("modify to INIT", err);
+                a.qp_state = DIWARP_QPS_RTR;
+                if ((err = diwarp_qp_modify(c->qp, &a, DIWARP_QP_STATE)))
+                        return ex_fail("modify to RTR", err);
+                a.qp_state = DIWARP_QPS_RTS;
+                a.max_rd_atomic = 16;
+                if ((err = diwarp_qp_modify(c->qp, &a,
+                                            DIWARP_QP_STATE | DIWARP_QP_SQ_PSN |
+                                                DIWARP_QP_MAX_QP_RD_ATOMIC)))
+                        return ex_fail("modify to RTS", err);
+                if ((err = diwarp_ah_create(c->pd, &c->peer_gid, &c->ah)))
+                        return ex_fail("AH create", err);
+                return 0;
+        }
         a.qp_access_flags =
             DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
         err = diwarp_qp_modify(c->qp, &a,
@@ -369,7 +396,9 @@ int ex_setup(struct ex_ctx *c, const struct ex_opts *o, uint32_t nrecv)
                     .max_recv_sge = 1,
                     .max_inline_data = 64},
         };
-        if ((err = diwarp_qp_create(c->pd, &ia, &c->qp)))
+        err = o->transport == EX_RD ? diwarpdv_create_qp(c->pd, &ia, &c->qp)
+                                    : diwarp_qp_create(c->pd, &ia, &c->qp);
+        if (err)
                 return ex_fail("QP create", err);
         /* 3. exchange QPN, GID, rkey, address */
         union diwarp_gid gid;
@@ -440,7 +469,7 @@ int ex_post_send(struct ex_ctx *c, uint64_t wr_id, void *addr, uint32_t len, boo
                                     .send_flags = signaled ? DIWARP_SEND_SIGNALED : 0,
                                     .imm_data = htonl(imm)},
                               *bad;
-        if (c->o.transport == EX_UD) {
+        if (c->o.transport == EX_UD || c->o.transport == EX_RD) {
                 wr.wr.ud.ah = c->ah;
                 wr.wr.ud.remote_qpn = c->peer_qpn;
                 wr.wr.ud.remote_qkey = EX_QKEY;
@@ -459,6 +488,10 @@ int ex_post_rdma(struct ex_ctx *c, uint64_t wr_id, bool read, uint32_t len)
                               *bad;
         wr.wr.rdma.remote_addr = read ? c->peer_addr : c->peer_recv_addr;
         wr.wr.rdma.rkey = c->peer_rkey;
+        if (c->o.transport == EX_RD) {
+                struct diwarpdv_rd_dest d = {c->ah, c->peer_qpn, EX_QKEY};
+                return diwarpdv_post_send_rd(c->qp, &wr, &d, &bad);
+        }
         return diwarp_post_send(c->qp, &wr, &bad);
 }
 

@@ -10,7 +10,9 @@
 
 #include <diwarp/diwarp.h>
 
-enum ex_transport { EX_UD = 0, EX_RC = 1 };
+/* EX_RD: an RD QP (diwarpdv_create_qp): reliable datagrams, an address handle
+ * per WR like UD, RDMA Write/Read through diwarpdv_post_send_rd. */
+enum ex_transport { EX_UD = 0, EX_RC = 1, EX_RD = 2 };
 enum ex_op { EX_SEND = 0, EX_WRITE = 1, EX_READ = 2 };
 
 struct ex_opts {
@@ -76,10 +78,10 @@ int ex_exchange_u64(struct ex_ctx *c, uint64_t mine, uint64_t *theirs);
 int ex_post_recv_slot(struct ex_ctx *c, uint32_t i);
 /* Posts a credit receive (credit slot i). wr_id = EX_WRID_CREDIT | i. */
 int ex_post_credit_recv(struct ex_ctx *c, uint32_t i);
-/* Posts a send of len bytes from addr (inside buf); UD adds the AH. */
+/* Posts a send of len bytes from addr (inside buf); UD and RD add the AH. */
 int ex_post_send(struct ex_ctx *c, uint64_t wr_id, void *addr, uint32_t len, bool signaled,
                  enum diwarp_wr_opcode op, uint32_t imm);
-/* RC: RDMA Write of len bytes from send_area to the peer's receive slot 0, or
+/* RC and RD: RDMA Write of len bytes from send_area to the peer's receive slot 0, or
  * RDMA Read of len bytes from the peer's send_area into receive slot 0. */
 int ex_post_rdma(struct ex_ctx *c, uint64_t wr_id, bool read, uint32_t len);
 

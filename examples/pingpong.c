@@ -1,7 +1,7 @@
 /* diwarp-pingpong: latency between two processes.
  *
  *   server: diwarp-pingpong [--port P]
- *   client: diwarp-pingpong [--transport ud|rc] [--op send|write|read] [--size B]
+ *   client: diwarp-pingpong [--transport ud|rc|rd] [--op send|write|read] [--size B]
  *                           [--iters N] [--validate] HOST
  *
  * send:  the client sends, the server answers with a message of the same size.

@@ -112,8 +112,12 @@ struct dw_rd_peer {
         uint8_t nak_code;
         uint8_t rsvd[3];
         uint32_t batch; /* segments built in the current batch, not yet registered */
-        struct dw_rel_txent ring[DW_REL_DEF_WINDOW];
+        /* The send-window ring (DW_REL_DEF_WINDOW entries, 2 KiB) is not here:
+         * p->rel.ring borrows one from the device cache while PSNs are in
+         * flight (rd_ring_get / rd_ring_idle), so an idle peer costs only this
+         * struct. */
 };
+static_assert(sizeof(struct dw_rd_peer) <= 256, "an idle pseudo-stream costs at most 256 bytes");
 
 struct dw_rd_qp {
         struct dw_qp *qp;
@@ -157,6 +161,18 @@ struct dw_rd_dev {
         struct rd_txslot slot[RD_BATCH];
         struct dw_udp_msg msgs[RD_BATCH];
         struct rd_txslot rslot; /* retransmissions and control packets */
+        /* Send-window rings of drained peers, kept for the next sender (a
+         * singly linked list through the first bytes of each free ring). */
+        struct rd_free_ring *ring_cache;
+        uint32_t ring_cached;
+};
+
+/* Free rings kept per device: enough for a burst of active peers without a
+ * malloc; beyond it a drained peer's ring goes back to the heap. */
+#define RD_RING_CACHE 64
+#define RD_RING_BYTES (DW_REL_DEF_WINDOW * sizeof(struct dw_rel_txent))
+struct rd_free_ring {
+        struct rd_free_ring *next;
 };
 
 static_assert(DW_MAX_QP_WR <= 0x4000, "SQ slot fits the cookie");
@@ -164,6 +180,49 @@ static_assert(DW_MAX_QP_WR <= 0x4000, "SQ slot fits the cookie");
 static struct dw_rd_dev *rdd(struct dw_device *dev)
 {
         return (struct dw_rd_dev *)dev->rd;
+}
+
+/* A send-window ring for a peer about to send: from the cache, else the
+ * heap (only when more peers are active at once than ever before). */
+static bool rd_ring_get(struct dw_rd_dev *d, struct dw_rd_peer *p)
+{
+        struct dw_rel_txent *ring;
+        if (d->ring_cache) {
+                ring = (struct dw_rel_txent *)d->ring_cache;
+                d->ring_cache = d->ring_cache->next;
+                d->ring_cached--;
+        } else {
+                ring = malloc(RD_RING_BYTES);
+                if (!ring)
+                        return false;
+        }
+        if (dw_rel_attach_ring(&p->rel, ring) < 0) {
+                free(ring);
+                return false;
+        }
+        return true;
+}
+
+static void rd_ring_put(struct dw_rd_dev *d, struct dw_rel_txent *ring)
+{
+        if (!ring)
+                return;
+        if (!d || d->ring_cached >= RD_RING_CACHE) {
+                free(ring);
+                return;
+        }
+        struct rd_free_ring *f = (struct rd_free_ring *)ring;
+        f->next = d->ring_cache;
+        d->ring_cache = f;
+        d->ring_cached++;
+}
+
+/* The window drained (and no segment of the current batch is pending): the
+ * ring goes back. */
+static void rd_ring_idle(struct dw_rd_dev *d, struct dw_rd_peer *p)
+{
+        if (p->rel.ring && p->batch == 0 && dw_rel_tx_inflight(&p->rel) == 0)
+                rd_ring_put(d, dw_rel_detach_ring(&p->rel));
 }
 
 uint32_t dw_rd_seg_payload(uint32_t mtu)
@@ -181,7 +240,7 @@ uint32_t dw_rd_seg_payload(uint32_t mtu)
 
 size_t dw_rd_peer_bytes(void)
 {
-        return sizeof(struct dw_rd_peer);
+        return sizeof(struct dw_rd_peer); /* idle; + RD_RING_BYTES while sending */
 }
 
 bool dw_rd_wanted(const struct dw_device *dev, enum diwarp_qp_type type)
@@ -312,7 +371,7 @@ static struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t 
         p->port = port;
         p->rqpn = qpn;
         p->tx_msn = p->tx_rreq = p->rx_bind = p->rx_done = 1;
-        if (dw_rel_peer_init(&p->rel, &s->params, p->ring, DW_REL_DEF_WINDOW, tx_psn, rx_psn) < 0) {
+        if (dw_rel_peer_init(&p->rel, &s->params, NULL, DW_REL_DEF_WINDOW, tx_psn, rx_psn) < 0) {
                 free(p);
                 return NULL;
         }
@@ -332,6 +391,7 @@ static void rd_peers_free(struct dw_rd_qp *s)
                 for (; p; p = nx) {
                         nx = p->hnext;
                         rd_deactivate(p);
+                        free(p->rel.ring);
                         free(p);
                 }
         }
@@ -766,7 +826,11 @@ static const struct dw_rel_ops rd_ops = {
 
 static bool rd_room(struct dw_rd_peer *p, uint64_t now)
 {
-        return !p->dead && dw_rel_tx_can_send(&p->rel, now) &&
+        if (p->dead)
+                return false;
+        if (!p->rel.ring && !rd_ring_get(rdd(p->s->qp->dev), p))
+                return false;
+        return dw_rel_tx_can_send(&p->rel, now) &&
                dw_rel_tx_inflight(&p->rel) + p->batch < DW_REL_DEF_WINDOW;
 }
 
@@ -955,8 +1019,10 @@ static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                 if (n < 0) {
                         /* The QP failed while building: forget the batch. */
                         for (int i = 0; i < RD_BATCH; i++) {
-                                if (d->slot[i].peer)
+                                if (d->slot[i].peer) {
                                         d->slot[i].peer->batch = 0;
+                                        rd_ring_idle(d, d->slot[i].peer);
+                                }
                                 d->slot[i].peer = NULL;
                         }
                         return work + 1;
@@ -1001,6 +1067,8 @@ static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                                 s->irq[t->save_idx].next_seg = t->save_seg;
                         }
                 }
+                for (int i = sent; i < n; i++)
+                        rd_ring_idle(d, d->slot[i].peer); /* refused: maybe nothing in flight */
                 for (int i = 0; i < n; i++)
                         d->slot[i].peer = NULL;
                 work += sent;
@@ -1492,6 +1560,7 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                 int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
                 if (qp->state == DIWARP_QPS_ERR)
                         return;
+                rd_ring_idle(rdd(dev), p);
                 if (r == -EREMOTEIO || r == -ETIMEDOUT) {
                         rd_peer_fail(p,
                                      r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR
@@ -1583,9 +1652,10 @@ int dw_rd_progress(struct dw_device *dev, int budget)
                         continue;
                 }
                 uint64_t dl = dw_rel_next_deadline(&p->rel);
-                if (dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0)
+                if (dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0) {
                         rd_deactivate(p);
-                else if (dl < next)
+                        rd_ring_idle(d, p);
+                } else if (dl < next)
                         next = dl;
                 work++;
         }
@@ -1608,6 +1678,12 @@ int dw_rd_dev_init(struct dw_device *dev)
 
 void dw_rd_dev_fini(struct dw_device *dev)
 {
+        struct dw_rd_dev *d = rdd(dev);
+        while (d && d->ring_cache) {
+                struct rd_free_ring *f = d->ring_cache;
+                d->ring_cache = f->next;
+                free(f);
+        }
         free(dev->rd);
         dev->rd = NULL;
 }

@@ -68,7 +68,9 @@ int dw_rd_progress(struct dw_device *dev, int budget);
 
 /* Payload bytes per segment for a given UDP MTU (see rd.c). */
 uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
-/* sizeof(struct dw_rd_peer) + its send-window ring, for reports and tests. */
+/* sizeof(struct dw_rd_peer): an idle pseudo-stream (≤ 256 bytes). A peer with
+ * PSNs in flight also borrows a send-window ring of DW_REL_DEF_WINDOW × 16
+ * bytes from a per-device cache. For reports and tests. */
 size_t dw_rd_peer_bytes(void);
 
 #endif

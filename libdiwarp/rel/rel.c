@@ -55,7 +55,7 @@ int dw_rel_params_check(const struct dw_rel_params *p, const char **why)
 int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
                      struct dw_rel_txent *ring, uint32_t ring_len, uint32_t tx_psn, uint32_t rx_psn)
 {
-        if (!r || !p || !ring || !pow2_window(ring_len))
+        if (!r || !p || !pow2_window(ring_len))
                 return -EINVAL;
         memset(r, 0, sizeof(*r));
         r->p = p;
@@ -65,6 +65,25 @@ int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
         r->rcv_nxt = rx_psn;
         r->rto_ns = p->rto_init_us * (uint32_t)NS_PER_US;
         return 0;
+}
+
+int dw_rel_attach_ring(struct dw_rel_peer *r, struct dw_rel_txent *ring)
+{
+        if (!ring || r->ring || r->snd_nxt != r->snd_una)
+                return -EINVAL;
+        r->ring = ring;
+        return 0;
+}
+
+struct dw_rel_txent *dw_rel_detach_ring(struct dw_rel_peer *r)
+{
+        struct dw_rel_txent *ring = r->ring;
+
+        /* Every ring entry describes an outstanding PSN; none is left. */
+        if (r->snd_nxt != r->snd_una)
+                return NULL;
+        r->ring = NULL;
+        return ring;
 }
 
 static inline struct dw_rel_txent *ent(struct dw_rel_peer *r, uint32_t psn)
@@ -150,7 +169,8 @@ void dw_rel_rtt_sample(struct dw_rel_peer *r, uint64_t rtt)
 
 bool dw_rel_tx_can_send(const struct dw_rel_peer *r, uint64_t now)
 {
-        return !r->fatal && dw_rel_tx_inflight(r) <= r->ring_mask && !rnr_waiting(r, now);
+        return !r->fatal && r->ring && dw_rel_tx_inflight(r) <= r->ring_mask &&
+               !rnr_waiting(r, now);
 }
 
 bool dw_rel_tx_want_ackreq(const struct dw_rel_peer *r)
@@ -166,7 +186,7 @@ int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_
 
         if (r->fatal)
                 return r->fatal;
-        if (psn != r->snd_nxt)
+        if (psn != r->snd_nxt || !r->ring)
                 return -EINVAL;
         if (dw_rel_tx_inflight(r) > r->ring_mask)
                 return -EAGAIN;
@@ -176,32 +196,77 @@ int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_
         e->retx = 0;
         e->flags = 0;
         e->rsvd = 0;
-        if (!outstanding(r))
-                r->last_progress = now; /* the silent-peer clock starts with the first packet */
-        if (!r->rto_deadline)           /* RFC 6298 (5.1) */
+        if (!outstanding(r)) {
+                r->last_progress = now;  /* the silent-peer clock starts with the first packet */
+                r->rack_us = e->sent_us; /* no older delivery counts (µs stamps wrap) */
+        }
+        if (!r->rto_deadline) /* RFC 6298 (5.1) */
                 r->rto_deadline = now + dw_rel_rto_ns(r);
         r->snd_nxt = psn + 1;
         return 0;
 }
 
 /* RFC 6675 IsLost with SACKed-PSN counting: an un-SACKed PSN with at least
- * dupthresh SACKed PSNs above it is lost. Each PSN gets one fast retransmit;
- * if that copy is lost too, the RTO recovers it. */
+ * dupthresh SACKed PSNs above it is lost, and gets one fast retransmit. A
+ * retransmission that is lost too is found the RACK way (RFC 8985): a packet
+ * sent more than a reordering window after it has been delivered, so it is
+ * overdue and goes again; without any later delivery the RTO recovers it. The
+ * walk stays below sack_high, where the receiver's blocks described every
+ * hole (it reports its lowest runs only). */
 static void mark_lost(struct dw_rel_peer *r)
 {
         unsigned above = 0;
         uint32_t psn = r->sack_high;
+        uint32_t reo_us = (r->flags & DW_REL_F_HAVE_RTT) ? r->srtt_ns / 4000u : 0;
 
+        if (reo_us < DW_REL_MIN_REORDER_US)
+                reo_us = DW_REL_MIN_REORDER_US;
         while (psn != r->snd_una) {
                 struct dw_rel_txent *e = ent(r, --psn);
 
                 if (e->flags & DW_REL_TXF_SACKED) {
                         above++;
-                } else if (above >= r->p->dupthresh && !(e->flags & DW_REL_TXF_FAST)) {
+                } else if (e->flags & DW_REL_TXF_PENDING) {
+                        continue;
+                } else if (!(e->flags & DW_REL_TXF_FAST)
+                               ? above >= r->p->dupthresh
+                               : (int32_t)(r->rack_us - e->sent_us) > (int32_t)reo_us) {
                         e->flags |= DW_REL_TXF_FAST | DW_REL_TXF_PENDING;
                         r->flags |= DW_REL_F_RETX_PENDING;
                         r->stats.fast_retransmits++;
                 }
+        }
+}
+
+/* The first ACK progress after an RTO probe decides the episode (after F-RTO,
+ * RFC 5682). If it holds a packet that was sent only once before the RTO, the
+ * network was delivering all along and the timer fired because a side was not
+ * scheduled (a descheduled process stalls for milliseconds, far above a
+ * microsecond RTT): the RTO was spurious, its backoff is undone and SACK
+ * recovery carries on. Otherwise only the probe got through: every un-SACKed
+ * PSN sent before the RTO is lost and goes again now. */
+static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t now)
+{
+        r->flags &= (uint8_t)~DW_REL_F_RTO_PROBE;
+        if (orig_held) {
+                r->backoff = r->rto_undo_backoff;
+                return;
+        }
+        /* Only what had a round trip's time to be acknowledged: this ACK may
+         * answer an earlier retransmission rather than the probe, and packets
+         * sent just before the probe may still be on their way. */
+        uint64_t rtt = (r->flags & DW_REL_F_HAVE_RTT) ? r->srtt_ns + r->srtt_ns / 4
+                                                      : (uint64_t)r->p->rto_init_us * NS_PER_US;
+        uint32_t now_us = to_us(now);
+
+        for (uint32_t psn = r->snd_una; dw_psn_before(psn, r->rto_recover); psn++) {
+                struct dw_rel_txent *e = ent(r, psn);
+
+                if ((e->flags & (DW_REL_TXF_SACKED | DW_REL_TXF_PENDING)) ||
+                    (uint64_t)(uint32_t)(now_us - e->sent_us) * NS_PER_US < rtt)
+                        continue;
+                e->flags |= DW_REL_TXF_PENDING | DW_REL_TXF_FAST;
+                r->flags |= DW_REL_F_RETX_PENDING;
         }
 }
 
@@ -260,7 +325,8 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                   const struct dw_rel_ops *ops, void *ctx)
 {
         unsigned nsack = 0, i;
-        bool progress = false, sacked_new = false, have_sample = false;
+        bool progress = false, sacked_new = false, have_sample = false, orig_held = false;
+        bool sack_full;
         uint32_t best_sent = 0, now_us = to_us(now);
 
         if (r->fatal)
@@ -280,17 +346,25 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                     dw_psn_before(r->snd_nxt, h->sack[i].end))
                         return -EBADMSG;
 
+        uint32_t old_high = r->sack_high, best_psn = 0;
+
 #define NEWLY_HELD(psn, e)                                                                         \
         do {                                                                                       \
                 (e)->flags |= DW_REL_TXF_SACKED;                                                   \
+                if ((int32_t)((e)->sent_us - r->rack_us) > 0)                                      \
+                        r->rack_us = (e)->sent_us;                                                 \
                 if (ops && ops->acked)                                                             \
                         ops->acked(ctx, (psn), (e)->cookie);                                       \
                 /* Karn: only packets sent once; the newest one has the least                      \
                  * coalescing delay in its sample. */                                              \
                 if ((e)->retx == 0 && (!have_sample || (int32_t)((e)->sent_us - best_sent) > 0)) { \
                         best_sent = (e)->sent_us;                                                  \
+                        best_psn = (psn);                                                          \
                         have_sample = true;                                                        \
                 }                                                                                  \
+                /* F-RTO: a packet sent only once before the RTO got through. */                   \
+                if ((e)->retx == 0 && dw_psn_before((psn), r->rto_recover))                        \
+                        orig_held = true;                                                          \
         } while (0)
 
         while (dw_psn_before(r->snd_una, h->ack_psn)) {
@@ -320,11 +394,27 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
 #undef NEWLY_HELD
         if (dw_psn_before(r->sack_high, r->snd_una))
                 r->sack_high = r->snd_una;
+        sack_full = r->flags & DW_REL_F_SACK_FULL;
+        /* As many blocks as fit: runs above the last one may exist unreported. */
+        if (nsack >= DW_DGRAM_MAX_SACK)
+                r->flags |= DW_REL_F_SACK_FULL;
+        else
+                r->flags &= (uint8_t)~DW_REL_F_SACK_FULL;
 
-        if (have_sample)
+        /* A sample only from a packet no earlier ACK could have reported
+         * (at or above the old sack_high), from ACKs that are not possibly
+         * truncated, and not from the ACK that ends a probe episode: otherwise
+         * the newest packet held may have arrived long ago (behind a hole,
+         * beyond the blocks of earlier ACKs, or before ACKs that were lost)
+         * and its age is not a round trip. */
+        if (have_sample && !dw_psn_before(best_psn, old_high) && nsack < DW_DGRAM_MAX_SACK &&
+            !sack_full && !(r->flags & DW_REL_F_RTO_PROBE))
                 dw_rel_rtt_sample(r, (uint64_t)(uint32_t)(now_us - best_sent) * NS_PER_US);
+        else if (have_sample)
+                r->backoff = 0; /* Karn: a packet sent once got through, the path works */
         if (progress || sacked_new) {
                 r->retries = 0;
+                r->flags &= (uint8_t)~DW_REL_F_TLP_DONE;
                 r->last_progress = now;
                 if (r->rnr_retries &&
                     (!in_flight(r, r->rnr_psn) || (ent(r, r->rnr_psn)->flags & DW_REL_TXF_SACKED)))
@@ -334,7 +424,9 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 if (!outstanding(r))
                         r->rnr_until = 0;
         }
-        if (sacked_new)
+        if ((r->flags & DW_REL_F_RTO_PROBE) && (progress || sacked_new))
+                rto_verdict(r, orig_held, now);
+        if ((progress || sacked_new) && r->sack_high != r->snd_una)
                 mark_lost(r);
         return 0;
 }
@@ -454,14 +546,13 @@ int dw_rel_build_ack(struct dw_rel_peer *r, struct dw_dgram_hdr *h, unsigned max
                         if (i >= DW_REL_RX_WINDOW)
                                 break;
                 }
-                /* Lowest runs first: they name the holes the sender should fill
-                 * next. When they do not all fit, the last slot goes to the
-                 * highest run so the sender still sees how far data got. */
-                for (i = 0; i < nr && n < max_sack; i++) {
-                        if (n == max_sack - 1 && nr > max_sack)
-                                i = nr - 1;
+                /* The lowest runs only, ascending: the blocks then describe
+                 * [ack_psn, end of the last block) completely, so every gap
+                 * between them is a real hole and the sender may infer loss
+                 * there. Skipping to a higher run would leave unreported runs
+                 * below it that the sender would take for holes and resend. */
+                for (i = 0; i < nr && n < max_sack; i++)
                         h->sack[n++] = runs[i];
-                }
         }
         h->sack_count = (uint8_t)n;
         if (n)
@@ -486,26 +577,48 @@ void dw_rel_build_rnr_nak(struct dw_dgram_hdr *h, uint32_t psn, uint32_t delay_u
 
 /* ---------------------------------------------------------------- timers */
 
-/* RTO expiry: after it the ACK clock is gone, so every un-SACKed packet not
- * sent within the last SRTT is presumed lost (the oldest always is). */
-static void rto_mark(struct dw_rel_peer *r, uint64_t now)
+/* RTO expiry. At microsecond RTTs nearly every expiry comes from a side that
+ * was not scheduled for a few milliseconds, not from loss, so resending every
+ * un-SACKed PSN would mostly make duplicates. Only the oldest un-SACKed PSN
+ * goes (the probe); the ACK it draws decides the rest (rto_verdict). The
+ * episode starts a fresh fast-retransmit round: a hole whose fast
+ * retransmission was lost can be found again by SACKs. */
+/* When a tail loss probe is due (RFC 8985 §7, simplified): no ACK progress
+ * for PTO = 2 SRTT + the ACK delay, while packets are outstanding. The tail
+ * of a burst, or the last ACK of a stalled window, was lost and nothing else
+ * will draw an ACK: probing now recovers in a few RTTs instead of the RTO's
+ * millisecond floor. Once per episode; UINT64_MAX when not armed. */
+static uint64_t tlp_at(const struct dw_rel_peer *r)
 {
-        uint64_t young =
-            (r->flags & DW_REL_F_HAVE_RTT) ? r->srtt_ns : (uint64_t)r->p->rto_init_us * NS_PER_US;
-        uint32_t now_us = to_us(now);
+        if (!(r->flags & DW_REL_F_HAVE_RTT) ||
+            (r->flags & (DW_REL_F_TLP_DONE | DW_REL_F_RTO_PROBE)) || !outstanding(r))
+                return UINT64_MAX;
+        uint64_t pto = 2ull * r->srtt_ns + (uint64_t)r->p->ack_delay_us * NS_PER_US;
+        if (pto < DW_REL_MIN_PTO_US * NS_PER_US)
+                pto = DW_REL_MIN_PTO_US * NS_PER_US;
+        uint64_t t = r->last_progress + pto;
+        return r->rto_deadline && t >= r->rto_deadline ? UINT64_MAX : t;
+}
+
+static void rto_probe(struct dw_rel_peer *r, bool tlp)
+{
         bool first = true;
 
+        if (!(r->flags & DW_REL_F_RTO_PROBE)) {
+                r->flags |= DW_REL_F_RTO_PROBE;
+                r->rto_recover = r->snd_nxt;
+                r->rto_undo_backoff = r->backoff;
+        }
         for (uint32_t psn = r->snd_una; psn != r->snd_nxt; psn++) {
                 struct dw_rel_txent *e = ent(r, psn);
-                uint64_t age = (uint64_t)(uint32_t)(now_us - e->sent_us) * NS_PER_US;
 
-                if (e->flags & DW_REL_TXF_SACKED)
-                        continue;
-                if (first || age >= young) {
+                if (!tlp)
+                        e->flags &= (uint8_t)~DW_REL_TXF_FAST;
+                if (first && !(e->flags & DW_REL_TXF_SACKED)) {
                         e->flags |= DW_REL_TXF_PENDING;
                         r->flags |= DW_REL_F_RETX_PENDING;
+                        first = false;
                 }
-                first = false;
         }
 }
 
@@ -521,11 +634,17 @@ int dw_rel_timers(struct dw_rel_peer *r, uint64_t now, const struct dw_rel_ops *
                 if (p->peer_timeout_ms &&
                     now - r->last_progress >= (uint64_t)p->peer_timeout_ms * NS_PER_MS)
                         return set_fatal(r, -ETIMEDOUT, DW_REL_PEER_TIMEOUT);
+                if (now >= tlp_at(r) && !rnr_waiting(r, now)) {
+                        /* Tail loss probe: no RTO count, no backoff. */
+                        r->flags |= DW_REL_F_TLP_DONE;
+                        r->stats.tail_probes++;
+                        rto_probe(r, true);
+                }
                 if (r->rto_deadline && now >= r->rto_deadline && !rnr_waiting(r, now)) {
                         r->stats.rto_expiries++;
                         if (++r->retries > p->retry_limit)
                                 return set_fatal(r, -ETIMEDOUT, DW_REL_RETRY_EXCEEDED);
-                        rto_mark(r, now);
+                        rto_probe(r, false);
                         if (r->backoff < MAX_BACKOFF) /* RFC 6298 (5.5) */
                                 r->backoff++;
                         r->rto_deadline = now + dw_rel_rto_ns(r); /* (5.6) */
@@ -581,6 +700,8 @@ uint64_t dw_rel_next_deadline(const struct dw_rel_peer *r)
         if (outstanding(r)) {
                 if (r->rto_deadline && r->rto_deadline < d)
                         d = r->rto_deadline;
+                if (tlp_at(r) < d)
+                        d = tlp_at(r);
                 if (r->p->peer_timeout_ms) {
                         uint64_t t = r->last_progress + (uint64_t)r->p->peer_timeout_ms * NS_PER_MS;
                         if (t < d)

@@ -38,6 +38,8 @@
 #define DW_REL_RNR_INFINITE        0xFFu /* rnr_retry_limit: retry forever (ibverbs rnr_retry 7) */
 #define DW_REL_DEF_PEER_TIMEOUT_MS 5000u /* = DIWARP_PEER_TIMEOUT_MS default */
 #define DW_REL_CLOCK_G_NS          1000u /* RFC 6298 G: send times are kept in µs */
+#define DW_REL_MIN_REORDER_US      10u   /* floor of the reordering window (SRTT/4) */
+#define DW_REL_MIN_PTO_US          100u  /* floor of the tail loss probe timeout */
 
 /* Shared, read-only tuning; one per QP or device, outlives its peers. */
 struct dw_rel_params {
@@ -98,12 +100,16 @@ struct dw_rel_stats {
         uint32_t rx_ooo; /* accepted out of order */
         uint32_t rx_oow;
         uint32_t acks_built;
+        uint32_t tail_probes; /* probes after 2 SRTT without ACK progress */
 };
 
 enum {
         DW_REL_F_HAVE_RTT = 0x01,
         DW_REL_F_ACK_NOW = 0x02,      /* an ACK must go out without waiting */
         DW_REL_F_RETX_PENDING = 0x04, /* some ring entry has DW_REL_TXF_PENDING */
+        DW_REL_F_RTO_PROBE = 0x08,    /* RTO fired: one probe out, waiting for its verdict */
+        DW_REL_F_SACK_FULL = 0x10,    /* the last ACK had every SACK block: maybe truncated */
+        DW_REL_F_TLP_DONE = 0x20,     /* tail loss probe spent since the last ACK progress */
 };
 
 /* Per-pseudo-stream state. Fields are readable (tests, counters); change them
@@ -123,7 +129,10 @@ struct dw_rel_peer {
         uint8_t flags;
         int16_t fatal; /* 0 or the negative errno every call now returns */
         uint8_t fatal_reason;
-        uint8_t rsvd0[3];
+        uint8_t rto_undo_backoff; /* backoff before the RTO episode (undone if spurious) */
+        uint8_t rsvd0[2];
+        uint32_t rto_recover; /* snd_nxt when the RTO episode began */
+        uint32_t rack_us;     /* latest send time (µs) of a packet the peer holds */
         uint32_t srtt_ns;
         uint32_t rttvar_ns;
         uint32_t rto_ns;        /* RFC 6298 RTO before backoff, clamped */
@@ -156,10 +165,19 @@ struct dw_rel_ops {
 
 /* ring_len: power of two in 1..128; it is the send window. tx_psn: first PSN
  * this side sends; rx_psn: first PSN expected from the peer (both ends must
- * agree on them: sq_psn/rq_psn for RC over RD). */
+ * agree on them: sq_psn/rq_psn for RC over RD). ring may be NULL: the send
+ * window ring is only needed while PSNs are outstanding, so a caller with many
+ * idle peers attaches one (of ring_len entries) before sending and detaches
+ * it when the window drains. */
 int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
                      struct dw_rel_txent *ring, uint32_t ring_len, uint32_t tx_psn,
                      uint32_t rx_psn);
+/* Gives an idle peer (nothing outstanding, no ring) its ring: 0 or -EINVAL. */
+int dw_rel_attach_ring(struct dw_rel_peer *r, struct dw_rel_txent *ring);
+/* Takes the ring back once nothing is outstanding (the receive side and the
+ * timers of an idle peer never touch it); NULL while PSNs are in flight or
+ * when there is none. dw_rel_tx_can_send is false without a ring. */
+struct dw_rel_txent *dw_rel_detach_ring(struct dw_rel_peer *r);
 
 /* ---- send side ---- */
 

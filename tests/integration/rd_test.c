@@ -5,9 +5,13 @@
  *   rd_test stream rd|rc   2000 Sends/Writes-with-imm of mixed sizes: exactly
  *                          once, in order, byte-exact (meson runs it under
  *                          DIWARP_FAULT drop/dup/reorder/corrupt/mixed)
+ *   rd_test loss   rd|rc   48 x 1 MiB RDMA Writes under DIWARP_FAULT drop: byte-exact,
+ *                          retransmissions at most ~3x the dropped datagrams
  *   rd_test prot   rd|rc   protection violations -> REM_ACCESS_ERR
  *   rd_test rnr    rd|rc   Send before the receive is posted: delivered
  *   rd_test fds            one UDP socket per device for 64 QPs x 64 peers
+ *   rd_test heap           10 000 pseudo-streams per device: idle peer state
+ *                          <= 256 bytes, heap growth per pseudo-stream
  *   rd_test vanish rd|rc kill|stop   peer process killed / stopped: the WR
  *                          fails with RETRY_EXC_ERR within the peer timeout
  *
@@ -16,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <malloc.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -481,6 +486,75 @@ static int case_stream(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- loss */
+
+#define LOSS_N      48 /* 1 MiB RDMA Writes */
+#define LOSS_WINDOW 4
+#define LOSS_SLOTS  16
+
+/* Streams LOSS_N 1 MiB RDMA Writes (meson runs it under DIWARP_FAULT drop) and
+ * bounds the retransmissions by the datagrams the fault hook dropped: selective
+ * repeat resends what was lost, not whole windows. Byte-exact. */
+static int case_loss(void)
+{
+        struct side a, b;
+        buf_len = (size_t)LOSS_SLOTS * MiB;
+        int all =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        pair_open(&a, &b, all);
+        for (unsigned i = 0; i < LOSS_SLOTS; i++)
+                fill(a.buf + (uint64_t)i * MiB, MiB, i + 1);
+        unsigned posted = 0, done = 0;
+        struct diwarp_wc wc[16];
+        uint64_t t0 = now_ms(), end = t0 + 150000;
+        while (done < LOSS_N) {
+                while (posted < LOSS_N && posted - done < LOSS_WINDOW) {
+                        unsigned slot = posted % LOSS_SLOTS;
+                        struct diwarp_sge sge = {(uintptr_t)a.buf + (uint64_t)slot * MiB, MiB,
+                                                 a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = posted,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                                    .send_flags = DIWARP_SEND_SIGNALED};
+                        wr.wr.rdma.remote_addr = (uintptr_t)b.buf + (uint64_t)slot * MiB;
+                        wr.wr.rdma.rkey = b.rkey;
+                        post(&a, &b, &wr);
+                        posted++;
+                }
+                int n = diwarp_cq_poll(a.cq, 16, wc);
+                for (int k = 0; k < n; k++) {
+                        expect_wc(&wc[k], done, DIWARP_WC_SUCCESS, "loss write");
+                        done++;
+                }
+                diwarp_progress(b.dev, 64);
+                if (now_ms() > end)
+                        die("loss: timeout, %u/%u writes done", done, LOSS_N);
+        }
+        uint64_t ms = now_ms() - t0;
+        verify(a.buf, b.buf, (size_t)LOSS_SLOTS * MiB, "loss write", MiB);
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        uint64_t drops = ca.fault_dropped + cb.fault_dropped;
+        fprintf(stderr,
+                "loss ok: %u MiB in %llu ms; retransmits %llu for %llu drops (%llu data side, "
+                "%llu ack side); duplicates received %llu\n",
+                LOSS_N, (unsigned long long)ms, (unsigned long long)ca.retransmits,
+                (unsigned long long)drops, (unsigned long long)ca.fault_dropped,
+                (unsigned long long)cb.fault_dropped, (unsigned long long)cb.rx_dropped_duplicate);
+        if (drops > 0 && ca.retransmits == 0)
+                die("loss: drops without retransmissions");
+        /* ~3x the drops, and a little slack for tiny drop counts (a tail loss
+         * can cost one RTO probe on top). */
+        if (ca.retransmits > 3 * drops + 8)
+                die("loss: %llu retransmits for %llu drops (more than 3x)",
+                    (unsigned long long)ca.retransmits, (unsigned long long)drops);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* ---------------------------------------------------------------- prot */
 
 static int case_prot(void)
@@ -599,15 +673,18 @@ static int count_fds(void)
         return n;
 }
 
-static int case_fds(void)
+/* NQ QPs per side, each of a's sending to each of b's: NQ x NQ pseudo-streams
+ * per device. heap: NQ = 100 (10 000 per device), and the heap growth over
+ * the exchange, per pseudo-stream (glibc mallinfo2; 0 under ASan). */
+static int case_fds(bool heap)
 {
-        enum { NQ = 64 };
+        const int NQ = heap ? 100 : 64;
         struct side a, b;
         buf_len = 1 * MiB;
         side_open(&a, DIWARP_ACCESS_LOCAL_WRITE);
         side_open(&b, DIWARP_ACCESS_LOCAL_WRITE);
         int before = count_fds();
-        struct diwarp_qp *qa[NQ], *qb[NQ];
+        struct diwarp_qp *qa[100], *qb[100];
         struct side sa = a, sb = b;
         for (int i = 0; i < NQ; i++) {
                 qp_make(&sa, 0);
@@ -623,6 +700,7 @@ static int case_fds(void)
         }
         struct diwarp_ah *ah = sa.ah;
         CHECK(diwarp_ah_destroy(sb.ah));
+        struct mallinfo2 m0 = mallinfo2();
         /* Each of a's QPs sends to every one of b's QPs: NQ x NQ pseudo-streams. */
         for (int j = 0; j < NQ; j++)
                 for (int k = 0; k < NQ; k++)
@@ -653,6 +731,24 @@ static int case_fds(void)
                 diwarp_cq_poll(a.cq, 64, wc);
                 if (now_ms() > end)
                         die("fds: %d/%d messages", got, NQ * NQ);
+        }
+        /* Let the last ACKs arrive: every window drains, every ring returns. */
+        for (int k = 0; k < 20; k++) {
+                diwarp_progress(a.dev, 64);
+                diwarp_progress(b.dev, 64);
+                usleep(1000);
+        }
+        struct mallinfo2 m1 = mallinfo2();
+        size_t grew = m1.uordblks - m0.uordblks;
+        if (heap) {
+                fprintf(stderr,
+                        "heap: sizeof(struct dw_rd_peer) = %zu (idle pseudo-stream); %d "
+                        "pseudo-streams on 2 devices: heap +%zu bytes = %zu bytes each\n",
+                        dw_rd_peer_bytes(), 2 * NQ * NQ, grew, grew / (size_t)(2 * NQ * NQ));
+                if (dw_rd_peer_bytes() > 256)
+                        die("heap: per-peer state %zu bytes > 256", dw_rd_peer_bytes());
+                if (grew && grew / (size_t)(2 * NQ * NQ) > 400)
+                        die("heap: %zu bytes per pseudo-stream", grew / (size_t)(2 * NQ * NQ));
         }
         int after = count_fds();
         if (after != before)
@@ -782,12 +878,16 @@ int main(int argc, char **argv)
                 return case_ops();
         if (!strcmp(argv[1], "stream"))
                 return case_stream();
+        if (!strcmp(argv[1], "loss"))
+                return case_loss();
         if (!strcmp(argv[1], "prot"))
                 return case_prot();
         if (!strcmp(argv[1], "rnr"))
                 return case_rnr();
         if (!strcmp(argv[1], "fds"))
-                return case_fds();
+                return case_fds(false);
+        if (!strcmp(argv[1], "heap"))
+                return case_fds(true);
         if (!strcmp(argv[1], "vanish"))
                 return case_vanish(argc > 3 ? argv[3] : "kill");
         die("unknown case %s", argv[1]);
