@@ -168,6 +168,7 @@ struct dw_qp {
         uint8_t ud_hdr[48];
         uint8_t ud_hdr_len, ud_hdr_op;
         uint32_t ud_hdr_dst, ud_hdr_qkey;
+        uint32_t ud_hdr_crc; /* CRC32c state over ud_hdr up to the MSN (qp/ud.c) */
         /* SRQ QPs: the receive WQE taken from the SRQ for the message being
          * placed (dw_qp_recv_head), so the transports see one API for RQ and SRQ. */
         struct dw_wqe srq_cur;

@@ -214,18 +214,13 @@ static enum dw_prot_status check(struct dw_mr_table *t, uint32_t stag, const str
         return DW_PROT_OK;
 }
 
-enum dw_prot_status dw_mr_check_remote(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd,
-                                       int needed_access, uint64_t to, uint64_t len,
-                                       uint8_t **host_addr)
+/* dw_mr_check_remote / dw_mr_check_local (mr.h) test the common case inline
+ * and come here for everything else. */
+enum dw_prot_status dw_mr_check_full(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd,
+                                     int needed_access, uint64_t to, uint64_t len,
+                                     uint8_t **host_addr)
 {
         return check(t, stag, pd, needed_access, to, len, host_addr);
-}
-
-enum dw_prot_status dw_mr_check_local(struct dw_mr_table *t, uint32_t lkey, const struct dw_pd *pd,
-                                      int needed_access, uint64_t addr, uint64_t len,
-                                      uint8_t **host_addr)
-{
-        return check(t, lkey, pd, needed_access, addr, len, host_addr);
 }
 
 enum dw_prot_status dw_mr_invalidate_status(struct dw_mr_table *t, uint32_t stag,

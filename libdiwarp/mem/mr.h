@@ -103,6 +103,39 @@ enum dw_prot_status {
         DW_PROT_NOT_INVALIDATABLE, /* invalidate only: this STag cannot be invalidated */
 };
 
+/* The full check (every rule, in the documented order); the inline checks
+ * below call it whenever their fast test does not pass. */
+enum dw_prot_status dw_mr_check_full(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd,
+                                     int needed_access, uint64_t to, uint64_t len,
+                                     uint8_t **host_addr);
+
+/* Fast test of the common case, inline on the data path (one per SGE and per
+ * placed segment): a live, valid registration of pd with the rights, and
+ * [to, to+len) inside it. Anything else, zero length included, takes the
+ * full check, which also decides which failure to report. In bounds implies
+ * no TO wrap (registration refuses an iova + length that wraps). */
+static inline enum dw_prot_status dw_mr_check_inline(struct dw_mr_table *t, uint32_t stag,
+                                                     const struct dw_pd *pd, int needed_access,
+                                                     uint64_t to, uint64_t len, uint8_t **host_addr)
+{
+        uint32_t idx = dw_stag_index(stag);
+        /* idx - 1 < max: 1 <= idx <= max (unsigned wrap rejects index 0) */
+        if (__builtin_expect(len != 0 && idx - 1 < t->max, 1)) {
+                const struct dw_mr *mr = &t->slots[idx];
+                uint64_t off = to - mr->iova;
+                if (__builtin_expect(mr->stag == stag && mr->in_use && mr->valid && mr->pd == pd &&
+                                         (mr->access & needed_access) == needed_access &&
+                                         to >= mr->iova && off <= mr->length &&
+                                         len <= mr->length - off,
+                                     1)) {
+                        if (host_addr)
+                                *host_addr = mr->addr + off;
+                        return DW_PROT_OK;
+                }
+        }
+        return dw_mr_check_full(t, stag, pd, needed_access, to, len, host_addr);
+}
+
 /* Remote (tagged) access: RDMA Write / Read Response placement, RDMA Read
  * Request source, atomics. needed_access: DIWARP_ACCESS_REMOTE_{READ,WRITE,
  * ATOMIC} bits. to is the TO from the wire (iova-based, or 0-based with
@@ -114,16 +147,23 @@ enum dw_prot_status {
  * TO wrap: to + len > 2^64 - 1 (the end is not representable).
  * Order of checks (first failure wins): STag, invalidated, PD, access,
  * TO wrap, bounds. */
-enum dw_prot_status dw_mr_check_remote(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd,
-                                       int needed_access, uint64_t to, uint64_t len,
-                                       uint8_t **host_addr);
+static inline enum dw_prot_status dw_mr_check_remote(struct dw_mr_table *t, uint32_t stag,
+                                                     const struct dw_pd *pd, int needed_access,
+                                                     uint64_t to, uint64_t len, uint8_t **host_addr)
+{
+        return dw_mr_check_inline(t, stag, pd, needed_access, to, len, host_addr);
+}
 /* Local (lkey) access for an SGE. needed_access: DIWARP_ACCESS_LOCAL_WRITE for
  * receive buffers and RDMA Read / atomic sinks; 0 for send sources (any
  * registration may be read locally). addr is the SGE address, iova-based as in
  * ibverbs (0-based for ZERO_BASED MRs). Same zero-length rule. */
-enum dw_prot_status dw_mr_check_local(struct dw_mr_table *t, uint32_t lkey, const struct dw_pd *pd,
-                                      int needed_access, uint64_t addr, uint64_t len,
-                                      uint8_t **host_addr);
+static inline enum dw_prot_status dw_mr_check_local(struct dw_mr_table *t, uint32_t lkey,
+                                                    const struct dw_pd *pd, int needed_access,
+                                                    uint64_t addr, uint64_t len,
+                                                    uint8_t **host_addr)
+{
+        return dw_mr_check_inline(t, lkey, pd, needed_access, addr, len, host_addr);
+}
 
 /* Invalidates an STag (Local Invalidate; Send with Invalidate at the Data
  * Sink, RFC 5040 §6.10). Any MR of pd may be invalidated (decision: see

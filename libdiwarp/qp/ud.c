@@ -41,21 +41,34 @@ static void dw_ud_set_pending(struct dw_qp *qp, bool pending)
  * QN, MSN, MO). The cached header is checked at this offset when stored. */
 #define DW_UD_MSN_OFF 10
 
+/* Length of the cached headers: datagram header + untagged DDP/RDMAP Send;
+ * the CRC state cached with them covers the bytes before the MSN. */
+#define DW_UD_HDR_LEN     (DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN)
+#define DW_UD_HDR_CRC_PRE (DW_DGRAM_HDR_LEN + DW_UD_MSN_OFF)
+
 /* Encodes the headers of one UD message with MSN msn into hdr (dgram + Send)
- * and imm (Immediate Data message, when with_imm). Returns the header length. */
+ * and imm (Immediate Data message, when with_imm). Returns the header length;
+ * *crc is the CRC32c state over the first *crc_pre bytes of hdr (a cached
+ * prefix: everything before the MSN when the headers came from the cache). */
 static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, uint8_t *hdr,
-                             size_t cap, uint8_t *imm, bool with_imm)
+                             size_t cap, uint8_t *imm, bool with_imm, uint32_t *crc,
+                             size_t *crc_pre)
 {
         bool se = w->send_flags & DIWARP_SEND_SOLICITED;
         /* IB rule: a remote qkey with the high bit set means "use the QP's own". */
         uint32_t qkey = (w->remote_qkey & 0x80000000u) ? qp->attr.qkey : w->remote_qkey;
         uint8_t op = se ? 2 : 1; /* header cache key (Sends without immediate) */
         if (!with_imm && qp->ud_hdr_op == op && qp->ud_hdr_dst == w->remote_qpn &&
-            qp->ud_hdr_qkey == qkey && cap >= qp->ud_hdr_len) {
-                memcpy(hdr, qp->ud_hdr, qp->ud_hdr_len);
+            qp->ud_hdr_qkey == qkey && cap >= DW_UD_HDR_LEN) {
+                /* A constant size: an inline copy, not a memcpy call. */
+                memcpy(hdr, qp->ud_hdr, DW_UD_HDR_LEN);
                 dw_put_be32(hdr + DW_DGRAM_HDR_LEN + DW_UD_MSN_OFF, msn);
-                return qp->ud_hdr_len;
+                *crc = qp->ud_hdr_crc;
+                *crc_pre = DW_UD_HDR_CRC_PRE;
+                return DW_UD_HDR_LEN;
         }
+        *crc = dw_crc32c_init();
+        *crc_pre = 0;
         struct dw_dgram_hdr h = {
             .flags = DW_DGRAM_F_DATA | (with_imm ? DW_DGRAM_F_IMM : 0),
             .dst_qpn = w->remote_qpn,
@@ -76,10 +89,11 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
         ssize_t m = dw_rdmap_encode(&r, hdr + n, cap - (size_t)n);
         if (m < 0)
                 return m;
-        if (!with_imm && n == DW_DGRAM_HDR_LEN && (size_t)(n + m) <= sizeof(qp->ud_hdr) &&
+        if (!with_imm && n + m == DW_UD_HDR_LEN && (size_t)(n + m) <= sizeof(qp->ud_hdr) &&
             dw_get_be32(hdr + n + DW_UD_MSN_OFF) == msn) {
                 memcpy(qp->ud_hdr, hdr, (size_t)(n + m));
                 qp->ud_hdr_len = (uint8_t)(n + m);
+                qp->ud_hdr_crc = dw_crc32c_update(dw_crc32c_init(), hdr, DW_UD_HDR_CRC_PRE);
                 qp->ud_hdr_op = op;
                 qp->ud_hdr_dst = w->remote_qpn;
                 qp->ud_hdr_qkey = qkey;
@@ -108,6 +122,40 @@ static bool dw_ud_net_error(int e)
                e == EHOSTDOWN || e == ENETDOWN;
 }
 
+/* dw_qp_gather for a send WQE; the common single-SGE send (not inline) is
+ * checked and mapped here without the general loop. Same result. */
+static inline int dw_ud_gather(struct dw_qp *qp, const struct dw_wqe *w, struct iovec *iov)
+{
+        if (w->num_sge == 1 && !(w->flags & DW_WQE_INLINE) && w->sge[0].length != 0) {
+                uint8_t *h;
+                if (dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd, 0, w->sge[0].addr,
+                                      w->sge[0].length, &h) != DW_PROT_OK)
+                        return -EACCES;
+                iov[0].iov_base = h;
+                iov[0].iov_len = w->sge[0].length;
+                return 1;
+        }
+        return dw_qp_gather(qp, w, iov, DW_MAX_SGE);
+}
+
+/* dw_qp_scatter at offset 0 of a receive WQE of at least len (> 0) bytes; a
+ * single-SGE receive (the common case) is checked and copied here without
+ * the general loop. Same result, all or nothing. */
+static inline int dw_ud_place(struct dw_qp *qp, const struct dw_wqe *w, const uint8_t *src,
+                              size_t len)
+{
+        if (w->num_sge == 1 && len <= w->sge[0].length) {
+                const struct dw_pd *pd = qp->srq ? qp->srq->pd : qp->pd;
+                uint8_t *h;
+                if (dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, pd, DIWARP_ACCESS_LOCAL_WRITE,
+                                      w->sge[0].addr, len, &h) != DW_PROT_OK)
+                        return -EACCES;
+                memcpy(h, src, len);
+                return 0;
+        }
+        return dw_qp_scatter(qp, w, 0, src, len);
+}
+
 /* One datagram being built: headers, CRC trailer and the iovecs gathering
  * them around the payload, which stays in registered memory. */
 struct dw_ud_txm {
@@ -124,12 +172,14 @@ struct dw_ud_txm {
 static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, struct dw_ud_txm *m)
 {
         bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
-        ssize_t hl = dw_ud_headers(qp, w, msn, m->hdr, sizeof(m->hdr), m->imm, with_imm);
+        uint32_t st;
+        size_t pre;
+        ssize_t hl = dw_ud_headers(qp, w, msn, m->hdr, sizeof(m->hdr), m->imm, with_imm, &st, &pre);
         if (hl < 0)
                 return -1;
         m->iov[0].iov_base = m->hdr;
         m->iov[0].iov_len = (size_t)hl;
-        int g = dw_qp_gather(qp, w, m->iov + 1, DW_MAX_SGE);
+        int g = dw_ud_gather(qp, w, m->iov + 1);
         if (g < 0)
                 return -2;
         int cnt = 1 + g;
@@ -138,7 +188,8 @@ static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, s
                 m->iov[cnt].iov_len = sizeof(m->imm);
                 cnt++;
         }
-        uint32_t st = dw_crc32c_update_iov(dw_crc32c_init(), m->iov, (size_t)cnt);
+        st = dw_crc32c_update(st, m->hdr + pre, (size_t)hl - pre);
+        st = dw_crc32c_update_iov(st, m->iov + 1, (size_t)cnt - 1);
         dw_dgram_crc_trailer(m->crc, st);
         m->iov[cnt].iov_base = m->crc;
         m->iov[cnt].iov_len = sizeof(m->crc);
@@ -275,8 +326,10 @@ int dw_ud_tx(struct dw_qp *qp, int budget)
 static void dw_ud_grh(uint8_t grh[DW_GRH_LEN], const union diwarp_gid *sgid,
                       const union diwarp_gid *dgid, uint32_t payload)
 {
-        memset(grh, 0, DW_GRH_LEN);
+        /* Bytes 0-3: version 6, traffic class and flow label 0. Every byte is
+         * written once (no memset first: this runs for every UD receive). */
         grh[0] = 0x60;
+        grh[1] = grh[2] = grh[3] = 0;
         dw_put_be16(grh + 4, (uint16_t)(payload > 0xffff ? 0xffff : payload));
         grh[6] = 0x11; /* UDP */
         grh[7] = 64;
@@ -310,62 +363,37 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
         }
         if (body < 0)
                 goto malformed;
-        struct dw_dgram_hdr h;
-        ssize_t hl = dw_dgram_decode(pkt, (size_t)body, &h, &why);
-        if (hl < 0)
-                goto malformed;
-        if (h.flags & DW_DGRAM_F_RD) {
+        /* packet_check guarantees a fixed header. RD datagrams need the
+         * whole header (ACK, SACK, credits): the general decoder; UD ones only
+         * what dw_dgram_decode_ud extracts in one pass. */
+        if (pkt[1] & DW_DGRAM_F_RD) {
+                struct dw_dgram_hdr h;
+                ssize_t hl = dw_dgram_decode(pkt, (size_t)body, &h, &why);
+                if (hl < 0)
+                        goto malformed;
                 dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from); /* qp/rd.c */
                 return;
         }
-        if (!(h.flags & DW_DGRAM_F_DATA)) {
-                why = "UD datagram without DATA";
-                goto malformed;
-        }
-        struct dw_dgram_layout lay;
-        if (dw_dgram_layout(&h, (size_t)hl, (size_t)body, &lay, &why) < 0)
+        struct dw_dgram_ud u;
+        if (dw_dgram_decode_ud(pkt, (size_t)body, &u, &why) < 0)
                 goto malformed;
 
-        struct dw_qp *qp = dw_qp_lookup(dev, h.dst_qpn);
+        struct dw_qp *qp = dw_qp_lookup(dev, u.dst_qpn);
         if (!qp || qp->type != DIWARP_QPT_UD ||
             (qp->state != DIWARP_QPS_RTR && qp->state != DIWARP_QPS_RTS)) {
                 dev->ctr.rx_dropped_no_qp++;
-                dw_dbg("UD rx: no UD QP %#x ready, dropped", h.dst_qpn);
+                dw_dbg("UD rx: no UD QP %#x ready, dropped", u.dst_qpn);
                 return;
         }
-        if (h.qkey != qp->attr.qkey) {
+        if (u.qkey != qp->attr.qkey) {
                 dev->ctr.rx_dropped_qkey++;
                 qp->ctr.rx_dropped_qkey++;
-                dw_dbg("QP %#x: qkey %#x != %#x, dropped", qp->qpn, h.qkey, qp->attr.qkey);
+                dw_dbg("QP %#x: qkey %#x != %#x, dropped", qp->qpn, u.qkey, qp->attr.qkey);
                 return;
         }
-        struct dw_rdmap_hdr r;
-        ssize_t rl = dw_rdmap_decode(pkt + lay.seg_off, lay.seg_len, &r, &why);
-        if (rl < 0)
-                goto malformed;
-        if (r.ddp.tagged || (r.opcode != DW_RDMAP_SEND && r.opcode != DW_RDMAP_SEND_SE) ||
-            !r.ddp.last || r.ddp.mo != 0) {
-                why = "UD carries only single-segment Send messages";
-                goto malformed;
-        }
-        const uint8_t *payload = pkt + lay.seg_off + rl;
-        size_t plen = lay.seg_len - (size_t)rl;
-        bool se = r.opcode == DW_RDMAP_SEND_SE;
-        bool with_imm = false;
-        uint32_t imm_data = 0;
-        if (h.flags & DW_DGRAM_F_IMM) {
-                struct dw_rdmap_hdr ri;
-                ssize_t il = dw_rdmap_decode(pkt + lay.imm_off, DW_DGRAM_IMM_MSG_LEN, &ri, &why);
-                if (il < 0)
-                        goto malformed;
-                if (ri.opcode != DW_RDMAP_IMM_DATA && ri.opcode != DW_RDMAP_IMM_DATA_SE) {
-                        why = "IMM flag without an Immediate Data message";
-                        goto malformed;
-                }
-                se = se || ri.opcode == DW_RDMAP_IMM_DATA_SE;
-                memcpy(&imm_data, pkt + lay.imm_off + il, 4);
-                with_imm = true;
-        }
+        const uint8_t *payload = pkt + u.payload_off;
+        size_t plen = u.payload_len;
+        bool se = u.se;
 
         struct dw_wqe *w = dw_qp_recv_head(qp);
         if (!w) {
@@ -374,11 +402,11 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
                 dw_dbg("QP %#x: no receive posted, UD message dropped", qp->qpn);
                 return;
         }
-        if (dw_ud_duplicate(qp, from, h.src_qpn, r.ddp.msn)) {
+        if (dw_ud_duplicate(qp, from, u.src_qpn, u.msn)) {
                 dev->ctr.rx_dropped_duplicate++;
                 qp->ctr.rx_dropped_duplicate++;
-                dw_dbg("QP %#x: duplicate of MSN %#x from QP %#x dropped", qp->qpn, r.ddp.msn,
-                       h.src_qpn);
+                dw_dbg("QP %#x: duplicate of MSN %#x from QP %#x dropped", qp->qpn, u.msn,
+                       u.src_qpn);
                 return;
         }
         dev->ctr.rx_packets++;
@@ -390,9 +418,9 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
             .wr_id = w->wr_id,
             .status = DIWARP_WC_SUCCESS,
             .opcode = DIWARP_WC_RECV,
-            .src_qp = h.src_qpn,
-            .wc_flags = DIWARP_WC_GRH | (with_imm ? DIWARP_WC_WITH_IMM : 0),
-            .imm_data = with_imm ? imm_data : 0,
+            .src_qp = u.src_qpn,
+            .wc_flags = DIWARP_WC_GRH | (u.with_imm ? DIWARP_WC_WITH_IMM : 0),
+            .imm_data = u.imm_data,
         };
         if (DW_GRH_LEN + plen > w->total_len) {
                 dw_dbg("QP %#x: receive of %llu bytes too small for %zu + GRH", qp->qpn,
@@ -412,7 +440,7 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
                  * all or nothing) places GRH + payload. */
                 uint8_t *g = (uint8_t *)payload - DW_GRH_LEN;
                 dw_ud_grh(g, &sgid, &dev->gid, (uint32_t)plen);
-                sr = dw_qp_scatter(qp, w, 0, g, DW_GRH_LEN + plen);
+                sr = dw_ud_place(qp, w, g, DW_GRH_LEN + plen);
         } else {
                 dw_ud_grh(grh, &sgid, &dev->gid, (uint32_t)plen);
                 sr = dw_qp_scatter(qp, w, 0, grh, DW_GRH_LEN);

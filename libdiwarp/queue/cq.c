@@ -205,42 +205,54 @@ void dw_cq_fini(struct dw_cq *cq)
         cq->channel = NULL;
 }
 
-int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited)
+/* The armed case of dw_cq_push, out of line so the common push (not armed:
+ * busy-polling applications) stays a leaf function. */
+__attribute__((noinline)) static void cq_armed_push(struct dw_cq *cq, const struct diwarp_wc *wc,
+                                                    bool solicited)
 {
-        bool fire;
-
-        if (cq->count == cq->cqe) {
-                cq->overflowed = true;
-                return -EOVERFLOW;
-        }
-        cq->ring[cq->tail] = *wc;
-        cq->tail = cq->tail + 1 == cq->cqe ? 0 : cq->tail + 1;
-        cq->count++;
-
-        if (!cq->armed)
-                return 0;
         /* ibverbs: solicited_only fires on a solicited receive completion or
          * on any unsuccessful completion. */
-        fire = !cq->armed_solicited_only || wc->status != DIWARP_WC_SUCCESS ||
-               (solicited && (wc->opcode & DIWARP_WC_RECV));
+        bool fire = !cq->armed_solicited_only || wc->status != DIWARP_WC_SUCCESS ||
+                    (solicited && (wc->opcode & DIWARP_WC_RECV));
         if (fire) {
                 cq->armed = false;
                 cq->armed_solicited_only = false;
                 if (cq->channel)
                         channel_notify(cq->channel, cq);
         }
+}
+
+int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited)
+{
+        uint32_t tail = cq->tail;
+
+        if (__builtin_expect(cq->count == cq->cqe, 0)) {
+                cq->overflowed = true;
+                return -EOVERFLOW;
+        }
+        cq->ring[tail] = *wc;
+        cq->tail = tail + 1 == cq->cqe ? 0 : tail + 1;
+        cq->count++;
+        if (cq->armed)
+                cq_armed_push(cq, wc, solicited);
         return 0;
 }
 
 int dw_cq_pop(struct dw_cq *cq, int n, struct diwarp_wc *wc)
 {
-        int i;
+        /* Cursor and count in locals: the stores to wc[] may alias *cq as far
+         * as the compiler knows, which would reload them every iteration. */
+        uint32_t head = cq->head, count = cq->count, cqe = cq->cqe;
+        const struct diwarp_wc *ring = cq->ring;
+        int i = 0;
 
-        for (i = 0; i < n && cq->count > 0; i++) {
-                wc[i] = cq->ring[cq->head];
-                cq->head = cq->head + 1 == cq->cqe ? 0 : cq->head + 1;
-                cq->count--;
+        while (i < n && count > 0) {
+                wc[i++] = ring[head];
+                head = head + 1 == cqe ? 0 : head + 1;
+                count--;
         }
+        cq->head = head;
+        cq->count = count;
         return i;
 }
 

@@ -74,20 +74,53 @@ struct dw_wq {
 int dw_wq_init(struct dw_wq *wq, uint32_t max_wr, uint32_t max_sge, uint32_t max_inline);
 void dw_wq_fini(struct dw_wq *wq);
 
-/* Slot at the tail, zeroed (inline_buf set), or NULL when full (the caller
- * returns -ENOMEM as ibverbs does). Not visible until dw_wq_commit. */
+/* Slot at the tail, zeroed except sge[] (inline_buf set), or NULL when full
+ * (the caller returns -ENOMEM as ibverbs does). Not visible until
+ * dw_wq_commit. sge[i] is meaningful for i < num_sge only (the fill helpers
+ * below write exactly those). */
 struct dw_wqe *dw_wq_reserve(struct dw_wq *wq);
-void dw_wq_commit(struct dw_wq *wq);
+
+/* The ring accessors below are inline: they run several times per message. */
+
+static inline void dw_wq_commit(struct dw_wq *wq)
+{
+        wq->tail = wq->tail + 1 == wq->capacity ? 0 : wq->tail + 1;
+        wq->count++;
+}
 
 /* Oldest WQE, or NULL when empty. */
-struct dw_wqe *dw_wq_head(struct dw_wq *wq);
+static inline struct dw_wqe *dw_wq_head(struct dw_wq *wq)
+{
+        return wq->count ? &wq->ring[wq->head] : NULL;
+}
+
 /* Drops the oldest WQE (after its completion was generated). */
-void dw_wq_pop(struct dw_wq *wq);
+static inline void dw_wq_pop(struct dw_wq *wq)
+{
+        if (wq->count == 0)
+                return;
+        wq->head = wq->head + 1 == wq->capacity ? 0 : wq->head + 1;
+        wq->count--;
+        /* A WQE may complete without having been started (flush). */
+        if (wq->started > 0)
+                wq->started--;
+}
+
 /* i-th WQE from the head (0 = oldest), or NULL if i >= count. For flushing:
  * for (i = 0; (w = dw_wq_at(wq, i)); i++) ... */
-struct dw_wqe *dw_wq_at(struct dw_wq *wq, uint32_t i);
+static inline struct dw_wqe *dw_wq_at(struct dw_wq *wq, uint32_t i)
+{
+        if (i >= wq->count)
+                return NULL;
+        uint32_t k = wq->head + i;
+        return &wq->ring[k >= wq->capacity ? k - wq->capacity : k];
+}
+
 /* First WQE the engine has not started yet, or NULL. */
-struct dw_wqe *dw_wq_next(struct dw_wq *wq);
+static inline struct dw_wqe *dw_wq_next(struct dw_wq *wq)
+{
+        return dw_wq_at(wq, wq->started);
+}
 /* Marks dw_wq_next's WQE started (sets DW_WQE_STARTED). */
 void dw_wq_advance(struct dw_wq *wq);
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "crc32c.h"
+#include "rdmap.h"
 
 /* Flags that only mean something on a reliable-datagram packet. */
 #define DW_DGRAM_F_RD_ONLY                                                                         \
@@ -201,6 +202,118 @@ int dw_dgram_layout(const struct dw_dgram_hdr *h, size_t hdr_len, size_t len,
         out->seg_len = body - imm;
         if (imm)
                 out->imm_off = len - imm;
+        return 0;
+}
+
+int dw_dgram_decode_ud_strict(const uint8_t *buf, size_t len, struct dw_dgram_ud *out,
+                              const char **why)
+{
+        struct dw_dgram_hdr h;
+        ssize_t hl = dw_dgram_decode(buf, len, &h, why);
+        if (hl < 0)
+                return (int)hl;
+        if (h.flags & DW_DGRAM_F_RD)
+                return dw_wire_fail(why, "flags: reliable-datagram packet, not UD", EBADMSG);
+        struct dw_dgram_layout lay;
+        int rc = dw_dgram_layout(&h, (size_t)hl, len, &lay, why);
+        if (rc < 0)
+                return rc;
+        struct dw_rdmap_hdr r;
+        ssize_t rl = dw_rdmap_decode(buf + lay.seg_off, lay.seg_len, &r, why);
+        if (rl < 0)
+                return (int)rl;
+        if (r.ddp.tagged || (r.opcode != DW_RDMAP_SEND && r.opcode != DW_RDMAP_SEND_SE) ||
+            !r.ddp.last || r.ddp.mo != 0)
+                return dw_wire_fail(why, "UD carries only single-segment Send messages", EBADMSG);
+        bool se = r.opcode == DW_RDMAP_SEND_SE;
+        uint32_t imm_data = 0;
+        if (h.flags & DW_DGRAM_F_IMM) {
+                struct dw_rdmap_hdr ri;
+                ssize_t il = dw_rdmap_decode(buf + lay.imm_off, DW_DGRAM_IMM_MSG_LEN, &ri, why);
+                if (il < 0)
+                        return (int)il;
+                if (ri.opcode != DW_RDMAP_IMM_DATA && ri.opcode != DW_RDMAP_IMM_DATA_SE)
+                        return dw_wire_fail(why, "IMM flag without an Immediate Data message",
+                                            EBADMSG);
+                se = se || ri.opcode == DW_RDMAP_IMM_DATA_SE;
+                memcpy(&imm_data, buf + lay.imm_off + il, 4);
+        }
+        out->dst_qpn = h.dst_qpn;
+        out->src_qpn = h.src_qpn;
+        out->qkey = h.qkey;
+        out->msn = r.ddp.msn;
+        out->payload_off = (uint32_t)(lay.seg_off + (size_t)rl);
+        out->payload_len = (uint32_t)(lay.seg_len - (size_t)rl);
+        out->imm_data = imm_data;
+        out->with_imm = (h.flags & DW_DGRAM_F_IMM) != 0;
+        out->se = se;
+        return 0;
+}
+
+/* The fast path's way out: anything not of the one canonical UD shape. */
+__attribute__((noinline, cold)) static int ud_slow(const uint8_t *buf, size_t len,
+                                                   struct dw_dgram_ud *out, const char **why)
+{
+        return dw_dgram_decode_ud_strict(buf, len, out, why);
+}
+
+/* Bytes 0-7 of a UD header, with the IMM flag and dst_qpn's low 24 bits
+ * masked: version 1, flags DATA, sack_count 0, nak_code 0, QPN byte 0. */
+#define UD_H0_MASK 0xff7fffffff000000ull
+#define UD_H0      ((uint64_t)DW_DGRAM_VERSION << 56 | (uint64_t)DW_DGRAM_F_DATA << 48)
+#define UD_H0_IMM  ((uint64_t)DW_DGRAM_F_IMM << 48)
+/* First 2 bytes of a single-segment untagged message: DDP control T = 0,
+ * L = 1, DV = 1, then the RDMAP control byte RV = 1 and the opcode. */
+#define UD_MSG(op)                                                                                 \
+        ((uint16_t)((DW_DDP_CTRL_L | DW_DDP_VERSION) << 8 | DW_RDMAP_VERSION << 6 | (op)))
+
+/* One untagged single-segment message header at p (Send or Immediate Data)
+ * whose first two bytes must be a or b: the RsvdULP word (no Invalidate
+ * STag), the QN (queue 0) and the MO are zero. */
+static inline bool ud_msg_ok(const uint8_t *p, uint16_t a, uint16_t b)
+{
+        uint64_t w = dw_get_be64(p); /* control, RsvdULP, QN bytes 0-1 */
+        uint16_t c = (uint16_t)(w >> 48);
+        return (c == a || c == b) && (w & 0xffffffffffffull) == 0 &&
+               (dw_get_be16(p + 8) | dw_get_be32(p + 14)) == 0;
+}
+
+int dw_dgram_decode_ud(const uint8_t *buf, size_t len, struct dw_dgram_ud *out, const char **why)
+{
+        /* Every rule the strict route applies to a UD datagram, as compares
+         * at fixed offsets: the header (flags exactly DATA or DATA|IMM; no
+         * SACK, NAK, ACK, credits or RNR delay, so bytes 2-3 and 20-27 are
+         * zero; QPN reserved bytes zero), the Send header right after it and
+         * the Immediate Data message at the end. Anything else (including
+         * every malformed input) goes the strict way, which finds the reason. */
+        const size_t fixed = DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN;
+        if (len < fixed)
+                return ud_slow(buf, len, out, why);
+        uint64_t h0 = dw_get_be64(buf);
+        bool imm = (h0 & UD_H0_IMM) != 0;
+        size_t tail = imm ? DW_DGRAM_IMM_MSG_LEN : 0;
+        const uint8_t *seg = buf + DW_DGRAM_HDR_LEN;
+        if ((h0 & UD_H0_MASK) != UD_H0 || buf[8] != 0 || dw_get_be64(buf + 20) != 0 ||
+            len - fixed < tail || !ud_msg_ok(seg, UD_MSG(DW_RDMAP_SEND), UD_MSG(DW_RDMAP_SEND_SE)))
+                return ud_slow(buf, len, out, why);
+        bool se = seg[1] == UD_MSG(DW_RDMAP_SEND_SE) % 256;
+        uint32_t imm_data = 0;
+        if (imm) {
+                const uint8_t *im = buf + len - DW_DGRAM_IMM_MSG_LEN;
+                if (!ud_msg_ok(im, UD_MSG(DW_RDMAP_IMM_DATA), UD_MSG(DW_RDMAP_IMM_DATA_SE)))
+                        return ud_slow(buf, len, out, why);
+                se = se || im[1] == UD_MSG(DW_RDMAP_IMM_DATA_SE) % 256;
+                memcpy(&imm_data, im + DW_DGRAM_DDP_UNTAGGED_LEN, 4);
+        }
+        out->dst_qpn = (uint32_t)h0 & DW_DGRAM_QPN_MASK;
+        out->src_qpn = dw_get_be32(buf + 8);
+        out->qkey = dw_get_be32(buf + 12);
+        out->msn = dw_get_be32(seg + 10);
+        out->payload_off = (uint32_t)fixed;
+        out->payload_len = (uint32_t)(len - tail - fixed);
+        out->imm_data = imm_data;
+        out->with_imm = imm;
+        out->se = se;
         return 0;
 }
 

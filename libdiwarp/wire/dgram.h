@@ -129,6 +129,35 @@ struct dw_dgram_layout {
 int dw_dgram_layout(const struct dw_dgram_hdr *h, size_t hdr_len, size_t len,
                     struct dw_dgram_layout *out, const char **why);
 
+/* What a UD receive needs of a datagram (RD flag clear): the header fields,
+ * the single-segment untagged Send (RFC 5040 Send or Send with SE; L = 1,
+ * MO = 0) and, with the IMM flag, the RFC 7306 Immediate Data message. */
+struct dw_dgram_ud {
+        uint32_t dst_qpn;
+        uint32_t src_qpn;
+        uint32_t qkey;
+        uint32_t msn;         /* MSN of the Send */
+        uint32_t payload_off; /* Send payload, from the start of the datagram */
+        uint32_t payload_len;
+        uint32_t imm_data; /* first 4 bytes of the Immediate Data as received; 0 without IMM */
+        bool with_imm;
+        bool se; /* Send with SE, or Immediate Data with SE */
+};
+
+/* Decodes a UD datagram of len bytes (without its CRC) in one pass over fixed
+ * offsets: no SACK array, no intermediate header structs. Accepts exactly
+ * what dw_dgram_decode_ud_strict accepts and fills the same fields; on a
+ * rejection it returns the strict route's errno and reason (it runs it). A
+ * datagram with the RD flag is rejected (-EBADMSG): route those to
+ * dw_dgram_decode before calling this. Returns 0 or a negative errno. */
+int dw_dgram_decode_ud(const uint8_t *buf, size_t len, struct dw_dgram_ud *out, const char **why);
+
+/* The same through the general codecs in turn (dw_dgram_decode,
+ * dw_dgram_layout, dw_rdmap_decode of the Send and of the Immediate Data
+ * message) plus the UD rules; the reference the fast path is tested against. */
+int dw_dgram_decode_ud_strict(const uint8_t *buf, size_t len, struct dw_dgram_ud *out,
+                              const char **why);
+
 /* Verifies the trailing CRC32c of a whole datagram. Returns the length without
  * the CRC, -ENODATA when shorter than a fixed header + CRC, -EILSEQ on mismatch. */
 ssize_t dw_dgram_packet_check(const uint8_t *pkt, size_t len, const char **why);

@@ -1,6 +1,8 @@
 /* Fuzzes the datagram header decoder, the body layout and the CRC check.
  * A header that decodes must re-encode to the same bytes and decode to the
- * same struct; anything else is a codec bug, so abort(). */
+ * same struct; anything else is a codec bug, so abort(). The UD fast-path
+ * decoder (dw_dgram_decode_ud) must agree with the strict route on every
+ * input: same verdict, errno, reason and fields. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,37 @@ static int same_hdr(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr *b)
         return 1;
 }
 
+static int same_ud(const struct dw_dgram_ud *a, const struct dw_dgram_ud *b)
+{
+        return a->dst_qpn == b->dst_qpn && a->src_qpn == b->src_qpn && a->qkey == b->qkey &&
+               a->msn == b->msn && a->payload_off == b->payload_off &&
+               a->payload_len == b->payload_len && a->imm_data == b->imm_data &&
+               a->with_imm == b->with_imm && a->se == b->se;
+}
+
+/* Fast path against the strict route; an accepted datagram's parts must lie
+ * inside it: header, Send header, payload, [Immediate Data message]. */
+static void check_ud(const uint8_t *data, size_t len)
+{
+        struct dw_dgram_ud f, s;
+        const char *wf = NULL, *ws = NULL;
+        int rf = dw_dgram_decode_ud(data, len, &f, &wf);
+        int rs = dw_dgram_decode_ud_strict(data, len, &s, &ws);
+        if (rf != rs)
+                abort();
+        if (rf < 0) {
+                if (!wf || !ws || strcmp(wf, ws) != 0)
+                        abort();
+                return;
+        }
+        if (rf != 0 || !same_ud(&f, &s))
+                abort();
+        size_t imm = f.with_imm ? DW_DGRAM_IMM_MSG_LEN : 0;
+        if (f.payload_off != DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN ||
+            (size_t)f.payload_off + f.payload_len + imm != len)
+                abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         const char *why = NULL;
@@ -40,6 +73,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* With a good CRC the datagram body ends before it; otherwise feed the
          * whole input so the decoder sees everything libFuzzer makes. */
         size_t plen = body >= 0 ? (size_t)body : size;
+
+        check_ud(data, plen);
 
         struct dw_dgram_hdr h;
         why = NULL;

@@ -5,6 +5,7 @@
 
 #include "wire/crc32c.h"
 #include "wire/dgram.h"
+#include "wire/rdmap.h"
 
 #define QPN_D 0x00123456u
 #define QPN_S 0x00ABCDEFu
@@ -699,4 +700,186 @@ Test(dgram, crc_check_too_short)
         }
         /* 32 bytes of zeros: long enough, but the CRC does not match. */
         cr_assert_eq(dw_dgram_packet_check(pkt, 32, NULL), -EILSEQ);
+}
+
+/* ---- UD fast-path decoder (dw_dgram_decode_ud) against the strict route ---- */
+
+/* A UD datagram as qp/ud.c sends it (without the CRC): header, Send (or Send
+ * with SE) with MSN msn and plen payload bytes, and with imm_op (an RDMAP
+ * Immediate Data opcode, or 0) the Immediate Data message. Returns the length. */
+static size_t build_ud(uint8_t *buf, size_t cap, unsigned send_op, uint32_t msn, size_t plen,
+                       unsigned imm_op)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_DATA | (imm_op ? DW_DGRAM_F_IMM : 0));
+        h.qkey = 0x80001234u;
+        h.psn = 0x01020304u; /* UD ignores the PSN; any value is accepted */
+        ssize_t n = dw_dgram_encode(&h, buf, cap);
+        cr_assert_eq(n, DW_DGRAM_HDR_LEN);
+        struct dw_rdmap_hdr r;
+        cr_assert_eq(dw_rdmap_hdr_init(&r, send_op), 0);
+        r.ddp.last = true;
+        r.ddp.msn = msn;
+        ssize_t m = dw_rdmap_encode(&r, buf + n, cap - (size_t)n);
+        cr_assert_eq(m, DW_DGRAM_DDP_UNTAGGED_LEN);
+        size_t len = (size_t)(n + m);
+        for (size_t i = 0; i < plen; i++)
+                buf[len++] = (uint8_t)(i * 7 + 1);
+        if (imm_op) {
+                struct dw_rdmap_hdr ri;
+                cr_assert_eq(dw_rdmap_hdr_init(&ri, imm_op), 0);
+                ri.ddp.last = true;
+                ri.ddp.msn = msn + 1;
+                cr_assert_eq(dw_rdmap_encode(&ri, buf + len, cap - len), DW_DGRAM_DDP_UNTAGGED_LEN);
+                len += DW_DGRAM_DDP_UNTAGGED_LEN;
+                const uint8_t imm[8] = {0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0};
+                memcpy(buf + len, imm, 8);
+                len += 8;
+        }
+        cr_assert_leq(len, cap);
+        return len;
+}
+
+/* Fast and strict decoders must give the same verdict, errno and fields. */
+static int ud_both(const uint8_t *buf, size_t len, struct dw_dgram_ud *out, const char *what,
+                   size_t a, unsigned b)
+{
+        struct dw_dgram_ud f, s;
+        const char *wf = NULL, *ws = NULL;
+        memset(&f, 0xAA, sizeof(f));
+        memset(&s, 0x55, sizeof(s));
+        int rf = dw_dgram_decode_ud(buf, len, &f, &wf);
+        int rs = dw_dgram_decode_ud_strict(buf, len, &s, &ws);
+        cr_assert_eq(rf, rs, "%s %zu %u: fast %d, strict %d (%s)", what, a, b, rf, rs,
+                     ws ? ws : "-");
+        if (rf < 0) {
+                cr_assert_not_null(wf, "%s %zu %u: no reason", what, a, b);
+                cr_assert_str_eq(wf, ws, "%s %zu %u", what, a, b);
+                return rf;
+        }
+        cr_assert_eq(f.dst_qpn, s.dst_qpn);
+        cr_assert_eq(f.src_qpn, s.src_qpn);
+        cr_assert_eq(f.qkey, s.qkey);
+        cr_assert_eq(f.msn, s.msn, "%s %zu %u: msn", what, a, b);
+        cr_assert_eq(f.payload_off, s.payload_off);
+        cr_assert_eq(f.payload_len, s.payload_len, "%s %zu %u: payload_len", what, a, b);
+        cr_assert_eq(f.imm_data, s.imm_data);
+        cr_assert_eq(f.with_imm, s.with_imm);
+        cr_assert_eq(f.se, s.se, "%s %zu %u: se", what, a, b);
+        if (out)
+                *out = f;
+        return 0;
+}
+
+Test(dgram, decode_ud_fields)
+{
+        uint8_t buf[256];
+        struct dw_dgram_ud u;
+        size_t len = build_ud(buf, sizeof(buf), DW_RDMAP_SEND, 0xfffffffeu, 64, 0);
+        cr_assert_eq(ud_both(buf, len, &u, "send", 0, 0), 0);
+        cr_assert_eq(u.dst_qpn, QPN_D);
+        cr_assert_eq(u.src_qpn, QPN_S);
+        cr_assert_eq(u.qkey, 0x80001234u);
+        cr_assert_eq(u.msn, 0xfffffffeu);
+        cr_assert_eq(u.payload_off, DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN);
+        cr_assert_eq(u.payload_len, 64);
+        cr_assert_eq(buf[u.payload_off + 5], 36);
+        cr_assert_not(u.with_imm);
+        cr_assert_not(u.se);
+        cr_assert_eq(u.imm_data, 0);
+
+        len = build_ud(buf, sizeof(buf), DW_RDMAP_SEND_SE, 7, 0, 0);
+        cr_assert_eq(ud_both(buf, len, &u, "send se", 0, 0), 0);
+        cr_assert_eq(u.payload_len, 0);
+        cr_assert(u.se);
+
+        len = build_ud(buf, sizeof(buf), DW_RDMAP_SEND, 9, 3, DW_RDMAP_IMM_DATA);
+        cr_assert_eq(ud_both(buf, len, &u, "imm", 0, 0), 0);
+        cr_assert(u.with_imm);
+        cr_assert_not(u.se);
+        cr_assert_eq(u.payload_len, 3);
+        const uint8_t want[4] = {0xde, 0xad, 0xbe, 0xef};
+        cr_assert_eq(memcmp(&u.imm_data, want, 4), 0);
+
+        len = build_ud(buf, sizeof(buf), DW_RDMAP_SEND, 9, 0, DW_RDMAP_IMM_DATA_SE);
+        cr_assert_eq(ud_both(buf, len, &u, "imm se", 0, 0), 0);
+        cr_assert(u.se);
+        cr_assert_eq(u.payload_len, 0);
+}
+
+Test(dgram, decode_ud_rejects_what_ud_does_not_carry)
+{
+        uint8_t buf[256];
+        const char *why;
+        size_t len = build_ud(buf, sizeof(buf), DW_RDMAP_SEND, 1, 16, 0);
+        size_t seg = DW_DGRAM_HDR_LEN;
+        struct {
+                size_t off;
+                uint8_t val;
+                int err;
+        } cases[] = {
+            {0, 2, EPROTO},                                 /* datagram version */
+            {1, DW_DGRAM_F_DATA | DW_DGRAM_F_RD, EBADMSG},  /* RD datagram */
+            {1, DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, EBADMSG}, /* RD-only flag */
+            {1, DW_DGRAM_F_IMM, EBADMSG},                   /* no DATA */
+            {4, 0x01, EBADMSG},                             /* dst_qpn reserved byte */
+            {23, 0x01, EBADMSG},                            /* ack_psn without ACK */
+            {seg, 0xC1, EBADMSG},                           /* tagged */
+            {seg, 0x01, EBADMSG},                           /* L = 0 */
+            {seg, 0x42, EPROTO},                            /* DDP version 2 */
+            {seg + 1, 0x44, EBADMSG},                       /* Send with Invalidate */
+            {seg + 1, 0x40, EBADMSG},                       /* RDMA Write */
+            {seg + 1, 0x83, EPROTO},                        /* RDMAP version 2 */
+            {seg + 5, 0x01, EBADMSG},                       /* RsvdULP word */
+            {seg + 9, 0x01, EBADMSG},                       /* QN 1 */
+            {seg + 17, 0x01, EBADMSG},                      /* MO != 0 */
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                uint8_t save = buf[cases[i].off];
+                buf[cases[i].off] = cases[i].val;
+                struct dw_dgram_ud u;
+                why = NULL;
+                int rc = dw_dgram_decode_ud(buf, len, &u, &why);
+                cr_assert_eq(rc, -cases[i].err, "case %zu: %d (%s)", i, rc, why ? why : "-");
+                cr_assert_not_null(why);
+                ud_both(buf, len, NULL, "case", i, 0);
+                buf[cases[i].off] = save;
+        }
+        /* An IMM flag whose trailer is a Send, not an Immediate Data message. */
+        len = build_ud(buf, sizeof(buf), DW_RDMAP_SEND, 1, 4, DW_RDMAP_IMM_DATA);
+        buf[len - 26 + 1] = 0x43;
+        cr_assert_eq(ud_both(buf, len, NULL, "imm trailer", 0, 0), -EBADMSG);
+}
+
+/* Every value of every byte of valid datagrams (and every truncation):
+ * the fast path and the strict route agree on all of them. */
+Test(dgram, decode_ud_agrees_with_strict_on_every_byte_value)
+{
+        static const unsigned shapes[][3] = {
+            {DW_RDMAP_SEND, 8, 0},
+            {DW_RDMAP_SEND_SE, 0, 0},
+            {DW_RDMAP_SEND, 5, DW_RDMAP_IMM_DATA},
+            {DW_RDMAP_SEND_SE, 0, DW_RDMAP_IMM_DATA_SE},
+        };
+        unsigned accepted = 0, rejected = 0;
+        for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+                uint8_t buf[128];
+                size_t len = build_ud(buf, sizeof(buf), shapes[k][0], 0x11223344u, shapes[k][1],
+                                      shapes[k][2]);
+                for (size_t l = 0; l <= len; l++)
+                        ud_both(buf, l, NULL, "truncated to", l, (unsigned)k);
+                for (size_t off = 0; off < len; off++) {
+                        uint8_t save = buf[off];
+                        for (unsigned v = 0; v < 256; v++) {
+                                buf[off] = (uint8_t)v;
+                                if (ud_both(buf, len, NULL, "byte", off, v) == 0)
+                                        accepted++;
+                                else
+                                        rejected++;
+                        }
+                        buf[off] = save;
+                }
+        }
+        /* Both outcomes occur (the test would be vacuous otherwise). */
+        cr_assert_gt(accepted, 1000);
+        cr_assert_gt(rejected, 1000);
 }
