@@ -619,7 +619,6 @@ struct dw_lconn {
         uint64_t id;
         uint64_t deadline_ns;
         struct sockaddr_in peer;
-        uint32_t peer_qpn; /* from the Request's QPN trailer (0: none) */
         struct dw_mpa_conn mpa;
 };
 
@@ -631,36 +630,6 @@ struct diwarp_listener {
         uint64_t next_id;
         struct dw_lconn conns[DW_LISTEN_MAX];
 };
-
-/* Native CM QPN trailer (docs/PROTOCOL.md, "RC over TCP"): diwarp appends
- * 'D' 'W' 'Q' 'N' + its QPN (32, BE) to the application's private data in the
- * MPA Request and in an accepting Reply, and strips it on receipt, so each
- * side learns the peer's QPN (diwarp_qp_query dest_qp_num, wc.src_qp) while
- * the application sees only its own bytes. Omitted when the application's
- * private data leaves no room (more than 500 bytes). A trailer at the end
- * leaves the layout a foreign ULP parses from the front untouched. */
-static const uint8_t qpn_magic[4] = {'D', 'W', 'Q', 'N'};
-
-uint16_t dw_cm_qpn_trailer_add(uint8_t *buf, const void *pd, uint16_t len, uint32_t qpn)
-{
-        if (len)
-                memcpy(buf, pd, len);
-        if ((size_t)len + DW_CM_QPN_TRAILER_LEN > DW_MPA_ULP_PD_MAX)
-                return len;
-        memcpy(buf + len, qpn_magic, 4);
-        dw_put_be32(buf + len + 4, qpn);
-        return (uint16_t)(len + DW_CM_QPN_TRAILER_LEN);
-}
-
-bool dw_cm_qpn_trailer_strip(const uint8_t *pd, uint16_t *len, uint32_t *qpn)
-{
-        if (*len < DW_CM_QPN_TRAILER_LEN ||
-            memcmp(pd + *len - DW_CM_QPN_TRAILER_LEN, qpn_magic, 4) != 0)
-                return false;
-        *qpn = dw_get_be32(pd + *len - 4) & 0xffffffu;
-        *len = (uint16_t)(*len - DW_CM_QPN_TRAILER_LEN);
-        return true;
-}
 
 int diwarp_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
 {
@@ -797,8 +766,6 @@ int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
                         dw_ipv4_to_gid(lc->peer.sin_addr, &req->peer_gid);
                         req->peer_port = ntohs(lc->peer.sin_port);
                         uint16_t n = lc->mpa.pd_len;
-                        lc->peer_qpn = 0;
-                        dw_cm_qpn_trailer_strip(lc->mpa.pd, &n, &lc->peer_qpn);
                         req->private_data_len = n;
                         memcpy(req->private_data, lc->mpa.pd, n);
                         req->ird = (uint8_t)(lc->mpa.peer_ird > 255 ? 255 : lc->mpa.peer_ird);
@@ -862,13 +829,16 @@ static int claim_qp(struct dw_qp *qp)
 }
 
 /* Stream established: the QP goes through the state machine as rdma_cm moves
- * it (INIT -> RTR with the peer's address, QPN and the negotiated IRD, the
- * stream attached, RTR -> RTS with the negotiated ORD), so every transition's
- * checks and side effects apply and diwarp_qp_query reports the peer. All
+ * it (INIT -> RTR with the peer's address and the negotiated IRD, the stream
+ * attached, RTR -> RTS with the negotiated ORD), so every transition's checks
+ * and side effects apply and diwarp_qp_query reports the peer. The peer's QPN
+ * is not known: MPA carries none, and the application's private data goes on
+ * the wire exactly as given (an iWARP peer hands all of it to its ULP), so
+ * dest_qp_num stays 0, as on an RNIC connected through the iWARP CM. All
  * under one hold of the device lock: no FPDU is processed while the QP is in
  * RTR, so a native connection never raises COMM_EST (cm/README.md). */
 static int attach_native(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
-                         const struct sockaddr_in *peer, uint32_t peer_qpn)
+                         const struct sockaddr_in *peer)
 {
         struct dw_device *dev = qp->dev;
         struct diwarp_qp_attr a;
@@ -888,7 +858,7 @@ static int attach_native(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                 ord = DW_RC_MAX_RD;
         memset(&a, 0, sizeof(a));
         dw_ipv4_to_gid(peer->sin_addr, &a.dgid);
-        a.dest_qp_num = peer_qpn;
+        a.dest_qp_num = 0;
         a.max_dest_rd_atomic = (uint8_t)ird;
         a.max_rd_atomic = (uint8_t)ord;
         int path = DIWARP_QP_AV | DIWARP_QP_DEST_QPN | DIWARP_QP_MAX_DEST_RD_ATOMIC;
@@ -953,10 +923,8 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
                 pthread_mutex_unlock(&l->lock);
                 return r;
         }
-        uint8_t pd[DW_MPA_ULP_PD_MAX];
-        uint16_t pd_len = dw_cm_qpn_trailer_add(pd, reply ? reply->private_data : NULL,
-                                                reply ? reply->private_data_len : 0, qp->qpn);
-        r = dw_mpa_respond(&lc->mpa, true, ird, ord, pd, pd_len);
+        r = dw_mpa_respond(&lc->mpa, true, ird, ord, reply ? reply->private_data : NULL,
+                           reply ? reply->private_data_len : 0);
         if (r == 0) {
                 r = dw_mpa_run(&lc->mpa, ms_from_now(connect_timeout_ms(l->dev)));
                 if (r >= 0)
@@ -973,11 +941,10 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         int fd = lc->fd;
         struct dw_mpa_conn mc = lc->mpa;
         struct sockaddr_in peer = lc->peer;
-        uint32_t peer_qpn = lc->peer_qpn;
         lc->fd = -1;
         lconn_drop(lc);
         pthread_mutex_unlock(&l->lock);
-        return attach_native(qp, fd, &mc, &peer, peer_qpn);
+        return attach_native(qp, fd, &mc, &peer);
 }
 
 int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
@@ -1026,14 +993,11 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
 
         struct dw_mpa_conn *mc = malloc(sizeof(*mc));
         bool inprog = false;
-        uint32_t peer_qpn = 0;
         int fd = mc ? dw_tcp_connect_start(src, &dst, &inprog) : -ENOMEM;
         if (fd >= 0) {
-                uint8_t pd[DW_MPA_ULP_PD_MAX];
-                uint16_t pd_len =
-                    dw_cm_qpn_trailer_add(pd, param ? param->private_data : NULL,
-                                          param ? param->private_data_len : 0, qp->qpn);
-                r = dw_mpa_init_initiator(mc, fd, inprog, crc, ird, ord, pd, pd_len);
+                r = dw_mpa_init_initiator(mc, fd, inprog, crc, ird, ord,
+                                          param ? param->private_data : NULL,
+                                          param ? param->private_data_len : 0);
                 if (r == 0)
                         r = dw_mpa_run(mc, ms_from_now(tmo));
                 if (r >= 0) {
@@ -1046,7 +1010,6 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
                 }
                 if (mc->state == DW_MPA_DONE || mc->state == DW_MPA_REJECTED) {
                         uint16_t n = mc->pd_len;
-                        dw_cm_qpn_trailer_strip(mc->pd, &n, &peer_qpn);
                         if (reply_pd_len) {
                                 if (n > *reply_pd_len)
                                         n = *reply_pd_len;
@@ -1071,7 +1034,7 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
                 pthread_mutex_unlock(&dev->lock);
                 return r;
         }
-        r = attach_native(qp, fd, mc, &dst, peer_qpn);
+        r = attach_native(qp, fd, mc, &dst);
         free(mc);
         return r;
 }

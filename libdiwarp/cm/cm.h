@@ -64,15 +64,6 @@ struct dw_rc_dev {
         unsigned nlive;
 };
 
-/* Native CM QPN trailer: 'D' 'W' 'Q' 'N' + QPN (32, BE) appended to the
- * application's private data (see cm.c and docs/PROTOCOL.md). add copies pd
- * to buf (DW_MPA_ULP_PD_MAX bytes) and appends the trailer when it fits;
- * returns the new length. strip shortens *len and sets *qpn when pd ends with
- * a trailer. */
-#define DW_CM_QPN_TRAILER_LEN 8
-uint16_t dw_cm_qpn_trailer_add(uint8_t *buf, const void *pd, uint16_t len, uint32_t qpn);
-bool dw_cm_qpn_trailer_strip(const uint8_t *pd, uint16_t *len, uint32_t *qpn);
-
 /* All below: device lock held. */
 int dw_cm_dev_init(struct dw_device *dev);
 void dw_cm_dev_fini(struct dw_device *dev);

@@ -1,10 +1,16 @@
 /* The progress engine: bounded steps and the optional progress thread. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* ppoll */
+#endif
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "dw.h"
@@ -279,6 +285,10 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
         if (budget <= 0)
                 budget = DW_PROGRESS_BUDGET;
         bool app = evs == NULL;
+        if (app && read) /* single writer (lock held); the thread only loads it */
+                atomic_store_explicit(&p->app_reads,
+                                      atomic_load_explicit(&p->app_reads, memory_order_relaxed) + 1,
+                                      memory_order_relaxed);
         bool look = app && dw_progress_epoll_due(p);
         if (app && !look && read) {
                 /* RC streams read directly; more live streams than it polls
@@ -366,19 +376,111 @@ static int dw_progress_timeout_ms(struct dw_device *dev)
         return ms > 60000 ? 60000 : (int)ms;
 }
 
+/* Hybrid progress. The thread exists for passive targets (an RDMA Write or
+ * Read target, a program computing or polling its own memory, one blocked on
+ * a completion channel): nothing else drives their streams. A program that
+ * busy-polls its CQ drives progress itself, and a thread woken by every
+ * datagram it is about to read only competes with it for the device lock and,
+ * on a machine with as many spinning programs as cores, for the core (the
+ * wake-up waits for the spinner's time slice: milliseconds).
+ *
+ * So when data wakes the thread and the application ran at least
+ * DW_PARK_READS reading steps (cq_poll on a short CQ, diwarp_progress: the
+ * app_reads count) since the thread's previous wake-up, the thread leaves the
+ * data to the application and parks: it sleeps on the wake eventfd only, for
+ * DW_PARK_MIN_NS, doubling up to DW_PARK_MAX_NS while the application keeps
+ * reading, and returns to epoll_wait on the data fds (level-triggered: data
+ * left unread wakes it at once) as soon as one park interval saw fewer than
+ * DW_PARK_READS reading steps. A program that polls memory or computes makes
+ * no reading steps (post_* steps do not count: they do not read the sockets),
+ * so the thread serves it at once; one that switches from polling its CQ to
+ * computing waits at most DW_PARK_MAX_NS once. Parked, the thread costs one
+ * wake-up per DW_PARK_MAX_NS; idle, none. */
+#define DW_PARK_READS  4u
+#define DW_PARK_MIN_NS 100000L
+#define DW_PARK_MAX_NS 1000000L
+
+/* EEVDF (Linux >= 6.12) lets a task with a shorter slice preempt the running
+ * one when it wakes. The thread runs in short bursts; with the default slice
+ * its wake-up on a core where the application spins waits until the
+ * spinner's slice ends (up to milliseconds, measured: ib_write_lat at 8 ms).
+ * Asking for a 100 us slice (the minimum; no privilege needed for
+ * SCHED_OTHER) makes it run at once. Older kernels ignore or refuse it:
+ * harmless either way. */
+struct dw_sched_attr {
+        uint32_t size, sched_policy;
+        uint64_t sched_flags;
+        int32_t sched_nice;
+        uint32_t sched_priority;
+        uint64_t sched_runtime, sched_deadline, sched_period;
+};
+
+static void dw_progress_short_slice(void)
+{
+#if defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
+        struct dw_sched_attr a;
+        memset(&a, 0, sizeof(a));
+        if (syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0) != 0 || a.sched_policy != SCHED_OTHER)
+                return;
+        a.size = sizeof(a);
+        a.sched_flags = 0;
+        a.sched_runtime = 100000;
+        if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
+                dw_dbg("progress thread: short time slice not available: %s", strerror(errno));
+#endif
+}
+
+static void dw_progress_locked_run(struct dw_device *dev, const struct epoll_event *evs, int n)
+{
+        pthread_mutex_lock(&dev->lock);
+        if (!dev->prog.stop)
+                dw_progress_run(dev, DW_PROGRESS_BUDGET * 4, evs, n, true);
+        pthread_mutex_unlock(&dev->lock);
+}
+
 static void *dw_progress_thread(void *arg)
 {
         struct dw_device *dev = arg;
+        struct dw_progress *p = &dev->prog;
         struct epoll_event evs[DW_MAX_EVENTS];
+        uint64_t seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
+        bool parked = false;
+        long park_ns = DW_PARK_MIN_NS;
 
+        dw_progress_short_slice();
         for (;;) {
                 pthread_mutex_lock(&dev->lock);
-                bool stop = dev->prog.stop;
+                bool stop = p->stop;
                 int timeout = dw_progress_timeout_ms(dev);
                 pthread_mutex_unlock(&dev->lock);
                 if (stop)
                         break;
-                int n = epoll_wait(dev->prog.epfd, evs, DW_MAX_EVENTS, timeout);
+                if (parked) {
+                        struct timespec ts = {0, park_ns};
+                        bool timer = timeout >= 0 && (long)timeout * 1000000L < park_ns;
+                        if (timer)
+                                ts.tv_nsec = (long)timeout * 1000000L;
+                        struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
+                        int r = ppoll(&pfd, 1, &ts, NULL);
+                        uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
+                        if (c - seen >= DW_PARK_READS) {
+                                if (park_ns < DW_PARK_MAX_NS)
+                                        park_ns = park_ns * 2 < DW_PARK_MAX_NS ? park_ns * 2
+                                                                               : DW_PARK_MAX_NS;
+                        } else {
+                                parked = false; /* back to the data fds */
+                        }
+                        seen = c;
+                        if (r > 0 || timer) {
+                                /* A wake-up or a timer: one step, as unparked. */
+                                struct epoll_event wake = {.events = EPOLLIN,
+                                                           .data.u64 =
+                                                               dw_ev_data(p->wake_fd, DW_TAG_WAKE)};
+                                dw_progress_locked_run(dev, &wake, r > 0 ? 1 : 0);
+                        }
+                        continue;
+                }
+                int n = epoll_wait(p->epfd, evs, DW_MAX_EVENTS, timeout);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -386,10 +488,22 @@ static void *dw_progress_thread(void *arg)
                                strerror(errno));
                         break;
                 }
-                pthread_mutex_lock(&dev->lock);
-                if (!dev->prog.stop)
-                        dw_progress_run(dev, DW_PROGRESS_BUDGET * 4, evs, n, true);
-                pthread_mutex_unlock(&dev->lock);
+                uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
+                bool driving = c - seen >= DW_PARK_READS;
+                seen = c;
+                if (driving && n > 0) {
+                        bool wake = false;
+                        for (int i = 0; i < n; i++)
+                                if ((uint32_t)evs[i].data.u64 == DW_TAG_WAKE)
+                                        wake = true;
+                        if (!wake) {
+                                /* The application reads; leave the data to it. */
+                                parked = true;
+                                park_ns = DW_PARK_MIN_NS;
+                                continue;
+                        }
+                }
+                dw_progress_locked_run(dev, evs, n);
         }
         return NULL;
 }

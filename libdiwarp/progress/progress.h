@@ -10,11 +10,16 @@
  * DIWARP_PROGRESS=thread (or a completion channel being created) starts a
  * thread that sleeps in epoll_wait on the UDP socket, a wake-up eventfd and
  * the watched fds, and runs a step whenever one is ready or a timer is due.
+ * The thread is hybrid: when it finds the application busy driving progress
+ * itself (polling the CQ), it parks (stops watching the data fds, looks at
+ * the application's step count every 0.1-1 ms) and takes over again when
+ * the application stops calling in. See README.md.
  */
 #ifndef DIWARP_PROGRESS_H
 #define DIWARP_PROGRESS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -57,6 +62,12 @@ struct dw_progress {
         unsigned ndgram;      /* QPs using the UDP socket (UD, RD): recvmmsg each step */
         unsigned since_epoll; /* app-driven steps since the last epoll_wait */
         int64_t epoll_tick;   /* CLOCK_MONOTONIC_COARSE (ns) of the last epoll_wait */
+        /* Hybrid progress: application-driven steps that read the data
+         * sockets count themselves here (one relaxed store under the device
+         * lock, no clock, no syscall). The progress thread reads it without
+         * the lock: while the count keeps moving the application drives
+         * progress and the thread stays parked off the data fds. */
+        _Atomic uint64_t app_reads;
 };
 
 /* One bounded step. Lock held. Returns work done (>= 0). */

@@ -259,8 +259,18 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
         pthread_mutex_init(&dev->lock, NULL);
         err = dw_device_bind(dev);
         if (err < 0) {
-                dw_err("device open: no free UDP+TCP port on %s from %u: %s", dev->cfg.addr,
-                       dev->cfg.port_base, strerror(-err));
+                if (err == -EADDRNOTAVAIL)
+                        /* Not a port problem: bind() cannot use an address no
+                         * interface of this host (or namespace) has. */
+                        dw_err("device open: address %s is not local (EADDRNOTAVAIL: no "
+                               "interface of this host has it)",
+                               dev->cfg.addr);
+                else if (err == -EADDRINUSE || err == -EACCES)
+                        dw_err("device open: no free UDP+TCP port on %s from %u: %s", dev->cfg.addr,
+                               dev->cfg.port_base, strerror(-err));
+                else
+                        dw_err("device open: cannot bind UDP+TCP port %u on %s: %s",
+                               dev->cfg.port_base, dev->cfg.addr, strerror(-err));
                 goto fail_lock;
         }
         if (dev->cfg.io == DW_IO_URING) {

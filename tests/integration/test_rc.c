@@ -1050,7 +1050,7 @@ Test(rc, crc_error_from_raw_peer)
         uint8_t req[24] = "MPA ID Req Frame";
         req[16] = 0x40; /* C */
         req[17] = 2;
-        req[19] = 4; /* PD_Length: the IRD/ORD block only (no QPN trailer) */
+        req[19] = 4; /* PD_Length: the IRD/ORD block only */
         req[20] = 0; /* IRD 1 */
         req[21] = 1;
         req[22] = 0;
@@ -1062,12 +1062,9 @@ Test(rc, crc_error_from_raw_peer)
         cr_assert(rep[16] & 0x40, "CRC in use");
         uint16_t pdl = (uint16_t)(rep[18] << 8 | rep[19]);
         read_full(s, rep + 20, pdl);
-        /* Our QPN trailer ends the Reply's private data: B's QPN. */
-        cr_assert_geq(pdl, 4 + 8);
-        cr_assert_eq(memcmp(rep + 20 + pdl - 8, "DWQN", 4), 0);
-        uint32_t qpn = (uint32_t)rep[20 + pdl - 4] << 24 | (uint32_t)rep[20 + pdl - 3] << 16 |
-                       (uint32_t)rep[20 + pdl - 2] << 8 | rep[20 + pdl - 1];
-        cr_assert_eq(qpn, diwarp_qp_num(B.qp));
+        /* Accepted without private data: the Reply carries the IRD/ORD block
+         * and nothing else (nothing of ours is added to the ULP's bytes). */
+        cr_assert_eq(pdl, 4);
         pthread_join(th, NULL);
         cr_assert_eq(t.r, 0);
 
@@ -1245,8 +1242,9 @@ static void check_native_peer(struct side *s, struct side *peer, uint8_t ord, ui
         struct diwarp_qp_init_attr ia;
         cr_assert_eq(diwarp_qp_query(s->qp, &a, &ia), 0);
         cr_assert_eq(a.qp_state, DIWARP_QPS_RTS);
-        cr_assert_eq(a.dest_qp_num, diwarp_qp_num(peer->qp), "dest_qp_num %#x, peer QPN %#x",
-                     a.dest_qp_num, diwarp_qp_num(peer->qp));
+        /* MPA carries no QPN (the private data is the application's alone):
+         * as on an RNIC connected through rdma_cm, the peer QPN is unknown. */
+        cr_assert_eq(a.dest_qp_num, 0, "dest_qp_num %#x", a.dest_qp_num);
         union diwarp_gid g;
         diwarp_device_gid(peer->dev, &g);
         cr_assert_eq(memcmp(a.dgid.raw, g.raw, 16), 0);
@@ -1283,9 +1281,8 @@ Test(rc, native_connect_accept)
         cr_assert_eq(memcmp(rpd, "welcome", 7), 0);
         cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_RTS);
         cr_assert_eq(diwarp_qp_state(B.qp), DIWARP_QPS_RTS);
-        /* Both QPs went INIT -> RTR -> RTS with the peer's QPN (carried in the
-         * MPA private data's QPN trailer, invisible to the application), its
-         * GID and the negotiated IRD/ORD. */
+        /* Both QPs went INIT -> RTR -> RTS with the peer's GID and the
+         * negotiated IRD/ORD (no peer QPN: dest_qp_num 0). */
         check_native_peer(&A, &B, 4, 8);
         check_native_peer(&B, &A, 4, 4);
         /* The passive side never processed a message in RTR: no COMM_EST. */
@@ -1301,7 +1298,8 @@ Test(rc, native_connect_accept)
         struct diwarp_wc w = wait_wc(&B, 5000);
         cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
         cr_assert_eq(w.byte_len, 3000);
-        cr_assert_eq(w.src_qp, diwarp_qp_num(A.qp));
+        /* src_qp is defined for UD only (ibv_poll_cq); RC reports dest_qp_num. */
+        cr_assert_eq(w.src_qp, 0);
         cr_assert_eq(memcmp(A.buf, B.buf, 3000), 0);
         /* 64 MiB would need a bigger buffer; 1 MiB read back over the native stream. */
         fill(B.buf, 1 << 20, 4);
@@ -1345,9 +1343,9 @@ Test(rc, native_reject_with_private_data)
         diwarp_listener_destroy(sa.l);
 }
 
-/* Private data up to 500 bytes leaves room for the QPN trailer; 508 (the MPA
- * maximum) does not: the connection works, the peer QPN stays unknown (0). */
-static void native_with_pd(uint16_t len, bool qpn_known)
+/* Private data of any length up to 508 (the MPA maximum after the IRD/ORD
+ * block) arrives exactly; the peer QPN stays unknown (0) either way. */
+static void native_with_pd(uint16_t len)
 {
         side_init(&A, 4096, ALL_ACCESS);
         side_init(&B, 4096, ALL_ACCESS);
@@ -1371,9 +1369,9 @@ static void native_with_pd(uint16_t len, bool qpn_known)
         struct diwarp_qp_attr a;
         struct diwarp_qp_init_attr ia;
         cr_assert_eq(diwarp_qp_query(B.qp, &a, &ia), 0);
-        cr_assert_eq(a.dest_qp_num, qpn_known ? diwarp_qp_num(A.qp) : 0);
+        cr_assert_eq(a.dest_qp_num, 0);
         cr_assert_eq(diwarp_qp_query(A.qp, &a, &ia), 0);
-        cr_assert_eq(a.dest_qp_num, diwarp_qp_num(B.qp), "the Reply has room for the trailer");
+        cr_assert_eq(a.dest_qp_num, 0);
         diwarp_listener_destroy(sa.l);
 }
 
@@ -1400,24 +1398,94 @@ Test(rc, native_connect_from_rtr)
         struct diwarp_qp_init_attr ia;
         cr_assert_eq(diwarp_qp_query(A.qp, &q, &ia), 0);
         cr_assert_eq(q.qp_state, DIWARP_QPS_RTS);
-        cr_assert_eq(q.dest_qp_num, diwarp_qp_num(B.qp));
+        cr_assert_eq(q.dest_qp_num, 0);
         cr_assert_eq(memcmp(q.dgid.raw, gid.raw, 16), 0);
         post_recv(&B, 1, 0, 64);
         cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 2, 0, 64, 0, 0, 0), 0);
         struct diwarp_wc w = wait_wc(&B, 5000);
         cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
-        cr_assert_eq(w.src_qp, diwarp_qp_num(A.qp));
+        cr_assert_eq(w.src_qp, 0);
         diwarp_listener_destroy(sa.l);
 }
 
 Test(rc, native_private_data_500)
 {
-        native_with_pd(500, true);
+        native_with_pd(500);
 }
 
 Test(rc, native_private_data_508)
 {
-        native_with_pd(508, false);
+        native_with_pd(508);
+}
+
+/* On the wire, a native connect is standard MPA: a foreign responder (a raw
+ * socket here) finds in the Request exactly the IRD/ORD block and the
+ * application's private data, and the initiator's application gets exactly
+ * the Reply's private data back. */
+struct connect_arg {
+        uint16_t port;
+        int r;
+        char rpd[64];
+        uint16_t rlen;
+};
+
+static void *connect_main(void *p)
+{
+        struct connect_arg *c = p;
+        union diwarp_gid gid;
+        diwarp_device_gid(A.dev, &gid); /* loopback: the listener is on A's address */
+        struct diwarp_conn_param prm = {.private_data = "hello", .private_data_len = 5};
+        c->rlen = sizeof(c->rpd);
+        c->r = diwarp_connect(A.qp, &gid, c->port, &prm, 5000, c->rpd, &c->rlen);
+        return NULL;
+}
+
+Test(rc, native_private_data_exact_on_wire)
+{
+        side_init(&A, 4096, ALL_ACCESS);
+        to_init(&A);
+        int l = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        cr_assert_eq(listen(l, 1), 0);
+        socklen_t sl = sizeof(sa);
+        getsockname(l, (struct sockaddr *)&sa, &sl);
+        struct connect_arg c = {.port = ntohs(sa.sin_port)};
+        pthread_t th;
+        pthread_create(&th, NULL, connect_main, &c);
+        struct pollfd pl = {.fd = l, .events = POLLIN};
+        cr_assert_eq(poll(&pl, 1, 5000), 1);
+        int s = accept(l, NULL, NULL);
+        cr_assert_geq(s, 0);
+        uint8_t req[20 + 512];
+        read_full(s, req, 20);
+        cr_assert_eq(memcmp(req, "MPA ID Req Frame", 16), 0);
+        cr_assert_eq(req[17], 2);
+        uint16_t pdl = (uint16_t)(req[18] << 8 | req[19]);
+        cr_assert_eq(pdl, 4 + 5, "Request private data: IRD/ORD block + the application's 5");
+        read_full(s, req + 20, pdl);
+        cr_assert_eq(memcmp(req + 24, "hello", 5), 0);
+        /* Accept: same C, revision 2, IRD/ORD 1/1, then our ULP's 3 bytes. */
+        uint8_t rep[20 + 4 + 3] = "MPA ID Rep Frame";
+        rep[16] = req[16] & 0x40;
+        rep[17] = 2;
+        rep[19] = 4 + 3;
+        rep[21] = 1;
+        rep[23] = 1;
+        memcpy(rep + 24, "hi!", 3);
+        cr_assert_eq(write(s, rep, sizeof(rep)), (ssize_t)sizeof(rep));
+        pthread_join(th, NULL);
+        cr_assert_eq(c.r, 0);
+        cr_assert_eq(c.rlen, 3);
+        cr_assert_eq(memcmp(c.rpd, "hi!", 3), 0);
+        struct diwarp_qp_attr a;
+        struct diwarp_qp_init_attr ia;
+        cr_assert_eq(diwarp_qp_query(A.qp, &a, &ia), 0);
+        cr_assert_eq(a.qp_state, DIWARP_QPS_RTS);
+        cr_assert_eq(a.dest_qp_num, 0);
+        close(s);
+        close(l);
+        wait_err(&A); /* the foreign peer went away */
 }
 
 Test(rc, native_connect_refused_and_timeout)

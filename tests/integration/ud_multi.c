@@ -11,6 +11,8 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -344,7 +346,17 @@ static pid_t spawn(char *const argv[], const char *const env[], int *out_fd)
         }
         close(p[1]);
         *out_fd = p[0];
-        kids[nkids++] = pid;
+        /* Reuse the slot of a child already reaped (the example retries). */
+        int k = 0;
+        while (k < nkids && kids[k] > 0)
+                k++;
+        if (k == MAXKIDS) {
+                kill(pid, SIGKILL);
+                die("too many children");
+        }
+        kids[k] = pid;
+        if (k == nkids)
+                nkids++;
         return pid;
 }
 
@@ -579,12 +591,96 @@ static int case_netns(const char *self)
         return r;
 }
 
-/* Server and client of an example program; both must end with status=ok. */
+/* A TCP port for an example's side channel that nothing holds now (not even
+ * in TIME_WAIT: the probe does not set SO_REUSEADDR), drawn at random from
+ * 22000..32767: above the device instance ports (DIWARP_PORT_BASE 17471 +
+ * instance) and below the kernel's ephemeral range, so neither a device of a
+ * concurrent test run nor the source port of some connect() takes it between
+ * this probe and the server's bind. The caller retries if it was taken. */
+static int pick_port(void)
+{
+        unsigned seed = (unsigned)getpid() ^ (unsigned)now_ms();
+        for (int tries = 0; tries < 200; tries++) {
+                int port = 22000 + (int)(rand_r(&seed) % (32768 - 22000));
+                int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (fd < 0)
+                        return -1;
+                struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+                int r = bind(fd, (struct sockaddr *)&sin, sizeof(sin));
+                close(fd);
+                if (r == 0)
+                        return port;
+        }
+        return -1;
+}
+
+/* True once a TCP socket listens on port (read from /proc, so nothing connects
+ * to the server and takes its one side-channel accept). */
+static bool tcp_listening(int port)
+{
+        static const char *const files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+        for (int i = 0; i < 2; i++) {
+                FILE *f = fopen(files[i], "r");
+                if (!f)
+                        continue;
+                char line[512];
+                bool found = false;
+                while (!found && fgets(line, sizeof(line), f)) {
+                        char local[128];
+                        unsigned st;
+                        if (sscanf(line, " %*s %127s %*s %x", local, &st) != 2)
+                                continue;
+                        char *colon = strrchr(local, ':');
+                        found =
+                            colon && st == 0x0A && strtoul(colon + 1, NULL, 16) == (unsigned)port;
+                }
+                fclose(f);
+                if (found)
+                        return true;
+        }
+        return false;
+}
+
+/* Server and client of an example program; both must end with status=ok.
+ * The side-channel port is picked at run time, so concurrent test runs do
+ * not collide; a server that exits before it listens (its port was taken
+ * after all) is retried on another port. */
 static int case_example(int argc, char **argv)
 {
         char port[16];
-        snprintf(port, sizeof(port), "%d", 20000 + getpid() % 20000);
-        char *sv[] = {argv[0], "--port", port, NULL};
+        int sfd = -1, cfd;
+        pid_t sp = -1;
+        for (int attempt = 1;; attempt++) {
+                int p = pick_port();
+                if (p < 0) {
+                        fprintf(stderr, "no free TCP port for the side channel\n");
+                        return 1;
+                }
+                snprintf(port, sizeof(port), "%d", p);
+                char *sv[] = {argv[0], "--port", port, NULL};
+                sp = spawn(sv, NULL, &sfd);
+                uint64_t deadline = now_ms() + 20000;
+                int st = -2;
+                while (!tcp_listening(p) && now_ms() < deadline) {
+                        if (waitpid(sp, &st, WNOHANG) == sp)
+                                break;
+                        st = -2;
+                        usleep(20000);
+                }
+                if (st == -2 && tcp_listening(p))
+                        break;
+                if (st == -2)
+                        wait_kid(sp, 0); /* never listened: kill it */
+                else
+                        for (int i = 0; i < nkids; i++)
+                                if (kids[i] == sp)
+                                        kids[i] = 0;
+                close(sfd);
+                fprintf(stderr, "example server on port %s did not listen (attempt %d)\n", port,
+                        attempt);
+                if (attempt == 3)
+                        return 1;
+        }
         char *cv[32];
         int a = 0;
         cv[a++] = argv[0];
@@ -594,10 +690,7 @@ static int case_example(int argc, char **argv)
                 cv[a++] = argv[i];
         cv[a++] = "127.0.0.1";
         cv[a] = NULL;
-        int sfd, cfd;
-        char sl[512], cl[512];
-        pid_t sp = spawn(sv, NULL, &sfd);
-        usleep(100000);
+        char sl[512] = "", cl[512] = "";
         pid_t cp = spawn(cv, NULL, &cfd);
         bool ok = read_line(cfd, "RESULT ", cl, sizeof(cl), 60000);
         ok = read_line(sfd, "RESULT ", sl, sizeof(sl), 10000) && ok;

@@ -5,7 +5,26 @@ set -u
 
 : "${DIWARP:?DIWARP must name the diwarp command of the build}"
 TMPD=$(mktemp -d "${TMPDIR:-/tmp}/diwarp-interop.XXXXXX")
-trap 'rm -rf "$TMPD"' EXIT
+
+# sanitizer_check: fails the test when a program's output (every file in
+# $TMPD) holds an AddressSanitizer / UBSan report. Under `diwarp run` the
+# provider is ASan-instrumented (-Dsanitize=true) inside an uninstrumented
+# program: a report goes to the program's stderr, which the scripts capture,
+# and the program aborts (tools/test.sh: abort_on_error=1) or exits 1 (ASan's
+# default exitcode) — which a script that accepts some nonzero exit, or stops
+# a server instead of awaiting it, could miss. So every script checks, at exit.
+sanitizer_check() {
+        local f
+        f=$(grep -El 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (AddressSanitizer|UndefinedBehaviorSanitizer)' \
+                "$TMPD"/* 2>/dev/null) || return 0
+        for x in $f; do
+                echo "--- sanitizer report in ${x##*/}:" >&2
+                cat "$x" >&2
+        done
+        echo "FAIL: sanitizer report" >&2
+        return 1
+}
+trap 'rc=$?; sanitizer_check || rc=1; rm -rf "$TMPD"; exit $rc' EXIT
 
 fail() {
         echo "FAIL: $*" >&2
@@ -22,9 +41,69 @@ expect() {
         grep -Eq -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; fail "$3"; }
 }
 
-# A TCP port nobody listens on now, for the pingpongs' side channel.
+# free_port: a port that nothing holds now over TCP (not even in TIME_WAIT:
+# the probe does not set SO_REUSEADDR) nor UDP, for a server's side channel or
+# rdma_cm port. Drawn at random from 22000..32767: above the diwarp device
+# ports (DIWARP_PORT_BASE 17471 + instance) and below the kernel's ephemeral
+# range, so neither a device nor the source port of some connect() of a
+# concurrent test run takes it before the server binds it. A server that
+# still loses it is retried on another port (serve below).
 free_port() {
-        python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+        python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randint(22000, 32767)
+    try:
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            with socket.socket(socket.AF_INET, kind) as s:
+                s.bind(("0.0.0.0", p))
+    except OSError:
+        continue
+    print(p)
+    break
+else:
+    raise SystemExit("no free port in 22000..32767")
+'
+}
+
+# port_lock PORT: for a program whose port is fixed (udaddy: 7174), holds a
+# machine-wide lock for the rest of this script so concurrent test runs take
+# turns, then waits until nothing else listens on PORT.
+port_lock() {
+        exec 9>"/tmp/diwarp-test-port-$1.lock"
+        flock -w 100 9 || fail "port $1 stayed locked by another test run for 100 s"
+        i=0
+        while listening "$1"; do
+                i=$((i + 1))
+                [ $i -lt 100 ] || fail "port $1 (fixed by the program) is held by another process"
+                sleep 0.1
+        done
+}
+
+# serve: starts the server command in the array S, where the word @PORT@
+# stands for the port, in the background (output in $srv, PID in $spid), and
+# waits until it listens. The port is $fixed_port if set, else a free_port
+# (then also left in $port, to build the client's command with). A server that
+# exits before it listens (its port was taken after all) is retried on a new
+# port, three times in all.
+serve() {
+        local attempt i
+        for attempt in 1 2 3; do
+                port=${fixed_port:-$(free_port)} || fail "no free port"
+                timeout 60 "$@" "${S[@]//@PORT@/$port}" >"$srv" 2>&1 &
+                spid=$!
+                i=0
+                while kill -0 $spid 2>/dev/null; do
+                        listening "$port" && return 0
+                        i=$((i + 1))
+                        [ $i -lt 150 ] || { kill $spid 2>/dev/null; cat "$srv" >&2; fail "server never listened"; }
+                        sleep 0.1
+                done
+                wait $spid
+                echo "--- server exited $? before listening on port $port (attempt $attempt):" >&2
+                cat "$srv" >&2
+        done
+        fail "server died before listening"
 }
 
 # listening PORT: true once a TCP socket listens on PORT (read from /proc, so

@@ -33,6 +33,7 @@ spid=
 cpid=
 
 cleanup() {
+        rc=$?
         # Whatever still runs inside our namespaces was started by this run.
         for ns in $nsA $nsB; do
                 pids=$(ip netns pids "$ns" 2>/dev/null)
@@ -43,7 +44,9 @@ cleanup() {
         done
         ip netns del "$nsA" 2>/dev/null
         ip netns del "$nsB" 2>/dev/null
+        sanitizer_check || rc=1 # lib.sh
         rm -rf "$TMPD"
+        exit $rc
 }
 trap cleanup EXIT
 # A signal (meson's timeout sends SIGTERM) leaves through the EXIT trap.
@@ -75,7 +78,9 @@ ns_listening() {
                 /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
-# The namespaces are fresh: any port is free in them.
+# The namespaces are fresh and this run's own: any port is free in them, and
+# a concurrent test run (its own namespaces) cannot take it, so the port (and
+# udaddy's fixed 7174) need not be picked at run time here.
 port=18515
 peer=$A          # where the client finds the server
 caddr=$B         # the client's device address

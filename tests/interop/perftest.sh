@@ -9,20 +9,12 @@ prog=$1
 shift
 need "$prog"
 
-port=$(free_port)
 srv=$TMPD/server
 cli=$TMPD/client
-args=(-d diwarp0 -x 0 -p "$port" "$@")
-timeout 60 "$DIWARP" run "$prog" "${args[@]}" >"$srv" 2>&1 &
-spid=$!
-i=0
-while ! listening "$port"; do
-        i=$((i + 1))
-        [ $i -lt 150 ] || { kill $spid 2>/dev/null; cat "$srv" >&2; fail "server never listened"; }
-        kill -0 $spid 2>/dev/null || { cat "$srv" >&2; fail "server died before listening"; }
-        sleep 0.1
-done
-timeout 60 "$DIWARP" run "$prog" "${args[@]}" 127.0.0.1 >"$cli" 2>&1
+S=("$prog" -d diwarp0 -x 0 -p @PORT@ "$@")
+serve "$DIWARP" run
+args=("${S[@]//@PORT@/$port}")
+timeout 60 "$DIWARP" run "${args[@]}" 127.0.0.1 >"$cli" 2>&1
 crc=$?
 wait $spid
 src=$?

@@ -7,19 +7,11 @@ prog=$1
 shift
 need "$prog"
 
-port=$(free_port)
 srv=$TMPD/server
 cli=$TMPD/client
-timeout 60 "$DIWARP" run "$prog" -g 0 -p "$port" "$@" >"$srv" 2>&1 &
-spid=$!
 # The server listens on its side-channel port once its QP exists.
-i=0
-while ! listening "$port"; do
-        i=$((i + 1))
-        [ $i -lt 100 ] || { kill $spid 2>/dev/null; cat "$srv" >&2; fail "server never listened"; }
-        kill -0 $spid 2>/dev/null || { cat "$srv" >&2; fail "server died before listening"; }
-        sleep 0.1
-done
+S=("$prog" -g 0 -p @PORT@ "$@")
+serve "$DIWARP" run
 timeout 60 "$DIWARP" run "$prog" -g 0 -p "$port" "$@" 127.0.0.1 >"$cli" 2>&1
 crc=$?
 wait $spid

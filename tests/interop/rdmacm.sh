@@ -8,7 +8,8 @@
 . "$(dirname "$0")/lib.sh"
 case=$1
 
-port=$(free_port)
+# @PORT@ in S and C stands for the port serve picks (lib.sh).
+fixed_port=
 addr=127.0.0.1
 srv=$TMPD/server
 cli=$TMPD/client
@@ -17,22 +18,25 @@ server_exits=1 # cmtime's server keeps serving: it is stopped, not awaited
 case $case in
 rping)
         need rping
-        S=(rping -s -a $addr -p "$port" -V -C 10)
-        C=(rping -c -a $addr -p "$port" -V -v -C 10)
+        S=(rping -s -a $addr -p @PORT@ -V -C 10)
+        C=(rping -c -a $addr -p @PORT@ -V -v -C 10)
         ;;
 rdma_server)
         need rdma_server
-        S=(rdma_server -p "$port")
-        C=(rdma_client -s $addr -p "$port")
+        S=(rdma_server -p @PORT@)
+        C=(rdma_client -s $addr -p @PORT@)
         ;;
 rdma_xserver)
         need rdma_xserver
-        S=(rdma_xserver -p "$port")
-        C=(rdma_xclient -s $addr -p "$port")
+        S=(rdma_xserver -p @PORT@)
+        C=(rdma_xclient -s $addr -p @PORT@)
         ;;
 udaddy)
         need udaddy
-        port=7174 # udaddy has no port option
+        # udaddy has no port option: its port is 7174, so concurrent test runs
+        # take turns (port_lock).
+        fixed_port=7174
+        port_lock $fixed_port
         S=(udaddy -c 2 -C 10 -S 512)
         C=(udaddy -s $addr -c 2 -C 10 -S 512)
         ;;
@@ -40,19 +44,19 @@ ucmatose | ucmatose_migrate)
         need ucmatose
         m=()
         [ "$case" = ucmatose_migrate ] && m=(-m)
-        S=(ucmatose -p "$port" -c 2 -C 10 "${m[@]}")
-        C=(ucmatose -s $addr -p "$port" -c 2 -C 10 "${m[@]}")
+        S=(ucmatose -p @PORT@ -c 2 -C 10 "${m[@]}")
+        C=(ucmatose -s $addr -p @PORT@ -c 2 -C 10 "${m[@]}")
         ;;
 cmtime)
         need cmtime
-        S=(cmtime -p "$port" -c 10)
-        C=(cmtime -s $addr -p "$port" -c 10)
+        S=(cmtime -p @PORT@ -c 10)
+        C=(cmtime -s $addr -p @PORT@ -c 10)
         server_exits=0
         ;;
 ib_send_bw | ib_write_lat)
         need "$case"
-        S=("$case" -R -d diwarp0 -p "$port" -n 200)
-        C=("$case" -R -d diwarp0 -p "$port" -n 200 $addr)
+        S=("$case" -R -d diwarp0 -p @PORT@ -n 200)
+        C=("$case" -R -d diwarp0 -p @PORT@ -n 200 $addr)
         ;;
 fi_msg | fi_rdm)
         need fi_pingpong
@@ -62,23 +66,17 @@ fi_msg | fi_rdm)
         [ -n "$addr" ] || { echo "SKIP: no non-loopback IPv4 address" >&2; exit 77; }
         export DIWARP_ADDR=$addr
         if [ "$case" = fi_msg ]; then p=(-p verbs -e msg); else p=(-p "verbs;ofi_rxm" -e rdm); fi
-        S=(fi_pingpong "${p[@]}" -I 100 -S 1024 -B "$port")
-        C=(fi_pingpong "${p[@]}" -I 100 -S 1024 -P "$port" "$addr")
+        S=(fi_pingpong "${p[@]}" -I 100 -S 1024 -B @PORT@)
+        C=(fi_pingpong "${p[@]}" -I 100 -S 1024 -P @PORT@ "$addr")
         ;;
 *)
         fail "unknown case '$case'"
         ;;
 esac
 
-timeout 60 "$DIWARP" run -- "${S[@]}" >"$srv" 2>&1 &
-spid=$!
-i=0
-while ! listening "$port"; do
-        i=$((i + 1))
-        [ $i -lt 150 ] || { kill $spid 2>/dev/null; cat "$srv" >&2; fail "server never listened"; }
-        kill -0 $spid 2>/dev/null || { cat "$srv" >&2; fail "server died before listening"; }
-        sleep 0.1
-done
+serve "$DIWARP" run --
+S=("${S[@]//@PORT@/$port}")
+C=("${C[@]//@PORT@/$port}")
 timeout 60 "$DIWARP" run -- "${C[@]}" >"$cli" 2>&1
 crc=$?
 if [ $server_exits = 1 ]; then
