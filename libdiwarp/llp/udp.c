@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/errqueue.h>
+#include <linux/udp.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <stdbool.h>
@@ -17,6 +18,18 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "util/log.h"
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
 {
@@ -44,10 +57,20 @@ int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
         if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) < 0)
                 setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
 
+        /* A socket-wide gso_size of 0 changes nothing (each send says its
+         * own size in a cmsg); the call only tells whether the kernel knows
+         * UDP_SEGMENT (Linux >= 4.18). */
+        int zero = 0;
+        u->gso = setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
+        /* GRO: a GSO train from a peer (or datagrams a NIC coalesced) comes
+         * up as one buffer, one receive instead of up to 64. */
+        u->gro = setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+
         u->rx_buf = malloc((size_t)DW_UDP_RX_BATCH * DW_UDP_RX_BUF);
         u->rx_msgs = calloc(DW_UDP_RX_BATCH, sizeof(*u->rx_msgs));
         u->tx_msgs = calloc(DW_UDP_TX_BATCH, sizeof(*u->tx_msgs));
-        if (!u->rx_buf || !u->rx_msgs || !u->tx_msgs) {
+        u->rx_ctrl = calloc(DW_UDP_RX_BATCH, sizeof(*u->rx_ctrl));
+        if (!u->rx_buf || !u->rx_msgs || !u->tx_msgs || !u->rx_ctrl) {
                 u->fd = fd;
                 dw_udp_close(u);
                 return -ENOMEM;
@@ -64,6 +87,10 @@ int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
                 mh->msg_namelen = sizeof(u->rx_addr[i]);
                 mh->msg_iov = &u->rx_iov[i];
                 mh->msg_iovlen = 1;
+                if (u->gro) {
+                        mh->msg_control = u->rx_ctrl[i];
+                        mh->msg_controllen = sizeof(u->rx_ctrl[i]);
+                }
         }
         u->fd = fd;
         return 0;
@@ -81,6 +108,8 @@ void dw_udp_close(struct dw_udp *u)
         free(u->rx_buf);
         free(u->rx_msgs);
         free(u->tx_msgs);
+        free(u->rx_ctrl);
+        u->rx_ctrl = NULL;
         u->rx_buf = NULL;
         u->rx_msgs = NULL;
         u->tx_msgs = NULL;
@@ -91,6 +120,17 @@ int dw_udp_enable_uring(struct dw_udp *u)
 #ifdef DIWARP_HAVE_URING
         if (u->ur)
                 return 0;
+        if (u->gro) {
+                /* io_uring hands buffers up as they are: no coalescing. */
+                int zero = 0;
+                if (setsockopt(u->fd, SOL_UDP, UDP_GRO, &zero, sizeof(zero)) < 0)
+                        return -errno;
+                u->gro = false;
+                for (int i = 0; i < DW_UDP_RX_BATCH; i++) {
+                        u->rx_msgs[i].msg_hdr.msg_control = NULL;
+                        u->rx_msgs[i].msg_hdr.msg_controllen = 0;
+                }
+        }
         return dw_uring_open(u);
 #else
         (void)u;
@@ -168,6 +208,53 @@ int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
         return -EAGAIN;
 }
 
+int dw_udp_send_gso(struct dw_udp *u, const struct iovec *iov, int iovcnt,
+                    const struct sockaddr_in *dst, uint16_t gso_size)
+{
+        union {
+                char buf[CMSG_SPACE(sizeof(uint16_t))];
+                struct cmsghdr align;
+        } ctrl;
+        if (!dw_udp_gso_on(u))
+                return -EOPNOTSUPP;
+        memset(&ctrl, 0, sizeof(ctrl));
+        struct msghdr mh = {.msg_name = (void *)dst,
+                            .msg_namelen = sizeof(*dst),
+                            .msg_iov = (struct iovec *)iov,
+                            .msg_iovlen = (size_t)iovcnt,
+                            .msg_control = ctrl.buf,
+                            .msg_controllen = sizeof(ctrl.buf)};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        memcpy(CMSG_DATA(cm), &gso_size, sizeof(gso_size));
+        for (int attempt = 0; attempt < 2; attempt++) {
+                ssize_t n = sendmsg(u->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n >= 0)
+                        return (int)n;
+                int e = errno;
+                if (e == EINTR)
+                        continue;
+                if (dw_udp_is_icmp_err(e)) {
+                        dw_udp_drain_errors(u);
+                        continue;
+                }
+                if (e == EINVAL || e == EIO || e == ENOPROTOOPT) {
+                        /* No checksum offload on the route, gso_size above its
+                         * MTU, an old kernel...: not going to get better. */
+                        u->gso = false;
+                        dw_info("UDP GSO refused by the kernel (%s); sending datagrams one by one",
+                                strerror(e));
+                        return -EOPNOTSUPP;
+                }
+                if (e == EWOULDBLOCK)
+                        e = EAGAIN;
+                return -e;
+        }
+        return -EAGAIN;
+}
+
 int dw_udp_send_batch(struct dw_udp *u, const struct dw_udp_msg *msgs, int n)
 {
         if (n > DW_UDP_TX_BATCH)
@@ -237,6 +324,60 @@ bool dw_udp_rx_stashed(const struct dw_udp *u)
         return false;
 }
 
+/* GRO receive: buffers 0..n) arrived (lengths in rx_msgs); splits each at
+ * its UDP_GRO gso_size into rx_pkt/rx_len/rx_addr. Output entries of buffer
+ * i start at or after index i, so filling from the last buffer backwards
+ * never overwrites the address of a buffer not yet read. */
+static int udp_gro_split(struct dw_udp *u, int n)
+{
+        uint32_t gso[DW_UDP_RX_BATCH];
+        uint32_t cnt[DW_UDP_RX_BATCH];
+        int total = 0;
+        for (int i = 0; i < n; i++) {
+                struct msghdr *mh = &u->rx_msgs[i].msg_hdr;
+                uint32_t len = u->rx_msgs[i].msg_len;
+                gso[i] = 0;
+                for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+                        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+                            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                                int g;
+                                memcpy(&g, CMSG_DATA(c), sizeof(g));
+                                gso[i] = g > 0 ? (uint32_t)g : 0;
+                        }
+                }
+                if (mh->msg_flags & MSG_TRUNC)
+                        gso[i] = 0; /* reported whole, as truncated */
+                cnt[i] = gso[i] && len > gso[i] ? (len + gso[i] - 1) / gso[i] : 1;
+                if (cnt[i] > DW_UDP_GSO_MAX_SEGS) {
+                        /* not a train we could have asked for: one bad datagram */
+                        cnt[i] = 1;
+                        gso[i] = 0;
+                }
+                total += (int)cnt[i];
+        }
+        int k = total;
+        for (int i = n - 1; i >= 0; i--) {
+                struct msghdr *mh = &u->rx_msgs[i].msg_hdr;
+                struct sockaddr_in from = u->rx_addr[i];
+                uint32_t len = u->rx_msgs[i].msg_len;
+                bool trunc = (mh->msg_flags & MSG_TRUNC) != 0;
+                uint8_t *base = u->rx_iov[i].iov_base;
+                /* the kernel shortened them to what it wrote */
+                mh->msg_namelen = sizeof(u->rx_addr[i]);
+                mh->msg_controllen = sizeof(u->rx_ctrl[i]);
+                k -= (int)cnt[i];
+                for (uint32_t j = 0; j < cnt[i]; j++) {
+                        uint32_t off = gso[i] * j;
+                        uint32_t l = cnt[i] == 1 ? len : (len - off < gso[i] ? len - off : gso[i]);
+                        u->rx_pkt[k + (int)j] = base + off;
+                        u->rx_len[k + (int)j] = l;
+                        u->rx_trunc[k + (int)j] = trunc;
+                        u->rx_addr[k + (int)j] = from;
+                }
+        }
+        return total;
+}
+
 int dw_udp_recv_batch(struct dw_udp *u, int max)
 {
         if (max > DW_UDP_RX_BATCH)
@@ -248,7 +389,23 @@ int dw_udp_recv_batch(struct dw_udp *u, int max)
                 return dw_uring_recv_batch(u, max);
 #endif
         for (int attempt = 0; attempt < 2; attempt++) {
-                if (u->rx_single) {
+                if (u->gro) {
+                        /* recvmsg for the lone datagram of a ping-pong; the
+                         * control buffer carries a GRO train's gso_size. */
+                        int n;
+                        if (u->rx_single) {
+                                ssize_t r = recvmsg(u->fd, &u->rx_msgs[0].msg_hdr, MSG_DONTWAIT);
+                                if (r >= 0)
+                                        u->rx_msgs[0].msg_len = (unsigned)r;
+                                n = r >= 0 ? 1 : -1;
+                        } else {
+                                n = recvmmsg(u->fd, u->rx_msgs, (unsigned)max, MSG_DONTWAIT, NULL);
+                        }
+                        if (n >= 0) {
+                                u->rx_single = !u->rx_single && n <= 1;
+                                return udp_gro_split(u, n);
+                        }
+                } else if (u->rx_single) {
                         /* Latency mode: a busy-polling ping-pong sees one datagram
                          * at a time; recvfrom is the cheapest way to get it.
                          * MSG_TRUNC returns the real length of an oversize one. */

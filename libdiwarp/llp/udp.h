@@ -30,6 +30,14 @@
 #define DW_UDP_RX_BUF   (65536 + 128)
 #define DW_UDP_SOCK_BUF (4 << 20)
 #define DW_UDP_TX_BATCH 16 /* datagrams per sendmmsg */
+/* UDP GSO (UDP_SEGMENT): at most this many datagrams per super-datagram (the
+ * kernel's UDP_MAX_SEGMENTS), and at most DW_UDP_GSO_MAX_BYTES of payload in
+ * all (one IPv4 packet's worth before segmentation). */
+#define DW_UDP_GSO_MAX_SEGS  64
+#define DW_UDP_GSO_MAX_BYTES 65507
+/* Datagrams one receive can return: with UDP GRO each buffer may hold a
+ * train of up to DW_UDP_GSO_MAX_SEGS datagrams that dw_udp_recv_batch splits. */
+#define DW_UDP_RX_MAX (DW_UDP_RX_BATCH * DW_UDP_GSO_MAX_SEGS)
 
 struct dw_uring;
 
@@ -47,16 +55,23 @@ struct dw_udp {
         struct mmsghdr *tx_msgs; /* [DW_UDP_TX_BATCH] */
         struct iovec rx_iov[DW_UDP_RX_BATCH];
         /* The last batch: datagram i is rx_pkt[i], rx_len[i] bytes from rx_addr[i]. */
-        uint8_t *rx_pkt[DW_UDP_RX_BATCH];
-        uint32_t rx_len[DW_UDP_RX_BATCH];
-        bool rx_trunc[DW_UDP_RX_BATCH];
-        struct sockaddr_in rx_addr[DW_UDP_RX_BATCH];
-        struct dw_uring *ur;  /* io_uring backend, NULL = plain */
-        uint64_t icmp_errors; /* errors read from the error queue */
+        uint8_t *rx_pkt[DW_UDP_RX_MAX];
+        uint32_t rx_len[DW_UDP_RX_MAX];
+        bool rx_trunc[DW_UDP_RX_MAX];
+        struct sockaddr_in rx_addr[DW_UDP_RX_MAX];
+        /* UDP GRO on (plain backend): the kernel may hand one buffer holding
+         * several datagrams of gso_size bytes (a UDP_GRO cmsg in rx_ctrl). */
+        bool gro;
+        uint8_t (*rx_ctrl)[64]; /* [DW_UDP_RX_BATCH] control buffers, with gro */
+        struct dw_uring *ur;    /* io_uring backend, NULL = plain */
+        uint64_t icmp_errors;   /* errors read from the error queue */
         /* Plain backend: the last receive found at most one datagram, so the
          * next one is a recvfrom (one datagram, no msghdr/iovec import, no
          * second attempt inside recvmmsg) until one succeeds again. */
         bool rx_single;
+        /* The kernel takes UDP_SEGMENT on this socket (probed at open; cleared
+         * for good when a GSO send fails with EINVAL/EIO/ENOPROTOOPT). */
+        bool gso;
 };
 
 /* Creates the socket bound to addr:port (non-blocking, CLOEXEC, IP_RECVERR,
@@ -87,12 +102,27 @@ int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
  * msgs[0] could not be (the error of a later one is seen by calling again
  * from it). Same back-pressure and ICMP rules as dw_udp_send. */
 int dw_udp_send_batch(struct dw_udp *u, const struct dw_udp_msg *msgs, int n);
+/* GSO: one sendmsg carrying iov[0..iovcnt) to dst, which the kernel cuts
+ * into datagrams of gso_size bytes (the last may be shorter) at gso_size
+ * boundaries of the concatenated iovec bytes. All or nothing: returns the
+ * bytes sent, or -errno with the dw_udp_send rules. When the kernel refuses
+ * GSO (EINVAL/EIO/ENOPROTOOPT) u->gso is turned off for good (info line once)
+ * and -EOPNOTSUPP is returned: the caller sends the same datagrams the
+ * ordinary way. Plain backend only (-EOPNOTSUPP with io_uring). */
+int dw_udp_send_gso(struct dw_udp *u, const struct iovec *iov, int iovcnt,
+                    const struct sockaddr_in *dst, uint16_t gso_size);
+static inline bool dw_udp_gso_on(const struct dw_udp *u)
+{
+        return u->gso && !u->ur;
+}
 /* Same signature as dw_fault_send_fn (ctx = struct dw_udp *). */
 int dw_udp_send_fn(void *ctx, const struct iovec *iov, int iovcnt, const void *addr,
                    socklen_t addrlen);
 
-/* Receives up to max (<= DW_UDP_RX_BATCH) datagrams. Returns the count
- * (0 when none is waiting) or -errno. Datagram i is dw_udp_rx_pkt(u, i) with
+/* Receives up to max (<= DW_UDP_RX_BATCH) buffers' worth of datagrams.
+ * Returns the datagram count (0 when none is waiting) or -errno; with UDP GRO
+ * that count may exceed max (up to DW_UDP_RX_MAX): a coalesced buffer is
+ * split back into its datagrams here. Datagram i is dw_udp_rx_pkt(u, i) with
  * dw_udp_rx_len(u, i) bytes from u->rx_addr[i]; dw_udp_rx_truncated marks an
  * oversize one. Valid until dw_udp_rx_done or the next call. */
 int dw_udp_recv_batch(struct dw_udp *u, int max);

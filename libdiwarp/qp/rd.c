@@ -6,7 +6,10 @@
  * dw_rd_seg_payload(mtu) bytes. A segment is named by a 64-bit cookie (kind,
  * ring slot, segment index) so rel/ can ask for it again and we rebuild it
  * from the WQE (or the responder's IRQ entry) with the same PSN and bytes.
- * Up to DW_UDP_TX_BATCH datagrams go out per sendmmsg; PSNs are registered
+ * Up to DW_UDP_TX_BATCH datagrams go out per sendmmsg; with UDP GSO (no fault
+ * injection, kernel support) up to DW_UDP_GSO_MAX_SEGS are built per step and
+ * each run of equal-size datagrams to one peer goes out as one GSO sendmsg
+ * (rd_send_batch). PSNs are registered
  * with rel/ only for those the socket took, and the cursors roll back to the
  * first one it refused (local back-pressure costs no PSN and no retry).
  *
@@ -42,7 +45,8 @@
 #define RD_MAX_ORQ  DW_MAX_RD_ATOM /* Reads/Atomics we have outstanding, per QP */
 #define RD_MAX_IRQ  64             /* Read/Atomic responses we owe, per QP (all peers) */
 #define RD_HASH_MIN 16u
-#define RD_BATCH    DW_UDP_TX_BATCH
+#define RD_BATCH    DW_UDP_GSO_MAX_SEGS /* slots; DW_UDP_TX_BATCH without GSO */
+#define RD_SLOT_IOV (DW_MAX_SGE + 3)
 /* Largest extra RDMAP header after the DDP header (Atomic Request). */
 #define RD_HDR_CAP (DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
 
@@ -142,10 +146,11 @@ struct rd_txslot {
         uint8_t hdr[RD_HDR_CAP];
         uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
         uint8_t crc[DW_DGRAM_CRC_LEN];
-        struct iovec iov[DW_MAX_SGE + 3];
+        struct iovec iov[RD_SLOT_IOV];
         int iovcnt;
         struct sockaddr_in dst;
         uint32_t bytes;
+        uint32_t dlen; /* datagram length (sum of iov) */
         /* for commit / rollback */
         struct dw_rd_peer *peer;
         uint32_t psn;
@@ -160,6 +165,8 @@ struct dw_rd_dev {
         uint32_t seg;              /* payload bytes per segment */
         struct rd_txslot slot[RD_BATCH];
         struct dw_udp_msg msgs[RD_BATCH];
+        /* one GSO super-datagram: the slots' iovecs back to back */
+        struct iovec gso_iov[RD_BATCH * RD_SLOT_IOV];
         struct rd_txslot rslot; /* retransmissions and control packets */
         /* Send-window rings of drained peers, kept for the next sender (a
          * singly linked list through the first bytes of each free ring). */
@@ -707,6 +714,9 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         t->iov[n].iov_len = sizeof(t->crc);
         n++;
         t->iovcnt = n;
+        t->dlen = 0;
+        for (int i = 0; i < n; i++)
+                t->dlen += (uint32_t)t->iov[i].iov_len;
         t->bytes = (uint32_t)plen;
         t->dst.sin_family = AF_INET;
         t->dst.sin_addr.s_addr = p->ip;
@@ -969,6 +979,86 @@ static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
         rd_activate(p);
 }
 
+/* How many slots from i one GSO send can carry: same peer address, the size
+ * of slot i for all but the last (which may be shorter), within the kernel's
+ * segment and byte limits. *gso = that size. */
+static int rd_gso_run(const struct dw_rd_dev *d, int i, int n, uint32_t *gso)
+{
+        const struct rd_txslot *a = &d->slot[i];
+        uint32_t L = a->dlen, total = L;
+        int k = 1;
+        *gso = L;
+        if (L > UINT16_MAX)
+                return 1;
+        while (i + k < n && k < DW_UDP_GSO_MAX_SEGS) {
+                const struct rd_txslot *t = &d->slot[i + k];
+                if (t->dst.sin_addr.s_addr != a->dst.sin_addr.s_addr ||
+                    t->dst.sin_port != a->dst.sin_port || t->dlen > L ||
+                    total + t->dlen > DW_UDP_GSO_MAX_BYTES)
+                        break;
+                total += t->dlen;
+                k++;
+                if (t->dlen < L)
+                        break; /* a shorter one ends the super-datagram */
+        }
+        return k;
+}
+
+/* Sends slots [0, n) in order (no fault injection): runs of 2 or more go as
+ * one GSO sendmsg while the socket takes UDP_SEGMENT, the rest with
+ * sendmmsg. Returns how many were sent; fewer than n means back-pressure.
+ * Network errors count as sent (lost: rel/ recovers). */
+static int rd_send_batch(struct dw_device *dev, struct dw_rd_dev *d, int n)
+{
+        int sent = 0;
+        while (sent < n) {
+                bool gso = dw_udp_gso_on(&dev->udp);
+                uint32_t L;
+                int k = gso ? rd_gso_run(d, sent, n, &L) : 1;
+                int r;
+                if (k >= 2) {
+                        /* Every slot but the last is exactly L bytes, so the
+                         * kernel's cuts at L-byte boundaries fall between them. */
+                        int c = 0;
+                        for (int j = 0; j < k; j++) {
+                                const struct rd_txslot *t = &d->slot[sent + j];
+                                memcpy(d->gso_iov + c, t->iov, (size_t)t->iovcnt * sizeof(*t->iov));
+                                c += t->iovcnt;
+                        }
+                        r = dw_udp_send_gso(&dev->udp, d->gso_iov, c, &d->slot[sent].dst,
+                                            (uint16_t)L);
+                        if (r == -EOPNOTSUPP)
+                                continue; /* GSO now off: the same slots the ordinary way */
+                        if (r >= 0 || !rd_backpressure(r)) {
+                                sent += k;
+                                continue;
+                        }
+                        dev->ctr.tx_backpressure++;
+                        break;
+                }
+                /* Singles up to the next run worth a GSO send: one sendmmsg. */
+                int j = sent + 1;
+                while (j < n && j - sent < DW_UDP_TX_BATCH &&
+                       !(gso && rd_gso_run(d, j, n, &L) >= 2))
+                        j++;
+                for (int i = sent; i < j; i++)
+                        d->msgs[i] = (struct dw_udp_msg){.iov = d->slot[i].iov,
+                                                         .iovcnt = d->slot[i].iovcnt,
+                                                         .dst = &d->slot[i].dst};
+                r = dw_udp_send_batch(&dev->udp, d->msgs + sent, j - sent);
+                if (r > 0) {
+                        sent += r;
+                        continue;
+                }
+                if (rd_backpressure(r)) {
+                        dev->ctr.tx_backpressure++;
+                        break;
+                }
+                sent++; /* lost to a network error: rel/ recovers */
+        }
+        return sent;
+}
+
 static void rd_tx_wait(struct dw_device *dev, bool wait)
 {
         struct dw_rd_dev *d = rdd(dev);
@@ -994,7 +1084,13 @@ static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                 int n = 0;
                 bool sq_off = false, irq_off = s->fifo_count == 0;
                 s->orq_building = 0;
-                while (n < RD_BATCH && !(sq_off && irq_off)) {
+                /* With GSO a step builds up to 64 datagrams (a few super-
+                 * datagrams' worth) unless segments are too big to pair. */
+                int nmax =
+                    !dev->fault_on && dw_udp_gso_on(&dev->udp) && d->seg <= DW_UDP_GSO_MAX_BYTES / 2
+                        ? RD_BATCH
+                        : DW_UDP_TX_BATCH;
+                while (n < nmax && !(sq_off && irq_off)) {
                         bool use_irq = !irq_off && (s->irq_turn || sq_off);
                         int r = use_irq ? rd_next_irq(s, now, &d->slot[n])
                                         : rd_next_sq(s, now, n, &d->slot[n]);
@@ -1036,22 +1132,7 @@ static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                                                 &d->slot[sent].dst) < 0)
                                         break;
                 } else {
-                        for (int i = 0; i < n; i++)
-                                d->msgs[i] = (struct dw_udp_msg){.iov = d->slot[i].iov,
-                                                                 .iovcnt = d->slot[i].iovcnt,
-                                                                 .dst = &d->slot[i].dst};
-                        while (sent < n) {
-                                int r = dw_udp_send_batch(&dev->udp, d->msgs + sent, n - sent);
-                                if (r > 0) {
-                                        sent += r;
-                                        continue;
-                                }
-                                if (rd_backpressure(r)) {
-                                        dev->ctr.tx_backpressure++;
-                                        break;
-                                }
-                                sent++; /* lost to a network error: rel/ recovers */
-                        }
+                        sent = rd_send_batch(dev, d, n);
                 }
                 for (int i = 0; i < n; i++)
                         d->slot[i].peer->batch = 0;
