@@ -743,7 +743,7 @@ class Harness:
                 active.append(c)
             broken = set()
             for s in sizes:
-                todo = []
+                pending_cases = []
                 for c in active:
                     why = c.limit(g, s)
                     if why or self.quick_skip(c, g, s):
@@ -752,13 +752,13 @@ class Harness:
                         p = self.pt(c.name, metric, s)
                         p.status, p.reason = "skipped", "failed at a smaller size"
                         continue
-                    todo.append(c)
+                    pending_cases.append(c)
                 # bandwidth: one short run per point first, for the setup CPU
                 iters = bw_iters(s, pl) if g == "bw" else None
                 short = max(5, iters // 8) if iters else None
                 setup_cpu = {}
                 for rnd in range(pl["runs"]):
-                    for c in list(todo):
+                    for c in list(pending_cases):
                         keys = [(c.name, metric, s)] + ([(c.name, "cpu_s_per_gb", s)]
                                                         if g == "bw" else [])
                         try:
@@ -784,14 +784,14 @@ class Harness:
                             for k in keys:
                                 p = self.pt(*k)
                                 p.status, p.reason, p.vals = "n/a", str(e), []
-                            todo.remove(c)
+                            pending_cases.remove(c)
                         except RunFailed as e:
                             self.fail_point(keys, str(e))
                             broken.add(c.name)
-                            todo.remove(c)
+                            pending_cases.remove(c)
                     self.progress_line(g, s, rnd)
                 if g == "bw":
-                    for c in todo:
+                    for c in pending_cases:
                         p = self.pt(c.name, "cpu_s_per_gb", s)
                         if p.status == "ok" and not p.vals:
                             p.status, p.reason = "n/a", ("no run moved enough bytes to tell "
