@@ -1,6 +1,6 @@
 /* Internal umbrella header of the engine: the device, QP, AH and SRQ objects
  * and the functions the generic QP code exposes to the transports (UD here,
- * RC in qp/rc.c by E5).
+ * RC in qp/rc.c).
  *
  * Public handles are the internal objects themselves: a struct diwarp_qp * is
  * a struct dw_qp * (see the dw_*_of / dw_*_pub converters below), so the public
@@ -71,7 +71,7 @@ static inline uint32_t dw_qpn_index(uint32_t qpn)
 
 struct dw_device;
 struct dw_qp;
-struct dw_rc_conn; /* E5: per-QP RC connection state (llp/tcp.h, qp/rc.c) */
+struct dw_rc_conn; /* per-QP RC connection state (llp/tcp.h, qp/rc.c) */
 struct dw_rd_qp;   /* qp/rd.c: per-QP RD state (RD QPs, RC over RD) */
 
 /* ---- device ----------------------------------------------------------- */
@@ -84,7 +84,7 @@ struct dw_device {
         struct in_addr addr;
         union diwarp_gid gid; /* ::ffff:a.b.c.d */
         struct dw_udp udp;
-        int tcp_listen_fd; /* instance TCP listener (IB-style RC connects, E5 accepts) */
+        int tcp_listen_fd; /* instance TCP listener (IB-style RC connects, accepted by qp/rc.c) */
         struct dw_mr_table mrs;
         struct dw_async_queue async;
         struct dw_fault fault;
@@ -95,7 +95,7 @@ struct dw_device {
         int nqp, npd, ncq, nsrq, nah, nchannel;
         uint32_t next_pd_handle;
         struct diwarp_counters ctr;
-        void *rc; /* E5: device-wide RC/CM state (listeners, pending IB-style connects) */
+        void *rc; /* device-wide RC/CM state (listeners, pending IB-style connects) */
         void *rd; /* qp/rd.c: device-wide RD state (active pseudo-streams, tx staging) */
         struct dw_device *reg_next; /* device registry link */
 };
@@ -174,7 +174,7 @@ struct dw_qp {
         struct dw_wqe srq_cur;
         bool srq_cur_valid;
         struct diwarp_counters ctr;
-        struct dw_rc_conn *rc; /* E5: RC connection state, NULL until dw_rc_qp_init sets it */
+        struct dw_rc_conn *rc; /* RC connection state, NULL until dw_rc_qp_init sets it */
         struct dw_rd_qp *rd;   /* qp/rd.c: RD QPs and RC over RD; NULL otherwise */
 };
 
@@ -298,9 +298,8 @@ int dw_ud_tx(struct dw_qp *qp, int budget);
 /* Handles one received datagram (CRC not yet checked). */
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from);
 
-/* ---- hooks into the RC transport (implemented by qp/rc.c, E5) -------------
- * The generic QP code calls these for RC (and UC) QPs only, lock held.
- * qp/rc_stub.c provides -EOPNOTSUPP stand-ins while qp/rc.c does not exist. */
+/* ---- hooks into the RC transport (implemented by qp/rc.c) ------------------
+ * The generic QP code calls these for RC (and UC) QPs only, lock held. */
 
 /* At create (RC QP, state RESET): allocate qp->rc. */
 int dw_rc_qp_init(struct dw_qp *qp);

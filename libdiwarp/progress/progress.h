@@ -3,7 +3,7 @@
  * A step (dw_progress_step) is bounded work under the device lock: receive a
  * batch of datagrams and place them, transmit UD sends that waited for socket
  * room (round-robin over QPs), release fault-held packets that are due, call
- * the watch callbacks of ready fds (E5's TCP sockets, listeners) and the RC
+ * the watch callbacks of ready fds (RC TCP sockets, listeners) and the RC
  * transport's own progress. post_* and cq_poll run one step; so does
  * diwarp_progress.
  *
