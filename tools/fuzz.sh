@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target (clang, ASan + UBSan) for SECONDS each (default 60).
 #   tools/fuzz.sh [SECONDS] [TARGET...]
+# DIWARP_FUZZ_BUILD names the build directory (default build-fuzz).
 # New inputs go to a scratch directory; inputs that add coverage are merged into
 # the committed corpus only with --merge. Crashes are written to build-fuzz/.
 set -euo pipefail
@@ -14,10 +15,10 @@ done
 seconds=${args[0]:-60}
 targets=("${args[@]:1}")
 if ((${#targets[@]} == 0)); then
-        targets=(ddp rdmap mpa_fpdu mpa_frame dgram)
+        targets=(ddp rdmap mpa_fpdu mpa_frame dgram rc_rx)
 fi
 
-build=$top/build-fuzz
+build=${DIWARP_FUZZ_BUILD:-$top/build-fuzz}
 CC=clang "$top/tools/setup.sh" "$build" -Dfuzz=true -Dsanitize=true -Db_lundef=false
 
 status=0
