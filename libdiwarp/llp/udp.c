@@ -62,9 +62,10 @@ int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
          * UDP_SEGMENT (Linux >= 4.18). */
         int zero = 0;
         u->gso = setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
-        /* GRO: a GSO train from a peer (or datagrams a NIC coalesced) comes
-         * up as one buffer, one receive instead of up to 64. */
-        u->gro = setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+        /* GRO is off until the RD engine asks for it (dw_udp_enable_gro):
+         * UDP_GRO on a socket costs each datagram received ≈ 100-170 ns
+         * (loopback, 64 B ping-pong), which UD latency does not want. */
+        u->gro = false;
 
         u->rx_buf = malloc((size_t)DW_UDP_RX_BATCH * DW_UDP_RX_BUF);
         u->rx_msgs = calloc(DW_UDP_RX_BATCH, sizeof(*u->rx_msgs));
@@ -87,10 +88,6 @@ int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
                 mh->msg_namelen = sizeof(u->rx_addr[i]);
                 mh->msg_iov = &u->rx_iov[i];
                 mh->msg_iovlen = 1;
-                if (u->gro) {
-                        mh->msg_control = u->rx_ctrl[i];
-                        mh->msg_controllen = sizeof(u->rx_ctrl[i]);
-                }
         }
         u->fd = fd;
         return 0;
@@ -136,6 +133,23 @@ int dw_udp_enable_uring(struct dw_udp *u)
         (void)u;
         return -ENOTSUP;
 #endif
+}
+
+int dw_udp_enable_gro(struct dw_udp *u)
+{
+        if (u->gro)
+                return 0;
+        if (u->ur)
+                return -ENOTSUP; /* io_uring hands buffers up as they are */
+        int one = 1;
+        if (setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) < 0)
+                return -errno;
+        for (int i = 0; i < DW_UDP_RX_BATCH; i++) {
+                u->rx_msgs[i].msg_hdr.msg_control = u->rx_ctrl[i];
+                u->rx_msgs[i].msg_hdr.msg_controllen = sizeof(u->rx_ctrl[i]);
+        }
+        u->gro = true;
+        return 0;
 }
 
 int dw_udp_poll_fd(const struct dw_udp *u)
@@ -324,12 +338,83 @@ bool dw_udp_rx_stashed(const struct dw_udp *u)
         return false;
 }
 
+int dw_udp_peek(struct dw_udp *u, void *buf, size_t cap, struct sockaddr_in *from, bool *train)
+{
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } ctrl;
+        struct iovec iov = {buf, cap};
+        *train = false;
+        for (int attempt = 0; attempt < 2; attempt++) {
+                struct msghdr mh = {.msg_name = from,
+                                    .msg_namelen = sizeof(*from),
+                                    .msg_iov = &iov,
+                                    .msg_iovlen = 1,
+                                    .msg_control = u->gro ? ctrl.buf : NULL,
+                                    .msg_controllen = u->gro ? sizeof(ctrl.buf) : 0};
+                ssize_t n = recvmsg(u->fd, &mh, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+                if (n >= 0) {
+                        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+                                int g;
+                                if (c->cmsg_level != SOL_UDP || c->cmsg_type != UDP_GRO ||
+                                    c->cmsg_len < CMSG_LEN(sizeof(int)))
+                                        continue;
+                                memcpy(&g, CMSG_DATA(c), sizeof(g));
+                                *train = g > 0 && n > g;
+                        }
+                        return (int)n;
+                }
+                int e = errno;
+                if (e == EAGAIN || e == EWOULDBLOCK)
+                        return -EAGAIN;
+                if (e == EINTR)
+                        continue;
+                if (dw_udp_is_icmp_err(e)) {
+                        dw_udp_drain_errors(u);
+                        continue;
+                }
+                return -e;
+        }
+        return -EAGAIN;
+}
+
+int dw_udp_recv_iov(struct dw_udp *u, const struct iovec *iov, int iovcnt)
+{
+        for (int attempt = 0; attempt < 2; attempt++) {
+                struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+                ssize_t n = recvmsg(u->fd, &mh, MSG_TRUNC | MSG_DONTWAIT);
+                if (n >= 0)
+                        return (int)n;
+                int e = errno;
+                if (e == EINTR)
+                        continue;
+                if (dw_udp_is_icmp_err(e)) {
+                        dw_udp_drain_errors(u);
+                        continue;
+                }
+                return e == EWOULDBLOCK ? -EAGAIN : -e;
+        }
+        return -EAGAIN;
+}
+
 /* GRO receive: buffers 0..n) arrived (lengths in rx_msgs); splits each at
  * its UDP_GRO gso_size into rx_pkt/rx_len/rx_addr. Output entries of buffer
  * i start at or after index i, so filling from the last buffer backwards
  * never overwrites the address of a buffer not yet read. */
 static int udp_gro_split(struct dw_udp *u, int n)
 {
+        if (n == 1 && u->rx_msgs[0].msg_hdr.msg_controllen == 0) {
+                /* No cmsg, so no GRO train: the lone datagram of a ping-pong,
+                 * taken as the loops below would, without them. */
+                struct msghdr *mh = &u->rx_msgs[0].msg_hdr;
+                u->rx_pkt[0] = u->rx_iov[0].iov_base;
+                u->rx_len[0] = u->rx_msgs[0].msg_len;
+                u->rx_trunc[0] = (mh->msg_flags & MSG_TRUNC) != 0;
+                mh->msg_namelen = sizeof(u->rx_addr[0]);
+                mh->msg_controllen = sizeof(u->rx_ctrl[0]);
+                return 1;
+        }
         uint32_t gso[DW_UDP_RX_BATCH];
         uint32_t cnt[DW_UDP_RX_BATCH];
         int total = 0;

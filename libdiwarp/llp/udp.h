@@ -28,7 +28,7 @@
 /* > the largest IPv4 UDP payload (65507) so truncation is visible, with room
  * for io_uring's recvmsg_out header and source address in front of it. */
 #define DW_UDP_RX_BUF   (65536 + 128)
-#define DW_UDP_SOCK_BUF (4 << 20)
+#define DW_UDP_SOCK_BUF (8 << 20)
 #define DW_UDP_TX_BATCH 16 /* datagrams per sendmmsg */
 /* UDP GSO (UDP_SEGMENT): at most this many datagrams per super-datagram (the
  * kernel's UDP_MAX_SEGMENTS), and at most DW_UDP_GSO_MAX_BYTES of payload in
@@ -84,6 +84,12 @@ void dw_udp_close(struct dw_udp *u);
  * built without liburing; another -errno when the kernel refuses (seccomp,
  * io_uring_disabled, no provided-buffer rings): the plain backend stays. */
 int dw_udp_enable_uring(struct dw_udp *u);
+/* Turns UDP GRO on for good (plain backend): a GSO train from a peer (or
+ * datagrams a NIC coalesced) then comes up as one buffer, one receive instead
+ * of up to 64, split again by dw_udp_recv_batch. The RD engine asks for it
+ * with its first QP; UD alone does without (GRO costs every receive). 0, or
+ * -ENOTSUP with io_uring, or the setsockopt error (GRO stays off). */
+int dw_udp_enable_gro(struct dw_udp *u);
 static inline bool dw_udp_uring_on(const struct dw_udp *u)
 {
         return u->ur != NULL;
@@ -126,6 +132,15 @@ int dw_udp_send_fn(void *ctx, const struct iovec *iov, int iovcnt, const void *a
  * dw_udp_rx_len(u, i) bytes from u->rx_addr[i]; dw_udp_rx_truncated marks an
  * oversize one. Valid until dw_udp_rx_done or the next call. */
 int dw_udp_recv_batch(struct dw_udp *u, int max);
+/* Peeks at the next datagram (plain backend): its first cap bytes into buf,
+ * its source into *from; it stays queued. Returns its full length, -EAGAIN
+ * when none is waiting, or another -errno. *train: it is a GRO train of
+ * several datagrams (only dw_udp_recv_batch splits those). */
+int dw_udp_peek(struct dw_udp *u, void *buf, size_t cap, struct sockaddr_in *from, bool *train);
+/* Reads the next datagram scattered over iov[0..iovcnt) (plain backend), for
+ * a caller that peeked at it and placed its parts. Returns its full length
+ * (larger than the iovecs when it did not fit), or -errno. */
+int dw_udp_recv_iov(struct dw_udp *u, const struct iovec *iov, int iovcnt);
 /* The caller is done with the last batch: its buffers go back to the kernel
  * (io_uring; a no-op for plain). */
 void dw_udp_rx_done(struct dw_udp *u);

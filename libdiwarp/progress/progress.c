@@ -45,11 +45,18 @@ int dw_progress_init(struct dw_device *dev)
         if (p->epfd < 0 || p->wake_fd < 0)
                 goto fail;
         /* With io_uring the ring fd says "datagrams received"; the socket
-         * itself is only watched (EPOLLOUT) while a send waits for room. */
-        int rx_fd = dw_udp_poll_fd(&dev->udp);
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = dw_ev_data(rx_fd, DW_TAG_UDP)};
-        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, rx_fd, &ev) < 0)
-                goto fail;
+         * itself is only watched (EPOLLOUT) while a send waits for room. The
+         * plain socket joins the set for EPOLLIN only when a progress thread
+         * starts (dw_progress_start): application-driven steps read it
+         * directly, and a socket in an epoll set costs every datagram that
+         * arrives an epoll callback in the sender's delivery path. */
+        struct epoll_event ev = {.events = EPOLLIN};
+        if (dw_udp_uring_on(&dev->udp)) {
+                int rx_fd = dw_udp_poll_fd(&dev->udp);
+                ev.data.u64 = dw_ev_data(rx_fd, DW_TAG_UDP);
+                if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, rx_fd, &ev) < 0)
+                        goto fail;
+        }
         ev.data.u64 = dw_ev_data(p->wake_fd, DW_TAG_WAKE);
         if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->wake_fd, &ev) < 0)
                 goto fail;
@@ -96,10 +103,12 @@ void dw_progress_tx_wait(struct dw_device *dev, bool wait)
         bool want = p->ntx_pending > 0;
         if (want != p->udp_wants_out) {
                 /* The thread sleeps until the socket has room again. */
-                bool uring = dw_udp_uring_on(&dev->udp);
-                struct epoll_event ev = {.events = (uring ? 0 : EPOLLIN) | (want ? EPOLLOUT : 0),
+                bool in = !dw_udp_uring_on(&dev->udp) && p->udp_in_epoll;
+                struct epoll_event ev = {.events = (in ? EPOLLIN : 0) | (want ? EPOLLOUT : 0),
                                          .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-                int op = !uring ? EPOLL_CTL_MOD : want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL;
+                int op = !(in || p->udp_wants_out) ? EPOLL_CTL_ADD
+                         : in || want              ? EPOLL_CTL_MOD
+                                                   : EPOLL_CTL_DEL;
                 epoll_ctl(p->epfd, op, dev->udp.fd, &ev);
                 p->udp_wants_out = want;
         }
@@ -177,7 +186,16 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
 {
         int work = 0;
         while (work < budget) {
+                int dr = dev->cfg.rd_direct ? dw_rd_rx_direct(dev) : 0;
+                if (dr == 1) {
+                        work++;
+                        continue;
+                }
+                if (dr < 0)
+                        break; /* socket drained */
                 int want = budget - work < DW_UDP_RX_BATCH ? budget - work : DW_UDP_RX_BATCH;
+                if (dr == 2)
+                        want = 1;
                 int n = dw_udp_recv_batch(&dev->udp, want);
                 if (n <= 0)
                         break;
@@ -271,13 +289,49 @@ static bool dw_progress_epoll_due(struct dw_progress *p)
         return tick != p->epoll_tick;
 }
 
+/* The epoll part of a step: looks at the epoll set when look (an
+ * application-driven step), then serves the watched fds among evs[0..nev)
+ * and says whether the UDP socket is readable (*udp_ready, left alone when
+ * the event list may be incomplete). Out of line: the event array and the
+ * loops stay out of the busy-polling step that does not look. */
+static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
+                                                        const struct epoll_event *evs, int nev,
+                                                        bool look, bool *udp_ready)
+{
+        struct dw_progress *p = &dev->prog;
+        struct epoll_event local[DW_MAX_EVENTS];
+        if (look) {
+                nev = epoll_wait(p->epfd, local, DW_MAX_EVENTS, 0);
+                evs = local;
+                p->since_epoll = 0;
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+                p->epoll_tick = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        }
+        if (!dw_udp_uring_on(&dev->udp) && !p->udp_in_epoll) {
+                /* The set does not watch the socket (no thread runs): a look
+                 * reads it, also from the step of post_*, so an application
+                 * that only posts still receives. */
+                if (look)
+                        *udp_ready = p->ndgram > 0 || p->nwatch == 0;
+        } else if (nev >= 0 && nev < DW_MAX_EVENTS) {
+                /* epoll already told whether the UDP socket is readable: skip
+                 * a recvmmsg that would only return EAGAIN. */
+                *udp_ready = false;
+                for (int i = 0; i < nev; i++)
+                        if ((uint32_t)evs[i].data.u64 == DW_TAG_UDP &&
+                            (evs[i].events & (EPOLLIN | EPOLLERR)))
+                                *udp_ready = true;
+        }
+        return nev > 0 ? dw_progress_watch_events(dev, evs, nev) : 0;
+}
+
 /* read: an application-driven step reads the data sockets directly (not the
  * steps of post_*, see dw_progress_step_post). */
 static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll_event *evs,
                            int nev, bool read)
 {
         struct dw_progress *p = &dev->prog;
-        struct epoll_event local[DW_MAX_EVENTS];
         int work = 0;
 
         p->steps++;
@@ -299,30 +353,15 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
                 else
                         work += r;
         }
-        if (look) {
-                nev = epoll_wait(p->epfd, local, DW_MAX_EVENTS, 0);
-                evs = local;
-                p->since_epoll = 0;
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-                p->epoll_tick = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-        }
         /* Without an epoll look the UDP socket is read when datagram QPs
          * exist (or nothing else is watched, as before). */
         bool udp_ready = read && (p->ndgram > 0 || p->nwatch == 0);
-        if (evs && nev >= 0 && nev < DW_MAX_EVENTS) {
-                /* epoll already told whether the UDP socket is readable: skip
-                 * a recvmmsg that would only return EAGAIN. */
-                udp_ready = false;
-                for (int i = 0; i < nev; i++)
-                        if ((uint32_t)evs[i].data.u64 == DW_TAG_UDP &&
-                            (evs[i].events & (EPOLLIN | EPOLLERR)))
-                                udp_ready = true;
-        }
-        if (dw_udp_rx_stashed(&dev->udp))
+        if (look || evs)
+                work += dw_progress_events(dev, evs, nev, look, &udp_ready);
+        /* io_uring: receive completions reaped while the sends waited. */
+        bool uring = dw_udp_uring_on(&dev->udp);
+        if (uring && dw_udp_rx_stashed(&dev->udp))
                 udp_ready = true;
-        if (evs && nev > 0)
-                work += dw_progress_watch_events(dev, evs, nev);
         if (udp_ready)
                 work += dw_progress_rx(dev, budget);
         if (dev->fault_on && dw_fault_held_count(&dev->fault) > 0) {
@@ -331,8 +370,7 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
                         work += r;
         }
         work += dw_progress_tx(dev, budget);
-        /* io_uring: receive completions reaped while the sends waited. */
-        if (dw_udp_rx_stashed(&dev->udp))
+        if (uring && dw_udp_rx_stashed(&dev->udp))
                 work += dw_progress_rx(dev, budget);
         int r = dw_rc_progress(dev, budget);
         if (r > 0)
@@ -514,6 +552,21 @@ int dw_progress_start(struct dw_device *dev)
         if (dev->prog.started) {
                 pthread_mutex_unlock(&dev->lock);
                 return 0;
+        }
+        struct dw_progress *p = &dev->prog;
+        if (!dw_udp_uring_on(&dev->udp) && !p->udp_in_epoll) {
+                /* The thread sleeps on the set: the socket's datagrams must wake it. */
+                struct epoll_event ev = {.events = EPOLLIN | (p->udp_wants_out ? EPOLLOUT : 0),
+                                         .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
+                if (epoll_ctl(p->epfd, p->udp_wants_out ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
+                              dev->udp.fd, &ev) < 0) {
+                        int e = errno;
+                        pthread_mutex_unlock(&dev->lock);
+                        dw_err("device port %u: cannot watch the UDP socket: %s", dev->port,
+                               strerror(e));
+                        return -e;
+                }
+                p->udp_in_epoll = true;
         }
         dev->prog.started = true;
         dev->prog.thread_mode = true;

@@ -44,9 +44,10 @@ struct dw_progress {
         bool stop;        /* asks the thread to exit */
         bool started;
         pthread_t thread;
-        int epfd;               /* epoll: UDP fd, wake eventfd, watched fds */
+        int epfd;               /* epoll: wake eventfd, watched fds, UDP fd (see udp_in_epoll) */
         int wake_fd;            /* eventfd written by dw_progress_wake */
         bool udp_wants_out;     /* EPOLLOUT registered for the UDP fd (back-pressure) */
+        bool udp_in_epoll;      /* EPOLLIN registered for the plain UDP fd (a thread started) */
         unsigned rr_qp;         /* round-robin cursor over QP indices (transmit) */
         unsigned ntx_pending;   /* QPs with tx_pending set */
         struct dw_watch *watch; /* DW_MAX_WATCH slots, allocated at init */
