@@ -21,6 +21,8 @@
 
 #include "common.h"
 
+#include <diwarp/diwarpdv.h>
+
 static struct ex_ctx c;
 
 static uint32_t auto_window(void)
@@ -238,10 +240,24 @@ int main(int argc, char **argv)
                         ok = false;
                 o = c.o;
         }
+        /* Reliable datagrams (RD, or RC carried by RD): the largest datagram
+         * the pseudo-stream sends, which follows the route's MTU. */
+        struct diwarpdv_rd_path path = {0};
+        struct diwarp_counters ctr = {0};
+        if (ok && c.qp) {
+                diwarp_qp_counters(c.qp, &ctr);
+                struct diwarpdv_rd_dest d = {c.ah, c.peer_qpn, 0x80000000u};
+                if (diwarpdv_query_rd_path(c.qp, o.transport == EX_RD ? &d : NULL, &path) < 0)
+                        path.max_dgram = 0;
+        }
         ex_teardown(&c);
         double gbps = secs > 0 ? (double)o.size * (double)o.iters * 8 / secs / 1e9 : 0;
-        printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s gbps=%.3f\n",
+        char dg[64] = "";
+        if (path.max_dgram)
+                snprintf(dg, sizeof(dg), " dgram=%u sent_max=%u retx=%llu", path.max_dgram,
+                         path.dev_max_sent, (unsigned long long)ctr.retransmits);
+        printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s gbps=%.3f%s\n",
                ex_transport_name(o.transport), ex_op_name(o.op), (unsigned long long)o.size,
-               (unsigned long long)o.iters, ok ? "ok" : "fail", gbps);
+               (unsigned long long)o.iters, ok ? "ok" : "fail", gbps, dg);
         return ok ? 0 : 1;
 }

@@ -10,7 +10,10 @@
  * device share the device's one UDP socket, whatever the number of peers.
  *
  *   create:  diwarpdv_create_qp(pd, &init_attr, &qp)   (= diwarp_qp_create with
- *            init_attr.qp_type = DIWARP_QPT_RD); no SRQ.
+ *            init_attr.qp_type = DIWARP_QPT_RD). init_attr.srq may name an
+ *            SRQ shared with other QPs (RD, RC, UD) of the device: a Send
+ *            from any peer takes its receive WR from it (empty: RNR, the
+ *            sender retries), SRQ_LIMIT_REACHED fires as on RC.
  *   states:  RESET -> INIT (DIWARP_QP_QKEY required, DIWARP_QP_ACCESS_FLAGS
  *            optional: remote rights the QP grants) -> RTR -> RTS, as UD.
  *   post:    opcodes SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE,
@@ -24,8 +27,10 @@
  *            chain and reads wr.wr.rdma / wr.wr.atomic exactly as on RC. It
  *            accepts every opcode (for Sends the destination argument wins
  *            over wr.wr.ud).
- *   sizes:   messages up to 2 GiB; they are cut into segments of the path MTU
- *            (DIWARP_UDP_MTU) and placed directly by offset.
+ *   sizes:   messages up to 2 GiB; they are cut into segments that fit the
+ *            route's MTU to the peer (at most DIWARP_UDP_MTU; 64 KiB datagrams
+ *            over loopback, 1472 bytes over Ethernet) and placed directly by
+ *            offset. diwarpdv_query_rd_path tells the size a stream uses.
  *   receive: wc.src_qp is the sender's QPN; no GRH is written (unlike UD).
  *   errors:  a protection violation at the target fails that WR with
  *            DIWARP_WC_REM_ACCESS_ERR (the target answers that peer only and
@@ -66,6 +71,22 @@ struct diwarpdv_rd_dest {
  * (rdma / atomic). Same return and *bad_wr rules as diwarp_post_send. */
 int diwarpdv_post_send_rd(struct diwarp_qp *qp, struct diwarp_send_wr *wr,
                           const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr);
+
+/* Datagram sizes of one pseudo-stream (diwarpdv_query_rd_path). */
+struct diwarpdv_rd_path {
+        /* Largest UDP payload (headers included) the stream sends: the route's
+         * MTU when the stream started, less 28 bytes of IPv4 + UDP headers,
+         * capped by DIWARP_UDP_MTU. Fixed for the stream's life. */
+        uint32_t max_dgram;
+        uint32_t seg_payload;  /* message bytes per segment */
+        uint32_t dev_max_sent; /* largest RD datagram the device has sent so far */
+};
+
+/* The path of qp's pseudo-stream to dest (RC over RD: dest NULL, the QP's one
+ * peer). -ENOENT when that stream does not exist yet (nothing was sent to or
+ * received from it), -EINVAL on bad arguments. */
+int diwarpdv_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,
+                           struct diwarpdv_rd_path *out);
 
 #ifdef __cplusplus
 }

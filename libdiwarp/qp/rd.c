@@ -33,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <diwarp/diwarpdv.h>
 
@@ -47,6 +49,18 @@
 #define RD_HASH_MIN 16u
 #define RD_BATCH    DW_UDP_GSO_MAX_SEGS /* slots; DW_UDP_TX_BATCH without GSO */
 #define RD_SLOT_IOV (DW_MAX_SGE + 3)
+/* Bytes built per transmit step: the CRC pass over a segment leaves it in
+ * cache for the kernel's copy only if the step stays small (64 datagrams of
+ * 1472 bytes, or 4 of 64 KiB). */
+#define RD_BATCH_BYTES (256u << 10)
+/* Route MTU cache: entries per device, and how long one is trusted. */
+#define RD_PMTU_CACHE   16
+#define RD_PMTU_TTL_NS  (1000ull * 1000 * 1000)
+#define RD_FALLBACK_MTU 1500 /* the route's MTU cannot be read: assume Ethernet */
+/* Smallest Write segment placed without the bounce buffer (dw_rd_rx_direct):
+ * below it the extra peek costs more than the copy it saves. */
+#define RD_DIRECT_MIN (16u << 10)
+#define RD_PEEK_LEN   (RD_HDR_CAP + 16)
 /* Largest extra RDMAP header after the DDP header (Atomic Request). */
 #define RD_HDR_CAP (DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
 
@@ -114,7 +128,11 @@ struct dw_rd_peer {
         uint32_t rx_done; /* next queue-0 MSN to complete */
         uint32_t nak_psn; /* PSN refused with nak_code (repeated on every copy) */
         uint8_t nak_code;
-        uint8_t rsvd[3];
+        uint8_t rsvd;
+        /* Largest UDP payload to this peer (rd_udp_mtu), fixed for the
+         * stream's life: segment k of a message always covers the same bytes,
+         * so a retransmission rebuilds it exactly. */
+        uint16_t udp_mtu;
         uint32_t batch; /* segments built in the current batch, not yet registered */
         /* The send-window ring (DW_REL_DEF_WINDOW entries, 2 KiB) is not here:
          * p->rel.ring borrows one from the device cache while PSNs are in
@@ -162,7 +180,26 @@ struct dw_rd_dev {
         struct dw_rd_qp *qps;      /* every RD-served QP */
         struct dw_rd_peer *active; /* peers with outstanding data, owed ACKs or timers */
         bool tx_wait;              /* registered with dw_progress_tx_wait */
-        uint32_t seg;              /* payload bytes per segment */
+        /* The walk over `active` for rel/ timers runs only when some peer's
+         * state changed (a packet in or out, rd_activate) or the earliest
+         * deadline it found came: a busy-polling step skips it otherwise. */
+        bool timers_dirty;
+        uint64_t timers_at;
+        uint32_t ctl_sent;  /* retransmissions and ACK-only datagrams of this walk */
+        uint32_t dgram_max; /* largest datagram sent (diwarpdv_query_rd_path) */
+        /* Direct receive (dw_rd_rx_direct): large Write segments were seen
+         * lately, so the next datagram is peeked at first; rx_placed: the one
+         * dw_rd_rx is handling is already in place. */
+        bool rx_big, rx_placed;
+        uint8_t rx_small; /* datagrams in a row not placed directly */
+        uint8_t rx_hdr[RD_PEEK_LEN];
+        /* Route MTUs by destination address, asked of the kernel when a
+         * pseudo-stream starts (rd_udp_mtu); direct-mapped. */
+        struct rd_pmtu {
+                uint32_t ip; /* network order; 0 = empty */
+                uint32_t mtu;
+                uint64_t at_ns;
+        } pmtu[RD_PMTU_CACHE];
         struct rd_txslot slot[RD_BATCH];
         struct dw_udp_msg msgs[RD_BATCH];
         /* one GSO super-datagram: the slots' iovecs back to back */
@@ -245,6 +282,57 @@ uint32_t dw_rd_seg_payload(uint32_t mtu)
                DW_DGRAM_CRC_LEN;
 }
 
+/* The route's MTU towards ip:port as the kernel's routing table and PMTU
+ * cache see it now: a UDP socket from the device's address, connect()ed
+ * there, IP_MTU. 0 when it cannot be read. */
+static uint32_t rd_route_mtu(const struct dw_device *dev, uint32_t ip, uint16_t port)
+{
+        struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr = dev->addr};
+        struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = port, .sin_addr.s_addr = ip};
+        int mtu = 0;
+        socklen_t ml = sizeof(mtu);
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return 0;
+        /* The device's source address picks the route its socket uses (source
+         * routing); an address that is not local here still gets a route. */
+        (void)bind(fd, (struct sockaddr *)&src, sizeof(src));
+        if (connect(fd, (struct sockaddr *)&dst, sizeof(dst)) < 0 ||
+            getsockopt(fd, IPPROTO_IP, IP_MTU, &mtu, &ml) < 0)
+                mtu = 0;
+        close(fd);
+        return mtu > 0 ? (uint32_t)mtu : 0;
+}
+
+/* Largest UDP payload for a new pseudo-stream to ip:port: the route's MTU
+ * less the IPv4 and UDP headers, at most DIWARP_UDP_MTU. Cached per address
+ * for a second, so a burst of new peers costs no syscalls. */
+static uint16_t rd_udp_mtu(struct dw_device *dev, uint32_t ip, uint16_t port)
+{
+        struct dw_rd_dev *d = dev->rd;
+        struct rd_pmtu *c = &d->pmtu[(ip * 0x9e3779b1u) >> 28 & (RD_PMTU_CACHE - 1)];
+        uint64_t now = dw_now_ns();
+        if (c->ip != ip || !c->mtu || now - c->at_ns > RD_PMTU_TTL_NS) {
+                uint32_t m = rd_route_mtu(dev, ip, port);
+                c->ip = ip;
+                c->mtu = m ? m : RD_FALLBACK_MTU;
+                c->at_ns = now;
+        }
+        uint32_t u = c->mtu > 28 ? c->mtu - 28 : 0; /* IPv4 20 + UDP 8 */
+        if (u > DW_UDP_MAX_PAYLOAD)
+                u = DW_UDP_MAX_PAYLOAD;
+        if (dev->cfg.udp_mtu && u > dev->cfg.udp_mtu)
+                u = dev->cfg.udp_mtu;
+        if (u < DW_CONFIG_MIN_UDP_MTU)
+                u = DW_CONFIG_MIN_UDP_MTU;
+        return (uint16_t)u;
+}
+
+static uint32_t rd_peer_seg(const struct dw_rd_peer *p)
+{
+        return dw_rd_seg_payload(p->udp_mtu);
+}
+
 size_t dw_rd_peer_bytes(void)
 {
         return sizeof(struct dw_rd_peer); /* idle; + RD_RING_BYTES while sending */
@@ -297,6 +385,7 @@ static uint32_t rd_hash(uint32_t ip, uint16_t port, uint32_t qpn)
 static void rd_activate(struct dw_rd_peer *p)
 {
         struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        d->timers_dirty = true;
         if (p->active || p->dead)
                 return;
         p->active = true;
@@ -378,6 +467,7 @@ static struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t 
         p->port = port;
         p->rqpn = qpn;
         p->tx_msn = p->tx_rreq = p->rx_bind = p->rx_done = 1;
+        p->udp_mtu = rd_udp_mtu(s->qp->dev, ip, port);
         if (dw_rel_peer_init(&p->rel, &s->params, NULL, DW_REL_DEF_WINDOW, tx_psn, rx_psn) < 0) {
                 free(p);
                 return NULL;
@@ -420,6 +510,15 @@ static void rd_retire(struct dw_rd_qp *s)
                 if (s->tx_idx)
                         s->tx_idx--;
         }
+        /* dw_qp_complete_send looked before the cursor moved back. */
+        if (qp->state == DIWARP_QPS_SQD)
+                dw_qp_sqd_check(qp);
+}
+
+bool dw_rd_sq_busy(const struct dw_qp *qp)
+{
+        const struct dw_rd_qp *s = qp->rd;
+        return s->tx_idx || s->tx_seg;
 }
 
 static void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w)
@@ -545,7 +644,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         struct dw_rd_qp *s = p->s;
         struct dw_qp *qp = s->qp;
         struct dw_device *dev = qp->dev;
-        uint32_t S = rdd(dev)->seg;
+        uint32_t S = rd_peer_seg(p);
         struct dw_rdmap_hdr r;
         uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
         size_t extlen = 0;
@@ -676,7 +775,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         size_t ddp_len = r.ddp.tagged ? DW_DGRAM_DDP_TAGGED_LEN : DW_DGRAM_DDP_UNTAGGED_LEN;
         size_t fixed = DW_DGRAM_HDR_LEN + ddp_len + extlen + plen +
                        (imm ? DW_DGRAM_IMM_MSG_LEN : 0) + DW_DGRAM_CRC_LEN;
-        uint32_t mtu = dev->cfg.udp_mtu ? dev->cfg.udp_mtu : DW_CONFIG_DEFAULT_UDP_MTU;
+        uint32_t mtu = p->udp_mtu;
         struct dw_dgram_hdr h = {
             .flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (imm ? DW_DGRAM_F_IMM : 0) |
                      (ackreq ? DW_DGRAM_F_ACKREQ : 0),
@@ -801,11 +900,21 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
         }
 }
 
+/* Retransmissions and ACK-only datagrams one timer walk may send. Timers of
+ * many pseudo-streams expire together (they started together): sent in one
+ * burst they overflow the peer's socket buffer and are lost again, in step,
+ * until the retry limit. Beyond the cap the callbacks report back-pressure:
+ * rel/ keeps the work pending, without counting a retry, for the next step. */
+#define RD_CTL_PER_WALK DW_PROGRESS_BUDGET
+
 static int ops_retransmit(void *ctx, uint32_t psn, uint64_t cookie)
 {
         struct dw_rd_peer *p = ctx;
         struct dw_device *dev = p->s->qp->dev;
         struct rd_txslot *t = &rdd(dev)->rslot;
+        if (rdd(dev)->ctl_sent >= RD_CTL_PER_WALK)
+                return -EAGAIN;
+        rdd(dev)->ctl_sent++;
         int r = rd_build(p, cookie, psn, false, t);
         if (r < 0)
                 return r;
@@ -818,12 +927,21 @@ static int ops_retransmit(void *ctx, uint32_t psn, uint64_t cookie)
         return 0;
 }
 
-static int ops_send_ack(void *ctx)
+static int rd_send_ack(struct dw_rd_peer *p)
 {
-        struct dw_rd_peer *p = ctx;
         struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD, .psn = p->rel.snd_nxt};
         dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
         return rd_send_ctrl(p, &h);
+}
+
+static int ops_send_ack(void *ctx)
+{
+        struct dw_rd_peer *p = ctx;
+        struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        if (d->ctl_sent >= RD_CTL_PER_WALK)
+                return -EAGAIN;
+        d->ctl_sent++;
+        return rd_send_ack(p);
 }
 
 static const struct dw_rel_ops rd_ops = {
@@ -883,6 +1001,9 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         }
         struct dw_rd_peer *p = w->priv;
         if (!p)
+                return 0;
+        /* SQD: a message already on the wire finishes, no new one starts. */
+        if (s->tx_seg == 0 && qp->state == DIWARP_QPS_SQD)
                 return 0;
         if (s->tx_seg == 0) {
                 if ((w->send_flags & DIWARP_SEND_FENCE) && s->norq + s->orq_building)
@@ -952,6 +1073,8 @@ static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
         struct dw_rd_peer *p = t->peer;
         struct dw_qp *qp = s->qp;
         dw_rel_tx_sent(&p->rel, t->psn, t->cookie, now);
+        if (t->dlen > rdd(qp->dev)->dgram_max)
+                rdd(qp->dev)->dgram_max = t->dlen;
         qp->ctr.tx_packets++;
         qp->ctr.tx_bytes += t->bytes;
         qp->dev->ctr.tx_packets++;
@@ -1078,19 +1201,22 @@ static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
         int work = 0;
 
         while (work < budget) {
-                if (qp->state != DIWARP_QPS_RTS && !(s->rc && qp->state == DIWARP_QPS_RTR))
+                if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_SQD &&
+                    !(s->rc && qp->state == DIWARP_QPS_RTR))
+                        return work;
+                /* Everything went in the previous round (the common case of
+                 * one message): no clock read for an empty one. */
+                if (work && dw_wq_count(&qp->sq) <= s->tx_idx && !s->fifo_count)
                         return work;
                 uint64_t now = dw_now_ns();
                 int n = 0;
+                uint32_t bytes = 0;
                 bool sq_off = false, irq_off = s->fifo_count == 0;
                 s->orq_building = 0;
                 /* With GSO a step builds up to 64 datagrams (a few super-
-                 * datagrams' worth) unless segments are too big to pair. */
-                int nmax =
-                    !dev->fault_on && dw_udp_gso_on(&dev->udp) && d->seg <= DW_UDP_GSO_MAX_BYTES / 2
-                        ? RD_BATCH
-                        : DW_UDP_TX_BATCH;
-                while (n < nmax && !(sq_off && irq_off)) {
+                 * datagrams' worth), fewer when they are large. */
+                int nmax = !dev->fault_on && dw_udp_gso_on(&dev->udp) ? RD_BATCH : DW_UDP_TX_BATCH;
+                while (n < nmax && bytes < RD_BATCH_BYTES && !(sq_off && irq_off)) {
                         bool use_irq = !irq_off && (s->irq_turn || sq_off);
                         int r = use_irq ? rd_next_irq(s, now, &d->slot[n])
                                         : rd_next_sq(s, now, n, &d->slot[n]);
@@ -1110,6 +1236,7 @@ static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                                 continue;
                         }
                         s->irq_turn = !use_irq;
+                        bytes += d->slot[n].dlen;
                         n++;
                 }
                 if (n < 0) {
@@ -1166,6 +1293,36 @@ static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
 
 enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE };
 
+/* True when `need` unbound receive WQEs are in qp->rq. On an SRQ, qp->rq is
+ * the QP's own ring of WQEs taken from the SRQ: they are taken only when a
+ * message binds them, all or none, so an RNR leaves the SRQ whole for the
+ * other QPs. */
+static bool rd_rq_have(struct dw_rd_qp *s, uint32_t need)
+{
+        struct dw_qp *qp = s->qp;
+        uint32_t have = dw_wq_count(&qp->rq) - s->rq_bound;
+        if (have >= need)
+                return true;
+        if (!qp->srq)
+                return false;
+        struct dw_srq *q = &qp->srq->q;
+        if (dw_wq_count(&q->wq) < need - have ||
+            qp->rq.capacity - dw_wq_count(&qp->rq) < need - have)
+                return false;
+        for (; have < need; have++) {
+                struct dw_wqe *w = dw_wq_reserve(&qp->rq);
+                bool limit = false;
+                if (!w || dw_srq_take(q, w, &limit) < 0)
+                        return false;
+                w->flags = 0;
+                w->priv = NULL;
+                dw_wq_commit(&qp->rq);
+                if (limit)
+                        dw_async_srq(qp->dev, qp->srq, DIWARP_EVENT_SRQ_LIMIT_REACHED);
+        }
+        return true;
+}
+
 /* Receive WQE bound to (p, msn), binding WQEs in MSN order first. NULL:
  * not enough receive WQEs posted (RNR). */
 static struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn)
@@ -1173,7 +1330,7 @@ static struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint3
         struct dw_qp *qp = s->qp;
         if (dw_psn_diff(msn, p->rx_bind) >= 0) {
                 uint32_t need = msn - p->rx_bind + 1;
-                if (dw_wq_count(&qp->rq) - s->rq_bound < need)
+                if (!rd_rq_have(s, need))
                         return NULL;
                 for (uint32_t m = p->rx_bind; need--; m++) {
                         struct dw_wqe *w = dw_wq_at(&qp->rq, s->rq_bound++);
@@ -1433,7 +1590,9 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                         if (!w)
                                 return RV_RNR;
                 }
-                if (plen)
+                if (plen >= RD_DIRECT_MIN)
+                        rdd(dev)->rx_big = true;
+                if (plen && !rdd(dev)->rx_placed)
                         memcpy(host, pay, plen);
                 if (w) {
                         w->psn = h->psn;
@@ -1479,7 +1638,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                      .len = rq.rdma_rd_sz,
                                      .src_stag = rq.src_stag,
                                      .src_to = rq.src_to,
-                                     .nseg = (uint32_t)rd_nseg(rq.rdma_rd_sz, rdd(dev)->seg)};
+                                     .nseg = (uint32_t)rd_nseg(rq.rdma_rd_sz, rd_peer_seg(p))};
                 rd_irq_queue(s, idx);
                 return RV_ACCEPT;
         }
@@ -1602,7 +1761,8 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                 rd_send_nak(p, h->psn, p->nak_code);
                 return;
         }
-        bool ready = qp->state == DIWARP_QPS_RTS || qp->state == DIWARP_QPS_RTR;
+        bool ready = qp->state == DIWARP_QPS_RTS || qp->state == DIWARP_QPS_RTR ||
+                     qp->state == DIWARP_QPS_SQD || qp->state == DIWARP_QPS_SQE;
         if (!ready || (p && p->dead)) {
                 dev->ctr.rx_dropped_no_qp++;
                 return;
@@ -1697,14 +1857,105 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         }
 }
 
-/* ---------------------------------------------------------------- progress */
+/* The datagram peeked at is not for direct placement: read it alone (a
+ * message's short last segment, a Write with Immediate, an ACK), or after a
+ * run of such go back to batches until large segments return. */
+static int rd_direct_skip(struct dw_rd_dev *d)
+{
+        if (++d->rx_small < 4)
+                return 2;
+        d->rx_big = false;
+        d->rx_small = 0;
+        return 0;
+}
 
-int dw_rd_progress(struct dw_device *dev, int budget)
+/* The next datagram, when it is a NEW plain RDMA Write segment of at least
+ * RD_DIRECT_MIN bytes that its target accepts, is read with one recvmsg
+ * whose iovecs put the headers in rx_hdr and the payload straight into the
+ * target: one copy (the kernel's), as TCP has, instead of two; only with
+ * DIWARP_RD_DIRECT=1, since it places bytes before the CRC is known. Its CRC is
+ * checked after the placement; a mismatch drops it as in dw_ud_rx (counted in
+ * crc_errors), and the bytes already written lie in the range its header
+ * names, which the peer may write and which the retransmission rewrites
+ * before the Write completes. Every check dw_rd_rx makes before placing is
+ * made before the read. */
+int dw_rd_rx_direct(struct dw_device *dev)
 {
         struct dw_rd_dev *d = rdd(dev);
-        int work = 0;
-        if (!d || (!d->qps && !d->active))
+        if (!d || !dev->cfg.rd_direct || !d->rx_big || dev->fault_on || dw_udp_uring_on(&dev->udp))
                 return 0;
+        struct sockaddr_in from;
+        bool train;
+        uint8_t *hb = d->rx_hdr;
+        int len = dw_udp_peek(&dev->udp, hb, sizeof(d->rx_hdr), &from, &train);
+        if (len == -EAGAIN)
+                return -1;
+        if (len < 0)
+                return 0;
+        if (train || (size_t)len < RD_DIRECT_MIN + DW_DGRAM_CRC_LEN)
+                return rd_direct_skip(d);
+        const char *why = NULL;
+        struct dw_dgram_hdr h;
+        ssize_t hl = dw_dgram_decode(hb, sizeof(d->rx_hdr), &h, &why);
+        if (hl < 0 || (h.flags & (DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM |
+                                  DW_DGRAM_F_NAK)) != (DW_DGRAM_F_RD | DW_DGRAM_F_DATA))
+                return rd_direct_skip(d);
+        struct dw_qp *qp = dw_qp_lookup(dev, h.dst_qpn);
+        if (!qp || !qp->rd ||
+            (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_RTR &&
+             qp->state != DIWARP_QPS_SQD && qp->state != DIWARP_QPS_SQE))
+                return rd_direct_skip(d);
+        struct dw_rd_qp *s = qp->rd;
+        struct dw_rd_peer *p = rd_peer_find(s, from.sin_addr.s_addr, from.sin_port, h.src_qpn);
+        if (!p || p->dead || (p->nak_code && h.psn == p->nak_psn) ||
+            (!s->rc && h.qkey != qp->attr.qkey) || dw_rel_rx_classify(&p->rel, h.psn) != DW_REL_NEW)
+                return rd_direct_skip(d);
+        struct dw_rdmap_hdr r;
+        ssize_t rl = dw_rdmap_decode(hb + hl, sizeof(d->rx_hdr) - (size_t)hl, &r, &why);
+        size_t body = (size_t)len - DW_DGRAM_CRC_LEN;
+        if (rl < 0 || r.opcode != DW_RDMAP_WRITE || body < (size_t)(hl + rl) + RD_DIRECT_MIN ||
+            !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
+                return rd_direct_skip(d);
+        size_t plen = body - (size_t)(hl + rl);
+        uint8_t *host = NULL;
+        if (dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to,
+                               plen, &host) != DW_PROT_OK)
+                return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
+        uint8_t trl[DW_DGRAM_CRC_LEN];
+        struct iovec iov[3] = {{hb, (size_t)(hl + rl)}, {host, plen}, {trl, sizeof(trl)}};
+        int n = dw_udp_recv_iov(&dev->udp, iov, 3);
+        if (n < 0)
+                return n == -EAGAIN ? -1 : 0;
+        if (n != len) {
+                /* Not the datagram peeked at: nothing else reads this socket
+                 * under the device lock, so this is not expected. */
+                dev->ctr.rx_dropped_malformed++;
+                return 1;
+        }
+        uint32_t st = dw_crc32c_update(dw_crc32c_init(), hb, (size_t)(hl + rl));
+        st = dw_crc32c_update(st, host, plen);
+        uint8_t want[DW_DGRAM_CRC_LEN];
+        dw_dgram_crc_trailer(want, st);
+        if (memcmp(want, trl, sizeof(want)) != 0) {
+                dev->ctr.crc_errors++;
+                return 1;
+        }
+        dev->ctr.rx_placed_direct++;
+        d->rx_placed = true;
+        dw_rd_rx(dev, hb, body, (size_t)hl, &h, &from);
+        d->rx_placed = false;
+        d->rx_small = 0;
+        return 1;
+}
+
+/* ---------------------------------------------------------------- progress */
+
+/* Out of line: without RD QPs or active peers a step pays only the test in
+ * dw_rd_progress, not this function's register saves. */
+static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, struct dw_rd_dev *d,
+                                                      int budget)
+{
+        int work = 0;
         bool blocked = false;
         for (struct dw_rd_qp *s = d->qps; s && !blocked; s = s->next)
                 if (dw_wq_count(&s->qp->sq) > s->tx_idx || s->fifo_count)
@@ -1712,6 +1963,13 @@ int dw_rd_progress(struct dw_device *dev, int budget)
         rd_tx_wait(dev, blocked);
 
         uint64_t now = dw_now_ns(), next = UINT64_MAX;
+        if (!d->timers_dirty && now < d->timers_at) {
+                if (d->timers_at != UINT64_MAX) /* each step asks anew */
+                        dw_progress_timer(dev, d->timers_at);
+                return work;
+        }
+        d->timers_dirty = false;
+        d->ctl_sent = 0;
         struct dw_rd_peer *p = d->active, *nx;
         for (; p; p = nx) {
                 nx = p->anext;
@@ -1740,9 +1998,18 @@ int dw_rd_progress(struct dw_device *dev, int budget)
                         next = dl;
                 work++;
         }
+        d->timers_at = next;
         if (next != UINT64_MAX)
                 dw_progress_timer(dev, next);
         return work;
+}
+
+int dw_rd_progress(struct dw_device *dev, int budget)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        if (!d || (!d->qps && !d->active))
+                return 0;
+        return rd_progress_busy(dev, d, budget);
 }
 
 /* ---------------------------------------------------------------- QP hooks */
@@ -1752,7 +2019,6 @@ int dw_rd_dev_init(struct dw_device *dev)
         struct dw_rd_dev *d = calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
-        d->seg = dw_rd_seg_payload(dev->cfg.udp_mtu ? dev->cfg.udp_mtu : DW_CONFIG_DEFAULT_UDP_MTU);
         dev->rd = d;
         return 0;
 }
@@ -1787,10 +2053,6 @@ static void rd_params(struct dw_rd_qp *s)
 int dw_rd_qp_init(struct dw_qp *qp)
 {
         struct dw_device *dev = qp->dev;
-        if (qp->srq) {
-                dw_warn("QP %#x: SRQ is not supported over RD", qp->qpn);
-                return -EOPNOTSUPP;
-        }
         if (!rdd(dev)) {
                 int e = dw_rd_dev_init(dev);
                 if (e < 0)
@@ -1799,6 +2061,16 @@ int dw_rd_qp_init(struct dw_qp *qp)
         struct dw_rd_qp *s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
+        if (qp->srq) {
+                /* Receive WQEs taken from the SRQ wait here, bound to their
+                 * messages, until they complete (see rd_rq_have). */
+                const struct dw_wq *sq = &qp->srq->q.wq;
+                int e = dw_wq_init(&qp->rq, sq->capacity, sq->max_sge ? sq->max_sge : 1, 0);
+                if (e < 0) {
+                        free(s);
+                        return e;
+                }
+        }
         s->qp = qp;
         s->rc = qp->type != DIWARP_QPT_RD;
         qp->rd = s;
@@ -1808,7 +2080,23 @@ int dw_rd_qp_init(struct dw_qp *qp)
         if (d->qps)
                 d->qps->prev = s;
         d->qps = s;
+        /* GSO trains from RD peers arrive as one buffer (without GRO the
+         * kernel splits them: slower, still correct). */
+        dw_udp_enable_gro(&dev->udp);
         return 0;
+}
+
+/* Sends the ACKs still owed before the streams go. A request's ACK may be
+ * waiting for a response (rel/ ACK deferral) that will never come now: without
+ * it the peer would wait for its send completion until its retries ran out. */
+static void rd_flush_acks(struct dw_rd_qp *s)
+{
+        if (!s->htab)
+                return;
+        for (uint32_t i = 0; i <= s->hmask; i++)
+                for (struct dw_rd_peer *p = s->htab[i]; p; p = p->hnext)
+                        if (!p->dead && dw_rel_ack_owed(&p->rel))
+                                rd_send_ack(p);
 }
 
 void dw_rd_qp_fini(struct dw_qp *qp)
@@ -1817,6 +2105,8 @@ void dw_rd_qp_fini(struct dw_qp *qp)
         if (!s)
                 return;
         struct dw_rd_dev *d = rdd(qp->dev);
+        if (qp->state != DIWARP_QPS_ERR && qp->state != DIWARP_QPS_RESET)
+                rd_flush_acks(s);
         rd_peers_free(s);
         if (s->prev)
                 s->prev->next = s->next;
@@ -1826,6 +2116,8 @@ void dw_rd_qp_fini(struct dw_qp *qp)
                 s->next->prev = s->prev;
         free(s);
         qp->rd = NULL;
+        if (qp->srq)
+                dw_wq_fini(&qp->rq);
 }
 
 static void rd_reset_state(struct dw_rd_qp *s)
@@ -1841,6 +2133,8 @@ int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
 {
         struct dw_rd_qp *s = qp->rd;
         if (qp->state == DIWARP_QPS_RESET) {
+                if (old != DIWARP_QPS_ERR && old != DIWARP_QPS_RESET)
+                        rd_flush_acks(s);
                 rd_peers_free(s);
                 rd_reset_state(s);
                 return 0;
@@ -1902,7 +2196,8 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
                         w->remote_qkey = qp->attr.qkey;
         }
         w->priv = p;
-        w->ts_ns = rd_nseg(w->total_len, rdd(qp->dev)->seg);
+        /* Fixed here, with the stream's segment size, for every copy. */
+        w->ts_ns = rd_nseg(w->total_len, p ? rd_peer_seg(p) : 1);
         if (is_read_like(w->opcode))
                 w->ts_ns = 1;
         switch (w->opcode) {
@@ -1940,6 +2235,7 @@ void dw_rd_qp_error(struct dw_qp *qp)
                 for (uint32_t i = 0; i <= s->hmask; i++)
                         for (struct dw_rd_peer *p = s->htab[i]; p; p = p->hnext)
                                 p->dead = true; /* unlinked by the next progress step */
+        rdd(qp->dev)->timers_dirty = true;
         /* Receive WQEs that already completed (behind an older unfinished one)
          * leave the ring now, so the flush does not complete them twice. */
         struct dw_wq *rq = &qp->rq;
@@ -1955,6 +2251,14 @@ void dw_rd_qp_error(struct dw_qp *qp)
         if (keep != n) {
                 rq->count = keep;
                 rq->tail = (rq->head + keep) % rq->capacity;
+        }
+        /* WQEs taken from an SRQ belong to this QP now: they flush here (the
+         * generic flush only knows the SRQ's). */
+        for (struct dw_wqe *w; qp->srq && (w = dw_wq_head(rq));) {
+                struct diwarp_wc wc = {
+                    .wr_id = w->wr_id, .status = DIWARP_WC_WR_FLUSH_ERR, .opcode = DIWARP_WC_RECV};
+                dw_qp_complete_recv(qp, &wc, false);
+                dw_wq_pop(rq);
         }
         rd_reset_state(s);
 }
@@ -1983,7 +2287,8 @@ int diwarpdv_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
         pthread_mutex_lock(&dev->lock);
         for (; wr; wr = wr->next) {
                 if (qp->type != DIWARP_QPT_RD || ah->pd->dev != dev ||
-                    (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_ERR) ||
+                    (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_SQD &&
+                     qp->state != DIWARP_QPS_ERR) ||
                     wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge ||
                     (wr->num_sge > 0 && !wr->sg_list) ||
                     (wr->opcode > DIWARP_WR_LOCAL_INV && wr->opcode != DIWARP_WR_SEND_WITH_INV)) {
@@ -2024,6 +2329,33 @@ int diwarpdv_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
         if (err < 0 && bad_wr)
                 *bad_wr = wr;
         dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}
+
+int diwarpdv_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
+                           struct diwarpdv_rd_path *out)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp || !out || !qp->rd || (!dest) != qp->rd->rc || (dest && !dest->ah))
+                return -EINVAL;
+        struct dw_device *dev = qp->dev;
+        int err = 0;
+        pthread_mutex_lock(&dev->lock);
+        struct dw_rd_qp *s = qp->rd;
+        struct dw_rd_peer *p = s->rc_peer;
+        if (dest) {
+                struct sockaddr_in a;
+                dw_peer_addr(dev, dw_ah_of(dest->ah)->ip, dest->remote_qpn, &a);
+                p = rd_peer_find(s, a.sin_addr.s_addr, a.sin_port, dest->remote_qpn);
+        }
+        if (p) {
+                out->max_dgram = p->udp_mtu;
+                out->seg_payload = rd_peer_seg(p);
+                out->dev_max_sent = rdd(dev)->dgram_max;
+        } else {
+                err = -ENOENT;
+        }
         pthread_mutex_unlock(&dev->lock);
         return err;
 }

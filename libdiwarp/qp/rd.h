@@ -51,6 +51,8 @@ void dw_rd_qp_fini(struct dw_qp *qp);
  * RTR with AV + DEST_QPN creates the pseudo-stream (rx ISN rq_psn, tx ISN
  * sq_psn, which RTS may still set). RESET forgets every peer. */
 int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old_state, int mask);
+/* Some send WQE has segments on the wire and is not retired yet (SQD drain). */
+bool dw_rd_sq_busy(const struct dw_qp *qp);
 /* A send WQE was committed: resolves its peer (creating it), assigns its
  * MSN. Transmission happens in dw_rd_progress. Negative: QP to ERR. */
 int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *wqe);
@@ -62,6 +64,10 @@ void dw_rd_qp_error(struct dw_qp *qp);
  * the length without the CRC. */
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
               const struct dw_dgram_hdr *h, const struct sockaddr_in *from);
+/* Receives the next datagram straight into its target when it is a large
+ * RDMA Write segment (and large ones were arriving): 1 done, 0 use the batch
+ * receive, 2 receive one datagram the ordinary way, -1 nothing is waiting. */
+int dw_rd_rx_direct(struct dw_device *dev);
 /* Transmit new segments, run rel/ timers (retransmissions, ACKs), and ask the
  * progress engine for a step at the next deadline. Returns work done. */
 int dw_rd_progress(struct dw_device *dev, int budget);

@@ -203,6 +203,13 @@ int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_
         if (!r->rto_deadline) /* RFC 6298 (5.1) */
                 r->rto_deadline = now + dw_rel_rto_ns(r);
         r->snd_nxt = psn + 1;
+        if (r->flags & DW_REL_F_REQ_SEEN) {
+                /* Data goes back within the ACK delay of a request: the peer's
+                 * next requests can leave their ACK to our responses. */
+                r->flags &= (uint8_t)~DW_REL_F_REQ_SEEN;
+                if ((uint16_t)(e->sent_us - r->req_us16) <= r->p->ack_delay_us)
+                        r->flags |= DW_REL_F_INTERACTIVE;
+        }
         return 0;
 }
 
@@ -463,8 +470,6 @@ uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint6
                 r->stats.rx_oow++;
                 return 0;
         }
-        if (ack_req)
-                r->flags |= DW_REL_F_ACK_NOW;
         if (v == DW_REL_DUPLICATE) {
                 /* The sender missed our ACK (or the network duplicated): answer
                  * at once so it stops retransmitting. */
@@ -492,6 +497,21 @@ uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint6
 
         if (adv > 1 || r->rx_map[0] || r->rx_map[1]) {
                 r->flags |= DW_REL_F_ACK_NOW; /* filled a hole, or holes remain */
+        } else if (ack_req) {
+                /* The sender waits for this ACK. When our data has been
+                 * answering its requests (a request/response exchange), the
+                 * response is about to go and carries the ACK: a separate
+                 * ACK datagram would double the packets and syscalls of every
+                 * exchange. Otherwise nothing is coming back: ACK at once. */
+                r->flags |= DW_REL_F_REQ_SEEN;
+                r->req_us16 = (uint16_t)to_us(now);
+                if ((r->flags & DW_REL_F_INTERACTIVE) && r->p->ack_delay_us &&
+                    ++r->rx_unacked < r->p->ack_every) {
+                        if (!r->ack_deadline)
+                                r->ack_deadline = now + (uint64_t)r->p->ack_delay_us * NS_PER_US;
+                } else {
+                        r->flags |= DW_REL_F_ACK_NOW;
+                }
         } else if (++r->rx_unacked >= r->p->ack_every || r->p->ack_delay_us == 0) {
                 r->flags |= DW_REL_F_ACK_NOW;
         } else if (!r->ack_deadline) {
@@ -640,7 +660,13 @@ int dw_rel_timers(struct dw_rel_peer *r, uint64_t now, const struct dw_rel_ops *
                         r->stats.tail_probes++;
                         rto_probe(r, true);
                 }
-                if (r->rto_deadline && now >= r->rto_deadline && !rnr_waiting(r, now)) {
+                if (r->rto_deadline && now >= r->rto_deadline && !rnr_waiting(r, now) &&
+                    (r->flags & DW_REL_F_RETX_PENDING)) {
+                        /* The last probe (or retransmission) has not left yet:
+                         * local back-pressure, not a silent network. No retry
+                         * counted, no backoff; the silent-peer bound still holds. */
+                        r->rto_deadline = now + dw_rel_rto_ns(r);
+                } else if (r->rto_deadline && now >= r->rto_deadline && !rnr_waiting(r, now)) {
                         r->stats.rto_expiries++;
                         if (++r->retries > p->retry_limit)
                                 return set_fatal(r, -ETIMEDOUT, DW_REL_RETRY_EXCEEDED);
@@ -677,6 +703,10 @@ int dw_rel_timers(struct dw_rel_peer *r, uint64_t now, const struct dw_rel_ops *
         }
 
         if (dw_rel_ack_due(r, now) && ops->send_ack) {
+                /* A request's ACK waited the whole delay and no response took
+                 * it: the exchange is over, answer the next requests at once. */
+                if (!(r->flags & DW_REL_F_ACK_NOW) && (r->flags & DW_REL_F_REQ_SEEN))
+                        r->flags &= (uint8_t) ~(DW_REL_F_INTERACTIVE | DW_REL_F_REQ_SEEN);
                 rc = ops->send_ack(ctx);
                 if (rc < 0 && !back_pressure(rc))
                         return rc;

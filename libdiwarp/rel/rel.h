@@ -110,6 +110,8 @@ enum {
         DW_REL_F_RTO_PROBE = 0x08,    /* RTO fired: one probe out, waiting for its verdict */
         DW_REL_F_SACK_FULL = 0x10,    /* the last ACK had every SACK block: maybe truncated */
         DW_REL_F_TLP_DONE = 0x20,     /* tail loss probe spent since the last ACK progress */
+        DW_REL_F_INTERACTIVE = 0x40,  /* our data answers the peer's ACKREQs: defer their ACK */
+        DW_REL_F_REQ_SEEN = 0x80,     /* an ACKREQ arrived at req_us16, no data sent since */
 };
 
 /* Per-pseudo-stream state. Fields are readable (tests, counters); change them
@@ -140,10 +142,10 @@ struct dw_rel_peer {
         uint64_t last_progress; /* ns of the last ACK progress (or RNR NAK, or first send) */
         uint64_t rnr_until;     /* ns; no transmission before it; 0 = none */
         /* receive side */
-        uint64_t rx_map[2];  /* bit (psn & 127): psn in (rcv_nxt, rcv_nxt+128) received */
-        uint32_t rcv_nxt;    /* cumulative ACK point = in-order delivery cursor */
-        uint16_t rx_unacked; /* in-order packets since the last ACK built */
-        uint16_t rsvd1;
+        uint64_t rx_map[2];    /* bit (psn & 127): psn in (rcv_nxt, rcv_nxt+128) received */
+        uint32_t rcv_nxt;      /* cumulative ACK point = in-order delivery cursor */
+        uint16_t rx_unacked;   /* in-order packets since the last ACK built */
+        uint16_t req_us16;     /* arrival of the last ACKREQ, µs mod 2^16 (DW_REL_F_REQ_SEEN) */
         uint64_t ack_deadline; /* ns; 0 = no delayed ACK owed */
         struct dw_rel_stats stats;
 };
@@ -219,7 +221,10 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
 enum dw_rel_verdict dw_rel_rx_classify(const struct dw_rel_peer *r, uint32_t psn);
 /* Accepts a DATA PSN. Returns how far the in-order cursor (dw_rel_rx_cursor)
  * advanced: every PSN before the cursor has been received, so qp/ completes
- * messages up to it in order. ack_req: the packet had DW_DGRAM_F_ACKREQ. */
+ * messages up to it in order. ack_req: the packet had DW_DGRAM_F_ACKREQ; its
+ * ACK is immediate unless our data has been answering the peer's requests
+ * within the ACK delay (DW_REL_F_INTERACTIVE, learnt in dw_rel_tx_sent), in
+ * which case it waits up to the ACK delay for the response to carry it. */
 uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint64_t now,
                         enum dw_rel_verdict *verdict);
 static inline uint32_t dw_rel_rx_cursor(const struct dw_rel_peer *r)

@@ -21,6 +21,7 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->progress_thread = false;
         cfg->io = DW_IO_PLAIN;
         cfg->rc_crc = true;
+        cfg->rd_direct = false;
         cfg->rc_transport = DW_RC_TCP;
         cfg->peer_timeout_ms = DW_CONFIG_DEFAULT_PEER_TIMEOUT_MS;
         cfg->connect_timeout_ms = DW_CONFIG_DEFAULT_CONNECT_TIMEOUT_MS;
@@ -126,6 +127,14 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 if (i < 0)
                         return bad(cfg, "DIWARP_RC_CRC", v, "expected 0 or 1");
                 cfg->rc_crc = i == 1;
+        }
+        if ((v = var(env, "DIWARP_RD_DIRECT"))) {
+                static const char *const names[] = {"0", "1"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_RD_DIRECT", v, "expected 0 or 1");
+                cfg->rd_direct = i == 1;
         }
         if ((v = var(env, "DIWARP_RC_TRANSPORT"))) {
                 static const char *const names[] = {"tcp", "rd"};

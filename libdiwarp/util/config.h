@@ -21,9 +21,9 @@ enum dw_rc_transport {
 #define DW_CONFIG_DEFAULT_PEER_TIMEOUT_MS    5000
 #define DW_CONFIG_DEFAULT_CONNECT_TIMEOUT_MS 10000
 #define DW_CONFIG_DEFAULT_FAULT_SEED         1
-#define DW_CONFIG_DEFAULT_UDP_MTU            1472 /* 1500 - IPv4 20 - UDP 8 */
 #define DW_CONFIG_MIN_UDP_MTU                512
 #define DW_CONFIG_MAX_UDP_MTU                65507 /* largest IPv4 UDP payload */
+#define DW_CONFIG_DEFAULT_UDP_MTU            65507 /* no cap: RD follows the route's MTU */
 #define DW_CONFIG_MAX_TIMEOUT_MS             3600000u
 
 struct dw_config {
@@ -33,12 +33,13 @@ struct dw_config {
         bool progress_thread;              /* DIWARP_PROGRESS=thread (default app) */
         enum dw_io_backend io;             /* DIWARP_IO=plain|uring */
         bool rc_crc;                       /* DIWARP_RC_CRC=0|1 */
+        bool rd_direct;                    /* DIWARP_RD_DIRECT=0|1: place before the CRC check */
         enum dw_rc_transport rc_transport; /* DIWARP_RC_TRANSPORT=tcp|rd */
         uint32_t peer_timeout_ms;          /* DIWARP_PEER_TIMEOUT_MS */
         uint32_t connect_timeout_ms;       /* DIWARP_CONNECT_TIMEOUT_MS */
         char fault_spec[256];              /* DIWARP_FAULT, validated; "" = off */
         uint64_t fault_seed;               /* DIWARP_FAULT_SEED */
-        uint32_t udp_mtu;                  /* DIWARP_UDP_MTU: largest UDP payload per datagram */
+        uint32_t udp_mtu;                  /* DIWARP_UDP_MTU: cap on the RD datagram size */
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];

@@ -40,12 +40,13 @@ static void assert_defaults(const struct dw_config *c)
         cr_assert_not(c->progress_thread);
         cr_assert_eq(c->io, DW_IO_PLAIN);
         cr_assert(c->rc_crc);
+        cr_assert_not(c->rd_direct);
         cr_assert_eq(c->rc_transport, DW_RC_TCP);
         cr_assert_eq(c->peer_timeout_ms, 5000);
         cr_assert_eq(c->connect_timeout_ms, 10000);
         cr_assert_str_eq(c->fault_spec, "");
         cr_assert_eq(c->fault_seed, 1);
-        cr_assert_eq(c->udp_mtu, 1472);
+        cr_assert_eq(c->udp_mtu, 65507);
 }
 
 Test(config, defaults_with_empty_environment)
@@ -83,6 +84,8 @@ Test(config, every_variable_parsed)
             "uring",
             "DIWARP_RC_CRC",
             "0",
+            "DIWARP_RD_DIRECT",
+            "1",
             "DIWARP_RC_TRANSPORT",
             "rd",
             "DIWARP_PEER_TIMEOUT_MS",
@@ -105,6 +108,7 @@ Test(config, every_variable_parsed)
         cr_assert(c.progress_thread);
         cr_assert_eq(c.io, DW_IO_URING);
         cr_assert_not(c.rc_crc);
+        cr_assert(c.rd_direct);
         cr_assert_eq(c.rc_transport, DW_RC_RD);
         cr_assert_eq(c.peer_timeout_ms, 250);
         cr_assert_eq(c.connect_timeout_ms, 3000);
@@ -155,6 +159,7 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_IO", "epoll"},
             {"DIWARP_RC_CRC", "yes"},
             {"DIWARP_RC_CRC", "2"},
+            {"DIWARP_RD_DIRECT", "yes"},
             {"DIWARP_RC_TRANSPORT", "udp"},
             {"DIWARP_PEER_TIMEOUT_MS", "0"},
             {"DIWARP_PEER_TIMEOUT_MS", "3600001"},

@@ -556,6 +556,44 @@ Test(rel, fast_retransmit_once_per_hole)
         cr_assert_eq(tx.stats.retransmits, 4);
 }
 
+/* A probe held back by local back-pressure (the caller paces its sends) is
+ * not a silent network: further RTO expiries while it waits count no retry
+ * and do not back off, so the retry limit is not spent without a packet
+ * leaving; the silent-peer bound still ends a stream that never gets out. */
+Test(rel, rto_while_probe_held_counts_no_retry)
+{
+        struct dw_rel_params p = test_params();
+        p.retry_limit = 2;
+        p.peer_timeout_ms = 50;
+        struct dw_rel_peer tx;
+        struct dw_rel_txent ring[8];
+        struct rec rc = {0};
+        rc.peer = &tx;
+        dw_rel_peer_init(&tx, &p, ring, 8, 0, 0);
+        cr_assert_eq(dw_rel_tx_sent(&tx, 0, 0, T0), 0);
+        rc.retx_rc = -EAGAIN;
+        uint64_t now = T0;
+        for (int i = 0; i < 40; i++) { /* 40 ms: several RTOs (5 ms, 10 ms) */
+                now += 1 * MS;
+                cr_assert_eq(dw_rel_timers(&tx, now, &rec_ops, &rc), 0, "at %d ms", i + 1);
+        }
+        cr_assert_eq(tx.stats.rto_expiries, 1, "only the first expiry counts");
+        cr_assert_eq(tx.retries, 1);
+        cr_assert_eq(tx.backoff, 1);
+        rc.retx_rc = 0;
+        cr_assert_eq(dw_rel_timers(&tx, now, &rec_ops, &rc), 0);
+        cr_assert_eq(rc.nretx, 1, "the held probe goes once room comes");
+        /* Never getting out still ends at the silent-peer bound. */
+        rc.retx_rc = -EAGAIN;
+        int r = 0;
+        for (int i = 0; i < 1000 && r == 0; i++) {
+                now += 1 * MS;
+                r = dw_rel_timers(&tx, now, &rec_ops, &rc);
+        }
+        cr_assert_eq(r, -ETIMEDOUT);
+        cr_assert_eq(tx.fatal_reason, DW_REL_PEER_TIMEOUT);
+}
+
 /* An RTO that fires while the packets were only delayed (the receiver was not
  * scheduled) costs one probe: the ACK holding original packets undoes it. */
 Test(rel, spurious_rto_one_probe)
@@ -671,6 +709,69 @@ Test(rel, ack_coalescing_counts)
                 dw_rel_timers(&rx, now, &rec_ops, &rc);
         }
         cr_assert_eq(rc.nacks, 10);
+}
+
+/* A request (ACKREQ) is acked at once until our data answers requests within
+ * the ACK delay; then the response carries the ACK and no ACK datagram goes.
+ * A request left without a response gets its ACK after the delay and ends
+ * the deferral. */
+Test(rel, ackreq_deferred_for_responses)
+{
+        struct dw_rel_params p = test_params(); /* 50 µs ACK delay */
+        struct dw_rel_peer r;
+        struct dw_rel_txent ring[8];
+        struct rec rc = {0};
+        struct dw_dgram_hdr h;
+        enum dw_rel_verdict v;
+        uint64_t now = T0;
+        rc.peer = &r;
+        dw_rel_peer_init(&r, &p, ring, 8, 0, 0);
+
+        /* First request: nothing learnt yet, ACK at once. */
+        dw_rel_rx_data(&r, 0, true, now, &v);
+        cr_assert(dw_rel_ack_due(&r, now));
+        cr_assert_eq(dw_rel_timers(&r, now, &rec_ops, &rc), 0);
+        cr_assert_eq(rc.nacks, 1);
+        /* Our response goes 5 µs later: requests are answered. */
+        cr_assert_eq(dw_rel_tx_sent(&r, 0, 0, now + 5 * US), 0);
+        cr_assert(r.flags & DW_REL_F_INTERACTIVE);
+        now += 10 * US;
+
+        /* Second request: the ACK waits for the response... */
+        dw_rel_rx_data(&r, 1, true, now, &v);
+        cr_assert(dw_rel_ack_owed(&r));
+        cr_assert_not(dw_rel_ack_due(&r, now));
+        cr_assert_eq(dw_rel_next_deadline(&r) <= now + 50 * US, true);
+        cr_assert_eq(dw_rel_timers(&r, now + 2 * US, &rec_ops, &rc), 0);
+        cr_assert_eq(rc.nacks, 1, "no ACK datagram while the response may come");
+        /* ...which carries it. */
+        memset(&h, 0, sizeof(h));
+        h.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA;
+        cr_assert_geq(dw_rel_build_ack(&r, &h, DW_DGRAM_MAX_SACK), 0);
+        cr_assert_eq(h.ack_psn, 2);
+        cr_assert_eq(dw_rel_tx_sent(&r, 1, 1, now + 3 * US), 0);
+        cr_assert_eq(dw_rel_timers(&r, now + 1 * MS, &rec_ops, &rc), 0);
+        cr_assert_eq(rc.nacks, 1);
+        cr_assert(r.flags & DW_REL_F_INTERACTIVE);
+        now += 2 * MS;
+
+        /* A request nobody answers: its ACK goes after the delay, and the
+         * next request is acked at once again. */
+        dw_rel_rx_data(&r, 2, true, now, &v);
+        cr_assert_not(dw_rel_ack_due(&r, now));
+        cr_assert_eq(dw_rel_timers(&r, now + 49 * US, &rec_ops, &rc), 0);
+        cr_assert_eq(rc.nacks, 1);
+        cr_assert_eq(dw_rel_timers(&r, now + 50 * US, &rec_ops, &rc), 0);
+        cr_assert_eq(rc.nacks, 2, "the ACK goes alone after the delay");
+        cr_assert_not(r.flags & DW_REL_F_INTERACTIVE);
+        now += 1 * MS;
+        dw_rel_rx_data(&r, 3, true, now, &v);
+        cr_assert(dw_rel_ack_due(&r, now), "no responses lately: immediate again");
+
+        /* A response later than the ACK delay does not make the flow interactive. */
+        cr_assert_eq(dw_rel_timers(&r, now, &rec_ops, &rc), 0);
+        cr_assert_eq(dw_rel_tx_sent(&r, 2, 2, now + 60 * US), 0);
+        cr_assert_not(r.flags & DW_REL_F_INTERACTIVE);
 }
 
 Test(rel, ackreq_hint)
