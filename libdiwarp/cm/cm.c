@@ -15,6 +15,7 @@
 #include "dw.h"
 #include "llp/tcp.h"
 #include "qp/rc.h"
+#include "qp/rd.h"
 #include "util/time.h"
 
 static const uint8_t ibcm_magic[4] = {'D', 'W', 'Q', 'P'};
@@ -512,6 +513,142 @@ int dw_cm_ib_connect(struct dw_qp *qp)
         return 0;
 }
 
+/* ======================================================================
+ * Native CM for RC QPs carried by RD (DIWARP_RC_TRANSPORT=rd).
+ * The MPA exchange runs on TCP as for any native connection, with a block of
+ * ours ahead of the application's private data in the Request and the Reply
+ * (docs/PROTOCOL.md): magic "DWRD", the sender's QPN and first PSN (BE32).
+ * Each side then binds its QP to the peer's QPN as an IB-style RTR does (one
+ * RD pseudo-stream), so every RDMA message goes over UDP. The TCP stream
+ * stays open and idle as the connection's CM channel: its close is the
+ * disconnect notice (the peer's QP goes to ERR, rdma_cm's DISCONNECTED), its
+ * keepalive a liveness check. Nothing else is ever written to it.
+ * ====================================================================== */
+
+#define DW_RDCM_LEN 12
+/* How long a native connect over RD retries a refused TCP connect. */
+#define RDCM_REFUSED_GRACE_MS 500
+
+static const uint8_t rdcm_magic[4] = {'D', 'W', 'R', 'D'};
+
+struct dw_cm_rdch {
+        struct dw_qp *qp;
+        int fd; /* -1 while the QP is claimed by a connect/accept in progress */
+        bool watched;
+        struct dw_cm_rdch *next;
+};
+
+static bool rc_on_rd(const struct dw_device *dev)
+{
+        return dev->cfg.rc_transport == DW_RC_RD;
+}
+
+static void rdcm_encode(uint8_t *buf, uint32_t qpn, uint32_t psn)
+{
+        memcpy(buf, rdcm_magic, 4);
+        dw_put_be32(buf + 4, qpn);
+        dw_put_be32(buf + 8, psn);
+}
+
+/* 0 and the sender's QPN/PSN, or -EPROTO when the block is absent. */
+static int rdcm_decode(const uint8_t *pd, uint16_t len, uint32_t *qpn, uint32_t *psn)
+{
+        if (len < DW_RDCM_LEN || memcmp(pd, rdcm_magic, 4) != 0)
+                return -EPROTO;
+        *qpn = dw_get_be32(pd + 4);
+        *psn = dw_get_be32(pd + 8);
+        return 0;
+}
+
+/* A fresh first PSN per connection (IB's CM picks one at random too), so a
+ * stale segment of an earlier connection of the same QP pair is not taken
+ * for new data. */
+static uint32_t rdcm_psn(uint32_t qpn)
+{
+        uint64_t k = (dw_now_ns() ^ (uint64_t)qpn << 24) * 0x9e3779b97f4a7c15ull;
+        return (uint32_t)(k >> 40) & 0xffffff;
+}
+
+static struct dw_cm_rdch *rdch_of(const struct dw_qp *qp)
+{
+        struct dw_rc_dev *rd = rcdev(qp->dev);
+        for (struct dw_cm_rdch *ch = rd ? rd->rdchs : NULL; ch; ch = ch->next)
+                if (ch->qp == qp)
+                        return ch;
+        return NULL;
+}
+
+static void rdch_free(struct dw_cm_rdch *ch)
+{
+        struct dw_device *dev = ch->qp->dev;
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        for (struct dw_cm_rdch **pp = &rd->rdchs; *pp; pp = &(*pp)->next)
+                if (*pp == ch) {
+                        *pp = ch->next;
+                        break;
+                }
+        if (ch->watched)
+                dw_progress_unwatch_fd(dev, ch->fd);
+        if (ch->fd >= 0)
+                close(ch->fd);
+        free(ch);
+}
+
+static void rdch_drop(struct dw_qp *qp)
+{
+        struct dw_cm_rdch *ch = rdch_of(qp);
+        if (ch)
+                rdch_free(ch);
+}
+
+/* The peer closed its CM stream (rdma_disconnect, QP destroyed, process
+ * gone) or the stream failed: the connection is over, as when a native
+ * connection's stream ends. */
+static int rdch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
+{
+        struct dw_cm_rdch *ch = ctx;
+        struct dw_qp *qp = ch->qp;
+        uint8_t buf[64];
+        ssize_t n;
+        char pb[32];
+
+        (void)dev;
+        /* Nothing is ever sent on it; whatever arrives is dropped. */
+        while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+                ;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
+            !(events & (EPOLLERR | EPOLLHUP)))
+                return 0;
+        int err = n < 0 ? errno : 0;
+        dw_info("RC QP %#x over RD: CM stream to %s %s%s", qp->qpn,
+                dw_tcp_addr_str(&qp->peer, pb, sizeof(pb)), err ? "failed: " : "closed by the peer",
+                err ? strerror(err) : "");
+        rdch_free(ch);
+        dw_qp_to_error(qp, err ? DIWARP_EVENT_QP_FATAL : -1);
+        return 1;
+}
+
+/* Claims an RC-over-RD QP in INIT for a native connect/accept. */
+static int claim_rd(struct dw_qp *qp)
+{
+        if (!is_rc(qp))
+                return -EINVAL;
+        if (rdch_of(qp) || qp->state == DIWARP_QPS_RTR)
+                return -EISCONN; /* RTR over RD already names a peer QP */
+        if (qp->state != DIWARP_QPS_INIT)
+                return -EINVAL;
+        struct dw_cm_rdch *ch = calloc(1, sizeof(*ch));
+        if (!ch)
+                return -ENOMEM;
+        struct dw_rc_dev *rd = rcdev(qp->dev);
+        ch->qp = qp;
+        ch->fd = -1;
+        ch->next = rd->rdchs;
+        rd->rdchs = ch;
+        return 0;
+}
+
 void dw_cm_qp_cancel(struct dw_qp *qp)
 {
         struct dw_rc_dev *rd = rcdev(qp->dev);
@@ -531,6 +668,7 @@ void dw_cm_qp_cancel(struct dw_qp *qp)
                         pend_free(p, true);
                 }
         }
+        rdch_drop(qp);
 }
 
 int dw_cm_progress(struct dw_device *dev)
@@ -765,9 +903,16 @@ int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
                         req->id = lc->id;
                         dw_ipv4_to_gid(lc->peer.sin_addr, &req->peer_gid);
                         req->peer_port = ntohs(lc->peer.sin_port);
+                        const uint8_t *pd = lc->mpa.pd;
                         uint16_t n = lc->mpa.pd_len;
+                        uint32_t q, psn;
+                        /* Ours (RC over RD): the application sees only its own. */
+                        if (rc_on_rd(l->dev) && rdcm_decode(pd, n, &q, &psn) == 0) {
+                                pd += DW_RDCM_LEN;
+                                n -= DW_RDCM_LEN;
+                        }
                         req->private_data_len = n;
-                        memcpy(req->private_data, lc->mpa.pd, n);
+                        memcpy(req->private_data, pd, n);
                         req->ird = (uint8_t)(lc->mpa.peer_ird > 255 ? 255 : lc->mpa.peer_ird);
                         req->ord = (uint8_t)(lc->mpa.peer_ord > 255 ? 255 : lc->mpa.peer_ord);
                         lc->delivered = true;
@@ -817,6 +962,8 @@ static uint16_t param_or(uint8_t v, uint16_t dflt)
 /* Claims an RC QP in INIT (or RTR) for a native connect/accept. */
 static int claim_qp(struct dw_qp *qp)
 {
+        if (dw_qp_on_rd(qp))
+                return claim_rd(qp);
         if (!is_rc(qp) || !qp->rc)
                 return -EINVAL;
         if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR)
@@ -826,6 +973,100 @@ static int claim_qp(struct dw_qp *qp)
                 return -EISCONN;
         qp->rc->state = DW_RC_CONNECTING;
         return 0;
+}
+
+/* Releases a claim_qp that led nowhere (device lock held). */
+static void unclaim_qp(struct dw_qp *qp)
+{
+        if (dw_qp_on_rd(qp)) {
+                struct dw_cm_rdch *ch = rdch_of(qp);
+                if (ch && ch->fd < 0)
+                        rdch_free(ch);
+        } else if (qp->rc && qp->rc->state == DW_RC_CONNECTING) {
+                qp->rc->state = DW_RC_IDLE;
+        }
+}
+
+/* RC over RD: binds the QP to the peer's QPN (INIT -> RTR with the peer's
+ * address, QPN, first PSN and our IRD). The responder does it before it
+ * sends the Reply, as IB's passive side reaches RTR before its REP: the
+ * initiator may send the moment the Reply arrives, and a datagram finds no
+ * stream to wait in. Device lock held. */
+static int rd_to_rtr(struct dw_qp *qp, struct in_addr ip, uint32_t peer_qpn, uint32_t peer_psn,
+                     uint16_t ird)
+{
+        struct diwarp_qp_attr a;
+
+        memset(&a, 0, sizeof(a));
+        dw_ipv4_to_gid(ip, &a.dgid);
+        a.dest_qp_num = peer_qpn;
+        a.rq_psn = peer_psn;
+        a.max_dest_rd_atomic = (uint8_t)(ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : ird);
+        a.qp_state = DIWARP_QPS_RTR;
+        return dw_qp_modify_internal(qp, &a,
+                                     DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
+                                         DIWARP_QP_RQ_PSN | DIWARP_QP_MAX_DEST_RD_ATOMIC);
+}
+
+/* RC over RD: the MPA exchange is done; the QP goes to RTR (initiator) and
+ * RTS with our first PSN and the negotiated ORD, and the stream becomes the
+ * idle CM channel. */
+static int attach_rd(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
+                     const struct sockaddr_in *peer, uint32_t peer_qpn, uint32_t peer_psn,
+                     uint32_t psn)
+{
+        struct dw_device *dev = qp->dev;
+        struct diwarp_qp_attr a;
+        char pb[32];
+        int r = 0;
+
+        pthread_mutex_lock(&dev->lock);
+        struct dw_cm_rdch *ch = rdch_of(qp);
+        if (!ch || ch->fd >= 0 || (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR)) {
+                r = -ECANCELED; /* reset, destroyed or moved meanwhile */
+                goto fail;
+        }
+        uint16_t ord = dw_mpa_result_ord(mc);
+        if (ord > DW_RC_MAX_RD)
+                ord = DW_RC_MAX_RD;
+        if (qp->state == DIWARP_QPS_INIT) {
+                r = rd_to_rtr(qp, peer->sin_addr, peer_qpn, peer_psn, mc->ird);
+                if (r < 0)
+                        goto fail;
+        }
+        memset(&a, 0, sizeof(a));
+        a.qp_state = DIWARP_QPS_RTS;
+        a.sq_psn = psn;
+        a.max_rd_atomic = (uint8_t)ord;
+        r = dw_qp_modify_internal(qp, &a,
+                                  DIWARP_QP_STATE | DIWARP_QP_SQ_PSN | DIWARP_QP_MAX_QP_RD_ATOMIC);
+        if (r < 0)
+                goto fail;
+        dw_tcp_configure(fd, dev->cfg.peer_timeout_ms);
+        ch->fd = fd;
+        fd = -1;
+        r = dw_progress_watch_fd(dev, ch->fd, EPOLLIN | EPOLLRDHUP, rdch_cb, ch);
+        if (r < 0)
+                goto fail;
+        ch->watched = true;
+        dw_info("RC QP %#x connected over RD to %s (peer QP %#x, IRD %u, ORD %u; TCP only for "
+                "the CM)",
+                qp->qpn, dw_tcp_addr_str(&qp->peer, pb, sizeof(pb)), peer_qpn,
+                qp->attr.max_dest_rd_atomic, ord);
+        pthread_mutex_unlock(&dev->lock);
+        return 0;
+
+fail:
+        dw_warn("RC QP %#x over RD peer %s: native connection setup failed: %s", qp->qpn,
+                dw_tcp_addr_str(peer, pb, sizeof(pb)), strerror(-r));
+        if (fd >= 0)
+                close(fd);
+        if (ch && rdch_of(qp) == ch)
+                rdch_free(ch);
+        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RESET)
+                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+        pthread_mutex_unlock(&dev->lock);
+        return r;
 }
 
 /* Stream established: the QP goes through the state machine as rdma_cm moves
@@ -918,13 +1159,38 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         int r = claim_qp(qp);
         uint16_t ird = param_or(reply ? reply->ird : 0, dw_rc_offer_ird(qp));
         uint16_t ord = param_or(reply ? reply->ord : 0, dw_rc_offer_ord(qp));
+        bool rd = dw_qp_on_rd(qp);
+        uint32_t peer_qpn = 0, peer_psn = 0, psn = rdcm_psn(qp->qpn);
+        if (r == 0 && rd) {
+                if (reply && reply->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN)
+                        r = -EINVAL;
+                else if (rdcm_decode(lc->mpa.pd, lc->mpa.pd_len, &peer_qpn, &peer_psn) < 0)
+                        r = -EPROTO;
+                if (r == -EPROTO)
+                        dw_warn("RC QP %#x over RD: the connection request carries no QPN "
+                                "(is the peer's DIWARP_RC_TRANSPORT rd?)",
+                                qp->qpn);
+                if (r == 0)
+                        r = rd_to_rtr(qp, lc->peer.sin_addr, peer_qpn, peer_psn, ird);
+                if (r < 0)
+                        unclaim_qp(qp);
+        }
         pthread_mutex_unlock(&qp->dev->lock);
         if (r < 0) {
                 pthread_mutex_unlock(&l->lock);
                 return r;
         }
-        r = dw_mpa_respond(&lc->mpa, true, ird, ord, reply ? reply->private_data : NULL,
-                           reply ? reply->private_data_len : 0);
+        uint8_t rpd[DW_MPA_ULP_PD_MAX];
+        const void *pd = reply ? reply->private_data : NULL;
+        uint16_t pd_len = reply ? reply->private_data_len : 0;
+        if (rd) {
+                rdcm_encode(rpd, qp->qpn, psn);
+                if (pd_len)
+                        memcpy(rpd + DW_RDCM_LEN, pd, pd_len);
+                pd = rpd;
+                pd_len += DW_RDCM_LEN;
+        }
+        r = dw_mpa_respond(&lc->mpa, true, ird, ord, pd, pd_len);
         if (r == 0) {
                 r = dw_mpa_run(&lc->mpa, ms_from_now(connect_timeout_ms(l->dev)));
                 if (r >= 0)
@@ -932,7 +1198,9 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         }
         if (r < 0) {
                 pthread_mutex_lock(&qp->dev->lock);
-                qp->rc->state = DW_RC_IDLE;
+                unclaim_qp(qp);
+                if (rd && qp->state == DIWARP_QPS_RTR)
+                        dw_qp_to_error(qp, -1); /* bound to a peer that is gone */
                 pthread_mutex_unlock(&qp->dev->lock);
                 lconn_drop(lc);
                 pthread_mutex_unlock(&l->lock);
@@ -944,6 +1212,8 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         lc->fd = -1;
         lconn_drop(lc);
         pthread_mutex_unlock(&l->lock);
+        if (rd)
+                return attach_rd(qp, fd, &mc, &peer, peer_qpn, peer_psn, psn);
         return attach_native(qp, fd, &mc, &peer);
 }
 
@@ -987,36 +1257,83 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         bool crc = dev->cfg.rc_crc;
         struct in_addr src = dev->addr;
         uint32_t tmo = timeout_ms < 0 ? connect_timeout_ms(dev) : (uint32_t)timeout_ms;
+        bool rd = dw_qp_on_rd(qp);
+        uint32_t psn = rdcm_psn(qp->qpn), peer_qpn = 0, peer_psn = 0;
+        if (r == 0 && rd && param && param->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN) {
+                unclaim_qp(qp);
+                r = -EINVAL;
+        }
         pthread_mutex_unlock(&dev->lock);
         if (r < 0)
                 return r;
+        uint8_t rpd[DW_MPA_ULP_PD_MAX];
+        const void *pd = param ? param->private_data : NULL;
+        uint16_t pd_len = param ? param->private_data_len : 0;
+        if (rd) {
+                rdcm_encode(rpd, qp->qpn, psn);
+                if (pd_len)
+                        memcpy(rpd + DW_RDCM_LEN, pd, pd_len);
+                pd = rpd;
+                pd_len += DW_RDCM_LEN;
+        }
 
         struct dw_mpa_conn *mc = malloc(sizeof(*mc));
         bool inprog = false;
-        int fd = mc ? dw_tcp_connect_start(src, &dst, &inprog) : -ENOMEM;
+        uint64_t t0 = dw_now_ns();
+        int fd;
+        /* Over RD a Send completes only once the peer ACKs it, so a peer
+         * program that re-creates its listener after a message exchange
+         * (perftest -R) gets there later than over TCP, where the Send is
+         * complete once the socket takes it. A refused TCP connect is retried
+         * for a short grace (RDCM_REFUSED_GRACE_MS) before it is reported. */
+        for (uint32_t backoff_us = 500;; backoff_us *= 2) {
+                fd = mc ? dw_tcp_connect_start(src, &dst, &inprog) : -ENOMEM;
+                r = fd;
+                if (fd >= 0) {
+                        r = dw_mpa_init_initiator(mc, fd, inprog, crc, ird, ord, pd, pd_len);
+                        if (r == 0)
+                                r = dw_mpa_run(mc, ms_from_now(tmo));
+                        if (r >= 0) {
+                                if (mc->state == DW_MPA_DONE)
+                                        r = 0;
+                                else if (mc->state == DW_MPA_REJECTED)
+                                        r = -ECONNREFUSED;
+                                else
+                                        r = mc->err ? mc->err : -EIO;
+                        }
+                }
+                bool refused = r == -ECONNREFUSED && (fd < 0 || mc->state != DW_MPA_REJECTED);
+                uint32_t grace_ms = tmo < RDCM_REFUSED_GRACE_MS ? tmo : RDCM_REFUSED_GRACE_MS;
+                if (!rd || !refused ||
+                    dw_now_ns() - t0 + backoff_us * 1000ull > grace_ms * 1000000ull)
+                        break;
+                if (fd >= 0)
+                        close(fd);
+                dw_dbg("RC QP %#x over RD: connect refused, retrying in %u us", qp->qpn,
+                       backoff_us);
+                usleep(backoff_us);
+        }
         if (fd >= 0) {
-                r = dw_mpa_init_initiator(mc, fd, inprog, crc, ird, ord,
-                                          param ? param->private_data : NULL,
-                                          param ? param->private_data_len : 0);
-                if (r == 0)
-                        r = dw_mpa_run(mc, ms_from_now(tmo));
-                if (r >= 0) {
-                        if (mc->state == DW_MPA_DONE)
-                                r = 0;
-                        else if (mc->state == DW_MPA_REJECTED)
-                                r = -ECONNREFUSED;
-                        else
-                                r = mc->err ? mc->err : -EIO;
+                const uint8_t *reply = mc->pd;
+                uint16_t n = mc->pd_len;
+                if (rd && mc->state == DW_MPA_DONE) {
+                        if (rdcm_decode(mc->pd, mc->pd_len, &peer_qpn, &peer_psn) == 0) {
+                                reply += DW_RDCM_LEN;
+                                n -= DW_RDCM_LEN;
+                        } else {
+                                r = -EPROTO;
+                                mc->why = "the reply carries no QPN (is the peer's "
+                                          "DIWARP_RC_TRANSPORT rd?)";
+                        }
                 }
                 if (mc->state == DW_MPA_DONE || mc->state == DW_MPA_REJECTED) {
-                        uint16_t n = mc->pd_len;
                         if (reply_pd_len) {
                                 if (n > *reply_pd_len)
                                         n = *reply_pd_len;
                                 *reply_pd_len = n;
                         }
                         if (reply_pd && reply_pd_len && n)
-                                memcpy(reply_pd, mc->pd, n);
+                                memcpy(reply_pd, reply, n);
                 }
         } else {
                 r = fd;
@@ -1030,11 +1347,12 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
                         close(fd);
                 free(mc);
                 pthread_mutex_lock(&dev->lock);
-                qp->rc->state = DW_RC_IDLE;
+                unclaim_qp(qp);
                 pthread_mutex_unlock(&dev->lock);
                 return r;
         }
-        r = attach_native(qp, fd, mc, &dst);
+        r = rd ? attach_rd(qp, fd, mc, &dst, peer_qpn, peer_psn, psn)
+               : attach_native(qp, fd, mc, &dst);
         free(mc);
         return r;
 }
@@ -1046,7 +1364,15 @@ int diwarp_disconnect(struct diwarp_qp *q)
         if (!qp || !is_rc(qp))
                 return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
-        int r = dw_rc_disconnect(qp);
+        int r = 0;
+        if (dw_qp_on_rd(qp)) {
+                /* Closing the CM stream is the disconnect notice. */
+                rdch_drop(qp);
+                if (qp->state != DIWARP_QPS_ERR)
+                        dw_qp_to_error(qp, -1);
+        } else {
+                r = dw_rc_disconnect(qp);
+        }
         dw_progress_step(qp->dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&qp->dev->lock);
         return r;

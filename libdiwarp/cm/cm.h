@@ -27,6 +27,7 @@ struct dw_qp;
 struct dw_rc_conn;
 struct dw_cm_pend;
 struct dw_cm_att;
+struct dw_cm_rdch;
 
 #define DW_IBCM_PD_LEN  32
 #define DW_IBCM_VERSION 1
@@ -62,6 +63,7 @@ struct dw_rc_dev {
         bool listen_watched;
         struct dw_rc_conn *live; /* rc.c: conns with an open stream (dw_rc_poll reads them) */
         unsigned nlive;
+        struct dw_cm_rdch *rdchs; /* RC over RD: the idle CM streams of native connections */
 };
 
 /* All below: device lock held. */
@@ -71,7 +73,9 @@ void dw_cm_dev_fini(struct dw_device *dev);
  * await (larger) the stream. 0 or -errno (-EINVAL: AV is not an IPv4 GID or
  * the QP names itself). */
 int dw_cm_ib_connect(struct dw_qp *qp);
-/* Forgets connect attempts / pending requests of a QP (destroy, reset, error). */
+/* Forgets connect attempts / pending requests of a QP (destroy, reset, error).
+ * RC over RD: also closes the QP's CM stream, which tells the peer (its QP
+ * goes to ERR: rdma_cm's DISCONNECTED). */
 void dw_cm_qp_cancel(struct dw_qp *qp);
 /* Timers: retries, deadlines. Returns work done. */
 int dw_cm_progress(struct dw_device *dev);

@@ -1319,6 +1319,98 @@ Test(rc, native_connect_accept)
         diwarp_listener_destroy(sa.l);
 }
 
+/* RC QPs carried by RD (DIWARP_RC_TRANSPORT=rd) through the native CM: the
+ * MPA exchange on TCP also carries each side's QPN and first PSN, which the
+ * application never sees; the QPs are bound to each other (dest_qp_num is
+ * the peer's), the data goes as datagrams, and closing the idle TCP stream is
+ * the disconnect. A TCP-mode device on the other end is refused (-EPROTO). */
+Test(rc, native_connect_accept_over_rd)
+{
+        setenv("DIWARP_RC_TRANSPORT", "rd", 1);
+        side_init(&A, 1 << 20, ALL_ACCESS);
+        side_init(&B, 1 << 20, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        struct server_arg sa = {0};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &sa.l), 0);
+        uint16_t port = listener_port(sa.l);
+        post_recv(&B, 1, 0, 4096);
+        union diwarp_gid gid;
+        diwarp_device_gid(B.dev, &gid);
+        /* The block of ours takes 12 of the 508 bytes. */
+        static char big[497];
+        struct diwarp_conn_param p = {.private_data = big, .private_data_len = 497};
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, &p, 5000, NULL, NULL), -EINVAL);
+        cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_INIT);
+        pthread_t th;
+        pthread_create(&th, NULL, server_main, &sa);
+        p = (struct diwarp_conn_param){
+            .private_data = "hello", .private_data_len = 5, .ird = 8, .ord = 8};
+        char rpd[64];
+        uint16_t rlen = sizeof(rpd);
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, &p, 5000, rpd, &rlen), 0);
+        pthread_join(th, NULL);
+        cr_assert_eq(sa.result, 0);
+        cr_assert_eq(sa.req.private_data_len, 5);
+        cr_assert_eq(memcmp(sa.req.private_data, "hello", 5), 0);
+        cr_assert_eq(rlen, 7);
+        cr_assert_eq(memcmp(rpd, "welcome", 7), 0);
+        struct diwarp_qp_attr a;
+        struct diwarp_qp_init_attr ia;
+        cr_assert_eq(diwarp_qp_query(A.qp, &a, &ia), 0);
+        cr_assert_eq(a.qp_state, DIWARP_QPS_RTS);
+        cr_assert_eq(a.dest_qp_num, diwarp_qp_num(B.qp));
+        cr_assert_eq(a.max_rd_atomic, 4);
+        cr_assert_eq(diwarp_qp_query(B.qp, &a, &ia), 0);
+        cr_assert_eq(a.qp_state, DIWARP_QPS_RTS);
+        cr_assert_eq(a.dest_qp_num, diwarp_qp_num(A.qp));
+        cr_assert_eq(a.max_dest_rd_atomic, 4);
+
+        fill(A.buf, 3000, 9);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 3000, 0, 0, 0), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.byte_len, 3000);
+        cr_assert_eq(memcmp(A.buf, B.buf, 3000), 0);
+        fill(B.buf, 1 << 20, 4);
+        cr_assert_eq(post_send(&A, DIWARP_WR_RDMA_READ, 2, 0, 1 << 20, (uintptr_t)B.buf, B.rkey, 0),
+                     0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(memcmp(A.buf, B.buf, 1 << 20), 0);
+
+        /* The disconnect reaches B through the CM stream: its receive flushes. */
+        post_recv(&B, 3, 0, 16);
+        cr_assert_eq(diwarp_disconnect(A.qp), 0);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 3);
+        cr_assert_eq(w.status, DIWARP_WC_WR_FLUSH_ERR);
+        wait_err(&A);
+        wait_err(&B);
+        diwarp_listener_destroy(sa.l);
+        side_fini(&A);
+        side_fini(&B);
+
+        /* B runs RC over TCP: it accepts (it sees our block as private data,
+         * as any iWARP peer would), but the reply has no QPN. */
+        side_init(&A, 4096, ALL_ACCESS);
+        unsetenv("DIWARP_RC_TRANSPORT");
+        side_init(&B, 4096, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        sa = (struct server_arg){0};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &sa.l), 0);
+        port = listener_port(sa.l);
+        diwarp_device_gid(B.dev, &gid);
+        pthread_create(&th, NULL, server_main, &sa);
+        p = (struct diwarp_conn_param){.private_data = "hello", .private_data_len = 5};
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, &p, 5000, NULL, NULL), -EPROTO);
+        pthread_join(th, NULL);
+        cr_assert_eq(sa.req.private_data_len, 17);
+        cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_INIT);
+        diwarp_listener_destroy(sa.l);
+}
+
 Test(rc, native_reject_with_private_data)
 {
         side_init(&A, 4096, ALL_ACCESS);
