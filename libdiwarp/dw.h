@@ -162,6 +162,8 @@ struct dw_qp {
         uint32_t ud_msn;            /* UD: MSN of the next Send (DDP queue 0), random start */
         struct dw_ud_seen *ud_seen; /* UD: DW_UD_SEEN_SLOTS entries, duplicate filter */
         bool tx_pending;            /* UD: WQEs wait for socket room (back-pressure) */
+        bool sq_draining;           /* SQD: WQEs started before SQD still run */
+        bool sqd_notify;            /* SQD: raise SQ_DRAINED when sq_draining clears */
         /* UD transmit: the headers (datagram + DDP/RDMAP Send) of the last
          * message, reused with only the MSN rewritten while destination QPN,
          * qkey and opcode repeat (qp/ud.c). ud_hdr_op 0: empty. */
@@ -266,6 +268,15 @@ void dw_cq_complete(struct dw_device *dev, struct dw_cq *cq, const struct diwarp
  * DIWARP_WC_WR_FLUSH_ERR, tells the transport (dw_rc_qp_error), and raises
  * event (pass -1 for none: e.g. the application asked for ERR). */
 void dw_qp_to_error(struct dw_qp *qp, int event);
+
+/* A UD send completed in error: flushes the rest of the SQ with
+ * DIWARP_WC_WR_FLUSH_ERR and moves the QP to SQE (receives go on). */
+void dw_qp_to_sqe(struct dw_qp *qp);
+
+/* In SQD, raises SQ_DRAINED (if asked for) once no started send WQE is left.
+ * The transports call it after retiring send WQEs (dw_qp_complete_send does
+ * for the generic path). */
+void dw_qp_sqd_check(struct dw_qp *qp);
 
 /* Raises an async event for a QP / CQ / SRQ / the device. */
 void dw_async_qp(struct dw_qp *qp, enum diwarp_event_type type);

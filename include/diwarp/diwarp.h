@@ -2,7 +2,7 @@
  *
  * The objects and their semantics mirror ibverbs one to one (device, PD, MR,
  * CQ with completion channel, QP with the RESET->INIT->RTR->RTS->ERR state
- * machine, SRQ, AH), and every enumeration has the numeric values of its
+ * machine and its SQD / SQE states, SRQ, AH), and every enumeration has the numeric values of its
  * ibverbs counterpart, so the verbs provider maps calls without tables.
  *
  * Conventions: functions returning int return 0 (or a count) on success and a
@@ -256,6 +256,7 @@ struct diwarp_qp_init_attr {
 enum diwarp_qp_attr_mask {
         DIWARP_QP_STATE = 1 << 0,
         DIWARP_QP_CUR_STATE = 1 << 1,
+        DIWARP_QP_EN_SQD_ASYNC_NOTIFY = 1 << 2, /* RTS->SQD: raise SQ_DRAINED */
         DIWARP_QP_ACCESS_FLAGS = 1 << 3,
         DIWARP_QP_PKEY_INDEX = 1 << 4,
         DIWARP_QP_PORT = 1 << 5,
@@ -293,6 +294,11 @@ struct diwarp_qp_attr {
         uint8_t port_num;
         uint16_t pkey_index;
         struct diwarp_qp_cap cap;
+        /* In: with DIWARP_QP_EN_SQD_ASYNC_NOTIFY on RTS->SQD, nonzero asks for
+         * DIWARP_EVENT_SQ_DRAINED once the send queue is drained. Out (query):
+         * nonzero while the QP is in SQD and WRs started before it still run. */
+        uint8_t en_sqd_async_notify;
+        uint8_t sq_draining;
 };
 
 int diwarp_qp_create(struct diwarp_pd *pd, struct diwarp_qp_init_attr *attr,
@@ -481,6 +487,7 @@ struct diwarp_counters {
         uint64_t tx_backpressure;
         uint64_t fault_dropped, fault_duplicated, fault_reordered, fault_corrupted, fault_delayed;
         uint64_t terminates_sent, terminates_received;
+        uint64_t rx_placed_direct; /* RD Write segments received straight into memory */
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

@@ -7,6 +7,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "cm/cm.h"
 #include "dw.h"
 #include "qp/rd.h"
 #include "wire/dgram.h"
@@ -75,6 +76,8 @@ void dw_qp_complete_send_ve(struct dw_qp *qp, enum diwarp_wc_status status, uint
                 dw_cq_complete(qp->dev, qp->send_cq, &wc, false);
         }
         dw_wq_pop(&qp->sq);
+        if (qp->state == DIWARP_QPS_SQD)
+                dw_qp_sqd_check(qp);
 }
 
 void dw_qp_complete_recv(struct dw_qp *qp, struct diwarp_wc *wc, bool solicited)
@@ -109,7 +112,7 @@ void dw_qp_recv_pop(struct dw_qp *qp)
 /* Every outstanding WQE completes with WR_FLUSH_ERR (signaled or not, as an
  * RNIC does for error completions). SRQ WQEs stay in the SRQ for other QPs,
  * except the one this QP had already taken. */
-static void dw_qp_flush(struct dw_qp *qp)
+static void dw_qp_flush_sq(struct dw_qp *qp)
 {
         struct dw_wqe *w;
         while ((w = dw_wq_head(&qp->sq))) {
@@ -120,6 +123,16 @@ static void dw_qp_flush(struct dw_qp *qp)
                 dw_cq_complete(qp->dev, qp->send_cq, &wc, false);
                 dw_wq_pop(&qp->sq);
         }
+        if (qp->tx_pending) {
+                qp->tx_pending = false;
+                dw_progress_tx_wait(qp->dev, false);
+        }
+}
+
+static void dw_qp_flush(struct dw_qp *qp)
+{
+        struct dw_wqe *w;
+        dw_qp_flush_sq(qp);
         while ((w = qp->srq ? (qp->srq_cur_valid ? &qp->srq_cur : NULL) : dw_wq_head(&qp->rq))) {
                 struct diwarp_wc wc = {.wr_id = w->wr_id,
                                        .status = DIWARP_WC_WR_FLUSH_ERR,
@@ -128,10 +141,32 @@ static void dw_qp_flush(struct dw_qp *qp)
                 dw_cq_complete(qp->dev, qp->recv_cq, &wc, false);
                 dw_qp_recv_pop(qp);
         }
-        if (qp->tx_pending) {
-                qp->tx_pending = false;
-                dw_progress_tx_wait(qp->dev, false);
-        }
+}
+
+void dw_qp_to_sqe(struct dw_qp *qp)
+{
+        qp->state = DIWARP_QPS_SQE;
+        qp->sq_draining = false;
+        dw_qp_flush_sq(qp);
+}
+
+static bool dw_qp_sq_busy(const struct dw_qp *qp)
+{
+        if (dw_qp_on_rd(qp))
+                return dw_rd_sq_busy(qp);
+        /* RC marks a WQE started when its first FPDU is built and retires it
+         * once sent (Reads: once answered); UD completes a WQE as soon as the
+         * socket takes it, so nothing is ever under way there. */
+        return dw_qp_is_rc(qp) && qp->sq.started > 0;
+}
+
+void dw_qp_sqd_check(struct dw_qp *qp)
+{
+        if (qp->state != DIWARP_QPS_SQD || !qp->sq_draining || dw_qp_sq_busy(qp))
+                return;
+        qp->sq_draining = false;
+        if (qp->sqd_notify)
+                dw_async_qp(qp, DIWARP_EVENT_SQ_DRAINED);
 }
 
 void dw_qp_to_error(struct dw_qp *qp, int event)
@@ -139,9 +174,10 @@ void dw_qp_to_error(struct dw_qp *qp, int event)
         bool was_err = qp->state == DIWARP_QPS_ERR;
         qp->state = DIWARP_QPS_ERR;
         if (!was_err) {
-                if (dw_qp_on_rd(qp))
+                if (dw_qp_on_rd(qp)) {
                         dw_rd_qp_error(qp);
-                else if (dw_qp_is_rc(qp))
+                        dw_cm_qp_cancel(qp); /* a native connection's CM stream */
+                } else if (dw_qp_is_rc(qp))
                         dw_rc_qp_error(qp);
                 if (event >= 0)
                         dw_async_qp(qp, (enum diwarp_event_type)event);
@@ -177,6 +213,7 @@ static void dw_qp_reset_queues(struct dw_qp *qp)
                 qp->tx_pending = false;
                 dw_progress_tx_wait(qp->dev, false);
         }
+        qp->sq_draining = qp->sqd_notify = false;
         qp->ud_msn = dw_random_msn(qp);
         if (qp->ud_seen)
                 memset(qp->ud_seen, 0, DW_UD_SEEN_SLOTS * sizeof(*qp->ud_seen));
@@ -397,10 +434,12 @@ int diwarp_qp_destroy(struct diwarp_qp *q)
         pthread_mutex_lock(&dev->lock);
         if (dw_qp_uses_udp(qp))
                 dev->prog.ndgram--;
-        if (dw_qp_on_rd(qp))
+        if (dw_qp_on_rd(qp)) {
+                dw_cm_qp_cancel(qp);
                 dw_rd_qp_fini(qp);
-        else if (dw_qp_is_rc(qp))
+        } else if (dw_qp_is_rc(qp)) {
                 dw_rc_qp_fini(qp);
+        }
         if (qp->tx_pending)
                 dw_progress_tx_wait(dev, false);
         dev->qps[dw_qpn_index(qp->qpn)] = NULL;
@@ -463,10 +502,35 @@ static bool dw_qp_transition_ok(enum diwarp_qp_state cur, enum diwarp_qp_state n
         case DIWARP_QPS_RTR:
                 return next == DIWARP_QPS_RTS;
         case DIWARP_QPS_RTS:
-                return next == DIWARP_QPS_RTS;
+                return next == DIWARP_QPS_RTS || next == DIWARP_QPS_SQD;
+        case DIWARP_QPS_SQD:
+                return next == DIWARP_QPS_SQD || next == DIWARP_QPS_RTS;
+        case DIWARP_QPS_SQE:
+                return next == DIWARP_QPS_RTS; /* SQE is entered by a send error only */
         default:
-                return false; /* SQD, SQE: not supported; ERR only to RESET */
+                return false; /* ERR only to RESET */
         }
+}
+
+/* Attributes a transition into, out of or within SQD / SQE may carry besides
+ * STATE and CUR_STATE (the optional attributes of those rows of the IB
+ * modify table that mean something here); -1 for the other transitions. */
+static int dw_qp_sq_state_allowed(const struct dw_qp *qp, enum diwarp_qp_state cur,
+                                  enum diwarp_qp_state next)
+{
+        int qkey = qp->type == DIWARP_QPT_UD || qp->type == DIWARP_QPT_RD ? DIWARP_QP_QKEY : 0;
+        if (cur == DIWARP_QPS_RTS && next == DIWARP_QPS_SQD)
+                return DIWARP_QP_EN_SQD_ASYNC_NOTIFY;
+        if (cur == DIWARP_QPS_SQD && next == DIWARP_QPS_RTS)
+                return DIWARP_QP_ACCESS_FLAGS | DIWARP_QP_MIN_RNR_TIMER | qkey;
+        if (cur == DIWARP_QPS_SQE && next == DIWARP_QPS_RTS)
+                return DIWARP_QP_ACCESS_FLAGS | qkey;
+        if (cur == DIWARP_QPS_SQD && next == DIWARP_QPS_SQD)
+                return DIWARP_QP_ACCESS_FLAGS | DIWARP_QP_PKEY_INDEX | DIWARP_QP_PORT |
+                       DIWARP_QP_TIMEOUT | DIWARP_QP_RETRY_CNT | DIWARP_QP_RNR_RETRY |
+                       DIWARP_QP_MIN_RNR_TIMER | DIWARP_QP_MAX_QP_RD_ATOMIC |
+                       DIWARP_QP_MAX_DEST_RD_ATOMIC | qkey;
+        return -1;
 }
 
 #define DW_QP_KNOWN_MASK                                                                           \
@@ -474,7 +538,8 @@ static bool dw_qp_transition_ok(enum diwarp_qp_state cur, enum diwarp_qp_state n
          DIWARP_QP_PORT | DIWARP_QP_QKEY | DIWARP_QP_AV | DIWARP_QP_PATH_MTU | DIWARP_QP_TIMEOUT | \
          DIWARP_QP_RETRY_CNT | DIWARP_QP_RNR_RETRY | DIWARP_QP_RQ_PSN |                            \
          DIWARP_QP_MAX_QP_RD_ATOMIC | DIWARP_QP_MIN_RNR_TIMER | DIWARP_QP_SQ_PSN |                 \
-         DIWARP_QP_MAX_DEST_RD_ATOMIC | DIWARP_QP_CAP | DIWARP_QP_DEST_QPN)
+         DIWARP_QP_MAX_DEST_RD_ATOMIC | DIWARP_QP_CAP | DIWARP_QP_DEST_QPN |                       \
+         DIWARP_QP_EN_SQD_ASYNC_NOTIFY)
 
 static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a, int mask)
 {
@@ -486,17 +551,41 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                         mask & ~DW_QP_KNOWN_MASK);
                 return -EINVAL;
         }
-        if ((mask & DIWARP_QP_CUR_STATE) && a->cur_qp_state != cur)
+        if ((mask & DIWARP_QP_CUR_STATE) && a->cur_qp_state != cur) {
+                dw_warn("QP %#x: CUR_STATE %d but the QP is in state %d", qp->qpn, a->cur_qp_state,
+                        cur);
                 return -EINVAL;
+        }
         if (next < DIWARP_QPS_RESET || next > DIWARP_QPS_ERR)
                 return -EINVAL;
         if ((mask & DIWARP_QP_STATE) && !dw_qp_transition_ok(cur, next)) {
                 dw_warn("QP %#x: invalid transition %d -> %d", qp->qpn, cur, next);
                 return -EINVAL;
         }
-        if (!(mask & DIWARP_QP_STATE) && (cur == DIWARP_QPS_RESET || cur == DIWARP_QPS_ERR) &&
-            (mask & ~DIWARP_QP_CUR_STATE))
+        if (!(mask & DIWARP_QP_STATE) &&
+            (cur == DIWARP_QPS_RESET || cur == DIWARP_QPS_ERR || cur == DIWARP_QPS_SQE) &&
+            (mask & ~DIWARP_QP_CUR_STATE)) {
+                dw_warn("QP %#x: attributes %#x without a state change in state %d", qp->qpn,
+                        mask & ~DIWARP_QP_CUR_STATE, cur);
                 return -EINVAL;
+        }
+        if (next != DIWARP_QPS_RESET && next != DIWARP_QPS_ERR) {
+                int allowed = dw_qp_sq_state_allowed(qp, cur, next);
+                int extra = mask & ~(DIWARP_QP_STATE | DIWARP_QP_CUR_STATE);
+                if (allowed < 0)
+                        allowed = DW_QP_KNOWN_MASK & ~DIWARP_QP_EN_SQD_ASYNC_NOTIFY;
+                if (extra & ~allowed) {
+                        dw_warn("QP %#x: transition %d -> %d does not take attribute mask %#x",
+                                qp->qpn, cur, next, extra & ~allowed);
+                        return -EINVAL;
+                }
+                /* IB: attributes change in SQD only once the queue drained. */
+                if (cur == DIWARP_QPS_SQD && next == DIWARP_QPS_SQD && extra && qp->sq_draining) {
+                        dw_warn("QP %#x: SQD attributes %#x while the send queue still drains",
+                                qp->qpn, extra);
+                        return -EINVAL;
+                }
+        }
         int need = dw_qp_required(qp, cur, next);
         if ((mask & need) != need) {
                 dw_warn("QP %#x: transition %d -> %d needs attribute mask %#x (got %#x)", qp->qpn,
@@ -570,7 +659,7 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                 qp->attr.max_dest_rd_atomic = a->max_dest_rd_atomic;
         if (mask & DIWARP_QP_MIN_RNR_TIMER)
                 qp->attr.min_rnr_timer = a->min_rnr_timer;
-        qp->attr_mask_set |= mask;
+        qp->attr_mask_set |= mask & ~DIWARP_QP_EN_SQD_ASYNC_NOTIFY;
         qp->state = next;
         if (dw_qp_on_rd(qp) || dw_qp_is_rc(qp)) {
                 int err = dw_qp_on_rd(qp) ? dw_rd_qp_modify(qp, cur, mask)
@@ -582,6 +671,18 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                         qp->peer = saved_peer;
                         return err;
                 }
+                if (next == DIWARP_QPS_RESET && dw_qp_on_rd(qp))
+                        dw_cm_qp_cancel(qp);
+        }
+        if (next == DIWARP_QPS_SQD && cur != DIWARP_QPS_SQD) {
+                /* WQEs under way finish; the transports start no new one. */
+                qp->sq_draining = true;
+                qp->sqd_notify = (mask & DIWARP_QP_EN_SQD_ASYNC_NOTIFY) && a->en_sqd_async_notify;
+                dw_qp_sqd_check(qp);
+        } else if (next == DIWARP_QPS_RTS && (cur == DIWARP_QPS_SQD || cur == DIWARP_QPS_SQE)) {
+                qp->sq_draining = qp->sqd_notify = false;
+                if (qp->type == DIWARP_QPT_UD && !qp->tx_pending)
+                        dw_ud_tx(qp, DW_PROGRESS_BUDGET);
         }
         dw_dbg("QP %#x: state %d -> %d", qp->qpn, cur, next);
         return 0;
@@ -617,6 +718,8 @@ int diwarp_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
                 attr->cap = qp->cap;
                 if (!attr->port_num)
                         attr->port_num = 1;
+                attr->en_sqd_async_notify = qp->sqd_notify;
+                attr->sq_draining = qp->state == DIWARP_QPS_SQD && qp->sq_draining;
         }
         if (init_attr) {
                 memset(init_attr, 0, sizeof(*init_attr));
@@ -720,8 +823,10 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                  * RC/UC also accept work in RTR: an iWARP stream carries both
                  * directions once up, and programs written for iWARP through
                  * the IB-style connect send from a QP they leave in RTR
-                 * (perftest's credit Writes on the receiving side). */
+                 * (perftest's credit Writes on the receiving side). SQD
+                 * queues work that starts at SQD->RTS; SQE flushes it. */
                 if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_ERR &&
+                    qp->state != DIWARP_QPS_SQD && qp->state != DIWARP_QPS_SQE &&
                     !(qp->state == DIWARP_QPS_RTR && dw_qp_is_rc(qp))) {
                         err = -EINVAL;
                         break;
@@ -740,6 +845,8 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                 dw_wq_commit(&qp->sq);
                 if (qp->state == DIWARP_QPS_ERR) {
                         dw_qp_flush(qp);
+                } else if (qp->state == DIWARP_QPS_SQE) {
+                        dw_qp_flush_sq(qp);
                 } else if (dw_qp_on_rd(qp) || dw_qp_is_rc(qp)) {
                         int e = dw_qp_on_rd(qp) ? dw_rd_post_send(qp, w) : dw_rc_post_send(qp, w);
                         if (e < 0) {

@@ -568,6 +568,9 @@ static bool sq_ready(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
 
+        /* SQD: the WQE under way finishes, no new one starts. */
+        if (qp->state == DIWARP_QPS_SQD)
+                return c->cur != NULL;
         /* RTR too: an IB-style passive side may send before it moves to RTS
          * (see diwarp_post_send); the stream is bidirectional once up. */
         if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_RTR)
@@ -1848,21 +1851,19 @@ static int rc_watch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx
 static bool tx_has_work(struct dw_rc_conn *c)
 {
         return c->irq_count || c->term_pending || c->cur || c->iov_pos != c->iov_cnt ||
-               dw_wq_next(&c->qp->sq) != NULL;
+               (dw_wq_next(&c->qp->sq) != NULL && c->qp->state != DIWARP_QPS_SQD);
 }
 
 /* More live streams than this are looked at through epoll (one syscall for
  * all) rather than with one recvmsg each per step. */
 #define DW_RC_POLL_MAX 8
 
-int dw_rc_poll(struct dw_device *dev, int budget)
+/* Out of line: a busy-polling step without live streams pays only the test
+ * in dw_rc_poll, not this function's register saves. */
+static __attribute__((noinline)) int rc_poll_live(struct dw_device *dev, struct dw_rc_dev *rd)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
         int work = 0;
 
-        (void)budget;
-        if (!rd || !rd->live)
-                return 0;
         if (rd->nlive > DW_RC_POLL_MAX)
                 return -1;
         for (struct dw_rc_conn *c = rd->live, *next; c; c = next) {
@@ -1881,6 +1882,16 @@ int dw_rc_poll(struct dw_device *dev, int budget)
                         work += rc_tx(c);
         }
         return work;
+}
+
+int dw_rc_poll(struct dw_device *dev, int budget)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        (void)budget;
+        if (!rd || !rd->live)
+                return 0;
+        return rc_poll_live(dev, rd);
 }
 
 /* ---------------------------------------------------------------- hooks */
@@ -2079,18 +2090,11 @@ void dw_rc_qp_error(struct dw_qp *qp)
         }
 }
 
-int dw_rc_progress(struct dw_device *dev, int budget)
+/* Out of line, as rc_poll_live: the common idle step stops in the test of
+ * dw_rc_progress. */
+static __attribute__((noinline)) int rc_progress_timed(struct dw_device *dev, struct dw_rc_dev *rd)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
         int work = 0;
-
-        (void)budget;
-        if (!rd)
-                return 0;
-        /* Nothing timed: no clock read (it costs ~200 ns on some VMs, and a
-         * busy-polling application runs this every step). */
-        if (!rd->timers && !rd->pend && !rd->atts)
-                return 0;
         uint64_t now = dw_now_ns();
         struct dw_rc_conn *c = rd->timers, *next;
         for (; c; c = next) {
@@ -2111,6 +2115,18 @@ int dw_rc_progress(struct dw_device *dev, int budget)
         }
         work += dw_cm_progress(dev);
         return work;
+}
+
+int dw_rc_progress(struct dw_device *dev, int budget)
+{
+        struct dw_rc_dev *rd = rcdev(dev);
+
+        (void)budget;
+        /* Nothing timed: no clock read (it costs ~200 ns on some VMs, and a
+         * busy-polling application runs this every step). */
+        if (!rd || (!rd->timers && !rd->pend && !rd->atts))
+                return 0;
+        return rc_progress_timed(dev, rd);
 }
 
 int dw_rc_dev_init(struct dw_device *dev)

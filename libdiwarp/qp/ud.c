@@ -1,10 +1,12 @@
 /* UD queue pairs over the instance UDP socket (DESIGN.md §4, §5).
  *
  * One message = one datagram: datagram header | untagged DDP/RDMAP Send |
- * payload | [RFC 7306 Immediate Data message] | CRC32c. The payload is
- * gathered from the SGEs by sendmsg (no staging copy); the CRC runs over the
- * same iovecs. A send completes when the socket accepts the datagram; a full
- * socket buffer (EAGAIN/ENOBUFS) keeps the WQE for the next progress step.
+ * payload | [RFC 7306 Immediate Data message] | CRC32c. A payload above
+ * DW_UD_COPY_MAX bytes is gathered from the SGEs by sendmsg (no staging
+ * copy; the CRC runs over the same iovecs); a smaller one is copied behind
+ * the headers, so the datagram goes out as one iovec. A send completes when
+ * the socket accepts the datagram; a full socket buffer (EAGAIN/ENOBUFS)
+ * keeps the WQE for the next progress step.
  *
  * Receive: the datagram is checked (CRC, header, QPN, qkey, opcode) in its
  * bounce buffer, then a 40-byte GRH carrying the sender's IPv4-mapped GID and
@@ -158,8 +160,15 @@ static inline int dw_ud_place(struct dw_qp *qp, const struct dw_wqe *w, const ui
 
 /* One datagram being built: headers, CRC trailer and the iovecs gathering
  * them around the payload, which stays in registered memory. */
+/* Payloads up to this size are copied behind the headers instead: one
+ * contiguous datagram is one iovec for the kernel to import and walk and one
+ * CRC pass, which costs less than the copy at these sizes. */
+#define DW_UD_COPY_MAX 256
+
 struct dw_ud_txm {
-        uint8_t hdr[DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN];
+        /* the headers; for a payload of at most DW_UD_COPY_MAX bytes the whole
+         * datagram (payload, Immediate Data message and CRC behind them) */
+        uint8_t hdr[DW_UD_HDR_LEN + DW_UD_COPY_MAX + DW_DGRAM_IMM_MSG_LEN + DW_DGRAM_CRC_LEN];
         uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
         uint8_t crc[DW_DGRAM_CRC_LEN];
         struct iovec iov[DW_MAX_SGE + 3];
@@ -167,22 +176,12 @@ struct dw_ud_txm {
         uint32_t msn_next; /* qp->ud_msn once this one is sent */
 };
 
-/* Builds the datagram of WQE w with MSN msn into m. Returns the iovec count,
- * or the completion status that fails the WQE (negative: -1 encode, -2 lkey). */
-static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, struct dw_ud_txm *m)
+/* Gathered datagram (a payload above DW_UD_COPY_MAX): headers in iov[0], the
+ * payload in iov[1..cnt), then the Immediate Data message and the CRC
+ * trailer. st is the CRC state over hdr[0..pre). Returns the iovec count. */
+static int dw_ud_iov_tail(struct dw_ud_txm *m, ssize_t hl, int cnt, bool with_imm, uint32_t st,
+                          size_t pre)
 {
-        bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
-        uint32_t st;
-        size_t pre;
-        ssize_t hl = dw_ud_headers(qp, w, msn, m->hdr, sizeof(m->hdr), m->imm, with_imm, &st, &pre);
-        if (hl < 0)
-                return -1;
-        m->iov[0].iov_base = m->hdr;
-        m->iov[0].iov_len = (size_t)hl;
-        int g = dw_ud_gather(qp, w, m->iov + 1);
-        if (g < 0)
-                return -2;
-        int cnt = 1 + g;
         if (with_imm) {
                 m->iov[cnt].iov_base = m->imm;
                 m->iov[cnt].iov_len = sizeof(m->imm);
@@ -193,7 +192,42 @@ static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, s
         dw_dgram_crc_trailer(m->crc, st);
         m->iov[cnt].iov_base = m->crc;
         m->iov[cnt].iov_len = sizeof(m->crc);
-        cnt++;
+        return cnt + 1;
+}
+
+/* Builds the datagram of WQE w with MSN msn into m. Returns the iovec count,
+ * or the completion status that fails the WQE (negative: -1 encode, -2 lkey). */
+static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, struct dw_ud_txm *m)
+{
+        bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+        uint32_t st;
+        size_t pre;
+        ssize_t hl = dw_ud_headers(qp, w, msn, m->hdr, DW_UD_HDR_LEN, m->imm, with_imm, &st, &pre);
+        if (hl < 0)
+                return -1;
+        m->iov[0].iov_base = m->hdr;
+        m->iov[0].iov_len = (size_t)hl;
+        int g = dw_ud_gather(qp, w, m->iov + 1);
+        if (g < 0)
+                return -2;
+        int cnt = 1 + g;
+        if (w->total_len <= DW_UD_COPY_MAX) {
+                uint8_t *q = m->hdr + hl;
+                for (int i = 1; i < cnt; i++) {
+                        memcpy(q, m->iov[i].iov_base, m->iov[i].iov_len);
+                        q += m->iov[i].iov_len;
+                }
+                if (with_imm) {
+                        memcpy(q, m->imm, sizeof(m->imm));
+                        q += sizeof(m->imm);
+                }
+                st = dw_crc32c_update(st, m->hdr + pre, (size_t)(q - m->hdr) - pre);
+                dw_dgram_crc_trailer(q, st);
+                m->iov[0].iov_len = (size_t)(q - m->hdr) + DW_DGRAM_CRC_LEN;
+                cnt = 1;
+        } else {
+                cnt = dw_ud_iov_tail(m, hl, cnt, with_imm, st, pre);
+        }
         dw_peer_addr(qp->dev, ((struct dw_ah *)w->ah)->ip, w->remote_qpn, &m->dst);
         m->msn_next = msn + (with_imm ? 2 : 1);
         return cnt;
@@ -210,7 +244,8 @@ static void dw_ud_sent(struct dw_qp *qp, const struct dw_ud_txm *m)
 }
 
 /* The head WQE's send failed locally with -r (not back-pressure). Completes it
- * with an error; returns false when the QP went to ERR. */
+ * with an error and moves the QP to SQE (IB: a UD send error stops the send
+ * queue only); returns false then. */
 static bool dw_ud_send_failed(struct dw_qp *qp, const struct dw_ud_txm *m, int r)
 {
         if (dw_ud_net_error(-r)) {
@@ -222,16 +257,13 @@ static bool dw_ud_send_failed(struct dw_qp *qp, const struct dw_ud_txm *m, int r
         inet_ntop(AF_INET, &m->dst.sin_addr, ip, sizeof(ip));
         dw_warn("QP %#x: UD send to %s:%u QPN %#x failed: %s", qp->qpn, ip, ntohs(m->dst.sin_port),
                 w->remote_qpn, strerror(-r));
-        bool prot = r == -EFAULT;
         dw_qp_complete_send(qp,
-                            prot ? DIWARP_WC_LOC_PROT_ERR
-                                 : (r == -EMSGSIZE ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_GENERAL_ERR),
+                            r == -EFAULT     ? DIWARP_WC_LOC_PROT_ERR
+                            : r == -EMSGSIZE ? DIWARP_WC_LOC_LEN_ERR
+                                             : DIWARP_WC_GENERAL_ERR,
                             0);
-        if (prot) {
-                dw_qp_to_error(qp, -1);
-                return false;
-        }
-        return true;
+        dw_qp_to_sqe(qp);
+        return false;
 }
 
 /* Sends the SQ from its head, up to budget WQEs. Several ready WQEs go out
@@ -271,12 +303,13 @@ int dw_ud_tx(struct dw_qp *qp, int budget)
                         if (bad == -1) {
                                 dw_warn("QP %#x: cannot encode UD headers", qp->qpn);
                                 dw_qp_complete_send(qp, DIWARP_WC_LOC_QP_OP_ERR, 0);
-                                continue;
+                        } else {
+                                dw_warn("QP %#x: send wr_id %#llx: local protection error (lkey); "
+                                        "send queue to SQE",
+                                        qp->qpn, (unsigned long long)w->wr_id);
+                                dw_qp_complete_send(qp, DIWARP_WC_LOC_PROT_ERR, 0);
                         }
-                        dw_warn("QP %#x: send wr_id %#llx: local protection error (lkey)", qp->qpn,
-                                (unsigned long long)w->wr_id);
-                        dw_qp_complete_send(qp, DIWARP_WC_LOC_PROT_ERR, 0);
-                        dw_qp_to_error(qp, -1);
+                        dw_qp_to_sqe(qp);
                         return work;
                 }
                 for (int off = 0; off < n;) {
@@ -379,8 +412,8 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
                 goto malformed;
 
         struct dw_qp *qp = dw_qp_lookup(dev, u.dst_qpn);
-        if (!qp || qp->type != DIWARP_QPT_UD ||
-            (qp->state != DIWARP_QPS_RTR && qp->state != DIWARP_QPS_RTS)) {
+        if (!qp || qp->type != DIWARP_QPT_UD || qp->state < DIWARP_QPS_RTR ||
+            qp->state > DIWARP_QPS_SQE) {
                 dev->ctr.rx_dropped_no_qp++;
                 dw_dbg("UD rx: no UD QP %#x ready, dropped", u.dst_qpn);
                 return;
