@@ -1,8 +1,9 @@
 /* The data path: the ibv_context ops that verbs.h's inline ibv_post_send,
  * ibv_post_recv, ibv_post_srq_recv, ibv_poll_cq and ibv_req_notify_cq call.
  *
- * No allocation and no logging here: work requests are converted in small
- * batches on the stack. Scatter lists and receive WRs have the same layout in
+ * No allocation and no logging here: work requests are converted on the
+ * stack, one directly (the case of latency loops: post one WR, poll one WC),
+ * lists in small batches. Scatter lists and receive WRs have the same layout in
  * ibverbs and diwarp (checked below), so they are passed through unconverted.
  */
 #include "provider.h"
@@ -89,12 +90,25 @@ static void dwv_post_failed(struct ibv_qp *qp, const char *verb, uint64_t wr_id,
                         qp->qp_num, sn, verb, (unsigned long long)wr_id, strerror(-err));
 }
 
-int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+static int dwv_conv_failed(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr,
+                           int err)
 {
+        dw_warn("verbs: QP %#x: ibv_post_send: WR %#llx: opcode %d without a valid AH of this "
+                "context (UD QPs take Sends only)",
+                qp->qp_num, (unsigned long long)wr->wr_id, wr->opcode);
+        if (bad_wr)
+                *bad_wr = wr;
+        return err;
+}
+
+/* A list of WRs, converted and posted DWV_BATCH at a time; out of line, so
+ * that the one-WR path below stays a small frame. */
+static __attribute__((noinline)) int dwv_post_send_list(struct ibv_qp *qp, struct ibv_send_wr *wr,
+                                                        struct ibv_send_wr **bad_wr)
+{
+        struct diwarp_qp *dqp = dwv_qp(qp)->d;
         struct diwarp_send_wr dw[DWV_BATCH];
         struct ibv_send_wr *src[DWV_BATCH];
-        struct diwarp_qp *dqp = dwv_qp(qp)->d;
-
         while (wr) {
                 int n = 0, conv_err = 0;
                 for (; wr && n < DWV_BATCH; wr = wr->next) {
@@ -116,16 +130,30 @@ int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
                                 return -err;
                         }
                 }
-                if (conv_err) {
-                        dw_warn("verbs: QP %#x: ibv_post_send: WR %#llx: opcode %d without a "
-                                "valid AH of this context (UD QPs take Sends only)",
-                                qp->qp_num, (unsigned long long)wr->wr_id, wr->opcode);
-                        if (bad_wr)
-                                *bad_wr = wr;
-                        return conv_err;
-                }
+                if (conv_err)
+                        return dwv_conv_failed(qp, wr, bad_wr, conv_err);
         }
         return 0;
+}
+
+int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+        /* A single WR (every latency-bound loop): no batch bookkeeping. */
+        if (wr && !wr->next) {
+                struct diwarp_send_wr one, *dbad;
+                int err = dwv_conv_send(qp, wr, &one);
+                if (err)
+                        return dwv_conv_failed(qp, wr, bad_wr, err);
+                err = diwarp_post_send(dwv_qp(qp)->d, &one, &dbad);
+                if (err < 0) {
+                        dwv_post_failed(qp, "ibv_post_send", wr->wr_id, err);
+                        if (bad_wr)
+                                *bad_wr = wr;
+                        return -err;
+                }
+                return 0;
+        }
+        return dwv_post_send_list(qp, wr, bad_wr);
 }
 
 int dwv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
@@ -159,14 +187,35 @@ int dwv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_re
         return 0;
 }
 
-int dwv_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+static inline void dwv_conv_wc(const struct diwarp_wc *s, struct ibv_wc *d)
 {
-        struct diwarp_wc dwc[DWV_BATCH];
-        struct diwarp_cq *dcq = dwv_cq(cq)->d;
-        int total = 0;
+        d->wr_id = s->wr_id;
+        d->status = (enum ibv_wc_status)s->status;
+        d->opcode = (enum ibv_wc_opcode)s->opcode;
+        d->vendor_err = s->vendor_err;
+        d->byte_len = s->byte_len;
+        if (s->wc_flags & DIWARP_WC_WITH_INV)
+                d->invalidated_rkey = s->invalidated_rkey;
+        else
+                d->imm_data = s->imm_data;
+        d->qp_num = s->qp_num;
+        d->src_qp = s->src_qp;
+        d->wc_flags = s->wc_flags;
+        d->pkey_index = s->pkey_index;
+        d->slid = s->slid;
+        d->sl = s->sl;
+        d->dlid_path_bits = s->dlid_path_bits;
+}
 
+/* Out of line, so that the one-WC path below stays a leaf-sized frame. */
+static __attribute__((noinline)) int dwv_poll_cq_batch(struct diwarp_cq *dcq, int num_entries,
+                                                       struct ibv_wc *wc)
+{
         if (num_entries < 0 || (num_entries > 0 && !wc))
                 return -EINVAL;
+
+        struct diwarp_wc dwc[DWV_BATCH];
+        int total = 0;
         while (total < num_entries) {
                 int want = num_entries - total;
                 if (want > DWV_BATCH)
@@ -174,31 +223,28 @@ int dwv_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
                 int got = diwarp_cq_poll(dcq, want, dwc);
                 if (got < 0)
                         return total ? total : got;
-                for (int i = 0; i < got; i++) {
-                        const struct diwarp_wc *s = &dwc[i];
-                        struct ibv_wc *d = &wc[total + i];
-                        d->wr_id = s->wr_id;
-                        d->status = (enum ibv_wc_status)s->status;
-                        d->opcode = (enum ibv_wc_opcode)s->opcode;
-                        d->vendor_err = s->vendor_err;
-                        d->byte_len = s->byte_len;
-                        if (s->wc_flags & DIWARP_WC_WITH_INV)
-                                d->invalidated_rkey = s->invalidated_rkey;
-                        else
-                                d->imm_data = s->imm_data;
-                        d->qp_num = s->qp_num;
-                        d->src_qp = s->src_qp;
-                        d->wc_flags = s->wc_flags;
-                        d->pkey_index = s->pkey_index;
-                        d->slid = s->slid;
-                        d->sl = s->sl;
-                        d->dlid_path_bits = s->dlid_path_bits;
-                }
+                for (int i = 0; i < got; i++)
+                        dwv_conv_wc(&dwc[i], &wc[total + i]);
                 total += got;
                 if (got < want)
                         break;
         }
         return total;
+}
+
+int dwv_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+        struct diwarp_cq *dcq = dwv_cq(cq)->d;
+
+        /* One at a time (latency loops): no batch buffer. */
+        if (num_entries == 1 && wc) {
+                struct diwarp_wc one;
+                int got = diwarp_cq_poll(dcq, 1, &one);
+                if (got == 1)
+                        dwv_conv_wc(&one, wc);
+                return got;
+        }
+        return dwv_poll_cq_batch(dcq, num_entries, wc);
 }
 
 int dwv_req_notify_cq(struct ibv_cq *cq, int solicited_only)

@@ -442,15 +442,31 @@ struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
                 return real_ibv_create_ah()(pd, attr);
         if (!attr)
                 return dwv_fail(-EINVAL);
-        if (!attr->is_global) {
-                /* Ethernet link layer: a peer is named by its GID, as on RoCE. */
-                dw_warn("verbs: ibv_create_ah: no GRH (is_global=0); diwarp addresses peers "
-                        "by GID (e.g. pass -g 0)");
-                return dwv_fail(-EINVAL);
-        }
         if (attr->port_num != 1) {
                 dw_warn("verbs: ibv_create_ah: port %u (diwarp0 has port 1)", attr->port_num);
                 return dwv_fail(-EINVAL);
+        }
+        if (!attr->is_global) {
+                /* Ethernet link layer: a peer is named by its GID, as on RoCE.
+                 * Without a GRH an AH names a port by LID; the one LID known
+                 * here is our port's own (0), so it names this device
+                 * (rsockets' datagram service hands a datagram to its own QP
+                 * so). Any other LID names nothing. */
+                if (attr->dlid != 0) {
+                        dw_warn("verbs: ibv_create_ah: no GRH (is_global=0) and LID %u; diwarp "
+                                "addresses peers by GID (e.g. pass -g 0)",
+                                attr->dlid);
+                        return dwv_fail(-EINVAL);
+                }
+                union diwarp_gid self;
+                int err = diwarp_device_gid(dwv_ctx(pd->context)->dev, &self);
+                if (err < 0)
+                        return dwv_fail(err);
+                dw_info("verbs: ibv_create_ah: no GRH, LID 0: addresses this device itself "
+                        "(name a peer by GID, e.g. pass -g 0)");
+                union ibv_gid own;
+                memcpy(own.raw, self.raw, sizeof(own.raw));
+                return dwv_ah_create(pd, &own);
         }
         return dwv_ah_create(pd, &attr->grh.dgid);
 }
@@ -582,8 +598,10 @@ static enum ibv_mtu dwv_mtu_enum(uint32_t bytes)
 }
 
 /* IB-only attributes a hardware iWARP provider accepts and ignores. */
-#define DWV_QP_IGNORED                                                                             \
-        (IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_RATE_LIMIT)
+#define DWV_QP_IGNORED (IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_RATE_LIMIT)
+_Static_assert((int)IBV_QP_EN_SQD_ASYNC_NOTIFY == (int)DIWARP_QP_EN_SQD_ASYNC_NOTIFY, "mask");
+_Static_assert((int)IBV_QPS_SQD == (int)DIWARP_QPS_SQD && (int)IBV_QPS_SQE == (int)DIWARP_QPS_SQE,
+               "states");
 
 DWV_SYMVER(dwv_ibv_modify_qp, ibv_modify_qp, "IBVERBS_1.1");
 int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
@@ -615,6 +633,7 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
         a.cap.max_send_sge = attr->cap.max_send_sge;
         a.cap.max_recv_sge = attr->cap.max_recv_sge;
         a.cap.max_inline_data = attr->cap.max_inline_data;
+        a.en_sqd_async_notify = attr->en_sqd_async_notify;
         if (mask & IBV_QP_PATH_MTU) {
                 a.path_mtu = dwv_mtu_bytes(attr->path_mtu);
                 if (!a.path_mtu) {
@@ -683,6 +702,8 @@ int dwv_ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
         attr->timeout = a.timeout;
         attr->retry_cnt = a.retry_cnt;
         attr->rnr_retry = a.rnr_retry;
+        attr->en_sqd_async_notify = a.en_sqd_async_notify;
+        attr->sq_draining = a.sq_draining;
 
         memset(init, 0, sizeof(*init));
         init->qp_context = qp->qp_context;

@@ -94,6 +94,7 @@ struct rcm_id {
         bool own_cqs;                     /* rdma_create_qp made the CQs/channels */
         struct ibv_qp_init_attr *ep_attr; /* passive rdma_create_ep: QP per request */
         struct rcm_evt *req_event;        /* sync child: its CONNECT_REQUEST (id->event) */
+        struct ibv_sa_path_rec path;      /* id.route.path_rec once the route is resolved */
 };
 
 static struct {
@@ -223,6 +224,11 @@ static uint16_t dst_port_be(const struct rcm_id *r)
 static void attach_device(struct rcm_id *r)
 {
         r->id.verbs = g.ctx;
+        /* As librdmacm: an id on a device has that device's PD, so
+         * rdma_reg_msgs() works before any QP exists (rsockets registers its
+         * datagram buffers right after rdma_bind_addr). */
+        if (!r->id.pd)
+                r->id.pd = g.pd;
         r->id.port_num = 1;
         gid_of(g.addr, &r->id.route.addr.addr.ibaddr.sgid);
         r->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
@@ -500,7 +506,8 @@ static void rc_request(struct rcm_id *lr, const struct diwarp_conn_request *req)
         }
         attach_device(c);
         c->id.qp_type = lr->id.qp_type;
-        c->id.pd = lr->id.pd;
+        if (lr->id.pd)
+                c->id.pd = lr->id.pd;
         set_sin(&c->id.route.addr.src_storage, g.addr, src_port_be(lr));
         struct in_addr peer;
         memcpy(&peer, &req->peer_gid.raw[12], 4);
@@ -626,7 +633,8 @@ static void ud_request(struct rcm_id *lr)
         }
         attach_device(c);
         c->id.qp_type = IBV_QPT_UD;
-        c->id.pd = lr->id.pd;
+        if (lr->id.pd)
+                c->id.pd = lr->id.pd;
         set_sin(&c->id.route.addr.src_storage, g.addr, src_port_be(lr));
         set_sin(&c->id.route.addr.dst_storage, peer.sin_addr, peer.sin_port);
         gid_of(peer.sin_addr, &c->id.route.addr.addr.ibaddr.dgid);
@@ -1012,6 +1020,20 @@ int rcm_resolve_route(struct rdma_cm_id *id, int timeout_ms)
                 pthread_mutex_unlock(&g.lock);
                 return fail(EINVAL);
         }
+        /* One path, as the kernel gives a RoCE v2 id: GIDs from the resolved
+         * addresses, no LIDs, and a hop limit above 1, which tells programs
+         * that build an AH from it (rsockets) to use a GRH. */
+        struct ibv_sa_path_rec *p = &r->path;
+        memset(p, 0, sizeof(*p));
+        p->sgid = id->route.addr.addr.ibaddr.sgid;
+        p->dgid = id->route.addr.addr.ibaddr.dgid;
+        p->hop_limit = 64;
+        p->reversible = 1;
+        p->numb_path = 1;
+        p->pkey = htons(0xffff);
+        p->mtu = IBV_MTU_4096;
+        id->route.path_rec = p;
+        id->route.num_paths = 1;
         r->state = RCM_ROUTE;
         post_locked(chan_of(r), r, NULL, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
         pthread_mutex_unlock(&g.lock);

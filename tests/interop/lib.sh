@@ -82,7 +82,8 @@ port_lock() {
 
 # serve: starts the server command in the array S, where the word @PORT@
 # stands for the port, in the background (output in $srv, PID in $spid), and
-# waits until it listens. The port is $fixed_port if set, else a free_port
+# waits until it listens (or, with serve_ready=udp_bound, until it holds its
+# UDP port). The port is $fixed_port if set, else a free_port
 # (then also left in $port, to build the client's command with). A server that
 # exits before it listens (its port was taken after all) is retried on a new
 # port, three times in all.
@@ -94,7 +95,7 @@ serve() {
                 spid=$!
                 i=0
                 while kill -0 $spid 2>/dev/null; do
-                        listening "$port" && return 0
+                        ${serve_ready:-listening} "$port" && return 0
                         i=$((i + 1))
                         [ $i -lt 150 ] || { kill $spid 2>/dev/null; cat "$srv" >&2; fail "server never listened"; }
                         sleep 0.1
@@ -112,4 +113,12 @@ listening() {
         hex=$(printf '%04X' "$1")
         awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
                 /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# udp_bound PORT: true once a UDP socket is bound to PORT (a datagram server,
+# e.g. udpong, has no listening TCP socket).
+udp_bound() {
+        hex=$(printf '%04X' "$1")
+        awk -v p=":$hex" 'substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+                /proc/net/udp /proc/net/udp6 2>/dev/null
 }

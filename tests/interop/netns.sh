@@ -3,7 +3,7 @@
 # namespaces joined by a veth pair (issue 4: "between two network namespaces"):
 #   netns.sh CASE
 #   CASE: rc_pingpong ud_pingpong send_lat write_bw rping udaddy rdma_server
-#         fi_msg fi_rdm example_rc example_ud
+#         udpong fi_msg fi_rdm example_rc example_ud example_rd
 # The server runs in namespace A (device address 10.77.X.1), the client in B
 # (10.77.X.2); X comes from this script's PID, the namespaces are named
 # diwarp-A-PID / diwarp-B-PID and exist only for this run. The addresses live
@@ -66,7 +66,7 @@ setup() {
                 ip -n "$nsA" addr add "$A/24" dev vethA &&
                 ip -n "$nsB" addr add "$B/24" dev vethB &&
                 ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
-                ip -n "$nsA" link set vethA up && ip -n "$nsB" link set vethB up
+                ip -n "$nsA" link set vethA mtu 1500 up && ip -n "$nsB" link set vethB mtu 1500 up
 }
 setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
 
@@ -76,6 +76,14 @@ ns_listening() {
         ip netns exec "$1" awk -v p=":$hex" \
                 '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
                 /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# ns_udp_bound NS PORT: a UDP socket is bound to PORT inside NS (a datagram
+# server has no listening TCP socket).
+ns_udp_bound() {
+        hex=$(printf '%04X' "$2")
+        ip netns exec "$1" awk -v p=":$hex" 'substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+                /proc/net/udp /proc/net/udp6 2>/dev/null
 }
 
 # The namespaces are fresh and this run's own: any port is free in them, and
@@ -94,6 +102,8 @@ esac
 gidA=$(printf '00:00:00:00:00:00:00:00:00:00:255:255:10:77:%02d:01' $X)
 gidB=$(printf '00:00:00:00:00:00:00:00:00:00:255:255:10:77:%02d:02' $X)
 native=0 # 1: a native-API example, run without the preload
+ready=ns_listening # how to tell the server is up
+server_exits=1     # 0: the server serves until stopped (udpong)
 
 case $case in
 rc_pingpong | ud_pingpong)
@@ -125,6 +135,15 @@ rdma_server)
         S=(rdma_server -p $port)
         C=(rdma_client -s "$peer" -p $port)
         ;;
+udpong)
+        # Datagram rsockets (see rdmacm.sh): the server prints only when line
+        # buffered, and the client's result row is the verdict.
+        need udpong
+        ready=ns_udp_bound
+        server_exits=0
+        S=(stdbuf -oL udpong -b $A -p $port)
+        C=(udpong -s "$peer" -p $port -C 100 -S 1000 -T e)
+        ;;
 fi_msg | fi_rdm)
         # libfabric's verbs provider ignores loopback interfaces; here the
         # device address is the veth's, so it finds diwarp0 on it.
@@ -139,6 +158,16 @@ example_rc | example_ud)
         native=1
         S=("$pp" --port $port --addr $A)
         C=("$pp" --transport "${case#example_}" --size 4096 --iters 300 --validate
+                --port $port --addr "$caddr" "$peer")
+        ;;
+example_rd)
+        # RD Write of 1 MiB messages over the 1500-byte veth: every datagram
+        # must fit the route's MTU (checked on the client's RESULT below).
+        bw=$(dirname "${DIWARP_PINGPONG:-$(dirname "$DIWARP")/../examples/diwarp-pingpong}")/diwarp-bw
+        [ -x "$bw" ] || fail "no diwarp-bw at $bw (set DIWARP_PINGPONG)"
+        native=1
+        S=("$bw" --port $port --addr $A)
+        C=("$bw" --transport rd --op write --size 1048576 --iters 50 --validate
                 --port $port --addr "$caddr" "$peer")
         ;;
 *)
@@ -163,7 +192,7 @@ cli=$TMPD/client
 in_ns "$nsA" $A "${S[@]}" >"$srv" 2>&1 &
 spid=$!
 i=0
-while ! ns_listening "$nsA" $port; do
+while ! $ready "$nsA" $port; do
         i=$((i + 1))
         [ $i -lt 150 ] || { cat "$srv" >&2; fail "server never listened"; }
         kill -0 $spid 2>/dev/null || { cat "$srv" >&2; fail "server died before listening"; }
@@ -180,13 +209,21 @@ cpid=
 i=0
 n=100
 [ $crc -eq 0 ] || n=10
+[ $server_exits = 1 ] || n=5
 while kill -0 $spid 2>/dev/null && [ $i -lt $n ]; do
         i=$((i + 1))
         sleep 0.1
 done
-kill $spid 2>/dev/null
-wait $spid
-src=$?
+if [ $server_exits = 0 ] && kill -0 $spid 2>/dev/null; then
+        # Still serving, as it should: stopped, not failed.
+        kill $spid 2>/dev/null
+        wait $spid
+        src=0
+else
+        kill $spid 2>/dev/null
+        wait $spid
+        src=$?
+fi
 spid=
 echo "--- server ($src) in $nsA at $A: ${S[*]}"
 cat "$srv"
@@ -238,6 +275,10 @@ rdma_server)
         expect "$srv" '^rdma_server: end 0' "rdma_server succeeds"
         expect "$cli" '^rdma_client: end 0' "rdma_client succeeds"
         ;;
+udpong)
+        expect "$srv" "^client login from 10\.77\.$X\.2\$" "udpong server sees B's address"
+        expect "$cli" '^custom +1000 +200 +195k +[0-9.]+s' "udpong echoes 100 messages"
+        ;;
 fi_msg | fi_rdm)
         for f in "$srv" "$cli"; do
                 expect "$f" '^1k +100 +=100 ' "fi_pingpong completes 100 transfers"
@@ -249,6 +290,15 @@ example_rc | example_ud)
                 expect "$f" "^RESULT transport=$t op=send size=4096 iters=300 status=ok" \
                         "diwarp-pingpong $t succeeds"
         done
+        ;;
+example_rd)
+        expect "$cli" "^RESULT transport=rd op=write size=1048576 iters=50 status=ok" \
+                "diwarp-bw rd write succeeds"
+        dg=$(sed -n 's/^RESULT .* dgram=\([0-9]*\) sent_max=\([0-9]*\).*/\1 \2/p' "$cli")
+        set -- $dg
+        [ -n "${1:-}" ] && [ "$1" -le 1472 ] && [ "$1" -ge 1400 ] ||
+                fail "RD stream datagram size '${1:-}' does not follow the 1500-byte MTU"
+        [ "${2:-0}" -gt 0 ] && [ "$2" -le 1472 ] || fail "RD sent a datagram of ${2:-?} bytes"
         ;;
 esac
 echo "ok"

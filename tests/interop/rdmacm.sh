@@ -2,9 +2,10 @@
 # Runs an rdma_cm program pair (server + client, two processes on this
 # machine) under diwarp and checks exit codes and the programs' own output:
 #   rdmacm.sh CASE      CASE: rping rdma_server rdma_xserver udaddy ucmatose
-#                       ucmatose_migrate cmtime ib_send_bw ib_write_lat
+#                       ucmatose_migrate cmtime udpong ib_send_bw ib_write_lat
 #                       fi_msg fi_rdm
-# The rdma_cm emulation lives in verbs-provider/rdmacm.c.
+# The rdma_cm emulation lives in verbs-provider/rdmacm.c; udpong runs the
+# real librdmacm's datagram rsockets on top of it.
 . "$(dirname "$0")/lib.sh"
 case=$1
 
@@ -52,6 +53,17 @@ cmtime)
         S=(cmtime -p @PORT@ -c 10)
         C=(cmtime -s $addr -p @PORT@ -c 10)
         server_exits=0
+        ;;
+udpong)
+        need udpong
+        # A datagram server: ready once its UDP port is bound; it serves until
+        # stopped, and prints only when its stdout is line buffered. The client
+        # exits 0 even when a test fails: its result row is the verdict. Echo
+        # mode (-T e) makes the row's count exact (every message answered).
+        serve_ready=udp_bound
+        server_exits=0
+        S=(stdbuf -oL udpong -b $addr -p @PORT@)
+        C=(udpong -s $addr -p @PORT@ -C 100 -S 1000 -T e)
         ;;
 ib_send_bw | ib_write_lat)
         need "$case"
@@ -118,6 +130,11 @@ udaddy | ucmatose | ucmatose_migrate)
 cmtime)
         expect "$cli" '^connect +: +[0-9.]+' "cmtime times its connects"
         expect "$cli" '^disconnect +: +[0-9.]+' "cmtime times its disconnects"
+        ;;
+udpong)
+        expect "$srv" "^client login from $addr\$" "udpong server sees its client"
+        # name, size, transfers (100 echoed both ways), bytes, seconds...
+        expect "$cli" '^custom +1000 +200 +195k +[0-9.]+s' "udpong echoes 100 messages"
         ;;
 ib_send_bw)
         for f in "$srv" "$cli"; do

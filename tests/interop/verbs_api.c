@@ -99,8 +99,11 @@ int main(void)
         REQUIRE(cq && cq->cqe >= 16 && cq->channel == ch);
         CHECK(ibv_create_cq(ctx, 16, NULL, ch, 5) == NULL && errno == EINVAL);
 
-        struct ibv_ah_attr aa = {.port_num = 1};
-        CHECK(ibv_create_ah(pd, &aa) == NULL && errno == EINVAL); /* no GRH */
+        struct ibv_ah_attr aa = {.port_num = 1, .dlid = 5};
+        CHECK(ibv_create_ah(pd, &aa) == NULL && errno == EINVAL); /* no GRH, a LID not ours */
+        aa.dlid = 0; /* no GRH, our port's LID (0): this device itself (rsockets' loopback) */
+        struct ibv_ah *self_ah = ibv_create_ah(pd, &aa);
+        CHECK(self_ah && ibv_destroy_ah(self_ah) == 0);
 
         struct ibv_qp_init_attr qia = {
             .send_cq = cq,
@@ -137,6 +140,27 @@ int main(void)
         struct ibv_qp_init_attr qi;
         CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS);
         CHECK(qa.qkey == QKEY && qi.qp_type == IBV_QPT_UD && qi.send_cq == cq);
+
+        /* RTS -> SQD (drained at once: nothing under way) -> RTS; SQE cannot be asked for. */
+        a.qp_state = IBV_QPS_SQE;
+        CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL);
+        a.qp_state = IBV_QPS_SQD;
+        a.en_sqd_async_notify = 1;
+        CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY) == 0);
+        CHECK(qp->state == IBV_QPS_SQD);
+        CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_SQD);
+        CHECK(qa.sq_draining == 0);
+        struct pollfd apfd = {.fd = ctx->async_fd, .events = POLLIN};
+        CHECK(poll(&apfd, 1, 2000) == 1);
+        struct ibv_async_event aev;
+        CHECK(ibv_get_async_event(ctx, &aev) == 0 && aev.event_type == IBV_EVENT_SQ_DRAINED &&
+              aev.element.qp == qp);
+        ibv_ack_async_event(&aev);
+        a.qp_state = IBV_QPS_INIT;
+        CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL);
+        a.qp_state = IBV_QPS_RTS;
+        CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
+        CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS);
 
         /* UD loopback to ourselves through the completion channel. */
         aa.is_global = 1;
