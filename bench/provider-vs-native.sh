@@ -1,29 +1,36 @@
 #!/bin/bash
-# Issue 4 item 7: the same measurement through the verbs provider and through
-# the native API, in one run, on this machine.
+# The same measurement through the verbs provider and through the native API,
+# in one run, on this machine.
 #
 #   bench/provider-vs-native.sh [--build DIR] [--runs N] [--cpus S,C] [--lat-iters N] [--bw-iters N]
 #
-# Pairs (server on core S, client on core C, `taskset`):
-#   RC Send latency, 64 B:  examples/diwarp-pingpong --transport rc --op send (lat_us)
+# Pairs (server on core S, client on core C, `taskset`), native vs provider:
+#   RC Send 64 B latency:   bench-native-pingpong vs bench-verbs-pingpong
+#                           (one source, bench/verbs_pingpong.c, built for each
+#                           API: the same loop lines, examples/pingpong.c's loop)
+#   ... perftest's loop:    bench-native-pingpong --loop perftest
 #                           vs perftest ib_send_lat -s 64 (t_avg)
 #   RC Write bandwidth, 1 MiB: examples/diwarp-bw --transport rc --op write --window 64 (gbps)
 #                           vs perftest ib_write_bw -s 1048576 -t 64 --report_gbits (BW average)
-# Both measure the same thing the same way: latency = half the mean round
-# trip of a ping-pong of N messages (t_avg is that mean in perftest), bandwidth
-# = payload bits / time of N Writes with at most 64 outstanding, timed by the
-# client from first post to last completion; neither counts its set-up. perftest
-# runs under `diwarp run` with -d diwarp0 -x 0 and the provider's default
-# progress (the hybrid progress thread: ib_write_bw's server is a passive
-# target); the examples run with the same engine setting
-# (DIWARP_PROGRESS=thread), so the ratio is the cost of the verbs mapping
-# layer. For reference the examples also run with the native default
-# (DIWARP_PROGRESS=app: only the application drives progress; rows "app"),
-# which is not part of the ratio. Runs alternate native, provider, native,
-# provider... so a shared
-# machine's drift hits both; each number is the median of N runs (min-max
-# shown). Ratios: provider/native for latency, native/provider for bandwidth
-# (both: > 1 means the provider is slower; the target is <= 1.05).
+# Latency = half the mean round trip of a ping-pong of N messages (t_avg is
+# that mean in perftest); bandwidth = payload bits / time of N Writes with at
+# most 64 outstanding, timed by the client from first post to last
+# completion; neither counts its set-up. perftest's ib_send_lat loop differs
+# from the examples' (receive reposted on the round trip, inline Sends
+# signaled every 100th, two CQs), so it is paired with the native program
+# running that loop, not with the examples' loop; bench-verbs-pingpong
+# --loop perftest is shown as a check that the loop is reproduced. The
+# provider programs run under `diwarp run` with -d diwarp0 and the provider's
+# default progress (the hybrid progress thread: ib_write_bw's server is a
+# passive target); the native ones with the same engine setting
+# (DIWARP_PROGRESS=thread), so a ratio is the cost of the verbs mapping
+# layer. For reference: examples/diwarp-pingpong (the program the twin
+# mirrors) and the native default (DIWARP_PROGRESS=app: only the application
+# drives progress), which are not part of a ratio. Runs alternate native,
+# provider, native, provider... so a shared machine's drift hits both; each
+# number is the median of N runs (min-max shown). Ratios: provider/native for
+# latency, native/provider for bandwidth (both: > 1 means the provider is
+# slower; the target is <= 1.05).
 # Exit: 0 measured, 1 a run failed, 2 a program is missing.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,7 +55,9 @@ ccpu=${cpus#*,}
 pp=$build/examples/diwarp-pingpong
 bw=$build/examples/diwarp-bw
 dw=$build/tools/diwarp
-for p in "$pp" "$bw" "$dw" "$(command -v ib_send_lat)" "$(command -v ib_write_bw)" "$(command -v taskset)"; do
+tn=$build/bench/bench-native-pingpong
+tv=$build/bench/bench-verbs-pingpong
+for p in "$pp" "$bw" "$dw" "$tn" "$tv" "$(command -v ib_send_lat)" "$(command -v ib_write_bw)" "$(command -v taskset)"; do
         [ -n "$p" ] && [ -x "$p" ] || { echo "missing: ${p:-ib_send_lat/ib_write_bw/taskset (perftest, util-linux)}" >&2; exit 2; }
 done
 for v in $(env | sed -n 's/^\(DIWARP_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
@@ -95,11 +104,23 @@ declare -A val
 measure() { # measure CASE RUN -> val[CASE,RUN]
         local v=
         case $1 in
-        native-lat | native-app-lat)
-                [ "$1" = native-lat ] && export DIWARP_PROGRESS=thread || export DIWARP_PROGRESS=app
+        native-lat | native-app-lat | native-pt-lat)
+                [ "$1" = native-app-lat ] && export DIWARP_PROGRESS=app || export DIWARP_PROGRESS=thread
+                local loop=example
+                [ "$1" = native-pt-lat ] && loop=perftest
+                pair "$1" "$tn" --port '{port}' :: "$tn" --loop $loop --size 64 \
+                        --iters "$lat_iters" --port '{port}' 127.0.0.1 && v=$(resv lat_us) ;;
+        verbs-lat | verbs-pt-lat)
+                local loop=example
+                [ "$1" = verbs-pt-lat ] && loop=perftest
+                pair "$1" "$dw" run -- "$tv" -d diwarp0 --port '{port}' :: "$dw" run -- "$tv" -d diwarp0 \
+                        --loop $loop --size 64 --iters "$lat_iters" --port '{port}' 127.0.0.1 &&
+                        v=$(resv lat_us) ;;
+        example-lat)
+                export DIWARP_PROGRESS=thread
                 pair "$1" "$pp" --port '{port}' :: "$pp" --transport rc --op send --size 64 \
                         --iters "$lat_iters" --port '{port}' 127.0.0.1 && v=$(resv lat_us) ;;
-        verbs-lat)
+        perftest-lat)
                 pair "$1" "$dw" run -- ib_send_lat -d diwarp0 -x 0 -F -p '{port}' -s 64 -n "$lat_iters" :: \
                         "$dw" run -- ib_send_lat -d diwarp0 -x 0 -F -p '{port}' -s 64 -n "$lat_iters" 127.0.0.1 &&
                         v=$(ptcol 64 6) ;;
@@ -119,7 +140,8 @@ measure() { # measure CASE RUN -> val[CASE,RUN]
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq 1 "$runs"); do
-        for k in native-lat verbs-lat native-app-lat native-bw verbs-bw native-app-bw; do
+        for k in native-lat verbs-lat native-pt-lat perftest-lat verbs-pt-lat example-lat \
+                native-app-lat native-bw verbs-bw native-app-bw; do
                 measure $k "$r"
         done
 done
@@ -132,19 +154,24 @@ stats() { # stats CASE -> "median min max"
 }
 read -r nl nl0 nl1 <<<"$(stats native-lat)"
 read -r vl vl0 vl1 <<<"$(stats verbs-lat)"
+read -r ntl ntl0 ntl1 <<<"$(stats native-pt-lat)"
+read -r ptl ptl0 ptl1 <<<"$(stats perftest-lat)"
+read -r vtl vtl0 vtl1 <<<"$(stats verbs-pt-lat)"
+read -r el el0 el1 <<<"$(stats example-lat)"
 read -r nb nb0 nb1 <<<"$(stats native-bw)"
 read -r vb vb0 vb1 <<<"$(stats verbs-bw)"
 read -r al al0 al1 <<<"$(stats native-app-lat)"
 read -r ab ab0 ab1 <<<"$(stats native-app-bw)"
+row() { printf '%-40s %-26s %-26s %.3f\n' "$1" "$2" "$3" "$(echo "$4" | bc -l)"; }
 echo "provider vs native, $runs runs each, alternating; server core $scpu, client core $ccpu"
 echo "load average: $load0 (start), $load1 (end); $(nproc) cores"
-printf '%-34s %-26s %-26s %s\n' "measurement" "native (median, min-max)" "provider (median, min-max)" "ratio"
-printf '%-34s %-26s %-26s %.3f\n' "RC Send 64 B latency, us" "$nl ($nl0-$nl1)" "$vl ($vl0-$vl1)" \
-        "$(echo "$vl / $nl" | bc -l)"
-printf '%-34s %-26s %-26s %.3f\n' "RC Write 1 MiB bandwidth, Gbit/s" "$nb ($nb0-$nb1)" "$vb ($vb0-$vb1)" \
-        "$(echo "$nb / $vb" | bc -l)"
-printf '%-34s %-26s %-26s %.3f\n' "  latency, native app progress" "$al ($al0-$al1)" "" \
-        "$(echo "$vl / $al" | bc -l)"
-printf '%-34s %-26s %-26s %.3f\n' "  bandwidth, native app progress" "$ab ($ab0-$ab1)" "" \
-        "$(echo "$ab / $vb" | bc -l)"
+printf '%-40s %-26s %-26s %s\n' "measurement" "native (median, min-max)" "provider (median, min-max)" "ratio"
+row "RC Send 64 B latency, us" "$nl ($nl0-$nl1)" "$vl ($vl0-$vl1)" "$vl / $nl"
+row "  perftest's loop (ib_send_lat)" "$ntl ($ntl0-$ntl1)" "$ptl ($ptl0-$ptl1)" "$ptl / $ntl"
+row "RC Write 1 MiB bandwidth, Gbit/s" "$nb ($nb0-$nb1)" "$vb ($vb0-$vb1)" "$nb / $vb"
+echo "reference (not a target):"
+row "  perftest's loop, own verbs program" "$ntl ($ntl0-$ntl1)" "$vtl ($vtl0-$vtl1)" "$vtl / $ntl"
+row "  latency, examples/diwarp-pingpong" "$el ($el0-$el1)" "$vl ($vl0-$vl1)" "$vl / $el"
+row "  latency, native app progress" "$al ($al0-$al1)" "$vl ($vl0-$vl1)" "$vl / $al"
+row "  bandwidth, native app progress" "$ab ($ab0-$ab1)" "$vb ($vb0-$vb1)" "$ab / $vb"
 echo "ratio: provider/native latency, native/provider bandwidth (> 1: the provider is slower; target <= 1.05)"
