@@ -550,6 +550,17 @@ static void rdcm_encode(uint8_t *buf, uint32_t qpn, uint32_t psn)
         dw_put_be32(buf + 8, psn);
 }
 
+/* The private data an RC-over-RD Request/Reply carries: the block, then the
+ * application's bytes; *pd and *pd_len are updated to point at buf. */
+static void rdcm_wrap(uint8_t *buf, uint32_t qpn, uint32_t psn, const void **pd, uint16_t *pd_len)
+{
+        rdcm_encode(buf, qpn, psn);
+        if (*pd_len)
+                memcpy(buf + DW_RDCM_LEN, *pd, *pd_len);
+        *pd = buf;
+        *pd_len += DW_RDCM_LEN;
+}
+
 /* 0 and the sender's QPN/PSN, or -EPROTO when the block is absent. */
 static int rdcm_decode(const uint8_t *pd, uint16_t len, uint32_t *qpn, uint32_t *psn)
 {
@@ -1183,13 +1194,8 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         uint8_t rpd[DW_MPA_ULP_PD_MAX];
         const void *pd = reply ? reply->private_data : NULL;
         uint16_t pd_len = reply ? reply->private_data_len : 0;
-        if (rd) {
-                rdcm_encode(rpd, qp->qpn, psn);
-                if (pd_len)
-                        memcpy(rpd + DW_RDCM_LEN, pd, pd_len);
-                pd = rpd;
-                pd_len += DW_RDCM_LEN;
-        }
+        if (rd)
+                rdcm_wrap(rpd, qp->qpn, psn, &pd, &pd_len);
         r = dw_mpa_respond(&lc->mpa, true, ird, ord, pd, pd_len);
         if (r == 0) {
                 r = dw_mpa_run(&lc->mpa, ms_from_now(connect_timeout_ms(l->dev)));
@@ -1269,13 +1275,8 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         uint8_t rpd[DW_MPA_ULP_PD_MAX];
         const void *pd = param ? param->private_data : NULL;
         uint16_t pd_len = param ? param->private_data_len : 0;
-        if (rd) {
-                rdcm_encode(rpd, qp->qpn, psn);
-                if (pd_len)
-                        memcpy(rpd + DW_RDCM_LEN, pd, pd_len);
-                pd = rpd;
-                pd_len += DW_RDCM_LEN;
-        }
+        if (rd)
+                rdcm_wrap(rpd, qp->qpn, psn, &pd, &pd_len);
 
         struct dw_mpa_conn *mc = malloc(sizeof(*mc));
         bool inprog = false;
