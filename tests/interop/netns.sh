@@ -283,6 +283,14 @@ fi_msg | fi_rdm)
         for f in "$srv" "$cli"; do
                 expect "$f" '^1k +100 +=100 ' "fi_pingpong completes 100 transfers"
         done
+        if [ "$case" = fi_msg ] && command -v fi_info >/dev/null; then
+                # fi_info lists diwarp0 as a verbs domain on the veth's address.
+                fi=$TMPD/fi_info
+                in_ns "$nsB" "$caddr" fi_info -p verbs >"$fi" 2>&1 ||
+                        { cat "$fi" >&2; fail "fi_info -p verbs exited $?"; }
+                expect "$fi" '^ *domain: diwarp0' "fi_info -p verbs shows diwarp0"
+                expect "$fi" '^ *provider: verbs' "fi_info names the verbs provider"
+        fi
         ;;
 example_rc | example_ud)
         t=${case#example_}
