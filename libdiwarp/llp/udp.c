@@ -62,10 +62,11 @@ int dw_udp_open(struct dw_udp *u, struct in_addr addr, uint16_t port)
          * UDP_SEGMENT (Linux >= 4.18). */
         int zero = 0;
         u->gso = setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
-        /* GRO is off until the RD engine asks for it (dw_udp_enable_gro):
+        /* GRO is off until bulk RD traffic turns it on (dw_udp_want_gro):
          * UDP_GRO on a socket costs each datagram received ≈ 100-170 ns
          * (loopback, 64 B ping-pong), which UD latency does not want. */
         u->gro = false;
+        u->gro_wanted = false;
 
         u->rx_buf = malloc((size_t)DW_UDP_RX_BATCH * DW_UDP_RX_BUF);
         u->rx_msgs = calloc(DW_UDP_RX_BATCH, sizeof(*u->rx_msgs));
@@ -117,6 +118,7 @@ int dw_udp_enable_uring(struct dw_udp *u)
 #ifdef DIWARP_HAVE_URING
         if (u->ur)
                 return 0;
+        u->gro_wanted = false;
         if (u->gro) {
                 /* io_uring hands buffers up as they are: no coalescing. */
                 int zero = 0;
@@ -515,6 +517,11 @@ int dw_udp_recv_batch(struct dw_udp *u, int max)
                                         u->rx_len[i] = u->rx_msgs[i].msg_len;
                                         u->rx_trunc[i] =
                                             (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+                                }
+                                if (u->gro_wanted && n >= DW_UDP_GRO_BACKLOG) {
+                                        /* this batch is read; later ones carry the cmsg */
+                                        u->gro_wanted = false;
+                                        dw_udp_enable_gro(u);
                                 }
                                 return n;
                         }

@@ -62,6 +62,9 @@ struct dw_udp {
         /* UDP GRO on (plain backend): the kernel may hand one buffer holding
          * several datagrams of gso_size bytes (a UDP_GRO cmsg in rx_ctrl). */
         bool gro;
+        /* GRO is to come on (dw_udp_want_gro) once a receive finds a backlog
+         * of DW_UDP_GRO_BACKLOG datagrams, the sign of bulk traffic. */
+        bool gro_wanted;
         uint8_t (*rx_ctrl)[64]; /* [DW_UDP_RX_BATCH] control buffers, with gro */
         struct dw_uring *ur;    /* io_uring backend, NULL = plain */
         uint64_t icmp_errors;   /* errors read from the error queue */
@@ -87,9 +90,20 @@ int dw_udp_enable_uring(struct dw_udp *u);
 /* Turns UDP GRO on for good (plain backend): a GSO train from a peer (or
  * datagrams a NIC coalesced) then comes up as one buffer, one receive instead
  * of up to 64, split again by dw_udp_recv_batch. The RD engine asks for it
- * with its first QP; UD alone does without (GRO costs every receive). 0, or
+ * with dw_udp_want_gro; UD alone does without (GRO costs every receive). 0, or
  * -ENOTSUP with io_uring, or the setsockopt error (GRO stays off). */
 int dw_udp_enable_gro(struct dw_udp *u);
+/* Asks for GRO when the traffic is bulk: the plain backend turns it on (for
+ * good) when one recvmmsg returns at least DW_UDP_GRO_BACKLOG datagrams. A
+ * ping-pong, which finds one datagram at a time, never pays GRO's cost per
+ * receive; a GSO train received without GRO arrives split into such a
+ * backlog, so bulk traffic turns it on with its first train. */
+#define DW_UDP_GRO_BACKLOG 4
+static inline void dw_udp_want_gro(struct dw_udp *u)
+{
+        if (!u->gro)
+                u->gro_wanted = true;
+}
 static inline bool dw_udp_uring_on(const struct dw_udp *u)
 {
         return u->ur != NULL;

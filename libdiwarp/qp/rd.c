@@ -160,8 +160,15 @@ struct dw_rd_qp {
         struct dw_rd_qp *next, *prev; /* device list of RD QPs */
 };
 
+/* Payloads up to this size are copied behind the headers: the datagram is
+ * then one iovec for the kernel to import and one CRC pass, which costs less
+ * than the copy at these sizes (as on UD). */
+#define RD_COPY_MAX 256
+
 struct rd_txslot {
-        uint8_t hdr[RD_HDR_CAP];
+        /* the headers; for a payload of at most RD_COPY_MAX bytes the whole
+         * datagram (payload, Immediate Data message and CRC behind them) */
+        uint8_t hdr[RD_HDR_CAP + RD_COPY_MAX + DW_DGRAM_IMM_MSG_LEN + DW_DGRAM_CRC_LEN];
         uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
         uint8_t crc[DW_DGRAM_CRC_LEN];
         struct iovec iov[RD_SLOT_IOV];
@@ -796,9 +803,28 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         if (dl < 0)
                 return -EINVAL;
         memcpy(t->hdr + hl + dl, ext, extlen);
+        size_t hlen = (size_t)hl + (size_t)dl + extlen;
+        if (plen <= RD_COPY_MAX && hlen <= RD_HDR_CAP) {
+                uint8_t *q = t->hdr + hlen;
+                for (int i = 0; i < npay; i++) {
+                        memcpy(q, pay[i].iov_base, pay[i].iov_len);
+                        q += pay[i].iov_len;
+                }
+                if (imm) {
+                        memcpy(q, t->imm, sizeof(t->imm));
+                        q += sizeof(t->imm);
+                }
+                size_t len = (size_t)(q - t->hdr);
+                dw_dgram_crc_trailer(q, dw_crc32c_update(dw_crc32c_init(), t->hdr, len));
+                t->iov[0].iov_base = t->hdr;
+                t->iov[0].iov_len = len + DW_DGRAM_CRC_LEN;
+                t->iovcnt = 1;
+                t->dlen = (uint32_t)t->iov[0].iov_len;
+                goto filled;
+        }
         int n = 0;
         t->iov[n].iov_base = t->hdr;
-        t->iov[n].iov_len = (size_t)hl + (size_t)dl + extlen;
+        t->iov[n].iov_len = hlen;
         n++;
         for (int i = 0; i < npay; i++)
                 t->iov[n++] = pay[i];
@@ -816,6 +842,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         t->dlen = 0;
         for (int i = 0; i < n; i++)
                 t->dlen += (uint32_t)t->iov[i].iov_len;
+filled:
         t->bytes = (uint32_t)plen;
         t->dst.sin_family = AF_INET;
         t->dst.sin_addr.s_addr = p->ip;
@@ -2080,9 +2107,10 @@ int dw_rd_qp_init(struct dw_qp *qp)
         if (d->qps)
                 d->qps->prev = s;
         d->qps = s;
-        /* GSO trains from RD peers arrive as one buffer (without GRO the
-         * kernel splits them: slower, still correct). */
-        dw_udp_enable_gro(&dev->udp);
+        /* GSO trains from RD peers arrive as one buffer once bulk traffic
+         * turned GRO on (before, the kernel splits them: slower, still
+         * correct); a ping-pong keeps it off, as GRO costs every receive. */
+        dw_udp_want_gro(&dev->udp);
         return 0;
 }
 

@@ -1,0 +1,71 @@
+/* Unit tests of llp/udp: GRO asked for with dw_udp_want_gro stays off while
+ * datagrams come one at a time (a ping-pong) and comes on with a backlog,
+ * with every datagram delivered intact across the switch. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "llp/udp.h"
+
+static struct sockaddr_in open_lo(struct dw_udp *u)
+{
+        struct in_addr lo = {.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(dw_udp_open(u, lo, 0), 0);
+        struct sockaddr_in a;
+        socklen_t al = sizeof(a);
+        cr_assert_eq(getsockname(u->fd, (struct sockaddr *)&a, &al), 0);
+        return a;
+}
+
+static void send_seq(struct dw_udp *tx, const struct sockaddr_in *dst, uint8_t seq)
+{
+        uint8_t buf[64];
+        memset(buf, seq, sizeof(buf));
+        struct iovec iov = {buf, sizeof(buf)};
+        cr_assert_eq(dw_udp_send(tx, &iov, 1, dst), (int)sizeof(buf));
+}
+
+/* Receives until count datagrams arrived, checking they are seq, seq+1, ... */
+static void recv_seq(struct dw_udp *rx, uint8_t seq, int count)
+{
+        int got = 0;
+        for (int tries = 0; got < count && tries < 1000; tries++) {
+                int n = dw_udp_recv_batch(rx, DW_UDP_RX_BATCH);
+                cr_assert_geq(n, 0);
+                for (int i = 0; i < n; i++) {
+                        cr_assert_eq(dw_udp_rx_len(rx, i), 64u);
+                        const uint8_t *p = dw_udp_rx_pkt(rx, i);
+                        for (int b = 0; b < 64; b++)
+                                cr_assert_eq(p[b], (uint8_t)(seq + got));
+                        got++;
+                }
+                dw_udp_rx_done(rx);
+        }
+        cr_assert_eq(got, count);
+}
+
+Test(udp, gro_waits_for_a_backlog)
+{
+        struct dw_udp tx, rx;
+        open_lo(&tx);
+        struct sockaddr_in dst = open_lo(&rx);
+        dw_udp_want_gro(&rx);
+        for (uint8_t i = 0; i < 20; i++) {
+                send_seq(&tx, &dst, i);
+                recv_seq(&rx, i, 1);
+        }
+        cr_assert(!rx.gro, "one datagram at a time must not turn GRO on");
+
+        for (uint8_t i = 0; i < 12; i++)
+                send_seq(&tx, &dst, (uint8_t)(100 + i));
+        recv_seq(&rx, 100, 12);
+        cr_assert(rx.gro, "a backlog of 12 datagrams turns GRO on");
+
+        for (uint8_t i = 0; i < 6; i++)
+                send_seq(&tx, &dst, (uint8_t)(200 + i));
+        recv_seq(&rx, 200, 6);
+        dw_udp_close(&tx);
+        dw_udp_close(&rx);
+}
