@@ -186,6 +186,20 @@ bool dw_udp_is_icmp_err(int e)
                e == ENETDOWN || e == EPROTO;
 }
 
+/* A socket call failed with errno e: 0 when it is worth one more try (a
+ * signal, or a queued ICMP report about an earlier datagram, now drained),
+ * else the negative errno with EWOULDBLOCK spelled -EAGAIN. */
+static int udp_failed(struct dw_udp *u, int e)
+{
+        if (e == EINTR)
+                return 0;
+        if (dw_udp_is_icmp_err(e)) {
+                dw_udp_drain_errors(u);
+                return 0;
+        }
+        return e == EWOULDBLOCK ? -EAGAIN : -e;
+}
+
 int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                 const struct sockaddr_in *dst)
 {
@@ -209,17 +223,9 @@ int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                 ssize_t n = sendmsg(u->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (n >= 0)
                         return (int)n;
-                int e = errno;
-                if (e == EINTR)
-                        continue;
-                if (dw_udp_is_icmp_err(e)) {
-                        /* a report about an earlier datagram, not this one */
-                        dw_udp_drain_errors(u);
-                        continue;
-                }
-                if (e == EWOULDBLOCK)
-                        e = EAGAIN;
-                return -e;
+                int r = udp_failed(u, errno);
+                if (r < 0)
+                        return r;
         }
         return -EAGAIN;
 }
@@ -250,12 +256,6 @@ int dw_udp_send_gso(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                 if (n >= 0)
                         return (int)n;
                 int e = errno;
-                if (e == EINTR)
-                        continue;
-                if (dw_udp_is_icmp_err(e)) {
-                        dw_udp_drain_errors(u);
-                        continue;
-                }
                 if (e == EINVAL || e == EIO || e == ENOPROTOOPT) {
                         /* No checksum offload on the route, gso_size above its
                          * MTU, an old kernel...: not going to get better. */
@@ -264,9 +264,9 @@ int dw_udp_send_gso(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                                 strerror(e));
                         return -EOPNOTSUPP;
                 }
-                if (e == EWOULDBLOCK)
-                        e = EAGAIN;
-                return -e;
+                int r = udp_failed(u, e);
+                if (r < 0)
+                        return r;
         }
         return -EAGAIN;
 }
@@ -298,16 +298,9 @@ int dw_udp_send_batch(struct dw_udp *u, const struct dw_udp_msg *msgs, int n)
                 int r = sendmmsg(u->fd, u->tx_msgs, (unsigned)n, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (r > 0)
                         return r;
-                int e = r == 0 ? EAGAIN : errno;
-                if (e == EINTR)
-                        continue;
-                if (dw_udp_is_icmp_err(e)) {
-                        dw_udp_drain_errors(u);
-                        continue;
-                }
-                if (e == EWOULDBLOCK)
-                        e = EAGAIN;
-                return -e;
+                r = udp_failed(u, r == 0 ? EAGAIN : errno);
+                if (r < 0)
+                        return r;
         }
         return -EAGAIN;
 }
@@ -367,16 +360,9 @@ int dw_udp_peek(struct dw_udp *u, void *buf, size_t cap, struct sockaddr_in *fro
                         }
                         return (int)n;
                 }
-                int e = errno;
-                if (e == EAGAIN || e == EWOULDBLOCK)
-                        return -EAGAIN;
-                if (e == EINTR)
-                        continue;
-                if (dw_udp_is_icmp_err(e)) {
-                        dw_udp_drain_errors(u);
-                        continue;
-                }
-                return -e;
+                int r = udp_failed(u, errno);
+                if (r < 0)
+                        return r;
         }
         return -EAGAIN;
 }
@@ -388,14 +374,9 @@ int dw_udp_recv_iov(struct dw_udp *u, const struct iovec *iov, int iovcnt)
                 ssize_t n = recvmsg(u->fd, &mh, MSG_TRUNC | MSG_DONTWAIT);
                 if (n >= 0)
                         return (int)n;
-                int e = errno;
-                if (e == EINTR)
-                        continue;
-                if (dw_udp_is_icmp_err(e)) {
-                        dw_udp_drain_errors(u);
-                        continue;
-                }
-                return e == EWOULDBLOCK ? -EAGAIN : -e;
+                int r = udp_failed(u, errno);
+                if (r < 0)
+                        return r;
         }
         return -EAGAIN;
 }
