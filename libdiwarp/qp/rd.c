@@ -200,6 +200,16 @@ struct dw_rd_dev {
         bool rx_big, rx_placed;
         uint8_t rx_small; /* datagrams in a row not placed directly */
         uint8_t rx_hdr[RD_PEEK_LEN];
+        /* The segment that continues the last CRC-verified, non-last large
+         * Write segment received: the only one placed before its CRC is
+         * known, since a verified segment must rewrite exactly that range
+         * before the sender sees the Write complete. */
+        struct rd_rx_next {
+                const struct dw_rd_peer *peer; /* NULL: no Write in progress */
+                uint32_t psn;
+                uint32_t stag;
+                uint64_t to;
+        } rx_next;
         /* Route MTUs by destination address, asked of the kernel when a
          * pseudo-stream starts (rd_udp_mtu); direct-mapped. */
         struct rd_pmtu {
@@ -490,6 +500,9 @@ static void rd_peers_free(struct dw_rd_qp *s)
 {
         if (!s->htab)
                 return;
+        struct dw_rd_dev *d = rdd(s->qp->dev);
+        if (d && d->rx_next.peer && d->rx_next.peer->s == s)
+                d->rx_next.peer = NULL;
         for (uint32_t i = 0; i <= s->hmask; i++) {
                 struct dw_rd_peer *p = s->htab[i], *nx;
                 for (; p; p = nx) {
@@ -1617,9 +1630,15 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                         if (!w)
                                 return RV_RNR;
                 }
-                if (plen >= RD_DIRECT_MIN)
-                        rdd(dev)->rx_big = true;
-                if (plen && !rdd(dev)->rx_placed)
+                struct dw_rd_dev *d = rdd(dev);
+                if (plen >= RD_DIRECT_MIN && !r.ddp.last && !has_imm) {
+                        d->rx_big = true;
+                        d->rx_next =
+                            (struct rd_rx_next){p, h->psn + 1, r.ddp.stag, r.ddp.to + plen};
+                } else if (d->rx_next.peer == p) {
+                        d->rx_next.peer = NULL;
+                }
+                if (plen && !d->rx_placed)
                         memcpy(host, pay, plen);
                 if (w) {
                         w->psn = h->psn;
@@ -1896,20 +1915,23 @@ static int rd_direct_skip(struct dw_rd_dev *d)
         return 0;
 }
 
-/* The next datagram, when it is a NEW plain RDMA Write segment of at least
- * RD_DIRECT_MIN bytes that its target accepts, is read with one recvmsg
- * whose iovecs put the headers in rx_hdr and the payload straight into the
- * target: one copy (the kernel's), as TCP has, instead of two; only with
- * DIWARP_RD_DIRECT=1, since it places bytes before the CRC is known. Its CRC is
+/* When large Write segments are streaming in, the next datagram is peeked at;
+ * if it is the one d->rx_next names (same peer stream, the next PSN, not yet
+ * received, the same STag and the TO right after the last verified segment),
+ * one recvmsg puts its headers in rx_hdr and its payload straight into the
+ * target: one copy (the kernel's), as TCP has, instead of two. Its CRC is
  * checked after the placement; a mismatch drops it as in dw_ud_rx (counted in
- * crc_errors), and the bytes already written lie in the range its header
- * names, which the peer may write and which the retransmission rewrites
- * before the Write completes. Every check dw_rd_rx makes before placing is
- * made before the read. */
+ * crc_errors). The bytes written before the check can only lie in the range
+ * that follows a verified segment of a Write still in progress, which the
+ * sender retransmits until a verified copy of that PSN is placed there, before
+ * the Write can complete: a damaged datagram never leaves its bytes anywhere
+ * else, whatever its header says. The first segment of each Write, and any
+ * out of order, take the bounce-buffer path. Every check dw_rd_rx makes before
+ * placing is made before the read. */
 int dw_rd_rx_direct(struct dw_device *dev)
 {
         struct dw_rd_dev *d = rdd(dev);
-        if (!d || !dev->cfg.rd_direct || !d->rx_big || dev->fault_on || dw_udp_uring_on(&dev->udp))
+        if (!d || !d->rx_big || dw_udp_uring_on(&dev->udp))
                 return 0;
         struct sockaddr_in from;
         bool train;
@@ -1934,13 +1956,15 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 return rd_direct_skip(d);
         struct dw_rd_qp *s = qp->rd;
         struct dw_rd_peer *p = rd_peer_find(s, from.sin_addr.s_addr, from.sin_port, h.src_qpn);
-        if (!p || p->dead || (p->nak_code && h.psn == p->nak_psn) ||
-            (!s->rc && h.qkey != qp->attr.qkey) || dw_rel_rx_classify(&p->rel, h.psn) != DW_REL_NEW)
+        if (!p || p != d->rx_next.peer || h.psn != d->rx_next.psn || p->dead ||
+            (p->nak_code && h.psn == p->nak_psn) || (!s->rc && h.qkey != qp->attr.qkey) ||
+            dw_rel_rx_classify(&p->rel, h.psn) != DW_REL_NEW)
                 return rd_direct_skip(d);
         struct dw_rdmap_hdr r;
         ssize_t rl = dw_rdmap_decode(hb + hl, sizeof(d->rx_hdr) - (size_t)hl, &r, &why);
         size_t body = (size_t)len - DW_DGRAM_CRC_LEN;
         if (rl < 0 || r.opcode != DW_RDMAP_WRITE || body < (size_t)(hl + rl) + RD_DIRECT_MIN ||
+            r.ddp.stag != d->rx_next.stag || r.ddp.to != d->rx_next.to ||
             !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
                 return rd_direct_skip(d);
         size_t plen = body - (size_t)(hl + rl);
@@ -1968,6 +1992,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 return 1;
         }
         dev->ctr.rx_placed_direct++;
+        qp->ctr.rx_placed_direct++;
         d->rx_placed = true;
         dw_rd_rx(dev, hb, body, (size_t)hl, &h, &from);
         d->rx_placed = false;

@@ -21,7 +21,7 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->progress_thread = false;
         cfg->io = DW_IO_PLAIN;
         cfg->rc_crc = true;
-        cfg->rd_direct = false;
+        cfg->rd_direct = true;
         cfg->rc_transport = DW_RC_TCP;
         cfg->peer_timeout_ms = DW_CONFIG_DEFAULT_PEER_TIMEOUT_MS;
         cfg->connect_timeout_ms = DW_CONFIG_DEFAULT_CONNECT_TIMEOUT_MS;

@@ -33,7 +33,7 @@ struct dw_config {
         bool progress_thread;              /* DIWARP_PROGRESS=thread (default app) */
         enum dw_io_backend io;             /* DIWARP_IO=plain|uring */
         bool rc_crc;                       /* DIWARP_RC_CRC=0|1 */
-        bool rd_direct;                    /* DIWARP_RD_DIRECT=0|1: place before the CRC check */
+        bool rd_direct;                    /* DIWARP_RD_DIRECT=0|1: continuations placed first */
         enum dw_rc_transport rc_transport; /* DIWARP_RC_TRANSPORT=tcp|rd */
         uint32_t peer_timeout_ms;          /* DIWARP_PEER_TIMEOUT_MS */
         uint32_t connect_timeout_ms;       /* DIWARP_CONNECT_TIMEOUT_MS */

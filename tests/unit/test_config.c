@@ -40,7 +40,7 @@ static void assert_defaults(const struct dw_config *c)
         cr_assert_not(c->progress_thread);
         cr_assert_eq(c->io, DW_IO_PLAIN);
         cr_assert(c->rc_crc);
-        cr_assert_not(c->rd_direct);
+        cr_assert(c->rd_direct);
         cr_assert_eq(c->rc_transport, DW_RC_TCP);
         cr_assert_eq(c->peer_timeout_ms, 5000);
         cr_assert_eq(c->connect_timeout_ms, 10000);
@@ -85,7 +85,7 @@ Test(config, every_variable_parsed)
             "DIWARP_RC_CRC",
             "0",
             "DIWARP_RD_DIRECT",
-            "1",
+            "0",
             "DIWARP_RC_TRANSPORT",
             "rd",
             "DIWARP_PEER_TIMEOUT_MS",
@@ -108,7 +108,7 @@ Test(config, every_variable_parsed)
         cr_assert(c.progress_thread);
         cr_assert_eq(c.io, DW_IO_URING);
         cr_assert_not(c.rc_crc);
-        cr_assert(c.rd_direct);
+        cr_assert_not(c.rd_direct);
         cr_assert_eq(c.rc_transport, DW_RC_RD);
         cr_assert_eq(c.peer_timeout_ms, 250);
         cr_assert_eq(c.connect_timeout_ms, 3000);
