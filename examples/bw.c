@@ -252,10 +252,14 @@ int main(int argc, char **argv)
         }
         ex_teardown(&c);
         double gbps = secs > 0 ? (double)o.size * (double)o.iters * 8 / secs / 1e9 : 0;
-        char dg[64] = "";
+        char dg[160] = "";
         if (path.max_dgram)
-                snprintf(dg, sizeof(dg), " dgram=%u sent_max=%u retx=%llu", path.max_dgram,
-                         path.dev_max_sent, (unsigned long long)ctr.retransmits);
+                snprintf(dg, sizeof(dg),
+                         " dgram=%u sent_max=%u retx=%llu backpressure=%llu dup=%llu direct=%llu",
+                         path.max_dgram, path.dev_max_sent, (unsigned long long)ctr.retransmits,
+                         (unsigned long long)ctr.tx_backpressure,
+                         (unsigned long long)ctr.rx_dropped_duplicate,
+                         (unsigned long long)ctr.rx_placed_direct);
         printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s gbps=%.3f%s\n",
                ex_transport_name(o.transport), ex_op_name(o.op), (unsigned long long)o.size,
                (unsigned long long)o.iters, ok ? "ok" : "fail", gbps, dg);

@@ -7,6 +7,11 @@
  *                          DIWARP_FAULT drop/dup/reorder/corrupt/mixed)
  *   rd_test loss   rd|rc   48 x 1 MiB RDMA Writes under DIWARP_FAULT drop: byte-exact,
  *                          retransmissions at most ~3x the dropped datagrams
+ *   rd_test gib    rd|rc   a 1 GiB RDMA Write, Send and Read, every word checked
+ *   rd_test guard  rd|rc   24 large RDMA Writes into guarded slots (meson runs
+ *                          it under DIWARP_FAULT corruption): byte-exact, no
+ *                          byte outside the targets changed, direct placement
+ *                          used unless DIWARP_RD_DIRECT=0
  *   rd_test prot   rd|rc   protection violations -> REM_ACCESS_ERR
  *   rd_test rnr    rd|rc   Send before the receive is posted: delivered
  *   rd_test path   rd|rc   a 64 MiB RDMA Write and Read over loopback,
@@ -18,6 +23,10 @@
  *   rd_test fds            one UDP socket per device for 64 QPs x 64 peers
  *   rd_test heap           10 000 pseudo-streams per device: idle peer state
  *                          <= 256 bytes, heap growth per pseudo-stream
+ *   rd_test pingpong rd|rc  2000 Send exchanges between QPs whose send queues
+ *                          hold one WR, each answer posted as soon as its
+ *                          receive completes: every post accepted, every
+ *                          completion in order, byte-exact
  *   rd_test vanish rd|rc kill|stop   peer process killed / stopped: the WR
  *                          fails with RETRY_EXC_ERR within the peer timeout
  *
@@ -52,6 +61,7 @@ size_t dw_rd_peer_bytes(void);
 static bool rc_mode;
 static size_t buf_len = 64 * MiB + 4096;
 static struct diwarp_srq *make_srq; /* qp_make puts new QPs on it when set */
+static uint32_t sq_depth = 4096;    /* max_send_wr of the QPs qp_make creates */
 
 static void die(const char *fmt, ...)
 {
@@ -114,7 +124,7 @@ static void qp_make(struct side *s, int qp_access)
         struct diwarp_qp_init_attr ia = {
             .send_cq = s->cq,
             .recv_cq = s->cq,
-            .cap = {.max_send_wr = 4096,
+            .cap = {.max_send_wr = sq_depth,
                     .max_recv_wr = 4096,
                     .max_send_sge = 2,
                     .max_recv_sge = 2,
@@ -564,6 +574,165 @@ static int case_loss(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- gib */
+
+#define GIB (1024u * MiB)
+
+/* Every 64-bit word gets a value from its offset and a seed: a misplaced,
+ * missing or repeated segment changes some word. */
+static void fill_words(uint8_t *p, size_t len, uint64_t seed)
+{
+        uint64_t *w = (uint64_t *)p;
+        for (size_t i = 0; i < len / 8; i++)
+                w[i] = (i * 0x9e3779b97f4a7c15ull) ^ seed;
+}
+
+static void one_gib(struct side *a, struct side *b, enum diwarp_wr_opcode op, uint64_t id,
+                    const char *what)
+{
+        struct diwarp_wc wc[1];
+        struct diwarp_sge sge = {(uintptr_t)a->buf, GIB, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = op,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = (uintptr_t)b->buf;
+        wr.wr.rdma.rkey = b->rkey;
+        post(a, b, &wr);
+        if (poll_until(a, b, wc, 1, 200000) != 1)
+                die("gib: %s of 1 GiB did not complete", what);
+        expect_wc(wc, id, DIWARP_WC_SUCCESS, what);
+        if (op == DIWARP_WR_RDMA_READ && wc->byte_len != GIB)
+                die("gib: Read byte_len %u", wc->byte_len);
+}
+
+/* 1 GiB messages: an RDMA Write, a Send into one 1 GiB receive and an RDMA
+ * Read back, every word checked, in datagrams of the route's MTU. */
+static int case_gib(void)
+{
+        struct side a, b;
+        struct diwarp_wc wc[1];
+        buf_len = GIB;
+        pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ);
+        fill_words(a.buf, GIB, 1);
+        one_gib(&a, &b, DIWARP_WR_RDMA_WRITE, 1, "gib write");
+        verify(a.buf, b.buf, GIB, "gib write", GIB);
+
+        fill_words(a.buf, GIB, 2);
+        post_recv(&b, 7, 0, GIB);
+        one_gib(&a, &b, DIWARP_WR_SEND, 2, "gib send");
+        if (poll_until(&b, &a, wc, 1, 10000) != 1)
+                die("gib: no receive completion for the 1 GiB Send");
+        expect_wc(wc, 7, DIWARP_WC_SUCCESS, "gib recv");
+        if (wc->byte_len != GIB)
+                die("gib: Send byte_len %u", wc->byte_len);
+        verify(a.buf, b.buf, GIB, "gib send", GIB);
+
+        memset(a.buf, 0, GIB);
+        one_gib(&a, &b, DIWARP_WR_RDMA_READ, 3, "gib read");
+        verify(b.buf, a.buf, GIB, "gib read", GIB);
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        fprintf(stderr, "gib ok: %llu + %llu datagrams, %llu placed directly, %llu retransmits\n",
+                (unsigned long long)ca.tx_packets, (unsigned long long)cb.tx_packets,
+                (unsigned long long)(ca.rx_placed_direct + cb.rx_placed_direct),
+                (unsigned long long)(ca.retransmits + cb.retransmits));
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- guard */
+
+#define GUARD_N    24
+#define GUARD_SLOT (4 * MiB)
+#define GUARD_OFF  4096
+#define GUARD_BYTE 0x5a
+
+static uint32_t lo_udp_mtu(void);
+
+static uint32_t guard_size(unsigned i)
+{
+        static const uint32_t pick[] = {MiB,    3 * MiB + 17, 5 * 65536 - 3,
+                                        200000, 2 * MiB + 1,  65536};
+        return pick[i % 6];
+}
+
+/* RDMA Writes of mixed large sizes, each into its own slot of b's region with
+ * guard bytes around it, under the DIWARP_FAULT meson gives (corruption among
+ * it): every target byte-exact and no other byte of the region touched, while
+ * segments are placed before their CRC is checked (loopback's 64 KiB
+ * datagrams) unless DIWARP_RD_DIRECT=0 says otherwise. */
+static int case_guard(void)
+{
+        struct side a, b;
+        buf_len = (size_t)GUARD_N * GUARD_SLOT;
+        int all =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        pair_open(&a, &b, all);
+        memset(b.buf, GUARD_BYTE, buf_len);
+        for (unsigned i = 0; i < GUARD_N; i++)
+                fill(a.buf + (uint64_t)i * GUARD_SLOT + GUARD_OFF, guard_size(i), i + 5);
+        unsigned posted = 0, done = 0;
+        struct diwarp_wc wc[16];
+        uint64_t end = now_ms() + 150000;
+        while (done < GUARD_N) {
+                while (posted < GUARD_N && posted - done < 6) {
+                        uint64_t off = (uint64_t)posted * GUARD_SLOT + GUARD_OFF;
+                        struct diwarp_sge sge = {(uintptr_t)a.buf + off, guard_size(posted),
+                                                 a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = posted,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                                    .send_flags = DIWARP_SEND_SIGNALED};
+                        wr.wr.rdma.remote_addr = (uintptr_t)b.buf + off;
+                        wr.wr.rdma.rkey = b.rkey;
+                        post(&a, &b, &wr);
+                        posted++;
+                }
+                int n = diwarp_cq_poll(a.cq, 16, wc);
+                for (int k = 0; k < n; k++) {
+                        expect_wc(&wc[k], done, DIWARP_WC_SUCCESS, "guard write");
+                        done++;
+                }
+                diwarp_progress(b.dev, 64);
+                if (now_ms() > end)
+                        die("guard: timeout, %u/%u writes done", done, GUARD_N);
+        }
+        for (unsigned i = 0; i < GUARD_N; i++) {
+                uint64_t base = (uint64_t)i * GUARD_SLOT, sz = guard_size(i);
+                verify(a.buf + base + GUARD_OFF, b.buf + base + GUARD_OFF, sz, "guard write",
+                       (uint32_t)sz);
+                for (uint64_t k = 0; k < GUARD_SLOT; k++) {
+                        if (k == GUARD_OFF)
+                                k += sz;
+                        if (k < GUARD_SLOT && b.buf[base + k] != GUARD_BYTE)
+                                die("guard: byte %llu of slot %u (outside the %llu-byte Write at "
+                                    "%u) changed to %#x",
+                                    (unsigned long long)k, i, (unsigned long long)sz, GUARD_OFF,
+                                    b.buf[base + k]);
+                }
+        }
+        struct diwarp_counters cb;
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        const char *direct = getenv("DIWARP_RD_DIRECT");
+        const char *fault = getenv("DIWARP_FAULT");
+        bool want_direct = !(direct && strcmp(direct, "0") == 0) && lo_udp_mtu() > 32768;
+        fprintf(stderr, "guard ok: %llu segments placed directly, %llu CRC errors\n",
+                (unsigned long long)cb.rx_placed_direct, (unsigned long long)cb.crc_errors);
+        if (want_direct ? cb.rx_placed_direct == 0 : cb.rx_placed_direct != 0)
+                die("guard: %llu segments placed directly with DIWARP_RD_DIRECT=%s",
+                    (unsigned long long)cb.rx_placed_direct, direct ? direct : "unset");
+        if (fault && strstr(fault, "corrupt") && cb.crc_errors == 0)
+                die("guard: DIWARP_FAULT=%s but no CRC error counted", fault);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* ---------------------------------------------------------------- prot */
 
 static int case_prot(void)
@@ -710,12 +879,12 @@ static int case_path(void)
                 die("path: Write did not complete");
         expect_wc(wc, 1, DIWARP_WC_SUCCESS, "path write");
         verify(a.buf, b.buf, len, "path write", len);
-        /* Direct placement is opt-in: it must run when asked for (64 KiB
-         * datagrams over loopback) and never otherwise. */
+        /* Direct placement is on unless DIWARP_RD_DIRECT=0: it must run with
+         * 64 KiB datagrams over loopback and never when turned off. */
         struct diwarp_counters cb;
         CHECK(diwarp_device_counters(b.dev, &cb));
         const char *direct = getenv("DIWARP_RD_DIRECT");
-        bool want_direct = direct && strcmp(direct, "1") == 0 && lo_udp_mtu() > 32768;
+        bool want_direct = !(direct && strcmp(direct, "0") == 0) && lo_udp_mtu() > 32768;
         if (want_direct ? cb.rx_placed_direct == 0 : cb.rx_placed_direct != 0)
                 die("path: %llu segments placed directly with DIWARP_RD_DIRECT=%s",
                     (unsigned long long)cb.rx_placed_direct, direct ? direct : "unset");
@@ -1186,6 +1355,88 @@ static int case_vanish(const char *how)
         return 0;
 }
 
+/* ---------------------------------------------------------------- pingpong */
+
+/* Message m (0 .. 2*PP_N-1) goes from side m % 2 to the other, from its own
+ * source slot (a slot is not reused while its Send may be retransmitted), and
+ * is answered by m + 1 as soon as it is received. The answer's ACK completes
+ * the Send it answers; with one-WR send queues the next post must find room
+ * even when that completion was not polled yet. */
+#define PP_N   1000
+#define PP_LEN 64
+#define PP_SRC (64 * 1024)
+
+static void pp_send(struct side *from, struct side *to, uint32_t m)
+{
+        uint8_t *src = from->buf + PP_SRC + (size_t)m * PP_LEN;
+        fill(src, PP_LEN, m);
+        struct diwarp_sge sge = {(uintptr_t)src, PP_LEN, from->lkey};
+        struct diwarp_send_wr wr = {.wr_id = 0x5000 + m,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        post(from, to, &wr);
+}
+
+static int case_pingpong(void)
+{
+        struct side s[2];
+        buf_len = 1 * MiB;
+        sq_depth = 1;
+        pair_open(&s[0], &s[1], DIWARP_ACCESS_LOCAL_WRITE);
+        /* two receive slots per side, reposted as they complete */
+        for (int k = 0; k < 2; k++)
+                for (uint32_t slot = 0; slot < 2; slot++)
+                        post_recv(&s[k], 0x100 + slot, slot * 4096, 4096);
+        uint32_t sent[2] = {1, 0}, sdone[2] = {0, 0}, rdone[2] = {0, 0};
+        pp_send(&s[0], &s[1], 0);
+        uint64_t end = now_ms() + 60000;
+        while (rdone[0] + rdone[1] < 2 * PP_N || sdone[0] + sdone[1] < 2 * PP_N) {
+                if (now_ms() > end)
+                        die("pingpong: %u+%u receives, %u+%u send completions", rdone[0], rdone[1],
+                            sdone[0], sdone[1]);
+                for (int k = 0; k < 2; k++) {
+                        struct diwarp_wc wc;
+                        int n = diwarp_cq_poll(s[k].cq, 1, &wc);
+                        if (n < 0)
+                                die("cq_poll: %s", strerror(-n));
+                        if (n == 0)
+                                continue;
+                        if (wc.status != DIWARP_WC_SUCCESS)
+                                die("pingpong: side %d wr_id %#llx: %s", k,
+                                    (unsigned long long)wc.wr_id, diwarp_wc_status_str(wc.status));
+                        if (wc.opcode != DIWARP_WC_RECV) {
+                                /* this side's Sends: m = k, k + 2, ... in order */
+                                uint32_t m = 2 * sdone[k] + (uint32_t)k;
+                                expect_wc(&wc, 0x5000 + m, DIWARP_WC_SUCCESS, "pingpong send");
+                                sdone[k]++;
+                                continue;
+                        }
+                        uint32_t m = 2 * rdone[k] + 1 - (uint32_t)k; /* sent by the other side */
+                        uint32_t slot = (uint32_t)(wc.wr_id - 0x100);
+                        if (slot > 1 || wc.byte_len != PP_LEN)
+                                die("pingpong: side %d message %u: wr_id %#llx, %u bytes", k, m,
+                                    (unsigned long long)wc.wr_id, wc.byte_len);
+                        verify(s[1 - k].buf + PP_SRC + (size_t)m * PP_LEN, s[k].buf + slot * 4096,
+                               PP_LEN, "pingpong", m);
+                        rdone[k]++;
+                        /* the answer first, then the receive goes back */
+                        if (m + 1 < 2 * PP_N) {
+                                pp_send(&s[k], &s[1 - k], m + 1);
+                                sent[k]++;
+                        }
+                        post_recv(&s[k], wc.wr_id, slot * 4096, 4096);
+                }
+        }
+        if (sent[0] != PP_N || sent[1] != PP_N || rdone[0] != PP_N || rdone[1] != PP_N)
+                die("pingpong: sent %u/%u, received %u/%u", sent[0], sent[1], rdone[0], rdone[1]);
+        fprintf(stderr, "pingpong ok (%d exchanges, send queues of one WR)\n", PP_N);
+        side_close(&s[0]);
+        side_close(&s[1]);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
@@ -1200,6 +1451,10 @@ int main(int argc, char **argv)
                 return case_stream();
         if (!strcmp(argv[1], "loss"))
                 return case_loss();
+        if (!strcmp(argv[1], "gib"))
+                return case_gib();
+        if (!strcmp(argv[1], "guard"))
+                return case_guard();
         if (!strcmp(argv[1], "prot"))
                 return case_prot();
         if (!strcmp(argv[1], "rnr"))
@@ -1212,6 +1467,8 @@ int main(int argc, char **argv)
                 return case_fds(false);
         if (!strcmp(argv[1], "heap"))
                 return case_fds(true);
+        if (!strcmp(argv[1], "pingpong"))
+                return case_pingpong();
         if (!strcmp(argv[1], "vanish"))
                 return case_vanish(argc > 3 ? argv[3] : "kill");
         die("unknown case %s", argv[1]);
