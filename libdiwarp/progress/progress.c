@@ -185,6 +185,7 @@ int dw_progress_unwatch_fd(struct dw_device *dev, int fd)
 static int dw_progress_rx(struct dw_device *dev, int budget)
 {
         int work = 0;
+        dw_rd_rx_clock(dev);
         while (work < budget) {
                 int dr = dev->cfg.rd_direct ? dw_rd_rx_direct(dev) : 0;
                 if (dr == 1) {

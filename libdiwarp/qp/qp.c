@@ -835,6 +835,8 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                 if (err < 0)
                         break;
                 struct dw_wqe *w = dw_wq_reserve(&qp->sq);
+                if (!w && dw_qp_on_rd(qp) && dw_rd_sq_release(qp))
+                        w = dw_wq_reserve(&qp->sq); /* held send completions made room */
                 if (!w) {
                         err = -ENOMEM;
                         break;
@@ -862,6 +864,8 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                 *bad_wr = wr;
         if (qp->type == DIWARP_QPT_UD && qp->state == DIWARP_QPS_RTS && !qp->tx_pending)
                 dw_ud_tx(qp, DW_PROGRESS_BUDGET);
+        else if (dw_qp_on_rd(qp))
+                dw_rd_tx_posted(qp);
         dw_progress_step_post(dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;

@@ -146,6 +146,7 @@ struct dw_rd_qp {
         bool rc; /* RC/UC carried by RD */
         struct dw_rel_params params;
         struct dw_rd_peer *rc_peer;
+        struct dw_rd_peer *last_tx; /* peer of the last send WR: post_send tries it first */
         struct dw_rd_peer **htab;
         uint32_t hmask, npeers;
         /* transmit cursor: WQE tx_idx from the SQ head, its segment tx_seg */
@@ -157,6 +158,9 @@ struct dw_rd_qp {
         uint32_t fifo[RD_MAX_IRQ]; /* IRQ entries in arrival order, until fully sent */
         uint32_t fifo_head, fifo_count;
         bool irq_turn;
+        /* Send WQEs completed (DW_WQE_DONE) by the ACK a ping-pong's incoming
+         * Send carried, not retired to the CQ yet (rd_retire_held). */
+        bool retire_held;
         struct dw_rd_qp *next, *prev; /* device list of RD QPs */
 };
 
@@ -187,11 +191,34 @@ struct dw_rd_dev {
         struct dw_rd_qp *qps;      /* every RD-served QP */
         struct dw_rd_peer *active; /* peers with outstanding data, owed ACKs or timers */
         bool tx_wait;              /* registered with dw_progress_tx_wait */
-        /* The walk over `active` for rel/ timers runs only when some peer's
-         * state changed (a packet in or out, rd_activate) or the earliest
-         * deadline it found came: a busy-polling step skips it otherwise. */
+        /* The walk over `active` for rel/ timers runs when the earliest
+         * deadline it knows of came (timers_at: no peer has work before it)
+         * or when several peers changed state since the last step
+         * (timers_dirty). A change of one peer only (`touched`, the common
+         * case: a packet in or out) folds that peer's next deadline into
+         * timers_at instead, so a busy-polling step skips the walk. */
         bool timers_dirty;
         uint64_t timers_at;
+        struct dw_rd_peer *touched;
+        /* The latest clock read of the current progress step (step_no),
+         * reused by the timers check at its end instead of a second read;
+         * rx_clock: read as the step's receive began, for its first datagram
+         * (taken while waiting for it rather than after it arrived). */
+        uint64_t step_now, step_no;
+        bool rx_clock;
+        /* hold_retire: dw_rd_rx is handling the ACK of a datagram whose Send
+         * it already completed; held_step: the step in which send completions
+         * were first held back since the last release (see rd_retire_held). */
+        bool hold_retire;
+        uint64_t held_step;
+        /* The plain ACK (no SACK) carried by a Send rd_rx_fast completed,
+         * handed to rel/ after the application's answer (rd_ack_flush);
+         * peer NULL: none. */
+        struct rd_held_ack {
+                struct dw_rd_peer *peer;
+                uint32_t ack_psn;
+                uint64_t now; /* its arrival */
+        } hack;
         uint32_t ctl_sent;  /* retransmissions and ACK-only datagrams of this walk */
         uint32_t dgram_max; /* largest datagram sent (diwarpdv_query_rd_path) */
         /* Direct receive (dw_rd_rx_direct): large Write segments were seen
@@ -241,6 +268,24 @@ static_assert(DW_MAX_QP_WR <= 0x4000, "SQ slot fits the cookie");
 static struct dw_rd_dev *rdd(struct dw_device *dev)
 {
         return (struct dw_rd_dev *)dev->rd;
+}
+
+/* The clock, remembered as the latest read of the current progress step. */
+static uint64_t rd_clock(struct dw_device *dev)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        d->step_now = dw_now_ns();
+        d->step_no = dev->prog.steps;
+        return d->step_now;
+}
+
+void dw_rd_rx_clock(struct dw_device *dev)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        if (d && (d->qps || d->active)) {
+                rd_clock(dev);
+                d->rx_clock = true;
+        }
 }
 
 /* A send-window ring for a peer about to send: from the cache, else the
@@ -374,7 +419,7 @@ static const char *peer_str(const struct dw_rd_peer *p, char *buf, size_t len)
 
 static uint64_t rd_nseg(uint64_t len, uint32_t seg)
 {
-        return len == 0 ? 1 : (len + seg - 1) / seg;
+        return len <= seg ? 1 : (len + seg - 1) / seg; /* no division for the common case */
 }
 
 static bool is_read_like(int op)
@@ -402,7 +447,10 @@ static uint32_t rd_hash(uint32_t ip, uint16_t port, uint32_t qpn)
 static void rd_activate(struct dw_rd_peer *p)
 {
         struct dw_rd_dev *d = rdd(p->s->qp->dev);
-        d->timers_dirty = true;
+        if (!d->touched && !p->dead)
+                d->touched = p;
+        else if (d->touched != p)
+                d->timers_dirty = true;
         if (p->active || p->dead)
                 return;
         p->active = true;
@@ -416,6 +464,10 @@ static void rd_activate(struct dw_rd_peer *p)
 static void rd_deactivate(struct dw_rd_peer *p)
 {
         struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        if (d->touched == p) {
+                d->touched = NULL;
+                d->timers_dirty = true;
+        }
         if (!p->active)
                 return;
         if (p->aprev)
@@ -503,6 +555,8 @@ static void rd_peers_free(struct dw_rd_qp *s)
         struct dw_rd_dev *d = rdd(s->qp->dev);
         if (d && d->rx_next.peer && d->rx_next.peer->s == s)
                 d->rx_next.peer = NULL;
+        if (d && d->hack.peer && d->hack.peer->s == s)
+                d->hack.peer = NULL; /* the QP's WQEs go without completions */
         for (uint32_t i = 0; i <= s->hmask; i++) {
                 struct dw_rd_peer *p = s->htab[i], *nx;
                 for (; p; p = nx) {
@@ -517,6 +571,7 @@ static void rd_peers_free(struct dw_rd_qp *s)
         s->hmask = 0;
         s->npeers = 0;
         s->rc_peer = NULL;
+        s->last_tx = NULL;
 }
 
 /* ---------------------------------------------------------------- send-side completion */
@@ -556,7 +611,61 @@ static void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w)
         }
         w->status = DIWARP_WC_SUCCESS;
         w->flags |= DW_WQE_DONE;
+        struct dw_rd_dev *d = rdd(s->qp->dev);
+        if (d->hold_retire) {
+                s->retire_held = true;
+                if (!d->held_step) /* the oldest: none waits more than a step */
+                        d->held_step = s->qp->dev->prog.steps;
+                return;
+        }
         rd_retire(s);
+}
+
+/* Send completions held back by the ACK of an incoming Send go to the CQ. In
+ * a ping-pong the ACK of our last message rides on the peer's answer: the
+ * receive completion is what the application waits for, so the step that
+ * delivers it leaves the send completion to the application's next call (the
+ * answer's post_send, after its datagram left, or the next step), as UD
+ * reports it after the send. Returns whether any WQE was held. */
+static bool rd_retire_held(struct dw_rd_qp *s)
+{
+        if (!s->retire_held)
+                return false;
+        s->retire_held = false;
+        rd_retire(s);
+        return true;
+}
+
+static void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event,
+                         const char *why);
+static const struct dw_rel_ops rd_ops;
+
+/* Whether the ACK of a datagram whose Send rd_rx_fast completed may wait for
+ * the application's answer (rd_ack_flush): it acknowledges new PSNs, none it
+ * could not (so it is valid now and later), and no RNR episode, RTO probe or
+ * fatal state would make its effect depend on when it is handled. */
+static bool rd_ack_holdable(const struct dw_rel_peer *r, const struct dw_dgram_hdr *h)
+{
+        return (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_SACK | DW_DGRAM_F_NAK)) == DW_DGRAM_F_ACK &&
+               !r->fatal && !r->rnr_retries && !r->rnr_until && !(r->flags & DW_REL_F_RTO_PROBE) &&
+               dw_psn_before(r->snd_una, h->ack_psn) && !dw_psn_before(r->snd_nxt, h->ack_psn);
+}
+
+/* Hands a held ACK to rel/, with its arrival time: the send completions it
+ * makes go to the CQ at once. */
+static void rd_ack_flush(struct dw_rd_dev *d)
+{
+        struct dw_rd_peer *p = d->hack.peer;
+        if (!p)
+                return;
+        d->hack.peer = NULL;
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
+                                 .ack_psn = d->hack.ack_psn};
+        int r = dw_rel_on_ack(&p->rel, &h, d->hack.now, &rd_ops, p);
+        if ((r == -EREMOTEIO || r == -ETIMEDOUT) && p->s->qp->state != DIWARP_QPS_ERR)
+                rd_peer_fail(
+                    p, r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR : DIWARP_WC_RETRY_EXC_ERR,
+                    DIWARP_EVENT_QP_FATAL, dw_rel_fatal_str(&p->rel));
 }
 
 static void orq_remove(struct dw_rd_qp *s, struct dw_wqe *w)
@@ -656,6 +765,124 @@ static int rd_src_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, ui
         return len ? -EMSGSIZE : n;
 }
 
+/* dw_dgram_encode of a header without SACK blocks that rd_build made (valid
+ * by construction: flags DATA with ACK/ACKREQ/IMM, 24-bit QPNs), minus the
+ * checks. */
+static ssize_t rd_put_hdr(const struct dw_dgram_hdr *h, uint8_t *b)
+{
+        b[0] = DW_DGRAM_VERSION;
+        b[1] = h->flags;
+        b[2] = 0;
+        b[3] = 0;
+        dw_put_be32(b + 4, h->dst_qpn);
+        dw_put_be32(b + 8, h->src_qpn);
+        dw_put_be32(b + 12, h->qkey);
+        dw_put_be32(b + 16, h->psn);
+        dw_put_be32(b + 20, h->ack_psn);
+        dw_put_be32(b + 24, 0); /* credits, rnr_delay */
+        return DW_DGRAM_HDR_LEN;
+}
+
+/* dw_rdmap_encode of a header from dw_rdmap_hdr_init (so T and QN agree with
+ * the opcode): the same bytes without the opcode-table checks. */
+static ssize_t rd_put_ddp(const struct dw_rdmap_hdr *r, uint8_t *b)
+{
+        b[0] = (uint8_t)((r->ddp.tagged ? DW_DDP_CTRL_T : 0) | (r->ddp.last ? DW_DDP_CTRL_L : 0) |
+                         DW_DDP_VERSION);
+        b[1] = (uint8_t)(DW_RDMAP_VERSION << 6 | r->opcode);
+        if (r->ddp.tagged) {
+                dw_put_be32(b + 2, r->ddp.stag);
+                dw_put_be64(b + 6, r->ddp.to);
+                return DW_DDP_TAGGED_HDR_LEN;
+        }
+        dw_put_be32(b + 2, r->inval_stag);
+        dw_put_be32(b + 6, r->ddp.qn);
+        dw_put_be32(b + 10, r->ddp.msn);
+        dw_put_be32(b + 14, r->ddp.mo);
+        return DW_DDP_UNTAGGED_HDR_LEN;
+}
+
+/* rd_build for the first segment of a Send or RDMA Write (no Immediate Data,
+ * no Invalidate) of at most RD_COPY_MAX bytes that fits one segment, from an
+ * inline buffer or one SGE, while no SACK block is owed: the same datagram,
+ * written directly. False (nothing changed) for anything else, which the
+ * general builder below handles; a failing lkey check is left to it too. */
+static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cookie, uint32_t psn,
+                           bool ackreq, struct rd_txslot *t)
+{
+        struct dw_qp *qp = p->s->qp;
+        bool write = w->opcode == DIWARP_WR_RDMA_WRITE;
+        if ((w->opcode != DIWARP_WR_SEND && !write) || w->total_len > RD_COPY_MAX ||
+            w->total_len > rd_peer_seg(p) || (p->rel.rx_map[0] | p->rel.rx_map[1]))
+                return false;
+        uint32_t len = (uint32_t)w->total_len;
+        const uint8_t *src = NULL;
+        if (w->flags & DW_WQE_INLINE) {
+                if (w->inline_len != len)
+                        return false;
+                src = w->inline_buf;
+        } else if (len) {
+                uint8_t *host;
+                if (w->num_sge != 1 || w->sge[0].length != len ||
+                    dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd, 0, w->sge[0].addr, len,
+                                      &host) != DW_PROT_OK)
+                        return false;
+                src = host;
+        }
+        struct dw_dgram_hdr h;
+        h.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (ackreq ? DW_DGRAM_F_ACKREQ : 0);
+        h.ack_psn = 0;
+        if (dw_rel_ack_owed(&p->rel))
+                dw_rel_build_ack(&p->rel, &h, 0); /* no holes: no SACK block */
+        uint8_t *b = t->hdr;
+        b[0] = DW_DGRAM_VERSION;
+        b[1] = h.flags;
+        b[2] = 0;
+        b[3] = 0;
+        dw_put_be32(b + 4, p->rqpn);
+        dw_put_be32(b + 8, qp->qpn);
+        dw_put_be32(b + 12, w->remote_qkey);
+        dw_put_be32(b + 16, psn);
+        dw_put_be32(b + 20, h.ack_psn);
+        dw_put_be32(b + 24, 0); /* credits, rnr_delay */
+        b += DW_DGRAM_HDR_LEN;
+        if (write) {
+                /* Tagged, L = 1: the whole Write at its TO. */
+                b[0] = DW_DDP_CTRL_T | DW_DDP_CTRL_L | DW_DDP_VERSION;
+                b[1] = DW_RDMAP_VERSION << 6 | DW_RDMAP_WRITE;
+                dw_put_be32(b + 2, w->rkey);
+                dw_put_be64(b + 6, w->remote_addr);
+                b += DW_DGRAM_DDP_TAGGED_LEN;
+        } else {
+                /* Untagged, L = 1, queue 0, MO 0. */
+                bool se = w->send_flags & DIWARP_SEND_SOLICITED;
+                b[0] = DW_DDP_CTRL_L | DW_DDP_VERSION;
+                b[1] = DW_RDMAP_VERSION << 6 | (se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND);
+                dw_put_be32(b + 2, 0);
+                dw_put_be32(b + 6, 0);
+                dw_put_be32(b + 10, w->msn);
+                dw_put_be32(b + 14, 0);
+                b += DW_DGRAM_DDP_UNTAGGED_LEN;
+        }
+        if (len)
+                memcpy(b, src, len);
+        b += len;
+        size_t dl = (size_t)(b - t->hdr);
+        dw_dgram_crc_trailer(b, dw_crc32c_update(dw_crc32c_init(), t->hdr, dl));
+        t->iov[0].iov_base = t->hdr;
+        t->iov[0].iov_len = dl + DW_DGRAM_CRC_LEN;
+        t->iovcnt = 1;
+        t->dlen = (uint32_t)t->iov[0].iov_len;
+        t->bytes = len;
+        t->dst.sin_family = AF_INET;
+        t->dst.sin_addr.s_addr = p->ip;
+        t->dst.sin_port = p->port;
+        t->peer = p;
+        t->psn = psn;
+        t->cookie = cookie;
+        return true;
+}
+
 /* Builds the datagram for cookie with PSN psn into t (and piggybacks an
  * owed ACK). 0, or -EACCES (a local key or the Read source failed), -EINVAL. */
 static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
@@ -675,6 +902,9 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         uint32_t qkey = 0;
         uint32_t seg = ck_seg(cookie);
 
+        if (ck_kind(cookie) == RD_CK_SQ && seg == 0 &&
+            rd_build_small(p, &qp->sq.ring[ck_slot(cookie)], cookie, psn, ackreq, t))
+                return 0;
         if (ck_kind(cookie) == RD_CK_SQ) {
                 struct dw_wqe *w = &qp->sq.ring[ck_slot(cookie)];
                 uint64_t off = (uint64_t)seg * S;
@@ -809,12 +1039,11 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                 dw_rel_build_ack(&p->rel, &h,
                                  room > DW_DGRAM_MAX_SACK ? DW_DGRAM_MAX_SACK : (unsigned)room);
         }
-        ssize_t hl = dw_dgram_encode(&h, t->hdr, sizeof(t->hdr));
+        ssize_t hl =
+            h.sack_count ? dw_dgram_encode(&h, t->hdr, sizeof(t->hdr)) : rd_put_hdr(&h, t->hdr);
         if (hl < 0)
                 return -EINVAL;
-        ssize_t dl = dw_rdmap_encode(&r, t->hdr + hl, sizeof(t->hdr) - (size_t)hl);
-        if (dl < 0)
-                return -EINVAL;
+        ssize_t dl = rd_put_ddp(&r, t->hdr + hl);
         memcpy(t->hdr + hl + dl, ext, extlen);
         size_t hlen = (size_t)hl + (size_t)dl + extlen;
         if (plen <= RD_COPY_MAX && hlen <= RD_HDR_CAP) {
@@ -1248,7 +1477,7 @@ static int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                  * one message): no clock read for an empty one. */
                 if (work && dw_wq_count(&qp->sq) <= s->tx_idx && !s->fifo_count)
                         return work;
-                uint64_t now = dw_now_ns();
+                uint64_t now = rd_clock(dev);
                 int n = 0;
                 uint32_t bytes = 0;
                 bool sq_off = false, irq_off = s->fifo_count == 0;
@@ -1790,10 +2019,77 @@ static void rd_on_error_nak(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
         }
 }
 
+/* First two bytes of a single-segment untagged message: DDP control (T = 0,
+ * L = 1, DV = 1), then RDMAP control (RV = 1, the opcode). */
+#define RD_MSG1(op)                                                                                \
+        ((uint16_t)((DW_DDP_CTRL_L | DW_DDP_VERSION) << 8 | DW_RDMAP_VERSION << 6 | (op)))
+
+/* The common receive without the general segment path: the next in-order PSN
+ * (no holes behind it) carrying a whole Send (one segment, no Immediate Data,
+ * the peer's next MSN) for the receive WR at the head of an RQ on which no
+ * message is bound. It gets the checks, placement, accounting and completion
+ * that rd_rx_segment and rd_rx_complete would give it; anything else, and any
+ * check that fails, returns false before changing state, for the general path
+ * to handle (and to report). */
+static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw_dgram_hdr *h,
+                       const uint8_t *pkt, const struct dw_dgram_layout *lay, uint64_t now)
+{
+        struct dw_qp *qp = s->qp;
+        const uint8_t *g = pkt + lay->seg_off;
+        if (h->psn != p->rel.rcv_nxt || (p->rel.rx_map[0] | p->rel.rx_map[1]) ||
+            (h->flags & DW_DGRAM_F_IMM) || lay->seg_len < DW_DGRAM_DDP_UNTAGGED_LEN ||
+            s->rq_bound || qp->srq || p->rx_bind != p->rx_done ||
+            (!s->rc && h->qkey != qp->attr.qkey))
+                return false;
+        /* What dw_rdmap_decode and the Send rules accept for such a message:
+         * RsvdULP (no Invalidate STag), QN 0 and MO 0 are zero. */
+        uint64_t w0 = dw_get_be64(g); /* controls, RsvdULP, QN bytes 0-1 */
+        uint16_t c = (uint16_t)(w0 >> 48);
+        if ((c != RD_MSG1(DW_RDMAP_SEND) && c != RD_MSG1(DW_RDMAP_SEND_SE)) ||
+            (w0 & 0xffffffffffffull) != 0 || (dw_get_be16(g + 8) | dw_get_be32(g + 14)) != 0 ||
+            dw_get_be32(g + 10) != p->rx_done)
+                return false;
+        struct dw_wqe *w = dw_wq_head(&qp->rq);
+        const uint8_t *pay = g + DW_DGRAM_DDP_UNTAGGED_LEN;
+        size_t plen = lay->seg_len - DW_DGRAM_DDP_UNTAGGED_LEN;
+        if (!w || plen > w->total_len)
+                return false;
+        if (plen) {
+                /* dw_qp_scatter at offset 0, the single-SGE case inline */
+                uint8_t *host;
+                if (w->num_sge != 1 || dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd,
+                                                         DIWARP_ACCESS_LOCAL_WRITE, w->sge[0].addr,
+                                                         plen, &host) != DW_PROT_OK) {
+                        if (dw_qp_scatter(qp, w, 0, pay, plen) < 0)
+                                return false;
+                } else {
+                        memcpy(host, pay, plen);
+                }
+        }
+        qp->ctr.rx_bytes += plen;
+        qp->dev->ctr.rx_packets++;
+        qp->ctr.rx_packets++;
+        dw_rel_rx_next(&p->rel, h->flags & DW_DGRAM_F_ACKREQ, now); /* psn is the cursor */
+        p->rx_bind++;
+        p->rx_done++;
+        struct diwarp_wc wc = {
+            .wr_id = w->wr_id,
+            .status = DIWARP_WC_SUCCESS,
+            .opcode = DIWARP_WC_RECV,
+            .byte_len = (uint32_t)plen,
+            .src_qp = p->rqpn,
+        };
+        w->flags |= DW_WQE_DONE;
+        dw_qp_complete_recv(qp, &wc, c == RD_MSG1(DW_RDMAP_SEND_SE));
+        dw_wq_pop(&qp->rq);
+        return true;
+}
+
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
               const struct dw_dgram_hdr *h, const struct sockaddr_in *from)
 {
         const char *why = NULL;
+        rd_ack_flush(rdd(dev)); /* ACKs reach rel/ in arrival order */
         struct dw_qp *qp = dw_qp_lookup(dev, h->dst_qpn);
         if (!qp || !qp->rd) {
                 dev->ctr.rx_dropped_no_qp++;
@@ -1833,8 +2129,16 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                         return;
                 }
         }
-        uint64_t now = dw_now_ns();
+        /* The first datagram of a step uses the clock read as the step began
+         * (dw_rd_rx_clock), the others read it anew. */
+        struct dw_rd_dev *d = rdd(dev);
+        uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
+        d->rx_clock = false;
         rd_activate(p);
+        /* A Send the fast path takes is placed and completed before the ACK it
+         * carries is handled: its receive completion then comes before the send
+         * completion that ACK brings, so a ping-pong finds it with one poll. */
+        bool placed = data && rd_rx_fast(s, p, h, pkt, &lay, now);
         if ((h->flags & DW_DGRAM_F_NAK) && h->nak_code >= DW_DGRAM_NAK_REM_ACCESS) {
                 rd_on_error_nak(p, h);
                 return;
@@ -1844,10 +2148,23 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                         dev->ctr.rnr_naks++;
                         qp->ctr.rnr_naks++;
                 }
+                if (placed && rd_ack_holdable(&p->rel, h)) {
+                        /* The application answers the Send first; the ACK
+                         * waits for its next call, as its completions would
+                         * (rd_retire_held). */
+                        d->hack = (struct rd_held_ack){p, h->ack_psn, now};
+                        if (!d->held_step)
+                                d->held_step = dev->prog.steps;
+                        return;
+                }
+                d->hold_retire = placed;
                 int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
+                d->hold_retire = false;
                 if (qp->state == DIWARP_QPS_ERR)
                         return;
-                rd_ring_idle(rdd(dev), p);
+                /* A drained window keeps its ring while the peer has timers
+                 * (an exchange goes on); rd_progress_busy takes it back once
+                 * the peer is idle. */
                 if (r == -EREMOTEIO || r == -ETIMEDOUT) {
                         rd_peer_fail(p,
                                      r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR
@@ -1856,7 +2173,7 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                         return;
                 }
         }
-        if (!data)
+        if (!data || placed)
                 return;
         enum dw_rel_verdict v = dw_rel_rx_classify(&p->rel, h->psn);
         if (v != DW_REL_NEW) {
@@ -2009,18 +2326,51 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
 {
         int work = 0;
         bool blocked = false;
+        bool held_now = false;
+        if (d->held_step) {
+                /* Held in this step: the next one (at once for a progress
+                 * thread) reports them. */
+                if (d->held_step == dev->prog.steps) {
+                        held_now = true;
+                        dw_progress_timer(dev, 0);
+                } else {
+                        d->held_step = 0;
+                        rd_ack_flush(d);
+                        for (struct dw_rd_qp *s = d->qps; s; s = s->next)
+                                rd_retire_held(s);
+                }
+        }
         for (struct dw_rd_qp *s = d->qps; s && !blocked; s = s->next)
                 if (dw_wq_count(&s->qp->sq) > s->tx_idx || s->fifo_count)
                         work += rd_tx_qp(s, budget, &blocked);
         rd_tx_wait(dev, blocked);
+        /* The step that delivered a ping-pong's receive ends here, for the
+         * application to answer sooner; the timers wait for the next step. */
+        if (held_now)
+                return work;
 
-        uint64_t now = dw_now_ns(), next = UINT64_MAX;
+        /* The latest clock read of this step, if it made one (a receive or a
+         * transmit): every stamp rel/ took in it is at or before it. */
+        uint64_t now = d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
+        uint64_t next = UINT64_MAX;
+        if (d->touched && !d->timers_dirty) {
+                struct dw_rd_peer *t = d->touched;
+                uint64_t dl = dw_rel_next_deadline(&t->rel);
+                d->touched = NULL;
+                if (dl < d->timers_at)
+                        d->timers_at = dl;
+                else if (dl == UINT64_MAX && dw_rel_tx_inflight(&t->rel) == 0) {
+                        rd_deactivate(t);
+                        rd_ring_idle(d, t);
+                }
+        }
         if (!d->timers_dirty && now < d->timers_at) {
                 if (d->timers_at != UINT64_MAX) /* each step asks anew */
                         dw_progress_timer(dev, d->timers_at);
                 return work;
         }
         d->timers_dirty = false;
+        d->touched = NULL;
         d->ctl_sent = 0;
         struct dw_rd_peer *p = d->active, *nx;
         for (; p; p = nx) {
@@ -2176,6 +2526,7 @@ void dw_rd_qp_fini(struct dw_qp *qp)
 static void rd_reset_state(struct dw_rd_qp *s)
 {
         s->tx_idx = s->tx_seg = 0;
+        s->retire_held = false;
         s->norq = s->orq_building = 0;
         s->rq_bound = 0;
         memset(s->irq, 0, sizeof(s->irq));
@@ -2235,15 +2586,21 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
                 p = NULL;
         } else {
                 struct dw_ah *ah = w->ah;
-                struct sockaddr_in a;
-                dw_peer_addr(qp->dev, ah->ip, w->remote_qpn, &a);
-                p = rd_peer_find(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn);
-                if (!p)
-                        p = rd_peer_new(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn,
-                                        rd_isn(qp->qpn, w->remote_qpn),
-                                        rd_isn(w->remote_qpn, qp->qpn));
-                if (!p)
-                        return -ENOMEM;
+                /* The address is a function of (ip, QPN): the same pair is the
+                 * same stream. */
+                p = s->last_tx;
+                if (!p || p->rqpn != w->remote_qpn || p->ip != ah->ip.s_addr) {
+                        struct sockaddr_in a;
+                        dw_peer_addr(qp->dev, ah->ip, w->remote_qpn, &a);
+                        p = rd_peer_find(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn);
+                        if (!p)
+                                p = rd_peer_new(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn,
+                                                rd_isn(qp->qpn, w->remote_qpn),
+                                                rd_isn(w->remote_qpn, qp->qpn));
+                        if (!p)
+                                return -ENOMEM;
+                        s->last_tx = p;
+                }
                 /* IB rule: a remote qkey with the high bit set means "use the QP's own". */
                 if (w->remote_qkey & 0x80000000u)
                         w->remote_qkey = qp->attr.qkey;
@@ -2274,6 +2631,71 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
         return 0;
 }
 
+static void rd_tx_now(struct dw_rd_qp *s)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        struct dw_rd_dev *d = rdd(dev);
+        /* Only when the newest WQE is the one waiting: nothing queued before it
+         * is overtaken, and no segment or Read response is under way. */
+        if ((qp->state != DIWARP_QPS_RTS && !(s->rc && qp->state == DIWARP_QPS_RTR)) || s->tx_seg ||
+            s->fifo_count || d->tx_wait || dw_wq_count(&qp->sq) != s->tx_idx + 1)
+                return;
+        struct dw_wqe *w = dw_wq_at(&qp->sq, s->tx_idx);
+        struct dw_rd_peer *p = w->priv;
+        if (!p || w->ts_ns != 1 || ((w->send_flags & DIWARP_SEND_FENCE) && s->norq))
+                return;
+        switch (w->opcode) {
+        case DIWARP_WR_SEND:
+        case DIWARP_WR_SEND_WITH_IMM:
+        case DIWARP_WR_SEND_WITH_INV:
+        case DIWARP_WR_RDMA_WRITE:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                break;
+        default:
+                return; /* Reads and Atomics take an ORQ slot: rd_tx_qp */
+        }
+        /* The clock is read after the send, off the latency path: before it,
+         * only an RNR back-off would need it, and that is left to the step. */
+        if (p->rel.rnr_until || !rd_room(p, 0))
+                return;
+        struct rd_txslot *t = &d->slot[0];
+        uint32_t slot = (uint32_t)(w - qp->sq.ring);
+        /* As rd_next_sq builds it: the last WQE of the SQ asks for an ACK. A
+         * build error or a refusal of the socket is left to the progress step,
+         * which fails the WR or waits for the socket as usual. */
+        if (rd_build(p, rd_cookie(RD_CK_SQ, slot, 0), p->rel.snd_nxt, true, t) < 0 ||
+            rd_send_one(dev, t->iov, t->iovcnt, &t->dst) < 0) {
+                t->peer = NULL;
+                rd_ring_idle(d, p);
+                return;
+        }
+        rd_commit(s, t, dw_now_ns());
+        t->peer = NULL;
+        s->tx_idx++;
+}
+
+void dw_rd_tx_posted(struct dw_qp *qp)
+{
+        struct dw_rd_qp *s = qp->rd;
+        if (!s)
+                return;
+        rd_tx_now(s);
+        /* after the datagram left */
+        rd_ack_flush(rdd(qp->dev));
+        rd_retire_held(s);
+}
+
+bool dw_rd_sq_release(struct dw_qp *qp)
+{
+        if (!qp->rd)
+                return false;
+        uint32_t n = dw_wq_count(&qp->sq);
+        rd_ack_flush(rdd(qp->dev));
+        rd_retire_held(qp->rd);
+        return dw_wq_count(&qp->sq) < n;
+}
+
 void dw_rd_post_recv(struct dw_qp *qp)
 {
         (void)qp; /* bound to messages when their segments arrive */
@@ -2284,6 +2706,10 @@ void dw_rd_qp_error(struct dw_qp *qp)
         struct dw_rd_qp *s = qp->rd;
         if (!s)
                 return;
+        struct dw_rd_dev *d = rdd(qp->dev);
+        if (d->hack.peer && d->hack.peer->s == s)
+                rd_ack_flush(d);
+        rd_retire_held(s); /* they succeeded: not flushed */
         if (s->htab)
                 for (uint32_t i = 0; i <= s->hmask; i++)
                         for (struct dw_rd_peer *p = s->htab[i]; p; p = p->hnext)
@@ -2357,6 +2783,8 @@ int diwarpdv_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
                         break;
                 }
                 struct dw_wqe *w = dw_wq_reserve(&qp->sq);
+                if (!w && dw_rd_sq_release(qp))
+                        w = dw_wq_reserve(&qp->sq);
                 if (!w) {
                         err = -ENOMEM;
                         break;
@@ -2381,6 +2809,7 @@ int diwarpdv_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
         }
         if (err < 0 && bad_wr)
                 *bad_wr = wr;
+        dw_rd_tx_posted(qp);
         dw_progress_step(dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;

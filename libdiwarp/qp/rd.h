@@ -56,6 +56,17 @@ bool dw_rd_sq_busy(const struct dw_qp *qp);
 /* A send WQE was committed: resolves its peer (creating it), assigns its
  * MSN. Transmission happens in dw_rd_progress. Negative: QP to ERR. */
 int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *wqe);
+/* After a post_send call queued its WQEs: when the newest is the only one
+ * waiting, is a Send or Write that fits one datagram and its stream has window
+ * room, it goes out now, ahead of the progress step (the latency path; the
+ * same datagram, fault hook and accounting as dw_rd_progress would give it).
+ * Otherwise, or when the socket pushes back, the progress step sends it. */
+void dw_rd_tx_posted(struct dw_qp *qp);
+/* Send completions the ACK of an incoming Send made are reported by the
+ * caller's next call rather than in the step that received it (see
+ * rd_retire_held); post_send, finding the SQ full, reports them at once to
+ * make room: true when there were any. */
+bool dw_rd_sq_release(struct dw_qp *qp);
 void dw_rd_post_recv(struct dw_qp *qp);
 /* The QP goes to ERR (called before the WQEs are flushed). */
 void dw_rd_qp_error(struct dw_qp *qp);
@@ -64,6 +75,10 @@ void dw_rd_qp_error(struct dw_qp *qp);
  * the length without the CRC. */
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
               const struct dw_dgram_hdr *h, const struct sockaddr_in *from);
+/* Called as a progress step starts receiving: when RD QPs exist, reads the
+ * clock that the step's first RD datagram will use, so that datagram is not
+ * kept waiting for it. */
+void dw_rd_rx_clock(struct dw_device *dev);
 /* Receives the next datagram straight into its target when it is a large
  * RDMA Write segment (and large ones were arriving): 1 done, 0 use the batch
  * receive, 2 receive one datagram the ordinary way, -1 nothing is waiting. */

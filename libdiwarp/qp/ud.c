@@ -397,11 +397,12 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
         if (body < 0)
                 goto malformed;
         /* packet_check guarantees a fixed header. RD datagrams need the
-         * whole header (ACK, SACK, credits): the general decoder; UD ones only
-         * what dw_dgram_decode_ud extracts in one pass. */
+         * whole header (ACK, SACK, credits): the general decoder, with a fast
+         * path for the common shapes; UD ones only what dw_dgram_decode_ud
+         * extracts in one pass. */
         if (pkt[1] & DW_DGRAM_F_RD) {
                 struct dw_dgram_hdr h;
-                ssize_t hl = dw_dgram_decode(pkt, (size_t)body, &h, &why);
+                ssize_t hl = dw_dgram_decode_rd(pkt, (size_t)body, &h, &why);
                 if (hl < 0)
                         goto malformed;
                 dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from); /* qp/rd.c */

@@ -495,28 +495,10 @@ uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint6
                 adv++;
         } while (rx_bit(r, r->rcv_nxt));
 
-        if (adv > 1 || r->rx_map[0] || r->rx_map[1]) {
+        if (adv > 1 || r->rx_map[0] || r->rx_map[1])
                 r->flags |= DW_REL_F_ACK_NOW; /* filled a hole, or holes remain */
-        } else if (ack_req) {
-                /* The sender waits for this ACK. When our data has been
-                 * answering its requests (a request/response exchange), the
-                 * response is about to go and carries the ACK: a separate
-                 * ACK datagram would double the packets and syscalls of every
-                 * exchange. Otherwise nothing is coming back: ACK at once. */
-                r->flags |= DW_REL_F_REQ_SEEN;
-                r->req_us16 = (uint16_t)to_us(now);
-                if ((r->flags & DW_REL_F_INTERACTIVE) && r->p->ack_delay_us &&
-                    ++r->rx_unacked < r->p->ack_every) {
-                        if (!r->ack_deadline)
-                                r->ack_deadline = now + (uint64_t)r->p->ack_delay_us * NS_PER_US;
-                } else {
-                        r->flags |= DW_REL_F_ACK_NOW;
-                }
-        } else if (++r->rx_unacked >= r->p->ack_every || r->p->ack_delay_us == 0) {
-                r->flags |= DW_REL_F_ACK_NOW;
-        } else if (!r->ack_deadline) {
-                r->ack_deadline = now + (uint64_t)r->p->ack_delay_us * NS_PER_US;
-        }
+        else
+                dw_rel_rx_ack_in_order(r, ack_req, now);
         return adv;
 }
 

@@ -227,6 +227,42 @@ enum dw_rel_verdict dw_rel_rx_classify(const struct dw_rel_peer *r, uint32_t psn
  * which case it waits up to the ACK delay for the response to carry it. */
 uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint64_t now,
                         enum dw_rel_verdict *verdict);
+/* The ACK owed after an in-order packet that left no hole (shared by
+ * dw_rel_rx_data and dw_rel_rx_next; see there). */
+static inline void dw_rel_rx_ack_in_order(struct dw_rel_peer *r, bool ack_req, uint64_t now)
+{
+        if (ack_req) {
+                /* The sender waits for this ACK. When our data has been
+                 * answering its requests (a request/response exchange), the
+                 * response is about to go and carries the ACK: a separate
+                 * ACK datagram would double the packets and syscalls of every
+                 * exchange. Otherwise nothing is coming back: ACK at once. */
+                r->flags |= DW_REL_F_REQ_SEEN;
+                r->req_us16 = (uint16_t)(now / 1000u);
+                if ((r->flags & DW_REL_F_INTERACTIVE) && r->p->ack_delay_us &&
+                    ++r->rx_unacked < r->p->ack_every) {
+                        if (!r->ack_deadline)
+                                r->ack_deadline = now + (uint64_t)r->p->ack_delay_us * 1000u;
+                } else {
+                        r->flags |= DW_REL_F_ACK_NOW;
+                }
+        } else if (++r->rx_unacked >= r->p->ack_every || r->p->ack_delay_us == 0) {
+                r->flags |= DW_REL_F_ACK_NOW;
+        } else if (!r->ack_deadline) {
+                r->ack_deadline = now + (uint64_t)r->p->ack_delay_us * 1000u;
+        }
+}
+/* dw_rel_rx_data(r, dw_rel_rx_cursor(r), ...) when nothing past the cursor
+ * has arrived (rx_map empty): a NEW packet that advances the cursor by one,
+ * with the same state change, inline. False (nothing changed) otherwise. */
+static inline bool dw_rel_rx_next(struct dw_rel_peer *r, bool ack_req, uint64_t now)
+{
+        if (r->rx_map[0] | r->rx_map[1])
+                return false;
+        r->rcv_nxt++;
+        dw_rel_rx_ack_in_order(r, ack_req, now);
+        return true;
+}
 static inline uint32_t dw_rel_rx_cursor(const struct dw_rel_peer *r)
 {
         return r->rcv_nxt;

@@ -181,6 +181,35 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
         return (ssize_t)n;
 }
 
+ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out,
+                           const char **why)
+{
+        /* Every rule dw_dgram_hdr_validate applies, for these shapes: a
+         * control-only packet has ACK, IMM comes with DATA, sack_count,
+         * nak_code, credits, rnr_delay and the QPNs' reserved bytes are zero,
+         * and so is ack_psn without ACK. */
+        if (len < DW_DGRAM_HDR_LEN || buf[0] != DW_DGRAM_VERSION)
+                return dw_dgram_decode(buf, len, out, why);
+        uint8_t f = buf[1];
+        if (!(f & DW_DGRAM_F_RD) || (f & (DW_DGRAM_F_SACK | DW_DGRAM_F_NAK | DW_DGRAM_F_CREDIT)) ||
+            !(f & (DW_DGRAM_F_DATA | DW_DGRAM_F_ACK)) ||
+            (f & (DW_DGRAM_F_DATA | DW_DGRAM_F_IMM)) == DW_DGRAM_F_IMM ||
+            (buf[2] | buf[3] | buf[4] | buf[8]) != 0 || dw_get_be32(buf + 24) != 0 ||
+            (!(f & DW_DGRAM_F_ACK) && dw_get_be32(buf + 20) != 0))
+                return dw_dgram_decode(buf, len, out, why);
+        out->flags = f;
+        out->sack_count = 0;
+        out->nak_code = 0;
+        out->dst_qpn = dw_get_be32(buf + 4);
+        out->src_qpn = dw_get_be32(buf + 8);
+        out->qkey = dw_get_be32(buf + 12);
+        out->psn = dw_get_be32(buf + 16);
+        out->ack_psn = dw_get_be32(buf + 20);
+        out->credits = 0;
+        out->rnr_delay = 0;
+        return DW_DGRAM_HDR_LEN;
+}
+
 int dw_dgram_layout(const struct dw_dgram_hdr *h, size_t hdr_len, size_t len,
                     struct dw_dgram_layout *out, const char **why)
 {

@@ -116,6 +116,13 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap);
  * buf/len are the datagram without its CRC (see dw_dgram_packet_check). */
 ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out, const char **why);
 
+/* dw_dgram_decode for the datagrams RD exchanges most (RD flag; DATA and/or
+ * ACK, with ACKREQ or IMM; no SACK, NAK or credits): fixed-offset compares
+ * and the fields, anything else through dw_dgram_decode. Same verdict, errno
+ * and fields, except that out->sack[] past out->sack_count is left as it was. */
+ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out,
+                           const char **why);
+
 /* Where the parts of a datagram body are; offsets from the start of the datagram. */
 struct dw_dgram_layout {
         size_t seg_off; /* DDP/RDMAP segment (first message); 0 when not DATA */

@@ -883,3 +883,115 @@ Test(dgram, decode_ud_agrees_with_strict_on_every_byte_value)
         cr_assert_gt(accepted, 1000);
         cr_assert_gt(rejected, 1000);
 }
+
+/* ---- RD header fast path (dw_dgram_decode_rd) against dw_dgram_decode ---- */
+
+/* Same verdict, errno, reason and fields (SACK blocks up to sack_count). */
+static int rd_both(const uint8_t *buf, size_t len, const char *what, size_t a, unsigned b)
+{
+        struct dw_dgram_hdr f, s;
+        const char *wf = NULL, *ws = NULL;
+        memset(&f, 0xAA, sizeof(f));
+        memset(&s, 0x55, sizeof(s));
+        ssize_t rf = dw_dgram_decode_rd(buf, len, &f, &wf);
+        ssize_t rs = dw_dgram_decode(buf, len, &s, &ws);
+        cr_assert_eq(rf, rs, "%s %zu %u: fast %zd, general %zd (%s)", what, a, b, rf, rs,
+                     ws ? ws : "-");
+        if (rf < 0) {
+                cr_assert_not_null(wf, "%s %zu %u: no reason", what, a, b);
+                cr_assert_str_eq(wf, ws, "%s %zu %u", what, a, b);
+                return -1;
+        }
+        cr_assert_eq(f.flags, s.flags, "%s %zu %u: flags", what, a, b);
+        cr_assert_eq(f.sack_count, s.sack_count, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.nak_code, s.nak_code, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.dst_qpn, s.dst_qpn, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.src_qpn, s.src_qpn, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.qkey, s.qkey, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.psn, s.psn, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.ack_psn, s.ack_psn, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.credits, s.credits, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.rnr_delay, s.rnr_delay, "%s %zu %u", what, a, b);
+        for (unsigned i = 0; i < f.sack_count; i++) {
+                cr_assert_eq(f.sack[i].start, s.sack[i].start, "%s %zu %u", what, a, b);
+                cr_assert_eq(f.sack[i].end, s.sack[i].end, "%s %zu %u", what, a, b);
+        }
+        return 0;
+}
+
+Test(dgram, decode_rd_fields)
+{
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK |
+                                    DW_DGRAM_F_ACKREQ),
+                            o;
+        h.qkey = 0x80001234u;
+        h.psn = 0xfffffff0u;
+        h.ack_psn = 0x00000007u;
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        cr_assert_eq(n, DW_DGRAM_HDR_LEN);
+        cr_assert_eq(dw_dgram_decode_rd(buf, (size_t)n, &o, NULL), DW_DGRAM_HDR_LEN);
+        cr_assert_eq(rd_both(buf, (size_t)n, "data+ack", 0, 0), 0);
+        cr_assert_eq(o.flags, h.flags);
+        cr_assert_eq(o.psn, 0xfffffff0u);
+        cr_assert_eq(o.ack_psn, 7);
+        cr_assert_eq(o.qkey, 0x80001234u);
+        cr_assert_eq(o.dst_qpn, QPN_D);
+        cr_assert_eq(o.src_qpn, QPN_S);
+        cr_assert_eq(o.sack_count, 0);
+}
+
+/* Every value of every header byte (and every truncation) of the shapes the
+ * fast path takes, and of ones it leaves to the general decoder (SACK, NAK,
+ * credits): both decoders agree on all of them. */
+Test(dgram, decode_rd_agrees_with_general_on_every_byte_value)
+{
+        static const uint8_t shapes[] = {
+            DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
+            DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ,
+            DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM | DW_DGRAM_F_ACK,
+            DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
+            DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK,
+            DW_DGRAM_F_RD | DW_DGRAM_F_NAK,
+            DW_DGRAM_F_RD | DW_DGRAM_F_CREDIT | DW_DGRAM_F_DATA,
+        };
+        unsigned accepted = 0, rejected = 0;
+        for (size_t k = 0; k < sizeof(shapes); k++) {
+                uint8_t buf[DW_DGRAM_HDR_MAX_LEN + 8];
+                struct dw_dgram_hdr h = hdr(shapes[k]);
+                h.qkey = 0x11223344u;
+                h.psn = 0x01020304u;
+                if (shapes[k] & DW_DGRAM_F_ACK)
+                        h.ack_psn = 0x01020300u;
+                if (shapes[k] & DW_DGRAM_F_SACK) {
+                        h.sack_count = 1;
+                        h.sack[0] = (struct dw_dgram_sack){0x01020302u, 0x01020303u};
+                }
+                if (shapes[k] & DW_DGRAM_F_NAK) {
+                        h.nak_code = DW_DGRAM_NAK_RNR;
+                        h.ack_psn = 0x01020300u;
+                        h.rnr_delay = 3;
+                }
+                if (shapes[k] & DW_DGRAM_F_CREDIT)
+                        h.credits = 5;
+                ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+                cr_assert_gt(n, 0, "shape %zu", k);
+                size_t len = (size_t)n + 8; /* a body behind the header */
+                memset(buf + n, 0x5a, 8);
+                for (size_t l = 0; l <= len; l++)
+                        rd_both(buf, l, "truncated to", l, (unsigned)k);
+                for (size_t off = 0; off < (size_t)n; off++) {
+                        uint8_t save = buf[off];
+                        for (unsigned v = 0; v < 256; v++) {
+                                buf[off] = (uint8_t)v;
+                                if (rd_both(buf, len, "byte", off, v) == 0)
+                                        accepted++;
+                                else
+                                        rejected++;
+                        }
+                        buf[off] = save;
+                }
+        }
+        cr_assert_gt(accepted, 1000);
+        cr_assert_gt(rejected, 1000);
+}
