@@ -802,6 +802,18 @@ static ssize_t rd_put_ddp(const struct dw_rdmap_hdr *r, uint8_t *b)
         return DW_DDP_UNTAGGED_HDR_LEN;
 }
 
+/* The datagram is t->hdr up to end: its CRC goes behind it, and it is sent
+ * as one iovec. */
+static void rd_slot_whole(struct rd_txslot *t, uint8_t *end)
+{
+        size_t len = (size_t)(end - t->hdr);
+        dw_dgram_crc_trailer(end, dw_crc32c_update(dw_crc32c_init(), t->hdr, len));
+        t->iov[0].iov_base = t->hdr;
+        t->iov[0].iov_len = len + DW_DGRAM_CRC_LEN;
+        t->iovcnt = 1;
+        t->dlen = (uint32_t)t->iov[0].iov_len;
+}
+
 /* rd_build for the first segment of a Send or RDMA Write (no Immediate Data,
  * no Invalidate) of at most RD_COPY_MAX bytes that fits one segment, from an
  * inline buffer or one SGE, while no SACK block is owed: the same datagram,
@@ -867,12 +879,7 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         if (len)
                 memcpy(b, src, len);
         b += len;
-        size_t dl = (size_t)(b - t->hdr);
-        dw_dgram_crc_trailer(b, dw_crc32c_update(dw_crc32c_init(), t->hdr, dl));
-        t->iov[0].iov_base = t->hdr;
-        t->iov[0].iov_len = dl + DW_DGRAM_CRC_LEN;
-        t->iovcnt = 1;
-        t->dlen = (uint32_t)t->iov[0].iov_len;
+        rd_slot_whole(t, b);
         t->bytes = len;
         t->dst.sin_family = AF_INET;
         t->dst.sin_addr.s_addr = p->ip;
@@ -1056,12 +1063,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                         memcpy(q, t->imm, sizeof(t->imm));
                         q += sizeof(t->imm);
                 }
-                size_t len = (size_t)(q - t->hdr);
-                dw_dgram_crc_trailer(q, dw_crc32c_update(dw_crc32c_init(), t->hdr, len));
-                t->iov[0].iov_base = t->hdr;
-                t->iov[0].iov_len = len + DW_DGRAM_CRC_LEN;
-                t->iovcnt = 1;
-                t->dlen = (uint32_t)t->iov[0].iov_len;
+                rd_slot_whole(t, q);
                 goto filled;
         }
         int n = 0;
