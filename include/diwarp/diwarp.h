@@ -487,7 +487,7 @@ struct diwarp_counters {
         uint64_t tx_backpressure;
         uint64_t fault_dropped, fault_duplicated, fault_reordered, fault_corrupted, fault_delayed;
         uint64_t terminates_sent, terminates_received;
-        uint64_t rx_placed_direct; /* RD Write segments received straight into memory */
+        uint64_t rx_placed_direct; /* RD segments received straight into memory */
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

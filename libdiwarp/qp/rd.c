@@ -228,14 +228,16 @@ struct dw_rd_dev {
         uint8_t rx_small; /* datagrams in a row not placed directly */
         uint8_t rx_hdr[RD_PEEK_LEN];
         /* The segment that continues the last CRC-verified, non-last large
-         * Write segment received: the only one placed before its CRC is
-         * known, since a verified segment must rewrite exactly that range
-         * before the sender sees the Write complete. */
+         * RDMA Write segment, or Read Response segment into a one-SGE sink,
+         * received: the only one placed before its CRC is known, since a
+         * verified segment must rewrite exactly that range before the
+         * message completes. */
         struct rd_rx_next {
-                const struct dw_rd_peer *peer; /* NULL: no Write in progress */
+                const struct dw_rd_peer *peer; /* NULL: no message in progress */
                 uint32_t psn;
-                uint32_t stag;
+                uint32_t stag; /* Write: the target STag; Read Response: the sink's */
                 uint64_t to;
+                bool read; /* a Read Response, placed through the Read WR's SGE */
         } rx_next;
         /* Route MTUs by destination address, asked of the kernel when a
          * pseudo-stream starts (rd_udp_mtu); direct-mapped. */
@@ -1865,7 +1867,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 if (plen >= RD_DIRECT_MIN && !r.ddp.last && !has_imm) {
                         d->rx_big = true;
                         d->rx_next =
-                            (struct rd_rx_next){p, h->psn + 1, r.ddp.stag, r.ddp.to + plen};
+                            (struct rd_rx_next){p, h->psn + 1, r.ddp.stag, r.ddp.to + plen, false};
                 } else if (d->rx_next.peer == p) {
                         d->rx_next.peer = NULL;
                 }
@@ -1963,10 +1965,18 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 struct dw_wqe *w = rd_orq_find(s, p, r.ddp.stag, false);
                 if (!w || r.ddp.to > w->total_len || plen > w->total_len - r.ddp.to)
                         return RV_DROP;
-                if (dw_qp_scatter(qp, w, r.ddp.to, pay, plen) < 0) {
+                struct dw_rd_dev *d = rdd(dev);
+                if (!d->rx_placed && dw_qp_scatter(qp, w, r.ddp.to, pay, plen) < 0) {
                         rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
                                      "RDMA Read sink fails its lkey check");
                         return RV_GONE;
+                }
+                if (plen >= RD_DIRECT_MIN && !r.ddp.last && w->num_sge == 1) {
+                        d->rx_big = true;
+                        d->rx_next =
+                            (struct rd_rx_next){p, h->psn + 1, r.ddp.stag, r.ddp.to + plen, true};
+                } else if (d->rx_next.peer == p) {
+                        d->rx_next.peer = NULL;
                 }
                 if (r.ddp.last) {
                         w->psn = h->psn;
@@ -2234,17 +2244,18 @@ static int rd_direct_skip(struct dw_rd_dev *d)
         return 0;
 }
 
-/* When large Write segments are streaming in, the next datagram is peeked at;
- * if it is the one d->rx_next names (same peer stream, the next PSN, not yet
- * received, the same STag and the TO right after the last verified segment),
- * one recvmsg puts its headers in rx_hdr and its payload straight into the
- * target: one copy (the kernel's), as TCP has, instead of two. Its CRC is
- * checked after the placement; a mismatch drops it as in dw_ud_rx (counted in
- * crc_errors). The bytes written before the check can only lie in the range
- * that follows a verified segment of a Write still in progress, which the
- * sender retransmits until a verified copy of that PSN is placed there, before
- * the Write can complete: a damaged datagram never leaves its bytes anywhere
- * else, whatever its header says. The first segment of each Write, and any
+/* When large RDMA Write segments (or Read Response segments into a one-SGE
+ * sink) are streaming in, the next datagram is peeked at; if it is the one
+ * d->rx_next names (same peer stream, the next PSN, not yet received, the same
+ * STag and the TO right after the last verified segment), one recvmsg puts its
+ * headers in rx_hdr and its payload straight into the target: one copy (the
+ * kernel's), as TCP has, instead of two. Its CRC is checked after the
+ * placement; a mismatch drops it as in dw_ud_rx (counted in crc_errors). The
+ * bytes written before the check can only lie in the range that follows a
+ * verified segment of a message still in progress, which the sender
+ * retransmits until a verified copy of that PSN is placed there, before the
+ * message can complete: a damaged datagram never leaves its bytes anywhere
+ * else, whatever its header says. The first segment of each message, and any
  * out of order, take the bounce-buffer path. Every check dw_rd_rx makes before
  * placing is made before the read. */
 int dw_rd_rx_direct(struct dw_device *dev)
@@ -2275,22 +2286,33 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 return rd_direct_skip(d);
         struct dw_rd_qp *s = qp->rd;
         struct dw_rd_peer *p = rd_peer_find(s, from.sin_addr.s_addr, from.sin_port, h.src_qpn);
+        bool read = d->rx_next.read;
+        /* Requests carry our Q_Key on an RD QP; responses carry none. */
         if (!p || p != d->rx_next.peer || h.psn != d->rx_next.psn || p->dead ||
-            (p->nak_code && h.psn == p->nak_psn) || (!s->rc && h.qkey != qp->attr.qkey) ||
+            (p->nak_code && h.psn == p->nak_psn) || (!s->rc && !read && h.qkey != qp->attr.qkey) ||
             dw_rel_rx_classify(&p->rel, h.psn) != DW_REL_NEW)
                 return rd_direct_skip(d);
         struct dw_rdmap_hdr r;
         ssize_t rl = dw_rdmap_decode(hb + hl, sizeof(d->rx_hdr) - (size_t)hl, &r, &why);
         size_t body = (size_t)len - DW_DGRAM_CRC_LEN;
-        if (rl < 0 || r.opcode != DW_RDMAP_WRITE || body < (size_t)(hl + rl) + RD_DIRECT_MIN ||
-            r.ddp.stag != d->rx_next.stag || r.ddp.to != d->rx_next.to ||
-            !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
+        if (rl < 0 || r.opcode != (read ? DW_RDMAP_READ_RESP : DW_RDMAP_WRITE) ||
+            body < (size_t)(hl + rl) + RD_DIRECT_MIN || r.ddp.stag != d->rx_next.stag ||
+            r.ddp.to != d->rx_next.to || (!read && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE)))
                 return rd_direct_skip(d);
         size_t plen = body - (size_t)(hl + rl);
         uint8_t *host = NULL;
-        if (dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to,
-                               plen, &host) != DW_PROT_OK)
+        if (read) {
+                /* The checks of rd_rx_segment and dw_qp_scatter for a one-SGE sink. */
+                struct dw_wqe *w = rd_orq_find(s, p, r.ddp.stag, false);
+                if (!w || w->num_sge != 1 || r.ddp.to > w->total_len ||
+                    plen > w->total_len - r.ddp.to ||
+                    dw_mr_check_local(&dev->mrs, w->sge[0].lkey, qp->pd, DIWARP_ACCESS_LOCAL_WRITE,
+                                      w->sge[0].addr + r.ddp.to, plen, &host) != DW_PROT_OK)
+                        return rd_direct_skip(d);
+        } else if (dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, DIWARP_ACCESS_REMOTE_WRITE,
+                                      r.ddp.to, plen, &host) != DW_PROT_OK) {
                 return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
+        }
         uint8_t trl[DW_DGRAM_CRC_LEN];
         struct iovec iov[3] = {{hb, (size_t)(hl + rl)}, {host, plen}, {trl, sizeof(trl)}};
         int n = dw_udp_recv_iov(&dev->udp, iov, 3);

@@ -8,10 +8,11 @@
  *   rd_test loss   rd|rc   48 x 1 MiB RDMA Writes under DIWARP_FAULT drop: byte-exact,
  *                          retransmissions at most ~3x the dropped datagrams
  *   rd_test gib    rd|rc   a 1 GiB RDMA Write, Send and Read, every word checked
- *   rd_test guard  rd|rc   24 large RDMA Writes into guarded slots (meson runs
- *                          it under DIWARP_FAULT corruption): byte-exact, no
- *                          byte outside the targets changed, direct placement
- *                          used unless DIWARP_RD_DIRECT=0
+ *   rd_test guard  rd|rc   24 large RDMA Writes into guarded slots, then Reads
+ *                          back into guarded sinks (meson runs it under
+ *                          DIWARP_FAULT corruption): byte-exact, no byte
+ *                          outside the targets changed, direct placement
+ *                          used on both sides unless DIWARP_RD_DIRECT=0
  *   rd_test prot   rd|rc   protection violations -> REM_ACCESS_ERR
  *   rd_test rnr    rd|rc   Send before the receive is posted: delivered
  *   rd_test path   rd|rc   a 64 MiB RDMA Write and Read over loopback,
@@ -716,18 +717,65 @@ static int case_guard(void)
                                     b.buf[base + k]);
                 }
         }
-        struct diwarp_counters cb;
+        /* The same slots read back into a's region, guarded the same way:
+         * Read Responses into a one-SGE sink are placed directly too. */
+        memset(a.buf, GUARD_BYTE, buf_len);
+        for (posted = 0, done = 0; done < GUARD_N;) {
+                while (posted < GUARD_N && posted - done < 6) {
+                        uint64_t off = (uint64_t)posted * GUARD_SLOT + GUARD_OFF;
+                        struct diwarp_sge sge = {(uintptr_t)a.buf + off, guard_size(posted),
+                                                 a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = posted,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = DIWARP_WR_RDMA_READ,
+                                                    .send_flags = DIWARP_SEND_SIGNALED};
+                        wr.wr.rdma.remote_addr = (uintptr_t)b.buf + off;
+                        wr.wr.rdma.rkey = b.rkey;
+                        post(&a, &b, &wr);
+                        posted++;
+                }
+                int n = diwarp_cq_poll(a.cq, 16, wc);
+                for (int k = 0; k < n; k++) {
+                        expect_wc(&wc[k], done, DIWARP_WC_SUCCESS, "guard read");
+                        done++;
+                }
+                diwarp_progress(b.dev, 64);
+                if (now_ms() > end)
+                        die("guard: timeout, %u/%u reads done", done, GUARD_N);
+        }
+        for (unsigned i = 0; i < GUARD_N; i++) {
+                uint64_t base = (uint64_t)i * GUARD_SLOT, sz = guard_size(i);
+                verify(b.buf + base + GUARD_OFF, a.buf + base + GUARD_OFF, sz, "guard read",
+                       (uint32_t)sz);
+                for (uint64_t k = 0; k < GUARD_SLOT; k++) {
+                        if (k == GUARD_OFF)
+                                k += sz;
+                        if (k < GUARD_SLOT && a.buf[base + k] != GUARD_BYTE)
+                                die("guard: byte %llu of sink slot %u (outside the %llu-byte Read "
+                                    "at %u) changed to %#x",
+                                    (unsigned long long)k, i, (unsigned long long)sz, GUARD_OFF,
+                                    a.buf[base + k]);
+                }
+        }
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
         CHECK(diwarp_device_counters(b.dev, &cb));
         const char *direct = getenv("DIWARP_RD_DIRECT");
         const char *fault = getenv("DIWARP_FAULT");
         bool want_direct = !(direct && strcmp(direct, "0") == 0) && lo_udp_mtu() > 32768;
-        fprintf(stderr, "guard ok: %llu segments placed directly, %llu CRC errors\n",
-                (unsigned long long)cb.rx_placed_direct, (unsigned long long)cb.crc_errors);
-        if (want_direct ? cb.rx_placed_direct == 0 : cb.rx_placed_direct != 0)
-                die("guard: %llu segments placed directly with DIWARP_RD_DIRECT=%s",
-                    (unsigned long long)cb.rx_placed_direct, direct ? direct : "unset");
-        if (fault && strstr(fault, "corrupt") && cb.crc_errors == 0)
-                die("guard: DIWARP_FAULT=%s but no CRC error counted", fault);
+        fprintf(stderr,
+                "guard ok: %llu Write and %llu Read Response segments placed directly, "
+                "%llu + %llu CRC errors\n",
+                (unsigned long long)cb.rx_placed_direct, (unsigned long long)ca.rx_placed_direct,
+                (unsigned long long)cb.crc_errors, (unsigned long long)ca.crc_errors);
+        if (want_direct ? cb.rx_placed_direct == 0 || ca.rx_placed_direct == 0
+                        : cb.rx_placed_direct + ca.rx_placed_direct != 0)
+                die("guard: %llu + %llu segments placed directly with DIWARP_RD_DIRECT=%s",
+                    (unsigned long long)cb.rx_placed_direct,
+                    (unsigned long long)ca.rx_placed_direct, direct ? direct : "unset");
+        if (fault && strstr(fault, "corrupt") && (cb.crc_errors == 0 || ca.crc_errors == 0))
+                die("guard: DIWARP_FAULT=%s but no CRC error counted on one side", fault);
         side_close(&a);
         side_close(&b);
         return 0;
