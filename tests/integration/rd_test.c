@@ -661,6 +661,59 @@ static uint32_t guard_size(unsigned i)
         return pick[i % 6];
 }
 
+/* Posts one `op` (RDMA Write or Read) per slot from a to b, the local and
+ * remote range [GUARD_OFF, GUARD_OFF + size) of each slot, six at a time, and
+ * waits for every completion in order. */
+static void guard_run(struct side *a, struct side *b, enum diwarp_wr_opcode op, const char *what)
+{
+        unsigned posted = 0, done = 0;
+        struct diwarp_wc wc[16];
+        uint64_t end = now_ms() + 150000;
+        while (done < GUARD_N) {
+                while (posted < GUARD_N && posted - done < 6) {
+                        uint64_t off = (uint64_t)posted * GUARD_SLOT + GUARD_OFF;
+                        struct diwarp_sge sge = {(uintptr_t)a->buf + off, guard_size(posted),
+                                                 a->lkey};
+                        struct diwarp_send_wr wr = {.wr_id = posted,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = op,
+                                                    .send_flags = DIWARP_SEND_SIGNALED};
+                        wr.wr.rdma.remote_addr = (uintptr_t)b->buf + off;
+                        wr.wr.rdma.rkey = b->rkey;
+                        post(a, b, &wr);
+                        posted++;
+                }
+                int n = diwarp_cq_poll(a->cq, 16, wc);
+                for (int k = 0; k < n; k++) {
+                        expect_wc(&wc[k], done, DIWARP_WC_SUCCESS, what);
+                        done++;
+                }
+                diwarp_progress(b->dev, 64);
+                if (now_ms() > end)
+                        die("%s: timeout, %u/%u done", what, done, GUARD_N);
+        }
+}
+
+/* Every slot of dst holds src's bytes in its target range and GUARD_BYTE
+ * everywhere else. */
+static void guard_check(const uint8_t *src, const uint8_t *dst, const char *what)
+{
+        for (unsigned i = 0; i < GUARD_N; i++) {
+                uint64_t base = (uint64_t)i * GUARD_SLOT, sz = guard_size(i);
+                verify(src + base + GUARD_OFF, dst + base + GUARD_OFF, sz, what, (uint32_t)sz);
+                for (uint64_t k = 0; k < GUARD_SLOT; k++) {
+                        if (k == GUARD_OFF)
+                                k += sz;
+                        if (k < GUARD_SLOT && dst[base + k] != GUARD_BYTE)
+                                die("%s: byte %llu of slot %u (outside the %llu-byte target at "
+                                    "%u) changed to %#x",
+                                    what, (unsigned long long)k, i, (unsigned long long)sz,
+                                    GUARD_OFF, dst[base + k]);
+                }
+        }
+}
+
 /* RDMA Writes of mixed large sizes, each into its own slot of b's region with
  * guard bytes around it, under the DIWARP_FAULT meson gives (corruption among
  * it): every target byte-exact and no other byte of the region touched, while
@@ -676,88 +729,13 @@ static int case_guard(void)
         memset(b.buf, GUARD_BYTE, buf_len);
         for (unsigned i = 0; i < GUARD_N; i++)
                 fill(a.buf + (uint64_t)i * GUARD_SLOT + GUARD_OFF, guard_size(i), i + 5);
-        unsigned posted = 0, done = 0;
-        struct diwarp_wc wc[16];
-        uint64_t end = now_ms() + 150000;
-        while (done < GUARD_N) {
-                while (posted < GUARD_N && posted - done < 6) {
-                        uint64_t off = (uint64_t)posted * GUARD_SLOT + GUARD_OFF;
-                        struct diwarp_sge sge = {(uintptr_t)a.buf + off, guard_size(posted),
-                                                 a.lkey};
-                        struct diwarp_send_wr wr = {.wr_id = posted,
-                                                    .sg_list = &sge,
-                                                    .num_sge = 1,
-                                                    .opcode = DIWARP_WR_RDMA_WRITE,
-                                                    .send_flags = DIWARP_SEND_SIGNALED};
-                        wr.wr.rdma.remote_addr = (uintptr_t)b.buf + off;
-                        wr.wr.rdma.rkey = b.rkey;
-                        post(&a, &b, &wr);
-                        posted++;
-                }
-                int n = diwarp_cq_poll(a.cq, 16, wc);
-                for (int k = 0; k < n; k++) {
-                        expect_wc(&wc[k], done, DIWARP_WC_SUCCESS, "guard write");
-                        done++;
-                }
-                diwarp_progress(b.dev, 64);
-                if (now_ms() > end)
-                        die("guard: timeout, %u/%u writes done", done, GUARD_N);
-        }
-        for (unsigned i = 0; i < GUARD_N; i++) {
-                uint64_t base = (uint64_t)i * GUARD_SLOT, sz = guard_size(i);
-                verify(a.buf + base + GUARD_OFF, b.buf + base + GUARD_OFF, sz, "guard write",
-                       (uint32_t)sz);
-                for (uint64_t k = 0; k < GUARD_SLOT; k++) {
-                        if (k == GUARD_OFF)
-                                k += sz;
-                        if (k < GUARD_SLOT && b.buf[base + k] != GUARD_BYTE)
-                                die("guard: byte %llu of slot %u (outside the %llu-byte Write at "
-                                    "%u) changed to %#x",
-                                    (unsigned long long)k, i, (unsigned long long)sz, GUARD_OFF,
-                                    b.buf[base + k]);
-                }
-        }
+        guard_run(&a, &b, DIWARP_WR_RDMA_WRITE, "guard write");
+        guard_check(a.buf, b.buf, "guard write");
         /* The same slots read back into a's region, guarded the same way:
          * Read Responses into a one-SGE sink are placed directly too. */
         memset(a.buf, GUARD_BYTE, buf_len);
-        for (posted = 0, done = 0; done < GUARD_N;) {
-                while (posted < GUARD_N && posted - done < 6) {
-                        uint64_t off = (uint64_t)posted * GUARD_SLOT + GUARD_OFF;
-                        struct diwarp_sge sge = {(uintptr_t)a.buf + off, guard_size(posted),
-                                                 a.lkey};
-                        struct diwarp_send_wr wr = {.wr_id = posted,
-                                                    .sg_list = &sge,
-                                                    .num_sge = 1,
-                                                    .opcode = DIWARP_WR_RDMA_READ,
-                                                    .send_flags = DIWARP_SEND_SIGNALED};
-                        wr.wr.rdma.remote_addr = (uintptr_t)b.buf + off;
-                        wr.wr.rdma.rkey = b.rkey;
-                        post(&a, &b, &wr);
-                        posted++;
-                }
-                int n = diwarp_cq_poll(a.cq, 16, wc);
-                for (int k = 0; k < n; k++) {
-                        expect_wc(&wc[k], done, DIWARP_WC_SUCCESS, "guard read");
-                        done++;
-                }
-                diwarp_progress(b.dev, 64);
-                if (now_ms() > end)
-                        die("guard: timeout, %u/%u reads done", done, GUARD_N);
-        }
-        for (unsigned i = 0; i < GUARD_N; i++) {
-                uint64_t base = (uint64_t)i * GUARD_SLOT, sz = guard_size(i);
-                verify(b.buf + base + GUARD_OFF, a.buf + base + GUARD_OFF, sz, "guard read",
-                       (uint32_t)sz);
-                for (uint64_t k = 0; k < GUARD_SLOT; k++) {
-                        if (k == GUARD_OFF)
-                                k += sz;
-                        if (k < GUARD_SLOT && a.buf[base + k] != GUARD_BYTE)
-                                die("guard: byte %llu of sink slot %u (outside the %llu-byte Read "
-                                    "at %u) changed to %#x",
-                                    (unsigned long long)k, i, (unsigned long long)sz, GUARD_OFF,
-                                    a.buf[base + k]);
-                }
-        }
+        guard_run(&a, &b, DIWARP_WR_RDMA_READ, "guard read");
+        guard_check(b.buf, a.buf, "guard read");
         struct diwarp_counters ca, cb;
         CHECK(diwarp_device_counters(a.dev, &ca));
         CHECK(diwarp_device_counters(b.dev, &cb));
