@@ -804,6 +804,19 @@ static ssize_t rd_put_ddp(const struct dw_rdmap_hdr *r, uint8_t *b)
         return DW_DDP_UNTAGGED_HDR_LEN;
 }
 
+/* Where the slot's datagram goes and what it carries, for commit/rollback. */
+static void rd_slot_for(struct rd_txslot *t, struct dw_rd_peer *p, uint32_t psn, uint64_t cookie,
+                        uint32_t bytes)
+{
+        t->bytes = bytes;
+        t->dst.sin_family = AF_INET;
+        t->dst.sin_addr.s_addr = p->ip;
+        t->dst.sin_port = p->port;
+        t->peer = p;
+        t->psn = psn;
+        t->cookie = cookie;
+}
+
 /* The datagram is t->hdr up to end: its CRC goes behind it, and it is sent
  * as one iovec. */
 static void rd_slot_whole(struct rd_txslot *t, uint8_t *end)
@@ -882,13 +895,7 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
                 memcpy(b, src, len);
         b += len;
         rd_slot_whole(t, b);
-        t->bytes = len;
-        t->dst.sin_family = AF_INET;
-        t->dst.sin_addr.s_addr = p->ip;
-        t->dst.sin_port = p->port;
-        t->peer = p;
-        t->psn = psn;
-        t->cookie = cookie;
+        rd_slot_for(t, p, psn, cookie, len);
         return true;
 }
 
@@ -1089,13 +1096,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         for (int i = 0; i < n; i++)
                 t->dlen += (uint32_t)t->iov[i].iov_len;
 filled:
-        t->bytes = (uint32_t)plen;
-        t->dst.sin_family = AF_INET;
-        t->dst.sin_addr.s_addr = p->ip;
-        t->dst.sin_port = p->port;
-        t->peer = p;
-        t->psn = psn;
-        t->cookie = cookie;
+        rd_slot_for(t, p, psn, cookie, (uint32_t)plen);
         return 0;
 }
 
