@@ -87,7 +87,7 @@ int dw_rd_rx_direct(struct dw_device *dev);
  * progress engine for a step at the next deadline. Returns work done. */
 int dw_rd_progress(struct dw_device *dev, int budget);
 
-/* Payload bytes per segment for a given UDP MTU (see rd.c). */
+/* Payload bytes per segment for a given UDP MTU (see rd_int.h). */
 uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
 /* sizeof(struct dw_rd_peer): an idle pseudo-stream (≤ 256 bytes). A peer with
  * PSNs in flight also borrows a send-window ring of DW_REL_DEF_WINDOW × 16

@@ -405,7 +405,7 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
                 ssize_t hl = dw_dgram_decode_rd(pkt, (size_t)body, &h, &why);
                 if (hl < 0)
                         goto malformed;
-                dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from); /* qp/rd.c */
+                dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from); /* qp/rd_rx.c */
                 return;
         }
         struct dw_dgram_ud u;

@@ -1,0 +1,367 @@
+/* Internal to the RD transport: what rd.c, rd_tx.c and rd_rx.c share (the
+ * per-device, per-QP and per-pseudo-stream state, the segment cookie, the
+ * engine's WQE flags) and the helpers each calls in the others. Nothing
+ * outside qp/rd*.c includes it: the rest of the engine reaches RD through
+ * rd.h. Helpers a datagram's path calls (transmit, receive) are static inline
+ * here, so splitting the transport into files costs no call on that path.
+ *
+ * Every function expects the device lock held.
+ */
+#ifndef DIWARP_QP_RD_INT_H
+#define DIWARP_QP_RD_INT_H
+
+#include <errno.h>
+
+#include "qp/rd.h"
+#include "util/time.h"
+
+/* ---------------------------------------------------------------- layout */
+
+#define RD_MAX_ORQ  DW_MAX_RD_ATOM /* Reads/Atomics we have outstanding, per QP */
+#define RD_MAX_IRQ  64             /* Read/Atomic responses we owe, per QP (all peers) */
+#define RD_HASH_MIN 16u
+#define RD_BATCH    DW_UDP_GSO_MAX_SEGS /* slots; DW_UDP_TX_BATCH without GSO */
+#define RD_SLOT_IOV (DW_MAX_SGE + 3)
+/* Bytes built per transmit step: the CRC pass over a segment leaves it in
+ * cache for the kernel's copy only if the step stays small (64 datagrams of
+ * 1472 bytes, or 4 of 64 KiB). */
+#define RD_BATCH_BYTES (256u << 10)
+/* Route MTU cache: entries per device, and how long one is trusted. */
+#define RD_PMTU_CACHE   16
+#define RD_PMTU_TTL_NS  (1000ull * 1000 * 1000)
+#define RD_FALLBACK_MTU 1500 /* the route's MTU cannot be read: assume Ethernet */
+/* Smallest Write segment placed without the bounce buffer (dw_rd_rx_direct):
+ * below it the extra peek costs more than the copy it saves. */
+#define RD_DIRECT_MIN (16u << 10)
+#define RD_PEEK_LEN   (RD_HDR_CAP + 16)
+/* Largest extra RDMAP header after the DDP header (Atomic Request). */
+#define RD_HDR_CAP (DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
+
+/* Cookie: kind (2 bits) | slot (14 bits, < DW_MAX_QP_WR and RD_MAX_IRQ) | segment (32 bits). */
+enum { RD_CK_SQ = 1, RD_CK_IRQ = 2 };
+static inline uint64_t rd_cookie(unsigned kind, uint32_t slot, uint32_t seg)
+{
+        return (uint64_t)kind << 62 | (uint64_t)(slot & 0x3fffu) << 32 | seg;
+}
+static inline unsigned ck_kind(uint64_t c)
+{
+        return (unsigned)(c >> 62);
+}
+static inline uint32_t ck_slot(uint64_t c)
+{
+        return (uint32_t)(c >> 32) & 0x3fffu;
+}
+static inline uint32_t ck_seg(uint64_t c)
+{
+        return (uint32_t)c;
+}
+
+static_assert(DW_MAX_QP_WR <= 0x4000, "SQ slot fits the cookie");
+
+/* WQE flag bits of the RD engine (above queue/'s enum dw_wqe_flags). */
+enum {
+        RD_W_TXALL = 1u << 8,   /* send: every segment handed to the socket once */
+        RD_W_RESP = 1u << 9,    /* Read/Atomic: the response is complete */
+        RD_W_LAST = 1u << 10,   /* last segment (or response) seen; psn = its PSN */
+        RD_W_BOUND = 1u << 11,  /* receive: bound to (peer, msn) */
+        RD_W_IMM = 1u << 12,    /* receive: carries immediate data */
+        RD_W_INV = 1u << 13,    /* receive: Send with Invalidate */
+        RD_W_SE = 1u << 14,     /* receive: solicited */
+        RD_W_WIMM = 1u << 15,   /* receive: consumed by RDMA Write with Immediate */
+        RD_W_INORQ = 1u << 16,  /* send: on the ORQ */
+        RD_W_QUEUED = 1u << 17, /* send: dw_rd_post_send resolved its peer */
+};
+
+/* Responder work for one Read or Atomic Request. */
+struct rd_irq {
+        struct dw_rd_peer *peer; /* NULL: free */
+        bool atomic;
+        uint32_t msn; /* request's queue-1 MSN (Atomic: also the Response's) */
+        uint32_t sink_stag;
+        uint64_t sink_to;
+        uint32_t len;
+        uint32_t src_stag;
+        uint64_t src_to;
+        uint32_t req_id;
+        uint64_t orig; /* Atomic: the original value, kept for retransmission */
+        uint32_t nseg, next_seg, sent, acked;
+};
+
+struct dw_rd_peer {
+        struct dw_rel_peer rel;
+        struct dw_rd_qp *s;
+        struct dw_rd_peer *hnext;         /* per-QP hash chain */
+        struct dw_rd_peer *anext, *aprev; /* device list of peers with timers */
+        uint32_t ip;                      /* network order */
+        uint16_t port;                    /* network order */
+        bool active;
+        bool dead; /* QP in ERR: no more reliability work */
+        uint32_t rqpn;
+        uint32_t tx_msn;  /* next queue-0 MSN (receive-consuming messages) we send */
+        uint32_t tx_rreq; /* next queue-1 MSN (Read/Atomic Requests) we send */
+        uint32_t rx_bind; /* next queue-0 MSN to bind to a receive WQE */
+        uint32_t rx_done; /* next queue-0 MSN to complete */
+        uint32_t nak_psn; /* PSN refused with nak_code (repeated on every copy) */
+        uint8_t nak_code;
+        uint8_t rsvd;
+        /* Largest UDP payload to this peer (rd_udp_mtu), fixed for the
+         * stream's life: segment k of a message always covers the same bytes,
+         * so a retransmission rebuilds it exactly. */
+        uint16_t udp_mtu;
+        uint32_t batch; /* segments built in the current batch, not yet registered */
+        /* The send-window ring (DW_REL_DEF_WINDOW entries, 2 KiB) is not here:
+         * p->rel.ring borrows one from the device cache while PSNs are in
+         * flight (rd_ring_get / rd_ring_idle), so an idle peer costs only this
+         * struct. */
+};
+static_assert(sizeof(struct dw_rd_peer) <= 256, "an idle pseudo-stream costs at most 256 bytes");
+
+struct dw_rd_qp {
+        struct dw_qp *qp;
+        bool rc; /* RC/UC carried by RD */
+        struct dw_rel_params params;
+        struct dw_rd_peer *rc_peer;
+        struct dw_rd_peer *last_tx; /* peer of the last send WR: post_send tries it first */
+        struct dw_rd_peer **htab;
+        uint32_t hmask, npeers;
+        /* transmit cursor: WQE tx_idx from the SQ head, its segment tx_seg */
+        uint32_t tx_idx, tx_seg;
+        struct dw_wqe *orq[RD_MAX_ORQ];
+        uint32_t norq, orq_building;
+        uint32_t rq_bound; /* receive WQEs [0, rq_bound) from the RQ head are bound */
+        struct rd_irq irq[RD_MAX_IRQ];
+        uint32_t fifo[RD_MAX_IRQ]; /* IRQ entries in arrival order, until fully sent */
+        uint32_t fifo_head, fifo_count;
+        bool irq_turn;
+        /* Send WQEs completed (DW_WQE_DONE) by the ACK a ping-pong's incoming
+         * Send carried, not retired to the CQ yet (rd_retire_held). */
+        bool retire_held;
+        struct dw_rd_qp *next, *prev; /* device list of RD QPs */
+};
+
+/* Payloads up to this size are copied behind the headers: the datagram is
+ * then one iovec for the kernel to import and one CRC pass, which costs less
+ * than the copy at these sizes (as on UD). */
+#define RD_COPY_MAX 256
+
+struct rd_txslot {
+        /* the headers; for a payload of at most RD_COPY_MAX bytes the whole
+         * datagram (payload, Immediate Data message and CRC behind them) */
+        uint8_t hdr[RD_HDR_CAP + RD_COPY_MAX + DW_DGRAM_IMM_MSG_LEN + DW_DGRAM_CRC_LEN];
+        uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
+        uint8_t crc[DW_DGRAM_CRC_LEN];
+        struct iovec iov[RD_SLOT_IOV];
+        int iovcnt;
+        struct sockaddr_in dst;
+        uint32_t bytes;
+        uint32_t dlen; /* datagram length (sum of iov) */
+        /* for commit / rollback */
+        struct dw_rd_peer *peer;
+        uint32_t psn;
+        uint64_t cookie;
+        uint32_t save_idx, save_seg;
+};
+
+struct dw_rd_dev {
+        struct dw_rd_qp *qps;      /* every RD-served QP */
+        struct dw_rd_peer *active; /* peers with outstanding data, owed ACKs or timers */
+        bool tx_wait;              /* registered with dw_progress_tx_wait */
+        /* The walk over `active` for rel/ timers runs when the earliest
+         * deadline it knows of came (timers_at: no peer has work before it)
+         * or when several peers changed state since the last step
+         * (timers_dirty). A change of one peer only (`touched`, the common
+         * case: a packet in or out) folds that peer's next deadline into
+         * timers_at instead, so a busy-polling step skips the walk. */
+        bool timers_dirty;
+        uint64_t timers_at;
+        struct dw_rd_peer *touched;
+        /* The latest clock read of the current progress step (step_no),
+         * reused by the timers check at its end instead of a second read;
+         * rx_clock: read as the step's receive began, for its first datagram
+         * (taken while waiting for it rather than after it arrived). */
+        uint64_t step_now, step_no;
+        bool rx_clock;
+        /* hold_retire: dw_rd_rx is handling the ACK of a datagram whose Send
+         * it already completed; held_step: the step in which send completions
+         * were first held back since the last release (see rd_retire_held). */
+        bool hold_retire;
+        uint64_t held_step;
+        /* The plain ACK (no SACK) carried by a Send rd_rx_fast completed,
+         * handed to rel/ after the application's answer (rd_ack_flush);
+         * peer NULL: none. */
+        struct rd_held_ack {
+                struct dw_rd_peer *peer;
+                uint32_t ack_psn;
+                uint64_t now; /* its arrival */
+        } hack;
+        uint32_t ctl_sent;  /* retransmissions and ACK-only datagrams of this walk */
+        uint32_t dgram_max; /* largest datagram sent (diwarpdv_query_rd_path) */
+        /* Direct receive (dw_rd_rx_direct): large Write segments were seen
+         * lately, so the next datagram is peeked at first; rx_placed: the one
+         * dw_rd_rx is handling is already in place. */
+        bool rx_big, rx_placed;
+        uint8_t rx_small; /* datagrams in a row not placed directly */
+        uint8_t rx_hdr[RD_PEEK_LEN];
+        /* The segment that continues the last CRC-verified, non-last large
+         * RDMA Write segment, or Read Response segment into a one-SGE sink,
+         * received: the only one placed before its CRC is known, since a
+         * verified segment must rewrite exactly that range before the
+         * message completes. */
+        struct rd_rx_next {
+                const struct dw_rd_peer *peer; /* NULL: no message in progress */
+                uint32_t psn;
+                uint32_t stag; /* Write: the target STag; Read Response: the sink's */
+                uint64_t to;
+                bool read; /* a Read Response, placed through the Read WR's SGE */
+        } rx_next;
+        /* Route MTUs by destination address, asked of the kernel when a
+         * pseudo-stream starts (rd_udp_mtu); direct-mapped. */
+        struct rd_pmtu {
+                uint32_t ip; /* network order; 0 = empty */
+                uint32_t mtu;
+                uint64_t at_ns;
+        } pmtu[RD_PMTU_CACHE];
+        struct rd_txslot slot[RD_BATCH];
+        struct dw_udp_msg msgs[RD_BATCH];
+        /* one GSO super-datagram: the slots' iovecs back to back */
+        struct iovec gso_iov[RD_BATCH * RD_SLOT_IOV];
+        struct rd_txslot rslot; /* retransmissions and control packets */
+        /* Send-window rings of drained peers, kept for the next sender (a
+         * singly linked list through the first bytes of each free ring). */
+        struct rd_free_ring *ring_cache;
+        uint32_t ring_cached;
+};
+
+/* ---------------------------------------------------------------- shared between the files */
+
+/* rd.c */
+bool rd_ring_get(struct dw_rd_dev *d, struct dw_rd_peer *p);
+void rd_ring_idle(struct dw_rd_dev *d, struct dw_rd_peer *p);
+struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, uint32_t qpn,
+                               uint32_t tx_psn, uint32_t rx_psn);
+const char *rd_peer_str(const struct dw_rd_peer *p, char *buf, size_t len);
+void rd_retire(struct dw_rd_qp *s);
+void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w);
+void rd_complete_through(struct dw_rd_qp *s, struct dw_wqe *w, enum diwarp_wc_status status);
+void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event, const char *why);
+
+/* rd_tx.c */
+extern const struct dw_rel_ops rd_ops;
+void rd_send_nak(struct dw_rd_peer *p, uint32_t psn, uint8_t code);
+int rd_send_ack(struct dw_rd_peer *p);
+int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
+
+/* rd_rx.c */
+void rd_ack_flush(struct dw_rd_dev *d);
+
+/* ---------------------------------------------------------------- helpers */
+
+static inline struct dw_rd_dev *rdd(struct dw_device *dev)
+{
+        return (struct dw_rd_dev *)dev->rd;
+}
+
+/* The clock, remembered as the latest read of the current progress step. */
+static inline uint64_t rd_clock(struct dw_device *dev)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        d->step_now = dw_now_ns();
+        d->step_no = dev->prog.steps;
+        return d->step_now;
+}
+
+/* dw_rd_seg_payload: inline, as every segment built asks for it. */
+static inline uint32_t rd_seg_payload(uint32_t mtu)
+{
+        if (mtu < DW_CONFIG_MIN_UDP_MTU)
+                mtu = DW_CONFIG_MIN_UDP_MTU;
+        if (mtu > DW_UDP_MAX_PAYLOAD)
+                mtu = DW_UDP_MAX_PAYLOAD;
+        /* Room for the fixed header, an untagged DDP header, an Immediate Data
+         * message and the CRC; SACK blocks ride in what is left over. The size
+         * is fixed per device so a retransmission rebuilds the same segment. */
+        return mtu - DW_DGRAM_HDR_LEN - DW_DGRAM_DDP_UNTAGGED_LEN - DW_DGRAM_IMM_MSG_LEN -
+               DW_DGRAM_CRC_LEN;
+}
+
+static inline uint32_t rd_peer_seg(const struct dw_rd_peer *p)
+{
+        return rd_seg_payload(p->udp_mtu);
+}
+
+static inline uint64_t rd_nseg(uint64_t len, uint32_t seg)
+{
+        return len <= seg ? 1 : (len + seg - 1) / seg; /* no division for the common case */
+}
+
+static inline bool is_read_like(int op)
+{
+        return op == DIWARP_WR_RDMA_READ || op == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
+               op == DIWARP_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+static inline bool rd_backpressure(int r)
+{
+        return r == -EAGAIN || r == -ENOBUFS;
+}
+
+static inline uint32_t rd_hash(uint32_t ip, uint16_t port, uint32_t qpn)
+{
+        uint64_t k = (uint64_t)ip << 32 ^ (uint64_t)port << 24 ^ qpn;
+        k *= 0x9e3779b97f4a7c15ull;
+        return (uint32_t)(k >> 32);
+}
+
+static inline void rd_activate(struct dw_rd_peer *p)
+{
+        struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        if (!d->touched && !p->dead)
+                d->touched = p;
+        else if (d->touched != p)
+                d->timers_dirty = true;
+        if (p->active || p->dead)
+                return;
+        p->active = true;
+        p->aprev = NULL;
+        p->anext = d->active;
+        if (d->active)
+                d->active->aprev = p;
+        d->active = p;
+}
+
+/* First PSN of the direction from QPN a to QPN b on an RD QP, which both ends
+ * compute alike (no handshake). RC over RD uses sq_psn / rq_psn instead. */
+static inline uint32_t rd_isn(uint32_t from_qpn, uint32_t to_qpn)
+{
+        uint64_t k = ((uint64_t)from_qpn << 24 | to_qpn) * 0xff51afd7ed558ccdull;
+        return (uint32_t)(k >> 29);
+}
+
+static inline struct dw_rd_peer *rd_peer_find(struct dw_rd_qp *s, uint32_t ip, uint16_t port,
+                                              uint32_t qpn)
+{
+        if (!s->htab)
+                return NULL;
+        struct dw_rd_peer *p = s->htab[rd_hash(ip, port, qpn) & s->hmask];
+        for (; p; p = p->hnext)
+                if (p->ip == ip && p->port == port && p->rqpn == qpn)
+                        return p;
+        return NULL;
+}
+
+/* Send completions held back by the ACK of an incoming Send go to the CQ. In
+ * a ping-pong the ACK of our last message rides on the peer's answer: the
+ * receive completion is what the application waits for, so the step that
+ * delivers it leaves the send completion to the application's next call (the
+ * answer's post_send, after its datagram left, or the next step), as UD
+ * reports it after the send. Returns whether any WQE was held. */
+static inline bool rd_retire_held(struct dw_rd_qp *s)
+{
+        if (!s->retire_held)
+                return false;
+        s->retire_held = false;
+        rd_retire(s);
+        return true;
+}
+
+#endif

@@ -1,0 +1,847 @@
+/* RD receive: each datagram is checked and placed straight from the bounce
+ * buffer (or, for a large Write or Read Response continuation, from the
+ * socket into its target: dw_rd_rx_direct), accepted by rel/, and completed
+ * in order; Read and Atomic Requests are queued for rd_tx.c to answer.
+ *
+ * The datagram is still in the llp bounce buffer; a NEW segment is
+ * checked (protection, receive WQE) and copied straight to its place, then
+ * handed to rel/. A refused segment is not accepted: RNR NAK (no receive WQE,
+ * no IRQ slot) or an error NAK (REM_ACCESS, REM_OP, INVALID) that is repeated
+ * whenever the same PSN comes again. Completions follow rel/'s in-order
+ * cursor: a message completes once every PSN up to its last segment arrived.
+ *
+ * Receive WQEs are bound to Send messages in MSN order (queue-0 MSN counts
+ * only messages that consume a receive WQE), so a later Send can never take
+ * the WQE of an earlier one that was refused for RNR. On an RD QP several
+ * peers share the RQ: a WQE completes when its message does and leaves the
+ * ring once every older WQE has completed too.
+ */
+#include "qp/rd_int.h"
+
+#include <string.h>
+
+#include "wire/crc32c.h"
+#include "wire/rdmap.h"
+
+void dw_rd_rx_clock(struct dw_device *dev)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        if (d && (d->qps || d->active)) {
+                rd_clock(dev);
+                d->rx_clock = true;
+        }
+}
+
+static bool qp_allows(const struct dw_qp *qp, int access)
+{
+        if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
+                return true;
+        return (qp->attr.qp_access_flags & access) == access;
+}
+
+/* Whether the ACK of a datagram whose Send rd_rx_fast completed may wait for
+ * the application's answer (rd_ack_flush): it acknowledges new PSNs, none it
+ * could not (so it is valid now and later), and no RNR episode, RTO probe or
+ * fatal state would make its effect depend on when it is handled. */
+static bool rd_ack_holdable(const struct dw_rel_peer *r, const struct dw_dgram_hdr *h)
+{
+        return (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_SACK | DW_DGRAM_F_NAK)) == DW_DGRAM_F_ACK &&
+               !r->fatal && !r->rnr_retries && !r->rnr_until && !(r->flags & DW_REL_F_RTO_PROBE) &&
+               dw_psn_before(r->snd_una, h->ack_psn) && !dw_psn_before(r->snd_nxt, h->ack_psn);
+}
+
+/* Hands a held ACK to rel/, with its arrival time: the send completions it
+ * makes go to the CQ at once. */
+void rd_ack_flush(struct dw_rd_dev *d)
+{
+        struct dw_rd_peer *p = d->hack.peer;
+        if (!p)
+                return;
+        d->hack.peer = NULL;
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
+                                 .ack_psn = d->hack.ack_psn};
+        int r = dw_rel_on_ack(&p->rel, &h, d->hack.now, &rd_ops, p);
+        if ((r == -EREMOTEIO || r == -ETIMEDOUT) && p->s->qp->state != DIWARP_QPS_ERR)
+                rd_peer_fail(
+                    p, r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR : DIWARP_WC_RETRY_EXC_ERR,
+                    DIWARP_EVENT_QP_FATAL, dw_rel_fatal_str(&p->rel));
+}
+
+/* ---------------------------------------------------------------- receive */
+
+enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE };
+
+/* True when `need` unbound receive WQEs are in qp->rq. On an SRQ, qp->rq is
+ * the QP's own ring of WQEs taken from the SRQ: they are taken only when a
+ * message binds them, all or none, so an RNR leaves the SRQ whole for the
+ * other QPs. */
+static bool rd_rq_have(struct dw_rd_qp *s, uint32_t need)
+{
+        struct dw_qp *qp = s->qp;
+        uint32_t have = dw_wq_count(&qp->rq) - s->rq_bound;
+        if (have >= need)
+                return true;
+        if (!qp->srq)
+                return false;
+        struct dw_srq *q = &qp->srq->q;
+        if (dw_wq_count(&q->wq) < need - have ||
+            qp->rq.capacity - dw_wq_count(&qp->rq) < need - have)
+                return false;
+        for (; have < need; have++) {
+                struct dw_wqe *w = dw_wq_reserve(&qp->rq);
+                bool limit = false;
+                if (!w || dw_srq_take(q, w, &limit) < 0)
+                        return false;
+                w->flags = 0;
+                w->priv = NULL;
+                dw_wq_commit(&qp->rq);
+                if (limit)
+                        dw_async_srq(qp->dev, qp->srq, DIWARP_EVENT_SRQ_LIMIT_REACHED);
+        }
+        return true;
+}
+
+/* Receive WQE bound to (p, msn), binding WQEs in MSN order first. NULL:
+ * not enough receive WQEs posted (RNR). */
+static struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn)
+{
+        struct dw_qp *qp = s->qp;
+        if (dw_psn_diff(msn, p->rx_bind) >= 0) {
+                uint32_t need = msn - p->rx_bind + 1;
+                if (!rd_rq_have(s, need))
+                        return NULL;
+                for (uint32_t m = p->rx_bind; need--; m++) {
+                        struct dw_wqe *w = dw_wq_at(&qp->rq, s->rq_bound++);
+                        w->priv = p;
+                        w->msn = m;
+                        w->flags |= RD_W_BOUND;
+                        w->byte_len = 0;
+                }
+                p->rx_bind = msn + 1;
+        }
+        struct dw_wqe *w;
+        for (uint32_t i = 0; i < s->rq_bound && (w = dw_wq_at(&qp->rq, i)); i++)
+                if (w->priv == p && w->msn == msn && !(w->flags & DW_WQE_DONE))
+                        return w;
+        return NULL;
+}
+
+static void rd_rq_pop_done(struct dw_rd_qp *s)
+{
+        struct dw_wqe *w;
+        while ((w = dw_wq_head(&s->qp->rq)) && (w->flags & DW_WQE_DONE)) {
+                dw_wq_pop(&s->qp->rq);
+                if (s->rq_bound)
+                        s->rq_bound--;
+        }
+}
+
+static void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
+                         enum diwarp_wc_status st)
+{
+        struct diwarp_wc wc = {
+            .wr_id = w->wr_id, .status = st, .opcode = DIWARP_WC_RECV, .src_qp = p->rqpn};
+        w->flags |= DW_WQE_DONE;
+        dw_qp_complete_recv(s->qp, &wc, false);
+        rd_rq_pop_done(s);
+}
+
+/* Completes, in order, every message of p whose last PSN is below the cursor. */
+static void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
+{
+        struct dw_qp *qp = s->qp;
+        uint32_t cur = dw_rel_rx_cursor(&p->rel);
+        for (;;) {
+                struct dw_wqe *w = NULL, *x;
+                for (uint32_t i = 0; i < s->rq_bound && (x = dw_wq_at(&qp->rq, i)); i++)
+                        if (x->priv == p && x->msn == p->rx_done && !(x->flags & DW_WQE_DONE)) {
+                                w = x;
+                                break;
+                        }
+                if (!w || !(w->flags & RD_W_LAST) || !dw_psn_before(w->psn, cur))
+                        break;
+                struct diwarp_wc wc = {
+                    .wr_id = w->wr_id,
+                    .status = DIWARP_WC_SUCCESS,
+                    .opcode =
+                        (w->flags & RD_W_WIMM) ? DIWARP_WC_RECV_RDMA_WITH_IMM : DIWARP_WC_RECV,
+                    .byte_len = w->byte_len,
+                    .src_qp = p->rqpn,
+                };
+                if (w->flags & RD_W_IMM) {
+                        wc.wc_flags |= DIWARP_WC_WITH_IMM;
+                        wc.imm_data = w->imm_data;
+                }
+                if (w->flags & RD_W_INV) {
+                        if (dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd) ==
+                            DW_PROT_OK) {
+                                wc.wc_flags |= DIWARP_WC_WITH_INV;
+                                wc.invalidated_rkey = w->invalidate_rkey;
+                        } else {
+                                wc.status = DIWARP_WC_REM_INV_REQ_ERR;
+                        }
+                }
+                w->flags |= DW_WQE_DONE;
+                p->rx_done++;
+                dw_qp_complete_recv(qp, &wc, (w->flags & RD_W_SE) != 0);
+        }
+        rd_rq_pop_done(s);
+        for (uint32_t i = 0; i < s->norq;) {
+                struct dw_wqe *w = s->orq[i];
+                if (w->priv == p && (w->flags & RD_W_LAST) && dw_psn_before(w->psn, cur)) {
+                        w->flags |= RD_W_RESP;
+                        s->orq[i] = s->orq[--s->norq];
+                        w->flags &= ~RD_W_INORQ;
+                        rd_check_done(s, w);
+                        continue;
+                }
+                i++;
+        }
+}
+
+static uint64_t masked_add(uint64_t a, uint64_t b, uint64_t mask)
+{
+        /* RFC 7306 field-wise add: a 1 in the mask marks the top bit of a field,
+         * so carries stop there. */
+        uint64_t out = 0;
+        unsigned carry = 0;
+        for (unsigned i = 0; i < 64; i++) {
+                unsigned sum = (unsigned)((a >> i) & 1) + (unsigned)((b >> i) & 1) + carry;
+                out |= (uint64_t)(sum & 1) << i;
+                carry = (mask >> i) & 1 ? 0 : sum >> 1;
+        }
+        return out;
+}
+
+static uint64_t rd_atomic_exec(uint64_t *p, const struct dw_rdmap_atomic_req *a)
+{
+        uint64_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+        for (;;) {
+                uint64_t nv;
+                if (a->aopcode == DW_ATOMIC_FETCH_ADD)
+                        nv = a->add_swap_mask ? masked_add(old, a->add_swap_data, a->add_swap_mask)
+                                              : old + a->add_swap_data;
+                else if (a->aopcode == DW_ATOMIC_CMP_SWAP &&
+                         (old & a->compare_mask) != (a->compare_data & a->compare_mask))
+                        return old;
+                else
+                        nv = (old & ~a->add_swap_mask) | (a->add_swap_data & a->add_swap_mask);
+                if (__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_SEQ_CST))
+                        return old;
+        }
+}
+
+static struct dw_wqe *rd_orq_find(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn,
+                                  bool atomic)
+{
+        for (uint32_t i = 0; i < s->norq; i++) {
+                struct dw_wqe *w = s->orq[i];
+                if (w->priv == p && w->msn == msn && (w->opcode != DIWARP_WR_RDMA_READ) == atomic)
+                        return w;
+        }
+        return NULL;
+}
+
+static int rd_irq_alloc(struct dw_rd_qp *s)
+{
+        if (s->fifo_count >= RD_MAX_IRQ)
+                return -1;
+        for (int i = 0; i < RD_MAX_IRQ; i++)
+                if (!s->irq[i].peer)
+                        return i;
+        return -1;
+}
+
+static void rd_irq_queue(struct dw_rd_qp *s, int idx)
+{
+        s->fifo[(s->fifo_head + s->fifo_count) % RD_MAX_IRQ] = (uint32_t)idx;
+        s->fifo_count++;
+}
+
+/* One NEW DATA segment: check, place. */
+static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                     const struct dw_dgram_hdr *h, uint8_t *pkt,
+                                     const struct dw_dgram_layout *lay, uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        const char *why = NULL;
+        struct dw_rdmap_hdr r;
+        ssize_t rl = dw_rdmap_decode(pkt + lay->seg_off, lay->seg_len, &r, &why);
+        if (rl < 0)
+                return RV_DROP;
+        uint8_t *pay = pkt + lay->seg_off + rl;
+        size_t plen = lay->seg_len - (size_t)rl;
+        bool has_imm = h->flags & DW_DGRAM_F_IMM;
+        struct dw_rdmap_hdr ri;
+        uint32_t imm_val = 0, imm_len = 0;
+        if (has_imm) {
+                if (dw_rdmap_decode(pkt + lay->imm_off, DW_DGRAM_IMM_MSG_LEN, &ri, &why) < 0 ||
+                    (ri.opcode != DW_RDMAP_IMM_DATA && ri.opcode != DW_RDMAP_IMM_DATA_SE) ||
+                    !r.ddp.last)
+                        return RV_DROP;
+                memcpy(&imm_val, pkt + lay->imm_off + DW_DGRAM_DDP_UNTAGGED_LEN, 4);
+                imm_len = dw_get_be32(pkt + lay->imm_off + DW_DGRAM_DDP_UNTAGGED_LEN + 4);
+        }
+        /* Requests must carry our Q_Key on an RD QP; responses belong to a
+         * stream we opened and carry none. */
+        bool request = r.opcode != DW_RDMAP_READ_RESP && r.opcode != DW_RDMAP_ATOMIC_RESP;
+        if (!s->rc && request && h->qkey != qp->attr.qkey) {
+                dev->ctr.rx_dropped_qkey++;
+                qp->ctr.rx_dropped_qkey++;
+                return RV_DROP;
+        }
+
+        switch (r.opcode) {
+        case DW_RDMAP_SEND:
+        case DW_RDMAP_SEND_SE:
+        case DW_RDMAP_SEND_INVAL:
+        case DW_RDMAP_SEND_SE_INVAL: {
+                int32_t ahead = dw_psn_diff(r.ddp.msn, p->rx_done);
+                if (ahead < 0 || ahead > 65536)
+                        return RV_DROP;
+                struct dw_wqe *w = rd_rx_bind(s, p, r.ddp.msn);
+                if (!w)
+                        return RV_RNR;
+                int e = dw_qp_scatter(qp, w, r.ddp.mo, pay, plen);
+                if (e == -EMSGSIZE) {
+                        dw_warn("RD QP %#x: Send of more than the %llu-byte receive WR %#llx",
+                                qp->qpn, (unsigned long long)w->total_len,
+                                (unsigned long long)w->wr_id);
+                        rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
+                        *nak = DW_DGRAM_NAK_INVALID;
+                        return RV_NAK;
+                }
+                if (e < 0) {
+                        dw_warn("RD QP %#x: receive WR %#llx: local protection error (lkey)",
+                                qp->qpn, (unsigned long long)w->wr_id);
+                        rd_recv_fail(s, p, w, DIWARP_WC_LOC_PROT_ERR);
+                        *nak = DW_DGRAM_NAK_REM_OP;
+                        return RV_NAK;
+                }
+                if (r.ddp.last) {
+                        w->psn = h->psn;
+                        w->byte_len = r.ddp.mo + (uint32_t)plen;
+                        w->flags |= RD_W_LAST;
+                        if (r.opcode == DW_RDMAP_SEND_SE || r.opcode == DW_RDMAP_SEND_SE_INVAL)
+                                w->flags |= RD_W_SE;
+                        if (r.opcode == DW_RDMAP_SEND_INVAL || r.opcode == DW_RDMAP_SEND_SE_INVAL) {
+                                w->flags |= RD_W_INV;
+                                w->invalidate_rkey = r.inval_stag;
+                        }
+                        if (has_imm) {
+                                w->flags |= RD_W_IMM;
+                                w->imm_data = imm_val;
+                                if (ri.opcode == DW_RDMAP_IMM_DATA_SE)
+                                        w->flags |= RD_W_SE;
+                        }
+                }
+                qp->ctr.rx_bytes += plen;
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_WRITE: {
+                struct dw_wqe *w = NULL;
+                if (has_imm) {
+                        int32_t ahead = dw_psn_diff(ri.ddp.msn, p->rx_done);
+                        if (ahead < 0 || ahead > 65536)
+                                return RV_DROP;
+                }
+                uint8_t *host = NULL;
+                enum dw_prot_status st = DW_PROT_OK;
+                if (plen && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
+                        st = DW_PROT_ACCESS;
+                else
+                        st = dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd,
+                                                DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to, plen, &host);
+                if (st != DW_PROT_OK) {
+                        dw_warn("RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s", qp->qpn,
+                                r.ddp.stag, (unsigned long long)r.ddp.to, plen,
+                                dw_prot_status_str(st));
+                        dev->ctr.rx_dropped_protection++;
+                        qp->ctr.rx_dropped_protection++;
+                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                        return RV_NAK;
+                }
+                if (has_imm) {
+                        w = rd_rx_bind(s, p, ri.ddp.msn);
+                        if (!w)
+                                return RV_RNR;
+                }
+                struct dw_rd_dev *d = rdd(dev);
+                if (plen >= RD_DIRECT_MIN && !r.ddp.last && !has_imm) {
+                        d->rx_big = true;
+                        d->rx_next =
+                            (struct rd_rx_next){p, h->psn + 1, r.ddp.stag, r.ddp.to + plen, false};
+                } else if (d->rx_next.peer == p) {
+                        d->rx_next.peer = NULL;
+                }
+                if (plen && !d->rx_placed)
+                        memcpy(host, pay, plen);
+                if (w) {
+                        w->psn = h->psn;
+                        w->byte_len = imm_len;
+                        w->imm_data = imm_val;
+                        w->flags |= RD_W_LAST | RD_W_IMM | RD_W_WIMM;
+                        if (ri.opcode == DW_RDMAP_IMM_DATA_SE)
+                                w->flags |= RD_W_SE;
+                }
+                qp->ctr.rx_bytes += plen;
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_READ_REQ: {
+                struct dw_rdmap_rreq rq;
+                if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
+                        *nak = DW_DGRAM_NAK_INVALID;
+                        return RV_NAK;
+                }
+                enum dw_prot_status st = DW_PROT_OK;
+                if (rq.rdma_rd_sz && !qp_allows(qp, DIWARP_ACCESS_REMOTE_READ))
+                        st = DW_PROT_ACCESS;
+                else
+                        st = dw_mr_check_remote(&dev->mrs, rq.src_stag, qp->pd,
+                                                DIWARP_ACCESS_REMOTE_READ, rq.src_to, rq.rdma_rd_sz,
+                                                NULL);
+                if (st != DW_PROT_OK) {
+                        dw_warn("RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s", qp->qpn,
+                                rq.src_stag, (unsigned long long)rq.src_to, rq.rdma_rd_sz,
+                                dw_prot_status_str(st));
+                        dev->ctr.rx_dropped_protection++;
+                        qp->ctr.rx_dropped_protection++;
+                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                        return RV_NAK;
+                }
+                int idx = rd_irq_alloc(s);
+                if (idx < 0)
+                        return RV_RNR;
+                struct rd_irq *e = &s->irq[idx];
+                *e = (struct rd_irq){.peer = p,
+                                     .msn = r.ddp.msn,
+                                     .sink_stag = rq.sink_stag,
+                                     .sink_to = rq.sink_to,
+                                     .len = rq.rdma_rd_sz,
+                                     .src_stag = rq.src_stag,
+                                     .src_to = rq.src_to,
+                                     .nseg = (uint32_t)rd_nseg(rq.rdma_rd_sz, rd_peer_seg(p))};
+                rd_irq_queue(s, idx);
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_ATOMIC_REQ: {
+                struct dw_rdmap_atomic_req ar;
+                if (dw_rdmap_atomic_req_decode(pay, plen, &ar, &why) < 0) {
+                        *nak = DW_DGRAM_NAK_INVALID;
+                        return RV_NAK;
+                }
+                uint8_t *host = NULL;
+                enum dw_prot_status st = DW_PROT_OK;
+                if (!qp_allows(qp, DIWARP_ACCESS_REMOTE_ATOMIC))
+                        st = DW_PROT_ACCESS;
+                else
+                        st =
+                            dw_mr_check_remote(&dev->mrs, ar.remote_stag, qp->pd,
+                                               DIWARP_ACCESS_REMOTE_ATOMIC, ar.remote_to, 8, &host);
+                if (st == DW_PROT_OK && ((uintptr_t)host & 7))
+                        st = DW_PROT_BOUNDS;
+                if (st != DW_PROT_OK) {
+                        dw_warn("RD QP %#x: Atomic on STag %#x TO %#llx: %s", qp->qpn,
+                                ar.remote_stag, (unsigned long long)ar.remote_to,
+                                dw_prot_status_str(st));
+                        dev->ctr.rx_dropped_protection++;
+                        qp->ctr.rx_dropped_protection++;
+                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                        return RV_NAK;
+                }
+                int idx = rd_irq_alloc(s);
+                if (idx < 0)
+                        return RV_RNR;
+                struct rd_irq *e = &s->irq[idx];
+                /* Executed once, here: rel/ accepts each PSN once, and a
+                 * retransmitted response carries the value kept in e. */
+                *e = (struct rd_irq){.peer = p,
+                                     .atomic = true,
+                                     .msn = r.ddp.msn,
+                                     .req_id = ar.req_id,
+                                     .orig = rd_atomic_exec((uint64_t *)host, &ar),
+                                     .nseg = 1};
+                rd_irq_queue(s, idx);
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_READ_RESP: {
+                struct dw_wqe *w = rd_orq_find(s, p, r.ddp.stag, false);
+                if (!w || r.ddp.to > w->total_len || plen > w->total_len - r.ddp.to)
+                        return RV_DROP;
+                struct dw_rd_dev *d = rdd(dev);
+                if (!d->rx_placed && dw_qp_scatter(qp, w, r.ddp.to, pay, plen) < 0) {
+                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
+                                     "RDMA Read sink fails its lkey check");
+                        return RV_GONE;
+                }
+                if (plen >= RD_DIRECT_MIN && !r.ddp.last && w->num_sge == 1) {
+                        d->rx_big = true;
+                        d->rx_next =
+                            (struct rd_rx_next){p, h->psn + 1, r.ddp.stag, r.ddp.to + plen, true};
+                } else if (d->rx_next.peer == p) {
+                        d->rx_next.peer = NULL;
+                }
+                if (r.ddp.last) {
+                        w->psn = h->psn;
+                        w->flags |= RD_W_LAST;
+                }
+                qp->ctr.rx_bytes += plen;
+                return RV_ACCEPT;
+        }
+        case DW_RDMAP_ATOMIC_RESP: {
+                struct dw_rdmap_atomic_resp ar;
+                if (dw_rdmap_atomic_resp_decode(pay, plen, &ar, &why) < 0)
+                        return RV_DROP;
+                struct dw_wqe *w = rd_orq_find(s, p, ar.req_id, true);
+                if (!w)
+                        return RV_DROP;
+                uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
+                if (dw_qp_scatter(qp, w, 0, &v, 8) < 0) {
+                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
+                                     "atomic result buffer fails its lkey check");
+                        return RV_GONE;
+                }
+                w->psn = h->psn;
+                w->flags |= RD_W_LAST;
+                return RV_ACCEPT;
+        }
+        default:
+                return RV_DROP;
+        }
+}
+
+/* An error NAK for one of our PSNs: the WR that sent it fails, the QP too. */
+static void rd_on_error_nak(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
+{
+        struct dw_rd_qp *s = p->s;
+        struct dw_rel_peer *r = &p->rel;
+        uint32_t psn = h->ack_psn;
+        if (dw_psn_before(psn, r->snd_una) || !dw_psn_before(psn, r->snd_nxt))
+                return; /* stale */
+        uint64_t cookie = r->ring[psn & r->ring_mask].cookie;
+        enum diwarp_wc_status st = h->nak_code == DW_DGRAM_NAK_REM_ACCESS ? DIWARP_WC_REM_ACCESS_ERR
+                                   : h->nak_code == DW_DGRAM_NAK_REM_OP   ? DIWARP_WC_REM_OP_ERR
+                                                                        : DIWARP_WC_REM_INV_REQ_ERR;
+        char pb[64];
+        dw_warn("RD QP %#x peer %s: PSN %#x refused (NAK code %u)", s->qp->qpn,
+                rd_peer_str(p, pb, sizeof(pb)), psn, h->nak_code);
+        if (ck_kind(cookie) == RD_CK_SQ) {
+                rd_complete_through(s, &s->qp->sq.ring[ck_slot(cookie)], st);
+                dw_qp_to_error(s->qp, -1);
+        } else {
+                rd_peer_fail(p, DIWARP_WC_REM_OP_ERR, DIWARP_EVENT_QP_FATAL,
+                             "the peer refused a response");
+        }
+}
+
+/* First two bytes of a single-segment untagged message: DDP control (T = 0,
+ * L = 1, DV = 1), then RDMAP control (RV = 1, the opcode). */
+#define RD_MSG1(op)                                                                                \
+        ((uint16_t)((DW_DDP_CTRL_L | DW_DDP_VERSION) << 8 | DW_RDMAP_VERSION << 6 | (op)))
+
+/* The common receive without the general segment path: the next in-order PSN
+ * (no holes behind it) carrying a whole Send (one segment, no Immediate Data,
+ * the peer's next MSN) for the receive WR at the head of an RQ on which no
+ * message is bound. It gets the checks, placement, accounting and completion
+ * that rd_rx_segment and rd_rx_complete would give it; anything else, and any
+ * check that fails, returns false before changing state, for the general path
+ * to handle (and to report). */
+static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw_dgram_hdr *h,
+                       const uint8_t *pkt, const struct dw_dgram_layout *lay, uint64_t now)
+{
+        struct dw_qp *qp = s->qp;
+        const uint8_t *g = pkt + lay->seg_off;
+        if (h->psn != p->rel.rcv_nxt || (p->rel.rx_map[0] | p->rel.rx_map[1]) ||
+            (h->flags & DW_DGRAM_F_IMM) || lay->seg_len < DW_DGRAM_DDP_UNTAGGED_LEN ||
+            s->rq_bound || qp->srq || p->rx_bind != p->rx_done ||
+            (!s->rc && h->qkey != qp->attr.qkey))
+                return false;
+        /* What dw_rdmap_decode and the Send rules accept for such a message:
+         * RsvdULP (no Invalidate STag), QN 0 and MO 0 are zero. */
+        uint64_t w0 = dw_get_be64(g); /* controls, RsvdULP, QN bytes 0-1 */
+        uint16_t c = (uint16_t)(w0 >> 48);
+        if ((c != RD_MSG1(DW_RDMAP_SEND) && c != RD_MSG1(DW_RDMAP_SEND_SE)) ||
+            (w0 & 0xffffffffffffull) != 0 || (dw_get_be16(g + 8) | dw_get_be32(g + 14)) != 0 ||
+            dw_get_be32(g + 10) != p->rx_done)
+                return false;
+        struct dw_wqe *w = dw_wq_head(&qp->rq);
+        const uint8_t *pay = g + DW_DGRAM_DDP_UNTAGGED_LEN;
+        size_t plen = lay->seg_len - DW_DGRAM_DDP_UNTAGGED_LEN;
+        if (!w || plen > w->total_len)
+                return false;
+        if (plen) {
+                /* dw_qp_scatter at offset 0, the single-SGE case inline */
+                uint8_t *host;
+                if (w->num_sge != 1 || dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd,
+                                                         DIWARP_ACCESS_LOCAL_WRITE, w->sge[0].addr,
+                                                         plen, &host) != DW_PROT_OK) {
+                        if (dw_qp_scatter(qp, w, 0, pay, plen) < 0)
+                                return false;
+                } else {
+                        memcpy(host, pay, plen);
+                }
+        }
+        qp->ctr.rx_bytes += plen;
+        qp->dev->ctr.rx_packets++;
+        qp->ctr.rx_packets++;
+        dw_rel_rx_next(&p->rel, h->flags & DW_DGRAM_F_ACKREQ, now); /* psn is the cursor */
+        p->rx_bind++;
+        p->rx_done++;
+        struct diwarp_wc wc = {
+            .wr_id = w->wr_id,
+            .status = DIWARP_WC_SUCCESS,
+            .opcode = DIWARP_WC_RECV,
+            .byte_len = (uint32_t)plen,
+            .src_qp = p->rqpn,
+        };
+        w->flags |= DW_WQE_DONE;
+        dw_qp_complete_recv(qp, &wc, c == RD_MSG1(DW_RDMAP_SEND_SE));
+        dw_wq_pop(&qp->rq);
+        return true;
+}
+
+void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
+              const struct dw_dgram_hdr *h, const struct sockaddr_in *from)
+{
+        const char *why = NULL;
+        rd_ack_flush(rdd(dev)); /* ACKs reach rel/ in arrival order */
+        struct dw_qp *qp = dw_qp_lookup(dev, h->dst_qpn);
+        if (!qp || !qp->rd) {
+                dev->ctr.rx_dropped_no_qp++;
+                return;
+        }
+        struct dw_rd_qp *s = qp->rd;
+        bool data = h->flags & DW_DGRAM_F_DATA;
+        struct dw_rd_peer *p = rd_peer_find(s, from->sin_addr.s_addr, from->sin_port, h->src_qpn);
+        if (p && p->nak_code && data && h->psn == p->nak_psn) {
+                /* Error NAKs travel unreliably: answer every copy. */
+                rd_send_nak(p, h->psn, p->nak_code);
+                return;
+        }
+        bool ready = qp->state == DIWARP_QPS_RTS || qp->state == DIWARP_QPS_RTR ||
+                     qp->state == DIWARP_QPS_SQD || qp->state == DIWARP_QPS_SQE;
+        if (!ready || (p && p->dead)) {
+                dev->ctr.rx_dropped_no_qp++;
+                return;
+        }
+        struct dw_dgram_layout lay;
+        if (dw_dgram_layout(h, hl, body, &lay, &why) < 0) {
+                dev->ctr.rx_dropped_malformed++;
+                return;
+        }
+        if (!p) {
+                /* First use: only a request from a stranger opens a stream
+                 * (RC over RD knows its one peer from RTR). */
+                if (s->rc || !data || h->qkey != qp->attr.qkey ||
+                    (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK))) {
+                        dev->ctr.rx_dropped_no_qp++;
+                        return;
+                }
+                p = rd_peer_new(s, from->sin_addr.s_addr, from->sin_port, h->src_qpn,
+                                rd_isn(qp->qpn, h->src_qpn), rd_isn(h->src_qpn, qp->qpn));
+                if (!p) {
+                        dev->ctr.rx_dropped_no_qp++;
+                        return;
+                }
+        }
+        /* The first datagram of a step uses the clock read as the step began
+         * (dw_rd_rx_clock), the others read it anew. */
+        struct dw_rd_dev *d = rdd(dev);
+        uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
+        d->rx_clock = false;
+        rd_activate(p);
+        /* A Send the fast path takes is placed and completed before the ACK it
+         * carries is handled: its receive completion then comes before the send
+         * completion that ACK brings, so a ping-pong finds it with one poll. */
+        bool placed = data && rd_rx_fast(s, p, h, pkt, &lay, now);
+        if ((h->flags & DW_DGRAM_F_NAK) && h->nak_code >= DW_DGRAM_NAK_REM_ACCESS) {
+                rd_on_error_nak(p, h);
+                return;
+        }
+        if (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) {
+                if (h->flags & DW_DGRAM_F_NAK && h->nak_code == DW_DGRAM_NAK_RNR) {
+                        dev->ctr.rnr_naks++;
+                        qp->ctr.rnr_naks++;
+                }
+                if (placed && rd_ack_holdable(&p->rel, h)) {
+                        /* The application answers the Send first; the ACK
+                         * waits for its next call, as its completions would
+                         * (rd_retire_held). */
+                        d->hack = (struct rd_held_ack){p, h->ack_psn, now};
+                        if (!d->held_step)
+                                d->held_step = dev->prog.steps;
+                        return;
+                }
+                d->hold_retire = placed;
+                int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
+                d->hold_retire = false;
+                if (qp->state == DIWARP_QPS_ERR)
+                        return;
+                /* A drained window keeps its ring while the peer has timers
+                 * (an exchange goes on); rd_progress_busy takes it back once
+                 * the peer is idle. */
+                if (r == -EREMOTEIO || r == -ETIMEDOUT) {
+                        rd_peer_fail(p,
+                                     r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR
+                                                     : DIWARP_WC_RETRY_EXC_ERR,
+                                     DIWARP_EVENT_QP_FATAL, dw_rel_fatal_str(&p->rel));
+                        return;
+                }
+        }
+        if (!data || placed)
+                return;
+        enum dw_rel_verdict v = dw_rel_rx_classify(&p->rel, h->psn);
+        if (v != DW_REL_NEW) {
+                if (v == DW_REL_DUPLICATE) {
+                        dev->ctr.rx_dropped_duplicate++;
+                        qp->ctr.rx_dropped_duplicate++;
+                        dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
+                }
+                return;
+        }
+        uint8_t nak = 0;
+        enum rd_verdict rv = rd_rx_segment(s, p, h, pkt, &lay, &nak);
+        switch (rv) {
+        case RV_ACCEPT: {
+                dev->ctr.rx_packets++;
+                qp->ctr.rx_packets++;
+                uint32_t adv =
+                    dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
+                if (adv)
+                        rd_rx_complete(s, p);
+                return;
+        }
+        case RV_RNR:
+                dev->ctr.rx_dropped_no_recv++;
+                qp->ctr.rx_dropped_no_recv++;
+                rd_send_nak(p, h->psn, DW_DGRAM_NAK_RNR);
+                return;
+        case RV_NAK:
+                p->nak_psn = h->psn;
+                p->nak_code = nak;
+                rd_send_nak(p, h->psn, nak);
+                /* RC semantics: the responder's stream ends too; an RD QP keeps
+                 * serving its other peers. */
+                if (s->rc && qp->state != DIWARP_QPS_ERR)
+                        dw_qp_to_error(qp, nak == DW_DGRAM_NAK_REM_ACCESS
+                                               ? DIWARP_EVENT_QP_ACCESS_ERR
+                                               : DIWARP_EVENT_QP_REQ_ERR);
+                return;
+        case RV_DROP:
+                dev->ctr.rx_dropped_malformed++;
+                return;
+        case RV_GONE:
+                return;
+        }
+}
+
+/* The datagram peeked at is not for direct placement: read it alone (a
+ * message's short last segment, a Write with Immediate, an ACK), or after a
+ * run of such go back to batches until large segments return. */
+static int rd_direct_skip(struct dw_rd_dev *d)
+{
+        if (++d->rx_small < 4)
+                return 2;
+        d->rx_big = false;
+        d->rx_small = 0;
+        return 0;
+}
+
+/* When large RDMA Write segments (or Read Response segments into a one-SGE
+ * sink) are streaming in, the next datagram is peeked at; if it is the one
+ * d->rx_next names (same peer stream, the next PSN, not yet received, the same
+ * STag and the TO right after the last verified segment), one recvmsg puts its
+ * headers in rx_hdr and its payload straight into the target: one copy (the
+ * kernel's), as TCP has, instead of two. Its CRC is checked after the
+ * placement; a mismatch drops it as in dw_ud_rx (counted in crc_errors). The
+ * bytes written before the check can only lie in the range that follows a
+ * verified segment of a message still in progress, which the sender
+ * retransmits until a verified copy of that PSN is placed there, before the
+ * message can complete: a damaged datagram never leaves its bytes anywhere
+ * else, whatever its header says. The first segment of each message, and any
+ * out of order, take the bounce-buffer path. Every check dw_rd_rx makes before
+ * placing is made before the read. */
+int dw_rd_rx_direct(struct dw_device *dev)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        if (!d || !d->rx_big || dw_udp_uring_on(&dev->udp))
+                return 0;
+        struct sockaddr_in from;
+        bool train;
+        uint8_t *hb = d->rx_hdr;
+        int len = dw_udp_peek(&dev->udp, hb, sizeof(d->rx_hdr), &from, &train);
+        if (len == -EAGAIN)
+                return -1;
+        if (len < 0)
+                return 0;
+        if (train || (size_t)len < RD_DIRECT_MIN + DW_DGRAM_CRC_LEN)
+                return rd_direct_skip(d);
+        const char *why = NULL;
+        struct dw_dgram_hdr h;
+        ssize_t hl = dw_dgram_decode(hb, sizeof(d->rx_hdr), &h, &why);
+        if (hl < 0 || (h.flags & (DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM |
+                                  DW_DGRAM_F_NAK)) != (DW_DGRAM_F_RD | DW_DGRAM_F_DATA))
+                return rd_direct_skip(d);
+        struct dw_qp *qp = dw_qp_lookup(dev, h.dst_qpn);
+        if (!qp || !qp->rd ||
+            (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_RTR &&
+             qp->state != DIWARP_QPS_SQD && qp->state != DIWARP_QPS_SQE))
+                return rd_direct_skip(d);
+        struct dw_rd_qp *s = qp->rd;
+        struct dw_rd_peer *p = rd_peer_find(s, from.sin_addr.s_addr, from.sin_port, h.src_qpn);
+        bool read = d->rx_next.read;
+        /* Requests carry our Q_Key on an RD QP; responses carry none. */
+        if (!p || p != d->rx_next.peer || h.psn != d->rx_next.psn || p->dead ||
+            (p->nak_code && h.psn == p->nak_psn) || (!s->rc && !read && h.qkey != qp->attr.qkey) ||
+            dw_rel_rx_classify(&p->rel, h.psn) != DW_REL_NEW)
+                return rd_direct_skip(d);
+        struct dw_rdmap_hdr r;
+        ssize_t rl = dw_rdmap_decode(hb + hl, sizeof(d->rx_hdr) - (size_t)hl, &r, &why);
+        size_t body = (size_t)len - DW_DGRAM_CRC_LEN;
+        if (rl < 0 || r.opcode != (read ? DW_RDMAP_READ_RESP : DW_RDMAP_WRITE) ||
+            body < (size_t)(hl + rl) + RD_DIRECT_MIN || r.ddp.stag != d->rx_next.stag ||
+            r.ddp.to != d->rx_next.to || (!read && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE)))
+                return rd_direct_skip(d);
+        size_t plen = body - (size_t)(hl + rl);
+        uint8_t *host = NULL;
+        if (read) {
+                /* The checks of rd_rx_segment and dw_qp_scatter for a one-SGE sink. */
+                struct dw_wqe *w = rd_orq_find(s, p, r.ddp.stag, false);
+                if (!w || w->num_sge != 1 || r.ddp.to > w->total_len ||
+                    plen > w->total_len - r.ddp.to ||
+                    dw_mr_check_local(&dev->mrs, w->sge[0].lkey, qp->pd, DIWARP_ACCESS_LOCAL_WRITE,
+                                      w->sge[0].addr + r.ddp.to, plen, &host) != DW_PROT_OK)
+                        return rd_direct_skip(d);
+        } else if (dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, DIWARP_ACCESS_REMOTE_WRITE,
+                                      r.ddp.to, plen, &host) != DW_PROT_OK) {
+                return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
+        }
+        uint8_t trl[DW_DGRAM_CRC_LEN];
+        struct iovec iov[3] = {{hb, (size_t)(hl + rl)}, {host, plen}, {trl, sizeof(trl)}};
+        int n = dw_udp_recv_iov(&dev->udp, iov, 3);
+        if (n < 0)
+                return n == -EAGAIN ? -1 : 0;
+        if (n != len) {
+                /* Not the datagram peeked at: nothing else reads this socket
+                 * under the device lock, so this is not expected. */
+                dev->ctr.rx_dropped_malformed++;
+                return 1;
+        }
+        uint32_t st = dw_crc32c_update(dw_crc32c_init(), hb, (size_t)(hl + rl));
+        st = dw_crc32c_update(st, host, plen);
+        uint8_t want[DW_DGRAM_CRC_LEN];
+        dw_dgram_crc_trailer(want, st);
+        if (memcmp(want, trl, sizeof(want)) != 0) {
+                dev->ctr.crc_errors++;
+                return 1;
+        }
+        dev->ctr.rx_placed_direct++;
+        qp->ctr.rx_placed_direct++;
+        d->rx_placed = true;
+        dw_rd_rx(dev, hb, body, (size_t)hl, &h, &from);
+        d->rx_placed = false;
+        d->rx_small = 0;
+        return 1;
+}

@@ -1,0 +1,897 @@
+/* RD transmit: datagrams built from send WQEs and from the responder's IRQ
+ * entries, sent in batches (sendmmsg, UDP GSO); the rel/ callbacks that
+ * retransmit and acknowledge; the transmit cursor; the post-time latency
+ * path (dw_rd_tx_posted).
+ *
+ * WQEs are sent in SQ order; each is cut into segments of
+ * dw_rd_seg_payload(mtu) bytes. A segment is named by a 64-bit cookie (kind,
+ * ring slot, segment index) so rel/ can ask for it again and we rebuild it
+ * from the WQE (or the responder's IRQ entry) with the same PSN and bytes.
+ * Up to DW_UDP_TX_BATCH datagrams go out per sendmmsg; with UDP GSO (no fault
+ * injection, kernel support) up to DW_UDP_GSO_MAX_SEGS are built per step and
+ * each run of equal-size datagrams to one peer goes out as one GSO sendmsg
+ * (rd_send_batch). PSNs are registered
+ * with rel/ only for those the socket took, and the cursors roll back to the
+ * first one it refused (local back-pressure costs no PSN and no retry).
+ */
+#include "qp/rd_int.h"
+
+#include <string.h>
+
+#include "wire/crc32c.h"
+#include "wire/rdmap.h"
+
+/* ---------------------------------------------------------------- packet build */
+
+/* iovecs for bytes [off, off+len) of a send WQE's SGEs (lkeys checked). */
+static int rd_src_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, uint64_t len,
+                      struct iovec *iov)
+{
+        int n = 0;
+        if (len == 0)
+                return 0;
+        if (w->flags & DW_WQE_INLINE) {
+                if (off + len > w->inline_len)
+                        return -EMSGSIZE;
+                iov[0].iov_base = w->inline_buf + off;
+                iov[0].iov_len = len;
+                return 1;
+        }
+        for (uint32_t i = 0; i < w->num_sge && len; i++) {
+                const struct diwarp_sge *g = &w->sge[i];
+                if (off >= g->length) {
+                        off -= g->length;
+                        continue;
+                }
+                uint64_t piece = g->length - off < len ? g->length - off : len;
+                uint8_t *host = NULL;
+                if (dw_mr_check_local(&qp->dev->mrs, g->lkey, qp->pd, 0, g->addr + off, piece,
+                                      &host) != DW_PROT_OK)
+                        return -EACCES;
+                iov[n].iov_base = host;
+                iov[n].iov_len = piece;
+                n++;
+                len -= piece;
+                off = 0;
+        }
+        return len ? -EMSGSIZE : n;
+}
+
+/* dw_dgram_encode of a header without SACK blocks that rd_build made (valid
+ * by construction: flags DATA with ACK/ACKREQ/IMM, 24-bit QPNs), minus the
+ * checks. */
+static ssize_t rd_put_hdr(const struct dw_dgram_hdr *h, uint8_t *b)
+{
+        b[0] = DW_DGRAM_VERSION;
+        b[1] = h->flags;
+        b[2] = 0;
+        b[3] = 0;
+        dw_put_be32(b + 4, h->dst_qpn);
+        dw_put_be32(b + 8, h->src_qpn);
+        dw_put_be32(b + 12, h->qkey);
+        dw_put_be32(b + 16, h->psn);
+        dw_put_be32(b + 20, h->ack_psn);
+        dw_put_be32(b + 24, 0); /* credits, rnr_delay */
+        return DW_DGRAM_HDR_LEN;
+}
+
+/* dw_rdmap_encode of a header from dw_rdmap_hdr_init (so T and QN agree with
+ * the opcode): the same bytes without the opcode-table checks. */
+static ssize_t rd_put_ddp(const struct dw_rdmap_hdr *r, uint8_t *b)
+{
+        b[0] = (uint8_t)((r->ddp.tagged ? DW_DDP_CTRL_T : 0) | (r->ddp.last ? DW_DDP_CTRL_L : 0) |
+                         DW_DDP_VERSION);
+        b[1] = (uint8_t)(DW_RDMAP_VERSION << 6 | r->opcode);
+        if (r->ddp.tagged) {
+                dw_put_be32(b + 2, r->ddp.stag);
+                dw_put_be64(b + 6, r->ddp.to);
+                return DW_DDP_TAGGED_HDR_LEN;
+        }
+        dw_put_be32(b + 2, r->inval_stag);
+        dw_put_be32(b + 6, r->ddp.qn);
+        dw_put_be32(b + 10, r->ddp.msn);
+        dw_put_be32(b + 14, r->ddp.mo);
+        return DW_DDP_UNTAGGED_HDR_LEN;
+}
+
+/* Where the slot's datagram goes and what it carries, for commit/rollback. */
+static void rd_slot_for(struct rd_txslot *t, struct dw_rd_peer *p, uint32_t psn, uint64_t cookie,
+                        uint32_t bytes)
+{
+        t->bytes = bytes;
+        t->dst.sin_family = AF_INET;
+        t->dst.sin_addr.s_addr = p->ip;
+        t->dst.sin_port = p->port;
+        t->peer = p;
+        t->psn = psn;
+        t->cookie = cookie;
+}
+
+/* The datagram is t->hdr up to end: its CRC goes behind it, and it is sent
+ * as one iovec. */
+static void rd_slot_whole(struct rd_txslot *t, uint8_t *end)
+{
+        size_t len = (size_t)(end - t->hdr);
+        dw_dgram_crc_trailer(end, dw_crc32c_update(dw_crc32c_init(), t->hdr, len));
+        t->iov[0].iov_base = t->hdr;
+        t->iov[0].iov_len = len + DW_DGRAM_CRC_LEN;
+        t->iovcnt = 1;
+        t->dlen = (uint32_t)t->iov[0].iov_len;
+}
+
+/* rd_build for the first segment of a Send or RDMA Write (no Immediate Data,
+ * no Invalidate) of at most RD_COPY_MAX bytes that fits one segment, from an
+ * inline buffer or one SGE, while no SACK block is owed: the same datagram,
+ * written directly. False (nothing changed) for anything else, which the
+ * general builder below handles; a failing lkey check is left to it too. */
+static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cookie, uint32_t psn,
+                           bool ackreq, struct rd_txslot *t)
+{
+        struct dw_qp *qp = p->s->qp;
+        bool write = w->opcode == DIWARP_WR_RDMA_WRITE;
+        if ((w->opcode != DIWARP_WR_SEND && !write) || w->total_len > RD_COPY_MAX ||
+            w->total_len > rd_peer_seg(p) || (p->rel.rx_map[0] | p->rel.rx_map[1]))
+                return false;
+        uint32_t len = (uint32_t)w->total_len;
+        const uint8_t *src = NULL;
+        if (w->flags & DW_WQE_INLINE) {
+                if (w->inline_len != len)
+                        return false;
+                src = w->inline_buf;
+        } else if (len) {
+                uint8_t *host;
+                if (w->num_sge != 1 || w->sge[0].length != len ||
+                    dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd, 0, w->sge[0].addr, len,
+                                      &host) != DW_PROT_OK)
+                        return false;
+                src = host;
+        }
+        struct dw_dgram_hdr h;
+        h.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (ackreq ? DW_DGRAM_F_ACKREQ : 0);
+        h.ack_psn = 0;
+        if (dw_rel_ack_owed(&p->rel))
+                dw_rel_build_ack(&p->rel, &h, 0); /* no holes: no SACK block */
+        uint8_t *b = t->hdr;
+        b[0] = DW_DGRAM_VERSION;
+        b[1] = h.flags;
+        b[2] = 0;
+        b[3] = 0;
+        dw_put_be32(b + 4, p->rqpn);
+        dw_put_be32(b + 8, qp->qpn);
+        dw_put_be32(b + 12, w->remote_qkey);
+        dw_put_be32(b + 16, psn);
+        dw_put_be32(b + 20, h.ack_psn);
+        dw_put_be32(b + 24, 0); /* credits, rnr_delay */
+        b += DW_DGRAM_HDR_LEN;
+        if (write) {
+                /* Tagged, L = 1: the whole Write at its TO. */
+                b[0] = DW_DDP_CTRL_T | DW_DDP_CTRL_L | DW_DDP_VERSION;
+                b[1] = DW_RDMAP_VERSION << 6 | DW_RDMAP_WRITE;
+                dw_put_be32(b + 2, w->rkey);
+                dw_put_be64(b + 6, w->remote_addr);
+                b += DW_DGRAM_DDP_TAGGED_LEN;
+        } else {
+                /* Untagged, L = 1, queue 0, MO 0. */
+                bool se = w->send_flags & DIWARP_SEND_SOLICITED;
+                b[0] = DW_DDP_CTRL_L | DW_DDP_VERSION;
+                b[1] = DW_RDMAP_VERSION << 6 | (se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND);
+                dw_put_be32(b + 2, 0);
+                dw_put_be32(b + 6, 0);
+                dw_put_be32(b + 10, w->msn);
+                dw_put_be32(b + 14, 0);
+                b += DW_DGRAM_DDP_UNTAGGED_LEN;
+        }
+        if (len)
+                memcpy(b, src, len);
+        b += len;
+        rd_slot_whole(t, b);
+        rd_slot_for(t, p, psn, cookie, len);
+        return true;
+}
+
+/* Builds the datagram for cookie with PSN psn into t (and piggybacks an
+ * owed ACK). 0, or -EACCES (a local key or the Read source failed), -EINVAL. */
+static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
+                    struct rd_txslot *t)
+{
+        struct dw_rd_qp *s = p->s;
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        uint32_t S = rd_peer_seg(p);
+        struct dw_rdmap_hdr r;
+        uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+        size_t extlen = 0;
+        struct iovec pay[DW_MAX_SGE];
+        int npay = 0;
+        uint64_t plen = 0;
+        bool imm = false;
+        uint32_t qkey = 0;
+        uint32_t seg = ck_seg(cookie);
+
+        if (ck_kind(cookie) == RD_CK_SQ && seg == 0 &&
+            rd_build_small(p, &qp->sq.ring[ck_slot(cookie)], cookie, psn, ackreq, t))
+                return 0;
+        if (ck_kind(cookie) == RD_CK_SQ) {
+                struct dw_wqe *w = &qp->sq.ring[ck_slot(cookie)];
+                uint64_t off = (uint64_t)seg * S;
+                bool se = w->send_flags & DIWARP_SEND_SOLICITED;
+                qkey = w->remote_qkey;
+                switch (w->opcode) {
+                case DIWARP_WR_SEND:
+                case DIWARP_WR_SEND_WITH_IMM:
+                case DIWARP_WR_SEND_WITH_INV: {
+                        bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
+                        bool wimm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+                        plen = w->total_len - off < S ? w->total_len - off : S;
+                        bool last = off + plen == w->total_len;
+                        /* With immediate data the SE bit rides on the Immediate
+                         * Data message, as on UD. */
+                        dw_rdmap_hdr_init(&r,
+                                          inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
+                                              : (se && !wimm ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
+                        if (inv)
+                                r.inval_stag = w->invalidate_rkey;
+                        r.ddp.msn = w->msn;
+                        r.ddp.mo = (uint32_t)off;
+                        r.ddp.last = last;
+                        imm = wimm && last;
+                        break;
+                }
+                case DIWARP_WR_RDMA_WRITE:
+                case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                        plen = w->total_len - off < S ? w->total_len - off : S;
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_WRITE);
+                        r.ddp.stag = w->rkey;
+                        r.ddp.to = w->remote_addr + off;
+                        r.ddp.last = off + plen == w->total_len;
+                        imm = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM && r.ddp.last;
+                        break;
+                case DIWARP_WR_RDMA_READ: {
+                        /* The Data Sink STag names the request (its queue-1 MSN)
+                         * and the sink TO counts from 0: the requester places
+                         * responses by offset into its SGE list. */
+                        struct dw_rdmap_rreq rq = {.sink_stag = w->msn,
+                                                   .sink_to = 0,
+                                                   .rdma_rd_sz = (uint32_t)w->total_len,
+                                                   .src_stag = w->rkey,
+                                                   .src_to = w->remote_addr};
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_READ_REQ);
+                        r.ddp.msn = w->msn;
+                        extlen = (size_t)dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
+                        break;
+                }
+                case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+                case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
+                        bool cas = w->opcode == DIWARP_WR_ATOMIC_CMP_AND_SWP;
+                        struct dw_rdmap_atomic_req ar = {
+                            .aopcode = cas ? DW_ATOMIC_CMP_SWAP : DW_ATOMIC_FETCH_ADD,
+                            .req_id = w->msn,
+                            .remote_stag = w->rkey,
+                            .remote_to = w->remote_addr,
+                            .add_swap_data = cas ? w->swap : w->compare_add,
+                            .add_swap_mask = cas ? ~0ull : 0,
+                            .compare_data = cas ? w->compare_add : 0,
+                            .compare_mask = cas ? ~0ull : 0,
+                        };
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_REQ);
+                        r.ddp.msn = w->msn;
+                        extlen = (size_t)dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));
+                        break;
+                }
+                default:
+                        return -EINVAL;
+                }
+                if (plen) {
+                        npay = rd_src_iov(qp, w, off, plen, pay);
+                        if (npay < 0)
+                                return -EACCES;
+                }
+                if (imm) {
+                        struct dw_rdmap_hdr ri;
+                        bool wr = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
+                        dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA);
+                        ri.ddp.msn = w->msn;
+                        ssize_t k = dw_rdmap_encode(&ri, t->imm, sizeof(t->imm));
+                        if (k != DW_DGRAM_DDP_UNTAGGED_LEN)
+                                return -EINVAL;
+                        /* Bytes 0-3: the verbs immediate (network order); bytes
+                         * 4-7: with a Write, its length (the receiver's byte_len). */
+                        memcpy(t->imm + k, &w->imm_data, 4);
+                        dw_put_be32(t->imm + k + 4, wr ? (uint32_t)w->total_len : 0);
+                }
+        } else {
+                struct rd_irq *e = &s->irq[ck_slot(cookie)];
+                if (e->atomic) {
+                        struct dw_rdmap_atomic_resp ar = {.req_id = e->req_id,
+                                                          .orig_data = e->orig};
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_RESP);
+                        r.ddp.msn = e->msn;
+                        extlen = (size_t)dw_rdmap_atomic_resp_encode(&ar, ext, sizeof(ext));
+                } else {
+                        uint64_t off = (uint64_t)seg * S;
+                        plen = e->len - off < S ? e->len - off : S;
+                        uint8_t *host = NULL;
+                        /* Checked per segment: the region may have gone since. */
+                        if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd,
+                                               DIWARP_ACCESS_REMOTE_READ, e->src_to + off, plen,
+                                               &host) != DW_PROT_OK)
+                                return -EACCES;
+                        dw_rdmap_hdr_init(&r, DW_RDMAP_READ_RESP);
+                        r.ddp.stag = e->sink_stag;
+                        r.ddp.to = e->sink_to + off;
+                        r.ddp.last = off + plen == e->len;
+                        if (plen) {
+                                pay[0].iov_base = host;
+                                pay[0].iov_len = plen;
+                                npay = 1;
+                        }
+                }
+        }
+
+        size_t ddp_len = r.ddp.tagged ? DW_DGRAM_DDP_TAGGED_LEN : DW_DGRAM_DDP_UNTAGGED_LEN;
+        size_t fixed = DW_DGRAM_HDR_LEN + ddp_len + extlen + plen +
+                       (imm ? DW_DGRAM_IMM_MSG_LEN : 0) + DW_DGRAM_CRC_LEN;
+        uint32_t mtu = p->udp_mtu;
+        struct dw_dgram_hdr h = {
+            .flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (imm ? DW_DGRAM_F_IMM : 0) |
+                     (ackreq ? DW_DGRAM_F_ACKREQ : 0),
+            .dst_qpn = p->rqpn,
+            .src_qpn = qp->qpn,
+            .qkey = qkey,
+            .psn = psn,
+        };
+        if (dw_rel_ack_owed(&p->rel)) {
+                size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
+                dw_rel_build_ack(&p->rel, &h,
+                                 room > DW_DGRAM_MAX_SACK ? DW_DGRAM_MAX_SACK : (unsigned)room);
+        }
+        ssize_t hl =
+            h.sack_count ? dw_dgram_encode(&h, t->hdr, sizeof(t->hdr)) : rd_put_hdr(&h, t->hdr);
+        if (hl < 0)
+                return -EINVAL;
+        ssize_t dl = rd_put_ddp(&r, t->hdr + hl);
+        memcpy(t->hdr + hl + dl, ext, extlen);
+        size_t hlen = (size_t)hl + (size_t)dl + extlen;
+        if (plen <= RD_COPY_MAX && hlen <= RD_HDR_CAP) {
+                uint8_t *q = t->hdr + hlen;
+                for (int i = 0; i < npay; i++) {
+                        memcpy(q, pay[i].iov_base, pay[i].iov_len);
+                        q += pay[i].iov_len;
+                }
+                if (imm) {
+                        memcpy(q, t->imm, sizeof(t->imm));
+                        q += sizeof(t->imm);
+                }
+                rd_slot_whole(t, q);
+                goto filled;
+        }
+        int n = 0;
+        t->iov[n].iov_base = t->hdr;
+        t->iov[n].iov_len = hlen;
+        n++;
+        for (int i = 0; i < npay; i++)
+                t->iov[n++] = pay[i];
+        if (imm) {
+                t->iov[n].iov_base = t->imm;
+                t->iov[n].iov_len = sizeof(t->imm);
+                n++;
+        }
+        uint32_t st = dw_crc32c_update_iov(dw_crc32c_init(), t->iov, (size_t)n);
+        dw_dgram_crc_trailer(t->crc, st);
+        t->iov[n].iov_base = t->crc;
+        t->iov[n].iov_len = sizeof(t->crc);
+        n++;
+        t->iovcnt = n;
+        t->dlen = 0;
+        for (int i = 0; i < n; i++)
+                t->dlen += (uint32_t)t->iov[i].iov_len;
+filled:
+        rd_slot_for(t, p, psn, cookie, (uint32_t)plen);
+        return 0;
+}
+
+/* Sends one datagram (fault hook when on). Network errors (ICMP) count as
+ * sent: the datagram is lost and rel/ recovers or gives up. */
+static int rd_send_one(struct dw_device *dev, const struct iovec *iov, int n,
+                       const struct sockaddr_in *dst)
+{
+        int r;
+        if (dev->fault_on)
+                r = dw_fault_tx(&dev->fault, iov, n, dst, sizeof(*dst), dw_now_ns(), dw_udp_send_fn,
+                                &dev->udp, &dev->ctr);
+        else
+                r = dw_udp_send(&dev->udp, iov, n, dst);
+        if (r >= 0 || !rd_backpressure(r))
+                return 0;
+        dev->ctr.tx_backpressure++;
+        return r;
+}
+
+static int rd_send_ctrl(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
+{
+        struct dw_qp *qp = p->s->qp;
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_CRC_LEN];
+        h->dst_qpn = p->rqpn;
+        h->src_qpn = qp->qpn;
+        ssize_t n = dw_dgram_encode(h, buf, sizeof(buf));
+        if (n < 0)
+                return 0;
+        n = dw_dgram_packet_seal(buf, (size_t)n, sizeof(buf));
+        if (n < 0)
+                return 0;
+        struct iovec iov = {buf, (size_t)n};
+        struct sockaddr_in dst = {
+            .sin_family = AF_INET, .sin_addr.s_addr = p->ip, .sin_port = p->port};
+        return rd_send_one(qp->dev, &iov, 1, &dst);
+}
+
+void rd_send_nak(struct dw_rd_peer *p, uint32_t psn, uint8_t code)
+{
+        struct dw_dgram_hdr h = {0};
+        if (code == DW_DGRAM_NAK_RNR) {
+                dw_rel_build_rnr_nak(&h, psn, 0);
+                h.flags |= DW_DGRAM_F_RD;
+        } else {
+                h.flags = DW_DGRAM_F_RD | DW_DGRAM_F_NAK;
+                h.nak_code = code;
+                h.ack_psn = psn;
+        }
+        h.psn = p->rel.snd_nxt;
+        rd_send_ctrl(p, &h);
+}
+
+/* ---------------------------------------------------------------- rel/ callbacks */
+
+static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
+{
+        struct dw_rd_peer *p = ctx;
+        struct dw_rd_qp *s = p->s;
+        (void)psn;
+        if (ck_kind(cookie) == RD_CK_SQ) {
+                struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
+                w->bytes_acked++;
+                rd_check_done(s, w);
+        } else {
+                struct rd_irq *e = &s->irq[ck_slot(cookie)];
+                e->acked++;
+                if (e->acked >= e->nseg && e->sent >= e->nseg)
+                        e->peer = NULL;
+        }
+}
+
+/* Retransmissions and ACK-only datagrams one timer walk may send. Timers of
+ * many pseudo-streams expire together (they started together): sent in one
+ * burst they overflow the peer's socket buffer and are lost again, in step,
+ * until the retry limit. Beyond the cap the callbacks report back-pressure:
+ * rel/ keeps the work pending, without counting a retry, for the next step. */
+#define RD_CTL_PER_WALK DW_PROGRESS_BUDGET
+
+static int ops_retransmit(void *ctx, uint32_t psn, uint64_t cookie)
+{
+        struct dw_rd_peer *p = ctx;
+        struct dw_device *dev = p->s->qp->dev;
+        struct rd_txslot *t = &rdd(dev)->rslot;
+        if (rdd(dev)->ctl_sent >= RD_CTL_PER_WALK)
+                return -EAGAIN;
+        rdd(dev)->ctl_sent++;
+        int r = rd_build(p, cookie, psn, false, t);
+        if (r < 0)
+                return r;
+        r = rd_send_one(dev, t->iov, t->iovcnt, &t->dst);
+        if (r < 0)
+                return r;
+        dev->ctr.retransmits++;
+        p->s->qp->ctr.retransmits++;
+        dev->ctr.tx_packets++;
+        return 0;
+}
+
+int rd_send_ack(struct dw_rd_peer *p)
+{
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD, .psn = p->rel.snd_nxt};
+        dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
+        return rd_send_ctrl(p, &h);
+}
+
+static int ops_send_ack(void *ctx)
+{
+        struct dw_rd_peer *p = ctx;
+        struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        if (d->ctl_sent >= RD_CTL_PER_WALK)
+                return -EAGAIN;
+        d->ctl_sent++;
+        return rd_send_ack(p);
+}
+
+const struct dw_rel_ops rd_ops = {
+    .acked = ops_acked,
+    .retransmit = ops_retransmit,
+    .send_ack = ops_send_ack,
+};
+
+/* ---------------------------------------------------------------- transmit */
+
+static bool rd_room(struct dw_rd_peer *p, uint64_t now)
+{
+        if (p->dead)
+                return false;
+        if (!p->rel.ring && !rd_ring_get(rdd(p->s->qp->dev), p))
+                return false;
+        return dw_rel_tx_can_send(&p->rel, now) &&
+               dw_rel_tx_inflight(&p->rel) + p->batch < DW_REL_DEF_WINDOW;
+}
+
+static uint32_t rd_ord(const struct dw_rd_qp *s)
+{
+        const struct dw_qp *qp = s->qp;
+        if ((qp->attr_mask_set & DIWARP_QP_MAX_QP_RD_ATOMIC) && qp->attr.max_rd_atomic &&
+            qp->attr.max_rd_atomic < RD_MAX_ORQ)
+                return qp->attr.max_rd_atomic;
+        return RD_MAX_ORQ;
+}
+
+/* Next SQ segment into t. 1 built, 0 nothing (empty or blocked), 2 progress
+ * without a packet (Local Invalidate), -1 the QP failed. */
+static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_txslot *t)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_wqe *w = dw_wq_at(&qp->sq, s->tx_idx);
+        if (!w)
+                return 0;
+        if (w->opcode == DIWARP_WR_LOCAL_INV) {
+                if (nbuilt)
+                        return 0;
+                enum dw_prot_status st =
+                    dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd);
+                s->tx_idx++;
+                s->tx_seg = 0;
+                if (st != DW_PROT_OK) {
+                        dw_warn("RD QP %#x: Local Invalidate of STag %#x: %s", qp->qpn,
+                                w->invalidate_rkey, dw_prot_status_str(st));
+                        rd_complete_through(s, w, DIWARP_WC_LOC_PROT_ERR);
+                        dw_qp_to_error(qp, -1);
+                        return -1;
+                }
+                w->status = DIWARP_WC_SUCCESS;
+                w->byte_len = 0;
+                w->flags |= DW_WQE_DONE | RD_W_TXALL;
+                rd_retire(s);
+                return 2;
+        }
+        struct dw_rd_peer *p = w->priv;
+        if (!p)
+                return 0;
+        /* SQD: a message already on the wire finishes, no new one starts. */
+        if (s->tx_seg == 0 && qp->state == DIWARP_QPS_SQD)
+                return 0;
+        if (s->tx_seg == 0) {
+                if ((w->send_flags & DIWARP_SEND_FENCE) && s->norq + s->orq_building)
+                        return 0;
+                if (is_read_like(w->opcode) && s->norq + s->orq_building >= rd_ord(s))
+                        return 0;
+        }
+        if (!rd_room(p, now))
+                return 0;
+        uint32_t psn = p->rel.snd_nxt + p->batch;
+        bool last_seg = s->tx_seg + 1 >= w->ts_ns;
+        bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
+                      (last_seg && s->tx_idx + 1 >= dw_wq_count(&qp->sq));
+        uint32_t slot = (uint32_t)(w - qp->sq.ring);
+        int r = rd_build(p, rd_cookie(RD_CK_SQ, slot, s->tx_seg), psn, ackreq, t);
+        if (r < 0) {
+                dw_warn("RD QP %#x: send WR %#llx: local protection error (lkey)", qp->qpn,
+                        (unsigned long long)w->wr_id);
+                rd_complete_through(s, w, DIWARP_WC_LOC_PROT_ERR);
+                dw_qp_to_error(qp, -1);
+                return -1;
+        }
+        t->save_idx = s->tx_idx;
+        t->save_seg = s->tx_seg;
+        p->batch++;
+        if (is_read_like(w->opcode) && s->tx_seg == 0)
+                s->orq_building++;
+        if (last_seg) {
+                s->tx_idx++;
+                s->tx_seg = 0;
+        } else {
+                s->tx_seg++;
+        }
+        return 1;
+}
+
+static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
+{
+        for (uint32_t k = 0; k < s->fifo_count; k++) {
+                uint32_t idx = s->fifo[(s->fifo_head + k) % RD_MAX_IRQ];
+                struct rd_irq *e = &s->irq[idx];
+                if (!e->peer || e->next_seg >= e->nseg)
+                        continue;
+                struct dw_rd_peer *p = e->peer;
+                if (!rd_room(p, now))
+                        return 0;
+                uint32_t psn = p->rel.snd_nxt + p->batch;
+                bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
+                              e->next_seg + 1 >= e->nseg;
+                int r = rd_build(p, rd_cookie(RD_CK_IRQ, idx, e->next_seg), psn, ackreq, t);
+                if (r < 0) {
+                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, DIWARP_EVENT_QP_ACCESS_ERR,
+                                     "RDMA Read source no longer accessible");
+                        return -1;
+                }
+                t->save_idx = idx;
+                t->save_seg = e->next_seg;
+                p->batch++;
+                e->next_seg++;
+                return 1;
+        }
+        return 0;
+}
+
+static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
+{
+        struct dw_rd_peer *p = t->peer;
+        struct dw_qp *qp = s->qp;
+        dw_rel_tx_sent(&p->rel, t->psn, t->cookie, now);
+        if (t->dlen > rdd(qp->dev)->dgram_max)
+                rdd(qp->dev)->dgram_max = t->dlen;
+        qp->ctr.tx_packets++;
+        qp->ctr.tx_bytes += t->bytes;
+        qp->dev->ctr.tx_packets++;
+        qp->dev->ctr.tx_bytes += t->bytes;
+        if (ck_kind(t->cookie) == RD_CK_SQ) {
+                struct dw_wqe *w = &qp->sq.ring[ck_slot(t->cookie)];
+                w->bytes_done++;
+                if (is_read_like(w->opcode) && !(w->flags & RD_W_INORQ) && s->norq < RD_MAX_ORQ) {
+                        s->orq[s->norq++] = w;
+                        w->flags |= RD_W_INORQ;
+                }
+                if (w->bytes_done >= w->ts_ns)
+                        w->flags |= RD_W_TXALL;
+        } else {
+                struct rd_irq *e = &s->irq[ck_slot(t->cookie)];
+                e->sent++;
+                while (s->fifo_count) {
+                        struct rd_irq *h = &s->irq[s->fifo[s->fifo_head]];
+                        if (h->peer && h->sent < h->nseg)
+                                break;
+                        s->fifo_head = (s->fifo_head + 1) % RD_MAX_IRQ;
+                        s->fifo_count--;
+                }
+        }
+        rd_activate(p);
+}
+
+/* How many slots from i one GSO send can carry: same peer address, the size
+ * of slot i for all but the last (which may be shorter), within the kernel's
+ * segment and byte limits. *gso = that size. */
+static int rd_gso_run(const struct dw_rd_dev *d, int i, int n, uint32_t *gso)
+{
+        const struct rd_txslot *a = &d->slot[i];
+        uint32_t L = a->dlen, total = L;
+        int k = 1;
+        *gso = L;
+        if (L > UINT16_MAX)
+                return 1;
+        while (i + k < n && k < DW_UDP_GSO_MAX_SEGS) {
+                const struct rd_txslot *t = &d->slot[i + k];
+                if (t->dst.sin_addr.s_addr != a->dst.sin_addr.s_addr ||
+                    t->dst.sin_port != a->dst.sin_port || t->dlen > L ||
+                    total + t->dlen > DW_UDP_GSO_MAX_BYTES)
+                        break;
+                total += t->dlen;
+                k++;
+                if (t->dlen < L)
+                        break; /* a shorter one ends the super-datagram */
+        }
+        return k;
+}
+
+/* Sends slots [0, n) in order (no fault injection): runs of 2 or more go as
+ * one GSO sendmsg while the socket takes UDP_SEGMENT, the rest with
+ * sendmmsg. Returns how many were sent; fewer than n means back-pressure.
+ * Network errors count as sent (lost: rel/ recovers). */
+static int rd_send_batch(struct dw_device *dev, struct dw_rd_dev *d, int n)
+{
+        int sent = 0;
+        while (sent < n) {
+                bool gso = dw_udp_gso_on(&dev->udp);
+                uint32_t L;
+                int k = gso ? rd_gso_run(d, sent, n, &L) : 1;
+                int r;
+                if (k >= 2) {
+                        /* Every slot but the last is exactly L bytes, so the
+                         * kernel's cuts at L-byte boundaries fall between them. */
+                        int c = 0;
+                        for (int j = 0; j < k; j++) {
+                                const struct rd_txslot *t = &d->slot[sent + j];
+                                memcpy(d->gso_iov + c, t->iov, (size_t)t->iovcnt * sizeof(*t->iov));
+                                c += t->iovcnt;
+                        }
+                        r = dw_udp_send_gso(&dev->udp, d->gso_iov, c, &d->slot[sent].dst,
+                                            (uint16_t)L);
+                        if (r == -EOPNOTSUPP)
+                                continue; /* GSO now off: the same slots the ordinary way */
+                        if (r >= 0 || !rd_backpressure(r)) {
+                                sent += k;
+                                continue;
+                        }
+                        dev->ctr.tx_backpressure++;
+                        break;
+                }
+                /* Singles up to the next run worth a GSO send: one sendmmsg. */
+                int j = sent + 1;
+                while (j < n && j - sent < DW_UDP_TX_BATCH &&
+                       !(gso && rd_gso_run(d, j, n, &L) >= 2))
+                        j++;
+                for (int i = sent; i < j; i++)
+                        d->msgs[i] = (struct dw_udp_msg){.iov = d->slot[i].iov,
+                                                         .iovcnt = d->slot[i].iovcnt,
+                                                         .dst = &d->slot[i].dst};
+                r = dw_udp_send_batch(&dev->udp, d->msgs + sent, j - sent);
+                if (r > 0) {
+                        sent += r;
+                        continue;
+                }
+                if (rd_backpressure(r)) {
+                        dev->ctr.tx_backpressure++;
+                        break;
+                }
+                sent++; /* lost to a network error: rel/ recovers */
+        }
+        return sent;
+}
+
+/* Transmits new segments of one QP. Returns work; *blocked when the socket
+ * pushed back. */
+int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        struct dw_rd_dev *d = rdd(dev);
+        int work = 0;
+
+        while (work < budget) {
+                if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_SQD &&
+                    !(s->rc && qp->state == DIWARP_QPS_RTR))
+                        return work;
+                /* Everything went in the previous round (the common case of
+                 * one message): no clock read for an empty one. */
+                if (work && dw_wq_count(&qp->sq) <= s->tx_idx && !s->fifo_count)
+                        return work;
+                uint64_t now = rd_clock(dev);
+                int n = 0;
+                uint32_t bytes = 0;
+                bool sq_off = false, irq_off = s->fifo_count == 0;
+                s->orq_building = 0;
+                /* With GSO a step builds up to 64 datagrams (a few super-
+                 * datagrams' worth), fewer when they are large. */
+                int nmax = !dev->fault_on && dw_udp_gso_on(&dev->udp) ? RD_BATCH : DW_UDP_TX_BATCH;
+                while (n < nmax && bytes < RD_BATCH_BYTES && !(sq_off && irq_off)) {
+                        bool use_irq = !irq_off && (s->irq_turn || sq_off);
+                        int r = use_irq ? rd_next_irq(s, now, &d->slot[n])
+                                        : rd_next_sq(s, now, n, &d->slot[n]);
+                        if (r < 0) {
+                                n = -1;
+                                break;
+                        }
+                        if (r == 0) {
+                                if (use_irq)
+                                        irq_off = true;
+                                else
+                                        sq_off = true;
+                                continue;
+                        }
+                        if (r == 2) {
+                                work++;
+                                continue;
+                        }
+                        s->irq_turn = !use_irq;
+                        bytes += d->slot[n].dlen;
+                        n++;
+                }
+                if (n < 0) {
+                        /* The QP failed while building: forget the batch. */
+                        for (int i = 0; i < RD_BATCH; i++) {
+                                if (d->slot[i].peer) {
+                                        d->slot[i].peer->batch = 0;
+                                        rd_ring_idle(d, d->slot[i].peer);
+                                }
+                                d->slot[i].peer = NULL;
+                        }
+                        return work + 1;
+                }
+                if (n == 0)
+                        break;
+                int sent = 0;
+                if (dev->fault_on || n == 1) {
+                        for (; sent < n; sent++)
+                                if (rd_send_one(dev, d->slot[sent].iov, d->slot[sent].iovcnt,
+                                                &d->slot[sent].dst) < 0)
+                                        break;
+                } else {
+                        sent = rd_send_batch(dev, d, n);
+                }
+                for (int i = 0; i < n; i++)
+                        d->slot[i].peer->batch = 0;
+                for (int i = 0; i < sent; i++)
+                        rd_commit(s, &d->slot[i], now);
+                /* Roll the cursors back to the first datagram the socket refused. */
+                for (int i = n - 1; i >= sent; i--) {
+                        struct rd_txslot *t = &d->slot[i];
+                        if (ck_kind(t->cookie) == RD_CK_SQ) {
+                                s->tx_idx = t->save_idx;
+                                s->tx_seg = t->save_seg;
+                        } else {
+                                s->irq[t->save_idx].next_seg = t->save_seg;
+                        }
+                }
+                for (int i = sent; i < n; i++)
+                        rd_ring_idle(d, d->slot[i].peer); /* refused: maybe nothing in flight */
+                for (int i = 0; i < n; i++)
+                        d->slot[i].peer = NULL;
+                work += sent;
+                if (sent < n) {
+                        qp->ctr.tx_backpressure++;
+                        *blocked = true;
+                        return work;
+                }
+        }
+        return work;
+}
+
+/* ---------------------------------------------------------------- latency path */
+
+static void rd_tx_now(struct dw_rd_qp *s)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        struct dw_rd_dev *d = rdd(dev);
+        /* Only when the newest WQE is the one waiting: nothing queued before it
+         * is overtaken, and no segment or Read response is under way. */
+        if ((qp->state != DIWARP_QPS_RTS && !(s->rc && qp->state == DIWARP_QPS_RTR)) || s->tx_seg ||
+            s->fifo_count || d->tx_wait || dw_wq_count(&qp->sq) != s->tx_idx + 1)
+                return;
+        struct dw_wqe *w = dw_wq_at(&qp->sq, s->tx_idx);
+        struct dw_rd_peer *p = w->priv;
+        if (!p || w->ts_ns != 1 || ((w->send_flags & DIWARP_SEND_FENCE) && s->norq))
+                return;
+        switch (w->opcode) {
+        case DIWARP_WR_SEND:
+        case DIWARP_WR_SEND_WITH_IMM:
+        case DIWARP_WR_SEND_WITH_INV:
+        case DIWARP_WR_RDMA_WRITE:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                break;
+        default:
+                return; /* Reads and Atomics take an ORQ slot: rd_tx_qp */
+        }
+        /* The clock is read after the send, off the latency path: before it,
+         * only an RNR back-off would need it, and that is left to the step. */
+        if (p->rel.rnr_until || !rd_room(p, 0))
+                return;
+        struct rd_txslot *t = &d->slot[0];
+        uint32_t slot = (uint32_t)(w - qp->sq.ring);
+        /* As rd_next_sq builds it: the last WQE of the SQ asks for an ACK. A
+         * build error or a refusal of the socket is left to the progress step,
+         * which fails the WR or waits for the socket as usual. */
+        if (rd_build(p, rd_cookie(RD_CK_SQ, slot, 0), p->rel.snd_nxt, true, t) < 0 ||
+            rd_send_one(dev, t->iov, t->iovcnt, &t->dst) < 0) {
+                t->peer = NULL;
+                rd_ring_idle(d, p);
+                return;
+        }
+        rd_commit(s, t, dw_now_ns());
+        t->peer = NULL;
+        s->tx_idx++;
+}
+
+void dw_rd_tx_posted(struct dw_qp *qp)
+{
+        struct dw_rd_qp *s = qp->rd;
+        if (!s)
+                return;
+        rd_tx_now(s);
+        /* after the datagram left */
+        rd_ack_flush(rdd(qp->dev));
+        rd_retire_held(s);
+}
