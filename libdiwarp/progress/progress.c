@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "dw.h"
-#include "qp/rd.h"
 #include "util/time.h"
 
 /* epoll data: low 32 bits a tag, high 32 bits the fd (to spot a slot reused
@@ -65,6 +64,15 @@ fail:;
         int err = -errno;
         dw_progress_fini(dev);
         return err ? err : -ENOMEM;
+}
+
+int dw_progress_add_transport(struct dw_device *dev, const struct dw_transport_ops *ops)
+{
+        struct dw_progress *p = &dev->prog;
+        if (p->ntransport >= DW_MAX_TRANSPORT)
+                return -ENOSPC;
+        p->transport[p->ntransport++] = ops;
+        return 0;
 }
 
 void dw_progress_fini(struct dw_device *dev)
@@ -182,12 +190,32 @@ int dw_progress_unwatch_fd(struct dw_device *dev, int fd)
 
 /* ---- the step --------------------------------------------------------------- */
 
+static int dw_progress_rx_direct(struct dw_device *dev)
+{
+        struct dw_progress *p = &dev->prog;
+        for (unsigned t = 0; t < p->ntransport; t++) {
+                int dr = p->transport[t]->rx_direct ? p->transport[t]->rx_direct(dev) : 0;
+                if (dr != 0)
+                        return dr;
+        }
+        return 0;
+}
+
 static int dw_progress_rx(struct dw_device *dev, int budget)
 {
+        struct dw_progress *p = &dev->prog;
+        void (*rx_dgram)(struct dw_device *, uint8_t *, size_t, const struct sockaddr_in *) = NULL;
         int work = 0;
-        dw_rd_rx_clock(dev);
+        for (unsigned t = 0; t < p->ntransport; t++) {
+                if (p->transport[t]->rx_begin)
+                        p->transport[t]->rx_begin(dev);
+                if (!rx_dgram)
+                        rx_dgram = p->transport[t]->rx_dgram;
+        }
+        if (!rx_dgram)
+                return 0;
         while (work < budget) {
-                int dr = dev->cfg.rd_direct ? dw_rd_rx_direct(dev) : 0;
+                int dr = dw_progress_rx_direct(dev);
                 if (dr == 1) {
                         work++;
                         continue;
@@ -205,7 +233,7 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
                                 dev->ctr.rx_dropped_malformed++;
                                 continue;
                         }
-                        dw_ud_rx(dev, dw_udp_rx_pkt(&dev->udp, i), dw_udp_rx_len(&dev->udp, i),
+                        rx_dgram(dev, dw_udp_rx_pkt(&dev->udp, i), dw_udp_rx_len(&dev->udp, i),
                                  &dev->udp.rx_addr[i]);
                 }
                 dw_udp_rx_done(&dev->udp);
@@ -221,8 +249,13 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
 static int dw_progress_tx(struct dw_device *dev, int budget)
 {
         struct dw_progress *p = &dev->prog;
+        int (*tx_qp)(struct dw_qp *, int) = NULL;
         int work = 0;
         if (p->ntx_pending == 0)
+                return 0;
+        for (unsigned t = 0; t < p->ntransport && !tx_qp; t++)
+                tx_qp = p->transport[t]->tx_qp;
+        if (!tx_qp)
                 return 0;
         for (unsigned k = 0; k < DW_MAX_QP && work < budget && p->ntx_pending; k++) {
                 unsigned idx = (p->rr_qp + k) % DW_MAX_QP;
@@ -231,7 +264,7 @@ static int dw_progress_tx(struct dw_device *dev, int budget)
                         continue;
                 /* Each QP gets a share so the budget spreads over the pending ones. */
                 int share = (budget - work) / (int)p->ntx_pending;
-                work += dw_ud_tx(qp, share > 0 ? share : 1);
+                work += tx_qp(qp, share > 0 ? share : 1);
                 p->rr_qp = idx + 1;
         }
         return work;
@@ -346,13 +379,18 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
                                       memory_order_relaxed);
         bool look = app && dw_progress_epoll_due(p);
         if (app && !look && read) {
-                /* RC streams read directly; more live streams than it polls
-                 * (or none pollable) fall back to the epoll look. */
-                int r = dw_rc_poll(dev, budget);
-                if (r < 0)
-                        look = p->nwatch > 0;
-                else
-                        work += r;
+                /* Streams read directly; a transport with more live streams
+                 * than it polls (or none pollable) falls back to the epoll
+                 * look. */
+                for (unsigned t = 0; t < p->ntransport; t++) {
+                        if (!p->transport[t]->poll)
+                                continue;
+                        int r = p->transport[t]->poll(dev, budget);
+                        if (r < 0)
+                                look = p->nwatch > 0;
+                        else
+                                work += r;
+                }
         }
         /* Without an epoll look the UDP socket is read when datagram QPs
          * exist (or nothing else is watched, as before). */
@@ -373,14 +411,12 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
         work += dw_progress_tx(dev, budget);
         if (uring && dw_udp_rx_stashed(&dev->udp))
                 work += dw_progress_rx(dev, budget);
-        int r = dw_rc_progress(dev, budget);
-        if (r > 0)
-                work += r;
-        /* RD: new segments (ACKs ride on them), then rel/ timers; asks for a
-         * step at its next deadline through dw_progress_timer. */
-        r = dw_rd_progress(dev, budget);
-        if (r > 0)
-                work += r;
+        /* Each asks for a step at its next deadline through dw_progress_timer. */
+        for (unsigned t = 0; t < p->ntransport; t++) {
+                int r = p->transport[t]->progress ? p->transport[t]->progress(dev, budget) : 0;
+                if (r > 0)
+                        work += r;
+        }
         return work;
 }
 

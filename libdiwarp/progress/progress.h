@@ -1,11 +1,12 @@
 /* progress/: the progress engine of a device.
  *
  * A step (dw_progress_step) is bounded work under the device lock: receive a
- * batch of datagrams and place them, transmit UD sends that waited for socket
- * room (round-robin over QPs), release fault-held packets that are due, call
- * the watch callbacks of ready fds (RC TCP sockets, listeners) and the RC
- * transport's own progress. post_* and cq_poll run one step; so does
- * diwarp_progress.
+ * batch of datagrams and place them, transmit datagram sends that waited for
+ * socket room (round-robin over QPs), release fault-held packets that are
+ * due, call the watch callbacks of ready fds (RC TCP sockets, listeners) and
+ * the transports' own progress. post_* and cq_poll run one step; so does
+ * diwarp_progress. The transports are reached only through the tables of
+ * hooks qp/ registers at device open (struct dw_transport_ops).
  *
  * DIWARP_PROGRESS=thread (or a completion channel being created) starts a
  * thread that sleeps in epoll_wait on the UDP socket, a wake-up eventfd and
@@ -21,9 +22,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct dw_device;
+struct dw_qp;
+struct sockaddr_in;
 
 /* Called from a step (device lock held) when a watched fd is ready; events
  * are EPOLLIN/EPOLLOUT/EPOLLERR/EPOLLHUP bits. Returns work done (>= 0).
@@ -31,6 +35,39 @@ struct dw_device;
 typedef int (*dw_watch_fn)(struct dw_device *dev, int fd, uint32_t events, void *ctx);
 
 #define DW_MAX_WATCH 4160 /* every QP's TCP socket + listeners */
+
+/* What a step asks of one transport, so that progress/ depends on no
+ * transport: qp/ registers a table per transport at device open
+ * (dw_progress_add_transport). A step calls each hook where README.md's
+ * order of a step puts it, for every table that has it in registration
+ * order (rx_dgram and tx_qp: for the first one only); NULL: the transport
+ * has no such work. Lock held. */
+struct dw_transport_ops {
+        /* Application-driven steps: reads the transport's streams directly
+         * (no epoll). Work done, or -1 when it cannot read them all this way:
+         * the step then looks at them through epoll. */
+        int (*poll)(struct dw_device *dev, int budget);
+        /* The step is about to receive from the UDP socket. */
+        void (*rx_begin)(struct dw_device *dev);
+        /* Receives the next datagram straight into its target: 1 done, 0 use
+         * the batch receive, 2 receive one datagram the ordinary way, -1
+         * nothing is waiting. The first table whose hook returns nonzero
+         * decides. */
+        int (*rx_direct)(struct dw_device *dev);
+        /* One datagram from the UDP socket (CRC not yet checked), for the
+         * transport that demultiplexes the socket's datagrams (UD, which
+         * hands RD's on). */
+        void (*rx_dgram)(struct dw_device *dev, uint8_t *pkt, size_t len,
+                         const struct sockaddr_in *from);
+        /* Sends of qp that waited for socket room (qp->tx_pending, which
+         * only the transport with rx_dgram sets). Work done. */
+        int (*tx_qp)(struct dw_qp *qp, int budget);
+        /* The transport's own progress (timers, backlogs); it asks for its
+         * next deadline with dw_progress_timer. Work done. */
+        int (*progress)(struct dw_device *dev, int budget);
+};
+
+#define DW_MAX_TRANSPORT 4
 
 struct dw_watch {
         int fd; /* -1: free slot */
@@ -55,7 +92,7 @@ struct dw_progress {
         uint64_t deadline_ns; /* earliest timer asked for by dw_progress_timer; UINT64_MAX none */
         uint64_t steps;
         /* Application-driven steps read the data sockets directly (UDP
-         * recvmmsg, RC streams through dw_rc_poll) and look at the epoll set
+         * recvmmsg, RC streams through the poll hook) and look at the epoll set
          * (listeners, CM sockets, EPOLLOUT waits) only every
          * DW_PROGRESS_EPOLL_EVERY steps, once per coarse clock tick, or every
          * step while a watched fd waits for EPOLLOUT. */
@@ -63,6 +100,8 @@ struct dw_progress {
         unsigned ndgram;      /* QPs using the UDP socket (UD, RD): recvmmsg each step */
         unsigned since_epoll; /* app-driven steps since the last epoll_wait */
         int64_t epoll_tick;   /* CLOCK_MONOTONIC_COARSE (ns) of the last epoll_wait */
+        const struct dw_transport_ops *transport[DW_MAX_TRANSPORT]; /* registration order */
+        unsigned ntransport;
         /* Hybrid progress: application-driven steps that read the data
          * sockets count themselves here (one relaxed store under the device
          * lock, no clock, no syscall). The progress thread reads it without
@@ -95,6 +134,8 @@ void dw_progress_wake(struct dw_device *dev);
 void dw_progress_tx_wait(struct dw_device *dev, bool wait);
 
 int dw_progress_init(struct dw_device *dev);
+/* Adds a transport's hooks after those registered before it. -ENOSPC. */
+int dw_progress_add_transport(struct dw_device *dev, const struct dw_transport_ops *ops);
 /* Starts the thread if not running; call WITHOUT the device lock. */
 int dw_progress_start(struct dw_device *dev);
 /* Stops and joins the thread; call WITHOUT the device lock. */

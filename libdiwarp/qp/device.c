@@ -219,6 +219,28 @@ static int dw_device_bind(struct dw_device *dev)
         return last;
 }
 
+/* The transports' hooks for the progress step, in the order a step calls
+ * them: UD takes every datagram of the UDP socket (and hands RD's on), RC's
+ * progress runs before RD's. */
+static const struct dw_transport_ops dw_ud_transport = {
+    .rx_dgram = dw_ud_rx,
+    .tx_qp = dw_ud_tx,
+};
+static const struct dw_transport_ops dw_rc_transport = {
+    .poll = dw_rc_poll,
+    .progress = dw_rc_progress,
+};
+static const struct dw_transport_ops dw_rd_transport = {
+    .rx_begin = dw_rd_rx_clock,
+    .rx_direct = dw_rd_rx_direct,
+    .progress = dw_rd_progress,
+};
+static const struct dw_transport_ops *const dw_transports[] = {
+    &dw_ud_transport,
+    &dw_rc_transport,
+    &dw_rd_transport,
+};
+
 int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
 {
         const char *why = NULL;
@@ -301,6 +323,10 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
         err = dw_progress_init(dev);
         if (err < 0)
                 goto fail_fault;
+        for (size_t i = 0; i < sizeof(dw_transports) / sizeof(dw_transports[0]) && err >= 0; i++)
+                err = dw_progress_add_transport(dev, dw_transports[i]);
+        if (err < 0)
+                goto fail_prog;
         dev->next_qp_index = DW_FIRST_QP_INDEX;
         pthread_mutex_lock(&dev->lock);
         err = dw_rc_dev_init(dev);

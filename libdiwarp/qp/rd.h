@@ -81,7 +81,8 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
 void dw_rd_rx_clock(struct dw_device *dev);
 /* Receives the next datagram straight into its target when it is a large
  * RDMA Write segment (and large ones were arriving): 1 done, 0 use the batch
- * receive, 2 receive one datagram the ordinary way, -1 nothing is waiting. */
+ * receive (always with DIWARP_RD_DIRECT=0), 2 receive one datagram the
+ * ordinary way, -1 nothing is waiting. */
 int dw_rd_rx_direct(struct dw_device *dev);
 /* Transmit new segments, run rel/ timers (retransmissions, ACKs), and ask the
  * progress engine for a step at the next deadline. Returns work done. */

@@ -766,7 +766,7 @@ static int rd_direct_skip(struct dw_rd_dev *d)
 int dw_rd_rx_direct(struct dw_device *dev)
 {
         struct dw_rd_dev *d = rdd(dev);
-        if (!d || !d->rx_big || dw_udp_uring_on(&dev->udp))
+        if (!d || !d->rx_big || !dev->cfg.rd_direct || dw_udp_uring_on(&dev->udp))
                 return 0;
         struct sockaddr_in from;
         bool train;
