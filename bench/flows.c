@@ -6,7 +6,7 @@
  *   client: bench-flows [--transport rd|rc|tcp] [--op write|send] [--flows N]
  *                       [--devices D] [--server-qps K] [--size B] [--window W]
  *                       [--duration-ms T] [--warmup-ms W] [--port P] [--addr A]
- *                       [--cpu C] [--timeout MS] HOST
+ *                       [--cpu C] [--timeout MS] [--tcp-cc ALG] HOST
  *
  * The client's parameters travel to the server over the TCP side channel
  * (port P). Flow f uses client device f % D (each device has its own UDP
@@ -26,7 +26,8 @@
  * tcp:   N plain TCP connections (no diwarp) to port P + 1, nonblocking, one
  *        epoll thread each side, each streaming B-byte messages back to back
  *        (--window and --devices do not apply); goodput counts the bytes the
- *        server reads.
+ *        server reads. --tcp-cc sets the senders' congestion control
+ *        (TCP_CONGESTION; default: the system's, which RESULT names).
  *
  * Only what completes between warmup-ms and duration-ms after the start
  * counts. Then the client stops posting and waits (at most --timeout) for
@@ -89,6 +90,7 @@ struct fopts {
         uint16_t port;
         int cpu, timeout_ms;
         const char *addr, *host;
+        const char *tcp_cc; /* tcp: the senders' congestion control (NULL: the system's) */
 };
 
 struct flow {
@@ -127,7 +129,7 @@ static void usage(void)
                 "usage: bench-flows [--transport rd|rc|tcp] [--op write|send] [--flows N]\n"
                 "                   [--devices D] [--server-qps K] [--size B] [--window W]\n"
                 "                   [--duration-ms T] [--warmup-ms W] [--port P] [--addr A]\n"
-                "                   [--cpu C] [--timeout MS] [HOST]\n"
+                "                   [--cpu C] [--timeout MS] [--tcp-cc ALG] [HOST]\n"
                 "  without HOST: serve one client; with HOST: drive the run.\n");
         exit(2);
 }
@@ -173,6 +175,7 @@ static void parse(int argc, char **argv)
             {"addr", required_argument, NULL, 'a'},
             {"cpu", required_argument, NULL, 'c'},
             {"timeout", required_argument, NULL, 'T'},
+            {"tcp-cc", required_argument, NULL, 'C'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -229,6 +232,9 @@ static void parse(int argc, char **argv)
                         break;
                 case 'T':
                         o.timeout_ms = atoi(optarg);
+                        break;
+                case 'C':
+                        o.tcp_cc = optarg;
                         break;
                 default:
                         usage();
@@ -811,12 +817,22 @@ static bool tcp_server(void)
                 fail("the client went away before connecting");
                 goto out;
         }
-        for (uint32_t n = 0; n < N; n++) {
-                struct pollfd pf = {.fd = lfd, .events = POLLIN};
-                if (poll(&pf, 1, o.timeout_ms) != 1) {
-                        fail("%u of %u connections after %d ms", n, N, o.timeout_ms);
+        bool watch = true; /* the side channel, until the client's next sync word */
+        for (uint32_t n = 0; n < N;) {
+                /* EOF on the side channel: the client left */
+                struct pollfd pf[2] = {{.fd = lfd, .events = POLLIN},
+                                       {.fd = watch ? side.oob : -1, .events = POLLIN}};
+                uint8_t b;
+                if (poll(pf, 2, o.timeout_ms) < 1 ||
+                    (pf[1].revents && recv(side.oob, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)) {
+                        fail("%u of %u connections%s", n, N,
+                             pf[1].revents ? ": the client went away (see its output)"
+                                           : " before the timeout");
                         goto out;
                 }
+                watch &= !pf[1].revents;
+                if (!(pf[0].revents & POLLIN))
+                        continue;
                 int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
                 uint32_t idx;
                 struct timeval tv = {.tv_sec = o.timeout_ms / 1000,
@@ -832,6 +848,7 @@ static bool tcp_server(void)
                 }
                 fl[idx].fd = fd;
                 nonblock(fd);
+                n++;
         }
         ep = epoll_create1(EPOLL_CLOEXEC);
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = N};
@@ -908,6 +925,11 @@ static bool tcp_connect(uint32_t i, const struct sockaddr_in *to)
                 if (bind(fd, (struct sockaddr *)&me, sizeof(me)))
                         return fail("flow %u: bind %s: %s", i, o.addr, strerror(errno));
         }
+        if (o.tcp_cc &&
+            setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, o.tcp_cc, (socklen_t)strlen(o.tcp_cc)))
+                return fail("flow %u: congestion control %s: %s (net.ipv4.tcp_available_"
+                            "congestion_control)",
+                            i, o.tcp_cc, strerror(errno));
         if (connect(fd, (const struct sockaddr *)to, sizeof(*to)) && errno != EINPROGRESS)
                 return fail("flow %u: connect: %s", i, strerror(errno));
         struct pollfd pf = {.fd = fd, .events = POLLOUT};
@@ -1110,7 +1132,10 @@ static void print_client(const char *status)
                 if (dv[d].dev && diwarp_device_counters(dv[d].dev, &ctr) == 0)
                         bp += ctr.tx_backpressure;
         }
-        char devices[16] = "-", extra[64] = "";
+        char devices[16] = "-", extra[64] = "", cc[32] = "";
+        socklen_t cl = sizeof(cc) - 1;
+        if (tcp && fl[0].fd >= 0 && getsockopt(fl[0].fd, IPPROTO_TCP, TCP_CONGESTION, cc, &cl) == 0)
+                snprintf(extra, sizeof(extra), " tcp_cc=%s", cc);
         if (!tcp)
                 snprintf(devices, sizeof(devices), "%u", P->devices);
         if (P->transport == TR_RC) {
