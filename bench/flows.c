@@ -164,13 +164,13 @@ static void parse(int argc, char **argv)
         static const struct option lo[] = {
             {"transport", required_argument, NULL, 't'},
             {"op", required_argument, NULL, 'o'},
-            {"flows", required_argument, NULL, 'n'},
-            {"devices", required_argument, NULL, 'd'},
-            {"server-qps", required_argument, NULL, 'k'},
+            {"flows", required_argument, NULL, 256},
+            {"devices", required_argument, NULL, 257},
+            {"server-qps", required_argument, NULL, 258},
+            {"window", required_argument, NULL, 259},
+            {"duration-ms", required_argument, NULL, 260},
+            {"warmup-ms", required_argument, NULL, 261},
             {"size", required_argument, NULL, 's'},
-            {"window", required_argument, NULL, 'w'},
-            {"duration-ms", required_argument, NULL, 'D'},
-            {"warmup-ms", required_argument, NULL, 'W'},
             {"port", required_argument, NULL, 'p'},
             {"addr", required_argument, NULL, 'a'},
             {"cpu", required_argument, NULL, 'c'},
@@ -191,6 +191,9 @@ static void parse(int argc, char **argv)
                            .cpu = -1,
                            .timeout_ms = 10000};
         struct params *p = &o.p;
+        /* the numeric options from 256 on, in the order of lo[] */
+        uint32_t *const u32[] = {&p->flows,  &p->devices,     &p->server_qps,
+                                 &p->window, &p->duration_ms, &p->warmup_ms};
         int ch;
         while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
                 switch (ch) {
@@ -200,26 +203,8 @@ static void parse(int argc, char **argv)
                 case 'o':
                         p->op = pick(optarg, op_names);
                         break;
-                case 'n':
-                        p->flows = (uint32_t)num(optarg);
-                        break;
-                case 'd':
-                        p->devices = (uint32_t)num(optarg);
-                        break;
-                case 'k':
-                        p->server_qps = (uint32_t)num(optarg);
-                        break;
                 case 's':
                         p->size = num(optarg);
-                        break;
-                case 'w':
-                        p->window = (uint32_t)num(optarg);
-                        break;
-                case 'D':
-                        p->duration_ms = (uint32_t)num(optarg);
-                        break;
-                case 'W':
-                        p->warmup_ms = (uint32_t)num(optarg);
                         break;
                 case 'p':
                         o.port = (uint16_t)num(optarg);
@@ -237,7 +222,9 @@ static void parse(int argc, char **argv)
                         o.tcp_cc = optarg;
                         break;
                 default:
-                        usage();
+                        if (ch < 256 || ch >= 256 + (int)(sizeof(u32) / sizeof(u32[0])))
+                                usage();
+                        *u32[ch - 256] = (uint32_t)num(optarg);
                 }
         }
         if (optind < argc)
@@ -393,6 +380,18 @@ static int post_credit(uint32_t fi)
         return e;
 }
 
+/* q to RTS, then n receives posted with post(idx, slot). */
+static bool qp_ready(struct bc_ctx *c, struct bc_qp *q, const char *what, uint32_t idx, uint32_t n,
+                     int (*post)(uint32_t, uint32_t))
+{
+        if (bc_qp_rts(c, q))
+                return fail("%s %u: QP to RTS failed", what, idx);
+        for (uint32_t s = 0; s < n; s++)
+                if (post(idx, s))
+                        return fail("%s %u: post receive failed", what, idx);
+        return true;
+}
+
 struct wire_info {
         uint8_t gid[16];
         uint32_t rkey, nqp;
@@ -465,15 +464,8 @@ static bool client_setup(void)
                 q->peer_qpn = ntohl(qpn[fl[i].sqp]);
                 q->peer_rkey = ntohl(si.rkey);
                 q->peer_base = be64toh(si.base);
-                if (bc_qp_rts(&dv[fl[i].dev], q)) {
-                        fail("flow %u: QP to RTS failed", i);
+                if (!qp_ready(&dv[fl[i].dev], q, "flow", i, cslots, post_credit_recv))
                         goto out;
-                }
-                for (uint32_t s = 0; s < cslots; s++)
-                        if (post_credit_recv(i, s)) {
-                                fail("flow %u: post receive failed", i);
-                                goto out;
-                        }
         }
         ok = true;
 out:
@@ -562,15 +554,8 @@ static bool server_setup(void)
                 struct bc_qp *q = &c->q[k];
                 memcpy(q->peer_gid.raw, gids + 16 * (k % D), 16);
                 q->peer_qpn = fl[k].cqpn;
-                if (bc_qp_rts(c, q)) {
-                        fail("QP %u (flow %u) to RTS failed", k, k);
+                if (!qp_ready(c, q, "QP", k, send ? flows_on(k, K) * (W + 2) : 0, post_recv))
                         goto out;
-                }
-                for (uint32_t s = 0; send && s < flows_on(k, K) * (W + 2); s++)
-                        if (post_recv(k, s)) {
-                                fail("QP %u: post receive failed", k);
-                                goto out;
-                        }
         }
         ok = true;
 out:
@@ -794,6 +779,24 @@ static int nonblock(int fd)
         return f < 0 ? -1 : fcntl(fd, F_SETFL, f | O_NONBLOCK);
 }
 
+/* An epoll set of every flow's socket (data.u32 = flow) for events, and
+ * extra (data.u32 = N) for reading when >= 0. -1 after a message. */
+static int flows_epoll(uint32_t events, int extra)
+{
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        for (uint32_t i = 0; ep >= 0 && i <= P->flows; i++) {
+                struct epoll_event ev = {.events = i < P->flows ? events : EPOLLIN, .data.u32 = i};
+                int fd = i < P->flows ? fl[i].fd : extra;
+                if (fd >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) {
+                        close(ep);
+                        ep = -1;
+                }
+        }
+        if (ep < 0)
+                fail("epoll: %s", strerror(errno));
+        return ep;
+}
+
 static bool tcp_server(void)
 {
         const uint32_t N = P->flows;
@@ -850,19 +853,8 @@ static bool tcp_server(void)
                 nonblock(fd);
                 n++;
         }
-        ep = epoll_create1(EPOLL_CLOEXEC);
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = N};
-        if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, side.oob, &ev)) {
-                fail("epoll: %s", strerror(errno));
+        if ((ep = flows_epoll(EPOLLIN, side.oob)) < 0)
                 goto out;
-        }
-        for (uint32_t i = 0; i < N; i++) {
-                ev.data.u32 = i;
-                if (epoll_ctl(ep, EPOLL_CTL_ADD, fl[i].fd, &ev)) {
-                        fail("epoll: %s", strerror(errno));
-                        goto out;
-                }
-        }
         if (bc_sync(&side)) {
                 fail("the client did not start the run (see its output)");
                 goto out;
@@ -969,18 +961,8 @@ static bool tcp_client(void)
         for (uint32_t i = 0; i < N; i++)
                 if (!tcp_connect(i, &to))
                         goto out;
-        ep = epoll_create1(EPOLL_CLOEXEC);
-        if (ep < 0) {
-                fail("epoll: %s", strerror(errno));
+        if ((ep = flows_epoll(EPOLLOUT, -1)) < 0)
                 goto out;
-        }
-        for (uint32_t i = 0; i < N; i++) {
-                struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = i};
-                if (epoll_ctl(ep, EPOLL_CTL_ADD, fl[i].fd, &ev)) {
-                        fail("epoll: %s", strerror(errno));
-                        goto out;
-                }
-        }
         if (bc_sync(&side)) {
                 fail("the server did not start the run (see its output)");
                 goto out;
