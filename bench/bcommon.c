@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <diwarp/diwarpdv.h>
+
 uint64_t bc_now_ns(void)
 {
         struct timespec ts;
@@ -418,7 +420,7 @@ int bc_qp_rts(struct bc_ctx *c, struct bc_qp *q)
         return 0;
 }
 
-int bc_setup(struct bc_ctx *c, uint32_t nqp, size_t buf_len, uint32_t send_wr, uint32_t recv_wr)
+int bc_open(struct bc_ctx *c, uint32_t cqe, size_t buf_len)
 {
         int err;
         const struct bc_opts *o = &c->o;
@@ -432,7 +434,6 @@ int bc_setup(struct bc_ctx *c, uint32_t nqp, size_t buf_len, uint32_t send_wr, u
                 return bc_fail(c, "PD alloc", err);
         if (o->block && (err = diwarp_comp_channel_create(c->dev, &c->ch)))
                 return bc_fail(c, "completion channel", err);
-        uint64_t cqe = (uint64_t)nqp * (send_wr + recv_wr) + 64;
         if ((err = diwarp_cq_create(c->dev, (int)cqe, NULL, c->ch, &c->cq)))
                 return bc_fail(c, "CQ create", err);
         c->buf_len = buf_len ? buf_len : 4096;
@@ -452,6 +453,32 @@ int bc_setup(struct bc_ctx *c, uint32_t nqp, size_t buf_len, uint32_t send_wr, u
         diwarp_mr_info(c->mr, &mi);
         c->lkey = mi.lkey;
         c->rkey = mi.rkey;
+        return 0;
+}
+
+int bc_qp_create(struct bc_ctx *c, uint32_t send_wr, uint32_t recv_wr, struct diwarp_qp **out)
+{
+        struct diwarp_qp_init_attr ia = {
+            .send_cq = c->cq,
+            .recv_cq = c->cq,
+            .qp_type = c->o.transport == BC_RC   ? DIWARP_QPT_RC
+                       : c->o.transport == BC_RD ? DIWARP_QPT_RD
+                                                 : DIWARP_QPT_UD,
+            .cap = {.max_send_wr = send_wr,
+                    .max_recv_wr = recv_wr,
+                    .max_send_sge = 1,
+                    .max_recv_sge = 1,
+                    .max_inline_data = 64},
+        };
+        int err = c->o.transport == BC_RD ? diwarpdv_create_qp(c->pd, &ia, out)
+                                          : diwarp_qp_create(c->pd, &ia, out);
+        return err ? bc_fail(c, "QP create", err) : 0;
+}
+
+int bc_setup(struct bc_ctx *c, uint32_t nqp, size_t buf_len, uint32_t send_wr, uint32_t recv_wr)
+{
+        if (bc_open(c, nqp * (send_wr + recv_wr) + 64, buf_len))
+                return -1;
         c->nqp = nqp;
         c->q = calloc(nqp, sizeof(*c->q));
         uint32_t *qpns = calloc(nqp, sizeof(uint32_t));
@@ -459,23 +486,10 @@ int bc_setup(struct bc_ctx *c, uint32_t nqp, size_t buf_len, uint32_t send_wr, u
                 free(qpns);
                 return bc_fail(c, "QP table", -ENOMEM);
         }
-        enum diwarp_qp_type type = o->transport == BC_RC   ? DIWARP_QPT_RC
-                                   : o->transport == BC_RD ? DIWARP_QPT_RD
-                                                           : DIWARP_QPT_UD;
         for (uint32_t i = 0; i < nqp; i++) {
-                struct diwarp_qp_init_attr ia = {
-                    .send_cq = c->cq,
-                    .recv_cq = c->cq,
-                    .qp_type = type,
-                    .cap = {.max_send_wr = send_wr,
-                            .max_recv_wr = recv_wr,
-                            .max_send_sge = 1,
-                            .max_recv_sge = 1,
-                            .max_inline_data = 64},
-                };
-                if ((err = diwarp_qp_create(c->pd, &ia, &c->q[i].qp))) {
+                if (bc_qp_create(c, send_wr, recv_wr, &c->q[i].qp)) {
                         free(qpns);
-                        return bc_fail(c, "QP create", err);
+                        return -1;
                 }
                 qpns[i] = htonl(diwarp_qp_num(c->q[i].qp));
         }

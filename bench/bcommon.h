@@ -83,6 +83,13 @@ int bc_oob_open(struct bc_ctx *c, const struct bc_opts *o);
  * page faults stay out of the timings) registered for local and remote
  * access, nqp QPs (send_wr / recv_wr deep), exchange, connect. */
 int bc_setup(struct bc_ctx *c, uint32_t nqp, size_t buf_len, uint32_t send_wr, uint32_t recv_wr);
+/* The first half of bc_setup, for programs that pair QPs their own way (one
+ * process with several devices, QPs shared by several peers): device at
+ * o.addr, pin to o.cpu, PD, channel when o.block, a CQ of cqe entries, the
+ * registered buffer. c->oob may be -1 (a second device of the same process). */
+int bc_open(struct bc_ctx *c, uint32_t cqe, size_t buf_len);
+/* One QP of type o.transport on c's PD, both queues on c->cq, in RESET. */
+int bc_qp_create(struct bc_ctx *c, uint32_t send_wr, uint32_t recv_wr, struct diwarp_qp **out);
 void bc_teardown(struct bc_ctx *c);
 /* Moves q->qp (type from o.transport) to RTS towards q->peer_gid/peer_qpn;
  * UD/RD also get q->ah. */
