@@ -490,7 +490,7 @@ int dw_inflight_poll(struct dw_inflight_proc *p, uint64_t now_ns)
         if (!p->shm || (!p->deferred_release && !p->deferred_cancel))
                 return 0;
         if (!pool_trylock(p, now_ns, now_ns != 0))
-                return 0;
+                return 1;
         if (slot_lost(p))
                 rc = -EOWNERDEAD;
         else
@@ -539,13 +539,11 @@ int dw_inflight_complete(struct dw_inflight_proc *p, struct dw_inflight_qp *q, u
 
         if (n > p->inflight || (q && n > q->inflight))
                 return -EINVAL;
-        rc = dw_inflight_host_release(p, n);
-        if (rc)
-                return rc;
         if (q)
                 q->inflight -= n;
         p->inflight -= n;
-        return 0;
+        rc = dw_inflight_host_release(p, n);
+        return rc < 0 ? rc : 0;
 }
 
 /* ---- Open and close ------------------------------------------------------ */

@@ -133,7 +133,9 @@ int dw_inflight_admit(struct dw_inflight_proc *p, struct dw_inflight_qp *q, uint
                       uint64_t now_ns);
 
 /* n admitted messages of q completed (successfully or not): returns their
- * tokens at every level. -EINVAL if q or the process has fewer in flight. */
+ * tokens at every level (the host's maybe deferred: see dw_inflight_poll).
+ * Returns 0, -EINVAL if q or the process has fewer in flight (nothing
+ * changes), or -EOWNERDEAD. */
 int dw_inflight_complete(struct dw_inflight_proc *p, struct dw_inflight_qp *q, uint32_t n);
 
 /* The host level alone. Grants up to want tokens now, first what the line
@@ -150,16 +152,20 @@ int dw_inflight_complete(struct dw_inflight_proc *p, struct dw_inflight_qp *q, u
 int dw_inflight_host_acquire(struct dw_inflight_proc *p, uint32_t want, uint64_t now_ns);
 
 /* Returns n host tokens. If the pool lock is busy they are returned by the
- * next call that gets it (dw_inflight_poll at the latest). -EINVAL if n
- * exceeds what the process holds. */
+ * next call that gets it (dw_inflight_poll at the latest). Returns 0, 1 when
+ * deferred so (as dw_inflight_poll), -EINVAL if n exceeds what the process
+ * holds, or -EOWNERDEAD. */
 int dw_inflight_host_release(struct dw_inflight_proc *p, uint32_t n);
 
 /* Leaves the line and gives back tokens granted but not yet collected. Call
- * it when nothing waits for admission any more (cheap when not in line). */
+ * it when nothing waits for admission any more (cheap when not in line).
+ * Returns as dw_inflight_poll. */
 int dw_inflight_cancel(struct dw_inflight_proc *p);
 
 /* Once per progress step: applies releases and cancels deferred by a busy pool
- * lock. Nothing (no atomic) when there are none. */
+ * lock. Nothing (no atomic) when there are none. Returns 0 when nothing is
+ * left deferred, 1 while something is (the pool lock is still busy: do not
+ * sleep long), or -EOWNERDEAD. */
 int dw_inflight_poll(struct dw_inflight_proc *p, uint64_t now_ns);
 
 /* True while the process holds a ticket in the host pool's line. */
