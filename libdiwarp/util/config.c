@@ -28,6 +28,10 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->fault_spec[0] = '\0';
         cfg->fault_seed = DW_CONFIG_DEFAULT_FAULT_SEED;
         cfg->udp_mtu = DW_CONFIG_DEFAULT_UDP_MTU;
+        cfg->inflight_qp = DW_CONFIG_DEFAULT_INFLIGHT_QP;
+        cfg->inflight_proc = DW_CONFIG_DEFAULT_INFLIGHT_PROC;
+        cfg->inflight_host = DW_CONFIG_DEFAULT_INFLIGHT_HOST;
+        cfg->inflight_shm[0] = '\0';
 }
 
 /* Records "NAME='value': expectation" in cfg->why_buf. The value is cut short
@@ -64,6 +68,20 @@ static int parse_choice(const char *s, const char *const *names, int n)
         return -1;
 }
 
+/* A POSIX shm name: one path component of portable characters, so it can
+ * neither escape /dev/shm nor be "." or "..". */
+static bool valid_shm_name(const char *s)
+{
+        size_t n;
+
+        if (*s == '/')
+                s++;
+        n = strlen(s);
+        if (n == 0 || n > DW_CONFIG_MAX_SHM_NAME || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+                return false;
+        return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
 struct env_view {
         const char *(*get)(void *ctx, const char *name);
         void *ctx;
@@ -77,11 +95,26 @@ static const char *var(const struct env_view *env, const char *name)
         return v && *v ? v : NULL;
 }
 
+/* An in-flight cap in messages; 0 means no cap at that level. */
+static int parse_cap(struct dw_config *cfg, const struct env_view *env, const char *name,
+                     uint32_t *out)
+{
+        const char *v = var(env, name);
+        uint64_t u;
+
+        if (!v)
+                return 0;
+        if (!parse_u64(v, 10, 0, DW_CONFIG_MAX_INFLIGHT, &u))
+                return bad(cfg, name, v, "expected messages 0..1000000 (0 = no cap)");
+        *out = (uint32_t)u;
+        return 0;
+}
+
 static int parse_all(struct dw_config *cfg, const struct env_view *env)
 {
         const char *v;
         uint64_t u;
-        int i;
+        int i, rc;
 
         if ((v = var(env, "DIWARP_ADDR"))) {
                 struct in_addr a;
@@ -160,6 +193,17 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 if (!parse_u64(v, 10, DW_CONFIG_MIN_UDP_MTU, DW_CONFIG_MAX_UDP_MTU, &u))
                         return bad(cfg, "DIWARP_UDP_MTU", v, "expected bytes 512..65507");
                 cfg->udp_mtu = (uint32_t)u;
+        }
+        if ((rc = parse_cap(cfg, env, "DIWARP_INFLIGHT_QP", &cfg->inflight_qp)) ||
+            (rc = parse_cap(cfg, env, "DIWARP_INFLIGHT_PROC", &cfg->inflight_proc)) ||
+            (rc = parse_cap(cfg, env, "DIWARP_INFLIGHT_HOST", &cfg->inflight_host)))
+                return rc;
+        if ((v = var(env, "DIWARP_INFLIGHT_SHM"))) {
+                if (!valid_shm_name(v))
+                        return bad(cfg, "DIWARP_INFLIGHT_SHM", v,
+                                   "expected a shm name of 1..100 characters A-Z a-z 0-9 . _ - "
+                                   "(one leading / allowed)");
+                snprintf(cfg->inflight_shm, sizeof(cfg->inflight_shm), "/%s", v + (*v == '/'));
         }
         if ((v = var(env, "DIWARP_FAULT_SEED"))) {
                 /* Base 0: decimal, or 0x-prefixed hex as seeds are often printed. */

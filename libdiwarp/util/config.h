@@ -25,6 +25,14 @@ enum dw_rc_transport {
 #define DW_CONFIG_MAX_UDP_MTU                65507 /* largest IPv4 UDP payload */
 #define DW_CONFIG_DEFAULT_UDP_MTU            65507 /* no cap: RD follows the route's MTU */
 #define DW_CONFIG_MAX_TIMEOUT_MS             3600000u
+/* In-flight caps in messages (seed 002, libdiwarp/flow/README.md); 0 = no cap
+ * at that level. The defaults await the calibration sweep. */
+#define DW_CONFIG_DEFAULT_INFLIGHT_QP   0
+#define DW_CONFIG_DEFAULT_INFLIGHT_PROC 0
+#define DW_CONFIG_DEFAULT_INFLIGHT_HOST 0
+#define DW_CONFIG_MAX_INFLIGHT          1000000u
+/* Longest DIWARP_INFLIGHT_SHM name (without the leading '/'). */
+#define DW_CONFIG_MAX_SHM_NAME 100
 
 struct dw_config {
         char addr[16];                     /* DIWARP_ADDR, dotted IPv4 */
@@ -40,6 +48,11 @@ struct dw_config {
         char fault_spec[256];              /* DIWARP_FAULT, validated; "" = off */
         uint64_t fault_seed;               /* DIWARP_FAULT_SEED */
         uint32_t udp_mtu;                  /* DIWARP_UDP_MTU: cap on the RD datagram size */
+        uint32_t inflight_qp;              /* DIWARP_INFLIGHT_QP: messages; 0 = no cap */
+        uint32_t inflight_proc;            /* DIWARP_INFLIGHT_PROC */
+        uint32_t inflight_host;            /* DIWARP_INFLIGHT_HOST */
+        /* DIWARP_INFLIGHT_SHM as "/name"; "" = the per-user default. */
+        char inflight_shm[DW_CONFIG_MAX_SHM_NAME + 2];
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];

@@ -12,7 +12,7 @@
 
 /* A fake environment: NULL-terminated name/value pairs. */
 struct fake_env {
-        const char *kv[32];
+        const char *kv[48];
 };
 
 static const char *fake_get(void *ctx, const char *name)
@@ -47,6 +47,10 @@ static void assert_defaults(const struct dw_config *c)
         cr_assert_str_eq(c->fault_spec, "");
         cr_assert_eq(c->fault_seed, 1);
         cr_assert_eq(c->udp_mtu, 65507);
+        cr_assert_eq(c->inflight_qp, DW_CONFIG_DEFAULT_INFLIGHT_QP);
+        cr_assert_eq(c->inflight_proc, DW_CONFIG_DEFAULT_INFLIGHT_PROC);
+        cr_assert_eq(c->inflight_host, DW_CONFIG_DEFAULT_INFLIGHT_HOST);
+        cr_assert_str_eq(c->inflight_shm, "");
 }
 
 Test(config, defaults_with_empty_environment)
@@ -98,6 +102,14 @@ Test(config, every_variable_parsed)
             "0xdeadbeefcafe",
             "DIWARP_FAULT",
             "drop:1%,delay:100",
+            "DIWARP_INFLIGHT_QP",
+            "4",
+            "DIWARP_INFLIGHT_PROC",
+            "16",
+            "DIWARP_INFLIGHT_HOST",
+            "32",
+            "DIWARP_INFLIGHT_SHM",
+            "diwarp-test.pool_1",
             NULL,
         }};
 
@@ -115,6 +127,10 @@ Test(config, every_variable_parsed)
         cr_assert_eq(c.udp_mtu, 9000);
         cr_assert_eq(c.fault_seed, 0xdeadbeefcafeull);
         cr_assert_str_eq(c.fault_spec, "drop:1%,delay:100");
+        cr_assert_eq(c.inflight_qp, 4);
+        cr_assert_eq(c.inflight_proc, 16);
+        cr_assert_eq(c.inflight_host, 32);
+        cr_assert_str_eq(c.inflight_shm, "/diwarp-test.pool_1");
 }
 
 Test(config, alternative_spellings)
@@ -138,6 +154,12 @@ Test(config, alternative_spellings)
         cr_assert_eq(parse1(&c, "DIWARP_UDP_MTU", "65507", NULL), 0);
         cr_assert_eq(parse1(&c, "DIWARP_UDP_MTU", "512", NULL), 0);
         cr_assert_eq(parse1(&c, "DIWARP_FAULT", "off", NULL), 0);
+        cr_assert_eq(parse1(&c, "DIWARP_INFLIGHT_HOST", "0", NULL), 0);
+        cr_assert_eq(c.inflight_host, 0);
+        cr_assert_eq(parse1(&c, "DIWARP_INFLIGHT_QP", "1000000", NULL), 0);
+        cr_assert_eq(c.inflight_qp, 1000000);
+        cr_assert_eq(parse1(&c, "DIWARP_INFLIGHT_SHM", "/mypool", NULL), 0);
+        cr_assert_str_eq(c.inflight_shm, "/mypool");
 }
 
 Test(config, bad_values_rejected_with_reason)
@@ -174,6 +196,18 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_FAULT", "drop:x"},
             {"DIWARP_FAULT", "bogus:0.1"},
             {"DIWARP_FAULT", "drop:0.1,,dup:0.1"},
+            {"DIWARP_INFLIGHT_QP", "-1"},
+            {"DIWARP_INFLIGHT_QP", "1000001"},
+            {"DIWARP_INFLIGHT_QP", "8x"},
+            {"DIWARP_INFLIGHT_PROC", "1e3"},
+            {"DIWARP_INFLIGHT_PROC", "+4"},
+            {"DIWARP_INFLIGHT_HOST", "many"},
+            {"DIWARP_INFLIGHT_HOST", "4294967296"},
+            {"DIWARP_INFLIGHT_SHM", "a/b"},
+            {"DIWARP_INFLIGHT_SHM", "//pool"},
+            {"DIWARP_INFLIGHT_SHM", "/"},
+            {"DIWARP_INFLIGHT_SHM", ".."},
+            {"DIWARP_INFLIGHT_SHM", "pool name"},
         };
 
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -222,6 +256,28 @@ Test(config, long_value_truncated_in_reason)
         cr_assert_eq(parse1(&c, "DIWARP_FAULT", big, &why), -EINVAL);
         cr_assert_not_null(strstr(why, "DIWARP_FAULT="), "%s", why);
         cr_assert_lt(strlen(why), sizeof(c.why_buf));
+}
+
+Test(config, inflight_shm_name_length)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        char name[DW_CONFIG_MAX_SHM_NAME + 3];
+
+        /* The longest name fits, with or without its leading slash. */
+        memset(name, 'p', sizeof(name));
+        name[0] = '/';
+        name[DW_CONFIG_MAX_SHM_NAME + 1] = '\0';
+        cr_assert_eq(parse1(&c, "DIWARP_INFLIGHT_SHM", name, &why), 0, "%s", why);
+        cr_assert_str_eq(c.inflight_shm, name);
+        cr_assert_eq(parse1(&c, "DIWARP_INFLIGHT_SHM", name + 1, &why), 0, "%s", why);
+        cr_assert_str_eq(c.inflight_shm, name);
+        /* One character more is refused. */
+        name[DW_CONFIG_MAX_SHM_NAME + 1] = 'p';
+        name[DW_CONFIG_MAX_SHM_NAME + 2] = '\0';
+        cr_assert_eq(parse1(&c, "DIWARP_INFLIGHT_SHM", name, &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "DIWARP_INFLIGHT_SHM="), "%s", why);
+        assert_defaults(&c);
 }
 
 Test(config, from_process_environment)
