@@ -1,4 +1,4 @@
-/* Datagram header codec, version 1. Layout and rules: docs/PROTOCOL.md. */
+/* Datagram header codec, versions 1 and 2. Layout and rules: docs/PROTOCOL.md. */
 #include "dgram.h"
 
 #include <string.h>
@@ -16,8 +16,22 @@
 static int check_sacks(const struct dw_dgram_hdr *h, const char **why)
 {
         uint32_t prev_end = 0;
+        unsigned first = 0;
 
-        for (unsigned i = 0; i < h->sack_count; i++) {
+        if (h->xflags & DW_DGRAM_X_DSACK) {
+                /* A duplicate was received before, so it lies below ack_psn or
+                 * in a run that may not even be among the blocks sent (only
+                 * the lowest runs fit): only its own shape can be checked. */
+                uint32_t l = h->sack[0].end - h->sack[0].start;
+                if (l == 0)
+                        return dw_wire_fail(why, "sack: empty D-SACK block (start_psn == end_psn)",
+                                            EBADMSG);
+                if (l > 0x80000000u)
+                        return dw_wire_fail(
+                            why, "sack: D-SACK block reversed or longer than 2^31 PSNs", EBADMSG);
+                first = 1;
+        }
+        for (unsigned i = first; i < h->sack_count; i++) {
                 uint32_t s = h->sack[i].start - h->ack_psn;
                 uint32_t e = h->sack[i].end - h->ack_psn;
 
@@ -36,11 +50,48 @@ static int check_sacks(const struct dw_dgram_hdr *h, const char **why)
                                             EBADMSG);
                 /* Strictly after the previous end: touching blocks must be merged,
                  * so each set of received PSNs has exactly one encoding. */
-                if (i > 0 && s <= prev_end)
+                if (i > first && s <= prev_end)
                         return dw_wire_fail(
                             why, "sack: blocks not in ascending order with a gap between them",
                             EBADMSG);
                 prev_end = e;
+        }
+        return 0;
+}
+
+/* The version-2 extension flags and the pull descriptor. Each flag names
+ * the packets it can describe, so a flag on any other packet is an error
+ * rather than something a receiver would have to guess about. */
+static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
+{
+        uint8_t f = h->flags, x = h->xflags;
+        const uint8_t rd_data = DW_DGRAM_F_RD | DW_DGRAM_F_DATA;
+        const uint8_t ack_sack = DW_DGRAM_F_ACK | DW_DGRAM_F_SACK;
+
+        if (x & ~DW_DGRAM_X_ALL)
+                return dw_wire_fail(why, "xflags: reserved bits (0x20-0x80) set", EBADMSG);
+        if ((x & DW_DGRAM_X_NOCRC) && !(f & DW_DGRAM_F_RD))
+                return dw_wire_fail(
+                    why, "xflags: NOCRC on a UD packet (UD always carries the CRC32c)", EBADMSG);
+        if ((x & DW_DGRAM_X_PULL) && (x & DW_DGRAM_X_PULLREQ))
+                return dw_wire_fail(why, "xflags: PULL and PULLREQ together", EBADMSG);
+        if ((x & (DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ)) && (f & rd_data) != rd_data)
+                return dw_wire_fail(why, "xflags: PULL or PULLREQ without RD and DATA", EBADMSG);
+        if ((x & DW_DGRAM_X_DSACK) && (f & ack_sack) != ack_sack)
+                return dw_wire_fail(why, "xflags: DSACK without ACK and SACK", EBADMSG);
+        if ((x & DW_DGRAM_X_ECE) && !(f & DW_DGRAM_F_ACK))
+                return dw_wire_fail(why, "xflags: ECE without ACK", EBADMSG);
+
+        if (x & DW_DGRAM_X_PULL) {
+                /* The descriptor rides on the first pushed segment, so at
+                 * least one byte is pushed and at least one is pulled. */
+                if (h->pull_pushed == 0)
+                        return dw_wire_fail(why, "pull: pushed length is 0", EBADMSG);
+                if (h->pull_pushed >= h->pull_len)
+                        return dw_wire_fail(why, "pull: pushed length not below the message length",
+                                            EBADMSG);
+        } else if ((h->pull_len | h->pull_pushed) != 0) {
+                return dw_wire_fail(why, "pull: lengths non-zero without the PULL flag", EBADMSG);
         }
         return 0;
 }
@@ -99,6 +150,9 @@ int dw_dgram_hdr_validate(const struct dw_dgram_hdr *h, const char **why)
         if (h->credits != 0 && !(f & DW_DGRAM_F_CREDIT))
                 return dw_wire_fail(why, "credits: non-zero without the CREDIT flag", EBADMSG);
 
+        int rc = check_xflags(h, why);
+        if (rc != 0)
+                return rc;
         return check_sacks(h, why);
 }
 
@@ -106,7 +160,8 @@ ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h)
 {
         if (h->sack_count > DW_DGRAM_MAX_SACK)
                 return -EINVAL;
-        return DW_DGRAM_HDR_LEN + (ssize_t)h->sack_count * DW_DGRAM_SACK_LEN;
+        return DW_DGRAM_HDR_LEN + (ssize_t)h->sack_count * DW_DGRAM_SACK_LEN +
+               ((h->xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0);
 }
 
 ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
@@ -117,11 +172,14 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
         if (cap < (size_t)n)
                 return -ENOSPC;
 
-        buf[0] = DW_DGRAM_VERSION;
+        /* Version 2 only when an extension needs it: every other datagram
+         * stays readable by a version-1 receiver. */
+        buf[0] = h->xflags ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
         buf[1] = h->flags;
         buf[2] = h->sack_count;
         buf[3] = h->nak_code;
-        dw_put_be32(buf + 4, h->dst_qpn);
+        dw_put_be32(buf + 4, h->dst_qpn); /* high byte 0: validated */
+        buf[4] = h->xflags;
         dw_put_be32(buf + 8, h->src_qpn);
         dw_put_be32(buf + 12, h->qkey);
         dw_put_be32(buf + 16, h->psn);
@@ -132,6 +190,11 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
                 uint8_t *p = buf + DW_DGRAM_HDR_LEN + i * DW_DGRAM_SACK_LEN;
                 dw_put_be32(p, h->sack[i].start);
                 dw_put_be32(p + 4, h->sack[i].end);
+        }
+        if (h->xflags & DW_DGRAM_X_PULL) {
+                uint8_t *p = buf + DW_DGRAM_HDR_LEN + h->sack_count * DW_DGRAM_SACK_LEN;
+                dw_put_be32(p, h->pull_len);
+                dw_put_be32(p + 4, h->pull_pushed);
         }
         return n;
 }
@@ -144,8 +207,8 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
                 return dw_wire_fail(why, "version: datagram is empty", ENODATA);
         /* Version first: another version may have another length, and the
          * receiver counts it as "unknown version", not as "truncated". */
-        if (buf[0] != DW_DGRAM_VERSION)
-                return dw_wire_fail(why, "version: not 1", EPROTO);
+        if (buf[0] != DW_DGRAM_VERSION && buf[0] != DW_DGRAM_VERSION2)
+                return dw_wire_fail(why, "version: neither 1 nor 2", EPROTO);
         if (len < DW_DGRAM_HDR_LEN)
                 return dw_wire_fail(why, "header: shorter than the 28-byte fixed header", ENODATA);
 
@@ -153,7 +216,14 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
         h.flags = buf[1];
         h.sack_count = buf[2];
         h.nak_code = buf[3];
-        h.dst_qpn = dw_get_be32(buf + 4);
+        h.dst_qpn = dw_get_be32(buf + 4); /* version 1: byte 4 is validated as reserved */
+        if (buf[0] == DW_DGRAM_VERSION2) {
+                h.xflags = buf[4];
+                h.dst_qpn &= DW_DGRAM_QPN_MASK;
+                /* One encoding per header: without an X-flag it is version 1. */
+                if (h.xflags == 0)
+                        return dw_wire_fail(why, "xflags: none set in a version-2 header", EBADMSG);
+        }
         h.src_qpn = dw_get_be32(buf + 8);
         h.qkey = dw_get_be32(buf + 12);
         h.psn = dw_get_be32(buf + 16);
@@ -173,6 +243,15 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
                 h.sack[i].start = dw_get_be32(p);
                 h.sack[i].end = dw_get_be32(p + 4);
         }
+        if (h.xflags & DW_DGRAM_X_PULL) {
+                if (len - n < DW_DGRAM_PULL_LEN)
+                        return dw_wire_fail(
+                            why, "pull: descriptor announced by the PULL flag is truncated",
+                            ENODATA);
+                h.pull_len = dw_get_be32(buf + n);
+                h.pull_pushed = dw_get_be32(buf + n + 4);
+                n += DW_DGRAM_PULL_LEN;
+        }
 
         int rc = dw_dgram_hdr_validate(&h, why);
         if (rc != 0)
@@ -187,26 +266,33 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
         /* Every rule dw_dgram_hdr_validate applies, for these shapes: a
          * control-only packet has ACK, IMM comes with DATA, sack_count,
          * nak_code, credits, rnr_delay and the QPNs' reserved bytes are zero,
-         * and so is ack_psn without ACK. */
-        if (len < DW_DGRAM_HDR_LEN || buf[0] != DW_DGRAM_VERSION)
+         * and so is ack_psn without ACK. Byte 4 is reserved in version 1; in
+         * version 2 it may be NOCRC alone, which needs only the RD flag:
+         * with CRCs off, every RD datagram is of that kind. */
+        if (len < DW_DGRAM_HDR_LEN)
                 return dw_dgram_decode(buf, len, out, why);
-        uint8_t f = buf[1];
-        if (!(f & DW_DGRAM_F_RD) || (f & (DW_DGRAM_F_SACK | DW_DGRAM_F_NAK | DW_DGRAM_F_CREDIT)) ||
+        uint8_t f = buf[1], x = buf[4];
+        if (!((buf[0] == DW_DGRAM_VERSION && x == 0) ||
+              (buf[0] == DW_DGRAM_VERSION2 && x == DW_DGRAM_X_NOCRC)) ||
+            !(f & DW_DGRAM_F_RD) || (f & (DW_DGRAM_F_SACK | DW_DGRAM_F_NAK | DW_DGRAM_F_CREDIT)) ||
             !(f & (DW_DGRAM_F_DATA | DW_DGRAM_F_ACK)) ||
             (f & (DW_DGRAM_F_DATA | DW_DGRAM_F_IMM)) == DW_DGRAM_F_IMM ||
-            (buf[2] | buf[3] | buf[4] | buf[8]) != 0 || dw_get_be32(buf + 24) != 0 ||
+            (buf[2] | buf[3] | buf[8]) != 0 || dw_get_be32(buf + 24) != 0 ||
             (!(f & DW_DGRAM_F_ACK) && dw_get_be32(buf + 20) != 0))
                 return dw_dgram_decode(buf, len, out, why);
         out->flags = f;
+        out->xflags = x;
         out->sack_count = 0;
         out->nak_code = 0;
-        out->dst_qpn = dw_get_be32(buf + 4);
+        out->dst_qpn = dw_get_be32(buf + 4) & DW_DGRAM_QPN_MASK;
         out->src_qpn = dw_get_be32(buf + 8);
         out->qkey = dw_get_be32(buf + 12);
         out->psn = dw_get_be32(buf + 16);
         out->ack_psn = dw_get_be32(buf + 20);
         out->credits = 0;
         out->rnr_delay = 0;
+        out->pull_len = 0;
+        out->pull_pushed = 0;
         return DW_DGRAM_HDR_LEN;
 }
 
@@ -287,7 +373,9 @@ __attribute__((noinline, cold)) static int ud_slow(const uint8_t *buf, size_t le
 }
 
 /* Bytes 0-7 of a UD header, with the IMM flag and dst_qpn's low 24 bits
- * masked: version 1, flags DATA, sack_count 0, nak_code 0, QPN byte 0. */
+ * masked: version 1, flags DATA, sack_count 0, nak_code 0, QPN byte 0. UD is
+ * always version 1: every X-flag needs RD or ACK, so a version-2 UD datagram
+ * is malformed, and the strict route says why. */
 #define UD_H0_MASK 0xff7fffffff000000ull
 #define UD_H0      ((uint64_t)DW_DGRAM_VERSION << 56 | (uint64_t)DW_DGRAM_F_DATA << 48)
 #define UD_H0_IMM  ((uint64_t)DW_DGRAM_F_IMM << 48)
@@ -346,6 +434,22 @@ int dw_dgram_decode_ud(const uint8_t *buf, size_t len, struct dw_dgram_ud *out, 
         return 0;
 }
 
+/* Whether a datagram says it has no CRC32c trailer. These are the only
+ * bytes read before the CRC is (or is not) checked, and they are all that
+ * says whether a trailer exists: the version (only version 2 has X-flags),
+ * the X-flags byte (NOCRC, and no reserved bit: a byte no sender writes is
+ * not trusted to turn a check off) and the RD flag (UD always carries the
+ * CRC, so a UD datagram that claims NOCRC is checked and fails). Every other
+ * field is checked by the decoder over the same bytes afterwards, trailer
+ * or not; testing it here would only change which error is reported. A CRC
+ * cannot protect the bit that waives it: a receiver that accepts NOCRC
+ * relies on the UDP checksum for byte 4 as for the rest. */
+static bool nocrc_shape(const uint8_t *pkt, size_t len)
+{
+        return len >= DW_DGRAM_HDR_LEN && pkt[0] == DW_DGRAM_VERSION2 && (pkt[1] & DW_DGRAM_F_RD) &&
+               (pkt[4] & DW_DGRAM_X_NOCRC) && !(pkt[4] & ~DW_DGRAM_X_ALL);
+}
+
 ssize_t dw_dgram_packet_check(const uint8_t *pkt, size_t len, const char **why)
 {
         if (len < DW_DGRAM_HDR_LEN + DW_DGRAM_CRC_LEN)
@@ -362,10 +466,26 @@ void dw_dgram_crc_trailer(uint8_t out[DW_DGRAM_CRC_LEN], uint32_t crc_state)
         dw_put_be32(out, dw_crc32c_final(crc_state));
 }
 
+ssize_t dw_dgram_packet_body(const uint8_t *pkt, size_t len, bool accept_nocrc, const char **why)
+{
+        if (!nocrc_shape(pkt, len))
+                return dw_dgram_packet_check(pkt, len, why);
+        if (!accept_nocrc)
+                return dw_wire_fail(why, "crc: datagram without CRC32c refused", ENOTSUP);
+        return (ssize_t)len;
+}
+
 ssize_t dw_dgram_packet_seal(uint8_t *pkt, size_t len, size_t cap)
 {
         if (cap < DW_DGRAM_CRC_LEN || len > cap - DW_DGRAM_CRC_LEN)
                 return -ENOSPC;
         dw_put_be32(pkt + len, dw_crc32c(pkt, len));
         return (ssize_t)(len + DW_DGRAM_CRC_LEN);
+}
+
+ssize_t dw_dgram_packet_finish(uint8_t *pkt, size_t len, size_t cap)
+{
+        if (nocrc_shape(pkt, len))
+                return len <= cap ? (ssize_t)len : -ENOSPC;
+        return dw_dgram_packet_seal(pkt, len, cap);
 }

@@ -1,8 +1,12 @@
-/* Datagram header (version 1) for UD and RD queue pairs over UDP.
+/* Datagram header (versions 1 and 2) for UD and RD queue pairs over UDP.
  *
  * One UDP payload is:
  *     dgram header | DDP/RDMAP segment (DATA only) | [Immediate Data message (IMM)] | CRC32c
- * The CRC32c covers every byte before it and is sent in network byte order.
+ * The CRC32c covers every byte before it and is sent in network byte order;
+ * a version-2 RD datagram with the NOCRC extension flag has no CRC32c.
+ * Version 2 is version 1 plus extension flags (X-flags) in byte 4 and an
+ * optional pull descriptor after the SACK blocks; it is sent only when an
+ * X-flag is set, so every other datagram stays version 1.
  * The layout, the flag rules and the size limits are in docs/PROTOCOL.md
  * (section "Datagram header"); keep the two in step.
  */
@@ -16,13 +20,16 @@
 
 #include "wire.h"
 
-#define DW_DGRAM_VERSION     1
-#define DW_DGRAM_HDR_LEN     28 /* fixed part, without SACK blocks */
-#define DW_DGRAM_SACK_LEN    8  /* one {start_psn, end_psn} block */
-#define DW_DGRAM_MAX_SACK    8
-#define DW_DGRAM_HDR_MAX_LEN (DW_DGRAM_HDR_LEN + DW_DGRAM_MAX_SACK * DW_DGRAM_SACK_LEN) /* 92 */
-#define DW_DGRAM_CRC_LEN     4
-#define DW_UDP_MAX_PAYLOAD   65507 /* 65535 - 20 (IPv4) - 8 (UDP) */
+#define DW_DGRAM_VERSION  1  /* every datagram without an X-flag */
+#define DW_DGRAM_VERSION2 2  /* datagrams with at least one X-flag */
+#define DW_DGRAM_HDR_LEN  28 /* fixed part, without SACK blocks */
+#define DW_DGRAM_SACK_LEN 8  /* one {start_psn, end_psn} block */
+#define DW_DGRAM_MAX_SACK 8
+#define DW_DGRAM_PULL_LEN 8 /* pull descriptor: {Message Length, Pushed Length} */
+#define DW_DGRAM_HDR_MAX_LEN                                                                       \
+        (DW_DGRAM_HDR_LEN + DW_DGRAM_MAX_SACK * DW_DGRAM_SACK_LEN + DW_DGRAM_PULL_LEN) /* 100 */
+#define DW_DGRAM_CRC_LEN   4
+#define DW_UDP_MAX_PAYLOAD 65507 /* 65535 - 20 (IPv4) - 8 (UDP) */
 
 /* Header sizes of the DDP/RDMAP segment a datagram carries (RFC 5041 §4,
  * RFC 5040 §4; the RDMAP control byte is part of the DDP header). */
@@ -48,6 +55,16 @@
 #define DW_DGRAM_F_DATA   0x40 /* a DDP/RDMAP segment follows the header */
 #define DW_DGRAM_F_IMM    0x80 /* an RFC 7306 Immediate Data message ends the datagram */
 
+/* X-flags (byte 4 of a version-2 header; version 1 has none) */
+#define DW_DGRAM_X_NOCRC   0x01 /* RD only: no CRC32c trailer */
+#define DW_DGRAM_X_PULL    0x02 /* RD DATA, MO 0 of a receiver-paced Send: pull descriptor follows */
+#define DW_DGRAM_X_PULLREQ 0x04 /* RD DATA: an RDMA Read Request reading a receiver-paced Send */
+#define DW_DGRAM_X_DSACK   0x08 /* with ACK and SACK: sack[0] is a duplicate (RFC 2883 D-SACK) */
+#define DW_DGRAM_X_ECE     0x10 /* with ACK: congestion experienced echo (ECN); reserved */
+#define DW_DGRAM_X_ALL                                                                             \
+        (DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ | DW_DGRAM_X_DSACK |              \
+         DW_DGRAM_X_ECE)
+
 /* nak_code (byte 3), only with DW_DGRAM_F_NAK */
 enum dw_dgram_nak {
         DW_DGRAM_NAK_NONE = 0,
@@ -65,15 +82,17 @@ enum dw_dgram_nak {
 
 #define DW_DGRAM_QPN_MASK 0x00FFFFFFu
 
-/* Half-open PSN range [start, end) received beyond ack_psn. */
+/* Half-open PSN range [start, end) received beyond ack_psn (with
+ * DW_DGRAM_X_DSACK, sack[0] is instead the range received twice). */
 struct dw_dgram_sack {
         uint32_t start;
         uint32_t end;
 };
 
-/* The version is not a field: the codec speaks version 1 only. */
+/* The version is not a field: it follows from xflags (0: version 1). */
 struct dw_dgram_hdr {
         uint8_t flags;
+        uint8_t xflags; /* DW_DGRAM_X_*; 0 on every version-1 datagram */
         uint8_t sack_count;
         uint8_t nak_code;
         uint32_t dst_qpn;
@@ -83,6 +102,11 @@ struct dw_dgram_hdr {
         uint32_t ack_psn;
         uint16_t credits;
         uint16_t rnr_delay;
+        /* With DW_DGRAM_X_PULL (0 otherwise): the Send's whole length, and
+         * how much of it the sender pushes as ordinary segments; the receiver
+         * reads [pull_pushed, pull_len) with PULLREQ Read Requests. */
+        uint32_t pull_len;
+        uint32_t pull_pushed;
         struct dw_dgram_sack sack[DW_DGRAM_MAX_SACK];
 };
 
@@ -106,20 +130,23 @@ static inline bool dw_psn_before(uint32_t a, uint32_t b)
  * negative errno the decoder would return for it (see wire.h). */
 int dw_dgram_hdr_validate(const struct dw_dgram_hdr *h, const char **why);
 
-/* Encoded header length (fixed part + SACK blocks), or -EINVAL. */
+/* Encoded header length (fixed part + SACK blocks + pull descriptor), or -EINVAL. */
 ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h);
 
-/* Bytes written, -EINVAL for a header dw_dgram_hdr_validate refuses, -ENOSPC. */
+/* Bytes written, -EINVAL for a header dw_dgram_hdr_validate refuses, -ENOSPC.
+ * Writes version 2 exactly when h->xflags is non-zero. */
 ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap);
 
 /* Header length (where the DDP segment starts when DATA), or a negative errno.
- * buf/len are the datagram without its CRC (see dw_dgram_packet_check). */
+ * Accepts versions 1 and 2. buf/len are the datagram without its CRC (see
+ * dw_dgram_packet_body). */
 ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out, const char **why);
 
 /* dw_dgram_decode for the datagrams RD exchanges most (RD flag; DATA and/or
- * ACK, with ACKREQ or IMM; no SACK, NAK or credits): fixed-offset compares
- * and the fields, anything else through dw_dgram_decode. Same verdict, errno
- * and fields, except that out->sack[] past out->sack_count is left as it was. */
+ * ACK, with ACKREQ or IMM; no SACK, NAK or credits; version 1, or version 2
+ * with NOCRC as the only X-flag): fixed-offset compares and the fields,
+ * anything else through dw_dgram_decode. Same verdict, errno and fields,
+ * except that out->sack[] past out->sack_count is left as it was. */
 ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out,
                            const char **why);
 
@@ -131,8 +158,9 @@ struct dw_dgram_layout {
 };
 
 /* Splits a decoded datagram of len bytes (without CRC) whose header is h and
- * hdr_len long. -ENODATA when the segment is shorter than a DDP header,
- * -EBADMSG when a control-only packet has trailing bytes. */
+ * hdr_len long (pull descriptor included). -ENODATA when the segment is
+ * shorter than a DDP header, -EBADMSG when a control-only packet has trailing
+ * bytes. */
 int dw_dgram_layout(const struct dw_dgram_hdr *h, size_t hdr_len, size_t len,
                     struct dw_dgram_layout *out, const char **why);
 
@@ -166,8 +194,16 @@ int dw_dgram_decode_ud_strict(const uint8_t *buf, size_t len, struct dw_dgram_ud
                               const char **why);
 
 /* Verifies the trailing CRC32c of a whole datagram. Returns the length without
- * the CRC, -ENODATA when shorter than a fixed header + CRC, -EILSEQ on mismatch. */
+ * the CRC, -ENODATA when shorter than a fixed header + CRC, -EILSEQ on mismatch.
+ * Every datagram must carry the CRC here (a NOCRC one fails as a mismatch):
+ * for UD, whose datagrams always do; RD receivers use dw_dgram_packet_body. */
 ssize_t dw_dgram_packet_check(const uint8_t *pkt, size_t len, const char **why);
+
+/* dw_dgram_packet_check, except for a datagram whose first bytes say version
+ * 2, RD and the NOCRC X-flag (and no reserved X-flag): that one has no
+ * trailer, and the result is len when accept_nocrc, else -ENOTSUP. Only
+ * those bytes are read before the CRC; the header still has to be decoded. */
+ssize_t dw_dgram_packet_body(const uint8_t *pkt, size_t len, bool accept_nocrc, const char **why);
 
 /* Writes the CRC trailer for a CRC32c state (dw_crc32c_init/update over every
  * byte sent before it, e.g. over an iovec for a gathered send). */
@@ -176,5 +212,10 @@ void dw_dgram_crc_trailer(uint8_t out[DW_DGRAM_CRC_LEN], uint32_t crc_state);
 /* Appends the CRC to a contiguous datagram of len bytes in a buffer of cap
  * bytes; returns the total length or -ENOSPC. */
 ssize_t dw_dgram_packet_seal(uint8_t *pkt, size_t len, size_t cap);
+
+/* Ends a contiguous datagram of len bytes as its header asks: returns len
+ * when dw_dgram_packet_body would take it as a NOCRC datagram, otherwise
+ * dw_dgram_packet_seal's result. */
+ssize_t dw_dgram_packet_finish(uint8_t *pkt, size_t len, size_t cap);
 
 #endif

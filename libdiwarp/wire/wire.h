@@ -15,6 +15,8 @@
  *   -EBADMSG   reserved bits set, fields inconsistent with each other
  *   -EMSGSIZE  a length field beyond what the format or the caller allows
  *   -EILSEQ    CRC32c mismatch
+ *   -ENOTSUP   a datagram without CRC32c that the caller does not accept
+ *              (dw_dgram_packet_body)
  */
 #ifndef DIWARP_WIRE_H
 #define DIWARP_WIRE_H

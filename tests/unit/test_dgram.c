@@ -1,5 +1,6 @@
-/* Datagram header v1: byte positions against the layout in docs/PROTOCOL.md,
- * every flag rule, PSN serial arithmetic, and the CRC32c trailer. */
+/* Datagram header v1 and v2: byte positions against the layout in
+ * docs/PROTOCOL.md, every flag and X-flag rule, PSN serial arithmetic, and
+ * the CRC32c trailer with and without NOCRC. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ static struct dw_dgram_hdr hdr(uint8_t flags)
 static void assert_same(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr *b)
 {
         cr_assert_eq(a->flags, b->flags);
+        cr_assert_eq(a->xflags, b->xflags);
         cr_assert_eq(a->sack_count, b->sack_count);
         cr_assert_eq(a->nak_code, b->nak_code);
         cr_assert_eq(a->dst_qpn, b->dst_qpn);
@@ -32,6 +34,8 @@ static void assert_same(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr 
         cr_assert_eq(a->ack_psn, b->ack_psn);
         cr_assert_eq(a->credits, b->credits);
         cr_assert_eq(a->rnr_delay, b->rnr_delay);
+        cr_assert_eq(a->pull_len, b->pull_len);
+        cr_assert_eq(a->pull_pushed, b->pull_pushed);
         for (unsigned i = 0; i < a->sack_count; i++) {
                 cr_assert_eq(a->sack[i].start, b->sack[i].start, "sack[%u].start", i);
                 cr_assert_eq(a->sack[i].end, b->sack[i].end, "sack[%u].end", i);
@@ -90,8 +94,17 @@ static void expect_invalid(const struct dw_dgram_hdr *h, int err)
 
 Test(dgram, constants)
 {
+        cr_assert_eq(DW_DGRAM_VERSION, 1);
+        cr_assert_eq(DW_DGRAM_VERSION2, 2);
         cr_assert_eq(DW_DGRAM_HDR_LEN, 28);
-        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 92);
+        cr_assert_eq(DW_DGRAM_PULL_LEN, 8);
+        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 100);
+        cr_assert_eq(DW_DGRAM_X_NOCRC, 0x01);
+        cr_assert_eq(DW_DGRAM_X_PULL, 0x02);
+        cr_assert_eq(DW_DGRAM_X_PULLREQ, 0x04);
+        cr_assert_eq(DW_DGRAM_X_DSACK, 0x08);
+        cr_assert_eq(DW_DGRAM_X_ECE, 0x10);
+        cr_assert_eq(DW_DGRAM_X_ALL, 0x1F);
         cr_assert_eq(DW_DGRAM_CRC_LEN, 4);
         cr_assert_eq(DW_UDP_MAX_PAYLOAD, 65507);
         cr_assert_eq(DW_DGRAM_MAX_UD_MSG, 65457);
@@ -296,11 +309,14 @@ Test(dgram, reject_version)
 {
         struct dw_dgram_hdr h = hdr(DW_DGRAM_F_DATA);
         expect_reject_mut(&h, 0, 0, EPROTO);
-        expect_reject_mut(&h, 0, 2, EPROTO);
+        expect_reject_mut(&h, 0, 3, EPROTO);
         expect_reject_mut(&h, 0, 0xFF, EPROTO);
         /* An unknown version is reported as such even when short. */
+        uint8_t three[1] = {3};
+        expect_reject(three, 1, EPROTO);
+        /* Version 2 is known: a short one is truncated, not unknown. */
         uint8_t two[1] = {2};
-        expect_reject(two, 1, EPROTO);
+        expect_reject(two, 1, ENODATA);
 }
 
 Test(dgram, reject_sack_count_too_big)
@@ -817,7 +833,8 @@ Test(dgram, decode_ud_rejects_what_ud_does_not_carry)
                 uint8_t val;
                 int err;
         } cases[] = {
-            {0, 2, EPROTO},                                 /* datagram version */
+            {0, 3, EPROTO},                                 /* datagram version */
+            {0, 2, EBADMSG},                                /* version 2 without X-flag */
             {1, DW_DGRAM_F_DATA | DW_DGRAM_F_RD, EBADMSG},  /* RD datagram */
             {1, DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, EBADMSG}, /* RD-only flag */
             {1, DW_DGRAM_F_IMM, EBADMSG},                   /* no DATA */
@@ -903,6 +920,9 @@ static int rd_both(const uint8_t *buf, size_t len, const char *what, size_t a, u
                 return -1;
         }
         cr_assert_eq(f.flags, s.flags, "%s %zu %u: flags", what, a, b);
+        cr_assert_eq(f.xflags, s.xflags, "%s %zu %u: xflags", what, a, b);
+        cr_assert_eq(f.pull_len, s.pull_len, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.pull_pushed, s.pull_pushed, "%s %zu %u", what, a, b);
         cr_assert_eq(f.sack_count, s.sack_count, "%s %zu %u", what, a, b);
         cr_assert_eq(f.nak_code, s.nak_code, "%s %zu %u", what, a, b);
         cr_assert_eq(f.dst_qpn, s.dst_qpn, "%s %zu %u", what, a, b);
@@ -942,38 +962,63 @@ Test(dgram, decode_rd_fields)
 }
 
 /* Every value of every header byte (and every truncation) of the shapes the
- * fast path takes, and of ones it leaves to the general decoder (SACK, NAK,
- * credits): both decoders agree on all of them. */
+ * fast path takes (version 1, and version 2 with NOCRC alone, as every RD
+ * datagram is with CRCs off), and of ones it leaves to the general decoder
+ * (SACK, NAK, credits, the other X-flags): both decoders agree on all of them. */
 Test(dgram, decode_rd_agrees_with_general_on_every_byte_value)
 {
-        static const uint8_t shapes[] = {
-            DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
-            DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ,
-            DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM | DW_DGRAM_F_ACK,
-            DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
-            DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK,
-            DW_DGRAM_F_RD | DW_DGRAM_F_NAK,
-            DW_DGRAM_F_RD | DW_DGRAM_F_CREDIT | DW_DGRAM_F_DATA,
+        static const struct {
+                uint8_t flags, xflags;
+        } shapes[] = {
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM | DW_DGRAM_F_ACK, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_NAK, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_CREDIT | DW_DGRAM_F_DATA, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_NOCRC},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ,
+             DW_DGRAM_X_NOCRC},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM | DW_DGRAM_F_ACK, DW_DGRAM_X_NOCRC},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_NOCRC},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_NAK, DW_DGRAM_X_NOCRC},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, DW_DGRAM_X_PULLREQ | DW_DGRAM_X_ECE},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC | DW_DGRAM_X_DSACK},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_ECE},
         };
         unsigned accepted = 0, rejected = 0;
-        for (size_t k = 0; k < sizeof(shapes); k++) {
+        for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
                 uint8_t buf[DW_DGRAM_HDR_MAX_LEN + 8];
-                struct dw_dgram_hdr h = hdr(shapes[k]);
+                uint8_t fl = shapes[k].flags;
+                struct dw_dgram_hdr h = hdr(fl);
+                h.xflags = shapes[k].xflags;
                 h.qkey = 0x11223344u;
                 h.psn = 0x01020304u;
-                if (shapes[k] & DW_DGRAM_F_ACK)
+                if (fl & DW_DGRAM_F_ACK)
                         h.ack_psn = 0x01020300u;
-                if (shapes[k] & DW_DGRAM_F_SACK) {
+                if (fl & DW_DGRAM_F_SACK) {
                         h.sack_count = 1;
                         h.sack[0] = (struct dw_dgram_sack){0x01020302u, 0x01020303u};
                 }
-                if (shapes[k] & DW_DGRAM_F_NAK) {
+                if (h.xflags & DW_DGRAM_X_DSACK) {
+                        h.sack_count = 2;
+                        h.sack[1] = h.sack[0];
+                        h.sack[0] = (struct dw_dgram_sack){0x010202f0u, 0x010202f1u};
+                }
+                if (fl & DW_DGRAM_F_NAK) {
                         h.nak_code = DW_DGRAM_NAK_RNR;
                         h.ack_psn = 0x01020300u;
                         h.rnr_delay = 3;
                 }
-                if (shapes[k] & DW_DGRAM_F_CREDIT)
+                if (fl & DW_DGRAM_F_CREDIT)
                         h.credits = 5;
+                if (h.xflags & DW_DGRAM_X_PULL) {
+                        h.pull_len = 0x00100000u;
+                        h.pull_pushed = 0x00004000u;
+                }
                 ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
                 cr_assert_gt(n, 0, "shape %zu", k);
                 size_t len = (size_t)n + 8; /* a body behind the header */
@@ -994,6 +1039,25 @@ Test(dgram, decode_rd_agrees_with_general_on_every_byte_value)
         }
         cr_assert_gt(accepted, 1000);
         cr_assert_gt(rejected, 1000);
+}
+
+Test(dgram, decode_rd_fields_nocrc)
+{
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK), o;
+        h.xflags = DW_DGRAM_X_NOCRC;
+        h.psn = 0x10;
+        h.ack_psn = 0x20;
+        cr_assert_eq(dw_dgram_encode(&h, buf, sizeof(buf)), DW_DGRAM_HDR_LEN);
+        cr_assert_eq(buf[0], 2);
+        cr_assert_eq(buf[4], DW_DGRAM_X_NOCRC);
+        memset(&o, 0xAA, sizeof(o));
+        cr_assert_eq(dw_dgram_decode_rd(buf, DW_DGRAM_HDR_LEN, &o, NULL), DW_DGRAM_HDR_LEN);
+        cr_assert_eq(o.xflags, DW_DGRAM_X_NOCRC);
+        cr_assert_eq(o.dst_qpn, QPN_D);
+        cr_assert_eq(o.pull_len, 0);
+        cr_assert_eq(o.pull_pushed, 0);
+        cr_assert_eq(rd_both(buf, DW_DGRAM_HDR_LEN, "nocrc", 0, 0), 0);
 }
 
 /* ---- version 1 stays byte for byte what it was ---- */
@@ -1064,4 +1128,591 @@ Test(dgram, v1_encoding_unchanged)
         }
         cr_assert_eq(kept, 3080u);
         cr_assert_eq(dw_crc32c_final(crc), 0x7d795424u);
+}
+
+/* ---- version 2: X-flags and the pull descriptor ---- */
+
+/* Decode must fail with err and a reason that starts with prefix (the
+ * field or rule the test is about, not another that happens to fire). */
+static void expect_reject_why(const uint8_t *buf, size_t len, int err, const char *prefix)
+{
+        struct dw_dgram_hdr out;
+        const char *why = NULL;
+        ssize_t n = dw_dgram_decode(buf, len, &out, &why);
+        cr_assert_eq(n, -err, "decode returned %zd, want %d (%s)", n, -err, why ? why : "-");
+        cr_assert_not_null(why);
+        cr_assert_eq(strncmp(why, prefix, strlen(prefix)), 0, "reason \"%s\", want \"%s...\"", why,
+                     prefix);
+}
+
+static void expect_invalid_why(const struct dw_dgram_hdr *h, int err, const char *prefix)
+{
+        const char *why = NULL;
+        cr_assert_eq(dw_dgram_hdr_validate(h, &why), -err);
+        cr_assert_not_null(why);
+        cr_assert_eq(strncmp(why, prefix, strlen(prefix)), 0, "reason \"%s\", want \"%s...\"", why,
+                     prefix);
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        cr_assert_eq(dw_dgram_encode(h, buf, sizeof(buf)), -EINVAL);
+}
+
+/* Encodes a valid h, sets byte off to val, expects err with that reason. */
+static void expect_mut_why(const struct dw_dgram_hdr *h, size_t off, uint8_t val, int err,
+                           const char *prefix)
+{
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        ssize_t n = dw_dgram_encode(h, buf, sizeof(buf));
+        cr_assert_gt(n, 0);
+        cr_assert_lt(off, (size_t)n);
+        buf[off] = val;
+        expect_reject_why(buf, (size_t)n, err, prefix);
+}
+
+/* A valid header for any allowed X-flag set: the least flags each X-flag
+ * needs (RD, DATA for PULL/PULLREQ, ACK for ECE, ACK and SACK for DSACK),
+ * or with all of DATA, ACK, SACK, ACKREQ and IMM when full. */
+static struct dw_dgram_hdr v2_hdr(uint8_t x, bool full)
+{
+        uint8_t f = DW_DGRAM_F_RD;
+        if (full)
+                f |= DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK | DW_DGRAM_F_ACKREQ |
+                     DW_DGRAM_F_IMM;
+        if (x & (DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ))
+                f |= DW_DGRAM_F_DATA;
+        if (x & (DW_DGRAM_X_ECE | DW_DGRAM_X_DSACK))
+                f |= DW_DGRAM_F_ACK;
+        if (x & DW_DGRAM_X_DSACK)
+                f |= DW_DGRAM_F_SACK;
+        if (!(f & (DW_DGRAM_F_DATA | DW_DGRAM_F_ACK)))
+                f |= DW_DGRAM_F_DATA;
+        struct dw_dgram_hdr h = hdr(f);
+        h.xflags = x;
+        h.psn = 0x7FFFFFF0u;
+        if (f & DW_DGRAM_F_ACK)
+                h.ack_psn = 1000;
+        if (x & DW_DGRAM_X_DSACK)
+                h.sack[h.sack_count++] = (struct dw_dgram_sack){990, 992};
+        if (f & DW_DGRAM_F_SACK) {
+                h.sack[h.sack_count++] = (struct dw_dgram_sack){1002, 1005};
+                h.sack[h.sack_count++] = (struct dw_dgram_sack){1010, 1011};
+        }
+        if (x & DW_DGRAM_X_PULL) {
+                h.pull_len = 1u << 20;
+                h.pull_pushed = 1396;
+        }
+        return h;
+}
+
+Test(dgram, v2_bytes_pull_dsack_nocrc)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK |
+                                    DW_DGRAM_F_ACKREQ | DW_DGRAM_F_DATA);
+        h.xflags = DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL | DW_DGRAM_X_DSACK;
+        h.qkey = 0xCAFEBABE;
+        h.psn = 0x01020304;
+        h.ack_psn = 100;
+        h.sack_count = 2;
+        h.sack[0] = (struct dw_dgram_sack){90, 91}; /* D-SACK: below ack_psn */
+        h.sack[1] = (struct dw_dgram_sack){102, 105};
+        h.pull_len = 0x00012345;
+        h.pull_pushed = 0x00001000;
+        static const uint8_t exp[52] = {
+            0x02, 0x57, 0x02, 0x00, /* version 2, flags RD|ACK|SACK|ACKREQ|DATA, 2 blocks */
+            0x0B, 0x12, 0x34, 0x56, /* X-flags NOCRC|PULL|DSACK, dst_qpn */
+            0x00, 0xAB, 0xCD, 0xEF, /* reserved, src_qpn */
+            0xCA, 0xFE, 0xBA, 0xBE, /* qkey */
+            0x01, 0x02, 0x03, 0x04, /* psn */
+            0x00, 0x00, 0x00, 0x64, /* ack_psn 100 */
+            0x00, 0x00, 0x00, 0x00, /* credits, rnr_delay */
+            0x00, 0x00, 0x00, 0x5A, /* D-SACK start 90 */
+            0x00, 0x00, 0x00, 0x5B, /* D-SACK end 91 */
+            0x00, 0x00, 0x00, 0x66, /* SACK start 102 */
+            0x00, 0x00, 0x00, 0x69, /* SACK end 105 */
+            0x00, 0x01, 0x23, 0x45, /* pull: Message Length */
+            0x00, 0x00, 0x10, 0x00, /* pull: Pushed Length */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+}
+
+Test(dgram, v2_bytes_pull_without_sack)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.xflags = DW_DGRAM_X_PULL;
+        h.pull_len = 0xFFFFFFFFu;
+        h.pull_pushed = 1;
+        uint8_t exp[36] = {0x02, 0x41, 0x00, 0x00, 0x02, 0x12, 0x34, 0x56, 0x00, 0xAB, 0xCD, 0xEF};
+        memcpy(exp + 28, (uint8_t[]){0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x01}, 8);
+        check_bytes(&h, exp, sizeof(exp));
+}
+
+Test(dgram, v2_bytes_single_flags)
+{
+        static const uint8_t xs[] = {DW_DGRAM_X_NOCRC, DW_DGRAM_X_PULLREQ, DW_DGRAM_X_ECE};
+        for (size_t i = 0; i < sizeof(xs); i++) {
+                struct dw_dgram_hdr h = hdr(
+                    DW_DGRAM_F_RD | (xs[i] == DW_DGRAM_X_ECE ? DW_DGRAM_F_ACK : DW_DGRAM_F_DATA));
+                h.xflags = xs[i];
+                h.ack_psn = xs[i] == DW_DGRAM_X_ECE ? 0x0A0B0C0D : 0;
+                uint8_t exp[28] = {0x02, h.flags, 0,    0,    xs[i], 0x12,
+                                   0x34, 0x56,    0x00, 0xAB, 0xCD,  0xEF};
+                if (h.ack_psn)
+                        memcpy(exp + 20, (uint8_t[]){0x0A, 0x0B, 0x0C, 0x0D}, 4);
+                check_bytes(&h, exp, sizeof(exp));
+        }
+}
+
+/* Every X-flag set: the allowed ones (all but PULL with PULLREQ) encode as
+ * version 2 with byte 4 = the set and round-trip, alone and with every
+ * other flag; the fast RD decoder agrees. */
+Test(dgram, v2_round_trip_every_combination)
+{
+        unsigned ok = 0;
+        for (unsigned x = 1; x <= DW_DGRAM_X_ALL; x++) {
+                for (int full = 0; full < 2; full++) {
+                        struct dw_dgram_hdr h = v2_hdr((uint8_t)x, full);
+                        if ((x & DW_DGRAM_X_PULL) && (x & DW_DGRAM_X_PULLREQ)) {
+                                expect_invalid_why(&h, EBADMSG, "xflags: PULL and PULLREQ");
+                                continue;
+                        }
+                        uint8_t buf[DW_DGRAM_HDR_MAX_LEN + 8];
+                        memset(buf, 0xEE, sizeof(buf));
+                        const char *why = NULL;
+                        cr_assert_eq(dw_dgram_hdr_validate(&h, &why), 0, "x %#x: %s", x, why);
+                        size_t want = DW_DGRAM_HDR_LEN + 8u * h.sack_count +
+                                      ((x & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0);
+                        cr_assert_eq(dw_dgram_hdr_len(&h), (ssize_t)want);
+                        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+                        cr_assert_eq(n, (ssize_t)want, "x %#x", x);
+                        cr_assert_eq(buf[0], 2);
+                        cr_assert_eq(buf[4], x);
+                        cr_assert_eq(buf[n], 0xEE);
+                        struct dw_dgram_hdr out;
+                        cr_assert_eq(dw_dgram_decode(buf, (size_t)n, &out, &why), n, "x %#x: %s", x,
+                                     why ? why : "");
+                        assert_same(&h, &out);
+                        cr_assert_eq(rd_both(buf, (size_t)n, "x", x, (unsigned)full), 0);
+                        ok++;
+                }
+        }
+        cr_assert_eq(ok, 2 * 23);
+}
+
+Test(dgram, v2_reject_reserved_xflags_and_empty_xflags)
+{
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_NOCRC, false);
+        for (unsigned bit = 0x20; bit <= 0x80; bit <<= 1) {
+                expect_mut_why(&h, 4, (uint8_t)(DW_DGRAM_X_NOCRC | bit), EBADMSG,
+                               "xflags: reserved");
+                expect_mut_why(&h, 4, (uint8_t)bit, EBADMSG, "xflags: reserved");
+                struct dw_dgram_hdr r = h;
+                r.xflags |= (uint8_t)bit;
+                expect_invalid_why(&r, EBADMSG, "xflags: reserved");
+        }
+        /* Version 2 without an X-flag would be a second encoding of version 1. */
+        expect_mut_why(&h, 4, 0, EBADMSG, "xflags: none set");
+        /* Byte 8 stays reserved in version 2. */
+        expect_mut_why(&h, 8, 0x01, EBADMSG, "src_qpn");
+        /* In version 1, byte 4 is still the reserved high byte of dst_qpn. */
+        struct dw_dgram_hdr v1 = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        expect_mut_why(&v1, 4, DW_DGRAM_X_NOCRC, EBADMSG, "dst_qpn");
+}
+
+Test(dgram, v2_reject_nocrc_on_ud)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_DATA);
+        h.xflags = DW_DGRAM_X_NOCRC;
+        expect_invalid_why(&h, EBADMSG, "xflags: NOCRC on a UD packet");
+        uint8_t buf[DW_DGRAM_HDR_LEN];
+        h.xflags = 0;
+        cr_assert_eq(dw_dgram_encode(&h, buf, sizeof(buf)), DW_DGRAM_HDR_LEN);
+        buf[0] = 2;
+        buf[4] = DW_DGRAM_X_NOCRC;
+        expect_reject_why(buf, sizeof(buf), EBADMSG, "xflags: NOCRC on a UD packet");
+}
+
+Test(dgram, v2_reject_pull_and_pullreq_rules)
+{
+        static const uint8_t xs[] = {DW_DGRAM_X_PULL, DW_DGRAM_X_PULLREQ};
+        for (size_t i = 0; i < sizeof(xs); i++) {
+                struct dw_dgram_hdr h = v2_hdr(xs[i], false);
+                /* Without RD (UD), without DATA (a control-only ACK). */
+                expect_mut_why(&h, 1, DW_DGRAM_F_DATA, EBADMSG, "xflags: PULL or PULLREQ");
+                expect_mut_why(&h, 1, DW_DGRAM_F_RD | DW_DGRAM_F_ACK, EBADMSG,
+                               "xflags: PULL or PULLREQ");
+                struct dw_dgram_hdr r = h;
+                r.flags = DW_DGRAM_F_DATA;
+                expect_invalid_why(&r, EBADMSG, "xflags: PULL or PULLREQ");
+                r.flags = DW_DGRAM_F_RD | DW_DGRAM_F_CREDIT;
+                r.credits = 1;
+                expect_invalid_why(&r, EBADMSG, "xflags: PULL or PULLREQ");
+                /* Adding PULL to a PULLREQ datagram announces a descriptor
+                 * it does not have. */
+                if (xs[i] == DW_DGRAM_X_PULL)
+                        expect_mut_why(&h, 4, DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ, EBADMSG,
+                                       "xflags: PULL and PULLREQ");
+                else
+                        expect_mut_why(&h, 4, DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ, ENODATA,
+                                       "pull: descriptor");
+        }
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_PULL, false);
+        h.xflags |= DW_DGRAM_X_PULLREQ;
+        expect_invalid_why(&h, EBADMSG, "xflags: PULL and PULLREQ");
+}
+
+Test(dgram, v2_reject_pull_lengths)
+{
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_PULL, false); /* descriptor at 28 */
+        cr_assert_eq(dw_dgram_hdr_len(&h), 36);
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        cr_assert_eq(dw_dgram_encode(&h, buf, sizeof(buf)), 36);
+        dw_put_be32(buf + 32, 0);
+        expect_reject_why(buf, 36, EBADMSG, "pull: pushed length is 0");
+        dw_put_be32(buf + 32, h.pull_len);
+        expect_reject_why(buf, 36, EBADMSG, "pull: pushed length not below");
+        dw_put_be32(buf + 32, h.pull_len + 1);
+        expect_reject_why(buf, 36, EBADMSG, "pull: pushed length not below");
+        dw_put_be32(buf + 32, h.pull_len - 1);
+        struct dw_dgram_hdr out;
+        cr_assert_eq(dw_dgram_decode(buf, 36, &out, NULL), 36);
+        cr_assert_eq(out.pull_pushed, h.pull_len - 1);
+
+        struct dw_dgram_hdr r = h;
+        r.pull_pushed = 0;
+        expect_invalid_why(&r, EBADMSG, "pull: pushed length is 0");
+        r.pull_pushed = r.pull_len;
+        expect_invalid_why(&r, EBADMSG, "pull: pushed length not below");
+        r.pull_len = 0;
+        r.pull_pushed = 0;
+        expect_invalid_why(&r, EBADMSG, "pull: pushed length is 0");
+
+        /* The lengths exist only with PULL: a header that sets them without
+         * it would lose them on the wire. */
+        r = v2_hdr(DW_DGRAM_X_PULLREQ, false);
+        r.pull_len = 5;
+        expect_invalid_why(&r, EBADMSG, "pull: lengths non-zero");
+        r = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        r.pull_pushed = 5;
+        expect_invalid_why(&r, EBADMSG, "pull: lengths non-zero");
+}
+
+Test(dgram, v2_reject_truncated_pull_descriptor)
+{
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_PULL, true); /* 2 SACK blocks: descriptor at 44 */
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        cr_assert_eq(n, 52);
+        for (size_t l = 44; l < 52; l++)
+                expect_reject_why(buf, l, ENODATA, "pull: descriptor");
+        for (size_t l = 28; l < 44; l++)
+                expect_reject_why(buf, l, ENODATA, "sack:");
+        /* Everything after the header belongs to the body. */
+        cr_assert_eq(dw_dgram_decode(buf, 52, &h, NULL), 52);
+}
+
+Test(dgram, v2_reject_dsack_and_ece_rules)
+{
+        /* DSACK needs ACK and SACK; ECE needs ACK. */
+        struct dw_dgram_hdr e = v2_hdr(DW_DGRAM_X_ECE, false); /* RD|ACK */
+        expect_mut_why(&e, 4, DW_DGRAM_X_DSACK, EBADMSG, "xflags: DSACK without ACK and SACK");
+        struct dw_dgram_hdr d = v2_hdr(DW_DGRAM_X_NOCRC, false); /* RD|DATA */
+        expect_mut_why(&d, 4, DW_DGRAM_X_ECE, EBADMSG, "xflags: ECE without ACK");
+        expect_mut_why(&d, 4, DW_DGRAM_X_DSACK, EBADMSG, "xflags: DSACK without ACK and SACK");
+
+        struct dw_dgram_hdr r = v2_hdr(DW_DGRAM_X_NOCRC, false);
+        r.xflags = DW_DGRAM_X_ECE;
+        expect_invalid_why(&r, EBADMSG, "xflags: ECE without ACK");
+        r.xflags = DW_DGRAM_X_DSACK;
+        expect_invalid_why(&r, EBADMSG, "xflags: DSACK without ACK and SACK");
+        r = v2_hdr(DW_DGRAM_X_ECE, false);
+        r.xflags = DW_DGRAM_X_DSACK;
+        expect_invalid_why(&r, EBADMSG, "xflags: DSACK without ACK and SACK");
+        /* ECE on a NAK: NAK excludes ACK, so there is nothing to echo on. */
+        r = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_NAK);
+        r.nak_code = DW_DGRAM_NAK_SEQ;
+        r.ack_psn = 3;
+        r.xflags = DW_DGRAM_X_ECE;
+        expect_invalid_why(&r, EBADMSG, "xflags: ECE without ACK");
+}
+
+static struct dw_dgram_hdr dsack_hdr(uint32_t ack, unsigned n, const struct dw_dgram_sack *b)
+{
+        struct dw_dgram_hdr h = sack_hdr(ack, n, b);
+        h.xflags = DW_DGRAM_X_DSACK;
+        return h;
+}
+
+static void expect_dsack(uint32_t ack, unsigned n, const struct dw_dgram_sack *b, int err,
+                         const char *prefix)
+{
+        struct dw_dgram_hdr h = dsack_hdr(ack, n, b);
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        struct dw_dgram_hdr ok = dsack_hdr(ack, 1, (struct dw_dgram_sack[]){{ack - 2, ack - 1}});
+        cr_assert_eq(dw_dgram_encode(&ok, buf, sizeof(buf)), 36);
+        buf[2] = (uint8_t)n;
+        for (unsigned i = 0; i < n; i++) {
+                dw_put_be32(buf + 28 + 8 * i, b[i].start);
+                dw_put_be32(buf + 32 + 8 * i, b[i].end);
+        }
+        size_t len = 28 + 8u * n;
+        if (err == 0) {
+                const char *why = NULL;
+                cr_assert_eq(dw_dgram_hdr_validate(&h, &why), 0, "%s", why ? why : "");
+                struct dw_dgram_hdr out;
+                cr_assert_eq(dw_dgram_decode(buf, len, &out, &why), (ssize_t)len, "%s",
+                             why ? why : "");
+                assert_same(&h, &out);
+                return;
+        }
+        expect_reject_why(buf, len, err, prefix);
+        expect_invalid_why(&h, err, prefix);
+}
+
+Test(dgram, v2_dsack_blocks)
+{
+        /* Where a duplicate may be: below ack_psn, across it, inside a later
+         * block, in a run above the blocks sent, alone. */
+        expect_dsack(100, 1, (struct dw_dgram_sack[]){{90, 91}}, 0, NULL);
+        expect_dsack(100, 1, (struct dw_dgram_sack[]){{98, 103}}, 0, NULL);
+        expect_dsack(100, 2, (struct dw_dgram_sack[]){{103, 104}, {102, 105}}, 0, NULL);
+        expect_dsack(100, 2, (struct dw_dgram_sack[]){{200, 201}, {102, 105}}, 0, NULL);
+        expect_dsack(100, 3, (struct dw_dgram_sack[]){{50, 60}, {102, 105}, {107, 108}}, 0, NULL);
+        /* Across the wrap, and the longest block: 2^31 PSNs. */
+        expect_dsack(5, 1, (struct dw_dgram_sack[]){{0xFFFFFFFEu, 2}}, 0, NULL);
+        expect_dsack(5, 1, (struct dw_dgram_sack[]){{0x80000000u, 0}}, 0, NULL);
+        /* The D-SACK block's own shape. */
+        expect_dsack(100, 1, (struct dw_dgram_sack[]){{90, 90}}, EBADMSG, "sack: empty D-SACK");
+        expect_dsack(100, 1, (struct dw_dgram_sack[]){{91, 90}}, EBADMSG,
+                     "sack: D-SACK block reversed");
+        expect_dsack(5, 1, (struct dw_dgram_sack[]){{0x80000000u, 1}}, EBADMSG,
+                     "sack: D-SACK block reversed");
+        /* The other blocks keep every usual rule. */
+        expect_dsack(100, 2, (struct dw_dgram_sack[]){{90, 91}, {100, 102}}, EBADMSG,
+                     "sack: block start_psn not after ack_psn");
+        expect_dsack(100, 2, (struct dw_dgram_sack[]){{90, 91}, {104, 104}}, EBADMSG,
+                     "sack: empty block");
+        expect_dsack(100, 3, (struct dw_dgram_sack[]){{90, 91}, {102, 105}, {105, 107}}, EBADMSG,
+                     "sack: blocks not in ascending order");
+        expect_dsack(100, 3, (struct dw_dgram_sack[]){{90, 91}, {110, 112}, {102, 105}}, EBADMSG,
+                     "sack: blocks not in ascending order");
+        /* Without DSACK the same first block is an ordinary one, and refused. */
+        struct dw_dgram_hdr h = dsack_hdr(100, 1, (struct dw_dgram_sack[]){{90, 91}});
+        h.xflags = 0;
+        expect_invalid_why(&h, EBADMSG, "sack: block start_psn not after ack_psn");
+}
+
+Test(dgram, v2_max_len_and_nospace)
+{
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_PULL | DW_DGRAM_X_DSACK, true);
+        h.sack_count = 1;
+        for (uint32_t i = 0; h.sack_count < DW_DGRAM_MAX_SACK; i++)
+                h.sack[h.sack_count++] = (struct dw_dgram_sack){1001 + 2 * i, 1002 + 2 * i};
+        cr_assert_eq(dw_dgram_hdr_validate(&h, NULL), 0);
+        cr_assert_eq(dw_dgram_hdr_len(&h), DW_DGRAM_HDR_MAX_LEN);
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        cr_assert_eq(dw_dgram_encode(&h, buf, DW_DGRAM_HDR_MAX_LEN - 1), -ENOSPC);
+        cr_assert_eq(dw_dgram_encode(&h, buf, sizeof(buf)), DW_DGRAM_HDR_MAX_LEN);
+        struct dw_dgram_hdr out;
+        cr_assert_eq(dw_dgram_decode(buf, sizeof(buf), &out, NULL), DW_DGRAM_HDR_MAX_LEN);
+        assert_same(&h, &out);
+}
+
+Test(dgram, v2_layout_after_pull_descriptor)
+{
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_PULL, true); /* 52-byte header, IMM */
+        uint8_t buf[256];
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        cr_assert_eq(n, 52);
+        size_t len = 52 + 18 + 10 + 26;
+        memset(buf + n, 0x11, len - (size_t)n);
+        struct dw_dgram_hdr out;
+        cr_assert_eq(dw_dgram_decode(buf, len, &out, NULL), 52);
+        struct dw_dgram_layout l;
+        cr_assert_eq(dw_dgram_layout(&out, 52, len, &l, NULL), 0);
+        cr_assert_eq(l.seg_off, 52);
+        cr_assert_eq(l.seg_len, 28);
+        cr_assert_eq(l.imm_off, 52 + 28);
+        const char *why = NULL;
+        cr_assert_eq(dw_dgram_layout(&out, 52, 52 + 26 + 13, &l, &why), -ENODATA);
+        cr_assert_not_null(why);
+}
+
+/* UD never carries an X-flag: every version-2 UD datagram is refused, by the
+ * fast path and the strict route alike. */
+Test(dgram, v2_decode_ud_rejects_every_xflag)
+{
+        uint8_t buf[128];
+        for (unsigned imm = 0; imm < 2; imm++) {
+                size_t len =
+                    build_ud(buf, sizeof(buf), DW_RDMAP_SEND, 3, 8, imm ? DW_RDMAP_IMM_DATA : 0);
+                buf[0] = 2;
+                for (unsigned x = 0; x < 256; x++) {
+                        buf[4] = (uint8_t)x;
+                        cr_assert_eq(ud_both(buf, len, NULL, "ud v2 x", x, imm), -EBADMSG);
+                }
+                buf[0] = 1;
+                buf[4] = 0;
+                cr_assert_eq(ud_both(buf, len, NULL, "ud v1", 0, imm), 0);
+        }
+}
+
+/* ---- CRC32c with NOCRC: dw_dgram_packet_body, dw_dgram_packet_finish ---- */
+
+/* An RD DATA datagram with the given X-flags, sealed as its header asks
+ * (dw_dgram_packet_finish). Returns the length on the wire. */
+static size_t build_v2_packet(uint8_t *pkt, size_t cap, uint8_t xflags, size_t *body)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.xflags = xflags;
+        h.psn = 42;
+        ssize_t n = dw_dgram_encode(&h, pkt, cap);
+        cr_assert_eq(n, 28);
+        for (size_t i = 0; i < 18 + 64; i++)
+                pkt[28 + i] = (uint8_t)(i * 7 + 3);
+        *body = 28 + 18 + 64;
+        ssize_t total = dw_dgram_packet_finish(pkt, *body, cap);
+        cr_assert_gt(total, 0);
+        return (size_t)total;
+}
+
+static void expect_body(const uint8_t *pkt, size_t len, bool accept, ssize_t want)
+{
+        const char *why = NULL;
+        ssize_t got = dw_dgram_packet_body(pkt, len, accept, &why);
+        cr_assert_eq(got, want, "accept %d: got %zd want %zd (%s)", accept, got, want,
+                     why ? why : "-");
+        if (want < 0)
+                cr_assert_not_null(why);
+}
+
+Test(dgram, packet_body_with_crc)
+{
+        uint8_t pkt[256];
+        size_t body;
+        /* Version 1, and version 2 with X-flags other than NOCRC: CRC checked. */
+        static const uint8_t xs[] = {0, DW_DGRAM_X_PULLREQ};
+        for (size_t i = 0; i < sizeof(xs); i++) {
+                size_t len = build_v2_packet(pkt, sizeof(pkt), xs[i], &body);
+                cr_assert_eq(len, body + 4);
+                for (int accept = 0; accept < 2; accept++) {
+                        expect_body(pkt, len, accept, (ssize_t)body);
+                        pkt[40] ^= 0x10;
+                        expect_body(pkt, len, accept, -EILSEQ);
+                        pkt[40] ^= 0x10;
+                        pkt[len - 1] ^= 0x01;
+                        expect_body(pkt, len, accept, -EILSEQ);
+                        pkt[len - 1] ^= 0x01;
+                }
+                cr_assert_eq(dw_dgram_packet_check(pkt, len, NULL), (ssize_t)body);
+        }
+}
+
+Test(dgram, packet_body_nocrc)
+{
+        uint8_t pkt[256];
+        size_t body;
+        size_t len = build_v2_packet(pkt, sizeof(pkt), DW_DGRAM_X_NOCRC, &body);
+        cr_assert_eq(len, body, "finish appended a CRC to a NOCRC datagram");
+        expect_body(pkt, len, true, (ssize_t)len);
+        expect_body(pkt, len, false, -ENOTSUP);
+        const char *why = NULL;
+        dw_dgram_packet_body(pkt, len, false, &why);
+        cr_assert_str_eq(why, "crc: datagram without CRC32c refused");
+        /* Nothing to verify: a damaged payload is not noticed here. */
+        pkt[60] ^= 0xFF;
+        expect_body(pkt, len, true, (ssize_t)len);
+        /* The shortest such datagram is a bare header; shorter is truncated. */
+        expect_body(pkt, 28, true, 28);
+        expect_body(pkt, 27, true, -ENODATA);
+        expect_body(pkt, 27, false, -ENODATA);
+        /* Decoded as usual afterwards. */
+        struct dw_dgram_hdr h;
+        cr_assert_eq(dw_dgram_decode(pkt, len, &h, NULL), 28);
+        cr_assert_eq(h.xflags, DW_DGRAM_X_NOCRC);
+}
+
+/* Only version 2, the RD flag and a well-formed X-flags byte with NOCRC can
+ * waive the CRC: anything else in those bytes means the CRC is checked. */
+Test(dgram, packet_body_untrusted_nocrc_is_checked)
+{
+        uint8_t pkt[256];
+        size_t body;
+        size_t len = build_v2_packet(pkt, sizeof(pkt), DW_DGRAM_X_NOCRC, &body);
+        struct {
+                size_t off;
+                uint8_t val;
+        } cases[] = {
+            {0, 1},                       /* version 1 */
+            {0, 3},                       /* unknown version */
+            {1, DW_DGRAM_F_DATA},         /* UD */
+            {4, DW_DGRAM_X_NOCRC | 0x80}, /* reserved X-flag */
+            {4, DW_DGRAM_X_NOCRC | 0x20}, /* reserved X-flag */
+            {4, DW_DGRAM_X_PULLREQ},      /* no NOCRC */
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                uint8_t save = pkt[cases[i].off];
+                pkt[cases[i].off] = cases[i].val;
+                /* No trailer was written: the last 4 bytes do not match. */
+                expect_body(pkt, len, true, -EILSEQ);
+                expect_body(pkt, len, false, -EILSEQ);
+                /* With a right CRC, the CRC stage passes and the decoder judges. */
+                cr_assert_eq(dw_dgram_packet_seal(pkt, len, sizeof(pkt)), (ssize_t)len + 4);
+                expect_body(pkt, len + 4, true, (ssize_t)len);
+                expect_body(pkt, len + 4, false, (ssize_t)len);
+                pkt[cases[i].off] = save;
+        }
+        /* NOCRC on UD, sealed: CRC good, then the decoder refuses it. */
+        pkt[1] = DW_DGRAM_F_DATA;
+        cr_assert_eq(dw_dgram_packet_seal(pkt, len, sizeof(pkt)), (ssize_t)len + 4);
+        expect_body(pkt, len + 4, true, (ssize_t)len);
+        struct dw_dgram_hdr h;
+        const char *why = NULL;
+        cr_assert_eq(dw_dgram_decode(pkt, len, &h, &why), -EBADMSG);
+        cr_assert_str_eq(why, "xflags: NOCRC on a UD packet (UD always carries the CRC32c)");
+}
+
+/* Every single-bit flip of a version-2 datagram with a CRC is caught, except
+ * the one that sets NOCRC itself when the receiver takes NOCRC datagrams:
+ * a CRC cannot cover the bit that waives it (the UDP checksum does). */
+Test(dgram, packet_body_single_bit_flips)
+{
+        uint8_t pkt[256];
+        size_t body;
+        size_t len = build_v2_packet(pkt, sizeof(pkt), DW_DGRAM_X_PULLREQ, &body);
+        unsigned waived = 0;
+        for (size_t byte = 0; byte < len; byte++) {
+                for (unsigned bit = 0; bit < 8; bit++) {
+                        pkt[byte] ^= (uint8_t)(1u << bit);
+                        bool nocrc = byte == 4 && (1u << bit) == DW_DGRAM_X_NOCRC;
+                        expect_body(pkt, len, false, nocrc ? -ENOTSUP : -EILSEQ);
+                        ssize_t r = dw_dgram_packet_body(pkt, len, true, NULL);
+                        if (nocrc) {
+                                cr_assert_eq(r, (ssize_t)len);
+                                waived++;
+                        } else {
+                                cr_assert_eq(r, -EILSEQ, "flip byte %zu bit %u", byte, bit);
+                        }
+                        pkt[byte] ^= (uint8_t)(1u << bit);
+                }
+        }
+        cr_assert_eq(waived, 1);
+}
+
+Test(dgram, packet_finish)
+{
+        uint8_t a[256], b[256];
+        size_t body;
+        /* With a CRC: the same bytes as dw_dgram_packet_seal. */
+        size_t len = build_v2_packet(a, sizeof(a), 0, &body);
+        memcpy(b, a, body);
+        cr_assert_eq(dw_dgram_packet_seal(b, body, sizeof(b)), (ssize_t)len);
+        cr_assert_eq(memcmp(a, b, len), 0);
+        cr_assert_eq(dw_dgram_packet_finish(a, body, body + 3), -ENOSPC);
+        /* Without: nothing written past the body, even with room. */
+        len = build_v2_packet(a, sizeof(a), DW_DGRAM_X_NOCRC, &body);
+        cr_assert_eq(len, body);
+        memset(a + body, 0xEE, 8);
+        cr_assert_eq(dw_dgram_packet_finish(a, body, sizeof(a)), (ssize_t)body);
+        cr_assert_eq(a[body], 0xEE);
+        cr_assert_eq(dw_dgram_packet_finish(a, body, body), (ssize_t)body);
+        cr_assert_eq(dw_dgram_packet_finish(a, body, body - 1), -ENOSPC);
 }
