@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Writes the version-2 seeds of fuzz_dgram (tests/fuzz/corpus/dgram/v2_*,
+bad_v2_*, bad_version3).
+
+Each seed is one UDP payload as a receiver gets it: the datagram header
+(docs/PROTOCOL.md, "Datagram header"), for DATA a DDP (RFC 5041) / RDMAP
+(RFC 5040, RFC 7306) segment, and the CRC32c trailer in network byte order,
+which a datagram with the NOCRC X-flag does not have. The version-1 seeds
+beside them were written by hand before this script and are left as they are.
+
+    tests/fuzz/gen_dgram_corpus.py [OUT_DIR]
+"""
+import os
+import struct
+import sys
+
+# flags (byte 1)
+RD, ACK, SACK, CREDIT, ACKREQ, NAK, DATA, IMM = (1 << i for i in range(8))
+# X-flags (byte 4 of version 2)
+NOCRC, PULL, PULLREQ, DSACK, ECE = (1 << i for i in range(5))
+
+DST, SRC = 0x123456, 0xABCDEF
+SEND, READ_REQ, IMM_DATA = 3, 1, 8
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def header(flags, xflags=0, psn=0, ack=0, sacks=(), pull=None, qkey=0, version=None):
+    if version is None:
+        version = 2 if xflags else 1
+    b = struct.pack(">BBBB", version, flags, len(sacks), 0)
+    b += bytes([xflags]) + DST.to_bytes(3, "big")  # version 1: reserved, 0
+    b += struct.pack(">IIIIHH", SRC, qkey, psn, ack, 0, 0)
+    for s, e in sacks:
+        b += struct.pack(">II", s & 0xFFFFFFFF, e & 0xFFFFFFFF)
+    if pull is not None:
+        b += struct.pack(">II", *pull)
+    return b
+
+
+def untagged(op, qn, msn, mo, payload=b"", last=True):
+    ctrl = bytes([(0x40 if last else 0) | 1, (1 << 6) | op])
+    return ctrl + struct.pack(">IIII", 0, qn, msn, mo) + payload
+
+
+def read_request(msn, sink_stag, sink_to, size, src_stag, src_to):
+    return untagged(READ_REQ, 1, msn, 0,
+                    struct.pack(">IQIIQ", sink_stag, sink_to, size, src_stag, src_to))
+
+
+def imm_message(msn, value):
+    return untagged(IMM_DATA, 0, msn, 0, value + bytes(4))
+
+
+def data(n, seed):
+    return bytes((i * 7 + seed) & 0xFF for i in range(n))
+
+
+def packet(body, crc=True):
+    return body + struct.pack(">I", crc32c(body)) if crc else body
+
+
+def seeds():
+    s = {}
+    send = untagged(SEND, 0, 1, 0, data(24, 1))
+    s["v2_rd_data_nocrc"] = packet(header(RD | DATA, NOCRC, psn=7) + send, crc=False)
+    s["v2_rd_ack_nocrc"] = packet(header(RD | ACK, NOCRC, psn=9, ack=100), crc=False)
+    s["v2_rd_data_ack_imm_nocrc"] = packet(
+        header(RD | DATA | ACK | ACKREQ | IMM, NOCRC, psn=8, ack=3)
+        + untagged(SEND, 0, 2, 0, data(5, 2)) + imm_message(2, b"\xde\xad\xbe\xef"),
+        crc=False)
+    # First segment (MO 0, L = 0) of a receiver-paced Send of 1 MiB, 1396 bytes pushed.
+    first = untagged(SEND, 0, 3, 0, data(32, 3), last=False)
+    s["v2_pull"] = packet(header(RD | DATA | ACKREQ, PULL, psn=10, pull=(1 << 20, 1396)) + first)
+    s["v2_pull_sack_nocrc"] = packet(
+        header(RD | DATA | ACK | SACK, PULL | NOCRC, psn=11, ack=50,
+               sacks=((52, 55), (60, 61)), pull=(100000, 32)) + first, crc=False)
+    # Read Request of the pulled part: Data Source STag = the Send's MSN, TO = offset.
+    s["v2_pullreq"] = packet(
+        header(RD | DATA, PULLREQ, psn=12) + read_request(1, 1, 0, 4096, 3, 1396))
+    s["v2_dsack"] = packet(header(RD | ACK | SACK, DSACK, psn=13, ack=100,
+                                  sacks=((90, 91), (102, 105))))
+    s["v2_dsack_only_nocrc"] = packet(
+        header(RD | ACK | SACK, DSACK | NOCRC, psn=14, ack=100, sacks=((99, 100),)), crc=False)
+    s["v2_dsack_wrap"] = packet(header(RD | ACK | SACK, DSACK, ack=2,
+                                       sacks=((-2, 1), (4, 6), (8, 9))))
+    s["v2_ece_ack"] = packet(header(RD | ACK, ECE, psn=15, ack=77))
+    s["v2_all_nocrc"] = packet(
+        header(RD | DATA | ACK | SACK | ACKREQ | IMM, NOCRC | PULL | DSACK | ECE, psn=16,
+               ack=200, sacks=((150, 152), (203, 204)), pull=(65536, 16))
+        + untagged(SEND, 0, 4, 0, data(16, 4), last=False)
+        + imm_message(4, b"\x01\x02\x03\x04"), crc=False)
+
+    s["bad_version3"] = packet(header(RD | DATA, version=3) + send)
+    s["bad_v2_reserved_xflag"] = packet(header(RD | DATA, NOCRC | 0x80) + send, crc=False)
+    s["bad_v2_reserved_xflag_crc"] = packet(header(RD | DATA, PULLREQ | 0x20) + send)
+    s["bad_v2_nocrc_ud"] = packet(header(DATA, NOCRC) + send)
+    s["bad_v2_nocrc_ud_no_trailer"] = packet(header(DATA, NOCRC) + send, crc=False)
+    s["bad_v2_pull_truncated"] = packet(header(RD | DATA, PULL, pull=(1000, 10))[:32])
+    s["bad_v2_pull_pushed_zero"] = packet(header(RD | DATA, PULL, pull=(1000, 0)) + first)
+    s["bad_v2_pull_pushed_all"] = packet(header(RD | DATA, PULL, pull=(1000, 1000)) + first)
+    s["bad_v2_pull_pullreq"] = packet(header(RD | DATA, PULL | PULLREQ, pull=(1000, 10)) + first)
+    s["bad_v2_pullreq_ack_only"] = packet(header(RD | ACK, PULLREQ, ack=5))
+    s["bad_v2_dsack_empty"] = packet(header(RD | ACK | SACK, DSACK, ack=100, sacks=((90, 90),)))
+    s["bad_v2_dsack_no_sack"] = packet(header(RD | ACK, DSACK, ack=100))
+    s["bad_v2_ece_no_ack"] = packet(header(RD | DATA, ECE) + send)
+    return s
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "corpus", "dgram")
+    os.makedirs(out, exist_ok=True)
+    for name, blob in seeds().items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(blob)
+
+
+if __name__ == "__main__":
+    main()
