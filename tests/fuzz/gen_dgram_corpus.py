@@ -10,9 +10,9 @@ beside them were written by hand before this script and are left as they are.
 
     tests/fuzz/gen_dgram_corpus.py [OUT_DIR]
 """
-import os
 import struct
-import sys
+
+from corpus_gen import crc32c, write_seeds
 
 # flags (byte 1)
 RD, ACK, SACK, CREDIT, ACKREQ, NAK, DATA, IMM = (1 << i for i in range(8))
@@ -21,15 +21,6 @@ NOCRC, PULL, PULLREQ, DSACK, ECE = (1 << i for i in range(5))
 
 DST, SRC = 0x123456, 0xABCDEF
 SEND, READ_REQ, IMM_DATA = 3, 1, 8
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 def header(flags, xflags=0, psn=0, ack=0, sacks=(), pull=None, qkey=0, version=None):
@@ -115,12 +106,7 @@ def seeds():
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "corpus", "dgram")
-    os.makedirs(out, exist_ok=True)
-    for name, blob in seeds().items():
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(blob)
+    write_seeds("dgram", seeds())
 
 
 if __name__ == "__main__":

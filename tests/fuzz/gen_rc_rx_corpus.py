@@ -9,9 +9,9 @@ TOs and buffer sizes are the fixed layout fuzz_rc_rx.c sets up.
 
     tests/fuzz/gen_rc_rx_corpus.py [OUT_DIR]
 """
-import os
 import struct
-import sys
+
+from corpus_gen import crc32c, write_seeds
 
 R1, R2, R3 = 0x15A, 0x25A, 0x35A  # STags: index << 8 | fixed key byte
 R1_IOVA, R2_IOVA, R3_IOVA = 0x100000, 0x200000, 0x300000
@@ -20,15 +20,6 @@ READ_SINK, READ_LEN = 2048, 256
 
 WRITE, READ_REQ, READ_RESP, SEND, SEND_INV = 0, 1, 2, 3, 4
 TERMINATE, IMM_DATA, ATOMIC_REQ, ATOMIC_RESP = 7, 8, 0xA, 0xB
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 def fpdu(ulpdu, crc=True, bad_crc=False):
@@ -104,12 +95,7 @@ def seeds():
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "corpus", "rc_rx")
-    os.makedirs(out, exist_ok=True)
-    for name, blob in seeds().items():
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(blob)
+    write_seeds("rc_rx", seeds())
 
 
 if __name__ == "__main__":
