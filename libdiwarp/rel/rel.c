@@ -220,9 +220,9 @@ int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_
  * overdue and goes again; without any later delivery the RTO recovers it. The
  * walk stays below sack_high, where the receiver's blocks described every
  * hole (it reports its lowest runs only). */
-static void mark_lost(struct dw_rel_peer *r)
+static unsigned mark_lost(struct dw_rel_peer *r)
 {
-        unsigned above = 0;
+        unsigned above = 0, marked = 0;
         uint32_t psn = r->sack_high;
         uint32_t reo_us = (r->flags & DW_REL_F_HAVE_RTT) ? r->srtt_ns / 4000u : 0;
 
@@ -241,8 +241,10 @@ static void mark_lost(struct dw_rel_peer *r)
                         e->flags |= DW_REL_TXF_FAST | DW_REL_TXF_PENDING;
                         r->flags |= DW_REL_F_RETX_PENDING;
                         r->stats.fast_retransmits++;
+                        marked++;
                 }
         }
+        return marked;
 }
 
 /* The first ACK progress after an RTO probe decides the episode (after F-RTO,
@@ -252,13 +254,18 @@ static void mark_lost(struct dw_rel_peer *r)
  * microsecond RTT): the RTO was spurious, its backoff is undone and SACK
  * recovery carries on. Otherwise only the probe got through: every un-SACKed
  * PSN sent before the RTO is lost and goes again now. */
-static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t now)
+static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t now,
+                        const struct dw_rel_ops *ops, void *ctx)
 {
         r->flags &= (uint8_t)~DW_REL_F_RTO_PROBE;
         if (orig_held) {
                 r->backoff = r->rto_undo_backoff;
                 return;
         }
+        /* Congestion control collapses only after a real timeout; what a
+         * tail loss probe finds lost is a tail of losses, as SACK finds. */
+        if (ops && ops->lost)
+                ops->lost(ctx, !r->probe_tlp, now);
         /* Only what had a round trip's time to be acknowledged: this ACK may
          * answer an earlier retransmission rather than the probe, and packets
          * sent just before the probe may still be on their way. */
@@ -415,9 +422,12 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
          * beyond the blocks of earlier ACKs, or before ACKs that were lost)
          * and its age is not a round trip. */
         if (have_sample && !dw_psn_before(best_psn, old_high) && nsack < DW_DGRAM_MAX_SACK &&
-            !sack_full && !(r->flags & DW_REL_F_RTO_PROBE))
-                dw_rel_rtt_sample(r, (uint64_t)(uint32_t)(now_us - best_sent) * NS_PER_US);
-        else if (have_sample)
+            !sack_full && !(r->flags & DW_REL_F_RTO_PROBE)) {
+                uint64_t rtt = (uint64_t)(uint32_t)(now_us - best_sent) * NS_PER_US;
+                dw_rel_rtt_sample(r, rtt);
+                if (ops && ops->rtt)
+                        ops->rtt(ctx, rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt, now);
+        } else if (have_sample)
                 r->backoff = 0; /* Karn: a packet sent once got through, the path works */
         if (progress || sacked_new) {
                 r->retries = 0;
@@ -432,9 +442,10 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                         r->rnr_until = 0;
         }
         if ((r->flags & DW_REL_F_RTO_PROBE) && (progress || sacked_new))
-                rto_verdict(r, orig_held, now);
-        if ((progress || sacked_new) && r->sack_high != r->snd_una)
-                mark_lost(r);
+                rto_verdict(r, orig_held, now, ops, ctx);
+        if ((progress || sacked_new) && r->sack_high != r->snd_una && mark_lost(r) && ops &&
+            ops->lost)
+                ops->lost(ctx, false, now);
         return 0;
 }
 
@@ -610,7 +621,10 @@ static void rto_probe(struct dw_rel_peer *r, bool tlp)
                 r->flags |= DW_REL_F_RTO_PROBE;
                 r->rto_recover = r->snd_nxt;
                 r->rto_undo_backoff = r->backoff;
+                r->probe_tlp = 1;
         }
+        if (!tlp)
+                r->probe_tlp = 0;
         for (uint32_t psn = r->snd_una; psn != r->snd_nxt; psn++) {
                 struct dw_rel_txent *e = ent(r, psn);
 

@@ -132,7 +132,8 @@ struct dw_rel_peer {
         int16_t fatal; /* 0 or the negative errno every call now returns */
         uint8_t fatal_reason;
         uint8_t rto_undo_backoff; /* backoff before the RTO episode (undone if spurious) */
-        uint8_t rsvd0[2];
+        uint8_t probe_tlp;        /* the probe episode is a tail loss probe's, no RTO fired */
+        uint8_t rsvd0;
         uint32_t rto_recover; /* snd_nxt when the RTO episode began */
         uint32_t rack_us;     /* latest send time (µs) of a packet the peer holds */
         uint32_t srtt_ns;
@@ -163,6 +164,14 @@ struct dw_rel_ops {
         int (*retransmit)(void *ctx, uint32_t psn, uint64_t cookie);
         /* Send a control-only ACK built with dw_rel_build_ack. 0 or as above. */
         int (*send_ack)(void *ctx);
+        /* Optional (NULL: not told). An RTT sample was taken (the same ones
+         * the RTO estimator gets: Karn-clean, see dw_rel_on_ack). */
+        void (*rtt)(void *ctx, uint32_t rtt_ns, uint64_t now);
+        /* Optional. Packets were found lost: rto false when SACKs exposed a
+         * hole (or a retransmission was lost again), true when an RTO episode
+         * turned out not to be spurious. Called once per ACK or verdict, not
+         * per packet. Congestion control listens here. */
+        void (*lost)(void *ctx, bool rto, uint64_t now);
 };
 
 /* ring_len: power of two in 1..128; it is the send window. tx_psn: first PSN

@@ -18,6 +18,8 @@
 
 /* ------------------------------------------------------------ helpers */
 
+struct cc_rec;
+
 struct rec {
         unsigned nacked, nretx, nacks;
         uint32_t acked_psn[256];
@@ -26,6 +28,7 @@ struct rec {
         uint64_t now;
         int retx_rc;
         struct dw_rel_peer *peer; /* for send_ack */
+        struct cc_rec *cc;
 };
 
 static void rec_acked(void *ctx, uint32_t psn, uint64_t cookie)
@@ -57,7 +60,8 @@ static int rec_send_ack(void *ctx)
         return dw_rel_build_ack(r->peer, &h, DW_DGRAM_MAX_SACK) < 0 ? -EINVAL : 0;
 }
 
-static const struct dw_rel_ops rec_ops = {rec_acked, rec_retx, rec_send_ack};
+static const struct dw_rel_ops rec_ops = {
+    .acked = rec_acked, .retransmit = rec_retx, .send_ack = rec_send_ack};
 
 static struct dw_dgram_hdr ack_hdr(uint32_t ack, unsigned n, const uint32_t *blocks)
 {
@@ -640,6 +644,94 @@ Test(rel, spurious_rto_one_probe)
         cr_assert_eq(tx.stats.rto_expiries, 2);
 }
 
+/* What congestion control hears: one RTT callback per sample the RTO
+ * estimator takes, one loss callback per ACK that exposes holes, a timeout
+ * only when an RTO episode was real, nothing for a spurious one. */
+struct cc_rec {
+        unsigned nrtt, nfast, nrto;
+        uint32_t rtt;
+};
+
+static void cc_rtt(void *ctx, uint32_t rtt_ns, uint64_t now)
+{
+        struct cc_rec *c = ((struct rec *)ctx)->cc;
+        c->nrtt++;
+        c->rtt = rtt_ns;
+}
+
+static void cc_lost(void *ctx, bool rto, uint64_t now)
+{
+        struct cc_rec *c = ((struct rec *)ctx)->cc;
+        if (rto)
+                c->nrto++;
+        else
+                c->nfast++;
+}
+
+static const struct dw_rel_ops cc_ops = {.acked = rec_acked,
+                                         .retransmit = rec_retx,
+                                         .send_ack = rec_send_ack,
+                                         .rtt = cc_rtt,
+                                         .lost = cc_lost};
+
+Test(rel, congestion_callbacks)
+{
+        struct dw_rel_params p = test_params();
+        p.rto_min_us = 1000;
+        p.rto_init_us = 1000;
+        struct dw_rel_peer tx;
+        struct dw_rel_txent ring[32];
+        struct cc_rec cc = {0};
+        struct rec rc = {0};
+        rc.peer = &tx;
+        rc.cc = &cc;
+        dw_rel_peer_init(&tx, &p, ring, 32, 0, 0);
+        for (uint32_t i = 0; i < 8; i++)
+                dw_rel_tx_sent(&tx, i, i, T0);
+        struct dw_dgram_hdr h = ack_hdr(2, 0, NULL);
+        dw_rel_on_ack(&tx, &h, T0 + 40 * US, &cc_ops, &rc);
+        cr_assert_eq(cc.nrtt, 1);
+        cr_assert_eq(cc.rtt, 40 * US);
+        /* A hole at 2 with 3 SACKed above: one loss callback for the ACK. */
+        uint32_t b[] = {3, 6};
+        h = ack_hdr(2, 1, b);
+        dw_rel_on_ack(&tx, &h, T0 + 50 * US, &cc_ops, &rc);
+        cr_assert_eq(cc.nfast, 1);
+        cr_assert_eq(cc.nrto, 0);
+        dw_rel_timers(&tx, T0 + 50 * US, &cc_ops, &rc); /* the fast retransmission */
+        h = ack_hdr(8, 0, NULL);
+        dw_rel_on_ack(&tx, &h, T0 + 60 * US, &cc_ops, &rc);
+        cr_assert_eq(cc.nfast, 1, "no new hole");
+
+        /* A spurious RTO (everything had arrived): no loss. */
+        uint64_t t = T0 + 1 * MS;
+        for (uint32_t i = 8; i < 16; i++)
+                dw_rel_tx_sent(&tx, i, i, t);
+        for (int i = 0; i < 10 && !tx.stats.rto_expiries; i++) {
+                rc.now = dw_rel_next_deadline(&tx);
+                dw_rel_timers(&tx, rc.now, &cc_ops, &rc);
+        }
+        cr_assert_eq(tx.stats.rto_expiries, 1);
+        h = ack_hdr(16, 0, NULL);
+        dw_rel_on_ack(&tx, &h, rc.now + 10 * US, &cc_ops, &rc);
+        cr_assert_eq(cc.nrto, 0, "spurious");
+        cr_assert_eq(cc.nfast, 1);
+
+        /* A real one: only the probe got through. */
+        t = rc.now + 1 * MS;
+        for (uint32_t i = 16; i < 24; i++)
+                dw_rel_tx_sent(&tx, i, i, t);
+        unsigned rto0 = tx.stats.rto_expiries;
+        for (int i = 0; i < 10 && tx.stats.rto_expiries == rto0; i++) {
+                rc.now = dw_rel_next_deadline(&tx);
+                dw_rel_timers(&tx, rc.now, &cc_ops, &rc);
+        }
+        cr_assert_eq(tx.stats.rto_expiries, rto0 + 1);
+        h = ack_hdr(17, 0, NULL);
+        dw_rel_on_ack(&tx, &h, rc.now + 10 * US, &cc_ops, &rc);
+        cr_assert_eq(cc.nrto, 1, "a real timeout");
+}
+
 /* ------------------------------------------------------- ACK coalescing */
 
 Test(rel, ack_coalescing_counts)
@@ -982,7 +1074,8 @@ static int sim_send_ack(void *ctx)
         return 0;
 }
 
-static const struct dw_rel_ops sim_ops = {sim_acked, sim_retx, sim_send_ack};
+static const struct dw_rel_ops sim_ops = {
+    .acked = sim_acked, .retransmit = sim_retx, .send_ack = sim_send_ack};
 
 static void deliver(struct sim *m, const struct pkt *pk)
 {
