@@ -1,0 +1,40 @@
+/* Paths: the congestion-control unit of a device, one per peer device
+ * address (IPv4 + UDP port). Every pseudo-stream to that address shares it,
+ * since they share the network path and the peer's socket buffer. A
+ * per-device hash table of reference-counted entries; the caller (qp/rd)
+ * holds a reference per pseudo-stream and the device lock. */
+#ifndef DW_FLOW_PATH_H
+#define DW_FLOW_PATH_H
+
+#include <stdint.h>
+
+#include "flow/cc.h"
+
+struct dw_flow_path {
+        struct dw_flow_path *next; /* hash chain */
+        uint32_t ip;               /* network order */
+        uint16_t port;             /* network order */
+        uint32_t refs;
+        /* Bytes of the transmit batch being built for this path, not yet
+         * handed to the socket (dw_cc_can_send counts them as in flight). */
+        uint32_t pending;
+        struct dw_cc cc;
+};
+
+struct dw_flow_paths {
+        struct dw_flow_path **tab;
+        uint32_t mask; /* buckets - 1; 0 with no table */
+        uint32_t n;
+        struct dw_cc_params params;
+};
+
+void dw_flow_paths_init(struct dw_flow_paths *t, const struct dw_cc_params *params);
+void dw_flow_paths_fini(struct dw_flow_paths *t);
+/* The path to ip:port, created on first use with a window sized for
+ * datagrams of `seg` bytes; one more reference. NULL when out of memory. */
+struct dw_flow_path *dw_flow_path_get(struct dw_flow_paths *t, uint32_t ip, uint16_t port,
+                                      uint32_t seg);
+/* Drops a reference; the last one frees the path. */
+void dw_flow_path_put(struct dw_flow_paths *t, struct dw_flow_path *p);
+
+#endif
