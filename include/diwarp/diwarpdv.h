@@ -80,6 +80,24 @@ struct diwarpdv_rd_path {
         uint32_t max_dgram;
         uint32_t seg_payload;  /* message bytes per segment */
         uint32_t dev_max_sent; /* largest RD datagram the device has sent so far */
+        /* Congestion control of the path to the peer's device (shared by
+         * every stream to that address; docs/USAGE.md, DIWARP_CC). Bytes
+         * count datagrams with their IPv4 and UDP headers. */
+        uint32_t cwnd;              /* window, bytes */
+        uint32_t inflight;          /* bytes sent and not yet acknowledged */
+        uint32_t min_rtt_ns;        /* the path's minimum RTT (windowed); 0 before a sample */
+        uint32_t srtt_ns;           /* smoothed RTT; 0 before a sample */
+        uint64_t pacing_bps;        /* pacing rate, bits per second; 0 = not paced */
+        uint64_t cc_decrease_delay; /* window decreases: queueing delay over the target */
+        uint64_t cc_decrease_loss;  /* window decreases: loss */
+        uint64_t cc_rto;            /* window collapses after a retransmission timeout */
+        uint64_t cc_window_waits;   /* sends held by a full window */
+        uint64_t cc_pacing_waits;   /* sends held by pacing */
+        /* This stream's reliability events. */
+        uint32_t tail_probes;
+        uint32_t rto_expiries;
+        uint32_t fast_retransmits;
+        uint32_t retransmits;
 };
 
 /* The path of qp's pseudo-stream to dest (RC over RD: dest NULL, the QP's one

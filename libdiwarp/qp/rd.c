@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <diwarp/diwarpdv.h>
@@ -207,6 +208,11 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
                 free(p);
                 return NULL;
         }
+        p->path = dw_flow_path_get(&rdd(s->qp->dev)->paths, ip, port, p->udp_mtu + RD_IP_UDP);
+        if (!p->path) {
+                free(p);
+                return NULL;
+        }
         uint32_t b = rd_hash(ip, port, qpn) & s->hmask;
         p->hnext = s->htab[b];
         s->htab[b] = p;
@@ -228,6 +234,8 @@ static void rd_peers_free(struct dw_rd_qp *s)
                 for (; p; p = nx) {
                         nx = p->hnext;
                         rd_deactivate(p);
+                        dw_cc_forget(&p->path->cc, p->cc_inflight);
+                        dw_flow_path_put(&d->paths, p->path);
                         free(p->rel.ring);
                         free(p);
                 }
@@ -379,10 +387,23 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                                 rd_retire_held(s);
                 }
         }
-        for (struct dw_rd_qp *s = d->qps; s && !blocked; s = s->next)
+        /* Each step starts with the next QP: when the paths' windows are the
+         * limit, the first QP served would otherwise take every opening. */
+        struct dw_rd_qp *start = d->tx_rr ? d->tx_rr : d->qps;
+        for (struct dw_rd_qp *s = start; s && !blocked;) {
                 if (dw_wq_count(&s->qp->sq) > s->tx_idx || s->fifo_count)
                         work += rd_tx_qp(s, budget, &blocked);
+                s = s->next ? s->next : d->qps;
+                if (s == start)
+                        break;
+        }
+        d->tx_rr = start && start->next ? start->next : NULL;
         rd_tx_wait(dev, blocked);
+        if (d->pace_wake) {
+                /* A send waits for pacing: a step then, also for a thread. */
+                dw_progress_timer(dev, d->pace_wake);
+                d->pace_wake = 0;
+        }
         /* The step that delivered a ping-pong's receive ends here, for the
          * application to answer sooner; the timers wait for the next step. */
         if (held_now)
@@ -460,6 +481,19 @@ int dw_rd_dev_init(struct dw_device *dev)
         struct dw_rd_dev *d = calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
+        struct dw_cc_params cp;
+        dw_cc_params_default(&cp);
+        cp.enabled = dev->cfg.cc;
+        cp.pacing = dev->cfg.cc_pacing;
+        cp.target_ns = dev->cfg.cc_target_us * 1000u;
+        /* Drains align on the wall clock, which hosts share (NTP), while
+         * `now` is the monotonic clock, which they do not. */
+        struct timespec rt, mt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        clock_gettime(CLOCK_MONOTONIC, &mt);
+        cp.clock_offset_ns =
+            ((int64_t)rt.tv_sec - mt.tv_sec) * 1000000000ll + ((int64_t)rt.tv_nsec - mt.tv_nsec);
+        dw_flow_paths_init(&d->paths, &cp);
         dev->rd = d;
         return 0;
 }
@@ -472,6 +506,8 @@ void dw_rd_dev_fini(struct dw_device *dev)
                 d->ring_cache = f->next;
                 free(f);
         }
+        if (d)
+                dw_flow_paths_fini(&d->paths);
         free(dev->rd);
         dev->rd = NULL;
 }
@@ -550,6 +586,8 @@ void dw_rd_qp_fini(struct dw_qp *qp)
         if (qp->state != DIWARP_QPS_ERR && qp->state != DIWARP_QPS_RESET)
                 rd_flush_acks(s);
         rd_peers_free(s);
+        if (d->tx_rr == s)
+                d->tx_rr = s->next;
         if (s->prev)
                 s->prev->next = s->next;
         else
@@ -696,8 +734,12 @@ void dw_rd_qp_error(struct dw_qp *qp)
         rd_retire_held(s); /* they succeeded: not flushed */
         if (s->htab)
                 for (uint32_t i = 0; i <= s->hmask; i++)
-                        for (struct dw_rd_peer *p = s->htab[i]; p; p = p->hnext)
+                        for (struct dw_rd_peer *p = s->htab[i]; p; p = p->hnext) {
                                 p->dead = true; /* unlinked by the next progress step */
+                                /* Nothing of it will be acknowledged now. */
+                                dw_cc_forget(&p->path->cc, p->cc_inflight);
+                                p->cc_inflight = 0;
+                        }
         rdd(qp->dev)->timers_dirty = true;
         /* Receive WQEs that already completed (behind an older unfinished one)
          * leave the ring now, so the flush does not complete them twice. */
@@ -816,9 +858,25 @@ int diwarpdv_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *d
                 p = rd_peer_find(s, a.sin_addr.s_addr, a.sin_port, dest->remote_qpn);
         }
         if (p) {
+                const struct dw_cc *c = &p->path->cc;
+                memset(out, 0, sizeof(*out));
                 out->max_dgram = p->udp_mtu;
                 out->seg_payload = rd_peer_seg(p);
                 out->dev_max_sent = rdd(dev)->dgram_max;
+                out->cwnd = c->cwnd;
+                out->inflight = c->inflight;
+                out->min_rtt_ns = c->min_rtt == UINT32_MAX ? 0 : c->min_rtt;
+                out->srtt_ns = c->srtt;
+                out->pacing_bps = dw_cc_rate(c) * 8;
+                out->cc_decrease_delay = c->stats.md_delay;
+                out->cc_decrease_loss = c->stats.md_loss;
+                out->cc_rto = c->stats.rto;
+                out->cc_window_waits = c->stats.cwnd_waits;
+                out->cc_pacing_waits = c->stats.pace_waits;
+                out->tail_probes = p->rel.stats.tail_probes;
+                out->rto_expiries = p->rel.stats.rto_expiries;
+                out->fast_retransmits = p->rel.stats.fast_retransmits;
+                out->retransmits = p->rel.stats.retransmits;
         } else {
                 err = -ENOENT;
         }

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 
+#include "flow/path.h"
 #include "qp/rd.h"
 #include "util/time.h"
 
@@ -36,6 +37,11 @@
 #define RD_PEEK_LEN   (RD_HDR_CAP + 16)
 /* Largest extra RDMAP header after the DDP header (Atomic Request). */
 #define RD_HDR_CAP (DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
+
+/* IPv4 + UDP headers: congestion control counts what the path carries. */
+#define RD_IP_UDP 28
+/* Headers of a data datagram as congestion control counts them. */
+#define RD_CC_OVERHEAD (RD_IP_UDP + DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + DW_DGRAM_CRC_LEN)
 
 /* Cookie: kind (2 bits) | slot (14 bits, < DW_MAX_QP_WR and RD_MAX_IRQ) | segment (32 bits). */
 enum { RD_CK_SQ = 1, RD_CK_IRQ = 2 };
@@ -109,6 +115,12 @@ struct dw_rd_peer {
          * so a retransmission rebuilds it exactly. */
         uint16_t udp_mtu;
         uint32_t batch; /* segments built in the current batch, not yet registered */
+        /* The congestion-control path to the peer device, shared by every
+         * stream to that address, and the bytes this stream has in its
+         * window (given back to the path if the stream goes first). */
+        struct dw_flow_path *path;
+        uint32_t cc_inflight;
+        uint32_t cc_acked; /* bytes acknowledged by the ACK being handled */
         /* The send-window ring (DW_REL_DEF_WINDOW entries, 2 KiB) is not here:
          * p->rel.ring borrows one from the device cache while PSNs are in
          * flight (rd_ring_get / rd_ring_idle), so an idle peer costs only this
@@ -159,11 +171,15 @@ struct rd_txslot {
         struct dw_rd_peer *peer;
         uint32_t psn;
         uint64_t cookie;
+        uint32_t cc_bytes; /* as congestion control counts the datagram (rd_cc_bytes) */
         uint32_t save_idx, save_seg;
 };
 
 struct dw_rd_dev {
-        struct dw_rd_qp *qps;      /* every RD-served QP */
+        struct dw_rd_qp *qps;   /* every RD-served QP */
+        struct dw_rd_qp *tx_rr; /* the QP the next transmit pass starts with */
+        struct dw_flow_paths paths;
+        uint64_t pace_wake;        /* earliest pacing deadline a held send waits for (0: none) */
         struct dw_rd_peer *active; /* peers with outstanding data, owed ACKs or timers */
         bool tx_wait;              /* registered with dw_progress_tx_wait */
         /* The walk over `active` for rel/ timers runs when the earliest
@@ -247,6 +263,8 @@ void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event,
 
 /* rd_tx.c */
 extern const struct dw_rel_ops rd_ops;
+/* dw_rel_on_ack with rd_ops, then the path's window learns what it acked. */
+int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now);
 void rd_send_nak(struct dw_rd_peer *p, uint32_t psn, uint8_t code);
 int rd_send_ack(struct dw_rd_peer *p);
 int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
@@ -298,6 +316,29 @@ static inline bool is_read_like(int op)
 {
         return op == DIWARP_WR_RDMA_READ || op == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
                op == DIWARP_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* The datagram a cookie names, in the bytes congestion control counts: the
+ * same value when it leaves and when it is acknowledged, whatever ACK fields
+ * rode on it. */
+static inline uint32_t rd_cc_bytes(const struct dw_rd_peer *p, uint64_t cookie)
+{
+        const struct dw_rd_qp *s = p->s;
+        uint64_t S = rd_peer_seg(p), off = (uint64_t)ck_seg(cookie) * S, len = 0;
+        if (ck_kind(cookie) == RD_CK_SQ) {
+                const struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
+                if (is_read_like(w->opcode))
+                        len = DW_RDMAP_ATOMIC_REQ_HDR_LEN;
+                else if (w->total_len > off)
+                        len = w->total_len - off;
+        } else {
+                const struct rd_irq *e = &s->irq[ck_slot(cookie)];
+                if (e->atomic)
+                        len = DW_RDMAP_ATOMIC_RESP_HDR_LEN;
+                else if (e->len > off)
+                        len = e->len - off;
+        }
+        return (uint32_t)(len < S ? len : S) + RD_CC_OVERHEAD;
 }
 
 static inline bool rd_backpressure(int r)

@@ -60,7 +60,7 @@ void rd_ack_flush(struct dw_rd_dev *d)
         d->hack.peer = NULL;
         struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
                                  .ack_psn = d->hack.ack_psn};
-        int r = dw_rel_on_ack(&p->rel, &h, d->hack.now, &rd_ops, p);
+        int r = rd_on_ack(p, &h, d->hack.now);
         if ((r == -EREMOTEIO || r == -ETIMEDOUT) && p->s->qp->state != DIWARP_QPS_ERR)
                 rd_peer_fail(
                     p, r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR : DIWARP_WC_RETRY_EXC_ERR,
@@ -675,7 +675,7 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                         return;
                 }
                 d->hold_retire = placed;
-                int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
+                int r = rd_on_ack(p, h, now);
                 d->hold_retire = false;
                 if (qp->state == DIWARP_QPS_ERR)
                         return;

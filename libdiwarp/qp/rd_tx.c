@@ -447,6 +447,9 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
         struct dw_rd_peer *p = ctx;
         struct dw_rd_qp *s = p->s;
         (void)psn;
+        uint32_t b = rd_cc_bytes(p, cookie);
+        p->cc_acked += b;
+        p->cc_inflight = b < p->cc_inflight ? p->cc_inflight - b : 0;
         if (ck_kind(cookie) == RD_CK_SQ) {
                 struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
                 w->bytes_acked++;
@@ -474,6 +477,7 @@ static int ops_retransmit(void *ctx, uint32_t psn, uint64_t cookie)
         if (rdd(dev)->ctl_sent >= RD_CTL_PER_WALK)
                 return -EAGAIN;
         rdd(dev)->ctl_sent++;
+        dw_cc_sent(&p->path->cc, rd_cc_bytes(p, cookie), true, rdd(dev)->step_now);
         int r = rd_build(p, cookie, psn, false, t);
         if (r < 0)
                 return r;
@@ -503,22 +507,60 @@ static int ops_send_ack(void *ctx)
         return rd_send_ack(p);
 }
 
+static void ops_rtt(void *ctx, uint32_t rtt_ns, uint64_t now)
+{
+        struct dw_rd_peer *p = ctx;
+        dw_cc_rtt(&p->path->cc, rtt_ns, now);
+}
+
+static void ops_lost(void *ctx, bool rto, uint64_t now)
+{
+        struct dw_rd_peer *p = ctx;
+        dw_cc_lost(&p->path->cc, rto ? DW_CC_LOSS_RTO : DW_CC_LOSS_FAST, now);
+}
+
 const struct dw_rel_ops rd_ops = {
     .acked = ops_acked,
     .retransmit = ops_retransmit,
     .send_ack = ops_send_ack,
+    .rtt = ops_rtt,
+    .lost = ops_lost,
 };
+
+int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
+{
+        int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
+        if (p->cc_acked) {
+                dw_cc_acked(&p->path->cc, p->cc_acked, now);
+                p->cc_acked = 0;
+        }
+        return r;
+}
+
+/* Whether the path lets `bytes` more go now; remembers when pacing will. */
+static bool rd_cc_room(struct dw_rd_peer *p, uint32_t bytes, uint64_t now)
+{
+        struct dw_flow_path *f = p->path;
+        if (dw_cc_can_send(&f->cc, f->pending, bytes, now))
+                return true;
+        struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        uint64_t t = dw_cc_next_send(&f->cc, now);
+        if (t && (!d->pace_wake || t < d->pace_wake))
+                d->pace_wake = t;
+        return false;
+}
 
 /* ---------------------------------------------------------------- transmit */
 
-static bool rd_room(struct dw_rd_peer *p, uint64_t now)
+static bool rd_room(struct dw_rd_peer *p, uint64_t now, uint32_t bytes)
 {
         if (p->dead)
                 return false;
         if (!p->rel.ring && !rd_ring_get(rdd(p->s->qp->dev), p))
                 return false;
         return dw_rel_tx_can_send(&p->rel, now) &&
-               dw_rel_tx_inflight(&p->rel) + p->batch < DW_REL_DEF_WINDOW;
+               dw_rel_tx_inflight(&p->rel) + p->batch < DW_REL_DEF_WINDOW &&
+               rd_cc_room(p, bytes, now);
 }
 
 static uint32_t rd_ord(const struct dw_rd_qp *s)
@@ -570,14 +612,16 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
                 if (is_read_like(w->opcode) && s->norq + s->orq_building >= rd_ord(s))
                         return 0;
         }
-        if (!rd_room(p, now))
+        uint32_t slot = (uint32_t)(w - qp->sq.ring);
+        uint64_t cookie = rd_cookie(RD_CK_SQ, slot, s->tx_seg);
+        uint32_t ccb = rd_cc_bytes(p, cookie);
+        if (!rd_room(p, now, ccb))
                 return 0;
         uint32_t psn = p->rel.snd_nxt + p->batch;
         bool last_seg = s->tx_seg + 1 >= w->ts_ns;
         bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
                       (last_seg && s->tx_idx + 1 >= dw_wq_count(&qp->sq));
-        uint32_t slot = (uint32_t)(w - qp->sq.ring);
-        int r = rd_build(p, rd_cookie(RD_CK_SQ, slot, s->tx_seg), psn, ackreq, t);
+        int r = rd_build(p, cookie, psn, ackreq, t);
         if (r < 0) {
                 dw_warn("RD QP %#x: send WR %#llx: local protection error (lkey)", qp->qpn,
                         (unsigned long long)w->wr_id);
@@ -587,6 +631,8 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         }
         t->save_idx = s->tx_idx;
         t->save_seg = s->tx_seg;
+        t->cc_bytes = ccb;
+        p->path->pending += ccb;
         p->batch++;
         if (is_read_like(w->opcode) && s->tx_seg == 0)
                 s->orq_building++;
@@ -607,12 +653,14 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                 if (!e->peer || e->next_seg >= e->nseg)
                         continue;
                 struct dw_rd_peer *p = e->peer;
-                if (!rd_room(p, now))
+                uint64_t cookie = rd_cookie(RD_CK_IRQ, idx, e->next_seg);
+                uint32_t ccb = rd_cc_bytes(p, cookie);
+                if (!rd_room(p, now, ccb))
                         return 0;
                 uint32_t psn = p->rel.snd_nxt + p->batch;
                 bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
                               e->next_seg + 1 >= e->nseg;
-                int r = rd_build(p, rd_cookie(RD_CK_IRQ, idx, e->next_seg), psn, ackreq, t);
+                int r = rd_build(p, cookie, psn, ackreq, t);
                 if (r < 0) {
                         rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, DIWARP_EVENT_QP_ACCESS_ERR,
                                      "RDMA Read source no longer accessible");
@@ -620,6 +668,8 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                 }
                 t->save_idx = idx;
                 t->save_seg = e->next_seg;
+                t->cc_bytes = ccb;
+                p->path->pending += ccb;
                 p->batch++;
                 e->next_seg++;
                 return 1;
@@ -632,6 +682,8 @@ static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
         struct dw_rd_peer *p = t->peer;
         struct dw_qp *qp = s->qp;
         dw_rel_tx_sent(&p->rel, t->psn, t->cookie, now);
+        dw_cc_sent(&p->path->cc, t->cc_bytes, false, now);
+        p->cc_inflight += t->cc_bytes;
         if (t->dlen > rdd(qp->dev)->dgram_max)
                 rdd(qp->dev)->dgram_max = t->dlen;
         qp->ctr.tx_packets++;
@@ -793,6 +845,7 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                         /* The QP failed while building: forget the batch. */
                         for (int i = 0; i < RD_BATCH; i++) {
                                 if (d->slot[i].peer) {
+                                        d->slot[i].peer->path->pending = 0;
                                         d->slot[i].peer->batch = 0;
                                         rd_ring_idle(d, d->slot[i].peer);
                                 }
@@ -811,8 +864,10 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                 } else {
                         sent = rd_send_batch(dev, d, n);
                 }
-                for (int i = 0; i < n; i++)
+                for (int i = 0; i < n; i++) {
                         d->slot[i].peer->batch = 0;
+                        d->slot[i].peer->path->pending = 0;
+                }
                 for (int i = 0; i < sent; i++)
                         rd_commit(s, &d->slot[i], now);
                 /* Roll the cursors back to the first datagram the socket refused. */
@@ -867,14 +922,18 @@ static void rd_tx_now(struct dw_rd_qp *s)
         }
         /* The clock is read after the send, off the latency path: before it,
          * only an RNR back-off would need it, and that is left to the step. */
-        if (p->rel.rnr_until || !rd_room(p, 0))
+        uint32_t slot = (uint32_t)(w - qp->sq.ring);
+        uint64_t cookie = rd_cookie(RD_CK_SQ, slot, 0);
+        uint32_t ccb = rd_cc_bytes(p, cookie);
+        /* The clock of the last step: pacing's burst allowance covers its age. */
+        if (p->rel.rnr_until || !rd_room(p, d->step_now, ccb))
                 return;
         struct rd_txslot *t = &d->slot[0];
-        uint32_t slot = (uint32_t)(w - qp->sq.ring);
         /* As rd_next_sq builds it: the last WQE of the SQ asks for an ACK. A
          * build error or a refusal of the socket is left to the progress step,
          * which fails the WR or waits for the socket as usual. */
-        if (rd_build(p, rd_cookie(RD_CK_SQ, slot, 0), p->rel.snd_nxt, true, t) < 0 ||
+        t->cc_bytes = ccb;
+        if (rd_build(p, cookie, p->rel.snd_nxt, true, t) < 0 ||
             rd_send_one(dev, t->iov, t->iovcnt, &t->dst) < 0) {
                 t->peer = NULL;
                 rd_ring_idle(d, p);

@@ -32,6 +32,9 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->inflight_proc = DW_CONFIG_DEFAULT_INFLIGHT_PROC;
         cfg->inflight_host = DW_CONFIG_DEFAULT_INFLIGHT_HOST;
         cfg->inflight_shm[0] = '\0';
+        cfg->cc = true;
+        cfg->cc_pacing = true;
+        cfg->cc_target_us = DW_CONFIG_DEFAULT_CC_TARGET_US;
 }
 
 /* Records "NAME='value': expectation" in cfg->why_buf. The value is cut short
@@ -204,6 +207,28 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                                    "expected a shm name of 1..100 characters A-Z a-z 0-9 . _ - "
                                    "(one leading / allowed)");
                 snprintf(cfg->inflight_shm, sizeof(cfg->inflight_shm), "/%s", v + (*v == '/'));
+        }
+        if ((v = var(env, "DIWARP_CC"))) {
+                static const char *const names[] = {"off", "on", "0", "1"};
+
+                i = parse_choice(v, names, 4);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_CC", v, "expected on or off");
+                cfg->cc = i & 1;
+        }
+        if ((v = var(env, "DIWARP_CC_PACING"))) {
+                static const char *const names[] = {"0", "1"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_CC_PACING", v, "expected 0 or 1");
+                cfg->cc_pacing = i == 1;
+        }
+        if ((v = var(env, "DIWARP_CC_TARGET_US"))) {
+                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_CC_TARGET_US, &u))
+                        return bad(cfg, "DIWARP_CC_TARGET_US", v,
+                                   "expected microseconds 1..1000000");
+                cfg->cc_target_us = (uint32_t)u;
         }
         if ((v = var(env, "DIWARP_FAULT_SEED"))) {
                 /* Base 0: decimal, or 0x-prefixed hex as seeds are often printed. */

@@ -32,7 +32,9 @@ enum dw_rc_transport {
 #define DW_CONFIG_DEFAULT_INFLIGHT_HOST 0
 #define DW_CONFIG_MAX_INFLIGHT          1000000u
 /* Longest DIWARP_INFLIGHT_SHM name (without the leading '/'). */
-#define DW_CONFIG_MAX_SHM_NAME 100
+#define DW_CONFIG_MAX_SHM_NAME         100
+#define DW_CONFIG_DEFAULT_CC_TARGET_US 300u
+#define DW_CONFIG_MAX_CC_TARGET_US     1000000u
 
 struct dw_config {
         char addr[16];                     /* DIWARP_ADDR, dotted IPv4 */
@@ -53,6 +55,9 @@ struct dw_config {
         uint32_t inflight_host;            /* DIWARP_INFLIGHT_HOST */
         /* DIWARP_INFLIGHT_SHM as "/name"; "" = the per-user default. */
         char inflight_shm[DW_CONFIG_MAX_SHM_NAME + 2];
+        bool cc;               /* DIWARP_CC=on|off: RD congestion control */
+        bool cc_pacing;        /* DIWARP_CC_PACING=0|1 */
+        uint32_t cc_target_us; /* DIWARP_CC_TARGET_US: queueing delay aimed at */
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];
