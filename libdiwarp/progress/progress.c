@@ -432,7 +432,11 @@ int dw_progress_step_post(struct dw_device *dev, int budget)
 
 /* ---- the progress thread ------------------------------------------------------ */
 
-static int dw_progress_timeout_ms(struct dw_device *dev)
+/* How long the thread may sleep: ns, -1 = until a fd is ready. Transports'
+ * timers are µs-scale (delayed ACKs, pacing, tail loss probes): the sleep
+ * keeps nanosecond resolution (epoll_pwait2), a millisecond round-up would
+ * hold every delayed ACK of a passive target a whole millisecond. */
+static int64_t dw_progress_timeout_ns(struct dw_device *dev)
 {
         uint64_t due = dev->prog.deadline_ns;
         if (dev->fault_on && dw_fault_held_count(&dev->fault) > 0) {
@@ -447,8 +451,24 @@ static int dw_progress_timeout_ms(struct dw_device *dev)
         uint64_t now = dw_now_ns();
         if (due <= now)
                 return 0;
-        uint64_t ms = (due - now + 999999) / 1000000;
-        return ms > 60000 ? 60000 : (int)ms;
+        uint64_t ns = due - now;
+        return ns > 60000000000ull ? 60000000000ll : (int64_t)ns;
+}
+
+/* epoll_wait with a nanosecond timeout (-1: none); kernels before 5.11 have
+ * no epoll_pwait2 and get the millisecond rounded up. */
+static int dw_progress_epoll(struct dw_progress *p, struct epoll_event *evs, int64_t timeout_ns)
+{
+        if (!p->no_pwait2) {
+                struct timespec ts = {timeout_ns / 1000000000, timeout_ns % 1000000000};
+                int n =
+                    epoll_pwait2(p->epfd, evs, DW_MAX_EVENTS, timeout_ns < 0 ? NULL : &ts, NULL);
+                if (n >= 0 || errno != ENOSYS)
+                        return n;
+                p->no_pwait2 = true;
+        }
+        int ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
+        return epoll_wait(p->epfd, evs, DW_MAX_EVENTS, ms);
 }
 
 /* Hybrid progress. The thread exists for passive targets (an RDMA Write or
@@ -526,15 +546,15 @@ static void *dw_progress_thread(void *arg)
         for (;;) {
                 pthread_mutex_lock(&dev->lock);
                 bool stop = p->stop;
-                int timeout = dw_progress_timeout_ms(dev);
+                int64_t timeout = dw_progress_timeout_ns(dev);
                 pthread_mutex_unlock(&dev->lock);
                 if (stop)
                         break;
                 if (parked) {
                         struct timespec ts = {0, park_ns};
-                        bool timer = timeout >= 0 && (long)timeout * 1000000L < park_ns;
+                        bool timer = timeout >= 0 && timeout < park_ns;
                         if (timer)
-                                ts.tv_nsec = (long)timeout * 1000000L;
+                                ts.tv_nsec = (long)timeout;
                         struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
                         int r = ppoll(&pfd, 1, &ts, NULL);
                         uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
@@ -555,7 +575,7 @@ static void *dw_progress_thread(void *arg)
                         }
                         continue;
                 }
-                int n = epoll_wait(p->epfd, evs, DW_MAX_EVENTS, timeout);
+                int n = dw_progress_epoll(p, evs, timeout);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
