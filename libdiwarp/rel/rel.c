@@ -263,9 +263,15 @@ static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t now,
                 return;
         }
         /* Congestion control collapses only after a real timeout; what a
-         * tail loss probe finds lost is a tail of losses, as SACK finds. */
-        if (ops && ops->lost)
-                ops->lost(ctx, !r->probe_tlp, now);
+         * tail loss probe finds lost is a tail of losses, as SACK finds.
+         * With a single packet outstanding the verdict proves nothing: the
+         * probe is then the only packet an ACK can hold, whether the
+         * original was lost or only late (a receiver that was not
+         * scheduled), so it is not reported as a loss. */
+        if (ops && ops->lost && r->probe_out > 1)
+                ops->lost(ctx,
+                          (r->probe_state & DW_REL_PROBE_TLP) ? DW_REL_LOSS_PROBE : DW_REL_LOSS_RTO,
+                          now);
         /* Only what had a round trip's time to be acknowledged: this ACK may
          * answer an earlier retransmission rather than the probe, and packets
          * sent just before the probe may still be on their way. */
@@ -445,7 +451,7 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 rto_verdict(r, orig_held, now, ops, ctx);
         if ((progress || sacked_new) && r->sack_high != r->snd_una && mark_lost(r) && ops &&
             ops->lost)
-                ops->lost(ctx, false, now);
+                ops->lost(ctx, DW_REL_LOSS_SACK, now);
         return 0;
 }
 
@@ -621,10 +627,15 @@ static void rto_probe(struct dw_rel_peer *r, bool tlp)
                 r->flags |= DW_REL_F_RTO_PROBE;
                 r->rto_recover = r->snd_nxt;
                 r->rto_undo_backoff = r->backoff;
-                r->probe_tlp = 1;
+                r->probe_state = DW_REL_PROBE_TLP;
+                unsigned out = 0;
+                for (uint32_t psn = r->snd_una; psn != r->snd_nxt && out < UINT8_MAX; psn++)
+                        if (!(ent(r, psn)->flags & DW_REL_TXF_SACKED))
+                                out++;
+                r->probe_out = (uint8_t)out;
         }
         if (!tlp)
-                r->probe_tlp = 0;
+                r->probe_state &= (uint8_t)~DW_REL_PROBE_TLP;
         for (uint32_t psn = r->snd_una; psn != r->snd_nxt; psn++) {
                 struct dw_rel_txent *e = ent(r, psn);
 

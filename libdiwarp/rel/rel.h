@@ -114,6 +114,10 @@ enum {
         DW_REL_F_REQ_SEEN = 0x80,     /* an ACKREQ arrived at req_us16, no data sent since */
 };
 
+enum {
+        DW_REL_PROBE_TLP = 0x01, /* the episode is a tail loss probe's, no RTO fired */
+};
+
 /* Per-pseudo-stream state. Fields are readable (tests, counters); change them
  * only through the functions below. */
 struct dw_rel_peer {
@@ -132,10 +136,10 @@ struct dw_rel_peer {
         int16_t fatal; /* 0 or the negative errno every call now returns */
         uint8_t fatal_reason;
         uint8_t rto_undo_backoff; /* backoff before the RTO episode (undone if spurious) */
-        uint8_t probe_tlp;        /* the probe episode is a tail loss probe's, no RTO fired */
-        uint8_t rsvd0;
-        uint32_t rto_recover; /* snd_nxt when the RTO episode began */
-        uint32_t rack_us;     /* latest send time (µs) of a packet the peer holds */
+        uint8_t probe_state;      /* DW_REL_PROBE_*: how the probe episode stands */
+        uint8_t probe_out;        /* un-SACKed PSNs outstanding when it began (at most 255) */
+        uint32_t rto_recover;     /* snd_nxt when the RTO episode began */
+        uint32_t rack_us;         /* latest send time (µs) of a packet the peer holds */
         uint32_t srtt_ns;
         uint32_t rttvar_ns;
         uint32_t rto_ns;        /* RFC 6298 RTO before backoff, clamped */
@@ -152,6 +156,12 @@ struct dw_rel_peer {
 };
 static_assert(sizeof(struct dw_rel_peer) <= 256, "per-peer reliability state stays ≤ 256 bytes");
 
+enum dw_rel_loss {
+        DW_REL_LOSS_SACK = 0,  /* SACKs exposed a hole, or a retransmission was lost again */
+        DW_REL_LOSS_PROBE = 1, /* a tail loss probe's verdict: the tail was lost */
+        DW_REL_LOSS_RTO = 2,   /* an RTO episode that was not spurious */
+};
+
 /* What dw_rel_on_ack / dw_rel_timers ask of the caller. */
 struct dw_rel_ops {
         /* The peer holds `psn` (cumulative ACK or SACK): exactly once per PSN.
@@ -167,11 +177,9 @@ struct dw_rel_ops {
         /* Optional (NULL: not told). An RTT sample was taken (the same ones
          * the RTO estimator gets: Karn-clean, see dw_rel_on_ack). */
         void (*rtt)(void *ctx, uint32_t rtt_ns, uint64_t now);
-        /* Optional. Packets were found lost: rto false when SACKs exposed a
-         * hole (or a retransmission was lost again), true when an RTO episode
-         * turned out not to be spurious. Called once per ACK or verdict, not
-         * per packet. Congestion control listens here. */
-        void (*lost)(void *ctx, bool rto, uint64_t now);
+        /* Optional. Packets were found lost (congestion control listens
+         * here): how, once per ACK or verdict, not per packet. */
+        void (*lost)(void *ctx, enum dw_rel_loss how, uint64_t now);
 };
 
 /* ring_len: power of two in 1..128; it is the send window. tx_psn: first PSN

@@ -659,10 +659,10 @@ static void cc_rtt(void *ctx, uint32_t rtt_ns, uint64_t now)
         c->rtt = rtt_ns;
 }
 
-static void cc_lost(void *ctx, bool rto, uint64_t now)
+static void cc_lost(void *ctx, enum dw_rel_loss how, uint64_t now)
 {
         struct cc_rec *c = ((struct rec *)ctx)->cc;
-        if (rto)
+        if (how == DW_REL_LOSS_RTO)
                 c->nrto++;
         else
                 c->nfast++;
