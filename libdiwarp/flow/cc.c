@@ -5,9 +5,10 @@
 
 #define NS_PER_US 1000u
 #define NS_PER_MS 1000000u
-/* The standing RTT looks at least this far back: at loopback RTTs a half
- * round holds too few samples to filter a stall. */
-#define STAND_MIN_NS (20u * NS_PER_US)
+/* The standing RTT looks at least this far back: a process that was not
+ * scheduled for a few hundred µs (a core shared with softirq work or another
+ * busy poller) delays every ACK of that moment, which is no queue. */
+#define STAND_MIN_NS (500u * NS_PER_US)
 
 void dw_cc_params_default(struct dw_cc_params *p)
 {
@@ -60,6 +61,11 @@ void dw_cc_init(struct dw_cc *c, const struct dw_cc_params *p, uint32_t seg)
         c->seg = seg ? seg : 1;
         c->ssthresh = UINT32_MAX;
         c->min_rtt = c->min_cur = c->min_prev = UINT32_MAX;
+        /* Spreads the flows' drain probes (splitmix64 of the state's address). */
+        uint64_t z = (uint64_t)(uintptr_t)c + 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        c->drain_jitter = (uint32_t)(z ^ (z >> 31));
         clamp_cwnd(c, (uint64_t)p->init_segs * c->seg);
 }
 
@@ -100,29 +106,39 @@ static uint64_t pace_clock(const struct dw_cc *c, uint32_t pending, uint64_t now
  * standing takes that queue for part of the path, aims higher and crowds
  * them out (and a threshold amplifies any disagreement: the flow that sees
  * the queue over its target first backs off, the queue drops, the others
- * never do). So every flow, on every host, holds its window to an eighth
- * for a short while at the same wall-clock phase of each drain period: the
- * queues empty, the RTT samples of that moment show every flow the true
- * minimum. It costs a fraction of a round's throughput per period. */
-static bool draining(const struct dw_cc *c, uint64_t now)
+ * never do). So every flow, on every host, drains at the same wall-clock
+ * phase of each drain period: first it sends nothing (the queues empty),
+ * then one datagram at a moment of its own within the second half (so the
+ * flows' probes seldom meet in a queue): its RTT sample shows the true
+ * minimum. It costs the link about half a drain's length per period. */
+struct drain {
+        bool on;
+        bool quiet;      /* nothing may leave yet */
+        uint64_t resume; /* when the quiet part ends for this flow (ns) */
+};
+
+static struct drain drain_at(const struct dw_cc *c, uint64_t now)
 {
         const struct dw_cc_params *p = c->p;
+        struct drain d = {false, false, 0};
         if (!p->drain_period_ns)
-                return false;
+                return d;
         uint64_t base = c->min_rtt == UINT32_MAX ? 0 : c->min_rtt;
         uint64_t len = 2 * (p->target_ns + base);
         if (len < DW_CC_DRAIN_MIN_NS)
                 len = DW_CC_DRAIN_MIN_NS;
         if (len > p->drain_period_ns / 8)
                 len = p->drain_period_ns / 8;
-        return (now + p->clock_offset_ns) % p->drain_period_ns < len;
-}
-
-static uint32_t window(const struct dw_cc *c, uint64_t now)
-{
-        if (!draining(c, now))
-                return c->cwnd;
-        return c->cwnd / 8 > min_cwnd(c) ? c->cwnd / 8 : min_cwnd(c);
+        uint64_t phase = (now + p->clock_offset_ns) % p->drain_period_ns;
+        if (phase >= len)
+                return d;
+        /* The probe goes somewhere in the second half, keeping a quarter of
+         * the drain for its ACK to come back. */
+        uint64_t quiet = len / 2 + c->drain_jitter % (len / 4 + 1);
+        d.on = true;
+        d.quiet = phase < quiet;
+        d.resume = now - phase + quiet;
+        return d;
 }
 
 bool dw_cc_can_send(struct dw_cc *c, uint32_t pending, uint32_t bytes, uint64_t now)
@@ -130,7 +146,12 @@ bool dw_cc_can_send(struct dw_cc *c, uint32_t pending, uint32_t bytes, uint64_t 
         if (!c->p->enabled)
                 return true;
         uint64_t out = (uint64_t)c->inflight + pending;
-        if (out && out + bytes > window(c, now)) {
+        struct drain d = drain_at(c, now);
+        if (d.on && (d.quiet || out)) {
+                c->stats.drain_waits++;
+                return false;
+        }
+        if (out && out + bytes > c->cwnd) {
                 c->stats.cwnd_waits++;
                 return false;
         }
@@ -141,9 +162,19 @@ bool dw_cc_can_send(struct dw_cc *c, uint32_t pending, uint32_t bytes, uint64_t 
         return true;
 }
 
+bool dw_cc_full_after(const struct dw_cc *c, uint32_t pending)
+{
+        return c->p->enabled && (uint64_t)c->inflight + pending + c->seg > c->cwnd;
+}
+
 uint64_t dw_cc_next_send(const struct dw_cc *c, uint64_t now)
 {
-        if (!c->p->enabled || !c->pace_ps)
+        if (!c->p->enabled)
+                return 0;
+        struct drain d = drain_at(c, now);
+        if (d.on && d.quiet)
+                return d.resume;
+        if (!c->pace_ps)
                 return 0;
         uint64_t t = pace_clock(c, 0, now);
         return t > now ? t : 0;
@@ -179,7 +210,7 @@ void dw_cc_acked(struct dw_cc *c, uint32_t bytes, uint64_t now)
         if (!p->enabled)
                 return;
         uint32_t q = queue_ns(c), target = target_ns(c, now);
-        if (draining(c, now))
+        if (drain_at(c, now).on)
                 return; /* the window comes back as it was */
         if (c->cwnd < c->ssthresh) {
                 /* Slow start: double per round until the queue starts to
@@ -257,7 +288,9 @@ void dw_cc_lost(struct dw_cc *c, enum dw_cc_loss kind, uint64_t now)
          * queue in sight is more likely corruption or a lossy link, where
          * halving would only cost throughput. A congestion loss below the
          * delay target also tells how deep the path's queue is: the target
-         * drops under it for a while (target_ns). */
+         * drops under it for a while (target_ns); only a hole that SACKs
+         * exposed teaches it, a probe's verdict is too easily fooled by a
+         * late ACK. */
         uint32_t q = queue_ns(c);
         bool queue = q >= target_ns(c, now) / 4 || kind == DW_CC_LOSS_ECN;
         if (queue && kind == DW_CC_LOSS_FAST && q < p->target_ns) {

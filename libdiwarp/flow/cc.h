@@ -19,8 +19,8 @@
 #define DW_CC_DEF_MIN_RTT_WIN 10000u /* ms: the min-RTT filter's window */
 #define DW_CC_DEF_BURST_US    50u    /* pacing: what may leave at once, in time at the rate */
 #define DW_CC_MAX_CWND        (64u << 20)
-#define DW_CC_DEF_DRAIN_MS    100u /* ms between synchronised drains (drain_cap in cc.c) */
-#define DW_CC_DRAIN_MIN_NS    500000u
+#define DW_CC_DEF_DRAIN_MS    200u /* ms between synchronised drains (drain_cap in cc.c) */
+#define DW_CC_DRAIN_MIN_NS    1000000u
 /* A target learnt from a loss (below the configured one) lasts this long,
  * and is never below the floor (software RTTs jitter by tens of µs). */
 #define DW_CC_LOSS_Q_TTL_NS 1000000000ull
@@ -49,17 +49,19 @@ struct dw_cc_params {
 void dw_cc_params_default(struct dw_cc_params *p);
 
 enum dw_cc_loss {
-        DW_CC_LOSS_FAST = 0, /* a hole SACKs exposed (or a lost retransmission) */
-        DW_CC_LOSS_RTO = 1,  /* a retransmission timeout that was not spurious */
-        DW_CC_LOSS_ECN = 2,  /* the receiver echoed Congestion Experienced (not yet on the wire) */
+        DW_CC_LOSS_FAST = 0,  /* a hole SACKs exposed (or a lost retransmission) */
+        DW_CC_LOSS_RTO = 1,   /* a retransmission timeout that was not spurious */
+        DW_CC_LOSS_PROBE = 3, /* a tail loss probe found the tail lost */
+        DW_CC_LOSS_ECN = 2,   /* the receiver echoed Congestion Experienced (not yet on the wire) */
 };
 
 struct dw_cc_stats {
-        uint64_t md_delay;   /* decreases: the queue rose above the target */
-        uint64_t md_loss;    /* decreases: a loss (FAST or ECN) */
-        uint64_t rto;        /* collapses after a genuine RTO */
-        uint64_t cwnd_waits; /* sends held: window full */
-        uint64_t pace_waits; /* sends held: pacing */
+        uint64_t md_delay;    /* decreases: the queue rose above the target */
+        uint64_t md_loss;     /* decreases: a loss (FAST or ECN) */
+        uint64_t rto;         /* collapses after a genuine RTO */
+        uint64_t cwnd_waits;  /* sends held: window full */
+        uint64_t pace_waits;  /* sends held: pacing */
+        uint64_t drain_waits; /* sends held: a synchronised drain */
 };
 
 struct dw_cc {
@@ -81,8 +83,9 @@ struct dw_cc {
         uint64_t pace_at; /* virtual departure clock of the next byte (ns) */
         uint32_t pace_ps; /* picoseconds per byte at the pacing rate; 0 = not paced */
         uint32_t ai_carry;
-        uint32_t loss_q;    /* queueing delay at the last congestion loss (less a quarter) */
-        uint64_t loss_q_at; /* when it was learnt */
+        uint32_t drain_jitter; /* where in its drain this flow probes */
+        uint32_t loss_q;       /* queueing delay at the last congestion loss (less a quarter) */
+        uint64_t loss_q_at;    /* when it was learnt */
         struct dw_cc_stats stats;
 };
 
@@ -94,6 +97,10 @@ void dw_cc_init(struct dw_cc *c, const struct dw_cc_params *p, uint32_t seg);
  * may when nothing is in flight (a window below one datagram is paced
  * instead). Counts the refusals. */
 bool dw_cc_can_send(struct dw_cc *c, uint32_t pending, uint32_t bytes, uint64_t now);
+/* Whether another full datagram would not fit the window once `pending`
+ * more bytes are out: the sender then asks for an immediate ACK, since the
+ * receiver's delayed ACK would hold the window shut. */
+bool dw_cc_full_after(const struct dw_cc *c, uint32_t pending);
 /* The earliest ns at which pacing lets a send go (0: now). */
 uint64_t dw_cc_next_send(const struct dw_cc *c, uint64_t now);
 /* bytes left; retx: a retransmission (paced, not counted in flight again). */

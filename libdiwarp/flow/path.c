@@ -81,10 +81,29 @@ struct dw_flow_path *dw_flow_path_get(struct dw_flow_paths *t, uint32_t ip, uint
         return p;
 }
 
+static void stats_add(struct dw_cc_stats *to, const struct dw_cc_stats *s)
+{
+        to->md_delay += s->md_delay;
+        to->md_loss += s->md_loss;
+        to->rto += s->rto;
+        to->cwnd_waits += s->cwnd_waits;
+        to->pace_waits += s->pace_waits;
+        to->drain_waits += s->drain_waits;
+}
+
+void dw_flow_paths_stats(const struct dw_flow_paths *t, struct dw_cc_stats *out)
+{
+        *out = t->retired;
+        for (uint32_t i = 0; t->tab && i <= t->mask; i++)
+                for (const struct dw_flow_path *p = t->tab[i]; p; p = p->next)
+                        stats_add(out, &p->cc.stats);
+}
+
 void dw_flow_path_put(struct dw_flow_paths *t, struct dw_flow_path *p)
 {
         if (!p || --p->refs)
                 return;
+        stats_add(&t->retired, &p->cc.stats);
         struct dw_flow_path **pp = &t->tab[path_hash(p->ip, p->port) & t->mask];
         while (*pp && *pp != p)
                 pp = &(*pp)->next;

@@ -26,6 +26,7 @@ struct dw_flow_paths {
         uint32_t mask; /* buckets - 1; 0 with no table */
         uint32_t n;
         struct dw_cc_params params;
+        struct dw_cc_stats retired; /* the counts of paths already freed */
 };
 
 void dw_flow_paths_init(struct dw_flow_paths *t, const struct dw_cc_params *params);
@@ -36,5 +37,7 @@ struct dw_flow_path *dw_flow_path_get(struct dw_flow_paths *t, uint32_t ip, uint
                                       uint32_t seg);
 /* Drops a reference; the last one frees the path. */
 void dw_flow_path_put(struct dw_flow_paths *t, struct dw_flow_path *p);
+/* The counts of every path the table has had, live or freed. */
+void dw_flow_paths_stats(const struct dw_flow_paths *t, struct dw_cc_stats *out);
 
 #endif

@@ -52,6 +52,10 @@ Test(cc, initial_window_and_first_send)
         cr_assert_not(dw_cc_can_send(&c, 6000, 1500, 0));
 }
 
+/* The standing RTT is the least sample of the last half round (at least
+ * 0.5 ms): these tests feed samples far enough apart to fill it. */
+#define STAND (600 * US)
+
 Test(cc, slow_start_doubles_then_delay_ends_it)
 {
         struct dw_cc_params p = params();
@@ -64,35 +68,55 @@ Test(cc, slow_start_doubles_then_delay_ends_it)
         dw_cc_acked(&c, w, t);
         cr_assert_eq(c.cwnd, 2 * w, "a round of ACKs doubles the window");
         /* The queue grows past half the target: slow start ends. */
-        dw_cc_rtt(&c, 50 * US + p.target_ns, t + 30 * US);
-        dw_cc_rtt(&c, 50 * US + p.target_ns, t + 100 * US);
-        dw_cc_acked(&c, 1000, t + 100 * US);
+        dw_cc_rtt(&c, 50 * US + p.target_ns, t + STAND);
+        dw_cc_rtt(&c, 50 * US + p.target_ns, t + 2 * STAND);
+        dw_cc_acked(&c, 1000, t + 2 * STAND);
         cr_assert_eq(c.ssthresh, c.cwnd);
 }
 
-Test(cc, delay_over_target_decreases_once_per_round)
+Test(cc, delay_over_target_takes_the_queue_share_once_per_round)
 {
         struct dw_cc_params p = params();
         struct dw_cc c;
         uint64_t t = 1 * MS;
         dw_cc_init(&c, &p, 1000);
         c.ssthresh = c.cwnd = 100000;
-        dw_cc_rtt(&c, 100 * US, t); /* the path's minimum */
-        t += 200 * US;
-        /* Queueing delay 3 × the target: decrease by β·(q − T)/q, capped. */
-        uint32_t q = 3 * p.target_ns;
-        dw_cc_rtt(&c, 100 * US + q, t);
-        t += 200 * US;
-        dw_cc_rtt(&c, 100 * US + q, t);
-        dw_cc_acked(&c, 1000, t);
-        uint64_t f = (uint64_t)p.beta * (q - p.target_ns) / q;
-        if (f > p.max_mdf)
-                f = p.max_mdf;
+        dw_cc_rtt(&c, 500 * US, t); /* the path's minimum */
+        /* A queue of 1.5 × the target: the window loses its share of the
+         * queue, q / RTT. */
+        uint32_t q = p.target_ns + p.target_ns / 2;
+        dw_cc_rtt(&c, 500 * US + q, t + STAND);
+        dw_cc_rtt(&c, 500 * US + q, t + 2 * STAND);
+        dw_cc_acked(&c, 1000, t + 2 * STAND);
+        uint64_t f = (uint64_t)DW_CC_ONE * q / (500 * US + q);
         uint32_t want = 100000 - (uint32_t)(100000ull * f / DW_CC_ONE);
         cr_assert_eq(c.cwnd, want, "cwnd %u want %u", c.cwnd, want);
         cr_assert_eq(c.stats.md_delay, 1);
-        dw_cc_acked(&c, 1000, t + 1 * US);
+        dw_cc_acked(&c, 1000, t + 2 * STAND + 1 * US);
         cr_assert_eq(c.cwnd, want, "at most once per round");
+        /* A queue far over the target: at most half per round. */
+        dw_cc_rtt(&c, 500 * US + 10 * p.target_ns, t + 4 * STAND);
+        dw_cc_rtt(&c, 500 * US + 10 * p.target_ns, t + 5 * STAND);
+        dw_cc_acked(&c, 1000, t + 5 * STAND);
+        cr_assert_eq(c.cwnd, want - want * p.max_mdf / DW_CC_ONE);
+}
+
+Test(cc, one_late_ack_is_not_a_queue)
+{
+        struct dw_cc_params p = params();
+        struct dw_cc c;
+        uint64_t t = 1 * MS;
+        dw_cc_init(&c, &p, 1000);
+        c.ssthresh = c.cwnd = 100000;
+        dw_cc_rtt(&c, 100 * US, t);
+        /* A stall of 2 ms (the receiver was not scheduled) among samples
+         * that show no queue: no decrease. */
+        dw_cc_rtt(&c, 100 * US, t + STAND);
+        dw_cc_rtt(&c, 2 * MS, t + STAND + 100 * US);
+        dw_cc_rtt(&c, 110 * US, t + STAND + 200 * US);
+        dw_cc_acked(&c, 1000, t + STAND + 200 * US);
+        cr_assert_eq(c.stats.md_delay, 0);
+        cr_assert_geq(c.cwnd, 100000);
 }
 
 Test(cc, loss_with_queue_halves_noise_loss_trims)
@@ -105,18 +129,24 @@ Test(cc, loss_with_queue_halves_noise_loss_trims)
         dw_cc_rtt(&c, 100 * US, t);
         dw_cc_lost(&c, DW_CC_LOSS_FAST, t + 10 * US);
         cr_assert_eq(c.cwnd, 80000 - 80000 * p.noise_mdf / DW_CC_ONE,
-                     "no queue seen: a random loss costs 1/8");
+                     "no queue seen: a random loss costs 1/16");
         dw_cc_lost(&c, DW_CC_LOSS_FAST, t + 20 * US);
         cr_assert_eq(c.stats.md_loss, 1, "the same round counts once");
         t += 5 * MS;
-        dw_cc_rtt(&c, 100 * US + p.target_ns, t);
-        dw_cc_rtt(&c, 100 * US + p.target_ns, t + 200 * US);
+        dw_cc_rtt(&c, 100 * US + p.target_ns / 2, t);
+        dw_cc_rtt(&c, 100 * US + p.target_ns / 2, t + STAND);
         uint32_t w = c.cwnd;
-        dw_cc_lost(&c, DW_CC_LOSS_FAST, t + 200 * US);
+        dw_cc_lost(&c, DW_CC_LOSS_FAST, t + STAND);
         cr_assert_eq(c.cwnd, w - w * p.loss_mdf / DW_CC_ONE, "a queue was building: halve");
-        dw_cc_lost(&c, DW_CC_LOSS_RTO, t + 201 * US);
+        /* That loss came at half the target: the target drops under it. */
+        cr_assert_eq(c.loss_q, p.target_ns / 2 - p.target_ns / 8);
+        dw_cc_lost(&c, DW_CC_LOSS_RTO, t + STAND + 1 * US);
         cr_assert_eq(c.cwnd, 1000, "RTO: one datagram");
         cr_assert_eq(c.stats.rto, 1);
+        /* A probe's verdict decreases but teaches no target. */
+        c.loss_q = 0;
+        dw_cc_lost(&c, DW_CC_LOSS_PROBE, t + 10 * MS);
+        cr_assert_eq(c.loss_q, 0);
 }
 
 Test(cc, pacing_spaces_sends)
@@ -142,7 +172,7 @@ Test(cc, pacing_spaces_sends)
         cr_assert(dw_cc_can_send(&c, 0, 1000, next));
 }
 
-Test(cc, drain_holds_the_window_at_the_shared_phase)
+Test(cc, drain_is_quiet_then_one_probe_at_the_shared_phase)
 {
         struct dw_cc_params p = params();
         p.drain_period_ns = 100 * MS;
@@ -150,20 +180,23 @@ Test(cc, drain_holds_the_window_at_the_shared_phase)
         struct dw_cc c;
         dw_cc_init(&c, &p, 1000);
         c.ssthresh = c.cwnd = 80000;
-        uint64_t t = 1070 * MS + 10 * US; /* wall clock 1100 ms: a period starts */
+        uint64_t t = 1070 * MS; /* wall clock 1100 ms: a period starts */
         dw_cc_rtt(&c, 50 * US, t - 5 * MS);
-        for (int i = 0; i < 10; i++)
-                dw_cc_sent(&c, 1000, false, t - 5 * MS);
-        cr_assert_not(dw_cc_can_send(&c, 0, 1000, t), "an eighth of the window: 10 000 bytes");
-        cr_assert(dw_cc_can_send(&c, 0, 1000, t + 2 * MS), "after the drain: the whole window");
+        /* The drain lasts 2 (target + min RTT) = 700 µs, at least 1 ms. */
+        cr_assert(dw_cc_can_send(&c, 0, 1000, t - 1 * US));
+        cr_assert_not(dw_cc_can_send(&c, 0, 1000, t), "quiet: nothing leaves");
+        cr_assert_not(dw_cc_can_send(&c, 0, 1000, t + 499 * US));
+        uint64_t probe = dw_cc_next_send(&c, t);
+        cr_assert(probe >= t + 500 * US && probe <= t + 750 * US, "probe at +%llu µs",
+                  (unsigned long long)(probe - t) / 1000);
+        cr_assert(dw_cc_can_send(&c, 0, 1000, probe), "one probe");
+        dw_cc_sent(&c, 1000, false, probe);
+        cr_assert_not(dw_cc_can_send(&c, 0, 1000, probe), "only one");
         uint32_t w = c.cwnd;
-        dw_cc_acked(&c, 1000, t + 100 * US);
+        dw_cc_acked(&c, 1000, probe + 60 * US);
         cr_assert_eq(c.cwnd, w, "no growth while draining");
-        /* The drain lasts 2 (target + min RTT), at least 0.5 ms: 9 000
-         * bytes in flight leave room for one more datagram of the eighth. */
-        cr_assert(dw_cc_can_send(&c, 0, 1000, t + 600 * US));
-        cr_assert_not(dw_cc_can_send(&c, 0, 2000, t + 600 * US));
-        cr_assert(dw_cc_can_send(&c, 0, 2000, t + 800 * US));
+        cr_assert(dw_cc_can_send(&c, 0, 1000, t + 1 * MS), "after it: the whole window");
+        cr_assert_gt(c.stats.drain_waits, 0);
 }
 
 Test(cc, disabled_never_holds)
@@ -484,7 +517,9 @@ static void bottleneck(int n, uint64_t mbps, const char *name)
         for (int i = 0; i < n; i++)
                 s.f[i].start = 1 + (uint64_t)i * 10 * US; /* nearly together */
         struct sim_result r = sim_run(&s, name, 2000 * MS, 500 * MS);
-        cr_expect_geq(r.util, 0.97, "%s: utilisation %.3f", name, r.util);
+        /* The drains cost about half a millisecond per 200 ms period, and
+         * very small windows (32 flows share 60 kB) some more. */
+        cr_expect_geq(r.util, 0.95, "%s: utilisation %.3f", name, r.util);
         cr_expect_geq(r.jain, 0.95, "%s: Jain %.3f", name, r.jain);
         cr_expect_leq(r.retx, 0.01, "%s: retransmitted %.4f", name, r.retx);
         cr_expect_lt(r.qdelay_us, 2000.0 * 0.8, "%s: queueing %.0f µs", name, r.qdelay_us);
