@@ -1073,6 +1073,17 @@ out:
         return ok;
 }
 
+/* The congestion-control state of a flow's path (RD and RC over RD). */
+static int flow_path(const struct flow *f, struct diwarpdv_rd_path *out)
+{
+        const struct bc_qp *q = &dv[f->dev].q[f->qi];
+        if (P->transport != TR_RD)
+                return diwarpdv_query_rd_path(q->qp, NULL, out);
+        struct diwarpdv_rd_dest d = {
+            .ah = q->ah, .remote_qpn = q->peer_qpn, .remote_qkey = BC_QKEY};
+        return diwarpdv_query_rd_path(q->qp, &d, out);
+}
+
 static void print_client(const char *status)
 {
         const uint32_t N = P->flows;
@@ -1103,11 +1114,23 @@ static void print_client(const char *status)
                         snprintf(dev, sizeof(dev), "%u", f->dev);
                         snprintf(sqp, sizeof(sqp), "%u", f->sqp);
                 }
+                char cc[256] = "";
+                struct diwarpdv_rd_path path;
+                if (!tcp && dv && dv[f->dev].q && dv[f->dev].q[f->qi].qp &&
+                    flow_path(f, &path) == 0)
+                        snprintf(cc, sizeof(cc),
+                                 " cwnd=%u min_rtt_us=%.1f srtt_us=%.1f cc_delay=%llu cc_loss=%llu "
+                                 "cc_rto=%llu tlp=%u rto=%u fast=%u",
+                                 path.cwnd, path.min_rtt_ns / 1e3, path.srtt_ns / 1e3,
+                                 (unsigned long long)path.cc_decrease_delay,
+                                 (unsigned long long)path.cc_decrease_loss,
+                                 (unsigned long long)path.cc_rto, path.tail_probes,
+                                 path.rto_expiries, path.fast_retransmits);
                 printf("FLOW %u dev=%s sqp=%s gbps=%.4f msgs=%llu bytes=%llu sent_dgrams=%llu "
-                       "retx=%llu rnr=%llu\n",
+                       "retx=%llu rnr=%llu%s\n",
                        i, dev, sqp, g, (unsigned long long)f->msgs, (unsigned long long)f->bytes,
                        (unsigned long long)f->sent, (unsigned long long)f->retx,
-                       (unsigned long long)f->rnr);
+                       (unsigned long long)f->rnr, cc);
         }
         for (uint32_t d = 0; !tcp && d < ndv; d++) {
                 struct diwarp_counters ctr = {0};

@@ -27,6 +27,7 @@
 #include "queue/cq.h"
 #include "queue/event.h"
 #include "queue/wq.h"
+#include "flow/inflight.h"
 #include "util/config.h"
 #include "util/fault.h"
 #include "util/log.h"
@@ -229,6 +230,25 @@ static inline struct dw_ah *dw_ah_of(struct diwarp_ah *a)
  * device lock held. */
 typedef void (*dw_device_visit_fn)(struct dw_device *dev, void *ctx);
 void dw_registry_foreach(dw_device_visit_fn fn, void *ctx);
+
+/* ---- in-flight caps of the process (qp/device.c, flow/inflight.h) -------
+ * Messages in flight are capped per QP (DIWARP_INFLIGHT_QP), per process
+ * (DIWARP_INFLIGHT_PROC) and per host (DIWARP_INFLIGHT_HOST, a token pool in
+ * shared memory). The process state belongs to the registry; these take its
+ * own lock, so call them with or without a device lock. */
+/* Whether a process or host cap is in force. */
+bool dw_host_capped(void);
+/* Admits up to want messages of the QP: 0..want, or a negative errno. */
+int dw_host_admit(struct dw_inflight_qp *q, uint32_t want, uint64_t now);
+/* n admitted messages of the QP completed (or were flushed). */
+void dw_host_complete(struct dw_inflight_qp *q, uint32_t n);
+/* Once per step: deferred releases, the place in the host pool's line.
+ * True while the process waits for host tokens (poll again soon). */
+bool dw_host_poll(uint64_t now);
+/* Nothing waits for tokens any more: leave the line. */
+void dw_host_cancel(void);
+/* The process's counters; -ENOENT when no process or host cap is set. */
+int dw_host_counters(struct dw_inflight_counters *out);
 
 /* ---- functions the generic QP code offers the transports (qp/qp.c) ----- */
 

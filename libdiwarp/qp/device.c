@@ -49,6 +49,118 @@ void dw_registry_foreach(dw_device_visit_fn fn, void *ctx)
         pthread_mutex_unlock(&dw_registry_lock);
 }
 
+/* The process's in-flight caps (seed 002, flow/inflight.h): the process cap
+ * and this process's place in the host pool belong to the process, not to
+ * one device, so they hang off the registry, opened with the first device
+ * that sets a cap and closed with the last device. Devices serialize on its
+ * own lock (each device has its own). */
+static struct dw_host {
+        pthread_mutex_t lock;
+        struct dw_inflight_proc proc;
+        unsigned refs;    /* devices attached */
+        bool open;        /* proc is open (some device set a process or host cap) */
+        uint32_t caps[2]; /* process and host caps it was opened with */
+} dw_host = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int dw_host_attach(struct dw_device *dev)
+{
+        const struct dw_config *c = &dev->cfg;
+        int err = 0;
+        pthread_mutex_lock(&dw_host.lock);
+        if (!dw_host.open && (c->inflight_proc || c->inflight_host)) {
+                struct dw_inflight_params prm = {.host_cap = c->inflight_host,
+                                                 .proc_cap = c->inflight_proc,
+                                                 .shm_name = c->inflight_shm};
+                char why[256] = "";
+                err = dw_inflight_open(&dw_host.proc, &prm, why, sizeof(why));
+                if (err < 0) {
+                        dw_err("device open: in-flight caps (DIWARP_INFLIGHT_*): %s", why);
+                        goto out;
+                }
+                dw_host.open = true;
+                dw_host.caps[0] = c->inflight_proc;
+                dw_host.caps[1] = c->inflight_host;
+        } else if (dw_host.open &&
+                   (c->inflight_proc != dw_host.caps[0] || c->inflight_host != dw_host.caps[1])) {
+                dw_warn("device port %u: the process keeps the in-flight caps it opened with "
+                        "(process %u, host %u), not %u and %u",
+                        dev->port, dw_host.caps[0], dw_host.caps[1], c->inflight_proc,
+                        c->inflight_host);
+        }
+        dw_host.refs++;
+out:
+        pthread_mutex_unlock(&dw_host.lock);
+        return err;
+}
+
+static void dw_host_detach(void)
+{
+        pthread_mutex_lock(&dw_host.lock);
+        if (dw_host.refs && --dw_host.refs == 0 && dw_host.open) {
+                dw_inflight_close(&dw_host.proc);
+                dw_host.open = false;
+        }
+        pthread_mutex_unlock(&dw_host.lock);
+}
+
+bool dw_host_capped(void)
+{
+        return dw_host.open;
+}
+
+int dw_host_admit(struct dw_inflight_qp *q, uint32_t want, uint64_t now)
+{
+        if (!dw_host.open)
+                return (int)dw_inflight_qp_room(q, want);
+        pthread_mutex_lock(&dw_host.lock);
+        int n = dw_inflight_admit(&dw_host.proc, q, want, now);
+        pthread_mutex_unlock(&dw_host.lock);
+        return n;
+}
+
+void dw_host_complete(struct dw_inflight_qp *q, uint32_t n)
+{
+        if (!n)
+                return;
+        if (!dw_host.open) {
+                q->inflight = n < q->inflight ? q->inflight - n : 0;
+                return;
+        }
+        pthread_mutex_lock(&dw_host.lock);
+        dw_inflight_complete(&dw_host.proc, q, n);
+        pthread_mutex_unlock(&dw_host.lock);
+}
+
+bool dw_host_poll(uint64_t now)
+{
+        if (!dw_host.open)
+                return false;
+        pthread_mutex_lock(&dw_host.lock);
+        bool more = dw_inflight_poll(&dw_host.proc, now) == 1 || dw_inflight_waiting(&dw_host.proc);
+        pthread_mutex_unlock(&dw_host.lock);
+        return more;
+}
+
+void dw_host_cancel(void)
+{
+        if (!dw_host.open)
+                return;
+        pthread_mutex_lock(&dw_host.lock);
+        dw_inflight_cancel(&dw_host.proc);
+        pthread_mutex_unlock(&dw_host.lock);
+}
+
+int dw_host_counters(struct dw_inflight_counters *out)
+{
+        memset(out, 0, sizeof(*out));
+        if (!dw_host.open)
+                return -ENOENT;
+        pthread_mutex_lock(&dw_host.lock);
+        dw_inflight_get_counters(&dw_host.proc, out);
+        pthread_mutex_unlock(&dw_host.lock);
+        return 0;
+}
+
 /* ---- small helpers ------------------------------------------------------ */
 
 const char *diwarp_wc_status_str(enum diwarp_wc_status status)
@@ -328,11 +440,14 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
         if (err < 0)
                 goto fail_prog;
         dev->next_qp_index = DW_FIRST_QP_INDEX;
+        err = dw_host_attach(dev);
+        if (err < 0)
+                goto fail_prog;
         pthread_mutex_lock(&dev->lock);
         err = dw_rc_dev_init(dev);
         pthread_mutex_unlock(&dev->lock);
         if (err < 0)
-                goto fail_prog;
+                goto fail_host;
         if (dev->cfg.progress_thread) {
                 err = dw_progress_start(dev);
                 if (err < 0)
@@ -350,6 +465,8 @@ fail_rc:
         pthread_mutex_lock(&dev->lock);
         dw_rc_dev_fini(dev);
         pthread_mutex_unlock(&dev->lock);
+fail_host:
+        dw_host_detach();
 fail_prog:
         dw_progress_fini(dev);
 fail_fault:
@@ -392,6 +509,7 @@ int diwarp_device_close(struct diwarp_device *d)
         if (dev->fault_on)
                 dw_fault_flush_all(&dev->fault, dw_udp_send_fn, &dev->udp);
         pthread_mutex_unlock(&dev->lock);
+        dw_host_detach();
         dw_progress_fini(dev);
         dw_fault_destroy(&dev->fault);
         dw_async_queue_fini(&dev->async);
@@ -490,6 +608,7 @@ int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
                 return -EINVAL;
         pthread_mutex_lock(&dev->lock);
         *out = dev->ctr;
+        dw_rd_dev_counters(dev, out);
         pthread_mutex_unlock(&dev->lock);
         return 0;
 }

@@ -255,6 +255,8 @@ void rd_retire(struct dw_rd_qp *s)
         struct dw_qp *qp = s->qp;
         struct dw_wqe *w;
         while ((w = dw_wq_head(&qp->sq)) && (w->flags & DW_WQE_DONE)) {
+                if (w->flags & RD_W_TOKEN)
+                        s->to_release++;
                 dw_qp_complete_send(qp, (enum diwarp_wc_status)w->status, w->byte_len);
                 if (s->tx_idx)
                         s->tx_idx--;
@@ -322,6 +324,8 @@ void rd_complete_through(struct dw_rd_qp *s, struct dw_wqe *w, enum diwarp_wc_st
         while ((h = dw_wq_head(&qp->sq))) {
                 if (h->flags & RD_W_INORQ)
                         orq_remove(s, h);
+                if (h->flags & RD_W_TOKEN)
+                        s->to_release++;
                 bool last = h == w;
                 dw_qp_complete_send(qp,
                                     last                       ? status
@@ -387,6 +391,16 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                                 rd_retire_held(s);
                 }
         }
+        /* In-flight caps: the tokens of retired WQEs go back before anyone
+         * asks for new ones (a QP held back asks again as it transmits). */
+        bool token_wait = false;
+        for (struct dw_rd_qp *s = d->qps; s; s = s->next) {
+                if (s->to_release) {
+                        dw_host_complete(&s->ifl, s->to_release);
+                        s->to_release = 0;
+                }
+                token_wait |= s->token_wait;
+        }
         /* Each step starts with the next QP: when the paths' windows are the
          * limit, the first QP served would otherwise take every opening. */
         struct dw_rd_qp *start = d->tx_rr ? d->tx_rr : d->qps;
@@ -399,6 +413,9 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
         }
         d->tx_rr = start && start->next ? start->next : NULL;
         rd_tx_wait(dev, blocked);
+        if (token_wait && dw_host_poll(d->step_now))
+                /* Tokens freed by another process wake nobody here. */
+                dw_progress_timer(dev, d->step_now + RD_TOKEN_RETRY_NS);
         if (d->pace_wake) {
                 /* A send waits for pacing: a step then, also for a thread. */
                 dw_progress_timer(dev, d->pace_wake);
@@ -527,6 +544,22 @@ static void rd_params(struct dw_rd_qp *s)
         }
 }
 
+static void rd_tokens_drop(struct dw_rd_qp *s);
+
+void dw_rd_dev_counters(struct dw_device *dev, struct diwarp_counters *out)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        if (!d)
+                return;
+        struct dw_cc_stats st;
+        dw_flow_paths_stats(&d->paths, &st);
+        out->cc_decrease_delay += st.md_delay;
+        out->cc_decrease_loss += st.md_loss;
+        out->cc_rto += st.rto;
+        out->cc_window_waits += st.cwnd_waits;
+        out->cc_pacing_waits += st.pace_waits + st.drain_waits;
+}
+
 int dw_rd_qp_init(struct dw_qp *qp)
 {
         struct dw_device *dev = qp->dev;
@@ -550,6 +583,8 @@ int dw_rd_qp_init(struct dw_qp *qp)
         }
         s->qp = qp;
         s->rc = qp->type != DIWARP_QPT_RD;
+        dw_inflight_qp_init(&s->ifl, dev->cfg.inflight_qp);
+        s->capped = dev->cfg.inflight_qp || dw_host_capped();
         qp->rd = s;
         rd_params(s);
         struct dw_rd_dev *d = rdd(dev);
@@ -585,6 +620,7 @@ void dw_rd_qp_fini(struct dw_qp *qp)
         struct dw_rd_dev *d = rdd(qp->dev);
         if (qp->state != DIWARP_QPS_ERR && qp->state != DIWARP_QPS_RESET)
                 rd_flush_acks(s);
+        rd_tokens_drop(s);
         rd_peers_free(s);
         if (d->tx_rr == s)
                 d->tx_rr = s->next;
@@ -598,6 +634,24 @@ void dw_rd_qp_fini(struct dw_qp *qp)
         qp->rd = NULL;
         if (qp->srq)
                 dw_wq_fini(&qp->rq);
+}
+
+/* Every token the QP holds goes back: its WQEs will not complete through
+ * rd_retire (an error flushes them, a reset or destroy drops them). */
+static void rd_tokens_drop(struct dw_rd_qp *s)
+{
+        if (!s->capped)
+                return;
+        uint32_t n = s->admitted + s->to_release;
+        struct dw_wqe *w;
+        for (uint32_t i = 0; (w = dw_wq_at(&s->qp->sq, i)); i++)
+                if (w->flags & RD_W_TOKEN) {
+                        w->flags &= ~RD_W_TOKEN;
+                        n++;
+                }
+        dw_host_complete(&s->ifl, n);
+        s->admitted = s->to_release = s->starting = 0;
+        s->token_wait = false;
 }
 
 static void rd_reset_state(struct dw_rd_qp *s)
@@ -616,6 +670,7 @@ int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
         if (qp->state == DIWARP_QPS_RESET) {
                 if (old != DIWARP_QPS_ERR && old != DIWARP_QPS_RESET)
                         rd_flush_acks(s);
+                rd_tokens_drop(s);
                 rd_peers_free(s);
                 rd_reset_state(s);
                 return 0;
@@ -732,6 +787,7 @@ void dw_rd_qp_error(struct dw_qp *qp)
         if (d->hack.peer && d->hack.peer->s == s)
                 rd_ack_flush(d);
         rd_retire_held(s); /* they succeeded: not flushed */
+        rd_tokens_drop(s);
         if (s->htab)
                 for (uint32_t i = 0; i <= s->hmask; i++)
                         for (struct dw_rd_peer *p = s->htab[i]; p; p = p->hnext) {
@@ -872,7 +928,7 @@ int diwarpdv_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *d
                 out->cc_decrease_loss = c->stats.md_loss;
                 out->cc_rto = c->stats.rto;
                 out->cc_window_waits = c->stats.cwnd_waits;
-                out->cc_pacing_waits = c->stats.pace_waits;
+                out->cc_pacing_waits = c->stats.pace_waits + c->stats.drain_waits;
                 out->tail_probes = p->rel.stats.tail_probes;
                 out->rto_expiries = p->rel.stats.rto_expiries;
                 out->fast_retransmits = p->rel.stats.fast_retransmits;

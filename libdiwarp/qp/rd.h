@@ -88,6 +88,9 @@ int dw_rd_rx_direct(struct dw_device *dev);
  * progress engine for a step at the next deadline. Returns work done. */
 int dw_rd_progress(struct dw_device *dev, int budget);
 
+/* Adds the device's congestion-control counts (every path it has had) to
+ * out's cc_* fields. */
+void dw_rd_dev_counters(struct dw_device *dev, struct diwarp_counters *out);
 /* Payload bytes per segment for a given UDP MTU (see rd_int.h). */
 uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
 /* sizeof(struct dw_rd_peer): an idle pseudo-stream (≤ 256 bytes). A peer with

@@ -21,8 +21,12 @@
 #define RD_MAX_ORQ  DW_MAX_RD_ATOM /* Reads/Atomics we have outstanding, per QP */
 #define RD_MAX_IRQ  64             /* Read/Atomic responses we owe, per QP (all peers) */
 #define RD_HASH_MIN 16u
-#define RD_BATCH    DW_UDP_GSO_MAX_SEGS /* slots; DW_UDP_TX_BATCH without GSO */
-#define RD_SLOT_IOV (DW_MAX_SGE + 3)
+/* In-flight tokens a QP asks for at once, and how soon a QP held back by
+ * the host pool asks again when nothing else wakes it. */
+#define RD_ADMIT_BATCH    8u
+#define RD_TOKEN_RETRY_NS 100000ull
+#define RD_BATCH          DW_UDP_GSO_MAX_SEGS /* slots; DW_UDP_TX_BATCH without GSO */
+#define RD_SLOT_IOV       (DW_MAX_SGE + 3)
 /* Bytes built per transmit step: the CRC pass over a segment leaves it in
  * cache for the kernel's copy only if the step stays small (64 datagrams of
  * 1472 bytes, or 4 of 64 KiB). */
@@ -76,6 +80,7 @@ enum {
         RD_W_WIMM = 1u << 15,   /* receive: consumed by RDMA Write with Immediate */
         RD_W_INORQ = 1u << 16,  /* send: on the ORQ */
         RD_W_QUEUED = 1u << 17, /* send: dw_rd_post_send resolved its peer */
+        RD_W_TOKEN = 1u << 18,  /* send: holds an in-flight token (its first segment left) */
 };
 
 /* Responder work for one Read or Atomic Request. */
@@ -131,6 +136,14 @@ static_assert(sizeof(struct dw_rd_peer) <= 256, "an idle pseudo-stream costs at 
 struct dw_rd_qp {
         struct dw_qp *qp;
         bool rc; /* RC/UC carried by RD */
+        /* In-flight caps (DIWARP_INFLIGHT_*, seed 002): a send WQE starts only
+         * with a token; capped says whether any cap is in force. admitted:
+         * tokens granted, not yet taken by a WQE; starting: WQEs of the batch
+         * being built that take one; to_release: tokens of retired WQEs, given
+         * back once per step. */
+        bool capped, token_wait;
+        struct dw_inflight_qp ifl;
+        uint32_t admitted, starting, to_release;
         struct dw_rel_params params;
         struct dw_rd_peer *rc_peer;
         struct dw_rd_peer *last_tx; /* peer of the last send WR: post_send tries it first */

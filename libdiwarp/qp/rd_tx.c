@@ -513,10 +513,14 @@ static void ops_rtt(void *ctx, uint32_t rtt_ns, uint64_t now)
         dw_cc_rtt(&p->path->cc, rtt_ns, now);
 }
 
-static void ops_lost(void *ctx, bool rto, uint64_t now)
+static void ops_lost(void *ctx, enum dw_rel_loss how, uint64_t now)
 {
         struct dw_rd_peer *p = ctx;
-        dw_cc_lost(&p->path->cc, rto ? DW_CC_LOSS_RTO : DW_CC_LOSS_FAST, now);
+        dw_cc_lost(&p->path->cc,
+                   how == DW_REL_LOSS_RTO     ? DW_CC_LOSS_RTO
+                   : how == DW_REL_LOSS_PROBE ? DW_CC_LOSS_PROBE
+                                              : DW_CC_LOSS_FAST,
+                   now);
 }
 
 const struct dw_rel_ops rd_ops = {
@@ -572,6 +576,33 @@ static uint32_t rd_ord(const struct dw_rd_qp *s)
         return RD_MAX_ORQ;
 }
 
+/* A token for the next WQE of the batch to start: one already admitted, or
+ * a few more asked for (one critical section for a burst of posts). False:
+ * the caps hold it back; the step asks again (keeping the process's place
+ * in the host pool's line). */
+static bool rd_token(struct dw_rd_qp *s, uint64_t now)
+{
+        if (s->starting < s->admitted) {
+                s->starting++;
+                return true;
+        }
+        uint32_t queued = dw_wq_count(&s->qp->sq) - s->tx_idx;
+        uint32_t want = queued < RD_ADMIT_BATCH ? queued : RD_ADMIT_BATCH;
+        int n = dw_host_admit(&s->ifl, want ? want : 1, now);
+        if (n <= 0) {
+                if (!s->token_wait) {
+                        s->token_wait = true;
+                        s->qp->ctr.inflight_waits++;
+                        s->qp->dev->ctr.inflight_waits++;
+                }
+                return false;
+        }
+        s->token_wait = false;
+        s->admitted += (uint32_t)n;
+        s->starting++;
+        return true;
+}
+
 /* Next SQ segment into t. 1 built, 0 nothing (empty or blocked), 2 progress
  * without a packet (Local Invalidate), -1 the QP failed. */
 static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_txslot *t)
@@ -617,10 +648,13 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         uint32_t ccb = rd_cc_bytes(p, cookie);
         if (!rd_room(p, now, ccb))
                 return 0;
+        if (s->capped && s->tx_seg == 0 && !(w->flags & RD_W_TOKEN) && !rd_token(s, now))
+                return 0;
         uint32_t psn = p->rel.snd_nxt + p->batch;
         bool last_seg = s->tx_seg + 1 >= w->ts_ns;
         bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
-                      (last_seg && s->tx_idx + 1 >= dw_wq_count(&qp->sq));
+                      (last_seg && s->tx_idx + 1 >= dw_wq_count(&qp->sq)) ||
+                      dw_cc_full_after(&p->path->cc, p->path->pending + ccb);
         int r = rd_build(p, cookie, psn, ackreq, t);
         if (r < 0) {
                 dw_warn("RD QP %#x: send WR %#llx: local protection error (lkey)", qp->qpn,
@@ -659,7 +693,8 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                         return 0;
                 uint32_t psn = p->rel.snd_nxt + p->batch;
                 bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
-                              e->next_seg + 1 >= e->nseg;
+                              e->next_seg + 1 >= e->nseg ||
+                              dw_cc_full_after(&p->path->cc, p->path->pending + ccb);
                 int r = rd_build(p, cookie, psn, ackreq, t);
                 if (r < 0) {
                         rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, DIWARP_EVENT_QP_ACCESS_ERR,
@@ -693,6 +728,10 @@ static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
         if (ck_kind(t->cookie) == RD_CK_SQ) {
                 struct dw_wqe *w = &qp->sq.ring[ck_slot(t->cookie)];
                 w->bytes_done++;
+                if (s->capped && !(w->flags & RD_W_TOKEN)) {
+                        w->flags |= RD_W_TOKEN;
+                        s->admitted--;
+                }
                 if (is_read_like(w->opcode) && !(w->flags & RD_W_INORQ) && s->norq < RD_MAX_ORQ) {
                         s->orq[s->norq++] = w;
                         w->flags |= RD_W_INORQ;
@@ -815,6 +854,7 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                 uint32_t bytes = 0;
                 bool sq_off = false, irq_off = s->fifo_count == 0;
                 s->orq_building = 0;
+                s->starting = 0;
                 /* With GSO a step builds up to 64 datagrams (a few super-
                  * datagrams' worth), fewer when they are large. */
                 int nmax = !dev->fault_on && dw_udp_gso_on(&dev->udp) ? RD_BATCH : DW_UDP_TX_BATCH;
@@ -927,6 +967,9 @@ static void rd_tx_now(struct dw_rd_qp *s)
         uint32_t ccb = rd_cc_bytes(p, cookie);
         /* The clock of the last step: pacing's burst allowance covers its age. */
         if (p->rel.rnr_until || !rd_room(p, d->step_now, ccb))
+                return;
+        s->starting = 0;
+        if (s->capped && !rd_token(s, d->step_now))
                 return;
         struct rd_txslot *t = &d->slot[0];
         /* As rd_next_sq builds it: the last WQE of the SQ asks for an ACK. A
