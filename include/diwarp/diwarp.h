@@ -492,14 +492,15 @@ struct diwarp_counters {
          * DIWARP_INFLIGHT_*, DIWARP_RD_PULL_*). The window and RTTs of a path
          * are in diwarpdv_query_rd_path; here the events, summed over the
          * device's paths (device) or counted for the QP. */
-        uint64_t inflight_waits;    /* times a send WQE waited for an in-flight token */
-        uint64_t cc_decrease_delay; /* window decreases: queueing delay over the target */
-        uint64_t cc_decrease_loss;  /* window decreases: a loss */
-        uint64_t cc_rto;            /* window collapses after a retransmission timeout */
-        uint64_t cc_window_waits;   /* sends held by a full window */
-        uint64_t cc_pacing_waits;   /* sends held by pacing or a synchronised drain */
-        uint64_t pulls;             /* receiver-paced Sends: RDMA Read Requests issued */
-        uint64_t pull_bytes;        /* bytes those Reads fetched */
+        uint64_t inflight_waits;     /* times a send WQE waited for an in-flight token */
+        uint64_t cc_decrease_delay;  /* window decreases: queueing delay over the target */
+        uint64_t cc_decrease_loss;   /* window decreases: a loss */
+        uint64_t cc_rto;             /* window collapses after a retransmission timeout */
+        uint64_t cc_window_waits;    /* sends held by a full window */
+        uint64_t cc_pacing_waits;    /* sends held by pacing or a synchronised drain */
+        uint64_t pulls;              /* receiver-paced Sends: RDMA Read Requests issued */
+        uint64_t pull_bytes;         /* bytes those Reads fetched */
+        uint64_t fault_slowrx_waits; /* receive steps DIWARP_FAULT=slowrx held back */
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

@@ -214,8 +214,21 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
         }
         if (!rx_dgram)
                 return 0;
+        /* DIWARP_FAULT=slowrx: a receiver whose memory takes the data slowly
+         * leaves it in the socket, as a slow NVM target stalls its NIC; the
+         * direct placement path, which reads one datagram of unknown size at
+         * a time, stays out of it. */
+        bool slow = dw_fault_rx_throttled(&dev->fault);
         while (work < budget) {
-                int dr = dw_progress_rx_direct(dev);
+                if (slow) {
+                        uint64_t now = dw_now_ns(), at = dw_fault_rx_wait(&dev->fault, now);
+                        if (at) {
+                                dev->ctr.fault_slowrx_waits++;
+                                dw_progress_timer(dev, at);
+                                break;
+                        }
+                }
+                int dr = slow ? 0 : dw_progress_rx_direct(dev);
                 if (dr == 1) {
                         work++;
                         continue;
@@ -225,17 +238,23 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
                 int want = budget - work < DW_UDP_RX_BATCH ? budget - work : DW_UDP_RX_BATCH;
                 if (dr == 2)
                         want = 1;
+                if (slow && want > DW_FAULT_SLOWRX_BATCH)
+                        want = DW_FAULT_SLOWRX_BATCH;
                 int n = dw_udp_recv_batch(&dev->udp, want);
                 if (n <= 0)
                         break;
+                uint64_t bytes = 0;
                 for (int i = 0; i < n; i++) {
                         if (dw_udp_rx_truncated(&dev->udp, i)) {
                                 dev->ctr.rx_dropped_malformed++;
                                 continue;
                         }
+                        bytes += dw_udp_rx_len(&dev->udp, i);
                         rx_dgram(dev, dw_udp_rx_pkt(&dev->udp, i), dw_udp_rx_len(&dev->udp, i),
                                  &dev->udp.rx_addr[i]);
                 }
+                if (slow)
+                        dw_fault_rx_took(&dev->fault, bytes, dw_now_ns());
                 dw_udp_rx_done(&dev->udp);
                 work += n;
                 if (n < want)

@@ -75,6 +75,37 @@ static bool parse_delay(const char *s, const char *end, uint32_t *out)
         return true;
 }
 
+/* Bytes per second: digits with an optional k, m or g (powers of 1000). */
+static bool parse_rate(const char *s, const char *end, uint64_t *out)
+{
+        uint64_t v = 0, mul = 1;
+
+        if (s == end)
+                return false;
+        char last = end[-1];
+        if (last == 'k' || last == 'K')
+                mul = 1000;
+        else if (last == 'm' || last == 'M')
+                mul = 1000000;
+        else if (last == 'g' || last == 'G')
+                mul = 1000000000;
+        if (mul > 1)
+                end--;
+        if (s == end)
+                return false;
+        for (const char *c = s; c < end; c++) {
+                if (*c < '0' || *c > '9')
+                        return false;
+                v = v * 10 + (uint64_t)(*c - '0');
+                if (v > DW_FAULT_MAX_SLOWRX)
+                        return false;
+        }
+        if (v == 0 || v > DW_FAULT_MAX_SLOWRX / mul)
+                return false;
+        *out = v * mul;
+        return true;
+}
+
 int dw_fault_parse(const char *spec, struct dw_fault_params *out, char *why, size_t whylen)
 {
         struct dw_fault_params p = {0};
@@ -104,17 +135,18 @@ int dw_fault_parse(const char *spec, struct dw_fault_params *out, char *why, siz
                         return parse_fail(why, whylen, "DIWARP_FAULT: item '%.*s' is not key:value",
                                           (int)len, s);
 
-                static const char *const keys[] = {"drop", "dup", "reorder", "corrupt", "delay"};
+                static const char *const keys[] = {"drop",    "dup",   "reorder",
+                                                   "corrupt", "delay", "slowrx"};
                 size_t klen = (size_t)(colon - s);
                 int k = -1;
 
-                for (int i = 0; i < 5; i++)
+                for (int i = 0; i < 6; i++)
                         if (strlen(keys[i]) == klen && strncasecmp(s, keys[i], klen) == 0)
                                 k = i;
                 if (k < 0)
                         return parse_fail(why, whylen,
                                           "DIWARP_FAULT: unknown key in '%.*s' (expected drop, "
-                                          "dup, reorder, corrupt or delay)",
+                                          "dup, reorder, corrupt, delay or slowrx)",
                                           (int)len, s);
                 if (seen & (1u << k))
                         return parse_fail(why, whylen, "DIWARP_FAULT: '%.*s' repeats a key",
@@ -134,6 +166,14 @@ int dw_fault_parse(const char *spec, struct dw_fault_params *out, char *why, siz
                         break;
                 case 3:
                         ok = parse_prob(colon + 1, end, &p.corrupt);
+                        break;
+                case 5:
+                        if (!parse_rate(colon + 1, end, &p.slowrx_bps))
+                                return parse_fail(why, whylen,
+                                                  "DIWARP_FAULT: '%.*s': slowrx must be bytes "
+                                                  "per second 1..10^12 (k, m, g: x1000)",
+                                                  (int)len, s);
+                        ok = true;
                         break;
                 default:
                         ok = parse_delay(colon + 1, end, &p.delay_us);
@@ -462,4 +502,25 @@ int dw_fault_tx(struct dw_fault *f, const struct iovec *iov, int iovcnt, const v
                 f->held++;
         }
         return rc;
+}
+
+/* ---- slowrx: a receiver that places data slowly --------------------------- */
+
+uint64_t dw_fault_rx_wait(const struct dw_fault *f, uint64_t now_ns)
+{
+        if (!f->p.slowrx_bps || f->rx_clock <= now_ns)
+                return 0;
+        return f->rx_clock;
+}
+
+void dw_fault_rx_took(struct dw_fault *f, uint64_t bytes, uint64_t now_ns)
+{
+        if (!f->p.slowrx_bps)
+                return;
+        /* A virtual clock: reading is allowed while it does not run ahead of
+         * real time; an idle receiver banks at most a burst. */
+        uint64_t floor = now_ns > DW_FAULT_SLOWRX_BURST_NS ? now_ns - DW_FAULT_SLOWRX_BURST_NS : 0;
+        if (f->rx_clock < floor)
+                f->rx_clock = floor;
+        f->rx_clock += (uint64_t)((double)bytes * 1e9 / (double)f->p.slowrx_bps);
 }

@@ -1,5 +1,6 @@
-/* Fault injection on the datagram transmit path: DIWARP_FAULT=drop:P,dup:P,
- * reorder:P,corrupt:P,delay:US. Off unless a spec is given. Deterministic for a
+/* Fault injection on the datagram path: DIWARP_FAULT=drop:P,dup:P,reorder:P,
+ * corrupt:P,delay:US on transmit, slowrx:BYTES_PER_S on receive (a receiver
+ * that places data slowly, seed 000's slow memory). Off unless a spec is given. Deterministic for a
  * given seed and packet sequence. Not thread-safe: the caller holds the device lock. */
 #ifndef DW_UTIL_FAULT_H
 #define DW_UTIL_FAULT_H
@@ -22,6 +23,12 @@
 #define DW_FAULT_REORDER_MAX_LATER 3
 #define DW_FAULT_REORDER_MAX_NS    1000000ull
 #define DW_FAULT_MAX_DELAY_US      10000000u
+#define DW_FAULT_MAX_SLOWRX        1000000000000ull /* bytes per second */
+/* slowrx: the receive bucket holds this long at the rate (a burst), and a
+ * throttled step reads at most this many datagrams, so the debt one read
+ * runs up stays small. */
+#define DW_FAULT_SLOWRX_BURST_NS 1000000ull
+#define DW_FAULT_SLOWRX_BATCH    4
 
 typedef int (*dw_fault_send_fn)(void *ctx, const struct iovec *iov, int iovcnt, const void *addr,
                                 socklen_t addrlen);
@@ -29,6 +36,7 @@ typedef int (*dw_fault_send_fn)(void *ctx, const struct iovec *iov, int iovcnt, 
 struct dw_fault_params {
         double drop, dup, reorder, corrupt; /* probabilities in [0, 1] */
         uint32_t delay_us;                  /* every packet held this long; 0 = none */
+        uint64_t slowrx_bps; /* receive placement throttled to this many bytes/s; 0 = none */
 };
 
 struct dw_fault_held {
@@ -52,6 +60,9 @@ struct dw_fault {
         uint32_t hold_head, hold_tail; /* free-running; head..tail are in the ring */
         uint32_t held;                 /* entries with used == true */
         char why_buf[160];             /* text *why points to after a failed init */
+        /* slowrx: the virtual clock at which the bytes read so far would
+         * have been placed at the throttled rate (ns). */
+        uint64_t rx_clock;
 };
 
 /* Parses a spec without allocating: "" / "off" / "none" -> all zero. Items are
@@ -91,5 +102,15 @@ int dw_fault_flush_all(struct dw_fault *f, dw_fault_send_fn send_fn, void *ctx);
  * none) so the progress engine can bound its sleep. */
 unsigned dw_fault_held_count(const struct dw_fault *f);
 uint64_t dw_fault_next_due_ns(const struct dw_fault *f);
+
+/* slowrx: 0 when the receiver may read now, else the ns (CLOCK_MONOTONIC) at
+ * which it may; always 0 without slowrx. */
+uint64_t dw_fault_rx_wait(const struct dw_fault *f, uint64_t now_ns);
+/* slowrx: bytes were read (placed) at now_ns. */
+void dw_fault_rx_took(struct dw_fault *f, uint64_t bytes, uint64_t now_ns);
+static inline bool dw_fault_rx_throttled(const struct dw_fault *f)
+{
+        return f->p.slowrx_bps != 0;
+}
 
 #endif

@@ -163,6 +163,14 @@ Test(fault_parse, rejects_malformed)
             "drop :0.1",
             "drop:0x1p-2",
             "drop:1e-3",
+            "slowrx:0",
+            "slowrx:",
+            "slowrx:k",
+            "slowrx:1.5m",
+            "slowrx:-5",
+            "slowrx:2000g",
+            "slowrx:10x",
+            "slowrx:1m,slowrx:2m",
         };
 
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -174,6 +182,47 @@ Test(fault_parse, rejects_malformed)
                 cr_assert(strncmp(why, "DIWARP_FAULT", 12) == 0, "no reason for '%s': '%s'", bad[i],
                           why);
         }
+}
+
+Test(fault_parse, slowrx_rates)
+{
+        struct dw_fault_params p;
+        char why[160];
+
+        cr_assert_eq(dw_fault_parse("slowrx:15625000", &p, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(p.slowrx_bps, 15625000);
+        cr_assert_eq(dw_fault_parse("slowrx:125k", &p, NULL, 0), 0);
+        cr_assert_eq(p.slowrx_bps, 125000);
+        cr_assert_eq(dw_fault_parse("drop:0.01,slowrx:2M", &p, NULL, 0), 0);
+        cr_assert_eq(p.slowrx_bps, 2000000);
+        cr_assert_eq(dw_fault_parse("slowrx:1000g", &p, NULL, 0), 0);
+        cr_assert_eq(p.slowrx_bps, 1000000000000ull);
+}
+
+/* slowrx on its own is no transmit fault (the transmit path keeps GSO), and
+ * its bucket lets a receiver read at the rate: 1 MB/s, 1 ms of burst. */
+Test(fault_rx, slowrx_paces_reads)
+{
+        struct dw_fault f;
+        cr_assert_eq(dw_fault_init(&f, "slowrx:1m", 1, NULL), 0);
+        cr_assert_not(dw_fault_enabled(&f));
+        cr_assert(dw_fault_rx_throttled(&f));
+        uint64_t t = 5000000000ull;
+        cr_assert_eq(dw_fault_rx_wait(&f, t), 0);
+        /* 1000 bytes banked as a burst (1 ms at 1 MB/s), then 1 ms per 1000. */
+        dw_fault_rx_took(&f, 1000, t);
+        cr_assert_eq(dw_fault_rx_wait(&f, t), 0);
+        dw_fault_rx_took(&f, 2000, t);
+        cr_assert_eq(dw_fault_rx_wait(&f, t), t + 2000000);
+        cr_assert_eq(dw_fault_rx_wait(&f, t + 2000000), 0);
+        /* A receiver that read nothing for a second banks only the burst. */
+        t += 1000000000ull;
+        dw_fault_rx_took(&f, 3000, t);
+        cr_assert_eq(dw_fault_rx_wait(&f, t), t + 2000000);
+        dw_fault_destroy(&f);
+        cr_assert_eq(dw_fault_init(&f, "drop:0.5", 1, NULL), 0);
+        cr_assert_eq(dw_fault_rx_wait(&f, t), 0, "no throttle without slowrx");
+        dw_fault_destroy(&f);
 }
 
 Test(fault_parse, reason_names_the_item)
