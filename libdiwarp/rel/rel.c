@@ -269,8 +269,7 @@ static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t now,
          * original was lost or only late (a receiver that was not
          * scheduled), so it is not reported as a loss. */
         if (ops && ops->lost && r->probe_out > 1)
-                ops->lost(ctx,
-                          (r->probe_state & DW_REL_PROBE_TLP) ? DW_REL_LOSS_PROBE : DW_REL_LOSS_RTO,
+                ops->lost(ctx, (r->flags2 & DW_REL_F2_TLP) ? DW_REL_LOSS_PROBE : DW_REL_LOSS_RTO,
                           now);
         /* Only what had a round trip's time to be acknowledged: this ACK may
          * answer an earlier retransmission rather than the probe, and packets
@@ -365,6 +364,14 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 if (!dw_psn_before(h->sack[i].start, h->sack[i].end) ||
                     dw_psn_before(r->snd_nxt, h->sack[i].end))
                         return -EBADMSG;
+        /* A D-SACK block names a duplicate the peer received, not data it
+         * holds beyond the cumulative point: it is evidence, not a SACK. */
+        unsigned first = 0;
+        bool dsack = false;
+        if ((h->xflags & DW_DGRAM_X_DSACK) && nsack) {
+                dsack = true;
+                first = 1;
+        }
 
         uint32_t old_high = r->sack_high, best_psn = 0;
 
@@ -395,7 +402,7 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 r->snd_una++;
                 progress = true;
         }
-        for (i = 0; i < nsack; i++) {
+        for (i = first; i < nsack; i++) {
                 uint32_t psn = h->sack[i].start, end = h->sack[i].end;
 
                 if (dw_psn_before(psn, r->snd_una))
@@ -447,6 +454,14 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 if (!outstanding(r))
                         r->rnr_until = 0;
         }
+        /* A duplicate of something sent before the probe episode began: the
+         * probe (or the packet it duplicated) had arrived, the timer fired
+         * for a late ACK, not a loss. */
+        if (dsack && (r->flags & DW_REL_F_RTO_PROBE) &&
+            dw_psn_before(h->sack[0].start, r->rto_recover)) {
+                r->stats.spurious++;
+                rto_verdict(r, true, now, ops, ctx);
+        }
         if ((r->flags & DW_REL_F_RTO_PROBE) && (progress || sacked_new))
                 rto_verdict(r, orig_held, now, ops, ctx);
         if ((progress || sacked_new) && r->sack_high != r->snd_una && mark_lost(r) && ops &&
@@ -492,6 +507,10 @@ uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint6
                  * at once so it stops retransmitting. */
                 r->stats.rx_dup++;
                 r->flags |= DW_REL_F_ACK_NOW;
+                /* Reported with the next ACK (RFC 2883): the sender learns that
+                 * a retransmission was needless. */
+                r->flags2 |= DW_REL_F2_DSACK;
+                r->dsack_psn = psn;
                 return 0;
         }
         if (psn != r->rcv_nxt) {
@@ -540,7 +559,16 @@ int dw_rel_build_ack(struct dw_rel_peer *r, struct dw_dgram_hdr *h, unsigned max
                 max_sack = DW_DGRAM_MAX_SACK;
         h->flags |= DW_DGRAM_F_RD | DW_DGRAM_F_ACK;
         h->flags &= (uint8_t)~DW_DGRAM_F_SACK;
+        h->xflags &= (uint8_t)~DW_DGRAM_X_DSACK;
         h->ack_psn = r->rcv_nxt;
+        if (max_sack && (r->flags2 & DW_REL_F2_DSACK)) {
+                /* The duplicate first, as RFC 2883 puts it. */
+                h->xflags |= DW_DGRAM_X_DSACK;
+                h->sack[n].start = r->dsack_psn;
+                h->sack[n].end = r->dsack_psn + 1;
+                n++;
+                r->flags2 &= (uint8_t)~DW_REL_F2_DSACK;
+        }
 
         if (max_sack && (r->rx_map[0] | r->rx_map[1])) {
                 /* Rotate the bitmap so bit i is rcv_nxt + i (bit 0 is never set). */
@@ -627,7 +655,7 @@ static void rto_probe(struct dw_rel_peer *r, bool tlp)
                 r->flags |= DW_REL_F_RTO_PROBE;
                 r->rto_recover = r->snd_nxt;
                 r->rto_undo_backoff = r->backoff;
-                r->probe_state = DW_REL_PROBE_TLP;
+                r->flags2 |= DW_REL_F2_TLP;
                 unsigned out = 0;
                 for (uint32_t psn = r->snd_una; psn != r->snd_nxt && out < UINT8_MAX; psn++)
                         if (!(ent(r, psn)->flags & DW_REL_TXF_SACKED))
@@ -635,7 +663,7 @@ static void rto_probe(struct dw_rel_peer *r, bool tlp)
                 r->probe_out = (uint8_t)out;
         }
         if (!tlp)
-                r->probe_state &= (uint8_t)~DW_REL_PROBE_TLP;
+                r->flags2 &= (uint8_t)~DW_REL_F2_TLP;
         for (uint32_t psn = r->snd_una; psn != r->snd_nxt; psn++) {
                 struct dw_rel_txent *e = ent(r, psn);
 

@@ -101,6 +101,7 @@ struct dw_rel_stats {
         uint32_t rx_oow;
         uint32_t acks_built;
         uint32_t tail_probes; /* probes after 2 SRTT without ACK progress */
+        uint32_t spurious;    /* probe episodes a D-SACK proved needless */
 };
 
 enum {
@@ -115,7 +116,8 @@ enum {
 };
 
 enum {
-        DW_REL_PROBE_TLP = 0x01, /* the episode is a tail loss probe's, no RTO fired */
+        DW_REL_F2_TLP = 0x01,   /* the probe episode is a tail loss probe's, no RTO fired */
+        DW_REL_F2_DSACK = 0x02, /* a duplicate arrived: the next ACK reports it (dsack_psn) */
 };
 
 /* Per-pseudo-stream state. Fields are readable (tests, counters); change them
@@ -136,7 +138,7 @@ struct dw_rel_peer {
         int16_t fatal; /* 0 or the negative errno every call now returns */
         uint8_t fatal_reason;
         uint8_t rto_undo_backoff; /* backoff before the RTO episode (undone if spurious) */
-        uint8_t probe_state;      /* DW_REL_PROBE_*: how the probe episode stands */
+        uint8_t flags2;           /* DW_REL_F2_* */
         uint8_t probe_out;        /* un-SACKed PSNs outstanding when it began (at most 255) */
         uint32_t rto_recover;     /* snd_nxt when the RTO episode began */
         uint32_t rack_us;         /* latest send time (µs) of a packet the peer holds */
@@ -153,6 +155,7 @@ struct dw_rel_peer {
         uint16_t req_us16;     /* arrival of the last ACKREQ, µs mod 2^16 (DW_REL_F_REQ_SEEN) */
         uint64_t ack_deadline; /* ns; 0 = no delayed ACK owed */
         struct dw_rel_stats stats;
+        uint32_t dsack_psn; /* the duplicate to report (DW_REL_F2_DSACK) */
 };
 static_assert(sizeof(struct dw_rel_peer) <= 256, "per-peer reliability state stays ≤ 256 bytes");
 

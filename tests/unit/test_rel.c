@@ -732,6 +732,63 @@ Test(rel, congestion_callbacks)
         cr_assert_eq(cc.nrto, 1, "a real timeout");
 }
 
+/* A duplicate is reported once, first among the SACK blocks (RFC 2883), and
+ * a D-SACK for a packet sent before a probe episode ends it as spurious: no
+ * loss reported, the backoff undone. */
+Test(rel, dsack_reports_a_duplicate_and_ends_a_spurious_probe)
+{
+        struct dw_rel_params p = test_params();
+        struct dw_rel_peer rx;
+        dw_rel_peer_init(&rx, &p, NULL, 8, 0, 40);
+        enum dw_rel_verdict v;
+        dw_rel_rx_data(&rx, 40, false, T0, &v);
+        dw_rel_rx_data(&rx, 42, false, T0, &v); /* a hole at 41 */
+        dw_rel_rx_data(&rx, 40, false, T0, &v);
+        cr_assert_eq(v, DW_REL_DUPLICATE);
+        struct dw_dgram_hdr h = {0}, out;
+        cr_assert_eq(dw_rel_build_ack(&rx, &h, DW_DGRAM_MAX_SACK), 2);
+        cr_assert(h.xflags & DW_DGRAM_X_DSACK);
+        cr_assert_eq(h.sack[0].start, 40);
+        cr_assert_eq(h.sack[0].end, 41);
+        cr_assert_eq(h.sack[1].start, 42);
+        wire_roundtrip(&h, &out);
+        cr_assert_eq(out.xflags, DW_DGRAM_X_DSACK);
+        struct dw_dgram_hdr h2 = {0};
+        dw_rel_build_ack(&rx, &h2, DW_DGRAM_MAX_SACK);
+        cr_assert_not(h2.xflags & DW_DGRAM_X_DSACK, "reported once");
+
+        /* The sender: a tail loss probe, then the D-SACK of the probed PSN. */
+        p.rto_min_us = 1000;
+        struct dw_rel_peer tx;
+        struct dw_rel_txent ring[16];
+        struct cc_rec cc = {0};
+        struct rec rc = {0};
+        rc.peer = &tx;
+        rc.cc = &cc;
+        dw_rel_peer_init(&tx, &p, ring, 16, 0, 0);
+        for (uint32_t i = 0; i < 4; i++)
+                dw_rel_tx_sent(&tx, i, i, T0);
+        struct dw_dgram_hdr a = ack_hdr(1, 0, NULL);
+        dw_rel_on_ack(&tx, &a, T0 + 40 * US, &cc_ops, &rc);
+        rc.now = dw_rel_next_deadline(&tx);
+        dw_rel_timers(&tx, rc.now, &cc_ops, &rc);
+        cr_assert_eq(tx.stats.tail_probes, 1);
+        cr_assert_eq(rc.retx_psn[0], 1);
+        /* Everything had arrived; the ACK that the probe's duplicate draws
+         * says so. */
+        a = ack_hdr(4, 0, NULL);
+        a.flags |= DW_DGRAM_F_SACK;
+        a.xflags = DW_DGRAM_X_DSACK;
+        a.sack_count = 1;
+        a.sack[0].start = 1;
+        a.sack[0].end = 2;
+        cr_assert_eq(dw_rel_on_ack(&tx, &a, rc.now + 20 * US, &cc_ops, &rc), 0);
+        cr_assert_eq(tx.stats.spurious, 1);
+        cr_assert_eq(cc.nfast + cc.nrto, 0, "no loss reported");
+        cr_assert_not(tx.flags & DW_REL_F_RTO_PROBE);
+        cr_assert_eq(dw_rel_tx_inflight(&tx), 0);
+}
+
 /* ------------------------------------------------------- ACK coalescing */
 
 Test(rel, ack_coalescing_counts)
