@@ -501,6 +501,7 @@ struct diwarp_counters {
         uint64_t pulls;              /* receiver-paced Sends: RDMA Read Requests issued */
         uint64_t pull_bytes;         /* bytes those Reads fetched */
         uint64_t fault_slowrx_waits; /* receive steps DIWARP_FAULT=slowrx held back */
+        uint64_t rx_dropped_nocrc;   /* RD datagrams without CRC32c refused (DIWARP_RD_CRC=1) */
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

@@ -283,6 +283,9 @@ void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w)
         } else {
                 if (w->bytes_acked < w->ts_ns)
                         return;
+                /* A receiver-paced Send: every pulled chunk acknowledged too. */
+                if ((w->flags & RD_W_PULL) && w->pull_done < w->total_len - w->pull_pushed)
+                        return;
                 w->byte_len = (uint32_t)w->total_len;
         }
         w->status = DIWARP_WC_SUCCESS;
@@ -405,7 +408,7 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
          * limit, the first QP served would otherwise take every opening. */
         struct dw_rd_qp *start = d->tx_rr ? d->tx_rr : d->qps;
         for (struct dw_rd_qp *s = start; s && !blocked;) {
-                if (dw_wq_count(&s->qp->sq) > s->tx_idx || s->fifo_count)
+                if (dw_wq_count(&s->qp->sq) > s->tx_idx || s->fifo_count || s->npull)
                         work += rd_tx_qp(s, budget, &blocked);
                 s = s->next ? s->next : d->qps;
                 if (s == start)
@@ -503,6 +506,10 @@ int dw_rd_dev_init(struct dw_device *dev)
         cp.enabled = dev->cfg.cc;
         cp.pacing = dev->cfg.cc_pacing;
         cp.target_ns = dev->cfg.cc_target_us * 1000u;
+        d->nocrc = !dev->cfg.rd_crc;
+        d->pull_min = dev->cfg.pull_min;
+        d->pull_chunk = dev->cfg.pull_chunk;
+        d->pull_depth = dev->cfg.pull_depth;
         /* Drains align on the wall clock, which hosts share (NTP), while
          * `now` is the monotonic clock, which they do not. */
         struct timespec rt, mt;
@@ -662,6 +669,8 @@ static void rd_reset_state(struct dw_rd_qp *s)
         s->rq_bound = 0;
         memset(s->irq, 0, sizeof(s->irq));
         s->fifo_head = s->fifo_count = 0;
+        memset(s->pull, 0, sizeof(s->pull));
+        s->npull = s->pull_rr = s->pull_waiting = 0;
 }
 
 int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
@@ -742,6 +751,16 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
         w->ts_ns = rd_nseg(w->total_len, p ? rd_peer_seg(p) : 1);
         if (is_read_like(w->opcode))
                 w->ts_ns = 1;
+        /* A large Send is receiver-paced: it pushes its first chunk and the
+         * receiver pulls the rest (rd_pull.c). Not with Immediate Data, which
+         * would need a segment's room beside the pull descriptor. */
+        struct dw_rd_dev *d = rdd(qp->dev);
+        if (p && d->pull_min && w->total_len >= d->pull_min && w->total_len > d->pull_chunk &&
+            (w->opcode == DIWARP_WR_SEND || w->opcode == DIWARP_WR_SEND_WITH_INV)) {
+                w->flags |= RD_W_PULL;
+                w->pull_pushed = d->pull_chunk;
+                w->ts_ns = rd_nseg(w->pull_pushed, rd_peer_seg(p));
+        }
         switch (w->opcode) {
         case DIWARP_WR_SEND:
         case DIWARP_WR_SEND_WITH_IMM:

@@ -14,6 +14,7 @@
 
 #include "flow/path.h"
 #include "qp/rd.h"
+#include "wire/rdmap.h"
 #include "util/time.h"
 
 /* ---------------------------------------------------------------- layout */
@@ -48,7 +49,7 @@
 #define RD_CC_OVERHEAD (RD_IP_UDP + DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + DW_DGRAM_CRC_LEN)
 
 /* Cookie: kind (2 bits) | slot (14 bits, < DW_MAX_QP_WR and RD_MAX_IRQ) | segment (32 bits). */
-enum { RD_CK_SQ = 1, RD_CK_IRQ = 2 };
+enum { RD_CK_SQ = 1, RD_CK_IRQ = 2, RD_CK_PULL = 3 };
 static inline uint64_t rd_cookie(unsigned kind, uint32_t slot, uint32_t seg)
 {
         return (uint64_t)kind << 62 | (uint64_t)(slot & 0x3fffu) << 32 | seg;
@@ -70,17 +71,20 @@ static_assert(DW_MAX_QP_WR <= 0x4000, "SQ slot fits the cookie");
 
 /* WQE flag bits of the RD engine (above queue/'s enum dw_wqe_flags). */
 enum {
-        RD_W_TXALL = 1u << 8,   /* send: every segment handed to the socket once */
-        RD_W_RESP = 1u << 9,    /* Read/Atomic: the response is complete */
-        RD_W_LAST = 1u << 10,   /* last segment (or response) seen; psn = its PSN */
-        RD_W_BOUND = 1u << 11,  /* receive: bound to (peer, msn) */
-        RD_W_IMM = 1u << 12,    /* receive: carries immediate data */
-        RD_W_INV = 1u << 13,    /* receive: Send with Invalidate */
-        RD_W_SE = 1u << 14,     /* receive: solicited */
-        RD_W_WIMM = 1u << 15,   /* receive: consumed by RDMA Write with Immediate */
-        RD_W_INORQ = 1u << 16,  /* send: on the ORQ */
-        RD_W_QUEUED = 1u << 17, /* send: dw_rd_post_send resolved its peer */
-        RD_W_TOKEN = 1u << 18,  /* send: holds an in-flight token (its first segment left) */
+        RD_W_TXALL = 1u << 8,    /* send: every segment handed to the socket once */
+        RD_W_RESP = 1u << 9,     /* Read/Atomic: the response is complete */
+        RD_W_LAST = 1u << 10,    /* last segment (or response) seen; psn = its PSN */
+        RD_W_BOUND = 1u << 11,   /* receive: bound to (peer, msn) */
+        RD_W_IMM = 1u << 12,     /* receive: carries immediate data */
+        RD_W_INV = 1u << 13,     /* receive: Send with Invalidate */
+        RD_W_SE = 1u << 14,      /* receive: solicited */
+        RD_W_WIMM = 1u << 15,    /* receive: consumed by RDMA Write with Immediate */
+        RD_W_INORQ = 1u << 16,   /* send: on the ORQ */
+        RD_W_QUEUED = 1u << 17,  /* send: dw_rd_post_send resolved its peer */
+        RD_W_TOKEN = 1u << 18,   /* send: holds an in-flight token (its first segment left) */
+        RD_W_PULL = 1u << 19,    /* receiver-paced Send: the send side pushes pull_pushed
+                                    bytes; the receive side is to be pulled (byte_len) */
+        RD_W_PULLING = 1u << 20, /* receive: an rd_pull entry is pulling it */
 };
 
 /* Responder work for one Read or Atomic Request. */
@@ -96,6 +100,34 @@ struct rd_irq {
         uint32_t req_id;
         uint64_t orig; /* Atomic: the original value, kept for retransmission */
         uint32_t nseg, next_seg, sent, acked;
+        /* A Read of a receiver-paced Send (PULLREQ): the source is the send
+         * WQE in SQ slot wslot at byte src_to, not a memory region. */
+        bool pull;
+        uint32_t wslot;
+};
+
+/* Receive side of a receiver-paced Send (seed 000's RDRP): the receiver
+ * reads [pushed, len) of the sender's message with RDMA Reads of the chunk
+ * size, at most depth outstanding, the next one asked for when an earlier one
+ * is placed. A Read's slot stays until its request is acknowledged too, since
+ * a retransmission rebuilds the request from it. */
+#define RD_MAX_PULL       16 /* Sends being pulled at once, per QP */
+#define RD_PULL_MAX_DEPTH DW_CONFIG_MAX_PULL_DEPTH
+struct rd_pull_read {
+        uint32_t msn; /* our queue-1 MSN of the Read: its responses' Data Sink STag */
+        uint32_t off; /* where in the message */
+        uint32_t len;
+        uint32_t placed; /* response bytes placed */
+        bool used, sent, acked;
+};
+struct rd_pull {
+        struct dw_rd_peer *peer; /* NULL: free */
+        struct dw_wqe *w;        /* the receive WQE it fills */
+        uint32_t send_msn;       /* the Send's queue-0 MSN: the Reads' Data Source STag */
+        uint32_t len, pushed;    /* the message's length, the bytes the sender pushed */
+        uint32_t next;           /* the next offset to ask for */
+        uint32_t busy;           /* Reads asked for and not yet placed */
+        struct rd_pull_read rd[RD_PULL_MAX_DEPTH];
 };
 
 struct dw_rd_peer {
@@ -125,7 +157,6 @@ struct dw_rd_peer {
          * window (given back to the path if the stream goes first). */
         struct dw_flow_path *path;
         uint32_t cc_inflight;
-        uint32_t cc_acked; /* bytes acknowledged by the ACK being handled */
         /* The send-window ring (DW_REL_DEF_WINDOW entries, 2 KiB) is not here:
          * p->rel.ring borrows one from the device cache while PSNs are in
          * flight (rd_ring_get / rd_ring_idle), so an idle peer costs only this
@@ -156,6 +187,10 @@ struct dw_rd_qp {
         uint32_t rq_bound; /* receive WQEs [0, rq_bound) from the RQ head are bound */
         struct rd_irq irq[RD_MAX_IRQ];
         uint32_t fifo[RD_MAX_IRQ]; /* IRQ entries in arrival order, until fully sent */
+        struct rd_pull pull[RD_MAX_PULL];
+        uint32_t npull;        /* pull entries in use */
+        uint32_t pull_waiting; /* bound receive WQEs to pull that wait for an entry */
+        uint32_t pull_rr;      /* the entry the next Read is looked for from */
         uint32_t fifo_head, fifo_count;
         bool irq_turn;
         /* Send WQEs completed (DW_WQE_DONE) by the ACK a ping-pong's incoming
@@ -192,7 +227,14 @@ struct dw_rd_dev {
         struct dw_rd_qp *qps;   /* every RD-served QP */
         struct dw_rd_qp *tx_rr; /* the QP the next transmit pass starts with */
         struct dw_flow_paths paths;
-        uint64_t pace_wake;        /* earliest pacing deadline a held send waits for (0: none) */
+        uint64_t pace_wake; /* earliest pacing deadline a held send waits for (0: none) */
+        /* From the configuration: no CRC32c on RD datagrams (DIWARP_RD_CRC=0),
+         * and the receiver-paced Send thresholds (DIWARP_RD_PULL_*). */
+        bool nocrc;
+        uint32_t pull_min, pull_chunk, pull_depth;
+        /* Bytes the ACK rel/ is handling acknowledged (ops_acked adds, the
+         * path's window learns them after). */
+        uint32_t cc_acked;
         struct dw_rd_peer *active; /* peers with outstanding data, owed ACKs or timers */
         bool tx_wait;              /* registered with dw_progress_tx_wait */
         /* The walk over `active` for rel/ timers runs when the earliest
@@ -283,7 +325,32 @@ int rd_send_ack(struct dw_rd_peer *p);
 int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
 
 /* rd_rx.c */
+/* What the receive path makes of a NEW DATA segment. */
+enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE };
 void rd_ack_flush(struct dw_rd_dev *d);
+void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
+                  enum diwarp_wc_status st);
+int rd_irq_alloc(struct dw_rd_qp *s);
+void rd_irq_queue(struct dw_rd_qp *s, int idx);
+
+/* rd_pull.c: receiver-paced Sends */
+enum rd_verdict rd_pull_start(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
+                              const struct dw_rdmap_hdr *r, const struct dw_dgram_hdr *h, int *idx,
+                              uint8_t *nak);
+void rd_pull_free(struct dw_rd_qp *s, struct rd_pull *pl);
+/* Gives free entries to receive WQEs waiting to be pulled; true if any. */
+bool rd_pull_activate(struct dw_rd_qp *s);
+/* A pushed or pulled piece of receive WQE w (RD_W_PULL) was placed: marks it
+ * whole (RD_W_LAST) once every byte is in. */
+void rd_pull_check(struct dw_rd_qp *s, struct dw_wqe *w);
+enum rd_verdict rd_pull_response(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                 const struct dw_dgram_hdr *h, const struct dw_rdmap_hdr *r,
+                                 const uint8_t *pay, size_t plen);
+/* The request of Read slot `slot` of pull entry idx was acknowledged. */
+void rd_pull_acked(struct dw_rd_qp *s, uint32_t idx, uint32_t slot);
+enum rd_verdict rd_pull_serve(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                              const struct dw_rdmap_hdr *r, const struct dw_rdmap_rreq *rq,
+                              uint8_t *nak);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -340,10 +407,13 @@ static inline uint32_t rd_cc_bytes(const struct dw_rd_peer *p, uint64_t cookie)
         uint64_t S = rd_peer_seg(p), off = (uint64_t)ck_seg(cookie) * S, len = 0;
         if (ck_kind(cookie) == RD_CK_SQ) {
                 const struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
+                uint64_t end = (w->flags & RD_W_PULL) ? w->pull_pushed : w->total_len;
                 if (is_read_like(w->opcode))
                         len = DW_RDMAP_ATOMIC_REQ_HDR_LEN;
-                else if (w->total_len > off)
-                        len = w->total_len - off;
+                else if (end > off)
+                        len = end - off;
+        } else if (ck_kind(cookie) == RD_CK_PULL) {
+                len = DW_RDMAP_RREQ_HDR_LEN;
         } else {
                 const struct rd_irq *e = &s->irq[ck_slot(cookie)];
                 if (e->atomic)

@@ -69,8 +69,6 @@ void rd_ack_flush(struct dw_rd_dev *d)
 
 /* ---------------------------------------------------------------- receive */
 
-enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE };
-
 /* True when `need` unbound receive WQEs are in qp->rq. On an SRQ, qp->rq is
  * the QP's own ring of WQEs taken from the SRQ: they are taken only when a
  * message binds them, all or none, so an RNR leaves the SRQ whole for the
@@ -136,8 +134,8 @@ static void rd_rq_pop_done(struct dw_rd_qp *s)
         }
 }
 
-static void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
-                         enum diwarp_wc_status st)
+void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
+                  enum diwarp_wc_status st)
 {
         struct diwarp_wc wc = {
             .wr_id = w->wr_id, .status = st, .opcode = DIWARP_WC_RECV, .src_qp = p->rqpn};
@@ -243,7 +241,7 @@ static struct dw_wqe *rd_orq_find(struct dw_rd_qp *s, struct dw_rd_peer *p, uint
         return NULL;
 }
 
-static int rd_irq_alloc(struct dw_rd_qp *s)
+int rd_irq_alloc(struct dw_rd_qp *s)
 {
         if (s->fifo_count >= RD_MAX_IRQ)
                 return -1;
@@ -253,7 +251,7 @@ static int rd_irq_alloc(struct dw_rd_qp *s)
         return -1;
 }
 
-static void rd_irq_queue(struct dw_rd_qp *s, int idx)
+void rd_irq_queue(struct dw_rd_qp *s, int idx)
 {
         s->fifo[(s->fifo_head + s->fifo_count) % RD_MAX_IRQ] = (uint32_t)idx;
         s->fifo_count++;
@@ -286,7 +284,14 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
         /* Requests must carry our Q_Key on an RD QP; responses belong to a
          * stream we opened and carry none. */
-        bool request = r.opcode != DW_RDMAP_READ_RESP && r.opcode != DW_RDMAP_ATOMIC_RESP;
+        bool request = r.opcode != DW_RDMAP_READ_RESP && r.opcode != DW_RDMAP_ATOMIC_RESP &&
+                       !(h->xflags & DW_DGRAM_X_PULLREQ);
+        /* The pull flags go with one opcode each (docs/PROTOCOL.md). */
+        bool send = r.opcode == DW_RDMAP_SEND || r.opcode == DW_RDMAP_SEND_SE ||
+                    r.opcode == DW_RDMAP_SEND_INVAL || r.opcode == DW_RDMAP_SEND_SE_INVAL;
+        if (((h->xflags & DW_DGRAM_X_PULL) && (!send || has_imm)) ||
+            ((h->xflags & DW_DGRAM_X_PULLREQ) && r.opcode != DW_RDMAP_READ_REQ))
+                return RV_DROP;
         if (!s->rc && request && h->qkey != qp->attr.qkey) {
                 dev->ctr.rx_dropped_qkey++;
                 qp->ctr.rx_dropped_qkey++;
@@ -304,7 +309,19 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 struct dw_wqe *w = rd_rx_bind(s, p, r.ddp.msn);
                 if (!w)
                         return RV_RNR;
+                int pull = -1;
+                if (h->xflags & DW_DGRAM_X_PULL) {
+                        /* Before the placement: a refusal (no entry free: RNR)
+                         * must leave nothing behind. */
+                        enum rd_verdict v = rd_pull_start(s, p, w, &r, h, &pull, nak);
+                        if (v != RV_ACCEPT)
+                                return v;
+                }
                 int e = dw_qp_scatter(qp, w, r.ddp.mo, pay, plen);
+                if (e < 0 && pull >= 0)
+                        rd_pull_free(s, &s->pull[pull]);
+                else if (e < 0 && (h->xflags & DW_DGRAM_X_PULL) && s->pull_waiting)
+                        s->pull_waiting--;
                 if (e == -EMSGSIZE) {
                         dw_warn("RD QP %#x: Send of more than the %llu-byte receive WR %#llx",
                                 qp->qpn, (unsigned long long)w->total_len,
@@ -320,6 +337,13 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                         *nak = DW_DGRAM_NAK_REM_OP;
                         return RV_NAK;
                 }
+                /* Pushed bytes and the newest PSN of a Send that may turn out
+                 * to be receiver-paced (its first segment may come last). */
+                w->bytes_done += plen;
+                if (!(w->ts_ns >> 32) || dw_psn_before((uint32_t)w->ts_ns, h->psn))
+                        w->ts_ns = 1ull << 32 | h->psn;
+                if (w->flags & RD_W_PULL)
+                        rd_pull_check(s, w);
                 if (r.ddp.last) {
                         w->psn = h->psn;
                         w->byte_len = r.ddp.mo + (uint32_t)plen;
@@ -395,6 +419,8 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                         *nak = DW_DGRAM_NAK_INVALID;
                         return RV_NAK;
                 }
+                if (h->xflags & DW_DGRAM_X_PULLREQ)
+                        return rd_pull_serve(s, p, &r, &rq, nak);
                 enum dw_prot_status st = DW_PROT_OK;
                 if (rq.rdma_rd_sz && !qp_allows(qp, DIWARP_ACCESS_REMOTE_READ))
                         st = DW_PROT_ACCESS;
@@ -467,6 +493,11 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 return RV_ACCEPT;
         }
         case DW_RDMAP_READ_RESP: {
+                if (s->npull) {
+                        enum rd_verdict v = rd_pull_response(s, p, h, &r, pay, plen);
+                        if (v != RV_DROP)
+                                return v;
+                }
                 struct dw_wqe *w = rd_orq_find(s, p, r.ddp.stag, false);
                 if (!w || r.ddp.to > w->total_len || plen > w->total_len - r.ddp.to)
                         return RV_DROP;
@@ -776,7 +807,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 return -1;
         if (len < 0)
                 return 0;
-        if (train || (size_t)len < RD_DIRECT_MIN + DW_DGRAM_CRC_LEN)
+        if (train || (size_t)len < RD_DIRECT_MIN)
                 return rd_direct_skip(d);
         const char *why = NULL;
         struct dw_dgram_hdr h;
@@ -799,7 +830,13 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 return rd_direct_skip(d);
         struct dw_rdmap_hdr r;
         ssize_t rl = dw_rdmap_decode(hb + hl, sizeof(d->rx_hdr) - (size_t)hl, &r, &why);
-        size_t body = (size_t)len - DW_DGRAM_CRC_LEN;
+        /* Without a CRC (DIWARP_RD_CRC=0 at both ends) the body runs to the
+         * end; one our setting refuses takes the ordinary way, which drops it. */
+        bool nocrc = h.xflags & DW_DGRAM_X_NOCRC;
+        if ((nocrc && !d->nocrc) || (h.xflags & ~DW_DGRAM_X_NOCRC) ||
+            (size_t)len < (nocrc ? 0 : DW_DGRAM_CRC_LEN) + RD_DIRECT_MIN)
+                return rd_direct_skip(d);
+        size_t body = (size_t)len - (nocrc ? 0 : DW_DGRAM_CRC_LEN);
         if (rl < 0 || r.opcode != (read ? DW_RDMAP_READ_RESP : DW_RDMAP_WRITE) ||
             body < (size_t)(hl + rl) + RD_DIRECT_MIN || r.ddp.stag != d->rx_next.stag ||
             r.ddp.to != d->rx_next.to || (!read && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE)))
@@ -820,7 +857,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
         }
         uint8_t trl[DW_DGRAM_CRC_LEN];
         struct iovec iov[3] = {{hb, (size_t)(hl + rl)}, {host, plen}, {trl, sizeof(trl)}};
-        int n = dw_udp_recv_iov(&dev->udp, iov, 3);
+        int n = dw_udp_recv_iov(&dev->udp, iov, nocrc ? 2 : 3);
         if (n < 0)
                 return n == -EAGAIN ? -1 : 0;
         if (n != len) {
@@ -829,11 +866,14 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 dev->ctr.rx_dropped_malformed++;
                 return 1;
         }
-        uint32_t st = dw_crc32c_update(dw_crc32c_init(), hb, (size_t)(hl + rl));
-        st = dw_crc32c_update(st, host, plen);
-        uint8_t want[DW_DGRAM_CRC_LEN];
-        dw_dgram_crc_trailer(want, st);
-        if (memcmp(want, trl, sizeof(want)) != 0) {
+        uint32_t st = 0;
+        uint8_t want[DW_DGRAM_CRC_LEN] = {0};
+        if (!nocrc) {
+                st = dw_crc32c_update(dw_crc32c_init(), hb, (size_t)(hl + rl));
+                st = dw_crc32c_update(st, host, plen);
+                dw_dgram_crc_trailer(want, st);
+        }
+        if (!nocrc && memcmp(want, trl, sizeof(want)) != 0) {
                 dev->ctr.crc_errors++;
                 return 1;
         }

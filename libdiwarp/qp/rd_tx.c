@@ -62,11 +62,12 @@ static int rd_src_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, ui
  * checks. */
 static ssize_t rd_put_hdr(const struct dw_dgram_hdr *h, uint8_t *b)
 {
-        b[0] = DW_DGRAM_VERSION;
+        b[0] = h->xflags ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
         b[1] = h->flags;
         b[2] = 0;
         b[3] = 0;
         dw_put_be32(b + 4, h->dst_qpn);
+        b[4] = h->xflags;
         dw_put_be32(b + 8, h->src_qpn);
         dw_put_be32(b + 12, h->qkey);
         dw_put_be32(b + 16, h->psn);
@@ -107,14 +108,15 @@ static void rd_slot_for(struct rd_txslot *t, struct dw_rd_peer *p, uint32_t psn,
         t->cookie = cookie;
 }
 
-/* The datagram is t->hdr up to end: its CRC goes behind it, and it is sent
- * as one iovec. */
-static void rd_slot_whole(struct rd_txslot *t, uint8_t *end)
+/* The datagram is t->hdr up to end: its CRC goes behind it (none with
+ * DIWARP_RD_CRC=0), and it is sent as one iovec. */
+static void rd_slot_whole(struct rd_txslot *t, uint8_t *end, bool nocrc)
 {
         size_t len = (size_t)(end - t->hdr);
-        dw_dgram_crc_trailer(end, dw_crc32c_update(dw_crc32c_init(), t->hdr, len));
+        if (!nocrc)
+                dw_dgram_crc_trailer(end, dw_crc32c_update(dw_crc32c_init(), t->hdr, len));
         t->iov[0].iov_base = t->hdr;
-        t->iov[0].iov_len = len + DW_DGRAM_CRC_LEN;
+        t->iov[0].iov_len = len + (nocrc ? 0 : DW_DGRAM_CRC_LEN);
         t->iovcnt = 1;
         t->dlen = (uint32_t)t->iov[0].iov_len;
 }
@@ -151,12 +153,14 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         h.ack_psn = 0;
         if (dw_rel_ack_owed(&p->rel))
                 dw_rel_build_ack(&p->rel, &h, 0); /* no holes: no SACK block */
+        bool nocrc = rdd(qp->dev)->nocrc;
         uint8_t *b = t->hdr;
-        b[0] = DW_DGRAM_VERSION;
+        b[0] = nocrc ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
         b[1] = h.flags;
         b[2] = 0;
         b[3] = 0;
         dw_put_be32(b + 4, p->rqpn);
+        b[4] = nocrc ? DW_DGRAM_X_NOCRC : 0;
         dw_put_be32(b + 8, qp->qpn);
         dw_put_be32(b + 12, w->remote_qkey);
         dw_put_be32(b + 16, psn);
@@ -184,7 +188,7 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         if (len)
                 memcpy(b, src, len);
         b += len;
-        rd_slot_whole(t, b);
+        rd_slot_whole(t, b, nocrc);
         rd_slot_for(t, p, psn, cookie, len);
         return true;
 }
@@ -207,6 +211,9 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         bool imm = false;
         uint32_t qkey = 0;
         uint32_t seg = ck_seg(cookie);
+        bool nocrc = rdd(dev)->nocrc;
+        uint8_t xflags = nocrc ? DW_DGRAM_X_NOCRC : 0;
+        uint32_t pull_len = 0, pull_pushed = 0;
 
         if (ck_kind(cookie) == RD_CK_SQ && seg == 0 &&
             rd_build_small(p, &qp->sq.ring[ck_slot(cookie)], cookie, psn, ackreq, t))
@@ -222,8 +229,18 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                 case DIWARP_WR_SEND_WITH_INV: {
                         bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
                         bool wimm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
-                        plen = w->total_len - off < S ? w->total_len - off : S;
-                        bool last = off + plen == w->total_len;
+                        /* A receiver-paced Send pushes its first chunk only,
+                         * none of it its last segment; the first carries the
+                         * pull descriptor. */
+                        bool pull = w->flags & RD_W_PULL;
+                        uint64_t end = pull ? w->pull_pushed : w->total_len;
+                        plen = end - off < S ? end - off : S;
+                        bool last = !pull && off + plen == w->total_len;
+                        if (pull && seg == 0) {
+                                xflags |= DW_DGRAM_X_PULL;
+                                pull_len = (uint32_t)w->total_len;
+                                pull_pushed = w->pull_pushed;
+                        }
                         /* With immediate data the SE bit rides on the Immediate
                          * Data message, as on UD. */
                         dw_rdmap_hdr_init(&r,
@@ -299,6 +316,20 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                         memcpy(t->imm + k, &w->imm_data, 4);
                         dw_put_be32(t->imm + k + 4, wr ? (uint32_t)w->total_len : 0);
                 }
+        } else if (ck_kind(cookie) == RD_CK_PULL) {
+                /* A Read of a receiver-paced Send we are receiving: its Data
+                 * Source STag names the Send (its MSN), the TO the offset. */
+                const struct rd_pull *pl = &s->pull[ck_slot(cookie)];
+                const struct rd_pull_read *rr = &pl->rd[seg];
+                struct dw_rdmap_rreq rq = {.sink_stag = rr->msn,
+                                           .sink_to = 0,
+                                           .rdma_rd_sz = rr->len,
+                                           .src_stag = pl->send_msn,
+                                           .src_to = rr->off};
+                dw_rdmap_hdr_init(&r, DW_RDMAP_READ_REQ);
+                r.ddp.msn = rr->msn;
+                extlen = (size_t)dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
+                xflags |= DW_DGRAM_X_PULLREQ;
         } else {
                 struct rd_irq *e = &s->irq[ck_slot(cookie)];
                 if (e->atomic) {
@@ -310,43 +341,56 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                 } else {
                         uint64_t off = (uint64_t)seg * S;
                         plen = e->len - off < S ? e->len - off : S;
-                        uint8_t *host = NULL;
-                        /* Checked per segment: the region may have gone since. */
-                        if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd,
-                                               DIWARP_ACCESS_REMOTE_READ, e->src_to + off, plen,
-                                               &host) != DW_PROT_OK)
-                                return -EACCES;
+                        if (e->pull) {
+                                /* From the Send's own SGEs (lkeys checked). */
+                                npay = rd_src_iov(qp, &qp->sq.ring[e->wslot], e->src_to + off, plen,
+                                                  pay);
+                                if (npay < 0)
+                                        return -EACCES;
+                        } else {
+                                uint8_t *host = NULL;
+                                /* Checked per segment: the region may have gone since. */
+                                if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd,
+                                                       DIWARP_ACCESS_REMOTE_READ, e->src_to + off,
+                                                       plen, &host) != DW_PROT_OK)
+                                        return -EACCES;
+                                if (plen) {
+                                        pay[0].iov_base = host;
+                                        pay[0].iov_len = plen;
+                                        npay = 1;
+                                }
+                        }
                         dw_rdmap_hdr_init(&r, DW_RDMAP_READ_RESP);
                         r.ddp.stag = e->sink_stag;
                         r.ddp.to = e->sink_to + off;
                         r.ddp.last = off + plen == e->len;
-                        if (plen) {
-                                pay[0].iov_base = host;
-                                pay[0].iov_len = plen;
-                                npay = 1;
-                        }
                 }
         }
 
         size_t ddp_len = r.ddp.tagged ? DW_DGRAM_DDP_TAGGED_LEN : DW_DGRAM_DDP_UNTAGGED_LEN;
         size_t fixed = DW_DGRAM_HDR_LEN + ddp_len + extlen + plen +
-                       (imm ? DW_DGRAM_IMM_MSG_LEN : 0) + DW_DGRAM_CRC_LEN;
+                       (imm ? DW_DGRAM_IMM_MSG_LEN : 0) + (nocrc ? 0 : DW_DGRAM_CRC_LEN) +
+                       ((xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0);
         uint32_t mtu = p->udp_mtu;
         struct dw_dgram_hdr h = {
             .flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (imm ? DW_DGRAM_F_IMM : 0) |
                      (ackreq ? DW_DGRAM_F_ACKREQ : 0),
+            .xflags = xflags,
             .dst_qpn = p->rqpn,
             .src_qpn = qp->qpn,
             .qkey = qkey,
             .psn = psn,
+            .pull_len = pull_len,
+            .pull_pushed = pull_pushed,
         };
         if (dw_rel_ack_owed(&p->rel)) {
                 size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
                 dw_rel_build_ack(&p->rel, &h,
                                  room > DW_DGRAM_MAX_SACK ? DW_DGRAM_MAX_SACK : (unsigned)room);
         }
-        ssize_t hl =
-            h.sack_count ? dw_dgram_encode(&h, t->hdr, sizeof(t->hdr)) : rd_put_hdr(&h, t->hdr);
+        ssize_t hl = h.sack_count || (h.xflags & ~DW_DGRAM_X_NOCRC)
+                         ? dw_dgram_encode(&h, t->hdr, sizeof(t->hdr))
+                         : rd_put_hdr(&h, t->hdr);
         if (hl < 0)
                 return -EINVAL;
         ssize_t dl = rd_put_ddp(&r, t->hdr + hl);
@@ -362,7 +406,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                         memcpy(q, t->imm, sizeof(t->imm));
                         q += sizeof(t->imm);
                 }
-                rd_slot_whole(t, q);
+                rd_slot_whole(t, q, nocrc);
                 goto filled;
         }
         int n = 0;
@@ -376,11 +420,13 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                 t->iov[n].iov_len = sizeof(t->imm);
                 n++;
         }
-        uint32_t st = dw_crc32c_update_iov(dw_crc32c_init(), t->iov, (size_t)n);
-        dw_dgram_crc_trailer(t->crc, st);
-        t->iov[n].iov_base = t->crc;
-        t->iov[n].iov_len = sizeof(t->crc);
-        n++;
+        if (!nocrc) {
+                uint32_t st = dw_crc32c_update_iov(dw_crc32c_init(), t->iov, (size_t)n);
+                dw_dgram_crc_trailer(t->crc, st);
+                t->iov[n].iov_base = t->crc;
+                t->iov[n].iov_len = sizeof(t->crc);
+                n++;
+        }
         t->iovcnt = n;
         t->dlen = 0;
         for (int i = 0; i < n; i++)
@@ -413,10 +459,12 @@ static int rd_send_ctrl(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
         uint8_t buf[DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_CRC_LEN];
         h->dst_qpn = p->rqpn;
         h->src_qpn = qp->qpn;
+        if (rdd(qp->dev)->nocrc)
+                h->xflags |= DW_DGRAM_X_NOCRC;
         ssize_t n = dw_dgram_encode(h, buf, sizeof(buf));
         if (n < 0)
                 return 0;
-        n = dw_dgram_packet_seal(buf, (size_t)n, sizeof(buf));
+        n = dw_dgram_packet_finish(buf, (size_t)n, sizeof(buf));
         if (n < 0)
                 return 0;
         struct iovec iov = {buf, (size_t)n};
@@ -448,17 +496,27 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
         struct dw_rd_qp *s = p->s;
         (void)psn;
         uint32_t b = rd_cc_bytes(p, cookie);
-        p->cc_acked += b;
+        rdd(s->qp->dev)->cc_acked += b;
         p->cc_inflight = b < p->cc_inflight ? p->cc_inflight - b : 0;
         if (ck_kind(cookie) == RD_CK_SQ) {
                 struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
                 w->bytes_acked++;
                 rd_check_done(s, w);
+        } else if (ck_kind(cookie) == RD_CK_PULL) {
+                rd_pull_acked(s, ck_slot(cookie), ck_seg(cookie));
         } else {
                 struct rd_irq *e = &s->irq[ck_slot(cookie)];
                 e->acked++;
-                if (e->acked >= e->nseg && e->sent >= e->nseg)
+                if (e->acked >= e->nseg && e->sent >= e->nseg) {
                         e->peer = NULL;
+                        if (e->pull) {
+                                /* A chunk of a receiver-paced Send is with the
+                                 * receiver: the Send completes once all are. */
+                                struct dw_wqe *w = &s->qp->sq.ring[e->wslot];
+                                w->pull_done += e->len;
+                                rd_check_done(s, w);
+                        }
+                }
         }
 }
 
@@ -533,11 +591,13 @@ const struct dw_rel_ops rd_ops = {
 
 int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
 {
+        struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        d->cc_acked = 0;
         int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
-        if (p->cc_acked) {
-                dw_cc_acked(&p->path->cc, p->cc_acked, now);
-                p->cc_acked = 0;
-        }
+        if (d->cc_acked)
+                dw_cc_acked(&p->path->cc, d->cc_acked, now);
+        if (h->xflags & DW_DGRAM_X_ECE)
+                dw_cc_lost(&p->path->cc, DW_CC_LOSS_ECN, now);
         return r;
 }
 
@@ -679,6 +739,65 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         return 1;
 }
 
+/* The next Read Request of a receiver-paced Send we are receiving (see
+ * rd_pull.c): one the socket refused before, else a new one while fewer
+ * than the depth are unplaced. 1 built, 0 none. */
+static int rd_next_pull(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
+{
+        struct dw_rd_dev *d = rdd(s->qp->dev);
+        for (uint32_t k = 0; k < RD_MAX_PULL; k++) {
+                uint32_t idx = (s->pull_rr + k) % RD_MAX_PULL;
+                struct rd_pull *pl = &s->pull[idx];
+                if (!pl->peer || !pl->w)
+                        continue;
+                int slot = -1;
+                for (uint32_t i = 0; i < RD_PULL_MAX_DEPTH && slot < 0; i++)
+                        if (pl->rd[i].used && !pl->rd[i].sent)
+                                slot = (int)i;
+                if (slot < 0 && pl->busy < d->pull_depth && pl->next < pl->len) {
+                        for (uint32_t i = 0; i < RD_PULL_MAX_DEPTH && slot < 0; i++)
+                                if (!pl->rd[i].used)
+                                        slot = (int)i;
+                        if (slot >= 0) {
+                                uint32_t left = pl->len - pl->next;
+                                struct rd_pull_read *rr = &pl->rd[slot];
+                                *rr = (struct rd_pull_read){
+                                    .msn = pl->peer->tx_rreq++,
+                                    .off = pl->next,
+                                    .len = left < d->pull_chunk ? left : d->pull_chunk,
+                                    .used = true};
+                                pl->next += rr->len;
+                                pl->busy++;
+                                s->qp->ctr.pulls++;
+                                s->qp->ctr.pull_bytes += rr->len;
+                                s->qp->dev->ctr.pulls++;
+                                s->qp->dev->ctr.pull_bytes += rr->len;
+                        }
+                }
+                if (slot < 0)
+                        continue;
+                struct dw_rd_peer *p = pl->peer;
+                uint64_t cookie = rd_cookie(RD_CK_PULL, idx, (uint32_t)slot);
+                uint32_t ccb = rd_cc_bytes(p, cookie);
+                if (!rd_room(p, now, ccb))
+                        return 0;
+                uint32_t psn = p->rel.snd_nxt + p->batch;
+                bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW;
+                if (rd_build(p, cookie, psn, ackreq, t) < 0)
+                        return 0;
+                t->save_idx = idx;
+                t->save_seg = (uint32_t)slot;
+                t->cc_bytes = ccb;
+                p->path->pending += ccb;
+                p->batch++;
+                /* Taken by this batch; a refusal of the socket gives it back. */
+                pl->rd[slot].sent = true;
+                s->pull_rr = idx;
+                return 1;
+        }
+        return 0;
+}
+
 static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
 {
         for (uint32_t k = 0; k < s->fifo_count; k++) {
@@ -738,7 +857,7 @@ static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
                 }
                 if (w->bytes_done >= w->ts_ns)
                         w->flags |= RD_W_TXALL;
-        } else {
+        } else if (ck_kind(t->cookie) == RD_CK_IRQ) {
                 struct rd_irq *e = &s->irq[ck_slot(t->cookie)];
                 e->sent++;
                 while (s->fifo_count) {
@@ -847,18 +966,31 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                         return work;
                 /* Everything went in the previous round (the common case of
                  * one message): no clock read for an empty one. */
-                if (work && dw_wq_count(&qp->sq) <= s->tx_idx && !s->fifo_count)
+                if (work && dw_wq_count(&qp->sq) <= s->tx_idx && !s->fifo_count && !s->npull)
                         return work;
                 uint64_t now = rd_clock(dev);
                 int n = 0;
                 uint32_t bytes = 0;
-                bool sq_off = false, irq_off = s->fifo_count == 0;
+                bool sq_off = false, irq_off = s->fifo_count == 0, pull_off = s->npull == 0;
                 s->orq_building = 0;
                 s->starting = 0;
                 /* With GSO a step builds up to 64 datagrams (a few super-
                  * datagrams' worth), fewer when they are large. */
                 int nmax = !dev->fault_on && dw_udp_gso_on(&dev->udp) ? RD_BATCH : DW_UDP_TX_BATCH;
-                while (n < nmax && bytes < RD_BATCH_BYTES && !(sq_off && irq_off)) {
+                while (n < nmax && bytes < RD_BATCH_BYTES && !(sq_off && irq_off && pull_off)) {
+                        /* Pull requests first: small, and each one unlocks a
+                         * chunk of data. */
+                        if (!pull_off) {
+                                int r = rd_next_pull(s, now, &d->slot[n]);
+                                if (r == 1) {
+                                        bytes += d->slot[n].dlen;
+                                        n++;
+                                        continue;
+                                }
+                                pull_off = true;
+                                if (sq_off && irq_off)
+                                        break;
+                        }
                         bool use_irq = !irq_off && (s->irq_turn || sq_off);
                         int r = use_irq ? rd_next_irq(s, now, &d->slot[n])
                                         : rd_next_sq(s, now, n, &d->slot[n]);
@@ -913,7 +1045,10 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                 /* Roll the cursors back to the first datagram the socket refused. */
                 for (int i = n - 1; i >= sent; i--) {
                         struct rd_txslot *t = &d->slot[i];
-                        if (ck_kind(t->cookie) == RD_CK_SQ) {
+                        if (ck_kind(t->cookie) == RD_CK_PULL) {
+                                /* rd_next_pull offers it again */
+                                s->pull[t->save_idx].rd[t->save_seg].sent = false;
+                        } else if (ck_kind(t->cookie) == RD_CK_SQ) {
                                 s->tx_idx = t->save_idx;
                                 s->tx_seg = t->save_seg;
                         } else {

@@ -388,10 +388,18 @@ static bool dw_ud_duplicate(struct dw_qp *qp, const struct sockaddr_in *from, ui
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from)
 {
         const char *why = NULL;
-        ssize_t body = dw_dgram_packet_check(pkt, len, &why);
+        /* An RD datagram without CRC32c is taken only when DIWARP_RD_CRC=0
+         * says so here too: integrity is this receiver's call. */
+        ssize_t body = dw_dgram_packet_body(pkt, len, !dev->cfg.rd_crc, &why);
         if (body == -EILSEQ) {
                 dev->ctr.crc_errors++;
                 dw_dbg("UD rx from port %u: CRC32c mismatch, dropped", ntohs(from->sin_port));
+                return;
+        }
+        if (body == -ENOTSUP) {
+                dev->ctr.rx_dropped_nocrc++;
+                dw_dbg("RD rx from port %u: a datagram without CRC32c, refused (DIWARP_RD_CRC=1)",
+                       ntohs(from->sin_port));
                 return;
         }
         if (body < 0)

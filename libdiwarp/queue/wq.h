@@ -55,6 +55,10 @@ struct dw_wqe {
         uint32_t byte_len; /* for the completion */
         uint64_t ts_ns;
         void *priv;
+        /* RD receiver-paced Send: bytes pushed as segments (send and
+         * receive), bytes pulled and acknowledged (send) or placed (receive). */
+        uint32_t pull_pushed;
+        uint64_t pull_done;
 };
 
 struct dw_wq {

@@ -12,6 +12,8 @@
 #include "util/fault.h"
 #include "util/log.h"
 
+#define DW_MAX_MSG_PULL 2147483648ull /* the largest RD message */
+
 void dw_config_defaults(struct dw_config *cfg)
 {
         memset(cfg, 0, sizeof(*cfg));
@@ -35,6 +37,10 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->cc = true;
         cfg->cc_pacing = true;
         cfg->cc_target_us = DW_CONFIG_DEFAULT_CC_TARGET_US;
+        cfg->rd_crc = true;
+        cfg->pull_min = DW_CONFIG_DEFAULT_PULL_MIN;
+        cfg->pull_chunk = DW_CONFIG_DEFAULT_PULL_CHUNK;
+        cfg->pull_depth = DW_CONFIG_DEFAULT_PULL_DEPTH;
 }
 
 /* Records "NAME='value': expectation" in cfg->why_buf. The value is cut short
@@ -229,6 +235,30 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                         return bad(cfg, "DIWARP_CC_TARGET_US", v,
                                    "expected microseconds 1..1000000");
                 cfg->cc_target_us = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_RD_CRC"))) {
+                static const char *const names[] = {"0", "1"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_RD_CRC", v, "expected 0 or 1");
+                cfg->rd_crc = i == 1;
+        }
+        if ((v = var(env, "DIWARP_RD_PULL_MIN"))) {
+                if (!parse_u64(v, 10, 0, DW_MAX_MSG_PULL, &u))
+                        return bad(cfg, "DIWARP_RD_PULL_MIN", v,
+                                   "expected bytes 0..2147483648 (0: Sends are never pulled)");
+                cfg->pull_min = (uint32_t)(u == DW_MAX_MSG_PULL ? u - 1 : u);
+        }
+        if ((v = var(env, "DIWARP_RD_PULL_CHUNK"))) {
+                if (!parse_u64(v, 10, DW_CONFIG_MIN_PULL_CHUNK, DW_CONFIG_MAX_PULL_CHUNK, &u))
+                        return bad(cfg, "DIWARP_RD_PULL_CHUNK", v, "expected bytes 1024..67108864");
+                cfg->pull_chunk = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_RD_PULL_DEPTH"))) {
+                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_PULL_DEPTH, &u))
+                        return bad(cfg, "DIWARP_RD_PULL_DEPTH", v, "expected Reads 1..8");
+                cfg->pull_depth = (uint32_t)u;
         }
         if ((v = var(env, "DIWARP_FAULT_SEED"))) {
                 /* Base 0: decimal, or 0x-prefixed hex as seeds are often printed. */

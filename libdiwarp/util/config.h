@@ -34,7 +34,17 @@ enum dw_rc_transport {
 /* Longest DIWARP_INFLIGHT_SHM name (without the leading '/'). */
 #define DW_CONFIG_MAX_SHM_NAME         100
 #define DW_CONFIG_DEFAULT_CC_TARGET_US 300u
-#define DW_CONFIG_MAX_CC_TARGET_US     1000000u
+/* Receiver-paced RD Sends (seed 000): from this size on, a Send pushes its
+ * first chunk and the receiver pulls the rest, chunk by chunk, at most
+ * `depth` Reads outstanding. The defaults come from the sweep in
+ * docs/PERFORMANCE.md. */
+#define DW_CONFIG_DEFAULT_PULL_MIN   (256u << 10)
+#define DW_CONFIG_DEFAULT_PULL_CHUNK (64u << 10)
+#define DW_CONFIG_DEFAULT_PULL_DEPTH 4u
+#define DW_CONFIG_MAX_PULL_DEPTH     8u
+#define DW_CONFIG_MIN_PULL_CHUNK     1024u
+#define DW_CONFIG_MAX_PULL_CHUNK     (64u << 20)
+#define DW_CONFIG_MAX_CC_TARGET_US   1000000u
 
 struct dw_config {
         char addr[16];                     /* DIWARP_ADDR, dotted IPv4 */
@@ -58,6 +68,10 @@ struct dw_config {
         bool cc;               /* DIWARP_CC=on|off: RD congestion control */
         bool cc_pacing;        /* DIWARP_CC_PACING=0|1 */
         uint32_t cc_target_us; /* DIWARP_CC_TARGET_US: queueing delay aimed at */
+        bool rd_crc;           /* DIWARP_RD_CRC=0|1: CRC32c on RD datagrams */
+        uint32_t pull_min;     /* DIWARP_RD_PULL_MIN: bytes; 0 = never pull */
+        uint32_t pull_chunk;   /* DIWARP_RD_PULL_CHUNK: bytes per Read */
+        uint32_t pull_depth;   /* DIWARP_RD_PULL_DEPTH: Reads outstanding */
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];
