@@ -252,20 +252,22 @@ int main(int argc, char **argv)
         }
         ex_teardown(&c);
         double gbps = secs > 0 ? (double)o.size * (double)o.iters * 8 / secs / 1e9 : 0;
-        char dg[512] = "";
+        char dg[640] = "";
         if (path.max_dgram)
                 snprintf(dg, sizeof(dg),
                          " dgram=%u sent_max=%u retx=%llu backpressure=%llu dup=%llu direct=%llu"
-                         " cwnd=%u min_rtt_us=%.1f srtt_us=%.1f pace_mbps=%.1f md_delay=%llu"
-                         " md_loss=%llu cc_rto=%llu tlp=%u rto=%u fast=%u",
+                         " cwnd=%u inflight=%u min_rtt_us=%.1f srtt_us=%.1f pace_mbps=%.1f"
+                         " cc_delay=%llu cc_loss=%llu cc_rto=%llu tlp=%u rto=%u fast=%u"
+                         " token_waits=%llu pulls=%llu",
                          path.max_dgram, path.dev_max_sent, (unsigned long long)ctr.retransmits,
                          (unsigned long long)ctr.tx_backpressure,
                          (unsigned long long)ctr.rx_dropped_duplicate,
-                         (unsigned long long)ctr.rx_placed_direct, path.cwnd, path.min_rtt_ns / 1e3,
-                         path.srtt_ns / 1e3, path.pacing_bps / 1e6,
+                         (unsigned long long)ctr.rx_placed_direct, path.cwnd, path.inflight,
+                         path.min_rtt_ns / 1e3, path.srtt_ns / 1e3, path.pacing_bps / 1e6,
                          (unsigned long long)path.cc_decrease_delay,
                          (unsigned long long)path.cc_decrease_loss, (unsigned long long)path.cc_rto,
-                         path.tail_probes, path.rto_expiries, path.fast_retransmits);
+                         path.tail_probes, path.rto_expiries, path.fast_retransmits,
+                         (unsigned long long)ctr.inflight_waits, (unsigned long long)ctr.pulls);
         printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s gbps=%.3f%s\n",
                ex_transport_name(o.transport), ex_op_name(o.op), (unsigned long long)o.size,
                (unsigned long long)o.iters, ok ? "ok" : "fail", gbps, dg);
