@@ -1218,47 +1218,58 @@ class Harness:
         s = self.summary((case, metric, size)) if (case, metric, size) in self.points else None
         return s
 
+    def judge(self, ratio, lo, hi, limit, upper, digits=2):
+        """'met' or 'missed', and a note when the runs straddle the limit. lo,
+        hi: the ratio of the fastest and slowest run to the other side's
+        median; a limit inside that range is borderline."""
+        ok = ratio <= limit if upper else ratio >= limit
+        note = ""
+        if min(lo, hi) <= limit <= max(lo, hi):
+            note = f"borderline: runs span {min(lo, hi):.{digits}f}–{max(lo, hi):.{digits}f}"
+        return ("met" if ok else "missed"), note
+
+    def verdict(self, T, issue, text, ratio, lo, hi, detail, limit, upper, noisy):
+        status, note = self.judge(ratio, lo, hi, limit, upper)
+        notes = [note] if note else []
+        if noisy:
+            notes.append("noisy point")
+        T.append((issue, text, f"{ratio:.2f} {detail}", status, "; ".join(notes)))
+
+    def ratio_target(self, T, issue, text, case, metric, size, limit, upper):
+        """The point's ratio to its baseline (Harness.baseline)."""
+        k = (case, metric, size)
+        p = self.points.get(k)
+        s = self.summary(k) if p else None
+        if s is None or s["ratio"] is None:
+            why = (p.reason if p and p.reason else
+                   "not measured in this run" if not p or p.status == "ok" else p.status)
+            if p and p.status == "ok" and s and s["ratio"] is None:
+                why = "baseline missing"
+            T.append((issue, text, "", "not yet measurable", why))
+            return
+        self.verdict(T, issue, text, s["ratio"], s["lo"] / s["base"], s["hi"] / s["base"],
+                     f"({fmt(s['med'])} vs {fmt(s['base'])})", limit, upper, s["noisy"])
+
+    def pair_target(self, T, issue, text, a, b, metric, size, limit, upper, note=""):
+        """a / b at one point (two cases of this run)."""
+        x, y = self.value(a, metric, size), self.value(b, metric, size)
+        if not x or not y:
+            miss = (a, metric, size) if not x else (b, metric, size)
+            T.append((issue, text, "", "not yet measurable", f"{miss[0]}: {self.why(*miss)}"))
+            return
+        self.verdict(T, issue, text, x["med"] / y["med"], x["lo"] / y["med"],
+                     x["hi"] / y["med"], f"({fmt(x['med'])} vs {fmt(y['med'])}{note})", limit,
+                     upper, x["noisy"] or y["noisy"])
+
     def targets(self):
         """(issue, target, measured, status, why)."""
         T = []
 
-        def ratio_target(issue, text, case, metric, size, limit, upper):
-            k = (case, metric, size)
-            p = self.points.get(k)
-            s = self.summary(k) if p else None
-            if s is None or s["ratio"] is None:
-                why = (p.reason if p and p.reason else
-                       "not measured in this run" if not p or p.status == "ok" else p.status)
-                if p and p.status == "ok" and s and s["ratio"] is None:
-                    why = "baseline missing"
-                T.append((issue, text, "", "not yet measurable", why))
-                return
-            verdict(issue, text, s["ratio"], s["lo"] / s["base"], s["hi"] / s["base"],
-                    f"({fmt(s['med'])} vs {fmt(s['base'])})", limit, upper, s["noisy"])
+        def ratio_target(*a):
+            self.ratio_target(T, *a)
 
-        def verdict(issue, text, ratio, lo, hi, detail, limit, upper, noisy):
-            """lo, hi: the ratio of the fastest and slowest run to the other
-            side's median; a limit inside that range is borderline."""
-            ok = ratio <= limit if upper else ratio >= limit
-            notes = []
-            if min(lo, hi) <= limit <= max(lo, hi):
-                notes.append(f"borderline: runs span {min(lo, hi):.2f}–{max(lo, hi):.2f}")
-            if noisy:
-                notes.append("noisy point")
-            T.append((issue, text, f"{ratio:.2f} {detail}", "met" if ok else "missed",
-                      "; ".join(notes)))
-
-        def pair_target(issue, text, a, b, metric, size, limit, upper, note=""):
-            """a / b at one point (two cases of this run)."""
-            x, y = self.value(a, metric, size), self.value(b, metric, size)
-            if not x or not y:
-                miss = (a, metric, size) if not x else (b, metric, size)
-                T.append((issue, text, "", "not yet measurable",
-                          f"{miss[0]}: {self.why(*miss)}"))
-                return
-            verdict(issue, text, x["med"] / y["med"], x["lo"] / y["med"], x["hi"] / y["med"],
-                    f"({fmt(x['med'])} vs {fmt(y['med'])}{note})", limit, upper,
-                    x["noisy"] or y["noisy"])
+        def pair_target(*a, **kw):
+            self.pair_target(T, *a, **kw)
 
         ratio_target(3, "UD 64 B send ping-pong ≤ 1.15 × raw UDP", "diwarp-ud", "lat_us", 64,
                      1.15, True)
