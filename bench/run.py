@@ -1736,7 +1736,7 @@ class Harness:
                       (f" (UD today: {u['med']:.0f} UDP socket at {n} peers)" if u else "")))
         return T
 
-    def cont_check(self, s, limit, upper, scale=1.0, digits=2, unit=""):
+    def cont_check(self, s, limit, upper, scale=1.0, digits=2, unit="", detail=""):
         """One contention criterion of a point summary s (values divided by
         scale): (cell text, status)."""
         med, lo, hi = s["med"] / scale, s["lo"] / scale, s["hi"] / scale
@@ -1744,8 +1744,8 @@ class Harness:
         notes = [note] if note else []
         if s["noisy"]:
             notes.append("noisy point")
-        return (f"{med:.{digits}f}{unit} {status}" + (f" ({'; '.join(notes)})" if notes else ""),
-                status)
+        return (f"{med:.{digits}f}{unit}{detail} {status}" +
+                (f" ({'; '.join(notes)})" if notes else ""), status)
 
     def cont_targets(self):
         """Rows (case, N, goodput, [criterion cells], status) of the
@@ -1768,8 +1768,8 @@ class Harness:
                 cells = [self.cont_check(self.value(name, "cont_link_frac", n), 0.9, False)]
                 b = self.value(base, "cont_gbps", n)
                 if b:
-                    cells.append(self.cont_check(g, 0.95, False, scale=b["med"]))
-                    cells[-1] = (cells[-1][0] + f" (vs {fmt(b['med'])})", cells[-1][1])
+                    cells.append(self.cont_check(g, 0.95, False, scale=b["med"],
+                                                 detail=f" (vs {fmt(b['med'])})"))
                 else:
                     cells.append((f"{base}: {self.why(base, 'cont_gbps', n)}",
                                   "not yet measurable"))
