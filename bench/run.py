@@ -11,8 +11,11 @@ rdm). Metrics: latency 8 B - 1 MiB, bandwidth and CPU seconds per GB
 4 KiB - 16 MiB, message rate (8 B, window 64), and the seed-derived ones:
 multi-QP latency / throughput / Jain's index, registration cost, buffer reuse,
 overlap and independent progress, memory per peer, idle CPU of the progress
-thread. See bench/README.md for definitions and docs/PERFORMANCE.md for the
-numbers.
+thread. Group `contention`: RD congestion control against raw TCP (default
+congestion control and cubic) through a tbf bottleneck in network namespaces
+(bench-flows, netns-topo.sh; root), N = 1 - 32 flows at 1 and 5 Gbit/s,
+incast, RC over RD, and a loopback check. See bench/README.md for
+definitions and docs/PERFORMANCE.md for the numbers.
 
 Server on core 0, client on core 1 (--cpus). Each point is the median of
 --runs runs (3 with --quick, 5 otherwise), with min and max; runs of all cases
@@ -52,6 +55,55 @@ VERBS_UD_MAX = 4096     # perftest UD: one MTU
 FI_DGRAM_MAX = 1024     # fi_pingpong udp dgram fails above 1472 B here; powers of two
 
 # ---------------------------------------------------------------------------
+# contention: what a 1500-byte MTU lets through the bottleneck as payload. tbf
+# counts L2 bytes (the Ethernet header included); goodput counts payload.
+
+CONT_SIZE = MiB         # message size of every flow through the bottleneck
+CONT_MTU = 1500
+ETH_HDR, IP_HDR, UDP_HDR = 14, 20, 8
+TCP_HDR = 20 + 12       # with timestamps (Linux's default): MSS 1448 at MTU 1500
+# RD (libdiwarp/wire/dgram.h; rd_seg_payload in libdiwarp/qp/rd_int.h): a
+# segment carries at most MTU - IP - UDP - (28 fixed header + 18 untagged DDP +
+# 26 Immediate Data message + 4 CRC) bytes of payload, whatever the opcode; an
+# RDMA Write segment goes out with the fixed header, a tagged DDP header and
+# the CRC (none with DIWARP_RD_CRC=0).
+RD_FIXED, RD_DDP_UNTAGGED, RD_DDP_TAGGED, RD_IMM, RD_CRC = 28, 18, 14, 26, 4
+
+
+def rd_seg(mtu=CONT_MTU):
+    return mtu - IP_HDR - UDP_HDR - RD_FIXED - RD_DDP_UNTAGGED - RD_IMM - RD_CRC
+
+
+def rd_write_ceiling(size=CONT_SIZE, mtu=CONT_MTU, crc=True):
+    """Payload / tbf bytes of one RD RDMA Write of size bytes."""
+    nseg = -(-size // rd_seg(mtu))
+    per = ETH_HDR + IP_HDR + UDP_HDR + RD_FIXED + RD_DDP_TAGGED + (RD_CRC if crc else 0)
+    return size / (size + nseg * per)
+
+
+def tcp_ceiling(mtu=CONT_MTU):
+    """Payload / tbf bytes of a full-sized TCP segment."""
+    return (mtu - IP_HDR - TCP_HDR) / (mtu + ETH_HDR)
+
+
+def rate_gbps(rate):
+    """tc's rate ('1gbit', '500mbit': SI units) in Gbit/s."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(gbit|mbit)", rate)
+    return float(m.group(1)) * (1 if m.group(2) == "gbit" else 1e-3)
+
+
+def cont_duration_ms(pl, rate, n):
+    """bench-flows --duration-ms for n flows through a tbf of rate: the
+    warm-up, then a measured interval in which each flow completes
+    pl['cont_msgs'] messages of CONT_SIZE at its fair share of what RD can
+    carry (rd_write_ceiling), at least pl['cont_min_ms'], in steps of 500 ms.
+    Jain's index over flows that complete a handful of 1 MiB messages each
+    would measure the message granularity, not the sharing."""
+    share = rate_gbps(rate) * 1e9 * rd_write_ceiling() / n
+    need_ms = pl["cont_msgs"] * CONT_SIZE * 8 / share * 1e3
+    return pl["cont_warm_ms"] + max(pl["cont_min_ms"], math.ceil(need_ms / 500) * 500)
+
+# ---------------------------------------------------------------------------
 # configuration of the two modes
 
 
@@ -70,6 +122,11 @@ def plan(quick):
             ov_size=MiB, ov_reps=5,
             mem_peers=[100],
             idle_ms=300,
+            # contention: 1 Gbit/s only, N = 1 and 8 (+ incast, RC over RD at 8),
+            # one run, no 1 % drop case (see cont_duration_ms for the time)
+            cont_runs=1, cont_links=[("1gbit", "64kb")], cont_latency="2ms",
+            cont_n=[1, 8], cont_rcrd_n=[8], cont_msgs=15, cont_min_ms=2000,
+            cont_warm_ms=500, cont_drop=False,
         )
     return dict(
         runs=5, seed_runs=3, timeout=180,
@@ -84,6 +141,11 @@ def plan(quick):
         ov_size=MiB, ov_reps=9,
         mem_peers=[1, 10, 100, 1000],
         idle_ms=2000,
+        # contention: burst 320 KB at 5 Gbit/s, the same 0.5 ms of line rate as
+        # 64 KB at 1 Gbit/s (bench/README.md, "The contention group")
+        cont_runs=5, cont_links=[("1gbit", "64kb"), ("5gbit", "320kb")], cont_latency="2ms",
+        cont_n=[1, 2, 8, 32], cont_rcrd_n=[1, 8], cont_msgs=30, cont_min_ms=3000,
+        cont_warm_ms=1000, cont_drop=True,
     )
 
 
@@ -182,8 +244,9 @@ def tcp_listening(port):
     return False
 
 
-def parse_result(text):
-    lines = [l for l in text.splitlines() if l.startswith("RESULT")]
+def parse_result(text, tag="RESULT"):
+    """key=value fields of the last line that starts with tag."""
+    lines = [l for l in text.splitlines() if l.startswith(tag + " ")]
     if not lines:
         return None
     return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
@@ -305,6 +368,70 @@ class Runner:
         if s.code != 0 or c.code != 0:
             raise RunFailed(f"exit status server {s.code}, client {c.code}\n{txt}")
         return dict(server=outs[0][0], client=outs[1][0], cpu=s.cpu + c.cpu, log=txt)
+
+
+class Topos:
+    """The contention group's bottlenecks: bench/netns-topo.sh router
+    topologies (A -- R -- B, a tbf on R's egress towards B), made once per
+    group and removed by down_all() (the group calls it in a finally: on a
+    failure, Ctrl-C or SIGTERM too). Names carry this process's PID, so
+    concurrent harnesses never meet; netns-topo.sh records this process as
+    their owner, so if it is killed the next `up` or `cleanup` removes them."""
+
+    def __init__(self, script, log):
+        self.script, self.log = script, log
+        self.made = []
+
+    def _run(self, args, timeout=60):
+        try:
+            p = subprocess.run([self.script] + args, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RunFailed(f"netns-topo.sh {' '.join(args)}: no answer in {timeout} s")
+        if args[0] != "stats":  # stats go into the run's own log lines
+            self.log.write(f"== netns-topo.sh {' '.join(args)}: exit {p.returncode}\n"
+                           f"    stdout: {p.stdout.strip()[-600:]}\n"
+                           f"    stderr: {p.stderr.strip()[-600:]}\n")
+            self.log.flush()
+        return p
+
+    def up(self, name, rate, latency, burst):
+        """The TOPO fields; NotAvailable with the script's SKIP reason (not
+        root, no namespaces or tbf here), RunFailed on any other error."""
+        self.made.append(name)  # `up` records it before building: ours to remove
+        p = self._run(["up", name, "router", rate, "--latency", latency, "--burst", burst,
+                       "--mtu", str(CONT_MTU)])
+        if p.returncode == 77:
+            m = re.search(r"SKIP: (.*)", p.stderr)
+            raise NotAvailable("netns-topo.sh: " + (m.group(1) if m else "skipped (exit 77)"))
+        t = parse_result(p.stdout, "TOPO") if p.returncode == 0 else None
+        if not t or not t.get("a") or not t.get("b"):
+            raise RunFailed(f"netns-topo.sh up {name} router {rate}: exit {p.returncode}: "
+                            f"{(p.stderr or p.stdout).strip()[-600:]}")
+        return t
+
+    def stats(self, name):
+        """Cumulative counters of the tbf towards B."""
+        p = self._run(["stats", name])
+        d = parse_result(p.stdout, "STATS")
+        if p.returncode != 0 or not d:
+            raise RunFailed(f"netns-topo.sh stats {name}: exit {p.returncode}: "
+                            f"{p.stderr.strip()[-300:]}")
+        return {k: int(v) for k, v in d.items() if v.isdigit()}
+
+    def down_all(self):
+        while self.made:
+            name = self.made.pop()
+            try:
+                self._run(["down", name])
+            except RunFailed as e:
+                print(f"run: {e}; remove it with bench/netns-topo.sh down {name}",
+                      file=sys.stderr)
+
+
+def sigterm_interrupts(signum, frame):
+    # the contention group's finally removes its topologies; main reports
+    raise KeyboardInterrupt
 
 
 # ---------------------------------------------------------------------------
@@ -467,6 +594,12 @@ def build_cases(h):
                         "(goodput under loss, at the size of its target: 1 MiB)", "rd", "send",
                         "write", env={"DIWARP_FAULT": "drop:1%"}, avail=h.rd_ex_why,
                         only=["bw"], at={"bw": lambda s: s == MiB}, quick=False))
+    # run by the contention group only (its loopback check), not by bw
+    h.extra_cases = [native("diwarp-rd-nocrc", "dgram", "diwarp-rd with DIWARP_RD_CRC=0 on "
+                            "both ends (RDMA Write 1 MiB; the contention group's loopback "
+                            "check)", "rd", "send", "write", env={"DIWARP_RD_CRC": "0"},
+                            avail=h.rd_ex_why, only=["bw"], at={"bw": lambda s: s == MiB},
+                            rate=False, lat=False)]
     cases.append(native("diwarp-rc-rd", "stream", "RC QPs over the RD sublayer "
                         "(DIWARP_RC_TRANSPORT=rd): send latency, RDMA Write bandwidth", "rc",
                         "send", "write", env={"DIWARP_RC_TRANSPORT": "rd"}, avail=h.rcrd_why))
@@ -651,13 +784,14 @@ def size_name(s):
 
 
 class Harness:
-    GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle"]
+    GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle",
+              "contention"]
 
     def __init__(self, a):
         self.a = a
         self.pl = plan(a.quick)
         if a.runs:
-            self.pl["runs"] = self.pl["seed_runs"] = a.runs
+            self.pl["runs"] = self.pl["seed_runs"] = self.pl["cont_runs"] = a.runs
         if a.timeout:
             self.pl["timeout"] = a.timeout
         self.points = {}      # (case, metric, size) -> Point
@@ -668,6 +802,14 @@ class Harness:
         self.cpu_dropped = 0
         self.group_time = {}  # group -> wall seconds
         self.cur_group = None
+        # contention: case -> its raw TCP baseline case, rows in display
+        # order, case -> (rate, burst) of its bottleneck, the default TCP
+        # congestion control the runs reported
+        self.cont_base = {}
+        self.cont_order = []
+        self.cont_link = {}
+        self.cont_tcp_cc = set()
+        self.extra_cases = []
 
     # ---- bookkeeping
     def pt(self, case, metric, size):
@@ -701,6 +843,7 @@ class Harness:
                ("bench-msgrate", "bench"), ("bench-multiqp", "bench"), ("bench-reuse", "bench"),
                ("bench-overlap", "bench"), ("bench-mempeer", "bench"), ("bench-regcost", "bench"),
                ("bench-probe", "bench"), ("bench-native-pingpong", "bench"),
+               ("bench-flows", "bench"),
                ("diwarp", "tools")]
         for name, sub in own:
             p = os.path.join(a.build, sub, name)
@@ -1128,18 +1271,226 @@ class Harness:
 
             self.repeat(lambda: [("diwarp-thread", "idle_cpu_pct", 0)], idle, "idle")
 
+    # ---- contention: RD congestion control against raw TCP through a bottleneck
+    CONT_METRICS = ("cont_gbps", "cont_link_frac", "cont_retx_pct", "cont_dup_pct",
+                    "cont_jain", "cont_min_msgs", "cont_tbf_dropped", "cont_tbf_drop_pct",
+                    "cont_tbf_overlimits", "cont_tbf_frame_b")
+
+    def cont_cases(self, first_link):
+        """(kind, bench-flows client options ({n}: N), env, why not available,
+        the N it runs at (None: every N)) at one bottleneck."""
+        pl = self.pl
+        w = ["--op", "write", "--devices", "{n}"]
+        c = [("rd", ["--transport", "rd"] + w, {}, self.rd_why, None)]
+        if first_link:
+            c += [("rc-rd", ["--transport", "rc"] + w, {"DIWARP_RC_TRANSPORT": "rd"},
+                   self.rcrd_why, pl["cont_rcrd_n"]),
+                  ("rd-incast", ["--transport", "rd"] + w + ["--server-qps", "1"], {},
+                   self.rd_why, [8])]
+            # ---- slow receiver: RESERVED, not implemented here. bench-flows is
+            # being extended for it (elsewhere); its case goes here, with its
+            # row in cont_targets() ("slow receiver").
+        c += [("tcp", ["--transport", "tcp"], {}, None, None),
+              ("tcp-cubic", ["--transport", "tcp", "--tcp-cc", "cubic"], {}, None, None)]
+        return c
+
+    def run_contention(self, r):
+        self.mark_group("contention")
+        if not self.want_group("contention"):
+            return
+        topos = Topos(os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns-topo.sh"),
+                      r.log)
+        old = signal.signal(signal.SIGTERM, sigterm_interrupts)
+        try:
+            self.cont_bottleneck(r, topos)
+            self.cont_loopback(r)
+        finally:
+            topos.down_all()
+            signal.signal(signal.SIGTERM, old)
+
+    def cont_bottleneck(self, r, topos):
+        pl = self.pl
+        for li, (rate, burst) in enumerate(pl["cont_links"]):
+            cases = [(f"{k}@{rate}",) + tuple(rest) for k, *rest in self.cont_cases(li == 0)]
+            cases = [c for c in cases if self.want_case(c[0])]
+            for name, *_ in cases:
+                self.cont_order.append(name)
+                self.cont_link[name] = (rate, burst)
+                if not name.startswith("tcp"):
+                    self.cont_base[name] = f"tcp@{rate}"
+            self.cont_base[f"tcp-cubic@{rate}"] = f"tcp@{rate}"
+            if not cases:
+                continue
+
+            def mark(name, ns, status, why):
+                # the goodput row says why; any other metric that has
+                # numbers from an earlier round loses them
+                for n in ns:
+                    for m in self.CONT_METRICS:
+                        if m == "cont_gbps" or (name, m, n) in self.points:
+                            p = self.pt(name, m, n)
+                            p.status, p.reason, p.vals = status, why, []
+
+            def ns_of(c):
+                return [n for n in pl["cont_n"] if c[4] is None or n in c[4]]
+
+            try:
+                t = topos.up(f"ct{os.getpid()}_{rate}", rate, pl["cont_latency"], burst)
+            except (NotAvailable, RunFailed) as e:
+                st = "n/a" if isinstance(e, NotAvailable) else "failed"
+                first = str(e).strip().splitlines()[0]
+                for c in cases:
+                    mark(c[0], ns_of(c), st, first)
+                if st == "failed":
+                    self.failures.append((cases[0][0], "cont_gbps", 0, str(e)))
+                print(f"run: contention {rate}: {first}", file=sys.stderr)
+                continue
+            active = []
+            for c in cases:
+                if c[3]:
+                    mark(c[0], ns_of(c), "n/a", c[3])
+                else:
+                    active.append(c)
+            broken = set()
+            for n in pl["cont_n"]:
+                pending = []
+                for c in active:
+                    if n not in ns_of(c):
+                        continue
+                    if c[0] in broken:
+                        mark(c[0], [n], "skipped", "failed with fewer flows")
+                        continue
+                    pending.append(c)
+                dur = cont_duration_ms(pl, rate, n)
+                for rnd in range(pl["cont_runs"]):
+                    for c in list(pending):
+                        name, args, env = c[0], c[1], c[2]
+                        try:
+                            res = self.cont_run(r, topos, t, name, n, args, env, dur)
+                            for m, v in res.items():
+                                self.pt(name, m, n).vals.append(v)
+                        except NotAvailable as e:
+                            mark(name, [x for x in ns_of(c) if x >= n], "n/a", str(e))
+                            pending.remove(c)
+                            active.remove(c)
+                        except RunFailed as e:
+                            self.fail_point([(name, m, n) for m in self.CONT_METRICS], str(e))
+                            broken.add(name)
+                            pending.remove(c)
+                    print(f"run: contention {rate} N={n} round {rnd + 1}/{pl['cont_runs']} "
+                          f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+
+    def cont_run(self, r, topos, t, name, n, args, env, dur):
+        """One bench-flows run through topology t; the tbf's counters around it."""
+        exe = [topos.script, "exec", t["name"]]
+        flows = self.prog["bench-flows"]
+        srv = exe + ["B", flows, "--addr", t["b"], "--cpu", r.srv_cpu, "--port", "{port}"]
+        cli = (exe + ["A", flows, "--addr", t["a"], "--cpu", r.cli_cpu, "--port", "{port}",
+                      "--flows", str(n), "--size", str(CONT_SIZE),
+                      "--duration-ms", str(dur), "--warmup-ms", str(self.pl["cont_warm_ms"])] +
+               [x.replace("{n}", str(n)) for x in args] + [t["b"]])
+        before = topos.stats(t["name"])
+        r.next_port()  # the tcp flows use port + 1: the next run's port is above it
+        # the server listens inside B: /proc/net/tcp here cannot see it (the
+        # client retries its connect for 10 s)
+        o = r.run_pair(f"contention {name} N={n}", srv, cli, env, self.pl["timeout"],
+                       listen=False)
+        after = topos.stats(t["name"])
+        res, v = result_of(o["client"], o["log"], ["gbps", "jain", "retx_pct"])
+        flows_out = re.findall(r"^FLOW \d+ .*", o["client"], re.M)
+        msgs = [int(m) for m in re.findall(r"\bmsgs=(\d+)", "\n".join(flows_out))]
+        d = {k: after.get(k, 0) - before.get(k, 0)
+             for k in ("dropped", "overlimits", "sent_pkts", "sent_bytes")}
+        r.log.write(f"    tbf {t['rate']} (delta over the run): dropped={d['dropped']} "
+                    f"overlimits={d['overlimits']} sent_pkts={d['sent_pkts']} "
+                    f"sent_bytes={d['sent_bytes']} backlog_pkts={after.get('backlog_pkts')}\n"
+                    + "".join(f"    {f}\n" for f in flows_out))
+        r.log.flush()
+        if len(msgs) != n:
+            raise RunFailed(f"{len(msgs)} FLOW lines for {n} flows\n{o['log']}")
+        if d["sent_pkts"] <= 0:
+            raise RunFailed(f"nothing went through the bottleneck's tbf\n{o['log']}")
+        if name.startswith("tcp-cubic") and res.get("tcp_cc") != "cubic":
+            raise RunFailed(f"--tcp-cc cubic: the run reports tcp_cc={res.get('tcp_cc')}\n"
+                            f"{o['log']}")
+        if name.startswith("tcp@"):
+            self.cont_tcp_cc.add(res.get("tcp_cc", "?"))
+        if name.startswith("rc-rd") and res.get("rc_transport") != "rd":
+            raise RunFailed(f"RC over RD: the run reports rc_transport="
+                            f"{res.get('rc_transport')}\n{o['log']}")
+        out = {"cont_gbps": v["gbps"],
+               "cont_link_frac": v["gbps"] / rate_gbps(t["rate"]),
+               "cont_retx_pct": v["retx_pct"]}
+        if not name.startswith("tcp"):
+            # duplicates the server received: retransmissions that were not needed
+            _, dup = result_of(o["client"], o["log"], ["srv_dup", "sent_dgrams"])
+            out["cont_dup_pct"] = 100.0 * dup["srv_dup"] / max(dup["sent_dgrams"], 1)
+        return dict(out, **{
+                "cont_jain": v["jain"],
+                "cont_min_msgs": float(min(msgs)),
+                "cont_tbf_dropped": float(d["dropped"]),
+                "cont_tbf_drop_pct": 100.0 * d["dropped"] / (d["sent_pkts"] + d["dropped"]),
+                "cont_tbf_overlimits": float(d["overlimits"]),
+                "cont_tbf_frame_b": d["sent_bytes"] / d["sent_pkts"]})
+
+    def cont_loopback(self, r):
+        """No regression from congestion control on loopback: RD Write 1 MiB
+        with and without its CRC against raw TCP, RD 64 B ping-pong against raw
+        UDP, RD Write under 1 % drop (the existing cases' programs, under the
+        metrics lo_bw_gbps and lo_lat_us)."""
+        pl = self.pl
+        by = {c.name: c for c in self.cases + self.extra_cases}
+        iters = bw_iters(CONT_SIZE, pl)
+        bw = ["diwarp-rd", "diwarp-rd-nocrc", "raw-tcp"] + (["diwarp-rd-drop1"]
+                                                             if pl["cont_drop"] else [])
+        points = [("bw", "lo_bw_gbps", CONT_SIZE, bw,
+                   lambda c: c.groups["bw"](r, CONT_SIZE, iters)[0]),
+                  ("lat", "lo_lat_us", 64, ["diwarp-rd", "raw-udp"],
+                   lambda c: c.groups["lat"](r, 64)["lat_us"])]
+        for g, metric, size, names, measure in points:
+            active = []
+            for c in (by[x] for x in names):
+                if not self.want_case(c.name):
+                    continue
+                p = self.pt(c.name, metric, size)
+                why = c.avail_for(g)
+                if why:
+                    p.status, p.reason = "n/a", why
+                else:
+                    active.append(c)
+            for rnd in range(pl["cont_runs"]):
+                for c in list(active):
+                    try:
+                        v = positive(measure(c), metric, "")
+                        self.pt(c.name, metric, size).vals.append(v)
+                    except NotAvailable as e:
+                        p = self.pt(c.name, metric, size)
+                        p.status, p.reason, p.vals = "n/a", str(e), []
+                        active.remove(c)
+                    except RunFailed as e:
+                        self.fail_point([(c.name, metric, size)], str(e))
+                        active.remove(c)
+                print(f"run: contention loopback {metric} round {rnd + 1}/{pl['cont_runs']} "
+                      f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+
     # ---- output
     BASE = {"lat_us": {"dgram": "raw-udp", "stream": "raw-tcp"},
             "bw_gbps": {"dgram": "raw-tcp", "stream": "raw-tcp"},
             "cpu_s_per_gb": {"dgram": "raw-tcp", "stream": "raw-tcp"},
-            "msgrate_mps": {"dgram": "raw-udp", "stream": "raw-tcp"}}
+            "msgrate_mps": {"dgram": "raw-udp", "stream": "raw-tcp"},
+            # the contention group's loopback check
+            "lo_bw_gbps": {"dgram": "raw-tcp", "stream": "raw-tcp"},
+            "lo_lat_us": {"dgram": "raw-udp", "stream": "raw-tcp"}}
 
     def baseline(self, case, metric, size):
-        fam = self.family.get(case)
-        if metric not in self.BASE or fam is None:
-            return None
-        b = self.BASE[metric][fam]
-        if b == case:
+        if metric == "cont_gbps":
+            b = self.cont_base.get(case)  # raw TCP (default cc) on the same path
+        else:
+            fam = self.family.get(case)
+            if metric not in self.BASE or fam is None:
+                return None
+            b = self.BASE[metric][fam]
+        if b is None or b == case:
             return None
         p = self.points.get((b, metric, size))
         if not p or p.status != "ok" or not p.vals:
@@ -1176,6 +1527,11 @@ class Harness:
                             f"{s['ratio']:.4f}" if s["ratio"] else "", s["n"],
                             f"{s['lo']:.6g}", f"{s['hi']:.6g}"])
 
+    def runs_of(self, metric):
+        if metric.startswith(("cont_", "lo_")):
+            return self.pl["cont_runs"]
+        return self.pl["runs"] if metric in self.BASE else self.pl["seed_runs"]
+
     def cell(self, key, ratio=True):
         p = self.points.get(key)
         if p is None:
@@ -1185,7 +1541,7 @@ class Harness:
             return {"n/a": "n/a", "failed": "**FAILED**", "missing": "missing",
                     "skipped": "skipped"}.get(p.status, p.status)
         txt = f"{fmt(s['med'])} ({fmt(s['lo'])}–{fmt(s['hi'])})"
-        want = self.pl["runs"] if key[1] in self.BASE else self.pl["seed_runs"]
+        want = self.runs_of(key[1])
         if s["n"] < want:
             txt += f" n={s['n']}"  # runs without a number (CPU below setup noise)
         if ratio and s["ratio"]:
@@ -1199,7 +1555,8 @@ class Harness:
         keys = [k for k in self.order if k[1] == metric]
         if not keys:
             return ""
-        rank = {c.name: i for i, c in enumerate(self.cases)}
+        rank = {c.name: i for i, c in enumerate(self.cases + self.extra_cases)}
+        rank.update({c: len(rank) + i for i, c in enumerate(self.cont_order)})
         cases = []
         for k in keys:
             if k[0] not in cases:
@@ -1218,47 +1575,58 @@ class Harness:
         s = self.summary((case, metric, size)) if (case, metric, size) in self.points else None
         return s
 
+    def judge(self, ratio, lo, hi, limit, upper, digits=2):
+        """'met' or 'missed', and a note when the runs straddle the limit. lo,
+        hi: the ratio of the fastest and slowest run to the other side's
+        median; a limit inside that range is borderline."""
+        ok = ratio <= limit if upper else ratio >= limit
+        note = ""
+        if min(lo, hi) <= limit <= max(lo, hi):
+            note = f"borderline: runs span {min(lo, hi):.{digits}f}–{max(lo, hi):.{digits}f}"
+        return ("met" if ok else "missed"), note
+
+    def verdict(self, T, issue, text, ratio, lo, hi, detail, limit, upper, noisy):
+        status, note = self.judge(ratio, lo, hi, limit, upper)
+        notes = [note] if note else []
+        if noisy:
+            notes.append("noisy point")
+        T.append((issue, text, f"{ratio:.2f} {detail}", status, "; ".join(notes)))
+
+    def ratio_target(self, T, issue, text, case, metric, size, limit, upper):
+        """The point's ratio to its baseline (Harness.baseline)."""
+        k = (case, metric, size)
+        p = self.points.get(k)
+        s = self.summary(k) if p else None
+        if s is None or s["ratio"] is None:
+            why = (p.reason if p and p.reason else
+                   "not measured in this run" if not p or p.status == "ok" else p.status)
+            if p and p.status == "ok" and s and s["ratio"] is None:
+                why = "baseline missing"
+            T.append((issue, text, "", "not yet measurable", why))
+            return
+        self.verdict(T, issue, text, s["ratio"], s["lo"] / s["base"], s["hi"] / s["base"],
+                     f"({fmt(s['med'])} vs {fmt(s['base'])})", limit, upper, s["noisy"])
+
+    def pair_target(self, T, issue, text, a, b, metric, size, limit, upper, note=""):
+        """a / b at one point (two cases of this run)."""
+        x, y = self.value(a, metric, size), self.value(b, metric, size)
+        if not x or not y:
+            miss = (a, metric, size) if not x else (b, metric, size)
+            T.append((issue, text, "", "not yet measurable", f"{miss[0]}: {self.why(*miss)}"))
+            return
+        self.verdict(T, issue, text, x["med"] / y["med"], x["lo"] / y["med"],
+                     x["hi"] / y["med"], f"({fmt(x['med'])} vs {fmt(y['med'])}{note})", limit,
+                     upper, x["noisy"] or y["noisy"])
+
     def targets(self):
         """(issue, target, measured, status, why)."""
         T = []
 
-        def ratio_target(issue, text, case, metric, size, limit, upper):
-            k = (case, metric, size)
-            p = self.points.get(k)
-            s = self.summary(k) if p else None
-            if s is None or s["ratio"] is None:
-                why = (p.reason if p and p.reason else
-                       "not measured in this run" if not p or p.status == "ok" else p.status)
-                if p and p.status == "ok" and s and s["ratio"] is None:
-                    why = "baseline missing"
-                T.append((issue, text, "", "not yet measurable", why))
-                return
-            verdict(issue, text, s["ratio"], s["lo"] / s["base"], s["hi"] / s["base"],
-                    f"({fmt(s['med'])} vs {fmt(s['base'])})", limit, upper, s["noisy"])
+        def ratio_target(*a):
+            self.ratio_target(T, *a)
 
-        def verdict(issue, text, ratio, lo, hi, detail, limit, upper, noisy):
-            """lo, hi: the ratio of the fastest and slowest run to the other
-            side's median; a limit inside that range is borderline."""
-            ok = ratio <= limit if upper else ratio >= limit
-            notes = []
-            if min(lo, hi) <= limit <= max(lo, hi):
-                notes.append(f"borderline: runs span {min(lo, hi):.2f}–{max(lo, hi):.2f}")
-            if noisy:
-                notes.append("noisy point")
-            T.append((issue, text, f"{ratio:.2f} {detail}", "met" if ok else "missed",
-                      "; ".join(notes)))
-
-        def pair_target(issue, text, a, b, metric, size, limit, upper, note=""):
-            """a / b at one point (two cases of this run)."""
-            x, y = self.value(a, metric, size), self.value(b, metric, size)
-            if not x or not y:
-                miss = (a, metric, size) if not x else (b, metric, size)
-                T.append((issue, text, "", "not yet measurable",
-                          f"{miss[0]}: {self.why(*miss)}"))
-                return
-            verdict(issue, text, x["med"] / y["med"], x["lo"] / y["med"], x["hi"] / y["med"],
-                    f"({fmt(x['med'])} vs {fmt(y['med'])}{note})", limit, upper,
-                    x["noisy"] or y["noisy"])
+        def pair_target(*a, **kw):
+            self.pair_target(T, *a, **kw)
 
         ratio_target(3, "UD 64 B send ping-pong ≤ 1.15 × raw UDP", "diwarp-ud", "lat_us", 64,
                      1.15, True)
@@ -1368,6 +1736,165 @@ class Harness:
                       (f" (UD today: {u['med']:.0f} UDP socket at {n} peers)" if u else "")))
         return T
 
+    def cont_check(self, s, limit, upper, scale=1.0, digits=2, unit="", detail=""):
+        """One contention criterion of a point summary s (values divided by
+        scale): (cell text, status)."""
+        med, lo, hi = s["med"] / scale, s["lo"] / scale, s["hi"] / scale
+        status, note = self.judge(med, lo, hi, limit, upper, digits)
+        notes = [note] if note else []
+        if s["noisy"]:
+            notes.append("noisy point")
+        return (f"{med:.{digits}f}{unit}{detail} {status}" +
+                (f" ({'; '.join(notes)})" if notes else ""), status)
+
+    def cont_targets(self):
+        """Rows (case, N, goodput, [criterion cells], status) of the
+        contention targets: every RD point (RD, incast, RC over RD) against its
+        link's tbf rate, raw TCP with the default congestion control on the
+        same path, its retransmissions and Jain's index."""
+        rows = []
+        for name in self.cont_order:
+            if name.startswith("tcp"):
+                continue
+            base = self.cont_base[name]
+            for n in sorted({k[2] for k in self.order if k[:2] == (name, "cont_gbps")}):
+                g = self.value(name, "cont_gbps", n)
+                if not g:
+                    p = self.points[(name, "cont_gbps", n)]
+                    st = {"n/a": "not available", "failed": "FAILED"}.get(p.status, p.status)
+                    rows.append((name, n, "", ["", "", "", ""], f"not yet measurable ({st}: "
+                                 f"{p.reason or 'no run'})"))
+                    continue
+                cells = [self.cont_check(self.value(name, "cont_link_frac", n), 0.9, False)]
+                b = self.value(base, "cont_gbps", n)
+                if b:
+                    cells.append(self.cont_check(g, 0.95, False, scale=b["med"],
+                                                 detail=f" (vs {fmt(b['med'])})"))
+                else:
+                    cells.append((f"{base}: {self.why(base, 'cont_gbps', n)}",
+                                  "not yet measurable"))
+                cells.append(self.cont_check(self.value(name, "cont_retx_pct", n), 1.0, True,
+                                             unit=" %"))
+                if n == 1:
+                    cells.append(("1 (one flow)", "met"))
+                else:
+                    cells.append(self.cont_check(self.value(name, "cont_jain", n), 0.95, False,
+                                                 digits=3))
+                st = [c[1] for c in cells]
+                what = ["× link", "× TCP", "retx", "Jain"]
+                if "not yet measurable" in st:
+                    status = "not yet measurable"
+                elif all(x == "met" for x in st):
+                    status = "met"
+                else:
+                    status = "missed: " + ", ".join(w for w, x in zip(what, st) if x == "missed")
+                if any("borderline" in c[0] for c in cells):
+                    status += ", borderline"
+                rows.append((name, n, f"{fmt(g['med'])} ({fmt(g['lo'])}–{fmt(g['hi'])})",
+                             [c[0] for c in cells], status))
+        return rows
+
+    def cont_section(self):
+        """The report's contention section (empty when the group did not run)."""
+        pl = self.pl
+        if not self.cont_order and not any(k[1].startswith("lo_") for k in self.order):
+            return []
+        warm = pl["cont_warm_ms"] / 1e3
+        cc = ", ".join(sorted(self.cont_tcp_cc)) or "the system's default"
+        links = []
+        for rate, burst in pl["cont_links"]:
+            m = re.fullmatch(r"(\d+)(kb|k|mb|m|b?)", burst)
+            bb = int(m.group(1)) * {"kb": 1024, "k": 1024, "mb": MiB, "m": MiB}.get(m.group(2), 1)
+            lat = float(pl["cont_latency"].rstrip("ms")) / 1e3
+            limit = rate_gbps(rate) * 1e9 / 8 * lat + bb
+            dur = ", ".join(f"N = {n}: {cont_duration_ms(pl, rate, n) / 1e3 - warm:g} s"
+                            for n in pl["cont_n"])
+            links.append(f"{rate} (burst {burst}, queue limit {limit / 1e6:.2f} MB; measured "
+                         f"{dur})")
+        L = ["## Contention: RD congestion control against raw TCP through a bottleneck\n",
+             "`bench-flows` from namespace A to namespace B through R (`bench/netns-topo.sh "
+             f"up NAME router RATE --latency {pl['cont_latency']} --burst B`: a tbf on R's egress "
+             "towards B, no added delay), one topology per rate for the whole group: "
+             + "; ".join(links) + f", each after {warm:g} s of warm-up (at least "
+             f"{pl['cont_msgs']} messages per flow at its fair share of RD's payload ceiling). "
+             "At 5 Gbit/s the burst is 320 KB, the same 0.5 ms of line rate as 64 KB at "
+             "1 Gbit/s: 64 KB lasts 105 µs at 5 Gbit/s, less than the timer and softirq slack "
+             "of this VM, and the bucket underflows (TCP cubic, N = 2, one run each when this "
+             "was set up: 2.69 Gbit/s with 64 KB, 4.72 with 320 KB).\n",
+             f"Every flow streams {size_name(CONT_SIZE)} RDMA Writes (window 4); RD with "
+             "`--devices N` (N independent congestion controllers, as N TCP connections); "
+             "incast: 8 devices onto one server QP (`--server-qps 1`); RC over RD: "
+             "`--transport rc --devices N` with `DIWARP_RC_TRANSPORT=rd` on both ends. The "
+             f"baseline is raw TCP on the same path in the same round, `bench-flows --transport "
+             f"tcp --flows N`, with the default congestion control (**{cc}**, the `tcp@` rows; "
+             "×ratio and the target use it) and with cubic (`tcp-cubic@`, ×ratio to the "
+             f"default). Server on core {self.r.srv_cpu} (taskset and `--cpu`: it sleeps on its "
+             "completion channel, its progress thread moves the data), client on core "
+             f"{self.r.cli_cpu} (one thread busy-polls every flow): two busy pollers at most. "
+             f"{pl['cont_runs']} run(s) per point, the cases of a point alternating round by "
+             "round; median (min–max), ⚠ as elsewhere. Congestion control of RD at its "
+             "default (on; every `DIWARP_*` of the caller is dropped).\n",
+             f"Link rate = the tbf rate, which counts L2 bytes. Payload ceiling at MTU "
+             f"{CONT_MTU}: RD {rd_write_ceiling():.3f} × rate ({rd_seg()} B of payload per "
+             f"{rd_seg() + ETH_HDR + IP_HDR + UDP_HDR + RD_FIXED + RD_DDP_TAGGED + RD_CRC}-B "
+             f"frame; {rd_write_ceiling(crc=False):.3f} without the CRC), TCP "
+             f"{tcp_ceiling():.3f} × rate ({CONT_MTU - IP_HDR - TCP_HDR} / {CONT_MTU + ETH_HDR}): "
+             f"0.9 × link is {0.9 / rd_write_ceiling():.3f} of what RD can carry. The tbf's "
+             "mean frame size per run (table below) checks the RD figure.\n",
+             "### Targets\n",
+             "Per RD point: goodput ≥ 0.9 × link rate, ≥ 0.95 × raw TCP (default congestion "
+             "control) on the same path, retransmitted ≤ 1 % of datagrams sent, Jain's index "
+             "≥ 0.95; borderline when the runs straddle a limit.\n",
+             "| case | N | goodput Gbit/s | ≥ 0.9 × link | ≥ 0.95 × raw TCP | retx ≤ 1 % | "
+             "Jain ≥ 0.95 | status |", "|---|---|---|---|---|---|---|---|"]
+        for name, n, g, cells, status in self.cont_targets():
+            L.append(f"| {name} | {n} | {g} | " + " | ".join(cells) + f" | {status} |")
+        L.append("| slow receiver | | | | | | | reserved: not implemented here (bench-flows is "
+                 "being extended for it) |")
+        T = []
+        self.ratio_target(T, "", "RD RDMA Write 1 MiB, CRC on ≥ 0.85 × raw TCP", "diwarp-rd",
+                          "lo_bw_gbps", CONT_SIZE, 0.85, False)
+        self.ratio_target(T, "", "RD RDMA Write 1 MiB, DIWARP_RD_CRC=0 (both ends) ≥ 1.0 × "
+                          "raw TCP", "diwarp-rd-nocrc", "lo_bw_gbps", CONT_SIZE, 1.0, False)
+        self.ratio_target(T, "", "RD 64 B send ping-pong ≤ 1.20 × raw UDP", "diwarp-rd",
+                          "lo_lat_us", 64, 1.20, True)
+        self.pair_target(T, "", "RD RDMA Write 1 MiB goodput with DIWARP_FAULT=drop:1% ≥ 0.9 × "
+                         "lossless", "diwarp-rd-drop1", "diwarp-rd", "lo_bw_gbps", CONT_SIZE, 0.9,
+                         False, " Gbit/s")
+        L += ["", "Loopback, no regression from congestion control (`diwarp-bw`, "
+              "`diwarp-pingpong`, `raw-sock` as in the bw and lat groups, both sides "
+              "busy-polling; congestion control at its default, on):\n",
+              "| target | measured | status | note |", "|---|---|---|---|"]
+        L += [f"| {t[1]} | {t[2]} | {t[3]} | {t[4]} |" for t in T]
+        L.append("")
+        nfmt = lambda n: f"N={n}"
+        tables = []
+        for m, title, note in (
+                ("cont_gbps", "Aggregate goodput (Gbit/s)", "×ratio: to raw TCP with the "
+                 "default congestion control (`tcp@`) at the same rate and N."),
+                ("cont_link_frac", "Goodput / link rate", f"Ceilings: RD "
+                 f"{rd_write_ceiling():.3f}, TCP {tcp_ceiling():.3f}."),
+                ("cont_retx_pct", "Retransmitted, % of datagrams sent", "RD: QP retransmits / "
+                 "data datagrams sent; TCP: tcpi_total_retrans / tcpi_data_segs_out."),
+                ("cont_dup_pct", "… of which not needed: duplicates the server received, % "
+                 "of datagrams sent", "RD only (`srv_dup`); a retransmission of a datagram "
+                 "that was not lost."),
+                ("cont_jain", "Jain's index over the flows", ""),
+                ("cont_min_msgs", "Messages completed by the slowest flow in the measured "
+                 "interval", "What Jain's index rests on."),
+                ("cont_tbf_dropped", "tbf drops per run (packets)", "Counter deltas around "
+                 "each run (`netns-topo.sh stats`; runs.log has them per run)."),
+                ("cont_tbf_drop_pct", "tbf drops, % of packets offered", ""),
+                ("cont_tbf_overlimits", "tbf overlimits per run", "Packets the bucket held "
+                 "back (not drops)."),
+                ("cont_tbf_frame_b", "Mean frame through the tbf (bytes)", "")):
+            tables.append(self.table(m, title, note, ratio=m == "cont_gbps", size_fmt=nfmt))
+        tables.append(self.table("lo_bw_gbps", "Loopback: RDMA Write 1 MiB (Gbit/s)", "×ratio: to "
+                            "raw TCP."))
+        tables.append(self.table("lo_lat_us", "Loopback: 64 B ping-pong (µs, half round trip)",
+                            "×ratio: to raw UDP."))
+        return L + [t for t in tables if t]  # a table without rows comes back empty
+
     def slope_table(self):
         """Marginal memory per peer between consecutive peer counts, from the
         medians: (total(N2) - total(N1)) / (N2 - N1), total = per_peer * N."""
@@ -1446,6 +1973,10 @@ class Harness:
         for t in self.targets():
             L.append(f"| {t[0]} | {t[1]} | {t[2]} | {t[3]} | {t[4]} |")
         L.append("")
+        L.append("Contention targets (RD congestion control): in the section "
+                 "\"Contention\" below." if self.want_group("contention") else
+                 "Contention targets: not run (excluded by --groups).")
+        L.append("")
         L.append("## Core metrics\n")
         L.append(self.table("lat_us", "Latency (µs, half round trip)", "Lower is better."))
         L.append("![latency](latency.svg)\n" if os.path.exists(os.path.join(os.path.dirname(path), "latency.svg")) else "")
@@ -1498,6 +2029,7 @@ class Harness:
         L.append(self.table("idle_cpu_pct", "Idle CPU of the progress thread (% of one core)",
                             "DIWARP_PROGRESS=thread, a device with one UD QP, "
                             f"{pl['idle_ms']} ms of nothing.", size_fmt=lambda n: ""))
+        L += self.cont_section()
         L.append("## Not available, missing, failed\n")
         rows = {}
         for k in self.order:
@@ -1510,6 +2042,8 @@ class Harness:
                 return ""
             if metric.startswith("mq_"):
                 return " at k = " + ", ".join(str(x) for x in sizes)
+            if metric.startswith("cont_"):
+                return " at N = " + ", ".join(str(x) for x in sizes)
             if metric.startswith("mem_"):
                 return " at " + ", ".join(str(x) for x in sizes) + " peers"
             return " at " + ", ".join(size_name(x) for x in sizes)
@@ -1531,8 +2065,13 @@ class Harness:
             for c, m, s, why in self.failures:
                 L.append(f"- {c} {m} size {s}:\n\n```\n{why.strip()[:1500]}\n```")
         L.append("\n## Cases\n")
-        for c in self.cases:
+        for c in self.cases + self.extra_cases:
             L.append(f"- **{c.name}** ({c.family}): {c.desc}")
+        if self.cont_order:
+            L.append("- contention (bench-flows through a tbf of RATE, section \"Contention\"): "
+                     "**rd@RATE** (RD, `--devices N`), **rc-rd@RATE** (RC over RD), "
+                     "**rd-incast@RATE** (8 devices onto one server QP), **tcp@RATE** (N TCP "
+                     "connections, default congestion control), **tcp-cubic@RATE** (cubic)")
         with open(path, "w") as f:
             f.write("\n".join(L) + "\n")
 
@@ -1647,10 +2186,11 @@ def main():
         print(f"run: a probe failed: {e}", file=sys.stderr)
         sys.exit(1)
     h.cases = build_cases(h)
-    h.family = {c.name: c.family for c in h.cases}
+    h.family = {c.name: c.family for c in h.cases + h.extra_cases}
     try:
         h.run_core(r, h.cases)
         h.run_seed(r)
+        h.run_contention(r)
         h.mark_group(None)
     except KeyboardInterrupt:
         h.mark_group(None)
