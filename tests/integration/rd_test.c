@@ -63,6 +63,8 @@ static bool rc_mode;
 static size_t buf_len = 64 * MiB + 4096;
 static struct diwarp_srq *make_srq; /* qp_make puts new QPs on it when set */
 static uint32_t sq_depth = 4096;    /* max_send_wr of the QPs qp_make creates */
+static uint32_t max_sge = 2;        /* max_send_sge and max_recv_sge of those QPs */
+static bool side_channel;           /* side_open gives the CQ a completion channel */
 
 static void die(const char *fmt, ...)
 {
@@ -93,6 +95,7 @@ struct side {
         struct diwarp_device *dev;
         struct diwarp_pd *pd;
         struct diwarp_cq *cq;
+        struct diwarp_comp_channel *ch; /* with side_channel */
         struct diwarp_qp *qp;
         struct diwarp_mr *mr;
         struct diwarp_ah *ah; /* to the other side */
@@ -107,7 +110,9 @@ static void side_open(struct side *s, int access)
         memset(s, 0, sizeof(*s));
         CHECK(diwarp_device_open(NULL, &s->dev));
         CHECK(diwarp_pd_alloc(s->dev, &s->pd));
-        CHECK(diwarp_cq_create(s->dev, 8192, NULL, NULL, &s->cq));
+        if (side_channel)
+                CHECK(diwarp_comp_channel_create(s->dev, &s->ch));
+        CHECK(diwarp_cq_create(s->dev, 8192, NULL, s->ch, &s->cq));
         s->buf = aligned_alloc(4096, buf_len);
         if (!s->buf)
                 die("no memory");
@@ -127,8 +132,8 @@ static void qp_make(struct side *s, int qp_access)
             .recv_cq = s->cq,
             .cap = {.max_send_wr = sq_depth,
                     .max_recv_wr = 4096,
-                    .max_send_sge = 2,
-                    .max_recv_sge = 2,
+                    .max_send_sge = max_sge,
+                    .max_recv_sge = max_sge,
                     .max_inline_data = 64},
             .qp_type = DIWARP_QPT_RC,
             .srq = make_srq,
@@ -167,16 +172,73 @@ static void qp_connect(struct side *s, const struct side *peer, uint32_t peer_qp
                 CHECK(diwarp_ah_create(s->pd, &peer->gid, &s->ah));
 }
 
-static void pair_open(struct side *a, struct side *b, int qp_access)
+/* Up to 8 variables set for the devices opened until env_pop. */
+struct env_saved {
+        char *name[8], *old[8];
+        int n;
+};
+
+/* Sets "NAME=VALUE;NAME=VALUE" (';': DIWARP_FAULT values hold commas). Both
+ * devices of a pair read the one process environment when they open, so a
+ * setting meant for one side is pushed around its open only. */
+static void env_push(const char *list, struct env_saved *sv)
+{
+        sv->n = 0;
+        if (!list)
+                return;
+        char *copy = strdup(list), *save = NULL;
+        for (char *t = strtok_r(copy, ";", &save); t; t = strtok_r(NULL, ";", &save)) {
+                char *eq = strchr(t, '=');
+                if (!eq || sv->n == 8)
+                        die("env_push: bad list %s", list);
+                *eq = '\0';
+                const char *old = getenv(t);
+                sv->name[sv->n] = strdup(t);
+                sv->old[sv->n] = old ? strdup(old) : NULL;
+                sv->n++;
+                setenv(t, eq + 1, 1);
+        }
+        free(copy);
+}
+
+static void env_pop(struct env_saved *sv)
+{
+        for (int i = sv->n - 1; i >= 0; i--) {
+                if (sv->old[i])
+                        setenv(sv->name[i], sv->old[i], 1);
+                else
+                        unsetenv(sv->name[i]);
+                free(sv->name[i]);
+                free(sv->old[i]);
+        }
+        sv->n = 0;
+}
+
+/* pair_open with a_env set while a's device opens and b_env while b's does
+ * (env_push lists, NULL for none); b_channel gives b's CQ a channel. */
+static void pair_open_split(struct side *a, struct side *b, int qp_access, const char *a_env,
+                            const char *b_env, bool b_channel)
 {
         int acc = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
                   DIWARP_ACCESS_REMOTE_READ | DIWARP_ACCESS_REMOTE_ATOMIC;
+        struct env_saved sv;
+        env_push(a_env, &sv);
         side_open(a, acc);
+        env_pop(&sv);
+        env_push(b_env, &sv);
+        side_channel = b_channel;
         side_open(b, acc);
+        side_channel = false;
+        env_pop(&sv);
         qp_make(a, qp_access);
         qp_make(b, qp_access);
         qp_connect(a, b, b->qpn);
         qp_connect(b, a, a->qpn);
+}
+
+static void pair_open(struct side *a, struct side *b, int qp_access)
+{
+        pair_open_split(a, b, qp_access, NULL, NULL, false);
 }
 
 static void side_close(struct side *s)
@@ -186,6 +248,8 @@ static void side_close(struct side *s)
         CHECK(diwarp_qp_destroy(s->qp));
         CHECK(diwarp_mr_dereg(s->mr));
         CHECK(diwarp_cq_destroy(s->cq));
+        if (s->ch)
+                CHECK(diwarp_comp_channel_destroy(s->ch));
         CHECK(diwarp_pd_dealloc(s->pd));
         CHECK(diwarp_device_close(s->dev));
         free(s->buf);
@@ -1466,7 +1530,7 @@ static int case_pingpong(void)
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: rd_test ops|stream|prot|rnr|srq|fds|vanish [rd|rc] [kill|stop]");
+                die("usage: rd_test CASE [rd|rc] [kill|stop] (cases: see the header comment)");
         alarm(280);
         rc_mode = argc > 2 && strcmp(argv[2], "rc") == 0;
         if (rc_mode)
