@@ -1527,6 +1527,418 @@ static int case_pingpong(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- pull */
+
+#define PULL_GAP   4099 /* guard bytes before each SGE: odd, so nothing is aligned */
+#define BURST_BIG  24   /* receiver-paced Sends in the burst, more than RD_MAX_PULL */
+#define BURST_SLOT (512 * 1024)
+
+static uint32_t env_u32(const char *name, uint32_t def)
+{
+        const char *v = getenv(name);
+        return v && *v ? (uint32_t)strtoul(v, NULL, 10) : def;
+}
+
+/* The Read Requests a receiver issues and the bytes they fetch for a Send of
+ * len bytes, by rd.c's rule from the variables the engine reads. */
+static void pull_expect(uint64_t len, uint64_t *reads, uint64_t *bytes)
+{
+        uint32_t min = env_u32("DIWARP_RD_PULL_MIN", 256 * 1024);
+        uint32_t chunk = env_u32("DIWARP_RD_PULL_CHUNK", 64 * 1024);
+        *reads = *bytes = 0;
+        if (!min || len < min || len <= chunk)
+                return;
+        *bytes = len - chunk;
+        *reads = (*bytes + chunk - 1) / chunk;
+}
+
+struct sgl {
+        struct diwarp_sge sge[3];
+        int n;
+        uint64_t end; /* offset in the buffer past the last SGE and its guard */
+};
+
+/* len bytes and `extra` bytes of spare room over n (1 or 3) SGEs of s's
+ * buffer from offset at: the first holds `first` bytes, the middle one
+ * `mid`, the last the rest; PULL_GAP bytes before each and after the last. */
+static void sgl_make(struct sgl *g, const struct side *s, uint64_t at, uint32_t len, int n,
+                     uint32_t first, uint32_t mid, uint32_t extra)
+{
+        uint32_t l[3] = {len, 0, 0};
+        if (n == 3) {
+                l[0] = first;
+                l[1] = mid;
+                l[2] = len - first - mid;
+        }
+        uint64_t off = at + PULL_GAP;
+        for (int i = 0; i < n; i++) {
+                uint32_t sz = l[i] + (i == n - 1 ? extra : 0);
+                g->sge[i] = (struct diwarp_sge){(uintptr_t)s->buf + off, sz, s->lkey};
+                off += sz + PULL_GAP;
+        }
+        g->n = n;
+        g->end = off;
+}
+
+static void sgl_gather(const struct sgl *g, uint8_t *out)
+{
+        for (int i = 0; i < g->n; i++) {
+                memcpy(out, (const void *)(uintptr_t)g->sge[i].addr, g->sge[i].length);
+                out += g->sge[i].length;
+        }
+}
+
+/* What s's buffer must hold over [at, g->end) once msg (len bytes) was
+ * received into g: the message in the SGEs' first bytes, GUARD_BYTE in the
+ * gaps and in the room the message did not use. */
+static void image_expect(uint8_t *img, const struct side *s, const struct sgl *g, uint64_t at,
+                         const uint8_t *msg, uint64_t len)
+{
+        memset(img + at, GUARD_BYTE, g->end - at);
+        uint64_t pos = 0;
+        for (int i = 0; i < g->n && pos < len; i++) {
+                uint64_t n = g->sge[i].length < len - pos ? g->sge[i].length : len - pos;
+                memcpy(img + (g->sge[i].addr - (uintptr_t)s->buf), msg + pos, n);
+                pos += n;
+        }
+}
+
+static void image_check(const uint8_t *img, const struct side *s, uint64_t at, uint64_t end,
+                        const char *what, uint32_t len)
+{
+        if (memcmp(img + at, s->buf + at, end - at) == 0)
+                return;
+        uint64_t i = at;
+        while (img[i] == s->buf[i])
+                i++;
+        die("%s (%u bytes): byte %llu of the receiving region [%llu, %llu) is %#x, want %#x "
+            "(%s)",
+            what, len, (unsigned long long)i, (unsigned long long)at, (unsigned long long)end,
+            s->buf[i], img[i], img[i] == GUARD_BYTE ? "guard or message" : "message");
+}
+
+static void post_recv_sgl(struct side *s, uint64_t id, struct sgl *g)
+{
+        struct diwarp_recv_wr wr = {.wr_id = id, .sg_list = g->sge, .num_sge = g->n}, *bad;
+        CHECK(diwarp_post_recv(s->qp, &wr, &bad));
+}
+
+/* Waits for one completion on s and expects it to be id with status st. */
+static struct diwarp_wc wait_one(struct side *s, struct side *other, uint64_t id,
+                                 enum diwarp_wc_status st, const char *what)
+{
+        struct diwarp_wc wc;
+        if (poll_until(s, other, &wc, 1, 60000) != 1)
+                die("%s: no completion", what);
+        expect_wc(&wc, id, st, what);
+        return wc;
+}
+
+static void rdma_write(struct side *a, struct side *b, uint64_t id, uint64_t src, uint32_t len,
+                       uint64_t remote_addr, uint32_t rkey)
+{
+        struct diwarp_sge sge = {(uintptr_t)a->buf + src, len, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = remote_addr;
+        wr.wr.rdma.rkey = rkey;
+        post(a, b, &wr);
+}
+
+static bool channel_fired(struct side *s)
+{
+        struct pollfd pfd = {.fd = diwarp_comp_channel_fd(s->ch), .events = POLLIN};
+        if (poll(&pfd, 1, 0) != 1)
+                return false;
+        struct diwarp_cq *cq;
+        void *ctx;
+        CHECK(diwarp_comp_channel_get_event(s->ch, &cq, &ctx));
+        if (cq != s->cq)
+                die("channel event for another CQ");
+        diwarp_cq_ack_events(s->cq, 1);
+        return true;
+}
+
+enum { PULL_PLAIN, PULL_SE, PULL_INV };
+
+static uint64_t dev_pulls(struct side *s, uint64_t *bytes)
+{
+        struct diwarp_counters c;
+        CHECK(diwarp_device_counters(s->dev, &c));
+        *bytes = c.pull_bytes;
+        return c.pulls;
+}
+
+/* One Send of len bytes gathered from sn SGEs of a into rn SGEs of b (spare
+ * room in the last), guard bytes around; kind adds a Solicited Event (b's CQ
+ * is armed solicited-only for every Send: only those fire it) or an
+ * Invalidate of *inv_rkey (an MR of b that a can Write to until then).
+ * b's Read Requests must be what the size implies. */
+static void pull_one(struct side *a, struct side *b, uint8_t *ref, uint8_t *img, uint32_t len,
+                     int sn, int rn, int kind, uint32_t id, struct diwarp_mr *inv)
+{
+        char what[96];
+        snprintf(what, sizeof(what), "pull %u bytes %d->%d SGEs %s", len, sn, rn,
+                 kind == PULL_SE    ? "SE"
+                 : kind == PULL_INV ? "Inv"
+                                    : "plain");
+        struct sgl gs, gr;
+        sgl_make(&gs, a, 0, len, sn, len / 3 + 5, 7, 0);
+        sgl_make(&gr, b, 0, len, rn, len / 2 + 3, 1000, 4096 + 13);
+        for (int i = 0; i < gs.n; i++)
+                fill((uint8_t *)(uintptr_t)gs.sge[i].addr, gs.sge[i].length, id * 3 + (uint32_t)i);
+        sgl_gather(&gs, ref);
+        memset(b->buf, GUARD_BYTE, gr.end);
+        image_expect(img, b, &gr, 0, ref, len);
+        struct diwarp_mr_info mi = {0};
+        if (inv) {
+                /* Until the Send, the STag takes Writes. */
+                CHECK(diwarp_mr_info(inv, &mi));
+                rdma_write(a, b, 0x900 + id, 0, 8, (uintptr_t)mi.addr, mi.rkey);
+                wait_one(a, b, 0x900 + id, DIWARP_WC_SUCCESS, "Write before the invalidation");
+        }
+        uint64_t pb0, pr0 = dev_pulls(b, &pb0), ab0, ar0 = dev_pulls(a, &ab0);
+        CHECK(diwarp_cq_req_notify(b->cq, true));
+        while (channel_fired(b))
+                ;
+        post_recv_sgl(b, 0x100 + id, &gr);
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = gs.sge,
+                                    .num_sge = gs.n,
+                                    .opcode = inv ? DIWARP_WR_SEND_WITH_INV : DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED |
+                                                  (kind == PULL_SE ? DIWARP_SEND_SOLICITED : 0),
+                                    .invalidate_rkey = mi.rkey};
+        post(a, b, &wr);
+        struct diwarp_wc wc = wait_one(b, a, 0x100 + id, DIWARP_WC_SUCCESS, what);
+        if (wc.byte_len != len || wc.opcode != DIWARP_WC_RECV || wc.src_qp != a->qpn)
+                die("%s: byte_len %u opcode %d src_qp %#x", what, wc.byte_len, wc.opcode,
+                    wc.src_qp);
+        if (inv ? !(wc.wc_flags & DIWARP_WC_WITH_INV) || wc.invalidated_rkey != mi.rkey
+                : (wc.wc_flags & DIWARP_WC_WITH_INV) != 0)
+                die("%s: wc_flags %#x invalidated_rkey %#x (STag %#x)", what, wc.wc_flags,
+                    wc.invalidated_rkey, mi.rkey);
+        bool fired = channel_fired(b);
+        if (fired != (kind == PULL_SE))
+                die("%s: the solicited-only CQ %s", what, fired ? "fired" : "did not fire");
+        wait_one(a, b, id, DIWARP_WC_SUCCESS, what);
+        image_check(img, b, 0, gr.end, what, len);
+        uint64_t pb1, pr1 = dev_pulls(b, &pb1), ab1, ar1 = dev_pulls(a, &ab1);
+        uint64_t want_r, want_b;
+        pull_expect(len, &want_r, &want_b);
+        if (pr1 - pr0 != want_r || pb1 - pb0 != want_b || ar1 != ar0 || ab1 != ab0)
+                die("%s: receiver pulled %llu Reads / %llu bytes, want %llu / %llu; sender %llu / "
+                    "%llu",
+                    what, (unsigned long long)(pr1 - pr0), (unsigned long long)(pb1 - pb0),
+                    (unsigned long long)want_r, (unsigned long long)want_b,
+                    (unsigned long long)(ar1 - ar0), (unsigned long long)(ab1 - ab0));
+        fprintf(stderr, "%s ok: %llu Reads\n", what, (unsigned long long)want_r);
+}
+
+static uint32_t burst_len(unsigned m)
+{
+        return m % 2 ? 100 + m : 300000 + (m / 2) * 4099;
+}
+
+/* 2 * BURST_BIG Sends posted before any completion is polled, a receiver-paced
+ * one and a small one in turn: more receiver-paced Sends than the receiver has
+ * pull entries, so later ones wait for an entry. Every receive completes in
+ * posting order (a small Send never overtakes the large one before it),
+ * byte-exact, nothing written outside its receive WR. */
+static void pull_burst(struct side *a, struct side *b, uint8_t *img)
+{
+        const unsigned n = 2 * BURST_BIG;
+        uint64_t want_r = 0, want_b = 0, pb0, pr0 = dev_pulls(b, &pb0);
+        memset(b->buf, GUARD_BYTE, (size_t)n * BURST_SLOT);
+        memset(img, GUARD_BYTE, (size_t)n * BURST_SLOT);
+        for (unsigned m = 0; m < n; m++) {
+                uint64_t off = (uint64_t)m * BURST_SLOT + PULL_GAP;
+                fill(a->buf + off, burst_len(m), 1000 + m);
+                memcpy(img + off, a->buf + off, burst_len(m));
+                post_recv(b, 0x2000 + m, off, BURST_SLOT - 2 * PULL_GAP);
+                uint64_t r, by;
+                pull_expect(burst_len(m), &r, &by);
+                want_r += r;
+                want_b += by;
+        }
+        for (unsigned m = 0; m < n; m++) {
+                struct diwarp_sge sge = {(uintptr_t)a->buf + (uint64_t)m * BURST_SLOT + PULL_GAP,
+                                         burst_len(m), a->lkey};
+                struct diwarp_send_wr wr = {.wr_id = 0x3000 + m,
+                                            .sg_list = &sge,
+                                            .num_sge = 1,
+                                            .opcode = DIWARP_WR_SEND,
+                                            .send_flags = DIWARP_SEND_SIGNALED};
+                post(a, b, &wr);
+        }
+        unsigned rdone = 0, sdone = 0;
+        struct diwarp_wc wc[16];
+        uint64_t end = now_ms() + 90000;
+        while (rdone < n || sdone < n) {
+                int k = diwarp_cq_poll(b->cq, 16, wc);
+                for (int i = 0; i < k; i++, rdone++) {
+                        expect_wc(&wc[i], 0x2000 + rdone, DIWARP_WC_SUCCESS, "burst recv (order)");
+                        if (wc[i].byte_len != burst_len(rdone))
+                                die("burst message %u: byte_len %u want %u", rdone, wc[i].byte_len,
+                                    burst_len(rdone));
+                }
+                k = diwarp_cq_poll(a->cq, 16, wc);
+                for (int i = 0; i < k; i++, sdone++)
+                        expect_wc(&wc[i], 0x3000 + sdone, DIWARP_WC_SUCCESS, "burst send (order)");
+                if (now_ms() > end)
+                        die("burst: %u/%u received, %u/%u sent", rdone, n, sdone, n);
+        }
+        for (unsigned m = 0; m < n; m++)
+                image_check(img, b, (uint64_t)m * BURST_SLOT, (uint64_t)(m + 1) * BURST_SLOT,
+                            "burst", burst_len(m));
+        uint64_t pb1, pr1 = dev_pulls(b, &pb1);
+        if (pr1 - pr0 != want_r || pb1 - pb0 != want_b)
+                die("burst: %llu Reads / %llu bytes pulled, want %llu / %llu",
+                    (unsigned long long)(pr1 - pr0), (unsigned long long)(pb1 - pb0),
+                    (unsigned long long)want_r, (unsigned long long)want_b);
+        fprintf(stderr, "burst ok: %u Sends, %llu Reads\n", n, (unsigned long long)want_r);
+}
+
+/* Receiver-paced Sends (rd_pull.c): sizes on both sides of DIWARP_RD_PULL_MIN,
+ * one and three SGEs on either side, plain, with Solicited Event and with
+ * Invalidate; then a burst. meson runs it under DIWARP_FAULT and with
+ * DIWARP_RD_PULL_MIN=0 (nothing pulled: the counters must stay at 0). */
+static int case_pull(void)
+{
+        static const uint32_t lens[] = {256 * 1024 - 1, 256 * 1024, MiB + 17, 8 * MiB};
+        static const int layout[][2] = {{1, 1}, {3, 1}, {1, 3}, {3, 3}};
+        struct side a, b;
+        buf_len = (size_t)2 * BURST_BIG * BURST_SLOT;
+        max_sge = 3;
+        pair_open_split(&a, &b, DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE, NULL, NULL,
+                        true);
+        uint8_t *ref = malloc(buf_len), *img = malloc(buf_len), *invbuf = calloc(1, 4096);
+        if (!ref || !img || !invbuf)
+                die("no memory");
+        struct diwarp_mr *inv = NULL;
+        uint32_t id = 0;
+        for (unsigned k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+                for (unsigned l = 0; l < 4; l++, id++) {
+                        int kind = (int)((k + l) % 3);
+                        if (kind == PULL_INV) {
+                                if (inv)
+                                        CHECK(diwarp_mr_dereg(inv));
+                                CHECK(diwarp_mr_reg(
+                                    b.pd, invbuf, 4096, (uintptr_t)invbuf,
+                                    DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE, &inv));
+                        }
+                        pull_one(&a, &b, ref, img, lens[k], layout[l][0], layout[l][1], kind, id,
+                                 kind == PULL_INV ? inv : NULL);
+                }
+        pull_burst(&a, &b, img);
+        /* The last Invalidate took effect at the receiver: the STag that took
+         * a Write before it refuses one now. */
+        struct diwarp_mr_info mi;
+        CHECK(diwarp_mr_info(inv, &mi));
+        rdma_write(&a, &b, 0x999, 0, 8, (uintptr_t)mi.addr, mi.rkey);
+        wait_one(&a, &b, 0x999, DIWARP_WC_REM_ACCESS_ERR, "Write to an invalidated STag");
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        fprintf(stderr,
+                "pull ok: %llu Reads, %llu bytes pulled; retransmits %llu + %llu, fault drop "
+                "%llu dup %llu reorder %llu corrupt %llu, crc errors %llu + %llu\n",
+                (unsigned long long)cb.pulls, (unsigned long long)cb.pull_bytes,
+                (unsigned long long)ca.retransmits, (unsigned long long)cb.retransmits,
+                (unsigned long long)(ca.fault_dropped + cb.fault_dropped),
+                (unsigned long long)(ca.fault_duplicated + cb.fault_duplicated),
+                (unsigned long long)(ca.fault_reordered + cb.fault_reordered),
+                (unsigned long long)(ca.fault_corrupted + cb.fault_corrupted),
+                (unsigned long long)ca.crc_errors, (unsigned long long)cb.crc_errors);
+        if (ca.fault_corrupted + cb.fault_corrupted > 0 && ca.crc_errors + cb.crc_errors == 0)
+                die("pull: corrupted datagrams were not counted as CRC errors");
+        if (ca.fault_dropped + cb.fault_dropped > 0 && ca.retransmits + cb.retransmits == 0)
+                die("pull: drops without retransmissions");
+        while (channel_fired(&b))
+                ;
+        side_close(&a);
+        CHECK(diwarp_mr_dereg(inv));
+        side_close(&b);
+        free(ref);
+        free(img);
+        free(invbuf);
+        return 0;
+}
+
+/* A receiver-paced Send (512 KiB) into a receive WR too small for it, one of
+ * 128 KiB (more than the pushed chunk) and one of 1000 bytes: the receive
+ * fails with LOC_LEN_ERR, the Send with REM_INV_REQ_ERR and the Send behind it
+ * is flushed; the sender's QP goes to ERR, the receiver's too for RC while an
+ * RD QP keeps serving other peers. Nothing outside the receive WR is
+ * written and nothing is pulled. */
+static int case_pulllen(void)
+{
+        static const uint32_t room[] = {128 * 1024, 1000};
+        const uint32_t len = 512 * 1024;
+        buf_len = 2 * MiB;
+        for (unsigned k = 0; k < 2; k++) {
+                struct side a, b;
+                pair_open(&a, &b, DIWARP_ACCESS_LOCAL_WRITE);
+                memset(b.buf, GUARD_BYTE, buf_len);
+                fill(a.buf, len, k + 40);
+                post_recv(&b, 0x77, 8192, room[k]);
+                struct diwarp_sge sge = {(uintptr_t)a.buf, len, a.lkey};
+                struct diwarp_send_wr wr = {.wr_id = 1,
+                                            .sg_list = &sge,
+                                            .num_sge = 1,
+                                            .opcode = DIWARP_WR_SEND,
+                                            .send_flags = DIWARP_SEND_SIGNALED};
+                post(&a, &b, &wr);
+                sge.length = 100;
+                wr.wr_id = 2;
+                post(&a, &b, &wr);
+                wait_one(&b, &a, 0x77, DIWARP_WC_LOC_LEN_ERR, "pulllen receive");
+                wait_one(&a, &b, 1, DIWARP_WC_REM_INV_REQ_ERR, "pulllen send");
+                wait_one(&a, &b, 2, DIWARP_WC_WR_FLUSH_ERR, "pulllen send behind it");
+                if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                        die("pulllen: sender QP in state %d, not ERR", diwarp_qp_state(a.qp));
+                enum diwarp_qp_state want = rc_mode ? DIWARP_QPS_ERR : DIWARP_QPS_RTS;
+                if (diwarp_qp_state(b.qp) != want)
+                        die("pulllen: receiver QP in state %d, want %d", diwarp_qp_state(b.qp),
+                            want);
+                for (size_t i = 0; i < buf_len; i++)
+                        if ((i < 8192 || i >= 8192 + room[k]) && b.buf[i] != GUARD_BYTE)
+                                die("pulllen: byte %zu outside the %u-byte receive WR written", i,
+                                    room[k]);
+                uint64_t pb, pr = dev_pulls(&b, &pb);
+                if (pr || pb)
+                        die("pulllen: %llu Reads pulled into a receive WR too small",
+                            (unsigned long long)pr);
+                if (!rc_mode) {
+                        /* Another sender QP of a's device reaches b's QP. */
+                        struct side c = a;
+                        c.ah = NULL;
+                        qp_make(&c, 0);
+                        qp_connect(&c, &b, b.qpn);
+                        post_recv(&b, 0x78, 0, (uint32_t)MiB);
+                        wr.wr_id = 3;
+                        sge.length = len;
+                        post(&c, &b, &wr);
+                        struct diwarp_wc wc =
+                            wait_one(&b, &c, 0x78, DIWARP_WC_SUCCESS, "pulllen other peer");
+                        if (wc.byte_len != len || wc.src_qp != c.qpn)
+                                die("pulllen other peer: byte_len %u src_qp %#x", wc.byte_len,
+                                    wc.src_qp);
+                        verify(a.buf, b.buf, len, "pulllen other peer", len);
+                        wait_one(&c, &b, 3, DIWARP_WC_SUCCESS, "pulllen other peer send");
+                        CHECK(diwarp_ah_destroy(c.ah));
+                        CHECK(diwarp_qp_destroy(c.qp));
+                }
+                fprintf(stderr, "pulllen %u-byte receive WR ok\n", room[k]);
+                side_close(&a);
+                side_close(&b);
+        }
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
@@ -1561,6 +1973,10 @@ int main(int argc, char **argv)
                 return case_pingpong();
         if (!strcmp(argv[1], "vanish"))
                 return case_vanish(argc > 3 ? argv[3] : "kill");
+        if (!strcmp(argv[1], "pull"))
+                return case_pull();
+        if (!strcmp(argv[1], "pulllen"))
+                return case_pulllen();
         die("unknown case %s", argv[1]);
         return 1;
 }
