@@ -37,6 +37,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <malloc.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <errno.h>
 #include <signal.h>
@@ -46,12 +47,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <diwarp/diwarp.h>
 #include <diwarp/diwarpdv.h>
+
+/* Engine-internal layouts the crc case reads: the datagram header on the
+ * wire and its CRC32c. */
+#include "wire/crc32c.h"
+#include "wire/dgram.h"
 
 /* Engine-internal (qp/rd.h): per-peer state size, reported by the fds case. */
 size_t dw_rd_peer_bytes(void);
@@ -1939,6 +1946,206 @@ static int case_pulllen(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- crc */
+
+/* A plain UDP socket where the device of instance `inst` would listen: the
+ * engine sends datagrams for QPN inst << 12 | 2 there. The highest free
+ * instance, far from those the devices of running tests take. */
+static int raw_peer(uint32_t *qpn)
+{
+        uint32_t base = env_u32("DIWARP_PORT_BASE", 17471);
+        for (uint32_t inst = 4095; inst > 2048; inst--) {
+                if (base + inst > 65535)
+                        continue;
+                int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_in sa = {.sin_family = AF_INET,
+                                         .sin_port = htons((uint16_t)(base + inst)),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+                        *qpn = inst << 12 | 2;
+                        return fd;
+                }
+                if (fd >= 0)
+                        close(fd);
+        }
+        die("raw_peer: no free port");
+        return -1;
+}
+
+/* The first datagram of a 100-byte Send from a device opened with
+ * DIWARP_RD_CRC=crc, as a plain UDP socket standing in for the peer reads
+ * it: version 2 with only the NOCRC X-flag and no trailer, or version 1
+ * with the CRC32c of every byte before it. */
+static void crc_wire(int crc)
+{
+        struct side a, peer;
+        struct env_saved sv;
+        env_push(crc ? "DIWARP_RD_CRC=1" : "DIWARP_RD_CRC=0", &sv);
+        side_open(&a, DIWARP_ACCESS_LOCAL_WRITE);
+        env_pop(&sv);
+        qp_make(&a, 0);
+        memset(&peer, 0, sizeof(peer));
+        int fd = raw_peer(&peer.qpn);
+        peer.gid = a.gid;
+        qp_connect(&a, &peer, peer.qpn);
+        fill(a.buf, 100, 31);
+        struct diwarp_sge sge = {(uintptr_t)a.buf, 100, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        post(&a, &peer, &wr);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 5000) != 1)
+                die("crc wire: no datagram from the DIWARP_RD_CRC=%d device", crc);
+        uint8_t pkt[2048];
+        ssize_t n = recv(fd, pkt, sizeof(pkt), 0);
+        const size_t body = DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + 100;
+        if (n < (ssize_t)body ||
+            (pkt[1] & (DW_DGRAM_F_RD | DW_DGRAM_F_DATA)) != (DW_DGRAM_F_RD | DW_DGRAM_F_DATA))
+                die("crc wire: a %zd-byte datagram, flags %#x", n, n > 1 ? pkt[1] : 0);
+        if (memcmp(pkt + body - 100, a.buf, 100) != 0)
+                die("crc wire: the Send's bytes are not where expected");
+        if (crc) {
+                uint32_t c = dw_crc32c(pkt, body);
+                uint8_t be[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8),
+                                 (uint8_t)c};
+                if (pkt[0] != DW_DGRAM_VERSION || (size_t)n != body + DW_DGRAM_CRC_LEN ||
+                    memcmp(pkt + body, be, 4) != 0)
+                        die("crc wire: DIWARP_RD_CRC=1 sent version %u, %zd bytes (want %zu with "
+                            "its CRC32c)",
+                            pkt[0], n, body + DW_DGRAM_CRC_LEN);
+        } else if (pkt[0] != DW_DGRAM_VERSION2 || pkt[4] != DW_DGRAM_X_NOCRC || (size_t)n != body) {
+                die("crc wire: DIWARP_RD_CRC=0 sent version %u, X-flags %#x, %zd bytes (want 2, "
+                    "NOCRC, %zu)",
+                    pkt[0], pkt[4], n, body);
+        }
+        close(fd);
+        side_close(&a);
+}
+
+/* b's device refuses what a's sends (its datagrams lack the CRC32c b asks
+ * for, or b's ACKs lack the one a asks for): the refusing side counts them
+ * in rx_dropped_nocrc and a's Send fails with RETRY_EXC_ERR within a's
+ * DIWARP_PEER_TIMEOUT_MS, as if b were gone. */
+static void crc_mismatch(int a_crc)
+{
+        struct side a, b;
+        const unsigned limit = 1000;
+        pair_open_split(&a, &b, 0,
+                        a_crc ? "DIWARP_RD_CRC=1;DIWARP_PEER_TIMEOUT_MS=1000"
+                              : "DIWARP_RD_CRC=0;DIWARP_PEER_TIMEOUT_MS=1000",
+                        a_crc ? "DIWARP_RD_CRC=0" : "DIWARP_RD_CRC=1", false);
+        post_recv(&b, 5, 0, 4096);
+        struct diwarp_sge sge = {(uintptr_t)a.buf, 1000, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        uint64_t t0 = now_ms();
+        post(&a, &b, &wr);
+        struct diwarp_wc wc;
+        if (poll_until(&a, &b, &wc, 1, limit + 3000) != 1)
+                die("crc mismatch (sender %d): no completion after %llu ms", a_crc,
+                    (unsigned long long)(now_ms() - t0));
+        uint64_t dt = now_ms() - t0;
+        expect_wc(&wc, 1, DIWARP_WC_RETRY_EXC_ERR, "crc mismatch send");
+        if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                die("crc mismatch: sender QP not in ERR");
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        struct diwarp_counters *refuser = a_crc ? &ca : &cb;
+        if (!refuser->rx_dropped_nocrc || (a_crc ? cb : ca).rx_dropped_nocrc)
+                die("crc mismatch (sender %d): rx_dropped_nocrc %llu at the sender, %llu at the "
+                    "receiver",
+                    a_crc, (unsigned long long)ca.rx_dropped_nocrc,
+                    (unsigned long long)cb.rx_dropped_nocrc);
+        /* The receiver that refuses everything never places the Send. */
+        if (!a_crc && diwarp_cq_poll(b.cq, 1, &wc) != 0)
+                die("crc mismatch: the refusing receiver completed a receive");
+        fprintf(stderr,
+                "crc mismatch (sender %d, receiver %d) ok: RETRY_EXC_ERR after %llu ms, %llu "
+                "datagrams refused\n",
+                a_crc, !a_crc, (unsigned long long)dt,
+                (unsigned long long)refuser->rx_dropped_nocrc);
+        side_close(&a);
+        side_close(&b);
+}
+
+/* DIWARP_RD_CRC=0 (datagrams without CRC32c): on the wire, end to end with
+ * both devices set (Sends of every shape, receiver-paced included, and
+ * large RDMA Writes and Reads placed directly: byte-exact, nothing refused),
+ * and against a device that keeps the CRC, either way round. */
+static int case_crc(void)
+{
+        crc_wire(0);
+        crc_wire(1);
+        struct side a, b;
+        buf_len = 8 * MiB;
+        pair_open_split(&a, &b, DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ,
+                        "DIWARP_RD_CRC=0", "DIWARP_RD_CRC=0", false);
+        static const uint32_t lens[] = {0, 1, 4096, 100000, MiB + 3};
+        for (unsigned k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+                fill(a.buf, lens[k], k + 50);
+                post_recv(&b, 0x40 + k, 0, 2 * MiB);
+                struct diwarp_sge sge = {(uintptr_t)a.buf, lens[k], a.lkey};
+                struct diwarp_send_wr wr = {.wr_id = k,
+                                            .sg_list = &sge,
+                                            .num_sge = 1,
+                                            .opcode =
+                                                k % 2 ? DIWARP_WR_SEND_WITH_IMM : DIWARP_WR_SEND,
+                                            .send_flags = DIWARP_SEND_SIGNALED,
+                                            .imm_data = k};
+                post(&a, &b, &wr);
+                struct diwarp_wc wc = wait_one(&b, &a, 0x40 + k, DIWARP_WC_SUCCESS, "crc0 recv");
+                if (wc.byte_len != lens[k])
+                        die("crc0: byte_len %u want %u", wc.byte_len, lens[k]);
+                verify(a.buf, b.buf, lens[k], "crc0 send", lens[k]);
+                wait_one(&a, &b, k, DIWARP_WC_SUCCESS, "crc0 send");
+        }
+        const uint32_t big = 4 * MiB;
+        fill(a.buf, big, 60);
+        rdma_write(&a, &b, 10, 0, big, (uintptr_t)b.buf + MiB, b.rkey);
+        wait_one(&a, &b, 10, DIWARP_WC_SUCCESS, "crc0 write");
+        verify(a.buf, b.buf + MiB, big, "crc0 write", big);
+        memset(a.buf, 0, big);
+        struct diwarp_sge sge = {(uintptr_t)a.buf, big, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 11,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_READ,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = (uintptr_t)b.buf + MiB;
+        wr.wr.rdma.rkey = b.rkey;
+        post(&a, &b, &wr);
+        wait_one(&a, &b, 11, DIWARP_WC_SUCCESS, "crc0 read");
+        verify(b.buf + MiB, a.buf, big, "crc0 read", big);
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        if (ca.rx_dropped_nocrc || cb.rx_dropped_nocrc || ca.crc_errors || cb.crc_errors ||
+            !cb.pulls)
+                die("crc0: refused %llu + %llu, CRC errors %llu + %llu, %llu Reads pulled",
+                    (unsigned long long)ca.rx_dropped_nocrc,
+                    (unsigned long long)cb.rx_dropped_nocrc, (unsigned long long)ca.crc_errors,
+                    (unsigned long long)cb.crc_errors, (unsigned long long)cb.pulls);
+        if (lo_udp_mtu() > 32768 && (!ca.rx_placed_direct || !cb.rx_placed_direct))
+                die("crc0: %llu + %llu segments placed directly",
+                    (unsigned long long)ca.rx_placed_direct,
+                    (unsigned long long)cb.rx_placed_direct);
+        fprintf(stderr, "crc0 ok: %llu + %llu datagrams, %llu + %llu placed directly\n",
+                (unsigned long long)ca.tx_packets, (unsigned long long)cb.tx_packets,
+                (unsigned long long)ca.rx_placed_direct, (unsigned long long)cb.rx_placed_direct);
+        side_close(&a);
+        side_close(&b);
+        crc_mismatch(0);
+        crc_mismatch(1);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
@@ -1977,6 +2184,8 @@ int main(int argc, char **argv)
                 return case_pull();
         if (!strcmp(argv[1], "pulllen"))
                 return case_pulllen();
+        if (!strcmp(argv[1], "crc"))
+                return case_crc();
         die("unknown case %s", argv[1]);
         return 1;
 }
