@@ -36,6 +36,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -47,7 +48,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,8 +58,9 @@
 #include <diwarp/diwarp.h>
 #include <diwarp/diwarpdv.h>
 
-/* Engine-internal layouts the crc case reads: the datagram header on the
- * wire and its CRC32c. */
+/* Engine-internal layouts the crc and hostcap cases read: the datagram
+ * header on the wire, its CRC32c, and the in-flight pool's shared memory. */
+#include "flow/inflight.h"
 #include "wire/crc32c.h"
 #include "wire/dgram.h"
 
@@ -2146,6 +2150,262 @@ static int case_crc(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- caps */
+
+#define CAPS_N 100
+
+static uint32_t caps_len(unsigned i)
+{
+        return i % 25 == 24 ? 300000 : (i * 7919u) % 40000;
+}
+
+/* CAPS_N Writes and Sends (a few receiver-paced) from a to b, all posted at
+ * once, slots laid out one after the other: every one completes, in order on
+ * both sides, byte-exact. Returns a's QP's inflight_waits. */
+static uint64_t caps_stream(struct side *a, struct side *b)
+{
+        uint64_t off[CAPS_N + 1];
+        off[0] = 0;
+        for (unsigned i = 0; i < CAPS_N; i++)
+                off[i + 1] = off[i] + (caps_len(i) + 4095) / 4096 * 4096 + 4096;
+        if (off[CAPS_N] > buf_len)
+                die("caps: slots do not fit");
+        unsigned nrecv = 0;
+        for (unsigned i = 0; i < CAPS_N; i++) {
+                fill(a->buf + off[i], caps_len(i), i + 70);
+                if (i % 2)
+                        post_recv(b, 0x500 + i, off[i], caps_len(i));
+        }
+        for (unsigned i = 0; i < CAPS_N; i++) {
+                struct diwarp_sge sge = {(uintptr_t)a->buf + off[i], caps_len(i), a->lkey};
+                struct diwarp_send_wr wr = {.wr_id = i,
+                                            .sg_list = &sge,
+                                            .num_sge = 1,
+                                            .opcode = i % 2 ? DIWARP_WR_SEND : DIWARP_WR_RDMA_WRITE,
+                                            .send_flags = DIWARP_SEND_SIGNALED};
+                wr.wr.rdma.remote_addr = (uintptr_t)b->buf + off[i];
+                wr.wr.rdma.rkey = b->rkey;
+                post(a, b, &wr);
+        }
+        unsigned sdone = 0;
+        struct diwarp_wc wc[16];
+        uint64_t end = now_ms() + 60000;
+        while (sdone < CAPS_N || nrecv < CAPS_N / 2) {
+                int k = diwarp_cq_poll(a->cq, 16, wc);
+                for (int i = 0; i < k; i++, sdone++)
+                        expect_wc(&wc[i], sdone, DIWARP_WC_SUCCESS, "caps send (order)");
+                k = diwarp_cq_poll(b->cq, 16, wc);
+                for (int i = 0; i < k; i++, nrecv++)
+                        expect_wc(&wc[i], 0x500 + 2 * nrecv + 1, DIWARP_WC_SUCCESS,
+                                  "caps recv (order)");
+                if (now_ms() > end)
+                        die("caps: %u/%u completed, %u/%u received", sdone, CAPS_N, nrecv,
+                            CAPS_N / 2);
+        }
+        for (unsigned i = 0; i < CAPS_N; i++)
+                verify(a->buf + off[i], b->buf + off[i], caps_len(i), "caps", caps_len(i));
+        struct diwarp_counters c;
+        CHECK(diwarp_qp_counters(a->qp, &c));
+        return c.inflight_waits;
+}
+
+/* DIWARP_INFLIGHT_QP or _PROC (meson sets one): a burst larger than the cap
+ * waits for tokens and still completes, in order. */
+static int case_caps(void)
+{
+        if (!env_u32("DIWARP_INFLIGHT_QP", 0) && !env_u32("DIWARP_INFLIGHT_PROC", 0))
+                die("caps: set DIWARP_INFLIGHT_QP or DIWARP_INFLIGHT_PROC");
+        struct side a, b;
+        buf_len = 8 * MiB;
+        pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE);
+        uint64_t waits = caps_stream(&a, &b);
+        struct diwarp_counters c;
+        CHECK(diwarp_device_counters(a.dev, &c));
+        if (!waits || c.inflight_waits < waits)
+                die("caps: inflight_waits %llu (QP), %llu (device)", (unsigned long long)waits,
+                    (unsigned long long)c.inflight_waits);
+        fprintf(stderr, "caps ok: %u messages, %llu waits for a token\n", CAPS_N,
+                (unsigned long long)waits);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
+static char hostcap_shm[64];
+static pid_t hostcap_parent;
+
+static void hostcap_unlink(void)
+{
+        if (getpid() == hostcap_parent)
+                shm_unlink(hostcap_shm);
+}
+
+/* A child: a pair of its own devices streaming through the host pool. */
+static pid_t hostcap_streamer(void)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0)
+                die("fork");
+        if (pid)
+                return pid;
+        struct side a, b;
+        buf_len = 8 * MiB;
+        pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE);
+        uint64_t waits = caps_stream(&a, &b);
+        if (!waits)
+                die("hostcap streamer %d: never waited for a token of a 3-token pool", getpid());
+        side_close(&a);
+        side_close(&b);
+        fprintf(stderr, "hostcap streamer %d ok (%llu waits)\n", getpid(),
+                (unsigned long long)waits);
+        fflush(NULL);
+        _exit(0);
+}
+
+/* A child that takes tokens and never gives them back: 8 Sends to a QP of
+ * its own with no receive posted, refused (RNR) and retried for ever, while
+ * it keeps asking the pool for more. */
+static pid_t hostcap_hog(void)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0)
+                die("fork");
+        if (pid)
+                return pid;
+        struct side a, b;
+        buf_len = MiB;
+        pair_open(&a, &b, 0);
+        for (int i = 0; i < 8; i++) {
+                struct diwarp_sge sge = {(uintptr_t)a.buf, 100, a.lkey};
+                struct diwarp_send_wr wr = {.wr_id = (uint64_t)i,
+                                            .sg_list = &sge,
+                                            .num_sge = 1,
+                                            .opcode = DIWARP_WR_SEND,
+                                            .send_flags = DIWARP_SEND_SIGNALED};
+                post(&a, &b, &wr);
+        }
+        for (;;) {
+                struct diwarp_wc wc[8];
+                if (diwarp_cq_poll(a.cq, 8, wc) != 0 || diwarp_cq_poll(b.cq, 8, wc) != 0)
+                        _exit(3); /* its Sends must neither complete nor fail */
+                usleep(1000);
+        }
+}
+
+static const struct dw_inflight_shm *hostcap_map(unsigned timeout_ms)
+{
+        uint64_t end = now_ms() + timeout_ms;
+        for (;;) {
+                int fd = shm_open(hostcap_shm, O_RDONLY, 0);
+                struct stat st;
+                if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size == DW_INFLIGHT_SHM_SIZE) {
+                        void *p = mmap(NULL, DW_INFLIGHT_SHM_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+                        close(fd);
+                        if (p == MAP_FAILED)
+                                die("hostcap: mmap: %s", strerror(errno));
+                        const struct dw_inflight_shm *m = p;
+                        while (__atomic_load_n(&m->magic, __ATOMIC_ACQUIRE) != DW_INFLIGHT_MAGIC) {
+                                if (now_ms() > end)
+                                        die("hostcap: the pool was never formatted");
+                                usleep(1000);
+                        }
+                        return m;
+                }
+                if (fd >= 0)
+                        close(fd);
+                if (now_ms() > end)
+                        die("hostcap: no pool %s", hostcap_shm);
+                usleep(1000);
+        }
+}
+
+/* Waits for the children in pids (0: done) to exit 0, until the deadline. */
+static void hostcap_reap(pid_t *pids, int n, uint64_t deadline, const char *what)
+{
+        for (int left = n; left;) {
+                for (int i = 0; i < n; i++) {
+                        int st;
+                        if (!pids[i] || waitpid(pids[i], &st, WNOHANG) != pids[i])
+                                continue;
+                        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                                die("%s: child %d ended with status %#x", what, pids[i], st);
+                        pids[i] = 0;
+                        left--;
+                }
+                if (left && now_ms() > deadline) {
+                        for (int i = 0; i < n; i++)
+                                if (pids[i])
+                                        kill(pids[i], SIGKILL);
+                        die("%s: %d children still running at the deadline", what, left);
+                }
+                usleep(5000);
+        }
+}
+
+/* DIWARP_INFLIGHT_HOST=3 on a private pool (DIWARP_INFLIGHT_SHM) shared by
+ * forked processes: 3 streamers all complete; then a process holding every
+ * token, still asking for more, blocks 2 streamers until it is SIGKILLed,
+ * after which they complete, the dead one's tokens reclaimed. */
+static int case_hostcap(void)
+{
+        hostcap_parent = getpid();
+        snprintf(hostcap_shm, sizeof(hostcap_shm), "/diwarp-rdtest-%d", (int)getpid());
+        shm_unlink(hostcap_shm);
+        atexit(hostcap_unlink);
+        setenv("DIWARP_INFLIGHT_HOST", "3", 1);
+        setenv("DIWARP_INFLIGHT_SHM", hostcap_shm, 1);
+        pid_t pids[3];
+        for (int i = 0; i < 3; i++)
+                pids[i] = hostcap_streamer();
+        hostcap_reap(pids, 3, now_ms() + 60000, "hostcap streamers");
+        const struct dw_inflight_shm *m = hostcap_map(1000);
+        if (m->capacity != 3 || m->free != 3 || m->qlen != 0)
+                die("hostcap: pool capacity %u, %lld free, %u waiting after the streamers",
+                    m->capacity, (long long)m->free, m->qlen);
+
+        pid_t hog = hostcap_hog();
+        /* Until the hog holds the whole pool. */
+        uint64_t end = now_ms() + 10000;
+        for (bool all = false; !all;) {
+                for (unsigned i = 0; i < DW_INFLIGHT_SLOTS && !all; i++)
+                        all = __atomic_load_n(&m->slot[i].state, __ATOMIC_ACQUIRE) ==
+                                  DW_INFLIGHT_SLOT_USED &&
+                              m->slot[i].pid == (uint32_t)hog && m->slot[i].inuse == 3;
+                if (now_ms() > end) {
+                        kill(hog, SIGKILL);
+                        die("hostcap: the hog never held the 3 tokens");
+                }
+                usleep(1000);
+        }
+        uint64_t reclaimed0 = m->reclaimed;
+        for (int i = 0; i < 2; i++)
+                pids[i] = hostcap_streamer();
+        usleep(500000);
+        for (int i = 0; i < 2; i++)
+                if (waitpid(pids[i], NULL, WNOHANG) != 0) {
+                        kill(hog, SIGKILL);
+                        die("hostcap: streamer %d ended while the hog held every token", pids[i]);
+                }
+        kill(hog, SIGKILL);
+        uint64_t t0 = now_ms();
+        int st;
+        if (waitpid(hog, &st, 0) != hog || !WIFSIGNALED(st))
+                die("hostcap: the hog ended by itself (status %#x)", st);
+        hostcap_reap(pids, 2, now_ms() + 30000, "hostcap streamers after the kill");
+        uint64_t dt = now_ms() - t0;
+        if (m->reclaimed < reclaimed0 + 3 || m->free != 3 || m->qlen != 0)
+                die("hostcap: %llu tokens reclaimed, %lld free, %u waiting",
+                    (unsigned long long)(m->reclaimed - reclaimed0), (long long)m->free, m->qlen);
+        fprintf(stderr,
+                "hostcap ok: streamers done %llu ms after the hog was killed, %llu tokens "
+                "reclaimed\n",
+                (unsigned long long)dt, (unsigned long long)(m->reclaimed - reclaimed0));
+        munmap((void *)m, DW_INFLIGHT_SHM_SIZE);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
@@ -2186,6 +2446,10 @@ int main(int argc, char **argv)
                 return case_pulllen();
         if (!strcmp(argv[1], "crc"))
                 return case_crc();
+        if (!strcmp(argv[1], "caps"))
+                return case_caps();
+        if (!strcmp(argv[1], "hostcap"))
+                return case_hostcap();
         die("unknown case %s", argv[1]);
         return 1;
 }
