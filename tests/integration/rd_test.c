@@ -2406,6 +2406,109 @@ static int case_hostcap(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- slowrx */
+
+#define SLOWRX_BPS   2000000u
+#define SLOWRX_BYTES (4 * MiB)
+#define SLOWRX_MSG   MiB
+
+/* Moves SLOWRX_BYTES from a to b in SLOWRX_MSG messages (receiver-paced Sends
+ * or RDMA Writes), all posted at once; byte-exact. Returns the milliseconds
+ * it took. */
+static uint64_t slowrx_run(struct side *a, struct side *b, bool send, const char *what)
+{
+        const unsigned n = SLOWRX_BYTES / SLOWRX_MSG;
+        fill(a->buf, SLOWRX_BYTES, send ? 90 : 91);
+        memset(b->buf, 0, SLOWRX_BYTES);
+        uint64_t t0 = now_ms();
+        for (unsigned i = 0; i < n; i++) {
+                uint64_t off = (uint64_t)i * SLOWRX_MSG;
+                if (send) {
+                        post_recv(b, 0x600 + i, off, SLOWRX_MSG);
+                        struct diwarp_sge sge = {(uintptr_t)a->buf + off, SLOWRX_MSG, a->lkey};
+                        struct diwarp_send_wr wr = {.wr_id = i,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = DIWARP_WR_SEND,
+                                                    .send_flags = DIWARP_SEND_SIGNALED};
+                        post(a, b, &wr);
+                } else {
+                        rdma_write(a, b, i, off, SLOWRX_MSG, (uintptr_t)b->buf + off, b->rkey);
+                }
+        }
+        for (unsigned i = 0; i < n; i++) {
+                if (send)
+                        wait_one(b, a, 0x600 + i, DIWARP_WC_SUCCESS, what);
+                wait_one(a, b, i, DIWARP_WC_SUCCESS, what);
+        }
+        uint64_t ms = now_ms() - t0;
+        verify(a->buf, b->buf, SLOWRX_BYTES, what, SLOWRX_MSG);
+        return ms;
+}
+
+/* A receiver reading its socket at DIWARP_FAULT=slowrx:2000000 (2 MB/s)
+ * takes 4 MiB by RDMA Writes, then, on a fresh pair of devices (no path state
+ * carried over), by receiver-paced Sends; mode "write" or "send" runs one
+ * alone. The data arrives intact, no sooner than the rate allows (less what
+ * the throttle lets through at once: a 1 ms burst and one batch of 4
+ * datagrams), with throttle waits counted on the receiver only. The
+ * receiver-paced Sends need next to no retransmission (at most 1 % of the
+ * datagrams), since the receiver asks for data only as it places it. */
+static int case_slowrx(const char *mode)
+{
+        if (mode && strcmp(mode, "send") != 0 && strcmp(mode, "write") != 0)
+                die("slowrx: mode send or write, not %s", mode);
+        buf_len = SLOWRX_BYTES;
+        char spec[64];
+        snprintf(spec, sizeof(spec), "DIWARP_FAULT=slowrx:%u", SLOWRX_BPS);
+        const uint64_t slack = 4 * 65507 + SLOWRX_BPS / 1000;
+        const uint64_t min_ms = (SLOWRX_BYTES - slack) * 1000 / SLOWRX_BPS;
+        for (int send = 0; send < 2; send++) {
+                if (mode && strcmp(mode, send ? "send" : "write") != 0)
+                        continue;
+                const char *what = send ? "slowrx pulled Sends" : "slowrx Writes";
+                struct side a, b;
+                pair_open_split(&a, &b, DIWARP_ACCESS_REMOTE_WRITE, NULL, spec, false);
+                uint64_t ms = slowrx_run(&a, &b, send, what);
+                struct diwarp_counters ca, cb;
+                CHECK(diwarp_device_counters(a.dev, &ca));
+                CHECK(diwarp_device_counters(b.dev, &cb));
+                uint64_t dgrams = ca.tx_packets + cb.tx_packets;
+                uint64_t retx = ca.retransmits + cb.retransmits;
+                struct diwarpdv_rd_dest d = {a.ah, b.qpn, QKEY};
+                struct diwarpdv_rd_path pa;
+                CHECK(diwarpdv_query_rd_path(a.qp, rc_mode ? NULL : &d, &pa));
+                fprintf(stderr,
+                        "%s: %u bytes in %llu ms (at least %llu), %llu throttle waits, %llu "
+                        "datagrams, %llu retransmitted, %llu Reads; the sender's stream: srtt "
+                        "%u ns, %u RTO expiries, %u tail probes\n",
+                        what, SLOWRX_BYTES, (unsigned long long)ms, (unsigned long long)min_ms,
+                        (unsigned long long)cb.fault_slowrx_waits, (unsigned long long)dgrams,
+                        (unsigned long long)retx, (unsigned long long)cb.pulls, pa.srtt_ns,
+                        pa.rto_expiries, pa.tail_probes);
+                if (ms < min_ms)
+                        die("%s: %llu ms, faster than %u bytes/s allows (%llu ms)", what,
+                            (unsigned long long)ms, SLOWRX_BPS, (unsigned long long)min_ms);
+                if (!cb.fault_slowrx_waits || ca.fault_slowrx_waits)
+                        die("%s: %llu throttle waits at the receiver, %llu at the sender", what,
+                            (unsigned long long)cb.fault_slowrx_waits,
+                            (unsigned long long)ca.fault_slowrx_waits);
+                if (send) {
+                        uint64_t r, by;
+                        pull_expect(SLOWRX_MSG, &r, &by);
+                        if (cb.pulls != r * (SLOWRX_BYTES / SLOWRX_MSG))
+                                die("%s: %llu Reads, want %llu", what, (unsigned long long)cb.pulls,
+                                    (unsigned long long)(r * (SLOWRX_BYTES / SLOWRX_MSG)));
+                        if (retx * 100 > dgrams)
+                                die("%s: %llu of %llu datagrams retransmitted (more than 1 %%)",
+                                    what, (unsigned long long)retx, (unsigned long long)dgrams);
+                }
+                side_close(&a);
+                side_close(&b);
+        }
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
@@ -2450,6 +2553,8 @@ int main(int argc, char **argv)
                 return case_caps();
         if (!strcmp(argv[1], "hostcap"))
                 return case_hostcap();
+        if (!strcmp(argv[1], "slowrx"))
+                return case_slowrx(argc > 3 ? argv[3] : NULL);
         die("unknown case %s", argv[1]);
         return 1;
 }
