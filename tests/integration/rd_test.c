@@ -2509,6 +2509,90 @@ static int case_slowrx(const char *mode)
         return 0;
 }
 
+/* ---------------------------------------------------------------- cc */
+
+/* After 8 MiB of Writes, a 1 MiB Read and 200 small Sends, the path to the
+ * peer reports a window and RTTs, and the device's congestion counters (the
+ * sum over its paths: one here) equal the path's. DIWARP_CC=off: no window
+ * decrease, collapse or hold is ever counted; on under DIWARP_FAULT drops:
+ * the losses cost the window something. */
+static int case_cc(void)
+{
+        struct side a, b;
+        buf_len = 8 * MiB;
+        pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ);
+        for (unsigned i = 0; i < 8; i++)
+                rdma_write(&a, &b, i, (uint64_t)i * MiB, MiB, (uintptr_t)b.buf + (uint64_t)i * MiB,
+                           b.rkey);
+        for (unsigned i = 0; i < 8; i++)
+                wait_one(&a, &b, i, DIWARP_WC_SUCCESS, "cc write");
+        struct diwarp_sge sge = {(uintptr_t)a.buf, MiB, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 8,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_READ,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+        wr.wr.rdma.rkey = b.rkey;
+        post(&a, &b, &wr);
+        wait_one(&a, &b, 8, DIWARP_WC_SUCCESS, "cc read");
+        for (unsigned i = 0; i < 200; i++)
+                post_recv(&b, 0x700 + i, (uint64_t)i * 4096, 4096);
+        for (unsigned i = 0; i < 200; i++) {
+                sge.length = 64 + i;
+                wr = (struct diwarp_send_wr){.wr_id = 9 + i,
+                                             .sg_list = &sge,
+                                             .num_sge = 1,
+                                             .opcode = DIWARP_WR_SEND,
+                                             .send_flags = DIWARP_SEND_SIGNALED};
+                post(&a, &b, &wr);
+        }
+        for (unsigned i = 0; i < 200; i++)
+                wait_one(&b, &a, 0x700 + i, DIWARP_WC_SUCCESS, "cc recv");
+        for (unsigned i = 0; i < 200; i++)
+                wait_one(&a, &b, 9 + i, DIWARP_WC_SUCCESS, "cc send");
+        struct diwarpdv_rd_dest d = {a.ah, b.qpn, QKEY};
+        struct diwarpdv_rd_path p;
+        struct diwarp_counters c;
+        CHECK(diwarpdv_query_rd_path(a.qp, rc_mode ? NULL : &d, &p));
+        CHECK(diwarp_device_counters(a.dev, &c));
+        const char *cc = getenv("DIWARP_CC");
+        const char *fault = getenv("DIWARP_FAULT");
+        bool on = !(cc && strcmp(cc, "off") == 0);
+        fprintf(stderr,
+                "cc (%s): cwnd %u inflight %u min_rtt %u ns srtt %u ns pacing %llu bit/s; "
+                "decreases delay %llu loss %llu, rto %llu, window waits %llu, pacing waits %llu; "
+                "retransmits %u, %llu datagrams dropped by the fault hook\n",
+                on ? "on" : "off", p.cwnd, p.inflight, p.min_rtt_ns, p.srtt_ns,
+                (unsigned long long)p.pacing_bps, (unsigned long long)p.cc_decrease_delay,
+                (unsigned long long)p.cc_decrease_loss, (unsigned long long)p.cc_rto,
+                (unsigned long long)p.cc_window_waits, (unsigned long long)p.cc_pacing_waits,
+                p.retransmits, (unsigned long long)c.fault_dropped);
+        if (!p.cwnd || !p.srtt_ns || !p.min_rtt_ns)
+                die("cc: cwnd %u, srtt %u ns, min_rtt %u ns after the run", p.cwnd, p.srtt_ns,
+                    p.min_rtt_ns);
+        if (c.cc_decrease_delay != p.cc_decrease_delay ||
+            c.cc_decrease_loss != p.cc_decrease_loss || c.cc_rto != p.cc_rto ||
+            c.cc_window_waits != p.cc_window_waits || c.cc_pacing_waits != p.cc_pacing_waits)
+                die("cc: device counters (delay %llu loss %llu rto %llu window %llu pacing %llu) "
+                    "differ from its one path's",
+                    (unsigned long long)c.cc_decrease_delay, (unsigned long long)c.cc_decrease_loss,
+                    (unsigned long long)c.cc_rto, (unsigned long long)c.cc_window_waits,
+                    (unsigned long long)c.cc_pacing_waits);
+        uint64_t events = p.cc_decrease_delay + p.cc_decrease_loss + p.cc_rto + p.cc_window_waits +
+                          p.cc_pacing_waits;
+        if (!on && (events || p.pacing_bps))
+                die("cc off: %llu congestion events counted, pacing at %llu bit/s",
+                    (unsigned long long)events, (unsigned long long)p.pacing_bps);
+        if (on && fault && strstr(fault, "drop") && c.fault_dropped &&
+            !(p.cc_decrease_loss + p.cc_rto))
+                die("cc: %llu datagrams dropped and no window decrease for a loss",
+                    (unsigned long long)c.fault_dropped);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
@@ -2555,6 +2639,8 @@ int main(int argc, char **argv)
                 return case_hostcap();
         if (!strcmp(argv[1], "slowrx"))
                 return case_slowrx(argc > 3 ? argv[3] : NULL);
+        if (!strcmp(argv[1], "cc"))
+                return case_cc();
         die("unknown case %s", argv[1]);
         return 1;
 }
