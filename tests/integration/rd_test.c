@@ -30,9 +30,51 @@
  *                          completion in order, byte-exact
  *   rd_test vanish rd|rc kill|stop   peer process killed / stopped: the WR
  *                          fails with RETRY_EXC_ERR within the peer timeout
+ *   rd_test pull   rd|rc   receiver-paced Sends (qp/rd_pull.c): 256 KiB - 1,
+ *                          256 KiB, 1 MiB + 17 and 8 MiB, 1 or 3 SGEs on
+ *                          either side, plain / Solicited Event (a solicited-
+ *                          only CQ fires for those only) / Invalidate (the
+ *                          STag refuses Writes afterwards), byte-exact with
+ *                          guard bytes around every receive SGE and in its
+ *                          spare room, the receiver's pulls / pull_bytes
+ *                          exactly as the size implies (none with
+ *                          DIWARP_RD_PULL_MIN=0); then 24 large Sends, each
+ *                          followed by a small one, posted at once (more than
+ *                          the 16 pull entries): all complete, in posting
+ *                          order (meson also runs it under DIWARP_FAULT)
+ *   rd_test pulllen rd|rc  a 512 KiB Send into a 128 KiB and a 1000-byte
+ *                          receive WR: LOC_LEN_ERR at the receiver,
+ *                          REM_INV_REQ_ERR at the sender and a flush behind
+ *                          it, sender QP in ERR, receiver QP in ERR (RC) or
+ *                          RTS and serving another peer (RD), nothing
+ *                          written outside the receive WR, nothing pulled
+ *   rd_test crc    rd|rc   DIWARP_RD_CRC=0: the datagram on the wire (a raw
+ *                          UDP socket as peer: version 2, NOCRC, no trailer;
+ *                          with 1: version 1 and its CRC32c), data end to end
+ *                          with both devices at 0, and mismatched devices
+ *                          either way: rx_dropped_nocrc at the refusing side,
+ *                          RETRY_EXC_ERR at the sender within its peer timeout
+ *   rd_test caps   rd|rc   100 Writes and Sends posted at once under the
+ *                          DIWARP_INFLIGHT_QP or _PROC meson sets: all
+ *                          complete in order, byte-exact, inflight_waits > 0
+ *   rd_test hostcap rd|rc  DIWARP_INFLIGHT_HOST=3 on a private pool shared by
+ *                          forked processes: 3 streamers complete; a process
+ *                          holding every token (RNR for ever) blocks 2 more
+ *                          until SIGKILLed, then they complete and its tokens
+ *                          are reclaimed; the pool's name is unlinked
+ *   rd_test slowrx rd|rc [write|send]   a receiver at DIWARP_FAULT=slowrx:
+ *                          2000000 takes 4 MiB by Writes and by receiver-
+ *                          paced Sends: intact, no faster than the rate,
+ *                          throttle waits counted, and the Sends with at most
+ *                          1 % of their datagrams retransmitted
+ *   rd_test cc     rd|rc   after traffic, diwarpdv_query_rd_path shows a
+ *                          window and RTTs and the device's cc_* counters
+ *                          equal its one path's; DIWARP_CC=off: no congestion
+ *                          event, no pacing rate; under drops: a decrease
  *
  * Two devices in one process (two instances, two UDP sockets) except for
- * vanish, which forks the peer. Exit 0 pass, 1 fail; alarm() bounds each run.
+ * vanish and hostcap, which fork. Exit 0 pass, 1 fail; alarm() bounds each
+ * run.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
