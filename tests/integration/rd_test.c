@@ -1687,15 +1687,18 @@ static struct diwarp_wc wait_one(struct side *s, struct side *other, uint64_t id
         return wc;
 }
 
-static void rdma_write(struct side *a, struct side *b, uint64_t id, uint64_t src, uint32_t len,
-                       uint64_t remote_addr, uint32_t rkey)
+/* One signaled WR from a to b of len bytes at offset src of a's buffer, with
+ * the wr_id as Immediate Data; remote_addr and rkey for RDMA, 0 for Sends. */
+static void post_one(struct side *a, struct side *b, enum diwarp_wr_opcode op, uint64_t id,
+                     uint64_t src, uint32_t len, uint64_t remote_addr, uint32_t rkey)
 {
         struct diwarp_sge sge = {(uintptr_t)a->buf + src, len, a->lkey};
         struct diwarp_send_wr wr = {.wr_id = id,
                                     .sg_list = &sge,
                                     .num_sge = 1,
-                                    .opcode = DIWARP_WR_RDMA_WRITE,
-                                    .send_flags = DIWARP_SEND_SIGNALED};
+                                    .opcode = op,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .imm_data = (uint32_t)id};
         wr.wr.rdma.remote_addr = remote_addr;
         wr.wr.rdma.rkey = rkey;
         post(a, b, &wr);
@@ -1750,7 +1753,7 @@ static void pull_one(struct side *a, struct side *b, uint8_t *ref, uint8_t *img,
         if (inv) {
                 /* Until the Send, the STag takes Writes. */
                 CHECK(diwarp_mr_info(inv, &mi));
-                rdma_write(a, b, 0x900 + id, 0, 8, (uintptr_t)mi.addr, mi.rkey);
+                post_one(a, b, DIWARP_WR_RDMA_WRITE, 0x900 + id, 0, 8, (uintptr_t)mi.addr, mi.rkey);
                 wait_one(a, b, 0x900 + id, DIWARP_WC_SUCCESS, "Write before the invalidation");
         }
         uint64_t pb0, pr0 = dev_pulls(b, &pb0), ab0, ar0 = dev_pulls(a, &ab0);
@@ -1817,16 +1820,9 @@ static void pull_burst(struct side *a, struct side *b, uint8_t *img)
                 want_r += r;
                 want_b += by;
         }
-        for (unsigned m = 0; m < n; m++) {
-                struct diwarp_sge sge = {(uintptr_t)a->buf + (uint64_t)m * BURST_SLOT + PULL_GAP,
-                                         burst_len(m), a->lkey};
-                struct diwarp_send_wr wr = {.wr_id = 0x3000 + m,
-                                            .sg_list = &sge,
-                                            .num_sge = 1,
-                                            .opcode = DIWARP_WR_SEND,
-                                            .send_flags = DIWARP_SEND_SIGNALED};
-                post(a, b, &wr);
-        }
+        for (unsigned m = 0; m < n; m++)
+                post_one(a, b, DIWARP_WR_SEND, 0x3000 + m, (uint64_t)m * BURST_SLOT + PULL_GAP,
+                         burst_len(m), 0, 0);
         unsigned rdone = 0, sdone = 0;
         struct diwarp_wc wc[16];
         uint64_t end = now_ms() + 90000;
@@ -1891,7 +1887,7 @@ static int case_pull(void)
          * a Write before it refuses one now. */
         struct diwarp_mr_info mi;
         CHECK(diwarp_mr_info(inv, &mi));
-        rdma_write(&a, &b, 0x999, 0, 8, (uintptr_t)mi.addr, mi.rkey);
+        post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 0x999, 0, 8, (uintptr_t)mi.addr, mi.rkey);
         wait_one(&a, &b, 0x999, DIWARP_WC_REM_ACCESS_ERR, "Write to an invalidated STag");
         struct diwarp_counters ca, cb;
         CHECK(diwarp_device_counters(a.dev, &ca));
@@ -1938,16 +1934,8 @@ static int case_pulllen(void)
                 memset(b.buf, GUARD_BYTE, buf_len);
                 fill(a.buf, len, k + 40);
                 post_recv(&b, 0x77, 8192, room[k]);
-                struct diwarp_sge sge = {(uintptr_t)a.buf, len, a.lkey};
-                struct diwarp_send_wr wr = {.wr_id = 1,
-                                            .sg_list = &sge,
-                                            .num_sge = 1,
-                                            .opcode = DIWARP_WR_SEND,
-                                            .send_flags = DIWARP_SEND_SIGNALED};
-                post(&a, &b, &wr);
-                sge.length = 100;
-                wr.wr_id = 2;
-                post(&a, &b, &wr);
+                post_one(&a, &b, DIWARP_WR_SEND, 1, 0, len, 0, 0);
+                post_one(&a, &b, DIWARP_WR_SEND, 2, 0, 100, 0, 0);
                 wait_one(&b, &a, 0x77, DIWARP_WC_LOC_LEN_ERR, "pulllen receive");
                 wait_one(&a, &b, 1, DIWARP_WC_REM_INV_REQ_ERR, "pulllen send");
                 wait_one(&a, &b, 2, DIWARP_WC_WR_FLUSH_ERR, "pulllen send behind it");
@@ -1972,9 +1960,7 @@ static int case_pulllen(void)
                         qp_make(&c, 0);
                         qp_connect(&c, &b, b.qpn);
                         post_recv(&b, 0x78, 0, (uint32_t)MiB);
-                        wr.wr_id = 3;
-                        sge.length = len;
-                        post(&c, &b, &wr);
+                        post_one(&c, &b, DIWARP_WR_SEND, 3, 0, len, 0, 0);
                         struct diwarp_wc wc =
                             wait_one(&b, &c, 0x78, DIWARP_WC_SUCCESS, "pulllen other peer");
                         if (wc.byte_len != len || wc.src_qp != c.qpn)
@@ -2035,13 +2021,7 @@ static void crc_wire(int crc)
         peer.gid = a.gid;
         qp_connect(&a, &peer, peer.qpn);
         fill(a.buf, 100, 31);
-        struct diwarp_sge sge = {(uintptr_t)a.buf, 100, a.lkey};
-        struct diwarp_send_wr wr = {.wr_id = 1,
-                                    .sg_list = &sge,
-                                    .num_sge = 1,
-                                    .opcode = DIWARP_WR_SEND,
-                                    .send_flags = DIWARP_SEND_SIGNALED};
-        post(&a, &peer, &wr);
+        post_one(&a, &peer, DIWARP_WR_SEND, 1, 0, 100, 0, 0);
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (poll(&pfd, 1, 5000) != 1)
                 die("crc wire: no datagram from the DIWARP_RD_CRC=%d device", crc);
@@ -2084,14 +2064,8 @@ static void crc_mismatch(int a_crc)
                               : "DIWARP_RD_CRC=0;DIWARP_PEER_TIMEOUT_MS=1000",
                         a_crc ? "DIWARP_RD_CRC=0" : "DIWARP_RD_CRC=1", false);
         post_recv(&b, 5, 0, 4096);
-        struct diwarp_sge sge = {(uintptr_t)a.buf, 1000, a.lkey};
-        struct diwarp_send_wr wr = {.wr_id = 1,
-                                    .sg_list = &sge,
-                                    .num_sge = 1,
-                                    .opcode = DIWARP_WR_SEND,
-                                    .send_flags = DIWARP_SEND_SIGNALED};
         uint64_t t0 = now_ms();
-        post(&a, &b, &wr);
+        post_one(&a, &b, DIWARP_WR_SEND, 1, 0, 1000, 0, 0);
         struct diwarp_wc wc;
         if (poll_until(&a, &b, &wc, 1, limit + 3000) != 1)
                 die("crc mismatch (sender %d): no completion after %llu ms", a_crc,
@@ -2137,36 +2111,22 @@ static int case_crc(void)
         for (unsigned k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
                 fill(a.buf, lens[k], k + 50);
                 post_recv(&b, 0x40 + k, 0, 2 * MiB);
-                struct diwarp_sge sge = {(uintptr_t)a.buf, lens[k], a.lkey};
-                struct diwarp_send_wr wr = {.wr_id = k,
-                                            .sg_list = &sge,
-                                            .num_sge = 1,
-                                            .opcode =
-                                                k % 2 ? DIWARP_WR_SEND_WITH_IMM : DIWARP_WR_SEND,
-                                            .send_flags = DIWARP_SEND_SIGNALED,
-                                            .imm_data = k};
-                post(&a, &b, &wr);
+                post_one(&a, &b, k % 2 ? DIWARP_WR_SEND_WITH_IMM : DIWARP_WR_SEND, k, 0, lens[k], 0,
+                         0);
                 struct diwarp_wc wc = wait_one(&b, &a, 0x40 + k, DIWARP_WC_SUCCESS, "crc0 recv");
-                if (wc.byte_len != lens[k])
-                        die("crc0: byte_len %u want %u", wc.byte_len, lens[k]);
+                if (wc.byte_len != lens[k] || (k % 2 && wc.imm_data != k))
+                        die("crc0: byte_len %u want %u, immediate %u", wc.byte_len, lens[k],
+                            wc.imm_data);
                 verify(a.buf, b.buf, lens[k], "crc0 send", lens[k]);
                 wait_one(&a, &b, k, DIWARP_WC_SUCCESS, "crc0 send");
         }
         const uint32_t big = 4 * MiB;
         fill(a.buf, big, 60);
-        rdma_write(&a, &b, 10, 0, big, (uintptr_t)b.buf + MiB, b.rkey);
+        post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 10, 0, big, (uintptr_t)b.buf + MiB, b.rkey);
         wait_one(&a, &b, 10, DIWARP_WC_SUCCESS, "crc0 write");
         verify(a.buf, b.buf + MiB, big, "crc0 write", big);
         memset(a.buf, 0, big);
-        struct diwarp_sge sge = {(uintptr_t)a.buf, big, a.lkey};
-        struct diwarp_send_wr wr = {.wr_id = 11,
-                                    .sg_list = &sge,
-                                    .num_sge = 1,
-                                    .opcode = DIWARP_WR_RDMA_READ,
-                                    .send_flags = DIWARP_SEND_SIGNALED};
-        wr.wr.rdma.remote_addr = (uintptr_t)b.buf + MiB;
-        wr.wr.rdma.rkey = b.rkey;
-        post(&a, &b, &wr);
+        post_one(&a, &b, DIWARP_WR_RDMA_READ, 11, 0, big, (uintptr_t)b.buf + MiB, b.rkey);
         wait_one(&a, &b, 11, DIWARP_WC_SUCCESS, "crc0 read");
         verify(b.buf + MiB, a.buf, big, "crc0 read", big);
         struct diwarp_counters ca, cb;
@@ -2218,17 +2178,9 @@ static uint64_t caps_stream(struct side *a, struct side *b)
                 if (i % 2)
                         post_recv(b, 0x500 + i, off[i], caps_len(i));
         }
-        for (unsigned i = 0; i < CAPS_N; i++) {
-                struct diwarp_sge sge = {(uintptr_t)a->buf + off[i], caps_len(i), a->lkey};
-                struct diwarp_send_wr wr = {.wr_id = i,
-                                            .sg_list = &sge,
-                                            .num_sge = 1,
-                                            .opcode = i % 2 ? DIWARP_WR_SEND : DIWARP_WR_RDMA_WRITE,
-                                            .send_flags = DIWARP_SEND_SIGNALED};
-                wr.wr.rdma.remote_addr = (uintptr_t)b->buf + off[i];
-                wr.wr.rdma.rkey = b->rkey;
-                post(a, b, &wr);
-        }
+        for (unsigned i = 0; i < CAPS_N; i++)
+                post_one(a, b, i % 2 ? DIWARP_WR_SEND : DIWARP_WR_RDMA_WRITE, i, off[i],
+                         caps_len(i), (uintptr_t)b->buf + off[i], b->rkey);
         unsigned sdone = 0;
         struct diwarp_wc wc[16];
         uint64_t end = now_ms() + 60000;
@@ -2319,15 +2271,8 @@ static pid_t hostcap_hog(void)
         struct side a, b;
         buf_len = MiB;
         pair_open(&a, &b, 0);
-        for (int i = 0; i < 8; i++) {
-                struct diwarp_sge sge = {(uintptr_t)a.buf, 100, a.lkey};
-                struct diwarp_send_wr wr = {.wr_id = (uint64_t)i,
-                                            .sg_list = &sge,
-                                            .num_sge = 1,
-                                            .opcode = DIWARP_WR_SEND,
-                                            .send_flags = DIWARP_SEND_SIGNALED};
-                post(&a, &b, &wr);
-        }
+        for (int i = 0; i < 8; i++)
+                post_one(&a, &b, DIWARP_WR_SEND, (uint64_t)i, 0, 100, 0, 0);
         for (;;) {
                 struct diwarp_wc wc[8];
                 if (diwarp_cq_poll(a.cq, 8, wc) != 0 || diwarp_cq_poll(b.cq, 8, wc) != 0)
@@ -2465,18 +2410,10 @@ static uint64_t slowrx_run(struct side *a, struct side *b, bool send, const char
         uint64_t t0 = now_ms();
         for (unsigned i = 0; i < n; i++) {
                 uint64_t off = (uint64_t)i * SLOWRX_MSG;
-                if (send) {
+                if (send)
                         post_recv(b, 0x600 + i, off, SLOWRX_MSG);
-                        struct diwarp_sge sge = {(uintptr_t)a->buf + off, SLOWRX_MSG, a->lkey};
-                        struct diwarp_send_wr wr = {.wr_id = i,
-                                                    .sg_list = &sge,
-                                                    .num_sge = 1,
-                                                    .opcode = DIWARP_WR_SEND,
-                                                    .send_flags = DIWARP_SEND_SIGNALED};
-                        post(a, b, &wr);
-                } else {
-                        rdma_write(a, b, i, off, SLOWRX_MSG, (uintptr_t)b->buf + off, b->rkey);
-                }
+                post_one(a, b, send ? DIWARP_WR_SEND : DIWARP_WR_RDMA_WRITE, i, off, SLOWRX_MSG,
+                         (uintptr_t)b->buf + off, b->rkey);
         }
         for (unsigned i = 0; i < n; i++) {
                 if (send)
@@ -2564,31 +2501,16 @@ static int case_cc(void)
         buf_len = 8 * MiB;
         pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ);
         for (unsigned i = 0; i < 8; i++)
-                rdma_write(&a, &b, i, (uint64_t)i * MiB, MiB, (uintptr_t)b.buf + (uint64_t)i * MiB,
-                           b.rkey);
+                post_one(&a, &b, DIWARP_WR_RDMA_WRITE, i, (uint64_t)i * MiB, MiB,
+                         (uintptr_t)b.buf + (uint64_t)i * MiB, b.rkey);
         for (unsigned i = 0; i < 8; i++)
                 wait_one(&a, &b, i, DIWARP_WC_SUCCESS, "cc write");
-        struct diwarp_sge sge = {(uintptr_t)a.buf, MiB, a.lkey};
-        struct diwarp_send_wr wr = {.wr_id = 8,
-                                    .sg_list = &sge,
-                                    .num_sge = 1,
-                                    .opcode = DIWARP_WR_RDMA_READ,
-                                    .send_flags = DIWARP_SEND_SIGNALED};
-        wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
-        wr.wr.rdma.rkey = b.rkey;
-        post(&a, &b, &wr);
+        post_one(&a, &b, DIWARP_WR_RDMA_READ, 8, 0, MiB, (uintptr_t)b.buf, b.rkey);
         wait_one(&a, &b, 8, DIWARP_WC_SUCCESS, "cc read");
         for (unsigned i = 0; i < 200; i++)
                 post_recv(&b, 0x700 + i, (uint64_t)i * 4096, 4096);
-        for (unsigned i = 0; i < 200; i++) {
-                sge.length = 64 + i;
-                wr = (struct diwarp_send_wr){.wr_id = 9 + i,
-                                             .sg_list = &sge,
-                                             .num_sge = 1,
-                                             .opcode = DIWARP_WR_SEND,
-                                             .send_flags = DIWARP_SEND_SIGNALED};
-                post(&a, &b, &wr);
-        }
+        for (unsigned i = 0; i < 200; i++)
+                post_one(&a, &b, DIWARP_WR_SEND, 9 + i, 0, 64 + i, 0, 0);
         for (unsigned i = 0; i < 200; i++)
                 wait_one(&b, &a, 0x700 + i, DIWARP_WC_SUCCESS, "cc recv");
         for (unsigned i = 0; i < 200; i++)
