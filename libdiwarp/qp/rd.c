@@ -942,7 +942,7 @@ int diwarpdv_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *d
                 out->inflight = c->inflight;
                 out->min_rtt_ns = c->min_rtt == UINT32_MAX ? 0 : c->min_rtt;
                 out->srtt_ns = c->srtt;
-                out->pacing_bps = dw_cc_rate(c) * 8;
+                out->pacing_bps = c->p->enabled ? dw_cc_rate(c) * 8 : 0; /* off: not paced */
                 out->cc_decrease_delay = c->stats.md_delay;
                 out->cc_decrease_loss = c->stats.md_loss;
                 out->cc_rto = c->stats.rto;

@@ -30,13 +30,57 @@
  *                          completion in order, byte-exact
  *   rd_test vanish rd|rc kill|stop   peer process killed / stopped: the WR
  *                          fails with RETRY_EXC_ERR within the peer timeout
+ *   rd_test pull   rd|rc   receiver-paced Sends (qp/rd_pull.c): 256 KiB - 1,
+ *                          256 KiB, 1 MiB + 17 and 8 MiB, 1 or 3 SGEs on
+ *                          either side, plain / Solicited Event (a solicited-
+ *                          only CQ fires for those only) / Invalidate (the
+ *                          STag refuses Writes afterwards), byte-exact with
+ *                          guard bytes around every receive SGE and in its
+ *                          spare room, the receiver's pulls / pull_bytes
+ *                          exactly as the size implies (none with
+ *                          DIWARP_RD_PULL_MIN=0); then 24 large Sends, each
+ *                          followed by a small one, posted at once (more than
+ *                          the 16 pull entries): all complete, in posting
+ *                          order (meson also runs it under DIWARP_FAULT)
+ *   rd_test pulllen rd|rc  a 512 KiB Send into a 128 KiB and a 1000-byte
+ *                          receive WR: LOC_LEN_ERR at the receiver,
+ *                          REM_INV_REQ_ERR at the sender and a flush behind
+ *                          it, sender QP in ERR, receiver QP in ERR (RC) or
+ *                          RTS and serving another peer (RD), nothing
+ *                          written outside the receive WR, nothing pulled
+ *   rd_test crc    rd|rc   DIWARP_RD_CRC=0: the datagram on the wire (a raw
+ *                          UDP socket as peer: version 2, NOCRC, no trailer;
+ *                          with 1: version 1 and its CRC32c), data end to end
+ *                          with both devices at 0, and mismatched devices
+ *                          either way: rx_dropped_nocrc at the refusing side,
+ *                          RETRY_EXC_ERR at the sender within its peer timeout
+ *   rd_test caps   rd|rc   100 Writes and Sends posted at once under the
+ *                          DIWARP_INFLIGHT_QP or _PROC meson sets: all
+ *                          complete in order, byte-exact, inflight_waits > 0
+ *   rd_test hostcap rd|rc  DIWARP_INFLIGHT_HOST=3 on a private pool shared by
+ *                          forked processes: 3 streamers complete; a process
+ *                          holding every token (RNR for ever) blocks 2 more
+ *                          until SIGKILLed, then they complete and its tokens
+ *                          are reclaimed; the pool's name is unlinked
+ *   rd_test slowrx rd|rc [write|send]   a receiver at DIWARP_FAULT=slowrx:
+ *                          2000000 takes 4 MiB by Writes and by receiver-
+ *                          paced Sends: intact, no faster than the rate,
+ *                          throttle waits counted, and the Sends with at most
+ *                          1 % of their datagrams retransmitted
+ *   rd_test cc     rd|rc   after traffic, diwarpdv_query_rd_path shows a
+ *                          window and RTTs and the device's cc_* counters
+ *                          equal its one path's; DIWARP_CC=off: no congestion
+ *                          event, no pacing rate; under drops: a decrease
  *
  * Two devices in one process (two instances, two UDP sockets) except for
- * vanish, which forks the peer. Exit 0 pass, 1 fail; alarm() bounds each run.
+ * vanish and hostcap, which fork. Exit 0 pass, 1 fail; alarm() bounds each
+ * run.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <errno.h>
 #include <signal.h>
@@ -46,12 +90,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <diwarp/diwarp.h>
 #include <diwarp/diwarpdv.h>
+
+/* Engine-internal layouts the crc and hostcap cases read: the datagram
+ * header on the wire, its CRC32c, and the in-flight pool's shared memory. */
+#include "flow/inflight.h"
+#include "wire/crc32c.h"
+#include "wire/dgram.h"
 
 /* Engine-internal (qp/rd.h): per-peer state size, reported by the fds case. */
 size_t dw_rd_peer_bytes(void);
@@ -63,6 +116,8 @@ static bool rc_mode;
 static size_t buf_len = 64 * MiB + 4096;
 static struct diwarp_srq *make_srq; /* qp_make puts new QPs on it when set */
 static uint32_t sq_depth = 4096;    /* max_send_wr of the QPs qp_make creates */
+static uint32_t max_sge = 2;        /* max_send_sge and max_recv_sge of those QPs */
+static bool side_channel;           /* side_open gives the CQ a completion channel */
 
 static void die(const char *fmt, ...)
 {
@@ -93,6 +148,7 @@ struct side {
         struct diwarp_device *dev;
         struct diwarp_pd *pd;
         struct diwarp_cq *cq;
+        struct diwarp_comp_channel *ch; /* with side_channel */
         struct diwarp_qp *qp;
         struct diwarp_mr *mr;
         struct diwarp_ah *ah; /* to the other side */
@@ -107,7 +163,9 @@ static void side_open(struct side *s, int access)
         memset(s, 0, sizeof(*s));
         CHECK(diwarp_device_open(NULL, &s->dev));
         CHECK(diwarp_pd_alloc(s->dev, &s->pd));
-        CHECK(diwarp_cq_create(s->dev, 8192, NULL, NULL, &s->cq));
+        if (side_channel)
+                CHECK(diwarp_comp_channel_create(s->dev, &s->ch));
+        CHECK(diwarp_cq_create(s->dev, 8192, NULL, s->ch, &s->cq));
         s->buf = aligned_alloc(4096, buf_len);
         if (!s->buf)
                 die("no memory");
@@ -127,8 +185,8 @@ static void qp_make(struct side *s, int qp_access)
             .recv_cq = s->cq,
             .cap = {.max_send_wr = sq_depth,
                     .max_recv_wr = 4096,
-                    .max_send_sge = 2,
-                    .max_recv_sge = 2,
+                    .max_send_sge = max_sge,
+                    .max_recv_sge = max_sge,
                     .max_inline_data = 64},
             .qp_type = DIWARP_QPT_RC,
             .srq = make_srq,
@@ -167,16 +225,73 @@ static void qp_connect(struct side *s, const struct side *peer, uint32_t peer_qp
                 CHECK(diwarp_ah_create(s->pd, &peer->gid, &s->ah));
 }
 
-static void pair_open(struct side *a, struct side *b, int qp_access)
+/* Up to 8 variables set for the devices opened until env_pop. */
+struct env_saved {
+        char *name[8], *old[8];
+        int n;
+};
+
+/* Sets "NAME=VALUE;NAME=VALUE" (';': DIWARP_FAULT values hold commas). Both
+ * devices of a pair read the one process environment when they open, so a
+ * setting meant for one side is pushed around its open only. */
+static void env_push(const char *list, struct env_saved *sv)
+{
+        sv->n = 0;
+        if (!list)
+                return;
+        char *copy = strdup(list), *save = NULL;
+        for (char *t = strtok_r(copy, ";", &save); t; t = strtok_r(NULL, ";", &save)) {
+                char *eq = strchr(t, '=');
+                if (!eq || sv->n == 8)
+                        die("env_push: bad list %s", list);
+                *eq = '\0';
+                const char *old = getenv(t);
+                sv->name[sv->n] = strdup(t);
+                sv->old[sv->n] = old ? strdup(old) : NULL;
+                sv->n++;
+                setenv(t, eq + 1, 1);
+        }
+        free(copy);
+}
+
+static void env_pop(struct env_saved *sv)
+{
+        for (int i = sv->n - 1; i >= 0; i--) {
+                if (sv->old[i])
+                        setenv(sv->name[i], sv->old[i], 1);
+                else
+                        unsetenv(sv->name[i]);
+                free(sv->name[i]);
+                free(sv->old[i]);
+        }
+        sv->n = 0;
+}
+
+/* pair_open with a_env set while a's device opens and b_env while b's does
+ * (env_push lists, NULL for none); b_channel gives b's CQ a channel. */
+static void pair_open_split(struct side *a, struct side *b, int qp_access, const char *a_env,
+                            const char *b_env, bool b_channel)
 {
         int acc = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
                   DIWARP_ACCESS_REMOTE_READ | DIWARP_ACCESS_REMOTE_ATOMIC;
+        struct env_saved sv;
+        env_push(a_env, &sv);
         side_open(a, acc);
+        env_pop(&sv);
+        env_push(b_env, &sv);
+        side_channel = b_channel;
         side_open(b, acc);
+        side_channel = false;
+        env_pop(&sv);
         qp_make(a, qp_access);
         qp_make(b, qp_access);
         qp_connect(a, b, b->qpn);
         qp_connect(b, a, a->qpn);
+}
+
+static void pair_open(struct side *a, struct side *b, int qp_access)
+{
+        pair_open_split(a, b, qp_access, NULL, NULL, false);
 }
 
 static void side_close(struct side *s)
@@ -186,6 +301,8 @@ static void side_close(struct side *s)
         CHECK(diwarp_qp_destroy(s->qp));
         CHECK(diwarp_mr_dereg(s->mr));
         CHECK(diwarp_cq_destroy(s->cq));
+        if (s->ch)
+                CHECK(diwarp_comp_channel_destroy(s->ch));
         CHECK(diwarp_pd_dealloc(s->pd));
         CHECK(diwarp_device_close(s->dev));
         free(s->buf);
@@ -1463,10 +1580,987 @@ static int case_pingpong(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- pull */
+
+#define PULL_GAP   4099 /* guard bytes before each SGE: odd, so nothing is aligned */
+#define BURST_BIG  24   /* receiver-paced Sends in the burst, more than RD_MAX_PULL */
+#define BURST_SLOT (512 * 1024)
+
+static uint32_t env_u32(const char *name, uint32_t def)
+{
+        const char *v = getenv(name);
+        return v && *v ? (uint32_t)strtoul(v, NULL, 10) : def;
+}
+
+/* The Read Requests a receiver issues and the bytes they fetch for a Send of
+ * len bytes, by rd.c's rule from the variables the engine reads. */
+static void pull_expect(uint64_t len, uint64_t *reads, uint64_t *bytes)
+{
+        uint32_t min = env_u32("DIWARP_RD_PULL_MIN", 256 * 1024);
+        uint32_t chunk = env_u32("DIWARP_RD_PULL_CHUNK", 64 * 1024);
+        *reads = *bytes = 0;
+        if (!min || len < min || len <= chunk)
+                return;
+        *bytes = len - chunk;
+        *reads = (*bytes + chunk - 1) / chunk;
+}
+
+struct sgl {
+        struct diwarp_sge sge[3];
+        int n;
+        uint64_t end; /* offset in the buffer past the last SGE and its guard */
+};
+
+/* len bytes and `extra` bytes of spare room over n (1 or 3) SGEs of s's
+ * buffer from offset at: the first holds `first` bytes, the middle one
+ * `mid`, the last the rest; PULL_GAP bytes before each and after the last. */
+static void sgl_make(struct sgl *g, const struct side *s, uint64_t at, uint32_t len, int n,
+                     uint32_t first, uint32_t mid, uint32_t extra)
+{
+        uint32_t l[3] = {len, 0, 0};
+        if (n == 3) {
+                l[0] = first;
+                l[1] = mid;
+                l[2] = len - first - mid;
+        }
+        uint64_t off = at + PULL_GAP;
+        for (int i = 0; i < n; i++) {
+                uint32_t sz = l[i] + (i == n - 1 ? extra : 0);
+                g->sge[i] = (struct diwarp_sge){(uintptr_t)s->buf + off, sz, s->lkey};
+                off += sz + PULL_GAP;
+        }
+        g->n = n;
+        g->end = off;
+}
+
+static void sgl_gather(const struct sgl *g, uint8_t *out)
+{
+        for (int i = 0; i < g->n; i++) {
+                memcpy(out, (const void *)(uintptr_t)g->sge[i].addr, g->sge[i].length);
+                out += g->sge[i].length;
+        }
+}
+
+/* What s's buffer must hold over [at, g->end) once msg (len bytes) was
+ * received into g: the message in the SGEs' first bytes, GUARD_BYTE in the
+ * gaps and in the room the message did not use. */
+static void image_expect(uint8_t *img, const struct side *s, const struct sgl *g, uint64_t at,
+                         const uint8_t *msg, uint64_t len)
+{
+        memset(img + at, GUARD_BYTE, g->end - at);
+        uint64_t pos = 0;
+        for (int i = 0; i < g->n && pos < len; i++) {
+                uint64_t n = g->sge[i].length < len - pos ? g->sge[i].length : len - pos;
+                memcpy(img + (g->sge[i].addr - (uintptr_t)s->buf), msg + pos, n);
+                pos += n;
+        }
+}
+
+static void image_check(const uint8_t *img, const struct side *s, uint64_t at, uint64_t end,
+                        const char *what, uint32_t len)
+{
+        if (memcmp(img + at, s->buf + at, end - at) == 0)
+                return;
+        uint64_t i = at;
+        while (img[i] == s->buf[i])
+                i++;
+        die("%s (%u bytes): byte %llu of the receiving region [%llu, %llu) is %#x, want %#x "
+            "(%s)",
+            what, len, (unsigned long long)i, (unsigned long long)at, (unsigned long long)end,
+            s->buf[i], img[i], img[i] == GUARD_BYTE ? "guard or message" : "message");
+}
+
+static void post_recv_sgl(struct side *s, uint64_t id, struct sgl *g)
+{
+        struct diwarp_recv_wr wr = {.wr_id = id, .sg_list = g->sge, .num_sge = g->n}, *bad;
+        CHECK(diwarp_post_recv(s->qp, &wr, &bad));
+}
+
+/* Waits for one completion on s and expects it to be id with status st. */
+static struct diwarp_wc wait_one(struct side *s, struct side *other, uint64_t id,
+                                 enum diwarp_wc_status st, const char *what)
+{
+        struct diwarp_wc wc;
+        if (poll_until(s, other, &wc, 1, 60000) != 1)
+                die("%s: no completion", what);
+        expect_wc(&wc, id, st, what);
+        return wc;
+}
+
+/* One signaled WR from a to b of len bytes at offset src of a's buffer, with
+ * the wr_id as Immediate Data; remote_addr and rkey for RDMA, 0 for Sends. */
+static void post_one(struct side *a, struct side *b, enum diwarp_wr_opcode op, uint64_t id,
+                     uint64_t src, uint32_t len, uint64_t remote_addr, uint32_t rkey)
+{
+        struct diwarp_sge sge = {(uintptr_t)a->buf + src, len, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = op,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .imm_data = (uint32_t)id};
+        wr.wr.rdma.remote_addr = remote_addr;
+        wr.wr.rdma.rkey = rkey;
+        post(a, b, &wr);
+}
+
+static bool channel_fired(struct side *s)
+{
+        struct pollfd pfd = {.fd = diwarp_comp_channel_fd(s->ch), .events = POLLIN};
+        if (poll(&pfd, 1, 0) != 1)
+                return false;
+        struct diwarp_cq *cq;
+        void *ctx;
+        CHECK(diwarp_comp_channel_get_event(s->ch, &cq, &ctx));
+        if (cq != s->cq)
+                die("channel event for another CQ");
+        diwarp_cq_ack_events(s->cq, 1);
+        return true;
+}
+
+enum { PULL_PLAIN, PULL_SE, PULL_INV };
+
+static uint64_t dev_pulls(struct side *s, uint64_t *bytes)
+{
+        struct diwarp_counters c;
+        CHECK(diwarp_device_counters(s->dev, &c));
+        *bytes = c.pull_bytes;
+        return c.pulls;
+}
+
+/* One Send of len bytes gathered from sn SGEs of a into rn SGEs of b (spare
+ * room in the last), guard bytes around; kind adds a Solicited Event (b's CQ
+ * is armed solicited-only for every Send: only those fire it) or an
+ * Invalidate of *inv_rkey (an MR of b that a can Write to until then).
+ * b's Read Requests must be what the size implies. */
+static void pull_one(struct side *a, struct side *b, uint8_t *ref, uint8_t *img, uint32_t len,
+                     int sn, int rn, int kind, uint32_t id, struct diwarp_mr *inv)
+{
+        char what[96];
+        snprintf(what, sizeof(what), "pull %u bytes %d->%d SGEs %s", len, sn, rn,
+                 kind == PULL_SE    ? "SE"
+                 : kind == PULL_INV ? "Inv"
+                                    : "plain");
+        struct sgl gs, gr;
+        sgl_make(&gs, a, 0, len, sn, len / 3 + 5, 7, 0);
+        sgl_make(&gr, b, 0, len, rn, len / 2 + 3, 1000, 4096 + 13);
+        for (int i = 0; i < gs.n; i++)
+                fill((uint8_t *)(uintptr_t)gs.sge[i].addr, gs.sge[i].length, id * 3 + (uint32_t)i);
+        sgl_gather(&gs, ref);
+        memset(b->buf, GUARD_BYTE, gr.end);
+        image_expect(img, b, &gr, 0, ref, len);
+        struct diwarp_mr_info mi = {0};
+        if (inv) {
+                /* Until the Send, the STag takes Writes. */
+                CHECK(diwarp_mr_info(inv, &mi));
+                post_one(a, b, DIWARP_WR_RDMA_WRITE, 0x900 + id, 0, 8, (uintptr_t)mi.addr, mi.rkey);
+                wait_one(a, b, 0x900 + id, DIWARP_WC_SUCCESS, "Write before the invalidation");
+        }
+        uint64_t pb0, pr0 = dev_pulls(b, &pb0), ab0, ar0 = dev_pulls(a, &ab0);
+        CHECK(diwarp_cq_req_notify(b->cq, true));
+        while (channel_fired(b))
+                ;
+        post_recv_sgl(b, 0x100 + id, &gr);
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = gs.sge,
+                                    .num_sge = gs.n,
+                                    .opcode = inv ? DIWARP_WR_SEND_WITH_INV : DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED |
+                                                  (kind == PULL_SE ? DIWARP_SEND_SOLICITED : 0),
+                                    .invalidate_rkey = mi.rkey};
+        post(a, b, &wr);
+        struct diwarp_wc wc = wait_one(b, a, 0x100 + id, DIWARP_WC_SUCCESS, what);
+        if (wc.byte_len != len || wc.opcode != DIWARP_WC_RECV || wc.src_qp != a->qpn)
+                die("%s: byte_len %u opcode %d src_qp %#x", what, wc.byte_len, wc.opcode,
+                    wc.src_qp);
+        if (inv ? !(wc.wc_flags & DIWARP_WC_WITH_INV) || wc.invalidated_rkey != mi.rkey
+                : (wc.wc_flags & DIWARP_WC_WITH_INV) != 0)
+                die("%s: wc_flags %#x invalidated_rkey %#x (STag %#x)", what, wc.wc_flags,
+                    wc.invalidated_rkey, mi.rkey);
+        bool fired = channel_fired(b);
+        if (fired != (kind == PULL_SE))
+                die("%s: the solicited-only CQ %s", what, fired ? "fired" : "did not fire");
+        wait_one(a, b, id, DIWARP_WC_SUCCESS, what);
+        image_check(img, b, 0, gr.end, what, len);
+        uint64_t pb1, pr1 = dev_pulls(b, &pb1), ab1, ar1 = dev_pulls(a, &ab1);
+        uint64_t want_r, want_b;
+        pull_expect(len, &want_r, &want_b);
+        if (pr1 - pr0 != want_r || pb1 - pb0 != want_b || ar1 != ar0 || ab1 != ab0)
+                die("%s: receiver pulled %llu Reads / %llu bytes, want %llu / %llu; sender %llu / "
+                    "%llu",
+                    what, (unsigned long long)(pr1 - pr0), (unsigned long long)(pb1 - pb0),
+                    (unsigned long long)want_r, (unsigned long long)want_b,
+                    (unsigned long long)(ar1 - ar0), (unsigned long long)(ab1 - ab0));
+        fprintf(stderr, "%s ok: %llu Reads\n", what, (unsigned long long)want_r);
+}
+
+static uint32_t burst_len(unsigned m)
+{
+        return m % 2 ? 100 + m : 300000 + (m / 2) * 4099;
+}
+
+/* 2 * BURST_BIG Sends posted before any completion is polled, a receiver-paced
+ * one and a small one in turn: more receiver-paced Sends than the receiver has
+ * pull entries, so later ones wait for an entry. Every receive completes in
+ * posting order (a small Send never overtakes the large one before it),
+ * byte-exact, nothing written outside its receive WR. */
+static void pull_burst(struct side *a, struct side *b, uint8_t *img)
+{
+        const unsigned n = 2 * BURST_BIG;
+        uint64_t want_r = 0, want_b = 0, pb0, pr0 = dev_pulls(b, &pb0);
+        memset(b->buf, GUARD_BYTE, (size_t)n * BURST_SLOT);
+        memset(img, GUARD_BYTE, (size_t)n * BURST_SLOT);
+        for (unsigned m = 0; m < n; m++) {
+                uint64_t off = (uint64_t)m * BURST_SLOT + PULL_GAP;
+                fill(a->buf + off, burst_len(m), 1000 + m);
+                memcpy(img + off, a->buf + off, burst_len(m));
+                post_recv(b, 0x2000 + m, off, BURST_SLOT - 2 * PULL_GAP);
+                uint64_t r, by;
+                pull_expect(burst_len(m), &r, &by);
+                want_r += r;
+                want_b += by;
+        }
+        for (unsigned m = 0; m < n; m++)
+                post_one(a, b, DIWARP_WR_SEND, 0x3000 + m, (uint64_t)m * BURST_SLOT + PULL_GAP,
+                         burst_len(m), 0, 0);
+        unsigned rdone = 0, sdone = 0;
+        struct diwarp_wc wc[16];
+        uint64_t end = now_ms() + 90000;
+        while (rdone < n || sdone < n) {
+                int k = diwarp_cq_poll(b->cq, 16, wc);
+                for (int i = 0; i < k; i++, rdone++) {
+                        expect_wc(&wc[i], 0x2000 + rdone, DIWARP_WC_SUCCESS, "burst recv (order)");
+                        if (wc[i].byte_len != burst_len(rdone))
+                                die("burst message %u: byte_len %u want %u", rdone, wc[i].byte_len,
+                                    burst_len(rdone));
+                }
+                k = diwarp_cq_poll(a->cq, 16, wc);
+                for (int i = 0; i < k; i++, sdone++)
+                        expect_wc(&wc[i], 0x3000 + sdone, DIWARP_WC_SUCCESS, "burst send (order)");
+                if (now_ms() > end)
+                        die("burst: %u/%u received, %u/%u sent", rdone, n, sdone, n);
+        }
+        for (unsigned m = 0; m < n; m++)
+                image_check(img, b, (uint64_t)m * BURST_SLOT, (uint64_t)(m + 1) * BURST_SLOT,
+                            "burst", burst_len(m));
+        uint64_t pb1, pr1 = dev_pulls(b, &pb1);
+        if (pr1 - pr0 != want_r || pb1 - pb0 != want_b)
+                die("burst: %llu Reads / %llu bytes pulled, want %llu / %llu",
+                    (unsigned long long)(pr1 - pr0), (unsigned long long)(pb1 - pb0),
+                    (unsigned long long)want_r, (unsigned long long)want_b);
+        fprintf(stderr, "burst ok: %u Sends, %llu Reads\n", n, (unsigned long long)want_r);
+}
+
+/* Receiver-paced Sends (rd_pull.c): sizes on both sides of DIWARP_RD_PULL_MIN,
+ * one and three SGEs on either side, plain, with Solicited Event and with
+ * Invalidate; then a burst. meson runs it under DIWARP_FAULT and with
+ * DIWARP_RD_PULL_MIN=0 (nothing pulled: the counters must stay at 0). */
+static int case_pull(void)
+{
+        static const uint32_t lens[] = {256 * 1024 - 1, 256 * 1024, MiB + 17, 8 * MiB};
+        static const int layout[][2] = {{1, 1}, {3, 1}, {1, 3}, {3, 3}};
+        struct side a, b;
+        buf_len = (size_t)2 * BURST_BIG * BURST_SLOT;
+        max_sge = 3;
+        pair_open_split(&a, &b, DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE, NULL, NULL,
+                        true);
+        uint8_t *ref = malloc(buf_len), *img = malloc(buf_len), *invbuf = calloc(1, 4096);
+        if (!ref || !img || !invbuf)
+                die("no memory");
+        struct diwarp_mr *inv = NULL;
+        uint32_t id = 0;
+        for (unsigned k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+                for (unsigned l = 0; l < 4; l++, id++) {
+                        int kind = (int)((k + l) % 3);
+                        if (kind == PULL_INV) {
+                                if (inv)
+                                        CHECK(diwarp_mr_dereg(inv));
+                                CHECK(diwarp_mr_reg(
+                                    b.pd, invbuf, 4096, (uintptr_t)invbuf,
+                                    DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE, &inv));
+                        }
+                        pull_one(&a, &b, ref, img, lens[k], layout[l][0], layout[l][1], kind, id,
+                                 kind == PULL_INV ? inv : NULL);
+                }
+        pull_burst(&a, &b, img);
+        /* The last Invalidate took effect at the receiver: the STag that took
+         * a Write before it refuses one now. */
+        struct diwarp_mr_info mi;
+        CHECK(diwarp_mr_info(inv, &mi));
+        post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 0x999, 0, 8, (uintptr_t)mi.addr, mi.rkey);
+        wait_one(&a, &b, 0x999, DIWARP_WC_REM_ACCESS_ERR, "Write to an invalidated STag");
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        fprintf(stderr,
+                "pull ok: %llu Reads, %llu bytes pulled; retransmits %llu + %llu, fault drop "
+                "%llu dup %llu reorder %llu corrupt %llu, crc errors %llu + %llu\n",
+                (unsigned long long)cb.pulls, (unsigned long long)cb.pull_bytes,
+                (unsigned long long)ca.retransmits, (unsigned long long)cb.retransmits,
+                (unsigned long long)(ca.fault_dropped + cb.fault_dropped),
+                (unsigned long long)(ca.fault_duplicated + cb.fault_duplicated),
+                (unsigned long long)(ca.fault_reordered + cb.fault_reordered),
+                (unsigned long long)(ca.fault_corrupted + cb.fault_corrupted),
+                (unsigned long long)ca.crc_errors, (unsigned long long)cb.crc_errors);
+        if (ca.fault_corrupted + cb.fault_corrupted > 0 && ca.crc_errors + cb.crc_errors == 0)
+                die("pull: corrupted datagrams were not counted as CRC errors");
+        if (ca.fault_dropped + cb.fault_dropped > 0 && ca.retransmits + cb.retransmits == 0)
+                die("pull: drops without retransmissions");
+        while (channel_fired(&b))
+                ;
+        side_close(&a);
+        CHECK(diwarp_mr_dereg(inv));
+        side_close(&b);
+        free(ref);
+        free(img);
+        free(invbuf);
+        return 0;
+}
+
+/* A receiver-paced Send (512 KiB) into a receive WR too small for it, one of
+ * 128 KiB (more than the pushed chunk) and one of 1000 bytes: the receive
+ * fails with LOC_LEN_ERR, the Send with REM_INV_REQ_ERR and the Send behind it
+ * is flushed; the sender's QP goes to ERR, the receiver's too for RC while an
+ * RD QP keeps serving other peers. Nothing outside the receive WR is
+ * written and nothing is pulled. */
+static int case_pulllen(void)
+{
+        static const uint32_t room[] = {128 * 1024, 1000};
+        const uint32_t len = 512 * 1024;
+        buf_len = 2 * MiB;
+        for (unsigned k = 0; k < 2; k++) {
+                struct side a, b;
+                pair_open(&a, &b, DIWARP_ACCESS_LOCAL_WRITE);
+                memset(b.buf, GUARD_BYTE, buf_len);
+                fill(a.buf, len, k + 40);
+                post_recv(&b, 0x77, 8192, room[k]);
+                post_one(&a, &b, DIWARP_WR_SEND, 1, 0, len, 0, 0);
+                post_one(&a, &b, DIWARP_WR_SEND, 2, 0, 100, 0, 0);
+                wait_one(&b, &a, 0x77, DIWARP_WC_LOC_LEN_ERR, "pulllen receive");
+                wait_one(&a, &b, 1, DIWARP_WC_REM_INV_REQ_ERR, "pulllen send");
+                wait_one(&a, &b, 2, DIWARP_WC_WR_FLUSH_ERR, "pulllen send behind it");
+                if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                        die("pulllen: sender QP in state %d, not ERR", diwarp_qp_state(a.qp));
+                enum diwarp_qp_state want = rc_mode ? DIWARP_QPS_ERR : DIWARP_QPS_RTS;
+                if (diwarp_qp_state(b.qp) != want)
+                        die("pulllen: receiver QP in state %d, want %d", diwarp_qp_state(b.qp),
+                            want);
+                for (size_t i = 0; i < buf_len; i++)
+                        if ((i < 8192 || i >= 8192 + room[k]) && b.buf[i] != GUARD_BYTE)
+                                die("pulllen: byte %zu outside the %u-byte receive WR written", i,
+                                    room[k]);
+                uint64_t pb, pr = dev_pulls(&b, &pb);
+                if (pr || pb)
+                        die("pulllen: %llu Reads pulled into a receive WR too small",
+                            (unsigned long long)pr);
+                if (!rc_mode) {
+                        /* Another sender QP of a's device reaches b's QP. */
+                        struct side c = a;
+                        c.ah = NULL;
+                        qp_make(&c, 0);
+                        qp_connect(&c, &b, b.qpn);
+                        post_recv(&b, 0x78, 0, (uint32_t)MiB);
+                        post_one(&c, &b, DIWARP_WR_SEND, 3, 0, len, 0, 0);
+                        struct diwarp_wc wc =
+                            wait_one(&b, &c, 0x78, DIWARP_WC_SUCCESS, "pulllen other peer");
+                        if (wc.byte_len != len || wc.src_qp != c.qpn)
+                                die("pulllen other peer: byte_len %u src_qp %#x", wc.byte_len,
+                                    wc.src_qp);
+                        verify(a.buf, b.buf, len, "pulllen other peer", len);
+                        wait_one(&c, &b, 3, DIWARP_WC_SUCCESS, "pulllen other peer send");
+                        CHECK(diwarp_ah_destroy(c.ah));
+                        CHECK(diwarp_qp_destroy(c.qp));
+                }
+                fprintf(stderr, "pulllen %u-byte receive WR ok\n", room[k]);
+                side_close(&a);
+                side_close(&b);
+        }
+        return 0;
+}
+
+/* ---------------------------------------------------------------- crc */
+
+/* A plain UDP socket where the device of instance `inst` would listen: the
+ * engine sends datagrams for QPN inst << 12 | 2 there. The highest free
+ * instance, far from those the devices of running tests take. */
+static int raw_peer(uint32_t *qpn)
+{
+        uint32_t base = env_u32("DIWARP_PORT_BASE", 17471);
+        for (uint32_t inst = 4095; inst > 2048; inst--) {
+                if (base + inst > 65535)
+                        continue;
+                int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_in sa = {.sin_family = AF_INET,
+                                         .sin_port = htons((uint16_t)(base + inst)),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+                        *qpn = inst << 12 | 2;
+                        return fd;
+                }
+                if (fd >= 0)
+                        close(fd);
+        }
+        die("raw_peer: no free port");
+        return -1;
+}
+
+/* The first datagram of a 100-byte Send from a device opened with
+ * DIWARP_RD_CRC=crc, as a plain UDP socket standing in for the peer reads
+ * it: version 2 with only the NOCRC X-flag and no trailer, or version 1
+ * with the CRC32c of every byte before it. */
+static void crc_wire(int crc)
+{
+        struct side a, peer;
+        struct env_saved sv;
+        env_push(crc ? "DIWARP_RD_CRC=1" : "DIWARP_RD_CRC=0", &sv);
+        side_open(&a, DIWARP_ACCESS_LOCAL_WRITE);
+        env_pop(&sv);
+        qp_make(&a, 0);
+        memset(&peer, 0, sizeof(peer));
+        int fd = raw_peer(&peer.qpn);
+        peer.gid = a.gid;
+        qp_connect(&a, &peer, peer.qpn);
+        fill(a.buf, 100, 31);
+        post_one(&a, &peer, DIWARP_WR_SEND, 1, 0, 100, 0, 0);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 5000) != 1)
+                die("crc wire: no datagram from the DIWARP_RD_CRC=%d device", crc);
+        uint8_t pkt[2048];
+        ssize_t n = recv(fd, pkt, sizeof(pkt), 0);
+        const size_t body = DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + 100;
+        if (n < (ssize_t)body ||
+            (pkt[1] & (DW_DGRAM_F_RD | DW_DGRAM_F_DATA)) != (DW_DGRAM_F_RD | DW_DGRAM_F_DATA))
+                die("crc wire: a %zd-byte datagram, flags %#x", n, n > 1 ? pkt[1] : 0);
+        if (memcmp(pkt + body - 100, a.buf, 100) != 0)
+                die("crc wire: the Send's bytes are not where expected");
+        if (crc) {
+                uint32_t c = dw_crc32c(pkt, body);
+                uint8_t be[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8),
+                                 (uint8_t)c};
+                if (pkt[0] != DW_DGRAM_VERSION || (size_t)n != body + DW_DGRAM_CRC_LEN ||
+                    memcmp(pkt + body, be, 4) != 0)
+                        die("crc wire: DIWARP_RD_CRC=1 sent version %u, %zd bytes (want %zu with "
+                            "its CRC32c)",
+                            pkt[0], n, body + DW_DGRAM_CRC_LEN);
+        } else if (pkt[0] != DW_DGRAM_VERSION2 || pkt[4] != DW_DGRAM_X_NOCRC || (size_t)n != body) {
+                die("crc wire: DIWARP_RD_CRC=0 sent version %u, X-flags %#x, %zd bytes (want 2, "
+                    "NOCRC, %zu)",
+                    pkt[0], pkt[4], n, body);
+        }
+        close(fd);
+        side_close(&a);
+}
+
+/* b's device refuses what a's sends (its datagrams lack the CRC32c b asks
+ * for, or b's ACKs lack the one a asks for): the refusing side counts them
+ * in rx_dropped_nocrc and a's Send fails with RETRY_EXC_ERR within a's
+ * DIWARP_PEER_TIMEOUT_MS, as if b were gone. */
+static void crc_mismatch(int a_crc)
+{
+        struct side a, b;
+        const unsigned limit = 1000;
+        pair_open_split(&a, &b, 0,
+                        a_crc ? "DIWARP_RD_CRC=1;DIWARP_PEER_TIMEOUT_MS=1000"
+                              : "DIWARP_RD_CRC=0;DIWARP_PEER_TIMEOUT_MS=1000",
+                        a_crc ? "DIWARP_RD_CRC=0" : "DIWARP_RD_CRC=1", false);
+        post_recv(&b, 5, 0, 4096);
+        uint64_t t0 = now_ms();
+        post_one(&a, &b, DIWARP_WR_SEND, 1, 0, 1000, 0, 0);
+        struct diwarp_wc wc;
+        if (poll_until(&a, &b, &wc, 1, limit + 3000) != 1)
+                die("crc mismatch (sender %d): no completion after %llu ms", a_crc,
+                    (unsigned long long)(now_ms() - t0));
+        uint64_t dt = now_ms() - t0;
+        expect_wc(&wc, 1, DIWARP_WC_RETRY_EXC_ERR, "crc mismatch send");
+        if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                die("crc mismatch: sender QP not in ERR");
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        struct diwarp_counters *refuser = a_crc ? &ca : &cb;
+        if (!refuser->rx_dropped_nocrc || (a_crc ? cb : ca).rx_dropped_nocrc)
+                die("crc mismatch (sender %d): rx_dropped_nocrc %llu at the sender, %llu at the "
+                    "receiver",
+                    a_crc, (unsigned long long)ca.rx_dropped_nocrc,
+                    (unsigned long long)cb.rx_dropped_nocrc);
+        /* The receiver that refuses everything never places the Send. */
+        if (!a_crc && diwarp_cq_poll(b.cq, 1, &wc) != 0)
+                die("crc mismatch: the refusing receiver completed a receive");
+        fprintf(stderr,
+                "crc mismatch (sender %d, receiver %d) ok: RETRY_EXC_ERR after %llu ms, %llu "
+                "datagrams refused\n",
+                a_crc, !a_crc, (unsigned long long)dt,
+                (unsigned long long)refuser->rx_dropped_nocrc);
+        side_close(&a);
+        side_close(&b);
+}
+
+/* DIWARP_RD_CRC=0 (datagrams without CRC32c): on the wire, end to end with
+ * both devices set (Sends of every shape, receiver-paced included, and
+ * large RDMA Writes and Reads placed directly: byte-exact, nothing refused),
+ * and against a device that keeps the CRC, either way round. */
+static int case_crc(void)
+{
+        crc_wire(0);
+        crc_wire(1);
+        struct side a, b;
+        buf_len = 8 * MiB;
+        pair_open_split(&a, &b, DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ,
+                        "DIWARP_RD_CRC=0", "DIWARP_RD_CRC=0", false);
+        static const uint32_t lens[] = {0, 1, 4096, 100000, MiB + 3};
+        for (unsigned k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+                fill(a.buf, lens[k], k + 50);
+                post_recv(&b, 0x40 + k, 0, 2 * MiB);
+                post_one(&a, &b, k % 2 ? DIWARP_WR_SEND_WITH_IMM : DIWARP_WR_SEND, k, 0, lens[k], 0,
+                         0);
+                struct diwarp_wc wc = wait_one(&b, &a, 0x40 + k, DIWARP_WC_SUCCESS, "crc0 recv");
+                if (wc.byte_len != lens[k] || (k % 2 && wc.imm_data != k))
+                        die("crc0: byte_len %u want %u, immediate %u", wc.byte_len, lens[k],
+                            wc.imm_data);
+                verify(a.buf, b.buf, lens[k], "crc0 send", lens[k]);
+                wait_one(&a, &b, k, DIWARP_WC_SUCCESS, "crc0 send");
+        }
+        const uint32_t big = 4 * MiB;
+        fill(a.buf, big, 60);
+        post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 10, 0, big, (uintptr_t)b.buf + MiB, b.rkey);
+        wait_one(&a, &b, 10, DIWARP_WC_SUCCESS, "crc0 write");
+        verify(a.buf, b.buf + MiB, big, "crc0 write", big);
+        memset(a.buf, 0, big);
+        post_one(&a, &b, DIWARP_WR_RDMA_READ, 11, 0, big, (uintptr_t)b.buf + MiB, b.rkey);
+        wait_one(&a, &b, 11, DIWARP_WC_SUCCESS, "crc0 read");
+        verify(b.buf + MiB, a.buf, big, "crc0 read", big);
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        if (ca.rx_dropped_nocrc || cb.rx_dropped_nocrc || ca.crc_errors || cb.crc_errors ||
+            !cb.pulls)
+                die("crc0: refused %llu + %llu, CRC errors %llu + %llu, %llu Reads pulled",
+                    (unsigned long long)ca.rx_dropped_nocrc,
+                    (unsigned long long)cb.rx_dropped_nocrc, (unsigned long long)ca.crc_errors,
+                    (unsigned long long)cb.crc_errors, (unsigned long long)cb.pulls);
+        if (lo_udp_mtu() > 32768 && (!ca.rx_placed_direct || !cb.rx_placed_direct))
+                die("crc0: %llu + %llu segments placed directly",
+                    (unsigned long long)ca.rx_placed_direct,
+                    (unsigned long long)cb.rx_placed_direct);
+        fprintf(stderr, "crc0 ok: %llu + %llu datagrams, %llu + %llu placed directly\n",
+                (unsigned long long)ca.tx_packets, (unsigned long long)cb.tx_packets,
+                (unsigned long long)ca.rx_placed_direct, (unsigned long long)cb.rx_placed_direct);
+        side_close(&a);
+        side_close(&b);
+        crc_mismatch(0);
+        crc_mismatch(1);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- caps */
+
+#define CAPS_N 100
+
+static uint32_t caps_len(unsigned i)
+{
+        return i % 25 == 24 ? 300000 : (i * 7919u) % 40000;
+}
+
+/* CAPS_N Writes and Sends (a few receiver-paced) from a to b, all posted at
+ * once, slots laid out one after the other: every one completes, in order on
+ * both sides, byte-exact. Returns a's QP's inflight_waits. */
+static uint64_t caps_stream(struct side *a, struct side *b)
+{
+        uint64_t off[CAPS_N + 1];
+        off[0] = 0;
+        for (unsigned i = 0; i < CAPS_N; i++)
+                off[i + 1] = off[i] + (caps_len(i) + 4095) / 4096 * 4096 + 4096;
+        if (off[CAPS_N] > buf_len)
+                die("caps: slots do not fit");
+        unsigned nrecv = 0;
+        for (unsigned i = 0; i < CAPS_N; i++) {
+                fill(a->buf + off[i], caps_len(i), i + 70);
+                if (i % 2)
+                        post_recv(b, 0x500 + i, off[i], caps_len(i));
+        }
+        for (unsigned i = 0; i < CAPS_N; i++)
+                post_one(a, b, i % 2 ? DIWARP_WR_SEND : DIWARP_WR_RDMA_WRITE, i, off[i],
+                         caps_len(i), (uintptr_t)b->buf + off[i], b->rkey);
+        unsigned sdone = 0;
+        struct diwarp_wc wc[16];
+        uint64_t end = now_ms() + 60000;
+        while (sdone < CAPS_N || nrecv < CAPS_N / 2) {
+                int k = diwarp_cq_poll(a->cq, 16, wc);
+                for (int i = 0; i < k; i++, sdone++)
+                        expect_wc(&wc[i], sdone, DIWARP_WC_SUCCESS, "caps send (order)");
+                k = diwarp_cq_poll(b->cq, 16, wc);
+                for (int i = 0; i < k; i++, nrecv++)
+                        expect_wc(&wc[i], 0x500 + 2 * nrecv + 1, DIWARP_WC_SUCCESS,
+                                  "caps recv (order)");
+                if (now_ms() > end)
+                        die("caps: %u/%u completed, %u/%u received", sdone, CAPS_N, nrecv,
+                            CAPS_N / 2);
+        }
+        for (unsigned i = 0; i < CAPS_N; i++)
+                verify(a->buf + off[i], b->buf + off[i], caps_len(i), "caps", caps_len(i));
+        struct diwarp_counters c;
+        CHECK(diwarp_qp_counters(a->qp, &c));
+        return c.inflight_waits;
+}
+
+/* DIWARP_INFLIGHT_QP or _PROC (meson sets one): a burst larger than the cap
+ * waits for tokens and still completes, in order. */
+static int case_caps(void)
+{
+        if (!env_u32("DIWARP_INFLIGHT_QP", 0) && !env_u32("DIWARP_INFLIGHT_PROC", 0))
+                die("caps: set DIWARP_INFLIGHT_QP or DIWARP_INFLIGHT_PROC");
+        struct side a, b;
+        buf_len = 8 * MiB;
+        pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE);
+        uint64_t waits = caps_stream(&a, &b);
+        struct diwarp_counters c;
+        CHECK(diwarp_device_counters(a.dev, &c));
+        if (!waits || c.inflight_waits < waits)
+                die("caps: inflight_waits %llu (QP), %llu (device)", (unsigned long long)waits,
+                    (unsigned long long)c.inflight_waits);
+        fprintf(stderr, "caps ok: %u messages, %llu waits for a token\n", CAPS_N,
+                (unsigned long long)waits);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
+static char hostcap_shm[64];
+static pid_t hostcap_parent;
+
+static void hostcap_unlink(void)
+{
+        if (getpid() == hostcap_parent)
+                shm_unlink(hostcap_shm);
+}
+
+/* A child: a pair of its own devices streaming through the host pool. */
+static pid_t hostcap_streamer(void)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0)
+                die("fork");
+        if (pid)
+                return pid;
+        struct side a, b;
+        buf_len = 8 * MiB;
+        pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE);
+        uint64_t waits = caps_stream(&a, &b);
+        if (!waits)
+                die("hostcap streamer %d: never waited for a token of a 3-token pool", getpid());
+        side_close(&a);
+        side_close(&b);
+        fprintf(stderr, "hostcap streamer %d ok (%llu waits)\n", getpid(),
+                (unsigned long long)waits);
+        fflush(NULL);
+        _exit(0);
+}
+
+/* A child that takes tokens and never gives them back: 8 Sends to a QP of
+ * its own with no receive posted, refused (RNR) and retried for ever, while
+ * it keeps asking the pool for more. */
+static pid_t hostcap_hog(void)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0)
+                die("fork");
+        if (pid)
+                return pid;
+        struct side a, b;
+        buf_len = MiB;
+        pair_open(&a, &b, 0);
+        for (int i = 0; i < 8; i++)
+                post_one(&a, &b, DIWARP_WR_SEND, (uint64_t)i, 0, 100, 0, 0);
+        for (;;) {
+                struct diwarp_wc wc[8];
+                if (diwarp_cq_poll(a.cq, 8, wc) != 0 || diwarp_cq_poll(b.cq, 8, wc) != 0)
+                        _exit(3); /* its Sends must neither complete nor fail */
+                usleep(1000);
+        }
+}
+
+static const struct dw_inflight_shm *hostcap_map(unsigned timeout_ms)
+{
+        uint64_t end = now_ms() + timeout_ms;
+        for (;;) {
+                int fd = shm_open(hostcap_shm, O_RDONLY, 0);
+                struct stat st;
+                if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size == DW_INFLIGHT_SHM_SIZE) {
+                        void *p = mmap(NULL, DW_INFLIGHT_SHM_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+                        close(fd);
+                        if (p == MAP_FAILED)
+                                die("hostcap: mmap: %s", strerror(errno));
+                        const struct dw_inflight_shm *m = p;
+                        while (__atomic_load_n(&m->magic, __ATOMIC_ACQUIRE) != DW_INFLIGHT_MAGIC) {
+                                if (now_ms() > end)
+                                        die("hostcap: the pool was never formatted");
+                                usleep(1000);
+                        }
+                        return m;
+                }
+                if (fd >= 0)
+                        close(fd);
+                if (now_ms() > end)
+                        die("hostcap: no pool %s", hostcap_shm);
+                usleep(1000);
+        }
+}
+
+/* Waits for the children in pids (0: done) to exit 0, until the deadline. */
+static void hostcap_reap(pid_t *pids, int n, uint64_t deadline, const char *what)
+{
+        for (int left = n; left;) {
+                for (int i = 0; i < n; i++) {
+                        int st;
+                        if (!pids[i] || waitpid(pids[i], &st, WNOHANG) != pids[i])
+                                continue;
+                        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                                die("%s: child %d ended with status %#x", what, pids[i], st);
+                        pids[i] = 0;
+                        left--;
+                }
+                if (left && now_ms() > deadline) {
+                        for (int i = 0; i < n; i++)
+                                if (pids[i])
+                                        kill(pids[i], SIGKILL);
+                        die("%s: %d children still running at the deadline", what, left);
+                }
+                usleep(5000);
+        }
+}
+
+/* DIWARP_INFLIGHT_HOST=3 on a private pool (DIWARP_INFLIGHT_SHM) shared by
+ * forked processes: 3 streamers all complete; then a process holding every
+ * token, still asking for more, blocks 2 streamers until it is SIGKILLed,
+ * after which they complete, the dead one's tokens reclaimed. */
+static int case_hostcap(void)
+{
+        hostcap_parent = getpid();
+        snprintf(hostcap_shm, sizeof(hostcap_shm), "/diwarp-rdtest-%d", (int)getpid());
+        shm_unlink(hostcap_shm);
+        atexit(hostcap_unlink);
+        setenv("DIWARP_INFLIGHT_HOST", "3", 1);
+        setenv("DIWARP_INFLIGHT_SHM", hostcap_shm, 1);
+        pid_t pids[3];
+        for (int i = 0; i < 3; i++)
+                pids[i] = hostcap_streamer();
+        hostcap_reap(pids, 3, now_ms() + 60000, "hostcap streamers");
+        const struct dw_inflight_shm *m = hostcap_map(1000);
+        if (m->capacity != 3 || m->free != 3 || m->qlen != 0)
+                die("hostcap: pool capacity %u, %lld free, %u waiting after the streamers",
+                    m->capacity, (long long)m->free, m->qlen);
+
+        pid_t hog = hostcap_hog();
+        /* Until the hog holds the whole pool. */
+        uint64_t end = now_ms() + 10000;
+        for (bool all = false; !all;) {
+                for (unsigned i = 0; i < DW_INFLIGHT_SLOTS && !all; i++)
+                        all = __atomic_load_n(&m->slot[i].state, __ATOMIC_ACQUIRE) ==
+                                  DW_INFLIGHT_SLOT_USED &&
+                              m->slot[i].pid == (uint32_t)hog && m->slot[i].inuse == 3;
+                if (now_ms() > end) {
+                        kill(hog, SIGKILL);
+                        die("hostcap: the hog never held the 3 tokens");
+                }
+                usleep(1000);
+        }
+        uint64_t reclaimed0 = m->reclaimed;
+        for (int i = 0; i < 2; i++)
+                pids[i] = hostcap_streamer();
+        usleep(500000);
+        for (int i = 0; i < 2; i++)
+                if (waitpid(pids[i], NULL, WNOHANG) != 0) {
+                        kill(hog, SIGKILL);
+                        die("hostcap: streamer %d ended while the hog held every token", pids[i]);
+                }
+        kill(hog, SIGKILL);
+        uint64_t t0 = now_ms();
+        int st;
+        if (waitpid(hog, &st, 0) != hog || !WIFSIGNALED(st))
+                die("hostcap: the hog ended by itself (status %#x)", st);
+        hostcap_reap(pids, 2, now_ms() + 30000, "hostcap streamers after the kill");
+        uint64_t dt = now_ms() - t0;
+        if (m->reclaimed < reclaimed0 + 3 || m->free != 3 || m->qlen != 0)
+                die("hostcap: %llu tokens reclaimed, %lld free, %u waiting",
+                    (unsigned long long)(m->reclaimed - reclaimed0), (long long)m->free, m->qlen);
+        fprintf(stderr,
+                "hostcap ok: streamers done %llu ms after the hog was killed, %llu tokens "
+                "reclaimed\n",
+                (unsigned long long)dt, (unsigned long long)(m->reclaimed - reclaimed0));
+        munmap((void *)m, DW_INFLIGHT_SHM_SIZE);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- slowrx */
+
+#define SLOWRX_BPS   2000000u
+#define SLOWRX_BYTES (4 * MiB)
+#define SLOWRX_MSG   MiB
+
+/* Moves SLOWRX_BYTES from a to b in SLOWRX_MSG messages (receiver-paced Sends
+ * or RDMA Writes), all posted at once; byte-exact. Returns the milliseconds
+ * it took. */
+static uint64_t slowrx_run(struct side *a, struct side *b, bool send, const char *what)
+{
+        const unsigned n = SLOWRX_BYTES / SLOWRX_MSG;
+        fill(a->buf, SLOWRX_BYTES, send ? 90 : 91);
+        memset(b->buf, 0, SLOWRX_BYTES);
+        uint64_t t0 = now_ms();
+        for (unsigned i = 0; i < n; i++) {
+                uint64_t off = (uint64_t)i * SLOWRX_MSG;
+                if (send)
+                        post_recv(b, 0x600 + i, off, SLOWRX_MSG);
+                post_one(a, b, send ? DIWARP_WR_SEND : DIWARP_WR_RDMA_WRITE, i, off, SLOWRX_MSG,
+                         (uintptr_t)b->buf + off, b->rkey);
+        }
+        for (unsigned i = 0; i < n; i++) {
+                if (send)
+                        wait_one(b, a, 0x600 + i, DIWARP_WC_SUCCESS, what);
+                wait_one(a, b, i, DIWARP_WC_SUCCESS, what);
+        }
+        uint64_t ms = now_ms() - t0;
+        verify(a->buf, b->buf, SLOWRX_BYTES, what, SLOWRX_MSG);
+        return ms;
+}
+
+/* A receiver reading its socket at DIWARP_FAULT=slowrx:2000000 (2 MB/s)
+ * takes 4 MiB by RDMA Writes, then, on a fresh pair of devices (no path state
+ * carried over), by receiver-paced Sends; mode "write" or "send" runs one
+ * alone. The data arrives intact, no sooner than the rate allows (less what
+ * the throttle lets through at once: a 1 ms burst and one batch of 4
+ * datagrams), with throttle waits counted on the receiver only. The
+ * receiver-paced Sends need next to no retransmission (at most 1 % of the
+ * datagrams), since the receiver asks for data only as it places it. */
+static int case_slowrx(const char *mode)
+{
+        if (mode && strcmp(mode, "send") != 0 && strcmp(mode, "write") != 0)
+                die("slowrx: mode send or write, not %s", mode);
+        buf_len = SLOWRX_BYTES;
+        char spec[64];
+        snprintf(spec, sizeof(spec), "DIWARP_FAULT=slowrx:%u", SLOWRX_BPS);
+        const uint64_t slack = 4 * 65507 + SLOWRX_BPS / 1000;
+        const uint64_t min_ms = (SLOWRX_BYTES - slack) * 1000 / SLOWRX_BPS;
+        for (int send = 0; send < 2; send++) {
+                if (mode && strcmp(mode, send ? "send" : "write") != 0)
+                        continue;
+                const char *what = send ? "slowrx pulled Sends" : "slowrx Writes";
+                struct side a, b;
+                pair_open_split(&a, &b, DIWARP_ACCESS_REMOTE_WRITE, NULL, spec, false);
+                uint64_t ms = slowrx_run(&a, &b, send, what);
+                struct diwarp_counters ca, cb;
+                CHECK(diwarp_device_counters(a.dev, &ca));
+                CHECK(diwarp_device_counters(b.dev, &cb));
+                uint64_t dgrams = ca.tx_packets + cb.tx_packets;
+                uint64_t retx = ca.retransmits + cb.retransmits;
+                struct diwarpdv_rd_dest d = {a.ah, b.qpn, QKEY};
+                struct diwarpdv_rd_path pa;
+                CHECK(diwarpdv_query_rd_path(a.qp, rc_mode ? NULL : &d, &pa));
+                fprintf(stderr,
+                        "%s: %u bytes in %llu ms (at least %llu), %llu throttle waits, %llu "
+                        "datagrams, %llu retransmitted, %llu Reads; the sender's stream: srtt "
+                        "%u ns, %u RTO expiries, %u tail probes\n",
+                        what, SLOWRX_BYTES, (unsigned long long)ms, (unsigned long long)min_ms,
+                        (unsigned long long)cb.fault_slowrx_waits, (unsigned long long)dgrams,
+                        (unsigned long long)retx, (unsigned long long)cb.pulls, pa.srtt_ns,
+                        pa.rto_expiries, pa.tail_probes);
+                if (ms < min_ms)
+                        die("%s: %llu ms, faster than %u bytes/s allows (%llu ms)", what,
+                            (unsigned long long)ms, SLOWRX_BPS, (unsigned long long)min_ms);
+                if (!cb.fault_slowrx_waits || ca.fault_slowrx_waits)
+                        die("%s: %llu throttle waits at the receiver, %llu at the sender", what,
+                            (unsigned long long)cb.fault_slowrx_waits,
+                            (unsigned long long)ca.fault_slowrx_waits);
+                if (send) {
+                        uint64_t r, by;
+                        pull_expect(SLOWRX_MSG, &r, &by);
+                        if (cb.pulls != r * (SLOWRX_BYTES / SLOWRX_MSG))
+                                die("%s: %llu Reads, want %llu", what, (unsigned long long)cb.pulls,
+                                    (unsigned long long)(r * (SLOWRX_BYTES / SLOWRX_MSG)));
+                        if (retx * 100 > dgrams)
+                                die("%s: %llu of %llu datagrams retransmitted (more than 1 %%)",
+                                    what, (unsigned long long)retx, (unsigned long long)dgrams);
+                }
+                side_close(&a);
+                side_close(&b);
+        }
+        return 0;
+}
+
+/* ---------------------------------------------------------------- cc */
+
+/* After 8 MiB of Writes, a 1 MiB Read and 200 small Sends, the path to the
+ * peer reports a window and RTTs, and the device's congestion counters (the
+ * sum over its paths: one here) equal the path's. DIWARP_CC=off: no window
+ * decrease, collapse or hold is ever counted; on under DIWARP_FAULT drops:
+ * the losses cost the window something. */
+static int case_cc(void)
+{
+        struct side a, b;
+        buf_len = 8 * MiB;
+        pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ);
+        for (unsigned i = 0; i < 8; i++)
+                post_one(&a, &b, DIWARP_WR_RDMA_WRITE, i, (uint64_t)i * MiB, MiB,
+                         (uintptr_t)b.buf + (uint64_t)i * MiB, b.rkey);
+        for (unsigned i = 0; i < 8; i++)
+                wait_one(&a, &b, i, DIWARP_WC_SUCCESS, "cc write");
+        post_one(&a, &b, DIWARP_WR_RDMA_READ, 8, 0, MiB, (uintptr_t)b.buf, b.rkey);
+        wait_one(&a, &b, 8, DIWARP_WC_SUCCESS, "cc read");
+        for (unsigned i = 0; i < 200; i++)
+                post_recv(&b, 0x700 + i, (uint64_t)i * 4096, 4096);
+        for (unsigned i = 0; i < 200; i++)
+                post_one(&a, &b, DIWARP_WR_SEND, 9 + i, 0, 64 + i, 0, 0);
+        for (unsigned i = 0; i < 200; i++)
+                wait_one(&b, &a, 0x700 + i, DIWARP_WC_SUCCESS, "cc recv");
+        for (unsigned i = 0; i < 200; i++)
+                wait_one(&a, &b, 9 + i, DIWARP_WC_SUCCESS, "cc send");
+        struct diwarpdv_rd_dest d = {a.ah, b.qpn, QKEY};
+        struct diwarpdv_rd_path p;
+        struct diwarp_counters c;
+        CHECK(diwarpdv_query_rd_path(a.qp, rc_mode ? NULL : &d, &p));
+        CHECK(diwarp_device_counters(a.dev, &c));
+        const char *cc = getenv("DIWARP_CC");
+        const char *fault = getenv("DIWARP_FAULT");
+        bool on = !(cc && strcmp(cc, "off") == 0);
+        fprintf(stderr,
+                "cc (%s): cwnd %u inflight %u min_rtt %u ns srtt %u ns pacing %llu bit/s; "
+                "decreases delay %llu loss %llu, rto %llu, window waits %llu, pacing waits %llu; "
+                "retransmits %u, %llu datagrams dropped by the fault hook\n",
+                on ? "on" : "off", p.cwnd, p.inflight, p.min_rtt_ns, p.srtt_ns,
+                (unsigned long long)p.pacing_bps, (unsigned long long)p.cc_decrease_delay,
+                (unsigned long long)p.cc_decrease_loss, (unsigned long long)p.cc_rto,
+                (unsigned long long)p.cc_window_waits, (unsigned long long)p.cc_pacing_waits,
+                p.retransmits, (unsigned long long)c.fault_dropped);
+        if (!p.cwnd || !p.srtt_ns || !p.min_rtt_ns)
+                die("cc: cwnd %u, srtt %u ns, min_rtt %u ns after the run", p.cwnd, p.srtt_ns,
+                    p.min_rtt_ns);
+        if (c.cc_decrease_delay != p.cc_decrease_delay ||
+            c.cc_decrease_loss != p.cc_decrease_loss || c.cc_rto != p.cc_rto ||
+            c.cc_window_waits != p.cc_window_waits || c.cc_pacing_waits != p.cc_pacing_waits)
+                die("cc: device counters (delay %llu loss %llu rto %llu window %llu pacing %llu) "
+                    "differ from its one path's",
+                    (unsigned long long)c.cc_decrease_delay, (unsigned long long)c.cc_decrease_loss,
+                    (unsigned long long)c.cc_rto, (unsigned long long)c.cc_window_waits,
+                    (unsigned long long)c.cc_pacing_waits);
+        uint64_t events = p.cc_decrease_delay + p.cc_decrease_loss + p.cc_rto + p.cc_window_waits +
+                          p.cc_pacing_waits;
+        if (!on && (events || p.pacing_bps))
+                die("cc off: %llu congestion events counted, pacing at %llu bit/s",
+                    (unsigned long long)events, (unsigned long long)p.pacing_bps);
+        if (on && fault && strstr(fault, "drop") && c.fault_dropped &&
+            !(p.cc_decrease_loss + p.cc_rto))
+                die("cc: %llu datagrams dropped and no window decrease for a loss",
+                    (unsigned long long)c.fault_dropped);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: rd_test ops|stream|prot|rnr|srq|fds|vanish [rd|rc] [kill|stop]");
+                die("usage: rd_test CASE [rd|rc] [kill|stop] (cases: see the header comment)");
         alarm(280);
         rc_mode = argc > 2 && strcmp(argv[2], "rc") == 0;
         if (rc_mode)
@@ -1497,6 +2591,20 @@ int main(int argc, char **argv)
                 return case_pingpong();
         if (!strcmp(argv[1], "vanish"))
                 return case_vanish(argc > 3 ? argv[3] : "kill");
+        if (!strcmp(argv[1], "pull"))
+                return case_pull();
+        if (!strcmp(argv[1], "pulllen"))
+                return case_pulllen();
+        if (!strcmp(argv[1], "crc"))
+                return case_crc();
+        if (!strcmp(argv[1], "caps"))
+                return case_caps();
+        if (!strcmp(argv[1], "hostcap"))
+                return case_hostcap();
+        if (!strcmp(argv[1], "slowrx"))
+                return case_slowrx(argc > 3 ? argv[3] : NULL);
+        if (!strcmp(argv[1], "cc"))
+                return case_cc();
         die("unknown case %s", argv[1]);
         return 1;
 }
