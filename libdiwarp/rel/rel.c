@@ -260,8 +260,16 @@ static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t now,
         r->flags &= (uint8_t)~DW_REL_F_RTO_PROBE;
         if (orig_held) {
                 r->backoff = r->rto_undo_backoff;
+                /* The path is slower to answer than 2 SRTT at times: probe
+                 * later from now on (RFC 8985 widens its reordering window
+                 * on D-SACK for the same reason). */
+                if (r->pto_shift < DW_REL_MAX_PTO_SHIFT)
+                        r->pto_shift++;
+                r->pto_calm = 0;
                 return;
         }
+        if (r->pto_shift)
+                r->pto_shift--; /* a real loss: probing early pays again */
         /* Congestion control collapses only after a real timeout; what a
          * tail loss probe finds lost is a tail of losses, as SACK finds.
          * With a single packet outstanding the verdict proves nothing: the
@@ -434,8 +442,14 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
          * the newest packet held may have arrived long ago (behind a hole,
          * beyond the blocks of earlier ACKs, or before ACKs that were lost)
          * and its age is not a round trip. */
+        /* The ACK that ends a probe episode as spurious (it holds a packet
+         * sent once before the probe) does give a sample: the original was
+         * late, not lost, and how late is what the path takes (a receiver
+         * that places data slowly). Without it the RTO would stay below the
+         * path's real RTT and every packet would time out once. */
+        bool spurious_end = (r->flags & DW_REL_F_RTO_PROBE) && orig_held;
         if (have_sample && !dw_psn_before(best_psn, old_high) && nsack < DW_DGRAM_MAX_SACK &&
-            !sack_full && !(r->flags & DW_REL_F_RTO_PROBE)) {
+            !sack_full && (!(r->flags & DW_REL_F_RTO_PROBE) || spurious_end)) {
                 uint64_t rtt = (uint64_t)(uint32_t)(now_us - best_sent) * NS_PER_US;
                 dw_rel_rtt_sample(r, rtt);
                 if (ops && ops->rtt)
@@ -446,6 +460,10 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 r->retries = 0;
                 r->flags &= (uint8_t)~DW_REL_F_TLP_DONE;
                 r->last_progress = now;
+                if (r->pto_shift && ++r->pto_calm >= DW_REL_PTO_CALM) {
+                        r->pto_shift--;
+                        r->pto_calm = 0;
+                }
                 if (r->rnr_retries &&
                     (!in_flight(r, r->rnr_psn) || (ent(r, r->rnr_psn)->flags & DW_REL_TXF_SACKED)))
                         r->rnr_retries = 0; /* the refused PSN got through */
@@ -643,6 +661,7 @@ static uint64_t tlp_at(const struct dw_rel_peer *r)
         uint64_t pto = 2ull * r->srtt_ns + (uint64_t)r->p->ack_delay_us * NS_PER_US;
         if (pto < DW_REL_MIN_PTO_US * NS_PER_US)
                 pto = DW_REL_MIN_PTO_US * NS_PER_US;
+        pto <<= r->pto_shift;
         uint64_t t = r->last_progress + pto;
         return r->rto_deadline && t >= r->rto_deadline ? UINT64_MAX : t;
 }

@@ -40,6 +40,8 @@
 #define DW_REL_CLOCK_G_NS          1000u /* RFC 6298 G: send times are kept in µs */
 #define DW_REL_MIN_REORDER_US      10u   /* floor of the reordering window (SRTT/4) */
 #define DW_REL_MIN_PTO_US          100u  /* floor of the tail loss probe timeout */
+#define DW_REL_MAX_PTO_SHIFT       4u    /* needless probes stretch the timeout up to 16x */
+#define DW_REL_PTO_CALM            128u  /* ACK progress that takes one stretch back */
 
 /* Shared, read-only tuning; one per QP or device, outlives its peers. */
 struct dw_rel_params {
@@ -156,6 +158,12 @@ struct dw_rel_peer {
         uint64_t ack_deadline; /* ns; 0 = no delayed ACK owed */
         struct dw_rel_stats stats;
         uint32_t dsack_psn; /* the duplicate to report (DW_REL_F2_DSACK) */
+        /* Tail loss probes found needless (a late ACK: a receiver that was not
+         * scheduled, or that places data slowly) wait 2^pto_shift times
+         * longer, up to 16; pto_calm counts ACK progress since the last
+         * needless one, and 128 of it take a doubling back. */
+        uint8_t pto_shift;
+        uint8_t pto_calm;
 };
 static_assert(sizeof(struct dw_rel_peer) <= 256, "per-peer reliability state stays ≤ 256 bytes");
 

@@ -789,6 +789,42 @@ Test(rel, dsack_reports_a_duplicate_and_ends_a_spurious_probe)
         cr_assert_eq(dw_rel_tx_inflight(&tx), 0);
 }
 
+/* A path slower than 2 SRTT at times (a receiver that places data slowly):
+ * the ACK that shows a probe was needless gives an RTT sample (how late the
+ * original was), and needless probes wait longer from then on. */
+Test(rel, late_acks_teach_the_timers)
+{
+        struct dw_rel_params p = test_params();
+        struct dw_rel_peer tx;
+        struct dw_rel_txent ring[16];
+        struct rec rc = {0};
+        rc.peer = &tx;
+        dw_rel_peer_init(&tx, &p, ring, 16, 0, 0);
+        dw_rel_tx_sent(&tx, 0, 0, T0);
+        struct dw_dgram_hdr a = ack_hdr(1, 0, NULL);
+        dw_rel_on_ack(&tx, &a, T0 + 100 * US, &rec_ops, &rc); /* SRTT 100 µs */
+        cr_assert_eq(tx.srtt_ns, 100 * US);
+        uint64_t t = T0 + 1 * MS;
+        for (uint32_t i = 1; i < 4; i++)
+                dw_rel_tx_sent(&tx, i, i, t);
+        uint64_t d1 = dw_rel_next_deadline(&tx);
+        cr_assert_eq(d1, t + 250 * US, "tail loss probe at 2 SRTT + the ACK delay");
+        rc.now = d1;
+        dw_rel_timers(&tx, d1, &rec_ops, &rc);
+        cr_assert_eq(tx.stats.tail_probes, 1);
+        /* 5 ms late, every original arrives: spurious, and a 5 ms sample. */
+        a = ack_hdr(4, 0, NULL);
+        dw_rel_on_ack(&tx, &a, t + 5 * MS, &rec_ops, &rc);
+        cr_assert_not(tx.flags & DW_REL_F_RTO_PROBE);
+        cr_assert_gt(tx.srtt_ns, 100 * US + (5 * MS - 100 * US) / 8 - 1 * US, "srtt %u",
+                     tx.srtt_ns);
+        cr_assert_eq(tx.pto_shift, 1);
+        uint64_t t2 = t + 6 * MS;
+        dw_rel_tx_sent(&tx, 4, 4, t2);
+        uint64_t pto = 2ull * tx.srtt_ns + p.ack_delay_us * US;
+        cr_assert_eq(dw_rel_next_deadline(&tx) - t2, 2 * pto, "twice as patient");
+}
+
 /* ------------------------------------------------------- ACK coalescing */
 
 Test(rel, ack_coalescing_counts)
