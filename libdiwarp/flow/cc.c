@@ -88,9 +88,20 @@ static uint32_t queue_ns(const struct dw_cc *c)
  * target), until that lesson is a second old. */
 static uint32_t target_ns(const struct dw_cc *c, uint64_t now)
 {
-        if (c->loss_q && now - c->loss_q_at < DW_CC_LOSS_Q_TTL_NS && c->loss_q < c->p->target_ns)
-                return c->loss_q;
-        return c->p->target_ns;
+        uint64_t t = c->p->target_ns;
+        if (c->loss_q && now - c->loss_q_at < DW_CC_LOSS_Q_TTL_NS && c->loss_q < t)
+                t = c->loss_q;
+        /* A window of a couple of datagrams cannot keep the queue shorter
+         * than the time the bottleneck takes for one of them: at a receiver
+         * that places data slowly, or with many flows sharing a link, aim at
+         * least at two datagrams' worth at this flow's rate (cwnd / srtt),
+         * or the window would shrink forever. */
+        if (c->srtt && c->cwnd) {
+                uint64_t two = 2ull * c->seg * c->srtt / c->cwnd;
+                if (two > t)
+                        t = two < DW_CC_MAX_TARGET_NS ? two : DW_CC_MAX_TARGET_NS;
+        }
+        return (uint32_t)t;
 }
 
 /* The pacing clock of the next byte once `pending` bytes have left. */

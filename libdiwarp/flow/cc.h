@@ -25,6 +25,7 @@
  * and is never below the floor (software RTTs jitter by tens of µs). */
 #define DW_CC_LOSS_Q_TTL_NS 1000000000ull
 #define DW_CC_MIN_TARGET_NS 20000u
+#define DW_CC_MAX_TARGET_NS 1000000000ull /* a target that follows a slow flow stops here */
 
 /* Fixed-point factors are in 1/1024. */
 #define DW_CC_ONE 1024u

@@ -602,3 +602,19 @@ Test(cc_sim, random_loss_costs_little, .timeout = 60)
         sim_fini(&s);
         sim_fini(&base);
 }
+
+/* A receiver that places 2 MB/s behind 64 KiB datagrams (a slow memory
+ * over loopback): one datagram is 32 ms of its time, so the queue can never
+ * be shorter than that. The target follows (two datagrams at the flow's
+ * rate) and the flow keeps the receiver busy instead of shrinking forever. */
+Test(cc_sim, slow_receiver_big_datagrams, .timeout = 60)
+{
+        static struct sim s;
+        sim_init(&s, 1, 16, 4000000, 40);
+        s.seg = 65000;
+        dw_cc_init(&s.f[0].c, &s.p, s.seg);
+        struct sim_result r = sim_run(&s, "slow receiver", 20000 * MS, 5000 * MS);
+        cr_expect_geq(r.util, 0.9, "utilisation %.3f", r.util);
+        cr_expect_eq(s.drops, 0, "drops %llu", (unsigned long long)s.drops);
+        sim_fini(&s);
+}
