@@ -110,8 +110,12 @@ bool dw_host_capped(void)
 
 int dw_host_admit(struct dw_inflight_qp *q, uint32_t want, uint64_t now)
 {
-        if (!dw_host.open)
-                return (int)dw_inflight_qp_room(q, want);
+        if (!dw_host.open) {
+                /* The QP cap alone: a plain counter. */
+                uint32_t n = dw_inflight_qp_room(q, want);
+                q->inflight += n;
+                return (int)n;
+        }
         pthread_mutex_lock(&dw_host.lock);
         int n = dw_inflight_admit(&dw_host.proc, q, want, now);
         pthread_mutex_unlock(&dw_host.lock);
