@@ -927,8 +927,10 @@ static bool server_handle(struct diwarp_wc *wc, uint64_t now, uint64_t t_warm, u
 }
 
 /* The server's run: sleeps in poll() on the completion channel and the side
- * channel until the client ends the run. */
-static bool server_run(void)
+ * channel until the client ends the run. With Sends, the client's end names
+ * the Sends it completed per flow (want); the run goes on until each has
+ * arrived, as a receive completion can come after the Send's (the ACK). */
+static bool server_loop(uint64_t *want)
 {
         struct bc_ctx *c = &dv[0];
         const uint32_t N = P->flows, every = P->window / 2 ? P->window / 2 : 1;
@@ -939,7 +941,7 @@ static bool server_run(void)
         uint64_t t0 = bc_now_ns(), t_warm = t0 + P->warmup_ms * ms,
                  t_end = t0 + P->duration_ms * ms,
                  deadline = t_end + 2 * o.timeout_ms * ms + 1000 * ms;
-        bool armed = false;
+        bool armed = false, ending = false;
         for (;;) {
                 int got = diwarp_cq_poll(c->cq, 64, wc);
                 if (got < 0)
@@ -965,6 +967,18 @@ static bool server_run(void)
                         if (e && e != -ENOMEM) /* SQ full: a credit completion wakes us */
                                 return fail("flow %u: post credit: %s", i, strerror(-e));
                 }
+                if (ending) {
+                        uint32_t i = 0;
+                        while (i < N && fl[i].consumed >= want[i])
+                                i++;
+                        if (i == N)
+                                return true;
+                        if (now > deadline)
+                                return fail(
+                                    "flow %u: the client completed %llu Sends, %llu arrived", i,
+                                    (unsigned long long)want[i],
+                                    (unsigned long long)fl[i].consumed);
+                }
                 if (got > 0) {
                         armed = false;
                         continue;
@@ -978,10 +992,10 @@ static bool server_run(void)
                         armed = true;
                         continue;
                 }
-                if (now > deadline)
+                if (now > deadline && !ending)
                         return fail("the client never ended the run");
                 struct pollfd pf[2] = {{.fd = diwarp_comp_channel_fd(c->ch), .events = POLLIN},
-                                       {.fd = srv[0].side.oob, .events = POLLIN}};
+                                       {.fd = ending ? -1 : srv[0].side.oob, .events = POLLIN}};
                 if (poll(pf, 2, 100) < 0 && errno != EINTR)
                         return fail("poll: %s", strerror(errno));
                 if (pf[0].revents & POLLIN) {
@@ -993,11 +1007,27 @@ static bool server_run(void)
                 }
                 if (pf[1].revents) {
                         uint8_t b;
-                        if (bc_read_all(srv[0].side.oob, &b, 1) < 0)
+                        if (bc_read_all(srv[0].side.oob, &b, 1) < 0 ||
+                            (P->op == OP_SEND &&
+                             bc_read_all(srv[0].side.oob, want, N * sizeof(*want)) < 0))
                                 return fail("the client closed the side channel (see its output)");
-                        return true;
+                        if (P->op != OP_SEND)
+                                return true;
+                        for (uint32_t i = 0; i < N; i++)
+                                want[i] = be64toh(want[i]);
+                        ending = true;
+                        deadline = bc_now_ns() + (uint64_t)o.timeout_ms * ms;
+                        armed = false;
                 }
         }
+}
+
+static bool server_run(void)
+{
+        uint64_t *want = calloc(P->flows, sizeof(*want));
+        bool ok = want ? server_loop(want) : fail("out of memory");
+        free(want);
+        return ok;
 }
 
 /* ---- tcp flows ----------------------------------------------------------------- */
@@ -1289,7 +1319,13 @@ static bool results(bool ok)
         for (uint32_t s = 0; s < S; s++) {
                 const uint32_t n = srv[s].p.flows;
                 uint8_t b = 1;
+                /* Sends (rd, rc): with the Sends each flow completed, which
+                 * the server awaits before it answers */
+                for (uint32_t j = 0; P->op == OP_SEND && P->transport != TR_TCP && j < n; j++)
+                        w[j] = htobe64(fl[s + j * S].done);
                 if (bc_write_all(srv[s].side.oob, &b, 1) < 0 ||
+                    (P->op == OP_SEND && P->transport != TR_TCP &&
+                     bc_write_all(srv[s].side.oob, w, n * sizeof(*w)) < 0) ||
                     bc_read_all(srv[s].side.oob, w, (2 * (size_t)n + 3) * sizeof(uint64_t)) < 0) {
                         ok = fail("no results from the server %s:%u (see its output)", srv[s].host,
                                   srv[s].port);
