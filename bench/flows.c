@@ -1,18 +1,35 @@
-/* bench-flows: N flows from one client process to one server process through
- * a bottleneck (bench/netns-topo.sh), to develop and measure congestion
- * control of the RD transport against N plain TCP connections.
+/* bench-flows: N flows from one client process to one server process (or
+ * to several) through a bottleneck (bench/netns-topo.sh), to develop and
+ * measure congestion control of the RD transport against N plain TCP
+ * connections.
  *
  *   server: bench-flows [--port P] [--addr A] [--cpu C] [--timeout MS]
  *   client: bench-flows [--transport rd|rc|tcp] [--op write|send] [--flows N]
  *                       [--devices D] [--server-qps K] [--size B] [--window W]
  *                       [--duration-ms T] [--warmup-ms W] [--port P] [--addr A]
- *                       [--cpu C] [--timeout MS] [--tcp-cc ALG] HOST
+ *                       [--cpu C] [--timeout MS] [--tcp-cc ALG] [--validate]
+ *                       [--block] HOST[:PORT]...
  *
  * The client's parameters travel to the server over the TCP side channel
  * (port P). Flow f uses client device f % D (each device has its own UDP
  * port: for RD, its own peer state at the server, so D devices are D
  * independent congestion controllers) and server QP f % K (RD only: one RD QP
  * serves many peers; K = 1 is an incast onto one QP).
+ *
+ * Several HOST[:PORT] (rd, rc): S server processes, each serving its own
+ * side channel; flow f goes to server f % S, where it is flow f / S of that
+ * server's share of the run (its flows, one client GID per flow, at most K
+ * QPs). A slow receiver (DIWARP_FAULT=slowrx) is then one server among
+ * others.
+ *
+ * --validate (send): every message carries its flow, its number in the flow
+ * and a pattern derived from both in every 64-bit word; the server checks
+ * each one (length, flow, order, every byte) before it reposts the receive.
+ * The client keeps W source buffers per flow for it.
+ *
+ * --block: the client waits on its devices' completion channels (their
+ * progress threads move the data) instead of busy-polling, so several
+ * clients can share a machine's cores.
  *
  * write: each flow streams signaled RDMA Writes of B bytes into its own
  *        region of the server's buffer, at most W outstanding; goodput counts
@@ -76,6 +93,9 @@
 enum { TR_RD, TR_RC, TR_TCP };
 enum { OP_WRITE, OP_SEND };
 enum { T_DATA = 1, T_CREDIT = 2, T_RECV = 3 };
+enum { F_VALIDATE = 1 };
+#define VALID_MAGIC 0x44574652464c4f57ull /* "DWFRFLOW" */
+#define VALID_HDR   24                    /* magic, flow, message number */
 static const char *const tr_names[] = {"rd", "rc", "tcp", NULL};
 static const char *const op_names[] = {"write", "send", NULL};
 
@@ -83,18 +103,31 @@ static const char *const op_names[] = {"write", "send", NULL};
 struct params {
         uint32_t transport, op, flows, devices, server_qps, window, duration_ms, warmup_ms;
         uint64_t size;
+        uint32_t flags; /* F_VALIDATE */
 };
 
 struct fopts {
         struct params p;
         uint16_t port;
         int cpu, timeout_ms;
-        const char *addr, *host;
+        const char *addr;
         const char *tcp_cc; /* tcp: the senders' congestion control (NULL: the system's) */
+        bool block;         /* client: wait on completion channels, do not spin */
+};
+
+/* A server process and its side channel. The client drives nsrv of them
+ * (HOST[:PORT] each), with p its share of the run; a server has one, srv[0],
+ * with host NULL. */
+struct srv_info {
+        const char *host;
+        uint16_t port;
+        struct params p;
+        struct bc_ctx side;
 };
 
 struct flow {
         uint32_t dev, qi, sqp; /* client device, index in its q[], server QP */
+        uint32_t srv, sidx;    /* client: its server, and its index there */
         uint32_t cqpn;         /* the client QP's number */
         uint64_t posted, done, credited, consumed, credit_at;
         uint64_t bytes, msgs; /* completed inside the measured interval */
@@ -107,8 +140,9 @@ struct flow {
 static struct fopts o;
 static const struct params *P = &o.p;
 static bool server;
-static struct bc_ctx side; /* the side channel only */
-static struct bc_ctx *dv;  /* devices: D on the client, one on the server */
+static struct srv_info *srv;
+static uint32_t nsrv;
+static struct bc_ctx *dv; /* devices: D on the client, one on the server */
 static uint32_t ndv;
 static struct flow *fl;
 static struct diwarp_ah **sah; /* server, RD: one AH per client device */
@@ -121,7 +155,8 @@ static uint32_t *slot_base;    /* server, send: first receive slot of each QP */
 static uint32_t *pend, *npend;
 static size_t slot_len;
 static uint32_t cslots; /* client, send: credit receives per flow */
-static uint64_t srv_rx, srv_dup;
+static uint64_t srv_rx, srv_dup, srv_checked;
+static struct pollfd *cpf; /* client, --block: one per device */
 
 static void usage(void)
 {
@@ -129,8 +164,10 @@ static void usage(void)
                 "usage: bench-flows [--transport rd|rc|tcp] [--op write|send] [--flows N]\n"
                 "                   [--devices D] [--server-qps K] [--size B] [--window W]\n"
                 "                   [--duration-ms T] [--warmup-ms W] [--port P] [--addr A]\n"
-                "                   [--cpu C] [--timeout MS] [--tcp-cc ALG] [HOST]\n"
-                "  without HOST: serve one client; with HOST: drive the run.\n");
+                "                   [--cpu C] [--timeout MS] [--tcp-cc ALG] [--validate]\n"
+                "                   [--block] [HOST[:PORT]...]\n"
+                "  without HOST: serve one client; with HOST: drive the run (several: one\n"
+                "  server process each, flow f to the (f %% S)-th).\n");
         exit(2);
 }
 
@@ -176,6 +213,8 @@ static void parse(int argc, char **argv)
             {"cpu", required_argument, NULL, 'c'},
             {"timeout", required_argument, NULL, 'T'},
             {"tcp-cc", required_argument, NULL, 'C'},
+            {"validate", no_argument, NULL, 'V'},
+            {"block", no_argument, NULL, 'B'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -221,22 +260,63 @@ static void parse(int argc, char **argv)
                 case 'C':
                         o.tcp_cc = optarg;
                         break;
+                case 'V':
+                        p->flags |= F_VALIDATE;
+                        break;
+                case 'B':
+                        o.block = true;
+                        break;
                 default:
                         if (ch < 256 || ch >= 256 + (int)(sizeof(u32) / sizeof(u32[0])))
                                 usage();
                         *u32[ch - 256] = (uint32_t)num(optarg);
                 }
         }
-        if (optind < argc)
-                o.host = argv[optind++];
         if (p->server_qps == 0)
                 p->server_qps = p->flows;
-        if (optind < argc || p->flows == 0 || p->devices == 0 || p->devices > p->flows ||
-            p->server_qps > p->flows || p->window == 0 || p->size == 0 || p->size > (1u << 31) ||
+        if (p->flows == 0 || p->devices == 0 || p->devices > p->flows || p->server_qps > p->flows ||
+            p->window == 0 || p->size == 0 || p->size > (1u << 31) ||
             p->warmup_ms >= p->duration_ms || o.timeout_ms <= 0 || o.port == 0 || o.port == 65535)
                 usage();
         if (p->transport == TR_RC && p->server_qps != p->flows) {
                 fprintf(stderr, "bench-flows: --server-qps applies to rd only (rc is connected)\n");
+                exit(2);
+        }
+        if ((p->flags & F_VALIDATE) &&
+            (p->op != OP_SEND || p->transport == TR_TCP || p->size < VALID_HDR)) {
+                fprintf(stderr,
+                        "bench-flows: --validate needs --op send (rd, rc) of at least "
+                        "%d bytes\n",
+                        VALID_HDR);
+                exit(2);
+        }
+        nsrv = optind < argc ? (uint32_t)(argc - optind) : 1;
+        srv = calloc(nsrv, sizeof(*srv));
+        if (!srv) {
+                fprintf(stderr, "bench-flows: out of memory\n");
+                exit(1);
+        }
+        for (uint32_t s = 0; s < nsrv; s++) {
+                srv[s].port = o.port;
+                srv[s].side.oob = -1;
+                if (optind + (int)s >= argc)
+                        continue;
+                /* HOST[:PORT]: the host part is copied (argv stays intact) */
+                char *h = strdup(argv[optind + s]), *c = h ? strrchr(h, ':') : NULL;
+                if (!h)
+                        usage();
+                if (c) {
+                        *c = '\0';
+                        uint64_t v = num(c + 1);
+                        if (v == 0 || v >= 65535)
+                                usage();
+                        srv[s].port = (uint16_t)v;
+                }
+                srv[s].host = h;
+        }
+        if (nsrv > 1 && (p->transport == TR_TCP || p->flows < nsrv)) {
+                fprintf(stderr, "bench-flows: several servers need --transport rd or rc and at "
+                                "least one flow each\n");
                 exit(2);
         }
 }
@@ -261,54 +341,137 @@ static bool unsupported(void)
 }
 
 /* A side channel read that waits longer than this means the peer is stuck. */
-static void oob_timeout(int ms)
+static void oob_timeout(struct bc_ctx *c, int ms)
 {
         struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-        setsockopt(side.oob, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(c->oob, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+static uint32_t flows_on(uint32_t i, uint32_t of)
+{
+        return (P->flows - i + of - 1) / of; /* flows f with f % of == i */
+}
+
+/* Server s's share of the client's run (all of it with one server): the
+ * flows f with f % S == s, one client GID per flow, at most K QPs. */
+static struct params share(uint32_t s)
+{
+        struct params p = o.p;
+        if (nsrv > 1) {
+                p.flows = flows_on(s, nsrv);
+                p.devices = p.flows;
+                p.server_qps = P->server_qps < p.flows ? P->server_qps : p.flows;
+        }
+        return p;
 }
 
 static bool exchange_params(void)
 {
-        struct bc_opts bo = {
-            .transport = P->transport == TR_RD ? BC_RD : BC_RC,
-            .size = P->size,
-            .iters = 1,
-            .qps = P->flows,
-            .window = P->window,
-            .duration_ms = P->duration_ms,
-            .reps = 1,
-            .block = server, /* the server waits on its completion channel */
-            .port = o.port,
-            .cpu = o.cpu,
-            .timeout_ms = o.timeout_ms,
-            .addr = o.addr,
-            .host = o.host,
-        };
-        if (bc_oob_open(&side, &bo))
-                return fail("side channel failed");
-        oob_timeout(o.timeout_ms + (int)P->duration_ms);
-        struct params *p = &o.p;
-        uint32_t w[9] = {htonl(p->transport),   htonl(p->op),         htonl(p->flows),
-                         htonl(p->devices),     htonl(p->server_qps), htonl(p->window),
-                         htonl(p->duration_ms), htonl(p->warmup_ms),  htonl((uint32_t)p->size)};
-        if (!server)
-                return bc_write_all(side.oob, w, sizeof(w)) == 0 || fail("side channel write");
-        if (bc_read_all(side.oob, w, sizeof(w)) < 0)
-                return fail("no parameters from the client");
-        *p = (struct params){ntohl(w[0]), ntohl(w[1]), ntohl(w[2]), ntohl(w[3]), ntohl(w[4]),
-                             ntohl(w[5]), ntohl(w[6]), ntohl(w[7]), ntohl(w[8])};
-        if (P->transport > TR_TCP || P->op > OP_SEND || !P->flows || !P->devices ||
-            !P->server_qps || P->server_qps > P->flows || !P->window || !P->size ||
-            P->warmup_ms >= P->duration_ms)
-                return fail("bad parameters from the client");
+        for (uint32_t s = 0; s < nsrv; s++) {
+                struct srv_info *v = &srv[s];
+                struct bc_opts bo = {
+                    .transport = P->transport == TR_RD ? BC_RD : BC_RC,
+                    .size = P->size,
+                    .iters = 1,
+                    .qps = P->flows,
+                    .window = P->window,
+                    .duration_ms = P->duration_ms,
+                    .reps = 1,
+                    /* the server (and a --block client) waits on its completion channel */
+                    .block = server || o.block,
+                    .port = v->port,
+                    .cpu = o.cpu,
+                    .timeout_ms = o.timeout_ms,
+                    .addr = o.addr,
+                    .host = v->host,
+                };
+                if (bc_oob_open(&v->side, &bo))
+                        return fail("side channel %s:%u failed", v->host ? v->host : "*", v->port);
+                oob_timeout(&v->side, o.timeout_ms + (int)P->duration_ms);
+                struct params *p = server ? &o.p : &v->p;
+                if (!server)
+                        *p = share(s);
+                uint32_t w[10] = {htonl(p->transport),      htonl(p->op),
+                                  htonl(p->flows),          htonl(p->devices),
+                                  htonl(p->server_qps),     htonl(p->window),
+                                  htonl(p->duration_ms),    htonl(p->warmup_ms),
+                                  htonl((uint32_t)p->size), htonl(p->flags)};
+                if (!server) {
+                        if (bc_write_all(v->side.oob, w, sizeof(w)))
+                                return fail("side channel write");
+                        continue;
+                }
+                if (bc_read_all(v->side.oob, w, sizeof(w)) < 0)
+                        return fail("no parameters from the client");
+                *p = (struct params){ntohl(w[0]), ntohl(w[1]), ntohl(w[2]), ntohl(w[3]),
+                                     ntohl(w[4]), ntohl(w[5]), ntohl(w[6]), ntohl(w[7]),
+                                     ntohl(w[8]), ntohl(w[9])};
+                if (P->transport > TR_TCP || P->op > OP_SEND || !P->flows || !P->devices ||
+                    !P->server_qps || P->server_qps > P->flows || !P->window || !P->size ||
+                    P->warmup_ms >= P->duration_ms || (P->flags & ~(uint32_t)F_VALIDATE) ||
+                    ((P->flags & F_VALIDATE) && P->size < VALID_HDR))
+                        return fail("bad parameters from the client");
+        }
         return true;
 }
 
 /* ---- diwarp flows -------------------------------------------------------------- */
 
-static uint32_t flows_on(uint32_t i, uint32_t of)
+/* --validate: word k of message m of a server's flow j. */
+static inline uint64_t pattern(uint64_t j, uint64_t m, uint64_t k)
 {
-        return (P->flows - i + of - 1) / of; /* flows f with f % of == i */
+        return ((j << 48) ^ (m << 20) ^ k) * 0x9e3779b97f4a7c15ull;
+}
+
+/* Fills a message of len bytes: magic, flow, number, then the pattern (the
+ * bytes after the last whole word are the low bytes of the next word's). */
+static void fill_msg(uint8_t *b, size_t len, uint64_t j, uint64_t m)
+{
+        uint64_t h[3] = {VALID_MAGIC, j, m};
+        memcpy(b, h, sizeof(h));
+        size_t k = 3;
+        for (; (k + 1) * 8 <= len; k++) {
+                uint64_t v = pattern(j, m, k);
+                memcpy(b + k * 8, &v, 8);
+        }
+        uint64_t v = pattern(j, m, k);
+        memcpy(b + k * 8, &v, len - k * 8);
+}
+
+/* The server's check of message m of its flow j: names the first bad byte. */
+static bool check_msg(const uint8_t *b, size_t len, uint64_t j, uint64_t m)
+{
+        uint64_t h[3];
+        if (len != P->size)
+                return fail("flow %llu: message %llu has %zu bytes, not %llu",
+                            (unsigned long long)j, (unsigned long long)m, len,
+                            (unsigned long long)P->size);
+        memcpy(h, b, sizeof(h));
+        if (h[0] != VALID_MAGIC || h[1] != j || h[2] != m)
+                return fail("flow %llu: message %llu arrived as (magic %#llx, flow %llu, "
+                            "message %llu)",
+                            (unsigned long long)j, (unsigned long long)m, (unsigned long long)h[0],
+                            (unsigned long long)h[1], (unsigned long long)h[2]);
+        size_t k = 3;
+        for (; k * 8 < len; k++) {
+                uint64_t v = pattern(j, m, k), got = 0;
+                size_t n = len - k * 8 < 8 ? len - k * 8 : 8;
+                memcpy(&got, b + k * 8, n);
+                if (memcmp(&got, &v, n))
+                        return fail("flow %llu: message %llu: bytes %zu..%zu differ "
+                                    "(%#llx, expected %#llx)",
+                                    (unsigned long long)j, (unsigned long long)m, k * 8,
+                                    k * 8 + n - 1, (unsigned long long)got, (unsigned long long)v);
+        }
+        srv_checked++;
+        return true;
+}
+
+/* Client: bytes of source buffers of a device with nf flows (--validate: W
+ * per flow, one message each; else one message all flows send from). */
+static size_t src_len(uint32_t nf)
+{
+        return (P->flags & F_VALIDATE) ? (size_t)nf * P->window * P->size : P->size;
 }
 
 static int post_data(uint32_t fi)
@@ -316,7 +479,13 @@ static int post_data(uint32_t fi)
         struct flow *f = &fl[fi];
         struct bc_ctx *c = &dv[f->dev];
         struct bc_qp *q = &c->q[f->qi];
-        struct diwarp_sge sge = {(uintptr_t)c->buf, (uint32_t)P->size, c->lkey};
+        uint8_t *src = c->buf;
+        if (P->flags & F_VALIDATE) {
+                /* slot posted % W: its earlier message has completed (in SQ order) */
+                src += ((size_t)f->qi * P->window + f->posted % P->window) * P->size;
+                fill_msg(src, P->size, f->sidx, f->posted);
+        }
+        struct diwarp_sge sge = {(uintptr_t)src, (uint32_t)P->size, c->lkey};
         struct diwarp_send_wr wr = {.wr_id = BC_WR(T_DATA, fi, 0),
                                     .sg_list = &sge,
                                     .num_sge = 1,
@@ -325,7 +494,7 @@ static int post_data(uint32_t fi)
                                     .send_flags = DIWARP_SEND_SIGNALED},
                               *bad;
         if (P->op == OP_WRITE) {
-                wr.wr.rdma.remote_addr = q->peer_base + (uint64_t)fi * P->size;
+                wr.wr.rdma.remote_addr = q->peer_base + (uint64_t)f->sidx * P->size;
                 wr.wr.rdma.rkey = q->peer_rkey;
         }
         if (P->transport == TR_RD) {
@@ -337,7 +506,8 @@ static int post_data(uint32_t fi)
 
 static uint8_t *credit_slot(uint32_t fi, uint32_t s)
 {
-        return dv[fl[fi].dev].buf + P->size + ((size_t)fl[fi].qi * cslots + s) * CSLOT_LEN;
+        return dv[fl[fi].dev].buf + src_len(flows_on(fl[fi].dev, P->devices)) +
+               ((size_t)fl[fi].qi * cslots + s) * CSLOT_LEN;
 }
 
 static int post_credit_recv(uint32_t fi, uint32_t s)
@@ -405,7 +575,7 @@ static bool alloc_ctx(uint32_t n)
         if (!dv)
                 return fail("out of memory");
         for (uint32_t d = 0; d < n; d++) {
-                dv[d].o = side.o;
+                dv[d].o = srv[0].side.o;
                 dv[d].server = server;
                 dv[d].oob = -1;
         }
@@ -414,13 +584,13 @@ static bool alloc_ctx(uint32_t n)
 
 static bool client_setup(void)
 {
-        const uint32_t N = P->flows, D = P->devices, K = P->server_qps, W = P->window;
+        const uint32_t N = P->flows, D = P->devices, W = P->window, S = nsrv;
         cslots = P->op == OP_SEND ? W + 4 : 0;
         if (!alloc_ctx(D))
                 return false;
         for (uint32_t d = 0; d < D; d++) {
                 uint32_t nf = flows_on(d, D);
-                size_t len = P->size + (size_t)nf * cslots * CSLOT_LEN;
+                size_t len = src_len(nf) + (size_t)nf * cslots * CSLOT_LEN;
                 if (bc_open(&dv[d], nf * (W + 8 + cslots) + 64, len))
                         return fail("device %u: setup failed", d);
                 dv[d].q = calloc(nf, sizeof(*dv[d].q));
@@ -428,8 +598,11 @@ static bool client_setup(void)
                         return fail("out of memory");
                 dv[d].nqp = nf;
         }
-        uint32_t *qpn = calloc(N > K ? N : K, sizeof(uint32_t));
-        uint8_t *gids = calloc(D, 16);
+        if (o.block && !(cpf = calloc(D, sizeof(*cpf))))
+                return fail("out of memory");
+        /* a server's flows, QPs and GIDs are at most N each */
+        uint32_t *qpn = calloc(N, sizeof(uint32_t));
+        uint8_t *gids = calloc(N, 16);
         bool ok = false;
         if (!qpn || !gids) {
                 fail("out of memory");
@@ -439,33 +612,44 @@ static bool client_setup(void)
                 struct flow *f = &fl[i];
                 f->dev = i % D;
                 f->qi = i / D;
-                f->sqp = i % K;
+                f->srv = i % S;
+                f->sidx = i / S;
+                f->sqp = f->sidx % srv[f->srv].p.server_qps;
                 if (bc_qp_create(&dv[f->dev], W + 8, cslots ? cslots : 1,
                                  &dv[f->dev].q[f->qi].qp)) {
                         fail("flow %u: QP create failed", i);
                         goto out;
                 }
                 f->cqpn = diwarp_qp_num(dv[f->dev].q[f->qi].qp);
-                qpn[i] = htonl(f->cqpn);
         }
-        for (uint32_t d = 0; d < D; d++)
-                diwarp_device_gid(dv[d].dev, (union diwarp_gid *)(gids + 16 * d));
-        struct wire_info si;
-        if (bc_write_all(side.oob, gids, 16 * D) < 0 ||
-            bc_write_all(side.oob, qpn, N * sizeof(uint32_t)) < 0 ||
-            bc_read_all(side.oob, &si, sizeof(si)) < 0 || ntohl(si.nqp) != K ||
-            bc_read_all(side.oob, qpn, K * sizeof(uint32_t)) < 0) {
-                fail("side channel exchange failed (see the server's output)");
-                goto out;
-        }
-        for (uint32_t i = 0; i < N; i++) {
-                struct bc_qp *q = &dv[fl[i].dev].q[fl[i].qi];
-                memcpy(q->peer_gid.raw, si.gid, 16);
-                q->peer_qpn = ntohl(qpn[fl[i].sqp]);
-                q->peer_rkey = ntohl(si.rkey);
-                q->peer_base = be64toh(si.base);
-                if (!qp_ready(&dv[fl[i].dev], q, "flow", i, cslots, post_credit_recv))
+        for (uint32_t s = 0; s < S; s++) {
+                const struct params *sp = &srv[s].p;
+                const int oob = srv[s].side.oob;
+                /* one GID per device with one server, else one per flow of its share */
+                for (uint32_t g = 0; g < sp->devices; g++)
+                        diwarp_device_gid(dv[S == 1 ? g : fl[s + g * S].dev].dev,
+                                          (union diwarp_gid *)(gids + 16 * g));
+                for (uint32_t j = 0; j < sp->flows; j++)
+                        qpn[j] = htonl(fl[s + j * S].cqpn);
+                struct wire_info si;
+                if (bc_write_all(oob, gids, 16 * sp->devices) < 0 ||
+                    bc_write_all(oob, qpn, sp->flows * sizeof(uint32_t)) < 0 ||
+                    bc_read_all(oob, &si, sizeof(si)) < 0 || ntohl(si.nqp) != sp->server_qps ||
+                    bc_read_all(oob, qpn, sp->server_qps * sizeof(uint32_t)) < 0) {
+                        fail("side channel exchange with %s:%u failed (see the server's output)",
+                             srv[s].host, srv[s].port);
                         goto out;
+                }
+                for (uint32_t j = 0; j < sp->flows; j++) {
+                        uint32_t i = s + j * S;
+                        struct bc_qp *q = &dv[fl[i].dev].q[fl[i].qi];
+                        memcpy(q->peer_gid.raw, si.gid, 16);
+                        q->peer_qpn = ntohl(qpn[fl[i].sqp]);
+                        q->peer_rkey = ntohl(si.rkey);
+                        q->peer_base = be64toh(si.base);
+                        if (!qp_ready(&dv[fl[i].dev], q, "flow", i, cslots, post_credit_recv))
+                                goto out;
+                }
         }
         ok = true;
 out:
@@ -521,8 +705,8 @@ static bool server_setup(void)
                 fail("out of memory");
                 goto out;
         }
-        if (bc_read_all(side.oob, gids, 16 * D) < 0 ||
-            bc_read_all(side.oob, qpn, N * sizeof(uint32_t)) < 0) {
+        if (bc_read_all(srv[0].side.oob, gids, 16 * D) < 0 ||
+            bc_read_all(srv[0].side.oob, qpn, N * sizeof(uint32_t)) < 0) {
                 fail("side channel exchange failed (see the client's output)");
                 goto out;
         }
@@ -538,8 +722,8 @@ static bool server_setup(void)
         memcpy(si.gid, gid.raw, 16);
         for (uint32_t k = 0; k < K; k++)
                 qpn[k] = htonl(diwarp_qp_num(c->q[k].qp));
-        if (bc_write_all(side.oob, &si, sizeof(si)) < 0 ||
-            bc_write_all(side.oob, qpn, K * sizeof(uint32_t)) < 0) {
+        if (bc_write_all(srv[0].side.oob, &si, sizeof(si)) < 0 ||
+            bc_write_all(srv[0].side.oob, qpn, K * sizeof(uint32_t)) < 0) {
                 fail("side channel write failed");
                 goto out;
         }
@@ -569,15 +753,51 @@ static const char *flow_op(void)
         return P->op == OP_WRITE ? "RDMA Write" : "Send";
 }
 
-/* The client's run: busy-polls every device's CQ; stops posting at the end
- * and waits (at most --timeout) for what is outstanding. */
+/* --block, when a round found no completion: the first time arms every CQ
+ * (the caller then polls once more, as a completion may have come before the
+ * arming), after that sleeps on the devices' channels for at most max_ms. */
+static bool client_wait(bool *armed, int max_ms)
+{
+        struct pollfd *pf = cpf;
+        if (!*armed) {
+                for (uint32_t d = 0; d < ndv; d++) {
+                        int e = diwarp_cq_req_notify(dv[d].cq, false);
+                        if (e)
+                                return fail("dev %u: req_notify: %s", d, strerror(-e));
+                }
+                *armed = true;
+                return true;
+        }
+        for (uint32_t d = 0; d < ndv; d++)
+                pf[d] = (struct pollfd){.fd = diwarp_comp_channel_fd(dv[d].ch), .events = POLLIN};
+        int n = poll(pf, ndv, max_ms);
+        if (n < 0 && errno != EINTR)
+                return fail("poll: %s", strerror(errno));
+        for (uint32_t d = 0; n > 0 && d < ndv; d++) {
+                struct diwarp_cq *cq;
+                void *ctx;
+                if ((pf[d].revents & POLLIN) &&
+                    diwarp_comp_channel_get_event(dv[d].ch, &cq, &ctx) == 0) {
+                        diwarp_cq_ack_events(cq, 1);
+                        *armed = false;
+                }
+        }
+        return true;
+}
+
+/* The client's run: busy-polls every device's CQ (--block: sleeps on their
+ * channels when nothing came); stops posting at the end and waits (at most
+ * --timeout) for what is outstanding. */
 static bool client_run(void)
 {
         const uint32_t N = P->flows, W = P->window;
         const uint64_t ms = 1000000ull, tmo = (uint64_t)o.timeout_ms * ms;
         struct diwarp_wc wc[64];
-        if (bc_sync(&side))
-                return fail("server did not start the run (see its output)");
+        for (uint32_t s = 0; s < nsrv; s++)
+                if (bc_sync(&srv[s].side))
+                        return fail("server %s:%u did not start the run (see its output)",
+                                    srv[s].host, srv[s].port);
+        bool armed = false;
         uint64_t t0 = bc_now_ns(), t_warm = t0 + P->warmup_ms * ms,
                  t_end = t0 + P->duration_ms * ms, next_check = t0 + ms;
         for (uint32_t i = 0; i < N; i++)
@@ -598,10 +818,12 @@ static bool client_run(void)
                                 f->posted++;
                         }
                 }
+                bool any = false;
                 for (uint32_t d = 0; d < ndv; d++) {
                         int got = diwarp_cq_poll(dv[d].cq, 64, wc);
                         if (got < 0)
                                 return fail("dev %u: poll CQ: %s", d, strerror(-got));
+                        any |= got > 0;
                         for (int j = 0; j < got; j++) {
                                 uint32_t i = BC_WR_QP(wc[j].wr_id);
                                 if (i >= N)
@@ -636,6 +858,8 @@ static bool client_run(void)
                                         f->credited = v;
                         }
                 }
+                if (o.block && !any && !client_wait(&armed, 5))
+                        return false;
                 if (now < next_check)
                         continue;
                 next_check = now + ms;
@@ -684,6 +908,11 @@ static bool server_handle(struct diwarp_wc *wc, uint64_t now, uint64_t t_warm, u
         if (i >= P->flows)
                 return fail("QP %u: a Send from unknown QPN %#x", k, wc->src_qp);
         struct flow *f = &fl[i];
+        /* before the repost hands the slot back to the engine */
+        if ((P->flags & F_VALIDATE) &&
+            !check_msg(recv_slot(k, BC_WR_SLOT(wc->wr_id)) + bc_wc_hdr(wc),
+                       wc->byte_len - bc_wc_hdr(wc), i, f->consumed))
+                return false;
         int e = npend[k] ? -ENOMEM : post_recv(k, BC_WR_SLOT(wc->wr_id));
         if (e == -ENOMEM)
                 pend[slot_base[k] + npend[k]++] = BC_WR_SLOT(wc->wr_id);
@@ -698,19 +927,21 @@ static bool server_handle(struct diwarp_wc *wc, uint64_t now, uint64_t t_warm, u
 }
 
 /* The server's run: sleeps in poll() on the completion channel and the side
- * channel until the client ends the run. */
-static bool server_run(void)
+ * channel until the client ends the run. With Sends, the client's end names
+ * the Sends it completed per flow (want); the run goes on until each has
+ * arrived, as a receive completion can come after the Send's (the ACK). */
+static bool server_loop(uint64_t *want)
 {
         struct bc_ctx *c = &dv[0];
         const uint32_t N = P->flows, every = P->window / 2 ? P->window / 2 : 1;
         const uint64_t ms = 1000000ull;
         struct diwarp_wc wc[64];
-        if (bc_sync(&side))
+        if (bc_sync(&srv[0].side))
                 return fail("client did not start the run (see its output)");
         uint64_t t0 = bc_now_ns(), t_warm = t0 + P->warmup_ms * ms,
                  t_end = t0 + P->duration_ms * ms,
                  deadline = t_end + 2 * o.timeout_ms * ms + 1000 * ms;
-        bool armed = false;
+        bool armed = false, ending = false;
         for (;;) {
                 int got = diwarp_cq_poll(c->cq, 64, wc);
                 if (got < 0)
@@ -736,6 +967,18 @@ static bool server_run(void)
                         if (e && e != -ENOMEM) /* SQ full: a credit completion wakes us */
                                 return fail("flow %u: post credit: %s", i, strerror(-e));
                 }
+                if (ending) {
+                        uint32_t i = 0;
+                        while (i < N && fl[i].consumed >= want[i])
+                                i++;
+                        if (i == N)
+                                return true;
+                        if (now > deadline)
+                                return fail(
+                                    "flow %u: the client completed %llu Sends, %llu arrived", i,
+                                    (unsigned long long)want[i],
+                                    (unsigned long long)fl[i].consumed);
+                }
                 if (got > 0) {
                         armed = false;
                         continue;
@@ -749,10 +992,10 @@ static bool server_run(void)
                         armed = true;
                         continue;
                 }
-                if (now > deadline)
+                if (now > deadline && !ending)
                         return fail("the client never ended the run");
                 struct pollfd pf[2] = {{.fd = diwarp_comp_channel_fd(c->ch), .events = POLLIN},
-                                       {.fd = side.oob, .events = POLLIN}};
+                                       {.fd = ending ? -1 : srv[0].side.oob, .events = POLLIN}};
                 if (poll(pf, 2, 100) < 0 && errno != EINTR)
                         return fail("poll: %s", strerror(errno));
                 if (pf[0].revents & POLLIN) {
@@ -764,11 +1007,27 @@ static bool server_run(void)
                 }
                 if (pf[1].revents) {
                         uint8_t b;
-                        if (bc_read_all(side.oob, &b, 1) < 0)
+                        if (bc_read_all(srv[0].side.oob, &b, 1) < 0 ||
+                            (P->op == OP_SEND &&
+                             bc_read_all(srv[0].side.oob, want, N * sizeof(*want)) < 0))
                                 return fail("the client closed the side channel (see its output)");
-                        return true;
+                        if (P->op != OP_SEND)
+                                return true;
+                        for (uint32_t i = 0; i < N; i++)
+                                want[i] = be64toh(want[i]);
+                        ending = true;
+                        deadline = bc_now_ns() + (uint64_t)o.timeout_ms * ms;
+                        armed = false;
                 }
         }
+}
+
+static bool server_run(void)
+{
+        uint64_t *want = calloc(P->flows, sizeof(*want));
+        bool ok = want ? server_loop(want) : fail("out of memory");
+        free(want);
+        return ok;
 }
 
 /* ---- tcp flows ----------------------------------------------------------------- */
@@ -816,7 +1075,7 @@ static bool tcp_server(void)
                 fail("bind/listen port %u: %s", o.port + 1, strerror(errno));
                 goto out;
         }
-        if (bc_sync(&side)) {
+        if (bc_sync(&srv[0].side)) {
                 fail("the client went away before connecting");
                 goto out;
         }
@@ -824,10 +1083,10 @@ static bool tcp_server(void)
         for (uint32_t n = 0; n < N;) {
                 /* EOF on the side channel: the client left */
                 struct pollfd pf[2] = {{.fd = lfd, .events = POLLIN},
-                                       {.fd = watch ? side.oob : -1, .events = POLLIN}};
+                                       {.fd = watch ? srv[0].side.oob : -1, .events = POLLIN}};
                 uint8_t b;
                 if (poll(pf, 2, o.timeout_ms) < 1 ||
-                    (pf[1].revents && recv(side.oob, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)) {
+                    (pf[1].revents && recv(srv[0].side.oob, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)) {
                         fail("%u of %u connections%s", n, N,
                              pf[1].revents ? ": the client went away (see its output)"
                                            : " before the timeout");
@@ -853,9 +1112,9 @@ static bool tcp_server(void)
                 nonblock(fd);
                 n++;
         }
-        if ((ep = flows_epoll(EPOLLIN, side.oob)) < 0)
+        if ((ep = flows_epoll(EPOLLIN, srv[0].side.oob)) < 0)
                 goto out;
-        if (bc_sync(&side)) {
+        if (bc_sync(&srv[0].side)) {
                 fail("the client did not start the run (see its output)");
                 goto out;
         }
@@ -873,7 +1132,7 @@ static bool tcp_server(void)
                         uint32_t i = evs[j].data.u32;
                         if (i == N) {
                                 uint8_t b;
-                                if (bc_read_all(side.oob, &b, 1) < 0) {
+                                if (bc_read_all(srv[0].side.oob, &b, 1) < 0) {
                                         fail("the client closed the side channel (see its "
                                              "output)");
                                         goto out;
@@ -948,12 +1207,12 @@ static bool tcp_client(void)
         bool ok = false;
         if (bc_pin(o.cpu) || !src)
                 goto out;
-        if (bc_sync(&side)) {
+        if (bc_sync(&srv[0].side)) {
                 fail("the server is not listening (see its output)");
                 goto out;
         }
-        if (getaddrinfo(o.host, NULL, &hints, &ai) || !ai) {
-                fail("cannot resolve %s", o.host);
+        if (getaddrinfo(srv[0].host, NULL, &hints, &ai) || !ai) {
+                fail("cannot resolve %s", srv[0].host);
                 goto out;
         }
         struct sockaddr_in to = *(struct sockaddr_in *)ai->ai_addr;
@@ -963,7 +1222,7 @@ static bool tcp_client(void)
                         goto out;
         if ((ep = flows_epoll(EPOLLOUT, -1)) < 0)
                 goto out;
-        if (bc_sync(&side)) {
+        if (bc_sync(&srv[0].side)) {
                 fail("the server did not start the run (see its output)");
                 goto out;
         }
@@ -1030,13 +1289,13 @@ out:
 
 /* ---- results ------------------------------------------------------------------- */
 
-/* After the run: the client says it is done, the server answers with what it
- * counted (bytes and messages per flow, its datagram counters). */
+/* After the run: the client says it is done, each server answers with what
+ * it counted (bytes and messages per flow of its share, its datagram
+ * counters, the messages it validated). */
 static bool results(bool ok)
 {
-        const uint32_t N = P->flows;
-        size_t n = 2 * (size_t)N + 2;
-        uint64_t *w = calloc(n, sizeof(uint64_t));
+        const uint32_t N = P->flows, S = nsrv;
+        uint64_t *w = calloc(2 * (size_t)N + 3, sizeof(uint64_t));
         if (!w)
                 return fail("out of memory");
         if (!ok)
@@ -1051,23 +1310,36 @@ static bool results(bool ok)
                         diwarp_device_counters(dv[0].dev, &ctr);
                 w[2 * N] = htobe64(ctr.rx_packets);
                 w[2 * N + 1] = htobe64(ctr.rx_dropped_duplicate);
-                ok = bc_write_all(side.oob, w, n * sizeof(uint64_t)) == 0 ||
-                     fail("side channel write");
+                w[2 * N + 2] = htobe64(srv_checked);
+                ok =
+                    bc_write_all(srv[0].side.oob, w, (2 * (size_t)N + 3) * sizeof(uint64_t)) == 0 ||
+                    fail("side channel write");
                 goto out;
         }
-        uint8_t b = 1;
-        if (bc_write_all(side.oob, &b, 1) < 0 ||
-            bc_read_all(side.oob, w, n * sizeof(uint64_t)) < 0) {
-                ok = fail("no results from the server (see its output)");
-                goto out;
+        for (uint32_t s = 0; s < S; s++) {
+                const uint32_t n = srv[s].p.flows;
+                uint8_t b = 1;
+                /* Sends (rd, rc): with the Sends each flow completed, which
+                 * the server awaits before it answers */
+                for (uint32_t j = 0; P->op == OP_SEND && P->transport != TR_TCP && j < n; j++)
+                        w[j] = htobe64(fl[s + j * S].done);
+                if (bc_write_all(srv[s].side.oob, &b, 1) < 0 ||
+                    (P->op == OP_SEND && P->transport != TR_TCP &&
+                     bc_write_all(srv[s].side.oob, w, n * sizeof(*w)) < 0) ||
+                    bc_read_all(srv[s].side.oob, w, (2 * (size_t)n + 3) * sizeof(uint64_t)) < 0) {
+                        ok = fail("no results from the server %s:%u (see its output)", srv[s].host,
+                                  srv[s].port);
+                        goto out;
+                }
+                /* the receiver counts what was sent; the writer what was written */
+                for (uint32_t j = 0; (P->op == OP_SEND || P->transport == TR_TCP) && j < n; j++) {
+                        fl[s + j * S].bytes = be64toh(w[2 * j]);
+                        fl[s + j * S].msgs = be64toh(w[2 * j + 1]);
+                }
+                srv_rx += be64toh(w[2 * n]);
+                srv_dup += be64toh(w[2 * n + 1]);
+                srv_checked += be64toh(w[2 * n + 2]);
         }
-        /* the receiver counts what was sent; the writer what was written */
-        for (uint32_t i = 0; (P->op == OP_SEND || P->transport == TR_TCP) && i < N; i++) {
-                fl[i].bytes = be64toh(w[2 * i]);
-                fl[i].msgs = be64toh(w[2 * i + 1]);
-        }
-        srv_rx = be64toh(w[2 * N]);
-        srv_dup = be64toh(w[2 * N + 1]);
 out:
         free(w);
         return ok;
@@ -1090,7 +1362,7 @@ static void print_client(const char *status)
         const bool tcp = P->transport == TR_TCP;
         double secs = (double)(P->duration_ms - P->warmup_ms) / 1e3;
         double sum = 0, sq = 0, mn = -1, mx = 0;
-        uint64_t sent = 0, retx = 0, rnr = 0, bp = 0;
+        uint64_t sent = 0, retx = 0, rnr = 0, bp = 0, iw = 0;
         for (uint32_t i = 0; i < N; i++) {
                 struct flow *f = &fl[i];
                 if (!tcp && dv && dv[f->dev].q && dv[f->dev].q[f->qi].qp) {
@@ -1127,15 +1399,18 @@ static void print_client(const char *status)
                                  (unsigned long long)path.cc_rto, path.tail_probes,
                                  path.rto_expiries, path.fast_retransmits);
                 printf("FLOW %u dev=%s sqp=%s gbps=%.4f msgs=%llu bytes=%llu sent_dgrams=%llu "
-                       "retx=%llu rnr=%llu%s\n",
+                       "retx=%llu rnr=%llu srv=%u done=%llu%s\n",
                        i, dev, sqp, g, (unsigned long long)f->msgs, (unsigned long long)f->bytes,
                        (unsigned long long)f->sent, (unsigned long long)f->retx,
-                       (unsigned long long)f->rnr, cc);
+                       (unsigned long long)f->rnr, f->srv,
+                       (unsigned long long)(tcp ? f->posted : f->done), cc);
         }
         for (uint32_t d = 0; !tcp && d < ndv; d++) {
                 struct diwarp_counters ctr = {0};
-                if (dv[d].dev && diwarp_device_counters(dv[d].dev, &ctr) == 0)
+                if (dv[d].dev && diwarp_device_counters(dv[d].dev, &ctr) == 0) {
                         bp += ctr.tx_backpressure;
+                        iw += ctr.inflight_waits;
+                }
         }
         char devices[16] = "-", extra[64] = "", cc[32] = "";
         socklen_t cl = sizeof(cc) - 1;
@@ -1150,13 +1425,15 @@ static void print_client(const char *status)
         printf("RESULT transport=%s%s op=%s flows=%u devices=%s server_qps=%u size=%llu "
                "window=%u duration_ms=%u warmup_ms=%u status=%s gbps=%.4f jain=%.4f "
                "min_gbps=%.4f max_gbps=%.4f sent_dgrams=%llu retx=%llu retx_pct=%.3f rnr=%llu "
-               "backpressure=%llu srv_rx_dgrams=%llu srv_dup=%llu\n",
+               "backpressure=%llu srv_rx_dgrams=%llu srv_dup=%llu servers=%u validated=%llu "
+               "inflight_waits=%llu\n",
                tr_names[P->transport], extra, tcp ? "stream" : op_names[P->op], N, devices,
                tcp ? 0 : P->server_qps, (unsigned long long)P->size, tcp ? 0 : P->window,
                P->duration_ms, P->warmup_ms, status, sum, sq > 0 ? sum * sum / (N * sq) : 0,
                mn < 0 ? 0 : mn, mx, (unsigned long long)sent, (unsigned long long)retx,
                sent ? 100.0 * (double)retx / (double)sent : 0, (unsigned long long)rnr,
-               (unsigned long long)bp, (unsigned long long)srv_rx, (unsigned long long)srv_dup);
+               (unsigned long long)bp, (unsigned long long)srv_rx, (unsigned long long)srv_dup,
+               nsrv, (unsigned long long)srv_checked, (unsigned long long)iw);
 }
 
 static void teardown(void)
@@ -1175,13 +1452,18 @@ static void teardown(void)
         free(slot_base);
         free(pend);
         free(npend);
-        bc_teardown(&side);
+        free(cpf);
+        for (uint32_t s = 0; s < nsrv; s++) {
+                bc_teardown(&srv[s].side);
+                free((char *)srv[s].host);
+        }
+        free(srv);
 }
 
 int main(int argc, char **argv)
 {
         parse(argc, argv);
-        server = o.host == NULL;
+        server = srv[0].host == NULL;
         signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error return */
         bool ok = exchange_params();
         if (ok) {
@@ -1202,18 +1484,27 @@ int main(int argc, char **argv)
                 }
         }
         ok = results(ok);
-        ok = bc_finish(&side, ok);
+        for (uint32_t s = 0; s < nsrv; s++)
+                ok = bc_finish(&srv[s].side, ok);
         bool unsupp = unsupported();
         const char *status = unsupp ? "unsupported" : ok ? "ok" : "failed";
-        if (server)
-                printf("RESULT role=server transport=%s op=%s flows=%u status=%s\n",
+        if (server) {
+                struct diwarp_counters ctr = {0};
+                if (ndv && dv[0].dev)
+                        diwarp_device_counters(dv[0].dev, &ctr);
+                printf("RESULT role=server transport=%s op=%s flows=%u status=%s validated=%llu "
+                       "rx_dgrams=%llu dup=%llu pulls=%llu slowrx_waits=%llu\n",
                        tr_names[P->transport], P->transport == TR_TCP ? "stream" : op_names[P->op],
-                       P->flows, status);
-        else if (fl && (ran || !ok))
+                       P->flows, status, (unsigned long long)srv_checked,
+                       (unsigned long long)ctr.rx_packets,
+                       (unsigned long long)ctr.rx_dropped_duplicate, (unsigned long long)ctr.pulls,
+                       (unsigned long long)ctr.fault_slowrx_waits);
+        } else if (fl && (ran || !ok)) {
                 print_client(status);
-        else
+        } else {
                 printf("RESULT transport=%s op=%s flows=%u status=%s\n", tr_names[P->transport],
                        op_names[P->op], P->flows, status);
+        }
         teardown();
         return unsupp ? BC_EXIT_UNSUPP : ok ? 0 : 1;
 }

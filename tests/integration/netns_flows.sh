@@ -9,37 +9,8 @@
 set -u
 topo=${1:?usage: netns_flows.sh NETNS-TOPO BENCH-FLOWS}
 bf=${2:?usage: netns_flows.sh NETNS-TOPO BENCH-FLOWS}
-TMPD=$(mktemp -d "${TMPDIR:-/tmp}/netns-flows.XXXXXX")
-names=()
-
-cleanup() {
-        rc=$?
-        for n in "${names[@]}"; do
-                "$topo" down "$n" >/dev/null 2>&1
-        done
-        rm -rf "$TMPD"
-        exit $rc
-}
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-
-fail() {
-        echo "FAIL: $*" >&2
-        exit 1
-}
-
-# up NAME KIND RATE: brings the topology up, sets A and B (addresses).
-up() {
-        "$topo" up "$1" "$2" "$3" --owner $$ >"$TMPD/topo" 2>"$TMPD/topo.err"
-        rc=$?
-        cat "$TMPD/topo" "$TMPD/topo.err"
-        [ $rc -eq 0 ] || exit $rc # 77 (skip) passes through
-        names+=("$1")
-        A=$(sed -n 's/.* a=\([0-9.]*\) .*/\1/p' "$TMPD/topo")
-        B=$(sed -n 's/.* b=\([0-9.]*\) .*/\1/p' "$TMPD/topo")
-        if [ -z "$A" ] || [ -z "$B" ]; then fail "no addresses in the TOPO line"; fi
-}
+# shellcheck source=tests/integration/netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
 
 # sent NAME: bytes the tbf towards B has sent so far.
 sent() {
