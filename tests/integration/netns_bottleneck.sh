@@ -18,8 +18,7 @@
 #                many, its receiver pulled and was throttled, no receive
 #                buffer overflowed.
 #   slowrx_retx  one flow to that slow receiver alone on a 1 Gbit/s veth:
-#                its retransmissions must stay under 2 % of its datagrams
-#                (expected to fail: README.md, "Known engine bugs").
+#                its retransmissions must stay under 2 % of its datagrams.
 #   hostpool     3 client processes share DIWARP_INFLIGHT_HOST through a
 #                private DIWARP_INFLIGHT_SHM; then one is SIGKILLed while it
 #                holds tokens and the others still complete.
@@ -363,7 +362,7 @@ slowrx_retx)
         # 1 Gbit/s veth: nothing is lost on the way (the tbf and the receive
         # buffer drop nothing), so every retransmission is spurious. At most
         # 2 % in each of 2 runs (ASan's scheduling makes about 1 % on other
-        # flows). Expected to fail: README.md, "Known engine bugs".
+        # flows).
         up "$NAME" direct 1gbit
         bad=
         for run in 1 2; do
