@@ -111,12 +111,13 @@ void dw_progress_tx_wait(struct dw_device *dev, bool wait)
         bool want = p->ntx_pending > 0;
         if (want != p->udp_wants_out) {
                 /* The thread sleeps until the socket has room again. */
-                bool in = !dw_udp_uring_on(&dev->udp) && p->udp_in_epoll;
+                bool reg_in = !dw_udp_uring_on(&dev->udp) && p->udp_in_epoll;
+                bool in = reg_in && !p->udp_in_held;
                 struct epoll_event ev = {.events = (in ? EPOLLIN : 0) | (want ? EPOLLOUT : 0),
                                          .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-                int op = !(in || p->udp_wants_out) ? EPOLL_CTL_ADD
-                         : in || want              ? EPOLL_CTL_MOD
-                                                   : EPOLL_CTL_DEL;
+                int op = !(reg_in || p->udp_wants_out) ? EPOLL_CTL_ADD
+                         : reg_in || want              ? EPOLL_CTL_MOD
+                                                       : EPOLL_CTL_DEL;
                 epoll_ctl(p->epfd, op, dev->udp.fd, &ev);
                 p->udp_wants_out = want;
         }
@@ -465,6 +466,13 @@ static int64_t dw_progress_timeout_ns(struct dw_device *dev)
         }
         if (dw_udp_rx_stashed(&dev->udp))
                 return 0;
+        if (dev->prog.udp_in_held) {
+                /* Until the throttle lets reading resume (now 0: its time even
+                 * when that has just passed), the socket cannot wake us. */
+                uint64_t f = dw_fault_rx_wait(&dev->fault, 0);
+                if (f < due)
+                        due = f;
+        }
         if (due == UINT64_MAX)
                 return -1; /* idle: sleep until a fd is ready */
         uint64_t now = dw_now_ns();
@@ -544,6 +552,21 @@ static void dw_progress_short_slice(void)
 #endif
 }
 
+/* DIWARP_FAULT=slowrx: while the throttle holds reading back, the socket's
+ * readiness (level-triggered) must not wake the thread, which would spin
+ * until the throttle's time (dw_progress_timeout_ns) and take the core from
+ * the processes beside it. */
+static void dw_progress_udp_hold(struct dw_device *dev, bool hold)
+{
+        struct dw_progress *p = &dev->prog;
+        if (hold == p->udp_in_held || !p->udp_in_epoll || dw_udp_uring_on(&dev->udp))
+                return;
+        struct epoll_event ev = {.events = (hold ? 0 : EPOLLIN) | (p->udp_wants_out ? EPOLLOUT : 0),
+                                 .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
+        if (epoll_ctl(p->epfd, EPOLL_CTL_MOD, dev->udp.fd, &ev) == 0)
+                p->udp_in_held = hold;
+}
+
 static void dw_progress_locked_run(struct dw_device *dev, const struct epoll_event *evs, int n)
 {
         pthread_mutex_lock(&dev->lock);
@@ -565,6 +588,8 @@ static void *dw_progress_thread(void *arg)
         for (;;) {
                 pthread_mutex_lock(&dev->lock);
                 bool stop = p->stop;
+                if (dw_fault_rx_throttled(&dev->fault))
+                        dw_progress_udp_hold(dev, dw_fault_rx_wait(&dev->fault, dw_now_ns()) != 0);
                 int64_t timeout = dw_progress_timeout_ns(dev);
                 pthread_mutex_unlock(&dev->lock);
                 if (stop)
@@ -670,6 +695,7 @@ void dw_progress_stop(struct dw_device *dev)
         dw_progress_wake(dev);
         pthread_join(dev->prog.thread, NULL);
         pthread_mutex_lock(&dev->lock);
+        dw_progress_udp_hold(dev, false); /* application steps look at the set */
         dev->prog.started = false;
         dev->prog.thread_mode = false;
         pthread_mutex_unlock(&dev->lock);

@@ -85,6 +85,7 @@ struct dw_progress {
         int wake_fd;            /* eventfd written by dw_progress_wake */
         bool udp_wants_out;     /* EPOLLOUT registered for the UDP fd (back-pressure) */
         bool udp_in_epoll;      /* EPOLLIN registered for the plain UDP fd (a thread started) */
+        bool udp_in_held;       /* ... but masked while DIWARP_FAULT=slowrx holds reading back */
         bool no_pwait2;         /* the kernel lacks epoll_pwait2: millisecond sleeps */
         unsigned rr_qp;         /* round-robin cursor over QP indices (transmit) */
         unsigned ntx_pending;   /* QPs with tx_pending set */
