@@ -670,7 +670,7 @@ static void rd_reset_state(struct dw_rd_qp *s)
         memset(s->irq, 0, sizeof(s->irq));
         s->fifo_head = s->fifo_count = 0;
         memset(s->pull, 0, sizeof(s->pull));
-        s->npull = s->pull_rr = s->pull_waiting = 0;
+        s->npull = s->pull_rr = s->pull_waiting = s->pull_busy = 0;
 }
 
 int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)

@@ -127,6 +127,7 @@ struct rd_pull {
         uint32_t len, pushed;    /* the message's length, the bytes the sender pushed */
         uint32_t next;           /* the next offset to ask for */
         uint32_t busy;           /* Reads asked for and not yet placed */
+        uint32_t seq;            /* order of arrival: the oldest is pulled first */
         struct rd_pull_read rd[RD_PULL_MAX_DEPTH];
 };
 
@@ -190,7 +191,9 @@ struct dw_rd_qp {
         struct rd_pull pull[RD_MAX_PULL];
         uint32_t npull;        /* pull entries in use */
         uint32_t pull_waiting; /* bound receive WQEs to pull that wait for an entry */
-        uint32_t pull_rr;      /* the entry the next Read is looked for from */
+        uint32_t pull_rr;      /* the entry an unsent Read request is looked for from */
+        uint32_t pull_busy;    /* Reads asked for and not yet placed, all entries */
+        uint32_t pull_seq;     /* the next entry's seq */
         uint32_t fifo_head, fifo_count;
         bool irq_turn;
         /* Send WQEs completed (DW_WQE_DONE) by the ACK a ping-pong's incoming

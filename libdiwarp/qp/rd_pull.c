@@ -6,10 +6,11 @@
  * pushed). The receiver binds its receive WQE as for any Send and reads the
  * rest with RDMA Read Requests of the chunk size (X-flag PULLREQ: the Data
  * Source STag names the Send by its MSN, the TO is the offset in it), at
- * most DIWARP_RD_PULL_DEPTH outstanding, asking for the next one only when
- * an earlier one has been placed: a receiver whose memory takes data slowly
- * paces its sender without a rate being measured or advertised, and what is
- * in flight towards it never exceeds depth × chunk. The sender serves the
+ * most DIWARP_RD_PULL_DEPTH outstanding per QP whatever the number of
+ * messages being pulled (the oldest message first), asking for the next one
+ * only when an earlier one has been placed: a receiver whose memory takes
+ * data slowly paces its sender without a rate being measured or advertised,
+ * and what is pulled towards it never exceeds depth × chunk. The sender serves the
  * Reads from the Send's own SGEs and completes the Send once every chunk is
  * acknowledged; the receive completes once every byte is placed, in MSN
  * order as any Send. The transmit side of the Reads (rd_next_pull) is in
@@ -25,6 +26,7 @@ void rd_pull_free(struct dw_rd_qp *s, struct rd_pull *pl)
 {
         if (!pl->peer)
                 return;
+        s->pull_busy -= pl->busy;
         memset(pl, 0, sizeof(*pl));
         s->npull--;
         rd_pull_activate(s);
@@ -44,7 +46,8 @@ static int pull_take(struct dw_rd_qp *s, struct dw_wqe *w)
                                        .send_msn = w->msn,
                                        .len = w->byte_len,
                                        .pushed = w->pull_pushed,
-                                       .next = w->pull_pushed};
+                                       .next = w->pull_pushed,
+                                       .seq = s->pull_seq++};
                 s->npull++;
                 w->flags |= RD_W_PULLING;
                 return i;
@@ -179,6 +182,7 @@ enum rd_verdict rd_pull_response(struct dw_rd_qp *s, struct dw_rd_peer *p,
         if (rr->placed >= rr->len) {
                 /* Placed: the next Read may go (rd_next_pull). */
                 pl->busy--;
+                s->pull_busy--;
                 if (rr->acked)
                         rr->used = false;
         }

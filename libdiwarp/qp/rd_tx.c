@@ -742,60 +742,85 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
 /* The next Read Request of a receiver-paced Send we are receiving (see
  * rd_pull.c): one the socket refused before, else a new one while fewer
  * than the depth are unplaced. 1 built, 0 none. */
-static int rd_next_pull(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
+/* A free Read slot of the oldest message with bytes left to ask for, once
+ * fewer than pull_depth Reads of the QP are unplaced; -1 when none may go. */
+static int rd_pull_new_read(struct dw_rd_qp *s, struct dw_rd_dev *d, uint32_t *idx_out)
 {
-        struct dw_rd_dev *d = rdd(s->qp->dev);
-        for (uint32_t k = 0; k < RD_MAX_PULL; k++) {
-                uint32_t idx = (s->pull_rr + k) % RD_MAX_PULL;
-                struct rd_pull *pl = &s->pull[idx];
-                if (!pl->peer || !pl->w)
+        if (s->pull_busy >= d->pull_depth)
+                return -1;
+        int best = -1, best_slot = -1;
+        for (uint32_t i = 0; i < RD_MAX_PULL; i++) {
+                struct rd_pull *pl = &s->pull[i];
+                if (!pl->peer || !pl->w || pl->next >= pl->len)
+                        continue;
+                if (best >= 0 && (int32_t)(pl->seq - s->pull[best].seq) > 0)
                         continue;
                 int slot = -1;
-                for (uint32_t i = 0; i < RD_PULL_MAX_DEPTH && slot < 0; i++)
-                        if (pl->rd[i].used && !pl->rd[i].sent)
-                                slot = (int)i;
-                if (slot < 0 && pl->busy < d->pull_depth && pl->next < pl->len) {
-                        for (uint32_t i = 0; i < RD_PULL_MAX_DEPTH && slot < 0; i++)
-                                if (!pl->rd[i].used)
-                                        slot = (int)i;
-                        if (slot >= 0) {
-                                uint32_t left = pl->len - pl->next;
-                                struct rd_pull_read *rr = &pl->rd[slot];
-                                *rr = (struct rd_pull_read){
-                                    .msn = pl->peer->tx_rreq++,
+                for (uint32_t k = 0; k < RD_PULL_MAX_DEPTH && slot < 0; k++)
+                        if (!pl->rd[k].used)
+                                slot = (int)k;
+                if (slot >= 0) {
+                        best = (int)i;
+                        best_slot = slot;
+                }
+        }
+        if (best < 0)
+                return -1;
+        struct rd_pull *pl = &s->pull[best];
+        uint32_t left = pl->len - pl->next;
+        struct rd_pull_read *rr = &pl->rd[best_slot];
+        *rr = (struct rd_pull_read){.msn = pl->peer->tx_rreq++,
                                     .off = pl->next,
                                     .len = left < d->pull_chunk ? left : d->pull_chunk,
                                     .used = true};
-                                pl->next += rr->len;
-                                pl->busy++;
-                                s->qp->ctr.pulls++;
-                                s->qp->ctr.pull_bytes += rr->len;
-                                s->qp->dev->ctr.pulls++;
-                                s->qp->dev->ctr.pull_bytes += rr->len;
-                        }
-                }
-                if (slot < 0)
+        pl->next += rr->len;
+        pl->busy++;
+        s->pull_busy++;
+        s->qp->ctr.pulls++;
+        s->qp->ctr.pull_bytes += rr->len;
+        s->qp->dev->ctr.pulls++;
+        s->qp->dev->ctr.pull_bytes += rr->len;
+        *idx_out = (uint32_t)best;
+        return best_slot;
+}
+
+static int rd_next_pull(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
+{
+        struct dw_rd_dev *d = rdd(s->qp->dev);
+        uint32_t idx = 0;
+        int slot = -1;
+        /* A Read asked for whose request is not out yet (the socket refused
+         * it) goes before a new one. */
+        for (uint32_t k = 0; k < RD_MAX_PULL && slot < 0; k++) {
+                idx = (s->pull_rr + k) % RD_MAX_PULL;
+                struct rd_pull *pl = &s->pull[idx];
+                if (!pl->peer || !pl->w)
                         continue;
-                struct dw_rd_peer *p = pl->peer;
-                uint64_t cookie = rd_cookie(RD_CK_PULL, idx, (uint32_t)slot);
-                uint32_t ccb = rd_cc_bytes(p, cookie);
-                if (!rd_room(p, now, ccb))
-                        return 0;
-                uint32_t psn = p->rel.snd_nxt + p->batch;
-                bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW;
-                if (rd_build(p, cookie, psn, ackreq, t) < 0)
-                        return 0;
-                t->save_idx = idx;
-                t->save_seg = (uint32_t)slot;
-                t->cc_bytes = ccb;
-                p->path->pending += ccb;
-                p->batch++;
-                /* Taken by this batch; a refusal of the socket gives it back. */
-                pl->rd[slot].sent = true;
-                s->pull_rr = idx;
-                return 1;
+                for (uint32_t i = 0; i < RD_PULL_MAX_DEPTH && slot < 0; i++)
+                        if (pl->rd[i].used && !pl->rd[i].sent)
+                                slot = (int)i;
         }
-        return 0;
+        if (slot < 0 && (slot = rd_pull_new_read(s, d, &idx)) < 0)
+                return 0;
+        struct rd_pull *pl = &s->pull[idx];
+        struct dw_rd_peer *p = pl->peer;
+        uint64_t cookie = rd_cookie(RD_CK_PULL, idx, (uint32_t)slot);
+        uint32_t ccb = rd_cc_bytes(p, cookie);
+        if (!rd_room(p, now, ccb))
+                return 0;
+        uint32_t psn = p->rel.snd_nxt + p->batch;
+        bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW;
+        if (rd_build(p, cookie, psn, ackreq, t) < 0)
+                return 0;
+        t->save_idx = idx;
+        t->save_seg = (uint32_t)slot;
+        t->cc_bytes = ccb;
+        p->path->pending += ccb;
+        p->batch++;
+        /* Taken by this batch; a refusal of the socket gives it back. */
+        pl->rd[slot].sent = true;
+        s->pull_rr = idx;
+        return 1;
 }
 
 static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
