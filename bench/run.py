@@ -74,6 +74,14 @@ def rd_seg(mtu=CONT_MTU):
     return mtu - IP_HDR - UDP_HDR - RD_FIXED - RD_DDP_UNTAGGED - RD_IMM - RD_CRC
 
 
+def rd_pull_payload_frac(mtu=CONT_MTU):
+    """Payload / UDP payload of the Read Response datagrams that carry a
+    receiver-paced Send: what a receiver reading B bytes/s of datagrams
+    (DIWARP_FAULT=slowrx:B) can place at most."""
+    seg = rd_seg(mtu)
+    return seg / (seg + RD_FIXED + RD_DDP_TAGGED + RD_CRC)
+
+
 def rd_write_ceiling(size=CONT_SIZE, mtu=CONT_MTU, crc=True):
     """Payload / tbf bytes of one RD RDMA Write of size bytes."""
     nseg = -(-size // rd_seg(mtu))
@@ -126,7 +134,7 @@ def plan(quick):
             # one run, no 1 % drop case (see cont_duration_ms for the time)
             cont_runs=1, cont_links=[("1gbit", "64kb")], cont_latency="2ms",
             cont_n=[1, 8], cont_rcrd_n=[8], cont_msgs=15, cont_min_ms=2000,
-            cont_warm_ms=500, cont_drop=False,
+            cont_warm_ms=500, cont_drop=False, cont_slow_div=8,
         )
     return dict(
         runs=5, seed_runs=3, timeout=180,
@@ -145,7 +153,7 @@ def plan(quick):
         # 64 KB at 1 Gbit/s (bench/README.md, "The contention group")
         cont_runs=5, cont_links=[("1gbit", "64kb"), ("5gbit", "320kb")], cont_latency="2ms",
         cont_n=[1, 2, 8, 32], cont_rcrd_n=[1, 8], cont_msgs=30, cont_min_ms=3000,
-        cont_warm_ms=1000, cont_drop=True,
+        cont_warm_ms=1000, cont_drop=True, cont_slow_div=8,
     )
 
 
@@ -316,58 +324,80 @@ class Runner:
 
     def run_pair(self, label, server, client, env_extra, timeout, listen=True,
                  pin=None):
-        """server/client: argv without taskset; '{port}' is replaced."""
+        """server/client: argv without taskset; '{port}' is replaced. server
+        may also be a list of argvs (several server processes, all started
+        before the client; listen then waits for the first one's port only):
+        the result's "servers" holds each one's stdout."""
         port = str(self.next_port())
-        server = [x.replace("{port}", port) for x in server]
+        servers = server if server and isinstance(server[0], list) else [server]
+        servers = [[x.replace("{port}", port) for x in sv] for sv in servers]
         client = [x.replace("{port}", port) for x in client]
         scpu, ccpu = pin or (self.srv_cpu, self.cli_cpu)
         env = self.env(env_extra)
         if self.a.verbose:
             envs = " ".join(f"{k}={v}" for k, v in env_extra.items())
-            print(f"# {label}: {envs} {' '.join(server)} & {' '.join(client)}", file=sys.stderr)
+            print(f"# {label}: {envs} {' & '.join(' '.join(sv) for sv in servers)} & "
+                  f"{' '.join(client)}", file=sys.stderr)
         t_start = time.monotonic()
-        s = Proc(["taskset", "-c", scpu] + server, env, self.logdir)
+        ss = []
+        try:
+            for sv in servers:
+                ss.append(Proc(["taskset", "-c", scpu] + sv, env, self.logdir))
+        except RunFailed:
+            for s in ss:
+                s.kill()
+            raise
         self.nruns += 1
         if listen:
             deadline = time.monotonic() + 5
-            while (not tcp_listening(int(port)) and not s.done.is_set()
+            while (not tcp_listening(int(port)) and not ss[0].done.is_set()
                    and time.monotonic() < deadline):
                 time.sleep(0.003)
         else:
-            time.sleep(0.02)
+            time.sleep(0.02 * len(ss))
         c = Proc(["taskset", "-c", ccpu] + client, env, self.logdir)
         note = ""
         deadline = time.monotonic() + timeout
-        # whichever ends first; a failure ends the other at once
+        # whichever ends first; a failure ends the others at once
         while True:
             if c.done.wait(0.005):
                 if c.code != 0:
-                    s.kill()
-                elif not s.done.wait(max(1.0, min(10.0, deadline - time.monotonic()))):
-                    s.kill()
-                    note = "SERVER DID NOT EXIT"
+                    for s in ss:
+                        s.kill()
+                else:
+                    for s in ss:
+                        if not s.done.wait(max(1.0, min(10.0, deadline - time.monotonic()))):
+                            s.kill()
+                            note = "SERVER DID NOT EXIT"
                 break
-            if s.done.is_set() and s.code != 0:
+            if any(s.done.is_set() and s.code != 0 for s in ss):
                 c.kill()
+                for s in ss:
+                    s.kill()
                 break
             if time.monotonic() > deadline:
                 c.kill()
-                s.kill()
+                for s in ss:
+                    s.kill()
                 note = "TIMEOUT"
                 break
         note += f" ({time.monotonic() - t_start:.2f} s)"
-        outs, txt = self.record(label, [("server", s), ("client", c)], note)
+        names = ["server"] if len(ss) == 1 else [f"server{i}" for i in range(len(ss))]
+        procs = list(zip(names, ss)) + [("client", c)]
+        outs, txt = self.record(label, procs, note)
         if note.startswith("TIMEOUT"):
             raise RunFailed(f"timed out after {timeout} s\n{txt}")
         if note.startswith("SERVER"):
             raise RunFailed(f"server did not exit after the client\n{txt}")
-        for (name, p), (o, _) in zip((("server", s), ("client", c)), outs):
+        for (name, p), (o, _) in zip(procs, outs):
             r = parse_result(o)
             if p.code == 3 and r and r.get("status") == "unsupported":
                 raise NotAvailable("the engine answers EOPNOTSUPP")
-        if s.code != 0 or c.code != 0:
-            raise RunFailed(f"exit status server {s.code}, client {c.code}\n{txt}")
-        return dict(server=outs[0][0], client=outs[1][0], cpu=s.cpu + c.cpu, log=txt)
+        if any(s.code != 0 for s in ss) or c.code != 0:
+            raise RunFailed(f"exit status server {' '.join(str(s.code) for s in ss)}, "
+                            f"client {c.code}\n{txt}")
+        return dict(server=outs[0][0], servers=[o for o, _ in outs[:-1]], client=outs[-1][0],
+                    cpu=sum(s.cpu for s in ss) + c.cpu, log=txt)
 
 
 class Topos:
@@ -809,6 +839,7 @@ class Harness:
         self.cont_order = []
         self.cont_link = {}
         self.cont_tcp_cc = set()
+        self.cont_slow = None  # (rd-4rx case, rd-slowrx case) once the slow receiver ran
         self.extra_cases = []
 
     # ---- bookkeeping
@@ -1287,9 +1318,6 @@ class Harness:
                    self.rcrd_why, pl["cont_rcrd_n"]),
                   ("rd-incast", ["--transport", "rd"] + w + ["--server-qps", "1"], {},
                    self.rd_why, [8])]
-            # ---- slow receiver: RESERVED, not implemented here. bench-flows is
-            # being extended for it (elsewhere); its case goes here, with its
-            # row in cont_targets() ("slow receiver").
         c += [("tcp", ["--transport", "tcp"], {}, None, None),
               ("tcp-cubic", ["--transport", "tcp", "--tcp-cc", "cubic"], {}, None, None)]
         return c
@@ -1319,7 +1347,8 @@ class Harness:
                 if not name.startswith("tcp"):
                     self.cont_base[name] = f"tcp@{rate}"
             self.cont_base[f"tcp-cubic@{rate}"] = f"tcp@{rate}"
-            if not cases:
+            if not cases and not (li == 0 and any(self.want_case(f"{k}@{rate}")
+                                                  for k in ("rd-4rx", "rd-slowrx"))):
                 continue
 
             def mark(name, ns, status, why):
@@ -1379,6 +1408,8 @@ class Harness:
                             pending.remove(c)
                     print(f"run: contention {rate} N={n} round {rnd + 1}/{pl['cont_runs']} "
                           f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+            if li == 0:
+                self.cont_slowrx(r, topos, t, rate)
 
     def cont_run(self, r, topos, t, name, n, args, env, dur):
         """One bench-flows run through topology t; the tbf's counters around it."""
@@ -1432,6 +1463,90 @@ class Harness:
                 "cont_tbf_drop_pct": 100.0 * d["dropped"] / (d["sent_pkts"] + d["dropped"]),
                 "cont_tbf_overlimits": float(d["overlimits"]),
                 "cont_tbf_frame_b": d["sent_bytes"] / d["sent_pkts"]})
+
+    SLOW_METRICS = ("cont_gbps", "cont_retx_pct", "cont_dup_pct", "slow_rest_gbps",
+                    "slow_rest_min_gbps", "slow_flow_gbps", "slow_flow_frac", "slow_keep")
+
+    def cont_slowrx(self, r, topos, t, rate):
+        """4 receivers (server processes) in B, flow f of one client to the
+        f-th: rd-4rx, all at full speed, and rd-slowrx, the 4th reading at
+        1/cont_slow_div of the link rate (DIWARP_FAULT=slowrx), in alternate
+        rounds. 1 MiB Sends (receiver-paced). slow_keep: the slowest of the
+        three others in an rd-slowrx run over the mean of the same three in
+        the rd-4rx run of its round."""
+        pl = self.pl
+        base, slow = f"rd-4rx@{rate}", f"rd-slowrx@{rate}"
+        if not (self.want_case(base) or self.want_case(slow)):
+            return
+        self.cont_order += [base, slow]
+        self.cont_base[slow] = base  # the aggregate's ×ratio: to four at full speed
+        self.cont_slow = (base, slow)
+        if self.rd_why:
+            for name in (base, slow):
+                p = self.pt(name, "cont_gbps", 4)
+                p.status, p.reason = "n/a", self.rd_why
+            return
+        bps = int(rate_gbps(rate) * 1e9 / 8 / pl["cont_slow_div"])
+        self.cont_slow_bps = bps
+        # the slow flow completes cont_msgs messages in the measured interval
+        need_ms = pl["cont_msgs"] * CONT_SIZE / (bps * rd_pull_payload_frac()) * 1e3
+        dur = pl["cont_warm_ms"] + max(pl["cont_min_ms"], math.ceil(need_ms / 500) * 500)
+        self.cont_slow_ms = dur - pl["cont_warm_ms"]
+        for rnd in range(pl["cont_runs"]):
+            rest = None
+            for name, slow_bps in ((base, 0), (slow, bps)):
+                try:
+                    res = self.cont_slow_run(r, topos, t, name, slow_bps, dur)
+                except NotAvailable as e:
+                    for m in self.SLOW_METRICS:
+                        p = self.pt(name, m, 4)
+                        p.status, p.reason, p.vals = "n/a", str(e), []
+                    return
+                except RunFailed as e:
+                    self.fail_point([(name, m, 4) for m in self.SLOW_METRICS], str(e))
+                    return
+                if name == base:
+                    rest = res["slow_rest_gbps"]
+                elif rest:
+                    res["slow_keep"] = res["slow_rest_min_gbps"] / rest
+                for m, v in res.items():
+                    self.pt(name, m, 4).vals.append(v)
+            print(f"run: contention {rate} slow receiver round {rnd + 1}/{pl['cont_runs']} "
+                  f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+
+    def cont_slow_run(self, r, topos, t, name, slow_bps, dur):
+        exe = [topos.script, "exec", t["name"]]
+        flows = self.prog["bench-flows"]
+        ports = [r.next_port() for _ in range(8)][::2]  # tcp would take port + 1
+        srvs = []
+        for i, port in enumerate(ports):
+            fault = ["env", f"DIWARP_FAULT=slowrx:{slow_bps}"] if slow_bps and i == 3 else []
+            srvs.append(exe + ["B"] + fault + [flows, "--addr", t["b"], "--cpu", r.srv_cpu,
+                                                "--port", str(port)])
+        cli = (exe + ["A", flows, "--addr", t["a"], "--cpu", r.cli_cpu, "--transport", "rd",
+                      "--op", "send", "--flows", "4", "--devices", "4", "--size",
+                      str(CONT_SIZE), "--duration-ms", str(dur), "--warmup-ms",
+                      str(self.pl["cont_warm_ms"])] + [f"{t['b']}:{p}" for p in ports])
+        o = r.run_pair(f"contention {name}", srvs, cli, {}, self.pl["timeout"], listen=False)
+        res, v = result_of(o["client"], o["log"], ["gbps", "retx_pct", "srv_dup",
+                                                   "sent_dgrams"])
+        flows_out = re.findall(r"^FLOW \d+ .*", o["client"], re.M)
+        g = [float(x) for x in re.findall(r"\bgbps=([0-9.]+)", "\n".join(flows_out))]
+        if len(g) != 4:
+            raise RunFailed(f"{len(g)} FLOW lines for 4 flows\n{o['log']}")
+        srv3 = parse_result(o["servers"][3]) or {}
+        if slow_bps and (int(srv3.get("pulls", 0)) <= 0 or int(srv3.get("slowrx_waits", 0)) <= 0):
+            raise RunFailed(f"the slow receiver pulled nothing or was never throttled "
+                            f"(pulls={srv3.get('pulls')}, slowrx_waits="
+                            f"{srv3.get('slowrx_waits')})\n{o['log']}")
+        r.log.write("".join(f"    {f}\n" for f in flows_out))
+        out = {"cont_gbps": v["gbps"], "cont_retx_pct": v["retx_pct"],
+               "cont_dup_pct": 100.0 * v["srv_dup"] / max(v["sent_dgrams"], 1),
+               "slow_rest_gbps": sum(g[:3]) / 3, "slow_rest_min_gbps": min(g[:3]),
+               "slow_flow_gbps": g[3]}
+        if slow_bps:
+            out["slow_flow_frac"] = g[3] / (slow_bps * 8 / 1e9 * rd_pull_payload_frac())
+        return out
 
     def cont_loopback(self, r):
         """No regression from congestion control on loopback: RD Write 1 MiB
@@ -1528,7 +1643,7 @@ class Harness:
                             f"{s['lo']:.6g}", f"{s['hi']:.6g}"])
 
     def runs_of(self, metric):
-        if metric.startswith(("cont_", "lo_")):
+        if metric.startswith(("cont_", "lo_", "slow_")):
             return self.pl["cont_runs"]
         return self.pl["runs"] if metric in self.BASE else self.pl["seed_runs"]
 
@@ -1754,7 +1869,7 @@ class Harness:
         same path, its retransmissions and Jain's index."""
         rows = []
         for name in self.cont_order:
-            if name.startswith("tcp"):
+            if name.startswith("tcp") or (self.cont_slow and name in self.cont_slow):
                 continue
             base = self.cont_base[name]
             for n in sorted({k[2] for k in self.order if k[:2] == (name, "cont_gbps")}):
@@ -1793,6 +1908,47 @@ class Harness:
                 rows.append((name, n, f"{fmt(g['med'])} ({fmt(g['lo'])}–{fmt(g['hi'])})",
                              [c[0] for c in cells], status))
         return rows
+
+    def slow_targets(self):
+        """The slow receiver's lines of the contention section."""
+        if not self.cont_slow:
+            return []
+        base, slow = self.cont_slow
+        pl = self.pl
+        bps = getattr(self, "cont_slow_bps", 0)
+        L = ["", "### Slow receiver\n",
+             f"4 receivers, one server process each in B (`bench-flows HOST:PORT ...`, every "
+             f"server on core {self.r.srv_cpu}, asleep on its completion channel), one client "
+             f"in A with 4 flows of {size_name(CONT_SIZE)} Sends (window 4, receiver-paced: "
+             f"above `DIWARP_RD_PULL_MIN`), flow f to receiver f, through the first bottleneck. "
+             f"**{base}**: all four at full speed; **{slow}**: the fourth reads at 1/"
+             f"{pl['cont_slow_div']} of the link rate (`DIWARP_FAULT=slowrx:{bps}`, bytes of "
+             f"datagrams per second), in alternate rounds, "
+             f"{getattr(self, 'cont_slow_ms', 0) / 1e3:g} s measured after the warm-up. The "
+             f"slow receiver's rate in payload is that × {rd_pull_payload_frac():.3f} (payload / "
+             "UDP payload of a Read Response datagram). \"Without the slow one\" is read as the "
+             "same four receivers at full speed: three receivers alone would share the link "
+             "three ways, which no fourth flow taking 1/8 of it lets them keep (7/8 ÷ 3 = 0.875 "
+             "of 1/3).\n",
+             "| target | measured | status |", "|---|---|---|"]
+        keep = self.value(slow, "slow_keep", 4)
+        frac = self.value(slow, "slow_flow_frac", 4)
+        retx = self.value(slow, "cont_retx_pct", 4)
+        rows = [("the other three keep ≥ 0.9 × their goodput without the slow one (slowest of "
+                 "the three / mean of the same three in the rd-4rx run of the round)", keep,
+                 0.9, False, ""),
+                ("the slow flow gets ≥ 0.9 × its receiver's rate", frac, 0.9, False, ""),
+                ("retransmitted ≤ 1 % of datagrams sent (all four flows)", retx, 1.0, True,
+                 " %")]
+        for text, v, limit, upper, unit in rows:
+            if not v:
+                p = self.points.get((slow, "cont_gbps", 4))
+                why = (p.reason if p else None) or "no run"
+                L.append(f"| {text} | | not yet measurable ({why}) |")
+                continue
+            cell, st = self.cont_check(v, limit, upper, unit=unit)
+            L.append(f"| {text} | {cell} | {st} |")
+        return L
 
     def cont_section(self):
         """The report's contention section (empty when the group did not run)."""
@@ -1849,8 +2005,7 @@ class Harness:
              "Jain ≥ 0.95 | status |", "|---|---|---|---|---|---|---|---|"]
         for name, n, g, cells, status in self.cont_targets():
             L.append(f"| {name} | {n} | {g} | " + " | ".join(cells) + f" | {status} |")
-        L.append("| slow receiver | | | | | | | reserved: not implemented here (bench-flows is "
-                 "being extended for it) |")
+        L += self.slow_targets()
         T = []
         self.ratio_target(T, "", "RD RDMA Write 1 MiB, CRC on ≥ 0.85 × raw TCP", "diwarp-rd",
                           "lo_bw_gbps", CONT_SIZE, 0.85, False)
@@ -1889,6 +2044,15 @@ class Harness:
                  "back (not drops)."),
                 ("cont_tbf_frame_b", "Mean frame through the tbf (bytes)", "")):
             tables.append(self.table(m, title, note, ratio=m == "cont_gbps", size_fmt=nfmt))
+        for m, title in (
+                ("slow_rest_gbps", "Slow receiver: mean goodput of the three others (Gbit/s)"),
+                ("slow_rest_min_gbps", "Slow receiver: goodput of the slowest of the three "
+                 "others (Gbit/s)"),
+                ("slow_flow_gbps", "Slow receiver: goodput of the fourth flow (Gbit/s)"),
+                ("slow_flow_frac", "Slow receiver: the slow flow's goodput / its receiver's "
+                 "payload rate"),
+                ("slow_keep", "Slow receiver: slowest other / the same three at full speed")):
+            tables.append(self.table(m, title, "", ratio=False, size_fmt=nfmt))
         tables.append(self.table("lo_bw_gbps", "Loopback: RDMA Write 1 MiB (Gbit/s)", "×ratio: to "
                             "raw TCP."))
         tables.append(self.table("lo_lat_us", "Loopback: 64 B ping-pong (µs, half round trip)",
@@ -2070,7 +2234,8 @@ class Harness:
         if self.cont_order:
             L.append("- contention (bench-flows through a tbf of RATE, section \"Contention\"): "
                      "**rd@RATE** (RD, `--devices N`), **rc-rd@RATE** (RC over RD), "
-                     "**rd-incast@RATE** (8 devices onto one server QP), **tcp@RATE** (N TCP "
+                     "**rd-incast@RATE** (8 devices onto one server QP), **rd-4rx@RATE** and "
+                     "**rd-slowrx@RATE** (4 receivers, the fourth slow), **tcp@RATE** (N TCP "
                      "connections, default congestion control), **tcp-cubic@RATE** (cubic)")
         with open(path, "w") as f:
             f.write("\n".join(L) + "\n")
