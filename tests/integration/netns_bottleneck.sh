@@ -189,7 +189,7 @@ rcvbuf_errors() {
         ip netns exec "$NAME-B" awk '/^Udp:/ { n++ } /^Udp:/ && n == 2 { print $6 }' /proc/net/snmp
 }
 
-# slow_run: 4 servers, the 4th slow; 256 KiB Sends (pulled: >= DIWARP_RD_PULL_MIN).
+# slow_run: 4 servers, the 4th slow; 256 KiB Sends (pulled: PULL below).
 slow_run() {
         local s hosts=() spids=() r0 r1 d0
         up "$NAME" router 200mbit
@@ -197,14 +197,14 @@ slow_run() {
         d0=$(tbf dropped)
         for s in 0 1 2 3; do
                 if [ $s -eq 3 ]; then
-                        server $((18600 + 2 * s)) DIWARP_FAULT=slowrx:$SLOW
+                        server $((18600 + 2 * s)) "${PULL[@]}" DIWARP_FAULT=slowrx:$SLOW
                 else
-                        server $((18600 + 2 * s))
+                        server $((18600 + 2 * s)) "${PULL[@]}"
                 fi
                 spids+=("$SPID")
                 hosts+=("$B:$((18600 + 2 * s))")
         done
-        client cli -- --transport rd --op send --flows 4 --devices 4 --size 256k \
+        client cli "${PULL[@]}" -- --transport rd --op send --flows 4 --devices 4 --size 256k \
                 --duration-ms 2000 --warmup-ms 300 --validate "${hosts[@]}"
         await $CPID client
         for s in 0 1 2 3; do
@@ -337,6 +337,9 @@ hostpool() {
 
 # The slow receiver reads 1/8 of the link: 200 Mbit/s / 8 = 3 125 000 bytes/s.
 SLOW=3125000
+# 256 KiB Sends pulled in 64 KiB chunks (the defaults, 1 MiB and 256 KiB,
+# would give the slow flow a handful of messages in a 2 s run).
+PULL=(DIWARP_RD_PULL_MIN=262144 DIWARP_RD_PULL_CHUNK=65536)
 
 case $case in
 rd2) rd_flows 2 128k ;;
@@ -368,9 +371,9 @@ slowrx_retx)
         for run in 1 2; do
                 d0=$(tbf dropped)
                 r0=$(rcvbuf_errors)
-                server 18600 DIWARP_FAULT=slowrx:$SLOW
+                server 18600 "${PULL[@]}" DIWARP_FAULT=slowrx:$SLOW
                 spid=$SPID
-                client cli-$run -- --transport rd --op send --flows 1 --devices 1 --size 256k \
+                client cli-$run "${PULL[@]}" -- --transport rd --op send --flows 1 --devices 1 --size 256k \
                         --duration-ms 2000 --warmup-ms 300 --validate "$B:18600"
                 await $CPID "client ($run)"
                 await $spid "server ($run)"
