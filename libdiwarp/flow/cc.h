@@ -17,7 +17,7 @@
 #define DW_CC_DEF_TARGET_US   300u   /* queueing delay aimed at, over the path's min RTT */
 #define DW_CC_DEF_INIT_SEGS   10u    /* initial window, in full datagrams (RFC 6928) */
 #define DW_CC_DEF_MIN_RTT_WIN 10000u /* ms: the min-RTT filter's window */
-#define DW_CC_DEF_BURST_US    50u    /* pacing: what may leave at once, in time at the rate */
+#define DW_CC_DEF_BURST_US    200u   /* pacing: what may leave at once, in time at the rate */
 #define DW_CC_MAX_CWND        (64u << 20)
 #define DW_CC_DEF_DRAIN_MS    200u /* ms between synchronised drains (drain_cap in cc.c) */
 #define DW_CC_DRAIN_MIN_NS    1000000u

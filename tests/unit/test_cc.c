@@ -152,6 +152,7 @@ Test(cc, loss_with_queue_halves_noise_loss_trims)
 Test(cc, pacing_spaces_sends)
 {
         struct dw_cc_params p = params();
+        p.burst_ns = 50 * US;
         struct dw_cc c;
         uint64_t t = 1 * MS;
         dw_cc_init(&c, &p, 1000);
@@ -160,7 +161,8 @@ Test(cc, pacing_spaces_sends)
         /* 10 000 bytes per 100 µs × 1.25: 125 MB/s, 8 ns per byte. */
         cr_assert_eq(c.pace_ps, 8000);
         cr_assert_eq(dw_cc_rate(&c), 125000000ull);
-        /* Idle: a burst of burst_ns at the rate goes at once (50 µs: 6250 B). */
+        /* Idle: a burst of burst_ns at the rate goes at once (50 µs here,
+         * below the window: 6250 B, each 1000-byte datagram 8 µs of it). */
         int n = 0;
         while (dw_cc_can_send(&c, 0, 1000, t) && n < 100) {
                 dw_cc_sent(&c, 1000, false, t);
