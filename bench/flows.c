@@ -1394,8 +1394,7 @@ static void print_client(const char *status)
                                  " cwnd=%u inflight=%u min_rtt_us=%.1f srtt_us=%.1f cc_delay=%llu "
                                  "cc_loss=%llu cc_rto=%llu tlp=%u rto=%u fast=%u",
                                  path.cwnd, path.inflight, path.min_rtt_ns / 1e3,
-                                 path.srtt_ns / 1e3,
-                                 (unsigned long long)path.cc_decrease_delay,
+                                 path.srtt_ns / 1e3, (unsigned long long)path.cc_decrease_delay,
                                  (unsigned long long)path.cc_decrease_loss,
                                  (unsigned long long)path.cc_rto, path.tail_probes,
                                  path.rto_expiries, path.fast_retransmits);
