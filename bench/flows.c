@@ -1493,12 +1493,19 @@ int main(int argc, char **argv)
                 if (ndv && dv[0].dev)
                         diwarp_device_counters(dv[0].dev, &ctr);
                 printf("RESULT role=server transport=%s op=%s flows=%u status=%s validated=%llu "
-                       "rx_dgrams=%llu dup=%llu pulls=%llu slowrx_waits=%llu\n",
+                       "rx_dgrams=%llu dup=%llu pulls=%llu slowrx_waits=%llu retx=%llu "
+                       "cc_delay=%llu cc_loss=%llu cc_rto=%llu cc_window_waits=%llu "
+                       "cc_pacing_waits=%llu\n",
                        tr_names[P->transport], P->transport == TR_TCP ? "stream" : op_names[P->op],
                        P->flows, status, (unsigned long long)srv_checked,
                        (unsigned long long)ctr.rx_packets,
                        (unsigned long long)ctr.rx_dropped_duplicate, (unsigned long long)ctr.pulls,
-                       (unsigned long long)ctr.fault_slowrx_waits);
+                       (unsigned long long)ctr.fault_slowrx_waits,
+                       (unsigned long long)ctr.retransmits,
+                       (unsigned long long)ctr.cc_decrease_delay,
+                       (unsigned long long)ctr.cc_decrease_loss, (unsigned long long)ctr.cc_rto,
+                       (unsigned long long)ctr.cc_window_waits,
+                       (unsigned long long)ctr.cc_pacing_waits);
         } else if (fl && (ran || !ok)) {
                 print_client(status);
         } else {

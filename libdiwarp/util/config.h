@@ -39,7 +39,7 @@ enum dw_rc_transport {
  * `depth` Reads outstanding. The defaults come from the sweep in
  * docs/PERFORMANCE.md. */
 #define DW_CONFIG_DEFAULT_PULL_MIN   (1u << 20)
-#define DW_CONFIG_DEFAULT_PULL_CHUNK (256u << 10)
+#define DW_CONFIG_DEFAULT_PULL_CHUNK (128u << 10)
 #define DW_CONFIG_DEFAULT_PULL_DEPTH 4u
 #define DW_CONFIG_MAX_PULL_DEPTH     8u
 #define DW_CONFIG_MIN_PULL_CHUNK     1024u

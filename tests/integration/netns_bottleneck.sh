@@ -337,7 +337,7 @@ hostpool() {
 
 # The slow receiver reads 1/8 of the link: 200 Mbit/s / 8 = 3 125 000 bytes/s.
 SLOW=3125000
-# 256 KiB Sends pulled in 64 KiB chunks (the defaults, 1 MiB and 256 KiB,
+# 256 KiB Sends pulled in 64 KiB chunks (the defaults, 1 MiB and 128 KiB,
 # would give the slow flow a handful of messages in a 2 s run).
 PULL=(DIWARP_RD_PULL_MIN=262144 DIWARP_RD_PULL_CHUNK=65536)
 

@@ -1597,7 +1597,7 @@ static uint32_t env_u32(const char *name, uint32_t def)
 static void pull_expect(uint64_t len, uint64_t *reads, uint64_t *bytes)
 {
         uint32_t min = env_u32("DIWARP_RD_PULL_MIN", 1024 * 1024);
-        uint32_t chunk = env_u32("DIWARP_RD_PULL_CHUNK", 256 * 1024);
+        uint32_t chunk = env_u32("DIWARP_RD_PULL_CHUNK", 128 * 1024);
         *reads = *bytes = 0;
         if (!min || len < min || len <= chunk)
                 return;
