@@ -658,6 +658,12 @@ static void rd_tokens_drop(struct dw_rd_qp *s)
                 }
         dw_host_complete(&s->ifl, n);
         s->admitted = s->to_release = s->starting = 0;
+        /* This QP stood in the host pool's line and nothing of it will ask
+         * again: leave it, or the tokens the line hands the process stay
+         * uncollected until it exits. Another QP of the process that still
+         * waits joins the line again at its next try. */
+        if (s->token_wait)
+                dw_host_cancel();
         s->token_wait = false;
 }
 
