@@ -123,6 +123,25 @@ static struct rcm_id *rid_of(struct rdma_cm_id *id)
         return (struct rcm_id *)id;
 }
 
+/* The id an application hands in, if it is one of ours and not destroyed: a
+ * stale or stray pointer gets EINVAL and a log line instead of a crash
+ * (perftest -R retried with such a pointer after a refused connect). Walks
+ * the ids without touching *id. Takes g.lock: call it without. */
+static struct rcm_id *live_rid(struct rdma_cm_id *id, const char *verb)
+{
+        struct rcm_id *found = NULL;
+        pthread_mutex_lock(&g.lock);
+        for (struct rcm_id *r = g.ids; r && !found; r = r->next)
+                if (&r->id == id && !r->destroyed)
+                        found = r;
+        pthread_mutex_unlock(&g.lock);
+        if (!found)
+                dw_warn("rdma_cm: %s: %p is not a live rdma_cm id of this process (destroyed, "
+                        "or never created)",
+                        verb, (void *)id);
+        return found;
+}
+
 /* ---- the device ---------------------------------------------------------- */
 
 /* Opens diwarp0 once: every id's verbs, rdma_get_devices and the default PD
@@ -871,9 +890,9 @@ static void wait_idle_locked(struct rcm_id *r)
 RCM_SYMVER(rcm_destroy_id, rdma_destroy_id, "RDMACM_1.0");
 int rcm_destroy_id(struct rdma_cm_id *id)
 {
-        if (!id)
+        struct rcm_id *r = id ? live_rid(id, "rdma_destroy_id") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         pthread_mutex_lock(&g.lock);
         wait_idle_locked(r);
         if (r->destroyed) {
@@ -923,9 +942,9 @@ int rcm_destroy_id(struct rdma_cm_id *id)
 RCM_SYMVER(rcm_bind_addr, rdma_bind_addr, "RDMACM_1.0");
 int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-        if (!id || !addr)
+        struct rcm_id *r = id && addr ? live_rid(id, "rdma_bind_addr") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         struct in_addr a;
         uint16_t port;
         int err = sa_ipv4(addr, &a, &port);
@@ -974,9 +993,9 @@ int rcm_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct so
                      int timeout_ms)
 {
         (void)timeout_ms;
-        if (!id || !dst_addr)
+        struct rcm_id *r = id && dst_addr ? live_rid(id, "rdma_resolve_addr") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         struct in_addr dst, src;
         uint16_t dport, sport = 0;
         int err = sa_ipv4(dst_addr, &dst, &dport);
@@ -1012,9 +1031,9 @@ RCM_SYMVER(rcm_resolve_route, rdma_resolve_route, "RDMACM_1.0");
 int rcm_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
         (void)timeout_ms;
-        if (!id)
+        struct rcm_id *r = id ? live_rid(id, "rdma_resolve_route") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         pthread_mutex_lock(&g.lock);
         if (r->state != RCM_ADDR) {
                 pthread_mutex_unlock(&g.lock);
@@ -1043,9 +1062,9 @@ int rcm_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 RCM_SYMVER(rcm_listen, rdma_listen, "RDMACM_1.0");
 int rcm_listen(struct rdma_cm_id *id, int backlog)
 {
-        if (!id)
+        struct rcm_id *r = id ? live_rid(id, "rdma_listen") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         pthread_mutex_lock(&g.lock);
         if (r->state != RCM_BOUND) {
                 pthread_mutex_unlock(&g.lock);
@@ -1518,9 +1537,9 @@ static void *connect_thread(void *arg)
 RCM_SYMVER(rcm_connect, rdma_connect, "RDMACM_1.0");
 int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 {
-        if (!id)
+        struct rcm_id *r = id ? live_rid(id, "rdma_connect") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         struct rcm_job *j = calloc(1, sizeof(*j));
         if (!j)
                 return fail(ENOMEM);
@@ -1604,9 +1623,9 @@ static int ud_reply(struct rcm_id *r, uint8_t type, uint32_t qpn, const void *pd
 RCM_SYMVER(rcm_accept, rdma_accept, "RDMACM_1.0");
 int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 {
-        if (!id)
+        struct rcm_id *r = id ? live_rid(id, "rdma_accept") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         pthread_mutex_lock(&g.lock);
         if (r->state != RCM_REQ || !r->parent) {
                 pthread_mutex_unlock(&g.lock);
@@ -1669,9 +1688,9 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 RCM_SYMVER(rcm_reject, rdma_reject, "RDMACM_1.0");
 int rcm_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
 {
-        if (!id)
+        struct rcm_id *r = id ? live_rid(id, "rdma_reject") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         pthread_mutex_lock(&g.lock);
         if (r->state != RCM_REQ || !r->parent) {
                 pthread_mutex_unlock(&g.lock);
@@ -1725,9 +1744,9 @@ int rcm_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 RCM_SYMVER(rcm_disconnect, rdma_disconnect, "RDMACM_1.0");
 int rcm_disconnect(struct rdma_cm_id *id)
 {
-        if (!id)
+        struct rcm_id *r = id ? live_rid(id, "rdma_disconnect") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         pthread_mutex_lock(&g.lock);
         if (r->state != RCM_CONNECTED && r->state != RCM_DISCONNECTED) {
                 pthread_mutex_unlock(&g.lock);
@@ -1843,9 +1862,9 @@ void rcm_destroy_ep(struct rdma_cm_id *id)
 RCM_SYMVER(rcm_migrate_id, rdma_migrate_id, "RDMACM_1.0");
 int rcm_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 {
-        if (!id)
+        struct rcm_id *r = id ? live_rid(id, "rdma_migrate_id") : NULL;
+        if (!r)
                 return fail(EINVAL);
-        struct rcm_id *r = rid_of(id);
         pthread_mutex_lock(&g.lock);
         struct rcm_chan *from = chan_of(r);
         struct rcm_chan *to = (struct rcm_chan *)channel;
