@@ -59,6 +59,9 @@ DWV_REAL(int, ibv_close_device, "IBVERBS_1.1", (struct ibv_context *))
 DWV_REAL(int, ibv_query_device, "IBVERBS_1.1", (struct ibv_context *, struct ibv_device_attr *))
 DWV_REAL(int, ibv_query_port, "IBVERBS_1.1", (struct ibv_context *, uint8_t, void *))
 DWV_REAL(int, ibv_query_gid, "IBVERBS_1.1", (struct ibv_context *, uint8_t, int, union ibv_gid *))
+DWV_REAL(ssize_t, _ibv_query_gid_table, "IBVERBS_1.11",
+         (struct ibv_context *, struct ibv_gid_entry *, size_t, uint32_t, size_t))
+DWV_REAL(int, ibv_get_pkey_index, "IBVERBS_1.5", (struct ibv_context *, uint8_t, __be16))
 DWV_REAL(int, _ibv_query_gid_ex, "IBVERBS_1.11",
          (struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *, uint32_t, size_t))
 DWV_REAL(int, ibv_query_gid_type, "IBVERBS_PRIVATE_34",
@@ -535,6 +538,34 @@ int dwv_ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
         e.gid_type = IBV_GID_TYPE_ROCE_V2;
         size_t n = entry_size < sizeof(e) ? entry_size : sizeof(e);
         memcpy(entry, &e, n);
+        return 0;
+}
+
+/* The whole table: one entry, GID 0 of port 1. Returns the count, or a
+ * negative errno (as the real _ibv_query_gid_table). */
+DWV_SYMVER(dwv_ibv_query_gid_table, _ibv_query_gid_table, "IBVERBS_1.11");
+ssize_t dwv_ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
+                                size_t max_entries, uint32_t flags, size_t entry_size)
+{
+        if (!dwv_ctx_is_ours(ctx))
+                return real__ibv_query_gid_table()(ctx, entries, max_entries, flags, entry_size);
+        if (!entries || !max_entries || flags ||
+            entry_size < offsetof(struct ibv_gid_entry, ndev_ifindex))
+                return -EINVAL;
+        int err = dwv_ibv_query_gid_ex(ctx, 1, 0, entries, 0, entry_size);
+        return err ? -err : 1;
+}
+
+DWV_SYMVER(dwv_ibv_get_pkey_index, ibv_get_pkey_index, "IBVERBS_1.5");
+int dwv_ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey)
+{
+        if (!dwv_ctx_is_ours(ctx))
+                return real_ibv_get_pkey_index()(ctx, port, pkey);
+        /* One partition, the default full-membership one, at index 0. */
+        if (port != 1 || be16toh(pkey) != 0xffff) {
+                errno = EINVAL;
+                return -1;
+        }
         return 0;
 }
 

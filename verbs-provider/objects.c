@@ -16,6 +16,10 @@ DWV_REAL(int, ibv_dealloc_pd, "IBVERBS_1.1", (struct ibv_pd *))
 DWV_REAL(struct ibv_mr *, ibv_reg_mr, "IBVERBS_1.1", (struct ibv_pd *, void *, size_t, int))
 DWV_REAL(struct ibv_mr *, ibv_reg_mr_iova2, "IBVERBS_1.8",
          (struct ibv_pd *, void *, size_t, uint64_t, unsigned int))
+DWV_REAL(struct ibv_mr *, ibv_reg_mr_iova, "IBVERBS_1.7",
+         (struct ibv_pd *, void *, size_t, uint64_t, int))
+DWV_REAL(int, ibv_rereg_mr, "IBVERBS_1.1",
+         (struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int))
 DWV_REAL(struct ibv_mr *, ibv_reg_dmabuf_mr, "IBVERBS_1.12",
          (struct ibv_pd *, uint64_t, size_t, uint64_t, int, int))
 DWV_REAL(int, ibv_dereg_mr, "IBVERBS_1.1", (struct ibv_mr *))
@@ -44,6 +48,16 @@ DWV_REAL(int, ibv_query_qp, "IBVERBS_1.1",
          (struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *))
 DWV_REAL(int, ibv_destroy_qp, "IBVERBS_1.1", (struct ibv_qp *))
 DWV_REAL(struct ibv_qp_ex *, ibv_qp_to_qp_ex, "IBVERBS_1.6", (struct ibv_qp *))
+DWV_REAL(int, ibv_query_qp_data_in_order, "IBVERBS_1.14",
+         (struct ibv_qp *, enum ibv_wr_opcode, uint32_t))
+DWV_REAL(int, ibv_query_ece, "IBVERBS_1.10", (struct ibv_qp *, struct ibv_ece *))
+DWV_REAL(int, ibv_set_ece, "IBVERBS_1.10", (struct ibv_qp *, struct ibv_ece *))
+DWV_REAL(struct ibv_pd *, ibv_import_pd, "IBVERBS_1.10", (struct ibv_context *, uint32_t))
+DWV_REAL(struct ibv_mr *, ibv_import_mr, "IBVERBS_1.10", (struct ibv_pd *, uint32_t))
+DWV_REAL(struct ibv_dm *, ibv_import_dm, "IBVERBS_1.13", (struct ibv_context *, uint32_t))
+DWV_REAL(void, ibv_unimport_pd, "IBVERBS_1.10", (struct ibv_pd *))
+DWV_REAL(void, ibv_unimport_mr, "IBVERBS_1.10", (struct ibv_mr *))
+DWV_REAL(void, ibv_unimport_dm, "IBVERBS_1.13", (struct ibv_dm *))
 DWV_REAL(int, ibv_attach_mcast, "IBVERBS_1.1", (struct ibv_qp *, const union ibv_gid *, uint16_t))
 DWV_REAL(int, ibv_detach_mcast, "IBVERBS_1.1", (struct ibv_qp *, const union ibv_gid *, uint16_t))
 
@@ -148,6 +162,52 @@ struct ibv_mr *dwv_ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length
         if (!pd || !dwv_ctx_is_ours(pd->context))
                 return real_ibv_reg_mr_iova2()(pd, addr, length, iova, access);
         return dwv_reg(pd, addr, length, iova, access);
+}
+
+DWV_SYMVER(dwv_ibv_reg_mr_iova, ibv_reg_mr_iova, "IBVERBS_1.7");
+struct ibv_mr *dwv_ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                   int access)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_reg_mr_iova()(pd, addr, length, iova, access);
+        return dwv_reg(pd, addr, length, iova, (unsigned)access);
+}
+
+/* ibv_rereg_mr: the region changes in place and keeps its keys (a peer's
+ * rkey still names it), as a hardware RNIC's rereg does where it can. Every
+ * failure leaves the old region valid: IBV_REREG_MR_ERR_INPUT. */
+DWV_SYMVER(dwv_ibv_rereg_mr, ibv_rereg_mr, "IBVERBS_1.1");
+int dwv_ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
+                     int access)
+{
+        if (!mr || !dwv_ctx_is_ours(mr->context))
+                return real_ibv_rereg_mr()(mr, flags, pd, addr, length, access);
+        struct dwv_mr *m = (struct dwv_mr *)mr;
+        if (!flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+            ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context)) ||
+            ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
+             (access & ~(DWV_ACCESS_NATIVE | DWV_ACCESS_IGNORED)))) {
+                dw_warn("verbs: ibv_rereg_mr(lkey %#x, flags %#x, access %#x): invalid input",
+                        mr->lkey, flags, access);
+                errno = EINVAL;
+                return IBV_REREG_MR_ERR_INPUT;
+        }
+        int err =
+            diwarp_mr_rereg(m->d, flags, (flags & IBV_REREG_MR_CHANGE_PD) ? dwv_pd(pd)->d : NULL,
+                            addr, length, (uintptr_t)addr, access & DWV_ACCESS_NATIVE);
+        if (err < 0) {
+                dw_warn("verbs: ibv_rereg_mr(lkey %#x, flags %#x, %p, %zu, access %#x): %s",
+                        mr->lkey, flags, addr, length, access, strerror(-err));
+                errno = -err;
+                return IBV_REREG_MR_ERR_INPUT;
+        }
+        if (flags & IBV_REREG_MR_CHANGE_PD)
+                mr->pd = pd;
+        if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+                mr->addr = addr;
+                mr->length = length;
+        }
+        return 0;
 }
 
 DWV_SYMVER(dwv_ibv_reg_dmabuf_mr, ibv_reg_dmabuf_mr, "IBVERBS_1.12");
@@ -576,8 +636,24 @@ struct ibv_qp *dwv_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ini
         qp->srq = init->srq;
         qp->handle = dwv_next_handle(c);
         qp->qp_num = diwarp_qp_num(q->d);
-        qp->state = IBV_QPS_RESET;
         qp->qp_type = init->qp_type;
+        /* An iWARP RNIC creates a QP in its Idle state, which ibv_query_qp
+         * reports as INIT (as the kernel's iWARP providers do, and
+         * rdma-core's tests expect of an RNIC), while libibverbs' own field
+         * says RESET, as for any new QP: a program then moves it RESET ->
+         * INIT, which arrives here as INIT -> INIT with the same attributes. */
+        struct diwarp_qp_attr ia = {.qp_state = DIWARP_QPS_INIT, .port_num = 1};
+        int imask = DIWARP_QP_STATE | DIWARP_QP_PORT | DIWARP_QP_PKEY_INDEX |
+                    (init->qp_type == IBV_QPT_UD ? DIWARP_QP_QKEY : 0);
+        err = diwarp_qp_modify(q->d, &ia, imask);
+        if (err < 0) {
+                dw_warn("verbs: ibv_create_qp: QP %#x to INIT: %s", qp->qp_num, strerror(-err));
+                diwarp_qp_destroy(q->d);
+                free(q);
+                return dwv_fail(err);
+        }
+        qp->state = IBV_QPS_RESET;
+        q->idle = true;
         pthread_mutex_init(&qp->mutex, NULL);
         pthread_cond_init(&qp->cond, NULL);
         dwv_link_add(c, &c->qps, &q->link);
@@ -651,12 +727,18 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
                 }
                 memcpy(a.dgid.raw, attr->ah_attr.grh.dgid.raw, sizeof(a.dgid.raw));
         }
+        /* A program that names the state it believes the QP is in says
+         * RESET for one it has not touched: that is the INIT it was created
+         * in. */
+        if ((mask & IBV_QP_CUR_STATE) && dwv_qp(qp)->idle && attr->cur_qp_state == IBV_QPS_RESET)
+                a.cur_qp_state = DIWARP_QPS_INIT;
         int err = diwarp_qp_modify(dwv_qp(qp)->d, &a, dmask);
         if (err < 0) {
                 dw_warn("verbs: QP %#x: ibv_modify_qp(mask %#x, state %d): %s", qp->qp_num, mask,
                         attr->qp_state, strerror(-err));
                 return -err;
         }
+        dwv_qp(qp)->idle = false;
         if (mask & IBV_QP_STATE)
                 qp->state = attr->qp_state;
         return 0;
@@ -747,6 +829,106 @@ struct ibv_qp_ex *dwv_ibv_qp_to_qp_ex(struct ibv_qp *qp)
          * created through ibv_create_qp, so (as the real library says for
          * such QPs) there is none. */
         return NULL;
+}
+
+DWV_SYMVER(dwv_ibv_query_qp_data_in_order, ibv_query_qp_data_in_order, "IBVERBS_1.14");
+int dwv_ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_query_qp_data_in_order()(qp, op, flags);
+        if (flags)
+                return 0;
+        switch (op) {
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
+        case IBV_WR_RDMA_READ:
+                return diwarp_qp_data_in_order(dwv_qp(qp)->d) ? 1 : 0;
+        default:
+                return 0;
+        }
+}
+
+/* Enhanced connection establishment (ECE) is an InfiniBand CM option: no
+ * iWARP RNIC has it. */
+DWV_SYMVER(dwv_ibv_query_ece, ibv_query_ece, "IBVERBS_1.10");
+int dwv_ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_query_ece()(qp, ece);
+        return EOPNOTSUPP;
+}
+
+DWV_SYMVER(dwv_ibv_set_ece, ibv_set_ece, "IBVERBS_1.10");
+int dwv_ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+        if (!qp || !dwv_ctx_is_ours(qp->context))
+                return real_ibv_set_ece()(qp, ece);
+        return EOPNOTSUPP;
+}
+
+/* Sharing objects between processes through a command FD (ibv_import_*)
+ * needs a kernel device: diwarp0 has none, so nothing can be imported into
+ * it, and none of its objects was imported. */
+DWV_SYMVER(dwv_ibv_import_pd, ibv_import_pd, "IBVERBS_1.10");
+struct ibv_pd *dwv_ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
+{
+        if (!dwv_ctx_is_ours(ctx))
+                return real_ibv_import_pd()(ctx, handle);
+        dw_warn("verbs: ibv_import_pd: diwarp0 has no kernel objects to import");
+        return dwv_fail(-EOPNOTSUPP);
+}
+
+DWV_SYMVER(dwv_ibv_import_mr, ibv_import_mr, "IBVERBS_1.10");
+struct ibv_mr *dwv_ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return real_ibv_import_mr()(pd, handle);
+        dw_warn("verbs: ibv_import_mr: diwarp0 has no kernel objects to import");
+        return dwv_fail(-EOPNOTSUPP);
+}
+
+DWV_SYMVER(dwv_ibv_import_dm, ibv_import_dm, "IBVERBS_1.13");
+struct ibv_dm *dwv_ibv_import_dm(struct ibv_context *ctx, uint32_t handle)
+{
+        if (!dwv_ctx_is_ours(ctx))
+                return real_ibv_import_dm()(ctx, handle);
+        dw_warn("verbs: ibv_import_dm: diwarp0 has no kernel objects to import");
+        return dwv_fail(-EOPNOTSUPP);
+}
+
+DWV_SYMVER(dwv_ibv_unimport_pd, ibv_unimport_pd, "IBVERBS_1.10");
+void dwv_ibv_unimport_pd(struct ibv_pd *pd)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context)) {
+                real_ibv_unimport_pd()(pd);
+                return;
+        }
+        dw_warn("verbs: ibv_unimport_pd: PD handle %u was not imported (ibv_dealloc_pd frees it)",
+                pd->handle);
+}
+
+DWV_SYMVER(dwv_ibv_unimport_mr, ibv_unimport_mr, "IBVERBS_1.10");
+void dwv_ibv_unimport_mr(struct ibv_mr *mr)
+{
+        if (!mr || !dwv_ctx_is_ours(mr->context)) {
+                real_ibv_unimport_mr()(mr);
+                return;
+        }
+        dw_warn("verbs: ibv_unimport_mr: lkey %#x was not imported (ibv_dereg_mr frees it)",
+                mr->lkey);
+}
+
+DWV_SYMVER(dwv_ibv_unimport_dm, ibv_unimport_dm, "IBVERBS_1.13");
+void dwv_ibv_unimport_dm(struct ibv_dm *dm)
+{
+        if (!dm || !dwv_ctx_is_ours(dm->context)) {
+                real_ibv_unimport_dm()(dm);
+                return;
+        }
+        dw_warn("verbs: ibv_unimport_dm: diwarp0 has no device memory");
 }
 
 DWV_SYMVER(dwv_ibv_attach_mcast, ibv_attach_mcast, "IBVERBS_1.1");

@@ -128,6 +128,7 @@ struct dwv_qp {
         struct ibv_qp_ex qpx; /* qpx.qp_base is the application's struct ibv_qp */
         struct diwarp_qp *d;
         struct dwv_obj_link link;
+        bool idle; /* in the INIT state it was created in, not yet modified */
 };
 
 static inline struct dwv_pd *dwv_pd(struct ibv_pd *p)

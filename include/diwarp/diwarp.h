@@ -135,6 +135,20 @@ int diwarp_mr_reg(struct diwarp_pd *pd, void *addr, size_t length, uint64_t iova
 int diwarp_mr_dereg(struct diwarp_mr *mr);
 int diwarp_mr_info(const struct diwarp_mr *mr, struct diwarp_mr_info *info);
 
+/* What diwarp_mr_rereg changes (the values of IBV_REREG_MR_CHANGE_*). */
+enum diwarp_rereg_flags {
+        DIWARP_REREG_TRANSLATION = 1 << 0, /* addr, length, iova */
+        DIWARP_REREG_PD = 1 << 1,
+        DIWARP_REREG_ACCESS = 1 << 2,
+};
+
+/* Changes a region in place (ibv_rereg_mr): the parts flags names take the
+ * new values, checked as diwarp_mr_reg checks them; the STag stays. -EINVAL
+ * (flags 0 or unknown, a PD of another device, a value diwarp_mr_reg would
+ * refuse): the region is unchanged. */
+int diwarp_mr_rereg(struct diwarp_mr *mr, int flags, struct diwarp_pd *pd, void *addr,
+                    size_t length, uint64_t iova, int access);
+
 /* ---- completion queues ------------------------------------------------ */
 
 enum diwarp_wc_status {
@@ -309,6 +323,11 @@ int diwarp_qp_query(struct diwarp_qp *qp, struct diwarp_qp_attr *attr,
                     struct diwarp_qp_init_attr *init_attr);
 uint32_t diwarp_qp_num(const struct diwarp_qp *qp);
 enum diwarp_qp_state diwarp_qp_state(const struct diwarp_qp *qp);
+/* Whether the bytes of one inbound RDMA Write or Send, or of the response to
+ * one of our RDMA Reads, are placed in order (ibv_query_qp_data_in_order):
+ * true for RC and UC over TCP (a stream, placed as it arrives), false for UD,
+ * RD and RC over RD (datagrams are placed as they arrive, in any order). */
+bool diwarp_qp_data_in_order(const struct diwarp_qp *qp);
 
 struct diwarp_sge {
         uint64_t addr;

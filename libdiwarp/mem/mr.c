@@ -83,26 +83,32 @@ static int random_key(uint8_t *key)
         }
 }
 
+/* The checks every registration makes; iova becomes 0 for a zero-based one. */
+static bool mr_args_ok(const void *addr, size_t len, uint64_t *iova, int access)
+{
+        if (access & ~DW_ACCESS_KNOWN)
+                return false;
+        /* ibverbs rule: remote write or atomic needs local write. */
+        if ((access & (DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_ATOMIC)) &&
+            !(access & DIWARP_ACCESS_LOCAL_WRITE))
+                return false;
+        if (!addr && len > 0)
+                return false;
+        if ((uint64_t)len > UINTPTR_MAX - (uintptr_t)addr)
+                return false;
+        if (access & DIWARP_ACCESS_ZERO_BASED)
+                *iova = 0;
+        /* The last TO, iova + len - 1, and the exclusive end must both be
+         * representable so the checks need no 128-bit arithmetic. */
+        return (uint64_t)len <= UINT64_MAX - *iova;
+}
+
 int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t len, uint64_t iova,
                    int access, struct dw_mr **out)
 {
         if (!t || !t->slots || !pd || !out)
                 return -EINVAL;
-        if (access & ~DW_ACCESS_KNOWN)
-                return -EINVAL;
-        /* ibverbs rule: remote write or atomic needs local write. */
-        if ((access & (DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_ATOMIC)) &&
-            !(access & DIWARP_ACCESS_LOCAL_WRITE))
-                return -EINVAL;
-        if (!addr && len > 0)
-                return -EINVAL;
-        if ((uint64_t)len > UINTPTR_MAX - (uintptr_t)addr)
-                return -EINVAL;
-        if (access & DIWARP_ACCESS_ZERO_BASED)
-                iova = 0;
-        /* The last TO, iova + len - 1, and the exclusive end must both be
-         * representable so the checks need no 128-bit arithmetic. */
-        if ((uint64_t)len > UINT64_MAX - iova)
+        if (!mr_args_ok(addr, len, &iova, access))
                 return -EINVAL;
         if (t->free_head == 0)
                 return -ENOMEM;
@@ -137,13 +143,53 @@ int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t l
         return 0;
 }
 
-int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr)
+static bool mr_is_registered(const struct dw_mr_table *t, const struct dw_mr *mr)
 {
         if (!t || !t->slots || !mr || mr <= t->slots || mr > t->slots + t->max)
-                return -EINVAL;
+                return false;
         if ((size_t)((const char *)mr - (const char *)t->slots) % sizeof(*mr) != 0)
+                return false;
+        return mr->in_use;
+}
+
+int dw_mr_rereg(struct dw_mr_table *t, struct dw_mr *mr, int flags, struct dw_pd *pd, void *addr,
+                size_t len, uint64_t iova, int access)
+{
+        const int known = DW_MR_REREG_TRANSLATION | DW_MR_REREG_PD | DW_MR_REREG_ACCESS;
+        if (!mr_is_registered(t, mr) || !flags || (flags & ~known))
                 return -EINVAL;
-        if (!mr->in_use)
+        if ((flags & DW_MR_REREG_PD) && !pd)
+                return -EINVAL;
+        if (!(flags & DW_MR_REREG_TRANSLATION)) {
+                addr = mr->addr;
+                len = mr->length;
+                iova = mr->iova;
+        }
+        if (!(flags & DW_MR_REREG_ACCESS))
+                access = mr->access;
+        /* A zero-based region keeps TO 0 at byte 0 when only its rights
+         * change; a region that stops being zero-based needs a new iova. */
+        if ((mr->access & DIWARP_ACCESS_ZERO_BASED) && !(access & DIWARP_ACCESS_ZERO_BASED) &&
+            !(flags & DW_MR_REREG_TRANSLATION))
+                return -EINVAL;
+        if (!mr_args_ok(addr, len, &iova, access))
+                return -EINVAL;
+        if (flags & DW_MR_REREG_PD) {
+                dw_pd_get(pd);
+                dw_pd_put(mr->pd);
+                mr->pd = pd;
+        }
+        mr->addr = addr;
+        mr->length = len;
+        mr->iova = iova;
+        mr->access = access;
+        mr->valid = true;
+        return 0;
+}
+
+int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr)
+{
+        if (!mr_is_registered(t, mr))
                 return -EINVAL;
         uint32_t idx = (uint32_t)(mr - t->slots);
 

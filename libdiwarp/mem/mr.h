@@ -91,6 +91,22 @@ int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t l
 /* -EINVAL if mr is not a registered slot of t. The STag is dead at once. */
 int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr);
 
+/* What dw_mr_rereg changes (the values of ibverbs' IBV_REREG_MR_CHANGE_*). */
+enum {
+        DW_MR_REREG_TRANSLATION = 1 << 0, /* addr, len, iova */
+        DW_MR_REREG_PD = 1 << 1,
+        DW_MR_REREG_ACCESS = 1 << 2,
+};
+
+/* Re-registers a registered region in place: the parts flags names take the
+ * new values (checked as dw_mr_register checks them), the rest stay; the
+ * STag stays, so every key a peer holds keeps naming the region, now with
+ * its new bounds, PD and rights. An invalidated region becomes valid again
+ * (a fresh registration). -EINVAL (not a registered slot of t, flags 0 or
+ * unknown, or a new value dw_mr_register would refuse): nothing changes. */
+int dw_mr_rereg(struct dw_mr_table *t, struct dw_mr *mr, int flags, struct dw_pd *pd, void *addr,
+                size_t len, uint64_t iova, int access);
+
 /* Result of an access check. Values are stable (they may appear in logs). */
 enum dw_prot_status {
         DW_PROT_OK = 0,

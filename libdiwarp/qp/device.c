@@ -687,6 +687,25 @@ int diwarp_mr_dereg(struct diwarp_mr *m)
         return err;
 }
 
+int diwarp_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr, size_t length,
+                    uint64_t iova, int access)
+{
+        struct dw_mr *mr = (struct dw_mr *)m;
+        if (!mr || !mr->pd)
+                return -EINVAL;
+        struct dw_device *dev = mr->pd->dev;
+        struct dw_pd *pd = NULL;
+        if (flags & DIWARP_REREG_PD) {
+                pd = dw_pd_of(p);
+                if (!pd || pd->dev != dev)
+                        return -EINVAL;
+        }
+        pthread_mutex_lock(&dev->lock);
+        int err = dw_mr_rereg(&dev->mrs, mr, flags, pd, addr, length, iova, access);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}
+
 int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 {
         const struct dw_mr *mr = (const struct dw_mr *)m;

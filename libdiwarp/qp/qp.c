@@ -464,6 +464,12 @@ uint32_t diwarp_qp_num(const struct diwarp_qp *q)
         return q ? ((const struct dw_qp *)q)->qpn : 0;
 }
 
+bool diwarp_qp_data_in_order(const struct diwarp_qp *q)
+{
+        const struct dw_qp *qp = (const struct dw_qp *)q;
+        return qp && (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) && !qp->rd;
+}
+
 enum diwarp_qp_state diwarp_qp_state(const struct diwarp_qp *q)
 {
         const struct dw_qp *qp = (const struct dw_qp *)q;

@@ -74,6 +74,16 @@ int main(void)
         CHECK(ibv_query_gid_ex(ctx, 1, 0, &ge, 0) == 0 && !memcmp(ge.gid.raw, mapped, 12));
         __be16 pkey;
         CHECK(ibv_query_pkey(ctx, 1, 0, &pkey) == 0 && pkey == htons(0xffff));
+        CHECK(ibv_get_pkey_index(ctx, 1, htons(0xffff)) == 0);
+        CHECK(ibv_get_pkey_index(ctx, 1, htons(0x7fff)) == -1);
+        /* The whole GID table (libibverbs' own code would read diwarp's
+         * context as a kernel device's). */
+        struct ibv_gid_entry table[4];
+        CHECK(ibv_query_gid_table(ctx, table, 4, 0) == 1);
+        CHECK(!memcmp(table[0].gid.raw, gid.raw, 16) && table[0].port_num == 1 &&
+              table[0].gid_index == 0);
+        CHECK(ibv_query_gid_table(ctx, table, 0, 0) == -EINVAL);
+        CHECK(ibv_import_pd(ctx, 1) == NULL && errno == EOPNOTSUPP);
 
         /* Async fd: a real descriptor; non-blocking and empty -> EAGAIN. */
         int fl = fcntl(ctx->async_fd, F_GETFL);
@@ -91,6 +101,30 @@ int main(void)
         errno = 0;
         CHECK(ibv_dealloc_pd(pd) == EBUSY); /* the MR still uses it */
         CHECK(ibv_reg_mr(pd, buf, 64, 1 << 30) == NULL && errno == EINVAL);
+        struct ibv_mr *iova_mr = ibv_reg_mr_iova(pd, buf, 64, 0x1000, IBV_ACCESS_LOCAL_WRITE);
+        CHECK(iova_mr && ibv_dereg_mr(iova_mr) == 0);
+
+        /* Re-registration: in place, the keys stay. The MR moves to another
+         * PD and back, gains remote write, and moves to a second buffer that
+         * the UD loopback below then uses. */
+        uint32_t lkey = mr->lkey, rkey = mr->rkey;
+        struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+        REQUIRE(pd2);
+        CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0 && mr->pd == pd2);
+        CHECK(ibv_dealloc_pd(pd2) == EBUSY);
+        CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == 0 && mr->pd == pd);
+        CHECK(ibv_dealloc_pd(pd2) == 0);
+        CHECK(ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT);
+        CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+                           IBV_ACCESS_REMOTE_WRITE) == IBV_REREG_MR_ERR_INPUT); /* no local write */
+        CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == 0);
+        char *buf2 = calloc(1, 2 * (MSG + GRH));
+        REQUIRE(buf2);
+        CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2, 2 * (MSG + GRH), 0) ==
+              0);
+        CHECK(mr->addr == buf2 && mr->length == 2 * (MSG + GRH));
+        CHECK(mr->lkey == lkey && mr->rkey == rkey);
 
         struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
         REQUIRE(ch && ch->fd >= 0 && fcntl(ch->fd, F_GETFD) >= 0);
@@ -120,6 +154,13 @@ int main(void)
         struct ibv_qp *qp = ibv_create_qp(pd, &qia);
         REQUIRE(qp);
         CHECK(qp->qp_num > 1 && qp->state == IBV_QPS_RESET && qp->context == ctx);
+        /* An RNIC's new QP is Idle, reported as INIT; libibverbs' field says RESET. */
+        struct ibv_qp_attr qa;
+        struct ibv_qp_init_attr qi;
+        CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_INIT);
+        CHECK(ibv_query_qp_data_in_order(qp, IBV_WR_SEND, 0) == 0); /* datagrams: any order */
+        struct ibv_ece ece;
+        CHECK(ibv_query_ece(qp, &ece) == EOPNOTSUPP);
         CHECK(qia.cap.max_inline_data >= 64 && qia.cap.max_send_wr >= 4);
         CHECK(ibv_qp_to_qp_ex(qp) == NULL);
         CHECK(ibv_destroy_cq(cq) == EBUSY); /* the QP still uses it */
@@ -136,8 +177,6 @@ int main(void)
         a.sq_psn = 0;
         CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
         CHECK(qp->state == IBV_QPS_RTS);
-        struct ibv_qp_attr qa;
-        struct ibv_qp_init_attr qi;
         CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS);
         CHECK(qa.qkey == QKEY && qi.qp_type == IBV_QPT_UD && qi.send_cq == cq);
 
@@ -168,7 +207,7 @@ int main(void)
         CHECK(ibv_query_gid(ctx, 1, 0, &aa.grh.dgid) == 0);
         struct ibv_ah *ah = ibv_create_ah(pd, &aa);
         REQUIRE(ah);
-        char *rbuf = buf, *sbuf = buf + MSG + GRH;
+        char *rbuf = buf2, *sbuf = buf2 + MSG + GRH; /* the re-registered translation */
         for (int i = 0; i < MSG; i++)
                 sbuf[i] = (char)(i * 7 + 1);
         struct ibv_sge rsge = {(uintptr_t)rbuf, MSG + GRH, mr->lkey};
@@ -236,6 +275,7 @@ int main(void)
         CHECK(ibv_close_device(ctx) == 0);
         ibv_free_device_list(list);
         free(buf);
+        free(buf2);
         if (failures) {
                 fprintf(stderr, "%d check(s) failed\n", failures);
                 return 1;

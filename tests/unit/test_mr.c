@@ -677,3 +677,72 @@ Test(mr_map, vendor_err_encoding)
         struct dw_term_error f = {.layer = 0, .etype = 2, .ecode = 0xff};
         cr_expect_eq(dw_term_vendor_err(f), 0x02ffu);
 }
+
+/* ---- re-registration (ibv_rereg_mr) ---------------------------------- */
+
+Test(mr, rereg_access_keeps_stag_and_changes_rights)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
+        uint32_t stag = mr->stag;
+        cr_assert_eq(rchk(stag, &pd_a, RW, IOVA, 64), DW_PROT_OK);
+        cr_assert_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_ACCESS, NULL, NULL, 0, 0, LW), 0);
+        cr_assert_eq(mr->stag, stag, "the STag a peer holds still names the region");
+        cr_assert_eq(rchk(stag, &pd_a, RW, IOVA, 64), DW_PROT_ACCESS);
+        cr_assert_eq(mr->addr, buf);
+        cr_assert_eq(mr->length, BUFSZ);
+        cr_assert_eq(mr->iova, IOVA);
+}
+
+Test(mr, rereg_pd_moves_the_use_count)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
+        cr_assert_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_PD, &pd_b, NULL, 0, 0, 0), 0);
+        cr_assert_eq(rchk(mr->stag, &pd_a, RW, IOVA, 64), DW_PROT_PD_MISMATCH);
+        cr_assert_eq(rchk(mr->stag, &pd_b, RW, IOVA, 64), DW_PROT_OK);
+        cr_assert_eq(dw_pd_fini(&pd_a), 0, "the old PD has no user left");
+        cr_assert_eq(dw_pd_fini(&pd_b), -EBUSY);
+        cr_assert_eq(dw_mr_deregister(&tab, mr), 0);
+        cr_assert_eq(dw_pd_fini(&pd_b), 0);
+}
+
+Test(mr, rereg_translation_moves_the_bounds)
+{
+        static uint8_t other[2 * BUFSZ];
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
+        cr_assert_eq(
+            dw_mr_rereg(&tab, mr, DW_MR_REREG_TRANSLATION, NULL, other, sizeof(other), 0x40000, 0),
+            0);
+        uint8_t *p = NULL;
+        cr_assert_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, 0x40000 + BUFSZ, 16, &p),
+                     DW_PROT_OK);
+        cr_assert_eq(p, other + BUFSZ);
+        cr_assert_eq(rchk(mr->stag, &pd_a, RW, IOVA, 16), DW_PROT_BOUNDS);
+        cr_assert_eq(mr->access, LW | RW, "the rights stay");
+}
+
+Test(mr, rereg_bad_input_changes_nothing)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
+        struct dw_mr before = *mr;
+        cr_assert_eq(dw_mr_rereg(&tab, mr, 0, NULL, NULL, 0, 0, 0), -EINVAL, "no flag");
+        cr_assert_eq(dw_mr_rereg(&tab, mr, 1 << 3, NULL, NULL, 0, 0, 0), -EINVAL, "unknown");
+        cr_assert_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_PD, NULL, NULL, 0, 0, 0), -EINVAL);
+        cr_assert_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_ACCESS, NULL, NULL, 0, 0, RW), -EINVAL,
+                     "remote write without local write");
+        cr_assert_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_TRANSLATION, NULL, NULL, 64, 0, 0), -EINVAL,
+                     "no address for 64 bytes");
+        cr_assert_eq(memcmp(&before, mr, sizeof(before)), 0);
+        cr_assert_eq(pd_a.use_count, 1);
+        cr_assert_eq(dw_mr_deregister(&tab, mr), 0);
+        cr_assert_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_ACCESS, NULL, NULL, 0, 0, LW), -EINVAL,
+                     "a deregistered region");
+}
+
+Test(mr, rereg_revives_an_invalidated_region)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
+        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), 0);
+        cr_assert_eq(rchk(mr->stag, &pd_a, RW, IOVA, 16), DW_PROT_INVALIDATED);
+        cr_assert_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_ACCESS, NULL, NULL, 0, 0, LW | RW), 0);
+        cr_assert_eq(rchk(mr->stag, &pd_a, RW, IOVA, 16), DW_PROT_OK);
+}
