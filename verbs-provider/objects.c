@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "provider.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -507,11 +508,19 @@ struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
                 return dwv_fail(-EINVAL);
         }
         if (!attr->is_global) {
-                /* Ethernet link layer: a peer is named by its GID, as on RoCE.
-                 * Without a GRH an AH names a port by LID; the one LID known
-                 * here is our port's own (0), so it names this device
-                 * (rsockets' datagram service hands a datagram to its own QP
-                 * so). Any other LID names nothing. */
+                /* Ethernet link layer: a peer is named by its GID, and an AH
+                 * without a GRH is refused, as a RoCE device refuses it. One
+                 * caller is let through: librdmacm's rsocket datagram service
+                 * hands a datagram to its own QP with an AH naming our port's
+                 * LID (0) and no GRH; for it LID 0 names this device. */
+                Dl_info caller;
+                bool rdmacm = dladdr(__builtin_return_address(0), &caller) && caller.dli_fname &&
+                              strstr(caller.dli_fname, "librdmacm");
+                if (!rdmacm) {
+                        dw_warn("verbs: ibv_create_ah: no GRH (is_global=0): diwarp0's link "
+                                "layer is Ethernet, peers are named by GID (e.g. pass -g 0)");
+                        return dwv_fail(-EINVAL);
+                }
                 if (attr->dlid != 0) {
                         dw_warn("verbs: ibv_create_ah: no GRH (is_global=0) and LID %u; diwarp "
                                 "addresses peers by GID (e.g. pass -g 0)",
