@@ -103,6 +103,16 @@ static bool mr_args_ok(const void *addr, size_t len, uint64_t *iova, int access)
         return (uint64_t)len <= UINT64_MAX - *iova;
 }
 
+/* What a registration sets besides the slot and the PD; a valid region. */
+static void mr_place(struct dw_mr *mr, void *addr, size_t len, uint64_t iova, int access)
+{
+        mr->addr = addr;
+        mr->length = len;
+        mr->iova = iova;
+        mr->access = access;
+        mr->valid = true;
+}
+
 int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t len, uint64_t iova,
                    int access, struct dw_mr **out)
 {
@@ -131,11 +141,7 @@ int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t l
         mr->next_free = 0;
         mr->stag = idx << 8 | key;
         mr->pd = pd;
-        mr->addr = addr;
-        mr->length = len;
-        mr->iova = iova;
-        mr->access = access;
-        mr->valid = true;
+        mr_place(mr, addr, len, iova, access);
         mr->in_use = true;
         t->count++;
         pd->use_count++;
@@ -179,11 +185,7 @@ int dw_mr_rereg(struct dw_mr_table *t, struct dw_mr *mr, int flags, struct dw_pd
                 dw_pd_put(mr->pd);
                 mr->pd = pd;
         }
-        mr->addr = addr;
-        mr->length = len;
-        mr->iova = iova;
-        mr->access = access;
-        mr->valid = true;
+        mr_place(mr, addr, len, iova, access);
         return 0;
 }
 
