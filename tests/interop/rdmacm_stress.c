@@ -1,0 +1,295 @@
+/* The rdma_cm emulation under load, run under `diwarp run` (a plain
+ * librdmacm program): 16 connects at once to one listener, all established
+ * and all disconnected; a connect to a port nobody listens on is refused
+ * within a bound; a destroyed id handed back gets EINVAL, not a crash; a peer
+ * process killed while connected is reported as DISCONNECTED within a bound.
+ * Exit 0 = all checks passed; each failure prints its line.
+ */
+#include <rdma/rdma_cma.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NCONN 16
+
+static int failures;
+static int server_established; /* ESTABLISHED events seen on the server's channel */
+
+#define CHECK(cond)                                                                                \
+        do {                                                                                       \
+                if (!(cond)) {                                                                     \
+                        fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__,      \
+                                #cond, errno, strerror(errno));                                    \
+                        failures++;                                                                \
+                }                                                                                  \
+        } while (0)
+
+/* Evaluates cond once (the calls checked have side effects). */
+#define REQUIRE(cond)                                                                              \
+        do {                                                                                       \
+                if (!(cond)) {                                                                     \
+                        fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__,      \
+                                #cond, errno, strerror(errno));                                    \
+                        exit(1);                                                                   \
+                }                                                                                  \
+        } while (0)
+
+static long now_ms(void)
+{
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* The next event of ch within ms, copied (and acknowledged); -1 on timeout. */
+static int next_event(struct rdma_event_channel *ch, int ms, struct rdma_cm_event *out)
+{
+        struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+        if (poll(&p, 1, ms) != 1)
+                return -1;
+        struct rdma_cm_event *e;
+        if (rdma_get_cm_event(ch, &e) != 0)
+                return -1;
+        *out = *e;
+        rdma_ack_cm_event(e);
+        return 0;
+}
+
+static struct sockaddr_in loopback(uint16_t port_be)
+{
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = port_be};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        return a;
+}
+
+static void make_qp(struct rdma_cm_id *id, struct ibv_pd **pd)
+{
+        if (!*pd)
+                *pd = ibv_alloc_pd(id->verbs);
+        REQUIRE(*pd);
+        struct ibv_qp_init_attr a = {
+            .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+            .qp_type = IBV_QPT_RC,
+        };
+        REQUIRE(rdma_create_qp(id, *pd, &a) == 0);
+}
+
+/* A listener on an ephemeral loopback port of ch; returns the port. */
+static uint16_t listen_on(struct rdma_event_channel *ch, struct rdma_cm_id **lid)
+{
+        REQUIRE(rdma_create_id(ch, lid, NULL, RDMA_PS_TCP) == 0);
+        struct sockaddr_in a = loopback(0);
+        REQUIRE(rdma_bind_addr(*lid, (struct sockaddr *)&a) == 0);
+        REQUIRE(rdma_listen(*lid, 64) == 0);
+        uint16_t port = rdma_get_src_port(*lid);
+        REQUIRE(port != 0);
+        return port;
+}
+
+/* Starts an asynchronous connect of a new id on ch to port. */
+static struct rdma_cm_id *start_connect(struct rdma_event_channel *ch, uint16_t port_be)
+{
+        struct rdma_cm_id *id;
+        REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+        struct sockaddr_in d = loopback(port_be);
+        REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&d, 2000) == 0);
+        return id;
+}
+
+/* Drives the client side of ch (ADDR -> ROUTE -> connect) and the server
+ * side of sch (accept every request) until `want` clients are established
+ * or the deadline passes. Returns the number established. */
+static int drive(struct rdma_event_channel *ch, struct rdma_event_channel *sch, struct ibv_pd **pd,
+                 struct rdma_cm_id **accepted, int want, long deadline, int *refused)
+{
+        int up = 0, nacc = 0;
+        while (up < want && now_ms() < deadline) {
+                struct rdma_cm_event e;
+                if (sch && next_event(sch, 0, &e) == 0) {
+                        if (e.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+                                make_qp(e.id, pd);
+                                struct rdma_conn_param cp = {.responder_resources = 1,
+                                                             .initiator_depth = 1};
+                                CHECK(rdma_accept(e.id, &cp) == 0);
+                                if (accepted && nacc < NCONN)
+                                        accepted[nacc++] = e.id;
+                        } else {
+                                CHECK(e.event == RDMA_CM_EVENT_ESTABLISHED);
+                                server_established++;
+                        }
+                }
+                if (next_event(ch, 10, &e) != 0)
+                        continue;
+                switch (e.event) {
+                case RDMA_CM_EVENT_ADDR_RESOLVED:
+                        CHECK(rdma_resolve_route(e.id, 2000) == 0);
+                        break;
+                case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+                        make_qp(e.id, pd);
+                        struct rdma_conn_param cp = {.responder_resources = 1,
+                                                     .initiator_depth = 1};
+                        CHECK(rdma_connect(e.id, &cp) == 0);
+                        break;
+                }
+                case RDMA_CM_EVENT_ESTABLISHED:
+                        up++;
+                        break;
+                case RDMA_CM_EVENT_REJECTED:
+                case RDMA_CM_EVENT_UNREACHABLE:
+                case RDMA_CM_EVENT_CONNECT_ERROR:
+                        if (refused)
+                                (*refused)++;
+                        return up;
+                default:
+                        fprintf(stderr, "unexpected event %s\n", rdma_event_str(e.event));
+                        failures++;
+                }
+        }
+        return up;
+}
+
+/* A child process: listens on a port it writes to fd, accepts one
+ * connection, then waits to be killed. */
+static pid_t vanishing_server(int fd)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid)
+                return pid;
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
+        if (getppid() == 1)
+                _exit(4);
+        struct rdma_event_channel *ch = rdma_create_event_channel();
+        REQUIRE(ch);
+        struct rdma_cm_id *lid;
+        uint16_t port = listen_on(ch, &lid);
+        if (write(fd, &port, sizeof(port)) != sizeof(port))
+                _exit(2);
+        struct ibv_pd *pd = NULL;
+        for (;;) {
+                struct rdma_cm_event e;
+                if (next_event(ch, 1000, &e) == 0 && e.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+                        make_qp(e.id, &pd);
+                        struct rdma_conn_param cp = {.responder_resources = 1,
+                                                     .initiator_depth = 1};
+                        if (rdma_accept(e.id, &cp) != 0)
+                                _exit(3);
+                }
+        }
+}
+
+int main(void)
+{
+        signal(SIGPIPE, SIG_IGN);
+        /* The peer to be killed is forked first: a process that already uses
+         * the device cannot fork a working one (as with verbs without fork
+         * support). */
+        int pfd[2];
+        REQUIRE(pipe(pfd) == 0);
+        pid_t child = vanishing_server(pfd[1]);
+        struct rdma_event_channel *sch = rdma_create_event_channel();
+        struct rdma_event_channel *cch = rdma_create_event_channel();
+        REQUIRE(sch && cch);
+        struct ibv_pd *spd = NULL, *cpd = NULL;
+
+        /* 1. NCONN connects at once to one listener. */
+        struct rdma_cm_id *lid;
+        uint16_t port = listen_on(sch, &lid);
+        struct rdma_cm_id *cid[NCONN], *acc[NCONN] = {0};
+        for (int i = 0; i < NCONN; i++)
+                cid[i] = start_connect(cch, port);
+        long t0 = now_ms();
+        int up = drive(cch, sch, &spd, acc, NCONN, t0 + 20000, NULL);
+        CHECK(up == NCONN);
+        fprintf(stderr, "%d of %d connections established in %ld ms\n", up, NCONN, now_ms() - t0);
+        /* The server's ESTABLISHED events. */
+        while (server_established < NCONN) {
+                struct rdma_cm_event e;
+                if (next_event(sch, 5000, &e) != 0)
+                        break;
+                if (e.event == RDMA_CM_EVENT_ESTABLISHED)
+                        server_established++;
+        }
+        CHECK(server_established == NCONN);
+
+        /* Everyone disconnects; both sides see DISCONNECTED. */
+        for (int i = 0; i < NCONN; i++)
+                CHECK(rdma_disconnect(cid[i]) == 0);
+        int cdis = 0, sdis = 0;
+        long end = now_ms() + 10000;
+        while ((cdis < NCONN || sdis < NCONN) && now_ms() < end) {
+                struct rdma_cm_event e;
+                if (next_event(cch, 10, &e) == 0 && e.event == RDMA_CM_EVENT_DISCONNECTED)
+                        cdis++;
+                if (next_event(sch, 0, &e) == 0 && e.event == RDMA_CM_EVENT_DISCONNECTED)
+                        sdis++;
+        }
+        CHECK(cdis == NCONN && sdis == NCONN);
+        for (int i = 0; i < NCONN; i++) {
+                rdma_destroy_qp(cid[i]);
+                CHECK(rdma_destroy_id(cid[i]) == 0);
+                if (acc[i]) {
+                        rdma_destroy_qp(acc[i]);
+                        CHECK(rdma_destroy_id(acc[i]) == 0);
+                }
+        }
+
+        /* 2. A destroyed id handed back: EINVAL, no crash. */
+        struct rdma_cm_id *stale = cid[0];
+        struct sockaddr_in d = loopback(port);
+        errno = 0;
+        CHECK(rdma_resolve_addr(stale, NULL, (struct sockaddr *)&d, 1000) == -1 && errno == EINVAL);
+        CHECK(rdma_destroy_id(stale) == -1 && errno == EINVAL);
+
+        /* 3. Nobody listens: refused, within the connect's retry grace. */
+        CHECK(rdma_destroy_id(lid) == 0);
+        struct rdma_cm_id *rid = start_connect(cch, port);
+        int refused = 0;
+        t0 = now_ms();
+        CHECK(drive(cch, NULL, &cpd, NULL, 1, t0 + 5000, &refused) == 0);
+        CHECK(refused == 1);
+        long refused_ms = now_ms() - t0;
+        CHECK(refused_ms < 3000);
+        fprintf(stderr, "connect to a closed port refused after %ld ms\n", refused_ms);
+        rdma_destroy_qp(rid);
+        CHECK(rdma_destroy_id(rid) == 0);
+
+        /* 4. A peer process killed while connected. */
+        uint16_t cport = 0;
+        REQUIRE(read(pfd[0], &cport, sizeof(cport)) == sizeof(cport));
+        struct rdma_cm_id *vid = start_connect(cch, cport);
+        CHECK(drive(cch, NULL, &cpd, NULL, 1, now_ms() + 10000, NULL) == 1);
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        t0 = now_ms();
+        int gone = 0;
+        while (!gone && now_ms() < t0 + 15000) {
+                struct rdma_cm_event e;
+                if (next_event(cch, 100, &e) == 0 && e.id == vid &&
+                    e.event == RDMA_CM_EVENT_DISCONNECTED)
+                        gone = 1;
+        }
+        CHECK(gone);
+        fprintf(stderr, "killed peer reported after %ld ms\n", now_ms() - t0);
+        rdma_destroy_qp(vid);
+        CHECK(rdma_destroy_id(vid) == 0);
+
+        rdma_destroy_event_channel(cch);
+        rdma_destroy_event_channel(sch);
+        if (failures) {
+                fprintf(stderr, "%d check(s) failed\n", failures);
+                return 1;
+        }
+        printf("ok\n");
+        return 0;
+}
