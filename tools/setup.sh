@@ -14,6 +14,7 @@ packages=(
         build-essential meson ninja-build pkg-config clang libclang-rt-14-dev llvm
         libisal-dev libcriterion-dev liburing-dev
         libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest libfabric-bin
+        python3-pyverbs
         iproute2 procps valgrind gnuplot-nox
 )
 
