@@ -322,8 +322,19 @@ int dwv_ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
         if (!cq || !dwv_ctx_is_ours(cq->context))
                 return real_ibv_resize_cq()(cq, cqe);
-        dw_warn("verbs: ibv_resize_cq: resizing CQs is not supported");
-        return EOPNOTSUPP;
+        if (cqe < 1) {
+                dw_warn("verbs: ibv_resize_cq(%d): at least one entry", cqe);
+                return EINVAL;
+        }
+        int err = diwarp_cq_resize(dwv_cq(cq)->d, cqe);
+        if (err < 0) {
+                dw_warn("verbs: ibv_resize_cq(%d): %s (more completions waiting, or above the "
+                        "device's max_cqe)",
+                        cqe, strerror(-err));
+                return -err;
+        }
+        cq->cqe = cqe;
+        return 0;
 }
 
 DWV_SYMVER(dwv_ibv_destroy_cq, ibv_destroy_cq, "IBVERBS_1.1");

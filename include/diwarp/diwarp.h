@@ -220,6 +220,9 @@ int diwarp_cq_create(struct diwarp_device *dev, int cqe, void *cq_context,
                      struct diwarp_comp_channel *channel, struct diwarp_cq **out);
 /* -EBUSY while a QP or SRQ still uses it. */
 int diwarp_cq_destroy(struct diwarp_cq *cq);
+/* Room for cqe completions (1..max_cqe); those waiting stay, in order.
+ * -EINVAL when cqe is out of range or below the completions waiting. */
+int diwarp_cq_resize(struct diwarp_cq *cq, int cqe);
 /* Returns the number of completions written (0..n) or -errno. Busy-polls: each
  * call runs a bounded progress step first. */
 int diwarp_cq_poll(struct diwarp_cq *cq, int n, struct diwarp_wc *wc);

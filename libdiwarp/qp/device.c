@@ -845,6 +845,17 @@ int diwarp_cq_destroy(struct diwarp_cq *c)
         return 0;
 }
 
+int diwarp_cq_resize(struct diwarp_cq *c, int cqe)
+{
+        struct dw_cq_obj *cq = dw_cq_of(c);
+        if (!cq || cqe < 1 || cqe > DW_MAX_CQE)
+                return -EINVAL;
+        pthread_mutex_lock(&cq->dev->lock);
+        int err = dw_cq_resize(&cq->cq, cqe);
+        pthread_mutex_unlock(&cq->dev->lock);
+        return err;
+}
+
 int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);

@@ -238,6 +238,24 @@ int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited)
         return 0;
 }
 
+int dw_cq_resize(struct dw_cq *cq, int cqe)
+{
+        if (!cq || cqe < 1 || (uint32_t)cqe < cq->count)
+                return -EINVAL;
+        struct diwarp_wc *ring = calloc((size_t)cqe, sizeof(*ring));
+        if (!ring)
+                return -ENOMEM;
+        uint32_t n = cq->count;
+        for (uint32_t i = 0, h = cq->head; i < n; i++, h = h + 1 == cq->cqe ? 0 : h + 1)
+                ring[i] = cq->ring[h];
+        free(cq->ring);
+        cq->ring = ring;
+        cq->cqe = (uint32_t)cqe;
+        cq->head = 0;
+        cq->tail = n == (uint32_t)cqe ? 0 : n;
+        return 0;
+}
+
 int dw_cq_pop(struct dw_cq *cq, int n, struct diwarp_wc *wc)
 {
         /* Cursor and count in locals: the stores to wc[] may alias *cq as far

@@ -92,6 +92,9 @@ void dw_cq_fini(struct dw_cq *cq);
  * caller raises DIWARP_EVENT_CQ_ERR). */
 int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited);
 /* Pops up to n completions, oldest first; returns how many (0..n). */
+/* Gives the ring room for cqe completions, keeping those it holds in order
+ * (ibv_resize_cq). -EINVAL if cqe < 1 or fewer than it holds; -ENOMEM. */
+int dw_cq_resize(struct dw_cq *cq, int cqe);
 int dw_cq_pop(struct dw_cq *cq, int n, struct diwarp_wc *wc);
 /* Arms for one event (see top). 0, or -EINVAL for a NULL cq. */
 int dw_cq_arm(struct dw_cq *cq, bool solicited_only);

@@ -132,6 +132,8 @@ int main(void)
         struct ibv_cq *cq = ibv_create_cq(ctx, 16, &cq_ctx_tag, ch, 0);
         REQUIRE(cq && cq->cqe >= 16 && cq->channel == ch);
         CHECK(ibv_create_cq(ctx, 16, NULL, ch, 5) == NULL && errno == EINVAL);
+        CHECK(ibv_resize_cq(cq, 64) == 0 && cq->cqe == 64);
+        CHECK(ibv_resize_cq(cq, 0) == EINVAL);
 
         /* No GRH on an Ethernet port: refused, as on RoCE, whatever the LID
          * (only librdmacm's rsocket service may name this device by LID 0). */

@@ -515,3 +515,33 @@ Test(async, purge_removes_events_of_destroyed_object)
         cr_assert(!readable(dw_async_queue_fd(&q)));
         dw_async_queue_fini(&q);
 }
+
+/* ibv_resize_cq: waiting completions survive in order, wherever the ring's
+ * head stood; never below what is waiting. */
+Test(cq, resize_keeps_waiting_completions_in_order)
+{
+        struct dw_cq cq;
+        struct diwarp_wc out[16];
+
+        cr_assert_eq(dw_cq_init(&cq, 4, NULL, NULL), 0);
+        /* head at slot 3: the waiting ones wrap around the end of the ring */
+        for (uint64_t i = 0; i < 3; i++)
+                cr_assert_eq(push_ok(&cq, i), 0);
+        cr_assert_eq(dw_cq_pop(&cq, 3, out), 3);
+        for (uint64_t i = 10; i < 13; i++)
+                cr_assert_eq(push_ok(&cq, i), 0);
+        cr_assert_eq(dw_cq_resize(&cq, 2), -EINVAL, "3 waiting do not fit in 2");
+        cr_assert_eq(dw_cq_resize(&cq, 0), -EINVAL);
+        cr_assert_eq(dw_cq_resize(&cq, 3), 0);
+        cr_assert(dw_cq_full(&cq));
+        cr_assert_eq(push_ok(&cq, 99), -EOVERFLOW);
+        cq.overflowed = false;
+        cr_assert_eq(dw_cq_resize(&cq, 16), 0);
+        for (uint64_t i = 13; i < 26; i++)
+                cr_assert_eq(push_ok(&cq, i), 0);
+        cr_assert(dw_cq_full(&cq));
+        cr_assert_eq(dw_cq_pop(&cq, 16, out), 16);
+        for (int i = 0; i < 16; i++)
+                cr_assert_eq(out[i].wr_id, 10u + (unsigned)i, "slot %d", i);
+        dw_cq_fini(&cq);
+}
