@@ -19,29 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
+
 #define NCONN 16
 
-static int failures;
 static int server_established; /* ESTABLISHED events seen on the server's channel */
-
-#define CHECK(cond)                                                                                \
-        do {                                                                                       \
-                if (!(cond)) {                                                                     \
-                        fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__,      \
-                                #cond, errno, strerror(errno));                                    \
-                        failures++;                                                                \
-                }                                                                                  \
-        } while (0)
-
-/* Evaluates cond once (the calls checked have side effects). */
-#define REQUIRE(cond)                                                                              \
-        do {                                                                                       \
-                if (!(cond)) {                                                                     \
-                        fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__,      \
-                                #cond, errno, strerror(errno));                                    \
-                        exit(1);                                                                   \
-                }                                                                                  \
-        } while (0)
 
 static long now_ms(void)
 {

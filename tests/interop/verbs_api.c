@@ -13,23 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-        do {                                                                                       \
-                if (!(cond)) {                                                                     \
-                        fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__,      \
-                                #cond, errno, strerror(errno));                                    \
-                        failures++;                                                                \
-                }                                                                                  \
-        } while (0)
-
-#define REQUIRE(cond)                                                                              \
-        do {                                                                                       \
-                CHECK(cond);                                                                       \
-                if (!(cond))                                                                       \
-                        exit(1);                                                                   \
-        } while (0)
+#include "check.h"
 
 enum { MSG = 256, GRH = 40, QKEY = 0x11111111 };
 
