@@ -58,7 +58,8 @@ static bool parse_prob(const char *s, const char *end, double *out)
         return true;
 }
 
-static bool parse_delay(const char *s, const char *end, uint32_t *out)
+/* A non-empty run of decimal digits [s, end) worth at most max. */
+static bool parse_decimal(const char *s, const char *end, uint64_t max, uint64_t *out)
 {
         uint64_t v = 0;
 
@@ -68,9 +69,19 @@ static bool parse_delay(const char *s, const char *end, uint32_t *out)
                 if (*c < '0' || *c > '9')
                         return false;
                 v = v * 10 + (uint64_t)(*c - '0');
-                if (v > DW_FAULT_MAX_DELAY_US)
+                if (v > max)
                         return false;
         }
+        *out = v;
+        return true;
+}
+
+static bool parse_delay(const char *s, const char *end, uint32_t *out)
+{
+        uint64_t v;
+
+        if (!parse_decimal(s, end, DW_FAULT_MAX_DELAY_US, &v))
+                return false;
         *out = (uint32_t)v;
         return true;
 }
@@ -78,7 +89,7 @@ static bool parse_delay(const char *s, const char *end, uint32_t *out)
 /* Bytes per second: digits with an optional k, m or g (powers of 1000). */
 static bool parse_rate(const char *s, const char *end, uint64_t *out)
 {
-        uint64_t v = 0, mul = 1;
+        uint64_t v, mul = 1;
 
         if (s == end)
                 return false;
@@ -91,15 +102,8 @@ static bool parse_rate(const char *s, const char *end, uint64_t *out)
                 mul = 1000000000;
         if (mul > 1)
                 end--;
-        if (s == end)
+        if (!parse_decimal(s, end, DW_FAULT_MAX_SLOWRX, &v))
                 return false;
-        for (const char *c = s; c < end; c++) {
-                if (*c < '0' || *c > '9')
-                        return false;
-                v = v * 10 + (uint64_t)(*c - '0');
-                if (v > DW_FAULT_MAX_SLOWRX)
-                        return false;
-        }
         if (v == 0 || v > DW_FAULT_MAX_SLOWRX / mul)
                 return false;
         *out = v * mul;
