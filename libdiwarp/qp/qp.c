@@ -201,7 +201,8 @@ static uint32_t dw_random_msn(const struct dw_qp *qp)
         return (uint32_t)x;
 }
 
-/* Discards WQEs without completions (transition to RESET). */
+/* Discards WQEs without completions, and the QP's completions still in its
+ * CQs (transition to RESET). */
 static void dw_qp_reset_queues(struct dw_qp *qp)
 {
         while (dw_wq_head(&qp->sq))
@@ -209,6 +210,10 @@ static void dw_qp_reset_queues(struct dw_qp *qp)
         while (dw_wq_head(&qp->rq))
                 dw_wq_pop(&qp->rq);
         qp->srq_cur_valid = false;
+        if (qp->send_cq)
+                dw_cq_purge_qp(qp->send_cq, qp->qpn);
+        if (qp->recv_cq && qp->recv_cq != qp->send_cq)
+                dw_cq_purge_qp(qp->recv_cq, qp->qpn);
         if (qp->tx_pending) {
                 qp->tx_pending = false;
                 dw_progress_tx_wait(qp->dev, false);

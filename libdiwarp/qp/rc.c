@@ -1,8 +1,10 @@
 /* RC transport: RDMAP over DDP over MPA over one TCP stream per QP.
  * See rc.h for the buffer layout and cm/README.md for the decisions. */
 #include "qp/rc.h"
+#include "qp/rc_local.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,6 +245,7 @@ static void reset_stream(struct dw_rc_conn *c)
         c->rtr_send_expected = false;
         c->comm_est = false;
         c->peer_closed = false;
+        c->tx_sent = c->batch_bytes = c->rx_done = 0;
 }
 
 static void rc_close_now(struct dw_rc_conn *c)
@@ -251,6 +254,8 @@ static void rc_close_now(struct dw_rc_conn *c)
 
         dw_rc_timer_del(dev, c);
         live_del(c);
+        dw_rc_end_unregister(c->end_slot);
+        c->end_slot = -1;
         if (c->fd >= 0) {
                 if (c->watched)
                         dw_progress_unwatch_fd(dev, c->fd);
@@ -345,6 +350,8 @@ static void fail_with_term(struct dw_rc_conn *c, bool send_term, uint8_t layer, 
                         memcpy(c->term.rdmap_hdr, rdmap_hdr, DW_RDMAP_RREQ_HDR_LEN);
                 }
                 c->term_pending = true;
+                if (c->end_slot >= 0)
+                        dw_rc_end_terminated(c->end_slot, c->rx_done);
                 qp->ctr.terminates_sent++;
                 qp->dev->ctr.terminates_sent++;
         }
@@ -498,6 +505,7 @@ static int add_fpdu(struct dw_rc_conn *c, const struct dw_rdmap_hdr *h, const vo
         c->iov[c->iov_cnt].iov_len = (size_t)tl;
         c->iov_cnt++;
         c->nslot++;
+        c->batch_bytes += hdrlen + paylen + (size_t)tl;
         c->qp->ctr.tx_packets++;
         c->qp->ctr.tx_bytes += hdrlen + paylen + (size_t)tl;
         return 0;
@@ -519,6 +527,13 @@ static void add_term(struct dw_rc_conn *c)
         }
         if (n >= 0)
                 add_fpdu(c, &h, ext, (size_t)n, NULL, 0, 0);
+}
+
+/* w's last FPDU is in the batch: it is finished once the batch is out. */
+static void mark_sent(struct dw_rc_conn *c, struct dw_wqe *w)
+{
+        c->done_end[c->ndone] = c->tx_sent + c->batch_bytes;
+        c->done_wqe[c->ndone++] = w;
 }
 
 /* Payload iovecs for [off, off+len) of the current WQE's resolved sources. */
@@ -727,7 +742,7 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
                 c->cur_off += seg;
                 if (last) {
                         c->msn_send++;
-                        c->done_wqe[c->ndone++] = w;
+                        mark_sent(c, w);
                         c->cur = NULL;
                 }
                 return 1;
@@ -736,7 +751,7 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
         case DIWARP_WR_RDMA_WRITE_WITH_IMM: {
                 if (c->cur_phase == 1) {
                         build_imm(c, w, false);
-                        c->done_wqe[c->ndone++] = w;
+                        mark_sent(c, w);
                         c->cur = NULL;
                         return 1;
                 }
@@ -755,7 +770,7 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
                         if (w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM) {
                                 c->cur_phase = 1;
                         } else {
-                                c->done_wqe[c->ndone++] = w;
+                                mark_sent(c, w);
                                 c->cur = NULL;
                         }
                 }
@@ -923,6 +938,7 @@ static void build_batch(struct dw_rc_conn *c)
 {
         c->nslot = 0;
         c->ndone = 0;
+        c->batch_bytes = 0;
         c->iov_pos = c->iov_cnt = 0;
 
         if (c->term_pending && !c->term_queued) {
@@ -949,10 +965,54 @@ static void build_batch(struct dw_rc_conn *c)
         }
 }
 
+/* The other end of the stream is in this process (rc_local.h): waits until
+ * it has consumed the stream through upto, driving it when its progress is
+ * idle, for at most DW_RC_LOCAL_WAIT_NS. Returns the offset where it
+ * terminated the stream, or DW_RC_END_NONE. */
+#define DW_RC_LOCAL_WAIT_NS (50u * 1000 * 1000)
+static int rc_rx(struct dw_rc_conn *c);
+static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
+{
+        uint64_t consumed, term_at = DW_RC_END_NONE, deadline = 0;
+        bool waiting;
+
+        dw_rc_end_set_waiting(c->end_slot, true);
+        while (dw_rc_end_peer_state(c->end_slot, &consumed, &term_at, &waiting) && !waiting &&
+               consumed < upto && term_at == DW_RC_END_NONE) {
+                bool locked;
+                struct dw_rc_conn *peer = dw_rc_end_lock_peer(c->end_slot, c->qp->dev, &locked);
+                if (peer) {
+                        rc_rx(peer);
+                        dw_rc_end_unlock_peer(peer, locked);
+                }
+                uint64_t now = dw_now_ns();
+                if (!deadline)
+                        deadline = now + DW_RC_LOCAL_WAIT_NS;
+                else if (now > deadline)
+                        break;
+                if (!peer)
+                        sched_yield();
+        }
+        dw_rc_end_set_waiting(c->end_slot, false);
+        return term_at;
+}
+
 static void batch_done(struct dw_rc_conn *c)
 {
+        uint64_t term_at = DW_RC_END_NONE;
+        bool sync = false;
+
+        for (int i = 0; i < c->ndone && c->end_slot >= 0; i++)
+                if (c->qp->sq_sig_all || (c->done_wqe[i]->send_flags & DIWARP_SEND_SIGNALED))
+                        sync = true;
+        if (sync && dw_rc_end_linked(c->end_slot))
+                term_at = local_peer_wait(c, c->done_end[c->ndone - 1]);
         for (int i = 0; i < c->ndone; i++) {
                 struct dw_wqe *w = c->done_wqe[i];
+                /* The other end terminated the stream before this WR's end:
+                 * it completes with the error its Terminate carries. */
+                if (c->done_end[i] > term_at)
+                        break;
                 w->status = DIWARP_WC_SUCCESS;
                 w->byte_len = (uint32_t)w->total_len;
                 w->flags |= DW_WQE_DONE;
@@ -1014,6 +1074,8 @@ static int rc_tx_locked(struct dw_rc_conn *c, size_t *writtenp)
                 if (cnt > DW_RC_IOV_MAX)
                         cnt = DW_RC_IOV_MAX;
                 ssize_t n = dw_tcp_writev(c->fd, c->iov + c->iov_pos, cnt);
+                if (n > 0)
+                        c->tx_sent += (size_t)n;
                 if (n == -EAGAIN) {
                         set_watch(c, true);
                         return work;
@@ -1201,8 +1263,11 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                             too_long
                                 ? (struct dw_term_error){DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
                                                          DW_TERM_DDP_U_MSG_TOO_LONG}
+                                /* Our own receive buffer failed: to the peer a
+                                 * Remote Operation Error of this stream (RFC 5040
+                                 * §7.2; InfiniBand's Remote Operational Error). */
                                 : (struct dw_term_error){DW_TERM_LAYER_RDMAP,
-                                                         DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+                                                         DW_TERM_RDMAP_REMOTE_OPERATION,
                                                          DW_TERM_RDMAP_CATASTROPHIC_STREAM};
                         rx_fail_recv(c, w,
                                      too_long ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR, te);
@@ -1220,7 +1285,20 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
 }
 
 /* The whole data segment (payload + trailer) is in: check CRC, then apply. */
+static void rx_data_place(struct dw_rc_conn *c);
+
+/* A data FPDU is whole: placed, and counted as consumed unless it failed. */
 static void rx_data_end(struct dw_rc_conn *c)
+{
+        rx_data_place(c);
+        if (c->rx_state != DW_RC_RX_STOP) {
+                c->rx_done += c->rx_fpdu_len;
+                if (c->end_slot >= 0)
+                        dw_rc_end_consumed(c->end_slot, c->rx_done);
+        }
+}
+
+static void rx_data_place(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
         const struct dw_rdmap_hdr *h = &c->rh;
@@ -1635,6 +1713,7 @@ static int rx_parse(struct dw_rc_conn *c)
         case DW_RDMAP_SEND_SE_INVAL: {
                 uint32_t hl = DW_MPA_HDR_LEN + dlen;
                 c->rx_payload = ulen - dlen;
+                c->rx_fpdu_len = (uint32_t)dw_mpa_fpdu_len(ulen, c->crc);
                 c->crc_state = 0;
                 if (c->crc)
                         c->crc_state = dw_crc32c_update(dw_crc32c_init(), p, hl);
@@ -1690,7 +1769,12 @@ static int rx_parse(struct dw_rc_conn *c)
                 c->rx_start += (uint32_t)fl;
                 c->rx_big = false;
                 rx_control(c, p + 2 + dlen, ulen - dlen);
-                return c->rx_state == DW_RC_RX_STOP ? -1 : 1;
+                if (c->rx_state == DW_RC_RX_STOP)
+                        return -1;
+                c->rx_done += fl;
+                if (c->end_slot >= 0)
+                        dw_rc_end_consumed(c->end_slot, c->rx_done);
+                return 1;
         }
         }
 }
@@ -1934,6 +2018,11 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                 return -ENOSPC;
         }
         live_add(c);
+        struct sockaddr_in local, remote;
+        socklen_t ll = sizeof(local), rl = sizeof(remote);
+        if (getsockname(fd, (struct sockaddr *)&local, &ll) == 0 && local.sin_family == AF_INET &&
+            getpeername(fd, (struct sockaddr *)&remote, &rl) == 0)
+                c->end_slot = dw_rc_end_register(qp->dev, c, &local, &remote);
         dw_info("RC QP %#x connected to %s (peer QP %#x, CRC %s, IRD %u, ORD %u)", qp->qpn,
                 dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num, c->crc ? "on" : "off",
                 c->ird, ord_limit(c));
@@ -1969,6 +2058,7 @@ int dw_rc_qp_init(struct dw_qp *qp)
         }
         c->qp = qp;
         c->fd = -1;
+        c->end_slot = -1;
         c->state = DW_RC_IDLE;
         reset_stream(c);
         qp->rc = c;

@@ -157,6 +157,14 @@ struct dw_rc_conn {
         struct dw_rc_conn *lnext, *lprev; /* device list of conns with an open stream */
         bool on_live_list;
         bool rx_short; /* the last read returned less than asked: the socket is drained */
+
+        /* ---- both ends in this process (rc_local.h) ---- */
+        int end_slot;                      /* -1: not registered */
+        uint64_t tx_sent;                  /* stream bytes written since attach */
+        uint64_t batch_bytes;              /* bytes of the batch being built */
+        uint64_t done_end[DW_RC_TX_BATCH]; /* stream offset after each done_wqe[] */
+        uint64_t rx_done;                  /* stream bytes consumed (whole FPDUs) */
+        uint32_t rx_fpdu_len;              /* wire length of the data FPDU being placed */
 };
 
 /* cm/ -> rc: the MPA exchange on fd is DONE for qp; the stream is now the

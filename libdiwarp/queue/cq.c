@@ -256,6 +256,24 @@ int dw_cq_resize(struct dw_cq *cq, int cqe)
         return 0;
 }
 
+uint32_t dw_cq_purge_qp(struct dw_cq *cq, uint32_t qpn)
+{
+        uint32_t kept = 0, n = cq->count, cqe = cq->cqe;
+        uint32_t src = cq->head, dst = cq->head;
+
+        for (uint32_t i = 0; i < n; i++, src = src + 1 == cqe ? 0 : src + 1) {
+                if (cq->ring[src].qp_num == qpn)
+                        continue;
+                if (dst != src)
+                        cq->ring[dst] = cq->ring[src];
+                dst = dst + 1 == cqe ? 0 : dst + 1;
+                kept++;
+        }
+        cq->count = kept;
+        cq->tail = dst;
+        return n - kept;
+}
+
 int dw_cq_pop(struct dw_cq *cq, int n, struct diwarp_wc *wc)
 {
         /* Cursor and count in locals: the stores to wc[] may alias *cq as far

@@ -91,11 +91,16 @@ void dw_cq_fini(struct dw_cq *cq);
  * -EOVERFLOW when full (the completion is lost, cq->overflowed is set; the
  * caller raises DIWARP_EVENT_CQ_ERR). */
 int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited);
-/* Pops up to n completions, oldest first; returns how many (0..n). */
 /* Gives the ring room for cqe completions, keeping those it holds in order
  * (ibv_resize_cq). -EINVAL if cqe < 1 or fewer than it holds; -ENOMEM. */
 int dw_cq_resize(struct dw_cq *cq, int cqe);
+/* Pops up to n completions, oldest first; returns how many (0..n). */
 int dw_cq_pop(struct dw_cq *cq, int n, struct diwarp_wc *wc);
+/* Removes the completions of QP qpn, keeping the others in order; returns
+ * how many went. A QP moved to RESET takes its completions with it, as
+ * hardware providers clean their CQs then: a program that restarts a QP
+ * after an error does not poll the flushes of its earlier life. */
+uint32_t dw_cq_purge_qp(struct dw_cq *cq, uint32_t qpn);
 /* Arms for one event (see top). 0, or -EINVAL for a NULL cq. */
 int dw_cq_arm(struct dw_cq *cq, bool solicited_only);
 /* Acknowledges nevents delivered events (ibv_ack_cq_events). No device lock. */

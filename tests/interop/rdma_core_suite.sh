@@ -2,26 +2,15 @@
 # rdma-core's own test suite (Debian python3-pyverbs, its tests under
 # /usr/share/doc/rdma-core/tests) under `diwarp run --dev diwarp0`: every test
 # that is not vendor-specific (mlx5, efa, CUDA) in a process of its own, so
-# that one crash cannot hide the rest. It passes when no test crashes, hangs
-# or errs, and no test fails but the known ones below, each listed with its
-# reason in verbs-provider/README.md ("rdma-core's test suite"). A known one
-# that passes is reported, not failed (its outcome depends on timing).
+# that one crash cannot hide the rest. It passes when no test crashes, hangs,
+# errs or fails; the skips are listed with their reasons in
+# verbs-provider/README.md ("rdma-core's test suite").
 . "$(dirname "$0")/lib.sh"
 
 src=/usr/share/doc/rdma-core/tests
 py=/usr/bin/python3 # pyverbs is a Debian package: the system interpreter
 [ -f "$src/run_tests.py" ] && "$py" -c 'import pyverbs' 2>/dev/null ||
         { echo "SKIP: python3-pyverbs not installed" >&2; exit 77; }
-
-# The ibv_rereg_mr traffic tests read the peer's memory as soon as the
-# requester's RDMA Write or Send completes: InfiniBand semantics (completion
-# after the responder's ACK), which an iWARP RC over TCP does not give.
-known_fail=(
-        tests.test_mr.MRTest.test_mr_rereg_access
-        tests.test_mr.MRTest.test_mr_rereg_access_bad_flow
-        tests.test_mr.MRTest.test_mr_rereg_addr
-        tests.test_mr.MRTest.test_mr_rereg_pd
-)
 
 suite=$TMPD/suite
 mkdir -p "$suite"
@@ -33,7 +22,7 @@ cd "$suite/tests" || fail "no copy of the suite"
 total=$(wc -l <"$TMPD/list")
 [ "$total" -gt 100 ] || fail "only $total tests listed"
 
-ok=0 skip=0 bad=0 known=0
+ok=0 skip=0 bad=0
 while read -r t; do
         log=$TMPD/$t.log
         timeout 120 "$DIWARP" run -- "$py" run_tests.py --dev diwarp0 -v "$t" >"$log" 2>&1
@@ -46,19 +35,10 @@ while read -r t; do
                 ok=$((ok + 1))
                 continue
         fi
-        case " ${known_fail[*]} " in
-        *" $t "*)
-                if [ $rc -eq 1 ] && grep -qE '^FAILED \((failures|errors)=1\)$' "$log"; then
-                        known=$((known + 1))
-                        echo "known failure: $t"
-                        continue
-                fi
-                ;;
-        esac
         bad=$((bad + 1))
         echo "--- $t: exit $rc" >&2
         tail -20 "$log" >&2
 done <"$TMPD/list"
-echo "rdma-core tests: $total run, $ok ok, $skip skipped, $known known failures, $bad unexpected"
+echo "rdma-core tests: $total run, $ok ok, $skip skipped, $bad failed"
 [ $bad -eq 0 ] || fail "$bad rdma-core test(s) failed, erred, crashed or hung"
 [ $ok -ge 40 ] || fail "only $ok tests passed"

@@ -95,6 +95,41 @@ Test(cq, pop_order_and_wraparound)
         dw_cq_fini(&cq);
 }
 
+/* A QP moved to RESET takes its completions out: the others stay, in order,
+ * wherever head and tail are on the ring. */
+Test(cq, purge_qp_keeps_others_in_order)
+{
+        for (int phase = 0; phase < 7; phase++) {
+                struct dw_cq cq;
+                struct diwarp_wc wc = mkwc(0, DIWARP_WC_SEND, DIWARP_WC_SUCCESS), out[8];
+
+                cr_assert_eq(dw_cq_init(&cq, 7, NULL, NULL), 0);
+                for (int i = 0; i < phase; i++) { /* move head and tail around */
+                        cr_assert_eq(push_ok(&cq, 100), 0);
+                        cr_assert_eq(dw_cq_pop(&cq, 1, out), 1);
+                }
+                for (uint64_t id = 0; id < 7; id++) {
+                        wc.wr_id = id;
+                        wc.qp_num = id % 3 == 1 ? 0x55 : 0x66;
+                        cr_assert_eq(dw_cq_push(&cq, &wc, false), 0);
+                }
+                cr_assert_eq(dw_cq_purge_qp(&cq, 0x55), 2); /* ids 1 and 4 */
+                cr_assert_eq(dw_cq_count(&cq), 5);
+                cr_assert_eq(dw_cq_purge_qp(&cq, 0x77), 0);
+                /* Room again for two, behind the survivors. */
+                wc.wr_id = 7;
+                cr_assert_eq(dw_cq_push(&cq, &wc, false), 0);
+                wc.wr_id = 8;
+                cr_assert_eq(dw_cq_push(&cq, &wc, false), 0);
+                cr_assert_eq(dw_cq_pop(&cq, 8, out), 7);
+                static const uint64_t want[] = {0, 2, 3, 5, 6, 7, 8};
+                for (int i = 0; i < 7; i++)
+                        cr_assert_eq(out[i].wr_id, want[i], "phase %d slot %d", phase, i);
+                cr_assert_eq(dw_cq_purge_qp(&cq, 0x66), 0); /* empty */
+                dw_cq_fini(&cq);
+        }
+}
+
 Test(cq, full_returns_eoverflow_and_keeps_contents)
 {
         struct dw_cq cq;
