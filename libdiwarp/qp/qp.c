@@ -854,7 +854,7 @@ static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr, i
 /* The bind fields of a BIND_MW WQE (no SGEs; the union fields of the WQE
  * reused): rkey = the window's new STag (its index, the WR's key byte),
  * remote_addr = first TO, compare_add = length, swap = the region's STag,
- * imm_data = the window's access, remote_qkey = the window kind expected. */
+ * imm_data = the window's access, invalidate_rkey = the window kind expected. */
 static void dw_wqe_set_bind(struct dw_wqe *w, const struct diwarp_send_wr *wr, int bind_kind)
 {
         const struct dw_mr *mw = (const struct dw_mr *)wr->wr.bind_mw.mw;
@@ -866,7 +866,7 @@ static void dw_wqe_set_bind(struct dw_wqe *w, const struct diwarp_send_wr *wr, i
         w->compare_add = wr->wr.bind_mw.bind_info.length;
         w->swap = wr->wr.bind_mw.bind_info.length && mr ? mr->stag : 0;
         w->imm_data = (uint32_t)wr->wr.bind_mw.bind_info.access;
-        w->remote_qkey = (uint32_t)bind_kind;
+        w->invalidate_rkey = (uint32_t)bind_kind;
 }
 
 enum diwarp_wc_status dw_qp_run_local_wqe(struct dw_qp *qp, struct dw_wqe *w, char *why,
@@ -889,7 +889,7 @@ enum diwarp_wc_status dw_qp_run_local_wqe(struct dw_qp *qp, struct dw_wqe *w, ch
             .access = (int)w->imm_data,
         };
         const char *reason = "refused";
-        if (dw_mw_bind(&qp->dev->mrs, (int)w->remote_qkey, qp->pd, qp->qpn, &b, &reason) == 0)
+        if (dw_mw_bind(&qp->dev->mrs, (int)w->invalidate_rkey, qp->pd, qp->qpn, &b, &reason) == 0)
                 return DIWARP_WC_SUCCESS;
         snprintf(why, why_len,
                  "bind of memory window STag %#x to region STag %#x [%#llx, +%llu): %s", b.new_stag,

@@ -1111,7 +1111,10 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                                                 DIWARP_ACCESS_REMOTE_WRITE, h->ddp.to, payload,
                                                 &host);
                 if (st != DW_PROT_OK) {
-                        fail_prot(c, st, DW_PROT_CTX_TAGGED_SINK, NULL, "RDMA Write sink");
+                        char what[80];
+                        snprintf(what, sizeof(what), "RDMA Write sink STag %#x TO %#llx len %zu",
+                                 h->ddp.stag, (unsigned long long)h->ddp.to, (size_t)payload);
+                        fail_prot(c, st, DW_PROT_CTX_TAGGED_SINK, NULL, what);
                         return -1;
                 }
                 if (payload) {
