@@ -143,18 +143,37 @@ static int read_status(struct pair *p, uint64_t raddr, uint32_t len, uint32_t rk
         return wc.status;
 }
 
-/* An RDMA Write then a Read on the same QP: the Read's response follows the
- * Write's placement in the stream. Returns the worse of the two statuses
- * (SUCCESS only if both succeeded). */
+/* An RDMA Write then a Read on the same QP, posted as one list (both are
+ * queued before any reply is processed): the Read's response follows the
+ * Write's placement in the stream, and a Terminate for a refused Write
+ * finds the Read outstanding if the Write has completed already (over TCP
+ * a Write completes once the stream has it). Returns the first non-success
+ * status of the two (SUCCESS only if both succeeded). */
 static int write_then_read(struct pair *p, uint64_t raddr, uint32_t len, uint32_t rkey,
                            uint64_t read_addr, uint32_t read_rkey)
 {
+        struct ibv_sge ws = {.addr = (uintptr_t)lbuf, .length = len, .lkey = lmr->lkey};
+        struct ibv_sge rs = {.addr = (uintptr_t)lbuf + BUF / 2, .length = 8, .lkey = lmr->lkey};
+        struct ibv_send_wr rd = {.wr_id = 2,
+                                 .sg_list = &rs,
+                                 .num_sge = 1,
+                                 .opcode = IBV_WR_RDMA_READ,
+                                 .send_flags = IBV_SEND_SIGNALED};
+        struct ibv_send_wr wr = {.wr_id = 1,
+                                 .next = &rd,
+                                 .sg_list = &ws,
+                                 .num_sge = 1,
+                                 .opcode = IBV_WR_RDMA_WRITE,
+                                 .send_flags = IBV_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = raddr;
+        wr.wr.rdma.rkey = rkey;
+        rd.wr.rdma.remote_addr = read_addr;
+        rd.wr.rdma.rkey = read_rkey;
+        struct ibv_send_wr *bad;
+        if (ibv_post_send(p->a, &wr, &bad) != 0)
+                return -1;
         struct ibv_wc wc[2];
         int st = IBV_WC_SUCCESS;
-        if (rdma(p->a, IBV_WR_RDMA_WRITE, 0, len, raddr, rkey) != 0)
-                return -1;
-        if (rdma(p->a, IBV_WR_RDMA_READ, BUF / 2, 8, read_addr, read_rkey) != 0)
-                return -1;
         for (int i = 0; i < 2; i++) {
                 if (poll1(p->cqa, &wc[i]) != 1)
                         return -1;
