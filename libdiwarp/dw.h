@@ -264,6 +264,13 @@ void dw_qp_complete_send(struct dw_qp *qp, enum diwarp_wc_status status, uint32_
 void dw_qp_complete_send_ve(struct dw_qp *qp, enum diwarp_wc_status status, uint32_t byte_len,
                             uint32_t vendor_err);
 
+/* Runs a send WQE that moves nothing on the wire, in its place in the SQ:
+ * Local Invalidate or Bind Memory Window. DIWARP_WC_SUCCESS, or the error
+ * status (LOC_PROT_ERR, MW_BIND_ERR) with a reason naming the STags in why;
+ * the transport completes the WQE and, on error, fails the QP. */
+enum diwarp_wc_status dw_qp_run_local_wqe(struct dw_qp *qp, struct dw_wqe *w, char *why,
+                                          size_t why_len);
+
 /* diwarp_qp_modify without taking the lock: the same checks, attribute
  * updates and transport side effects (dw_rc_qp_modify). cm/ moves natively
  * connected QPs through INIT -> RTR -> RTS with it. */

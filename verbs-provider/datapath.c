@@ -34,6 +34,39 @@ static_assert((int)IBV_SEND_INLINE == (int)DIWARP_SEND_INLINE, "send flags");
 static_assert((int)IBV_WC_RECV_RDMA_WITH_IMM == (int)DIWARP_WC_RECV_RDMA_WITH_IMM, "wc opcodes");
 static_assert((int)IBV_WC_GENERAL_ERR == (int)DIWARP_WC_GENERAL_ERR, "wc status");
 static_assert((int)IBV_WC_WITH_INV == (int)DIWARP_WC_WITH_INV, "wc flags");
+static_assert((int)IBV_WR_BIND_MW == (int)DIWARP_WR_BIND_MW, "opcodes");
+static_assert((int)IBV_WC_BIND_MW == (int)DIWARP_WC_BIND_MW, "wc opcodes");
+static_assert((int)IBV_WC_MW_BIND_ERR == (int)DIWARP_WC_MW_BIND_ERR, "wc status");
+static_assert((int)IBV_ACCESS_ZERO_BASED == (int)DIWARP_ACCESS_ZERO_BASED, "access flags");
+
+/* A bind WR (IBV_WR_BIND_MW, type 2 windows) names objects of this context. */
+static int dwv_conv_bind(struct ibv_qp *qp, const struct ibv_send_wr *s, struct diwarp_send_wr *d)
+{
+        struct ibv_mw *mw = s->bind_mw.mw;
+        struct ibv_mr *mr = s->bind_mw.bind_info.mr;
+        if (!mw || mw->context != qp->context || (mr && mr->context != qp->context)) {
+                dw_warn("verbs: QP %#x: ibv_post_send: bind WR %#llx: memory window and region "
+                        "must be objects of this context",
+                        qp->qp_num, (unsigned long long)s->wr_id);
+                return EINVAL;
+        }
+        d->num_sge = 0;
+        d->wr.bind_mw.mw = ((struct dwv_mw *)mw)->d;
+        d->wr.bind_mw.rkey = s->bind_mw.rkey;
+        d->wr.bind_mw.bind_info.mr = mr ? ((struct dwv_mr *)mr)->d : NULL;
+        d->wr.bind_mw.bind_info.addr = s->bind_mw.bind_info.addr;
+        d->wr.bind_mw.bind_info.length = s->bind_mw.bind_info.length;
+        d->wr.bind_mw.bind_info.access = (int)s->bind_mw.bind_info.mw_access_flags;
+        return 0;
+}
+
+/* A posted bind gives the window its new rkey (the window's index, the WR's
+ * key byte), as dwv_post_bind_mw does. */
+static void dwv_bind_posted(const struct ibv_send_wr *s)
+{
+        struct ibv_mw *mw = s->bind_mw.mw;
+        mw->rkey = (mw->rkey & ~0xffu) | (s->bind_mw.rkey & 0xffu);
+}
 
 /* Converts one WR; 0, or EINVAL for something only the provider can judge
  * (an AH of another context). The engine validates everything else. */
@@ -60,6 +93,8 @@ static int dwv_conv_send(struct ibv_qp *qp, const struct ibv_send_wr *s, struct 
                 d->wr.ud.ah = dwv_ah(ah)->d;
                 d->wr.ud.remote_qpn = s->wr.ud.remote_qpn;
                 d->wr.ud.remote_qkey = s->wr.ud.remote_qkey;
+        } else if (s->opcode == IBV_WR_BIND_MW) {
+                return dwv_conv_bind(qp, s, d);
         } else if (s->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
                    s->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
                 d->wr.atomic.remote_addr = s->wr.atomic.remote_addr;
@@ -93,9 +128,11 @@ static void dwv_post_failed(struct ibv_qp *qp, const char *verb, uint64_t wr_id,
 static int dwv_conv_failed(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr,
                            int err)
 {
-        dw_warn("verbs: QP %#x: ibv_post_send: WR %#llx: opcode %d without a valid AH of this "
-                "context (UD QPs take Sends only)",
-                qp->qp_num, (unsigned long long)wr->wr_id, wr->opcode);
+        if (wr->opcode != IBV_WR_BIND_MW) /* dwv_conv_bind said why */
+                dw_warn(
+                    "verbs: QP %#x: ibv_post_send: WR %#llx: opcode %d without a valid AH of this "
+                    "context (UD QPs take Sends only)",
+                    qp->qp_num, (unsigned long long)wr->wr_id, wr->opcode);
         if (bad_wr)
                 *bad_wr = wr;
         return err;
@@ -125,10 +162,16 @@ static __attribute__((noinline)) int dwv_post_send_list(struct ibv_qp *qp, struc
                         if (err < 0) {
                                 struct ibv_send_wr *b = dbad ? src[dbad - dw] : src[0];
                                 dwv_post_failed(qp, "ibv_post_send", b->wr_id, err);
+                                for (struct ibv_send_wr **p = src; *p != b; p++)
+                                        if ((*p)->opcode == IBV_WR_BIND_MW)
+                                                dwv_bind_posted(*p);
                                 if (bad_wr)
                                         *bad_wr = b;
                                 return -err;
                         }
+                        for (int i = 0; i < n; i++)
+                                if (src[i]->opcode == IBV_WR_BIND_MW)
+                                        dwv_bind_posted(src[i]);
                 }
                 if (conv_err)
                         return dwv_conv_failed(qp, wr, bad_wr, conv_err);
@@ -151,6 +194,8 @@ int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
                                 *bad_wr = wr;
                         return -err;
                 }
+                if (wr->opcode == IBV_WR_BIND_MW)
+                        dwv_bind_posted(wr);
                 return 0;
         }
         return dwv_post_send_list(qp, wr, bad_wr);

@@ -335,6 +335,9 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
         ctx->ops.post_send = dwv_post_send;
         ctx->ops.post_recv = dwv_post_recv;
         ctx->ops.post_srq_recv = dwv_post_srq_recv;
+        ctx->ops.alloc_mw = dwv_alloc_mw;
+        ctx->ops.dealloc_mw = dwv_dealloc_mw;
+        ctx->ops.bind_mw = dwv_bind_mw;
         pthread_mutex_init(&ctx->mutex, NULL);
         pthread_mutex_init(&c->objs_lock, NULL);
         c->qps.next = c->qps.prev = &c->qps;
@@ -342,6 +345,7 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
         c->srqs.next = c->srqs.prev = &c->srqs;
         c->pds.next = c->pds.prev = &c->pds;
         c->mrs.next = c->mrs.prev = &c->mrs;
+        c->mws.next = c->mws.prev = &c->mws;
         c->ahs.next = c->ahs.prev = &c->ahs;
         c->channels.next = c->channels.prev = &c->channels;
         return ctx;
@@ -394,12 +398,15 @@ static int dwv_fill_device_attr(struct dwv_context *c, struct ibv_device_attr *a
         a->hw_ver = d.hw_ver;
         a->max_qp = d.max_qp;
         a->max_qp_wr = d.max_qp_wr;
-        a->device_cap_flags = 0; /* no resize, no MW, no fast-reg: claim nothing we lack */
+        /* Memory windows: type 1 and type 2B (bound to a QP and its PD).
+         * Nothing else (no fast-register, no QP resize): claim nothing we lack. */
+        a->device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
         a->max_sge = d.max_sge;
         a->max_sge_rd = d.max_sge;
         a->max_cq = d.max_cq;
         a->max_cqe = d.max_cqe;
         a->max_mr = d.max_mr;
+        a->max_mw = d.max_mw;
         a->max_pd = d.max_pd;
         a->max_qp_rd_atom = d.max_qp_rd_atom;
         a->max_res_rd_atom = d.max_res_rd_atom;

@@ -238,6 +238,112 @@ int dwv_ibv_dereg_mr(struct ibv_mr *mr)
         return 0;
 }
 
+/* ---- memory windows -------------------------------------------------------
+ * ibv_alloc_mw, ibv_dealloc_mw and ibv_bind_mw are inline in verbs.h and reach
+ * these through ibv_context.ops; libibverbs exports nothing for windows. */
+
+struct ibv_mw *dwv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+        if (!pd || !dwv_ctx_is_ours(pd->context))
+                return dwv_fail(-EINVAL);
+        if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
+                dw_warn("verbs: ibv_alloc_mw: type %d: diwarp0 has types 1 and 2", (int)type);
+                return dwv_fail(-EINVAL);
+        }
+        struct dwv_mw *m = calloc(1, sizeof(*m));
+        if (!m)
+                return dwv_fail(-ENOMEM);
+        int err = diwarp_mw_alloc(dwv_pd(pd)->d, (enum diwarp_mw_type)type, &m->d);
+        struct diwarp_mw_info info;
+        if (err == 0)
+                err = diwarp_mw_info(m->d, &info);
+        if (err < 0) {
+                dw_warn("verbs: ibv_alloc_mw(type %d): %s", (int)type, strerror(-err));
+                if (m->d)
+                        diwarp_mw_dealloc(m->d);
+                free(m);
+                return dwv_fail(err);
+        }
+        m->mw.context = pd->context;
+        m->mw.pd = pd;
+        m->mw.rkey = info.rkey;
+        m->mw.handle = dwv_next_handle(dwv_ctx(pd->context));
+        m->mw.type = type;
+        dwv_link_add(dwv_ctx(pd->context), &dwv_ctx(pd->context)->mws, &m->link);
+        return &m->mw;
+}
+
+int dwv_dealloc_mw(struct ibv_mw *mw)
+{
+        if (!mw || !dwv_ctx_is_ours(mw->context))
+                return dwv_errno(-EINVAL);
+        struct dwv_mw *m = (struct dwv_mw *)mw;
+        int err = diwarp_mw_dealloc(m->d);
+        if (err < 0) {
+                dw_warn("verbs: ibv_dealloc_mw(rkey %#x): %s", mw->rkey, strerror(-err));
+                return dwv_errno(err);
+        }
+        dwv_link_del(dwv_ctx(mw->context), &m->link);
+        free(m);
+        return 0;
+}
+
+int dwv_post_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
+                     const struct ibv_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
+{
+        if (!qp || !mw || !info || !dwv_ctx_is_ours(qp->context) || mw->context != qp->context ||
+            (info->mr && info->mr->context != qp->context)) {
+                dw_warn("verbs: QP %#x: bind of memory window WR %#llx: window, QP and region "
+                        "must be objects of one diwarp0 context",
+                        qp ? qp->qp_num : 0, (unsigned long long)wr_id);
+                return dwv_errno(-EINVAL);
+        }
+        struct diwarp_mw_bind_info b = {
+            .mr = info->mr ? ((struct dwv_mr *)info->mr)->d : NULL,
+            .addr = info->addr,
+            .length = info->length,
+            .access = (int)info->mw_access_flags,
+        };
+        struct dwv_mw *m = (struct dwv_mw *)mw;
+        int err;
+        if (mw->type == IBV_MW_TYPE_1) {
+                err = diwarp_mw_bind(dwv_qp(qp)->d, m->d, rkey, &b, wr_id, send_flags);
+        } else {
+                struct diwarp_send_wr wr = {
+                    .wr_id = wr_id,
+                    .opcode = DIWARP_WR_BIND_MW,
+                    .send_flags = send_flags,
+                };
+                wr.wr.bind_mw.mw = m->d;
+                wr.wr.bind_mw.rkey = rkey;
+                wr.wr.bind_mw.bind_info = b;
+                err = diwarp_post_send(dwv_qp(qp)->d, &wr, NULL);
+        }
+        if (err < 0) {
+                if (err != -ENOMEM)
+                        dw_warn("verbs: QP %#x: bind of memory window rkey %#x (type %d) to "
+                                "[%#llx, +%llu): %s",
+                                qp->qp_num, mw->rkey, (int)mw->type, (unsigned long long)info->addr,
+                                (unsigned long long)info->length, strerror(-err));
+                return dwv_errno(err);
+        }
+        /* The window's index with the new key byte: the rkey it has once the
+         * bind has run (the engine keeps the index bits). */
+        mw->rkey = (mw->rkey & ~0xffu) | (rkey & 0xffu);
+        return 0;
+}
+
+int dwv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind)
+{
+        if (!mw || !mw_bind)
+                return dwv_errno(-EINVAL);
+        if (mw->type != IBV_MW_TYPE_1)
+                return dwv_errno(-EINVAL);
+        /* As hardware providers do: the next key of the window's rkey. */
+        return dwv_post_bind_mw(qp, mw, ibv_inc_rkey(mw->rkey), &mw_bind->bind_info, mw_bind->wr_id,
+                                mw_bind->send_flags);
+}
+
 /* ---- completion channels and CQs ---------------------------------------- */
 
 DWV_SYMVER(dwv_ibv_create_comp_channel, ibv_create_comp_channel, "IBVERBS_1.0");
@@ -996,6 +1102,7 @@ int dwv_release_all(struct dwv_context *c)
         }
         DWV_DRAIN(&c->qps, struct dwv_qp, dwv_ibv_destroy_qp(&o->qpx.qp_base))
         DWV_DRAIN(&c->ahs, struct dwv_ah, dwv_ibv_destroy_ah(&o->ah))
+        DWV_DRAIN(&c->mws, struct dwv_mw, dwv_dealloc_mw(&o->mw))
         DWV_DRAIN(&c->mrs, struct dwv_mr, dwv_ibv_dereg_mr(&o->mr))
         DWV_DRAIN(&c->srqs, struct dwv_srq, dwv_ibv_destroy_srq(&o->srq))
         /* Events handed out but never acknowledged would block the destroy. */

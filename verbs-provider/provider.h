@@ -62,7 +62,7 @@ struct dwv_context {
          * async-event lookup (qps, cqs, srqs) and for ibv_close_device,
          * which releases what the program left (dwv_release_all). */
         pthread_mutex_t objs_lock;
-        struct dwv_obj_link qps, cqs, srqs, pds, mrs, ahs, channels;
+        struct dwv_obj_link qps, cqs, srqs, pds, mrs, mws, ahs, channels;
         uint32_t next_handle;
         /* The context rdmacm.c opened for every rdma_cm id: programs close
          * id->verbs at exit (perftest -R) while rdma_cm still uses it, so
@@ -96,6 +96,12 @@ struct dwv_pd {
 struct dwv_mr {
         struct ibv_mr mr;
         struct diwarp_mr *d;
+        struct dwv_obj_link link;
+};
+
+struct dwv_mw {
+        struct ibv_mw mw;
+        struct diwarp_mw *d;
         struct dwv_obj_link link;
 };
 
@@ -177,6 +183,17 @@ int dwv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int dwv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int dwv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int dwv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+
+/* ---- memory windows (objects.c): ibv_context ops -------------------------- */
+struct ibv_mw *dwv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int dwv_dealloc_mw(struct ibv_mw *mw);
+int dwv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+/* Posts one bind of mw (type 1 or 2) on qp's send queue, the window taking
+ * rkey's key byte: the legacy paths (ibv_bind_mw, IBV_WR_BIND_MW) share it,
+ * and an extended QP's wr_bind_mw can call it. On success mw->rkey is the
+ * window's new rkey. 0 or a positive errno (and errno set). */
+int dwv_post_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
+                     const struct ibv_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags);
 
 /* ---- queries (device.c), also used as verbs_context ops ------------------ */
 int dwv_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,

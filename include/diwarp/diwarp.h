@@ -31,6 +31,7 @@ const char *diwarp_version(void);
 struct diwarp_device;
 struct diwarp_pd;
 struct diwarp_mr;
+struct diwarp_mw;
 struct diwarp_cq;
 struct diwarp_comp_channel;
 struct diwarp_qp;
@@ -88,6 +89,7 @@ struct diwarp_device_attr {
         uint32_t max_msg_size_rc;
         uint32_t max_msg_size_ud;
         bool atomics;
+        int max_mw; /* memory windows share the STag table with regions */
 };
 
 int diwarp_device_query(struct diwarp_device *dev, struct diwarp_device_attr *attr);
@@ -149,6 +151,62 @@ enum diwarp_rereg_flags {
 int diwarp_mr_rereg(struct diwarp_mr *mr, int flags, struct diwarp_pd *pd, void *addr,
                     size_t length, uint64_t iova, int access);
 
+/* ---- memory windows (RFC 5040; the verbs' MW types 1 and 2B) -----------
+ *
+ * A window is an STag of its own for a subrange of a region registered with
+ * DIWARP_ACCESS_MW_BIND, with its own remote rights; it grants remote access
+ * only (never an lkey). Every remote access through it is checked against
+ * its bounds and rights and against the region, which must still be valid.
+ * A bind runs in order on the send queue of the QP it is posted on and
+ * completes there (DIWARP_WC_BIND_MW; a refused bind: DIWARP_WC_MW_BIND_ERR,
+ * and the QP goes to error). Each bind gives the window the key byte of the
+ * rkey it names (with the window's own index), which must differ from the
+ * current key: every STag handed out before dies.
+ *
+ * Type 1: bound with diwarp_mw_bind, belongs to its PD (any QP of the PD
+ * serves it); a zero-length bind unbinds it; Local Invalidate and Send with
+ * Invalidate refuse it ("STag cannot be invalidated").
+ * Type 2: bound with a DIWARP_WR_BIND_MW work request, to the QP that posts
+ * it (the only QP it serves, type 2B); Local Invalidate on that QP or a
+ * Send with Invalidate arriving on it unbinds it; it must be unbound before
+ * it is bound again. It is unbound when that QP is destroyed.
+ *
+ * diwarp_mr_dereg and diwarp_mr_rereg of a region with bound windows:
+ * -EBUSY, as on hardware. */
+enum diwarp_mw_type {
+        DIWARP_MW_TYPE_1 = 1,
+        DIWARP_MW_TYPE_2 = 2,
+};
+
+struct diwarp_mw_bind_info {
+        struct diwarp_mr *mr; /* NULL allowed with length 0 */
+        uint64_t addr;        /* first TO of the window, in the region's TOs */
+        uint64_t length;      /* 0: unbind */
+        int access;           /* DIWARP_ACCESS_REMOTE_*, ZERO_BASED; LOCAL_WRITE ignored */
+};
+
+struct diwarp_mw_info {
+        uint32_t rkey; /* current STag: index << 8 | key */
+        enum diwarp_mw_type type;
+        bool bound;
+        uint64_t addr; /* bound: first TO (0 with ZERO_BASED) */
+        uint64_t length;
+        int access;
+};
+
+/* -EINVAL (bad type), -ENOMEM (no STag left). The window starts unbound. */
+int diwarp_mw_alloc(struct diwarp_pd *pd, enum diwarp_mw_type type, struct diwarp_mw **out);
+/* Frees a window, bound or not; its STag dies at once. A bind still queued
+ * for it then fails. */
+int diwarp_mw_dealloc(struct diwarp_mw *mw);
+int diwarp_mw_info(const struct diwarp_mw *mw, struct diwarp_mw_info *info);
+/* Posts the bind of a type 1 window on qp's send queue (as ibv_bind_mw):
+ * the window takes rkey's key byte when the bind runs. send_flags:
+ * DIWARP_SEND_SIGNALED, DIWARP_SEND_FENCE. -EINVAL (not a type 1 window of
+ * this device, QP state, a region of another device), -ENOMEM (queue full). */
+int diwarp_mw_bind(struct diwarp_qp *qp, struct diwarp_mw *mw, uint32_t rkey,
+                   const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags);
+
 /* ---- completion queues ------------------------------------------------ */
 
 enum diwarp_wc_status {
@@ -157,6 +215,7 @@ enum diwarp_wc_status {
         DIWARP_WC_LOC_QP_OP_ERR = 2,
         DIWARP_WC_LOC_PROT_ERR = 4,
         DIWARP_WC_WR_FLUSH_ERR = 5,
+        DIWARP_WC_MW_BIND_ERR = 6,
         DIWARP_WC_BAD_RESP_ERR = 7,
         DIWARP_WC_LOC_ACCESS_ERR = 8,
         DIWARP_WC_REM_INV_REQ_ERR = 9,
@@ -179,6 +238,7 @@ enum diwarp_wc_opcode {
         DIWARP_WC_RDMA_READ = 2,
         DIWARP_WC_COMP_SWAP = 3,
         DIWARP_WC_FETCH_ADD = 4,
+        DIWARP_WC_BIND_MW = 5,
         DIWARP_WC_LOCAL_INV = 6,
         DIWARP_WC_RECV = 1 << 7,
         DIWARP_WC_RECV_RDMA_WITH_IMM = (1 << 7) + 1,
@@ -347,6 +407,7 @@ enum diwarp_wr_opcode {
         DIWARP_WR_ATOMIC_CMP_AND_SWP = 5,
         DIWARP_WR_ATOMIC_FETCH_AND_ADD = 6,
         DIWARP_WR_LOCAL_INV = 7,
+        DIWARP_WR_BIND_MW = 8, /* type 2 windows; type 1: diwarp_mw_bind */
         DIWARP_WR_SEND_WITH_INV = 9,
 };
 
@@ -382,6 +443,11 @@ struct diwarp_send_wr {
                         uint32_t remote_qpn;
                         uint32_t remote_qkey;
                 } ud;
+                struct {
+                        struct diwarp_mw *mw;
+                        uint32_t rkey; /* its key byte is the window's new key */
+                        struct diwarp_mw_bind_info bind_info;
+                } bind_mw;
         } wr;
 };
 

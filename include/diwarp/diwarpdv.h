@@ -18,15 +18,17 @@
  *            optional: remote rights the QP grants) -> RTR -> RTS, as UD.
  *   post:    opcodes SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE,
  *            RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_FETCH_AND_ADD,
- *            ATOMIC_CMP_AND_SWP, LOCAL_INV. Addressing is UD-like:
+ *            ATOMIC_CMP_AND_SWP, LOCAL_INV, BIND_MW (a type 2 window, then
+ *            served by this QP for every peer; diwarp_mw_bind for type 1;
+ *            both through diwarp_post_send only). Addressing is UD-like:
  *            wr.wr.ud.ah (from diwarp_ah_create), wr.wr.ud.remote_qpn and
  *            wr.wr.ud.remote_qkey (high bit set: use the QP's own qkey), posted
  *            with diwarp_post_send. RDMA and atomic WRs need the remote buffer
  *            too, and wr.wr is a union: post them with diwarpdv_post_send_rd,
  *            which takes the destination (ah, remote QPN, qkey) beside the WR
  *            chain and reads wr.wr.rdma / wr.wr.atomic exactly as on RC. It
- *            accepts every opcode (for Sends the destination argument wins
- *            over wr.wr.ud).
+ *            accepts every opcode but BIND_MW (for Sends the destination
+ *            argument wins over wr.wr.ud).
  *   sizes:   messages up to 2 GiB; they are cut into segments that fit the
  *            route's MTU to the peer (at most DIWARP_UDP_MTU; 64 KiB datagrams
  *            over loopback, 1472 bytes over Ethernet) and placed directly by

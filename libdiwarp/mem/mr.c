@@ -113,13 +113,10 @@ static void mr_place(struct dw_mr *mr, void *addr, size_t len, uint64_t iova, in
         mr->valid = true;
 }
 
-int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t len, uint64_t iova,
-                   int access, struct dw_mr **out)
+/* Takes the next free slot with a fresh key for pd: the common part of
+ * registering a region and allocating a window. */
+static int slot_take(struct dw_mr_table *t, struct dw_pd *pd, uint8_t kind, struct dw_mr **out)
 {
-        if (!t || !t->slots || !pd || !out)
-                return -EINVAL;
-        if (!mr_args_ok(addr, len, &iova, access))
-                return -EINVAL;
         if (t->free_head == 0)
                 return -ENOMEM;
 
@@ -141,7 +138,10 @@ int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t l
         mr->next_free = 0;
         mr->stag = idx << 8 | key;
         mr->pd = pd;
-        mr_place(mr, addr, len, iova, access);
+        mr->kind = kind;
+        mr->nbound = 0;
+        mr->parent = 0;
+        mr->qpn = 0;
         mr->in_use = true;
         t->count++;
         pd->use_count++;
@@ -149,13 +149,39 @@ int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t l
         return 0;
 }
 
-static bool mr_is_registered(const struct dw_mr_table *t, const struct dw_mr *mr)
+int dw_mr_register(struct dw_mr_table *t, struct dw_pd *pd, void *addr, size_t len, uint64_t iova,
+                   int access, struct dw_mr **out)
+{
+        if (!t || !t->slots || !pd || !out)
+                return -EINVAL;
+        if (!mr_args_ok(addr, len, &iova, access))
+                return -EINVAL;
+        struct dw_mr *mr;
+        int rc = slot_take(t, pd, DW_STAG_MR, &mr);
+        if (rc)
+                return rc;
+        mr_place(mr, addr, len, iova, access);
+        *out = mr;
+        return 0;
+}
+
+static bool slot_is_live(const struct dw_mr_table *t, const struct dw_mr *mr)
 {
         if (!t || !t->slots || !mr || mr <= t->slots || mr > t->slots + t->max)
                 return false;
         if ((size_t)((const char *)mr - (const char *)t->slots) % sizeof(*mr) != 0)
                 return false;
         return mr->in_use;
+}
+
+static bool mr_is_registered(const struct dw_mr_table *t, const struct dw_mr *mr)
+{
+        return slot_is_live(t, mr) && mr->kind == DW_STAG_MR;
+}
+
+static bool is_window(const struct dw_mr *mr)
+{
+        return mr->kind == DW_STAG_MW1 || mr->kind == DW_STAG_MW2;
 }
 
 int dw_mr_rereg(struct dw_mr_table *t, struct dw_mr *mr, int flags, struct dw_pd *pd, void *addr,
@@ -166,6 +192,9 @@ int dw_mr_rereg(struct dw_mr_table *t, struct dw_mr *mr, int flags, struct dw_pd
                 return -EINVAL;
         if ((flags & DW_MR_REREG_PD) && !pd)
                 return -EINVAL;
+        /* Bound windows name this region's bounds, PD and memory. */
+        if (mr->nbound)
+                return -EBUSY;
         if (!(flags & DW_MR_REREG_TRANSLATION)) {
                 addr = mr->addr;
                 len = mr->length;
@@ -189,10 +218,9 @@ int dw_mr_rereg(struct dw_mr_table *t, struct dw_mr *mr, int flags, struct dw_pd
         return 0;
 }
 
-int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr)
+/* Returns a slot to the free list (the tail: reused as late as possible). */
+static void slot_free(struct dw_mr_table *t, struct dw_mr *mr)
 {
-        if (!mr_is_registered(t, mr))
-                return -EINVAL;
         uint32_t idx = (uint32_t)(mr - t->slots);
 
         dw_pd_put(mr->pd);
@@ -205,6 +233,10 @@ int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr)
         mr->length = 0;
         mr->iova = 0;
         mr->access = 0;
+        mr->kind = DW_STAG_MR;
+        mr->nbound = 0;
+        mr->parent = 0;
+        mr->qpn = 0;
         mr->next_free = 0;
         if (t->free_tail)
                 t->slots[t->free_tail].next_free = idx;
@@ -212,6 +244,18 @@ int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr)
                 t->free_head = idx;
         t->free_tail = idx;
         t->count--;
+}
+
+int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr)
+{
+        if (!mr_is_registered(t, mr))
+                return -EINVAL;
+        /* Decision (mem/README.md): refused while windows are bound, as
+         * hardware refuses it; the program unbinds, invalidates or frees
+         * them first. */
+        if (mr->nbound)
+                return -EBUSY;
+        slot_free(t, mr);
         return 0;
 }
 
@@ -227,27 +271,11 @@ struct dw_mr *dw_mr_lookup(struct dw_mr_table *t, uint32_t stag)
         return mr;
 }
 
-/* Shared by the remote and local checks; they differ only in which access
- * bits the caller may ask for. */
-static enum dw_prot_status check(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd,
-                                 int needed_access, uint64_t to, uint64_t len, uint8_t **host_addr)
+/* TO wrap and bounds of [to, to+len) against a region or bound window; on
+ * success the host address of byte TO. */
+static enum dw_prot_status check_range(const struct dw_mr *mr, uint64_t to, uint64_t len,
+                                       uint8_t **host_addr)
 {
-        if (host_addr)
-                *host_addr = NULL;
-        /* Zero length touches no memory: allowed without looking at the
-         * STag, as peers send zero-length Reads/Writes with any STag. */
-        if (len == 0)
-                return DW_PROT_OK;
-
-        struct dw_mr *mr = dw_mr_lookup(t, stag);
-        if (!mr)
-                return DW_PROT_INVALID_STAG;
-        if (!mr->valid)
-                return DW_PROT_INVALIDATED;
-        if (mr->pd != pd)
-                return DW_PROT_PD_MISMATCH;
-        if ((mr->access & needed_access) != needed_access)
-                return DW_PROT_ACCESS;
         if (len > UINT64_MAX - to)
                 return DW_PROT_TO_WRAP;
         /* [to, to+len) within [iova, iova+length); no sum can overflow:
@@ -262,42 +290,230 @@ static enum dw_prot_status check(struct dw_mr_table *t, uint32_t stag, const str
         return DW_PROT_OK;
 }
 
+/* A window's region: live, still a region, and not invalidated. While a
+ * window is bound its region can be neither deregistered nor re-registered
+ * (-EBUSY), but it can be invalidated. */
+static const struct dw_mr *window_parent(struct dw_mr_table *t, const struct dw_mr *mw)
+{
+        const struct dw_mr *p = dw_mr_lookup(t, mw->parent);
+        return p && p->kind == DW_STAG_MR && p->valid ? p : NULL;
+}
+
+/* Shared by the remote and local checks. */
+static enum dw_prot_status check(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd,
+                                 bool remote, uint32_t qpn, int needed_access, uint64_t to,
+                                 uint64_t len, uint8_t **host_addr)
+{
+        if (host_addr)
+                *host_addr = NULL;
+        /* Zero length touches no memory: allowed without looking at the
+         * STag, as peers send zero-length Reads/Writes with any STag. */
+        if (len == 0)
+                return DW_PROT_OK;
+
+        struct dw_mr *mr = dw_mr_lookup(t, stag);
+        if (!mr)
+                return DW_PROT_INVALID_STAG;
+        if (is_window(mr)) {
+                /* A window grants remote access only (its STag is no lkey). */
+                if (!remote)
+                        return DW_PROT_INVALID_STAG;
+                if (!mr->valid)
+                        return DW_PROT_INVALIDATED;
+                if (mr->pd != pd || (mr->kind == DW_STAG_MW2 && mr->qpn != qpn))
+                        return DW_PROT_PD_MISMATCH;
+                if ((mr->access & needed_access) != needed_access)
+                        return DW_PROT_ACCESS;
+                if (!window_parent(t, mr))
+                        return DW_PROT_INVALIDATED;
+                return check_range(mr, to, len, host_addr);
+        }
+        if (!mr->valid)
+                return DW_PROT_INVALIDATED;
+        if (mr->pd != pd)
+                return DW_PROT_PD_MISMATCH;
+        if ((mr->access & needed_access) != needed_access)
+                return DW_PROT_ACCESS;
+        return check_range(mr, to, len, host_addr);
+}
+
 /* dw_mr_check_remote / dw_mr_check_local (mr.h) test the common case inline
  * and come here for everything else. */
 enum dw_prot_status dw_mr_check_full(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd,
-                                     int needed_access, uint64_t to, uint64_t len,
-                                     uint8_t **host_addr)
+                                     bool remote, uint32_t qpn, int needed_access, uint64_t to,
+                                     uint64_t len, uint8_t **host_addr)
 {
-        return check(t, stag, pd, needed_access, to, len, host_addr);
+        return check(t, stag, pd, remote, qpn, needed_access, to, len, host_addr);
+}
+
+/* A bound window leaves its region (unbind, invalidation, dealloc). */
+static void window_unbind(struct dw_mr_table *t, struct dw_mr *mw)
+{
+        if (!mw->valid)
+                return;
+        struct dw_mr *p = dw_mr_lookup(t, mw->parent);
+        if (p && p->kind == DW_STAG_MR && p->nbound)
+                p->nbound--;
+        if (mw->kind == DW_STAG_MW2 && t->mw2_bound)
+                t->mw2_bound--;
+        mw->valid = false;
+        mw->parent = 0;
+        mw->qpn = 0;
+        mw->addr = NULL;
+        mw->length = 0;
+        mw->iova = 0;
+        mw->access = 0;
 }
 
 enum dw_prot_status dw_mr_invalidate_status(struct dw_mr_table *t, uint32_t stag,
-                                            const struct dw_pd *pd)
+                                            const struct dw_pd *pd, uint32_t qpn)
 {
         struct dw_mr *mr = dw_mr_lookup(t, stag);
 
         if (!mr)
                 return DW_PROT_INVALID_STAG;
+        /* A type 1 window is unbound by a zero-length bind, never by an
+         * invalidation (RFC 5040 §6.10: "STag cannot be invalidated"). */
+        if (mr->kind == DW_STAG_MW1)
+                return DW_PROT_NOT_INVALIDATABLE;
         if (!mr->valid)
                 return DW_PROT_INVALIDATED;
         /* RFC 5040: the STag must belong to the PD of the stream that
          * carries the Send with Invalidate (or of the QP posting the Local
-         * Invalidate); otherwise nothing changes. */
-        if (mr->pd != pd)
+         * Invalidate); otherwise nothing changes. A type 2 window belongs to
+         * the one QP it was bound on. */
+        if (mr->pd != pd || (mr->kind == DW_STAG_MW2 && mr->qpn != qpn))
                 return DW_PROT_PD_MISMATCH;
-        mr->valid = false;
+        if (mr->kind == DW_STAG_MW2)
+                window_unbind(t, mr);
+        else
+                mr->valid = false;
         return DW_PROT_OK;
 }
 
-int dw_mr_invalidate(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd)
+int dw_mr_invalidate(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd, uint32_t qpn)
 {
-        switch (dw_mr_invalidate_status(t, stag, pd)) {
+        switch (dw_mr_invalidate_status(t, stag, pd, qpn)) {
         case DW_PROT_OK:
                 return 0;
         case DW_PROT_PD_MISMATCH:
                 return -EACCES;
+        case DW_PROT_NOT_INVALIDATABLE:
+                return -EPERM;
         default:
                 return -EINVAL;
+        }
+}
+
+/* ---- memory windows ------------------------------------------------------ */
+
+int dw_mw_alloc(struct dw_mr_table *t, struct dw_pd *pd, int kind, struct dw_mr **out)
+{
+        if (!t || !t->slots || !pd || !out || (kind != DW_STAG_MW1 && kind != DW_STAG_MW2))
+                return -EINVAL;
+        struct dw_mr *mw;
+        int rc = slot_take(t, pd, (uint8_t)kind, &mw);
+        if (rc)
+                return rc;
+        mw->valid = false; /* not bound */
+        mw->addr = NULL;
+        mw->length = 0;
+        mw->iova = 0;
+        mw->access = 0;
+        *out = mw;
+        return 0;
+}
+
+int dw_mw_dealloc(struct dw_mr_table *t, struct dw_mr *mw)
+{
+        if (!slot_is_live(t, mw) || !is_window(mw))
+                return -EINVAL;
+        window_unbind(t, mw);
+        slot_free(t, mw);
+        return 0;
+}
+
+#define DW_MW_ACCESS_KNOWN                                                                         \
+        (DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ |      \
+         DIWARP_ACCESS_REMOTE_ATOMIC | DIWARP_ACCESS_ZERO_BASED)
+
+static int bind_fail(const char **why, const char *reason, int err)
+{
+        if (why)
+                *why = reason;
+        return err;
+}
+
+int dw_mw_bind(struct dw_mr_table *t, int kind, const struct dw_pd *pd, uint32_t qpn,
+               const struct dw_mw_bind *b, const char **why)
+{
+        if (!t || !t->slots || !b)
+                return bind_fail(why, "bad arguments", -EINVAL);
+        uint32_t idx = dw_stag_index(b->new_stag);
+        if (idx == 0 || idx > t->max)
+                return bind_fail(why, "no such window", -EINVAL);
+        struct dw_mr *mw = &t->slots[idx];
+        if (!mw->in_use || mw->kind != kind)
+                return bind_fail(why,
+                                 mw->in_use && is_window(mw) ? "window of the other type"
+                                                             : "no such window",
+                                 -EINVAL);
+        if (mw->pd != pd)
+                return bind_fail(why, "window of another protection domain", -EACCES);
+        if (dw_stag_key(b->new_stag) == dw_stag_key(mw->stag))
+                return bind_fail(why, "new key equals the window's current key", -EINVAL);
+        if (kind == DW_STAG_MW2 && mw->valid)
+                return bind_fail(why, "type 2 window still bound (invalidate it first)", -EBUSY);
+
+        if (b->length == 0) {
+                window_unbind(t, mw);
+                mw->stag = b->new_stag;
+                return 0;
+        }
+
+        struct dw_mr *mr = dw_mr_lookup(t, b->mr_stag);
+        if (!mr || mr->kind != DW_STAG_MR)
+                return bind_fail(why, "no such region", -EINVAL);
+        if (!mr->valid)
+                return bind_fail(why, "region invalidated", -EINVAL);
+        if (mr->pd != pd)
+                return bind_fail(why, "region of another protection domain", -EACCES);
+        if (!(mr->access & DIWARP_ACCESS_MW_BIND))
+                return bind_fail(why, "region registered without MW_BIND", -EACCES);
+        if (b->access & ~DW_MW_ACCESS_KNOWN)
+                return bind_fail(why, "unknown window access bits", -EINVAL);
+        if ((b->access & (DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_ATOMIC)) &&
+            !(mr->access & DIWARP_ACCESS_LOCAL_WRITE))
+                return bind_fail(why, "remote write or atomic on a region without LOCAL_WRITE",
+                                 -EACCES);
+        if (b->addr < mr->iova || b->addr - mr->iova > mr->length ||
+            b->length > mr->length - (b->addr - mr->iova))
+                return bind_fail(why, "range outside the region", -EINVAL);
+
+        window_unbind(t, mw); /* a bound type 1 window moves */
+        uint64_t off = b->addr - mr->iova;
+        mw->addr = mr->addr + off;
+        mw->length = (size_t)b->length;
+        mw->iova = (b->access & DIWARP_ACCESS_ZERO_BASED) ? 0 : b->addr;
+        mw->access = b->access & ~DIWARP_ACCESS_LOCAL_WRITE;
+        mw->parent = mr->stag;
+        mw->qpn = kind == DW_STAG_MW2 ? qpn : 0;
+        mw->valid = true;
+        mw->stag = b->new_stag;
+        mr->nbound++;
+        if (kind == DW_STAG_MW2)
+                t->mw2_bound++;
+        return 0;
+}
+
+void dw_mw_qp_gone(struct dw_mr_table *t, uint32_t qpn)
+{
+        if (!t || !t->slots || !t->mw2_bound)
+                return;
+        for (uint32_t i = 1; i <= t->max && t->mw2_bound; i++) {
+                struct dw_mr *mw = &t->slots[i];
+                if (mw->in_use && mw->kind == DW_STAG_MW2 && mw->valid && mw->qpn == qpn)
+                        window_unbind(t, mw);
         }
 }
 

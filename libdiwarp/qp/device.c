@@ -180,6 +180,8 @@ const char *diwarp_wc_status_str(enum diwarp_wc_status status)
                 return "local protection error";
         case DIWARP_WC_WR_FLUSH_ERR:
                 return "Work Request Flushed Error";
+        case DIWARP_WC_MW_BIND_ERR:
+                return "memory window bind error";
         case DIWARP_WC_BAD_RESP_ERR:
                 return "bad response error";
         case DIWARP_WC_LOC_ACCESS_ERR:
@@ -562,6 +564,7 @@ int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
          * smaller one, and the one every UD message size stays within. */
         a->max_msg_size_ud = DW_DGRAM_MAX_UD_MSG_IMM;
         a->atomics = true;
+        a->max_mw = DW_MAX_MR;
         return 0;
 }
 
@@ -684,6 +687,9 @@ int diwarp_mr_dereg(struct diwarp_mr *m)
         pthread_mutex_lock(&dev->lock);
         int err = dw_mr_deregister(&dev->mrs, mr);
         pthread_mutex_unlock(&dev->lock);
+        if (err == -EBUSY)
+                dw_warn("MR STag %#x: deregistration refused: memory windows are bound to it",
+                        mr->stag);
         return err;
 }
 
@@ -704,6 +710,54 @@ int diwarp_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *a
         int err = dw_mr_rereg(&dev->mrs, mr, flags, pd, addr, length, iova, access);
         pthread_mutex_unlock(&dev->lock);
         return err;
+}
+
+/* ---- memory windows ------------------------------------------------------------ */
+
+int diwarp_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw **out)
+{
+        struct dw_pd *pd = dw_pd_of(p);
+        struct dw_mr *mw = NULL;
+        if (!pd || !out || (type != DIWARP_MW_TYPE_1 && type != DIWARP_MW_TYPE_2))
+                return -EINVAL;
+        struct dw_device *dev = pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        int err =
+            dw_mw_alloc(&dev->mrs, pd, type == DIWARP_MW_TYPE_1 ? DW_STAG_MW1 : DW_STAG_MW2, &mw);
+        pthread_mutex_unlock(&dev->lock);
+        if (err < 0)
+                return err;
+        *out = (struct diwarp_mw *)mw;
+        return 0;
+}
+
+int diwarp_mw_dealloc(struct diwarp_mw *m)
+{
+        struct dw_mr *mw = (struct dw_mr *)m;
+        if (!mw || !mw->pd)
+                return -EINVAL;
+        struct dw_device *dev = mw->pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        int err = dw_mw_dealloc(&dev->mrs, mw);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}
+
+int diwarp_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
+{
+        const struct dw_mr *mw = (const struct dw_mr *)m;
+        if (!mw || !info || !mw->pd || (mw->kind != DW_STAG_MW1 && mw->kind != DW_STAG_MW2))
+                return -EINVAL;
+        struct dw_device *dev = mw->pd->dev;
+        pthread_mutex_lock(&dev->lock);
+        info->rkey = mw->stag;
+        info->type = mw->kind == DW_STAG_MW1 ? DIWARP_MW_TYPE_1 : DIWARP_MW_TYPE_2;
+        info->bound = mw->valid;
+        info->addr = mw->iova;
+        info->length = mw->length;
+        info->access = mw->access;
+        pthread_mutex_unlock(&dev->lock);
+        return 0;
 }
 
 int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)

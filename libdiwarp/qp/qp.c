@@ -2,6 +2,7 @@
  * flushing. Transport work is delegated: UD to qp/ud.c, RC/UC to qp/rc.c. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -47,6 +48,8 @@ static enum diwarp_wc_opcode dw_wc_opcode_of(int wr_opcode)
                 return DIWARP_WC_FETCH_ADD;
         case DIWARP_WR_LOCAL_INV:
                 return DIWARP_WC_LOCAL_INV;
+        case DIWARP_WR_BIND_MW:
+                return DIWARP_WC_BIND_MW;
         default:
                 return DIWARP_WC_SEND;
         }
@@ -449,6 +452,7 @@ int diwarp_qp_destroy(struct diwarp_qp *q)
                 dw_progress_tx_wait(dev, false);
         dev->qps[dw_qpn_index(qp->qpn)] = NULL;
         dev->nqp--;
+        dw_mw_qp_gone(&dev->mrs, qp->qpn);
         dw_pd_put(qp->pd);
         qp->send_cq->use_count--;
         qp->recv_cq->use_count--;
@@ -767,18 +771,52 @@ static bool dw_opcode_ok(enum diwarp_qp_type type, int op)
         case DIWARP_QPT_UC:
                 return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM ||
                        op == DIWARP_WR_RDMA_WRITE || op == DIWARP_WR_RDMA_WRITE_WITH_IMM ||
-                       op == DIWARP_WR_SEND_WITH_INV || op == DIWARP_WR_LOCAL_INV;
+                       op == DIWARP_WR_SEND_WITH_INV || op == DIWARP_WR_LOCAL_INV ||
+                       op == DIWARP_WR_BIND_MW;
         case DIWARP_QPT_RC:
         case DIWARP_QPT_RD:
-                return (op >= DIWARP_WR_RDMA_WRITE && op <= DIWARP_WR_LOCAL_INV) ||
-                       op == DIWARP_WR_SEND_WITH_INV;
+                return (op >= DIWARP_WR_RDMA_WRITE && op <= DIWARP_WR_SEND_WITH_INV);
         default:
                 return false;
         }
 }
 
-static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr)
+/* A bind WR names a window of this device of the kind its path binds (type 2
+ * through diwarp_post_send, type 1 through diwarp_mw_bind) and, unless it
+ * unbinds, a region of this device. The rest is checked when it runs. */
+static int dw_check_bind_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr, int bind_kind)
 {
+        const struct dw_mr *mw = (const struct dw_mr *)wr->wr.bind_mw.mw;
+        const struct dw_mr *mr = (const struct dw_mr *)wr->wr.bind_mw.bind_info.mr;
+        const struct dw_mr_table *t = &qp->dev->mrs;
+        /* Only slots of this device's table are looked at. */
+        if (mw && (mw <= t->slots || mw > t->slots + t->max))
+                mw = NULL;
+        if (mr && (mr <= t->slots || mr > t->slots + t->max))
+                mr = NULL;
+        if (!mw || !mw->in_use || mw->kind != bind_kind) {
+                dw_warn("QP %#x: bind WR %#llx: %s", qp->qpn, (unsigned long long)wr->wr_id,
+                        bind_kind == DW_STAG_MW1
+                            ? "not a type 1 memory window of this device"
+                            : "not a type 2 memory window of this device (type 1 windows are "
+                              "bound with ibv_bind_mw)");
+                return -EINVAL;
+        }
+        if (wr->wr.bind_mw.bind_info.length && (!mr || !mr->in_use || mr->kind != DW_STAG_MR)) {
+                dw_warn("QP %#x: bind WR %#llx of window STag %#x: no region of this device",
+                        qp->qpn, (unsigned long long)wr->wr_id, mw->stag);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr, int bind_kind)
+{
+        if (wr->opcode == DIWARP_WR_BIND_MW) {
+                if (!dw_opcode_ok(qp->type, wr->opcode))
+                        return -EINVAL;
+                return dw_check_bind_wr(qp, wr, bind_kind);
+        }
         if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge ||
             (wr->num_sge > 0 && !wr->sg_list))
                 return -EINVAL;
@@ -804,7 +842,7 @@ static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr)
                  * WRs go through diwarpdv_post_send_rd (wr.wr is a union). */
                 bool send = wr->opcode == DIWARP_WR_SEND || wr->opcode == DIWARP_WR_SEND_WITH_IMM ||
                             wr->opcode == DIWARP_WR_SEND_WITH_INV;
-                if (wr->opcode != DIWARP_WR_LOCAL_INV && !send)
+                if (wr->opcode != DIWARP_WR_LOCAL_INV && wr->opcode != DIWARP_WR_BIND_MW && !send)
                         return -EINVAL;
                 struct dw_ah *ah = wr->wr.ud.ah ? dw_ah_of(wr->wr.ud.ah) : NULL;
                 if (send &&
@@ -818,15 +856,56 @@ static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr)
         return 0;
 }
 
-int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
+/* The bind fields of a BIND_MW WQE (no SGEs; the union fields of the WQE
+ * reused): rkey = the window's new STag (its index, the WR's key byte),
+ * remote_addr = first TO, compare_add = length, swap = the region's STag,
+ * imm_data = the window's access, invalidate_rkey = the window kind expected. */
+static void dw_wqe_set_bind(struct dw_wqe *w, const struct diwarp_send_wr *wr, int bind_kind)
 {
-        struct dw_qp *qp = dw_qp_of(q);
-        int err = 0;
-        if (!qp || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
+        const struct dw_mr *mw = (const struct dw_mr *)wr->wr.bind_mw.mw;
+        const struct dw_mr *mr = (const struct dw_mr *)wr->wr.bind_mw.bind_info.mr;
+        w->num_sge = 0;
+        w->total_len = 0;
+        w->rkey = (mw->stag & ~0xffu) | (wr->wr.bind_mw.rkey & 0xffu);
+        w->remote_addr = wr->wr.bind_mw.bind_info.addr;
+        w->compare_add = wr->wr.bind_mw.bind_info.length;
+        w->swap = wr->wr.bind_mw.bind_info.length && mr ? mr->stag : 0;
+        w->imm_data = (uint32_t)wr->wr.bind_mw.bind_info.access;
+        w->invalidate_rkey = (uint32_t)bind_kind;
+}
+
+enum diwarp_wc_status dw_qp_run_local_wqe(struct dw_qp *qp, struct dw_wqe *w, char *why,
+                                          size_t why_len)
+{
+        if (w->opcode == DIWARP_WR_LOCAL_INV) {
+                enum dw_prot_status st =
+                    dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd, qp->qpn);
+                if (st == DW_PROT_OK)
+                        return DIWARP_WC_SUCCESS;
+                snprintf(why, why_len, "Local Invalidate of STag %#x: %s", w->invalidate_rkey,
+                         dw_prot_status_str(st));
+                return DIWARP_WC_LOC_PROT_ERR;
         }
+        struct dw_mw_bind b = {
+            .new_stag = w->rkey,
+            .mr_stag = (uint32_t)w->swap,
+            .addr = w->remote_addr,
+            .length = w->compare_add,
+            .access = (int)w->imm_data,
+        };
+        const char *reason = "refused";
+        if (dw_mw_bind(&qp->dev->mrs, (int)w->invalidate_rkey, qp->pd, qp->qpn, &b, &reason) == 0)
+                return DIWARP_WC_SUCCESS;
+        snprintf(why, why_len,
+                 "bind of memory window STag %#x to region STag %#x [%#llx, +%llu): %s", b.new_stag,
+                 b.mr_stag, (unsigned long long)b.addr, (unsigned long long)b.length, reason);
+        return DIWARP_WC_MW_BIND_ERR;
+}
+
+static int dw_post_send(struct dw_qp *qp, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr,
+                        int bind_kind)
+{
+        int err = 0;
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         for (; wr; wr = wr->next) {
@@ -842,7 +921,7 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                         err = -EINVAL;
                         break;
                 }
-                err = dw_check_send_wr(qp, wr);
+                err = dw_check_send_wr(qp, wr, bind_kind);
                 if (err < 0)
                         break;
                 struct dw_wqe *w = dw_wq_reserve(&qp->sq);
@@ -852,7 +931,16 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                         err = -ENOMEM;
                         break;
                 }
-                err = dw_wqe_from_send_wr(&qp->sq, w, wr);
+                if (wr->opcode == DIWARP_WR_BIND_MW) {
+                        struct diwarp_send_wr nosge = *wr;
+                        nosge.num_sge = 0;
+                        nosge.send_flags &= ~DIWARP_SEND_INLINE;
+                        err = dw_wqe_from_send_wr(&qp->sq, w, &nosge);
+                        if (err == 0)
+                                dw_wqe_set_bind(w, wr, bind_kind);
+                } else {
+                        err = dw_wqe_from_send_wr(&qp->sq, w, wr);
+                }
                 if (err < 0)
                         break;
                 dw_wq_commit(&qp->sq);
@@ -880,6 +968,34 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
         dw_progress_step_post(dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;
+}
+
+int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp || !wr) {
+                if (bad_wr)
+                        *bad_wr = wr;
+                return -EINVAL;
+        }
+        return dw_post_send(qp, wr, bad_wr, DW_STAG_MW2);
+}
+
+int diwarp_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
+                   const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp || !mw || !info)
+                return -EINVAL;
+        struct diwarp_send_wr wr = {
+            .wr_id = wr_id,
+            .opcode = DIWARP_WR_BIND_MW,
+            .send_flags = send_flags & (DIWARP_SEND_SIGNALED | DIWARP_SEND_FENCE),
+        };
+        wr.wr.bind_mw.mw = mw;
+        wr.wr.bind_mw.rkey = rkey;
+        wr.wr.bind_mw.bind_info = *info;
+        return dw_post_send(qp, &wr, NULL, DW_STAG_MW1);
 }
 
 int diwarp_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)

@@ -605,7 +605,8 @@ static bool sq_ready(struct dw_rc_conn *c)
 }
 
 /* Starts the next SQ WQE. Returns 1 when it became c->cur, 0 when it finished
- * without an FPDU (Local Invalidate), -1 on error (handled). */
+ * without an FPDU (Local Invalidate, Bind Memory Window), -1 on error
+ * (handled). */
 static int start_wqe(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
@@ -652,14 +653,12 @@ static int start_wqe(struct dw_rc_conn *c)
                         return -1;
                 }
                 break;
-        case DIWARP_WR_LOCAL_INV: {
-                enum dw_prot_status st =
-                    dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd);
-                if (st != DW_PROT_OK) {
-                        char why[96];
-                        snprintf(why, sizeof(why), "Local Invalidate of STag %#x: %s",
-                                 w->invalidate_rkey, dw_prot_status_str(st));
-                        wqe_local_error(c, w, DIWARP_WC_LOC_PROT_ERR, why);
+        case DIWARP_WR_LOCAL_INV:
+        case DIWARP_WR_BIND_MW: {
+                char why[160];
+                enum diwarp_wc_status st = dw_qp_run_local_wqe(qp, w, why, sizeof(why));
+                if (st != DIWARP_WC_SUCCESS) {
+                        wqe_local_error(c, w, st, why);
                         return -1;
                 }
                 w->status = DIWARP_WC_SUCCESS;
@@ -885,7 +884,7 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
         if (e->atomic) {
                 uint8_t *host = NULL;
                 enum dw_prot_status st =
-                    dw_mr_check_remote(&qp->dev->mrs, e->areq.remote_stag, qp->pd,
+                    dw_mr_check_remote(&qp->dev->mrs, e->areq.remote_stag, qp->pd, qp->qpn,
                                        DIWARP_ACCESS_REMOTE_ATOMIC, e->areq.remote_to, 8, &host);
                 if (st != DW_PROT_OK) {
                         memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
@@ -911,8 +910,8 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
         /* Checked again per segment: the region may have been deregistered or
          * invalidated since the request arrived. */
         enum dw_prot_status st =
-            dw_mr_check_remote(&qp->dev->mrs, e->src_stag, qp->pd, DIWARP_ACCESS_REMOTE_READ,
-                               e->src_to + e->done, seg, &host);
+            dw_mr_check_remote(&qp->dev->mrs, e->src_stag, qp->pd, qp->qpn,
+                               DIWARP_ACCESS_REMOTE_READ, e->src_to + e->done, seg, &host);
         if (st != DW_PROT_OK) {
                 memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
                 fail_prot(c, st, DW_PROT_CTX_READ_SOURCE, e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN,
@@ -1170,11 +1169,14 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                 if (payload && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
                         st = DW_PROT_ACCESS;
                 else
-                        st = dw_mr_check_remote(&qp->dev->mrs, h->ddp.stag, qp->pd,
+                        st = dw_mr_check_remote(&qp->dev->mrs, h->ddp.stag, qp->pd, qp->qpn,
                                                 DIWARP_ACCESS_REMOTE_WRITE, h->ddp.to, payload,
                                                 &host);
                 if (st != DW_PROT_OK) {
-                        fail_prot(c, st, DW_PROT_CTX_TAGGED_SINK, NULL, "RDMA Write sink");
+                        char what[80];
+                        snprintf(what, sizeof(what), "RDMA Write sink STag %#x TO %#llx len %zu",
+                                 h->ddp.stag, (unsigned long long)h->ddp.to, (size_t)payload);
+                        fail_prot(c, st, DW_PROT_CTX_TAGGED_SINK, NULL, what);
                         return -1;
                 }
                 if (payload) {
@@ -1362,7 +1364,7 @@ static void rx_data_place(struct dw_rc_conn *c)
                 c->msn_expect_send++;
                 if (inv) {
                         enum dw_prot_status st =
-                            dw_mr_invalidate_status(&qp->dev->mrs, h->inval_stag, qp->pd);
+                            dw_mr_invalidate_status(&qp->dev->mrs, h->inval_stag, qp->pd, qp->qpn);
                         if (st != DW_PROT_OK) {
                                 struct dw_term_error te = {DW_TERM_LAYER_RDMAP,
                                                            DW_TERM_RDMAP_REMOTE_OPERATION,
@@ -1429,7 +1431,7 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                         if (rq.rdma_rd_sz && !qp_allows(qp, DIWARP_ACCESS_REMOTE_READ))
                                 st = DW_PROT_ACCESS;
                         else
-                                st = dw_mr_check_remote(&qp->dev->mrs, rq.src_stag, qp->pd,
+                                st = dw_mr_check_remote(&qp->dev->mrs, rq.src_stag, qp->pd, qp->qpn,
                                                         DIWARP_ACCESS_REMOTE_READ, rq.src_to,
                                                         rq.rdma_rd_sz, NULL);
                         if (st != DW_PROT_OK) {
@@ -1456,7 +1458,7 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                                 st = DW_PROT_ACCESS;
                         else
                                 st = dw_mr_check_remote(&qp->dev->mrs, e->areq.remote_stag, qp->pd,
-                                                        DIWARP_ACCESS_REMOTE_ATOMIC,
+                                                        qp->qpn, DIWARP_ACCESS_REMOTE_ATOMIC,
                                                         e->areq.remote_to, 8, &host);
                         /* Atomics need a naturally aligned 64-bit word. */
                         if (st == DW_PROT_OK && ((uintptr_t)host & 7))

@@ -729,7 +729,7 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
                 if (!p)
                         return -ENOTCONN;
                 w->remote_qkey = 0;
-        } else if (w->opcode == DIWARP_WR_LOCAL_INV) {
+        } else if (w->opcode == DIWARP_WR_LOCAL_INV || w->opcode == DIWARP_WR_BIND_MW) {
                 p = NULL;
         } else {
                 struct dw_ah *ah = w->ah;

@@ -171,8 +171,8 @@ static void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                         wc.imm_data = w->imm_data;
                 }
                 if (w->flags & RD_W_INV) {
-                        if (dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd) ==
-                            DW_PROT_OK) {
+                        if (dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd,
+                                                    qp->qpn) == DW_PROT_OK) {
                                 wc.wc_flags |= DIWARP_WC_WITH_INV;
                                 wc.invalidated_rkey = w->invalidate_rkey;
                         } else {
@@ -376,7 +376,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 if (plen && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
                         st = DW_PROT_ACCESS;
                 else
-                        st = dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd,
+                        st = dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, qp->qpn,
                                                 DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to, plen, &host);
                 if (st != DW_PROT_OK) {
                         dw_warn("RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s", qp->qpn,
@@ -425,7 +425,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 if (rq.rdma_rd_sz && !qp_allows(qp, DIWARP_ACCESS_REMOTE_READ))
                         st = DW_PROT_ACCESS;
                 else
-                        st = dw_mr_check_remote(&dev->mrs, rq.src_stag, qp->pd,
+                        st = dw_mr_check_remote(&dev->mrs, rq.src_stag, qp->pd, qp->qpn,
                                                 DIWARP_ACCESS_REMOTE_READ, rq.src_to, rq.rdma_rd_sz,
                                                 NULL);
                 if (st != DW_PROT_OK) {
@@ -464,7 +464,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                         st = DW_PROT_ACCESS;
                 else
                         st =
-                            dw_mr_check_remote(&dev->mrs, ar.remote_stag, qp->pd,
+                            dw_mr_check_remote(&dev->mrs, ar.remote_stag, qp->pd, qp->qpn,
                                                DIWARP_ACCESS_REMOTE_ATOMIC, ar.remote_to, 8, &host);
                 if (st == DW_PROT_OK && ((uintptr_t)host & 7))
                         st = DW_PROT_BOUNDS;
@@ -851,8 +851,9 @@ int dw_rd_rx_direct(struct dw_device *dev)
                     dw_mr_check_local(&dev->mrs, w->sge[0].lkey, qp->pd, DIWARP_ACCESS_LOCAL_WRITE,
                                       w->sge[0].addr + r.ddp.to, plen, &host) != DW_PROT_OK)
                         return rd_direct_skip(d);
-        } else if (dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, DIWARP_ACCESS_REMOTE_WRITE,
-                                      r.ddp.to, plen, &host) != DW_PROT_OK) {
+        } else if (dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, qp->qpn,
+                                      DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to, plen,
+                                      &host) != DW_PROT_OK) {
                 return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
         }
         uint8_t trl[DW_DGRAM_CRC_LEN];

@@ -350,7 +350,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                         } else {
                                 uint8_t *host = NULL;
                                 /* Checked per segment: the region may have gone since. */
-                                if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd,
+                                if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd, qp->qpn,
                                                        DIWARP_ACCESS_REMOTE_READ, e->src_to + off,
                                                        plen, &host) != DW_PROT_OK)
                                         return -EACCES;
@@ -664,24 +664,24 @@ static bool rd_token(struct dw_rd_qp *s, uint64_t now)
 }
 
 /* Next SQ segment into t. 1 built, 0 nothing (empty or blocked), 2 progress
- * without a packet (Local Invalidate), -1 the QP failed. */
+ * without a packet (Local Invalidate, Bind Memory Window), -1 the QP failed. */
 static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_txslot *t)
 {
         struct dw_qp *qp = s->qp;
         struct dw_wqe *w = dw_wq_at(&qp->sq, s->tx_idx);
         if (!w)
                 return 0;
-        if (w->opcode == DIWARP_WR_LOCAL_INV) {
+        if (w->opcode == DIWARP_WR_LOCAL_INV || w->opcode == DIWARP_WR_BIND_MW) {
                 if (nbuilt)
                         return 0;
-                enum dw_prot_status st =
-                    dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd);
+                char why[160];
+                enum diwarp_wc_status st = dw_qp_run_local_wqe(qp, w, why, sizeof(why));
                 s->tx_idx++;
                 s->tx_seg = 0;
-                if (st != DW_PROT_OK) {
-                        dw_warn("RD QP %#x: Local Invalidate of STag %#x: %s", qp->qpn,
-                                w->invalidate_rkey, dw_prot_status_str(st));
-                        rd_complete_through(s, w, DIWARP_WC_LOC_PROT_ERR);
+                if (st != DIWARP_WC_SUCCESS) {
+                        dw_warn("RD QP %#x: send WR %#llx: %s", qp->qpn,
+                                (unsigned long long)w->wr_id, why);
+                        rd_complete_through(s, w, st);
                         dw_qp_to_error(qp, -1);
                         return -1;
                 }

@@ -2,6 +2,10 @@
  * RC QPs carried by RD (DIWARP_RC_TRANSPORT=rd).
  *
  *   rd_test ops    rd|rc   every operation, sizes 0 .. 64 MiB, byte-exact
+ *   rd_test mw     rd|rc   memory windows: type 2 bound on a QP, Writes and
+ *                          Reads inside its bounds, refused past them, unbound
+ *                          by a Send with Invalidate (rkey reported); type 1
+ *                          bound, used and unbound
  *   rd_test stream rd|rc   2000 Sends/Writes-with-imm of mixed sizes: exactly
  *                          once, in order, byte-exact (meson runs it under
  *                          DIWARP_FAULT drop/dup/reorder/corrupt/mixed)
@@ -941,6 +945,162 @@ static int case_prot(void)
         side_close(&a);
         side_close(&b);
         fprintf(stderr, "prot ok\n");
+        return 0;
+}
+
+/* ---------------------------------------------------------------- mw */
+
+/* One bind WR of a type 2 window on s's send queue; returns its completion. */
+static struct diwarp_wc mw_bind2(struct side *s, struct side *other, struct diwarp_mw *mw,
+                                 uint32_t rkey, struct diwarp_mr *mr, uint64_t addr, uint64_t len,
+                                 int access)
+{
+        struct diwarp_send_wr wr = {
+            .wr_id = 0xb2, .opcode = DIWARP_WR_BIND_MW, .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.bind_mw.mw = mw;
+        wr.wr.bind_mw.rkey = rkey;
+        wr.wr.bind_mw.bind_info = (struct diwarp_mw_bind_info){mr, addr, len, access};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarp_post_send(s->qp, &wr, &bad));
+        struct diwarp_wc wc;
+        if (poll_until(s, other, &wc, 1, 10000) != 1)
+                die("mw: no bind completion");
+        if (wc.status == DIWARP_WC_SUCCESS && wc.opcode != DIWARP_WC_BIND_MW)
+                die("mw: bind completed with opcode %d", wc.opcode);
+        return wc;
+}
+
+static uint32_t mw_rkey(struct diwarp_mw *mw)
+{
+        struct diwarp_mw_info mi;
+        CHECK(diwarp_mw_info(mw, &mi));
+        return mi.rkey;
+}
+
+static uint32_t inc_key(uint32_t rkey)
+{
+        return (rkey & ~0xffu) | (uint8_t)(rkey + 1);
+}
+
+/* a Reads (or Writes) len bytes at b's address addr through rkey. */
+static struct diwarp_wc mw_rdma(struct side *a, struct side *b, enum diwarp_wr_opcode op,
+                                uint64_t id, uint64_t addr, uint32_t len, uint32_t rkey)
+{
+        struct diwarp_sge sge = {(uintptr_t)a->buf, len, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = op,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = addr;
+        wr.wr.rdma.rkey = rkey;
+        post(a, b, &wr);
+        struct diwarp_wc wc;
+        if (poll_until(a, b, &wc, 1, 10000) != 1)
+                die("mw: no completion for WR %#llx", (unsigned long long)id);
+        return wc;
+}
+
+/* Memory windows on RD QPs and RC over RD: type 2 bound on b's QP serves a's
+ * Writes and Reads inside its bounds only, and a Send with Invalidate from a
+ * unbinds it (b's receive reports the rkey); type 1 bound with
+ * diwarp_mw_bind, refused by Send with Invalidate, unbound by a zero-length
+ * bind. The region grants no remote right itself. */
+static int case_mw(void)
+{
+        struct side a, b;
+        buf_len = 1 * MiB;
+        const int qacc =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        const int wacc = DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        for (int round = 0; round < 2; round++) {
+                pair_open(&a, &b, qacc);
+                struct diwarp_mr *wmr;
+                CHECK(diwarp_mr_reg(b.pd, b.buf, buf_len, (uintptr_t)b.buf,
+                                    DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_MW_BIND, &wmr));
+                struct diwarp_mr_info wi;
+                CHECK(diwarp_mr_info(wmr, &wi));
+                struct diwarp_mw *mw2, *mw1;
+                CHECK(diwarp_mw_alloc(b.pd, DIWARP_MW_TYPE_2, &mw2));
+                CHECK(diwarp_mw_alloc(b.pd, DIWARP_MW_TYPE_1, &mw1));
+                uint64_t base = (uintptr_t)b.buf + 65536;
+                memset(b.buf, 0, buf_len);
+
+                uint32_t r = inc_key(mw_rkey(mw2));
+                struct diwarp_wc wc = mw_bind2(&b, &a, mw2, r, wmr, base, 65536, wacc);
+                expect_wc(&wc, 0xb2, DIWARP_WC_SUCCESS, "type 2 bind");
+                if (mw_rkey(mw2) != r)
+                        die("mw: the window did not take the new key");
+                fill(a.buf, 65536, 77);
+                wc = mw_rdma(&a, &b, DIWARP_WR_RDMA_WRITE, 1, base, 65536, r);
+                expect_wc(&wc, 1, DIWARP_WC_SUCCESS, "Write through a type 2 window");
+                memset(a.buf, 0, 65536);
+                wc = mw_rdma(&a, &b, DIWARP_WR_RDMA_READ, 2, base, 65536, r);
+                expect_wc(&wc, 2, DIWARP_WC_SUCCESS, "Read through a type 2 window");
+                verify(b.buf + 65536, a.buf, 65536, "mw write/read", 65536);
+                for (size_t i = 0; i < 65536; i++)
+                        if (b.buf[i])
+                                die("mw: a Write through the window touched byte %zu before it", i);
+                if (round == 0) {
+                        /* The region's own rkey grants nothing; one byte past
+                         * the window is refused and nothing is written. */
+                        wc = mw_rdma(&a, &b, DIWARP_WR_RDMA_WRITE, 3, base + 65536 - 8, 16, r);
+                        expect_wc(&wc, 3, DIWARP_WC_REM_ACCESS_ERR, "Write past the window");
+                        for (size_t i = 2 * 65536; i < buf_len; i++)
+                                if (b.buf[i])
+                                        die("mw: a refused Write touched byte %zu", i);
+                } else {
+                        /* Send with Invalidate: b's receive reports the rkey,
+                         * then the window refuses. */
+                        post_recv(&b, 0x77, 0, 64);
+                        struct diwarp_sge sge = {(uintptr_t)a.buf, 8, a.lkey};
+                        struct diwarp_send_wr wr = {.wr_id = 4,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = DIWARP_WR_SEND_WITH_INV,
+                                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                                    .invalidate_rkey = r};
+                        wr.wr.ud.ah = a.ah;
+                        wr.wr.ud.remote_qpn = b.qpn;
+                        wr.wr.ud.remote_qkey = QKEY;
+                        struct diwarp_send_wr *bad;
+                        CHECK(diwarp_post_send(a.qp, &wr, &bad));
+                        if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                                die("mw: no receive for the Send with Invalidate");
+                        expect_wc(&wc, 0x77, DIWARP_WC_SUCCESS, "Send with Invalidate receive");
+                        if (!(wc.wc_flags & DIWARP_WC_WITH_INV) || wc.invalidated_rkey != r)
+                                die("mw: receive flags %#x rkey %#x, want WITH_INV %#x",
+                                    wc.wc_flags, wc.invalidated_rkey, r);
+                        if (poll_until(&a, &b, &wc, 1, 10000) != 1)
+                                die("mw: no send completion");
+                        expect_wc(&wc, 4, DIWARP_WC_SUCCESS, "Send with Invalidate");
+                        /* Type 1 on the same QPs: bound, used, unbound. */
+                        uint32_t k = inc_key(mw_rkey(mw1));
+                        struct diwarp_mw_bind_info bi = {wmr, base, 4096, wacc};
+                        CHECK(diwarp_mw_bind(b.qp, mw1, k, &bi, 0xb1, DIWARP_SEND_SIGNALED));
+                        if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                                die("mw: no type 1 bind completion");
+                        expect_wc(&wc, 0xb1, DIWARP_WC_SUCCESS, "type 1 bind");
+                        wc = mw_rdma(&a, &b, DIWARP_WR_RDMA_READ, 5, base, 4096, k);
+                        expect_wc(&wc, 5, DIWARP_WC_SUCCESS, "Read through a type 1 window");
+                        if (diwarp_mr_dereg(wmr) != -EBUSY)
+                                die("mw: dereg of a region with a bound window must be EBUSY");
+                        bi = (struct diwarp_mw_bind_info){NULL, 0, 0, 0};
+                        CHECK(
+                            diwarp_mw_bind(b.qp, mw1, inc_key(k), &bi, 0xb3, DIWARP_SEND_SIGNALED));
+                        if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                                die("mw: no unbind completion");
+                        expect_wc(&wc, 0xb3, DIWARP_WC_SUCCESS, "type 1 unbind");
+                        wc = mw_rdma(&a, &b, DIWARP_WR_RDMA_READ, 6, base, 8, r);
+                        expect_wc(&wc, 6, DIWARP_WC_REM_ACCESS_ERR, "Read after invalidation");
+                }
+                CHECK(diwarp_mw_dealloc(mw1));
+                CHECK(diwarp_mw_dealloc(mw2));
+                CHECK(diwarp_mr_dereg(wmr));
+                side_close(&a);
+                side_close(&b);
+        }
+        fprintf(stderr, "mw ok\n");
         return 0;
 }
 
@@ -2661,6 +2821,8 @@ int main(int argc, char **argv)
                 return case_guard();
         if (!strcmp(argv[1], "prot"))
                 return case_prot();
+        if (!strcmp(argv[1], "mw"))
+                return case_mw();
         if (!strcmp(argv[1], "rnr"))
                 return case_rnr();
         if (!strcmp(argv[1], "path"))

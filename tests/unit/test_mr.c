@@ -46,7 +46,7 @@ static enum dw_prot_status rchk(uint32_t stag, const struct dw_pd *pd, int acc, 
                                 uint64_t len)
 {
         uint8_t *p = (uint8_t *)1; /* must be overwritten */
-        enum dw_prot_status st = dw_mr_check_remote(&tab, stag, pd, acc, to, len, &p);
+        enum dw_prot_status st = dw_mr_check_remote(&tab, stag, pd, 0, acc, to, len, &p);
         if (st != DW_PROT_OK)
                 cr_assert_null(p, "host_addr must be NULL on failure");
         return st;
@@ -156,7 +156,7 @@ Test(mr, register_highest_iova_edge)
         uint64_t iova = UINT64_MAX - BUFSZ; /* last TO = UINT64_MAX - 1 */
         cr_assert_eq(dw_mr_register(&tab, &pd_a, buf, BUFSZ, iova, LW | RW, &mr), 0);
         uint8_t *p;
-        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, UINT64_MAX - 1, 1, &p),
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, 0, RW, UINT64_MAX - 1, 1, &p),
                      DW_PROT_OK);
         cr_expect_eq(p, buf + BUFSZ - 1);
         cr_expect_eq(rchk(mr->stag, &pd_a, RW, iova, BUFSZ), DW_PROT_OK);
@@ -278,7 +278,7 @@ Test(mr, stag_zero_never_valid)
         for (uint32_t k = 0; k < 256; k++)
                 cr_expect_eq(rchk(k, &pd_a, 0, 0, 1), DW_PROT_INVALID_STAG, "index 0 key %u", k);
         cr_expect_null(dw_mr_lookup(&tab, 0));
-        cr_expect_eq(dw_mr_invalidate(&tab, 0, &pd_a), -EINVAL);
+        cr_expect_eq(dw_mr_invalidate(&tab, 0, &pd_a, 0), -EINVAL);
 }
 
 Test(mr, stale_stag_after_dereg)
@@ -291,7 +291,7 @@ Test(mr, stale_stag_after_dereg)
         uint8_t *p;
         cr_expect_eq(dw_mr_check_local(&tab, stag, &pd_a, 0, IOVA, 1, &p), DW_PROT_INVALID_STAG);
         cr_expect_null(dw_mr_lookup(&tab, stag));
-        cr_expect_eq(dw_mr_invalidate(&tab, stag, &pd_a), -EINVAL);
+        cr_expect_eq(dw_mr_invalidate(&tab, stag, &pd_a, 0), -EINVAL);
 }
 
 Test(mr, guessed_keys_fail)
@@ -392,13 +392,14 @@ Test(mr, bounds_exact_edges)
         uint32_t s = mr->stag;
         uint8_t *p;
 
-        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, RW, IOVA, 1, &p), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, 0, RW, IOVA, 1, &p), DW_PROT_OK);
         cr_expect_eq(p, buf, "first byte");
-        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, RW, IOVA + BUFSZ - 1, 1, &p), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, 0, RW, IOVA + BUFSZ - 1, 1, &p),
+                     DW_PROT_OK);
         cr_expect_eq(p, buf + BUFSZ - 1, "last byte");
-        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, RW, IOVA, BUFSZ, &p), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, 0, RW, IOVA, BUFSZ, &p), DW_PROT_OK);
         cr_expect_eq(p, buf, "whole region");
-        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, RW, IOVA + 100, BUFSZ - 100, &p),
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, 0, RW, IOVA + 100, BUFSZ - 100, &p),
                      DW_PROT_OK, "tail up to the last byte");
 
         cr_expect_eq(rchk(s, &pd_a, RW, IOVA + BUFSZ, 1), DW_PROT_BOUNDS, "one past the end");
@@ -437,9 +438,10 @@ Test(mr, zero_based)
         struct dw_mr *mr = reg(&pd_a, 0xdead0000, LW | RW | RR | DIWARP_ACCESS_ZERO_BASED);
         uint8_t *p;
         cr_expect_eq(mr->iova, 0, "iova ignored with ZERO_BASED");
-        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, 0, 1, &p), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, 0, RW, 0, 1, &p), DW_PROT_OK);
         cr_expect_eq(p, buf);
-        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RR, BUFSZ - 1, 1, &p), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, 0, RR, BUFSZ - 1, 1, &p),
+                     DW_PROT_OK);
         cr_expect_eq(p, buf + BUFSZ - 1);
         cr_expect_eq(rchk(mr->stag, &pd_a, RW, BUFSZ, 1), DW_PROT_BOUNDS);
         cr_expect_eq(rchk(mr->stag, &pd_a, RW, 0xdead0000, 1), DW_PROT_BOUNDS,
@@ -455,7 +457,7 @@ Test(mr, iova_equals_address)
         uint64_t va = (uintptr_t)buf;
         struct dw_mr *mr = reg(&pd_a, va, LW | RW);
         uint8_t *p;
-        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, va + 123, 7, &p), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, 0, RW, va + 123, 7, &p), DW_PROT_OK);
         cr_expect_eq(p, buf + 123);
         cr_expect_eq(rchk(mr->stag, &pd_a, RW, 123, 7), DW_PROT_BOUNDS);
 }
@@ -468,22 +470,22 @@ Test(mr, zero_length_always_ok)
         for (unsigned i = 0; i < 4; i++) {
                 p = buf;
                 cr_expect_eq(
-                    dw_mr_check_remote(&tab, stags[i], &pd_b, RW | RR | RA, UINT64_MAX, 0, &p),
+                    dw_mr_check_remote(&tab, stags[i], &pd_b, 0, RW | RR | RA, UINT64_MAX, 0, &p),
                     DW_PROT_OK);
                 cr_expect_null(p, "no address for a zero-length access");
                 p = buf;
                 cr_expect_eq(dw_mr_check_local(&tab, stags[i], NULL, LW, 0, 0, &p), DW_PROT_OK);
                 cr_expect_null(p);
         }
-        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), 0);
+        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a, 0), 0);
         cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 0), DW_PROT_OK);
 }
 
 Test(mr, host_addr_may_be_null)
 {
         struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
-        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, IOVA, 1, NULL), DW_PROT_OK);
-        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, 0, 1, NULL), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, 0, RW, IOVA, 1, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, 0, RW, 0, 1, NULL), DW_PROT_BOUNDS);
         cr_expect_eq(dw_mr_check_local(&tab, mr->stag, &pd_a, LW, IOVA, 1, NULL), DW_PROT_OK);
 }
 
@@ -497,7 +499,7 @@ Test(mr, check_order)
         cr_expect_eq(rchk(s, &pd_a, RW, UINT64_MAX, 2), DW_PROT_ACCESS);
         cr_expect_eq(rchk(s, &pd_a, 0, UINT64_MAX, 2), DW_PROT_TO_WRAP);
         cr_expect_eq(rchk(s, &pd_a, 0, 0, 2), DW_PROT_BOUNDS);
-        cr_assert_eq(dw_mr_invalidate(&tab, s, &pd_a), 0);
+        cr_assert_eq(dw_mr_invalidate(&tab, s, &pd_a, 0), 0);
         cr_expect_eq(rchk(s, &pd_b, RW, UINT64_MAX, 2), DW_PROT_INVALIDATED);
 }
 
@@ -507,7 +509,7 @@ Test(mr, invalidate_blocks_all_access)
 {
         struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
         uint8_t *p;
-        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), 0);
+        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a, 0), 0);
         cr_expect_not(mr->valid);
         cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 1), DW_PROT_INVALIDATED);
         cr_expect_eq(rchk(mr->stag, &pd_a, RR, IOVA, 1), DW_PROT_INVALIDATED);
@@ -520,8 +522,8 @@ Test(mr, invalidate_blocks_all_access)
         cr_expect_eq(tab.count, 1);
         cr_expect_eq(pd_a.use_count, 1);
         /* a second invalidation fails */
-        cr_expect_eq(dw_mr_invalidate_status(&tab, mr->stag, &pd_a), DW_PROT_INVALIDATED);
-        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), -EINVAL);
+        cr_expect_eq(dw_mr_invalidate_status(&tab, mr->stag, &pd_a, 0), DW_PROT_INVALIDATED);
+        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a, 0), -EINVAL);
         /* only deregistration ends it; the slot's next STag works */
         uint32_t old = mr->stag;
         cr_assert_eq(dw_mr_deregister(&tab, mr), 0);
@@ -534,12 +536,12 @@ Test(mr, invalidate_blocks_all_access)
 Test(mr, invalidate_other_pd_refused)
 {
         struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
-        cr_expect_eq(dw_mr_invalidate_status(&tab, mr->stag, &pd_b), DW_PROT_PD_MISMATCH);
-        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_b), -EACCES);
-        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, NULL), -EACCES);
+        cr_expect_eq(dw_mr_invalidate_status(&tab, mr->stag, &pd_b, 0), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_b, 0), -EACCES);
+        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, NULL, 0), -EACCES);
         cr_expect(mr->valid, "a refused invalidate changes nothing");
         cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA, 1), DW_PROT_OK);
-        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), 0);
+        cr_expect_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a, 0), 0);
 }
 
 Test(mr, invalidate_bad_stags)
@@ -549,11 +551,11 @@ Test(mr, invalidate_bad_stags)
         for (uint32_t k = 0; k < 256; k++) {
                 if (k == dw_stag_key(mr->stag))
                         continue;
-                cr_expect_eq(dw_mr_invalidate_status(&tab, idx << 8 | k, &pd_a),
+                cr_expect_eq(dw_mr_invalidate_status(&tab, idx << 8 | k, &pd_a, 0),
                              DW_PROT_INVALID_STAG);
         }
-        cr_expect_eq(dw_mr_invalidate(&tab, (idx + 1) << 8, &pd_a), -EINVAL);
-        cr_expect_eq(dw_mr_invalidate(&tab, UINT32_MAX, &pd_a), -EINVAL);
+        cr_expect_eq(dw_mr_invalidate(&tab, (idx + 1) << 8, &pd_a, 0), -EINVAL);
+        cr_expect_eq(dw_mr_invalidate(&tab, UINT32_MAX, &pd_a, 0), -EINVAL);
         cr_expect(mr->valid, "guessed STags invalidate nothing");
 }
 
@@ -561,7 +563,7 @@ Test(mr, invalidate_one_leaves_others)
 {
         struct dw_mr *a = reg(&pd_a, IOVA, ALL_REMOTE);
         struct dw_mr *b = reg(&pd_a, IOVA, ALL_REMOTE);
-        cr_assert_eq(dw_mr_invalidate(&tab, a->stag, &pd_a), 0);
+        cr_assert_eq(dw_mr_invalidate(&tab, a->stag, &pd_a, 0), 0);
         cr_expect_eq(rchk(b->stag, &pd_a, RW, IOVA, 1), DW_PROT_OK);
         cr_expect_eq(rchk(a->stag, &pd_a, RW, IOVA, 1), DW_PROT_INVALIDATED);
 }
@@ -713,7 +715,7 @@ Test(mr, rereg_translation_moves_the_bounds)
             dw_mr_rereg(&tab, mr, DW_MR_REREG_TRANSLATION, NULL, other, sizeof(other), 0x40000, 0),
             0);
         uint8_t *p = NULL;
-        cr_assert_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, RW, 0x40000 + BUFSZ, 16, &p),
+        cr_assert_eq(dw_mr_check_remote(&tab, mr->stag, &pd_a, 0, RW, 0x40000 + BUFSZ, 16, &p),
                      DW_PROT_OK);
         cr_assert_eq(p, other + BUFSZ);
         cr_assert_eq(rchk(mr->stag, &pd_a, RW, IOVA, 16), DW_PROT_BOUNDS);
@@ -741,8 +743,252 @@ Test(mr, rereg_bad_input_changes_nothing)
 Test(mr, rereg_revives_an_invalidated_region)
 {
         struct dw_mr *mr = reg(&pd_a, IOVA, LW | RW);
-        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a), 0);
+        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a, 0), 0);
         cr_assert_eq(rchk(mr->stag, &pd_a, RW, IOVA, 16), DW_PROT_INVALIDATED);
         cr_assert_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_ACCESS, NULL, NULL, 0, 0, LW | RW), 0);
         cr_assert_eq(rchk(mr->stag, &pd_a, RW, IOVA, 16), DW_PROT_OK);
+}
+
+/* ---- memory windows ---------------------------------------------------- */
+
+#define MWB DIWARP_ACCESS_MW_BIND
+
+static struct dw_mr *mw_new(struct dw_pd *pd, int kind)
+{
+        struct dw_mr *mw = NULL;
+        cr_assert_eq(dw_mw_alloc(&tab, pd, kind, &mw), 0);
+        cr_assert_not_null(mw);
+        return mw;
+}
+
+/* The window's STag with another key byte (the verbs' ibv_inc_rkey). */
+static uint32_t next_key(uint32_t stag)
+{
+        return (stag & ~0xffu) | (uint8_t)(stag + 1);
+}
+
+static int bind(struct dw_mr *mw, const struct dw_pd *pd, uint32_t qpn, uint32_t new_stag,
+                const struct dw_mr *mr, uint64_t addr, uint64_t len, int access)
+{
+        struct dw_mw_bind b = {.new_stag = new_stag,
+                               .mr_stag = mr ? mr->stag : 0,
+                               .addr = addr,
+                               .length = len,
+                               .access = access};
+        const char *why = NULL;
+        int rc = dw_mw_bind(&tab, mw->kind, pd, qpn, &b, &why);
+        if (rc)
+                cr_assert_not_null(why, "a refused bind says why");
+        return rc;
+}
+
+static enum dw_prot_status rchk_qp(uint32_t stag, uint32_t qpn, int acc, uint64_t to, uint64_t len)
+{
+        uint8_t *p = (uint8_t *)1;
+        enum dw_prot_status st = dw_mr_check_remote(&tab, stag, &pd_a, qpn, acc, to, len, &p);
+        if (st != DW_PROT_OK)
+                cr_assert_null(p);
+        return st;
+}
+
+Test(mr, mw_alloc_is_unbound_and_counts_on_the_pd)
+{
+        struct dw_mr *mw = NULL;
+        cr_expect_eq(dw_mw_alloc(&tab, &pd_a, DW_STAG_MR, &mw), -EINVAL);
+        cr_expect_eq(dw_mw_alloc(&tab, &pd_a, 3, &mw), -EINVAL);
+        struct dw_mr *w1 = mw_new(&pd_a, DW_STAG_MW1);
+        struct dw_mr *w2 = mw_new(&pd_a, DW_STAG_MW2);
+        cr_expect_neq(dw_stag_index(w1->stag), dw_stag_index(w2->stag));
+        cr_expect_eq(pd_a.use_count, 2);
+        cr_expect_eq(dw_pd_fini(&pd_a), -EBUSY);
+        /* Unbound: no remote access, and a window is never an lkey. */
+        cr_expect_eq(rchk(w1->stag, &pd_a, RW, 0, 1), DW_PROT_INVALIDATED);
+        cr_expect_eq(dw_mr_check_local(&tab, w1->stag, &pd_a, 0, 0, 1, NULL), DW_PROT_INVALID_STAG);
+        /* Regions and windows do not mix in dereg/dealloc. */
+        cr_expect_eq(dw_mr_deregister(&tab, w1), -EINVAL);
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | MWB);
+        cr_expect_eq(dw_mw_dealloc(&tab, mr), -EINVAL);
+        cr_expect_eq(dw_mw_dealloc(&tab, w1), 0);
+        cr_expect_eq(dw_mw_dealloc(&tab, w1), -EINVAL);
+        cr_expect_eq(dw_mw_dealloc(&tab, w2), 0);
+        cr_expect_eq(dw_mr_deregister(&tab, mr), 0);
+        cr_expect_eq(pd_a.use_count, 0);
+}
+
+Test(mr, mw_bounds_and_rights)
+{
+        /* The region grants no remote right itself: the window does. */
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | MWB);
+        struct dw_mr *mw = mw_new(&pd_a, DW_STAG_MW1);
+        uint32_t s = next_key(mw->stag);
+        cr_assert_eq(bind(mw, &pd_a, 7, s, mr, IOVA + 100, 200, RW | LW), 0);
+        cr_expect_eq(mw->stag, s);
+        cr_expect_eq(mr->nbound, 1);
+
+        uint8_t *p = NULL;
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, 7, RW, IOVA + 100, 200, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf + 100);
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, 9, RW, IOVA + 299, 1, &p), DW_PROT_OK,
+                     "type 1 serves any QP of its PD");
+        cr_expect_eq(p, buf + 299);
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + 99, 1), DW_PROT_BOUNDS);
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + 300, 1), DW_PROT_BOUNDS);
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA + 100, 201), DW_PROT_BOUNDS);
+        cr_expect_eq(rchk(s, &pd_a, RW, UINT64_MAX, 2), DW_PROT_TO_WRAP);
+        cr_expect_eq(rchk(s, &pd_a, RR, IOVA + 100, 1), DW_PROT_ACCESS);
+        cr_expect_eq(rchk(s, &pd_a, RA, IOVA + 100, 8), DW_PROT_ACCESS);
+        cr_expect_eq(rchk(s, &pd_b, RW, IOVA + 100, 1), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(dw_mr_check_local(&tab, s, &pd_a, LW, IOVA + 100, 1, NULL),
+                     DW_PROT_INVALID_STAG);
+        /* The region itself still refuses remote access. */
+        cr_expect_eq(rchk(mr->stag, &pd_a, RW, IOVA + 100, 1), DW_PROT_ACCESS);
+}
+
+Test(mr, mw_zero_based)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | MWB);
+        struct dw_mr *mw = mw_new(&pd_a, DW_STAG_MW2);
+        uint32_t s = next_key(mw->stag);
+        cr_assert_eq(bind(mw, &pd_a, 3, s, mr, IOVA + 64, 64, RR | DIWARP_ACCESS_ZERO_BASED), 0);
+        uint8_t *p = NULL;
+        cr_expect_eq(dw_mr_check_remote(&tab, s, &pd_a, 3, RR, 0, 64, &p), DW_PROT_OK);
+        cr_expect_eq(p, buf + 64);
+        cr_expect_eq(rchk_qp(s, 3, RR, 1, 64), DW_PROT_BOUNDS);
+        cr_expect_eq(rchk_qp(s, 3, RR, IOVA + 64, 1), DW_PROT_BOUNDS);
+}
+
+Test(mr, mw_bind_refusals_change_nothing)
+{
+        struct dw_mr *nobind = reg(&pd_a, IOVA, LW | RW);
+        struct dw_mr *noloc = reg(&pd_a, IOVA, MWB | RR);
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | MWB);
+        struct dw_mr *other = reg(&pd_b, IOVA, LW | MWB);
+        struct dw_mr *mw = mw_new(&pd_a, DW_STAG_MW1);
+        uint32_t old = mw->stag, s = next_key(old);
+
+        cr_expect_eq(bind(mw, &pd_a, 1, s, nobind, IOVA, 10, RW), -EACCES, "no MW_BIND");
+        cr_expect_eq(bind(mw, &pd_a, 1, s, noloc, IOVA, 10, RW), -EACCES, "RW without LW");
+        cr_expect_eq(bind(mw, &pd_a, 1, s, noloc, IOVA, 10, RA), -EACCES, "RA without LW");
+        cr_expect_eq(bind(mw, &pd_a, 1, s, other, IOVA, 10, RW), -EACCES, "region of other PD");
+        cr_expect_eq(bind(mw, &pd_b, 1, s, other, IOVA, 10, RW), -EACCES, "window of other PD");
+        cr_expect_eq(bind(mw, &pd_a, 1, s, mr, IOVA - 1, 10, RW), -EINVAL);
+        cr_expect_eq(bind(mw, &pd_a, 1, s, mr, IOVA + BUFSZ - 9, 10, RW), -EINVAL);
+        cr_expect_eq(bind(mw, &pd_a, 1, s, mr, IOVA, BUFSZ + 1, RW), -EINVAL);
+        cr_expect_eq(bind(mw, &pd_a, 1, s, mr, IOVA, 10, DIWARP_ACCESS_MW_BIND), -EINVAL);
+        cr_expect_eq(bind(mw, &pd_a, 1, old, mr, IOVA, 10, RW), -EINVAL, "same key");
+        cr_expect_eq(bind(mw, &pd_a, 1, s, mw, IOVA, 10, RW), -EINVAL, "a window as region");
+        /* A bind for a type 2 window names a type 1 one: refused. */
+        struct dw_mw_bind b = {.new_stag = s, .mr_stag = mr->stag, .addr = IOVA, .length = 10};
+        cr_expect_eq(dw_mw_bind(&tab, DW_STAG_MW2, &pd_a, 1, &b, NULL), -EINVAL);
+        b.new_stag = (DW_MR_MAX_INDEX << 8) | 1;
+        cr_expect_eq(dw_mw_bind(&tab, DW_STAG_MW1, &pd_a, 1, &b, NULL), -EINVAL);
+        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a, 0), 0);
+        cr_expect_eq(bind(mw, &pd_a, 1, s, mr, IOVA, 10, RW), -EINVAL, "region invalidated");
+
+        cr_expect_eq(mw->stag, old);
+        cr_expect_not(mw->valid);
+        cr_expect_eq(mr->nbound + nobind->nbound + noloc->nbound + other->nbound, 0);
+        /* Exactly the full region is fine. */
+        cr_expect_eq(bind(mw, &pd_a, 1, s, noloc, IOVA, BUFSZ, RR), 0);
+        cr_expect_eq(rchk(s, &pd_a, RR, IOVA, BUFSZ), DW_PROT_OK);
+}
+
+Test(mr, mw_key_change_kills_stale_stags)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | MWB);
+        struct dw_mr *mw = mw_new(&pd_a, DW_STAG_MW1);
+        uint32_t s0 = mw->stag, s1 = next_key(s0), s2 = next_key(s1), s3 = next_key(s2);
+        cr_assert_eq(bind(mw, &pd_a, 1, s1, mr, IOVA, 100, RW), 0);
+        cr_expect_eq(rchk(s1, &pd_a, RW, IOVA, 1), DW_PROT_OK);
+        cr_expect_eq(rchk(s0, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
+        /* Type 1 rebind: moves the window, kills s1. */
+        cr_assert_eq(bind(mw, &pd_a, 1, s2, mr, IOVA + 1000, 100, RW | RR), 0);
+        cr_expect_eq(mr->nbound, 1);
+        cr_expect_eq(rchk(s1, &pd_a, RW, IOVA + 1000, 1), DW_PROT_INVALID_STAG);
+        cr_expect_eq(rchk(s2, &pd_a, RR, IOVA + 1000, 100), DW_PROT_OK);
+        cr_expect_eq(rchk(s2, &pd_a, RR, IOVA, 1), DW_PROT_BOUNDS);
+        /* Zero-length bind: unbound, new key. */
+        cr_assert_eq(bind(mw, &pd_a, 1, s3, NULL, 0, 0, 0), 0);
+        cr_expect_eq(mr->nbound, 0);
+        cr_expect_eq(rchk(s2, &pd_a, RW, IOVA + 1000, 1), DW_PROT_INVALID_STAG);
+        cr_expect_eq(rchk(s3, &pd_a, RW, IOVA + 1000, 1), DW_PROT_INVALIDATED);
+        /* Dealloc: the STag dies with the slot. */
+        cr_assert_eq(bind(mw, &pd_a, 1, s0, mr, IOVA, 100, RW), 0);
+        cr_assert_eq(dw_mw_dealloc(&tab, mw), 0);
+        cr_expect_eq(mr->nbound, 0);
+        cr_expect_eq(rchk(s0, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
+}
+
+Test(mr, mw_type1_refuses_invalidation)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | MWB);
+        struct dw_mr *mw = mw_new(&pd_a, DW_STAG_MW1);
+        uint32_t s = next_key(mw->stag);
+        cr_assert_eq(bind(mw, &pd_a, 1, s, mr, IOVA, 100, RW), 0);
+        cr_expect_eq(dw_mr_invalidate_status(&tab, s, &pd_a, 1), DW_PROT_NOT_INVALIDATABLE);
+        cr_expect_eq(dw_mr_invalidate(&tab, s, &pd_a, 1), -EPERM);
+        cr_expect_eq(rchk(s, &pd_a, RW, IOVA, 100), DW_PROT_OK, "still bound");
+        struct dw_term_error te;
+        cr_assert_eq(dw_prot_status_to_term(DW_PROT_NOT_INVALIDATABLE, DW_PROT_CTX_INVALIDATE, &te),
+                     0);
+        cr_expect_eq(te.ecode, DW_TERM_RDMAP_STAG_NOT_INVALIDATED);
+}
+
+Test(mr, mw_type2_qp_invalidation_and_rebind)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | MWB);
+        struct dw_mr *mw = mw_new(&pd_a, DW_STAG_MW2);
+        uint32_t s1 = next_key(mw->stag), s2 = next_key(s1);
+        cr_assert_eq(bind(mw, &pd_a, 5, s1, mr, IOVA, 100, RW | RR), 0);
+        cr_expect_eq(rchk_qp(s1, 5, RW, IOVA, 100), DW_PROT_OK);
+        cr_expect_eq(rchk_qp(s1, 6, RW, IOVA, 1), DW_PROT_PD_MISMATCH, "another QP");
+        /* Bound: a second bind is refused until it is invalidated. */
+        cr_expect_eq(bind(mw, &pd_a, 5, s2, mr, IOVA, 10, RW), -EBUSY);
+        cr_expect_eq(dw_mr_invalidate_status(&tab, s1, &pd_a, 6), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(dw_mr_invalidate_status(&tab, s1, &pd_b, 5), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(dw_mr_invalidate_status(&tab, s1 ^ 0x80, &pd_a, 5), DW_PROT_INVALID_STAG);
+        cr_expect_eq(rchk_qp(s1, 5, RW, IOVA, 1), DW_PROT_OK, "refusals changed nothing");
+        cr_assert_eq(dw_mr_invalidate_status(&tab, s1, &pd_a, 5), DW_PROT_OK);
+        cr_expect_eq(mr->nbound, 0);
+        cr_expect_eq(rchk_qp(s1, 5, RW, IOVA, 1), DW_PROT_INVALIDATED);
+        cr_expect_eq(dw_mr_invalidate_status(&tab, s1, &pd_a, 5), DW_PROT_INVALIDATED);
+        /* Rebind needs a new key; the old STag then stays dead. */
+        cr_expect_eq(bind(mw, &pd_a, 5, s1, mr, IOVA, 10, RW), -EINVAL);
+        cr_assert_eq(bind(mw, &pd_a, 6, s2, mr, IOVA + 8, 8, RR), 0);
+        cr_expect_eq(rchk_qp(s1, 6, RR, IOVA + 8, 8), DW_PROT_INVALID_STAG);
+        cr_expect_eq(rchk_qp(s2, 6, RR, IOVA + 8, 8), DW_PROT_OK);
+        cr_expect_eq(rchk_qp(s2, 5, RR, IOVA + 8, 8), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(rchk_qp(s2, 6, RW, IOVA + 8, 8), DW_PROT_ACCESS);
+        /* The QP goes away: the window is unbound (its number may return). */
+        dw_mw_qp_gone(&tab, 5);
+        cr_expect_eq(rchk_qp(s2, 6, RR, IOVA + 8, 8), DW_PROT_OK, "another QP's window stays");
+        dw_mw_qp_gone(&tab, 6);
+        cr_expect_eq(rchk_qp(s2, 6, RR, IOVA + 8, 8), DW_PROT_INVALIDATED);
+        cr_expect_eq(mr->nbound, 0);
+        cr_expect_eq(tab.mw2_bound, 0);
+}
+
+Test(mr, mw_parent_region_state)
+{
+        struct dw_mr *mr = reg(&pd_a, IOVA, LW | MWB);
+        struct dw_mr *w1 = mw_new(&pd_a, DW_STAG_MW1);
+        struct dw_mr *w2 = mw_new(&pd_a, DW_STAG_MW2);
+        uint32_t s1 = next_key(w1->stag), s2 = next_key(w2->stag);
+        cr_assert_eq(bind(w1, &pd_a, 1, s1, mr, IOVA, 100, RW), 0);
+        cr_assert_eq(bind(w2, &pd_a, 1, s2, mr, IOVA, 100, RW), 0);
+        cr_expect_eq(mr->nbound, 2);
+        /* Decision: no dereg or rereg under bound windows (hardware: EBUSY). */
+        cr_expect_eq(dw_mr_deregister(&tab, mr), -EBUSY);
+        cr_expect_eq(dw_mr_rereg(&tab, mr, DW_MR_REREG_ACCESS, NULL, NULL, 0, 0, LW), -EBUSY);
+        cr_expect_eq(rchk(s1, &pd_a, RW, IOVA, 1), DW_PROT_OK, "refused dereg changed nothing");
+        /* Invalidating the region stops access through its windows. */
+        cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a, 1), 0);
+        cr_expect_eq(rchk(s1, &pd_a, RW, IOVA, 1), DW_PROT_INVALIDATED);
+        cr_expect_eq(rchk_qp(s2, 1, RW, IOVA, 1), DW_PROT_INVALIDATED);
+        cr_expect_eq(dw_mr_deregister(&tab, mr), -EBUSY);
+        /* Once no window is bound, the region goes. */
+        cr_assert_eq(dw_mr_invalidate(&tab, s2, &pd_a, 1), 0);
+        cr_assert_eq(dw_mw_dealloc(&tab, w1), 0);
+        cr_expect_eq(dw_mr_deregister(&tab, mr), 0);
+        cr_expect_eq(rchk(s1, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
 }
