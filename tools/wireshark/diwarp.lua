@@ -448,12 +448,14 @@ local function dissect_one(tvb, pinfo, root, label)
         local sub = {}
         local function hand_off(range)
                 pinfo.cols.info = ""
-                if ddp_handle then
-                        ddp_handle:call(range:tvb(), pinfo, root)
-                else
-                        data_handle:call(range:tvb(), pinfo, root)
-                end
+                -- A dissector below (e.g. a ULP heuristic on a Send payload)
+                -- may throw; Wireshark marks that frame itself, and the rest
+                -- of this datagram (and of a GSO buffer) is still decoded.
+                local ok, err = pcall(function()
+                        (ddp_handle or data_handle):call(range:tvb(), pinfo, root)
+                end)
                 local t = tostring(pinfo.cols.info)
+                if not ok then t = t .. " [decode below stopped: " .. tostring(err) .. "]" end
                 if #t > 0 then sub[#sub + 1] = t end
         end
         if band(f, F_DATA) ~= 0 and not problem then
