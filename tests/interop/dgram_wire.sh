@@ -109,6 +109,7 @@ echo "chunk=16384" >>"$cap/rd_pull.out"
 # last ping acknowledged and nothing after it); this run checks the format.
 nocrc="DIWARP_RD_CRC=0 DIWARP_CC=off"
 pair rd_nocrc "$nocrc" "$nocrc" "$DIWARP_PINGPONG" --transport rd --op send --size 64 --iters 10
+pair rd_nocrc_write "$nocrc" "$nocrc" "$DIWARP_BW" --transport rd --op write --size 32768 --iters 4
 pair ud_pingpong "" "" "$DIWARP_PINGPONG" --transport ud --op send --size 512 --iters 10
 corrupt="DIWARP_FAULT=corrupt:20% DIWARP_FAULT_SEED=1 DIWARP_CC=off" # CC: see nocrc above
 pair rd_corrupt "$corrupt" "$corrupt" "$DIWARP_PINGPONG" --transport rd --op send --size 64 --iters 20

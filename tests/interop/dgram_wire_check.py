@@ -259,6 +259,7 @@ def check_traffic(lua, capdir):
     rc = dict(kv.split("=") for kv in r.group(1).split())
     frames, dg = decode(lua, f"{capdir}/traffic.pcapng")
     common_checks("traffic", frames, dg)
+    check(any(len(f["diwarp.transport"]) > 1 for f in frames), "traffic: no GSO buffer split")
 
     # UD: one datagram per Send, each a single-segment untagged Send.
     us, ud_dst = int(ud["src"], 16), int(ud["dst"], 16)
@@ -389,6 +390,17 @@ def check_faults(lua, capdir):
     check(all(d["diwarp.crc.status"] == "3" for d in dg), "rd_nocrc: a datagram with a CRC")
     sends = unique([d for d in dg if d.get("opcode") == 3])
     check(len(sends) >= 2 * int(res["iters"]), f"rd_nocrc: {len(sends)} Sends")
+
+    # GSO buffers without CRCs are split by the header rules alone.
+    res = result(capdir, "rd_nocrc_write")
+    frames, dg = decode(lua, f"{capdir}/rd_nocrc_write.pcapng")
+    common_checks("rd_nocrc_write", frames, dg, allow_nocrc=True)
+    check(all(d["diwarp.crc.status"] == "3" for d in dg), "rd_nocrc_write: a datagram with a CRC")
+    check(any(len(f["diwarp.transport"]) > 1 for f in frames), "rd_nocrc_write: no GSO buffer")
+    writes = [d for d in dg if d.get("opcode") == 0]
+    if check(writes, "rd_nocrc_write: no RDMA Write"):
+        total = sum(payload(d) for d in unique(dg, src=writes[0]["src"]) if d["opcode"] == 0)
+        check(total == int(res["size"]) * int(res["iters"]), f"rd_nocrc_write: {total} bytes")
 
     res = result(capdir, "ud_pingpong")
     frames, dg = decode(lua, f"{capdir}/ud_pingpong.pcapng")
