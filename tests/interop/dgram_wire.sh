@@ -9,7 +9,7 @@
 #     (NOCRC) and hand-made datagrams
 #     for what the engine never sends (credits, the other NAK codes, ECE, a
 #     bad CRC, a broken header, a datagram on a port outside the range);
-#   - RC over TCP (ibv_rc_pingpong, rping) with Wireshark's iWARP dissectors
+#   - RC over TCP (ibv_rc_pingpong, ib_write_bw, rping) with Wireshark's iWARP dissectors
 #     alone: every MPA FPDU's CRC must hold.
 # dgram_wire_check.py asserts what the decode shows against what the programs
 # did. Everything runs in a network namespace of its own, so the capture on
@@ -132,6 +132,23 @@ done
 timeout 30 "$DIWARP" run "${S[@]}" 127.0.0.1 >"$TMPD/rcpp.cli" 2>&1 ||
         { cat "$TMPD/rcpp.srv" "$TMPD/rcpp.cli" >&2; fail "ibv_rc_pingpong client failed"; }
 wait $sp || { cat "$TMPD/rcpp.srv" >&2; fail "ibv_rc_pingpong server failed"; }
+if command -v ib_write_bw >/dev/null 2>&1; then
+        # perftest: Writes of 200 000 bytes, FPDUs of 65 024 bytes across
+        # TCP segments (Wireshark reassembles them).
+        P=(ib_write_bw -d diwarp0 -x 0 -p 18602 -s 200000 -n 5)
+        timeout 30 "$DIWARP" run "${P[@]}" >"$TMPD/wbw.srv" 2>&1 &
+        sp=$!
+        kids+=($sp)
+        i=0
+        until listening 18602; do
+                i=$((i + 1))
+                [ $i -lt 100 ] || { cat "$TMPD/wbw.srv" >&2; fail "ib_write_bw server never listened"; }
+                sleep 0.1
+        done
+        timeout 30 "$DIWARP" run "${P[@]}" 127.0.0.1 >"$TMPD/wbw.cli" 2>&1 ||
+                { cat "$TMPD/wbw.srv" "$TMPD/wbw.cli" >&2; fail "ib_write_bw client failed"; }
+        wait $sp || { cat "$TMPD/wbw.srv" >&2; fail "ib_write_bw server failed"; }
+fi
 if command -v rping >/dev/null 2>&1; then
         timeout 30 "$DIWARP" run rping -s -a 127.0.0.1 -p 18601 -V -C 5 >"$TMPD/rping.srv" 2>&1 &
         sp=$!

@@ -468,7 +468,8 @@ def check_rc_tcp(lua, capdir):
     check("MPA Request Frame" in text or "Request frame header" in text, "rc_tcp: no MPA Request")
     check("Malformed" not in text and "Lua Error" not in text, "rc_tcp: malformed frame")
     ops = set(re.findall(r"OpCode: ([A-Za-z ]+) \(0x", text))
-    check("Send" in ops, f"rc_tcp: RDMAP opcodes {ops}")
+    check({"Send", "Write", "Read Request", "Read Response"} <= ops, f"rc_tcp: RDMAP opcodes {ops}")
+    check(re.search(r"ULPDU length: 650\d\d bytes", text), "rc_tcp: no full-size FPDU decoded")
     print(f"rc_tcp: {len(crc_lines)} MPA FPDUs, all CRC Good; RDMAP opcodes {sorted(ops)}")
 
 
