@@ -8,14 +8,16 @@
 #     (bad CRCs), receiver-paced Sends (PULL, PULLREQ), RD without CRC
 #     (NOCRC) and hand-made datagrams
 #     for what the engine never sends (credits, the other NAK codes, ECE, a
-#     bad CRC, a broken header, a datagram on a port outside the range);
+#     bad CRC, a datagram on a port outside the range) and one breaking each
+#     rule of the decoder, on which the dissector and the engine's own
+#     decoder (dgram_verdict) must agree;
 #   - RC over TCP (ibv_rc_pingpong, ib_write_bw, rping) with Wireshark's iWARP dissectors
 #     alone: every MPA FPDU's CRC must hold.
 # dgram_wire_check.py asserts what the decode shows against what the programs
 # did. Everything runs in a network namespace of its own, so the capture on
 # its loopback holds only this test's traffic (loopback MTU 1500, so RD cuts
 # Ethernet-size segments). Needs tshark (else exit 77: skipped).
-#   env: DIWARP DGRAM_TRAFFIC DIWARP_PINGPONG DIWARP_BW DIWARP_LUA (meson)
+#   env: DIWARP DGRAM_TRAFFIC DGRAM_VERDICT DIWARP_PINGPONG DIWARP_BW DIWARP_LUA (meson)
 here=$(cd "$(dirname "$0")" && pwd)
 command -v tshark >/dev/null 2>&1 || { echo "SKIP: tshark not installed" >&2; exit 77; }
 command -v dumpcap >/dev/null 2>&1 || { echo "SKIP: dumpcap not installed" >&2; exit 77; }
@@ -32,7 +34,7 @@ fi
 
 . "$here/lib.sh"
 need ibv_rc_pingpong
-: "${DGRAM_TRAFFIC:?}" "${DIWARP_PINGPONG:?}" "${DIWARP_BW:?}" "${DIWARP_LUA:?}"
+: "${DGRAM_TRAFFIC:?}" "${DGRAM_VERDICT:?}" "${DIWARP_PINGPONG:?}" "${DIWARP_BW:?}" "${DIWARP_LUA:?}"
 ip link set lo up && ip link set lo mtu 1500 || fail "cannot set up loopback in the namespace"
 
 dpid=
@@ -167,5 +169,6 @@ fi
 cap_stop
 
 [ -z "${DGRAM_WIRE_KEEP:-}" ] || cp -r "$cap" "$DGRAM_WIRE_KEEP"
-/usr/bin/python3 "$here/dgram_wire_check.py" check "$DIWARP_LUA" "$cap" || fail "decode check"
+/usr/bin/python3 "$here/dgram_wire_check.py" check "$DIWARP_LUA" "$cap" "$DGRAM_VERDICT" ||
+        fail "decode check"
 echo ok

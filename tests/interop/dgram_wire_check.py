@@ -5,10 +5,12 @@
       writes hand-made datagrams (what the engine never sends: credits, the
       NAK codes but RNR, ECE, a D-SACK with SACK blocks, a bad CRC, broken
       headers, a datagram on a port outside the registered range);
-  dgram_wire_check.py check DISSECTOR.lua CAPDIR
+  dgram_wire_check.py check DISSECTOR.lua CAPDIR [DGRAM_VERDICT]
       runs tshark with the dissector over the captures dgram_wire.sh left in
       CAPDIR and checks what it decodes against what the programs did (their
-      output lines, NAME.out). Exit 1 with a list of failures.
+      output lines, NAME.out), and the dissector's verdict on each crafted
+      datagram against the engine's (dgram_verdict). Exit 1 with a list of
+      failures.
 """
 import re
 import struct
@@ -96,6 +98,62 @@ CRAFTED = [
     ("not_diwarp", b"\x01" + bytes(40), 40001, None),
 ]
 CRAFTED[6][3]["sack_end"] = "91|105|111"
+
+# One datagram per rule of the decoder (docs/PROTOCOL.md, "Rules the decoder
+# enforces"): the dissector must name the rule, and the engine refuse it.
+PULL_DESC = struct.pack(">II", 100, 40)
+BROKEN = [
+    ("v2_no_xflag", dgram(version=2, flags=RD | ACK, ack=1), "version 2 with no X-flag"),
+    ("nine_sacks", dgram(flags=RD | ACK | SACK, ack=1, sacks=[(3 + 2 * i, 4 + 2 * i) for i in range(9)]),
+     "more than 8"),
+    ("src_qpn_high", dgram(flags=RD | ACK, ack=1, src=0x01000002), "src_qpn: reserved"),
+    ("ud_with_ack", dgram(flags=DATA | ACK, ack=1, tail=SEND_SEG), "UD packet with"),
+    ("sack_without_ack", dgram(flags=RD | SACK | CREDIT, credits=1, sacks=[(5, 6)]),
+     "SACK without ACK"),
+    ("nak_with_data", dgram(flags=RD | NAK | DATA, nak=1, ack=1, tail=SEND_SEG), "NAK and DATA"),
+    ("nak_with_ack", dgram(flags=RD | NAK | ACK, nak=1, ack=1), "NAK and ACK"),
+    ("imm_without_data", dgram(flags=RD | ACK | IMM, ack=1), "IMM without DATA"),
+    ("control_without_reason", dgram(flags=RD | ACKREQ), "control-only packet without"),
+    ("sacks_without_flag", dgram(flags=RD | ACK, ack=1, sacks=[(5, 6)]), "non-zero without SACK"),
+    ("sack_flag_no_blocks", dgram(flags=RD | ACK | SACK, ack=1), "zero with SACK"),
+    ("nak_code_zero", dgram(flags=RD | NAK, nak=0, ack=1), "zero with the NAK flag"),
+    ("nak_code_six", dgram(flags=RD | NAK, nak=6, ack=1), "unknown code"),
+    ("nak_code_without_nak", dgram(flags=RD | ACK, nak=2, ack=1), "non-zero without the NAK flag"),
+    ("rnr_delay_not_rnr", dgram(flags=RD | NAK, nak=3, ack=1, rnr=5), "rnr_delay"),
+    ("ack_psn_without_ack", dgram(flags=RD | CREDIT, credits=1, ack=5), "ack_psn: non-zero"),
+    ("credits_without_flag", dgram(flags=RD | ACK, ack=1, credits=4), "credits: non-zero"),
+    ("xflag_reserved", dgram(version=2, xflags=0x20, flags=RD | ACK, ack=1), "reserved bits"),
+    ("nocrc_on_ud", dgram(version=2, xflags=X_NOCRC, flags=DATA, tail=SEND_SEG),
+     "NOCRC on a UD packet"),
+    ("pull_and_pullreq", dgram(version=2, xflags=X_PULL | X_PULLREQ, flags=RD | DATA,
+                               tail=PULL_DESC + SEND_SEG), "PULL and PULLREQ"),
+    ("pullreq_without_data", dgram(version=2, xflags=X_PULLREQ, flags=RD | ACK, ack=1),
+     "without RD and DATA"),
+    ("dsack_without_sack", dgram(version=2, xflags=X_DSACK, flags=RD | ACK, ack=1),
+     "DSACK without"),
+    ("ece_without_ack", dgram(version=2, xflags=X_ECE, flags=RD | CREDIT, credits=1),
+     "ECE without ACK"),
+    ("pull_pushed_all", dgram(version=2, xflags=X_PULL, flags=RD | DATA,
+                              tail=struct.pack(">II", 100, 100) + SEND_SEG), "pull: pushed"),
+    ("sack_at_ack", dgram(flags=RD | ACK | SACK, ack=10, sacks=[(10, 12)]), "not after ack_psn"),
+    ("sack_touching", dgram(flags=RD | ACK | SACK, ack=10, sacks=[(12, 14), (14, 16)]),
+     "ascending order"),
+    ("sack_reversed", dgram(flags=RD | ACK | SACK, ack=10, sacks=[(14, 12)]), "before its start"),
+    ("dsack_empty", dgram(version=2, xflags=X_DSACK, flags=RD | ACK | SACK, ack=10,
+                          sacks=[(5, 5)]), "empty D-SACK"),
+    ("control_with_bytes", dgram(flags=RD | ACK, ack=1, tail=b"xx"), "bytes after its header"),
+    ("segment_too_short", dgram(flags=RD | DATA, psn=1, tail=b"short"), "shorter than a DDP"),
+    ("too_short", bytes([1, RD | ACK]) + bytes(18), "shorter than"),
+]
+for name, d, why in BROKEN:
+    CRAFTED.append((name, d, 17471, {"expert": why}))
+# Accepted by both: a NOCRC ACK, a PULL first segment.
+CRAFTED.append(("nocrc_ack", dgram(version=2, xflags=X_NOCRC, flags=RD | ACK, ack=3, crc=False),
+                17471, {"kind": "ACK", "crc": "3", "ack": "3"}))
+CRAFTED.append(("pull_first", dgram(version=2, xflags=X_PULL, flags=RD | DATA, psn=9,
+                                    tail=PULL_DESC + bytes([0x01, 0x43]) + bytes(4) +
+                                    struct.pack(">III", 0, 3, 0) + bytes(40)),
+                17471, {"kind": "DATA", "crc": "1", "opcode": "0x03"}))
 
 
 def craft(path):
@@ -430,7 +488,7 @@ def check_corrupt(lua, capdir):
 
 
 def check_crafted(lua, capdir):
-    frames, _ = decode(lua, f"{capdir}/crafted.pcap")
+    frames, _ = decode(lua, f"{capdir}/crafted.pcap", strict=False)
     if not check(len(frames) == len(CRAFTED), f"crafted: {len(frames)} frames"):
         return
     for (name, _, _, exp), f in zip(CRAFTED, frames):
@@ -458,6 +516,22 @@ def check_crafted(lua, capdir):
                   f"crafted {name}: unexpected expert {f['_ws.expert.message']}")
 
 
+def check_verdicts(lua, capdir, verdict):
+    # The engine's decoder and the dissector agree on every crafted datagram.
+    hexes = "".join(d.hex() + "\n" for _, d, _, _ in CRAFTED)
+    r = subprocess.run([verdict], input=hexes, stdout=subprocess.PIPE, text=True, timeout=30)
+    lines = r.stdout.splitlines()
+    if not check(r.returncode == 0 and len(lines) == len(CRAFTED),
+                 f"dgram_verdict: exit {r.returncode}, {len(lines)} verdicts"):
+        return
+    frames, _ = decode(lua, f"{capdir}/crafted.pcap", strict=False)
+    for (name, _, _, _), f, v in zip(CRAFTED, frames, lines):
+        flagged = [m for m in f["_ws.expert.message"] if not m.startswith("NAK")]
+        lua_bad = bool(flagged) or not f["diwarp.transport"]
+        check(lua_bad == v.startswith("bad"),
+              f"crafted {name}: engine says '{v}', dissector says {flagged or 'nothing'}")
+
+
 def check_rc_tcp(lua, capdir):
     # Wireshark's own MPA + DDP/RDMAP dissectors on RC over TCP.
     text = tshark(lua, f"{capdir}/rc_tcp.pcapng", ["-V"])
@@ -479,6 +553,8 @@ def main():
         return 0
     lua, capdir = sys.argv[2], sys.argv[3]
     check_crafted(lua, capdir)
+    if len(sys.argv) > 4:
+        check_verdicts(lua, capdir, sys.argv[4])
     check_traffic(lua, capdir)
     check_faults(lua, capdir)
     check_corrupt(lua, capdir)

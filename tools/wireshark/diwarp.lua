@@ -218,6 +218,7 @@ local function check_rules(h)
 end
 
 local function check_sacks(h)
+        if #h.sack < h.sack_count then return "sack: blocks run past the datagram" end
         local first = 1
         if band(h.xflags, X_DSACK) ~= 0 and h.sack_count > 0 then
                 local l = psn_dist(h.sack[1][1], h.sack[1][2])
@@ -271,7 +272,7 @@ local function read_hdr(tvb)
         if band(h.xflags, X_PULL) ~= 0 then h.hdr_len = h.hdr_len + PULL_LEN end
         h.body_len = h.nocrc and len or len - CRC_LEN
         h.sack = {}
-        if h.sack_count <= MAX_SACK and h.hdr_len <= h.body_len then
+        if h.hdr_len <= h.body_len then
                 for i = 1, h.sack_count do
                         local o = HDR_LEN + (i - 1) * SACK_LEN
                         h.sack[i] = { tvb(o, 4):uint(), tvb(o + 4, 4):uint() }
@@ -350,6 +351,9 @@ local function dissect_one(tvb, pinfo, root, label)
                                         len, h.hdr_len)
         end
         problem = problem or check_rules(h) or check_sacks(h)
+        if not problem and band(f, F_DATA) == 0 and h.body_len > h.hdr_len then
+                problem = "control-only packet with bytes after its header"
+        end
 
         if h.hdr_len <= h.body_len then
                 for i = 1, h.sack_count do
