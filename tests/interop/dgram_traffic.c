@@ -13,7 +13,7 @@
  * counts, which the capture test compares with what the dissector decodes:
  *   UD src=0x... dst=0x... sends=N len=L imm=0x...
  *   RC src=0x... dst=0x... rnr_sends=1 sends=N len=L imm_sends=1 imm=0x...
- *      write_len=W read_len=R fetch_add=1 cmp_swap=1
+ *      write_len=W read_len=R fetch_add=1 cmp_swap=1 add=A old=O swap=S
  */
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
@@ -38,6 +38,9 @@ enum {
         QKEY = 0x11111111,
         UD_IMM = 0x0badcafe,
         RC_IMM = 0x12345678,
+        ATOMIC_OLD = 40, /* the target's first value */
+        ATOMIC_ADD = 2,  /* Fetch-and-Add, then Compare-and-Swap of OLD + ADD */
+        ATOMIC_SWAP = 7,
 };
 
 static struct ibv_context *ctx;
@@ -276,27 +279,28 @@ static void rc_part(void)
         CHECK(!memcmp(buf + OFF_DST, buf + OFF_SRC, READ_LEN));
 
         uint64_t *target = (uint64_t *)(buf + OFF_ATOMIC), *old = (uint64_t *)(buf + OFF_OLD);
-        *target = 40;
+        *target = ATOMIC_OLD;
         wr = (struct ibv_send_wr){.wr_id = id, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD};
         wr.wr.atomic.remote_addr = (uintptr_t)target;
         wr.wr.atomic.rkey = mr->rkey;
-        wr.wr.atomic.compare_add = 2;
+        wr.wr.atomic.compare_add = ATOMIC_ADD;
         post_send(c, &wr, OFF_OLD, 8);
         wait_wc(id++);
-        CHECK(*old == 40 && *target == 42);
+        CHECK(*old == ATOMIC_OLD && *target == ATOMIC_OLD + ATOMIC_ADD);
 
         wr = (struct ibv_send_wr){.wr_id = id, .opcode = IBV_WR_ATOMIC_CMP_AND_SWP};
         wr.wr.atomic.remote_addr = (uintptr_t)target;
         wr.wr.atomic.rkey = mr->rkey;
-        wr.wr.atomic.compare_add = 42;
-        wr.wr.atomic.swap = 7;
+        wr.wr.atomic.compare_add = ATOMIC_OLD + ATOMIC_ADD;
+        wr.wr.atomic.swap = ATOMIC_SWAP;
         post_send(c, &wr, OFF_OLD, 8);
         wait_wc(id++);
-        CHECK(*old == 42 && *target == 7);
+        CHECK(*old == ATOMIC_OLD + ATOMIC_ADD && *target == ATOMIC_SWAP);
 
         printf("RC src=0x%06x dst=0x%06x rnr_sends=1 sends=%d len=%d imm_sends=1 imm=0x%08x "
-               "write_len=%d read_len=%d fetch_add=1 cmp_swap=1\n",
-               c->qp_num, d->qp_num, RC_SENDS, RC_LEN, RC_IMM, WRITE_LEN, READ_LEN);
+               "write_len=%d read_len=%d fetch_add=1 cmp_swap=1 add=%d old=%d swap=%d\n",
+               c->qp_num, d->qp_num, RC_SENDS, RC_LEN, RC_IMM, WRITE_LEN, READ_LEN, ATOMIC_ADD,
+               ATOMIC_OLD, ATOMIC_SWAP);
         CHECK(ibv_destroy_qp(c) == 0);
         CHECK(ibv_destroy_qp(d) == 0);
 }

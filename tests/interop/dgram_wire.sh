@@ -2,8 +2,9 @@
 # Captures diwarp's wire and decodes it with tshark:
 #   - UD, RD and RC-over-RD datagrams with the dissector
 #     tools/wireshark/diwarp.lua, which hands DDP/RDMAP to Wireshark's own
-#     iWARP dissector: a known set of operations (dgram_traffic: UD Sends, an
-#     RNR NAK, Sends, Send with Immediate, RDMA Write, Read, atomics), native
+#     iWARP dissector: a known set of operations (dgram_traffic: UD Sends and,
+#     RC over RD, an RNR NAK, Sends, Send with Immediate, RDMA Write, Read,
+#     atomics; dgram_rd_traffic: the same on native RD QPs), native
 #     RD under injected loss (SACK blocks, retransmissions) and corruption
 #     (bad CRCs), receiver-paced Sends (PULL, PULLREQ), RD without CRC
 #     (NOCRC) and hand-made datagrams
@@ -17,7 +18,8 @@
 # did. Everything runs in a network namespace of its own, so the capture on
 # its loopback holds only this test's traffic (loopback MTU 1500, so RD cuts
 # Ethernet-size segments). Needs tshark (else exit 77: skipped).
-#   env: DIWARP DGRAM_TRAFFIC DGRAM_VERDICT DIWARP_PINGPONG DIWARP_BW DIWARP_LUA (meson)
+#   env: DIWARP DGRAM_TRAFFIC DGRAM_RD_TRAFFIC DGRAM_VERDICT DIWARP_PINGPONG DIWARP_BW
+#        DIWARP_LUA (meson)
 here=$(cd "$(dirname "$0")" && pwd)
 command -v tshark >/dev/null 2>&1 || { echo "SKIP: tshark not installed" >&2; exit 77; }
 command -v dumpcap >/dev/null 2>&1 || { echo "SKIP: dumpcap not installed" >&2; exit 77; }
@@ -34,7 +36,7 @@ fi
 
 . "$here/lib.sh"
 need ibv_rc_pingpong
-: "${DGRAM_TRAFFIC:?}" "${DGRAM_VERDICT:?}" "${DIWARP_PINGPONG:?}" "${DIWARP_BW:?}" "${DIWARP_LUA:?}"
+: "${DGRAM_TRAFFIC:?}" "${DGRAM_RD_TRAFFIC:?}" "${DGRAM_VERDICT:?}" "${DIWARP_PINGPONG:?}" "${DIWARP_BW:?}" "${DIWARP_LUA:?}"
 ip link set lo up && ip link set lo mtu 1500 || fail "cannot set up loopback in the namespace"
 
 dpid=
@@ -100,6 +102,12 @@ DIWARP_RC_TRANSPORT=rd timeout 30 "$DIWARP" run "$DGRAM_TRAFFIC" >"$TMPD/traffic
 cap_stop
 cat "$TMPD/traffic.out"
 cp "$TMPD/traffic.out" "$cap/traffic.out"
+cap_start "$cap/rd_native.pcapng" udp
+timeout 30 "$DGRAM_RD_TRAFFIC" >"$TMPD/rd_native.out" 2>&1 ||
+        { cat "$TMPD/rd_native.out" >&2; fail "dgram_rd_traffic failed"; }
+cap_stop
+cat "$TMPD/rd_native.out"
+cp "$TMPD/rd_native.out" "$cap/rd_native.out"
 fault="DIWARP_FAULT=drop:3%,reorder:3% DIWARP_FAULT_SEED=7"
 pair rd_write "$fault" "$fault" "$DIWARP_BW" --transport rd --op write --size 16384 --iters 20
 pair rd_read "$fault" "$fault" "$DIWARP_BW" --transport rd --op read --size 8000 --iters 10

@@ -341,50 +341,80 @@ def check_traffic(lua, capdir):
     msns = [int(fr_by[d["frame"]]["iwarp_ddp.msn"][0]) for d in uds]
     check(all((b - a) % 2**32 == 1 for a, b in zip(msns, msns[1:])), f"UD MSNs {msns}")
 
-    # RC over RD.
+    check_reliable("RC over RD", dg, fr_by, rc)
+
+
+def check_rd_native(lua, capdir):
+    out = open(f"{capdir}/rd_native.out").read()
+    m = re.search(r"^RD (.*)$", out, re.M)
+    if not check(m, "dgram_rd_traffic printed no RD line"):
+        return
+    rd = dict(kv.split("=") for kv in m.group(1).split())
+    frames, dg = decode(lua, f"{capdir}/rd_native.pcapng")
+    common_checks("rd_native", frames, dg)
+    fr_by = {int(f["frame.number"][0]): f for f in frames}
+    check_reliable("RD", dg, fr_by, rd)
+
+
+def check_reliable(name, dg, fr_by, rc):
+    """The operations dgram_traffic (RC over RD) or dgram_rd_traffic (RD)
+    posted, from QP src to QP dst, as the capture shows them. RD requests
+    carry the WR's Q_Key, responses and RC over RD 0 (docs/PROTOCOL.md)."""
     c, dq = int(rc["src"], 16), int(rc["dst"], 16)
     req = [d for d in dg if d["src"] == c and d["dst"] == dq]
     rsp = [d for d in dg if d["src"] == dq and d["dst"] == c]
-    check(all(d["diwarp.transport"] == "RD" for d in req + rsp), "RC over RD: non-RD datagram")
+    check(req and rsp, f"{name}: no datagram between QPs {c:#x} and {dq:#x}")
+    check(all(d["diwarp.transport"] == "RD" for d in req + rsp), f"{name}: non-RD datagram")
+    qkey = rc.get("qkey", "0x00000000")
+    check(all(d["diwarp.qkey"] == qkey for d in req if d["flags"] & DATA),
+          f"{name}: requests carry Q_Key {set(d['diwarp.qkey'] for d in req)}, not {qkey}")
+    check(all(d["diwarp.qkey"] == "0x00000000" for d in rsp if d["flags"] & DATA),
+          f"{name}: responses carry Q_Key {set(d['diwarp.qkey'] for d in rsp)}, not 0")
+    if not req:
+        return
     first = min(d["psn"] for d in req if d["flags"] & DATA)
     rnr = [d for d in rsp if d["diwarp.kind"] == "NAK RNR"]
-    check(len(rnr) >= 1, "RC over RD: no RNR NAK")
+    check(len(rnr) >= 1, f"{name}: no RNR NAK")
     check(all(d["diwarp.nak_code"] == "1" and d["ack"] == first for d in rnr),
-          f"RNR NAKs name PSN {[d['ack'] for d in rnr]}, the first Send is {first}")
+          f"{name}: RNR NAKs name PSN {[d['ack'] for d in rnr]}, the first Send is {first}")
     check(any(d.get("retx") and d["psn"] == first for d in req),
-          "the Send refused by RNR was not resent")
+          f"{name}: the Send refused by RNR was not resent")
     u = unique(req)
-    check(contiguous([d["psn"] for d in u]), "RC over RD: request PSNs not contiguous")
+    check(contiguous([d["psn"] for d in u]), f"{name}: request PSNs not contiguous")
     sends = [d for d in u if d["opcode"] == 3]
     nsend = int(rc["rnr_sends"]) + int(rc["sends"]) + int(rc["imm_sends"])
-    check(len(sends) == nsend, f"RC over RD: {len(sends)} Sends, {nsend} posted")
-    check(all(payload(d) == int(rc["len"]) for d in sends), "RC over RD: Send payload length")
+    check(len(sends) == nsend, f"{name}: {len(sends)} Sends, {nsend} posted")
+    check(all(payload(d) == int(rc["len"]) for d in sends), f"{name}: Send payload length")
     ims = [d for d in sends if d["flags"] & IMM]
     check(len(ims) == 1 and fr_by[ims[0]["frame"]]["diwarp.imm.value"] == [rc["imm"]],
-          "RC over RD: Send with Immediate")
+          f"{name}: Send with Immediate")
     if ims:
         m2 = fr_by[ims[0]["frame"]]["iwarp_ddp.msn"]
         check(len(m2) == 2 and m2[0] == m2[1],
-              f"RC over RD: the Immediate Data message carries the Send's MSN: {m2}")
+              f"{name}: the Immediate Data message carries the Send's MSN: {m2}")
     writes = [d for d in u if d["opcode"] == 0]
     check(sum(payload(d) for d in writes) == int(rc["write_len"]),
-          f"RDMA Write: {sum(payload(d) for d in writes)} bytes, {rc['write_len']} written")
+          f"{name} RDMA Write: {sum(payload(d) for d in writes)} bytes, {rc['write_len']} written")
     rreq = [d for d in u if d["opcode"] == 1]
     check(len(rreq) == 1 and fr_by[rreq[0]["frame"]]["iwarp_rdma.rdmardsz"] == [rc["read_len"]],
-          "RDMA Read Request size")
+          f"{name}: RDMA Read Request size")
     ur = unique(rsp)
     rresp = [d for d in ur if d["opcode"] == 2]
-    check(sum(payload(d) for d in rresp) == int(rc["read_len"]), "RDMA Read Response bytes")
+    check(sum(payload(d) for d in rresp) == int(rc["read_len"]), f"{name}: Read Response bytes")
+    # Atomics: add=A to old0, then compare old0+A and swap in S.
+    add, old0, swap = int(rc["add"]), int(rc["old"]), int(rc["swap"])
     areq = [fr_by[d["frame"]] for d in u if d["opcode"] == 0xA]
-    check(len(areq) == 2, f"{len(areq)} Atomic Requests")
-    check(any(f["iwarp_rdma.atomic.add_data"] == ["2"] for f in areq), "Fetch-and-Add of 2")
-    check(any(f["iwarp_rdma.atomic.swap_data"] == ["7"] and
-              f["iwarp_rdma.atomic.compare_data"] == ["42"] for f in areq), "Compare-and-Swap 42->7")
+    check(len(areq) == 2, f"{name}: {len(areq)} Atomic Requests")
+    check(any(f["iwarp_rdma.atomic.add_data"] == [str(add)] for f in areq),
+          f"{name}: Fetch-and-Add of {add}")
+    check(any(f["iwarp_rdma.atomic.swap_data"] == [str(swap)] and
+              f["iwarp_rdma.atomic.compare_data"] == [str(old0 + add)] for f in areq),
+          f"{name}: Compare-and-Swap {old0 + add} -> {swap}")
     aresp = [fr_by[d["frame"]] for d in ur if d["opcode"] == 0xB]
-    vals = sorted(f["iwarp_rdma.atomic.original_remote_data_value"][0] for f in aresp)
-    check(vals == ["40", "42"], f"Atomic Responses carry {vals}")
+    vals = sorted(int(f["iwarp_rdma.atomic.original_remote_data_value"][0]) for f in aresp)
+    check(vals == [old0, old0 + add], f"{name}: Atomic Responses carry {vals}")
     check(any(d["flags"] & ACK and d["ack"] == max(x["psn"] for x in u) + 1 for d in rsp),
-          "RC over RD: the last request PSN is acknowledged")
+          f"{name}: the last request PSN is acknowledged")
 
 
 def check_faults(lua, capdir):
@@ -556,6 +586,7 @@ def main():
     if len(sys.argv) > 4:
         check_verdicts(lua, capdir, sys.argv[4])
     check_traffic(lua, capdir)
+    check_rd_native(lua, capdir)
     check_faults(lua, capdir)
     check_corrupt(lua, capdir)
     check_rc_tcp(lua, capdir)
