@@ -11,12 +11,24 @@
 --
 -- Use: tshark -X lua_script:tools/wireshark/diwarp.lua -r capture.pcap
 -- or copy this file into ~/.local/lib/wireshark/plugins/ (see README.md).
--- Needs Wireshark 3.x or later (Lua 5.2's bit32, or Lua 5.3+ operators via
--- the same bit32 table when the build provides it).
+-- Written for Wireshark 3.x/4.x with Lua 5.2 (Debian 12's 4.0): it uses
+-- the bit32 library, or Wireshark's own "bit" library where bit32 is absent.
 
-local bit = bit32 or bit
-assert(bit, "diwarp.lua needs the bit32 (Lua 5.2) or bit library")
-local band, bor, bxor, rshift = bit.band, bit.bor, bit.bxor, bit.rshift
+local band, bxor, rshift
+if bit32 then
+        band, bxor, rshift = bit32.band, bit32.bxor, bit32.rshift
+else
+        assert(bit, "diwarp.lua needs the bit32 or the bit library")
+        -- bit returns signed 32-bit results: bring them back to 0..2^32-1.
+        local function u32(f)
+                return function(a, b)
+                        local r = f(a, b)
+                        if r < 0 then r = r + 4294967296 end
+                        return r
+                end
+        end
+        band, bxor, rshift = u32(bit.band), u32(bit.bxor), u32(bit.rshift)
+end
 
 local HDR_LEN = 28
 local SACK_LEN = 8
