@@ -15,7 +15,8 @@
 #   - RC over TCP (ibv_rc_pingpong, ib_write_bw, rping) with Wireshark's iWARP dissectors
 #     alone: every MPA FPDU's CRC must hold.
 # dgram_wire_check.py asserts what the decode shows against what the programs
-# did. Everything runs in a network namespace of its own, so the capture on
+# did. An example pair that fails is shown and run once more: what is checked
+# here is the decode, and a second failure fails the test. Everything runs in a network namespace of its own, so the capture on
 # its loopback holds only this test's traffic (loopback MTU 1500, so RD cuts
 # Ethernet-size segments). Needs tshark (else exit 77: skipped).
 #   env: DIWARP DGRAM_TRAFFIC DGRAM_RD_TRAFFIC DGRAM_VERDICT DIWARP_PINGPONG DIWARP_BW
