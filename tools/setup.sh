@@ -16,6 +16,7 @@ packages=(
         libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest libfabric-bin
         python3-pyverbs
         iproute2 procps valgrind gnuplot-nox
+        tshark
 )
 
 missing=()
@@ -35,6 +36,12 @@ if ((${#missing[@]})); then
                 sudo=(sudo)
         fi
         export DEBIAN_FRONTEND=noninteractive
+        # tshark's wireshark-common asks whether non-root users may capture:
+        # no (dumpcap stays root-only; the capture test runs in a namespace).
+        if [[ " ${missing[*]} " == *" tshark "* ]] && command -v debconf-set-selections >/dev/null; then
+                echo "wireshark-common wireshark-common/install-setuid boolean false" |
+                        "${sudo[@]}" debconf-set-selections
+        fi
         "${sudo[@]}" apt-get update -q
         "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi

@@ -1,0 +1,609 @@
+-- Wireshark dissector for the diwarp datagram header (UD and RD over UDP,
+-- versions 1 and 2; RC QPs carried by RD use the same datagrams).
+--
+-- Layout and rules: docs/PROTOCOL.md, section "Datagram header". One UDP
+-- payload is
+--     header (28 + 8*SACK Count [+ 8 pull descriptor]) |
+--     DDP/RDMAP segment (DATA only) | [Immediate Data message, 26 (IMM)] |
+--     CRC32c (4, big-endian; absent on a version-2 RD datagram with NOCRC)
+-- The DDP/RDMAP segment and the Immediate Data message are handed to
+-- Wireshark's own iWARP dissector ("iwarp_ddp_rdmap").
+--
+-- Use: tshark -X lua_script:tools/wireshark/diwarp.lua -r capture.pcap
+-- or copy this file into ~/.local/lib/wireshark/plugins/ (see README.md).
+-- Written for Wireshark 3.x/4.x with Lua 5.2 (Debian 12's 4.0): it uses
+-- the bit32 library, or Wireshark's own "bit" library where bit32 is absent.
+
+local band, bxor, rshift
+if bit32 then
+        band, bxor, rshift = bit32.band, bit32.bxor, bit32.rshift
+else
+        assert(bit, "diwarp.lua needs the bit32 or the bit library")
+        -- bit returns signed 32-bit results: bring them back to 0..2^32-1.
+        local function u32(f)
+                return function(a, b)
+                        local r = f(a, b)
+                        if r < 0 then r = r + 4294967296 end
+                        return r
+                end
+        end
+        band, bxor, rshift = u32(bit.band), u32(bit.bxor), u32(bit.rshift)
+end
+
+local HDR_LEN = 28
+local SACK_LEN = 8
+local MAX_SACK = 8
+local PULL_LEN = 8
+local CRC_LEN = 4
+local IMM_MSG_LEN = 26
+local DDP_TAGGED_LEN = 14
+
+local F_RD, F_ACK, F_SACK, F_CREDIT = 0x01, 0x02, 0x04, 0x08
+local F_ACKREQ, F_NAK, F_DATA, F_IMM = 0x10, 0x20, 0x40, 0x80
+local X_NOCRC, X_PULL, X_PULLREQ, X_DSACK, X_ECE = 0x01, 0x02, 0x04, 0x08, 0x10
+local X_ALL = 0x1F
+
+local nak_names = {
+        [0] = "none",
+        [1] = "RNR (no receive posted)",
+        [2] = "sequence error",
+        [3] = "remote access error",
+        [4] = "remote operation error",
+        [5] = "invalid request",
+}
+local nak_short = { [1] = "RNR", [2] = "SEQ", [3] = "REM_ACCESS", [4] = "REM_OP", [5] = "INVALID" }
+
+-- Checksum status, numbered as Wireshark's own checksum status fields.
+local crc_status_names = { [0] = "Bad", [1] = "Good", [2] = "Unverified", [3] = "Not present" }
+local CRC_BAD, CRC_GOOD, CRC_UNVERIFIED, CRC_ABSENT = 0, 1, 2, 3
+
+local rdmap_ops = {
+        [0x0] = "RDMA Write", [0x1] = "RDMA Read Request", [0x2] = "RDMA Read Response",
+        [0x3] = "Send", [0x4] = "Send with Invalidate", [0x5] = "Send with SE",
+        [0x6] = "Send with SE and Invalidate", [0x7] = "Terminate",
+        [0x8] = "Immediate Data", [0x9] = "Immediate Data with SE",
+        [0xA] = "Atomic Request", [0xB] = "Atomic Response",
+}
+
+local p = Proto("diwarp", "diwarp datagram (UD/RD over UDP)")
+
+local pf = {
+        version = ProtoField.uint8("diwarp.version", "Version", base.DEC),
+        flags = ProtoField.uint8("diwarp.flags", "Flags", base.HEX),
+        f_imm = ProtoField.bool("diwarp.flags.imm", "IMM (Immediate Data message follows)", 8, nil, F_IMM),
+        f_data = ProtoField.bool("diwarp.flags.data", "DATA (DDP/RDMAP segment follows)", 8, nil, F_DATA),
+        f_nak = ProtoField.bool("diwarp.flags.nak", "NAK", 8, nil, F_NAK),
+        f_ackreq = ProtoField.bool("diwarp.flags.ackreq", "ACKREQ (immediate ACK asked)", 8, nil, F_ACKREQ),
+        f_credit = ProtoField.bool("diwarp.flags.credit", "CREDIT (credits valid)", 8, nil, F_CREDIT),
+        f_sack = ProtoField.bool("diwarp.flags.sack", "SACK (SACK blocks follow)", 8, nil, F_SACK),
+        f_ack = ProtoField.bool("diwarp.flags.ack", "ACK (ACK PSN valid)", 8, nil, F_ACK),
+        f_rd = ProtoField.bool("diwarp.flags.rd", "RD (reliable datagram; clear = UD)", 8, nil, F_RD),
+        sack_count = ProtoField.uint8("diwarp.sack_count", "SACK Count", base.DEC),
+        nak_code = ProtoField.uint8("diwarp.nak_code", "NAK Code", base.DEC, nak_names),
+        xflags = ProtoField.uint8("diwarp.xflags", "X-flags", base.HEX),
+        x_rsvd = ProtoField.uint8("diwarp.xflags.reserved", "Reserved (must be 0)", base.HEX, nil, 0xE0),
+        x_ece = ProtoField.bool("diwarp.xflags.ece", "ECE (congestion experienced echo)", 8, nil, X_ECE),
+        x_dsack = ProtoField.bool("diwarp.xflags.dsack", "DSACK (SACK block 0 is a duplicate)", 8, nil, X_DSACK),
+        x_pullreq = ProtoField.bool("diwarp.xflags.pullreq", "PULLREQ (Read of a receiver-paced Send)", 8, nil, X_PULLREQ),
+        x_pull = ProtoField.bool("diwarp.xflags.pull", "PULL (pull descriptor follows)", 8, nil, X_PULL),
+        x_nocrc = ProtoField.bool("diwarp.xflags.nocrc", "NOCRC (no CRC32c trailer)", 8, nil, X_NOCRC),
+        reserved = ProtoField.uint8("diwarp.reserved", "Reserved (must be 0)", base.HEX),
+        dst_qpn = ProtoField.uint24("diwarp.dst_qpn", "Destination QPN", base.HEX),
+        src_qpn = ProtoField.uint24("diwarp.src_qpn", "Source QPN", base.HEX),
+        qkey = ProtoField.uint32("diwarp.qkey", "Q_Key", base.HEX),
+        psn = ProtoField.uint32("diwarp.psn", "PSN", base.DEC),
+        ack_psn = ProtoField.uint32("diwarp.ack_psn", "ACK PSN", base.DEC),
+        credits = ProtoField.uint16("diwarp.credits", "Credits", base.DEC),
+        rnr_delay = ProtoField.uint16("diwarp.rnr_delay", "RNR Delay (10 us units)", base.DEC),
+        rnr_delay_us = ProtoField.uint32("diwarp.rnr_delay_us", "RNR Delay (us)", base.DEC),
+        sack = ProtoField.bytes("diwarp.sack", "SACK block"),
+        sack_start = ProtoField.uint32("diwarp.sack.start", "Start PSN", base.DEC),
+        sack_end = ProtoField.uint32("diwarp.sack.end", "End PSN (exclusive)", base.DEC),
+        sack_npsn = ProtoField.uint32("diwarp.sack.npsn", "PSNs in block", base.DEC),
+        sack_dsack = ProtoField.bool("diwarp.sack.dsack", "D-SACK block (duplicate received)"),
+        pull = ProtoField.bytes("diwarp.pull", "Pull descriptor"),
+        pull_len = ProtoField.uint32("diwarp.pull.msg_len", "Message Length", base.DEC),
+        pull_pushed = ProtoField.uint32("diwarp.pull.pushed", "Pushed Length", base.DEC),
+        transport = ProtoField.string("diwarp.transport", "Transport"),
+        kind = ProtoField.string("diwarp.kind", "Packet"),
+        hdr_len = ProtoField.uint32("diwarp.hdr_len", "Header length", base.DEC),
+        seg_len = ProtoField.uint32("diwarp.seg_len", "DDP segment length", base.DEC),
+        opcode = ProtoField.uint8("diwarp.rdmap_opcode", "RDMAP opcode", base.HEX, rdmap_ops),
+        imm_msg = ProtoField.bytes("diwarp.imm_msg", "Immediate Data message"),
+        imm_data = ProtoField.bytes("diwarp.imm.data", "Immediate Data (8 bytes)"),
+        imm_value = ProtoField.uint32("diwarp.imm.value", "Immediate (verbs imm_data, bytes 0-3)", base.HEX),
+        imm_word2 = ProtoField.uint32("diwarp.imm.word2", "Bytes 4-7 (RD: RDMA Write length, 0 after a Send)", base.DEC),
+        gso_segs = ProtoField.uint32("diwarp.gso.segments", "Datagrams in this GSO super-packet", base.DEC),
+        gso_size = ProtoField.uint32("diwarp.gso.size", "GSO datagram size", base.DEC),
+        retrans = ProtoField.framenum("diwarp.retransmission_of", "Retransmission of PSN first sent in frame"),
+        is_retrans = ProtoField.bool("diwarp.retransmission", "Retransmission (PSN seen in an earlier frame)"),
+        crc = ProtoField.uint32("diwarp.crc", "CRC32c", base.HEX),
+        crc_status = ProtoField.uint8("diwarp.crc.status", "CRC32c status", base.DEC, crc_status_names),
+        crc_computed = ProtoField.uint32("diwarp.crc.computed", "CRC32c computed", base.HEX),
+}
+p.fields = pf
+
+local ef = {
+        bad_crc = ProtoExpert.new("diwarp.crc.bad", "Bad CRC32c", expert.group.CHECKSUM,
+                                  expert.severity.ERROR),
+        malformed = ProtoExpert.new("diwarp.malformed", "Header breaks a datagram rule",
+                                    expert.group.MALFORMED, expert.severity.ERROR),
+        version = ProtoExpert.new("diwarp.version.unknown", "Unknown datagram version",
+                                  expert.group.PROTOCOL, expert.severity.ERROR),
+        nak = ProtoExpert.new("diwarp.nak.expert", "NAK", expert.group.SEQUENCE,
+                              expert.severity.NOTE),
+        retrans = ProtoExpert.new("diwarp.retransmission.expert", "Retransmission (PSN seen before)",
+                                  expert.group.SEQUENCE, expert.severity.NOTE),
+}
+p.experts = { ef.bad_crc, ef.malformed, ef.version, ef.nak, ef.retrans }
+
+local DEFAULT_PORTS = "17471-17534"
+p.prefs.ports = Pref.range("UDP ports", DEFAULT_PORTS,
+        "UDP ports decoded as diwarp: the device port base (DIWARP_PORT_BASE, 17471) plus "
+        .. "the instance number; other ports are found by the heuristic", 65535)
+p.prefs.heuristic = Pref.bool("Try heuristic on other UDP ports", true,
+        "Recognise diwarp datagrams on any UDP port by their header rules and CRC32c")
+p.prefs.check_crc = Pref.bool("Verify CRC32c", true, "Compute and compare the CRC32c trailer")
+
+-- CRC32c (Castagnoli, reflected polynomial 0x82F63B78).
+local crc_table = {}
+for i = 0, 255 do
+        local c = i
+        for _ = 1, 8 do
+                if band(c, 1) ~= 0 then
+                        c = bxor(rshift(c, 1), 0x82F63B78)
+                else
+                        c = rshift(c, 1)
+                end
+        end
+        crc_table[i] = c
+end
+
+local function crc32c(s)
+        local c = 0xFFFFFFFF
+        local n = #s
+        local byte = string.byte
+        local i = 1
+        while i <= n do
+                local j = i + 3999
+                if j > n then j = n end
+                local chunk = { byte(s, i, j) }
+                for k = 1, #chunk do
+                        c = bxor(crc_table[band(bxor(c, chunk[k]), 0xFF)], rshift(c, 8))
+                end
+                i = j + 1
+        end
+        return bxor(c, 0xFFFFFFFF)
+end
+
+-- Distance b - a modulo 2^32, as an unsigned number.
+local function psn_dist(a, b)
+        local d = b - a
+        if d < 0 then d = d + 4294967296 end
+        return d
+end
+
+-- The rules dw_dgram_hdr_validate enforces; returns nil or the reason.
+local function check_rules(h)
+        local f, x = h.flags, h.xflags
+        if h.version == 2 and x == 0 then return "version 2 with no X-flag set" end
+        if h.sack_count > MAX_SACK then return "sack_count: more than 8 blocks" end
+        if h.rsvd4 ~= 0 then return "dst_qpn: reserved high 8 bits set" end
+        if h.rsvd8 ~= 0 then return "src_qpn: reserved high 8 bits set" end
+        if band(f, F_RD) == 0 then
+                if band(f, F_DATA) == 0 then return "flags: UD packet without DATA" end
+                if band(f, F_ACK + F_SACK + F_CREDIT + F_ACKREQ + F_NAK) ~= 0 then
+                        return "flags: UD packet with ACK/SACK/NAK/CREDIT/ACKREQ (RD only)"
+                end
+        end
+        if band(f, F_SACK) ~= 0 and band(f, F_ACK) == 0 then return "flags: SACK without ACK" end
+        if band(f, F_NAK) ~= 0 and band(f, F_DATA) ~= 0 then return "flags: NAK and DATA together" end
+        if band(f, F_NAK) ~= 0 and band(f, F_ACK) ~= 0 then return "flags: NAK and ACK together" end
+        if band(f, F_IMM) ~= 0 and band(f, F_DATA) == 0 then return "flags: IMM without DATA" end
+        if band(f, F_DATA + F_ACK + F_NAK + F_CREDIT) == 0 then
+                return "flags: control-only packet without ACK, NAK or CREDIT"
+        end
+        if band(f, F_SACK) == 0 and h.sack_count ~= 0 then return "sack_count: non-zero without SACK" end
+        if band(f, F_SACK) ~= 0 and h.sack_count == 0 then return "sack_count: zero with SACK" end
+        if band(f, F_NAK) ~= 0 then
+                if h.nak_code == 0 then return "nak_code: zero with the NAK flag" end
+                if h.nak_code > 5 then return "nak_code: unknown code" end
+        elseif h.nak_code ~= 0 then
+                return "nak_code: non-zero without the NAK flag"
+        end
+        if h.rnr_delay ~= 0 and not (band(f, F_NAK) ~= 0 and h.nak_code == 1) then
+                return "rnr_delay: non-zero outside an RNR NAK"
+        end
+        if h.ack_psn ~= 0 and band(f, F_ACK + F_NAK) == 0 then return "ack_psn: non-zero without ACK or NAK" end
+        if h.credits ~= 0 and band(f, F_CREDIT) == 0 then return "credits: non-zero without CREDIT" end
+        if band(x, 0xE0) ~= 0 then return "xflags: reserved bits (0x20-0x80) set" end
+        if band(x, X_NOCRC) ~= 0 and band(f, F_RD) == 0 then return "xflags: NOCRC on a UD packet" end
+        if band(x, X_PULL) ~= 0 and band(x, X_PULLREQ) ~= 0 then return "xflags: PULL and PULLREQ together" end
+        if band(x, X_PULL + X_PULLREQ) ~= 0 and band(f, F_RD + F_DATA) ~= F_RD + F_DATA then
+                return "xflags: PULL or PULLREQ without RD and DATA"
+        end
+        if band(x, X_DSACK) ~= 0 and band(f, F_ACK + F_SACK) ~= F_ACK + F_SACK then
+                return "xflags: DSACK without ACK and SACK"
+        end
+        if band(x, X_ECE) ~= 0 and band(f, F_ACK) == 0 then return "xflags: ECE without ACK" end
+        return nil
+end
+
+local function check_sacks(h)
+        if #h.sack < h.sack_count then return "sack: blocks run past the datagram" end
+        local first = 1
+        if band(h.xflags, X_DSACK) ~= 0 and h.sack_count > 0 then
+                local l = psn_dist(h.sack[1][1], h.sack[1][2])
+                if l == 0 then return "sack: empty D-SACK block" end
+                if l > 0x80000000 then return "sack: D-SACK block reversed or longer than 2^31 PSNs" end
+                first = 2
+        end
+        local prev_end
+        for i = first, h.sack_count do
+                local s = psn_dist(h.ack_psn, h.sack[i][1])
+                local e = psn_dist(h.ack_psn, h.sack[i][2])
+                if s == 0 or s >= 0x80000000 then return "sack: block start_psn not after ack_psn" end
+                if e == s then return "sack: empty block" end
+                if e < s then return "sack: block end_psn before its start_psn" end
+                if e > 0x80000000 then return "sack: block end_psn more than 2^31 past ack_psn" end
+                if prev_end and s <= prev_end then
+                        return "sack: blocks not in ascending order with a gap between them"
+                end
+                prev_end = e
+        end
+        return nil
+end
+
+-- Reads the fixed header; nil when too short or of an unknown version.
+local function read_hdr(tvb)
+        local len = tvb:len()
+        if len < HDR_LEN then return nil, "shorter than the 28-byte header" end
+        local h = { version = tvb(0, 1):uint() }
+        if h.version ~= 1 and h.version ~= 2 then return nil, "unknown version" end
+        h.flags = tvb(1, 1):uint()
+        h.sack_count = tvb(2, 1):uint()
+        h.nak_code = tvb(3, 1):uint()
+        local b4 = tvb(4, 1):uint()
+        if h.version == 2 then
+                h.xflags, h.rsvd4 = b4, 0
+        else
+                h.xflags, h.rsvd4 = 0, b4
+        end
+        h.dst_qpn = tvb(5, 3):uint()
+        h.rsvd8 = tvb(8, 1):uint()
+        h.src_qpn = tvb(9, 3):uint()
+        h.qkey = tvb(12, 4):uint()
+        h.psn = tvb(16, 4):uint()
+        h.ack_psn = tvb(20, 4):uint()
+        h.credits = tvb(24, 2):uint()
+        h.rnr_delay = tvb(26, 2):uint()
+        -- The same three bytes dw_dgram_packet_body reads to decide on the trailer.
+        h.nocrc = h.version == 2 and band(h.flags, F_RD) ~= 0 and band(b4, X_NOCRC) ~= 0
+                and band(b4, 0xE0) == 0
+        h.hdr_len = HDR_LEN + SACK_LEN * h.sack_count
+        if band(h.xflags, X_PULL) ~= 0 then h.hdr_len = h.hdr_len + PULL_LEN end
+        h.body_len = h.nocrc and len or len - CRC_LEN
+        h.sack = {}
+        if h.hdr_len <= h.body_len then
+                for i = 1, h.sack_count do
+                        local o = HDR_LEN + (i - 1) * SACK_LEN
+                        h.sack[i] = { tvb(o, 4):uint(), tvb(o + 4, 4):uint() }
+                end
+        end
+        return h
+end
+
+-- Retransmission detection: first frame that carried each (stream, PSN).
+local first_seen = {}
+
+local ddp_handle = Dissector.get("iwarp_ddp_rdmap")
+local data_handle = Dissector.get("data")
+
+local function kind_of(h)
+        local f = h.flags
+        if band(f, F_DATA) ~= 0 then return "DATA" end
+        if band(f, F_NAK) ~= 0 then return "NAK " .. (nak_short[h.nak_code] or tostring(h.nak_code)) end
+        if band(f, F_ACK) ~= 0 then return "ACK" end
+        return "CREDIT"
+end
+
+local function dissect_one(tvb, pinfo, root, label)
+        local len = tvb:len()
+        local tree = root:add(p, tvb(), label or "diwarp datagram")
+        local h, why = read_hdr(tvb)
+        if not h then
+                if len >= 1 then tree:add(pf.version, tvb(0, 1)) end
+                tree:add_proto_expert_info(why == "unknown version" and ef.version or ef.malformed, why)
+                return "diwarp: " .. why
+        end
+        local f, x = h.flags, h.xflags
+        local transport = band(f, F_RD) ~= 0 and "RD" or "UD"
+        local kind = kind_of(h)
+        tree:append_text(string.format(", %s %s, QPN 0x%06x -> 0x%06x", transport, kind,
+                                       h.src_qpn, h.dst_qpn))
+        tree:add(pf.transport, transport):set_generated()
+        tree:add(pf.kind, kind):set_generated()
+
+        tree:add(pf.version, tvb(0, 1))
+        local ft = tree:add(pf.flags, tvb(1, 1))
+        for _, k in ipairs({ "f_imm", "f_data", "f_nak", "f_ackreq", "f_credit", "f_sack", "f_ack", "f_rd" }) do
+                ft:add(pf[k], tvb(1, 1))
+        end
+        local names = {}
+        for _, fl in ipairs({ { F_RD, "RD" }, { F_ACK, "ACK" }, { F_SACK, "SACK" }, { F_CREDIT, "CREDIT" },
+                             { F_ACKREQ, "ACKREQ" }, { F_NAK, "NAK" }, { F_DATA, "DATA" }, { F_IMM, "IMM" } }) do
+                if band(f, fl[1]) ~= 0 then names[#names + 1] = fl[2] end
+        end
+        ft:append_text(" (" .. table.concat(names, ", ") .. ")")
+        tree:add(pf.sack_count, tvb(2, 1))
+        local nt = tree:add(pf.nak_code, tvb(3, 1))
+        if h.version == 2 then
+                local xt = tree:add(pf.xflags, tvb(4, 1))
+                for _, k in ipairs({ "x_rsvd", "x_ece", "x_dsack", "x_pullreq", "x_pull", "x_nocrc" }) do
+                        xt:add(pf[k], tvb(4, 1))
+                end
+        else
+                tree:add(pf.reserved, tvb(4, 1))
+        end
+        tree:add(pf.dst_qpn, tvb(5, 3))
+        tree:add(pf.reserved, tvb(8, 1))
+        tree:add(pf.src_qpn, tvb(9, 3))
+        tree:add(pf.qkey, tvb(12, 4))
+        tree:add(pf.psn, tvb(16, 4))
+        tree:add(pf.ack_psn, tvb(20, 4))
+        tree:add(pf.credits, tvb(24, 2))
+        tree:add(pf.rnr_delay, tvb(26, 2))
+        if band(f, F_NAK) ~= 0 and h.nak_code == 1 then
+                tree:add(pf.rnr_delay_us, h.rnr_delay * 10):set_generated()
+        end
+
+        local problem
+        if h.hdr_len > h.body_len then
+                problem = string.format("datagram (%d bytes) shorter than its header (%d) and CRC",
+                                        len, h.hdr_len)
+        end
+        problem = problem or check_rules(h) or check_sacks(h)
+        if not problem and band(f, F_DATA) == 0 and h.body_len > h.hdr_len then
+                problem = "control-only packet with bytes after its header"
+        end
+
+        if h.hdr_len <= h.body_len then
+                for i = 1, h.sack_count do
+                        local o = HDR_LEN + (i - 1) * SACK_LEN
+                        local st = tree:add(pf.sack, tvb(o, SACK_LEN))
+                        local s, e = h.sack[i][1], h.sack[i][2]
+                        local dsack = i == 1 and band(x, X_DSACK) ~= 0
+                        st:set_text(string.format("%s %d: [%d, %d)", dsack and "D-SACK block" or "SACK block",
+                                                  i - 1, s, e))
+                        st:add(pf.sack_start, tvb(o, 4))
+                        st:add(pf.sack_end, tvb(o + 4, 4))
+                        st:add(pf.sack_npsn, psn_dist(s, e)):set_generated()
+                        st:add(pf.sack_dsack, dsack):set_generated()
+                end
+                if band(x, X_PULL) ~= 0 then
+                        local o = HDR_LEN + h.sack_count * SACK_LEN
+                        local pt = tree:add(pf.pull, tvb(o, PULL_LEN))
+                        pt:set_text(string.format("Pull descriptor: Message Length %d, Pushed Length %d",
+                                                  tvb(o, 4):uint(), tvb(o + 4, 4):uint()))
+                        pt:add(pf.pull_len, tvb(o, 4))
+                        pt:add(pf.pull_pushed, tvb(o + 4, 4))
+                        local ml, pl = tvb(o, 4):uint(), tvb(o + 4, 4):uint()
+                        if not problem and (pl == 0 or pl >= ml) then
+                                problem = "pull: pushed length 0 or not below the message length"
+                        end
+                end
+        end
+        tree:add(pf.hdr_len, h.hdr_len):set_generated()
+
+        -- CRC32c trailer.
+        if h.nocrc then
+                tree:add(pf.crc_status, CRC_ABSENT):set_generated()
+        elseif len >= HDR_LEN + CRC_LEN then
+                local sent = tvb(len - CRC_LEN, 4):uint()
+                local ct = tree:add(pf.crc, tvb(len - CRC_LEN, 4))
+                if p.prefs.check_crc then
+                        local calc = crc32c(tvb:raw(0, len - CRC_LEN))
+                        tree:add(pf.crc_computed, calc):set_generated()
+                        if calc == sent then
+                                ct:append_text(" [correct]")
+                                tree:add(pf.crc_status, CRC_GOOD):set_generated()
+                        else
+                                ct:append_text(string.format(" [incorrect, should be 0x%08x]", calc))
+                                tree:add(pf.crc_status, CRC_BAD):set_generated()
+                                ct:add_proto_expert_info(ef.bad_crc)
+                        end
+                else
+                        tree:add(pf.crc_status, CRC_UNVERIFIED):set_generated()
+                end
+        end
+
+        local info = string.format("%s %s QPN 0x%06x->0x%06x", transport, kind, h.src_qpn, h.dst_qpn)
+        if band(f, F_DATA) ~= 0 and transport == "RD" then info = info .. " PSN=" .. h.psn end
+        if band(f, F_ACK + F_NAK) ~= 0 then info = info .. " AckPSN=" .. h.ack_psn end
+        if h.sack_count > 0 and h.sack[1] then
+                local bl = {}
+                for i = 1, h.sack_count do
+                        bl[#bl + 1] = string.format("%s%d-%d", (i == 1 and band(x, X_DSACK) ~= 0) and "D" or "",
+                                                    h.sack[i][1], h.sack[i][2])
+                end
+                info = info .. " SACK=" .. table.concat(bl, ",")
+        end
+        if band(f, F_CREDIT) ~= 0 then info = info .. " Credits=" .. h.credits end
+        if band(f, F_ACKREQ) ~= 0 then info = info .. " ACKREQ" end
+        if band(x, X_PULL) ~= 0 then info = info .. " PULL" end
+        if band(x, X_PULLREQ) ~= 0 then info = info .. " PULLREQ" end
+        if band(x, X_ECE) ~= 0 then info = info .. " ECE" end
+        if h.nocrc then info = info .. " NOCRC" end
+
+        if band(f, F_NAK) ~= 0 then
+                nt:add_proto_expert_info(ef.nak, "NAK " .. (nak_names[h.nak_code] or "?") .. " of PSN " .. h.ack_psn)
+        end
+        if band(f, F_RD + F_DATA) == F_RD + F_DATA then
+                local key = table.concat({ tostring(pinfo.src), pinfo.src_port, tostring(pinfo.dst),
+                                           pinfo.dst_port, h.src_qpn, h.dst_qpn, h.psn }, "/")
+                local first = first_seen[key]
+                if not first or first > pinfo.number then
+                        first_seen[key] = pinfo.number
+                        first = pinfo.number
+                end
+                tree:add(pf.is_retrans, first < pinfo.number):set_generated()
+                if first < pinfo.number then
+                        tree:add(pf.retrans, first):set_generated()
+                        tree:add_proto_expert_info(ef.retrans)
+                        info = info .. " [retransmission]"
+                end
+        end
+
+        if problem then
+                tree:add_proto_expert_info(ef.malformed, problem)
+                info = info .. " [" .. problem .. "]"
+        end
+
+        -- The DDP/RDMAP segment and the Immediate Data message, each handed
+        -- to Wireshark's iWARP dissector (its own Info text is kept).
+        local sub = {}
+        local function hand_off(range)
+                pinfo.cols.info = ""
+                -- A dissector below (e.g. a ULP heuristic on a Send payload)
+                -- may throw; Wireshark marks that frame itself, and the rest
+                -- of this datagram (and of a GSO buffer) is still decoded.
+                local ok, err = pcall(function()
+                        (ddp_handle or data_handle):call(range:tvb(), pinfo, root)
+                end)
+                local t = tostring(pinfo.cols.info)
+                if not ok then t = t .. " [decode below stopped: " .. tostring(err) .. "]" end
+                if #t > 0 then sub[#sub + 1] = t end
+        end
+        if band(f, F_DATA) ~= 0 and not problem then
+                local seg_end = h.body_len - (band(f, F_IMM) ~= 0 and IMM_MSG_LEN or 0)
+                local seg_len = seg_end - h.hdr_len
+                if seg_len < DDP_TAGGED_LEN then
+                        tree:add_proto_expert_info(ef.malformed, "DATA segment shorter than a DDP header")
+                        info = info .. " [segment shorter than a DDP header]"
+                else
+                        tree:add(pf.seg_len, seg_len):set_generated()
+                        tree:add(pf.opcode, tvb(h.hdr_len + 1, 1):uint() % 16):set_generated()
+                        hand_off(tvb(h.hdr_len, seg_len))
+                        if band(f, F_IMM) ~= 0 then
+                                -- Wireshark 4.0's RDMAP dissector does not name RFC 7306's
+                                -- Immediate Data opcodes (8, 9): the 8 bytes are shown here.
+                                local it = tree:add(pf.imm_msg, tvb(seg_end, IMM_MSG_LEN))
+                                it:set_text(string.format("Immediate Data message (26 bytes): %s",
+                                                          rdmap_ops[tvb(seg_end + 1, 1):uint() % 16] or "?"))
+                                it:add(pf.imm_data, tvb(seg_end + 18, 8))
+                                it:add(pf.imm_value, tvb(seg_end + 18, 4))
+                                it:add(pf.imm_word2, tvb(seg_end + 22, 4))
+                                hand_off(tvb(seg_end, IMM_MSG_LEN))
+                        end
+                end
+        end
+        if #sub > 0 then info = info .. " | " .. table.concat(sub, " + ") end
+        return info
+end
+
+-- UDP GSO: a sender may hand the kernel one buffer of several datagrams of
+-- one size, the last possibly shorter (UDP_SEGMENT), and a capture on
+-- loopback or on a veth sees that super-packet before it is cut. Returns the
+-- datagram size when tvb is one: the next header repeats bytes 5-11 (the
+-- QPNs; the first may differ in version and X-flags, e.g. a PULL segment),
+-- a header that passes the rules starts every sz bytes,
+-- and (unless NOCRC) the first datagram's CRC32c holds.
+local function gso_size(tvb)
+        local len = tvb:len()
+        local h = read_hdr(tvb)
+        if not h or band(h.flags, F_RD + F_DATA) ~= F_RD + F_DATA then return nil end
+        local min = h.hdr_len + DDP_TAGGED_LEN + (h.nocrc and 0 or CRC_LEN)
+        if len < 2 * min then return nil end
+        local raw = tvb:raw()
+        local pat = raw:sub(6, 12)
+        local init = min + 6
+        while true do
+                local q = raw:find(pat, init, true)
+                if not q then return nil end
+                local sz = q - 6
+                local last = len % sz
+                if sz >= min and (last == 0 or last >= min) then
+                        local ok = true
+                        for o = sz, len - 1, sz do
+                                local hi = read_hdr(tvb(o, math.min(sz, len - o)):tvb())
+                                if not hi or check_rules(hi) or check_sacks(hi) then
+                                        ok = false
+                                        break
+                                end
+                        end
+                        if ok and not h.nocrc then
+                                ok = crc32c(raw:sub(1, sz - CRC_LEN)) == tvb(sz - CRC_LEN, 4):uint()
+                        end
+                        if ok then return sz end
+                end
+                init = q + 1
+        end
+end
+
+local function dissect(tvb, pinfo, root)
+        local len = tvb:len()
+        local sz = gso_size(tvb)
+        local info
+        if sz then
+                local n = math.ceil(len / sz)
+                local infos = {}
+                for i = 0, n - 1 do
+                        local l = math.min(sz, len - i * sz)
+                        local t = dissect_one(tvb(i * sz, l):tvb(), pinfo, root,
+                                              string.format("diwarp datagram %d of %d (GSO)", i + 1, n))
+                        infos[#infos + 1] = t
+                end
+                local gt = root:add(p, tvb(), "UDP GSO super-packet")
+                gt:add(pf.gso_segs, n):set_generated()
+                gt:add(pf.gso_size, sz):set_generated()
+                if n > 3 then infos = { infos[1], "...", infos[n] } end
+                info = string.format("GSO %d x %d: ", n, sz) .. table.concat(infos, " ; ")
+        else
+                info = dissect_one(tvb, pinfo, root)
+        end
+        pinfo.cols.protocol = "diwarp"
+        pinfo.cols.info = info
+        return len
+end
+
+function p.dissector(tvb, pinfo, root)
+        return dissect(tvb, pinfo, root)
+end
+
+-- Heuristic: the header rules plus a matching CRC32c (or, for a NOCRC
+-- datagram, the rules alone); a GSO super-packet by its first datagram.
+local function heuristic(tvb, pinfo, root)
+        if not p.prefs.heuristic then return false end
+        local len = tvb:len()
+        if len < HDR_LEN then return false end
+        local h = read_hdr(tvb)
+        if not h or h.hdr_len > h.body_len then return false end
+        if check_rules(h) or check_sacks(h) then return false end
+        if not h.nocrc then
+                if len < HDR_LEN + CRC_LEN then return false end
+                if crc32c(tvb:raw(0, len - CRC_LEN)) ~= tvb(len - CRC_LEN, 4):uint() and not gso_size(tvb) then
+                        return false
+                end
+        end
+        dissect(tvb, pinfo, root)
+        return true
+end
+
+local udp_table = DissectorTable.get("udp.port")
+local registered
+local function register_ports()
+        if registered then udp_table:remove(registered, p) end
+        registered = p.prefs.ports
+        udp_table:add(registered, p)
+end
+
+function p.prefs_changed()
+        register_ports()
+end
+
+function p.init()
+        first_seen = {}
+end
+
+register_ports()
+p:register_heuristic("udp", heuristic)
