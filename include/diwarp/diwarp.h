@@ -395,6 +395,12 @@ struct diwarp_recv_wr {
 /* On failure *bad_wr names the first WR not posted; those before it were. */
 int diwarp_post_send(struct diwarp_qp *qp, struct diwarp_send_wr *wr,
                      struct diwarp_send_wr **bad_wr);
+/* All or nothing: the whole list is checked (QP state, each WR, room in the
+ * send queue for all of them) before any WR is queued. On failure nothing
+ * was posted and *bad_wr names the first WR refused (-EINVAL, or -ENOMEM for
+ * the first that would not fit). The batch of ibv_wr_complete. */
+int diwarp_post_send_all(struct diwarp_qp *qp, struct diwarp_send_wr *wr,
+                         struct diwarp_send_wr **bad_wr);
 int diwarp_post_recv(struct diwarp_qp *qp, struct diwarp_recv_wr *wr,
                      struct diwarp_recv_wr **bad_wr);
 
