@@ -323,6 +323,8 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
         v->sz = sizeof(*v);
         v->query_port = dwv_query_port_ex;
         v->query_device_ex = dwv_query_device_ex;
+        v->create_qp_ex = dwv_create_qp_ex;
+        v->create_cq_ex = dwv_create_cq_ex;
         ctx->device = d;
         ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
         ctx->num_comp_vectors = 1;

@@ -282,6 +282,15 @@ struct ibv_cq *dwv_ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_cont
 {
         if (!dwv_ctx_is_ours(ctx))
                 return real_ibv_create_cq()(ctx, cqe, cq_context, channel, comp_vector);
+        struct dwv_cq *cq = dwv_cq_new(ctx, cqe, cq_context, channel, comp_vector);
+        return cq ? &cq->cq : NULL;
+}
+
+/* A CQ of this context, linked; NULL with errno. ibv_create_cq and
+ * ibv_create_cq_ex (extended.c) both make theirs here. */
+struct dwv_cq *dwv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
+                          struct ibv_comp_channel *channel, int comp_vector)
+{
         struct dwv_context *c = dwv_ctx(ctx);
         if (channel && channel->context != ctx) {
                 dw_warn("verbs: ibv_create_cq: completion channel of another context");
@@ -314,7 +323,7 @@ struct ibv_cq *dwv_ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_cont
         if (channel)
                 __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
         dwv_link_add(c, &c->cqs, &cq->link);
-        return &cq->cq;
+        return cq;
 }
 
 DWV_SYMVER(dwv_ibv_resize_cq, ibv_resize_cq, "IBVERBS_1.1");
@@ -353,6 +362,8 @@ int dwv_ibv_destroy_cq(struct ibv_cq *ibcq)
         dwv_link_del(dwv_ctx(ibcq->context), &cq->link);
         pthread_mutex_destroy(&ibcq->mutex);
         pthread_cond_destroy(&ibcq->cond);
+        if (cq->ex)
+                pthread_spin_destroy(&cq->poll_lock);
         free(cq);
         return 0;
 }
@@ -836,6 +847,7 @@ int dwv_ibv_destroy_qp(struct ibv_qp *qp)
         }
         pthread_mutex_destroy(&qp->mutex);
         pthread_cond_destroy(&qp->cond);
+        dwv_qp_ext_free(q);
         free(q);
         return 0;
 }
@@ -845,10 +857,9 @@ struct ibv_qp_ex *dwv_ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
         if (!qp || !dwv_ctx_is_ours(qp->context))
                 return real_ibv_qp_to_qp_ex()(qp);
-        /* Only QPs created with send_ops_flags have the wr_* API; ours are
-         * created through ibv_create_qp, so (as the real library says for
-         * such QPs) there is none. */
-        return NULL;
+        /* Only QPs created by ibv_create_qp_ex with send_ops_flags have the
+         * wr_* API (extended.c); for others, as the real library says, none. */
+        return dwv_qp(qp)->x ? &dwv_qp(qp)->qpx : NULL;
 }
 
 DWV_SYMVER(dwv_ibv_query_qp_data_in_order, ibv_query_qp_data_in_order, "IBVERBS_1.14");
