@@ -205,6 +205,9 @@ struct diwarp_wc {
         uint16_t slid;
         uint8_t sl;
         uint8_t dlid_path_bits;
+        /* On a CQ with timestamps on (diwarp_cq_set_timestamps): when the
+         * completion was generated, CLOCK_MONOTONIC in ns; else 0. */
+        uint64_t ts_ns;
 };
 
 /* A completion channel is a real file descriptor: poll it for POLLIN, then
@@ -231,6 +234,9 @@ int diwarp_cq_poll(struct diwarp_cq *cq, int n, struct diwarp_wc *wc);
 int diwarp_cq_req_notify(struct diwarp_cq *cq, bool solicited_only);
 void diwarp_cq_ack_events(struct diwarp_cq *cq, unsigned int nevents);
 int diwarp_cq_cqe(const struct diwarp_cq *cq);
+/* Stamps each completion generated from now on with its time (ts_ns), or
+ * stops. Off by default: a clock read per completion. */
+int diwarp_cq_set_timestamps(struct diwarp_cq *cq, bool on);
 
 /* ---- queue pairs ------------------------------------------------------ */
 
