@@ -15,12 +15,14 @@
  * ("the entire posting will be aborted").
  *
  * cq_ex: start_poll and next_poll take one completion from the engine into
- * the wrapper; the read_* functions return its fields.
+ * the wrapper; the read_* functions return its fields, timestamps included
+ * (the engine stamps completions of a CQ that asks).
  */
 #include "provider.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- extended QP -------------------------------------------------------- */
 
@@ -593,14 +595,44 @@ static void dwv_cqx_read_tm_info(struct ibv_cq_ex *c, struct ibv_wc_tm_info *tm)
                 memset(tm, 0, sizeof(*tm));
 }
 
-static uint64_t dwv_cqx_read_ts_none(struct ibv_cq_ex *c)
+/* Completion timestamps: the engine stamps each completion of such a CQ
+ * with CLOCK_MONOTONIC in ns when it generates it. diwarp0's "HCA clock" is
+ * that clock: hca_core_clock 1 GHz (ibv_query_device_ex), the raw clock of
+ * ibv_query_rt_values_ex. Without the flag, 0. */
+static uint64_t dwv_cqx_read_completion_ts(struct ibv_cq_ex *c)
 {
-        (void)c;
+        return dwv_cqx(c)->cur.ts_ns;
+}
+
+static uint64_t dwv_cqx_read_completion_wallclock_ns(struct ibv_cq_ex *c)
+{
+        uint64_t ts = dwv_cqx(c)->cur.ts_ns;
+        if (!ts)
+                return 0;
+        struct timespec mono, real;
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        clock_gettime(CLOCK_REALTIME, &real);
+        int64_t off = ((int64_t)real.tv_sec - (int64_t)mono.tv_sec) * 1000000000 +
+                      ((int64_t)real.tv_nsec - (int64_t)mono.tv_nsec);
+        return ts + (uint64_t)off;
+}
+
+int dwv_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values)
+{
+        (void)ctx;
+        if (!values)
+                return EINVAL;
+        if (values->comp_mask & ~(uint32_t)IBV_VALUES_MASK_RAW_CLOCK)
+                return EOPNOTSUPP;
+        if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK)
+                clock_gettime(CLOCK_MONOTONIC, &values->raw_clock);
         return 0;
 }
 
-/* What diwarp0's completions carry: the standard fields. */
-#define DWV_WC_EX_FLAGS ((uint64_t)IBV_WC_STANDARD_FLAGS)
+/* What diwarp0's completions carry: the standard fields and timestamps. */
+#define DWV_WC_EX_FLAGS                                                                            \
+        ((uint64_t)IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |                   \
+         IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 
 struct ibv_cq_ex *dwv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
 {
@@ -623,8 +655,8 @@ struct ibv_cq_ex *dwv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_a
                 return NULL;
         }
         if (attr->wc_flags & ~DWV_WC_EX_FLAGS) {
-                dw_warn("verbs: ibv_create_cq_ex: wc_flags %#llx not offered (timestamps, CVLAN, "
-                        "flow tag, tag matching); the standard ones are",
+                dw_warn("verbs: ibv_create_cq_ex: wc_flags %#llx not offered (CVLAN, flow tag, "
+                        "tag matching); the standard ones and timestamps are",
                         (unsigned long long)(attr->wc_flags & ~DWV_WC_EX_FLAGS));
                 errno = EOPNOTSUPP;
                 return NULL;
@@ -641,6 +673,14 @@ struct ibv_cq_ex *dwv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_a
         if (pthread_spin_init(&cq->poll_lock, PTHREAD_PROCESS_PRIVATE)) {
                 dwv_ibv_destroy_cq(&cq->cq);
                 errno = ENOMEM;
+                return NULL;
+        }
+        if ((attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                               IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) &&
+            diwarp_cq_set_timestamps(cq->d, true) < 0) {
+                pthread_spin_destroy(&cq->poll_lock);
+                dwv_ibv_destroy_cq(&cq->cq);
+                errno = EINVAL;
                 return NULL;
         }
         cq->ex = true;
@@ -661,10 +701,10 @@ struct ibv_cq_ex *dwv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_a
         x->read_slid = dwv_cqx_read_slid;
         x->read_sl = dwv_cqx_read_sl;
         x->read_dlid_path_bits = dwv_cqx_read_dlid_path_bits;
-        x->read_completion_ts = dwv_cqx_read_ts_none;
+        x->read_completion_ts = dwv_cqx_read_completion_ts;
         x->read_cvlan = dwv_cqx_read_cvlan;
         x->read_flow_tag = dwv_cqx_read_flow_tag;
         x->read_tm_info = dwv_cqx_read_tm_info;
-        x->read_completion_wallclock_ns = dwv_cqx_read_ts_none;
+        x->read_completion_wallclock_ns = dwv_cqx_read_completion_wallclock_ns;
         return x;
 }

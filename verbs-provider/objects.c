@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 DWV_REAL(struct ibv_pd *, ibv_alloc_pd, "IBVERBS_1.1", (struct ibv_context *))
 DWV_REAL(int, ibv_dealloc_pd, "IBVERBS_1.1", (struct ibv_pd *))
@@ -53,6 +54,7 @@ DWV_REAL(int, ibv_query_qp_data_in_order, "IBVERBS_1.14",
          (struct ibv_qp *, enum ibv_wr_opcode, uint32_t))
 DWV_REAL(int, ibv_query_ece, "IBVERBS_1.10", (struct ibv_qp *, struct ibv_ece *))
 DWV_REAL(int, ibv_set_ece, "IBVERBS_1.10", (struct ibv_qp *, struct ibv_ece *))
+DWV_REAL(struct ibv_context *, ibv_import_device, "IBVERBS_1.10", (int))
 DWV_REAL(struct ibv_pd *, ibv_import_pd, "IBVERBS_1.10", (struct ibv_context *, uint32_t))
 DWV_REAL(struct ibv_mr *, ibv_import_mr, "IBVERBS_1.10", (struct ibv_pd *, uint32_t))
 DWV_REAL(struct ibv_dm *, ibv_import_dm, "IBVERBS_1.13", (struct ibv_context *, uint32_t))
@@ -903,6 +905,23 @@ int dwv_ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 /* Sharing objects between processes through a command FD (ibv_import_*)
  * needs a kernel device: diwarp0 has none, so nothing can be imported into
  * it, and none of its objects was imported. */
+/* A kernel device's command FD is a uverbs character device; diwarp0's
+ * cmd_fd is a private eventfd (device.c), which the real ibv_import_device
+ * would take for a kernel one and fail on with EINVAL. Any FD that is not a
+ * character device gets EOPNOTSUPP: there is no device behind it to import. */
+DWV_SYMVER(dwv_ibv_import_device, ibv_import_device, "IBVERBS_1.10");
+struct ibv_context *dwv_ibv_import_device(int cmd_fd)
+{
+        struct stat st;
+        if (fstat(cmd_fd, &st) == 0 && !S_ISCHR(st.st_mode)) {
+                dw_warn("verbs: ibv_import_device(fd %d): not a kernel device's command FD "
+                        "(diwarp0 has no kernel objects to import)",
+                        cmd_fd);
+                return dwv_fail(-EOPNOTSUPP);
+        }
+        return real_ibv_import_device()(cmd_fd);
+}
+
 DWV_SYMVER(dwv_ibv_import_pd, ibv_import_pd, "IBVERBS_1.10");
 struct ibv_pd *dwv_ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
 {

@@ -196,6 +196,9 @@ int dwv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_re
 struct ibv_qp *dwv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
 struct ibv_cq_ex *dwv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
 void dwv_qp_ext_free(struct dwv_qp *q);
+int dwv_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values);
+/* diwarp0's clock for completion timestamps: CLOCK_MONOTONIC in ns. */
+#define DWV_HCA_CORE_CLOCK_KHZ 1000000u
 
 /* objects.c's constructors, shared with extended.c. */
 struct ibv_qp *dwv_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init);

@@ -37,7 +37,10 @@ struct wcx {
         uint32_t vendor_err, byte_len, imm, qp_num, src_qp, slid;
         unsigned wc_flags;
         uint8_t sl, dlid_path_bits;
+        uint64_t ts, wall; /* read on the CQ created with timestamps only */
 };
+
+static struct ibv_cq_ex *ts_cq; /* the one CQ created with timestamps */
 
 static void read_wcx(struct ibv_cq_ex *cq, struct wcx *w)
 {
@@ -54,6 +57,10 @@ static void read_wcx(struct ibv_cq_ex *cq, struct wcx *w)
         w->slid = ibv_wc_read_slid(cq);
         w->sl = ibv_wc_read_sl(cq);
         w->dlid_path_bits = ibv_wc_read_dlid_path_bits(cq);
+        if (cq == ts_cq) {
+                w->ts = ibv_wc_read_completion_ts(cq);
+                w->wall = ibv_wc_read_completion_wallclock_ns(cq);
+        }
 }
 
 static long now_ms(void)
@@ -135,7 +142,8 @@ static struct ibv_qp *make_qp(struct side *s, enum ibv_qp_type type, uint64_t op
         return qp;
 }
 
-static void side_open(struct side *s, struct ibv_device *dev, struct ibv_comp_channel **ch)
+static void side_open(struct side *s, struct ibv_device *dev, struct ibv_comp_channel **ch,
+                      uint64_t more_wc_flags)
 {
         memset(s, 0, sizeof(*s));
         s->ctx = ibv_open_device(dev);
@@ -152,8 +160,10 @@ static void side_open(struct side *s, struct ibv_device *dev, struct ibv_comp_ch
                 *ch = ibv_create_comp_channel(s->ctx);
                 REQUIRE(*ch);
         }
-        struct ibv_cq_init_attr_ex ca = {
-            .cqe = 64, .cq_context = s, .channel = ch ? *ch : NULL, .wc_flags = WC_FLAGS};
+        struct ibv_cq_init_attr_ex ca = {.cqe = 64,
+                                         .cq_context = s,
+                                         .channel = ch ? *ch : NULL,
+                                         .wc_flags = WC_FLAGS | more_wc_flags};
         s->cq = ibv_create_cq_ex(s->ctx, &ca);
         REQUIRE(s->cq);
         REQUIRE(ibv_query_gid(s->ctx, 1, 0, &s->gid) == 0);
@@ -240,8 +250,15 @@ static void creation(struct ibv_device *dev)
         REQUIRE(ctx);
         struct ibv_device_attr_ex dax;
         REQUIRE(ibv_query_device_ex(ctx, NULL, &dax) == 0);
+        /* Completion timestamps count nanoseconds (hca_core_clock in kHz). */
+        CHECK(dax.hca_core_clock == 1000000 && dax.completion_timestamp_mask == UINT64_MAX);
+        struct ibv_values_ex rt = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK};
+        CHECK(ibv_query_rt_values_ex(ctx, &rt) == 0 && rt.raw_clock.tv_sec > 0);
         struct ibv_pd *pd = ibv_alloc_pd(ctx);
         REQUIRE(pd);
+        /* The device's command FD is no kernel device's: nothing to import
+         * (the real libibverbs would take it for one). */
+        CHECK(ibv_import_device(ctx->cmd_fd) == NULL && errno == EOPNOTSUPP);
 
         struct ibv_cq_init_attr_ex ca = {.cqe = 8, .wc_flags = WC_FLAGS};
         struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &ca);
@@ -249,9 +266,8 @@ static void creation(struct ibv_device *dev)
         struct ibv_poll_cq_attr pa = {0};
         CHECK(ibv_start_poll(cq, &pa) == ENOENT); /* empty; no end_poll after an error */
         CHECK(ibv_start_poll(cq, &pa) == ENOENT);
-        static const uint64_t refused_wc[] = {
-            IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG,
-            IBV_WC_EX_WITH_TM_INFO, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
+        static const uint64_t refused_wc[] = {IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG,
+                                              IBV_WC_EX_WITH_TM_INFO};
         for (size_t i = 0; i < sizeof(refused_wc) / sizeof(refused_wc[0]); i++) {
                 ca.wc_flags = WC_FLAGS | refused_wc[i];
                 errno = 0;
@@ -336,8 +352,8 @@ static void rc(struct ibv_device *dev)
 {
         struct side a, b;
         struct ibv_comp_channel *bch;
-        side_open(&a, dev, NULL);
-        side_open(&b, dev, &bch);
+        side_open(&a, dev, NULL, 0);
+        side_open(&b, dev, &bch, 0);
         a.qp = make_qp(&a, IBV_QPT_RC, RC_OPS, DEPTH);
         b.qp = make_qp(&b, IBV_QPT_RC, IBV_QP_EX_WITH_SEND, DEPTH);
         REQUIRE(a.qp && b.qp);
@@ -613,8 +629,11 @@ static void rc(struct ibv_device *dev)
 static void ud(struct ibv_device *dev)
 {
         struct side a, b;
-        side_open(&a, dev, NULL);
-        side_open(&b, dev, NULL);
+        side_open(&a, dev, NULL,
+                  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK);
+        ts_cq = a.cq;
+        side_open(&b, dev, NULL, 0);
         a.qp = make_qp(&a, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, 4);
         b.qp = make_qp(&b, IBV_QPT_UD, IBV_QP_EX_WITH_SEND, 4);
         REQUIRE(a.qp && b.qp);
@@ -649,9 +668,23 @@ static void ud(struct ibv_device *dev)
         ibv_wr_send_imm(q, htonl(77));
         ibv_wr_set_inline_data(q, msg, sizeof(msg));
         ibv_wr_set_ud_addr(q, ah, b.qp->qp_num, QKEY);
+        /* A's CQ stamps its completions: in the device's clock (ns, the raw
+         * clock of ibv_query_rt_values_ex) and as wall-clock time. */
+        struct ibv_values_ex t0 = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK}, t1 = t0;
+        struct timespec r0, r1;
+        CHECK(ibv_query_rt_values_ex(a.ctx, &t0) == 0);
+        clock_gettime(CLOCK_REALTIME, &r0);
         CHECK(ibv_wr_complete(q) == 0);
         struct wcx w = one(a.cq);
+        CHECK(ibv_query_rt_values_ex(a.ctx, &t1) == 0);
+        clock_gettime(CLOCK_REALTIME, &r1);
         CHECK(w.status == IBV_WC_SUCCESS && w.wr_id == 0x20 && w.opcode == IBV_WC_SEND);
+        uint64_t c0 = (uint64_t)t0.raw_clock.tv_sec * 1000000000u + t0.raw_clock.tv_nsec;
+        uint64_t c1 = (uint64_t)t1.raw_clock.tv_sec * 1000000000u + t1.raw_clock.tv_nsec;
+        CHECK(w.ts >= c0 && w.ts <= c1);
+        uint64_t w0 = (uint64_t)r0.tv_sec * 1000000000u + r0.tv_nsec;
+        uint64_t w1 = (uint64_t)r1.tv_sec * 1000000000u + r1.tv_nsec;
+        CHECK(w.wall + 1000000 >= w0 && w.wall <= w1 + 1000000); /* within 1 ms */
         w = one(b.cq);
         CHECK(w.status == IBV_WC_SUCCESS && w.wr_id == 0x200 && w.opcode == IBV_WC_RECV);
         CHECK(w.byte_len == GRH + 48 && (w.wc_flags & IBV_WC_GRH) &&
