@@ -234,7 +234,6 @@ static void dwv_wr_set_sge_list(struct ibv_qp_ex *qpx, size_t num_sge, const str
         }
         memcpy(w->sg_list, sg, num_sge * sizeof(*sg)); /* same layout (datapath.c) */
         w->num_sge = (int)num_sge;
-        w->send_flags &= ~(unsigned)IBV_SEND_INLINE;
 }
 
 static void dwv_wr_set_sge(struct ibv_qp_ex *qpx, uint32_t lkey, uint64_t addr, uint32_t length)
