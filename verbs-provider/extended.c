@@ -28,6 +28,8 @@
 
 struct dwv_qp_ext {
         pthread_spinlock_t lock; /* the wr_start .. wr_complete/abort critical section */
+        bool open;               /* a batch is open (lock held) ... */
+        pthread_t owner;         /* ... by this thread */
         uint64_t ops;            /* the send_ops_flags the QP was created with */
         uint32_t max_wr, max_sge, max_inline;
         uint32_t n;                 /* WRs built since wr_start */
@@ -287,10 +289,39 @@ static void dwv_wr_set_inline_data(struct ibv_qp_ex *qpx, void *addr, size_t len
         dwv_wr_set_inline_data_list(qpx, 1, &b);
 }
 
+/* True when the calling thread holds this section (open, owner). Other
+ * threads only read `open` false or see another owner: the fields are
+ * written by the holder, atomically. */
+static bool dwv_section_mine(const bool *open, const pthread_t *owner)
+{
+        return __atomic_load_n(open, __ATOMIC_ACQUIRE) &&
+               pthread_equal(__atomic_load_n(owner, __ATOMIC_RELAXED), pthread_self());
+}
+
+static void dwv_section_enter(pthread_spinlock_t *lock, bool *open, pthread_t *owner)
+{
+        pthread_spin_lock(lock);
+        __atomic_store_n(owner, pthread_self(), __ATOMIC_RELAXED);
+        __atomic_store_n(open, true, __ATOMIC_RELEASE);
+}
+
+static void dwv_section_leave(pthread_spinlock_t *lock, bool *open)
+{
+        __atomic_store_n(open, false, __ATOMIC_RELEASE);
+        pthread_spin_unlock(lock);
+}
+
 static void dwv_wr_start(struct ibv_qp_ex *qpx)
 {
         struct dwv_qp_ext *x = dwv_qpx(qpx)->x;
-        pthread_spin_lock(&x->lock);
+        /* A second wr_start in the same thread would wait for itself
+         * forever: the open batch is discarded and a new one starts. */
+        if (dwv_section_mine(&x->open, &x->owner))
+                dw_warn("verbs: QP %#x: ibv_wr_start inside an open batch (no wr_complete or "
+                        "wr_abort): its %u WR%s discarded",
+                        qpx->qp_base.qp_num, x->n, x->n == 1 ? "" : "s");
+        else
+                dwv_section_enter(&x->lock, &x->open, &x->owner);
         x->n = 0;
         x->cur = NULL;
         x->err = 0;
@@ -300,6 +331,10 @@ static int dwv_wr_complete(struct ibv_qp_ex *qpx)
 {
         struct dwv_qp *q = dwv_qpx(qpx);
         struct dwv_qp_ext *x = q->x;
+        if (!dwv_section_mine(&x->open, &x->owner)) {
+                dw_warn("verbs: QP %#x: ibv_wr_complete without ibv_wr_start", qpx->qp_base.qp_num);
+                return EINVAL;
+        }
         int err = x->err;
         if (err) {
                 dw_warn("verbs: QP %#x: ibv_wr_complete: WR %#llx: %s; the %u WR%s of the batch "
@@ -326,17 +361,21 @@ static int dwv_wr_complete(struct ibv_qp_ex *qpx)
         x->n = 0;
         x->cur = NULL;
         x->err = 0;
-        pthread_spin_unlock(&x->lock);
+        dwv_section_leave(&x->lock, &x->open);
         return err;
 }
 
 static void dwv_wr_abort(struct ibv_qp_ex *qpx)
 {
         struct dwv_qp_ext *x = dwv_qpx(qpx)->x;
+        if (!dwv_section_mine(&x->open, &x->owner)) {
+                dw_warn("verbs: QP %#x: ibv_wr_abort without ibv_wr_start", qpx->qp_base.qp_num);
+                return;
+        }
         x->n = 0;
         x->cur = NULL;
         x->err = 0;
-        pthread_spin_unlock(&x->lock);
+        dwv_section_leave(&x->lock, &x->open);
 }
 
 void dwv_qp_ext_free(struct dwv_qp *q)
@@ -500,11 +539,14 @@ static int dwv_cqx_start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr
         struct dwv_cq *cq = dwv_cqx(c);
         if (attr && attr->comp_mask)
                 return EINVAL;
-        if (cq->ex_locked)
-                pthread_spin_lock(&cq->poll_lock);
+        /* A start_poll in the thread that has not ended its previous batch
+         * (a misuse that would wait for itself forever) continues it. */
+        bool lock = cq->ex_locked && !dwv_section_mine(&cq->poll_open, &cq->poll_owner);
+        if (lock)
+                dwv_section_enter(&cq->poll_lock, &cq->poll_open, &cq->poll_owner);
         int err = dwv_cqx_take(cq);
         if (err && cq->ex_locked)
-                pthread_spin_unlock(&cq->poll_lock); /* no end_poll follows an error */
+                dwv_section_leave(&cq->poll_lock, &cq->poll_open); /* no end_poll follows */
         return err;
 }
 
@@ -513,11 +555,13 @@ static int dwv_cqx_next_poll(struct ibv_cq_ex *c)
         return dwv_cqx_take(dwv_cqx(c));
 }
 
+/* An end_poll after a start_poll that failed (pyverbs' poll helper makes
+ * one) ends nothing. */
 static void dwv_cqx_end_poll(struct ibv_cq_ex *c)
 {
         struct dwv_cq *cq = dwv_cqx(c);
-        if (cq->ex_locked)
-                pthread_spin_unlock(&cq->poll_lock);
+        if (cq->ex_locked && dwv_section_mine(&cq->poll_open, &cq->poll_owner))
+                dwv_section_leave(&cq->poll_lock, &cq->poll_open);
 }
 
 static enum ibv_wc_opcode dwv_cqx_read_opcode(struct ibv_cq_ex *c)

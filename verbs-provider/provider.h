@@ -119,6 +119,8 @@ struct dwv_cq {
         bool ex, ex_locked;
         uint64_t wc_flags;
         pthread_spinlock_t poll_lock;
+        bool poll_open;       /* poll_lock held (start_poll .. end_poll) ... */
+        pthread_t poll_owner; /* ... by this thread */
         struct diwarp_wc cur;
 };
 

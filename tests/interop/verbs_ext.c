@@ -266,6 +266,8 @@ static void creation(struct ibv_device *dev)
         struct ibv_poll_cq_attr pa = {0};
         CHECK(ibv_start_poll(cq, &pa) == ENOENT); /* empty; no end_poll after an error */
         CHECK(ibv_start_poll(cq, &pa) == ENOENT);
+        ibv_end_poll(cq); /* one anyway (pyverbs does): it ends nothing */
+        CHECK(ibv_start_poll(cq, &pa) == ENOENT);
         static const uint64_t refused_wc[] = {IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG,
                                               IBV_WC_EX_WITH_TM_INFO};
         for (size_t i = 0; i < sizeof(refused_wc) / sizeof(refused_wc[0]); i++) {
@@ -331,7 +333,10 @@ static void creation(struct ibv_device *dev)
         struct ibv_qp *qp = ibv_create_qp_ex(ctx, &qa);
         REQUIRE(qp);
         struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(qp);
-        CHECK(qpx && &qpx->qp_base == qp);
+        REQUIRE(qpx && &qpx->qp_base == qp);
+        /* Completing or aborting with no batch open: refused, no harm. */
+        CHECK(ibv_wr_complete(qpx) == EINVAL);
+        ibv_wr_abort(qpx);
         /* In RESET (reported INIT: Idle) a batch is refused whole. */
         uint64_t word = 0;
         ibv_wr_start(qpx);
@@ -574,6 +579,12 @@ static void rc(struct ibv_device *dev)
          * above gets this Send, not any refused one. */
         ibv_wr_start(q);
         CHECK(ibv_wr_complete(q) == 0);
+        /* A second wr_start in the same thread discards the open batch (it
+         * would otherwise wait for itself) and starts another. */
+        ibv_wr_start(q);
+        q->wr_id = 0xef;
+        ibv_wr_send(q);
+        ibv_wr_set_sge(q, a.mr->lkey, (uintptr_t)a.buf, 7);
         ibv_wr_start(q);
         q->wr_id = 0xf1;
         ibv_wr_send(q);
@@ -582,6 +593,7 @@ static void rc(struct ibv_device *dev)
         CHECK(one(a.cq).wr_id == 0xf1);
         w = one(b.cq);
         CHECK(w.wr_id == 0x106 && w.byte_len == 33);
+        CHECK(quiet(a.cq, 100)); /* nothing of the discarded batch */
 
         /* Send with Invalidate of B's region: B's completion names the rkey;
          * then Local Invalidate of A's own region. */
