@@ -449,6 +449,27 @@ static int dwv_qp_ext_init(struct dwv_qp *q, uint64_t ops, const struct ibv_qp_c
         return 0;
 }
 
+int dwv_send_ops_check(const char *verb, enum ibv_qp_type type, uint64_t ops)
+{
+        uint64_t can = type == IBV_QPT_RC   ? DWV_OPS_RC
+                       : type == IBV_QPT_UC ? DWV_OPS_UC
+                       : type == IBV_QPT_UD ? DWV_OPS_UD
+                                            : 0;
+        if (ops & ~can) {
+                dw_warn("verbs: %s: send_ops_flags %#llx: %#llx not offered on QP type %d (no "
+                        "memory window bind, TSO, flush or atomic write; RDMA Read and atomics "
+                        "on RC only; UD: Sends)",
+                        verb, (unsigned long long)ops, (unsigned long long)(ops & ~can), type);
+                return EOPNOTSUPP;
+        }
+        return 0;
+}
+
+int dwv_qp_ext_enable(struct ibv_qp *qp, uint64_t ops, const struct ibv_qp_cap *granted)
+{
+        return dwv_qp_ext_init(dwv_qp(qp), ops, granted);
+}
+
 struct ibv_qp *dwv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
 {
         if (!attr) {
@@ -479,17 +500,9 @@ struct ibv_qp *dwv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr
         uint64_t ops = 0;
         if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
                 ops = attr->send_ops_flags;
-                uint64_t can = attr->qp_type == IBV_QPT_RC   ? DWV_OPS_RC
-                               : attr->qp_type == IBV_QPT_UC ? DWV_OPS_UC
-                               : attr->qp_type == IBV_QPT_UD ? DWV_OPS_UD
-                                                             : 0;
-                if (ops & ~can) {
-                        dw_warn("verbs: ibv_create_qp_ex: send_ops_flags %#llx: %#llx not "
-                                "offered on QP type %d (no memory window bind, TSO, flush or "
-                                "atomic write; RDMA Read and atomics on RC only; UD: Sends)",
-                                (unsigned long long)ops, (unsigned long long)(ops & ~can),
-                                attr->qp_type);
-                        errno = EOPNOTSUPP;
+                int err = dwv_send_ops_check("ibv_create_qp_ex", attr->qp_type, ops);
+                if (err) {
+                        errno = err;
                         return NULL;
                 }
         }

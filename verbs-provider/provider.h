@@ -198,6 +198,11 @@ int dwv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_re
 struct ibv_qp *dwv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
 struct ibv_cq_ex *dwv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
 void dwv_qp_ext_free(struct dwv_qp *q);
+/* For rdma_create_qp_ex: 0 or EOPNOTSUPP (with a warn line naming verb) for
+ * send_ops_flags the QP type cannot carry; then the wr_* API on a QP made
+ * with those capabilities (0 or ENOMEM). */
+int dwv_send_ops_check(const char *verb, enum ibv_qp_type type, uint64_t ops);
+int dwv_qp_ext_enable(struct ibv_qp *qp, uint64_t ops, const struct ibv_qp_cap *granted);
 int dwv_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values);
 /* diwarp0's clock for completion timestamps: CLOCK_MONOTONIC in ns. */
 #define DWV_HCA_CORE_CLOCK_KHZ 1000000u
