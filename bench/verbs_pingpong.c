@@ -5,7 +5,7 @@
  *
  *   server: bench-X-pingpong [-d DEV] [--port P]
  *   client: bench-X-pingpong [-d DEV] [--port P] [--size B] [--iters N]
- *                            [--loop example|perftest] HOST
+ *                            [--loop example|perftest] [--wr] HOST
  *
  * Only the set-up and the three calls of the loop (post a Send, post a
  * receive, poll one completion) differ between the builds; the loops are the
@@ -19,6 +19,10 @@
  *             arrives (before the answer is sent, so on the round trip),
  *             Sends inline (size <= 64) and signaled every 100th, the
  *             program then waiting for that completion on the send CQ.
+ * --wr (verbs build, both sides): the QP comes from ibv_create_qp_ex with
+ * send_ops_flags and each Send is posted with ibv_wr_start / ibv_wr_send /
+ * ibv_wr_set_sge (or _set_inline_data) / ibv_wr_complete instead of
+ * ibv_post_send: beside a run without it, the cost of the extended QP API.
  * lat_us is half the average round trip; the last line printed is the RESULT
  * line, in the format of diwarp-pingpong.
  */
@@ -93,6 +97,7 @@ struct vp {
         bool server;
         int oob;
         bool perftest_loop;
+        bool wr_api; /* --wr: ibv_wr_* posting (verbs build) */
 #ifdef VP_NATIVE
         struct diwarp_device *ctx;
         struct diwarp_pd *pd;
@@ -104,6 +109,7 @@ struct vp {
         struct ibv_pd *pd;
         struct ibv_cq *cq, *rcq;
         struct ibv_qp *qp;
+        struct ibv_qp_ex *qpx;
         struct ibv_mr *mr;
 #endif
         uint8_t *buf, *send_area, *recv_area;
@@ -355,6 +361,17 @@ static int open_qp(void)
                     .max_recv_sge = 1,
                     .max_inline_data = VP_INLINE},
         };
+        if (v.wr_api) {
+                struct ibv_qp_init_attr_ex ix;
+                memset(&ix, 0, sizeof(ix));
+                memcpy(&ix, &ia, sizeof(ia));
+                ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+                ix.pd = v.pd;
+                ix.send_ops_flags = IBV_QP_EX_WITH_SEND;
+                if (!(v.qp = ibv_create_qp_ex(v.ctx, &ix)) || !(v.qpx = ibv_qp_to_qp_ex(v.qp)))
+                        return fail("QP create (send ops)", 0);
+                return 0;
+        }
         if (!(v.qp = ibv_create_qp(v.pd, &ia)))
                 return fail("QP create", 0);
         return 0;
@@ -465,6 +482,20 @@ static int post_recv_slot(uint32_t i)
 
 static int post_send(uint64_t wr_id, void *addr, uint32_t len, unsigned flags)
 {
+#ifndef VP_NATIVE
+        if (v.qpx) {
+                struct ibv_qp_ex *q = v.qpx;
+                ibv_wr_start(q);
+                q->wr_id = wr_id;
+                q->wr_flags = flags & ~(unsigned)IBV_SEND_INLINE;
+                ibv_wr_send(q);
+                if (flags & IBV_SEND_INLINE)
+                        ibv_wr_set_inline_data(q, addr, len);
+                else
+                        ibv_wr_set_sge(q, v.lkey, (uintptr_t)addr, len);
+                return ibv_wr_complete(q);
+        }
+#endif
         struct vp_sge sge = {(uintptr_t)addr, len, v.lkey};
         struct vp_send_wr wr = {.wr_id = wr_id,
                                 .sg_list = &sge,
@@ -596,7 +627,7 @@ static void usage(void)
 {
         fprintf(stderr,
                 "usage: bench-%s-pingpong [-d DEV] [--port P] [--size B] [--iters N] "
-                "[--loop example|perftest] [--timeout MS] [HOST]\n",
+                "[--loop example|perftest] [--timeout MS] [--wr (verbs)] [HOST]\n",
                 VP_API);
         exit(2);
 }
@@ -604,17 +635,14 @@ static void usage(void)
 int main(int argc, char **argv)
 {
         static const struct option lo[] = {
-            {"ib-dev", required_argument, NULL, 'd'},
-            {"port", required_argument, NULL, 'p'},
-            {"size", required_argument, NULL, 's'},
-            {"iters", required_argument, NULL, 'n'},
-            {"loop", required_argument, NULL, 'l'},
-            {"timeout", required_argument, NULL, 'T'},
-            {NULL, 0, NULL, 0},
+            {"ib-dev", required_argument, NULL, 'd'}, {"port", required_argument, NULL, 'p'},
+            {"size", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'n'},
+            {"loop", required_argument, NULL, 'l'},   {"timeout", required_argument, NULL, 'T'},
+            {"wr", no_argument, NULL, 'w'},           {NULL, 0, NULL, 0},
         };
         int ch;
         char *end;
-        while ((ch = getopt_long(argc, argv, "d:p:s:n:l:T:", lo, NULL)) != -1) {
+        while ((ch = getopt_long(argc, argv, "d:p:s:n:l:T:w", lo, NULL)) != -1) {
                 switch (ch) {
                 case 'd':
                         v.dev = optarg;
@@ -643,6 +671,12 @@ int main(int argc, char **argv)
                 case 'T':
                         v.timeout_ms = atoi(optarg);
                         break;
+                case 'w':
+#ifdef VP_NATIVE
+                        usage();
+#endif
+                        v.wr_api = true;
+                        break;
                 default:
                         usage();
                 }
@@ -663,7 +697,7 @@ int main(int argc, char **argv)
                 close(v.oob);
         printf("RESULT api=%s transport=rc op=send loop=%s size=%llu iters=%llu status=%s "
                "lat_us=%.2f\n",
-               VP_API, v.perftest_loop ? "perftest" : "example", (unsigned long long)v.size,
-               (unsigned long long)v.iters, ok ? "ok" : "fail", lat);
+               v.wr_api ? VP_API "-wr" : VP_API, v.perftest_loop ? "perftest" : "example",
+               (unsigned long long)v.size, (unsigned long long)v.iters, ok ? "ok" : "fail", lat);
         return ok ? 0 : 1;
 }

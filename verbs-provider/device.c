@@ -323,6 +323,9 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
         v->sz = sizeof(*v);
         v->query_port = dwv_query_port_ex;
         v->query_device_ex = dwv_query_device_ex;
+        v->create_qp_ex = dwv_create_qp_ex;
+        v->create_cq_ex = dwv_create_cq_ex;
+        v->query_rt_values = dwv_query_rt_values;
         ctx->device = d;
         ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
         ctx->num_comp_vectors = 1;
@@ -445,6 +448,9 @@ int dwv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_e
         if (err)
                 return err;
         ex.phys_port_cnt_ex = 1;
+        /* Completion timestamps (ibv_create_cq_ex): nanoseconds, 64 bits. */
+        ex.hca_core_clock = DWV_HCA_CORE_CLOCK_KHZ;
+        ex.completion_timestamp_mask = UINT64_MAX;
         /* The caller's struct may be older (shorter) or newer (longer) than ours. */
         size_t n = attr_size < sizeof(ex) ? attr_size : sizeof(ex);
         memcpy(attr, &ex, n);

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 DWV_REAL(struct ibv_pd *, ibv_alloc_pd, "IBVERBS_1.1", (struct ibv_context *))
 DWV_REAL(int, ibv_dealloc_pd, "IBVERBS_1.1", (struct ibv_pd *))
@@ -53,6 +54,7 @@ DWV_REAL(int, ibv_query_qp_data_in_order, "IBVERBS_1.14",
          (struct ibv_qp *, enum ibv_wr_opcode, uint32_t))
 DWV_REAL(int, ibv_query_ece, "IBVERBS_1.10", (struct ibv_qp *, struct ibv_ece *))
 DWV_REAL(int, ibv_set_ece, "IBVERBS_1.10", (struct ibv_qp *, struct ibv_ece *))
+DWV_REAL(struct ibv_context *, ibv_import_device, "IBVERBS_1.10", (int))
 DWV_REAL(struct ibv_pd *, ibv_import_pd, "IBVERBS_1.10", (struct ibv_context *, uint32_t))
 DWV_REAL(struct ibv_mr *, ibv_import_mr, "IBVERBS_1.10", (struct ibv_pd *, uint32_t))
 DWV_REAL(struct ibv_dm *, ibv_import_dm, "IBVERBS_1.13", (struct ibv_context *, uint32_t))
@@ -388,6 +390,15 @@ struct ibv_cq *dwv_ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_cont
 {
         if (!dwv_ctx_is_ours(ctx))
                 return real_ibv_create_cq()(ctx, cqe, cq_context, channel, comp_vector);
+        struct dwv_cq *cq = dwv_cq_new(ctx, cqe, cq_context, channel, comp_vector);
+        return cq ? &cq->cq : NULL;
+}
+
+/* A CQ of this context, linked; NULL with errno. ibv_create_cq and
+ * ibv_create_cq_ex (extended.c) both make theirs here. */
+struct dwv_cq *dwv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
+                          struct ibv_comp_channel *channel, int comp_vector)
+{
         struct dwv_context *c = dwv_ctx(ctx);
         if (channel && channel->context != ctx) {
                 dw_warn("verbs: ibv_create_cq: completion channel of another context");
@@ -420,7 +431,7 @@ struct ibv_cq *dwv_ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_cont
         if (channel)
                 __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
         dwv_link_add(c, &c->cqs, &cq->link);
-        return &cq->cq;
+        return cq;
 }
 
 DWV_SYMVER(dwv_ibv_resize_cq, ibv_resize_cq, "IBVERBS_1.1");
@@ -459,6 +470,8 @@ int dwv_ibv_destroy_cq(struct ibv_cq *ibcq)
         dwv_link_del(dwv_ctx(ibcq->context), &cq->link);
         pthread_mutex_destroy(&ibcq->mutex);
         pthread_cond_destroy(&ibcq->cond);
+        if (cq->ex)
+                pthread_spin_destroy(&cq->poll_lock);
         free(cq);
         return 0;
 }
@@ -942,6 +955,7 @@ int dwv_ibv_destroy_qp(struct ibv_qp *qp)
         }
         pthread_mutex_destroy(&qp->mutex);
         pthread_cond_destroy(&qp->cond);
+        dwv_qp_ext_free(q);
         free(q);
         return 0;
 }
@@ -951,10 +965,9 @@ struct ibv_qp_ex *dwv_ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
         if (!qp || !dwv_ctx_is_ours(qp->context))
                 return real_ibv_qp_to_qp_ex()(qp);
-        /* Only QPs created with send_ops_flags have the wr_* API; ours are
-         * created through ibv_create_qp, so (as the real library says for
-         * such QPs) there is none. */
-        return NULL;
+        /* Only QPs created by ibv_create_qp_ex with send_ops_flags have the
+         * wr_* API (extended.c); for others, as the real library says, none. */
+        return dwv_qp(qp)->x ? &dwv_qp(qp)->qpx : NULL;
 }
 
 DWV_SYMVER(dwv_ibv_query_qp_data_in_order, ibv_query_qp_data_in_order, "IBVERBS_1.14");
@@ -998,6 +1011,23 @@ int dwv_ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 /* Sharing objects between processes through a command FD (ibv_import_*)
  * needs a kernel device: diwarp0 has none, so nothing can be imported into
  * it, and none of its objects was imported. */
+/* A kernel device's command FD is a uverbs character device; diwarp0's
+ * cmd_fd is a private eventfd (device.c), which the real ibv_import_device
+ * would take for a kernel one and fail on with EINVAL. Any FD that is not a
+ * character device gets EOPNOTSUPP: there is no device behind it to import. */
+DWV_SYMVER(dwv_ibv_import_device, ibv_import_device, "IBVERBS_1.10");
+struct ibv_context *dwv_ibv_import_device(int cmd_fd)
+{
+        struct stat st;
+        if (fstat(cmd_fd, &st) == 0 && !S_ISCHR(st.st_mode)) {
+                dw_warn("verbs: ibv_import_device(fd %d): not a kernel device's command FD "
+                        "(diwarp0 has no kernel objects to import)",
+                        cmd_fd);
+                return dwv_fail(-EOPNOTSUPP);
+        }
+        return real_ibv_import_device()(cmd_fd);
+}
+
 DWV_SYMVER(dwv_ibv_import_pd, ibv_import_pd, "IBVERBS_1.10");
 struct ibv_pd *dwv_ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
 {

@@ -112,10 +112,22 @@ struct dwv_channel {
 };
 
 struct dwv_cq {
-        struct ibv_cq cq;
+        union {
+                struct ibv_cq cq;
+                struct ibv_cq_ex cqx; /* same leading fields; the rest for ibv_create_cq_ex */
+        };
         struct diwarp_cq *d;
         struct dwv_obj_link link;
         unsigned events_got; /* channel events handed out (ibv_get_cq_event) */
+        /* ibv_create_cq_ex only (extended.c): the completion start_poll or
+         * next_poll took, which the read_* functions return; the lock held
+         * from start_poll to end_poll (not with SINGLE_THREADED). */
+        bool ex, ex_locked;
+        uint64_t wc_flags;
+        pthread_spinlock_t poll_lock;
+        bool poll_open;       /* poll_lock held (start_poll .. end_poll) ... */
+        pthread_t poll_owner; /* ... by this thread */
+        struct diwarp_wc cur;
 };
 
 struct dwv_srq {
@@ -130,11 +142,15 @@ struct dwv_ah {
         struct dwv_obj_link link;
 };
 
+struct dwv_qp_ext;
 struct dwv_qp {
         struct ibv_qp_ex qpx; /* qpx.qp_base is the application's struct ibv_qp */
         struct diwarp_qp *d;
         struct dwv_obj_link link;
         bool idle; /* in the INIT state it was created in, not yet modified */
+        /* The wr_* batch of a QP created with send_ops_flags (extended.c);
+         * NULL otherwise (ibv_qp_to_qp_ex then returns NULL). */
+        struct dwv_qp_ext *x;
 };
 
 static inline struct dwv_pd *dwv_pd(struct ibv_pd *p)
@@ -194,6 +210,26 @@ int dwv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bin
  * window's new rkey. 0 or a positive errno (and errno set). */
 int dwv_post_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
                      const struct ibv_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags);
+
+/* ---- extended QP and CQ (extended.c): verbs_context ops ----------------- */
+struct ibv_qp *dwv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+struct ibv_cq_ex *dwv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+void dwv_qp_ext_free(struct dwv_qp *q);
+/* For rdma_create_qp_ex: 0 or EOPNOTSUPP (with a warn line naming verb) for
+ * send_ops_flags the QP type cannot carry; then the wr_* API on a QP made
+ * with those capabilities (0 or ENOMEM). */
+int dwv_send_ops_check(const char *verb, enum ibv_qp_type type, uint64_t ops);
+int dwv_qp_ext_enable(struct ibv_qp *qp, uint64_t ops, const struct ibv_qp_cap *granted);
+int dwv_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values);
+/* diwarp0's clock for completion timestamps: CLOCK_MONOTONIC in ns. */
+#define DWV_HCA_CORE_CLOCK_KHZ 1000000u
+
+/* objects.c's constructors, shared with extended.c. */
+struct ibv_qp *dwv_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init);
+int dwv_ibv_destroy_qp(struct ibv_qp *qp);
+int dwv_ibv_destroy_cq(struct ibv_cq *cq);
+struct dwv_cq *dwv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
+                          struct ibv_comp_channel *channel, int comp_vector);
 
 /* ---- queries (device.c), also used as verbs_context ops ------------------ */
 int dwv_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,

@@ -1265,16 +1265,23 @@ int rcm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_a
         return 0;
 }
 
+void rcm_destroy_qp(struct rdma_cm_id *id);
+
 RCM_SYMVER(rcm_create_qp_ex, rdma_create_qp_ex, "RDMACM_1.0");
 int rcm_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *ax)
 {
         if (!id || !ax)
                 return fail(EINVAL);
-        if (ax->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD) {
-                dw_warn("rdma_cm: rdma_create_qp_ex: comp_mask %#x not supported (PD only)",
+        if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+                dw_warn("rdma_cm: rdma_create_qp_ex: comp_mask %#x not supported (PD and "
+                        "SEND_OPS_FLAGS only)",
                         ax->comp_mask);
                 return fail(EOPNOTSUPP);
         }
+        bool ex = ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        int e = ex ? dwv_send_ops_check("rdma_create_qp_ex", ax->qp_type, ax->send_ops_flags) : 0;
+        if (e)
+                return fail(e);
         struct ibv_qp_init_attr a = {
             .qp_context = ax->qp_context,
             .send_cq = ax->send_cq,
@@ -1285,6 +1292,10 @@ int rcm_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *ax)
             .sq_sig_all = ax->sq_sig_all,
         };
         int r = rcm_create_qp(id, (ax->comp_mask & IBV_QP_INIT_ATTR_PD) ? ax->pd : NULL, &a);
+        if (r == 0 && ex && (e = dwv_qp_ext_enable(id->qp, ax->send_ops_flags, &a.cap))) {
+                rcm_destroy_qp(id);
+                return fail(e);
+        }
         if (r == 0) {
                 ax->cap = a.cap;
                 ax->send_cq = a.send_cq;

@@ -265,6 +265,9 @@ struct diwarp_wc {
         uint16_t slid;
         uint8_t sl;
         uint8_t dlid_path_bits;
+        /* On a CQ with timestamps on (diwarp_cq_set_timestamps): when the
+         * completion was generated, CLOCK_MONOTONIC in ns; else 0. */
+        uint64_t ts_ns;
 };
 
 /* A completion channel is a real file descriptor: poll it for POLLIN, then
@@ -291,6 +294,9 @@ int diwarp_cq_poll(struct diwarp_cq *cq, int n, struct diwarp_wc *wc);
 int diwarp_cq_req_notify(struct diwarp_cq *cq, bool solicited_only);
 void diwarp_cq_ack_events(struct diwarp_cq *cq, unsigned int nevents);
 int diwarp_cq_cqe(const struct diwarp_cq *cq);
+/* Stamps each completion generated from now on with its time (ts_ns), or
+ * stops. Off by default: a clock read per completion. */
+int diwarp_cq_set_timestamps(struct diwarp_cq *cq, bool on);
 
 /* ---- queue pairs ------------------------------------------------------ */
 
@@ -461,6 +467,12 @@ struct diwarp_recv_wr {
 /* On failure *bad_wr names the first WR not posted; those before it were. */
 int diwarp_post_send(struct diwarp_qp *qp, struct diwarp_send_wr *wr,
                      struct diwarp_send_wr **bad_wr);
+/* All or nothing: the whole list is checked (QP state, each WR, room in the
+ * send queue for all of them) before any WR is queued. On failure nothing
+ * was posted and *bad_wr names the first WR refused (-EINVAL, or -ENOMEM for
+ * the first that would not fit). The batch of ibv_wr_complete. */
+int diwarp_post_send_all(struct diwarp_qp *qp, struct diwarp_send_wr *wr,
+                         struct diwarp_send_wr **bad_wr);
 int diwarp_post_recv(struct diwarp_qp *qp, struct diwarp_recv_wr *wr,
                      struct diwarp_recv_wr **bad_wr);
 

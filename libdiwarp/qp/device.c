@@ -924,6 +924,17 @@ int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
         return got;
 }
 
+int diwarp_cq_set_timestamps(struct diwarp_cq *c, bool on)
+{
+        struct dw_cq_obj *cq = dw_cq_of(c);
+        if (!cq)
+                return -EINVAL;
+        pthread_mutex_lock(&cq->dev->lock);
+        cq->cq.timestamps = on;
+        pthread_mutex_unlock(&cq->dev->lock);
+        return 0;
+}
+
 int diwarp_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);

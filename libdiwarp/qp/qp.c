@@ -902,22 +902,28 @@ enum diwarp_wc_status dw_qp_run_local_wqe(struct dw_qp *qp, struct dw_wqe *w, ch
         return DIWARP_WC_MW_BIND_ERR;
 }
 
-static int dw_post_send(struct dw_qp *qp, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr,
-                        int bind_kind)
+/* ERR accepts work and flushes it, as ibverbs providers do. RC/UC also
+ * accept work in RTR: an iWARP stream carries both directions once up, and
+ * programs written for iWARP through the IB-style connect send from a QP they
+ * leave in RTR (perftest's credit Writes on the receiving side). SQD queues
+ * work that starts at SQD->RTS; SQE flushes it. */
+static bool dw_qp_sq_accepts(const struct dw_qp *qp)
 {
-        int err = 0;
+        return qp->state == DIWARP_QPS_RTS || qp->state == DIWARP_QPS_ERR ||
+               qp->state == DIWARP_QPS_SQD || qp->state == DIWARP_QPS_SQE ||
+               (qp->state == DIWARP_QPS_RTR && dw_qp_is_rc(qp));
+}
+
+/* Posts the list under the device lock; stops at the first WR refused.
+ * bind_kind: the window type a BIND_MW WR may bind (type 2 through
+ * post_send, type 1 through diwarp_mw_bind). */
+static int dw_post_send_locked(struct dw_qp *qp, struct diwarp_send_wr *wr,
+                               struct diwarp_send_wr **bad_wr, int bind_kind)
+{
         struct dw_device *dev = qp->dev;
-        pthread_mutex_lock(&dev->lock);
+        int err = 0;
         for (; wr; wr = wr->next) {
-                /* ERR accepts work and flushes it, as ibverbs providers do.
-                 * RC/UC also accept work in RTR: an iWARP stream carries both
-                 * directions once up, and programs written for iWARP through
-                 * the IB-style connect send from a QP they leave in RTR
-                 * (perftest's credit Writes on the receiving side). SQD
-                 * queues work that starts at SQD->RTS; SQE flushes it. */
-                if (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_ERR &&
-                    qp->state != DIWARP_QPS_SQD && qp->state != DIWARP_QPS_SQE &&
-                    !(qp->state == DIWARP_QPS_RTR && dw_qp_is_rc(qp))) {
+                if (!dw_qp_sq_accepts(qp)) {
                         err = -EINVAL;
                         break;
                 }
@@ -966,7 +972,50 @@ static int dw_post_send(struct dw_qp *qp, struct diwarp_send_wr *wr, struct diwa
         else if (dw_qp_on_rd(qp))
                 dw_rd_tx_posted(qp);
         dw_progress_step_post(dev, DW_PROGRESS_BUDGET);
-        pthread_mutex_unlock(&dev->lock);
+        return err;
+}
+
+/* Every check dw_post_send_locked makes, for the whole list, before any WR
+ * is queued: the state, each WR, and room for all of them in the SQ. */
+static int dw_post_send_check_all(struct dw_qp *qp, struct diwarp_send_wr *wr,
+                                  struct diwarp_send_wr **bad_wr)
+{
+        uint32_t n = 0;
+        int err = 0;
+        for (; wr; wr = wr->next, n++) {
+                if (!dw_qp_sq_accepts(qp)) {
+                        err = -EINVAL;
+                        break;
+                }
+                err = dw_check_send_wr(qp, wr, DW_STAG_MW2);
+                if (err < 0)
+                        break;
+                if (n >= qp->sq.capacity - dw_wq_count(&qp->sq) &&
+                    !(dw_qp_on_rd(qp) && dw_rd_sq_release(qp) &&
+                      n < qp->sq.capacity - dw_wq_count(&qp->sq))) {
+                        err = -ENOMEM;
+                        break;
+                }
+        }
+        if (err < 0 && bad_wr)
+                *bad_wr = wr;
+        return err;
+}
+
+int diwarp_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                         struct diwarp_send_wr **bad_wr)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp || !wr) {
+                if (bad_wr)
+                        *bad_wr = wr;
+                return -EINVAL;
+        }
+        pthread_mutex_lock(&qp->dev->lock);
+        int err = dw_post_send_check_all(qp, wr, bad_wr);
+        if (err == 0)
+                err = dw_post_send_locked(qp, wr, bad_wr, DW_STAG_MW2);
+        pthread_mutex_unlock(&qp->dev->lock);
         return err;
 }
 
@@ -978,7 +1027,10 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
                         *bad_wr = wr;
                 return -EINVAL;
         }
-        return dw_post_send(qp, wr, bad_wr, DW_STAG_MW2);
+        pthread_mutex_lock(&qp->dev->lock);
+        int err = dw_post_send_locked(qp, wr, bad_wr, DW_STAG_MW2);
+        pthread_mutex_unlock(&qp->dev->lock);
+        return err;
 }
 
 int diwarp_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
@@ -995,7 +1047,10 @@ int diwarp_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
         wr.wr.bind_mw.mw = mw;
         wr.wr.bind_mw.rkey = rkey;
         wr.wr.bind_mw.bind_info = *info;
-        return dw_post_send(qp, &wr, NULL, DW_STAG_MW1);
+        pthread_mutex_lock(&qp->dev->lock);
+        int err = dw_post_send_locked(qp, &wr, NULL, DW_STAG_MW1);
+        pthread_mutex_unlock(&qp->dev->lock);
+        return err;
 }
 
 int diwarp_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)

@@ -1,5 +1,6 @@
 /* Completion queues and completion channels: see cq.h for the semantics. */
 #include "queue/cq.h"
+#include "util/time.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -231,6 +232,7 @@ int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited)
                 return -EOVERFLOW;
         }
         cq->ring[tail] = *wc;
+        cq->ring[tail].ts_ns = __builtin_expect(cq->timestamps, 0) ? dw_now_ns() : 0;
         cq->tail = tail + 1 == cq->cqe ? 0 : tail + 1;
         cq->count++;
         if (cq->armed)

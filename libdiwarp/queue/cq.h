@@ -55,6 +55,7 @@ struct dw_cq {
         uint32_t count; /* completions in the ring */
         bool armed, armed_solicited_only;
         bool overflowed;                 /* a push found the ring full: the CQ is in error */
+        bool timestamps;                 /* push stamps ts_ns (CLOCK_MONOTONIC ns) */
         struct dw_comp_channel *channel; /* may be NULL */
         void *cq_context;
         uint32_t pending_events; /* in channel FIFO, not yet fetched (channel->lock) */
@@ -88,6 +89,7 @@ int dw_cq_init(struct dw_cq *cq, int cqe, struct dw_comp_channel *channel, void 
 void dw_cq_fini(struct dw_cq *cq);
 /* Appends one completion. solicited: this is a receive completion of a message
  * sent with the Solicited Event flag. Fires the armed event if due.
+ * With cq->timestamps the stored copy gets ts_ns = now, else ts_ns = 0.
  * -EOVERFLOW when full (the completion is lost, cq->overflowed is set; the
  * caller raises DIWARP_EVENT_CQ_ERR). */
 int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited);

@@ -266,6 +266,66 @@ Test(device, post_checks)
         side_fini(&s);
 }
 
+/* diwarp_post_send_all posts a list whole or not at all: a WR that does not
+ * fit in the send queue, or one that is invalid, leaves the queue untouched
+ * (no completion for the WRs before it), where diwarp_post_send would have
+ * posted those. */
+Test(device, post_send_all_or_none)
+{
+        struct side s;
+        struct diwarp_ah *ah;
+        union diwarp_gid g;
+        side_init(&s, dev_a, DIWARP_QPT_UD, 256, 2);
+        diwarp_device_gid(dev_a, &g);
+        cr_assert_eq(diwarp_ah_create(s.pd, &g, &ah), 0);
+        struct diwarp_sge sge = {(uintptr_t)s.buf, 8, s.lkey};
+        struct diwarp_send_wr w[3];
+        for (int i = 0; i < 3; i++) {
+                w[i] = (struct diwarp_send_wr){.wr_id = 10 + i,
+                                               .next = i < 2 ? &w[i + 1] : NULL,
+                                               .sg_list = &sge,
+                                               .num_sge = 1,
+                                               .opcode = DIWARP_WR_SEND,
+                                               .send_flags = DIWARP_SEND_SIGNALED};
+                w[i].wr.ud.ah = ah;
+                w[i].wr.ud.remote_qpn = diwarp_qp_num(s.qp);
+                w[i].wr.ud.remote_qkey = QKEY;
+        }
+        struct diwarp_send_wr *bad = NULL;
+        struct diwarp_wc wc[4];
+
+        cr_expect_eq(diwarp_post_send_all(s.qp, w, &bad), -EINVAL, "send in RESET");
+        cr_expect_eq(bad, &w[0]);
+        ud_rts(s.qp);
+        /* Three WRs, room for two. */
+        cr_expect_eq(diwarp_post_send_all(s.qp, w, &bad), -ENOMEM);
+        cr_expect_eq(bad, &w[2], "the first WR that does not fit");
+        /* The second is invalid. */
+        w[1].num_sge = 5;
+        cr_expect_eq(diwarp_post_send_all(s.qp, w, &bad), -EINVAL);
+        cr_expect_eq(bad, &w[1]);
+        w[1].num_sge = 1;
+        spin(50);
+        cr_expect_eq(diwarp_cq_poll(s.cq, 4, wc), 0, "a refused batch posted nothing");
+        /* Two fit: both go, in order. */
+        w[1].next = NULL;
+        cr_expect_eq(diwarp_post_send_all(s.qp, w, &bad), 0);
+        cr_assert_eq(poll_n(s.cq, 2, wc), 2);
+        for (int i = 0; i < 2; i++) {
+                cr_expect_eq(wc[i].status, DIWARP_WC_SUCCESS);
+                cr_expect_eq(wc[i].wr_id, 10u + i);
+        }
+        /* Beside it, diwarp_post_send posts what fits and stops there. */
+        w[1].next = &w[2];
+        cr_expect_eq(diwarp_post_send(s.qp, w, &bad), -ENOMEM);
+        cr_expect_eq(bad, &w[2]);
+        cr_assert_eq(poll_n(s.cq, 2, wc), 2);
+        cr_expect_eq(wc[0].wr_id, 10u);
+        cr_expect_eq(wc[1].wr_id, 11u);
+        cr_expect_eq(diwarp_ah_destroy(ah), 0);
+        side_fini(&s);
+}
+
 /* One UD message of len bytes from a to b; checks every byte and the GRH. */
 static void ud_one(struct side *a, struct side *b, struct diwarp_ah *ah, size_t len, bool imm)
 {

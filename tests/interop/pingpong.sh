@@ -28,4 +28,14 @@ done
 sq=$(sed -n 's/.*local address: .*QPN \(0x[0-9a-f]*\).*/\1/p' "$srv")
 cq=$(sed -n 's/.*remote address: .*QPN \(0x[0-9a-f]*\).*/\1/p' "$cli")
 [ -n "$sq" ] && [ "$sq" = "$cq" ] || fail "client saw server QPN '$cq', server has '$sq'"
+# -t (ibv_rc_pingpong): receives polled from an extended CQ with completion
+# timestamps; the gaps it prints between them must be real (non-zero).
+case " $* " in
+*" -t "*)
+        for f in "$srv" "$cli"; do
+                expect "$f" '^Min receive completion clock cycles = [1-9][0-9]*$' \
+                        "$prog reports timestamped receive completions"
+        done
+        ;;
+esac
 echo "ok"

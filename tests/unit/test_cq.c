@@ -11,6 +11,7 @@
 
 #include "queue/cq.h"
 #include "queue/event.h"
+#include "util/time.h"
 
 static struct diwarp_wc mkwc(uint64_t id, enum diwarp_wc_opcode op, enum diwarp_wc_status st)
 {
@@ -162,6 +163,31 @@ Test(cq, pop_copies_all_fields)
         cr_assert_eq(dw_cq_push(&cq, &in, false), 0);
         cr_assert_eq(dw_cq_pop(&cq, 1, &out), 1);
         cr_assert_eq(memcmp(&in, &out, sizeof(in)), 0);
+        dw_cq_fini(&cq);
+}
+
+/* With timestamps on, each completion gets the time it was pushed (between
+ * the clock reads around the push, in order); a ts_ns the caller left in
+ * the completion is never kept. Off again: 0. */
+Test(cq, timestamps_stamp_push_time)
+{
+        struct dw_cq cq;
+        struct diwarp_wc in = mkwc(1, DIWARP_WC_SEND, DIWARP_WC_SUCCESS), out[3];
+
+        cr_assert_eq(dw_cq_init(&cq, 4, NULL, NULL), 0);
+        in.ts_ns = 12345;
+        cr_assert_eq(dw_cq_push(&cq, &in, false), 0);
+        cq.timestamps = true;
+        uint64_t t0 = dw_now_ns();
+        cr_assert_eq(dw_cq_push(&cq, &in, false), 0);
+        uint64_t t1 = dw_now_ns();
+        cq.timestamps = false;
+        cr_assert_eq(dw_cq_push(&cq, &in, false), 0);
+        cr_assert_eq(dw_cq_pop(&cq, 3, out), 3);
+        cr_expect_eq(out[0].ts_ns, 0u);
+        cr_expect(out[1].ts_ns >= t0 && out[1].ts_ns <= t1, "ts %llu outside [%llu, %llu]",
+                  (unsigned long long)out[1].ts_ns, (unsigned long long)t0, (unsigned long long)t1);
+        cr_expect_eq(out[2].ts_ns, 0u);
         dw_cq_fini(&cq);
 }
 
