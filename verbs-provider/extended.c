@@ -187,7 +187,8 @@ static void dwv_wr_bind_mw(struct ibv_qp_ex *qpx, struct ibv_mw *mw, uint32_t rk
         struct dwv_qp_ext *x = dwv_qpx(qpx)->x;
         if (!x->err && (!mw || !info || mw->context != qp->context ||
                         (info->mr && info->mr->context != qp->context))) {
-                dwv_wr_fault(qpx, EINVAL, "bind: window and region must be objects of this context");
+                dwv_wr_fault(qpx, EINVAL,
+                             "bind: window and region must be objects of this context");
                 return;
         }
         if (!x->err && mw->type != IBV_MW_TYPE_2) {

@@ -970,6 +970,7 @@ static void build_batch(struct dw_rc_conn *c)
  * terminated the stream, or DW_RC_END_NONE. */
 #define DW_RC_LOCAL_WAIT_NS (50u * 1000 * 1000)
 static int rc_rx(struct dw_rc_conn *c);
+static bool tx_has_work(struct dw_rc_conn *c);
 static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
 {
         uint64_t consumed, term_at = DW_RC_END_NONE, deadline = 0;
@@ -981,7 +982,10 @@ static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
                 bool locked;
                 struct dw_rc_conn *peer = dw_rc_end_lock_peer(c->end_slot, c->qp->dev, &locked);
                 if (peer) {
-                        rc_rx(peer);
+                        /* As the progress step does: what arrived may give
+                         * the peer something to send (Read Responses). */
+                        if (rc_rx(peer) && peer->fd >= 0 && tx_has_work(peer))
+                                rc_tx(peer);
                         dw_rc_end_unlock_peer(peer, locked);
                 }
                 uint64_t now = dw_now_ns();

@@ -300,8 +300,8 @@ static void creation(struct ibv_device *dev)
             .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
             .pd = pd,
         };
-        static const uint64_t refused_ops[] = {IBV_QP_EX_WITH_BIND_MW, IBV_QP_EX_WITH_TSO,
-                                               IBV_QP_EX_WITH_ATOMIC_WRITE, 1ull << 11 /* flush */};
+        static const uint64_t refused_ops[] = {IBV_QP_EX_WITH_TSO, IBV_QP_EX_WITH_ATOMIC_WRITE,
+                                               1ull << 11 /* flush */};
         for (size_t i = 0; i < sizeof(refused_ops) / sizeof(refused_ops[0]); i++) {
                 qa.send_ops_flags = IBV_QP_EX_WITH_SEND | refused_ops[i];
                 errno = 0;
@@ -360,7 +360,7 @@ static void rc(struct ibv_device *dev)
         side_open(&a, dev, NULL, 0);
         side_open(&b, dev, &bch, 0);
         a.qp = make_qp(&a, IBV_QPT_RC, RC_OPS, DEPTH);
-        b.qp = make_qp(&b, IBV_QPT_RC, IBV_QP_EX_WITH_SEND, DEPTH);
+        b.qp = make_qp(&b, IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW, DEPTH);
         REQUIRE(a.qp && b.qp);
         a.qpx = ibv_qp_to_qp_ex(a.qp);
         b.qpx = ibv_qp_to_qp_ex(b.qp);
@@ -619,6 +619,45 @@ static void rc(struct ibv_device *dev)
         CHECK(ibv_wr_complete(q) == 0);
         w = one(a.cq);
         CHECK(w.status == IBV_WC_SUCCESS && w.wr_id == 0xf3 && w.opcode == IBV_WC_LOCAL_INV);
+
+        /* A type 2 window B binds with wr_bind_mw over part of its buffer:
+         * it takes the new key byte, and A writes through it. */
+        struct ibv_mr *bind_mr =
+            ibv_reg_mr(b.pd, b.buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+        struct ibv_mw *mw = ibv_alloc_mw(b.pd, IBV_MW_TYPE_2);
+        REQUIRE(bind_mr && mw);
+        uint32_t old_rkey = mw->rkey;
+        struct ibv_mw_bind_info bi = {.mr = bind_mr,
+                                      .addr = (uintptr_t)b.buf + 2048,
+                                      .length = 1024,
+                                      .mw_access_flags = IBV_ACCESS_REMOTE_WRITE};
+        ibv_wr_start(b.qpx);
+        b.qpx->wr_id = 0xb1;
+        b.qpx->wr_flags = IBV_SEND_SIGNALED;
+        ibv_wr_bind_mw(b.qpx, mw, ibv_inc_rkey(old_rkey), &bi);
+        CHECK(ibv_wr_complete(b.qpx) == 0);
+        w = one(b.cq);
+        CHECK(w.status == IBV_WC_SUCCESS && w.wr_id == 0xb1 && w.opcode == IBV_WC_BIND_MW);
+        CHECK(mw->rkey == ibv_inc_rkey(old_rkey));
+        fill(a.buf, 512, 9);
+        ibv_wr_start(q);
+        q->wr_id = 0xf5;
+        q->wr_flags = IBV_SEND_SIGNALED;
+        ibv_wr_rdma_write(q, mw->rkey, (uintptr_t)b.buf + 2048 + 256);
+        ibv_wr_set_sge(q, a.mr->lkey, (uintptr_t)a.buf, 512);
+        CHECK(ibv_wr_complete(q) == 0);
+        w = one(a.cq);
+        CHECK(w.status == IBV_WC_SUCCESS && w.wr_id == 0xf5);
+        CHECK(same(b.buf + 2048 + 256, 512, 9));
+        /* A type 1 window is bound by ibv_bind_mw, not in a batch. */
+        struct ibv_mw *mw1 = ibv_alloc_mw(b.pd, IBV_MW_TYPE_1);
+        REQUIRE(mw1);
+        ibv_wr_start(b.qpx);
+        ibv_wr_bind_mw(b.qpx, mw1, ibv_inc_rkey(mw1->rkey), &bi);
+        CHECK(ibv_wr_complete(b.qpx) == EINVAL);
+        CHECK(ibv_dealloc_mw(mw1) == 0);
+        CHECK(ibv_dealloc_mw(mw) == 0);
+        CHECK(ibv_dereg_mr(bind_mr) == 0);
 
         /* Last, an RDMA Read from a key B does not have: a remote access
          * error, with the Terminate's layer, type and code as vendor_err. (A
