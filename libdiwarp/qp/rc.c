@@ -19,16 +19,19 @@
 
 /* diwarp's use of the 8 opaque bytes of an RFC 7306 Immediate Data header:
  * bytes 0-3 the 32-bit immediate value as ibverbs carries it (network order),
- * byte 4 flags. DW_IMM_WITH_SEND: this immediate belongs to the Send that
- * follows it (Send with Immediate), so it consumes no receive WQE of its own;
- * without it the message completes a receive WQE as RECV_RDMA_WITH_IMM (the
- * immediate of an RDMA Write with Immediate). */
+ * byte 4 flags, bytes 5-7 zero. DW_IMM_WITH_SEND (byte 4 exactly 0x01, opcode
+ * Immediate Data without SE): this immediate belongs to the Send that follows
+ * it (Send with Immediate), so it consumes no receive WQE of its own. Any
+ * other Immediate Data (an RDMA Write with Immediate, or an RFC 7306 peer's
+ * Immediate Data operation) completes a receive WQE as RECV_RDMA_WITH_IMM;
+ * so does a flagged one that is followed by anything but a Send. */
 #define DW_IMM_WITH_SEND 0x01u
 
 #define DW_RC_IOV_MAX 1024 /* Linux UIO_MAXIOV */
 
 static int rc_tx(struct dw_rc_conn *c);
 static void rc_close_now(struct dw_rc_conn *c);
+static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -339,6 +342,11 @@ static void fail_with_term(struct dw_rc_conn *c, bool send_term, uint8_t layer, 
                         c->term.ddp_hdr_len =
                             tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
                         memcpy(c->term.ddp_hdr, c->rh_raw, c->term.ddp_hdr_len);
+                        /* RFC 5040 section 4.8: with the offending segment's
+                         * DDP header goes its DDP Segment Length (the MPA
+                         * ULPDU_Length that framed it), and M says it is valid. */
+                        c->term.seglen_valid = true;
+                        c->term.ddp_seg_len = c->rx_ulen;
                 }
                 if (rdmap_hdr) {
                         c->term.has_rdmap_hdr = true;
@@ -874,6 +882,7 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
                                        DIWARP_ACCESS_REMOTE_ATOMIC, e->areq.remote_to, 8, &host);
                 if (st != DW_PROT_OK) {
                         memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
+                        c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN;
                         fail_prot(c, st, DW_PROT_CTX_ATOMIC, NULL, "Atomic target");
                         return -1;
                 }
@@ -900,6 +909,7 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
                                e->src_to + e->done, seg, &host);
         if (st != DW_PROT_OK) {
                 memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
+                c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_RREQ_HDR_LEN;
                 fail_prot(c, st, DW_PROT_CTX_READ_SOURCE, e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN,
                           "RDMA Read source");
                 return -1;
@@ -1105,6 +1115,11 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
         case DW_RDMAP_WRITE: {
                 uint8_t *host = NULL;
                 enum dw_prot_status st = DW_PROT_OK;
+                /* diwarp puts nothing between its flagged Immediate Data and
+                 * the Send: a Write there comes from an RFC 7306 peer, whose
+                 * Immediate Data stood alone. */
+                if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
+                        return -1;
                 if (payload && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
                         st = DW_PROT_ACCESS;
                 else
@@ -1311,6 +1326,24 @@ static void rx_data_end(struct dw_rc_conn *c)
         }
 }
 
+/* An Immediate Data message on its own (RFC 7306): it consumes the next
+ * receive WQE, which completes as RECV_RDMA_WITH_IMM with the immediate and
+ * byte_len = the RDMA Write bytes since the previous Immediate Data (0 when
+ * none came: an RFC 7306 peer's Immediate Data operation). false: no receive
+ * WQE (the Terminate is queued). */
+static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se)
+{
+        c->imm_pending = false;
+        struct dw_wqe *w = rx_take_recv(c);
+        if (!w)
+                return false;
+        uint32_t len = (uint32_t)c->rx_write_bytes;
+        c->rx_write_bytes = 0;
+        rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV_RDMA_WITH_IMM, len,
+                         DIWARP_WC_WITH_IMM, imm, 0, se);
+        return true;
+}
+
 static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
 {
         struct dw_qp *qp = c->qp;
@@ -1446,18 +1479,21 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                 uint32_t imm;
                 memcpy(&imm, im.data, 4);
                 c->msn_expect_send++;
-                if (im.data[4] & DW_IMM_WITH_SEND) {
+                /* An immediate held for a Send that another Immediate Data
+                 * followed instead: the peer is an RFC 7306 peer whose
+                 * bytes happened to look like diwarp's flag; it stands
+                 * alone, in order, before this one. */
+                if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
+                        return;
+                /* diwarp's Send with Immediate: byte 4 exactly 0x01, bytes
+                 * 5-7 zero, without SE (the Send carries it). */
+                if (h->opcode == DW_RDMAP_IMM_DATA && im.data[4] == DW_IMM_WITH_SEND &&
+                    !im.data[5] && !im.data[6] && !im.data[7]) {
                         c->imm_pending = true;
                         c->imm_value = imm;
                         return;
                 }
-                struct dw_wqe *w = rx_take_recv(c);
-                if (!w)
-                        return;
-                uint32_t len = (uint32_t)c->rx_write_bytes;
-                c->rx_write_bytes = 0;
-                rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV_RDMA_WITH_IMM, len,
-                                 DIWARP_WC_WITH_IMM, imm, 0, h->opcode == DW_RDMAP_IMM_DATA_SE);
+                rx_imm_alone(c, imm, h->opcode == DW_RDMAP_IMM_DATA_SE);
                 return;
         }
         case DW_RDMAP_TERMINATE: {
@@ -1583,6 +1619,7 @@ static int rx_parse(struct dw_rc_conn *c)
         if (avail < DW_MPA_HDR_LEN + 1)
                 return 0;
         uint16_t ulen = dw_get_be16(p);
+        c->rx_ulen = ulen;
         bool tagged = p[2] & DW_DDP_CTRL_T;
         uint32_t dlen = tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
         memset(c->rh_raw, 0, sizeof(c->rh_raw));

@@ -134,6 +134,7 @@ struct dw_rc_conn {
         bool rx_big;            /* last payload was large: read headers in small peeks */
         struct dw_rdmap_hdr rh; /* header of the segment being placed */
         uint8_t rh_raw[DW_DDP_UNTAGGED_HDR_LEN];
+        uint16_t rx_ulen;             /* its ULPDU_Length (a Terminate's DDP Segment Length) */
         uint32_t rx_payload;          /* payload bytes of this segment */
         struct iovec tgt[DW_MAX_SGE]; /* placement target of the remainder */
         int ntgt, tgt_pos;
