@@ -124,6 +124,49 @@ static int sge_range_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off,
         return len ? -EMSGSIZE : n;
 }
 
+/* MULPDU of the stream from its current effective MSS. */
+static uint32_t rc_mulpdu(int fd)
+{
+        int mss = dw_tcp_mss(fd);
+        uint32_t u = mss > 0 ? dw_mpa_mulpdu((uint32_t)mss) : DW_RC_MULPDU_DEFAULT;
+        return u < DW_RC_MULPDU_MIN ? DW_RC_MULPDU_MIN : u;
+}
+
+/* Grows the transmit arrays to batches of n FPDUs (no batch may be under
+ * way). 0, or -ENOMEM with the arrays as they were (still usable). */
+static int tx_arrays(struct dw_rc_conn *c, int n)
+{
+        int icap = n * 3 + DW_MAX_SGE + 2; /* header, payload, trailer; one multi-SGE FPDU */
+        if (icap < DW_RC_TX_BATCH_MIN * (DW_MAX_SGE + 2))
+                icap = DW_RC_TX_BATCH_MIN * (DW_MAX_SGE + 2);
+        if (n <= c->slot_cap && icap <= c->iov_cap)
+                return 0;
+        struct iovec *iov = calloc((size_t)icap, sizeof(*iov));
+        struct dw_rc_txslot *slot = calloc((size_t)n, sizeof(*slot));
+        struct dw_wqe **done = calloc((size_t)n, sizeof(*done));
+        if (!iov || !slot || !done) {
+                free(iov);
+                free(slot);
+                free(done);
+                return -ENOMEM;
+        }
+        free(c->iov);
+        free(c->slot);
+        free(c->done_wqe);
+        c->iov = iov;
+        c->iov_cap = icap;
+        c->slot = slot;
+        c->done_wqe = done;
+        c->slot_cap = n;
+        return 0;
+}
+
+/* Payload bytes of one FPDU with a DDP header of that kind. */
+static uint32_t seg_max(const struct dw_rc_conn *c, bool tagged)
+{
+        return c->mulpdu - (tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN);
+}
+
 static uint32_t crc_iov(uint32_t s, const struct iovec *iov, int n)
 {
         for (int i = 0; i < n; i++)
@@ -506,6 +549,7 @@ static int add_fpdu(struct dw_rc_conn *c, const struct dw_rdmap_hdr *h, const vo
         c->iov[c->iov_cnt].iov_len = (size_t)tl;
         c->iov_cnt++;
         c->nslot++;
+        c->batch_bytes += hdrlen + paylen + (size_t)tl;
         c->qp->ctr.tx_packets++;
         c->qp->ctr.tx_bytes += hdrlen + paylen + (size_t)tl;
         return 0;
@@ -718,8 +762,8 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
                 bool se = w->send_flags & DIWARP_SEND_SOLICITED;
                 bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
                 uint64_t seg = w->total_len - c->cur_off;
-                if (seg > DW_RC_SEG_PAYLOAD)
-                        seg = DW_RC_SEG_PAYLOAD;
+                if (seg > seg_max(c, false))
+                        seg = seg_max(c, false);
                 dw_rdmap_hdr_init(&h, inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
                                           : (se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
                 if (inv)
@@ -749,8 +793,8 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
                         return 1;
                 }
                 uint64_t seg = w->total_len - c->cur_off;
-                if (seg > DW_RC_SEG_PAYLOAD)
-                        seg = DW_RC_SEG_PAYLOAD;
+                if (seg > seg_max(c, true))
+                        seg = seg_max(c, true);
                 dw_rdmap_hdr_init(&h, DW_RDMAP_WRITE);
                 h.ddp.stag = w->rkey;
                 h.ddp.to = w->remote_addr + c->cur_off;
@@ -899,8 +943,8 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
         }
 
         uint32_t seg = e->len - e->done;
-        if (seg > DW_RC_SEG_PAYLOAD)
-                seg = DW_RC_SEG_PAYLOAD;
+        if (seg > seg_max(c, true))
+                seg = seg_max(c, true);
         uint8_t *host = NULL;
         /* Checked again per segment: the region may have been deregistered or
          * invalidated since the request arrived. */
@@ -934,6 +978,7 @@ static void build_batch(struct dw_rc_conn *c)
         c->nslot = 0;
         c->ndone = 0;
         c->iov_pos = c->iov_cnt = 0;
+        c->batch_bytes = 0;
 
         if (c->term_pending && !c->term_queued) {
                 add_term(c);
@@ -942,7 +987,8 @@ static void build_batch(struct dw_rc_conn *c)
         }
         if (c->state != DW_RC_UP)
                 return;
-        while (c->nslot < DW_RC_TX_BATCH && c->iov_cnt + DW_MAX_SGE + 2 <= DW_RC_TX_IOV) {
+        while (c->nslot < c->slot_cap && c->iov_cnt + DW_MAX_SGE + 2 <= c->iov_cap &&
+               c->batch_bytes < DW_RC_TX_BATCH_BYTES) {
                 bool irq = c->irq_count > 0;
                 bool sq = sq_ready(c);
                 if (!irq && !sq)
@@ -953,9 +999,17 @@ static void build_batch(struct dw_rc_conn *c)
                 if (r <= 0 || c->term_pending)
                         break;
         }
-        if (c->term_pending && !c->term_queued && c->nslot < DW_RC_TX_BATCH) {
+        if (c->term_pending && !c->term_queued && c->nslot < c->slot_cap) {
                 add_term(c);
                 c->term_queued = true;
+        }
+        /* Bulk batches: every DW_RC_MSS_RECHECK FPDUs the MSS is read again
+         * (it grows with the peer's window on loopback, and a path MTU
+         * change moves it); a small-message exchange never pays. */
+        if (c->batch_bytes >= DW_RC_MSS_BULK &&
+            (c->mss_age += (uint32_t)c->nslot) >= DW_RC_MSS_RECHECK) {
+                c->mss_age = 0;
+                c->mulpdu = rc_mulpdu(c->fd);
         }
 }
 
@@ -1756,7 +1810,13 @@ static ssize_t rx_direct(struct dw_rc_conn *c)
         iov[n].iov_base = c->trl + c->trl_have;
         iov[n].iov_len = trl_left;
         n++;
-        uint32_t peek = rx_peek_len(c);
+        /* What to read past the trailer: after a small payload that is not
+         * its message's last (a message cut into FPDUs of an Ethernet-sized
+         * MSS: more small ones follow) as much as staging holds, so the
+         * stream goes back to many FPDUs per read instead of one readv each;
+         * otherwise just the next header, whose payload (perhaps large, as
+         * the next message may be) then comes straight to its target too. */
+        uint32_t peek = !c->rx_big && !c->rh.ddp.last ? c->rxbuf_cap - c->rx_end : rx_peek_len(c);
         iov[n].iov_base = c->rxbuf + c->rx_end;
         iov[n].iov_len = peek;
         n++;
@@ -1783,12 +1843,12 @@ static ssize_t rx_fill(struct dw_rc_conn *c)
 {
         if (c->rx_start == c->rx_end) {
                 c->rx_start = c->rx_end = 0;
-        } else if (c->rx_start && DW_RC_RXBUF - c->rx_end < 256) {
+        } else if (c->rx_start && c->rxbuf_cap - c->rx_end < 256) {
                 memmove(c->rxbuf, c->rxbuf + c->rx_start, c->rx_end - c->rx_start);
                 c->rx_end -= c->rx_start;
                 c->rx_start = 0;
         }
-        size_t space = DW_RC_RXBUF - c->rx_end;
+        size_t space = c->rxbuf_cap - c->rx_end;
         /* After a large payload, read just enough for the next header so the
          * payload behind it can go straight to its target. */
         uint32_t peek = rx_peek_len(c);
@@ -1959,6 +2019,23 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         if (r < 0)
                 dw_warn("RC QP %#x peer %s: TCP options: %s", qp->qpn,
                         dw_tcp_addr_str(peer, pb, sizeof(pb)), strerror(-r));
+        c->mulpdu = rc_mulpdu(fd);
+        c->mss_age = 0;
+        int nb = (int)(DW_RC_TX_BATCH_BYTES / c->mulpdu);
+        nb = nb < DW_RC_TX_BATCH_MIN   ? DW_RC_TX_BATCH_MIN
+             : nb > DW_RC_TX_BATCH_MAX ? DW_RC_TX_BATCH_MAX
+                                       : nb;
+        if (c->mulpdu < DW_RC_RXBUF_SMALL && c->rxbuf_cap < DW_RC_RXBUF_BULK) {
+                uint8_t *b = malloc(DW_RC_RXBUF_BULK); /* nothing is staged yet */
+                if (b) {
+                        free(c->rxbuf);
+                        c->rxbuf = b;
+                        c->rxbuf_cap = DW_RC_RXBUF_BULK;
+                }
+        }
+        if (tx_arrays(c, nb) < 0)
+                dw_warn("RC QP %#x peer %s: no memory for batches of %d FPDUs; %d per write",
+                        qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), nb, c->slot_cap);
         c->state = DW_RC_UP;
         c->watched = false;
         set_watch(c, false);
@@ -1971,9 +2048,9 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                 return -ENOSPC;
         }
         live_add(c);
-        dw_info("RC QP %#x connected to %s (peer QP %#x, CRC %s, IRD %u, ORD %u)", qp->qpn,
-                dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num, c->crc ? "on" : "off",
-                c->ird, ord_limit(c));
+        dw_info("RC QP %#x connected to %s (peer QP %#x, CRC %s, IRD %u, ORD %u, MULPDU %u)",
+                qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num,
+                c->crc ? "on" : "off", c->ird, ord_limit(c), c->mulpdu);
         rc_tx(c);
         dw_progress_wake(qp->dev);
         return 0;
@@ -2000,12 +2077,15 @@ int dw_rc_qp_init(struct dw_qp *qp)
         if (!c)
                 return -ENOMEM;
         c->rxbuf = malloc(DW_RC_RXBUF);
-        if (!c->rxbuf) {
+        c->rxbuf_cap = DW_RC_RXBUF;
+        if (!c->rxbuf || tx_arrays(c, DW_RC_TX_BATCH_MIN) < 0) {
+                free(c->rxbuf);
                 free(c);
                 return -ENOMEM;
         }
         c->qp = qp;
         c->fd = -1;
+        c->mulpdu = DW_RC_MULPDU_DEFAULT;
         c->state = DW_RC_IDLE;
         reset_stream(c);
         qp->rc = c;
@@ -2030,6 +2110,9 @@ void dw_rc_qp_fini(struct dw_qp *qp)
         }
         rc_close_now(c);
         free(c->rxbuf);
+        free(c->iov);
+        free(c->slot);
+        free(c->done_wqe);
         free(c);
         qp->rc = NULL;
 }

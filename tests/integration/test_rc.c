@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <netinet/tcp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1122,13 +1123,16 @@ Test(rc, crc_error_from_raw_peer)
 
 /* A raw MPA peer connected to B's listener (B accepts into its QP). CRC is
  * asked for; *crc says whether B's Reply kept it. */
-static int raw_peer_connect(struct accept_arg *t, bool *crc)
+static int raw_peer_connect_mss(struct accept_arg *t, bool *crc, int mss)
 {
         cr_assert_eq(diwarp_listen(B.dev, 0, 8, &t->l), 0);
         uint16_t port = listener_port(t->l);
         pthread_t th;
         pthread_create(&th, NULL, accept_main, t);
         int s = socket(AF_INET, SOCK_STREAM, 0);
+        /* The MSS our SYN announces bounds what B may send in a segment. */
+        if (mss)
+                cr_assert_eq(setsockopt(s, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss)), 0);
         struct sockaddr_in sa = {.sin_family = AF_INET,
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                                  .sin_port = htons(port)};
@@ -1148,6 +1152,11 @@ static int raw_peer_connect(struct accept_arg *t, bool *crc)
         pthread_join(th, NULL);
         cr_assert_eq(t->r, 0);
         return s;
+}
+
+static int raw_peer_connect(struct accept_arg *t, bool *crc)
+{
+        return raw_peer_connect_mss(t, crc, 0);
 }
 
 /* Sends ULPDU u as one FPDU (pad, CRC least-significant byte first). */
@@ -1171,7 +1180,7 @@ static void raw_send(int s, bool crc, const uint8_t *u, size_t len)
  * length, the ULPDU in u. */
 static size_t raw_recv(int s, uint8_t *u, size_t cap)
 {
-        uint8_t f[2 + 256 + 7];
+        uint8_t f[2 + 4096 + 7];
         size_t got = 0, need = 2;
         uint64_t end = now_ms() + 5000;
         while (got < need) {
@@ -1347,6 +1356,55 @@ Test(rc, terminate_carries_segment_length)
         while (diwarp_qp_state(B.qp) != DIWARP_QPS_ERR && now_ms() < end)
                 diwarp_progress(B.dev, 64);
         cr_assert_eq(diwarp_qp_state(B.qp), DIWARP_QPS_ERR);
+        close(s);
+        diwarp_listener_destroy(t.l);
+}
+
+/* RFC 5044 MULPDU: B's FPDUs fill the TCP segments its stream may send. The
+ * raw peer announces MSS 1000 in its SYN; a 10000-byte RDMA Write from B
+ * then comes as FPDUs whose whole length (2 + ULPDU + CRC, no pad) is B's
+ * effective MSS rounded down to 4 (at most 1000, less the TCP options), all
+ * equal but the last, the Write's bytes in order behind 14-byte tagged
+ * headers with consecutive TOs. */
+Test(rc, fpdus_fill_the_segments_of_the_stream_mss)
+{
+        side_init(&B, 16384, ALL_ACCESS);
+        to_init(&B);
+        struct accept_arg t = {0};
+        bool crc;
+        int s = raw_peer_connect_mss(&t, &crc, 1000);
+        fill(B.buf, 10000, 77);
+        cr_assert_eq(post_send(&B, DIWARP_WR_RDMA_WRITE, 9, 0, 10000, 0x100000, 0x4242, 0), 0);
+        uint8_t r[4096];
+        size_t off = 0, first = 0;
+        int n = 0;
+        while (off < 10000) {
+                size_t len = raw_recv(s, r, sizeof(r));
+                cr_assert_geq(len, 14u + 1, "FPDU %d: ULPDU %zu", n, len);
+                size_t pay = len - 14;
+                bool last = off + pay == 10000;
+                cr_assert_eq(r[0], last ? 0xc1 : 0x81, "FPDU %d: DDP control %#x", n, r[0]);
+                cr_assert_eq(r[1], 0x40, "RDMA Write");
+                uint64_t to = 0;
+                for (int i = 0; i < 8; i++)
+                        to = to << 8 | r[6 + i];
+                cr_assert_eq(to, 0x100000 + off, "FPDU %d: TO", n);
+                cr_assert_eq(memcmp(r + 14, B.buf + off, pay), 0, "FPDU %d: payload", n);
+                if (n == 0)
+                        first = len;
+                else if (!last)
+                        cr_assert_eq(len, first, "FPDU %d: %zu-byte ULPDU, the first had %zu", n,
+                                     len, first);
+                off += pay;
+                n++;
+        }
+        /* The full FPDU: no pad, whole length a multiple of 4, within the
+         * announced 1000 and no more than the TCP options below it. */
+        size_t whole = 2 + first + 4;
+        cr_assert_eq(whole % 4, 0, "FPDU of %zu bytes", whole);
+        cr_assert_leq(whole, 1000);
+        cr_assert_geq(whole, 1000 - 44, "FPDU of %zu bytes for MSS 1000", whole);
+        cr_assert_eq(n, (int)((10000 + first - 14 - 1) / (first - 14)), "%d FPDUs", n);
         close(s);
         diwarp_listener_destroy(t.l);
 }
