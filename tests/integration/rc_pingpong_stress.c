@@ -43,7 +43,12 @@
 #define ROUNDS     5000  /* per QP */
 #define MIN_ROUNDS 500   /* per QP, even on a loaded machine */
 #define BUDGET_MS  12000 /* client's sending time */
-#define STALL_MS   2000  /* longest wait for one message */
+/* Longest wait for one message. A lost wake-up waits until something else
+ * stirs the stream (TCP keepalive after 1 s idle with the default peer
+ * timeout, or forever); a machine that stalls both processes at once (seen:
+ * ~1 s while a packet capture wrote to disk) delays both sides together.
+ * 5 s passes the second and catches a stall like the 6.4 s one seen once. */
+#define STALL_MS 5000
 
 static const char *who = "rc_pingpong_stress";
 static pid_t child_pid;
