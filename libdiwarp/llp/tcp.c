@@ -123,6 +123,16 @@ int dw_tcp_configure(int fd, uint32_t peer_timeout_ms)
         return 0;
 }
 
+int dw_tcp_mss(int fd)
+{
+        int mss = 0;
+        socklen_t l = sizeof(mss);
+
+        if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) < 0)
+                return -errno;
+        return mss > 0 ? mss : -EINVAL;
+}
+
 ssize_t dw_tcp_writev(int fd, const struct iovec *iov, int iovcnt)
 {
         struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};

@@ -41,6 +41,11 @@ int dw_tcp_connect_result(int fd);
  * (keepalive). peer_timeout_ms 0 leaves the kernel defaults. */
 int dw_tcp_configure(int fd, uint32_t peer_timeout_ms);
 
+/* The connected stream's current effective send MSS (TCP_MAXSEG: the path
+ * MTU less IP and TCP headers and the options every segment carries). Returns
+ * it (> 0) or -errno. */
+int dw_tcp_mss(int fd);
+
 /* writev with MSG_NOSIGNAL|MSG_DONTWAIT. Returns bytes written (may be short),
  * -EAGAIN when the socket buffer is full, or -errno (-EPIPE, -ECONNRESET,
  * -EFAULT for an unmapped source buffer...). */

@@ -21,16 +21,19 @@
 
 /* diwarp's use of the 8 opaque bytes of an RFC 7306 Immediate Data header:
  * bytes 0-3 the 32-bit immediate value as ibverbs carries it (network order),
- * byte 4 flags. DW_IMM_WITH_SEND: this immediate belongs to the Send that
- * follows it (Send with Immediate), so it consumes no receive WQE of its own;
- * without it the message completes a receive WQE as RECV_RDMA_WITH_IMM (the
- * immediate of an RDMA Write with Immediate). */
+ * byte 4 flags, bytes 5-7 zero. DW_IMM_WITH_SEND (byte 4 exactly 0x01, opcode
+ * Immediate Data without SE): this immediate belongs to the Send that follows
+ * it (Send with Immediate), so it consumes no receive WQE of its own. Any
+ * other Immediate Data (an RDMA Write with Immediate, or an RFC 7306 peer's
+ * Immediate Data operation) completes a receive WQE as RECV_RDMA_WITH_IMM;
+ * so does a flagged one that is followed by anything but a Send. */
 #define DW_IMM_WITH_SEND 0x01u
 
 #define DW_RC_IOV_MAX 1024 /* Linux UIO_MAXIOV */
 
 static int rc_tx(struct dw_rc_conn *c);
 static void rc_close_now(struct dw_rc_conn *c);
+static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -121,6 +124,53 @@ static int sge_range_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off,
                 off = 0;
         }
         return len ? -EMSGSIZE : n;
+}
+
+/* MULPDU of the stream from its current effective MSS. */
+static uint32_t rc_mulpdu(int fd)
+{
+        int mss = dw_tcp_mss(fd);
+        uint32_t u = mss > 0 ? dw_mpa_mulpdu((uint32_t)mss) : DW_RC_MULPDU_DEFAULT;
+        return u < DW_RC_MULPDU_MIN ? DW_RC_MULPDU_MIN : u;
+}
+
+/* Grows the transmit arrays to batches of n FPDUs (no batch may be under
+ * way). 0, or -ENOMEM with the arrays as they were (still usable). */
+static int tx_arrays(struct dw_rc_conn *c, int n)
+{
+        int icap = n * 3 + DW_MAX_SGE + 2; /* header, payload, trailer; one multi-SGE FPDU */
+        if (icap < DW_RC_TX_BATCH_MIN * (DW_MAX_SGE + 2))
+                icap = DW_RC_TX_BATCH_MIN * (DW_MAX_SGE + 2);
+        if (n <= c->slot_cap && icap <= c->iov_cap)
+                return 0;
+        struct iovec *iov = calloc((size_t)icap, sizeof(*iov));
+        struct dw_rc_txslot *slot = calloc((size_t)n, sizeof(*slot));
+        struct dw_wqe **done = calloc((size_t)n, sizeof(*done));
+        uint64_t *done_end = calloc((size_t)n, sizeof(*done_end));
+        if (!iov || !slot || !done || !done_end) {
+                free(iov);
+                free(slot);
+                free(done);
+                free(done_end);
+                return -ENOMEM;
+        }
+        free(c->iov);
+        free(c->slot);
+        free(c->done_wqe);
+        free(c->done_end);
+        c->iov = iov;
+        c->iov_cap = icap;
+        c->slot = slot;
+        c->done_wqe = done;
+        c->done_end = done_end;
+        c->slot_cap = n;
+        return 0;
+}
+
+/* Payload bytes of one FPDU with a DDP header of that kind. */
+static uint32_t seg_max(const struct dw_rc_conn *c, bool tagged)
+{
+        return c->mulpdu - (tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN);
 }
 
 static uint32_t crc_iov(uint32_t s, const struct iovec *iov, int n)
@@ -344,6 +394,11 @@ static void fail_with_term(struct dw_rc_conn *c, bool send_term, uint8_t layer, 
                         c->term.ddp_hdr_len =
                             tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
                         memcpy(c->term.ddp_hdr, c->rh_raw, c->term.ddp_hdr_len);
+                        /* RFC 5040 section 4.8: with the offending segment's
+                         * DDP header goes its DDP Segment Length (the MPA
+                         * ULPDU_Length that framed it), and M says it is valid. */
+                        c->term.seglen_valid = true;
+                        c->term.ddp_seg_len = c->rx_ulen;
                 }
                 if (rdmap_hdr) {
                         c->term.has_rdmap_hdr = true;
@@ -724,8 +779,8 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
                 bool se = w->send_flags & DIWARP_SEND_SOLICITED;
                 bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
                 uint64_t seg = w->total_len - c->cur_off;
-                if (seg > DW_RC_SEG_PAYLOAD)
-                        seg = DW_RC_SEG_PAYLOAD;
+                if (seg > seg_max(c, false))
+                        seg = seg_max(c, false);
                 dw_rdmap_hdr_init(&h, inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
                                           : (se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
                 if (inv)
@@ -755,8 +810,8 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
                         return 1;
                 }
                 uint64_t seg = w->total_len - c->cur_off;
-                if (seg > DW_RC_SEG_PAYLOAD)
-                        seg = DW_RC_SEG_PAYLOAD;
+                if (seg > seg_max(c, true))
+                        seg = seg_max(c, true);
                 dw_rdmap_hdr_init(&h, DW_RDMAP_WRITE);
                 h.ddp.stag = w->rkey;
                 h.ddp.to = w->remote_addr + c->cur_off;
@@ -888,6 +943,7 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
                                        DIWARP_ACCESS_REMOTE_ATOMIC, e->areq.remote_to, 8, &host);
                 if (st != DW_PROT_OK) {
                         memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
+                        c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN;
                         fail_prot(c, st, DW_PROT_CTX_ATOMIC, NULL, "Atomic target");
                         return -1;
                 }
@@ -904,8 +960,8 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
         }
 
         uint32_t seg = e->len - e->done;
-        if (seg > DW_RC_SEG_PAYLOAD)
-                seg = DW_RC_SEG_PAYLOAD;
+        if (seg > seg_max(c, true))
+                seg = seg_max(c, true);
         uint8_t *host = NULL;
         /* Checked again per segment: the region may have been deregistered or
          * invalidated since the request arrived. */
@@ -914,6 +970,7 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
                                DIWARP_ACCESS_REMOTE_READ, e->src_to + e->done, seg, &host);
         if (st != DW_PROT_OK) {
                 memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
+                c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_RREQ_HDR_LEN;
                 fail_prot(c, st, DW_PROT_CTX_READ_SOURCE, e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN,
                           "RDMA Read source");
                 return -1;
@@ -937,8 +994,8 @@ static void build_batch(struct dw_rc_conn *c)
 {
         c->nslot = 0;
         c->ndone = 0;
-        c->batch_bytes = 0;
         c->iov_pos = c->iov_cnt = 0;
+        c->batch_bytes = 0;
 
         if (c->term_pending && !c->term_queued) {
                 add_term(c);
@@ -947,7 +1004,8 @@ static void build_batch(struct dw_rc_conn *c)
         }
         if (c->state != DW_RC_UP)
                 return;
-        while (c->nslot < DW_RC_TX_BATCH && c->iov_cnt + DW_MAX_SGE + 2 <= DW_RC_TX_IOV) {
+        while (c->nslot < c->slot_cap && c->iov_cnt + DW_MAX_SGE + 2 <= c->iov_cap &&
+               c->batch_bytes < DW_RC_TX_BATCH_BYTES) {
                 bool irq = c->irq_count > 0;
                 bool sq = sq_ready(c);
                 if (!irq && !sq)
@@ -958,9 +1016,17 @@ static void build_batch(struct dw_rc_conn *c)
                 if (r <= 0 || c->term_pending)
                         break;
         }
-        if (c->term_pending && !c->term_queued && c->nslot < DW_RC_TX_BATCH) {
+        if (c->term_pending && !c->term_queued && c->nslot < c->slot_cap) {
                 add_term(c);
                 c->term_queued = true;
+        }
+        /* Bulk batches: every DW_RC_MSS_RECHECK FPDUs the MSS is read again
+         * (it grows with the peer's window on loopback, and a path MTU
+         * change moves it); a small-message exchange never pays. */
+        if (c->batch_bytes >= DW_RC_MSS_BULK &&
+            (c->mss_age += (uint32_t)c->nslot) >= DW_RC_MSS_RECHECK) {
+                c->mss_age = 0;
+                c->mulpdu = rc_mulpdu(c->fd);
         }
 }
 
@@ -1170,6 +1236,11 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
         case DW_RDMAP_WRITE: {
                 uint8_t *host = NULL;
                 enum dw_prot_status st = DW_PROT_OK;
+                /* diwarp puts nothing between its flagged Immediate Data and
+                 * the Send: a Write there comes from an RFC 7306 peer, whose
+                 * Immediate Data stood alone. */
+                if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
+                        return -1;
                 if (payload && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
                         st = DW_PROT_ACCESS;
                 else
@@ -1395,6 +1466,24 @@ static void rx_data_place(struct dw_rc_conn *c)
         }
 }
 
+/* An Immediate Data message on its own (RFC 7306): it consumes the next
+ * receive WQE, which completes as RECV_RDMA_WITH_IMM with the immediate and
+ * byte_len = the RDMA Write bytes since the previous Immediate Data (0 when
+ * none came: an RFC 7306 peer's Immediate Data operation). false: no receive
+ * WQE (the Terminate is queued). */
+static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se)
+{
+        c->imm_pending = false;
+        struct dw_wqe *w = rx_take_recv(c);
+        if (!w)
+                return false;
+        uint32_t len = (uint32_t)c->rx_write_bytes;
+        c->rx_write_bytes = 0;
+        rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV_RDMA_WITH_IMM, len,
+                         DIWARP_WC_WITH_IMM, imm, 0, se);
+        return true;
+}
+
 static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
 {
         struct dw_qp *qp = c->qp;
@@ -1530,18 +1619,21 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                 uint32_t imm;
                 memcpy(&imm, im.data, 4);
                 c->msn_expect_send++;
-                if (im.data[4] & DW_IMM_WITH_SEND) {
+                /* An immediate held for a Send that another Immediate Data
+                 * followed instead: the peer is an RFC 7306 peer whose
+                 * bytes happened to look like diwarp's flag; it stands
+                 * alone, in order, before this one. */
+                if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
+                        return;
+                /* diwarp's Send with Immediate: byte 4 exactly 0x01, bytes
+                 * 5-7 zero, without SE (the Send carries it). */
+                if (h->opcode == DW_RDMAP_IMM_DATA && im.data[4] == DW_IMM_WITH_SEND &&
+                    !im.data[5] && !im.data[6] && !im.data[7]) {
                         c->imm_pending = true;
                         c->imm_value = imm;
                         return;
                 }
-                struct dw_wqe *w = rx_take_recv(c);
-                if (!w)
-                        return;
-                uint32_t len = (uint32_t)c->rx_write_bytes;
-                c->rx_write_bytes = 0;
-                rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV_RDMA_WITH_IMM, len,
-                                 DIWARP_WC_WITH_IMM, imm, 0, h->opcode == DW_RDMAP_IMM_DATA_SE);
+                rx_imm_alone(c, imm, h->opcode == DW_RDMAP_IMM_DATA_SE);
                 return;
         }
         case DW_RDMAP_TERMINATE: {
@@ -1667,6 +1759,7 @@ static int rx_parse(struct dw_rc_conn *c)
         if (avail < DW_MPA_HDR_LEN + 1)
                 return 0;
         uint16_t ulen = dw_get_be16(p);
+        c->rx_ulen = ulen;
         bool tagged = p[2] & DW_DDP_CTRL_T;
         uint32_t dlen = tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
         memset(c->rh_raw, 0, sizeof(c->rh_raw));
@@ -1809,7 +1902,13 @@ static ssize_t rx_direct(struct dw_rc_conn *c)
         iov[n].iov_base = c->trl + c->trl_have;
         iov[n].iov_len = trl_left;
         n++;
-        uint32_t peek = rx_peek_len(c);
+        /* What to read past the trailer: after a small payload that is not
+         * its message's last (a message cut into FPDUs of an Ethernet-sized
+         * MSS: more small ones follow) as much as staging holds, so the
+         * stream goes back to many FPDUs per read instead of one readv each;
+         * otherwise just the next header, whose payload (perhaps large, as
+         * the next message may be) then comes straight to its target too. */
+        uint32_t peek = !c->rx_big && !c->rh.ddp.last ? c->rxbuf_cap - c->rx_end : rx_peek_len(c);
         iov[n].iov_base = c->rxbuf + c->rx_end;
         iov[n].iov_len = peek;
         n++;
@@ -1836,12 +1935,12 @@ static ssize_t rx_fill(struct dw_rc_conn *c)
 {
         if (c->rx_start == c->rx_end) {
                 c->rx_start = c->rx_end = 0;
-        } else if (c->rx_start && DW_RC_RXBUF - c->rx_end < 256) {
+        } else if (c->rx_start && c->rxbuf_cap - c->rx_end < 256) {
                 memmove(c->rxbuf, c->rxbuf + c->rx_start, c->rx_end - c->rx_start);
                 c->rx_end -= c->rx_start;
                 c->rx_start = 0;
         }
-        size_t space = DW_RC_RXBUF - c->rx_end;
+        size_t space = c->rxbuf_cap - c->rx_end;
         /* After a large payload, read just enough for the next header so the
          * payload behind it can go straight to its target. */
         uint32_t peek = rx_peek_len(c);
@@ -2012,6 +2111,23 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         if (r < 0)
                 dw_warn("RC QP %#x peer %s: TCP options: %s", qp->qpn,
                         dw_tcp_addr_str(peer, pb, sizeof(pb)), strerror(-r));
+        c->mulpdu = rc_mulpdu(fd);
+        c->mss_age = 0;
+        int nb = (int)(DW_RC_TX_BATCH_BYTES / c->mulpdu);
+        nb = nb < DW_RC_TX_BATCH_MIN   ? DW_RC_TX_BATCH_MIN
+             : nb > DW_RC_TX_BATCH_MAX ? DW_RC_TX_BATCH_MAX
+                                       : nb;
+        if (c->mulpdu < DW_RC_RXBUF_SMALL && c->rxbuf_cap < DW_RC_RXBUF_BULK) {
+                uint8_t *b = malloc(DW_RC_RXBUF_BULK); /* nothing is staged yet */
+                if (b) {
+                        free(c->rxbuf);
+                        c->rxbuf = b;
+                        c->rxbuf_cap = DW_RC_RXBUF_BULK;
+                }
+        }
+        if (tx_arrays(c, nb) < 0)
+                dw_warn("RC QP %#x peer %s: no memory for batches of %d FPDUs; %d per write",
+                        qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), nb, c->slot_cap);
         c->state = DW_RC_UP;
         c->watched = false;
         set_watch(c, false);
@@ -2029,9 +2145,9 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         if (getsockname(fd, (struct sockaddr *)&local, &ll) == 0 && local.sin_family == AF_INET &&
             getpeername(fd, (struct sockaddr *)&remote, &rl) == 0)
                 c->end_slot = dw_rc_end_register(qp->dev, c, &local, &remote);
-        dw_info("RC QP %#x connected to %s (peer QP %#x, CRC %s, IRD %u, ORD %u)", qp->qpn,
-                dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num, c->crc ? "on" : "off",
-                c->ird, ord_limit(c));
+        dw_info("RC QP %#x connected to %s (peer QP %#x, CRC %s, IRD %u, ORD %u, MULPDU %u)",
+                qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num,
+                c->crc ? "on" : "off", c->ird, ord_limit(c), c->mulpdu);
         rc_tx(c);
         dw_progress_wake(qp->dev);
         return 0;
@@ -2058,13 +2174,16 @@ int dw_rc_qp_init(struct dw_qp *qp)
         if (!c)
                 return -ENOMEM;
         c->rxbuf = malloc(DW_RC_RXBUF);
-        if (!c->rxbuf) {
+        c->rxbuf_cap = DW_RC_RXBUF;
+        if (!c->rxbuf || tx_arrays(c, DW_RC_TX_BATCH_MIN) < 0) {
+                free(c->rxbuf);
                 free(c);
                 return -ENOMEM;
         }
         c->qp = qp;
         c->fd = -1;
         c->end_slot = -1;
+        c->mulpdu = DW_RC_MULPDU_DEFAULT;
         c->state = DW_RC_IDLE;
         reset_stream(c);
         qp->rc = c;
@@ -2089,6 +2208,10 @@ void dw_rc_qp_fini(struct dw_qp *qp)
         }
         rc_close_now(c);
         free(c->rxbuf);
+        free(c->iov);
+        free(c->slot);
+        free(c->done_wqe);
+        free(c->done_end);
         free(c);
         qp->rc = NULL;
 }

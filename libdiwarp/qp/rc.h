@@ -4,12 +4,14 @@
  * every buffer it will use, so the data path never allocates:
  *  - transmit: FPDUs are gathered with writev straight from registered memory:
  *    [MPA length + DDP/RDMAP header] [payload iovecs] [pad + CRC]. Up to
- *    DW_RC_TX_BATCH FPDUs go out per syscall; a short write resumes where it
+ *    a batch of FPDUs (DW_RC_TX_BATCH_*) goes out per syscall; a short write resumes where it
  *    stopped on the next progress step (EPOLLOUT).
  *  - receive: headers land in a small staging buffer; the payload of a tagged
  *    or untagged data segment is read with readv directly into its target
  *    (registered memory resolved through mem/ checks), followed by the trailer
- *    and a peek at the next header. CRC32c is computed over what was placed.
+ *    and a peek at the next header. Small FPDUs (an Ethernet-sized MSS) are
+ *    read many at a time into staging (64 KiB on such streams) and copied
+ *    to their targets. CRC32c is computed over what was placed.
  * The hooks of dw.h (dw_rc_*) drive it; cm/ hands it established streams
  * through dw_rc_attach. The device lock is held for everything here.
  */
@@ -28,13 +30,31 @@
 
 struct dw_mpa_conn;
 
-/* Payload bytes per FPDU (ULPDU_Length is 16 bits: header + payload must stay
- * <= 65535). A multiple of 512 so segments of aligned buffers stay aligned. */
-#define DW_RC_SEG_PAYLOAD   65024u
-#define DW_RC_TX_BATCH      16
-#define DW_RC_TX_IOV        (DW_RC_TX_BATCH * (DW_MAX_SGE + 2))
-#define DW_RC_HDR_MAX       (DW_MPA_HDR_LEN + DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
-#define DW_RC_RXBUF         16384u
+/* FPDU size: every stream sizes its FPDUs from the TCP connection's effective
+ * MSS (RFC 5044 MULPDU, dw_mpa_mulpdu), read at attach and again now and then
+ * while large messages flow, so a full FPDU is one TCP segment. The ULPDU is
+ * the DDP/RDMAP header (14 tagged, 18 untagged) plus the payload. */
+#define DW_RC_MULPDU_DEFAULT 65042u      /* when TCP_MAXSEG cannot be read: 65024 payload + 18 */
+#define DW_RC_MULPDU_MIN     256u        /* floor for absurdly small MSS values */
+#define DW_RC_MSS_RECHECK    256u        /* FPDUs of bulk batches between two TCP_MAXSEG reads */
+#define DW_RC_MSS_BULK       (32u << 10) /* a batch of at least this many bytes is bulk */
+/* FPDUs per writev: as many as DW_RC_TX_BATCH_BYTES holds at the stream's
+ * MULPDU (read at attach), at least DW_RC_TX_BATCH_MIN and at most
+ * DW_RC_TX_BATCH_MAX, so small FPDUs (1442 bytes at MTU 1500: 256 a batch)
+ * do not cost a syscall each. The WQEs of a batch complete when all of it
+ * is written. The arrays are sized at QP create (minimum) and grown at
+ * attach, never on the data path. */
+#define DW_RC_TX_BATCH_MIN   16
+#define DW_RC_TX_BATCH_MAX   256
+#define DW_RC_TX_BATCH_BYTES (1u << 20)
+#define DW_RC_HDR_MAX        (DW_MPA_HDR_LEN + DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN)
+#define DW_RC_RXBUF          16384u /* staging for headers and small FPDUs */
+/* A stream whose FPDUs are small (the peer's MSS is Ethernet-sized) brings
+ * every payload through staging: a larger buffer reads more of them per
+ * syscall. Grown at attach when the own MULPDU is below DW_RC_RXBUF_SMALL
+ * (both ends of a path usually see the same MSS). */
+#define DW_RC_RXBUF_BULK    (64u << 10)
+#define DW_RC_RXBUF_SMALL   8192u
 #define DW_RC_MAX_RD        DW_MAX_RD_ATOM
 #define DW_RC_RX_STEP_BYTES (4u << 20) /* bytes read per callback before yielding */
 #define DW_RC_TX_STEP_BYTES (8u << 20) /* bytes written per call before yielding */
@@ -105,11 +125,13 @@ struct dw_rc_conn {
         bool comm_est; /* first FPDU of this stream seen (COMM_EST if the QP was in RTR) */
 
         /* ---- transmit ---- */
-        struct iovec iov[DW_RC_TX_IOV];
-        int iov_pos, iov_cnt; /* batch being written: iov[iov_pos..iov_cnt) */
-        struct dw_rc_txslot slot[DW_RC_TX_BATCH];
+        struct iovec *iov; /* iov_cap entries */
+        int iov_cap;
+        int iov_pos, iov_cnt;      /* batch being written: iov[iov_pos..iov_cnt) */
+        struct dw_rc_txslot *slot; /* slot_cap FPDU headers and trailers */
+        struct dw_wqe **done_wqe;  /* slot_cap: finished when the batch is out */
+        int slot_cap;
         int nslot;
-        struct dw_wqe *done_wqe[DW_RC_TX_BATCH]; /* finished when the batch is out */
         int ndone;
         bool term_queued; /* the Terminate is in the batch: close after it */
         bool term_pending;
@@ -121,7 +143,10 @@ struct dw_rc_conn {
         int cur_phase; /* 0: main message, 1: the Immediate Data message */
         struct iovec src[DW_MAX_SGE];
         int nsrc;
-        bool irq_turn; /* round-robin between IRQ responses and the SQ */
+        bool irq_turn;      /* round-robin between IRQ responses and the SQ */
+        uint32_t mulpdu;    /* largest ULPDU per FPDU (from the MSS) */
+        uint32_t mss_age;   /* FPDUs of bulk batches since the MSS was read */
+        size_t batch_bytes; /* bytes in the batch being built */
         uint32_t msn_send, msn_rreq, msn_term, msn_aresp; /* next MSN per DDP queue */
         struct dw_rc_orq orq[DW_RC_MAX_RD];
         uint32_t orq_head, orq_count;
@@ -129,11 +154,13 @@ struct dw_rc_conn {
 
         /* ---- receive ---- */
         enum dw_rc_rx_state rx_state;
-        uint8_t *rxbuf; /* DW_RC_RXBUF bytes */
+        uint8_t *rxbuf; /* rxbuf_cap bytes */
+        uint32_t rxbuf_cap;
         uint32_t rx_start, rx_end;
         bool rx_big;            /* last payload was large: read headers in small peeks */
         struct dw_rdmap_hdr rh; /* header of the segment being placed */
         uint8_t rh_raw[DW_DDP_UNTAGGED_HDR_LEN];
+        uint16_t rx_ulen;             /* its ULPDU_Length (a Terminate's DDP Segment Length) */
         uint32_t rx_payload;          /* payload bytes of this segment */
         struct iovec tgt[DW_MAX_SGE]; /* placement target of the remainder */
         int ntgt, tgt_pos;
@@ -161,8 +188,7 @@ struct dw_rc_conn {
         /* ---- both ends in this process (rc_local.h) ---- */
         int end_slot;                      /* -1: not registered */
         uint64_t tx_sent;                  /* stream bytes written since attach */
-        uint64_t batch_bytes;              /* bytes of the batch being built */
-        uint64_t done_end[DW_RC_TX_BATCH]; /* stream offset after each done_wqe[] */
+        uint64_t *done_end;                /* slot_cap: stream offset after each done_wqe[] */
         uint64_t rx_done;                  /* stream bytes consumed (whole FPDUs) */
         uint32_t rx_fpdu_len;              /* wire length of the data FPDU being placed */
 };

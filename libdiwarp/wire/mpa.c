@@ -14,6 +14,16 @@ size_t dw_mpa_pad_len(size_t ulpdu_len)
         return (4u - ((DW_MPA_HDR_LEN + ulpdu_len) & 3u)) & 3u;
 }
 
+uint32_t dw_mpa_mulpdu(uint32_t emss)
+{
+        uint32_t fpdu = emss & ~3u;
+
+        if (fpdu < DW_MPA_HDR_LEN + DW_MPA_CRC_LEN + 2)
+                return 0;
+        uint32_t u = fpdu - DW_MPA_HDR_LEN - DW_MPA_CRC_LEN; /* 2 + u: a multiple of 4, pad 0 */
+        return u > DW_MPA_ULPDU_MAX ? DW_MPA_ULPDU_MAX : u;
+}
+
 size_t dw_mpa_fpdu_len(size_t ulpdu_len, bool crc)
 {
         (void)crc;

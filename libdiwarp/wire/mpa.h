@@ -59,6 +59,13 @@ size_t dw_mpa_pad_len(size_t ulpdu_len);
  * sites state the mode they are in. */
 size_t dw_mpa_fpdu_len(size_t ulpdu_len, bool crc);
 
+/* MULPDU (RFC 5044 section 6.1 / 7.1): the largest ULPDU whose whole FPDU
+ * (ULPDU_Length + ULPDU + pad + CRC, no markers) fits in one TCP segment of
+ * the effective MSS emss, so that every full-sized FPDU starts a segment:
+ * (emss rounded down to a multiple of 4) - 6, at most DW_MPA_ULPDU_MAX.
+ * Returns 0 when emss is too small to carry any ULPDU (< 8). */
+uint32_t dw_mpa_mulpdu(uint32_t emss);
+
 /* Writes the 2-byte ULPDU_Length header. Returns 2, -ENOSPC, or -EINVAL if
  * ulpdu_len > DW_MPA_ULPDU_MAX. */
 ssize_t dw_mpa_fpdu_hdr_encode(size_t ulpdu_len, uint8_t *buf, size_t cap);

@@ -54,7 +54,8 @@
  *                          written outside the receive WR, nothing pulled
  *   rd_test crc    rd|rc   DIWARP_RD_CRC=0: the datagram on the wire (a raw
  *                          UDP socket as peer: version 2, NOCRC, no trailer;
- *                          with 1: version 1 and its CRC32c), data end to end
+ *                          with 1: version 1 and its CRC32c; the first Send
+ *                          has MSN 1), data end to end
  *                          with both devices at 0, and mismatched devices
  *                          either way: rx_dropped_nocrc at the refusing side,
  *                          RETRY_EXC_ERR at the sender within its peer timeout
@@ -2195,6 +2196,14 @@ static void crc_wire(int crc)
                 die("crc wire: a %zd-byte datagram, flags %#x", n, n > 1 ? pkt[1] : 0);
         if (memcmp(pkt + body - 100, a.buf, 100) != 0)
                 die("crc wire: the Send's bytes are not where expected");
+        /* The stream's first Send: untagged, L, queue 0, MSN 1 (RFC 5041
+         * starts every DDP queue at 1; UD instead starts at a random MSN). */
+        const uint8_t *d = pkt + DW_DGRAM_HDR_LEN;
+        uint32_t msn = (uint32_t)d[10] << 24 | (uint32_t)d[11] << 16 | (uint32_t)d[12] << 8 | d[13];
+        if (d[0] != 0x41 || (d[1] & 0x0f) != 0x3 || d[6] || d[7] || d[8] || d[9] || msn != 1)
+                die("crc wire: first Send: DDP control %#x, opcode %#x, QN %02x%02x%02x%02x, MSN "
+                    "%u (want 0x41, 3, 0, 1)",
+                    d[0], d[1] & 0x0f, d[6], d[7], d[8], d[9], msn);
         if (crc) {
                 uint32_t c = dw_crc32c(pkt, body);
                 uint8_t be[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8),

@@ -14,10 +14,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <netinet/tcp.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <diwarp/diwarp.h>
+
+#include "wire/crc32c.h"
+#include "wire/mpa.h"
 
 #define MAXBUF ((64u << 20) + 4096)
 #define ALL_ACCESS                                                                                 \
@@ -1111,6 +1115,296 @@ Test(rc, crc_error_from_raw_peer)
         cr_assert_eq(w.status, DIWARP_WC_WR_FLUSH_ERR);
         assert_line_names(log, "MPA CRC mismatch", diwarp_qp_num(B.qp));
         free(log);
+        close(s);
+        diwarp_listener_destroy(t.l);
+}
+
+/* ---- what RC puts on the wire, byte by byte, against a raw MPA peer ---- */
+
+/* A raw MPA peer connected to B's listener (B accepts into its QP). CRC is
+ * asked for; *crc says whether B's Reply kept it. */
+static int raw_peer_connect_mss(struct accept_arg *t, bool *crc, int mss)
+{
+        cr_assert_eq(diwarp_listen(B.dev, 0, 8, &t->l), 0);
+        uint16_t port = listener_port(t->l);
+        pthread_t th;
+        pthread_create(&th, NULL, accept_main, t);
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        /* The MSS our SYN announces bounds what B may send in a segment. */
+        if (mss)
+                cr_assert_eq(setsockopt(s, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss)), 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                 .sin_port = htons(port)};
+        cr_assert_eq(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        uint8_t req[24] = "MPA ID Req Frame";
+        req[16] = 0x40; /* C */
+        req[17] = 2;
+        req[19] = 4;
+        req[21] = 1; /* IRD 1 */
+        req[23] = 1; /* ORD 1 */
+        cr_assert_eq(write(s, req, sizeof(req)), 24);
+        uint8_t rep[20 + 512];
+        read_full(s, rep, 20);
+        cr_assert_eq(memcmp(rep, "MPA ID Rep Frame", 16), 0);
+        *crc = rep[16] & 0x40;
+        read_full(s, rep + 20, (size_t)(rep[18] << 8 | rep[19]));
+        pthread_join(th, NULL);
+        cr_assert_eq(t->r, 0);
+        return s;
+}
+
+static int raw_peer_connect(struct accept_arg *t, bool *crc)
+{
+        return raw_peer_connect_mss(t, crc, 0);
+}
+
+/* Sends ULPDU u as one FPDU (pad, CRC least-significant byte first). */
+static void raw_send(int s, bool crc, const uint8_t *u, size_t len)
+{
+        uint8_t f[2 + 128 + 3 + 4] = {0};
+        cr_assert_leq(len, 128);
+        f[0] = (uint8_t)(len >> 8);
+        f[1] = (uint8_t)len;
+        memcpy(f + 2, u, len);
+        size_t n = dw_mpa_fpdu_len(len, crc);
+        if (crc) {
+                uint32_t c = dw_crc32c_final(dw_crc32c_update(dw_crc32c_init(), f, n - 4));
+                for (int i = 0; i < 4; i++)
+                        f[n - 4 + i] = (uint8_t)(c >> (8 * i));
+        }
+        cr_assert_eq(write(s, f, n), (ssize_t)n);
+}
+
+/* Reads one FPDU from B (driving B's progress meanwhile); returns the ULPDU
+ * length, the ULPDU in u. */
+static size_t raw_recv(int s, uint8_t *u, size_t cap)
+{
+        uint8_t f[2 + 4096 + 7];
+        size_t got = 0, need = 2;
+        uint64_t end = now_ms() + 5000;
+        while (got < need) {
+                cr_assert_lt(now_ms(), end, "no FPDU from B within 5 s (%zu bytes)", got);
+                diwarp_progress(B.dev, 64);
+                struct pollfd p = {.fd = s, .events = POLLIN};
+                if (poll(&p, 1, 1) != 1)
+                        continue;
+                ssize_t r = read(s, f + got, need - got);
+                cr_assert_gt(r, 0, "stream ended");
+                got += (size_t)r;
+                if (got == 2) {
+                        need = dw_mpa_fpdu_len((size_t)(f[0] << 8 | f[1]), true);
+                        cr_assert_leq(need, sizeof(f));
+                }
+        }
+        size_t len = (size_t)(f[0] << 8 | f[1]);
+        cr_assert_leq(len, cap);
+        memcpy(u, f + 2, len);
+        return len;
+}
+
+/* 18-byte untagged DDP/RDMAP header, L = 1, MO 0. */
+static void untagged_hdr(uint8_t *u, uint8_t opcode, uint32_t qn, uint32_t msn)
+{
+        memset(u, 0, 18);
+        u[0] = 0x41; /* T 0, L 1, DV 1 */
+        u[1] = (uint8_t)(0x40 | opcode);
+        for (int i = 0; i < 4; i++) {
+                u[6 + i] = (uint8_t)(qn >> (24 - 8 * i));
+                u[10 + i] = (uint8_t)(msn >> (24 - 8 * i));
+        }
+}
+
+static void raw_imm(int s, bool crc, uint8_t opcode, uint32_t msn, const uint8_t imm[8])
+{
+        uint8_t u[26];
+        untagged_hdr(u, opcode, 0, msn);
+        memcpy(u + 18, imm, 8);
+        raw_send(s, crc, u, sizeof(u));
+}
+
+static void expect_imm_wc(uint64_t id, enum diwarp_wc_opcode op, uint32_t len, const uint8_t *imm4)
+{
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "wr %llu: status %d", (unsigned long long)id,
+                     w.status);
+        cr_assert_eq(w.wr_id, id);
+        cr_assert_eq(w.opcode, op, "wr %llu: opcode %d", (unsigned long long)id, w.opcode);
+        cr_assert_eq(w.byte_len, len);
+        if (imm4) {
+                cr_assert(w.wc_flags & DIWARP_WC_WITH_IMM, "wr %llu: WITH_IMM",
+                          (unsigned long long)id);
+                cr_assert_eq(memcmp(&w.imm_data, imm4, 4), 0, "wr %llu: immediate",
+                             (unsigned long long)id);
+        } else {
+                cr_assert_not(w.wc_flags & DIWARP_WC_WITH_IMM, "wr %llu: no immediate",
+                              (unsigned long long)id);
+        }
+}
+
+/* An RFC 7306 peer's Immediate Data operations (opcode 0x8 and 0x9, each a
+ * message of its own on queue 0) complete receive WQEs the verbs way, one
+ * each, with WITH_IMM, and are not refused; a flag-like byte 4 that no Send
+ * follows, or that comes with SE, does not swallow the message. diwarp's own
+ * Send with Immediate (0x01 in byte 4, then the Send) is one completion. */
+Test(rc, rfc7306_immediate_data_from_raw_peer)
+{
+        side_init(&B, 4096, ALL_ACCESS);
+        to_init(&B);
+        for (uint64_t i = 1; i <= 8; i++)
+                post_recv(&B, i, 256 * i, 256);
+        struct accept_arg t = {0};
+        bool crc;
+        int s = raw_peer_connect(&t, &crc);
+
+        const uint8_t i1[8] = {0x11, 0x22, 0x33, 0x44, 0, 0, 0, 0};
+        const uint8_t i2[8] = {0x01, 0x02, 0x03, 0x04, 0x01, 0, 0, 0}; /* SE: alone */
+        const uint8_t i3[8] = {0x55, 0x66, 0x77, 0x88, 0x01, 0, 0, 0}; /* no Send follows */
+        const uint8_t i4[8] = {0x99, 0xaa, 0xbb, 0xcc, 0xde, 0xad, 0xbe, 0xef};
+        const uint8_t i6[8] = {0xca, 0xfe, 0xf0, 0x0d, 0x01, 0, 0, 0}; /* diwarp's Send with Imm */
+        raw_imm(s, crc, 0x8, 1, i1);
+        expect_imm_wc(1, DIWARP_WC_RECV_RDMA_WITH_IMM, 0, i1);
+        raw_imm(s, crc, 0x9, 2, i2);
+        expect_imm_wc(2, DIWARP_WC_RECV_RDMA_WITH_IMM, 0, i2);
+        raw_imm(s, crc, 0x8, 3, i3);
+        raw_imm(s, crc, 0x8, 4, i4);
+        expect_imm_wc(3, DIWARP_WC_RECV_RDMA_WITH_IMM, 0, i3);
+        expect_imm_wc(4, DIWARP_WC_RECV_RDMA_WITH_IMM, 0, i4);
+        uint8_t u[18 + 6];
+        untagged_hdr(u, 0x3, 0, 5);
+        memcpy(u + 18, "abcdef", 6);
+        raw_send(s, crc, u, sizeof(u));
+        expect_imm_wc(5, DIWARP_WC_RECV, 6, NULL);
+        raw_imm(s, crc, 0x8, 6, i6);
+        untagged_hdr(u, 0x3, 0, 7);
+        raw_send(s, crc, u, sizeof(u));
+        expect_imm_wc(6, DIWARP_WC_RECV, 6, i6);
+        cr_assert_eq(memcmp(B.buf + 256 * 6, "abcdef", 6), 0);
+        cr_assert(poll_none(&B, 50), "one completion per message");
+        cr_assert_eq(diwarp_qp_state(B.qp), DIWARP_QPS_RTS);
+
+        /* What B sends: Send with Immediate = Immediate Data (0x8, byte 4 =
+         * 0x01, bytes 5-7 zero) then the Send, MSNs 1 and 2; Write with
+         * Immediate = the Write then Immediate Data with byte 4 = 0, MSN 3. */
+        memcpy(B.buf, "xyz", 3);
+        struct diwarp_sge sge = {(uintptr_t)B.buf, 3, B.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 50,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND_WITH_IMM,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .imm_data = htonl(0x0a0b0c0d)};
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(B.qp, &wr, &bad), 0);
+        uint8_t r[64];
+        cr_assert_eq(raw_recv(s, r, sizeof(r)), 26);
+        uint8_t want[26];
+        untagged_hdr(want, 0x8, 0, 1);
+        const uint8_t wimm[8] = {0x0a, 0x0b, 0x0c, 0x0d, 0x01, 0, 0, 0};
+        memcpy(want + 18, wimm, 8);
+        cr_assert_arr_eq(r, want, 26, "Immediate Data of a Send with Immediate");
+        cr_assert_eq(raw_recv(s, r, sizeof(r)), 21);
+        untagged_hdr(want, 0x3, 0, 2);
+        cr_assert_arr_eq(r, want, 18, "the Send after it");
+        cr_assert_eq(memcmp(r + 18, "xyz", 3), 0);
+
+        wr.opcode = DIWARP_WR_RDMA_WRITE_WITH_IMM;
+        wr.imm_data = htonl(0x01020304);
+        wr.wr.rdma.remote_addr = 0x1000;
+        wr.wr.rdma.rkey = 0x12345678;
+        cr_assert_eq(diwarp_post_send(B.qp, &wr, &bad), 0);
+        cr_assert_eq(raw_recv(s, r, sizeof(r)), 14 + 3);
+        const uint8_t wwr[14] = {0xc1, 0x40, 0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0, 0, 0, 0x10, 0};
+        cr_assert_arr_eq(r, wwr, 14, "RDMA Write");
+        cr_assert_eq(raw_recv(s, r, sizeof(r)), 26);
+        untagged_hdr(want, 0x8, 0, 3);
+        const uint8_t wimm2[8] = {0x01, 0x02, 0x03, 0x04, 0, 0, 0, 0};
+        memcpy(want + 18, wimm2, 8);
+        cr_assert_arr_eq(r, want, 26, "Immediate Data of a Write with Immediate");
+        close(s);
+        diwarp_listener_destroy(t.l);
+}
+
+/* RFC 5040 section 4.8: a Terminate that carries the offending segment's DDP
+ * header (D) carries its DDP Segment Length too, marked valid (M): an RDMA
+ * Write of 6 bytes to an unknown STag comes back as Terminate with HdrCt
+ * M|D, DDP Segment Length 20 (14-byte tagged header + 6) and the header as
+ * sent. */
+Test(rc, terminate_carries_segment_length)
+{
+        side_init(&B, 4096, ALL_ACCESS);
+        to_init(&B);
+        struct accept_arg t = {0};
+        bool crc;
+        int s = raw_peer_connect(&t, &crc);
+        const uint8_t w[14 + 6] = {0xc1, 0x40, 0xde, 0xad, 0xbe, 0xef, 0,   0,   0,   0,
+                                   0,    0,    0x20, 0x00, 'a',  'b',  'c', 'd', 'e', 'f'};
+        raw_send(s, crc, w, sizeof(w));
+        uint8_t r[128];
+        size_t n = raw_recv(s, r, sizeof(r));
+        cr_assert_eq(n, 18 + 4 + 2 + 14, "Terminate ULPDU length %zu", n);
+        uint8_t want[18];
+        untagged_hdr(want, 0x7, 2, 1);
+        cr_assert_arr_eq(r, want, 18, "Terminate DDP/RDMAP header (QN 2, MSN 1)");
+        cr_assert_eq(r[18], 0x11, "layer DDP, tagged buffer error");
+        cr_assert_eq(r[19], 0x00, "invalid STag");
+        cr_assert_eq(r[20], 0xc0, "HdrCt M|D, got %#x", r[20]);
+        cr_assert_eq(r[21], 0x00);
+        cr_assert_eq(r[22] << 8 | r[23], 20, "DDP Segment Length");
+        cr_assert_arr_eq(r + 24, w, 14, "the terminated DDP header as sent");
+        uint64_t end = now_ms() + 2000;
+        while (diwarp_qp_state(B.qp) != DIWARP_QPS_ERR && now_ms() < end)
+                diwarp_progress(B.dev, 64);
+        cr_assert_eq(diwarp_qp_state(B.qp), DIWARP_QPS_ERR);
+        close(s);
+        diwarp_listener_destroy(t.l);
+}
+
+/* RFC 5044 MULPDU: B's FPDUs fill the TCP segments its stream may send. The
+ * raw peer announces MSS 1000 in its SYN; a 10000-byte RDMA Write from B
+ * then comes as FPDUs whose whole length (2 + ULPDU + CRC, no pad) is B's
+ * effective MSS rounded down to 4 (at most 1000, less the TCP options), all
+ * equal but the last, the Write's bytes in order behind 14-byte tagged
+ * headers with consecutive TOs. */
+Test(rc, fpdus_fill_the_segments_of_the_stream_mss)
+{
+        side_init(&B, 16384, ALL_ACCESS);
+        to_init(&B);
+        struct accept_arg t = {0};
+        bool crc;
+        int s = raw_peer_connect_mss(&t, &crc, 1000);
+        fill(B.buf, 10000, 77);
+        cr_assert_eq(post_send(&B, DIWARP_WR_RDMA_WRITE, 9, 0, 10000, 0x100000, 0x4242, 0), 0);
+        uint8_t r[4096];
+        size_t off = 0, first = 0;
+        int n = 0;
+        while (off < 10000) {
+                size_t len = raw_recv(s, r, sizeof(r));
+                cr_assert_geq(len, 14u + 1, "FPDU %d: ULPDU %zu", n, len);
+                size_t pay = len - 14;
+                bool last = off + pay == 10000;
+                cr_assert_eq(r[0], last ? 0xc1 : 0x81, "FPDU %d: DDP control %#x", n, r[0]);
+                cr_assert_eq(r[1], 0x40, "RDMA Write");
+                uint64_t to = 0;
+                for (int i = 0; i < 8; i++)
+                        to = to << 8 | r[6 + i];
+                cr_assert_eq(to, 0x100000 + off, "FPDU %d: TO", n);
+                cr_assert_eq(memcmp(r + 14, B.buf + off, pay), 0, "FPDU %d: payload", n);
+                if (n == 0)
+                        first = len;
+                else if (!last)
+                        cr_assert_eq(len, first, "FPDU %d: %zu-byte ULPDU, the first had %zu", n,
+                                     len, first);
+                off += pay;
+                n++;
+        }
+        /* The full FPDU: no pad, whole length a multiple of 4, within the
+         * announced 1000 and no more than the TCP options below it. */
+        size_t whole = 2 + first + 4;
+        cr_assert_eq(whole % 4, 0, "FPDU of %zu bytes", whole);
+        cr_assert_leq(whole, 1000);
+        cr_assert_geq(whole, 1000 - 44, "FPDU of %zu bytes for MSS 1000", whole);
+        cr_assert_eq(n, (int)((10000 + first - 14 - 1) / (first - 14)), "%d FPDUs", n);
         close(s);
         diwarp_listener_destroy(t.l);
 }

@@ -5,12 +5,19 @@
  * Each test sets DIWARP_IO before opening its devices (criterion runs every
  * test in its own process). */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <diwarp/diwarp.h>
+
+#include "wire/dgram.h"
 
 #define QKEY  0x2222u
 #define NMSG  48
@@ -258,4 +265,123 @@ Test(ud_io, both_ways_plain)
 Test(ud_io, both_ways_uring)
 {
         batch_both_ways("uring");
+}
+
+/* ---- the UD MSN on the wire ---- */
+
+/* A plain UDP socket where the device of instance inst would listen: the
+ * engine sends datagrams for QPN inst << 12 | 2 there (the highest free
+ * instance, away from those other devices take). */
+static int raw_udp_peer(uint32_t *qpn)
+{
+        const char *b = getenv("DIWARP_PORT_BASE");
+        uint32_t base = b ? (uint32_t)strtoul(b, NULL, 0) : 17471;
+        for (uint32_t inst = 4095; inst > 2048; inst--) {
+                if (base + inst > 65535)
+                        continue;
+                int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_in sa = {.sin_family = AF_INET,
+                                         .sin_port = htons((uint16_t)(base + inst)),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+                        *qpn = inst << 12 | 2;
+                        return fd;
+                }
+                if (fd >= 0)
+                        close(fd);
+        }
+        cr_assert_fail("no free port for a raw UDP peer");
+        return -1;
+}
+
+static void ud_send_to(struct side *s, struct diwarp_ah *ah, uint32_t qpn, uint32_t len)
+{
+        struct diwarp_sge sg = {(uintptr_t)s->buf, len, s->lkey};
+        struct diwarp_send_wr wr = {
+            .wr_id = 1, .sg_list = &sg, .num_sge = 1, .opcode = DIWARP_WR_SEND};
+        wr.wr.ud.ah = ah;
+        wr.wr.ud.remote_qpn = qpn;
+        wr.wr.ud.remote_qkey = QKEY;
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(s->qp, &wr, &bad), 0);
+}
+
+/* The DDP MSN of the next datagram on fd (big-endian at datagram header +
+ * 10), checked against what the UD decoder reads, and its source QPN. */
+static uint32_t wire_msn(int fd, uint32_t *src_qpn)
+{
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        cr_assert_eq(poll(&p, 1, 5000), 1, "no UD datagram within 5 s");
+        uint8_t pkt[2048];
+        ssize_t n = recv(fd, pkt, sizeof(pkt), 0);
+        cr_assert_geq(n, (ssize_t)(DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + 4));
+        cr_assert_eq(pkt[1] & DW_DGRAM_F_RD, 0, "a UD datagram");
+        const uint8_t *d = pkt + DW_DGRAM_HDR_LEN;
+        cr_assert_eq(d[0], 0x41, "DDP: untagged, L, DV 1");
+        cr_assert_eq(d[1], 0x43, "RDMAP: RV 1, Send");
+        uint32_t qn = (uint32_t)d[6] << 24 | d[7] << 16 | d[8] << 8 | d[9];
+        uint32_t msn = (uint32_t)d[10] << 24 | d[11] << 16 | d[12] << 8 | d[13];
+        cr_assert_eq(qn, 0);
+        struct dw_dgram_ud u;
+        cr_assert_eq(dw_dgram_decode_ud(pkt, (size_t)n - DW_DGRAM_CRC_LEN, &u, NULL), 0);
+        cr_assert_eq(u.msn, msn);
+        *src_qpn = u.src_qpn;
+        return msn;
+}
+
+/* UD MSNs (docs/PROTOCOL.md, UD over UDP): each UD QP numbers its Sends from
+ * a random first MSN, chosen at creation and again at each reset, so a
+ * restarted QP on the same port and QPN does not repeat its predecessor's
+ * MSNs (the receiver's duplicate filter keys on address, QPN and MSN);
+ * consecutive Sends of a QP have consecutive MSNs. */
+Test(ud_io, ud_msn_random_first_then_consecutive)
+{
+        struct side a, c;
+        side_open(&a);
+        side_open(&c); /* a second UD QP */
+        uint32_t qpn;
+        int fd = raw_udp_peer(&qpn);
+        union diwarp_gid g;
+        diwarp_device_gid(a.dev, &g);
+        struct diwarp_ah *ah_a, *ah_c;
+        cr_assert_eq(diwarp_ah_create(a.pd, &g, &ah_a), 0);
+        cr_assert_eq(diwarp_ah_create(c.pd, &g, &ah_c), 0);
+        uint32_t src;
+        ud_send_to(&a, ah_a, qpn, 10);
+        uint32_t a0 = wire_msn(fd, &src);
+        cr_assert_eq(src, diwarp_qp_num(a.qp));
+        ud_send_to(&a, ah_a, qpn, 10);
+        cr_assert_eq(wire_msn(fd, &src), a0 + 1, "consecutive MSNs");
+        ud_send_to(&c, ah_c, qpn, 10);
+        uint32_t c0 = wire_msn(fd, &src);
+        cr_assert_eq(src, diwarp_qp_num(c.qp));
+        /* Random 32-bit values: equal, or both the RFC 5041 stream start of
+         * 1, by chance once in 2^32. */
+        cr_assert_neq(a0, c0, "two QPs start at the same MSN %#x", a0);
+        cr_assert(a0 != 1 || c0 != 1, "both QPs start at MSN 1");
+        /* Reset and back to RTS: a new first MSN. */
+        struct diwarp_qp_attr at = {.qp_state = DIWARP_QPS_RESET};
+        cr_assert_eq(diwarp_qp_modify(a.qp, &at, DIWARP_QP_STATE), 0);
+        at = (struct diwarp_qp_attr){.qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .port_num = 1};
+        cr_assert_eq(diwarp_qp_modify(a.qp, &at,
+                                      DIWARP_QP_STATE | DIWARP_QP_QKEY | DIWARP_QP_PKEY_INDEX |
+                                          DIWARP_QP_PORT),
+                     0);
+        at.qp_state = DIWARP_QPS_RTR;
+        cr_assert_eq(diwarp_qp_modify(a.qp, &at, DIWARP_QP_STATE), 0);
+        at.qp_state = DIWARP_QPS_RTS;
+        cr_assert_eq(diwarp_qp_modify(a.qp, &at, DIWARP_QP_STATE | DIWARP_QP_SQ_PSN), 0);
+        ud_send_to(&a, ah_a, qpn, 10);
+        uint32_t a1 = wire_msn(fd, &src);
+        cr_assert_neq(a1, a0 + 2, "after a reset the MSNs do not go on (%#x)", a1);
+        cr_assert_neq(a1, a0, "after a reset the MSNs do not start over (%#x)", a1);
+        /* Send completions, for a clean close. */
+        struct diwarp_wc wc[4];
+        for (int k = 0; k < 100 && (diwarp_cq_poll(a.cq, 4, wc) >= 0); k++)
+                ;
+        close(fd);
+        cr_expect_eq(diwarp_ah_destroy(ah_a), 0);
+        cr_expect_eq(diwarp_ah_destroy(ah_c), 0);
+        side_close(&a);
+        side_close(&c);
 }

@@ -4,6 +4,7 @@
 #   netns.sh CASE
 #   CASE: rc_pingpong ud_pingpong send_lat write_bw rping udaddy rdma_server
 #         udpong fi_msg fi_rdm example_rc example_ud example_rd
+#         example_rc_write example_rc_send
 # The server runs in namespace A (device address 10.77.X.1), the client in B
 # (10.77.X.2); X comes from this script's PID, the namespaces are named
 # diwarp-A-PID / diwarp-B-PID and exist only for this run. The addresses live
@@ -160,6 +161,16 @@ example_rc | example_ud)
         C=("$pp" --transport "${case#example_}" --size 4096 --iters 300 --validate
                 --port $port --addr "$caddr" "$peer")
         ;;
+example_rc_write | example_rc_send)
+        # RC bulk over the 1500-byte veth: FPDUs of the stream's MSS (1442
+        # bytes), every byte checked at the server.
+        bw=$(dirname "${DIWARP_PINGPONG:-$(dirname "$DIWARP")/../examples/diwarp-pingpong}")/diwarp-bw
+        [ -x "$bw" ] || fail "no diwarp-bw at $bw (set DIWARP_PINGPONG)"
+        native=1
+        S=("$bw" --port $port --addr $A)
+        C=("$bw" --transport rc --op "${case#example_rc_}" --size 1048576 --iters 50 --validate
+                --port $port --addr "$caddr" "$peer")
+        ;;
 example_rd)
         # RD Write of 1 MiB messages over the 1500-byte veth: every datagram
         # must fit the route's MTU (checked on the client's RESULT below).
@@ -297,6 +308,12 @@ example_rc | example_ud)
         for f in "$srv" "$cli"; do
                 expect "$f" "^RESULT transport=$t op=send size=4096 iters=300 status=ok" \
                         "diwarp-pingpong $t succeeds"
+        done
+        ;;
+example_rc_write | example_rc_send)
+        for f in "$srv" "$cli"; do
+                expect "$f" "^RESULT transport=rc op=${case#example_rc_} size=1048576 iters=50 status=ok" \
+                        "diwarp-bw rc ${case#example_rc_} succeeds, data checked"
         done
         ;;
 example_rd)

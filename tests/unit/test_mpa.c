@@ -44,6 +44,32 @@ static const uint8_t fpdu5_crc[12] = {0x00, 0x05, 0x01, 0x02, 0x03, 0x04,
 static const uint8_t fpdu5_nocrc[12] = {0x00, 0x05, 0x01, 0x02, 0x03, 0x04,
                                         0x05, 0x00, 0x00, 0x00, 0x00, 0x00};
 
+/* MULPDU from the effective MSS (RFC 5044): the whole FPDU of a MULPDU-sized
+ * ULPDU is exactly the MSS rounded down to 4, so a full FPDU fills a segment. */
+Test(mpa_fpdu, mulpdu_from_mss)
+{
+        const struct {
+                uint32_t mss, mulpdu;
+        } v[] = {
+            {1448, 1442},    /* Ethernet MTU 1500 with TCP timestamps */
+            {1460, 1454},    /* Ethernet MTU 1500 without options */
+            {1449, 1442},    /* not a multiple of 4: the FPDU stays in the segment */
+            {8948, 8942},    /* jumbo frames, MTU 9000 with timestamps */
+            {65483, 65474},  /* loopback (MTU 65536) */
+            {70000, 0xFFFF}, /* ULPDU_Length is 16 bits */
+            {8, 2},          {7, 0}, {0, 0},
+        };
+        for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+                uint32_t u = dw_mpa_mulpdu(v[i].mss);
+                cr_assert_eq(u, v[i].mulpdu, "MSS %u: MULPDU %u, want %u", v[i].mss, u,
+                             v[i].mulpdu);
+                if (u && u < 0xFFFF) {
+                        cr_assert_eq(dw_mpa_fpdu_len(u, true), v[i].mss & ~3u, "MSS %u", v[i].mss);
+                        cr_assert_gt(dw_mpa_fpdu_len(u + 1, true), v[i].mss, "MSS %u", v[i].mss);
+                }
+        }
+}
+
 Test(mpa_fpdu, crc_vector_both_backends)
 {
         cr_assert_eq(dw_crc32c(fpdu5_crc, 8), 0x7F0D3B5Au);
