@@ -1585,11 +1585,16 @@ static int run_connect(struct rcm_job *j)
         } else {
                 union diwarp_gid dgid;
                 memcpy(dgid.raw, r->id.route.addr.addr.ibaddr.dgid.raw, 16);
+                /* From the id's source address (bound, given, or the route's:
+                 * rdma_resolve_addr), which the peer then sees. */
+                union diwarp_gid sgid;
+                memcpy(sgid.raw, r->id.route.addr.addr.ibaddr.sgid.raw, 16);
                 struct diwarp_conn_param p = {
                     .private_data = j->pd_len ? j->pd : NULL,
                     .private_data_len = j->pd_len,
                     .ird = j->ird,
                     .ord = j->ord,
+                    .sgid = &sgid,
                 };
                 err = diwarp_connect(dwv_qp(j->qp)->d, &dgid, ntohs(dst_port_be(r)), &p, -1, rpd,
                                      &rlen);

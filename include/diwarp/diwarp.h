@@ -483,6 +483,10 @@ struct diwarp_conn_param {
         uint16_t private_data_len;
         uint8_t ird; /* responder resources: RDMA Reads we accept at once */
         uint8_t ord; /* initiator depth: RDMA Reads we issue at once */
+        /* diwarp_connect: the address of ours the connection comes from, an
+         * IPv4-mapped GID of the device's table; NULL: the one the route to
+         * the peer picks (a pinned device: its address). */
+        const union diwarp_gid *sgid;
 };
 
 /* Listens on addr:port (TCP) for MPA connection requests. */

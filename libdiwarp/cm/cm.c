@@ -1292,6 +1292,23 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         uint16_t ord = param_or(param ? param->ord : 0, dw_rc_offer_ord(qp));
         bool crc = dev->cfg.rc_crc;
         struct in_addr src = dev->bind_addr; /* the wildcard: the route picks */
+        if (r == 0 && param && param->sgid) {
+                struct in_addr s = {0};
+                bool found = false;
+                if (dw_gid_to_ipv4(param->sgid, &s) == 0)
+                        for (int i = 0; i < dev->ngid && !found; i++)
+                                found = dev->gids[i].addr == s.s_addr;
+                if (found) {
+                        src = s;
+                } else {
+                        char b[INET_ADDRSTRLEN];
+                        dw_warn("diwarp_connect: RC QP %#x: source %s is not an address of the "
+                                "device",
+                                qp->qpn, inet_ntop(AF_INET, &s, b, sizeof(b)));
+                        unclaim_qp(qp);
+                        r = -EINVAL;
+                }
+        }
         uint32_t tmo = timeout_ms < 0 ? connect_timeout_ms(dev) : (uint32_t)timeout_ms;
         bool rd = dw_qp_on_rd(qp);
         uint32_t psn = rdcm_psn(qp->qpn), peer_qpn = 0, peer_psn = 0;
