@@ -12,6 +12,9 @@
 #         send_lat ib_send_lat (unmodified perftest, IB-style connect)
 #         rc_pingpong  ibv_rc_pingpong -g 0
 #         rping    rping (rdma_cm)
+#         rping_src  rping -I B2: the client's rdma_cm bound source address
+#                  is where its connection comes from (ss in A), although
+#                  the route to A leaves through the other interface
 # Namespace A has two veth links: x (10.79.X.1, created first, so its
 # interface index is the lower one) and v (10.78.X.1), with the default
 # route on v. B is A's peer on both (10.78.X.2, 10.79.X.2), default route on
@@ -262,6 +265,38 @@ rping)
         need rping
         run_pair rping -s -a "$A" -p $port -V -C 10 -- rping -c -a "$A" -p $port -V -v -C 10
         [ "$(grep -c '^ping data: rdma-ping-[0-9]' "$cli")" -eq 10 ] || fail "rping: 10 verified pings"
+        ;;
+rping_src)
+        need rping
+        need ss
+        in_ns "$nsA" rping -s -a "$A" -p $port -C 20000 -S 100 >"$TMPD/server" 2>&1 &
+        spid=$!
+        i=0
+        while ! ns_listening "$nsA" $port; do
+                i=$((i + 1))
+                [ $i -lt 150 ] || { cat "$TMPD/server" >&2; fail "server never listened"; }
+                sleep 0.1
+        done
+        in_ns "$nsB" rping -c -I "$B2" -a "$A" -p $port -C 20000 -S 100 >"$TMPD/client" 2>&1 &
+        cpid=$!
+        seen=
+        while kill -0 $cpid 2>/dev/null; do
+                seen=$(ip netns exec "$nsA" ss -Htn state established "( sport = :$port )" |
+                        awk '{ print $4 }' | head -1)
+                [ -z "$seen" ] || break
+                sleep 0.05
+        done
+        wait $cpid
+        crc=$?
+        cpid=
+        wait $spid
+        src=$?
+        spid=
+        [ $crc -eq 0 ] && [ $src -eq 0 ] ||
+                { cat "$TMPD/server" "$TMPD/client" >&2; fail "rping exited $src/$crc"; }
+        echo "A sees the connection from $seen"
+        [ -n "$seen" ] || fail "the connection was never seen in A"
+        [ "${seen%:*}" = "$B2" ] || fail "the connection came from ${seen%:*}, not the bound $B2"
         ;;
 *)
         fail "unknown case '$case'"
