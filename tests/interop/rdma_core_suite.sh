@@ -16,7 +16,12 @@ py=/usr/bin/python3 # pyverbs is a Debian package: the system interpreter
 # The ibv_rereg_mr traffic tests read the peer's memory as soon as the
 # requester's RDMA Write or Send completes: InfiniBand semantics (completion
 # after the responder's ACK), which an iWARP RC over TCP does not give.
+# test_rdmacm_async_traffic_external_qp: its client posts each receive only
+# after its own Send completed, while the server answers at once; on IB a
+# Send that finds no receive is retried (RNR), on iWARP it is a fatal error
+# (RFC 5041 7.2), so on a loaded machine the run sometimes ends in a Terminate.
 known_fail=(
+        tests.test_rdmacm.CMTestCase.test_rdmacm_async_traffic_external_qp
         tests.test_mr.MRTest.test_mr_rereg_access
         tests.test_mr.MRTest.test_mr_rereg_access_bad_flow
         tests.test_mr.MRTest.test_mr_rereg_addr
