@@ -187,6 +187,9 @@ gids)
 sysfs)
         need ls
         d=/sys/class/infiniband/diwarp0
+        # The trees go to a directory of this run's own, checked at the end.
+        export XDG_RUNTIME_DIR=$TMPD/run
+        mkdir -p "$XDG_RUNTIME_DIR"
         out=$(in_ns "$nsA" ls $d/device/net/) || fail "ls $d/device/net/ failed under diwarp run"
         echo "ls device/net: $out"
         [ "$out" = vA ] || fail "device/net/ lists '$out', not the default route's interface vA"
@@ -205,8 +208,10 @@ sysfs)
 import os, subprocess
 p = '$d/device/net/'
 print(os.path.exists(p), os.path.isdir(p), os.listdir(p),
-      subprocess.check_output(['ls', p]).decode().split()[0])") || fail "python could not read $d"
-        [ "$out" = "True True ['vA'] vA" ] || fail "python sees '$out'"
+      subprocess.check_output(['ls', p]).decode().split()[0],
+      [t.startswith('diwarp-sysfs-%d-' % os.getpid()) for t in os.listdir('$XDG_RUNTIME_DIR')])") ||
+                fail "python could not read $d"
+        [ "$out" = "True True ['vA'] vA [True]" ] || fail "python sees '$out'"
         # --addr: the netdev of the pinned address.
         out=$(timeout 30 ip netns exec "$nsA" "$DIWARP" run --addr "$A2" -- ls $d/device/net/)
         [ "$out" = xA ] || fail "with --addr $A2, device/net/ lists '$out', not xA"
@@ -217,13 +222,9 @@ print(os.path.exists(p), os.path.isdir(p), os.listdir(p),
         ! in_ns "$nsA" ls /sys/class/infiniband/diwarp1 >/dev/null 2>&1 ||
                 fail "a sibling path of the device's directory exists under diwarp run"
         ! ip netns exec "$nsA" ls $d >/dev/null 2>&1 || fail "$d exists without diwarp run"
-        # The private tree is gone once the program exits.
-        left=$(ls -d "${XDG_RUNTIME_DIR:-/tmp}"/diwarp-sysfs-* 2>/dev/null | while read -r t; do
-                p=${t#*diwarp-sysfs-}
-                p=${p%%-*}
-                kill -0 "$p" 2>/dev/null || echo "$t"
-        done)
-        [ -z "$left" ] || fail "sysfs trees left behind: $left"
+        # Each program's private tree is gone once it exits.
+        left=$(ls -A "$XDG_RUNTIME_DIR")
+        [ -z "$left" ] || fail "sysfs trees left behind in $XDG_RUNTIME_DIR: $left"
         ;;
 rd_bw)
         bw=$bwdir/diwarp-bw
