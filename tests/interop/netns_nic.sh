@@ -11,6 +11,7 @@
 #         rd_bw    diwarp-bw --transport rd, RDMA Write, validated
 #         send_lat ib_send_lat (unmodified perftest, IB-style connect)
 #         rc_pingpong  ibv_rc_pingpong -g 0
+#         write_bw_cm  ib_write_bw -R (perftest over rdma_cm)
 #         rping    rping (rdma_cm)
 #         rping_src  rping -I B2: the client's rdma_cm bound source address
 #                  is where its connection comes from (ss in A), although
@@ -253,6 +254,15 @@ send_lat)
                 expect "$f" "GID: $gA" "ib_send_lat shows A's GID"
                 expect "$f" "GID: $gB" "ib_send_lat shows B's GID"
                 expect "$f" '^ *[0-9]+([[:space:]]+[0-9.]+){8}' "ib_send_lat prints its result row"
+        done
+        ;;
+write_bw_cm)
+        need ib_write_bw
+        run_pair ib_write_bw -d diwarp0 -R -p $port -n 200 -- \
+                ib_write_bw -d diwarp0 -R -p $port -n 200 "$A"
+        for f in "$srv" "$cli"; do
+                expect "$f" 'Transport type : IW' "ib_write_bw sees an iWARP device"
+                expect "$f" '^ *[0-9]+([[:space:]]+[0-9.]+){4}' "ib_write_bw prints its result row"
         done
         ;;
 rc_pingpong)
