@@ -80,10 +80,15 @@ struct dw_rd_qp;   /* qp/rd.c: per-QP RD state (RD QPs, RC over RD) */
 struct dw_device {
         pthread_mutex_t lock;
         struct dw_config cfg;
-        uint16_t port;     /* UDP and TCP port: cfg.port_base + instance */
-        uint16_t instance; /* high 12 bits of every QPN */
-        struct in_addr addr;
-        union diwarp_gid gid; /* ::ffff:a.b.c.d */
+        uint16_t port;        /* UDP and TCP port: cfg.port_base + instance */
+        uint16_t instance;    /* high 12 bits of every QPN */
+        struct in_addr addr;  /* GID index 0's address: the device's identity */
+        union diwarp_gid gid; /* ::ffff:a.b.c.d of addr */
+        /* The sockets' address: addr when pinned (DIWARP_ADDR), else the
+         * wildcard, so the device answers at every address of its table. */
+        struct in_addr bind_addr;
+        int ngid; /* GID table: gids[0..ngid), gids[0].addr == addr */
+        struct diwarp_netif gids[DIWARP_MAX_GIDS];
         struct dw_udp udp;
         int tcp_listen_fd; /* instance TCP listener (IB-style RC connects, accepted by qp/rc.c) */
         struct dw_mr_table mrs;
@@ -327,6 +332,9 @@ void dw_peer_addr(const struct dw_device *dev, struct in_addr ip, uint32_t qpn,
 /* IPv4 of an IPv4-mapped GID; -EINVAL when the GID is not one. */
 int dw_gid_to_ipv4(const union diwarp_gid *gid, struct in_addr *ip);
 void dw_ipv4_to_gid(struct in_addr ip, union diwarp_gid *gid);
+/* The address a QP speaks from: its AV's source GID (sgid_index of the
+ * device's table) once it has one, else GID index 0. */
+struct in_addr dw_qp_src_addr(const struct dw_qp *qp);
 
 /* ---- UD (qp/ud.c) --------------------------------------------------------- */
 

@@ -84,15 +84,28 @@ static const struct {
 } dwv_dummy_ops = {.name = "diwarp"};
 
 static struct dwv_verbs_device dwv_dev;
-static uint32_t dwv_addr_be; /* the device IPv4 (network order) */
+static uint32_t dwv_addr_be;       /* GID 0's IPv4 (network order) */
+static char dwv_ifname[16] = "lo"; /* its interface: the device's netdev */
 static pthread_once_t dwv_dev_once = PTHREAD_ONCE_INIT;
 
 static void dwv_device_init(void)
 {
+        /* What a device opened now takes as GID 0 (libdiwarp's rule): the
+         * pinned address, else the host's first address. */
         const char *a = getenv("DIWARP_ADDR");
         struct in_addr ip;
-        if (!a || !*a || inet_pton(AF_INET, a, &ip) != 1)
-                inet_pton(AF_INET, "127.0.0.1", &ip);
+        struct diwarp_netif nif[DIWARP_MAX_GIDS];
+        int n = diwarp_host_netifs(nif, DIWARP_MAX_GIDS);
+        if (a && *a && inet_pton(AF_INET, a, &ip) == 1) {
+                for (int i = 0; i < n; i++)
+                        if (nif[i].addr == ip.s_addr)
+                                snprintf(dwv_ifname, sizeof(dwv_ifname), "%s", nif[i].ifname);
+        } else if (n > 0) {
+                ip.s_addr = nif[0].addr;
+                snprintf(dwv_ifname, sizeof(dwv_ifname), "%s", nif[0].ifname);
+        } else {
+                ip.s_addr = htonl(INADDR_LOOPBACK);
+        }
         dwv_addr_be = ip.s_addr;
 
         struct ibv_device *d = &dwv_dev.device;
@@ -206,8 +219,15 @@ __be64 dwv_ibv_get_device_guid(struct ibv_device *d)
 
 /* ---- sysfs -------------------------------------------------------------- */
 
-/* The few sysfs attributes tools read for a device (ibv_devinfo: board_id). */
-static int dwv_sysfs_value(const char *file, char *buf, size_t size)
+const char *dwv_device_ifname(void)
+{
+        dwv_device();
+        return dwv_ifname;
+}
+
+/* The few sysfs attributes tools read for a device (ibv_devinfo: board_id);
+ * the sysfs tree (sysfs.c) holds the same values. */
+int dwv_sysfs_value(const char *file, char *buf, size_t size)
 {
         char tmp[128];
         uint64_t g = be64toh(dwv_device_guid_be());
@@ -459,13 +479,14 @@ int dwv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_e
         return 0;
 }
 
-static void dwv_fill_port_attr(struct ibv_port_attr *p)
+static void dwv_fill_port_attr(struct ibv_context *ctx, struct ibv_port_attr *p)
 {
         memset(p, 0, sizeof(*p));
         p->state = IBV_PORT_ACTIVE;
         p->max_mtu = IBV_MTU_4096;
         p->active_mtu = IBV_MTU_4096;
-        p->gid_tbl_len = 1;
+        int n = diwarp_device_gid_table(dwv_ctx(ctx)->dev, NULL, 0);
+        p->gid_tbl_len = n > 0 ? n : 1;
         p->port_cap_flags = IBV_PORT_CM_SUP;
         p->max_msg_sz = 0x80000000u; /* RC messages up to 2 GiB */
         p->pkey_tbl_len = 1;
@@ -486,7 +507,7 @@ int dwv_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_att
                 return EINVAL;
         }
         struct ibv_port_attr p;
-        dwv_fill_port_attr(&p);
+        dwv_fill_port_attr(ctx, &p);
         size_t n = attr_len < sizeof(p) ? attr_len : sizeof(p);
         memcpy(attr, &p, n);
         if (attr_len > n)
@@ -502,15 +523,24 @@ int dwv_ibv_query_port(struct ibv_context *ctx, uint8_t port, void *attr)
         return dwv_query_port_ex(ctx, port, attr, offsetof(struct ibv_port_attr, port_cap_flags2));
 }
 
-static int dwv_gid(struct ibv_context *ctx, uint32_t port, uint32_t index, union ibv_gid *gid)
+/* GID index i of port 1: the IPv4-mapped address i of the device's table;
+ * *ifindex its interface. */
+static int dwv_gid(struct ibv_context *ctx, uint32_t port, uint32_t index, union ibv_gid *gid,
+                   uint32_t *ifindex)
 {
-        if (port != 1 || index != 0)
+        struct diwarp_netif t[DIWARP_MAX_GIDS];
+        if (port != 1)
                 return EINVAL;
-        union diwarp_gid g;
-        int err = diwarp_device_gid(dwv_ctx(ctx)->dev, &g);
-        if (err < 0)
-                return -err;
-        memcpy(gid->raw, g.raw, sizeof(gid->raw));
+        int n = diwarp_device_gid_table(dwv_ctx(ctx)->dev, t, DIWARP_MAX_GIDS);
+        if (n < 0)
+                return -n;
+        if (index >= (uint32_t)n || index >= DIWARP_MAX_GIDS)
+                return EINVAL;
+        memset(gid, 0, sizeof(*gid));
+        gid->raw[10] = gid->raw[11] = 0xff;
+        memcpy(&gid->raw[12], &t[index].addr, 4);
+        if (ifindex)
+                *ifindex = t[index].ifindex;
         return 0;
 }
 
@@ -523,7 +553,7 @@ int dwv_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ib
                 errno = EINVAL;
                 return -1;
         }
-        int err = dwv_gid(ctx, port, (uint32_t)index, gid);
+        int err = dwv_gid(ctx, port, (uint32_t)index, gid, NULL);
         if (err) {
                 errno = err;
                 return -1; /* as the real ibv_query_gid */
@@ -541,9 +571,11 @@ int dwv_ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
                 return EINVAL;
         struct ibv_gid_entry e;
         memset(&e, 0, sizeof(e));
-        int err = dwv_gid(ctx, port, index, &e.gid);
+        uint32_t ifindex = 0;
+        int err = dwv_gid(ctx, port, index, &e.gid, &ifindex);
         if (err)
                 return err;
+        e.ndev_ifindex = ifindex;
         e.gid_index = index;
         e.port_num = port;
         /* The GID is an IPv4-mapped address, the format of RoCE v2 GIDs
@@ -554,8 +586,9 @@ int dwv_ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
         return 0;
 }
 
-/* The whole table: one entry, GID 0 of port 1. Returns the count, or a
- * negative errno (as the real _ibv_query_gid_table). */
+/* The whole table (port 1's GIDs, one per address of the device). Returns
+ * the count, or a negative errno (as the real _ibv_query_gid_table:
+ * EINVAL when max_entries is too small). */
 DWV_SYMVER(dwv_ibv_query_gid_table, _ibv_query_gid_table, "IBVERBS_1.11");
 ssize_t dwv_ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
                                 size_t max_entries, uint32_t flags, size_t entry_size)
@@ -565,8 +598,20 @@ ssize_t dwv_ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *e
         if (!entries || !max_entries || flags ||
             entry_size < offsetof(struct ibv_gid_entry, ndev_ifindex))
                 return -EINVAL;
-        int err = dwv_ibv_query_gid_ex(ctx, 1, 0, entries, 0, entry_size);
-        return err ? -err : 1;
+        int n = diwarp_device_gid_table(dwv_ctx(ctx)->dev, NULL, 0);
+        if (n < 0)
+                return n;
+        if ((size_t)n > max_entries)
+                return -EINVAL;
+        for (int i = 0; i < n; i++) {
+                int err = dwv_ibv_query_gid_ex(
+                    ctx, 1, (uint32_t)i,
+                    (struct ibv_gid_entry *)((char *)entries + (size_t)i * entry_size), 0,
+                    entry_size);
+                if (err)
+                        return -err;
+        }
+        return n;
 }
 
 DWV_SYMVER(dwv_ibv_get_pkey_index, ibv_get_pkey_index, "IBVERBS_1.5");
@@ -589,7 +634,8 @@ int dwv_ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int i
 {
         if (!dwv_ctx_is_ours(ctx))
                 return real_ibv_query_gid_type()(ctx, port, index, type);
-        if (!type || port != 1 || index != 0) {
+        int n = diwarp_device_gid_table(dwv_ctx(ctx)->dev, NULL, 0);
+        if (!type || port != 1 || n < 0 || index >= (unsigned)n) {
                 errno = EINVAL;
                 return -1;
         }

@@ -825,6 +825,31 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
                 return real_ibv_modify_qp()(qp, attr, mask);
         if (!attr)
                 return EINVAL;
+        if (dwv_qp(qp)->cm_readied && (mask & IBV_QP_STATE)) {
+                /* After CONNECT_RESPONSE: the steps rdma_init_qp_attr gives
+                 * for INIT, RTR and RTS (rdmacm.c) on a QP already in RTS. */
+                static const int cm_attrs[] = {[IBV_QPS_INIT] = IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                                                IBV_QP_ACCESS_FLAGS,
+                                               [IBV_QPS_RTR] = IBV_QP_ACCESS_FLAGS,
+                                               [IBV_QPS_RTS] = IBV_QP_TIMEOUT};
+                enum ibv_qp_state s = attr->qp_state;
+                int rest = mask & ~IBV_QP_STATE;
+                if ((s == IBV_QPS_INIT || s == IBV_QPS_RTR || s == IBV_QPS_RTS) &&
+                    !(rest & ~cm_attrs[s])) {
+                        struct diwarp_qp_attr a;
+                        memset(&a, 0, sizeof(a));
+                        a.qp_access_flags = (int)attr->qp_access_flags;
+                        a.timeout = attr->timeout;
+                        int dm = rest & (IBV_QP_ACCESS_FLAGS | IBV_QP_TIMEOUT);
+                        int err = dm ? diwarp_qp_modify(dwv_qp(qp)->d, &a, dm) : 0;
+                        if (err < 0)
+                                return -err;
+                        if (s == IBV_QPS_RTS)
+                                dwv_qp(qp)->cm_readied = false;
+                        qp->state = IBV_QPS_RTS;
+                        return 0;
+                }
+        }
         struct diwarp_qp_attr a;
         memset(&a, 0, sizeof(a));
         int dmask = mask & ~DWV_QP_IGNORED;
@@ -865,6 +890,7 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
                         return EINVAL;
                 }
                 memcpy(a.dgid.raw, attr->ah_attr.grh.dgid.raw, sizeof(a.dgid.raw));
+                a.sgid_index = attr->ah_attr.grh.sgid_index;
         }
         /* A program that names the state it believes the QP is in says
          * RESET for one it has not touched: that is the INIT it was created
@@ -913,6 +939,7 @@ int dwv_ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
         attr->cap.max_inline_data = a.cap.max_inline_data;
         attr->ah_attr.is_global = 1;
         memcpy(attr->ah_attr.grh.dgid.raw, a.dgid.raw, sizeof(a.dgid.raw));
+        attr->ah_attr.grh.sgid_index = a.sgid_index;
         attr->ah_attr.grh.hop_limit = 64;
         attr->ah_attr.port_num = 1;
         attr->pkey_index = a.pkey_index;

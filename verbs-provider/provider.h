@@ -49,6 +49,13 @@ static inline int dwv_dev_is_ours(const struct ibv_device *d)
 }
 /* Stable node GUID (network order) derived from the device IPv4 address. */
 uint64_t dwv_device_guid_be(void);
+/* The interface of GID 0's address: the device's netdev ("lo" on a host with
+ * loopback alone). */
+const char *dwv_device_ifname(void);
+/* The value of a device attribute file of sysfs (board_id, node_guid...):
+ * its length, without newline, written to buf; -1 when there is no such
+ * attribute. */
+int dwv_sysfs_value(const char *file, char *buf, size_t size);
 
 /* ---- the context -------------------------------------------------------- */
 struct dwv_obj_link {
@@ -151,6 +158,12 @@ struct dwv_qp {
         /* The wr_* batch of a QP created with send_ops_flags (extended.c);
          * NULL otherwise (ibv_qp_to_qp_ex then returns NULL). */
         struct dwv_qp_ext *x;
+        /* rdma_cm connected this QP while it was the program's own (named
+         * in conn_param->qp_num, not id->qp): the MPA exchange took it to
+         * RTS, so the INIT/RTR/RTS steps librdmacm's flow then has the
+         * program make with rdma_init_qp_attr's attributes find it there
+         * (objects.c). Cleared by the step to RTS. */
+        bool cm_readied;
 };
 
 static inline struct dwv_pd *dwv_pd(struct ibv_pd *p)

@@ -95,6 +95,7 @@ struct rcm_id {
         struct ibv_qp_init_attr *ep_attr; /* passive rdma_create_ep: QP per request */
         struct rcm_evt *req_event;        /* sync child: its CONNECT_REQUEST (id->event) */
         struct ibv_sa_path_rec path;      /* id.route.path_rec once the route is resolved */
+        int ack_timeout; /* RDMA_OPTION_ID_ACK_TIMEOUT for the QP (IB encoding), -1: none */
 };
 
 static struct {
@@ -105,7 +106,9 @@ static struct {
         int wake_fd;
         struct ibv_context *ctx; /* the one diwarp0 context rdma_cm uses */
         struct ibv_pd *pd;       /* default PD (rdma_create_ep/qp with pd NULL) */
-        struct in_addr addr;     /* the device's IPv4 address */
+        struct in_addr addr;     /* the device's IPv4 address (GID index 0) */
+        int ngid;                /* the device's GID table: its addresses */
+        struct diwarp_netif gids[DIWARP_MAX_GIDS];
 } g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .cond = PTHREAD_COND_INITIALIZER,
@@ -160,6 +163,8 @@ static struct ibv_context *rcm_ctx_locked(void)
                 return NULL;
         }
         memcpy(&g.addr, &gid.raw[12], 4);
+        int n = diwarp_device_gid_table(dwv_ctx(ctx)->dev, g.gids, DIWARP_MAX_GIDS);
+        g.ngid = n > 0 ? (n < DIWARP_MAX_GIDS ? n : DIWARP_MAX_GIDS) : 0;
         dwv_ctx(ctx)->keep_open = true;
         g.pd = ibv_alloc_pd(ctx);
         g.ctx = ctx;
@@ -172,6 +177,54 @@ static struct ibv_context *rcm_ctx(void)
         struct ibv_context *c = rcm_ctx_locked();
         pthread_mutex_unlock(&g.lock);
         return c;
+}
+
+/* The device answers at a: an address of its GID table. g.lock held, the
+ * context open. */
+static bool dev_has_addr(struct in_addr a)
+{
+        for (int i = 0; i < g.ngid; i++)
+                if (g.gids[i].addr == a.s_addr)
+                        return true;
+        return false;
+}
+
+/* The address of ours an id bound to a takes: a itself when the device has
+ * it; a loopback address it does not have maps to its loopback entry (or,
+ * on a device pinned to one address, to that address), as the kernel binds
+ * loopback to an RDMA device. INADDR_NONE when the device is not there.
+ * g.lock held. */
+static struct in_addr dev_local_addr(struct in_addr a)
+{
+        if (dev_has_addr(a))
+                return a;
+        struct in_addr none = {.s_addr = INADDR_NONE};
+        if ((ntohl(a.s_addr) >> 24) != 127)
+                return none;
+        for (int i = 0; i < g.ngid; i++)
+                if (g.gids[i].loopback || (ntohl(g.gids[i].addr) >> 24) == 127)
+                        return (struct in_addr){.s_addr = g.gids[i].addr};
+        return g.addr;
+}
+
+/* The source address of ours towards dst, as the kernel's routing picks it
+ * (a connected UDP socket's local address, no datagram sent); GID index 0
+ * when that is not an address of the device (pinned elsewhere). */
+static struct in_addr route_src(struct in_addr dst)
+{
+        struct in_addr src = g.addr;
+        if (g.ngid <= 1)
+                return src;
+        int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return src;
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = dst, .sin_port = htons(9)};
+        socklen_t sl = sizeof(sa);
+        if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+            getsockname(s, (struct sockaddr *)&sa, &sl) == 0 && dev_has_addr(sa.sin_addr))
+                src = sa.sin_addr;
+        close(s);
+        return src;
 }
 
 static void gid_of(struct in_addr a, union ibv_gid *gid)
@@ -239,8 +292,11 @@ static uint16_t dst_port_be(const struct rcm_id *r)
         return 0;
 }
 
-/* Fills verbs, port and the IB-address block of a resolved id. g.lock held. */
-static void attach_device(struct rcm_id *r)
+static void gid_of(struct in_addr a, union ibv_gid *gid);
+
+/* Fills verbs, port and the IB-address block of an id on the device whose
+ * address is src. g.lock held. */
+static void attach_device(struct rcm_id *r, struct in_addr src)
 {
         r->id.verbs = g.ctx;
         /* As librdmacm: an id on a device has that device's PD, so
@@ -249,8 +305,20 @@ static void attach_device(struct rcm_id *r)
         if (!r->id.pd)
                 r->id.pd = g.pd;
         r->id.port_num = 1;
-        gid_of(g.addr, &r->id.route.addr.addr.ibaddr.sgid);
+        gid_of(src, &r->id.route.addr.addr.ibaddr.sgid);
         r->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
+}
+
+/* The QP takes the id's ACK timeout (rdma_set_option) once the CM made it
+ * ready, as librdmacm's RTS step gives it. No lock held. */
+static void apply_ack_timeout(int timeout, struct ibv_qp *qp)
+{
+        if (timeout < 0 || !qp || qp->state != IBV_QPS_RTS)
+                return;
+        struct ibv_qp_attr a = {.timeout = (uint8_t)timeout};
+        int err = ibv_modify_qp(qp, &a, IBV_QP_TIMEOUT);
+        if (err)
+                dw_warn("rdma_cm: QP %#x: ACK timeout %d: %s", qp->qp_num, timeout, strerror(err));
 }
 
 /* ---- ids, events, channels ----------------------------------------------- */
@@ -422,6 +490,7 @@ static struct rcm_id *id_new_locked(struct rdma_event_channel *ch, void *context
         r->sync = ch == NULL;
         r->refs = 1;
         r->ud_lfd = r->ud_fd = -1;
+        r->ack_timeout = -1;
         r->next = g.ids;
         g.ids = r;
         return r;
@@ -523,11 +592,13 @@ static void rc_request(struct rcm_id *lr, const struct diwarp_conn_request *req)
                 diwarp_reject(lr->l, req->id, NULL, 0);
                 return;
         }
-        attach_device(c);
+        struct in_addr local;
+        memcpy(&local, &req->local_gid.raw[12], 4);
+        attach_device(c, local);
         c->id.qp_type = lr->id.qp_type;
         if (lr->id.pd)
                 c->id.pd = lr->id.pd;
-        set_sin(&c->id.route.addr.src_storage, g.addr, src_port_be(lr));
+        set_sin(&c->id.route.addr.src_storage, local, src_port_be(lr));
         struct in_addr peer;
         memcpy(&peer, &req->peer_gid.raw[12], 4);
         set_sin(&c->id.route.addr.dst_storage, peer, htons(req->peer_port));
@@ -650,11 +721,15 @@ static void ud_request(struct rcm_id *lr)
                 close(s);
                 return;
         }
-        attach_device(c);
+        struct sockaddr_in la;
+        socklen_t ll = sizeof(la);
+        if (getsockname(s, (struct sockaddr *)&la, &ll) < 0)
+                la.sin_addr = g.addr;
+        attach_device(c, la.sin_addr);
         c->id.qp_type = IBV_QPT_UD;
         if (lr->id.pd)
                 c->id.pd = lr->id.pd;
-        set_sin(&c->id.route.addr.src_storage, g.addr, src_port_be(lr));
+        set_sin(&c->id.route.addr.src_storage, la.sin_addr, src_port_be(lr));
         set_sin(&c->id.route.addr.dst_storage, peer.sin_addr, peer.sin_port);
         gid_of(peer.sin_addr, &c->id.route.addr.addr.ibaddr.dgid);
         c->parent = lr;
@@ -957,32 +1032,37 @@ int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
                 pthread_mutex_unlock(&g.lock);
                 return fail(EINVAL);
         }
-        bool loop = (ntohl(a.s_addr) >> 24) == 127;
-        if (loop && a.s_addr != g.addr.s_addr) {
-                /* The kernel binds a loopback address to the first RDMA device;
-                 * ours has one address, which the id takes. */
-                dw_dbg("rdma_cm: rdma_bind_addr: loopback address taken as the device's");
-                set_sin(&id->route.addr.src_storage, g.addr, port);
-                attach_device(r);
-                r->state = RCM_BOUND;
+        if (!rcm_ctx_locked()) {
                 pthread_mutex_unlock(&g.lock);
-                return 0;
+                return fail(ENODEV);
         }
-        if (a.s_addr != INADDR_ANY && a.s_addr != g.addr.s_addr) {
+        struct in_addr local = a.s_addr == INADDR_ANY ? a : dev_local_addr(a);
+        if (local.s_addr == INADDR_NONE) {
                 /* As the kernel: a specific address with no RDMA device on it. */
                 pthread_mutex_unlock(&g.lock);
                 char b[INET_ADDRSTRLEN], d[INET_ADDRSTRLEN];
-                dw_dbg("rdma_cm: rdma_bind_addr %s: not the diwarp device address %s",
+                dw_dbg("rdma_cm: rdma_bind_addr %s: not an address of diwarp0 (GID 0 %s, %d "
+                       "GIDs)",
                        inet_ntop(AF_INET, &a, b, sizeof(b)),
-                       inet_ntop(AF_INET, &g.addr, d, sizeof(d)));
+                       inet_ntop(AF_INET, &g.addr, d, sizeof(d)), g.ngid);
                 return fail(ENODEV);
+        }
+        if (local.s_addr != a.s_addr) {
+                /* A loopback address the device has not: the kernel binds it
+                 * to the first RDMA device, whose loopback address it takes. */
+                dw_dbg("rdma_cm: rdma_bind_addr: loopback address taken as the device's");
+                set_sin(&id->route.addr.src_storage, local, port);
+                attach_device(r, local);
+                r->state = RCM_BOUND;
+                pthread_mutex_unlock(&g.lock);
+                return 0;
         }
         size_t len =
             addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
         memset(&id->route.addr.src_storage, 0, sizeof(id->route.addr.src_storage));
         memcpy(&id->route.addr.src_storage, addr, len);
         if (a.s_addr != INADDR_ANY)
-                attach_device(r);
+                attach_device(r, a);
         r->state = RCM_BOUND;
         pthread_mutex_unlock(&g.lock);
         return 0;
@@ -1010,16 +1090,33 @@ int rcm_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct so
                 pthread_mutex_unlock(&g.lock);
                 return fail(EINVAL);
         }
-        if (src_addr && src.s_addr != INADDR_ANY && src.s_addr != g.addr.s_addr) {
+        if (!rcm_ctx_locked()) {
                 pthread_mutex_unlock(&g.lock);
-                dw_warn("rdma_cm: rdma_resolve_addr: source address is not the diwarp device's");
                 return fail(ENODEV);
         }
+        struct in_addr local = {.s_addr = INADDR_ANY};
+        if (src_addr && src.s_addr != INADDR_ANY) {
+                local = dev_local_addr(src);
+                if (local.s_addr == INADDR_NONE) {
+                        pthread_mutex_unlock(&g.lock);
+                        char b[INET_ADDRSTRLEN];
+                        dw_warn("rdma_cm: rdma_resolve_addr: source address %s is not an address "
+                                "of diwarp0",
+                                inet_ntop(AF_INET, &src, b, sizeof(b)));
+                        return fail(ENODEV);
+                }
+        } else if (r->state == RCM_BOUND) {
+                uint16_t p;
+                if (sa_ipv4(&id->route.addr.src_addr, &local, &p) < 0)
+                        local.s_addr = INADDR_ANY;
+        }
+        if (local.s_addr == INADDR_ANY)
+                local = route_src(dst);
         if (!sport && r->state == RCM_BOUND)
                 sport = src_port_be(r);
-        set_sin(&id->route.addr.src_storage, g.addr, sport);
+        set_sin(&id->route.addr.src_storage, local, sport);
         set_sin(&id->route.addr.dst_storage, dst, dport);
-        attach_device(r);
+        attach_device(r, local);
         gid_of(dst, &id->route.addr.addr.ibaddr.dgid);
         r->state = RCM_ADDR;
         post_locked(chan_of(r), r, NULL, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
@@ -1076,8 +1173,10 @@ int rcm_listen(struct rdma_cm_id *id, int backlog)
         if (is_ud(r)) {
                 int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
                 int one = 1;
-                struct sockaddr_in sa = {
-                    .sin_family = AF_INET, .sin_addr = g.addr, .sin_port = htons(port)};
+                struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+                uint16_t pb;
+                if (sa_ipv4(&id->route.addr.src_addr, &sa.sin_addr, &pb) < 0)
+                        sa.sin_addr.s_addr = INADDR_ANY;
                 socklen_t sl = sizeof(sa);
                 if (s < 0)
                         err = -errno;
@@ -1407,13 +1506,13 @@ static enum rdma_cm_event_type fail_event(int err)
         return RDMA_CM_EVENT_CONNECT_ERROR;
 }
 
-static int connect_tcp(struct in_addr dst, uint16_t port_be, int timeout_ms)
+static int connect_tcp(struct in_addr from, struct in_addr dst, uint16_t port_be, int timeout_ms)
 {
         int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (s < 0)
                 return -errno;
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = dst, .sin_port = port_be};
-        struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr = g.addr};
+        struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr = from};
         (void)bind(s, (struct sockaddr *)&src, sizeof(src));
         if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
                 int e = -errno;
@@ -1442,7 +1541,8 @@ static int ud_exchange(struct rcm_job *j, struct rdma_ud_param *out, uint8_t *rp
 {
         struct rcm_id *r = j->r;
         struct sockaddr_in *d = &r->id.route.addr.dst_sin;
-        int s = connect_tcp(d->sin_addr, d->sin_port, RCM_UD_TIMEOUT_MS);
+        int s = connect_tcp(r->id.route.addr.src_sin.sin_addr, d->sin_addr, d->sin_port,
+                            RCM_UD_TIMEOUT_MS);
         if (s < 0)
                 return s == -ECONNREFUSED ? -ETIMEDOUT : s; /* no SIDR responder */
         uint8_t req[RCM_UD_REQ_LEN] = {0};
@@ -1496,17 +1596,23 @@ static int run_connect(struct rcm_job *j)
         } else {
                 union diwarp_gid dgid;
                 memcpy(dgid.raw, r->id.route.addr.addr.ibaddr.dgid.raw, 16);
+                /* From the id's source address (bound, given, or the route's:
+                 * rdma_resolve_addr), which the peer then sees. */
+                union diwarp_gid sgid;
+                memcpy(sgid.raw, r->id.route.addr.addr.ibaddr.sgid.raw, 16);
                 struct diwarp_conn_param p = {
                     .private_data = j->pd_len ? j->pd : NULL,
                     .private_data_len = j->pd_len,
                     .ird = j->ird,
                     .ord = j->ord,
+                    .sgid = &sgid,
                 };
                 err = diwarp_connect(dwv_qp(j->qp)->d, &dgid, ntohs(dst_port_be(r)), &p, -1, rpd,
                                      &rlen);
-                if (err == 0)
+                if (err == 0) {
                         j->qp->state = IBV_QPS_RTS;
-                else if (err != -ECONNREFUSED)
+                        apply_ack_timeout(r->ack_timeout, j->qp);
+                } else if (err != -ECONNREFUSED)
                         rlen = 0;
         }
         pthread_mutex_lock(&g.lock);
@@ -1516,7 +1622,17 @@ static int run_connect(struct rcm_job *j)
                 r->qpn = j->qp ? j->qp->qp_num : 0;
                 if (!is_ud(r))
                         start_worker_locked(); /* watches for the peer's close */
-                e = post_locked(chan_of(r), r, NULL, RDMA_CM_EVENT_ESTABLISHED, 0, rpd, rlen);
+                /* An id without a QP of its own (the program's QP named in
+                 * conn_param->qp_num) gets CONNECT_RESPONSE, and the program
+                 * calls rdma_establish, as rdma_connect(3) and
+                 * rdma_establish(3) describe. The MPA exchange made the stream
+                 * ready already: rdma_establish has nothing left to do. */
+                enum rdma_cm_event_type t = RDMA_CM_EVENT_ESTABLISHED;
+                if (!is_ud(r) && !r->id.qp && j->qp) {
+                        t = RDMA_CM_EVENT_CONNECT_RESPONSE;
+                        dwv_qp(j->qp)->cm_readied = true;
+                }
+                e = post_locked(chan_of(r), r, NULL, t, 0, rpd, rlen);
                 if (e && is_ud(r)) {
                         ud.private_data = e->ev.param.conn.private_data;
                         ud.private_data_len = e->ev.param.conn.private_data_len;
@@ -1665,8 +1781,10 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
                     .ord = param ? param->initiator_depth : 0,
                 };
                 err = diwarp_accept(r->parent->l, r->req_id, dwv_qp(qp)->d, &p);
-                if (err == 0)
+                if (err == 0) {
                         qp->state = IBV_QPS_RTS;
+                        apply_ack_timeout(r->ack_timeout, qp);
+                }
         }
         pthread_mutex_lock(&g.lock);
         r->busy--;
@@ -1741,8 +1859,18 @@ int rcm_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 RCM_SYMVER(rcm_establish, rdma_establish, "RDMACM_1.2");
 int rcm_establish(struct rdma_cm_id *id)
 {
+        struct rcm_id *r = id ? live_rid(id, "rdma_establish") : NULL;
+        if (!r)
+                return fail(EINVAL);
         /* The MPA exchange already made the stream (and the QP) ready. */
-        return id ? 0 : fail(EINVAL);
+        pthread_mutex_lock(&g.lock);
+        bool ok = r->state == RCM_CONNECTED;
+        pthread_mutex_unlock(&g.lock);
+        if (!ok) {
+                dw_warn("rdma_cm: rdma_establish: the id is not connected (no CONNECT_RESPONSE)");
+                return fail(EINVAL);
+        }
+        return 0;
 }
 
 RCM_SYMVER(rcm_notify, rdma_notify, "RDMACM_1.0");
@@ -1896,12 +2024,23 @@ int rcm_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 RCM_SYMVER(rcm_set_option, rdma_set_option, "RDMACM_1.0");
 int rcm_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
-        (void)optval;
-        (void)optlen;
         if (!id)
                 return fail(EINVAL);
-        /* TOS, REUSEADDR, AFONLY, ACK_TIMEOUT and IB path records have no
-         * meaning (or no effect worth emulating) for diwarp's TCP/UDP. */
+        if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT) {
+                struct rcm_id *r = live_rid(id, "rdma_set_option");
+                if (!r || !optval || optlen != sizeof(uint8_t))
+                        return fail(EINVAL);
+                /* The QP's transport timeout (4.096 us * 2^t), as for
+                 * ibv_modify_qp(IBV_QP_TIMEOUT): RD's retransmission uses it. */
+                pthread_mutex_lock(&g.lock);
+                r->ack_timeout = *(const uint8_t *)optval;
+                struct ibv_qp *qp = id->qp;
+                pthread_mutex_unlock(&g.lock);
+                apply_ack_timeout(r->ack_timeout, qp);
+                return 0;
+        }
+        /* TOS, REUSEADDR, AFONLY and IB path records have no meaning (or no
+         * effect worth emulating) for diwarp's TCP/UDP. */
         dw_dbg("rdma_cm: rdma_set_option(level %d, option %d) accepted and ignored", level,
                optname);
         return 0;
@@ -1956,6 +2095,10 @@ int rcm_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
                 *mask = IBV_QP_STATE;
                 if (is_ud(rid_of(id)))
                         *mask |= IBV_QP_SQ_PSN;
+                if (rid_of(id)->ack_timeout >= 0) {
+                        attr->timeout = (uint8_t)rid_of(id)->ack_timeout;
+                        *mask |= IBV_QP_TIMEOUT;
+                }
                 return 0;
         default:
                 return fail(EINVAL);

@@ -51,9 +51,25 @@ union diwarp_gid {
         } global;
 };
 
+/* One IPv4 interface address of the host (its network namespace). */
+#define DIWARP_MAX_GIDS 16
+struct diwarp_netif {
+        uint32_t addr;    /* IPv4, network order */
+        uint32_t ifindex; /* the interface's index, 0 if unknown */
+        char ifname[16];  /* the interface's name (IFNAMSIZ) */
+        bool loopback;
+};
+
+/* The host's IPv4 addresses of interfaces that are up, in GID-table order:
+ * the default route's interface first, loopback last (127.0.0.1 the very
+ * last), the others by interface index. Writes the first max of them;
+ * returns how many there are (at most DIWARP_MAX_GIDS) or -errno. */
+int diwarp_host_netifs(struct diwarp_netif *out, int max);
+
 struct diwarp_open_opts {
-        /* IPv4 address of the device instance in dotted form; NULL: DIWARP_ADDR
-         * or 127.0.0.1. */
+        /* IPv4 address of the device instance in dotted form, which pins the
+         * device to that one address; NULL: DIWARP_ADDR, else every address of
+         * the host (diwarp_host_netifs; 127.0.0.1 alone when none is up). */
         const char *addr;
         /* First UDP/TCP port tried; 0: DIWARP_PORT_BASE or the built-in default. */
         uint16_t port_base;
@@ -93,7 +109,15 @@ struct diwarp_device_attr {
 };
 
 int diwarp_device_query(struct diwarp_device *dev, struct diwarp_device_attr *attr);
+/* GID index 0: the IPv4-mapped first address of the device's table. */
 int diwarp_device_gid(struct diwarp_device *dev, union diwarp_gid *gid);
+/* The device's GID table: the addresses it answers at, each GID index i the
+ * IPv4-mapped out[i].addr. A device pinned to one address (opts->addr,
+ * DIWARP_ADDR) has that one entry; otherwise the table is the host's
+ * addresses when the device was opened (diwarp_host_netifs), and its sockets
+ * are bound to the wildcard address so it is reachable at each of them.
+ * Writes the first max entries; returns the table's length or -errno. */
+int diwarp_device_gid_table(struct diwarp_device *dev, struct diwarp_netif *out, int max);
 /* The instance's UDP/TCP port and its instance number (the high 12 bits of
  * every QPN it hands out). */
 int diwarp_device_port(struct diwarp_device *dev, uint16_t *port, uint16_t *instance);
@@ -365,6 +389,7 @@ struct diwarp_qp_attr {
         uint32_t qkey;
         uint32_t dest_qp_num;
         union diwarp_gid dgid; /* with DIWARP_QP_AV: the peer's GID */
+        uint8_t sgid_index;    /* with DIWARP_QP_AV: our GID (RC: the source address) */
         uint32_t path_mtu;     /* bytes */
         uint32_t rq_psn;
         uint32_t sq_psn;
@@ -536,6 +561,10 @@ struct diwarp_conn_param {
         uint16_t private_data_len;
         uint8_t ird; /* responder resources: RDMA Reads we accept at once */
         uint8_t ord; /* initiator depth: RDMA Reads we issue at once */
+        /* diwarp_connect: the address of ours the connection comes from, an
+         * IPv4-mapped GID of the device's table; NULL: the one the route to
+         * the peer picks (a pinned device: its address). */
+        const union diwarp_gid *sgid;
 };
 
 /* Listens on addr:port (TCP) for MPA connection requests. */
@@ -548,6 +577,7 @@ struct diwarp_conn_request {
         uint64_t id; /* opaque, passed to accept/reject */
         union diwarp_gid peer_gid;
         uint16_t peer_port;
+        union diwarp_gid local_gid; /* the address of ours the peer connected to */
         uint8_t private_data[DIWARP_MAX_PRIVATE_DATA];
         uint16_t private_data_len;
         uint8_t ird, ord;

@@ -137,6 +137,8 @@ static void pend_reply(struct dw_cm_pend *p, struct dw_qp *qp, uint8_t reason)
                                .init_qpn = p->req.init_qpn,
                                .resp_qpn = p->req.resp_qpn,
                                .gid = p->dev->gid};
+        if (qp)
+                dw_ipv4_to_gid(dw_qp_src_addr(qp), &r.gid);
 
         dw_ibcm_pd_encode(&r, pd, sizeof(pd));
         bool accept = reason == DW_IBCM_ACCEPT;
@@ -395,14 +397,16 @@ static void att_start(struct dw_cm_att *a)
         struct dw_qp *qp = a->qp;
         struct dw_device *dev = qp->dev;
         uint8_t pd[DW_IBCM_PD_LEN];
-        struct dw_ibcm_pd r = {.version = DW_IBCM_VERSION,
-                               .init_qpn = qp->qpn,
-                               .resp_qpn = qp->attr.dest_qp_num,
-                               .gid = dev->gid};
+        struct dw_ibcm_pd r = {
+            .version = DW_IBCM_VERSION, .init_qpn = qp->qpn, .resp_qpn = qp->attr.dest_qp_num};
         bool inprog = false;
+        /* The connection comes from the address of the QP's source GID: the
+         * peer matches it, and the GID in the Request, to its QP's AV. */
+        struct in_addr src = dw_qp_src_addr(qp);
 
+        dw_ipv4_to_gid(src, &r.gid);
         dw_ibcm_pd_encode(&r, pd, sizeof(pd));
-        int fd = dw_tcp_connect_start(dev->addr, &qp->peer, &inprog);
+        int fd = dw_tcp_connect_start(src, &qp->peer, &inprog);
         if (fd < 0) {
                 att_retry_later(a, fd, "TCP connect");
                 return;
@@ -484,7 +488,9 @@ int dw_cm_ib_connect(struct dw_qp *qp)
 
         if (!rd || !c)
                 return -EINVAL;
-        int cmp = memcmp(dev->gid.raw, qp->attr.dgid.raw, 16);
+        union diwarp_gid sgid;
+        dw_ipv4_to_gid(dw_qp_src_addr(qp), &sgid);
+        int cmp = memcmp(sgid.raw, qp->attr.dgid.raw, 16);
         if (cmp == 0)
                 cmp = qp->qpn < qp->attr.dest_qp_num ? -1 : qp->qpn > qp->attr.dest_qp_num;
         if (cmp == 0) {
@@ -789,9 +795,11 @@ int diwarp_listen(struct diwarp_device *d, uint16_t port, int backlog, struct di
         struct diwarp_listener *l = calloc(1, sizeof(*l));
         if (!l)
                 return -ENOMEM;
-        int fd = dw_tcp_listen(dev->addr, port, backlog, &l->port);
+        int fd = dw_tcp_listen(dev->bind_addr, port, backlog, &l->port);
         if (fd < 0) {
-                dw_warn("diwarp_listen: %s:%u: %s", dev->cfg.addr, port, strerror(-fd));
+                char a[INET_ADDRSTRLEN];
+                dw_warn("diwarp_listen: %s:%u: %s",
+                        inet_ntop(AF_INET, &dev->bind_addr, a, sizeof(a)), port, strerror(-fd));
                 free(l);
                 return fd;
         }
@@ -914,6 +922,11 @@ int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
                         req->id = lc->id;
                         dw_ipv4_to_gid(lc->peer.sin_addr, &req->peer_gid);
                         req->peer_port = ntohs(lc->peer.sin_port);
+                        struct sockaddr_in la;
+                        socklen_t ll = sizeof(la);
+                        if (getsockname(lc->fd, (struct sockaddr *)&la, &ll) < 0)
+                                la.sin_addr = l->dev->addr;
+                        dw_ipv4_to_gid(la.sin_addr, &req->local_gid);
                         const uint8_t *pd = lc->mpa.pd;
                         uint16_t n = lc->mpa.pd_len;
                         uint32_t q, psn;
@@ -977,7 +990,12 @@ static int claim_qp(struct dw_qp *qp)
                 return claim_rd(qp);
         if (!is_rc(qp) || !qp->rc)
                 return -EINVAL;
-        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR)
+        /* RTS too: a program that hands librdmacm an external QP moves it to
+         * RTS itself (rdma_init_qp_attr) before it accepts or connects; with
+         * no stream yet the QP is still idle, as an iWARP QP in RTS awaiting
+         * its LLP. */
+        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR &&
+            qp->state != DIWARP_QPS_RTS)
                 return -EINVAL;
         /* ib_style: RTR named a peer QP, the IB-style connect owns the QP. */
         if (qp->rc->state != DW_RC_IDLE || qp->rc->fd >= 0 || qp->rc->ib_style)
@@ -1098,7 +1116,11 @@ static int attach_native(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         int r;
 
         pthread_mutex_lock(&dev->lock);
-        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR) {
+        /* RTS: an external QP the program readied itself (claim_qp). */
+        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR &&
+            qp->state != DIWARP_QPS_RTS) {
+                dw_warn("RC QP %#x peer %s: the QP left for state %d during connection setup",
+                        qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->state);
                 qp->rc->state = DW_RC_IDLE;
                 pthread_mutex_unlock(&dev->lock);
                 close(fd);
@@ -1168,6 +1190,9 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         }
         pthread_mutex_lock(&qp->dev->lock);
         int r = claim_qp(qp);
+        if (r < 0)
+                dw_warn("diwarp_accept: RC QP %#x (state %d) cannot take the connection: %s",
+                        qp->qpn, qp->state, strerror(-r));
         uint16_t ird = param_or(reply ? reply->ird : 0, dw_rc_offer_ird(qp));
         uint16_t ord = param_or(reply ? reply->ord : 0, dw_rc_offer_ord(qp));
         bool rd = dw_qp_on_rd(qp);
@@ -1266,7 +1291,24 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         uint16_t ird = param_or(param ? param->ird : 0, dw_rc_offer_ird(qp));
         uint16_t ord = param_or(param ? param->ord : 0, dw_rc_offer_ord(qp));
         bool crc = dev->cfg.rc_crc;
-        struct in_addr src = dev->addr;
+        struct in_addr src = dev->bind_addr; /* the wildcard: the route picks */
+        if (r == 0 && param && param->sgid) {
+                struct in_addr s = {0};
+                bool found = false;
+                if (dw_gid_to_ipv4(param->sgid, &s) == 0)
+                        for (int i = 0; i < dev->ngid && !found; i++)
+                                found = dev->gids[i].addr == s.s_addr;
+                if (found) {
+                        src = s;
+                } else {
+                        char b[INET_ADDRSTRLEN];
+                        dw_warn("diwarp_connect: RC QP %#x: source %s is not an address of the "
+                                "device",
+                                qp->qpn, inet_ntop(AF_INET, &s, b, sizeof(b)));
+                        unclaim_qp(qp);
+                        r = -EINVAL;
+                }
+        }
         uint32_t tmo = timeout_ms < 0 ? connect_timeout_ms(dev) : (uint32_t)timeout_ms;
         bool rd = dw_qp_on_rd(qp);
         uint32_t psn = rdcm_psn(qp->qpn), peer_qpn = 0, peer_psn = 0;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dw.h"
+#include "llp/netif.h"
 #include "qp/rd.h"
 #include "wire/dgram.h"
 
@@ -227,6 +228,15 @@ int dw_gid_to_ipv4(const union diwarp_gid *gid, struct in_addr *ip)
         return 0;
 }
 
+struct in_addr dw_qp_src_addr(const struct dw_qp *qp)
+{
+        const struct dw_device *dev = qp->dev;
+        struct in_addr a = dev->addr;
+        if ((qp->attr_mask_set & DIWARP_QP_AV) && qp->attr.sgid_index < dev->ngid)
+                a.s_addr = dev->gids[qp->attr.sgid_index].addr;
+        return a;
+}
+
 void dw_peer_addr(const struct dw_device *dev, struct in_addr ip, uint32_t qpn,
                   struct sockaddr_in *out)
 {
@@ -303,6 +313,44 @@ static int dw_tcp_listen_open(struct in_addr addr, uint16_t port)
         return fd;
 }
 
+/* The GID table: the pinned address alone, or the host's addresses with the
+ * sockets on the wildcard address (127.0.0.1 when no interface is up, as in
+ * a fresh network namespace, whose loopback is down). */
+static int dw_device_gids(struct dw_device *dev)
+{
+        struct diwarp_netif *g = dev->gids;
+        if (dev->cfg.addr[0]) {
+                struct in_addr a;
+                if (inet_pton(AF_INET, dev->cfg.addr, &a) != 1) {
+                        dw_err("device open: address '%s' is not dotted IPv4", dev->cfg.addr);
+                        return -EINVAL;
+                }
+                memset(g, 0, sizeof(*g));
+                if (dw_netif_find(a, g) < 0)
+                        g->addr = a.s_addr; /* bind() reports it is not local */
+                dev->ngid = 1;
+                dev->bind_addr = a;
+        } else {
+                int n = dw_netif_list(g, DIWARP_MAX_GIDS);
+                if (n < 0)
+                        dw_warn("device open: cannot list the host's addresses (%s); using "
+                                "127.0.0.1",
+                                strerror(-n));
+                if (n <= 0) {
+                        memset(g, 0, sizeof(*g));
+                        g->addr = htonl(INADDR_LOOPBACK);
+                        snprintf(g->ifname, sizeof(g->ifname), "lo");
+                        g->loopback = true;
+                        n = 1;
+                }
+                dev->ngid = n;
+                dev->bind_addr.s_addr = htonl(INADDR_ANY);
+        }
+        dev->addr.s_addr = g->addr;
+        dw_ipv4_to_gid(dev->addr, &dev->gid);
+        return 0;
+}
+
 /* Takes the first port at or above the base where both the UDP socket and
  * the TCP listener bind. */
 static int dw_device_bind(struct dw_device *dev)
@@ -312,14 +360,14 @@ static int dw_device_bind(struct dw_device *dev)
                 unsigned port = dev->cfg.port_base + i;
                 if (port > 65535)
                         break;
-                int err = dw_udp_open(&dev->udp, dev->addr, (uint16_t)port);
+                int err = dw_udp_open(&dev->udp, dev->bind_addr, (uint16_t)port);
                 if (err == -EADDRINUSE || err == -EACCES) {
                         last = err;
                         continue;
                 }
                 if (err < 0)
                         return err;
-                int fd = dw_tcp_listen_open(dev->addr, (uint16_t)port);
+                int fd = dw_tcp_listen_open(dev->bind_addr, (uint16_t)port);
                 if (fd == -EADDRINUSE || fd == -EACCES) {
                         dw_udp_close(&dev->udp);
                         last = fd;
@@ -389,14 +437,14 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
         }
         if (opts && opts->port_base)
                 dev->cfg.port_base = opts->port_base;
-        if (inet_pton(AF_INET, dev->cfg.addr, &dev->addr) != 1) {
-                dw_err("device open: address '%s' is not dotted IPv4", dev->cfg.addr);
+        err = dw_device_gids(dev);
+        if (err < 0) {
                 free(dev);
-                return -EINVAL;
+                return err;
         }
-        dw_ipv4_to_gid(dev->addr, &dev->gid);
 
         pthread_mutex_init(&dev->lock, NULL);
+        const char *where = dev->cfg.addr[0] ? dev->cfg.addr : "0.0.0.0";
         err = dw_device_bind(dev);
         if (err < 0) {
                 if (err == -EADDRNOTAVAIL)
@@ -404,13 +452,13 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
                          * interface of this host (or namespace) has. */
                         dw_err("device open: address %s is not local (EADDRNOTAVAIL: no "
                                "interface of this host has it)",
-                               dev->cfg.addr);
+                               where);
                 else if (err == -EADDRINUSE || err == -EACCES)
-                        dw_err("device open: no free UDP+TCP port on %s from %u: %s", dev->cfg.addr,
+                        dw_err("device open: no free UDP+TCP port on %s from %u: %s", where,
                                dev->cfg.port_base, strerror(-err));
                 else
                         dw_err("device open: cannot bind UDP+TCP port %u on %s: %s",
-                               dev->cfg.port_base, dev->cfg.addr, strerror(-err));
+                               dev->cfg.port_base, where, strerror(-err));
                 goto fail_lock;
         }
         if (dev->cfg.io == DW_IO_URING) {
@@ -460,7 +508,10 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
                         goto fail_rc;
         }
         dw_registry_add(dev);
-        dw_info("device open: %s port %u instance %u, %s I/O%s%s", dev->cfg.addr, dev->port,
+        char a0[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &dev->addr, a0, sizeof(a0));
+        dw_info("device open: %s (%s, %d GIDs) port %u instance %u, %s I/O%s%s", a0,
+                dev->cfg.addr[0] ? "pinned" : "every host address", dev->ngid, dev->port,
                 dev->instance, dw_udp_uring_on(&dev->udp) ? "io_uring" : "plain",
                 dev->fault_on ? ", fault injection " : "",
                 dev->fault_on ? dev->cfg.fault_spec : "");
@@ -575,6 +626,27 @@ int diwarp_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
                 return -EINVAL;
         *gid = dev->gid;
         return 0;
+}
+
+int diwarp_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)
+{
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || max < 0 || (max > 0 && !out))
+                return -EINVAL;
+        for (int i = 0; i < dev->ngid && i < max; i++)
+                out[i] = dev->gids[i];
+        return dev->ngid;
+}
+
+int diwarp_host_netifs(struct diwarp_netif *out, int max)
+{
+        if (max < 0 || (max > 0 && !out))
+                return -EINVAL;
+        struct diwarp_netif all[DIWARP_MAX_GIDS];
+        int n = dw_netif_list(all, DIWARP_MAX_GIDS);
+        for (int i = 0; i < n && i < max; i++)
+                out[i] = all[i];
+        return n;
 }
 
 int diwarp_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)

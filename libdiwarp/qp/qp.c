@@ -619,6 +619,11 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
         }
         if ((mask & DIWARP_QP_DEST_QPN) && (a->dest_qp_num & ~DW_DGRAM_QPN_MASK))
                 return -EINVAL;
+        if ((mask & DIWARP_QP_AV) && a->sgid_index >= qp->dev->ngid) {
+                dw_warn("QP %#x: AV source GID index %u is outside the GID table (%d entries)",
+                        qp->qpn, a->sgid_index, qp->dev->ngid);
+                return -EINVAL;
+        }
         if ((mask & DIWARP_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > DW_MAX_RD_ATOM)
                 return -EINVAL;
         if ((mask & DIWARP_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > DW_MAX_RD_ATOM)
@@ -648,6 +653,7 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                 qp->attr.qkey = a->qkey;
         if (mask & DIWARP_QP_AV) {
                 qp->attr.dgid = a->dgid;
+                qp->attr.sgid_index = a->sgid_index;
                 dw_gid_to_ipv4(&a->dgid, &ip);
                 qp->peer.sin_family = AF_INET;
                 qp->peer.sin_addr = ip;

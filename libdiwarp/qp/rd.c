@@ -84,7 +84,7 @@ uint32_t dw_rd_seg_payload(uint32_t mtu)
  * there, IP_MTU. 0 when it cannot be read. */
 static uint32_t rd_route_mtu(const struct dw_device *dev, uint32_t ip, uint16_t port)
 {
-        struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr = dev->addr};
+        struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr = dev->bind_addr};
         struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = port, .sin_addr.s_addr = ip};
         int mtu = 0;
         socklen_t ml = sizeof(mtu);

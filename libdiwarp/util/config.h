@@ -16,7 +16,7 @@ enum dw_rc_transport {
         DW_RC_RD = 1,  /* the reliable-datagram sublayer over the instance UDP socket */
 };
 
-#define DW_CONFIG_DEFAULT_ADDR               "127.0.0.1"
+#define DW_CONFIG_DEFAULT_ADDR               "" /* every host address */
 #define DW_CONFIG_DEFAULT_PORT_BASE          17471
 #define DW_CONFIG_DEFAULT_PEER_TIMEOUT_MS    5000
 #define DW_CONFIG_DEFAULT_CONNECT_TIMEOUT_MS 10000
@@ -47,7 +47,7 @@ enum dw_rc_transport {
 #define DW_CONFIG_MAX_CC_TARGET_US   1000000u
 
 struct dw_config {
-        char addr[16];                     /* DIWARP_ADDR, dotted IPv4 */
+        char addr[16];                     /* DIWARP_ADDR, dotted IPv4; "": not pinned */
         uint16_t port_base;                /* DIWARP_PORT_BASE */
         int log_level;                     /* DIWARP_LOG, enum dw_log_level */
         bool progress_thread;              /* DIWARP_PROGRESS=thread (default app) */

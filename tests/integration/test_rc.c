@@ -1818,8 +1818,8 @@ struct connect_arg {
 static void *connect_main(void *p)
 {
         struct connect_arg *c = p;
-        union diwarp_gid gid;
-        diwarp_device_gid(A.dev, &gid); /* loopback: the listener is on A's address */
+        /* The raw listener is on 127.0.0.1, an address of this host. */
+        union diwarp_gid gid = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1}};
         struct diwarp_conn_param prm = {.private_data = "hello", .private_data_len = 5};
         c->rlen = sizeof(c->rpd);
         c->r = diwarp_connect(A.qp, &gid, c->port, &prm, 5000, c->rpd, &c->rlen);
@@ -1878,8 +1878,8 @@ Test(rc, native_connect_refused_and_timeout)
 {
         side_init(&A, 4096, ALL_ACCESS);
         to_init(&A);
-        union diwarp_gid gid;
-        diwarp_device_gid(A.dev, &gid);
+        /* The raw socket below is on 127.0.0.1, an address of this host. */
+        union diwarp_gid gid = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1}};
         /* Nobody listens: refused at once. */
         int s = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

@@ -2,6 +2,7 @@
  * posting rules, flushing, and UD traffic between QPs of one process (two
  * devices on loopback, so every byte crosses a real UDP socket). */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -135,8 +136,43 @@ Test(device, open_query_port_gid)
         cr_expect_neq(pa, pb, "two instances must not share a port");
         cr_expect_eq(pb - pa, ib - ia);
         cr_assert_eq(diwarp_device_gid(dev_a, &g), 0);
-        uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+        /* Not pinned: the host's addresses, GID 0 the first of them (the
+         * default route's), 127.0.0.1 the last. */
+        struct diwarp_netif host[DIWARP_MAX_GIDS], t[DIWARP_MAX_GIDS];
+        int nh = diwarp_host_netifs(host, DIWARP_MAX_GIDS);
+        int n = diwarp_device_gid_table(dev_a, t, DIWARP_MAX_GIDS);
+        cr_assert_geq(n, 1);
+        cr_expect_eq(n, nh > 0 ? nh : 1);
+        uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        memcpy(want + 12, &t[0].addr, 4);
         cr_expect_arr_eq(g.raw, want, 16);
+        for (int i = 0; i < nh && i < n; i++)
+                cr_expect_eq(t[i].addr, host[i].addr, "GID %d", i);
+        cr_expect_eq(t[n - 1].addr, htonl(INADDR_LOOPBACK), "127.0.0.1 is last");
+        for (int i = 0; i + 1 < n; i++)
+                cr_expect(!t[i].loopback || t[i + 1].loopback, "loopback entries come last");
+        cr_expect_eq(diwarp_device_gid_table(dev_a, NULL, 0), n);
+        cr_expect_eq(diwarp_device_gid_table(dev_a, NULL, -1), -EINVAL);
+}
+
+Test(device, pinned_address_is_the_only_gid)
+{
+        struct diwarp_open_opts o = {.addr = "127.0.0.1"};
+        struct diwarp_device *d;
+        struct diwarp_netif t[DIWARP_MAX_GIDS];
+        cr_assert_eq(diwarp_device_open(&o, &d), 0);
+        cr_expect_eq(diwarp_device_gid_table(d, t, DIWARP_MAX_GIDS), 1);
+        cr_expect_eq(t[0].addr, htonl(INADDR_LOOPBACK));
+        cr_expect_str_eq(t[0].ifname, "lo");
+        cr_assert_eq(diwarp_device_close(d), 0);
+        /* An address of no interface here (TEST-NET-3): the open fails. */
+        o.addr = "203.0.113.254";
+        int nh = diwarp_host_netifs(t, DIWARP_MAX_GIDS);
+        bool ours = false;
+        for (int i = 0; i < nh; i++)
+                ours |= t[i].addr == htonl(0xcb0071fe);
+        if (!ours)
+                cr_expect_eq(diwarp_device_open(&o, &d), -EADDRNOTAVAIL);
 }
 
 Test(device, qpn_carries_instance_never_0_or_1)

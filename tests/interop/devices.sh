@@ -17,7 +17,18 @@ expect "$out" 'state:[[:space:]]+PORT_ACTIVE \(4\)' "port active"
 expect "$out" 'link_layer:[[:space:]]+Ethernet' "link layer Ethernet"
 
 timeout 30 "$DIWARP" run ibv_devinfo -v >"$out" 2>&1 || { cat "$out" >&2; fail "ibv_devinfo -v exited $?"; }
-expect "$out" 'GID\[ *0\]:[[:space:]]+::ffff:127\.0\.0\.1' "GID[0] is the IPv4-mapped device address"
+expect "$out" 'GID\[ *0\]:[[:space:]]+::ffff:[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+' "GID[0] is an IPv4-mapped address"
+# The host's addresses: the default route's interface first, 127.0.0.1 last.
+last=$(grep -E 'GID\[ *[0-9]+\]:' "$out" | tail -1)
+case $last in
+*::ffff:127.0.0.1,*) ;;
+*) cat "$out" >&2; fail "the last GID is not 127.0.0.1: $last" ;;
+esac
+defif=$(ip -4 route show default 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }')
+if [ -n "$defif" ]; then
+        a=$(ip -4 -o addr show dev "$defif" | awk '{ sub("/.*", "", $4); print $4; exit }')
+        expect "$out" "GID\\[ *0\\]:[[:space:]]+::ffff:${a//./\\.}," "GID[0] is $defif's $a (default route)"
+fi
 expect "$out" 'atomic_cap:[[:space:]]+ATOMIC_HCA' "atomics advertised"
 expect "$out" 'max_qp_wr:[[:space:]]+[1-9]' "nonzero max_qp_wr"
 expect "$out" 'phys_port_cnt:[[:space:]]+1' "one port"

@@ -20,10 +20,15 @@ echo "--- server ($src):"; cat "$srv"
 echo "--- client ($crc):"; cat "$cli"
 [ $src -eq 0 ] || fail "$prog server exited $src"
 [ $crc -eq 0 ] || fail "$prog client exited $crc"
+# GID 0: the host's first address (ibv_devinfo -v under diwarp run).
+g0=$(timeout 30 "$DIWARP" run ibv_devinfo -v -d diwarp0 2>/dev/null |
+        sed -n 's/^[[:space:]]*GID\[ *0\]:[[:space:]]*::ffff:\([0-9.]*\),.*/\1/p')
+[ -n "$g0" ] || fail "ibv_devinfo -v shows no GID 0"
 for f in "$srv" "$cli"; do
         expect "$f" '^[0-9]+ bytes in [0-9.]+ seconds' "$prog reports its transfer"
         expect "$f" '^[0-9]+ iters in [0-9.]+ seconds' "$prog reports its iterations"
-        expect "$f" 'GID ::ffff:127\.0\.0\.1' "$prog uses the IPv4-mapped GID"
+        expect "$f" "local address: .*GID ::ffff:${g0//./\\.}\$" "$prog uses GID 0 ($g0)"
+        expect "$f" "remote address: .*GID ::ffff:${g0//./\\.}\$" "$prog sees the peer's GID 0"
 done
 sq=$(sed -n 's/.*local address: .*QPN \(0x[0-9a-f]*\).*/\1/p' "$srv")
 cq=$(sed -n 's/.*remote address: .*QPN \(0x[0-9a-f]*\).*/\1/p' "$cli")

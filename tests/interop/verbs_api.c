@@ -49,11 +49,19 @@ int main(void)
         CHECK(ibv_query_device_ex(ctx, NULL, &dax) == 0);
         CHECK(dax.orig_attr.max_qp_wr == da.max_qp_wr);
 
-        union ibv_gid gid;
-        CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0);
+        /* The GID table: one IPv4-mapped entry per address of the device
+         * (the host's, 127.0.0.1 last, unless DIWARP_ADDR pins one). */
+        CHECK(ibv_query_port(ctx, 1, &pa) == 0);
+        int ngid = pa.gid_tbl_len;
+        REQUIRE(ngid >= 1 && ngid <= 16);
+        union ibv_gid gid, last;
         static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        CHECK(ibv_query_gid(ctx, 1, ngid - 1, &last) == 0 && !memcmp(last.raw, mapped, 12));
+        if (!getenv("DIWARP_ADDR"))
+                CHECK(last.raw[12] == 127 && last.raw[15] == 1); /* 127.0.0.1 last */
+        CHECK(ibv_query_gid(ctx, 1, ngid, &last) == -1 && errno == EINVAL);
+        CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0);
         CHECK(!memcmp(gid.raw, mapped, 12));
-        CHECK(ibv_query_gid(ctx, 1, 1, &gid) == -1 && errno == EINVAL);
         struct ibv_gid_entry ge;
         CHECK(ibv_query_gid_ex(ctx, 1, 0, &ge, 0) == 0 && !memcmp(ge.gid.raw, mapped, 12));
         __be16 pkey;
@@ -62,11 +70,18 @@ int main(void)
         CHECK(ibv_get_pkey_index(ctx, 1, htons(0x7fff)) == -1);
         /* The whole GID table (libibverbs' own code would read diwarp's
          * context as a kernel device's). */
-        struct ibv_gid_entry table[4];
-        CHECK(ibv_query_gid_table(ctx, table, 4, 0) == 1);
+        struct ibv_gid_entry table[16];
+        CHECK(ibv_query_gid_table(ctx, table, 16, 0) == ngid);
         CHECK(!memcmp(table[0].gid.raw, gid.raw, 16) && table[0].port_num == 1 &&
-              table[0].gid_index == 0);
+              table[0].gid_index == 0 && table[0].gid_type == IBV_GID_TYPE_ROCE_V2);
+        CHECK(table[ngid - 1].gid_index == (uint32_t)ngid - 1);
+        for (int i = 0; i < ngid; i++) {
+                union ibv_gid g;
+                CHECK(ibv_query_gid(ctx, 1, i, &g) == 0 && !memcmp(table[i].gid.raw, g.raw, 16));
+        }
         CHECK(ibv_query_gid_table(ctx, table, 0, 0) == -EINVAL);
+        if (ngid > 1) /* the table does not fit */
+                CHECK(ibv_query_gid_table(ctx, table, (size_t)ngid - 1, 0) == -EINVAL);
         CHECK(ibv_import_pd(ctx, 1) == NULL && errno == EOPNOTSUPP);
 
         /* Async fd: a real descriptor; non-blocking and empty -> EAGAIN. */
