@@ -191,7 +191,7 @@ static void set_watch(struct dw_rc_conn *c, bool want_out)
         /* After the peer's orderly close there is nothing left to read (EOF
          * would keep the fd readable); errors and hang-ups are reported
          * anyway. */
-        uint32_t ev = (c->peer_closed ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0);
+        uint32_t ev = (c->peer_closed || c->rx_wait_recv ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0);
         if (!c->watched) {
                 if (dw_progress_watch_fd(c->qp->dev, c->fd, ev, rc_watch_cb, c) == 0) {
                         c->watched = true;
@@ -296,6 +296,7 @@ static void reset_stream(struct dw_rc_conn *c)
         c->comm_est = false;
         c->peer_closed = false;
         c->tx_sent = c->batch_bytes = c->rx_done = 0;
+        c->rx_wait_recv = false;
 }
 
 static void rc_close_now(struct dw_rc_conn *c)
@@ -1223,8 +1224,56 @@ static struct dw_wqe *rx_take_recv(struct dw_rc_conn *c)
         return w;
 }
 
-/* Resolves where the payload of the data segment in c->rh goes. 0 or -1
- * (failed; the Terminate is queued). */
+/* InfiniBand's RNR timer encoding (min_rnr_timer 0..31), in 10 us units. */
+static const uint32_t rnr_timer_10us[32] = {65536, 1,    2,    3,     4,     6,     8,     12,
+                                            16,    24,   32,   48,    64,    96,    128,   192,
+                                            256,   384,  512,  768,   1024,  1536,  2048,  3072,
+                                            4096,  6144, 8192, 12288, 16384, 24576, 32768, 49152};
+
+static void rx_wait_end(struct dw_rc_conn *c)
+{
+        c->rx_wait_recv = false;
+        dw_rc_timer_del(c->qp->dev, c);
+        set_watch(c, (c->watch_events & EPOLLOUT) != 0);
+}
+
+/* A Send found no receive WQE posted. An InfiniBand requester would send it
+ * again after an RNR NAK, rnr_retry times min_rnr_timer (7: for ever), and
+ * programs written for InfiniBand post receives late counting on that. RC
+ * over TCP holds the stream instead, as long as that retrying would last:
+ * the socket is not read, so TCP's window stops the sender and nothing is
+ * lost or sent twice; a receive posted meanwhile takes the Send. Then, or at
+ * once with rnr_retry 0, the Send fails as RFC 5041 says (Terminate, no
+ * buffer). Nothing of it shows on the wire. True while the stream waits. */
+static bool rx_wait_for_recv(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+        uint64_t now = dw_now_ns();
+
+        if (!c->rx_wait_recv) {
+                if (qp->attr.rnr_retry == 0)
+                        return false;
+                c->rx_wait_recv = true;
+                c->rnr_deadline_ns = qp->attr.rnr_retry >= 7
+                                         ? 0
+                                         : now + (uint64_t)qp->attr.rnr_retry *
+                                                     rnr_timer_10us[qp->attr.min_rnr_timer & 31] *
+                                                     10000ull;
+                qp->ctr.rnr_naks++;
+                qp->dev->ctr.rnr_naks++;
+                set_watch(c, (c->watch_events & EPOLLOUT) != 0);
+        } else if (c->rnr_deadline_ns && now >= c->rnr_deadline_ns) {
+                rx_wait_end(c);
+                return false;
+        }
+        /* SRQ receives arrive without dw_rc_post_recv: look again soon. */
+        dw_rc_timer_add(qp->dev, c, now + 1000000ull);
+        return true;
+}
+
+/* Resolves where the payload of the data segment in c->rh goes. 0, 1 (a
+ * Send waits for a receive WQE: nothing consumed) or -1 (failed; the
+ * Terminate is queued). */
 static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
 {
         struct dw_qp *qp = c->qp;
@@ -1319,6 +1368,10 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                                 /* RFC 6581 RTR zero-length Send: no receive WQE. */
                                 return 0;
                         }
+                        if (!dw_qp_recv_head(qp) && rx_wait_for_recv(c))
+                                return 1;
+                        if (c->rx_wait_recv)
+                                rx_wait_end(c);
                         c->rx_wqe = rx_take_recv(c);
                         if (!c->rx_wqe)
                                 return -1;
@@ -1816,8 +1869,11 @@ static int rx_parse(struct dw_rc_conn *c)
                 c->crc_state = 0;
                 if (c->crc)
                         c->crc_state = dw_crc32c_update(dw_crc32c_init(), p, hl);
-                if (rx_resolve(c, c->rx_payload) < 0)
+                int rr = rx_resolve(c, c->rx_payload);
+                if (rr < 0)
                         return -1;
+                if (rr > 0)
+                        return 0; /* held: the header stays staged */
                 c->rx_big = c->rx_payload > 4096;
                 c->rx_start += hl;
                 uint32_t have = c->rx_end - c->rx_start;
@@ -1995,7 +2051,7 @@ static int rc_rx(struct dw_rc_conn *c)
                                 work++;
                                 continue;
                         }
-                        if (p < 0)
+                        if (p < 0 || c->rx_wait_recv)
                                 return work;
                         if (got >= DW_RC_RX_STEP_BYTES || drained)
                                 return work;
@@ -2270,7 +2326,14 @@ int dw_rc_post_send(struct dw_qp *qp, struct dw_wqe *wqe)
 
 void dw_rc_post_recv(struct dw_qp *qp)
 {
-        (void)qp;
+        struct dw_rc_conn *c = qp->rc;
+
+        /* A Send held for want of a receive WQE takes this one. */
+        if (c && c->rx_wait_recv && c->fd >= 0) {
+                rx_wait_end(c);
+                if (rc_rx(c) && c->fd >= 0 && tx_has_work(c))
+                        rc_tx(c);
+        }
 }
 
 void dw_rc_qp_error(struct dw_qp *qp)
@@ -2327,6 +2390,13 @@ static __attribute__((noinline)) int rc_progress_timed(struct dw_device *dev, st
                         dw_dbg("RC QP %#x peer %s: closing without the peer's EOF", c->qp->qpn,
                                peer_str(c, pb, sizeof(pb)));
                         rc_close_now(c);
+                        work++;
+                } else if (c->rx_wait_recv && c->state == DW_RC_UP) {
+                        /* A held Send: an SRQ receive may have come, or the
+                         * wait ended (rx_wait_for_recv sets the next look). */
+                        dw_rc_timer_del(dev, c);
+                        if (rc_rx(c) && c->fd >= 0 && tx_has_work(c))
+                                rc_tx(c);
                         work++;
                 } else {
                         dw_rc_timer_del(dev, c);

@@ -184,13 +184,17 @@ struct dw_rc_conn {
         struct dw_rc_conn *lnext, *lprev; /* device list of conns with an open stream */
         bool on_live_list;
         bool rx_short; /* the last read returned less than asked: the socket is drained */
+        /* A Send found no receive WQE: the stream is held (not read) until one
+         * is posted, or rnr_deadline_ns (0: no bound) passes. */
+        bool rx_wait_recv;
+        uint64_t rnr_deadline_ns;
 
         /* ---- both ends in this process (rc_local.h) ---- */
-        int end_slot;                      /* -1: not registered */
-        uint64_t tx_sent;                  /* stream bytes written since attach */
-        uint64_t *done_end;                /* slot_cap: stream offset after each done_wqe[] */
-        uint64_t rx_done;                  /* stream bytes consumed (whole FPDUs) */
-        uint32_t rx_fpdu_len;              /* wire length of the data FPDU being placed */
+        int end_slot;         /* -1: not registered */
+        uint64_t tx_sent;     /* stream bytes written since attach */
+        uint64_t *done_end;   /* slot_cap: stream offset after each done_wqe[] */
+        uint64_t rx_done;     /* stream bytes consumed (whole FPDUs) */
+        uint32_t rx_fpdu_len; /* wire length of the data FPDU being placed */
 };
 
 /* cm/ -> rc: the MPA exchange on fd is DONE for qp; the stream is now the

@@ -584,7 +584,13 @@ def check_rc_tcp(lua, capdir):
     check("Malformed" not in text and "Lua Error" not in text, "rc_tcp: malformed frame")
     ops = set(re.findall(r"OpCode: ([A-Za-z ]+) \(0x", text))
     check({"Send", "Write", "Read Request", "Read Response"} <= ops, f"rc_tcp: RDMAP opcodes {ops}")
-    check(re.search(r"ULPDU length: 650\d\d bytes", text), "rc_tcp: no full-size FPDU decoded")
+    # FPDUs are sized from the stream's MSS (RFC 5044 MULPDU): on this
+    # namespace's loopback of MTU 1500 (MSS 1448) a full FPDU's ULPDU is
+    # 1442 bytes, and the bulk Writes are made of them.
+    ulens = [int(x) for x in re.findall(r"ULPDU length: (\d+) bytes", text)]
+    full = max(ulens) if ulens else 0
+    check(full == 1442 and ulens.count(full) >= 20,
+          f"rc_tcp: largest ULPDU {full} bytes ({ulens.count(full)} of them), want 1442 from MSS 1448")
     print(f"rc_tcp: {len(crc_lines)} MPA FPDUs, all CRC Good; RDMAP opcodes {sorted(ops)}")
 
 

@@ -7,7 +7,10 @@
  *    PD) or a Write (rkey without remote write) makes the requester's WR
  *    complete with Remote Operation / Remote Access Error, not success;
  *  - a QP moved to RESET takes its completions (the flushes of its error)
- *    out of its CQs, and the pair then runs again.
+ *    out of its CQs, and the pair then runs again;
+ *  - a Send that arrives before its receive is posted waits for it, as
+ *    InfiniBand's RNR retry would (rnr_retry 7: for ever), and fails with
+ *    RNR_RETRY_EXC_ERR once a bounded wait (rnr_retry 1) is over.
  * Once with the QPs on two device contexts, once on one context.
  * Exit 0 = all checks passed; each failure prints its line.
  */
@@ -62,6 +65,8 @@ static void open_end(struct end *e, struct ibv_device *dev, struct ibv_context *
         REQUIRE(e->qp);
 }
 
+static int rnr_retry = 7, min_rnr_timer = 12;
+
 static int to_rts(struct end *e, const struct end *peer)
 {
         struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
@@ -76,7 +81,7 @@ static int to_rts(struct end *e, const struct end *peer)
         a.path_mtu = IBV_MTU_1024;
         a.dest_qp_num = peer->qp->qp_num;
         a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 12;
+        a.min_rnr_timer = (uint8_t)min_rnr_timer;
         a.ah_attr.is_global = 1;
         a.ah_attr.grh.dgid = peer->gid;
         a.ah_attr.grh.hop_limit = 64;
@@ -89,7 +94,7 @@ static int to_rts(struct end *e, const struct end *peer)
         a.qp_state = IBV_QPS_RTS;
         a.timeout = 14;
         a.retry_cnt = 7;
-        a.rnr_retry = 7;
+        a.rnr_retry = (uint8_t)rnr_retry;
         a.max_rd_atomic = 1;
         return ibv_modify_qp(e->qp, &a,
                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
@@ -213,6 +218,29 @@ static void run(struct ibv_device *dev, bool one_context)
         CHECK(wc.status == IBV_WC_REM_ACCESS_ERR && wc.wr_id == 7);
         restart(&a, &b);
         placed_at_completion(&a, &b, 20);
+
+        /* A Send before its receive: held until the receive comes. */
+        memset(a.buf, 'r', LEN);
+        CHECK(post_send(&a, IBV_WR_SEND, a.mr->lkey, 0, 0) == 0);
+        struct timespec pause = {0, 30 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        CHECK(ibv_poll_cq(b.cq, 1, &wc) == 0);
+        CHECK(post_recv(&b, b.mr->lkey) == 0);
+        REQUIRE(poll_one(b.cq, &wc) == 1);
+        CHECK(wc.status == IBV_WC_SUCCESS && wc.byte_len == LEN && b.buf[LEN - 1] == 'r');
+        REQUIRE(poll_one(a.cq, &wc) == 1);
+        CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 7);
+
+        /* rnr_retry 1 with min_rnr_timer 1 (10 us): the wait ends, the Send
+         * fails as an exhausted RNR retry does on InfiniBand. */
+        rnr_retry = 1;
+        min_rnr_timer = 1;
+        restart(&a, &b);
+        CHECK(post_send(&a, IBV_WR_SEND, a.mr->lkey, 0, 0) == 0);
+        REQUIRE(poll_one(a.cq, &wc) == 1);
+        CHECK(wc.status == IBV_WC_RNR_RETRY_EXC_ERR && wc.wr_id == 7);
+        rnr_retry = 7;
+        min_rnr_timer = 12;
 
         CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0);
         CHECK(ibv_dereg_mr(foreign) == 0 && ibv_dereg_mr(ro) == 0);

@@ -102,7 +102,8 @@ int main(void)
         struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
         REQUIRE(pd);
         /* Ops an RC QP cannot carry here: refused, no QP left behind. */
-        struct ibv_qp_init_attr_ex a = qp_attr(pd, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW);
+        struct ibv_qp_init_attr_ex a =
+            qp_attr(pd, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_WRITE);
         errno = 0;
         CHECK(rdma_create_qp_ex(id, &a) == -1 && errno == EOPNOTSUPP && id->qp == NULL);
         a = qp_attr(pd, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE);
