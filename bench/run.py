@@ -1600,7 +1600,8 @@ class Harness:
          MPI_CM + ["verbs;ofi_rxm"], True, {"DIWARP_RC_TRANSPORT": "rd"}),
     ]
     MPI_TCP = ("mpi-ob1-tcp", "mpi-ofi-tcp")
-    MPI_LAT = 1
+    MPI_LAT = 2                   # the latency point: 2-8 B
+    MPI_LAT_SIZES = (2, 3, 4, 6, 8)
     MPI_BW = (64 * KiB, MiB, 4 * MiB)
 
     def mpi_hosts(self, tmp):
@@ -1729,8 +1730,13 @@ class Harness:
                     if c[0] in dead:
                         continue
                     try:
-                        res = self.mpi_netpipe(r, tmp, ns, addrs, c, self.MPI_LAT, 8,
-                                               self.pl["mpi_lat_reps"], [self.MPI_LAT])
+                        # NetPIPE's first size pays the warm-up (rxm connects
+                        # on the first message: milliseconds): 1 B is measured,
+                        # 2-8 B make the latency (the median of the five)
+                        lat = self.mpi_netpipe(r, tmp, ns, addrs, c, 1, 8,
+                                               self.pl["mpi_lat_reps"], self.MPI_LAT_SIZES)
+                        res = {self.MPI_LAT: (statistics.median(lat[s][0] for s in
+                                                                self.MPI_LAT_SIZES), 0)}
                         # from a quarter of the smallest size: NetPIPE's first
                         # size pays the warm-up (registration, first rendezvous)
                         res.update(self.mpi_netpipe(r, tmp, ns, addrs, c, min(self.MPI_BW) // 4,
@@ -1759,7 +1765,9 @@ class Harness:
         L = ["## MPI: NetPIPE over Open MPI between two namespace hosts\n",
              "Open MPI 4.1 `mpirun -np 2 --bind-to none` from namespace A, the second rank "
              "in namespace B (a veth pair, MTU 1500), started by `tools/mpi-netns-agent`; "
-             f"NetPIPE (`NPopenmpi -p 0`): latency from `-l 1 -u 8 -n {self.pl['mpi_lat_reps']}`, "
+             f"NetPIPE (`NPopenmpi -p 0`): latency from `-l 1 -u 8 -n {self.pl['mpi_lat_reps']}` "
+             "(the median of 2, 3, 4, 6 and 8 B: the first size, 1 B, pays the warm-up, "
+             "rxm connecting on the first message), "
              f"bandwidth from `-l {min(self.MPI_BW) // 4} -u {max(self.MPI_BW)} -n "
              f"{self.pl['mpi_reps']}` (ping-pong, one-way time = half the round trip, the best "
              "of its trials). "
@@ -1768,7 +1776,7 @@ class Harness:
              "Each cell: median (min–max) of the rounds, ×ratio against ob1/tcp and against "
              "the best TCP path at that size (the lower latency, the higher bandwidth of "
              "ob1/tcp and libfabric tcp;ofi_rxm).\n"]
-        cols = [("mpi_lat_us", self.MPI_LAT, "1 B latency (µs)", min)] + \
+        cols = [("mpi_lat_us", self.MPI_LAT, "latency 2–8 B (µs)", min)] + \
                [("mpi_bw_gbps", s, f"{size_name(s)} (Gbit/s)", max) for s in self.MPI_BW]
         L.append("| stack | " + " | ".join(c[2] for c in cols) + " |")
         L.append("|---" * (len(cols) + 1) + "|")
