@@ -119,7 +119,7 @@ def plan(quick):
     """Sizes, iteration budgets and runs of each group."""
     if quick:
         return dict(
-            runs=3, seed_runs=3, timeout=30,
+            runs=3, seed_runs=3, timeout=30, mpi_reps=20, mpi_lat_reps=500,
             lat_sizes=[64],
             bw_sizes=[32 * KiB, MiB],
             bw_bytes=16 * MiB, bw_bytes_big=32 * MiB,
@@ -137,7 +137,7 @@ def plan(quick):
             cont_warm_ms=500, cont_drop=False, cont_slow_div=8,
         )
     return dict(
-        runs=5, seed_runs=3, timeout=180,
+        runs=5, seed_runs=3, timeout=180, mpi_reps=100, mpi_lat_reps=2000,
         lat_sizes=[8, 64, 512, 4 * KiB, 32 * KiB, 256 * KiB, MiB],
         bw_sizes=[4 * KiB, 32 * KiB, MiB, 16 * MiB],
         bw_bytes=256 * MiB, bw_bytes_big=512 * MiB,
@@ -815,7 +815,7 @@ def size_name(s):
 
 class Harness:
     GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle",
-              "contention"]
+              "contention", "mpi"]
 
     def __init__(self, a):
         self.a = a
@@ -969,7 +969,11 @@ class Harness:
             "the io_uring backend needs liburing at build time")
 
     # ---- measurement loops
+    OPT_IN = {"mpi"}  # minutes of mpirun start-ups: only when named in --groups
+
     def want_group(self, g):
+        if g in self.OPT_IN:
+            return g in self.a.groups
         return not self.a.groups or g in self.a.groups
 
     def want_case(self, name):
@@ -1588,6 +1592,245 @@ class Harness:
                 print(f"run: contention loopback {metric} round {rnd + 1}/{pl['cont_runs']} "
                       f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
 
+    # ---- mpi: NetPIPE over Open MPI between two namespace hosts
+    # (case, label, Open MPI options, under diwarp run, DIWARP_* settings)
+    MPI_CM = ["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include"]
+    MPI_STACKS = [
+        ("mpi-ob1-tcp", "Open MPI ob1 + tcp btl", ["--mca", "pml", "ob1", "--mca", "btl",
+                                                   "self,tcp"], False, {}),
+        ("mpi-ofi-tcp", "libfabric `tcp;ofi_rxm` (mtl ofi)", MPI_CM + ["tcp;ofi_rxm"], False, {}),
+        ("mpi-diwarp-rc", "diwarp RC (`verbs;ofi_rxm`)", MPI_CM + ["verbs;ofi_rxm"], True, {}),
+        ("mpi-diwarp-rc-rd", "diwarp RC over RD (`DIWARP_RC_TRANSPORT=rd`)",
+         MPI_CM + ["verbs;ofi_rxm"], True, {"DIWARP_RC_TRANSPORT": "rd"}),
+    ]
+    MPI_TCP = ("mpi-ob1-tcp", "mpi-ofi-tcp")
+    MPI_LAT = 2                   # the latency point: 2-8 B
+    MPI_LAT_SIZES = (2, 3, 4, 6, 8)
+    MPI_BW = (64 * KiB, MiB, 4 * MiB)
+
+    def mpi_hosts(self, tmp):
+        """Two namespaces joined by a veth pair (the addresses exist only inside
+        them); returns (namespaces, addresses) or raises NotAvailable."""
+        tag = f"mpi{os.getpid() % 100000}"
+        ns = [f"bench-{tag}-A", f"bench-{tag}-B"]
+        x = os.getpid() % 250 + 1
+        addrs = [f"10.81.{x}.1", f"10.81.{x}.2"]
+        if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
+            raise NotAvailable("needs root, ip and unshare (network namespaces)")
+        cmds = [["ip", "netns", "add", ns[0]], ["ip", "netns", "add", ns[1]],
+                ["ip", "link", "add", "name", "mpiA", "netns", ns[0], "type", "veth", "peer",
+                 "name", "mpiB", "netns", ns[1]]]
+        for n, a, dev in zip(ns, addrs, ("mpiA", "mpiB")):
+            cmds += [["ip", "-n", n, "addr", "add", a + "/24", "dev", dev],
+                     ["ip", "-n", n, "link", "set", "lo", "up"],
+                     ["ip", "-n", n, "link", "set", dev, "up"]]
+        self.mpi_ns = ns
+        for c in cmds:
+            p = subprocess.run(c, capture_output=True, text=True)
+            if p.returncode:
+                raise NotAvailable(f"{' '.join(c)}: {p.stderr.strip()}")
+        with open(os.path.join(tmp, "hosts"), "w") as f:
+            for n, a in zip(ns, addrs):
+                f.write(f"{a} {n} {a}\n")
+        with open(os.path.join(tmp, "hostfile"), "w") as f:
+            f.write("".join(f"{a} slots=1\n" for a in addrs))
+        return ns, addrs
+
+    def mpi_down(self):
+        for n in getattr(self, "mpi_ns", []):
+            pids = subprocess.run(["ip", "netns", "pids", n], capture_output=True,
+                                  text=True).stdout.split()
+            for p in pids:
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        self.mpi_ns = []
+
+    def mpi_netpipe(self, r, tmp, ns, addrs, stack, lo, hi, reps, want):
+        """One NetPIPE run of a stack, sizes LO..HI, REPS round trips per size:
+        {size: (one-way µs, Gbit/s)}; every size of WANT must have a rate."""
+        case, _, opts, dw, extra = stack
+        agent = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                             "tools", "mpi-netns-agent"))
+        out = os.path.join(tmp, f"{case}.np")
+        if os.path.exists(out):
+            os.unlink(out)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DIWARP_", "OMPI_", "FI_"))}
+        env.update(extra)
+        env.update(DIWARP_MPI_HOSTS=os.path.join(tmp, "hosts"), TMPDIR=tmp,
+                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        pre = [self.prog["diwarp"], "run", "--addr", addrs[0], "--"] if dw else []
+        argv = (["ip", "netns", "exec", ns[0], "unshare", "--uts", "sh", "-c",
+                 'hostname "$1" && shift && exec "$@"', "sh", ns[0]] + pre +
+                ["mpirun", "--allow-run-as-root", "--mca", "plm_rsh_agent", agent, "--hostfile",
+                 os.path.join(tmp, "hostfile"), "-np", "2", "--bind-to", "none"] + opts +
+                ["NPopenmpi", "-p", "0", "-l", str(lo), "-u", str(hi), "-n", str(reps),
+                 "-o", out])
+        r.nruns += 1
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(argv, env=env, capture_output=True, text=True,
+                               timeout=max(self.pl["timeout"], 120), start_new_session=True)
+            code, o = p.returncode, (p.stdout + p.stderr)
+        except subprocess.TimeoutExpired as e:
+            code, o = "timeout", str(e.stdout or "") + str(e.stderr or "")
+            self.mpi_down_procs(ns)
+        r.log.write(f"== mpi {case} {size_name(lo)}-{size_name(hi)}: exit {code} wall {time.monotonic() - t0:.1f}s: "
+                    f"{' '.join(argv)}\n    output: {o.strip()[-1500:]}\n")
+        r.log.flush()
+        res = {}
+        if code == 0 and os.path.exists(out):
+            for line in open(out):
+                f = line.split()
+                if len(f) >= 3:
+                    res[int(f[0])] = (float(f[2]) * 1e6, float(f[1]) / 1e3)
+        if code != 0 or any(s not in res or res[s][1] <= 0 for s in want):
+            tail = o.strip().splitlines()[-3:] if o.strip() else []
+            raise RunFailed(f"mpirun exit {code}: " + " / ".join(tail))
+        return res
+
+    def mpi_down_procs(self, ns):
+        for n in ns:
+            for p in subprocess.run(["ip", "netns", "pids", n], capture_output=True,
+                                    text=True).stdout.split():
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+
+    def run_mpi(self, r):
+        self.mark_group("mpi")
+        if not self.want_group("mpi"):
+            return
+        stacks = [s for s in self.MPI_STACKS if self.want_case(s[0])]
+        keys = lambda c: [(c, "mpi_lat_us", self.MPI_LAT)] + [(c, "mpi_bw_gbps", s)
+                                                             for s in self.MPI_BW]
+        for c in stacks:
+            for k in keys(c[0]):
+                self.pt(*k)
+        why = None
+        for tool, pkg in (("mpirun", "openmpi-bin"), ("NPopenmpi", "netpipe-openmpi")):
+            if not shutil.which(tool):
+                why = f"{tool} missing (Debian package {pkg})"
+        tmp = tempfile.mkdtemp(prefix="mpi-", dir=r.logdir)
+        old = signal.signal(signal.SIGTERM, sigterm_interrupts)
+        try:
+            if why is None:
+                try:
+                    ns, addrs = self.mpi_hosts(tmp)
+                except NotAvailable as e:
+                    why = str(e)
+            if why:
+                for c in stacks:
+                    for k in keys(c[0]):
+                        p = self.pt(*k)
+                        p.status, p.reason = "n/a", why
+                return
+            dead = set()
+            for rnd in range(self.pl["runs"]):
+                for c in stacks:
+                    if c[0] in dead:
+                        continue
+                    try:
+                        # NetPIPE's first size pays the warm-up (rxm connects
+                        # on the first message: milliseconds): 1 B is measured,
+                        # 2-8 B make the latency (the median of the five)
+                        lat = self.mpi_netpipe(r, tmp, ns, addrs, c, 1, 8,
+                                               self.pl["mpi_lat_reps"], self.MPI_LAT_SIZES)
+                        res = {self.MPI_LAT: (statistics.median(lat[s][0] for s in
+                                                                self.MPI_LAT_SIZES), 0)}
+                        # from a quarter of the smallest size: NetPIPE's first
+                        # size pays the warm-up (registration, first rendezvous)
+                        res.update(self.mpi_netpipe(r, tmp, ns, addrs, c, min(self.MPI_BW) // 4,
+                                                    max(self.MPI_BW), self.pl["mpi_reps"],
+                                                    self.MPI_BW))
+                    except RunFailed as e:
+                        self.fail_point(keys(c[0]), str(e))
+                        self.failures.append((c[0], "mpi", str(e)))
+                        dead.add(c[0])
+                        continue
+                    self.pt(c[0], "mpi_lat_us", self.MPI_LAT).vals.append(res[self.MPI_LAT][0])
+                    for s in self.MPI_BW:
+                        self.pt(c[0], "mpi_bw_gbps", s).vals.append(res[s][1])
+                print(f"run: mpi round {rnd + 1}/{self.pl['runs']} "
+                      f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+        finally:
+            self.mpi_down()
+            shutil.rmtree(tmp, ignore_errors=True)
+            signal.signal(signal.SIGTERM, old)
+
+    def mpi_section(self):
+        """The report's MPI section (empty when the group did not run)."""
+        if not any(k[1].startswith("mpi_") for k in self.order):
+            return []
+        cases = [s for s in self.MPI_STACKS if any(k[0] == s[0] for k in self.order)]
+        L = ["## MPI: NetPIPE over Open MPI between two namespace hosts\n",
+             "Open MPI 4.1 `mpirun -np 2 --bind-to none` from namespace A, the second rank "
+             "in namespace B (a veth pair, MTU 1500), started by `tools/mpi-netns-agent`; "
+             f"NetPIPE (`NPopenmpi -p 0`): latency from `-l 1 -u 8 -n {self.pl['mpi_lat_reps']}` "
+             "(the median of 2, 3, 4, 6 and 8 B: the first size, 1 B, pays the warm-up, "
+             "rxm connecting on the first message), "
+             f"bandwidth from `-l {min(self.MPI_BW) // 4} -u {max(self.MPI_BW)} -n "
+             f"{self.pl['mpi_reps']}` (ping-pong, one-way time = half the round trip, the best "
+             "of its trials). "
+             "diwarp rows: `diwarp run` with `--mca pml cm --mca mtl ofi --mca "
+             "mtl_ofi_provider_include 'verbs;ofi_rxm'`, the provider's default progress. "
+             "Each cell: median (min–max) of the rounds, ×ratio against ob1/tcp and against "
+             "the best TCP path at that size (the lower latency, the higher bandwidth of "
+             "ob1/tcp and libfabric tcp;ofi_rxm).\n"]
+        cols = [("mpi_lat_us", self.MPI_LAT, "latency 2–8 B (µs)", min)] + \
+               [("mpi_bw_gbps", s, f"{size_name(s)} (Gbit/s)", max) for s in self.MPI_BW]
+        L.append("| stack | " + " | ".join(c[2] for c in cols) + " |")
+        L.append("|---" * (len(cols) + 1) + "|")
+        med = {}
+        for c in cases:
+            for m, s, _, _ in cols:
+                p = self.points.get((c[0], m, s))
+                med[(c[0], m, s)] = statistics.median(p.vals) if p and p.status == "ok" and \
+                    p.vals else None
+        for c in cases:
+            cells = []
+            for m, s, _, best in cols:
+                p = self.points[(c[0], m, s)]
+                v = med[(c[0], m, s)]
+                if v is None:
+                    cells.append(p.status if p.status != "n/a" else "not available")
+                    continue
+                lo, hi = min(p.vals), max(p.vals)
+                cell = f"{fmt(v)} ({fmt(lo)}–{fmt(hi)})"
+                if hi / lo > self.a.noise:
+                    cell += " ⚠"
+                b = med.get(("mpi-ob1-tcp", m, s))
+                tcp = [med.get((t, m, s)) for t in self.MPI_TCP]
+                tcp = [t for t in tcp if t]
+                if b and c[0] != "mpi-ob1-tcp":
+                    cell += f" ×{v / b:.2f} ob1"
+                if tcp and c[0] not in self.MPI_TCP:
+                    cell += f" ×{v / best(tcp):.2f} best TCP"
+                cells.append(cell)
+            L.append(f"| {c[1]} | " + " | ".join(cells) + " |")
+        L.append("")
+        # the target: latency <= ob1/tcp's, bandwidth >= the best TCP path's
+        for c in cases:
+            if c[0] in self.MPI_TCP:
+                continue
+            miss = []
+            for m, s, name, best in cols:
+                v = med[(c[0], m, s)]
+                ref = [med.get(("mpi-ob1-tcp", m, s))] if m == "mpi_lat_us" else \
+                      [med.get((t, m, s)) for t in self.MPI_TCP]
+                ref = [x for x in ref if x]
+                if v is None or not ref:
+                    miss.append(f"{name}: not measured")
+                elif (m == "mpi_lat_us" and v > ref[0]) or (m != "mpi_lat_us" and v < max(ref)):
+                    miss.append(f"{name} ×{v / (ref[0] if m == 'mpi_lat_us' else max(ref)):.2f}")
+            L.append(f"- target (latency ≤ ob1/tcp, bandwidth ≥ best TCP) for {c[1]}: " +
+                     ("met at these sizes" if not miss else "missed: " + ", ".join(miss)))
+        L.append("")
+        return L
+
     # ---- output
     BASE = {"lat_us": {"dgram": "raw-udp", "stream": "raw-tcp"},
             "bw_gbps": {"dgram": "raw-tcp", "stream": "raw-tcp"},
@@ -1598,7 +1841,9 @@ class Harness:
             "lo_lat_us": {"dgram": "raw-udp", "stream": "raw-tcp"}}
 
     def baseline(self, case, metric, size):
-        if metric == "cont_gbps":
+        if metric.startswith("mpi_"):
+            b = "mpi-ob1-tcp"  # Open MPI's own TCP path
+        elif metric == "cont_gbps":
             b = self.cont_base.get(case)  # raw TCP (default cc) on the same path
         else:
             fam = self.family.get(case)
@@ -1645,6 +1890,8 @@ class Harness:
     def runs_of(self, metric):
         if metric.startswith(("cont_", "lo_", "slow_")):
             return self.pl["cont_runs"]
+        if metric.startswith("mpi_"):
+            return self.pl["runs"]
         return self.pl["runs"] if metric in self.BASE else self.pl["seed_runs"]
 
     def cell(self, key, ratio=True):
@@ -2194,6 +2441,7 @@ class Harness:
                             "DIWARP_PROGRESS=thread, a device with one UD QP, "
                             f"{pl['idle_ms']} ms of nothing.", size_fmt=lambda n: ""))
         L += self.cont_section()
+        L += self.mpi_section()
         L.append("## Not available, missing, failed\n")
         rows = {}
         for k in self.order:
@@ -2356,6 +2604,7 @@ def main():
         h.run_core(r, h.cases)
         h.run_seed(r)
         h.run_contention(r)
+        h.run_mpi(r)
         h.mark_group(None)
     except KeyboardInterrupt:
         h.mark_group(None)

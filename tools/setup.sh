@@ -15,6 +15,7 @@ packages=(
         libisal-dev libcriterion-dev liburing-dev
         libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest libfabric-bin
         python3-pyverbs
+        openmpi-bin libopenmpi-dev netpipe-openmpi
         iproute2 procps valgrind gnuplot-nox
         tshark
 )

@@ -595,10 +595,12 @@ static void *dw_progress_thread(void *arg)
                 if (stop)
                         break;
                 if (parked) {
+                        /* Timers are the application's too while it drives
+                         * (each of its steps runs the transports' timers):
+                         * waking for them would take the lock from it on
+                         * every delayed ACK. Back on the data fds, a timer
+                         * still due is served at once. */
                         struct timespec ts = {0, park_ns};
-                        bool timer = timeout >= 0 && timeout < park_ns;
-                        if (timer)
-                                ts.tv_nsec = (long)timeout;
                         struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
                         int r = ppoll(&pfd, 1, &ts, NULL);
                         uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
@@ -610,12 +612,12 @@ static void *dw_progress_thread(void *arg)
                                 parked = false; /* back to the data fds */
                         }
                         seen = c;
-                        if (r > 0 || timer) {
-                                /* A wake-up or a timer: one step, as unparked. */
+                        if (r > 0) {
+                                /* A wake-up: one step, as unparked. */
                                 struct epoll_event wake = {.events = EPOLLIN,
                                                            .data.u64 =
                                                                dw_ev_data(p->wake_fd, DW_TAG_WAKE)};
-                                dw_progress_locked_run(dev, &wake, r > 0 ? 1 : 0);
+                                dw_progress_locked_run(dev, &wake, 1);
                         }
                         continue;
                 }
@@ -630,13 +632,14 @@ static void *dw_progress_thread(void *arg)
                 uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
                 bool driving = c - seen >= DW_PARK_READS;
                 seen = c;
-                if (driving && n > 0) {
+                if (driving) {
                         bool wake = false;
                         for (int i = 0; i < n; i++)
                                 if ((uint32_t)evs[i].data.u64 == DW_TAG_WAKE)
                                         wake = true;
                         if (!wake) {
-                                /* The application reads; leave the data to it. */
+                                /* The application reads; leave the data and
+                                 * the timers (n == 0) to it. */
                                 parked = true;
                                 park_ns = DW_PARK_MIN_NS;
                                 continue;

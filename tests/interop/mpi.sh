@@ -1,0 +1,162 @@
+#!/bin/bash
+# Open MPI over diwarp between two namespace hosts joined by veth:
+#   mpi.sh MODE      MODE: rc (RC over TCP) or rd (DIWARP_RC_TRANSPORT=rd)
+# mpirun runs in host A (namespace diwarp-mpiA-PID, 10.79.X.1) under `diwarp
+# run`; tools/mpi-netns-agent (the rsh agent) starts Open MPI's daemon in
+# host B (diwarp-mpiB-PID, 10.79.X.2), each host with its own hostname and
+# device address. Open MPI reaches diwarp through `--mca pml cm --mca mtl
+# ofi` and libfabric's verbs;ofi_rxm provider. Checks:
+#  1. mpi_check (2 ranks: one on A, one on B) moves point-to-point messages
+#     of 1 B to 64 MiB between A and B, Bcast, Reduce, Allreduce and Alltoall,
+#     every byte checked, and exits 0;
+#  2. diwarp carried it: the ranks' device log shows RC QPs connected between
+#     A's and B's addresses (over RD in mode rd);
+#  3. NetPIPE (NPopenmpi, 1 B to 1 MiB, few repetitions) completes between A
+#     and B with a positive rate at every size;
+#  4. (mode rc) the same mpirun without diwarp finds no verbs device: the
+#     MPI job fails, so nothing else could have carried the traffic in 1.
+# Needs root and `ip netns`, Open MPI (mpirun, and mpicc: MPI_CHECK is the
+# program meson built with it) and NetPIPE; otherwise exit 77 (skipped).
+. "$(dirname "$0")/lib.sh"
+mode=${1:?usage: mpi.sh rc|rd}
+case $mode in
+rc) rc_transport=tcp ;;
+rd) rc_transport=rd ;;
+*) fail "unknown mode '$mode' (rc or rd)" ;;
+esac
+
+skip() {
+        echo "SKIP: $*" >&2
+        exit 77
+}
+[ "$(id -u)" -eq 0 ] || skip "MPI namespace test needs root (ip netns + veth)"
+command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+command -v unshare >/dev/null 2>&1 || skip "unshare (util-linux) not installed"
+need mpirun
+need NPopenmpi
+[ -n "${MPI_CHECK:-}" ] && [ -x "$MPI_CHECK" ] ||
+        skip "mpi_check not built (no mpicc: install libopenmpi-dev)"
+top=$(cd "$(dirname "$0")/../.." && pwd)
+agent=$top/tools/mpi-netns-agent
+[ -x "$agent" ] || fail "no rsh agent at $agent"
+
+nsA=diwarp-mpiA-$$
+nsB=diwarp-mpiB-$$
+X=$(($$ % 250 + 1))
+A=10.79.$X.1
+B=10.79.$X.2
+
+cleanup() {
+        rc=$?
+        # Whatever still runs inside our namespaces was started by this run.
+        for ns in $nsA $nsB; do
+                pids=$(ip netns pids "$ns" 2>/dev/null)
+                [ -z "$pids" ] || kill -9 $pids 2>/dev/null
+        done
+        ip netns del "$nsA" 2>/dev/null
+        ip netns del "$nsB" 2>/dev/null
+        sanitizer_check || rc=1 # lib.sh
+        rm -rf "$TMPD"
+        exit $rc
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
+
+# Namespaces of earlier runs killed outright (SIGKILL skips the trap).
+for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^diwarp-mpi[AB]-[0-9]+$/ { print $1 }'); do
+        kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
+done
+
+setup() {
+        ip netns add "$nsA" && ip netns add "$nsB" &&
+                ip link add name vethA netns "$nsA" type veth peer name vethB netns "$nsB" &&
+                ip -n "$nsA" addr add "$A/24" dev vethA &&
+                ip -n "$nsB" addr add "$B/24" dev vethB &&
+                ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
+                ip -n "$nsA" link set vethA up && ip -n "$nsB" link set vethB up
+}
+setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
+
+export DIWARP_MPI_HOSTS=$TMPD/hosts OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+printf '%s %s %s\n' "$A" "$nsA" "$A" "$B" "$nsB" "$B" >"$DIWARP_MPI_HOSTS"
+printf '%s slots=1\n%s slots=1\n' "$A" "$B" >"$TMPD/hosts2"
+# Open MPI's session directories (and NetPIPE's output) in this run's dir.
+export TMPDIR=$TMPD
+ompi=(--allow-run-as-root --mca plm_rsh_agent "$agent" --bind-to none
+        --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "verbs;ofi_rxm")
+
+# mpirun_A OUT DIWARP|plain ARGS...: mpirun in host A, under `diwarp run`
+# (the ranks inherit the preload and the DIWARP_* settings) or plain; bounded.
+mpirun_A() {
+        out=$1
+        how=$2
+        shift 2
+        pre=()
+        [ "$how" = plain ] || pre=("$DIWARP" run --addr "$A" --)
+        timeout 80 ip netns exec "$nsA" unshare --uts \
+                sh -c 'hostname "$1" && shift && cd "$TMPDIR" && exec "$@"' sh "$nsA" \
+                env DIWARP_LOG=info DIWARP_RC_TRANSPORT=$rc_transport \
+                "${pre[@]}" mpirun "${ompi[@]}" "$@" >"$out" 2>&1
+}
+
+# 1. Data checked, one rank on each host.
+chk=$TMPD/mpi_check.out
+mpirun_A "$chk" diwarp --hostfile "$TMPD/hosts2" -np 2 "$MPI_CHECK"
+r=$?
+echo "--- mpi_check ($r), $mode"
+cat "$chk"
+[ $r -eq 0 ] || fail "mpirun mpi_check over diwarp $mode exited $r"
+expect "$chk" '^mpi_check: all ok \(2 ranks\)$' "mpi_check passes every check"
+for s in 1 65537 1048576 4194304 67108864; do
+        expect "$chk" "^ok p2p $s\$" "point-to-point $s bytes checked"
+done
+for op in bcast reduce allreduce alltoall; do
+        expect "$chk" "^ok $op " "$op checked"
+done
+expect "$chk" "^rank 0 of 2 on $nsA\$" "rank 0 runs in host A"
+expect "$chk" "^rank 1 of 2 on $nsB\$" "rank 1 runs in host B"
+
+# 2. diwarp carried the traffic, between the two hosts' device addresses.
+if [ $mode = rd ]; then
+        expect "$chk" "RC QP 0x[0-9a-f]+ connected over RD to $B:" "a QP of A connects over RD to B"
+        expect "$chk" "RC QP 0x[0-9a-f]+ connected over RD to $A:" "a QP of B connects over RD to A"
+else
+        expect "$chk" "RC QP 0x[0-9a-f]+ connected to $B:" "a QP of A connects to B over diwarp"
+        expect "$chk" "RC QP 0x[0-9a-f]+ connected to $A:" "a QP of B connects to A over diwarp"
+        ! grep -q "connected over RD" "$chk" || fail "RC over TCP mode connected over RD"
+fi
+
+# 3. NetPIPE, one rank per host, 1 B to 1 MiB, 5 repetitions per size.
+np=$TMPD/np.out
+mpirun_A "$np" diwarp --hostfile "$TMPD/hosts2" -np 2 NPopenmpi -n 5 -p 0 -u 1048576 \
+        -o "$TMPD/np.dat"
+r=$?
+echo "--- NetPIPE ($r), $mode"
+cat "$np"
+[ $r -eq 0 ] || fail "mpirun NPopenmpi over diwarp $mode exited $r"
+[ -s "$TMPD/np.dat" ] || fail "NetPIPE wrote no results"
+cat "$TMPD/np.dat"
+# Each line: bytes, Mbit/s, seconds. 1 B first, 1 MiB last, all positive.
+awk 'NR == 1 && $1 != 1 { bad = "first size " $1 }
+     !($2 > 0 && $3 > 0) { bad = "size " $1 ": rate " $2 ", time " $3 }
+     { n++; last = $1 }
+     END { if (bad == "" && last != 1048576) bad = "last size " last;
+           if (bad == "" && n < 20) bad = n " sizes";
+           if (bad != "") { print bad; exit 1 } }' "$TMPD/np.dat" ||
+        fail "NetPIPE results incomplete"
+expect "$np" "connected( over RD)? to $B:" "NetPIPE's QP of A connects to B over diwarp"
+
+# 4. Without diwarp there is no verbs device: the job cannot run.
+if [ $mode = rc ]; then
+        neg=$TMPD/plain.out
+        mpirun_A "$neg" plain --hostfile "$TMPD/hosts2" -np 2 "$MPI_CHECK" 1
+        r=$?
+        echo "--- mpi_check without diwarp ($r)"
+        cat "$neg"
+        [ $r -ne 0 ] && [ $r -ne 124 ] || fail "mpirun without diwarp exited $r (want a failure)"
+        ! grep -q '^mpi_check: all ok' "$neg" || fail "the job ran without diwarp"
+        expect "$neg" 'pml framework|PML cm cannot be selected' "Open MPI finds no PML without diwarp"
+fi
+echo "ok"
