@@ -289,7 +289,7 @@ static void reset_stream(struct dw_rc_conn *c)
         c->rx_wqe = NULL;
         c->rx_msg_len = 0;
         c->msn_expect_send = c->msn_expect_rreq = c->msn_expect_aresp = 1;
-        c->rx_write_bytes = 0;
+        c->rx_write_bytes = c->rx_write_len = 0;
         c->imm_pending = false;
         c->irq_head = c->irq_count = 0;
         c->rtr_send_expected = false;
@@ -1309,6 +1309,10 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                         c->ntgt = 1;
                 }
                 c->rx_write_bytes += payload;
+                if (h->ddp.last) {
+                        c->rx_write_len = c->rx_write_bytes;
+                        c->rx_write_bytes = 0;
+                }
                 return 0;
         }
         case DW_RDMAP_READ_RESP: {
@@ -1521,8 +1525,9 @@ static void rx_data_place(struct dw_rc_conn *c)
 
 /* An Immediate Data message on its own (RFC 7306): it consumes the next
  * receive WQE, which completes as RECV_RDMA_WITH_IMM with the immediate and
- * byte_len = the RDMA Write bytes since the previous Immediate Data (0 when
- * none came: an RFC 7306 peer's Immediate Data operation). false: no receive
+ * byte_len = the length of the RDMA Write message before it (a Write with
+ * Immediate Data), 0 when no Write came since the previous Immediate Data
+ * (an RFC 7306 peer's Immediate Data operation). false: no receive
  * WQE (the Terminate is queued). */
 static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se)
 {
@@ -1530,8 +1535,8 @@ static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se)
         struct dw_wqe *w = rx_take_recv(c);
         if (!w)
                 return false;
-        uint32_t len = (uint32_t)c->rx_write_bytes;
-        c->rx_write_bytes = 0;
+        uint32_t len = (uint32_t)c->rx_write_len;
+        c->rx_write_len = 0;
         rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV_RDMA_WITH_IMM, len,
                          DIWARP_WC_WITH_IMM, imm, 0, se);
         return true;

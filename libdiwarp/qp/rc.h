@@ -170,7 +170,8 @@ struct dw_rc_conn {
         struct dw_wqe *rx_wqe; /* receive WQE the current Send message fills */
         uint64_t rx_msg_len;   /* bytes of the current untagged message so far */
         uint32_t msn_expect_send, msn_expect_rreq, msn_expect_aresp;
-        uint64_t rx_write_bytes; /* RDMA Write bytes since the last Immediate Data */
+        uint64_t rx_write_bytes; /* bytes of the RDMA Write message being received */
+        uint64_t rx_write_len;   /* length of the last whole RDMA Write message */
         bool imm_pending;        /* Send with Immediate: the imm of the next Send */
         uint32_t imm_value;
         struct dw_rc_irq irq[DW_RC_MAX_RD];

@@ -379,6 +379,23 @@ Test(rc, immediate_data)
         cr_assert_eq(w.byte_len, 5000);
         cr_assert_eq(memcmp(A.buf, B.buf + 8192, 5000), 0);
 
+        /* A plain Write before it does not count: byte_len is the Write
+         * with Immediate's own length. */
+        wr.opcode = DIWARP_WR_RDMA_WRITE;
+        sge.length = 512;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        post_recv(&B, 9, 0, 0);
+        wr.opcode = DIWARP_WR_RDMA_WRITE_WITH_IMM;
+        sge.length = 64;
+        cr_assert_eq(diwarp_post_send(A.qp, &wr, &bad), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_RECV_RDMA_WITH_IMM);
+        cr_assert_eq(w.wr_id, 9);
+        cr_assert_eq(w.byte_len, 64);
+
         /* Send with Immediate: one receive WQE gets data and immediate. */
         post_recv(&B, 8, 0, 4096);
         wr.opcode = DIWARP_WR_SEND_WITH_IMM;
