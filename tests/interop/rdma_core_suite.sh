@@ -3,23 +3,14 @@
 # /usr/share/doc/rdma-core/tests) under `diwarp run --dev diwarp0`: every test
 # that is not vendor-specific (mlx5, efa, CUDA) in a process of its own, so
 # that one crash cannot hide the rest. It passes when no test crashes, hangs,
-# errs or fails but the one known below; the skips are listed with their
-# reasons in verbs-provider/README.md ("rdma-core's test suite").
+# errs or fails; the skips are listed with their reasons in
+# verbs-provider/README.md ("rdma-core's test suite").
 . "$(dirname "$0")/lib.sh"
 
 src=/usr/share/doc/rdma-core/tests
 py=/usr/bin/python3 # pyverbs is a Debian package: the system interpreter
 [ -f "$src/run_tests.py" ] && "$py" -c 'import pyverbs' 2>/dev/null ||
         { echo "SKIP: python3-pyverbs not installed" >&2; exit 77; }
-
-# test_rdmacm_async_traffic_external_qp: its client posts each receive only
-# after its own Send completed, while the server answers at once; on IB a
-# Send that finds no receive is retried (RNR), on iWARP it is a fatal error
-# (RFC 5041 7.2), so on a loaded machine the run sometimes ends in a
-# Terminate. A failure of it is reported, not counted; a pass is a pass.
-known_fail=(
-        tests.test_rdmacm.CMTestCase.test_rdmacm_async_traffic_external_qp
-)
 
 suite=$TMPD/suite
 mkdir -p "$suite"
@@ -31,7 +22,7 @@ cd "$suite/tests" || fail "no copy of the suite"
 total=$(wc -l <"$TMPD/list")
 [ "$total" -gt 100 ] || fail "only $total tests listed"
 
-ok=0 skip=0 bad=0 known=0
+ok=0 skip=0 bad=0
 while read -r t; do
         log=$TMPD/$t.log
         timeout 120 "$DIWARP" run -- "$py" run_tests.py --dev diwarp0 -v "$t" >"$log" 2>&1
@@ -44,19 +35,10 @@ while read -r t; do
                 ok=$((ok + 1))
                 continue
         fi
-        case " ${known_fail[*]} " in
-        *" $t "*)
-                if [ $rc -eq 1 ] && grep -qE '^FAILED \((failures|errors)=1\)$' "$log"; then
-                        known=$((known + 1))
-                        echo "known failure: $t"
-                        continue
-                fi
-                ;;
-        esac
         bad=$((bad + 1))
         echo "--- $t: exit $rc" >&2
         tail -20 "$log" >&2
 done <"$TMPD/list"
-echo "rdma-core tests: $total run, $ok ok, $skip skipped, $known known failures, $bad failed"
+echo "rdma-core tests: $total run, $ok ok, $skip skipped, $bad failed"
 [ $bad -eq 0 ] || fail "$bad rdma-core test(s) failed, erred, crashed or hung"
 [ $ok -ge 40 ] || fail "only $ok tests passed"
