@@ -122,3 +122,25 @@ udp_bound() {
         awk -v p=":$hex" 'substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
                 /proc/net/udp /proc/net/udp6 2>/dev/null
 }
+
+# ns_reap_stale REGEX: deletes the namespaces of earlier runs that were
+# killed outright (SIGKILL skips their trap): names matching REGEX that end
+# in a PID which no longer exists.
+ns_reap_stale() {
+        for ns in $(ip netns list 2>/dev/null | awk -v re="$1" '$1 ~ re { print $1 }'); do
+                kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
+        done
+}
+
+# ns_teardown NS...: kills whatever still runs inside these namespaces
+# (started by this run), then deletes them.
+ns_teardown() {
+        local ns pids
+        for ns in "$@"; do
+                pids=$(ip netns pids "$ns" 2>/dev/null)
+                [ -z "$pids" ] || kill -9 $pids 2>/dev/null
+        done
+        for ns in "$@"; do
+                ip netns del "$ns" 2>/dev/null
+        done
+}

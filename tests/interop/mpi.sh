@@ -48,13 +48,7 @@ B=10.79.$X.2
 
 cleanup() {
         rc=$?
-        # Whatever still runs inside our namespaces was started by this run.
-        for ns in $nsA $nsB; do
-                pids=$(ip netns pids "$ns" 2>/dev/null)
-                [ -z "$pids" ] || kill -9 $pids 2>/dev/null
-        done
-        ip netns del "$nsA" 2>/dev/null
-        ip netns del "$nsB" 2>/dev/null
+        ns_teardown "$nsA" "$nsB" # lib.sh
         sanitizer_check || rc=1 # lib.sh
         rm -rf "$TMPD"
         exit $rc
@@ -65,9 +59,7 @@ trap 'exit 130' INT
 trap 'exit 129' HUP
 
 # Namespaces of earlier runs killed outright (SIGKILL skips the trap).
-for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^diwarp-mpi[AB]-[0-9]+$/ { print $1 }'); do
-        kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
-done
+ns_reap_stale '^diwarp-mpi[AB]-[0-9]+$' # lib.sh
 
 setup() {
         ip netns add "$nsA" && ip netns add "$nsB" &&

@@ -48,16 +48,10 @@ cpid=
 
 cleanup() {
         rc=$?
-        for ns in $nsA $nsB $nsC $nsD; do
-                pids=$(ip netns pids "$ns" 2>/dev/null)
-                [ -z "$pids" ] || kill -9 $pids 2>/dev/null
-        done
         for p in $spid $cpid; do
                 kill -9 "$p" 2>/dev/null
         done
-        for ns in $nsA $nsB $nsC $nsD; do
-                ip netns del "$ns" 2>/dev/null
-        done
+        ns_teardown "$nsA" "$nsB" "$nsC" "$nsD" # lib.sh
         sanitizer_check || rc=1 # lib.sh
         rm -rf "$TMPD"
         exit $rc
@@ -68,9 +62,7 @@ trap 'exit 130' INT
 trap 'exit 129' HUP
 
 # Namespaces of earlier runs killed outright: named by a PID that is gone.
-for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^diwarp-nic[A-D]-[0-9]+$/ { print $1 }'); do
-        kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
-done
+ns_reap_stale '^diwarp-nic[A-D]-[0-9]+$' # lib.sh
 
 setup() {
         ip netns add "$nsA" && ip netns add "$nsB" &&
