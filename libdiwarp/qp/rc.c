@@ -1033,9 +1033,13 @@ static void build_batch(struct dw_rc_conn *c)
 
 /* The other end of the stream is in this process (rc_local.h): waits until
  * it has consumed the stream through upto, driving it when its progress is
- * idle, for at most DW_RC_LOCAL_WAIT_NS. Returns the offset where it
+ * idle, for at most DW_RC_LOCAL_WAIT_NS (only a responder that makes no
+ * progress, e.g. its thread descheduled on a loaded machine, takes that
+ * long), and not while it holds a Send for want of a receive WQE for ever
+ * (rnr_retry 7). Returns
+ * the offset where it
  * terminated the stream, or DW_RC_END_NONE. */
-#define DW_RC_LOCAL_WAIT_NS (50u * 1000 * 1000)
+#define DW_RC_LOCAL_WAIT_NS (1000u * 1000 * 1000)
 static int rc_rx(struct dw_rc_conn *c);
 static bool tx_has_work(struct dw_rc_conn *c);
 static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
@@ -1048,13 +1052,21 @@ static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
                consumed < upto && term_at == DW_RC_END_NONE) {
                 bool locked;
                 struct dw_rc_conn *peer = dw_rc_end_lock_peer(c->end_slot, c->qp->dev, &locked);
+                bool held = false;
                 if (peer) {
                         /* As the progress step does: what arrived may give
                          * the peer something to send (Read Responses). */
                         if (rc_rx(peer) && peer->fd >= 0 && tx_has_work(peer))
                                 rc_tx(peer);
+                        /* A Send it holds for want of a receive WQE, with no
+                         * bound (rnr_retry 7), waits for the program, which
+                         * may be this very caller. A bounded hold ends in a
+                         * Terminate this WR must report. */
+                        held = peer->rx_wait_recv && !peer->rnr_deadline_ns;
                         dw_rc_end_unlock_peer(peer, locked);
                 }
+                if (held)
+                        break;
                 uint64_t now = dw_now_ns();
                 if (!deadline)
                         deadline = now + DW_RC_LOCAL_WAIT_NS;
