@@ -37,6 +37,8 @@
 
 #include <diwarp/diwarp.h>
 
+#include "two_proc.h"
+
 #define NQP        4
 #define MSG        64
 #define NRECV      4
@@ -49,55 +51,6 @@
  * ~1 s while a packet capture wrote to disk) delays both sides together.
  * 5 s passes the second and catches a stall like the 6.4 s one seen once. */
 #define STALL_MS 5000
-
-static const char *who = "rc_pingpong_stress";
-static pid_t child_pid;
-
-static uint64_t now_us(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-static void die(const char *fmt, ...)
-{
-        va_list ap;
-        fprintf(stderr, "%s: FAIL: ", who);
-        va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
-        va_end(ap);
-        fputc('\n', stderr);
-        if (child_pid > 0) {
-                kill(child_pid, SIGKILL);
-                waitpid(child_pid, NULL, 0);
-        }
-        exit(1);
-}
-
-#define CHECK(call)                                                                                \
-        do {                                                                                       \
-                int _e = (call);                                                                   \
-                if (_e < 0)                                                                        \
-                        die("%s: %s", #call, strerror(-_e));                                       \
-        } while (0)
-
-static void xwrite(int fd, const void *p, size_t n)
-{
-        if (write(fd, p, n) != (ssize_t)n)
-                die("pipe write: %s", strerror(errno));
-}
-
-static void xread(int fd, void *p, size_t n)
-{
-        size_t got = 0;
-        while (got < n) {
-                ssize_t r = read(fd, (uint8_t *)p + got, n - got);
-                if (r <= 0)
-                        die("pipe read: %s", r ? strerror(errno) : "peer gone");
-                got += (size_t)r;
-        }
-}
 
 struct info {
         union diwarp_gid gid;
@@ -367,6 +320,7 @@ static uint64_t run(bool client)
 
 int main(int argc, char **argv)
 {
+        who = "rc_pingpong_stress";
         const char *mode = argc > 1 ? argv[1] : "busy";
         bool client_ch, server_ch;
         if (!strcmp(mode, "busy"))

@@ -30,59 +30,12 @@
 
 #include <diwarp/diwarp.h>
 
+#include "two_proc.h"
+
 #define MIB        (1u << 20)
 #define COMPUTE_MS 3000
 /* thread mode: everything must be done this long before the compute ends */
 #define MARGIN_MS 1000
-
-static const char *who = "rc_progress";
-static pid_t child_pid; /* initiator: the target, killed if we fail */
-
-static uint64_t now_us(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-static void die(const char *fmt, ...)
-{
-        va_list ap;
-        fprintf(stderr, "%s: FAIL: ", who);
-        va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
-        va_end(ap);
-        fputc('\n', stderr);
-        if (child_pid > 0) {
-                kill(child_pid, SIGKILL);
-                waitpid(child_pid, NULL, 0);
-        }
-        exit(1);
-}
-
-#define CHECK(call)                                                                                \
-        do {                                                                                       \
-                int _e = (call);                                                                   \
-                if (_e < 0)                                                                        \
-                        die("%s: %s", #call, strerror(-_e));                                       \
-        } while (0)
-
-static void xwrite(int fd, const void *p, size_t n)
-{
-        if (write(fd, p, n) != (ssize_t)n)
-                die("pipe write: %s", strerror(errno));
-}
-
-static void xread(int fd, void *p, size_t n)
-{
-        size_t got = 0;
-        while (got < n) {
-                ssize_t r = read(fd, (uint8_t *)p + got, n - got);
-                if (r <= 0)
-                        die("pipe read: %s", r ? strerror(errno) : "peer gone");
-                got += (size_t)r;
-        }
-}
 
 static uint64_t word(size_t i, uint64_t seed)
 {
@@ -351,6 +304,7 @@ static int initiator(int rfd, int wfd, bool thread, pid_t child)
 
 int main(int argc, char **argv)
 {
+        who = "rc_progress";
         if (argc != 2 || (strcmp(argv[1], "thread") && strcmp(argv[1], "app"))) {
                 fprintf(stderr, "usage: %s thread|app\n", argv[0]);
                 return 2;
