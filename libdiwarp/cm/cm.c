@@ -143,6 +143,8 @@ static void pend_reply(struct dw_cm_pend *p, struct dw_qp *qp, uint8_t reason)
         dw_ibcm_pd_encode(&r, pd, sizeof(pd));
         bool accept = reason == DW_IBCM_ACCEPT;
         uint16_t ird = qp ? dw_rc_offer_ird(qp) : 0, ord = qp ? dw_rc_offer_ord(qp) : 0;
+        if (accept)
+                dw_rc_register_end(qp, p->fd);
         if (dw_mpa_respond(&p->mpa, accept, ird, ord, pd, sizeof(pd)) < 0) {
                 pend_free(p, true);
                 return;
@@ -1210,6 +1212,8 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
                         r = rd_to_rtr(qp, lc->peer.sin_addr, peer_qpn, peer_psn, ird);
                 if (r < 0)
                         unclaim_qp(qp);
+        } else if (r == 0) {
+                dw_rc_register_end(qp, lc->fd); /* before the reply lets the peer send */
         }
         pthread_mutex_unlock(&qp->dev->lock);
         if (r < 0) {

@@ -2158,6 +2158,19 @@ int dw_rc_poll(struct dw_device *dev, int budget)
 
 /* ---------------------------------------------------------------- hooks */
 
+void dw_rc_register_end(struct dw_qp *qp, int fd)
+{
+        struct dw_rc_conn *c = qp->rc;
+        struct sockaddr_in local, remote;
+        socklen_t ll = sizeof(local), rl = sizeof(remote);
+
+        if (!c || c->end_slot >= 0)
+                return;
+        if (getsockname(fd, (struct sockaddr *)&local, &ll) == 0 && local.sin_family == AF_INET &&
+            getpeername(fd, (struct sockaddr *)&remote, &rl) == 0)
+                c->end_slot = dw_rc_end_register(qp->dev, c, &local, &remote);
+}
+
 int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                  const struct sockaddr_in *peer)
 {
@@ -2213,11 +2226,7 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                 return -ENOSPC;
         }
         live_add(c);
-        struct sockaddr_in local, remote;
-        socklen_t ll = sizeof(local), rl = sizeof(remote);
-        if (getsockname(fd, (struct sockaddr *)&local, &ll) == 0 && local.sin_family == AF_INET &&
-            getpeername(fd, (struct sockaddr *)&remote, &rl) == 0)
-                c->end_slot = dw_rc_end_register(qp->dev, c, &local, &remote);
+        dw_rc_register_end(qp, fd);
         dw_info("RC QP %#x connected to %s (peer QP %#x, CRC %s, IRD %u, ORD %u, MULPDU %u)",
                 qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num,
                 c->crc ? "on" : "off", c->ird, ord_limit(c), c->mulpdu);

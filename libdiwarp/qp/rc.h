@@ -204,6 +204,12 @@ struct dw_rc_conn {
 int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                  const struct sockaddr_in *peer);
 
+/* cm/ -> rc: the stream on fd will be qp's (an accepted connect, before its
+ * MPA reply goes out): its end is registered now (rc_local.h), so an
+ * initiator in this process, which may attach and send as soon as it has
+ * the reply, finds it. dw_rc_attach registers it otherwise. */
+void dw_rc_register_end(struct dw_qp *qp, int fd);
+
 /* Graceful disconnect (diwarp_disconnect): what was handed to the socket
  * still goes out, then FIN; the QP moves to ERR. */
 int dw_rc_disconnect(struct dw_qp *qp);
