@@ -374,7 +374,8 @@ static struct rcm_evt *post_locked(struct rcm_chan *chan, struct rcm_id *owner,
         uint64_t one = 1;
         if (write(chan->ch.fd, &one, sizeof(one)) != sizeof(one))
                 dw_warn("rdma_cm: event channel fd %d: %s", chan->ch.fd, strerror(errno));
-        dw_dbg("rdma_cm: id %p: %s status %d", (void *)&owner->id, rdma_event_str(type), status);
+        dw_dbg("rdma_cm[%d]: id %p: %s status %d", (int)getpid(), (void *)&owner->id,
+               rdma_event_str(type), status);
         return e;
 }
 
@@ -975,6 +976,8 @@ int rcm_destroy_id(struct rdma_cm_id *id)
                 return fail(EINVAL);
         }
         r->destroyed = true;
+        dw_dbg("rdma_cm[%d]: id %p: rdma_destroy_id in state %d", (int)getpid(), (void *)id,
+               (int)r->state);
         /* A request never answered: refuse it so the peer does not wait. */
         if (r->state == RCM_REQ && r->parent) {
                 if (r->parent->l)
@@ -1695,6 +1698,8 @@ int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
         r->state = RCM_CONNECTING;
         r->busy++;
         r->refs++;
+        dw_dbg("rdma_cm[%d]: id %p: rdma_connect QP %#x to port %u", (int)getpid(), (void *)id,
+               j->qp ? j->qp->qp_num : 0, ntohs(dst_port_be(r)));
         pthread_mutex_unlock(&g.lock);
 
         if (r->sync) {
@@ -1786,6 +1791,8 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
                         apply_ack_timeout(r->ack_timeout, qp);
                 }
         }
+        dw_dbg("rdma_cm[%d]: id %p: rdma_accept QP %#x: %d", (int)getpid(), (void *)id,
+               qp ? qp->qp_num : 0, err);
         pthread_mutex_lock(&g.lock);
         r->busy--;
         pthread_cond_broadcast(&g.cond);
@@ -1827,6 +1834,7 @@ int rcm_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_
         }
         r->state = RCM_IDLE;
         drop_req_event_locked(r);
+        dw_dbg("rdma_cm[%d]: id %p: rdma_reject", (int)getpid(), (void *)id);
         uint8_t len = private_data ? private_data_len : 0;
         int err = is_ud(r) ? ud_reply(r, RCM_UD_REJECT, 0, private_data, len)
                            : diwarp_reject(r->parent->l, r->req_id, private_data, len);
