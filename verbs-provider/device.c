@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -87,6 +88,25 @@ static struct dwv_verbs_device dwv_dev;
 static uint32_t dwv_addr_be;       /* GID 0's IPv4 (network order) */
 static char dwv_ifname[16] = "lo"; /* its interface: the device's netdev */
 static pthread_once_t dwv_dev_once = PTHREAD_ONCE_INIT;
+static bool dwv_as_ib; /* DIWARP_TRANSPORT=ib */
+
+/* DIWARP_TRANSPORT: what the device says it is. "iwarp" (the default) is the
+ * truth. "ib" reports an InfiniBand-transport device on an Ethernet link, as
+ * RoCE devices do, for libraries that switch features off for iWARP:
+ * libfabric's verbs provider offers no remote CQ data on iWARP, and Open MPI
+ * 4.1's ofi MTL without CQ data hangs in MPI_Ssend to any rank but 0. The
+ * wire, the rdma_cm emulation and every verb stay the same. */
+static void dwv_transport_init(void)
+{
+        const char *t = getenv("DIWARP_TRANSPORT");
+        if (!t || !*t || !strcasecmp(t, "iwarp"))
+                return;
+        if (!strcasecmp(t, "ib")) {
+                dwv_as_ib = true;
+                return;
+        }
+        dw_warn("verbs: DIWARP_TRANSPORT=%s: not iwarp or ib; the device reports iwarp", t);
+}
 
 static void dwv_device_init(void)
 {
@@ -108,9 +128,10 @@ static void dwv_device_init(void)
         }
         dwv_addr_be = ip.s_addr;
 
+        dwv_transport_init();
         struct ibv_device *d = &dwv_dev.device;
-        d->node_type = IBV_NODE_RNIC;
-        d->transport_type = IBV_TRANSPORT_IWARP;
+        d->node_type = dwv_as_ib ? IBV_NODE_CA : IBV_NODE_RNIC;
+        d->transport_type = dwv_as_ib ? IBV_TRANSPORT_IB : IBV_TRANSPORT_IWARP;
         snprintf(d->name, sizeof(d->name), "%s", DWV_NAME);
         snprintf(d->dev_name, sizeof(d->dev_name), "uverbs_%s", DWV_NAME);
         snprintf(d->dev_path, sizeof(d->dev_path), "%s", DWV_SYSFS_UVERBS);
@@ -234,7 +255,8 @@ int dwv_sysfs_value(const char *file, char *buf, size_t size)
         if (!strcmp(file, "board_id"))
                 snprintf(tmp, sizeof(tmp), "%s", DWV_BOARD_ID);
         else if (!strcmp(file, "node_type"))
-                snprintf(tmp, sizeof(tmp), "%d: RNIC", IBV_NODE_RNIC);
+                snprintf(tmp, sizeof(tmp), "%s",
+                         dwv_device()->device.node_type == IBV_NODE_CA ? "1: CA" : "4: RNIC");
         else if (!strcmp(file, "fw_ver"))
                 snprintf(tmp, sizeof(tmp), "%d.%d.%d", DIWARP_VERSION_MAJOR, DIWARP_VERSION_MINOR,
                          DIWARP_VERSION_PATCH);

@@ -750,11 +750,17 @@ struct ibv_qp *dwv_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ini
         };
         int err = diwarp_qp_create(dwv_pd(pd)->d, &a, &q->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_create_qp(type %d, send_wr %u, recv_wr %u, send_sge %u, "
-                        "recv_sge %u, inline %u): %s",
-                        init->qp_type, init->cap.max_send_wr, init->cap.max_recv_wr,
-                        init->cap.max_send_sge, init->cap.max_recv_sge, init->cap.max_inline_data,
-                        strerror(-err));
+                /* Libraries find the inline limit by asking for less and less
+                 * (libfabric's verbs provider does): no warning for that. */
+                struct diwarp_device_attr da;
+                bool probe = err == -EINVAL && diwarp_device_query(dwv_ctx(ctx)->dev, &da) == 0 &&
+                             init->cap.max_inline_data > da.max_inline_data;
+                dw_log_at(probe ? DW_LOG_DEBUG : DW_LOG_WARN,
+                          "verbs: ibv_create_qp(type %d, send_wr %u, recv_wr %u, send_sge %u, "
+                          "recv_sge %u, inline %u): %s%s",
+                          init->qp_type, init->cap.max_send_wr, init->cap.max_recv_wr,
+                          init->cap.max_send_sge, init->cap.max_recv_sge, init->cap.max_inline_data,
+                          strerror(-err), probe ? " (inline data above the device's limit)" : "");
                 free(q);
                 return dwv_fail(err);
         }

@@ -38,6 +38,27 @@ timeout 30 "$DIWARP" run --addr 127.0.0.2 ibv_devinfo -v >"$out" 2>&1 ||
         { cat "$out" >&2; fail "ibv_devinfo -v with --addr exited $?"; }
 expect "$out" 'GID\[ *0\]:[[:space:]]+::ffff:127\.0\.0\.2' "GID[0] follows --addr"
 
+# --transport ib: the report changes (transport, node type in sysfs), the
+# link layer does not; a value that is neither iwarp nor ib is refused.
+timeout 30 "$DIWARP" run --transport ib ibv_devinfo >"$out" 2>&1 ||
+        { cat "$out" >&2; fail "ibv_devinfo with --transport ib exited $?"; }
+expect "$out" 'transport:[[:space:]]+InfiniBand \(0\)' "--transport ib: transport InfiniBand"
+expect "$out" 'link_layer:[[:space:]]+Ethernet' "--transport ib: link layer still Ethernet"
+timeout 30 "$DIWARP" run --transport ib cat /sys/class/infiniband/diwarp0/node_type >"$out" 2>&1 ||
+        { cat "$out" >&2; fail "reading node_type with --transport ib exited $?"; }
+expect "$out" '^1: CA$' "--transport ib: sysfs node_type 1: CA"
+timeout 30 "$DIWARP" run cat /sys/class/infiniband/diwarp0/node_type >"$out" 2>&1 ||
+        { cat "$out" >&2; fail "reading node_type exited $?"; }
+expect "$out" '^4: RNIC$' "default: sysfs node_type 4: RNIC"
+r=0
+timeout 30 "$DIWARP" run --transport roce true >"$out" 2>&1 || r=$?
+[ $r -eq 2 ] || { cat "$out" >&2; fail "--transport roce: exit $r, want 2"; }
+expect "$out" 'want iwarp or ib' "--transport roce refused with a reason"
+DIWARP_TRANSPORT=roce timeout 30 "$DIWARP" run ibv_devinfo >"$out" 2>&1 ||
+        { cat "$out" >&2; fail "ibv_devinfo with DIWARP_TRANSPORT=roce exited $?"; }
+expect "$out" 'DIWARP_TRANSPORT=roce: not iwarp or ib' "a bad DIWARP_TRANSPORT is named"
+expect "$out" 'transport:[[:space:]]+iWARP \(1\)' "a bad DIWARP_TRANSPORT keeps iWARP"
+
 # Without the preload the device must not appear (the test can fail).
 if ibv_devices 2>/dev/null | grep -q diwarp0; then
         fail "diwarp0 visible without the preload"
