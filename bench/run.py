@@ -1599,9 +1599,12 @@ class Harness:
         ("mpi-ob1-tcp", "Open MPI ob1 + tcp btl", ["--mca", "pml", "ob1", "--mca", "btl",
                                                    "self,tcp"], False, {}),
         ("mpi-ofi-tcp", "libfabric `tcp;ofi_rxm` (mtl ofi)", MPI_CM + ["tcp;ofi_rxm"], False, {}),
-        ("mpi-diwarp-rc", "diwarp RC (`verbs;ofi_rxm`)", MPI_CM + ["verbs;ofi_rxm"], True, {}),
+        # The USAGE.md recipe: the device reported as IB transport, so that
+        # Open MPI gets remote CQ data (its synchronous sends hang without).
+        ("mpi-diwarp-rc", "diwarp RC (`verbs;ofi_rxm`)", MPI_CM + ["verbs;ofi_rxm"], True,
+         {"DIWARP_TRANSPORT": "ib"}),
         ("mpi-diwarp-rc-rd", "diwarp RC over RD (`DIWARP_RC_TRANSPORT=rd`)",
-         MPI_CM + ["verbs;ofi_rxm"], True, {"DIWARP_RC_TRANSPORT": "rd"}),
+         MPI_CM + ["verbs;ofi_rxm"], True, {"DIWARP_TRANSPORT": "ib", "DIWARP_RC_TRANSPORT": "rd"}),
     ]
     MPI_TCP = ("mpi-ob1-tcp", "mpi-ofi-tcp")
     MPI_LAT = 2                   # the latency point: 2-8 B

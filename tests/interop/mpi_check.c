@@ -5,7 +5,9 @@
  * mismatch is printed with the rank, the operation, the size and the first
  * bad offset, and the program exits 1 through MPI_Abort. Rank 0 prints one
  * "ok" line per operation and, at the end, "mpi_check: all ok (N ranks)".
- *   mpirun -np N mpi_check [MAX_BYTES]   (default and largest: 64 MiB) */
+ * Synchronous sends (MPI_Ssend) run both ways between rank 0 and the last
+ * rank unless the second argument is "nossend".
+ *   mpirun -np N mpi_check [MAX_BYTES [nossend]]   (default and largest: 64 MiB) */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,6 +84,28 @@ static void p2p(uint8_t *sbuf, uint8_t *rbuf, size_t size)
         }
         MPI_Barrier(MPI_COMM_WORLD);
         ok("p2p", size);
+}
+
+/* MPI_Ssend completes only once the receiver has matched it: rank 0 to the
+ * last rank, then back. */
+static void ssend(uint8_t *sbuf, uint8_t *rbuf, size_t size)
+{
+        int last = nranks - 1;
+        MPI_Status st;
+
+        for (int dir = 0; dir < 2; dir++) {
+                int from = dir == 0 ? 0 : last, to = dir == 0 ? last : 0;
+                if (rank == from) {
+                        fill(sbuf, rank, size);
+                        MPI_Ssend(sbuf, (int)size, MPI_BYTE, to, 9, MPI_COMM_WORLD);
+                } else if (rank == to) {
+                        memset(rbuf, 0x69, size);
+                        MPI_Recv(rbuf, (int)size, MPI_BYTE, from, 9, MPI_COMM_WORLD, &st);
+                        verify("ssend", rbuf, from, size);
+                }
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        ok("ssend", size);
 }
 
 static void bcast(uint8_t *buf, size_t size)
@@ -168,6 +192,7 @@ int main(int argc, char **argv)
         printf("rank %d of %d on %s\n", rank, nranks, host);
         fflush(stdout);
         size_t max = argc > 1 ? strtoull(argv[1], NULL, 0) : MAX_DEFAULT;
+        int with_ssend = !(argc > 2 && strcmp(argv[2], "nossend") == 0);
         if (max == 0 || max > MAX_DEFAULT)
                 max = MAX_DEFAULT;
         uint8_t *sbuf = malloc(max), *rbuf = malloc(max);
@@ -182,6 +207,9 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < sizeof sizes / sizeof *sizes && sizes[k] <= max; k++)
                 p2p(sbuf, rbuf, sizes[k]);
         p2p(sbuf, rbuf, max);
+        if (with_ssend)
+                for (size_t b = 1; b <= max; b *= 256)
+                        ssend(sbuf, rbuf, b);
         for (size_t b = 1; b <= max && b <= (8u << 20); b *= 64)
                 bcast(rbuf, b);
         reduce(1);
