@@ -97,8 +97,14 @@ void dw_progress_wake(struct dw_device *dev)
 
 void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns)
 {
-        if (abs_ns < dev->prog.deadline_ns)
-                dev->prog.deadline_ns = abs_ns;
+        struct dw_progress *p = &dev->prog;
+        if (abs_ns >= p->deadline_ns)
+                return;
+        p->deadline_ns = abs_ns;
+        if (abs_ns < atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed)) {
+                atomic_store_explicit(&p->thread_sleep_until, abs_ns, memory_order_relaxed);
+                dw_progress_wake(dev);
+        }
 }
 
 void dw_progress_tx_wait(struct dw_device *dev, bool wait)
@@ -290,7 +296,14 @@ static int dw_progress_tx(struct dw_device *dev, int budget)
         return work;
 }
 
-static int dw_progress_watch_events(struct dw_device *dev, const struct epoll_event *evs, int n)
+/* looked: the application's own epoll look found evs. The wake eventfd is
+ * then left to the thread, if one runs: reading it here would take the
+ * wake-up from a thread asleep in epoll_wait, which then sleeps on with the
+ * timeout it computed before the wake-up (a timer armed since, the one the
+ * wake-up was for, would never be served while the application blocks on
+ * its completion channel). */
+static int dw_progress_watch_events(struct dw_device *dev, const struct epoll_event *evs, int n,
+                                    bool looked)
 {
         struct dw_progress *p = &dev->prog;
         int work = 0;
@@ -298,6 +311,8 @@ static int dw_progress_watch_events(struct dw_device *dev, const struct epoll_ev
                 uint32_t tag = (uint32_t)evs[i].data.u64;
                 int fd = (int)(evs[i].data.u64 >> 32);
                 if (tag == DW_TAG_WAKE) {
+                        if (looked && p->started)
+                                continue;
                         uint64_t v;
                         if (read(p->wake_fd, &v, sizeof(v)) < 0) {
                                 /* EAGAIN: already drained */
@@ -377,7 +392,7 @@ static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
                             (evs[i].events & (EPOLLIN | EPOLLERR)))
                                 *udp_ready = true;
         }
-        return nev > 0 ? dw_progress_watch_events(dev, evs, nev) : 0;
+        return nev > 0 ? dw_progress_watch_events(dev, evs, nev, look) : 0;
 }
 
 /* read: an application-driven step reads the data sockets directly (not the
@@ -591,6 +606,11 @@ static void *dw_progress_thread(void *arg)
                 if (dw_fault_rx_throttled(&dev->fault))
                         dw_progress_udp_hold(dev, dw_fault_rx_wait(&dev->fault, dw_now_ns()) != 0);
                 int64_t timeout = dw_progress_timeout_ns(dev);
+                if (!parked)
+                        atomic_store_explicit(&p->thread_sleep_until,
+                                              timeout < 0 ? UINT64_MAX
+                                                          : dw_now_ns() + (uint64_t)timeout,
+                                              memory_order_relaxed);
                 pthread_mutex_unlock(&dev->lock);
                 if (stop)
                         break;
@@ -622,6 +642,7 @@ static void *dw_progress_thread(void *arg)
                         continue;
                 }
                 int n = dw_progress_epoll(p, evs, timeout);
+                atomic_store_explicit(&p->thread_sleep_until, 0, memory_order_relaxed);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;

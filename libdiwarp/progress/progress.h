@@ -110,6 +110,13 @@ struct dw_progress {
          * the lock: while the count keeps moving the application drives
          * progress and the thread stays parked off the data fds. */
         _Atomic uint64_t app_reads;
+        /* When the thread's sleep on the data fds ends (ns; UINT64_MAX: only
+         * a fd wakes it; 0: it is not asleep there, running or parked). Set
+         * by the thread under the device lock before it sleeps, cleared when
+         * it wakes; dw_progress_timer wakes it for an earlier deadline (an
+         * application that arms a timer and then blocks on its completion
+         * channel drives nothing itself). */
+        _Atomic uint64_t thread_sleep_until;
 };
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
