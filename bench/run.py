@@ -1717,7 +1717,9 @@ class Harness:
         for tool, pkg in (("mpirun", "openmpi-bin"), ("NPopenmpi", "netpipe-openmpi")):
             if not shutil.which(tool):
                 why = f"{tool} missing (Debian package {pkg})"
-        tmp = tempfile.mkdtemp(prefix="mpi-", dir=r.logdir)
+        # Absolute: Open MPI puts its session directories under TMPDIR, from
+        # the namespaces' own working directories.
+        tmp = os.path.abspath(tempfile.mkdtemp(prefix="mpi-", dir=r.logdir))
         old = signal.signal(signal.SIGTERM, sigterm_interrupts)
         try:
             if why is None:
