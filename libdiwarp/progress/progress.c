@@ -601,25 +601,16 @@ static void *dw_progress_thread(void *arg)
 
         dw_progress_short_slice();
         for (;;) {
-                pthread_mutex_lock(&dev->lock);
-                bool stop = p->stop;
-                if (dw_fault_rx_throttled(&dev->fault))
-                        dw_progress_udp_hold(dev, dw_fault_rx_wait(&dev->fault, dw_now_ns()) != 0);
-                int64_t timeout = dw_progress_timeout_ns(dev);
-                if (!parked)
-                        atomic_store_explicit(&p->thread_sleep_until,
-                                              timeout < 0 ? UINT64_MAX
-                                                          : dw_now_ns() + (uint64_t)timeout,
-                                              memory_order_relaxed);
-                pthread_mutex_unlock(&dev->lock);
-                if (stop)
-                        break;
                 if (parked) {
                         /* Timers are the application's too while it drives
                          * (each of its steps runs the transports' timers):
                          * waking for them would take the lock from it on
                          * every delayed ACK. Back on the data fds, a timer
-                         * still due is served at once. */
+                         * still due is served at once. Parked, the thread
+                         * takes the device lock only for a wake-up: the
+                         * polling application holds it most of the time. */
+                        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+                                break;
                         struct timespec ts = {0, park_ns};
                         struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
                         int r = ppoll(&pfd, 1, &ts, NULL);
@@ -641,6 +632,17 @@ static void *dw_progress_thread(void *arg)
                         }
                         continue;
                 }
+                pthread_mutex_lock(&dev->lock);
+                bool stop = p->stop;
+                if (dw_fault_rx_throttled(&dev->fault))
+                        dw_progress_udp_hold(dev, dw_fault_rx_wait(&dev->fault, dw_now_ns()) != 0);
+                int64_t timeout = dw_progress_timeout_ns(dev);
+                atomic_store_explicit(&p->thread_sleep_until,
+                                      timeout < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)timeout,
+                                      memory_order_relaxed);
+                pthread_mutex_unlock(&dev->lock);
+                if (stop)
+                        break;
                 int n = dw_progress_epoll(p, evs, timeout);
                 atomic_store_explicit(&p->thread_sleep_until, 0, memory_order_relaxed);
                 if (n < 0) {
@@ -695,7 +697,7 @@ int dw_progress_start(struct dw_device *dev)
         }
         dev->prog.started = true;
         dev->prog.thread_mode = true;
-        dev->prog.stop = false;
+        __atomic_store_n(&dev->prog.stop, false, __ATOMIC_RELAXED);
         int err = pthread_create(&dev->prog.thread, NULL, dw_progress_thread, dev);
         if (err) {
                 dev->prog.started = false;
@@ -712,7 +714,7 @@ void dw_progress_stop(struct dw_device *dev)
 {
         pthread_mutex_lock(&dev->lock);
         bool started = dev->prog.started;
-        dev->prog.stop = true;
+        __atomic_store_n(&dev->prog.stop, true, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&dev->lock);
         if (!started)
                 return;
