@@ -11,7 +11,9 @@
  *   no ring overflow, credits conserved (seed 001 digest, 2.4, I1, I2), no
  *   send without credit; at the end every schedule drains.
  *
- * DIWARP_CREDIT_TRACE=1 prints a summary of the property runs. */
+ * DIWARP_CREDIT_TRACE=1 prints a summary of the property runs (and the state
+ * of a schedule that does not drain); DIWARP_CREDIT_FROM=i starts the
+ * property runs at schedule i, to replay a failing one. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -459,6 +461,70 @@ Test(credit_dynamic, initial_state_and_first_returns)
         dw_credit_fini(&rx);
 }
 
+/* Seed 001 Sec. 6.6 (Fig. 6.4, blocks 5-7): credits piggybacked early are
+ * not returned twice; a deficit is made up at the threshold, an excess delays
+ * the next one. */
+Test(credit_dynamic, piggyback_deficit_and_excess)
+{
+        struct dw_credit rx;
+        struct dw_credit_view v;
+        uint32_t pos, lim, g;
+
+        init_ok(&rx, DW_CREDIT_DYNAMIC, 2, 20, 2); /* intended 10: T = 4 */
+#define ONE()                                                                                      \
+        do {                                                                                       \
+                cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 1, &pos), 0);                             \
+                cr_assert_eq(dw_credit_rx_release(&rx, pos, 1), 0);                                \
+        } while (0)
+        /* The first three retrieved packets each cross a threshold of 1 and
+         * return 4; the third is a monitoring point (LOW -> MEDIUM). */
+        ONE();
+        ONE();
+        ONE();
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(rx.peer[0].rx_granted, 2 + 3 * 4);
+        cr_assert_eq(v.threshold, 4);
+        cr_assert_eq(v.act, DW_CREDIT_MEDIUM);
+        /* Deficit: 3 go back early, the crossing returns the 1 missing. */
+        ONE();
+        g = rx.peer[0].rx_granted;
+        cr_assert_eq(dw_credit_piggyback(&rx, 0, &lim), 1);
+        cr_assert_eq(lim, g + 1);
+        ONE();
+        ONE();
+        cr_assert_eq(dw_credit_piggyback(&rx, 0, &lim), 1);
+        cr_assert_eq(lim, g + 3);
+        cr_assert_eq(rx.peer[0].piggybacked, 3);
+        ONE(); /* retrieved 1 + piggybacked 3 = 4: the regular way */
+        cr_assert_eq(rx.peer[0].rx_granted, g + 4, "4 in all, not 3 + 4");
+        cr_assert_eq(rx.peer[0].piggybacked, 0);
+        struct dw_credit_ctl ctl;
+        cr_assert_eq(dw_credit_next_ctl(&rx, &ctl), 1);
+        cr_assert_eq(ctl.value, g + 4);
+        while (dw_credit_next_ctl(&rx, &ctl) == 1)
+                ;
+        /* Excess: the quota shrinks (as a steal would) to 4, T = 2; 3 were
+         * piggybacked when the piggyback way crosses: nothing goes back and
+         * the next threshold is later by 1. */
+        rx.peer[0].intended -= 6;
+        rx.peer[1].intended += 6;
+        ONE();
+        ONE();
+        ONE();
+        g = rx.peer[0].rx_granted;
+        cr_assert_eq(dw_credit_piggyback(&rx, 0, &lim), 1);
+        cr_assert_eq(lim, g + 3);
+        uint32_t next = rx.fifo[0 * 3 + (rx.peer[0].events + 1) % 3];
+        ONE();
+        cr_assert_eq(dw_credit_piggyback(&rx, 0, &lim), 0, "no credits: an excess");
+        cr_assert_eq(lim, g + 3);
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.threshold, next + 1);
+        cr_assert_eq(rx.peer[0].piggybacked, 0);
+#undef ONE
+        dw_credit_fini(&rx);
+}
+
 /* ------------------------------------------------- property model */
 
 /* Endpoint 0 is the receiver R, with one peer per sender; endpoints 1..ns are
@@ -657,10 +723,12 @@ static void check_endpoint(uint32_t x)
         cr_assert_eq(lists, n, "I5: endpoint %u", x);
 }
 
-static void check_all(void)
+/* An event touches R and one sender s: check both (R's check covers every
+ * pair's receiving side at R and its global invariants). */
+static void check_step(uint32_t s)
 {
-        for (uint32_t e = 0; e < nep(); e++)
-                check_endpoint(e);
+        check_endpoint(0);
+        check_endpoint(s);
 }
 
 /* ---- events */
@@ -809,30 +877,9 @@ static bool pair_busy(uint32_t s)
                    (DW_CREDIT_F_REQ | DW_CREDIT_F_RESP | DW_CREDIT_F_DUE);
 }
 
-static void step(bool gen)
+static void do_event(uint32_t ev, uint32_t s, bool up)
 {
-        const struct mparams *p = &M.p;
-        uint32_t w[9] = {gen ? p->w_gen : 0, p->w_send,    p->w_ctl, p->w_data,  p->w_cred,
-                         p->w_consume,       p->w_release, p->w_ack, p->w_ackdel};
-        uint32_t tot = 0;
-        for (int i = 0; i < 9; i++)
-                tot += w[i];
-        uint32_t r = below(tot), ev = 0;
-        while (r >= w[ev])
-                r -= w[ev++];
-        uint32_t s = 1 + below(p->ns); /* a sender, and R's index for it: s - 1 */
-        bool up = !chance(p->reply_pct ? 25 : 5);
-        if (!gen) {
-                /* Draining: spend the steps on the pairs that still have work. */
-                uint32_t busy[MAXS], nb = 0;
-                for (uint32_t i = 1; i <= p->ns; i++)
-                        if (pair_busy(i))
-                                busy[nb++] = i;
-                if (nb)
-                        s = busy[below(nb)];
-                up = chance(50);
-        }
-        uint32_t from = up ? s : 0, to = up ? 0 : s;
+        uint32_t from = up ? s : 0, to = up ? 0 : s; /* R's index for sender s: s - 1 */
         switch (ev) {
         case 0:
                 ev_gen();
@@ -862,8 +909,53 @@ static void step(bool gen)
                 ev_ackdel(to, from);
                 break;
         }
+}
+
+/* One random event, then the invariants. */
+static void step(void)
+{
+        const struct mparams *p = &M.p;
+        uint32_t w[9] = {p->w_gen,     p->w_send,    p->w_ctl, p->w_data,  p->w_cred,
+                         p->w_consume, p->w_release, p->w_ack, p->w_ackdel};
+        uint32_t tot = 0;
+        for (int i = 0; i < 9; i++)
+                tot += w[i];
+        uint32_t r = below(tot), ev = 0;
+        while (r >= w[ev])
+                r -= w[ev++];
+        uint32_t who = 1 + below(p->ns);
+        do_event(ev, who, !chance(p->reply_pct ? 25 : 5));
         M.steps++;
-        check_all();
+        check_step(who);
+}
+
+/* Draining: every pair that still has work gets each kind of event (except
+ * generation) in a random order, some skipped; the invariants after each. */
+static void sweep(void)
+{
+        uint32_t busy[MAXS], nb = 0;
+        for (uint32_t i = 1; i <= M.p.ns; i++)
+                if (pair_busy(i))
+                        busy[nb++] = i;
+        if (!nb) /* what is left is R's own: its ring, its control queue */
+                for (uint32_t i = 1; i <= M.p.ns; i++)
+                        busy[nb++] = i;
+        for (uint32_t k = nb; k > 1; k--) {
+                uint32_t j = below(k), t = busy[k - 1];
+                busy[k - 1] = busy[j];
+                busy[j] = t;
+        }
+        for (uint32_t b = 0; b < nb; b++)
+                for (uint32_t n = 0; n < 12; n++) {
+                        if (chance(25))
+                                continue;
+                        uint32_t ev = 1 + below(8);
+                        if ((ev == 7 || ev == 8) && !M.p.w_ack)
+                                continue; /* no ACK-borne credits in this schedule */
+                        do_event(ev, busy[b], chance(50));
+                        M.steps++;
+                        check_step(busy[b]);
+                }
 }
 
 static void set_phase(void)
@@ -929,15 +1021,15 @@ static bool run_schedule(void)
         for (uint32_t i = 0; i < M.p.steps; i++) {
                 if (M.p.phase && i % M.p.phase == 0)
                         set_phase();
-                step(true);
+                step();
         }
         /* Stop generating: everything queued must still get through. */
-        for (uint32_t i = 0; i < 400000; i++) {
+        for (uint32_t i = 0; i < 100000; i++) {
                 if (drained()) {
                         cr_assert_eq(M.delivered, M.generated);
                         return true;
                 }
-                step(false);
+                sweep();
         }
         if (trace())
                 dump();
@@ -981,7 +1073,7 @@ static void random_params(struct mparams *p, enum dw_credit_mode mode)
                 p->ack_loss = below(50);
                 p->ack_dup = below(30);
         }
-        p->steps = 200 + below(1200);
+        p->steps = 150 + below(800);
         p->phase = chance(60) ? 50 + below(300) : 0;
 }
 
@@ -1047,7 +1139,7 @@ static void run_many(enum dw_credit_mode mode, uint32_t n, uint64_t seed, struct
 Test(credit_property, static_protocol, .timeout = 60)
 {
         struct summary s;
-        run_many(DW_CREDIT_STATIC, 1500, 0x57A71C, &s);
+        run_many(DW_CREDIT_STATIC, 1000, 0x57A71C, &s);
         cr_assert_gt(s.stalls, 0, "the schedules do run out of credits");
         cr_assert_gt(s.credit_msgs, 0);
         cr_assert_gt(s.piggybacks, 0);
@@ -1059,9 +1151,82 @@ Test(credit_property, static_protocol, .timeout = 60)
 Test(credit_property, dynamic_protocol, .timeout = 60)
 {
         struct summary s;
-        run_many(DW_CREDIT_DYNAMIC, 1500, 0xD1A4A1C, &s);
+        run_many(DW_CREDIT_DYNAMIC, 1000, 0xD1A4A1C, &s);
         cr_assert_gt(s.stalls, 0);
         cr_assert_gt(s.steals, 0, "quotas moved");
         cr_assert_gt(s.requests, 0, "compulsory returns happened");
         cr_assert_eq(s.requests, s.responses, "every request answered");
+}
+
+/* Seed 001 R-D3, R-D7, R-D9 on one deterministic schedule: 8 senders share a
+ * ring of 16 slots each. When only one stays active it ends up with every slot
+ * but the others' floors, the idle ones are parked in NULL at the floor and
+ * give back what they held above it (compulsory return); when they all come
+ * back they take quota back. */
+Test(credit_dynamic, one_active_sender_takes_the_ring_and_idle_ones_come_back, .timeout = 60)
+{
+        struct mparams p = {
+            .mode = DW_CREDIT_DYNAMIC,
+            .ns = 8,
+            .ring = 8 * 16,
+            .cs = 2,
+            .sring = 8,
+            .msgmax = 8,
+            .piece = 8,
+            .w_gen = 10,
+            .w_send = 20,
+            .w_ctl = 10,
+            .w_data = 20,
+            .w_cred = 10,
+            .w_consume = 10,
+            .w_release = 20,
+        };
+        struct dw_credit_view v;
+        const uint32_t fl = 2, max = 8 * 16 - 7 * fl;
+
+        rng_state = 0xC4ED17;
+        model_init(&p);
+        for (int i = 0; i < 4000; i++) /* everybody sends */
+                step();
+        for (uint32_t s = 2; s <= 8; s++)
+                M.active[s] = false;
+        uint32_t monitoring = 0;
+        for (int i = 0; i < 60000; i++) {
+                step();
+                cr_assert_eq(dw_credit_view(&M.ep[0], 0, &v), 0);
+                if (v.intended == max) {
+                        monitoring = i;
+                        break;
+                }
+        }
+        cr_assert_eq(v.intended, max, "the active sender's quota reaches the maximum (%u)",
+                     v.intended);
+        /* Let the compulsory returns complete. */
+        for (int i = 0; i < 4000; i++)
+                step();
+        for (uint32_t s = 1; s < 8; s++) {
+                cr_assert_eq(dw_credit_view(&M.ep[0], s, &v), 0);
+                cr_assert_eq(v.intended, fl, "idle sender %u at the floor", s + 1);
+                cr_assert_eq(v.act, DW_CREDIT_NULL, "idle sender %u in NULL", s + 1);
+                cr_assert_leq(v.rx_current, fl, "idle sender %u gave back its credits (%u)", s + 1,
+                              v.rx_current);
+        }
+        cr_assert_gt(M.ep[0].stats.requests, 0);
+        /* Everybody again: each idle one takes quota back (R-D9: a NULL
+         * sender is treated as HIGH at its monitoring points and steals). */
+        for (uint32_t s = 2; s <= 8; s++)
+                M.active[s] = true;
+        uint32_t most[8] = {0};
+        for (int i = 0; i < 30000; i++) {
+                step();
+                for (uint32_t s = 1; s < 8; s++)
+                        if (M.ep[0].peer[s].intended > most[s])
+                                most[s] = M.ep[0].peer[s].intended;
+        }
+        for (uint32_t s = 1; s < 8; s++)
+                cr_assert_gt(most[s], fl, "sender %u took quota back", s + 1);
+        cr_assert(run_schedule());
+        if (trace())
+                fprintf(stderr, "one active sender: maximum quota after %u steps\n", monitoring);
+        model_fini();
 }
