@@ -299,11 +299,12 @@ static void steal(struct dw_credit *c, uint32_t s, uint32_t v)
 
         if (cred > pv->intended - fl)
                 cred = pv->intended - fl;
-        if (c->cfg.max_quota)
-                cred = ps->intended >= c->cfg.max_quota ? 0
-                                                        : (cred < c->cfg.max_quota - ps->intended
-                                                               ? cred
-                                                               : c->cfg.max_quota - ps->intended);
+        if (c->cfg.max_quota) {
+                uint32_t room =
+                    ps->intended < c->cfg.max_quota ? c->cfg.max_quota - ps->intended : 0;
+                if (cred > room)
+                        cred = room;
+        }
         if (cred) {
                 pv->intended -= cred;
                 ps->intended += cred;
