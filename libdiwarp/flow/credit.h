@@ -86,7 +86,7 @@ struct dw_credit_cfg {
         uint32_t init_credits;
 };
 
-/* Per-peer state, both roles (64 bytes). The dynamic protocol adds a FIFO of
+/* Per-peer state, both roles (60 bytes). The dynamic protocol adds a FIFO of
  * credit_slots + 1 thresholds per peer (4 bytes each) outside the struct. */
 struct dw_credit_peer {
         /* Sender role: our credits in the peer's ring. */
