@@ -398,27 +398,33 @@ static void check_crossing(struct dw_credit *c, uint32_t s)
                 threshold_event(c, s, false);
 }
 
-/* n slots of s were retrieved (freed in ring order). */
+/* n slots of s were retrieved (freed in ring order). They count one by one,
+ * as n one-slot packets would in the thesis: a threshold crossed in the
+ * middle of a message returns its own amount, and the rest counts on. */
 static void retire(struct dw_credit *c, uint32_t s, uint32_t n)
 {
         struct dw_credit_peer *p = &c->peer[s];
 
         if (c->cfg.mode == DW_CREDIT_STATIC) {
+                uint32_t thr = static_thr(c, p), k;
                 p->rx_retired += n;
                 p->retrieved += n;
-                if (p->retrieved >= static_thr(c, p)) {
-                        p->rx_granted += p->retrieved;
-                        p->retrieved = 0;
+                k = p->retrieved / thr;
+                if (k) {
+                        p->rx_granted += k * thr;
+                        p->retrieved -= k * thr;
                         p->flags |= DW_CREDIT_F_CHANGED | DW_CREDIT_F_DUE;
                         enqueue(c, s);
                 }
                 return;
         }
-        uint32_t r0 = reserve(c, p);
-        p->rx_retired += n;
-        c->available += n - (reserve(c, p) - r0);
-        p->retrieved += n;
-        check_crossing(c, s);
+        for (uint32_t i = 0; i < n; i++) {
+                uint32_t r0 = reserve(c, p);
+                p->rx_retired++;
+                c->available += 1 - (reserve(c, p) - r0);
+                p->retrieved++;
+                check_crossing(c, s);
+        }
 }
 
 /* ---- receiver role: the ring ------------------------------------------------------ */
