@@ -34,6 +34,8 @@
  *     return to the senders in ring order: a released message frees its
  *     slots (and counts as retrieved for its sender) once every message
  *     before it is released too, as the mailbox's single read pointer does.
+ *     Its slots count one by one towards the thresholds, as one-slot
+ *     packets would.
  *  4. Partial sends: dw_credit_tx_take grants up to what is asked, so a
  *     message is sent in pieces as credits come (thesis Sec. 2.4).
  *  5. Dynamic protocol: a threshold is reached when retrieved + piggybacked
