@@ -490,8 +490,10 @@ int dw_credit_on_response(struct dw_credit *c, uint32_t peer, uint32_t skip_tota
                 return -EPROTO;
         struct dw_credit_peer *p = &c->peer[peer];
         uint32_t d = skip_total - p->rx_skip;
+        if (!(p->flags & DW_CREDIT_F_BLOCKED))
+                return -EPROTO; /* no request of ours is waiting for it */
         if ((int32_t)d < 0)
-                return 0; /* older than what we know */
+                return -EPROTO; /* a give-back cannot shrink */
         if (d > p->rx_granted - p->rx_arrived - p->rx_skip)
                 return -EPROTO;
         uint32_t r0 = reserve(c, p);

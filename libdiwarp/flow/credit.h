@@ -231,8 +231,9 @@ int dw_credit_rx_arrive(struct dw_credit *c, uint32_t peer, uint32_t nslots, uin
  * first slot or nslots differs, -EALREADY released twice. */
 int dw_credit_rx_release(struct dw_credit *c, uint32_t pos, uint32_t nslots);
 /* Dynamic: peer's compulsory response (it took a slot too) with its
- * cumulative give-back. 0, -EINVAL, -EPROTO (static, or more than the peer
- * could have held); an old value is ignored. */
+ * cumulative give-back. 0, -EINVAL, or -EPROTO with nothing changed: static
+ * mode, no request of ours outstanding, a give-back smaller than the last
+ * one or more than the peer could have held. */
 int dw_credit_on_response(struct dw_credit *c, uint32_t peer, uint32_t skip_total);
 /* A packet (data or ACK) is about to leave for peer and can carry a credit
  * field and will reach it (a data packet, which RD delivers reliably):

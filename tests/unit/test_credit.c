@@ -330,7 +330,17 @@ Test(credit_misuse, bad_calls)
         dw_credit_fini(&c);
 
         init_ok(&c, DW_CREDIT_DYNAMIC, 2, 16, 2);
+        cr_assert_eq(dw_credit_on_response(&c, 0, 0), -EPROTO, "no request outstanding");
+        c.peer[0].flags |= DW_CREDIT_F_BLOCKED; /* as a steal that asked would */
         cr_assert_eq(dw_credit_on_response(&c, 0, 3), -EPROTO, "gives back more than it held");
+        cr_assert_eq(dw_credit_on_response(&c, 0, UINT32_MAX), -EPROTO, "shrinks");
+        cr_assert(c.peer[0].flags & DW_CREDIT_F_BLOCKED, "nothing changed");
+        cr_assert_eq(dw_credit_on_response(&c, 0, 1), 0);
+        cr_assert_not(c.peer[0].flags & DW_CREDIT_F_BLOCKED);
+        struct dw_credit_view dv;
+        cr_assert_eq(dw_credit_view(&c, 0, &dv), 0);
+        cr_assert_eq(dv.rx_current, 1);
+        cr_assert_eq(c.available, 16 - 4, "below its floor: the slot stays the sender's");
         cr_assert_eq(dw_credit_on_response(&c, 2, 0), -EINVAL);
         cr_assert_eq(dw_credit_on_request(&c, 2), -EINVAL);
         dw_credit_fini(&c);
