@@ -24,11 +24,13 @@
  *     idempotent. The thesis's deltas rely on a lossless in-order network.
  *  2. The credit region holds credit_slots unconsumed stand-alone credit
  *     messages per peer; with Eq. 5.1 and in-order credit messages (the
- *     thesis's setting) no more are ever outstanding. Should one more arrive
- *     (credits that travelled out of band on an ACK let the peer return more
- *     before the sender read the older ones), it is merged into the newest
- *     entry, which cumulative values make lossless; stats.cr_merged counts
- *     the merges (the thesis's overflow).
+ *     thesis's setting) the static protocol never has more outstanding.
+ *     Should one more arrive (credits that travelled out of band on an ACK
+ *     let the peer return more before the sender read the older ones; credit
+ *     messages reordered or duplicated; the dynamic protocol, whose FIFO does
+ *     not bound them while a sender holds more than its shrunk quota), it is
+ *     merged into the newest entry, which cumulative values make lossless;
+ *     stats.cr_merged counts the merges (the thesis's overflow).
  *  3. A message takes one or several consecutive slots, wrapping at the end
  *     of the ring (no padding, so the count of free slots is exact). Slots
  *     return to the senders in ring order: a released message frees its
