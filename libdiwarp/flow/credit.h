@@ -28,7 +28,8 @@
  *     Should one more arrive (credits that travelled out of band on an ACK
  *     let the peer return more before the sender read the older ones; credit
  *     messages reordered or duplicated; the dynamic protocol, whose FIFO does
- *     not bound them while a sender holds more than its shrunk quota), it is
+ *     not strictly bound them: seen mostly while a sender holds more than
+ *     its shrunk quota, or with a floor above credit_slots), it is
  *     merged into the newest entry, which cumulative values make lossless;
  *     stats.cr_merged counts the merges (the thesis's overflow).
  *  3. A message takes one or several consecutive slots, wrapping at the end
