@@ -1,25 +1,14 @@
 /* Credit-based mailbox receive ring (seed 001): see credit.h and README.md. */
 #include "flow/credit.h"
 
+#include "util/why.h"
+
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NONE UINT32_MAX
-
-static int fail(char *why, size_t whylen, const char *fmt, ...)
-{
-        va_list ap;
-
-        if (why && whylen) {
-                va_start(ap, fmt);
-                vsnprintf(why, whylen, fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
-}
 
 uint32_t dw_credit_threshold(uint32_t quota, uint32_t credit_slots)
 {
@@ -152,49 +141,51 @@ int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *w
 
         memset(c, 0, sizeof(*c));
         if (cfg->mode != DW_CREDIT_STATIC && cfg->mode != DW_CREDIT_DYNAMIC)
-                return fail(why, whylen, "credit ring: mode %d is neither static nor dynamic",
-                            (int)cfg->mode);
+                return dw_why(why, whylen, -EINVAL,
+                              "credit ring: mode %d is neither static nor dynamic", (int)cfg->mode);
         if (n == 0 || n > DW_CREDIT_MAX_PEERS)
-                return fail(why, whylen, "credit ring: %u peers (1..%u)", n, DW_CREDIT_MAX_PEERS);
+                return dw_why(why, whylen, -EINVAL, "credit ring: %u peers (1..%u)", n,
+                              DW_CREDIT_MAX_PEERS);
         if (ring == 0 || ring > DW_CREDIT_MAX_SLOTS)
-                return fail(why, whylen, "credit ring: %u slots (1..%u)", ring,
-                            DW_CREDIT_MAX_SLOTS);
+                return dw_why(why, whylen, -EINVAL, "credit ring: %u slots (1..%u)", ring,
+                              DW_CREDIT_MAX_SLOTS);
         if (cfg->slot_size < DW_CREDIT_MIN_SLOT_SIZE || cfg->slot_size > DW_CREDIT_MAX_SLOT_SIZE ||
             (cfg->slot_size & (cfg->slot_size - 1)))
-                return fail(why, whylen,
-                            "credit ring: slot size %u is not a power of two in [%u, %u]",
-                            cfg->slot_size, DW_CREDIT_MIN_SLOT_SIZE, DW_CREDIT_MAX_SLOT_SIZE);
+                return dw_why(why, whylen, -EINVAL,
+                              "credit ring: slot size %u is not a power of two in [%u, %u]",
+                              cfg->slot_size, DW_CREDIT_MIN_SLOT_SIZE, DW_CREDIT_MAX_SLOT_SIZE);
         if (cs == 0 || cs > DW_CREDIT_MAX_CSLOTS)
-                return fail(why, whylen, "credit ring: %u credit slots per peer (1..%u)", cs,
-                            DW_CREDIT_MAX_CSLOTS);
+                return dw_why(why, whylen, -EINVAL, "credit ring: %u credit slots per peer (1..%u)",
+                              cs, DW_CREDIT_MAX_CSLOTS);
         uint32_t quota = ring / n;
         if (quota == 0)
-                return fail(why, whylen,
-                            "credit ring: %u slots cannot give each of %u peers one slot", ring, n);
+                return dw_why(why, whylen, -EINVAL,
+                              "credit ring: %u slots cannot give each of %u peers one slot", ring,
+                              n);
         if (cfg->mode == DW_CREDIT_STATIC) {
                 if (cfg->threshold > quota)
-                        return fail(why, whylen,
-                                    "credit ring: threshold %u above the quota of %u slots per "
-                                    "peer can never be reached (deadlock)",
-                                    cfg->threshold, quota);
+                        return dw_why(why, whylen, -EINVAL,
+                                      "credit ring: threshold %u above the quota of %u slots per "
+                                      "peer can never be reached (deadlock)",
+                                      cfg->threshold, quota);
                 if (cfg->min_quota || cfg->max_quota)
-                        return fail(why, whylen,
-                                    "credit ring: minimum and maximum quota apply to the dynamic "
-                                    "protocol only");
+                        return dw_why(why, whylen, -EINVAL,
+                                      "credit ring: minimum and maximum quota apply to the dynamic "
+                                      "protocol only");
         } else {
                 uint32_t s = cfg->min_quota ? cfg->min_quota : cs;
                 if (cfg->threshold)
-                        return fail(why, whylen,
-                                    "credit ring: the dynamic protocol computes its thresholds");
+                        return dw_why(why, whylen, -EINVAL,
+                                      "credit ring: the dynamic protocol computes its thresholds");
                 if (s > quota)
-                        return fail(why, whylen,
-                                    "credit ring: %u slots cannot give each of %u peers its "
-                                    "minimum quota of %u",
-                                    ring, n, s);
+                        return dw_why(why, whylen, -EINVAL,
+                                      "credit ring: %u slots cannot give each of %u peers its "
+                                      "minimum quota of %u",
+                                      ring, n, s);
                 if (cfg->max_quota && cfg->max_quota < quota + (ring % n != 0))
-                        return fail(why, whylen,
-                                    "credit ring: maximum quota %u below the even share of %u",
-                                    cfg->max_quota, quota + (ring % n != 0));
+                        return dw_why(why, whylen, -EINVAL,
+                                      "credit ring: maximum quota %u below the even share of %u",
+                                      cfg->max_quota, quota + (ring % n != 0));
         }
         c->cfg = *cfg;
         c->peer = calloc(n, sizeof(*c->peer));

@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "util/time.h"
+#include "util/why.h"
 
 _Static_assert(sizeof(struct dw_inflight_slot) == DW_INFLIGHT_SLOT_SIZE, "slot layout");
 _Static_assert(offsetof(struct dw_inflight_shm, lock) == 64, "header layout");
@@ -46,18 +46,6 @@ static inline void cpu_relax(void)
 #else
         __asm__ __volatile__("" ::: "memory");
 #endif
-}
-
-static int fail(char *why, size_t whylen, int rc, const char *fmt, ...)
-{
-        va_list ap;
-
-        if (why && whylen) {
-                va_start(ap, fmt);
-                vsnprintf(why, whylen, fmt, ap);
-                va_end(ap);
-        }
-        return rc;
 }
 
 static void sleep_ns(long ns)
@@ -608,60 +596,60 @@ static int pool_attach(struct dw_inflight_proc *p, int idfd, uint32_t cap, char 
         void *m;
 
         if (fstat(p->fd, &st))
-                return fail(why, whylen, -errno, "%s: fstat: %s", p->name, strerror(errno));
+                return dw_why(why, whylen, -errno, "%s: fstat: %s", p->name, strerror(errno));
         fresh = st.st_size == 0;
         if (!fresh) {
                 if (st.st_size < (off_t)LINE0 || pread(p->fd, &h, LINE0, 0) != (ssize_t)LINE0)
-                        return fail(why, whylen, -EPROTO,
-                                    "/dev/shm%s: %lld bytes, not a diwarp in-flight pool; remove "
-                                    "it or set DIWARP_INFLIGHT_SHM to another name",
-                                    p->name, (long long)st.st_size);
+                        return dw_why(why, whylen, -EPROTO,
+                                      "/dev/shm%s: %lld bytes, not a diwarp in-flight pool; remove "
+                                      "it or set DIWARP_INFLIGHT_SHM to another name",
+                                      p->name, (long long)st.st_size);
                 /* Magic is written last: a creator (or a re-format) that died
                  * half way left it zero. */
                 fresh = st.st_size == DW_INFLIGHT_SHM_SIZE && h.magic == 0;
         }
         if (fresh) {
                 if (ftruncate(p->fd, DW_INFLIGHT_SHM_SIZE))
-                        return fail(why, whylen, -errno, "%s: ftruncate: %s", p->name,
-                                    strerror(errno));
+                        return dw_why(why, whylen, -errno, "%s: ftruncate: %s", p->name,
+                                      strerror(errno));
         } else if (h.magic != DW_INFLIGHT_MAGIC) {
-                return fail(why, whylen, -EPROTO,
-                            "/dev/shm%s is not a diwarp in-flight pool (bad magic); remove it or "
-                            "set DIWARP_INFLIGHT_SHM to another name",
-                            p->name);
+                return dw_why(why, whylen, -EPROTO,
+                              "/dev/shm%s is not a diwarp in-flight pool (bad magic); remove it or "
+                              "set DIWARP_INFLIGHT_SHM to another name",
+                              p->name);
         } else if (h.version != DW_INFLIGHT_VERSION) {
-                return fail(why, whylen, -EPROTO,
-                            "/dev/shm%s has pool layout version %u, this library uses %u; remove "
-                            "it once no diwarp process of the older version runs",
-                            p->name, h.version, DW_INFLIGHT_VERSION);
+                return dw_why(why, whylen, -EPROTO,
+                              "/dev/shm%s has pool layout version %u, this library uses %u; remove "
+                              "it once no diwarp process of the older version runs",
+                              p->name, h.version, DW_INFLIGHT_VERSION);
         } else if (h.hdr_size != DW_INFLIGHT_HDR_SIZE || h.slot_size != DW_INFLIGHT_SLOT_SIZE ||
                    h.nslots != DW_INFLIGHT_SLOTS || st.st_size != DW_INFLIGHT_SHM_SIZE ||
                    h.capacity == 0 || h.capacity > DW_INFLIGHT_MAX_CAP) {
-                return fail(why, whylen, -EPROTO,
-                            "/dev/shm%s: damaged pool header (size %lld, %u slots of %u bytes, "
-                            "capacity %u); remove it",
-                            p->name, (long long)st.st_size, h.nslots, h.slot_size, h.capacity);
+                return dw_why(why, whylen, -EPROTO,
+                              "/dev/shm%s: damaged pool header (size %lld, %u slots of %u bytes, "
+                              "capacity %u); remove it",
+                              p->name, (long long)st.st_size, h.nslots, h.slot_size, h.capacity);
         }
         m = mmap(NULL, DW_INFLIGHT_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, idfd, 0);
         if (m == MAP_FAILED)
-                return fail(why, whylen, -errno, "%s: mmap: %s", p->name, strerror(errno));
+                return dw_why(why, whylen, -errno, "%s: mmap: %s", p->name, strerror(errno));
         p->shm = m;
         /* A child forked without exec must not keep our identity (and so our
          * tokens) alive after we die. */
         if (madvise(m, DW_INFLIGHT_SHM_SIZE, MADV_DONTFORK))
-                return fail(why, whylen, -errno, "%s: madvise(MADV_DONTFORK): %s", p->name,
-                            strerror(errno));
+                return dw_why(why, whylen, -errno, "%s: madvise(MADV_DONTFORK): %s", p->name,
+                              strerror(errno));
         if (fresh) {
                 pool_format(p->shm, cap);
         } else if (h.capacity != cap) {
                 uint32_t live = live_slots(p->fd);
 
                 if (live)
-                        return fail(why, whylen, -EBUSY,
-                                    "%s: the pool's capacity is %u, in use by %u process(es); "
-                                    "this one asks for %u (DIWARP_INFLIGHT_HOST): processes "
-                                    "sharing a pool must agree",
-                                    p->name, h.capacity, live, cap);
+                        return dw_why(why, whylen, -EBUSY,
+                                      "%s: the pool's capacity is %u, in use by %u process(es); "
+                                      "this one asks for %u (DIWARP_INFLIGHT_HOST): processes "
+                                      "sharing a pool must agree",
+                                      p->name, h.capacity, live, cap);
                 /* Nobody uses it: the pool takes the new capacity. */
                 pool_format(p->shm, cap);
         }
@@ -688,16 +676,16 @@ static int claim_slot(struct dw_inflight_proc *p, int idfd, char *why, size_t wh
                         if (rc == -EAGAIN)
                                 continue;
                         if (rc)
-                                return fail(why, whylen, rc, "%s: fcntl(F_OFD_SETLK): %s", p->name,
-                                            strerror(-rc));
+                                return dw_why(why, whylen, rc, "%s: fcntl(F_OFD_SETLK): %s",
+                                              p->name, strerror(-rc));
                         /* gen changes only under this byte's lock, which we hold. */
                         gen = LD(me->gen) + 1;
                         p->lockword = (uint64_t)gen << 32 | (i + 1);
                         if (pool_lock_wait(p, i)) {
                                 ofd_unlock(idfd, slot_byte(i));
-                                return fail(why, whylen, -ETIMEDOUT,
-                                            "%s: the pool lock stayed held by a live process",
-                                            p->name);
+                                return dw_why(why, whylen, -ETIMEDOUT,
+                                              "%s: the pool lock stayed held by a live process",
+                                              p->name);
                         }
                         if (LD(me->state) != DW_INFLIGHT_SLOT_FREE)
                                 reap_slot(p, i);
@@ -711,8 +699,8 @@ static int claim_slot(struct dw_inflight_proc *p, int idfd, char *why, size_t wh
                         return 0;
                 }
         }
-        return fail(why, whylen, -ENOSPC, "%s: all %u slots are used by live processes", p->name,
-                    DW_INFLIGHT_SLOTS);
+        return dw_why(why, whylen, -ENOSPC, "%s: all %u slots are used by live processes", p->name,
+                      DW_INFLIGHT_SLOTS);
 }
 
 /* Unmapping drops our identity, hence our slot lock. */
@@ -738,35 +726,35 @@ int dw_inflight_open(struct dw_inflight_proc *p, const struct dw_inflight_params
         p->fd = -1;
         p->slot = DW_INFLIGHT_NONE;
         if (prm->host_cap > DW_INFLIGHT_MAX_CAP || prm->proc_cap > DW_INFLIGHT_MAX_CAP)
-                return fail(why, whylen, -EINVAL, "in-flight cap above %u", DW_INFLIGHT_MAX_CAP);
+                return dw_why(why, whylen, -EINVAL, "in-flight cap above %u", DW_INFLIGHT_MAX_CAP);
         p->proc_cap = prm->proc_cap;
         if (!prm->host_cap)
                 return 0;
         if (pool_name(p->name, sizeof(p->name), prm->shm_name))
-                return fail(why, whylen, -EINVAL, "bad shm name '%.64s': expected /name",
-                            prm->shm_name);
+                return dw_why(why, whylen, -EINVAL, "bad shm name '%.64s': expected /name",
+                              prm->shm_name);
         p->fd = shm_open(p->name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         if (p->fd < 0)
-                return fail(why, whylen, -errno, "shm_open(%s): %s", p->name, strerror(errno));
+                return dw_why(why, whylen, -errno, "shm_open(%s): %s", p->name, strerror(errno));
         /* Another user's object could be made to lie about tokens: trust only ours. */
         if (fstat(p->fd, &st)) {
-                rc = fail(why, whylen, -errno, "%s: fstat: %s", p->name, strerror(errno));
+                rc = dw_why(why, whylen, -errno, "%s: fstat: %s", p->name, strerror(errno));
                 goto out;
         }
         if (st.st_uid != geteuid() || (st.st_mode & 022)) {
-                rc = fail(why, whylen, -EPERM,
-                          "/dev/shm%s belongs to uid %u with mode %03o: a pool must be the "
-                          "user's own and not writable by others",
-                          p->name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+                rc = dw_why(why, whylen, -EPERM,
+                            "/dev/shm%s belongs to uid %u with mode %03o: a pool must be the "
+                            "user's own and not writable by others",
+                            p->name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
                 goto out;
         }
         /* Creation, attach and detach are serialized by byte 0. */
         while ((rc = ofd_trylock(p->fd, 0)) == -EAGAIN && dw_now_ns() < end)
                 sleep_ns(1000000);
         if (rc) {
-                rc = fail(why, whylen, rc == -EAGAIN ? -ETIMEDOUT : rc, "%s: pool setup lock: %s",
-                          p->name,
-                          rc == -EAGAIN ? "held by a live process for too long" : strerror(-rc));
+                rc = dw_why(why, whylen, rc == -EAGAIN ? -ETIMEDOUT : rc, "%s: pool setup lock: %s",
+                            p->name,
+                            rc == -EAGAIN ? "held by a live process for too long" : strerror(-rc));
                 goto out;
         }
         /* Our slot lock lives on an open file description of its own that
@@ -776,10 +764,10 @@ int dw_inflight_open(struct dw_inflight_proc *p, const struct dw_inflight_params
          * adopt other slots. */
         idfd = shm_open(p->name, O_RDWR | O_CLOEXEC, 0);
         if (idfd < 0 || fstat(idfd, &idst)) {
-                rc = fail(why, whylen, -errno, "shm_open(%s): %s", p->name, strerror(errno));
+                rc = dw_why(why, whylen, -errno, "shm_open(%s): %s", p->name, strerror(errno));
         } else if (idst.st_ino != st.st_ino || idst.st_dev != st.st_dev) {
-                rc = fail(why, whylen, -ESTALE, "%s was replaced while opening it; try again",
-                          p->name);
+                rc = dw_why(why, whylen, -ESTALE, "%s was replaced while opening it; try again",
+                            p->name);
         } else {
                 rc = pool_attach(p, idfd, prm->host_cap, why, whylen);
                 if (!rc)

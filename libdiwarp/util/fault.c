@@ -1,27 +1,14 @@
 /* Fault injection on the datagram transmit path. See fault.h and README.md. */
 #include "util/fault.h"
+#include "util/why.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 /* ---- parsing ------------------------------------------------------------ */
-
-__attribute__((format(printf, 3, 4))) static int parse_fail(char *why, size_t whylen,
-                                                            const char *fmt, ...)
-{
-        va_list ap;
-
-        if (why && whylen) {
-                va_start(ap, fmt);
-                vsnprintf(why, whylen, fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
-}
 
 /* Parses "0.25" or "25%" (whole string [s, end)) into [0, 1]. */
 static bool parse_prob(const char *s, const char *end, double *out)
@@ -131,13 +118,13 @@ int dw_fault_parse(const char *spec, struct dw_fault_params *out, char *why, siz
                         end = s + strlen(s);
                 len = (size_t)(end - s);
                 if (len == 0)
-                        return parse_fail(why, whylen,
-                                          "DIWARP_FAULT: empty item (stray comma) in '%.*s'",
-                                          (int)(strlen(spec) > 64 ? 64 : strlen(spec)), spec);
+                        return dw_why(why, whylen, -EINVAL,
+                                      "DIWARP_FAULT: empty item (stray comma) in '%.*s'",
+                                      (int)(strlen(spec) > 64 ? 64 : strlen(spec)), spec);
                 colon = memchr(s, ':', len);
                 if (!colon)
-                        return parse_fail(why, whylen, "DIWARP_FAULT: item '%.*s' is not key:value",
-                                          (int)len, s);
+                        return dw_why(why, whylen, -EINVAL,
+                                      "DIWARP_FAULT: item '%.*s' is not key:value", (int)len, s);
 
                 static const char *const keys[] = {"drop",    "dup",   "reorder",
                                                    "corrupt", "delay", "slowrx"};
@@ -148,13 +135,13 @@ int dw_fault_parse(const char *spec, struct dw_fault_params *out, char *why, siz
                         if (strlen(keys[i]) == klen && strncasecmp(s, keys[i], klen) == 0)
                                 k = i;
                 if (k < 0)
-                        return parse_fail(why, whylen,
-                                          "DIWARP_FAULT: unknown key in '%.*s' (expected drop, "
-                                          "dup, reorder, corrupt, delay or slowrx)",
-                                          (int)len, s);
+                        return dw_why(why, whylen, -EINVAL,
+                                      "DIWARP_FAULT: unknown key in '%.*s' (expected drop, "
+                                      "dup, reorder, corrupt, delay or slowrx)",
+                                      (int)len, s);
                 if (seen & (1u << k))
-                        return parse_fail(why, whylen, "DIWARP_FAULT: '%.*s' repeats a key",
-                                          (int)len, s);
+                        return dw_why(why, whylen, -EINVAL, "DIWARP_FAULT: '%.*s' repeats a key",
+                                      (int)len, s);
                 seen |= 1u << k;
 
                 bool ok;
@@ -173,26 +160,26 @@ int dw_fault_parse(const char *spec, struct dw_fault_params *out, char *why, siz
                         break;
                 case 5:
                         if (!parse_rate(colon + 1, end, &p.slowrx_bps))
-                                return parse_fail(why, whylen,
-                                                  "DIWARP_FAULT: '%.*s': slowrx must be bytes "
-                                                  "per second 1..10^12 (k, m, g: x1000)",
-                                                  (int)len, s);
+                                return dw_why(why, whylen, -EINVAL,
+                                              "DIWARP_FAULT: '%.*s': slowrx must be bytes "
+                                              "per second 1..10^12 (k, m, g: x1000)",
+                                              (int)len, s);
                         ok = true;
                         break;
                 default:
                         ok = parse_delay(colon + 1, end, &p.delay_us);
                         if (!ok)
-                                return parse_fail(why, whylen,
-                                                  "DIWARP_FAULT: '%.*s': delay must be whole "
-                                                  "microseconds 0..10000000",
-                                                  (int)len, s);
+                                return dw_why(why, whylen, -EINVAL,
+                                              "DIWARP_FAULT: '%.*s': delay must be whole "
+                                              "microseconds 0..10000000",
+                                              (int)len, s);
                         break;
                 }
                 if (!ok)
-                        return parse_fail(why, whylen,
-                                          "DIWARP_FAULT: '%.*s': probability must be 0..1 or "
-                                          "0%%..100%%",
-                                          (int)len, s);
+                        return dw_why(why, whylen, -EINVAL,
+                                      "DIWARP_FAULT: '%.*s': probability must be 0..1 or "
+                                      "0%%..100%%",
+                                      (int)len, s);
                 if (*end == '\0')
                         break;
                 s = end + 1;
