@@ -60,6 +60,10 @@ struct rcm_chan {
         struct rdma_event_channel ch; /* first: the application's pointer */
         struct rcm_evt *head, *tail;
         bool internal; /* a synchronous listener's private channel */
+        /* Threads inside rdma_get_cm_event: a channel destroyed under them is
+         * marked dead and freed by the last one out (g.lock). */
+        int readers;
+        bool dead;
 };
 
 struct rcm_id;
@@ -388,6 +392,11 @@ static struct rcm_chan *chan_of(struct rcm_id *r)
  * application thread may race us to it). */
 static void chan_uncount(struct rcm_chan *c)
 {
+        /* A thread inside rdma_get_cm_event takes the count itself (and, finding
+         * no event, waits on): a read here could then block, under g.lock,
+         * on a count that thread consumed between poll and read. */
+        if (c->readers > 0)
+                return;
         struct pollfd p = {.fd = c->ch.fd, .events = POLLIN};
         uint64_t v;
         if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN))
@@ -863,7 +872,17 @@ void rcm_destroy_event_channel(struct rdma_event_channel *channel)
         for (struct rcm_id *r = g.ids; r; r = r->next)
                 if (r->id.channel == channel)
                         r->id.channel = NULL;
-        chan_free_locked((struct rcm_chan *)channel);
+        struct rcm_chan *c = (struct rcm_chan *)channel;
+        if (c->readers > 0) {
+                /* A thread waits in rdma_get_cm_event (a program that exits
+                 * without stopping its event thread): wake it; it leaves the
+                 * channel alone from then on and the last one frees it. */
+                c->dead = true;
+                uint64_t one = 1;
+                (void)!write(c->ch.fd, &one, sizeof(one));
+        } else {
+                chan_free_locked(c);
+        }
         pthread_mutex_unlock(&g.lock);
 }
 
@@ -873,23 +892,50 @@ int rcm_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **
         if (!channel || !event)
                 return fail(EINVAL);
         struct rcm_chan *c = (struct rcm_chan *)channel;
+        pthread_mutex_lock(&g.lock);
+        c->readers++;
+        int fd = c->ch.fd;
+        pthread_mutex_unlock(&g.lock);
         for (;;) {
                 uint64_t v;
                 /* Blocks (or EAGAIN) as the application set the fd up. */
-                if (read(c->ch.fd, &v, sizeof(v)) != sizeof(v))
-                        return -1;
+                ssize_t n = read(fd, &v, sizeof(v));
+                int err = errno;
                 pthread_mutex_lock(&g.lock);
-                struct rcm_evt *e = c->head;
+                if (c->dead) {
+                        /* Destroyed while we waited. The kernel's rdma_cm never
+                         * answers a waiter on a destroyed channel; the thread
+                         * then usually exits with the program. A blocking
+                         * caller waits on, without the channel; a
+                         * non-blocking one gets EBADF. */
+                        bool last = --c->readers == 0;
+                        if (last)
+                                chan_free_locked(c);
+                        pthread_mutex_unlock(&g.lock);
+                        if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+                                errno = EBADF;
+                                return -1;
+                        }
+                        for (;;)
+                                pause();
+                }
+                struct rcm_evt *e = n == sizeof(v) ? c->head : NULL;
                 if (e) {
                         c->head = e->next;
                         if (!c->head)
                                 c->tail = NULL;
                         e->next = NULL;
                 }
+                if (e || n != sizeof(v))
+                        c->readers--;
                 pthread_mutex_unlock(&g.lock);
                 if (e) {
                         *event = &e->ev;
                         return 0;
+                }
+                if (n != sizeof(v)) {
+                        errno = err;
+                        return -1;
                 }
                 /* A count whose event was purged (destroy_id/migrate): read on. */
         }

@@ -2,7 +2,10 @@
  * librdmacm program): 16 connects at once to one listener, all established
  * and all disconnected; a connect to a port nobody listens on is refused
  * within a bound; a destroyed id handed back gets EINVAL, not a crash; a peer
- * process killed while connected is reported as DISCONNECTED within a bound.
+ * process killed while connected is reported as DISCONNECTED within a bound;
+ * an event channel destroyed while a thread waits in rdma_get_cm_event (as a
+ * program exiting without stopping its event thread does) leaves that thread
+ * waiting, without an event and without touching freed memory (ASan).
  * Exit 0 = all checks passed; each failure prints its line.
  */
 #include <rdma/rdma_cma.h>
@@ -10,11 +13,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,6 +146,99 @@ static int drive(struct rdma_event_channel *ch, struct rdma_event_channel *sch, 
 
 /* A child process: listens on a port it writes to fd, accepts one
  * connection, then waits to be killed. */
+/* A thread that waits for events on a channel until one fails to come. */
+struct waiter {
+        struct rdma_event_channel *ch;
+        volatile int got;      /* events received */
+        volatile int returned; /* rdma_get_cm_event failed: the thread is done */
+        volatile pid_t tid;
+};
+
+static void *wait_events(void *arg)
+{
+        struct waiter *w = arg;
+        w->tid = (pid_t)syscall(SYS_gettid);
+        for (;;) {
+                struct rdma_cm_event *e;
+                if (rdma_get_cm_event(w->ch, &e) != 0) {
+                        w->returned = 1;
+                        return NULL;
+                }
+                w->got++;
+                rdma_ack_cm_event(e);
+                if (w->got == 2)
+                        return NULL; /* took the second event before its purge: done */
+        }
+}
+
+/* Channels destroyed under a waiting thread, each just after an event was
+ * posted and purged again (an id resolved and destroyed at once): the
+ * waiter, woken by the event's count, must not read the freed channel. The
+ * waiter is first seen blocked in rdma_get_cm_event's read (it took a first
+ * event and went back to wait). */
+/* Whether thread tid of this process sits in read(2) on fd (x86_64
+ * /proc/self/task/TID/syscall: "0 0xFD ..."; other architectures: after a
+ * pause, assumed). */
+static int in_read(pid_t tid, int fd)
+{
+#if defined(__x86_64__)
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return 0;
+        int ok = 0;
+        long nr;
+        unsigned long a0;
+        if (fgets(line, sizeof(line), f) && sscanf(line, "%ld %lx", &nr, &a0) == 2)
+                ok = nr == 0 && a0 == (unsigned long)fd;
+        fclose(f);
+        return ok;
+#else
+        (void)tid;
+        (void)fd;
+        usleep(5000);
+        return 1;
+#endif
+}
+
+static void destroyed_under_waiter(int rounds)
+{
+        static struct waiter w[64];
+        for (int i = 0; i < rounds && i < 64; i++) {
+                struct waiter *wi = &w[i];
+                wi->ch = rdma_create_event_channel();
+                REQUIRE(wi->ch);
+                pthread_t t;
+                REQUIRE(pthread_create(&t, NULL, wait_events, wi) == 0);
+                pthread_detach(t);
+                struct sockaddr_in d = loopback(htons(7));
+                struct rdma_cm_id *first, *id;
+                REQUIRE(rdma_create_id(wi->ch, &first, NULL, RDMA_PS_TCP) == 0);
+                CHECK(rdma_resolve_addr(first, NULL, (struct sockaddr *)&d, 1000) == 0);
+                long end = now_ms() + 5000;
+                while ((wi->got < 1 || !in_read(wi->tid, wi->ch->fd)) && now_ms() < end)
+                        usleep(100);
+                REQUIRE(wi->got == 1); /* and back in rdma_get_cm_event, blocked */
+                REQUIRE(rdma_create_id(wi->ch, &id, NULL, RDMA_PS_TCP) == 0);
+                CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&d, 1000) == 0);
+                /* From at once to after the waiter woke: some round lands
+                 * between its wake-up and its look at the channel. */
+                struct timespec s0, s1;
+                clock_gettime(CLOCK_MONOTONIC, &s0);
+                do
+                        clock_gettime(CLOCK_MONOTONIC, &s1);
+                while ((s1.tv_sec - s0.tv_sec) * 1000000000L + s1.tv_nsec - s0.tv_nsec <
+                       (long)(i % 16) * 4000);
+                CHECK(rdma_destroy_id(id) == 0);
+                CHECK(rdma_destroy_id(first) == 0);
+                rdma_destroy_event_channel(wi->ch);
+                usleep(2000);
+                /* A blocking waiter on a destroyed channel never returns. */
+                CHECK(!wi->returned);
+        }
+}
+
 static pid_t vanishing_server(int fd)
 {
         fflush(NULL);
@@ -268,6 +366,10 @@ int main(void)
 
         rdma_destroy_event_channel(cch);
         rdma_destroy_event_channel(sch);
+
+        /* 5. Channels destroyed under waiting threads. */
+        destroyed_under_waiter(64);
+
         if (failures) {
                 fprintf(stderr, "%d check(s) failed\n", failures);
                 return 1;
