@@ -56,6 +56,9 @@ enum rcm_state {
         RCM_DISCONNECTED,
 };
 
+/* Longest rdma_destroy_id waits for the id's events to be acked. */
+#define RCM_DESTROY_WAIT_S 5
+
 struct rcm_chan {
         struct rdma_event_channel ch; /* first: the application's pointer */
         struct rcm_evt *head, *tail;
@@ -91,6 +94,7 @@ struct rcm_id {
         int ud_fd;                  /* UD child: the request's socket */
         uint8_t peer_ird, peer_ord; /* from the request / reply */
         int busy;                   /* connect in progress (thread or caller) */
+        int events_out;             /* events handed out by rdma_get_cm_event, not acked */
         bool polling;               /* the helper thread is using l / ud_lfd */
         uint32_t qpn;               /* connected RC QP (looked up, never dereferenced:
                                      * programs destroy QPs with ibv_destroy_qp) */
@@ -925,6 +929,11 @@ int rcm_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **
                         if (!c->head)
                                 c->tail = NULL;
                         e->next = NULL;
+                        /* Only the application's events: a synchronous id's
+                         * (rdma_get_request, an internal channel) are
+                         * released without an ack. */
+                        if (!c->internal)
+                                e->owner->events_out++;
                 }
                 if (e || n != sizeof(v))
                         c->readers--;
@@ -948,6 +957,8 @@ int rcm_ack_cm_event(struct rdma_cm_event *event)
                 return fail(EINVAL);
         pthread_mutex_lock(&g.lock);
         struct rcm_evt *e = (struct rcm_evt *)event;
+        if (e->owner->events_out > 0 && --e->owner->events_out == 0)
+                pthread_cond_broadcast(&g.cond);
         if (e->owner->req_event == e)
                 e->owner->req_event = NULL;
         if (e->owner->id.event == event)
@@ -1020,6 +1031,22 @@ int rcm_destroy_id(struct rdma_cm_id *id)
         if (r->destroyed) {
                 pthread_mutex_unlock(&g.lock);
                 return fail(EINVAL);
+        }
+        /* As librdmacm: wait until every event handed out on the id is acked
+         * (rping's event thread still handles its DISCONNECTED while main
+         * tears down; going on would destroy the channel under it). Bounded:
+         * an event never acked costs a warning, not a hang. */
+        if (r->events_out > 0) {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_sec += RCM_DESTROY_WAIT_S;
+                while (r->events_out > 0 &&
+                       pthread_cond_timedwait(&g.cond, &g.lock, &until) != ETIMEDOUT)
+                        ;
+                if (r->events_out > 0)
+                        dw_warn("rdma_cm: rdma_destroy_id: %d event(s) of the id never acked "
+                                "(rdma_ack_cm_event) after %d s; destroying it anyway",
+                                r->events_out, RCM_DESTROY_WAIT_S);
         }
         r->destroyed = true;
         dw_dbg("rdma_cm[%d]: id %p: rdma_destroy_id in state %d", (int)getpid(), (void *)id,
