@@ -141,6 +141,12 @@ static void dwv_device_init(void)
         dwv_dev.list_next = dwv_dev.list_prev = &dwv_dev.list_next;
 }
 
+bool dwv_device_reports_ib(void)
+{
+        dwv_device();
+        return dwv_as_ib;
+}
+
 struct dwv_verbs_device *dwv_device(void)
 {
         pthread_once(&dwv_dev_once, dwv_device_init);

@@ -931,6 +931,10 @@ int dwv_ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
         memset(attr, 0, sizeof(*attr));
         attr->qp_state = (enum ibv_qp_state)a.qp_state;
         attr->cur_qp_state = (enum ibv_qp_state)a.cur_qp_state;
+        /* Reported as an InfiniBand-transport device (DIWARP_TRANSPORT=ib),
+         * an untouched QP is in RESET, as an IB device creates it. */
+        if (dwv_qp(qp)->idle && dwv_device_reports_ib())
+                attr->qp_state = attr->cur_qp_state = IBV_QPS_RESET;
         attr->path_mtu = dwv_mtu_enum(a.path_mtu ? a.path_mtu : 4096);
         attr->path_mig_state = IBV_MIG_MIGRATED;
         attr->qkey = a.qkey;

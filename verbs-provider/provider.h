@@ -43,6 +43,8 @@ struct dwv_verbs_device {
 
 /* The one diwarp device (diwarp0); static, initialised once, never freed. */
 struct dwv_verbs_device *dwv_device(void);
+/* DIWARP_TRANSPORT=ib: the device reports InfiniBand transport (device.c). */
+bool dwv_device_reports_ib(void);
 static inline int dwv_dev_is_ours(const struct ibv_device *d)
 {
         return d && d == &dwv_device()->device;
