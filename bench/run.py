@@ -135,6 +135,7 @@ def plan(quick):
             cont_runs=1, cont_links=[("1gbit", "64kb")], cont_latency="2ms",
             cont_n=[1, 8], cont_rcrd_n=[8], cont_msgs=15, cont_min_ms=2000,
             cont_warm_ms=500, cont_drop=False, cont_slow_div=8,
+            cr_eps=[16, 64], cr_msgs={16: 60, 64: 8, 256: 2}, cr_slots=[8, 64],
         )
     return dict(
         runs=5, seed_runs=3, timeout=180, mpi_reps=100, mpi_lat_reps=2000,
@@ -154,6 +155,7 @@ def plan(quick):
         cont_runs=5, cont_links=[("1gbit", "64kb"), ("5gbit", "320kb")], cont_latency="2ms",
         cont_n=[1, 2, 8, 32], cont_rcrd_n=[1, 8], cont_msgs=30, cont_min_ms=3000,
         cont_warm_ms=1000, cont_drop=True, cont_slow_div=8,
+        cr_eps=[16, 64, 256], cr_msgs={16: 200, 64: 30, 256: 3}, cr_slots=[8, 16, 32, 64],
     )
 
 
@@ -312,7 +314,8 @@ class Runner:
         return outs, txt
 
     def run_single(self, label, argv, env_extra, timeout, pin="srv"):
-        cpu = self.srv_cpu if pin == "srv" else self.cli_cpu
+        """pin: "srv", "cli", or a CPU list of its own ("0,1")."""
+        cpu = self.srv_cpu if pin == "srv" else self.cli_cpu if pin == "cli" else pin
         p = Proc(["taskset", "-c", cpu] + argv, self.env(env_extra), self.logdir)
         self.nruns += 1
         if not p.done.wait(timeout):
@@ -815,7 +818,7 @@ def size_name(s):
 
 class Harness:
     GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle",
-              "contention", "mpi"]
+              "contention", "mpi", "credits"]
 
     def __init__(self, a):
         self.a = a
@@ -874,7 +877,7 @@ class Harness:
                ("bench-msgrate", "bench"), ("bench-multiqp", "bench"), ("bench-reuse", "bench"),
                ("bench-overlap", "bench"), ("bench-mempeer", "bench"), ("bench-regcost", "bench"),
                ("bench-probe", "bench"), ("bench-native-pingpong", "bench"),
-               ("bench-flows", "bench"),
+               ("bench-flows", "bench"), ("bench-credits", "bench"),
                ("diwarp", "tools")]
         for name, sub in own:
             p = os.path.join(a.build, sub, name)
@@ -1766,6 +1769,127 @@ class Harness:
             shutil.rmtree(tmp, ignore_errors=True)
             signal.signal(signal.SIGTERM, old)
 
+    # ---- credits: the mailbox receive ring (seed 001) under all-to-all load
+    def credit_cases(self):
+        """(case, description, bench-credits args, env). Rings per QP are the
+        slots per peer times the senders sharing it (P - 1, as
+        DIWARP_CREDIT_PEERS = P)."""
+        out = []
+        for P in self.pl["cr_eps"]:
+            m = self.pl["cr_msgs"][P]
+            base = ["--procs", "2", "--eps", str(P), "--msgs", str(m), "--size", "2048"]
+            full = str(m * P + 8)
+            out.append((f"a2a-{P}-unbounded", f"P={P}, every receive posted, credits off",
+                        base + ["--rq", full], {"DIWARP_CREDIT": "off"}))
+            out.append((f"a2a-{P}-off", f"P={P}, 4 receives posted, credits off (RNR)",
+                        base + ["--rq", "4"], {"DIWARP_CREDIT": "off"}))
+            for sl in self.pl["cr_slots"]:
+                ring = sl * P
+                if ring > 32767:
+                    continue
+                env = {"DIWARP_CREDIT": "static", "DIWARP_CREDIT_PEERS": str(P),
+                       "DIWARP_CREDIT_RING": str(ring)}
+                out.append((f"a2a-{P}-static-{sl}", f"P={P}, 4 receives posted, static, "
+                            f"{sl} slots per peer ({ring * 2} KiB per QP)",
+                            base + ["--rq", "4"], env))
+        P = 64
+        m = self.pl["cr_msgs"][P] * 4
+        act = ["--procs", "2", "--eps", str(P), "--msgs", str(m), "--size", "2048",
+               "--active", str(P // 8)]
+        out.append(("a2a-64-act8-unbounded", "P=64, 1/8 of the senders active, every receive "
+                    "posted, credits off", act + ["--rq", str(m * P + 8)], {"DIWARP_CREDIT": "off"}))
+        for sl in self.pl["cr_slots"]:
+            env = {"DIWARP_CREDIT": "static", "DIWARP_CREDIT_PEERS": str(P),
+                   "DIWARP_CREDIT_RING": str(sl * P)}
+            out.append((f"a2a-64-act8-static-{sl}", f"P=64, 1/8 active, 4 receives posted, "
+                        f"static, {sl} slots per peer", act + ["--rq", "4"], env))
+        return out
+
+    def run_credits(self, r):
+        self.mark_group("credits")
+        if not self.want_group("credits"):
+            return
+        self.cr_res = {}
+        cases = [c for c in self.credit_cases() if self.want_case(c[0])]
+        dead = set()
+        cpus = f"{r.srv_cpu},{r.cli_cpu}"
+        for rnd in range(self.pl["runs"]):
+            for name, desc, args, env in cases:
+                if name in dead:
+                    continue
+                try:
+                    p, out, err, txt = r.run_single(f"credits {name}",
+                                                    [self.prog["bench-credits"]] + args, env,
+                                                    self.pl["timeout"], pin=cpus)
+                    if p.code != 0:
+                        raise RunFailed(f"exit {p.code}: {err.strip()[-400:]}")
+                    res = parse_result(out)
+                    if not res:
+                        raise RunFailed(f"no RESULT line: {err.strip()[-400:]}")
+                except RunFailed as e:
+                    self.failures.append((name, "credits", 0, str(e)))
+                    dead.add(name)
+                    continue
+                self.cr_res.setdefault(name, []).append({k: float(v) for k, v in res.items()})
+            # latency: RD ping-pong of 64 B, credits on and off, alternated
+            for name, cr in (("lat-rd-credit", "static"), ("lat-rd-off", "off")):
+                if not self.want_case(name) or name in dead:
+                    continue
+                P = self.prog
+                cli = [P["diwarp-pingpong"], "--transport", "rd", "--op", "send", "--size", "64",
+                       "--iters", str(lat_iters(64, self.a.quick)), "--port", "{port}",
+                       "127.0.0.1"]
+                try:
+                    o = r.run_pair(f"credits {name}", [P["diwarp-pingpong"], "--port", "{port}"],
+                                   cli, {"DIWARP_CREDIT": cr}, self.pl["timeout"])
+                    lat = result_of(o["client"], o["log"], ["lat_us"])[1]["lat_us"]
+                except RunFailed as e:
+                    self.failures.append((name, "credits", 64, str(e)))
+                    dead.add(name)
+                    continue
+                self.cr_res.setdefault(name, []).append({"lat_us": float(lat)})
+            print(f"run: credits round {rnd + 1}/{self.pl['runs']} "
+                  f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+        self.cr_desc = {c[0]: c[1] for c in cases}
+
+    def credits_section(self):
+        res = getattr(self, "cr_res", None)
+        if not res:
+            return []
+        med = lambda n, k: statistics.median(x[k] for x in res[n]) if n in res else None
+        L = ["## Credits: the mailbox receive ring (seed 001)\n",
+             "`bench-credits`: P RD QPs (endpoints) in 2 processes on this host, each "
+             "sending its messages of 2 KiB to every other endpoint round robin (at most 64 "
+             "unacknowledged per QP); every endpoint keeps R receive WRs posted and reposts each "
+             "as it polls its completion, checking sender, order and every byte. `unbounded`: "
+             "R covers every message (nothing ever waits for a receive: the reference); `off`: "
+             "R = 4 with `DIWARP_CREDIT=off` (early Sends get RNR NAKs); `static-S`: R = 4, "
+             "the static protocol with S slots per peer (`DIWARP_CREDIT_RING` = S × P, "
+             "`DIWARP_CREDIT_PEERS` = P). Medians of the rounds; time ratio against unbounded "
+             "(the overhead is ratio − 1); counters summed over both devices. The dynamic "
+             "protocol is not on the wire yet, so its memory target has no row.\n",
+             "| case | ms | × unbounded | RNR NAKs | retransmits | parked | credit msgs "
+             "| credit msgs / data datagram | credit stalls | probes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+        order = [c[0] for c in self.credit_cases() if c[0] in res]
+        for n in order:
+            ms = med(n, "ms")
+            base = re.match(r"(a2a-\d+(-act8)?)-", n).group(1)
+            ref = med(base + "-unbounded", "ms")
+            data = med(n, "msgs") * med(n, "active") * (med(n, "eps") - 1)
+            cm = med(n, "credit_msgs")
+            L.append(f"| {n}: {self.cr_desc.get(n, '')} | {ms:.0f} | "
+                     f"{'×%.2f' % (ms / ref) if ref else '–'} | {med(n, 'rnr'):.0f} | "
+                     f"{med(n, 'retx'):.0f} | {med(n, 'parked'):.0f} | {cm:.0f} | "
+                     f"{cm / data:.4f} | {med(n, 'credit_stalls'):.0f} | {med(n, 'probes'):.0f} |")
+        L.append("")
+        on, off = med("lat-rd-credit", "lat_us"), med("lat-rd-off", "lat_us")
+        if on and off:
+            L.append(f"RD ping-pong, 64 B (`diwarp-pingpong --transport rd`, alternated): "
+                     f"credits on {on:.2f} µs, off {off:.2f} µs, ×{on / off:.3f} "
+                     f"(target ≤ ×1.03: {'met' if on / off <= 1.03 else 'missed'}).\n")
+        return L
+
     def mpi_section(self):
         """The report's MPI section (empty when the group did not run)."""
         if not any(k[1].startswith("mpi_") for k in self.order):
@@ -2447,6 +2571,7 @@ class Harness:
                             f"{pl['idle_ms']} ms of nothing.", size_fmt=lambda n: ""))
         L += self.cont_section()
         L += self.mpi_section()
+        L += self.credits_section()
         L.append("## Not available, missing, failed\n")
         rows = {}
         for k in self.order:
@@ -2610,6 +2735,7 @@ def main():
         h.run_seed(r)
         h.run_contention(r)
         h.run_mpi(r)
+        h.run_credits(r)
         h.mark_group(None)
     except KeyboardInterrupt:
         h.mark_group(None)

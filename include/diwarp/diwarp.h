@@ -632,6 +632,11 @@ struct diwarp_counters {
         uint64_t pull_bytes;         /* bytes those Reads fetched */
         uint64_t fault_slowrx_waits; /* receive steps DIWARP_FAULT=slowrx held back */
         uint64_t rx_dropped_nocrc;   /* RD datagrams without CRC32c refused (DIWARP_RD_CRC=1) */
+        /* The credit-based mailbox receive ring (DIWARP_CREDIT); credit_stalls
+         * above counts the times a Send waited for credits. */
+        uint64_t mbox_parked;   /* Send segments parked for want of a receive WR */
+        uint64_t credit_msgs;   /* stand-alone credit datagrams sent (thresholds reached) */
+        uint64_t credit_probes; /* credit values asked for by a sender still waiting */
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

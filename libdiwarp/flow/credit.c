@@ -563,6 +563,18 @@ uint32_t dw_credit_tx_take(struct dw_credit *c, uint32_t peer, uint32_t want)
         return want;
 }
 
+void dw_credit_tx_untake(struct dw_credit *c, uint32_t peer, uint32_t n)
+{
+        if (peer < c->cfg.npeers)
+                c->peer[peer].tx_used -= n;
+}
+
+uint32_t dw_credit_widen16(const struct dw_credit *c, uint32_t peer, uint16_t wire)
+{
+        uint32_t ref = peer < c->cfg.npeers ? c->peer[peer].tx_limit : 0;
+        return ref + (uint32_t)(int32_t)(int16_t)(uint16_t)(wire - (uint16_t)ref);
+}
+
 static int check_limit(const struct dw_credit_peer *p, uint32_t limit)
 {
         if (newer(limit, p->tx_limit) && limit - p->tx_used > DW_CREDIT_MAX_SLOTS)

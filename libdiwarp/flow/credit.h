@@ -204,6 +204,14 @@ uint32_t dw_credit_tx_avail(const struct dw_credit *c, uint32_t peer);
 /* Takes up to want credits towards peer and returns how many (0..want): the
  * caller sends that many slots now, as one message or piece of one. */
 uint32_t dw_credit_tx_take(struct dw_credit *c, uint32_t peer, uint32_t want);
+/* Gives back n credits taken by the last dw_credit_tx_take calls for
+ * slots that never left (the socket refused the datagram). */
+void dw_credit_tx_untake(struct dw_credit *c, uint32_t peer, uint32_t n);
+/* The 32-bit cumulative limit a 16-bit wire value (its low bits) stands for:
+ * the one nearest the newest limit known from peer. Exact while every value
+ * in flight lies within 2^15 of it, which a ring of at most 32767 slots
+ * guarantees. */
+uint32_t dw_credit_widen16(const struct dw_credit *c, uint32_t peer, uint16_t wire);
 /* A credit value from peer arrived on a data packet or an ACK: applied at
  * once. Returns 1 if it gave new credits, 0 if stale (older or duplicate),
  * -EINVAL bad peer, -EPROTO a limit more than the largest ring ahead of us. */

@@ -1217,6 +1217,7 @@ int diwarp_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
         }
         if (err < 0 && bad_wr)
                 *bad_wr = wr;
+        dw_rd_srq_posted(dev, srq);
         dw_progress_step(dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;

@@ -217,6 +217,7 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
         p->hnext = s->htab[b];
         s->htab[b] = p;
         s->npeers++;
+        rd_mbox_peer_new(s, p);
         return p;
 }
 
@@ -398,6 +399,8 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
          * asks for new ones (a QP held back asks again as it transmits). */
         bool token_wait = false;
         for (struct dw_rd_qp *s = d->qps; s; s = s->next) {
+                if (s->mb && s->mb->ctl)
+                        rd_mbox_ctl(s);
                 if (s->to_release) {
                         dw_host_complete(&s->ifl, s->to_release);
                         s->to_release = 0;
@@ -590,6 +593,13 @@ int dw_rd_qp_init(struct dw_qp *qp)
         }
         s->qp = qp;
         s->rc = qp->type != DIWARP_QPT_RD;
+        int me = rd_mbox_init(s);
+        if (me < 0) {
+                if (qp->srq)
+                        dw_wq_fini(&qp->rq);
+                free(s);
+                return me;
+        }
         dw_inflight_qp_init(&s->ifl, dev->cfg.inflight_qp);
         s->capped = dev->cfg.inflight_qp || dw_host_capped();
         qp->rd = s;
@@ -629,6 +639,7 @@ void dw_rd_qp_fini(struct dw_qp *qp)
                 rd_flush_acks(s);
         rd_tokens_drop(s);
         rd_peers_free(s);
+        rd_mbox_fini(s);
         if (d->tx_rr == s)
                 d->tx_rr = s->next;
         if (s->prev)
@@ -688,7 +699,7 @@ int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
                 rd_tokens_drop(s);
                 rd_peers_free(s);
                 rd_reset_state(s);
-                return 0;
+                return rd_mbox_reset(s);
         }
         rd_params(s);
         if (!s->rc)
@@ -701,6 +712,9 @@ int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
                         return -EOPNOTSUPP;
                 }
                 rd_peers_free(s);
+                int e = rd_mbox_reset(s);
+                if (e < 0)
+                        return e;
                 uint32_t sq = (qp->attr_mask_set & DIWARP_QP_SQ_PSN) ? qp->attr.sq_psn : 0;
                 s->rc_peer = rd_peer_new(s, qp->peer.sin_addr.s_addr, qp->peer.sin_port,
                                          qp->attr.dest_qp_num, sq, qp->attr.rq_psn);
@@ -754,7 +768,7 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
         }
         w->priv = p;
         /* Fixed here, with the stream's segment size, for every copy. */
-        w->ts_ns = rd_nseg(w->total_len, p ? rd_peer_seg(p) : 1);
+        w->ts_ns = rd_nseg(w->total_len, !p ? 1 : rd_is_send(w->opcode) ? rd_send_seg(p) : rd_peer_seg(p));
         if (is_read_like(w->opcode))
                 w->ts_ns = 1;
         /* A large Send is receiver-paced: it pushes its first chunk and the
@@ -765,7 +779,7 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
             (w->opcode == DIWARP_WR_SEND || w->opcode == DIWARP_WR_SEND_WITH_INV)) {
                 w->flags |= RD_W_PULL;
                 w->pull_pushed = d->pull_chunk;
-                w->ts_ns = rd_nseg(w->pull_pushed, rd_peer_seg(p));
+                w->ts_ns = rd_nseg(w->pull_pushed, rd_send_seg(p));
         }
         switch (w->opcode) {
         case DIWARP_WR_SEND:
@@ -800,7 +814,20 @@ bool dw_rd_sq_release(struct dw_qp *qp)
 
 void dw_rd_post_recv(struct dw_qp *qp)
 {
-        (void)qp; /* bound to messages when their segments arrive */
+        /* Bound to messages when their segments arrive, or now to those
+         * parked in the mailbox. */
+        if (qp->rd)
+                rd_mbox_drain(qp->rd);
+}
+
+void dw_rd_srq_posted(struct dw_device *dev, const struct dw_srq_obj *srq)
+{
+        struct dw_rd_dev *d = rdd(dev);
+        if (!d)
+                return;
+        for (struct dw_rd_qp *s = d->qps; s; s = s->next)
+                if (s->mb && s->mb->ent_count && s->qp->srq == srq)
+                        rd_mbox_drain(s);
 }
 
 void dw_rd_qp_error(struct dw_qp *qp)

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 
+#include "flow/credit.h"
 #include "flow/path.h"
 #include "qp/rd.h"
 #include "wire/rdmap.h"
@@ -147,7 +148,11 @@ struct dw_rd_peer {
         uint32_t rx_done; /* next queue-0 MSN to complete */
         uint32_t nak_psn; /* PSN refused with nak_code (repeated on every copy) */
         uint8_t nak_code;
-        uint8_t rsvd;
+        /* Credits (rd_mbox.c): cr_off, the peer's last datagram carried no
+         * credit value (its end runs without credits, or has no index for
+         * us): our Sends to it go uncharged; cr_wait, a Send to it waits for
+         * credits (counted once per wait). */
+        bool cr_off : 1, cr_wait : 1;
         /* Largest UDP payload to this peer (rd_udp_mtu), fixed for the
          * stream's life: segment k of a message always covers the same bytes,
          * so a retransmission rebuilds it exactly. */
@@ -158,6 +163,7 @@ struct dw_rd_peer {
          * window (given back to the path if the stream goes first). */
         struct dw_flow_path *path;
         uint32_t cc_inflight;
+        uint32_t cr_idx; /* index in the QP's credit state + 1; 0: none */
         /* The send-window ring (DW_REL_DEF_WINDOW entries, 2 KiB) is not here:
          * p->rel.ring borrows one from the device cache while PSNs are in
          * flight (rd_ring_get / rd_ring_idle), so an idle peer costs only this
@@ -196,10 +202,50 @@ struct dw_rd_qp {
         uint32_t pull_seq;     /* the next entry's seq */
         uint32_t fifo_head, fifo_count;
         bool irq_turn;
+        /* The credit-based mailbox receive ring (rd_mbox.c); NULL with
+         * DIWARP_CREDIT=off. */
+        struct rd_mbox *mb;
         /* Send WQEs completed (DW_WQE_DONE) by the ACK a ping-pong's incoming
          * Send carried, not retired to the CQ yet (rd_retire_held). */
         bool retire_held;
         struct dw_rd_qp *next, *prev; /* device list of RD QPs */
+};
+
+/* A Send segment as the receive side places it: from the datagram, or from
+ * the mailbox where it was parked. */
+struct rd_seg {
+        uint32_t msn, mo, psn, len;
+        uint32_t inval_stag; /* Send with Invalidate */
+        uint32_t imm;        /* Immediate Data (network order), with has_imm */
+        uint8_t opcode;      /* RDMAP */
+        bool last, has_imm, imm_se;
+};
+
+/* One parked segment: where its bytes are in the ring and what to do with
+ * them once a receive WQE is there. */
+struct rd_mb_ent {
+        struct dw_rd_peer *peer;
+        uint32_t pos, nslots;
+        struct rd_seg g;
+};
+
+/* The mailbox of an RD QP (seed 001): ring_slots slots of slot_size bytes
+ * shared by every peer that sends to the QP, the credit state of both roles
+ * towards up to npeers peers, and the segments parked in arrival order. */
+struct rd_mbox {
+        struct dw_credit cr;
+        uint8_t *buf; /* ring_slots * slot_size bytes, mapped on demand */
+        size_t buf_len;
+        uint32_t slot_size, ring_slots;
+        uint32_t seg_cap;              /* largest Send segment: the quota in bytes */
+        struct rd_mb_ent *ent;         /* ring_slots entries: a parked segment takes a slot */
+        uint32_t ent_head, ent_count;  /* parked and not delivered, oldest first */
+        struct dw_rd_peer **idx_peer;  /* npeers: the stream holding each index */
+        uint32_t next_idx;             /* indices handed out so far */
+        bool ctl;                      /* a credit message may be due */
+        /* While a Send waits for credits (the SQ goes in order, so one peer
+         * at a time): when to ask that peer for its credit value. */
+        uint64_t probe_at;
 };
 
 /* Payloads up to this size are copied behind the headers: the datagram is
@@ -224,6 +270,7 @@ struct rd_txslot {
         uint64_t cookie;
         uint32_t cc_bytes; /* as congestion control counts the datagram (rd_cc_bytes) */
         uint32_t save_idx, save_seg;
+        uint32_t cr_slots; /* credits a Send segment took (given back if refused) */
 };
 
 struct dw_rd_dev {
@@ -325,6 +372,9 @@ extern const struct dw_rel_ops rd_ops;
 int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now);
 void rd_send_nak(struct dw_rd_peer *p, uint32_t psn, uint8_t code);
 int rd_send_ack(struct dw_rd_peer *p);
+/* A control datagram carrying our credit value (and an owed ACK); probe:
+ * asks the peer for its own value at once (CREDIT|ACKREQ). */
+int rd_send_credit(struct dw_rd_peer *p, bool probe);
 int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
 
 /* rd_rx.c */
@@ -335,6 +385,43 @@ void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   enum diwarp_wc_status st);
 int rd_irq_alloc(struct dw_rd_qp *s);
 void rd_irq_queue(struct dw_rd_qp *s, int idx);
+
+/* rd_rx.c, for the mailbox */
+struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn);
+void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p);
+/* Places a Send segment in receive WQE w bound to it: g->len bytes, the
+ * first len1 of them at pay and the rest at pay2 (a segment parked across
+ * the end of the ring); pull, the rd_pull entry rd_pull_start gave it (-1:
+ * none; -2: a receiver-paced Send's first segment waiting for one). 0, or -1: the WQE failed (completed with an error, warned) and
+ * *nak says what to answer. */
+int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
+                  const struct rd_seg *g, const uint8_t *pay, const uint8_t *pay2, uint32_t len1,
+                  int pull, uint8_t *nak);
+
+/* rd_mbox.c: credits and the mailbox receive ring */
+int rd_mbox_init(struct dw_rd_qp *s);
+void rd_mbox_fini(struct dw_rd_qp *s);
+/* The peers went (reset, RTR of RC over RD): credits start over. */
+int rd_mbox_reset(struct dw_rd_qp *s);
+void rd_mbox_peer_new(struct dw_rd_qp *s, struct dw_rd_peer *p);
+/* Sender: the credits the Send segment of len bytes to p takes now (0: it
+ * goes uncharged), or -1: it waits for credits (counted; probes the peer
+ * now and then); and giving them back when the socket refused it. */
+int rd_mbox_tx_take(struct dw_rd_peer *p, uint32_t len, uint64_t now);
+void rd_mbox_tx_untake(struct dw_rd_peer *p, uint32_t slots);
+/* The credit value a datagram to p carries (reliable: a data packet). */
+void rd_mbox_hdr(struct dw_rd_peer *p, struct dw_dgram_hdr *h, bool reliable);
+/* A datagram from p arrived: its credit value, or that it has none. */
+void rd_mbox_rx_hdr(struct dw_rd_peer *p, const struct dw_dgram_hdr *h);
+/* A Send segment placed straight into its WQE (or refused with an error NAK)
+ * still counts against its sender's credits: it arrives and is retrieved. */
+void rd_mbox_account(struct dw_rd_peer *p, uint32_t len);
+/* A Send segment with no receive WQE for it: parked (RV_ACCEPT) or RV_RNR. */
+enum rd_verdict rd_mbox_park(struct dw_rd_peer *p, const struct rd_seg *g, const uint8_t *pay);
+/* Delivers parked segments to receive WQEs posted since, oldest first. */
+void rd_mbox_drain(struct dw_rd_qp *s);
+/* Sends the stand-alone credit messages that are due. */
+void rd_mbox_ctl(struct dw_rd_qp *s);
 
 /* rd_pull.c: receiver-paced Sends */
 enum rd_verdict rd_pull_start(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
@@ -390,9 +477,23 @@ static inline uint32_t rd_peer_seg(const struct dw_rd_peer *p)
         return rd_seg_payload(p->udp_mtu);
 }
 
+/* Send segments are smaller when credits are on and the quota is: a segment
+ * never needs more credits than a sender can ever hold. */
+static inline uint32_t rd_send_seg(const struct dw_rd_peer *p)
+{
+        uint32_t S = rd_peer_seg(p);
+        return p->s->mb && p->s->mb->seg_cap < S ? p->s->mb->seg_cap : S;
+}
+
 static inline uint64_t rd_nseg(uint64_t len, uint32_t seg)
 {
         return len <= seg ? 1 : (len + seg - 1) / seg; /* no division for the common case */
+}
+
+static inline bool rd_is_send(int op)
+{
+        return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM ||
+               op == DIWARP_WR_SEND_WITH_INV;
 }
 
 static inline bool is_read_like(int op)
@@ -410,6 +511,10 @@ static inline uint32_t rd_cc_bytes(const struct dw_rd_peer *p, uint64_t cookie)
         uint64_t S = rd_peer_seg(p), off = (uint64_t)ck_seg(cookie) * S, len = 0;
         if (ck_kind(cookie) == RD_CK_SQ) {
                 const struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
+                if (rd_is_send(w->opcode)) {
+                        S = rd_send_seg(p);
+                        off = (uint64_t)ck_seg(cookie) * S;
+                }
                 uint64_t end = (w->flags & RD_W_PULL) ? w->pull_pushed : w->total_len;
                 if (is_read_like(w->opcode))
                         len = DW_RDMAP_ATOMIC_REQ_HDR_LEN;

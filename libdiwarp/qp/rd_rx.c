@@ -101,7 +101,7 @@ static bool rd_rq_have(struct dw_rd_qp *s, uint32_t need)
 
 /* Receive WQE bound to (p, msn), binding WQEs in MSN order first. NULL:
  * not enough receive WQEs posted (RNR). */
-static struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn)
+struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn)
 {
         struct dw_qp *qp = s->qp;
         if (dw_psn_diff(msn, p->rx_bind) >= 0) {
@@ -145,7 +145,7 @@ void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
 }
 
 /* Completes, in order, every message of p whose last PSN is below the cursor. */
-static void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
+void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
 {
         struct dw_qp *qp = s->qp;
         uint32_t cur = dw_rel_rx_cursor(&p->rel);
@@ -257,6 +257,60 @@ void rd_irq_queue(struct dw_rd_qp *s, int idx)
         s->fifo_count++;
 }
 
+int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
+                  const struct rd_seg *g, const uint8_t *pay, const uint8_t *pay2, uint32_t len1,
+                  int pull, uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        int e = dw_qp_scatter(qp, w, g->mo, pay, len1);
+        if (e == 0 && g->len > len1)
+                e = dw_qp_scatter(qp, w, (size_t)g->mo + len1, pay2, g->len - len1);
+        if (e < 0 && pull >= 0)
+                rd_pull_free(s, &s->pull[pull]);
+        else if (e < 0 && pull == -2 && s->pull_waiting)
+                s->pull_waiting--;
+        if (e == -EMSGSIZE) {
+                dw_warn("RD QP %#x: Send of more than the %llu-byte receive WR %#llx", qp->qpn,
+                        (unsigned long long)w->total_len, (unsigned long long)w->wr_id);
+                rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
+                *nak = DW_DGRAM_NAK_INVALID;
+                return -1;
+        }
+        if (e < 0) {
+                dw_warn("RD QP %#x: receive WR %#llx: local protection error (lkey)", qp->qpn,
+                        (unsigned long long)w->wr_id);
+                rd_recv_fail(s, p, w, DIWARP_WC_LOC_PROT_ERR);
+                *nak = DW_DGRAM_NAK_REM_OP;
+                return -1;
+        }
+        /* Pushed bytes and the newest PSN of a Send that may turn out to be
+         * receiver-paced (its first segment may come last). */
+        w->bytes_done += g->len;
+        if (!(w->ts_ns >> 32) || dw_psn_before((uint32_t)w->ts_ns, g->psn))
+                w->ts_ns = 1ull << 32 | g->psn;
+        if (w->flags & RD_W_PULL)
+                rd_pull_check(s, w);
+        if (g->last) {
+                w->psn = g->psn;
+                w->byte_len = g->mo + g->len;
+                w->flags |= RD_W_LAST;
+                if (g->opcode == DW_RDMAP_SEND_SE || g->opcode == DW_RDMAP_SEND_SE_INVAL)
+                        w->flags |= RD_W_SE;
+                if (g->opcode == DW_RDMAP_SEND_INVAL || g->opcode == DW_RDMAP_SEND_SE_INVAL) {
+                        w->flags |= RD_W_INV;
+                        w->invalidate_rkey = g->inval_stag;
+                }
+                if (g->has_imm) {
+                        w->flags |= RD_W_IMM;
+                        w->imm_data = g->imm;
+                        if (g->imm_se)
+                                w->flags |= RD_W_SE;
+                }
+        }
+        qp->ctr.rx_bytes += g->len;
+        return 0;
+}
+
 /* One NEW DATA segment: check, place. */
 static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                      const struct dw_dgram_hdr *h, uint8_t *pkt,
@@ -306,63 +360,41 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 int32_t ahead = dw_psn_diff(r.ddp.msn, p->rx_done);
                 if (ahead < 0 || ahead > 65536)
                         return RV_DROP;
+                struct rd_seg g = {.msn = r.ddp.msn,
+                                   .mo = r.ddp.mo,
+                                   .psn = h->psn,
+                                   .len = (uint32_t)plen,
+                                   .inval_stag = r.inval_stag,
+                                   .imm = imm_val,
+                                   .opcode = r.opcode,
+                                   .last = r.ddp.last,
+                                   .has_imm = has_imm,
+                                   .imm_se = has_imm && ri.opcode == DW_RDMAP_IMM_DATA_SE};
+                /* No receive WQE for it yet, or older Sends are parked ahead
+                 * of it: into the mailbox (a receiver-paced Send's first
+                 * segment needs its WQE: RNR). */
+                bool unbound = dw_psn_diff(r.ddp.msn, p->rx_bind) >= 0;
+                bool pull_seg = h->xflags & DW_DGRAM_X_PULL;
+                if (s->mb && unbound && s->mb->ent_count)
+                        return pull_seg ? RV_RNR : rd_mbox_park(p, &g, pay);
                 struct dw_wqe *w = rd_rx_bind(s, p, r.ddp.msn);
                 if (!w)
-                        return RV_RNR;
+                        return s->mb && unbound && !pull_seg ? rd_mbox_park(p, &g, pay) : RV_RNR;
                 int pull = -1;
-                if (h->xflags & DW_DGRAM_X_PULL) {
+                if (pull_seg) {
                         /* Before the placement: a refusal (no entry free: RNR)
                          * must leave nothing behind. */
                         enum rd_verdict v = rd_pull_start(s, p, w, &r, h, &pull, nak);
                         if (v != RV_ACCEPT)
                                 return v;
                 }
-                int e = dw_qp_scatter(qp, w, r.ddp.mo, pay, plen);
-                if (e < 0 && pull >= 0)
-                        rd_pull_free(s, &s->pull[pull]);
-                else if (e < 0 && (h->xflags & DW_DGRAM_X_PULL) && s->pull_waiting)
-                        s->pull_waiting--;
-                if (e == -EMSGSIZE) {
-                        dw_warn("RD QP %#x: Send of more than the %llu-byte receive WR %#llx",
-                                qp->qpn, (unsigned long long)w->total_len,
-                                (unsigned long long)w->wr_id);
-                        rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
-                        *nak = DW_DGRAM_NAK_INVALID;
-                        return RV_NAK;
-                }
-                if (e < 0) {
-                        dw_warn("RD QP %#x: receive WR %#llx: local protection error (lkey)",
-                                qp->qpn, (unsigned long long)w->wr_id);
-                        rd_recv_fail(s, p, w, DIWARP_WC_LOC_PROT_ERR);
-                        *nak = DW_DGRAM_NAK_REM_OP;
-                        return RV_NAK;
-                }
-                /* Pushed bytes and the newest PSN of a Send that may turn out
-                 * to be receiver-paced (its first segment may come last). */
-                w->bytes_done += plen;
-                if (!(w->ts_ns >> 32) || dw_psn_before((uint32_t)w->ts_ns, h->psn))
-                        w->ts_ns = 1ull << 32 | h->psn;
-                if (w->flags & RD_W_PULL)
-                        rd_pull_check(s, w);
-                if (r.ddp.last) {
-                        w->psn = h->psn;
-                        w->byte_len = r.ddp.mo + (uint32_t)plen;
-                        w->flags |= RD_W_LAST;
-                        if (r.opcode == DW_RDMAP_SEND_SE || r.opcode == DW_RDMAP_SEND_SE_INVAL)
-                                w->flags |= RD_W_SE;
-                        if (r.opcode == DW_RDMAP_SEND_INVAL || r.opcode == DW_RDMAP_SEND_SE_INVAL) {
-                                w->flags |= RD_W_INV;
-                                w->invalidate_rkey = r.inval_stag;
-                        }
-                        if (has_imm) {
-                                w->flags |= RD_W_IMM;
-                                w->imm_data = imm_val;
-                                if (ri.opcode == DW_RDMAP_IMM_DATA_SE)
-                                        w->flags |= RD_W_SE;
-                        }
-                }
-                qp->ctr.rx_bytes += plen;
-                return RV_ACCEPT;
+                /* -2: the first segment of a receiver-paced Send waiting for
+                 * a pull entry. */
+                if (pull_seg && pull < 0)
+                        pull = -2;
+                int e = rd_send_place(s, p, w, &g, pay, NULL, (uint32_t)plen, pull, nak);
+                rd_mbox_account(p, (uint32_t)plen);
+                return e < 0 ? RV_NAK : RV_ACCEPT;
         }
         case DW_RDMAP_WRITE: {
                 struct dw_wqe *w = NULL;
@@ -587,7 +619,7 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         if (h->psn != p->rel.rcv_nxt || (p->rel.rx_map[0] | p->rel.rx_map[1]) ||
             (h->flags & DW_DGRAM_F_IMM) || lay->seg_len < DW_DGRAM_DDP_UNTAGGED_LEN ||
             s->rq_bound || qp->srq || p->rx_bind != p->rx_done ||
-            (!s->rc && h->qkey != qp->attr.qkey))
+            (!s->rc && h->qkey != qp->attr.qkey) || (s->mb && s->mb->ent_count))
                 return false;
         /* What dw_rdmap_decode and the Send rules accept for such a message:
          * RsvdULP (no Invalidate STag), QN 0 and MO 0 are zero. */
@@ -618,6 +650,7 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         qp->dev->ctr.rx_packets++;
         qp->ctr.rx_packets++;
         dw_rel_rx_next(&p->rel, h->flags & DW_DGRAM_F_ACKREQ, now); /* psn is the cursor */
+        rd_mbox_account(p, (uint32_t)plen);
         p->rx_bind++;
         p->rx_done++;
         struct diwarp_wc wc = {
@@ -683,6 +716,8 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
         d->rx_clock = false;
         rd_activate(p);
+        if (s->mb)
+                rd_mbox_rx_hdr(p, h);
         /* A Send the fast path takes is placed and completed before the ACK it
          * carries is handled: its receive completion then comes before the send
          * completion that ACK brings, so a ping-pong finds it with one poll. */

@@ -72,7 +72,8 @@ static ssize_t rd_put_hdr(const struct dw_dgram_hdr *h, uint8_t *b)
         dw_put_be32(b + 12, h->qkey);
         dw_put_be32(b + 16, h->psn);
         dw_put_be32(b + 20, h->ack_psn);
-        dw_put_be32(b + 24, 0); /* credits, rnr_delay */
+        dw_put_be16(b + 24, h->credits);
+        dw_put_be16(b + 26, 0); /* rnr_delay */
         return DW_DGRAM_HDR_LEN;
 }
 
@@ -132,7 +133,7 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         struct dw_qp *qp = p->s->qp;
         bool write = w->opcode == DIWARP_WR_RDMA_WRITE;
         if ((w->opcode != DIWARP_WR_SEND && !write) || w->total_len > RD_COPY_MAX ||
-            w->total_len > rd_peer_seg(p) || (p->rel.rx_map[0] | p->rel.rx_map[1]))
+            w->total_len > rd_send_seg(p) || (p->rel.rx_map[0] | p->rel.rx_map[1]))
                 return false;
         uint32_t len = (uint32_t)w->total_len;
         const uint8_t *src = NULL;
@@ -151,8 +152,10 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         struct dw_dgram_hdr h;
         h.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (ackreq ? DW_DGRAM_F_ACKREQ : 0);
         h.ack_psn = 0;
+        h.credits = 0;
         if (dw_rel_ack_owed(&p->rel))
                 dw_rel_build_ack(&p->rel, &h, 0); /* no holes: no SACK block */
+        rd_mbox_hdr(p, &h, true);
         bool nocrc = rdd(qp->dev)->nocrc;
         uint8_t *b = t->hdr;
         b[0] = nocrc ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
@@ -165,7 +168,8 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         dw_put_be32(b + 12, w->remote_qkey);
         dw_put_be32(b + 16, psn);
         dw_put_be32(b + 20, h.ack_psn);
-        dw_put_be32(b + 24, 0); /* credits, rnr_delay */
+        dw_put_be16(b + 24, h.credits);
+        dw_put_be16(b + 26, 0); /* rnr_delay */
         b += DW_DGRAM_HDR_LEN;
         if (write) {
                 /* Tagged, L = 1: the whole Write at its TO. */
@@ -220,6 +224,8 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                 return 0;
         if (ck_kind(cookie) == RD_CK_SQ) {
                 struct dw_wqe *w = &qp->sq.ring[ck_slot(cookie)];
+                if (rd_is_send(w->opcode))
+                        S = rd_send_seg(p);
                 uint64_t off = (uint64_t)seg * S;
                 bool se = w->send_flags & DIWARP_SEND_SOLICITED;
                 qkey = w->remote_qkey;
@@ -383,6 +389,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
             .pull_len = pull_len,
             .pull_pushed = pull_pushed,
         };
+        rd_mbox_hdr(p, &h, true);
         if (dw_rel_ack_owed(&p->rel)) {
                 size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
                 dw_rel_build_ack(&p->rel, &h,
@@ -459,6 +466,7 @@ static int rd_send_ctrl(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
         uint8_t buf[DW_DGRAM_HDR_MAX_LEN + DW_DGRAM_CRC_LEN];
         h->dst_qpn = p->rqpn;
         h->src_qpn = qp->qpn;
+        rd_mbox_hdr(p, h, false);
         if (rdd(qp->dev)->nocrc)
                 h->xflags |= DW_DGRAM_X_NOCRC;
         ssize_t n = dw_dgram_encode(h, buf, sizeof(buf));
@@ -546,6 +554,15 @@ static int ops_retransmit(void *ctx, uint32_t psn, uint64_t cookie)
         p->s->qp->ctr.retransmits++;
         dev->ctr.tx_packets++;
         return 0;
+}
+
+int rd_send_credit(struct dw_rd_peer *p, bool probe)
+{
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | (probe ? DW_DGRAM_F_ACKREQ : 0),
+                                 .psn = p->rel.snd_nxt};
+        if (dw_rel_ack_owed(&p->rel))
+                dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
+        return rd_send_ctrl(p, &h);
 }
 
 int rd_send_ack(struct dw_rd_peer *p)
@@ -710,12 +727,23 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
                 return 0;
         if (s->capped && s->tx_seg == 0 && !(w->flags & RD_W_TOKEN) && !rd_token(s, now))
                 return 0;
+        int cr = 0;
+        if (s->mb && rd_is_send(w->opcode)) {
+                /* Credits in the peer's mailbox, one per slot the segment fills. */
+                uint32_t S = rd_send_seg(p);
+                uint64_t end = (w->flags & RD_W_PULL) ? w->pull_pushed : w->total_len;
+                uint64_t off = (uint64_t)s->tx_seg * S;
+                cr = rd_mbox_tx_take(p, (uint32_t)(end - off < S ? end - off : S), now);
+                if (cr < 0)
+                        return 0;
+        }
         uint32_t psn = p->rel.snd_nxt + p->batch;
         bool last_seg = s->tx_seg + 1 >= w->ts_ns;
         bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
                       (last_seg && s->tx_idx + 1 >= dw_wq_count(&qp->sq)) ||
                       dw_cc_full_after(&p->path->cc, p->path->pending + ccb);
         int r = rd_build(p, cookie, psn, ackreq, t);
+        t->cr_slots = (uint32_t)cr;
         if (r < 0) {
                 dw_warn("RD QP %#x: send WR %#llx: local protection error (lkey)", qp->qpn,
                         (unsigned long long)w->wr_id);
@@ -1076,6 +1104,7 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                         } else if (ck_kind(t->cookie) == RD_CK_SQ) {
                                 s->tx_idx = t->save_idx;
                                 s->tx_seg = t->save_seg;
+                                rd_mbox_tx_untake(t->peer, t->cr_slots);
                         } else {
                                 s->irq[t->save_idx].next_seg = t->save_seg;
                         }
@@ -1131,6 +1160,15 @@ static void rd_tx_now(struct dw_rd_qp *s)
         s->starting = 0;
         if (s->capped && !rd_token(s, d->step_now))
                 return;
+        /* A one-segment Send takes its credits here; none left: the step
+         * waits for them. */
+        int cr = 0;
+        if (s->mb && rd_is_send(w->opcode)) {
+                uint64_t len = (w->flags & RD_W_PULL) ? w->pull_pushed : w->total_len;
+                cr = rd_mbox_tx_take(p, (uint32_t)len, d->step_now);
+                if (cr < 0)
+                        return;
+        }
         struct rd_txslot *t = &d->slot[0];
         /* As rd_next_sq builds it: the last WQE of the SQ asks for an ACK. A
          * build error or a refusal of the socket is left to the progress step,
@@ -1138,6 +1176,7 @@ static void rd_tx_now(struct dw_rd_qp *s)
         t->cc_bytes = ccb;
         if (rd_build(p, cookie, p->rel.snd_nxt, true, t) < 0 ||
             rd_send_one(dev, t->iov, t->iovcnt, &t->dst) < 0) {
+                rd_mbox_tx_untake(p, (uint32_t)cr);
                 t->peer = NULL;
                 rd_ring_idle(d, p);
                 return;

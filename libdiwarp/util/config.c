@@ -41,6 +41,11 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->pull_min = DW_CONFIG_DEFAULT_PULL_MIN;
         cfg->pull_chunk = DW_CONFIG_DEFAULT_PULL_CHUNK;
         cfg->pull_depth = DW_CONFIG_DEFAULT_PULL_DEPTH;
+        cfg->credit = DW_CREDIT_ON_STATIC;
+        cfg->credit_slot = DW_CONFIG_DEFAULT_CREDIT_SLOT;
+        cfg->credit_ring = DW_CONFIG_DEFAULT_CREDIT_RING;
+        cfg->credit_peers = DW_CONFIG_DEFAULT_CREDIT_PEERS;
+        cfg->credit_cslots = DW_CONFIG_DEFAULT_CREDIT_CSLOTS;
 }
 
 /* Records "NAME='value': expectation" in cfg->why_buf. The value is cut short
@@ -259,6 +264,47 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_PULL_DEPTH, &u))
                         return bad(cfg, "DIWARP_RD_PULL_DEPTH", v, "expected Reads 1..8");
                 cfg->pull_depth = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_CREDIT"))) {
+                static const char *const names[] = {"off", "static", "dynamic"};
+
+                i = parse_choice(v, names, 3);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_CREDIT", v, "expected static or off");
+                if (i == 2)
+                        return bad(cfg, "DIWARP_CREDIT", v,
+                                   "the dynamic protocol is not carried on the wire yet (its "
+                                   "compulsory request and response need reliable delivery); "
+                                   "expected static or off");
+                cfg->credit = (enum dw_credit_setting)i;
+        }
+        if ((v = var(env, "DIWARP_CREDIT_SLOT"))) {
+                if (!parse_u64(v, 10, 64, 65536, &u) || (u & (u - 1)))
+                        return bad(cfg, "DIWARP_CREDIT_SLOT", v,
+                                   "expected bytes, a power of two 64..65536");
+                cfg->credit_slot = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_CREDIT_RING"))) {
+                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_CREDIT_RING, &u))
+                        return bad(cfg, "DIWARP_CREDIT_RING", v, "expected slots 1..32767");
+                cfg->credit_ring = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_CREDIT_PEERS"))) {
+                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_CREDIT_RING, &u))
+                        return bad(cfg, "DIWARP_CREDIT_PEERS", v, "expected senders 1..32767");
+                cfg->credit_peers = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_CREDIT_CSLOTS"))) {
+                if (!parse_u64(v, 10, 1, 64, &u))
+                        return bad(cfg, "DIWARP_CREDIT_CSLOTS", v, "expected entries 1..64");
+                cfg->credit_cslots = (uint32_t)u;
+        }
+        if (cfg->credit != DW_CREDIT_OFF && cfg->credit_ring < cfg->credit_peers) {
+                snprintf(cfg->why_buf, sizeof(cfg->why_buf),
+                         "DIWARP_CREDIT_RING=%u is smaller than DIWARP_CREDIT_PEERS=%u: the "
+                         "static protocol gives every sender at least one slot",
+                         cfg->credit_ring, cfg->credit_peers);
+                return -EINVAL;
         }
         if ((v = var(env, "DIWARP_FAULT_SEED"))) {
                 /* Base 0: decimal, or 0x-prefixed hex as seeds are often printed. */

@@ -45,6 +45,21 @@ enum dw_rc_transport {
 #define DW_CONFIG_MIN_PULL_CHUNK     1024u
 #define DW_CONFIG_MAX_PULL_CHUNK     (64u << 20)
 #define DW_CONFIG_MAX_CC_TARGET_US   1000000u
+/* The credit-based mailbox receive ring of RD QPs (seed 001,
+ * libdiwarp/flow/README.md "Credits"). The ring's size is bounded by the
+ * header's 16-bit credit field, which carries a cumulative value modulo
+ * 2^16: every value a sender can see lies within a ring of its own. */
+#define DW_CONFIG_DEFAULT_CREDIT_SLOT   2048u
+#define DW_CONFIG_DEFAULT_CREDIT_RING   1024u
+#define DW_CONFIG_MAX_CREDIT_RING       32767u
+#define DW_CONFIG_DEFAULT_CREDIT_PEERS  16u
+#define DW_CONFIG_DEFAULT_CREDIT_CSLOTS 2u
+
+enum dw_credit_setting {
+        DW_CREDIT_OFF = 0,
+        DW_CREDIT_ON_STATIC = 1,
+        DW_CREDIT_ON_DYNAMIC = 2,
+};
 
 struct dw_config {
         char addr[16];                     /* DIWARP_ADDR, dotted IPv4; "": not pinned */
@@ -72,6 +87,11 @@ struct dw_config {
         uint32_t pull_min;     /* DIWARP_RD_PULL_MIN: bytes; 0 = never pull */
         uint32_t pull_chunk;   /* DIWARP_RD_PULL_CHUNK: bytes per Read */
         uint32_t pull_depth;   /* DIWARP_RD_PULL_DEPTH: Reads outstanding */
+        enum dw_credit_setting credit; /* DIWARP_CREDIT=static|off */
+        uint32_t credit_slot;          /* DIWARP_CREDIT_SLOT: bytes, a power of two */
+        uint32_t credit_ring;          /* DIWARP_CREDIT_RING: slots per RD QP */
+        uint32_t credit_peers;         /* DIWARP_CREDIT_PEERS: senders sharing a ring */
+        uint32_t credit_cslots;        /* DIWARP_CREDIT_CSLOTS: credit-region entries per peer */
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];

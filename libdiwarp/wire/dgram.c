@@ -265,7 +265,8 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
 {
         /* Every rule dw_dgram_hdr_validate applies, for these shapes: a
          * control-only packet has ACK, IMM comes with DATA, sack_count,
-         * nak_code, credits, rnr_delay and the QPNs' reserved bytes are zero,
+         * nak_code, rnr_delay and the QPNs' reserved bytes are zero, credits
+         * too without CREDIT,
          * and so is ack_psn without ACK. Byte 4 is reserved in version 1; in
          * version 2 it may be NOCRC alone, which needs only the RD flag:
          * with CRCs off, every RD datagram is of that kind. */
@@ -274,10 +275,11 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
         uint8_t f = buf[1], x = buf[4];
         if (!((buf[0] == DW_DGRAM_VERSION && x == 0) ||
               (buf[0] == DW_DGRAM_VERSION2 && x == DW_DGRAM_X_NOCRC)) ||
-            !(f & DW_DGRAM_F_RD) || (f & (DW_DGRAM_F_SACK | DW_DGRAM_F_NAK | DW_DGRAM_F_CREDIT)) ||
+            !(f & DW_DGRAM_F_RD) || (f & (DW_DGRAM_F_SACK | DW_DGRAM_F_NAK)) ||
             !(f & (DW_DGRAM_F_DATA | DW_DGRAM_F_ACK)) ||
             (f & (DW_DGRAM_F_DATA | DW_DGRAM_F_IMM)) == DW_DGRAM_F_IMM ||
-            (buf[2] | buf[3] | buf[8]) != 0 || dw_get_be32(buf + 24) != 0 ||
+            (buf[2] | buf[3] | buf[8] | buf[26] | buf[27]) != 0 ||
+            (!(f & DW_DGRAM_F_CREDIT) && (buf[24] | buf[25]) != 0) ||
             (!(f & DW_DGRAM_F_ACK) && dw_get_be32(buf + 20) != 0))
                 return dw_dgram_decode(buf, len, out, why);
         out->flags = f;
@@ -289,7 +291,7 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
         out->qkey = dw_get_be32(buf + 12);
         out->psn = dw_get_be32(buf + 16);
         out->ack_psn = dw_get_be32(buf + 20);
-        out->credits = 0;
+        out->credits = dw_get_be16(buf + 24);
         out->rnr_delay = 0;
         out->pull_len = 0;
         out->pull_pushed = 0;

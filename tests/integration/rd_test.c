@@ -18,7 +18,10 @@
  *                          outside the targets changed, direct placement
  *                          used on both sides unless DIWARP_RD_DIRECT=0
  *   rd_test prot   rd|rc   protection violations -> REM_ACCESS_ERR
- *   rd_test rnr    rd|rc   Send before the receive is posted: delivered
+ *   rd_test rnr    rd|rc   Send before the receive is posted: delivered; with
+ *                          credits parked in the mailbox (the Send completes,
+ *                          no RNR NAK, no retransmission), with
+ *                          DIWARP_CREDIT=off refused with RNR NAKs until then
  *   rd_test path   rd|rc   a 64 MiB RDMA Write and Read over loopback,
  *                          byte-exact, in datagrams of the route's MTU (lo's,
  *                          less 28, capped by DIWARP_UDP_MTU), none larger
@@ -1107,10 +1110,21 @@ static int case_mw(void)
 
 /* ---------------------------------------------------------------- rnr */
 
+static bool credits_on(void)
+{
+        const char *v = getenv("DIWARP_CREDIT");
+        return !v || !*v || strcmp(v, "off") != 0;
+}
+
+/* With credits (the default) a Send that comes before its receive is parked
+ * in the receiver's mailbox: it completes at the sender, with no RNR NAK and
+ * no retransmission, and is delivered once the receive is posted. With
+ * DIWARP_CREDIT=off it is refused with RNR NAKs and retried until then. */
 static int case_rnr(void)
 {
         struct side a, b;
         buf_len = 1 * MiB;
+        bool credits = credits_on();
         pair_open(&a, &b, DIWARP_ACCESS_LOCAL_WRITE);
         fill(a.buf, 100000, 3);
         struct diwarp_wc wc[4];
@@ -1121,23 +1135,43 @@ static int case_rnr(void)
                                     .opcode = DIWARP_WR_SEND,
                                     .send_flags = DIWARP_SEND_SIGNALED};
         post(&a, &b, &wr);
-        /* 500 ms with no receive posted: nothing completes, nothing is lost. */
-        if (poll_until(&a, &b, wc, 1, 500) != 0)
+        struct diwarp_counters c;
+        if (credits) {
+                if (poll_until(&a, &b, wc, 1, 10000) != 1)
+                        die("rnr: the Send was not taken into the receiver's mailbox");
+                expect_wc(wc, 12, DIWARP_WC_SUCCESS, "rnr send (parked)");
+                if (poll_until(&b, &a, wc, 1, 200) != 0)
+                        die("rnr: a receive completed before any was posted");
+                CHECK(diwarp_device_counters(b.dev, &c));
+                if (c.mbox_parked == 0)
+                        die("rnr: nothing counted as parked");
+        } else if (poll_until(&a, &b, wc, 1, 500) != 0) {
+                /* 500 ms with no receive posted: nothing completes, nothing is lost. */
                 die("rnr: the send completed (%s) without a receive",
                     diwarp_wc_status_str(wc[0].status));
+        }
         post_recv(&b, 13, 0, 200000);
         if (poll_until(&b, &a, wc, 1, 10000) != 1)
                 die("rnr: not delivered after the receive was posted");
         expect_wc(wc, 13, DIWARP_WC_SUCCESS, "rnr recv");
+        if (wc[0].byte_len != 100000)
+                die("rnr: byte_len %u, expected 100000", wc[0].byte_len);
         verify(a.buf, b.buf, 100000, "rnr", 100000);
-        if (poll_until(&a, &b, wc, 1, 10000) != 1)
-                die("rnr: no send completion");
-        expect_wc(wc, 12, DIWARP_WC_SUCCESS, "rnr send");
-        struct diwarp_counters c;
+        if (!credits) {
+                if (poll_until(&a, &b, wc, 1, 10000) != 1)
+                        die("rnr: no send completion");
+                expect_wc(wc, 12, DIWARP_WC_SUCCESS, "rnr send");
+        }
         CHECK(diwarp_device_counters(a.dev, &c));
-        if (c.rnr_naks == 0)
+        if (credits && (c.rnr_naks != 0 || c.retransmits != 0))
+                die("rnr: %llu RNR NAKs and %llu retransmissions with credits on",
+                    (unsigned long long)c.rnr_naks, (unsigned long long)c.retransmits);
+        if (!credits && c.rnr_naks == 0)
                 die("rnr: no RNR NAK counted");
-        fprintf(stderr, "rnr ok (%llu RNR NAKs)\n", (unsigned long long)c.rnr_naks);
+        struct diwarp_counters cb;
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        fprintf(stderr, "rnr ok (%llu RNR NAKs, %llu segments parked)\n",
+                (unsigned long long)c.rnr_naks, (unsigned long long)cb.mbox_parked);
         side_close(&a);
         side_close(&b);
         return 0;
@@ -1368,14 +1402,26 @@ static int case_srq(void)
                 }                                                                                  \
         } while (0)
 
-        /* The SRQ is empty: every Send is refused and retried, none lands. */
+        /* The SRQ is empty: no receive lands. With credits the Sends are
+         * parked in the receiving QPs' mailboxes and complete; without, every
+         * one is refused and retried. */
+        bool credits = credits_on();
+        unsigned sends = 0;
         SRQ_PUMP();
         uint64_t end = now_ms() + 300;
         while (now_ms() < end) {
-                for (unsigned s = 0; s < SRQ_NQ; s++)
-                        if (diwarp_cq_poll(tx[s].cq, 16, wc) != 0)
+                for (unsigned s = 0; s < SRQ_NQ; s++) {
+                        int n = diwarp_cq_poll(tx[s].cq, 16, wc);
+                        if (n != 0 && (!credits || wc[0].status != DIWARP_WC_SUCCESS))
                                 die("srq: a send completed (%s) with the SRQ empty",
                                     diwarp_wc_status_str(wc[0].status));
+                        for (int k = 0; k < n; k++)
+                                if (wc[k].status != DIWARP_WC_SUCCESS)
+                                        die("srq: parked send: %s",
+                                            diwarp_wc_status_str(wc[k].status));
+                        sends += (unsigned)(n > 0 ? n : 0);
+                        sdone[s] += (unsigned)(n > 0 ? n : 0);
+                }
                 SRQ_DRAIN(false);
                 if (rdone)
                         die("srq: a receive completed with the SRQ empty");
@@ -1386,15 +1432,26 @@ static int case_srq(void)
                 CHECK(diwarp_device_counters(tx[s].dev, &c));
                 naks += c.rnr_naks;
         }
-        if (naks == 0)
+        struct diwarp_counters rc0;
+        CHECK(diwarp_device_counters(rx[0].dev, &rc0));
+        if (!credits && naks == 0)
                 die("srq: no RNR NAK while the SRQ was empty");
+        if (credits && (naks != 0 || rc0.mbox_parked == 0 || sends == 0))
+                die("srq: with credits, %llu RNR NAKs, %llu segments parked, %u sends done "
+                    "while the SRQ was empty",
+                    (unsigned long long)naks, (unsigned long long)rc0.mbox_parked, sends);
 
         /* A few receives with the limit armed above what is left after three
          * are taken: the limit event fires, the refused Sends go through. */
+        sa.srq_limit = SRQ_LIMIT;
+        /* With credits the parked Sends take each receive as it is posted:
+         * the limit is armed first. */
+        if (credits)
+                CHECK(diwarp_srq_modify(srq, &sa, 2 /* IBV_SRQ_LIMIT */));
         for (unsigned slot = 0; slot < SRQ_FIRST; slot++)
                 srq_post_recv(srq, &rx[0], slot);
-        sa.srq_limit = SRQ_LIMIT;
-        CHECK(diwarp_srq_modify(srq, &sa, 2 /* IBV_SRQ_LIMIT */));
+        if (!credits)
+                CHECK(diwarp_srq_modify(srq, &sa, 2 /* IBV_SRQ_LIMIT */));
         end = now_ms() + 20000;
         while (rdone < SRQ_FIRST - SRQ_LIMIT + 1) {
                 SRQ_DRAIN(false);
@@ -1410,7 +1467,6 @@ static int case_srq(void)
         for (unsigned slot = SRQ_FIRST; slot < SRQ_DEPTH; slot++)
                 srq_post_recv(srq, &rx[0], slot);
         end = now_ms() + 60000;
-        unsigned sends = 0;
         while (rdone < total || sends < total) {
                 SRQ_DRAIN(true);
                 SRQ_PUMP();

@@ -509,6 +509,45 @@ def check_faults(lua, capdir):
           "ud_pingpong: UD Sends of the size asked")
 
 
+def check_credit(lua, capdir):
+    """The mailbox's credits on the wire (docs/PROTOCOL.md, Credits): every RD
+    datagram carries CREDIT; each side's cumulative value (16 bits) never
+    goes back, starts at the quota, and the sender never sent more slots
+    than the receiver's newest value allowed; no RNR NAK."""
+    res = result(capdir, "rd_credit")
+    frames, dg = decode(lua, f"{capdir}/rd_credit.pcapng")
+    common_checks("rd_credit", frames, dg)
+    check(all(d["flags"] & CREDIT for d in dg if d["flags"] & RD),
+          "rd_credit: an RD datagram without CREDIT")
+    check(not [d for d in dg if d["diwarp.kind"] == "NAK RNR"], "rd_credit: an RNR NAK")
+    quota = 256 // 16
+    sends = unique([d for d in dg if d.get("opcode") == 3])
+    if not check(sends, "rd_credit: no Send"):
+        return
+    sender, receiver = sends[0]["src"], sends[0]["dst"]
+    limit, first, sent, over = None, None, 0, []
+    for d in dg:
+        if not d["flags"] & RD:
+            continue
+        v = int(d["diwarp.credits"])
+        if d["src"] == receiver:
+            wide = v if limit is None else limit + ((v - limit + 0x8000) & 0xFFFF) - 0x8000
+            check(limit is None or wide >= limit,
+                  f"rd_credit frame {d['frame']}: the receiver's credit value went back "
+                  f"from {limit} to {wide}")
+            if first is None:
+                first = wide
+            limit = wide if limit is None else max(limit, wide)
+        elif d in sends:
+            sent += (payload(d) + 2047) // 2048 or 1
+            if sent > (limit if limit is not None else quota):
+                over.append(d["frame"])
+    check(first is not None and first >= quota,
+          f"rd_credit: the receiver's first credit value {first}, the quota is {quota}")
+    check(not over, f"rd_credit: Sends beyond the credit the receiver gave, frames {over[:5]}")
+    check(sent >= int(res["iters"]), f"rd_credit: {sent} slots sent")
+
+
 def check_corrupt(lua, capdir):
     # DIWARP_FAULT=corrupt flips bytes after the CRC is computed: those
     # datagrams must show Bad (with the expert error), the rest Good, and
@@ -605,6 +644,7 @@ def main():
     check_traffic(lua, capdir)
     check_rd_native(lua, capdir)
     check_faults(lua, capdir)
+    check_credit(lua, capdir)
     check_corrupt(lua, capdir)
     check_rc_tcp(lua, capdir)
     for f in failures:

@@ -208,6 +208,16 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_INFLIGHT_SHM", "/"},
             {"DIWARP_INFLIGHT_SHM", ".."},
             {"DIWARP_INFLIGHT_SHM", "pool name"},
+            {"DIWARP_CREDIT", "on"},
+            {"DIWARP_CREDIT", "dynamic"},
+            {"DIWARP_CREDIT_SLOT", "32"},
+            {"DIWARP_CREDIT_SLOT", "3000"},
+            {"DIWARP_CREDIT_SLOT", "131072"},
+            {"DIWARP_CREDIT_RING", "0"},
+            {"DIWARP_CREDIT_RING", "32768"},
+            {"DIWARP_CREDIT_PEERS", "0"},
+            {"DIWARP_CREDIT_CSLOTS", "0"},
+            {"DIWARP_CREDIT_CSLOTS", "65"},
         };
 
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -222,6 +232,38 @@ Test(config, bad_values_rejected_with_reason)
                 /* A failed parse leaves the defaults, not a partial environment. */
                 assert_defaults(&c);
         }
+}
+
+Test(config, credit_knobs)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        dw_config_defaults(&c);
+        cr_assert_eq(c.credit, DW_CREDIT_ON_STATIC);
+        cr_assert_eq(c.credit_slot, 2048);
+        cr_assert_eq(c.credit_ring, 1024);
+        cr_assert_eq(c.credit_peers, 16);
+        cr_assert_eq(c.credit_cslots, 2);
+        struct fake_env e = {{"DIWARP_CREDIT", "off", "DIWARP_CREDIT_SLOT", "65536",
+                              "DIWARP_CREDIT_RING", "32767", "DIWARP_CREDIT_PEERS", "1000",
+                              "DIWARP_CREDIT_CSLOTS", "64", NULL}};
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &e, &why), 0, "%s", why);
+        cr_assert_eq(c.credit, DW_CREDIT_OFF);
+        cr_assert_eq(c.credit_slot, 65536);
+        cr_assert_eq(c.credit_ring, 32767);
+        cr_assert_eq(c.credit_peers, 1000);
+        cr_assert_eq(c.credit_cslots, 64);
+        cr_assert_eq(parse1(&c, "DIWARP_CREDIT", "static", &why), 0);
+        cr_assert_eq(c.credit, DW_CREDIT_ON_STATIC);
+        /* Every sender needs a slot of the ring: refused with both names. */
+        struct fake_env small = {{"DIWARP_CREDIT_RING", "8", "DIWARP_CREDIT_PEERS", "9", NULL}};
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &small, &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "DIWARP_CREDIT_RING=8"), "%s", why);
+        cr_assert_not_null(strstr(why, "DIWARP_CREDIT_PEERS=9"), "%s", why);
+        /* ... unless credits are off. */
+        struct fake_env off = {
+            {"DIWARP_CREDIT", "off", "DIWARP_CREDIT_RING", "8", "DIWARP_CREDIT_PEERS", "9", NULL}};
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &off, &why), 0, "%s", why);
 }
 
 Test(config, failure_discards_earlier_variables)

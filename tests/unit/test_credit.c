@@ -437,6 +437,34 @@ Test(credit_static, multi_slot_messages_wrap_and_free_in_ring_order)
         dw_credit_fini(&rx);
 }
 
+/* The 16-bit credit field of the datagram header: a value widens to the
+ * 32-bit limit nearest the newest one known, across the wrap of either, and
+ * credits taken for a datagram that never left come back. */
+Test(credit_static, wire_values_widen_and_untake_gives_back)
+{
+        struct dw_credit tx;
+        init_ok(&tx, DW_CREDIT_STATIC, 2, 64, 2); /* quota 32 */
+        cr_assert_eq(dw_credit_tx_avail(&tx, 1), 32);
+        cr_assert_eq(dw_credit_tx_take(&tx, 1, 20), 20);
+        dw_credit_tx_untake(&tx, 1, 5);
+        cr_assert_eq(dw_credit_tx_avail(&tx, 1), 17);
+        dw_credit_tx_untake(&tx, 7, 5); /* a bad peer is ignored */
+        cr_assert_eq(dw_credit_widen16(&tx, 1, 40), 40);
+        cr_assert_eq(dw_credit_tx_update(&tx, 1, dw_credit_widen16(&tx, 1, 40)), 1);
+        cr_assert_eq(dw_credit_tx_avail(&tx, 1), 25);
+        /* Around 2^16 and 2^32: the nearest value, ahead or behind. */
+        static const uint32_t refs[] = {40, 0xfff0, 0x1fffe, 0xfffffff0u, 5};
+        for (size_t i = 0; i < sizeof(refs) / sizeof(refs[0]); i++) {
+                tx.peer[1].tx_limit = refs[i];
+                for (int32_t d = -32768; d < 32768; d += 1021) {
+                        uint32_t want = refs[i] + (uint32_t)d;
+                        cr_assert_eq(dw_credit_widen16(&tx, 1, (uint16_t)want), want,
+                                     "ref %#x delta %d", refs[i], d);
+                }
+        }
+        dw_credit_fini(&tx);
+}
+
 /* ------------------------------------------------- dynamic, by hand */
 
 Test(credit_dynamic, initial_state_and_first_returns)

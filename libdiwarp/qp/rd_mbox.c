@@ -1,0 +1,282 @@
+/* The credit-based mailbox receive ring of an RD QP (seed 001; the model is
+ * flow/credit.c, the wire docs/PROTOCOL.md "Credits").
+ *
+ * Every Send segment takes credits at its sender when it first leaves, one
+ * per slot its payload fills (at least one), and arrives once at the
+ * receiver, when rel/ accepts its PSN. A segment whose receive WQE is posted
+ * is placed in it and its slots are retrieved at once; one that finds no
+ * receive WQE is parked in the ring (its sender held the credits, so there is
+ * room) and delivered, oldest first, when receives are posted. So a Send that
+ * comes early costs no RNR NAK and no retransmission. Once anything is
+ * parked, later Sends that need a new receive WQE park behind it: receive
+ * WQEs go to messages in arrival order, as the ring is read in order.
+ *
+ * Credit values are cumulative and travel in the datagram header's 16-bit
+ * credit field, on every datagram to a peer that has an index here: data
+ * packets return what was retrieved (piggyback), ACKs carry the limit, and a
+ * control-only CREDIT datagram goes when a threshold is reached. A sender
+ * that waits for credits asks for the value (CREDIT|ACKREQ) every
+ * RD_CREDIT_PROBE_NS, which recovers a lost credit datagram. A peer whose
+ * datagrams carry no credit value runs without credits (DIWARP_CREDIT=off,
+ * or more peers than this end has indices for): its Sends are not charged
+ * and ours to it are not either; a Send beyond its credit that finds no
+ * receive WQE gets an RNR NAK, as without credits.
+ */
+#include "qp/rd_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "util/log.h"
+
+#define RD_CREDIT_PROBE_NS (2ull * 1000 * 1000)
+
+int rd_mbox_init(struct dw_rd_qp *s)
+{
+        const struct dw_config *cfg = &s->qp->dev->cfg;
+        if (cfg->credit == DW_CREDIT_OFF)
+                return 0;
+        struct rd_mbox *m = calloc(1, sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        uint32_t npeers = s->rc ? 1 : cfg->credit_peers;
+        struct dw_credit_cfg cc;
+        dw_credit_cfg_default(&cc, DW_CREDIT_STATIC, npeers, cfg->credit_ring);
+        cc.slot_size = cfg->credit_slot;
+        cc.credit_slots = cfg->credit_cslots;
+        char why[160];
+        int e = dw_credit_init(&m->cr, &cc, why, sizeof(why));
+        if (e < 0) {
+                dw_warn("RD QP %#x: credits: %s", s->qp->qpn, why);
+                free(m);
+                return e;
+        }
+        m->slot_size = cc.slot_size;
+        m->ring_slots = cc.ring_slots;
+        uint64_t quota = cc.ring_slots / npeers;
+        uint64_t cap = quota * cc.slot_size;
+        m->seg_cap = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+        m->buf_len = (size_t)cc.ring_slots * cc.slot_size;
+        /* Mapped, not allocated: pages cost memory only once a segment was
+         * parked on them. */
+        void *b = mmap(NULL, m->buf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        m->ent = calloc(cc.ring_slots, sizeof(*m->ent));
+        m->idx_peer = calloc(npeers, sizeof(*m->idx_peer));
+        if (b == MAP_FAILED || !m->ent || !m->idx_peer) {
+                if (b != MAP_FAILED)
+                        munmap(b, m->buf_len);
+                free(m->ent);
+                free(m->idx_peer);
+                dw_credit_fini(&m->cr);
+                free(m);
+                return -ENOMEM;
+        }
+        m->buf = b;
+        s->mb = m;
+        return 0;
+}
+
+void rd_mbox_fini(struct dw_rd_qp *s)
+{
+        struct rd_mbox *m = s->mb;
+        if (!m)
+                return;
+        munmap(m->buf, m->buf_len);
+        free(m->ent);
+        free(m->idx_peer);
+        dw_credit_fini(&m->cr);
+        free(m);
+        s->mb = NULL;
+}
+
+int rd_mbox_reset(struct dw_rd_qp *s)
+{
+        if (!s->mb)
+                return 0;
+        rd_mbox_fini(s);
+        return rd_mbox_init(s);
+}
+
+void rd_mbox_peer_new(struct dw_rd_qp *s, struct dw_rd_peer *p)
+{
+        struct rd_mbox *m = s->mb;
+        if (!m || m->next_idx >= m->cr.cfg.npeers)
+                return; /* runs without credits */
+        m->idx_peer[m->next_idx] = p;
+        p->cr_idx = ++m->next_idx;
+}
+
+static uint32_t slots_for(const struct rd_mbox *m, uint32_t len)
+{
+        return dw_credit_slots_for(&m->cr, len);
+}
+
+int rd_mbox_tx_take(struct dw_rd_peer *p, uint32_t len, uint64_t now)
+{
+        struct rd_mbox *m = p->s->mb;
+        if (!m || !p->cr_idx || p->cr_off)
+                return 0;
+        uint32_t need = slots_for(m, len);
+        if (dw_credit_tx_avail(&m->cr, p->cr_idx - 1) >= need) {
+                dw_credit_tx_take(&m->cr, p->cr_idx - 1, need);
+                p->cr_wait = false;
+                return (int)need;
+        }
+        struct dw_qp *qp = p->s->qp;
+        if (!p->cr_wait) {
+                p->cr_wait = true;
+                qp->ctr.credit_stalls++;
+                qp->dev->ctr.credit_stalls++;
+                m->probe_at = now + RD_CREDIT_PROBE_NS;
+        } else if (now >= m->probe_at) {
+                /* The credit datagram that would free us may have been lost. */
+                rd_send_credit(p, true);
+                qp->ctr.credit_probes++;
+                qp->dev->ctr.credit_probes++;
+                m->probe_at = now + RD_CREDIT_PROBE_NS;
+        }
+        dw_progress_timer(qp->dev, m->probe_at);
+        return -1;
+}
+
+void rd_mbox_tx_untake(struct dw_rd_peer *p, uint32_t slots)
+{
+        struct rd_mbox *m = p->s->mb;
+        if (m && p->cr_idx && slots)
+                dw_credit_tx_untake(&m->cr, p->cr_idx - 1, slots);
+}
+
+void rd_mbox_hdr(struct dw_rd_peer *p, struct dw_dgram_hdr *h, bool reliable)
+{
+        struct rd_mbox *m = p->s->mb;
+        if (!m || !p->cr_idx)
+                return;
+        uint32_t limit;
+        if (reliable) {
+                if (dw_credit_piggyback(&m->cr, p->cr_idx - 1, &limit) < 0)
+                        return;
+        } else {
+                limit = dw_credit_limit(&m->cr, p->cr_idx - 1);
+        }
+        h->flags |= DW_DGRAM_F_CREDIT;
+        h->credits = (uint16_t)limit;
+}
+
+void rd_mbox_rx_hdr(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
+{
+        struct rd_mbox *m = p->s->mb;
+        if (!m || !p->cr_idx)
+                return;
+        if (!(h->flags & DW_DGRAM_F_CREDIT)) {
+                p->cr_off = true;
+                return;
+        }
+        p->cr_off = false;
+        uint32_t idx = p->cr_idx - 1;
+        uint32_t limit = dw_credit_widen16(&m->cr, idx, h->credits);
+        if (dw_credit_tx_update(&m->cr, idx, limit) < 0) {
+                char pb[64];
+                dw_dbg("RD QP %#x peer %s: credit value %u ignored (beyond any ring)",
+                         p->s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), h->credits);
+        }
+        /* A probe asks for the value at once. */
+        if (!(h->flags & DW_DGRAM_F_DATA) && (h->flags & DW_DGRAM_F_ACKREQ))
+                rd_send_credit(p, false);
+}
+
+void rd_mbox_account(struct dw_rd_peer *p, uint32_t len)
+{
+        struct rd_mbox *m = p->s->mb;
+        if (!m || !p->cr_idx)
+                return;
+        uint32_t n = slots_for(m, len), pos;
+        /* A sender without credits for it (it runs without them) is not
+         * counted: nothing was taken, nothing is owed back. */
+        if (dw_credit_rx_arrive(&m->cr, p->cr_idx - 1, n, &pos) == 0) {
+                dw_credit_rx_release(&m->cr, pos, n);
+                m->ctl = true;
+        }
+}
+
+enum rd_verdict rd_mbox_park(struct dw_rd_peer *p, const struct rd_seg *g, const uint8_t *pay)
+{
+        struct dw_rd_qp *s = p->s;
+        struct rd_mbox *m = s->mb;
+        /* After an error NAK the peer's stream is over (its QP goes to ERR):
+         * a later Send parked now would hold the next receive WR for ever. */
+        if (!m || !p->cr_idx || p->nak_code)
+                return RV_RNR;
+        uint32_t n = slots_for(m, g->len), pos;
+        if (dw_credit_rx_arrive(&m->cr, p->cr_idx - 1, n, &pos) < 0)
+                return RV_RNR; /* no credit for it: a sender without credits */
+        size_t off = (size_t)pos * m->slot_size;
+        size_t first = m->buf_len - off < g->len ? m->buf_len - off : g->len;
+        memcpy(m->buf + off, pay, first);
+        memcpy(m->buf, pay + first, g->len - first);
+        struct rd_mb_ent *e = &m->ent[(m->ent_head + m->ent_count) % m->ring_slots];
+        *e = (struct rd_mb_ent){.peer = p, .pos = pos, .nslots = n, .g = *g};
+        m->ent_count++;
+        s->qp->ctr.mbox_parked++;
+        s->qp->dev->ctr.mbox_parked++;
+        return RV_ACCEPT;
+}
+
+void rd_mbox_drain(struct dw_rd_qp *s)
+{
+        struct rd_mbox *m = s->mb;
+        if (!m || !m->ent_count)
+                return;
+        struct dw_rd_peer *last = NULL;
+        while (m->ent_count) {
+                struct rd_mb_ent *e = &m->ent[m->ent_head];
+                struct dw_rd_peer *p = e->peer;
+                if (!p->dead && s->qp->state != DIWARP_QPS_ERR) {
+                        bool bound = dw_psn_diff(e->g.msn, p->rx_bind) < 0;
+                        struct dw_wqe *w = rd_rx_bind(s, p, e->g.msn);
+                        if (!w && !bound)
+                                break; /* not enough receives yet */
+                        /* Bound but gone: its message already failed, and
+                         * its bytes go with it. A failure completes the WQE
+                         * with its error; the segment was acknowledged long
+                         * ago, so the sender learns nothing of it
+                         * (docs/PROTOCOL.md). */
+                        if (w) {
+                                size_t off = (size_t)e->pos * m->slot_size;
+                                uint32_t first = m->buf_len - off < e->g.len
+                                                     ? (uint32_t)(m->buf_len - off)
+                                                     : e->g.len;
+                                uint8_t nak = 0;
+                                rd_send_place(s, p, w, &e->g, m->buf + off, m->buf, first, -1,
+                                              &nak);
+                        }
+                }
+                dw_credit_rx_release(&m->cr, e->pos, e->nslots);
+                m->ctl = true;
+                m->ent_head = (m->ent_head + 1) % m->ring_slots;
+                m->ent_count--;
+                if (last && last != p && !last->dead)
+                        rd_rx_complete(s, last);
+                last = p;
+        }
+        if (last && !last->dead)
+                rd_rx_complete(s, last);
+        rd_mbox_ctl(s);
+}
+
+void rd_mbox_ctl(struct dw_rd_qp *s)
+{
+        struct rd_mbox *m = s->mb;
+        if (!m || !m->ctl)
+                return;
+        m->ctl = false;
+        struct dw_credit_ctl c;
+        while (dw_credit_next_ctl(&m->cr, &c) == 1) {
+                struct dw_rd_peer *p = c.peer < m->next_idx ? m->idx_peer[c.peer] : NULL;
+                if (!p || p->dead || c.type != DW_CREDIT_CTL_CREDIT)
+                        continue;
+                rd_send_credit(p, false);
+                s->qp->ctr.credit_msgs++;
+                s->qp->dev->ctr.credit_msgs++;
+        }
+}
