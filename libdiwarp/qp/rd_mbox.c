@@ -227,17 +227,29 @@ void rd_mbox_drain(struct dw_rd_qp *s)
         struct rd_mbox *m = s->mb;
         if (!m || !m->ent_count)
                 return;
+        /* Oldest first. Once one finds too few receive WRs, no later one binds
+         * a new WR (they go in arrival order), but a later one whose message
+         * is bound already (its MSN came through a reordered stream, after a
+         * later MSN that bound it) is delivered: its WR waits for it, and the
+         * WRs behind it for their completion. */
+        bool short_of_wrs = false;
         struct dw_rd_peer *last = NULL;
-        while (m->ent_count) {
-                struct rd_mb_ent *e = &m->ent[m->ent_head];
+        for (uint32_t i = 0; i < m->ent_count; i++) {
+                struct rd_mb_ent *e = &m->ent[(m->ent_head + i) % m->ring_slots];
                 struct dw_rd_peer *p = e->peer;
+                if (!p)
+                        continue; /* delivered */
                 if (!p->dead && s->qp->state != DIWARP_QPS_ERR) {
                         bool bound = dw_psn_diff(e->g.msn, p->rx_bind) < 0;
+                        if (!bound && short_of_wrs)
+                                continue;
                         struct dw_wqe *w = rd_rx_bind(s, p, e->g.msn);
-                        if (!w && !bound)
-                                break; /* not enough receives yet */
+                        if (!w && !bound) {
+                                short_of_wrs = true;
+                                continue;
+                        }
                         /* Bound but gone: its message already failed, and
-                         * its bytes go with it. A failure completes the WQE
+                         * its bytes go with it. A failure completes the WR
                          * with its error; the segment was acknowledged long
                          * ago, so the sender learns nothing of it
                          * (docs/PROTOCOL.md). */
@@ -253,11 +265,14 @@ void rd_mbox_drain(struct dw_rd_qp *s)
                 }
                 dw_credit_rx_release(&m->cr, e->pos, e->nslots);
                 m->ctl = true;
-                m->ent_head = (m->ent_head + 1) % m->ring_slots;
-                m->ent_count--;
+                e->peer = NULL;
                 if (last && last != p && !last->dead)
                         rd_rx_complete(s, last);
                 last = p;
+        }
+        while (m->ent_count && !m->ent[m->ent_head].peer) {
+                m->ent_head = (m->ent_head + 1) % m->ring_slots;
+                m->ent_count--;
         }
         if (last && !last->dead)
                 rd_rx_complete(s, last);
