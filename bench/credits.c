@@ -153,7 +153,8 @@ static int run_proc(struct shared *sh, uint32_t me)
                 };
                 if ((e = diwarpdv_create_qp(pd, &ia, &qp[i])))
                         FAIL("QP: %s", strerror(-e));
-                struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .port_num = 1};
+                struct diwarp_qp_attr a = {
+                    .qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .port_num = 1};
                 if ((e = diwarp_qp_modify(qp[i], &a,
                                           DIWARP_QP_STATE | DIWARP_QP_PKEY_INDEX | DIWARP_QP_PORT |
                                               DIWARP_QP_QKEY)))
@@ -242,7 +243,8 @@ static int run_proc(struct shared *sh, uint32_t me)
                 for (int w = 0; w < got; w++) {
                         uint32_t i = (uint32_t)(wc[w].wr_id >> 32), k = (uint32_t)wc[w].wr_id;
                         if (wc[w].status != DIWARP_WC_SUCCESS)
-                                FAIL("endpoint %u: %s", mine[i], diwarp_wc_status_str(wc[w].status));
+                                FAIL("endpoint %u: %s", mine[i],
+                                     diwarp_wc_status_str(wc[w].status));
                         if (wc[w].opcode == DIWARP_WC_SEND) {
                                 inflight[i]--;
                                 sends_done++;
@@ -297,14 +299,11 @@ static int run_proc(struct shared *sh, uint32_t me)
 
 int main(int argc, char **argv)
 {
-        static const struct option lo[] = {{"procs", required_argument, NULL, 'k'},
-                                           {"eps", required_argument, NULL, 'p'},
-                                           {"msgs", required_argument, NULL, 'm'},
-                                           {"size", required_argument, NULL, 's'},
-                                           {"rq", required_argument, NULL, 'r'},
-                                           {"active", required_argument, NULL, 'a'},
-                                           {"timeout-ms", required_argument, NULL, 't'},
-                                           {NULL, 0, NULL, 0}};
+        static const struct option lo[] = {
+            {"procs", required_argument, NULL, 'k'},      {"eps", required_argument, NULL, 'p'},
+            {"msgs", required_argument, NULL, 'm'},       {"size", required_argument, NULL, 's'},
+            {"rq", required_argument, NULL, 'r'},         {"active", required_argument, NULL, 'a'},
+            {"timeout-ms", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
         int c;
         while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
                 char *end;
@@ -312,14 +311,29 @@ int main(int argc, char **argv)
                 if (!optarg || *end || v > 100000000)
                         usage();
                 switch (c) {
-                case 'k': o.procs = (uint32_t)v; break;
-                case 'p': o.eps = (uint32_t)v; break;
-                case 'm': o.msgs = (uint32_t)v; break;
-                case 's': o.size = (uint32_t)v; break;
-                case 'r': o.rq = (uint32_t)v; break;
-                case 'a': o.active = (uint32_t)v; break;
-                case 't': o.timeout_ms = (uint32_t)v; break;
-                default: usage();
+                case 'k':
+                        o.procs = (uint32_t)v;
+                        break;
+                case 'p':
+                        o.eps = (uint32_t)v;
+                        break;
+                case 'm':
+                        o.msgs = (uint32_t)v;
+                        break;
+                case 's':
+                        o.size = (uint32_t)v;
+                        break;
+                case 'r':
+                        o.rq = (uint32_t)v;
+                        break;
+                case 'a':
+                        o.active = (uint32_t)v;
+                        break;
+                case 't':
+                        o.timeout_ms = (uint32_t)v;
+                        break;
+                default:
+                        usage();
                 }
         }
         if (!o.active)
@@ -330,8 +344,8 @@ int main(int argc, char **argv)
                                 "> 0, active <= eps, size >= 8\n");
                 return 2;
         }
-        struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        struct shared *sh =
+            mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (sh == MAP_FAILED)
                 return 1;
         memset(sh, 0, sizeof(*sh));

@@ -768,7 +768,9 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
         }
         w->priv = p;
         /* Fixed here, with the stream's segment size, for every copy. */
-        w->ts_ns = rd_nseg(w->total_len, !p ? 1 : rd_is_send(w->opcode) ? rd_send_seg(p) : rd_peer_seg(p));
+        w->ts_ns = rd_nseg(w->total_len, !p                      ? 1
+                                         : rd_is_send(w->opcode) ? rd_send_seg(p)
+                                                                 : rd_peer_seg(p));
         if (is_read_like(w->opcode))
                 w->ts_ns = 1;
         /* A large Send is receiver-paced: it pushes its first chunk and the

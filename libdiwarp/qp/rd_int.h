@@ -237,12 +237,12 @@ struct rd_mbox {
         uint8_t *buf; /* ring_slots * slot_size bytes, mapped on demand */
         size_t buf_len;
         uint32_t slot_size, ring_slots;
-        uint32_t seg_cap;              /* largest Send segment: the quota in bytes */
-        struct rd_mb_ent *ent;         /* ring_slots entries: a parked segment takes a slot */
-        uint32_t ent_head, ent_count;  /* parked and not delivered, oldest first */
-        struct dw_rd_peer **idx_peer;  /* npeers: the stream holding each index */
-        uint32_t next_idx;             /* indices handed out so far */
-        bool ctl;                      /* a credit message may be due */
+        uint32_t seg_cap;             /* largest Send segment: the quota in bytes */
+        struct rd_mb_ent *ent;        /* ring_slots entries: a parked segment takes a slot */
+        uint32_t ent_head, ent_count; /* parked and not delivered, oldest first */
+        struct dw_rd_peer **idx_peer; /* npeers: the stream holding each index */
+        uint32_t next_idx;            /* indices handed out so far */
+        bool ctl;                     /* a credit message may be due */
         /* While a Send waits for credits (the SQ goes in order, so one peer
          * at a time): when to ask that peer for its credit value. */
         uint64_t probe_at;
@@ -392,8 +392,8 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p);
 /* Places a Send segment in receive WQE w bound to it: g->len bytes, the
  * first len1 of them at pay and the rest at pay2 (a segment parked across
  * the end of the ring); pull, the rd_pull entry rd_pull_start gave it (-1:
- * none; -2: a receiver-paced Send's first segment waiting for one). 0, or -1: the WQE failed (completed with an error, warned) and
- * *nak says what to answer. */
+ * none; -2: a receiver-paced Send's first segment waiting for one). 0, or -1: the WQE failed
+ * (completed with an error, warned) and *nak says what to answer. */
 int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   const struct rd_seg *g, const uint8_t *pay, const uint8_t *pay2, uint32_t len1,
                   int pull, uint8_t *nak);

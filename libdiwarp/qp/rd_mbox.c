@@ -60,7 +60,8 @@ int rd_mbox_init(struct dw_rd_qp *s)
         m->buf_len = (size_t)cc.ring_slots * cc.slot_size;
         /* Mapped, not allocated: pages cost memory only once a segment was
          * parked on them. */
-        void *b = mmap(NULL, m->buf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *b =
+            mmap(NULL, m->buf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         m->ent = calloc(cc.ring_slots, sizeof(*m->ent));
         m->idx_peer = calloc(npeers, sizeof(*m->idx_peer));
         if (b == MAP_FAILED || !m->ent || !m->idx_peer) {
@@ -178,7 +179,7 @@ void rd_mbox_rx_hdr(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
         if (dw_credit_tx_update(&m->cr, idx, limit) < 0) {
                 char pb[64];
                 dw_dbg("RD QP %#x peer %s: credit value %u ignored (beyond any ring)",
-                         p->s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), h->credits);
+                       p->s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), h->credits);
         }
         /* A probe asks for the value at once. */
         if (!(h->flags & DW_DGRAM_F_DATA) && (h->flags & DW_DGRAM_F_ACKREQ))

@@ -1161,17 +1161,26 @@ static int case_mailbox(void)
                         post(&a[q], &b, &wr);
                 }
         }
-        /* The receiver: at most 8 receives posted, one more every 20 polls. */
+        /* The receiver: at most 8 receives posted, one more every 20 polls,
+         * each into a buffer no posted WR uses (RD completes a stream's
+         * message when it is whole: a WR behind a lost segment completes
+         * after later ones). */
         uint8_t *rbase = b.buf + (size_t)MB_NQ * MB_MSGS * MB_LEN;
-        unsigned next[MB_NQ] = {0}, received = 0, posted = 0, sent = 0, slot = 0, tick = 0;
+        unsigned next[MB_NQ] = {0}, received = 0, posted = 0, sent = 0, tick = 0;
+        bool busy[16] = {false};
         unsigned total = nq * MB_MSGS;
         struct diwarp_wc wc[16];
-        uint64_t end = now_ms() + (getenv("MB_TIMEOUT_MS") ? strtoull(getenv("MB_TIMEOUT_MS"), NULL, 10) : 60000);
+        uint64_t end =
+            now_ms() +
+            (getenv("MB_TIMEOUT_MS") ? strtoull(getenv("MB_TIMEOUT_MS"), NULL, 10) : 60000);
         while (received < total || sent < total) {
                 if (posted - received < 8 && posted < total && ++tick % 20 == 0) {
+                        unsigned slot = 0;
+                        while (busy[slot])
+                                slot++;
+                        busy[slot] = true;
                         post_recv(&b, slot, (uint64_t)(rbase - b.buf) + (uint64_t)slot * MB_LEN,
                                   MB_LEN);
-                        slot = (slot + 1) % 16;
                         posted++;
                 }
                 int n = diwarp_cq_poll(b.cq, 16, wc);
@@ -1192,6 +1201,7 @@ static int case_mailbox(void)
                                "mailbox", MB_LEN);
                         next[hdr[0]]++;
                         received++;
+                        busy[wc[k].wr_id] = false;
                 }
                 n = diwarp_cq_poll(a[0].cq, 16, wc);
                 if (n < 0)
