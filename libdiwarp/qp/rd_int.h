@@ -227,6 +227,9 @@ struct rd_mb_ent {
         struct dw_rd_peer *peer;
         uint32_t pos, nslots;
         struct rd_seg g;
+        /* Parked while its stream had holes: a later MSN of it may have come
+         * first and bind this one's receive WR before its turn. */
+        bool late;
 };
 
 /* The mailbox of an RD QP (seed 001): ring_slots slots of slot_size bytes
@@ -240,6 +243,7 @@ struct rd_mbox {
         uint32_t seg_cap;             /* largest Send segment: the quota in bytes */
         struct rd_mb_ent *ent;        /* ring_slots entries: a parked segment takes a slot */
         uint32_t ent_head, ent_count; /* parked and not delivered, oldest first */
+        uint32_t late;                /* of them, parked while their stream had holes */
         struct dw_rd_peer **idx_peer; /* npeers: the stream holding each index */
         uint32_t next_idx;            /* indices handed out so far */
         bool ctl;                     /* a credit message may be due */

@@ -216,7 +216,12 @@ enum rd_verdict rd_mbox_park(struct dw_rd_peer *p, const struct rd_seg *g, const
         memcpy(m->buf + off, pay, first);
         memcpy(m->buf, pay + first, g->len - first);
         struct rd_mb_ent *e = &m->ent[(m->ent_head + m->ent_count) % m->ring_slots];
-        *e = (struct rd_mb_ent){.peer = p, .pos = pos, .nslots = n, .g = *g};
+        *e = (struct rd_mb_ent){.peer = p,
+                                .pos = pos,
+                                .nslots = n,
+                                .g = *g,
+                                .late = (p->rel.rx_map[0] | p->rel.rx_map[1]) != 0};
+        m->late += e->late;
         m->ent_count++;
         s->qp->ctr.mbox_parked++;
         s->qp->dev->ctr.mbox_parked++;
@@ -242,11 +247,18 @@ void rd_mbox_drain(struct dw_rd_qp *s)
                         continue; /* delivered */
                 if (!p->dead && s->qp->state != DIWARP_QPS_ERR) {
                         bool bound = dw_psn_diff(e->g.msn, p->rx_bind) < 0;
-                        if (!bound && short_of_wrs)
+                        if (!bound && short_of_wrs) {
+                                /* Only a segment that came late can be bound
+                                 * behind one that waits. */
+                                if (!m->late)
+                                        break;
                                 continue;
+                        }
                         struct dw_wqe *w = rd_rx_bind(s, p, e->g.msn);
                         if (!w && !bound) {
                                 short_of_wrs = true;
+                                if (!m->late)
+                                        break;
                                 continue;
                         }
                         /* Bound but gone: its message already failed, and
@@ -266,6 +278,7 @@ void rd_mbox_drain(struct dw_rd_qp *s)
                 }
                 dw_credit_rx_release(&m->cr, e->pos, e->nslots);
                 m->ctl = true;
+                m->late -= e->late;
                 e->peer = NULL;
                 if (last && last != p && !last->dead)
                         rd_rx_complete(s, last);
