@@ -39,6 +39,12 @@ static inline uint32_t static_thr(const struct dw_credit *c, const struct dw_cre
                                 : dw_credit_threshold(p->intended, c->cfg.credit_slots);
 }
 
+/* Dynamic: credits a sender must hold to send its largest message. */
+static inline uint32_t need_of(const struct dw_credit *c)
+{
+        return c->cfg.msg_slots ? c->cfg.msg_slots : 1;
+}
+
 /* Thesis current_credits: granted and neither retrieved nor given back. */
 static inline uint32_t current(const struct dw_credit_peer *p)
 {
@@ -168,10 +174,10 @@ int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *w
                                       "credit ring: threshold %u above the quota of %u slots per "
                                       "peer can never be reached (deadlock)",
                                       cfg->threshold, quota);
-                if (cfg->min_quota || cfg->max_quota)
+                if (cfg->min_quota || cfg->max_quota || cfg->msg_slots)
                         return dw_why(why, whylen, -EINVAL,
-                                      "credit ring: minimum and maximum quota apply to the dynamic "
-                                      "protocol only");
+                                      "credit ring: minimum and maximum quota and message slots "
+                                      "apply to the dynamic protocol only");
         } else {
                 uint32_t s = cfg->min_quota ? cfg->min_quota : cs;
                 if (cfg->threshold)
@@ -182,6 +188,11 @@ int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *w
                                       "credit ring: %u slots cannot give each of %u peers its "
                                       "minimum quota of %u",
                                       ring, n, s);
+                if (cfg->msg_slots > s)
+                        return dw_why(why, whylen, -EINVAL,
+                                      "credit ring: messages of %u slots above the floor of %u "
+                                      "could stall a sender for ever",
+                                      cfg->msg_slots, s);
                 if (cfg->max_quota && cfg->max_quota < quota + (ring % n != 0))
                         return dw_why(why, whylen, -EINVAL,
                                       "credit ring: maximum quota %u below the even share of %u",
@@ -348,10 +359,11 @@ static void threshold_event(struct dw_credit *c, uint32_t s, bool pb_way)
         struct dw_credit_peer *p = &c->peer[s];
         uint32_t cs = c->cfg.credit_slots, amt;
 
+        uint32_t need = need_of(c), cur = current(p);
         if (p->flags & DW_CREDIT_F_BLOCKED) {
                 /* Blocked flow: keep it at its floor until the response; the
                  * FIFO is left alone. */
-                amt = current(p) < floor_of(c) ? 1 : 0;
+                amt = cur >= floor_of(c) ? 0 : cur + 1 < need ? need - cur : 1;
         } else {
                 uint32_t *f = fifo_of(c, s);
                 uint32_t h = p->events, nh = (h + 1) % (cs + 1);
@@ -369,8 +381,9 @@ static void threshold_event(struct dw_credit *c, uint32_t s, bool pb_way)
                         amt = 0; /* excess: the next threshold is later by it */
                         f[nh] += p->piggybacked - t;
                 }
-                if (current(p) + amt == 0)
-                        amt = 1; /* never leave a sender with nothing (room >= floor) */
+                if (cur + amt < need)
+                        amt = need - cur; /* never leave a sender short of a
+                                             message (room >= floor >= need) */
         }
         give_dyn(c, s, amt);
         p->retrieved = 0;
@@ -385,7 +398,7 @@ static void check_crossing(struct dw_credit *c, uint32_t s)
 {
         struct dw_credit_peer *p = &c->peer[s];
 
-        if (p->retrieved + p->piggybacked >= fifo_of(c, s)[p->events] || current(p) == 0)
+        if (p->retrieved + p->piggybacked >= fifo_of(c, s)[p->events] || current(p) < need_of(c))
                 threshold_event(c, s, false);
 }
 
@@ -491,7 +504,7 @@ int dw_credit_on_response(struct dw_credit *c, uint32_t peer, uint32_t skip_tota
         p->rx_skip = skip_total;
         c->available += d - (reserve(c, p) - r0);
         p->flags &= (uint8_t)~DW_CREDIT_F_BLOCKED;
-        if (d || current(p) == 0)
+        if (d || current(p) < need_of(c))
                 check_crossing(c, peer);
         return 0;
 }

@@ -84,6 +84,11 @@ struct dw_credit_cfg {
         /* Static: the return threshold; 0 = Eq. 5.1. Any other value must be
          * 1..quota (a threshold above the quota can never be reached). */
         uint32_t threshold;
+        /* Dynamic: the most slots one message takes when it cannot be sent
+         * in pieces (0 = 1, at most the floor): a sender left holding fewer
+         * is refilled to it at once, so it never waits for a threshold its
+         * own traffic can no longer reach. */
+        uint32_t msg_slots;
         /* Credits we hold in each peer's ring at the start: what the peer's
          * configuration grants a sender (static: its ring_slots / npeers;
          * dynamic: its floor). 0 = derive it from this configuration, right

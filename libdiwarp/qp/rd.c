@@ -411,7 +411,8 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
          * limit, the first QP served would otherwise take every opening. */
         struct dw_rd_qp *start = d->tx_rr ? d->tx_rr : d->qps;
         for (struct dw_rd_qp *s = start; s && !blocked;) {
-                if (dw_wq_count(&s->qp->sq) > s->tx_idx || s->fifo_count || s->npull)
+                if (dw_wq_count(&s->qp->sq) > s->tx_idx || s->fifo_count || s->npull ||
+                    (s->mb && s->mb->cctl_unsent))
                         work += rd_tx_qp(s, budget, &blocked);
                 s = s->next ? s->next : d->qps;
                 if (s == start)

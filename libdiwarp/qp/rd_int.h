@@ -49,8 +49,10 @@
 /* Headers of a data datagram as congestion control counts them. */
 #define RD_CC_OVERHEAD (RD_IP_UDP + DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + DW_DGRAM_CRC_LEN)
 
-/* Cookie: kind (2 bits) | slot (14 bits, < DW_MAX_QP_WR and RD_MAX_IRQ) | segment (32 bits). */
-enum { RD_CK_SQ = 1, RD_CK_IRQ = 2, RD_CK_PULL = 3 };
+/* Cookie: kind (2 bits) | slot (14 bits, < DW_MAX_QP_WR and RD_MAX_IRQ) | segment (32 bits).
+ * A credit control message (RD_CK_CCTL) is slot index + 1 of its QP's
+ * mailbox, so no cookie is 0. */
+enum { RD_CK_CCTL = 0, RD_CK_SQ = 1, RD_CK_IRQ = 2, RD_CK_PULL = 3 };
 static inline uint64_t rd_cookie(unsigned kind, uint32_t slot, uint32_t seg)
 {
         return (uint64_t)kind << 62 | (uint64_t)(slot & 0x3fffu) << 32 | seg;
@@ -232,6 +234,16 @@ struct rd_mb_ent {
         bool late;
 };
 
+/* A compulsory request or response of the dynamic credit protocol, sent
+ * as a reliable segment of the stream (X-flag CCTL) until acknowledged. */
+#define RD_MAX_CCTL 32
+struct rd_cctl {
+        struct dw_rd_peer *peer; /* NULL: free */
+        uint32_t value;          /* response: the cumulative give-back */
+        uint8_t type;            /* DW_CREDIT_CTL_REQUEST or _RESPONSE */
+        bool sent;
+};
+
 /* The mailbox of an RD QP (seed 001): ring_slots slots of slot_size bytes
  * shared by every peer that sends to the QP, the credit state of both roles
  * towards up to npeers peers, and the segments parked in arrival order. */
@@ -250,6 +262,8 @@ struct rd_mbox {
         /* While a Send waits for credits (the SQ goes in order, so one peer
          * at a time): when to ask that peer for its credit value. */
         uint64_t probe_at;
+        struct rd_cctl cctl[RD_MAX_CCTL];
+        uint32_t ncctl, cctl_unsent;
 };
 
 /* Payloads up to this size are copied behind the headers: the datagram is
@@ -403,6 +417,14 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   int pull, uint8_t *nak);
 
 /* rd_mbox.c: credits and the mailbox receive ring */
+/* A credit control segment: an untagged DDP header on queue 3 whose first
+ * RsvdULP byte is the type, then the value (docs/PROTOCOL.md). */
+#define RD_CCTL_QN  3u
+#define RD_CCTL_LEN (DW_DGRAM_DDP_UNTAGGED_LEN + 4u)
+/* A credit control segment arrived (X-flag CCTL, a NEW PSN). */
+enum rd_verdict rd_mbox_cctl_rx(struct dw_rd_peer *p, const uint8_t *seg, size_t len);
+/* Its ACK came: the entry is free. */
+void rd_mbox_cctl_acked(struct dw_rd_qp *s, uint32_t slot);
 int rd_mbox_init(struct dw_rd_qp *s);
 void rd_mbox_fini(struct dw_rd_qp *s);
 /* The peers went (reset, RTR of RC over RD): credits start over. */
@@ -526,6 +548,8 @@ static inline uint32_t rd_cc_bytes(const struct dw_rd_peer *p, uint64_t cookie)
                         len = end - off;
         } else if (ck_kind(cookie) == RD_CK_PULL) {
                 len = DW_RDMAP_RREQ_HDR_LEN;
+        } else if (ck_kind(cookie) == RD_CK_CCTL) {
+                len = RD_CCTL_LEN - DW_DGRAM_DDP_UNTAGGED_LEN;
         } else {
                 const struct rd_irq *e = &s->irq[ck_slot(cookie)];
                 if (e->atomic)

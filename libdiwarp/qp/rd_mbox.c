@@ -41,10 +41,17 @@ int rd_mbox_init(struct dw_rd_qp *s)
         if (!m)
                 return -ENOMEM;
         uint32_t npeers = s->rc ? 1 : cfg->credit_peers;
+        bool dyn = cfg->credit == DW_CREDIT_ON_DYNAMIC;
         struct dw_credit_cfg cc;
-        dw_credit_cfg_default(&cc, DW_CREDIT_STATIC, npeers, cfg->credit_ring);
+        dw_credit_cfg_default(&cc, dyn ? DW_CREDIT_DYNAMIC : DW_CREDIT_STATIC, npeers,
+                              cfg->credit_ring);
         cc.slot_size = cfg->credit_slot;
         cc.credit_slots = cfg->credit_cslots;
+        if (dyn) {
+                cc.min_quota = cfg->credit_min_quota;
+                /* A Send segment takes its credits at once: at most the floor. */
+                cc.msg_slots = cc.min_quota ? cc.min_quota : cc.credit_slots;
+        }
         char why[160];
         int e = dw_credit_init(&m->cr, &cc, why, sizeof(why));
         if (e < 0) {
@@ -54,7 +61,10 @@ int rd_mbox_init(struct dw_rd_qp *s)
         }
         m->slot_size = cc.slot_size;
         m->ring_slots = cc.ring_slots;
-        uint64_t quota = cc.ring_slots / npeers;
+        /* A segment never needs more credits than a sender surely gets: its
+         * quota (static), its floor (dynamic: what it holds when idle). */
+        uint64_t quota = dyn ? (cc.min_quota ? cc.min_quota : cc.credit_slots)
+                             : cc.ring_slots / npeers;
         uint64_t cap = quota * cc.slot_size;
         m->seg_cap = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
         m->buf_len = (size_t)cc.ring_slots * cc.slot_size;
@@ -176,7 +186,10 @@ void rd_mbox_rx_hdr(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
         p->cr_off = false;
         uint32_t idx = p->cr_idx - 1;
         uint32_t limit = dw_credit_widen16(&m->cr, idx, h->credits);
-        if (dw_credit_tx_update(&m->cr, idx, limit) < 0) {
+        int r = dw_credit_tx_update(&m->cr, idx, limit);
+        if (r > 0)
+                m->ctl = true; /* a compulsory request or response may wait for it */
+        if (r < 0) {
                 char pb[64];
                 dw_dbg("RD QP %#x peer %s: credit value %u ignored (beyond any ring)",
                        p->s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), h->credits);
@@ -300,12 +313,72 @@ void rd_mbox_ctl(struct dw_rd_qp *s)
                 return;
         m->ctl = false;
         struct dw_credit_ctl c;
-        while (dw_credit_next_ctl(&m->cr, &c) == 1) {
+        /* A compulsory request or response needs an entry until its ACK; with
+         * none free the rest waits in the model's queue for the next step. */
+        while (m->ncctl < RD_MAX_CCTL && dw_credit_next_ctl(&m->cr, &c) == 1) {
                 struct dw_rd_peer *p = c.peer < m->next_idx ? m->idx_peer[c.peer] : NULL;
-                if (!p || p->dead || c.type != DW_CREDIT_CTL_CREDIT)
+                if (!p || p->dead)
                         continue;
-                rd_send_credit(p, false);
+                if (c.type == DW_CREDIT_CTL_CREDIT) {
+                        rd_send_credit(p, false);
+                        s->qp->ctr.credit_msgs++;
+                        s->qp->dev->ctr.credit_msgs++;
+                        continue;
+                }
+                uint32_t i = 0;
+                while (m->cctl[i].peer)
+                        i++;
+                m->cctl[i] = (struct rd_cctl){.peer = p, .value = c.value, .type = (uint8_t)c.type};
+                m->ncctl++;
+                m->cctl_unsent++;
                 s->qp->ctr.credit_msgs++;
                 s->qp->dev->ctr.credit_msgs++;
         }
+        if (m->ncctl == RD_MAX_CCTL)
+                m->ctl = true; /* look again once an entry frees */
+}
+
+void rd_mbox_cctl_acked(struct dw_rd_qp *s, uint32_t slot)
+{
+        struct rd_mbox *m = s->mb;
+        if (!m || slot == 0 || slot > RD_MAX_CCTL || !m->cctl[slot - 1].peer)
+                return;
+        m->cctl[slot - 1].peer = NULL;
+        m->ncctl--;
+}
+
+enum rd_verdict rd_mbox_cctl_rx(struct dw_rd_peer *p, const uint8_t *seg, size_t len)
+{
+        struct dw_rd_qp *s = p->s;
+        struct rd_mbox *m = s->mb;
+        char pb[64];
+        if (len != RD_CCTL_LEN || seg[0] != (DW_DDP_CTRL_L | DW_DDP_VERSION) ||
+            dw_get_be32(seg + 2) != 0 || dw_get_be32(seg + 6) != RD_CCTL_QN ||
+            dw_get_be32(seg + 14) != 0 ||
+            (seg[1] != DW_CREDIT_CTL_REQUEST && seg[1] != DW_CREDIT_CTL_RESPONSE)) {
+                dw_dbg("RD QP %#x peer %s: malformed credit control segment dropped", s->qp->qpn,
+                       rd_peer_str(p, pb, sizeof(pb)));
+                return RV_DROP;
+        }
+        /* Taken as delivered whatever becomes of it: refusing it would only
+         * have the peer send it again. */
+        if (!m || !p->cr_idx || m->cr.cfg.mode != DW_CREDIT_DYNAMIC) {
+                dw_dbg("RD QP %#x peer %s: credit control ignored (dynamic credits are off here)",
+                       s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)));
+                return RV_ACCEPT;
+        }
+        uint32_t idx = p->cr_idx - 1, pos;
+        /* It took a slot of our ring and a credit of the peer's. */
+        bool in = dw_credit_rx_arrive(&m->cr, idx, 1, &pos) == 0;
+        int e = seg[1] == DW_CREDIT_CTL_REQUEST
+                    ? dw_credit_on_request(&m->cr, idx)
+                    : dw_credit_on_response(&m->cr, idx, dw_get_be32(seg + 18));
+        if (in)
+                dw_credit_rx_release(&m->cr, pos, 1);
+        if (e < 0 || !in)
+                dw_dbg("RD QP %#x peer %s: credit control %u: %s", s->qp->qpn,
+                       rd_peer_str(p, pb, sizeof(pb)), seg[1],
+                       !in ? "it had no credit for it" : "refused by the model");
+        m->ctl = true;
+        return RV_ACCEPT;
 }

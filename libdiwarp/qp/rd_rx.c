@@ -319,6 +319,8 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         struct dw_qp *qp = s->qp;
         struct dw_device *dev = qp->dev;
         const char *why = NULL;
+        if (h->xflags & DW_DGRAM_X_CCTL)
+                return rd_mbox_cctl_rx(p, pkt + lay->seg_off, lay->seg_len);
         struct dw_rdmap_hdr r;
         ssize_t rl = dw_rdmap_decode(pkt + lay->seg_off, lay->seg_len, &r, &why);
         if (rl < 0)

@@ -197,6 +197,40 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         return true;
 }
 
+/* A credit control segment (X-flag CCTL): header, the untagged DDP header on
+ * queue 3 with the type in its first RsvdULP byte, the value; one iovec. */
+static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
+                         struct rd_txslot *t)
+{
+        struct dw_rd_qp *s = p->s;
+        const struct rd_cctl *c = &s->mb->cctl[ck_slot(cookie) - 1];
+        bool nocrc = rdd(s->qp->dev)->nocrc;
+        struct dw_dgram_hdr h = {
+            .flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (ackreq ? DW_DGRAM_F_ACKREQ : 0),
+            .xflags = (uint8_t)(DW_DGRAM_X_CCTL | (nocrc ? DW_DGRAM_X_NOCRC : 0)),
+            .dst_qpn = p->rqpn,
+            .src_qpn = s->qp->qpn,
+            .psn = psn,
+        };
+        rd_mbox_hdr(p, &h, true);
+        if (dw_rel_ack_owed(&p->rel))
+                dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
+        ssize_t hl = dw_dgram_encode(&h, t->hdr, sizeof(t->hdr));
+        if (hl < 0)
+                return -EINVAL;
+        uint8_t *b = t->hdr + hl;
+        b[0] = DW_DDP_CTRL_L | DW_DDP_VERSION;
+        b[1] = c->type;
+        dw_put_be32(b + 2, 0);
+        dw_put_be32(b + 6, RD_CCTL_QN);
+        dw_put_be32(b + 10, 1);
+        dw_put_be32(b + 14, 0);
+        dw_put_be32(b + 18, c->value);
+        rd_slot_whole(t, b + RD_CCTL_LEN, nocrc);
+        rd_slot_for(t, p, psn, cookie, 0);
+        return 0;
+}
+
 /* Builds the datagram for cookie with PSN psn into t (and piggybacks an
  * owed ACK). 0, or -EACCES (a local key or the Read source failed), -EINVAL. */
 static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
@@ -219,6 +253,8 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         uint8_t xflags = nocrc ? DW_DGRAM_X_NOCRC : 0;
         uint32_t pull_len = 0, pull_pushed = 0;
 
+        if (ck_kind(cookie) == RD_CK_CCTL)
+                return rd_build_cctl(p, cookie, psn, ackreq, t);
         if (ck_kind(cookie) == RD_CK_SQ && seg == 0 &&
             rd_build_small(p, &qp->sq.ring[ck_slot(cookie)], cookie, psn, ackreq, t))
                 return 0;
@@ -512,6 +548,8 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
                 rd_check_done(s, w);
         } else if (ck_kind(cookie) == RD_CK_PULL) {
                 rd_pull_acked(s, ck_slot(cookie), ck_seg(cookie));
+        } else if (ck_kind(cookie) == RD_CK_CCTL) {
+                rd_mbox_cctl_acked(s, ck_slot(cookie));
         } else {
                 struct rd_irq *e = &s->irq[ck_slot(cookie)];
                 e->acked++;
@@ -851,6 +889,34 @@ static int rd_next_pull(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
         return 1;
 }
 
+/* The next credit control message not sent yet; 1 built, 0 none. */
+static int rd_next_cctl(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
+{
+        struct rd_mbox *m = s->mb;
+        for (uint32_t i = 0; m && m->cctl_unsent && i < RD_MAX_CCTL; i++) {
+                struct rd_cctl *c = &m->cctl[i];
+                if (!c->peer || c->sent)
+                        continue;
+                struct dw_rd_peer *p = c->peer;
+                uint64_t cookie = rd_cookie(RD_CK_CCTL, i + 1, 0);
+                uint32_t ccb = rd_cc_bytes(p, cookie);
+                if (!rd_room(p, now, ccb))
+                        continue;
+                uint32_t psn = p->rel.snd_nxt + p->batch;
+                if (rd_build(p, cookie, psn, true, t) < 0)
+                        return 0;
+                t->save_idx = i;
+                t->cc_bytes = ccb;
+                p->path->pending += ccb;
+                p->batch++;
+                /* Taken by this batch; a refusal of the socket gives it back. */
+                c->sent = true;
+                m->cctl_unsent--;
+                return 1;
+        }
+        return 0;
+}
+
 static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
 {
         for (uint32_t k = 0; k < s->fifo_count; k++) {
@@ -1019,7 +1085,8 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                         return work;
                 /* Everything went in the previous round (the common case of
                  * one message): no clock read for an empty one. */
-                if (work && dw_wq_count(&qp->sq) <= s->tx_idx && !s->fifo_count && !s->npull)
+                if (work && dw_wq_count(&qp->sq) <= s->tx_idx && !s->fifo_count && !s->npull &&
+                    !(s->mb && s->mb->cctl_unsent))
                         return work;
                 uint64_t now = rd_clock(dev);
                 int n = 0;
@@ -1030,6 +1097,12 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                 /* With GSO a step builds up to 64 datagrams (a few super-
                  * datagrams' worth), fewer when they are large. */
                 int nmax = !dev->fault_on && dw_udp_gso_on(&dev->udp) ? RD_BATCH : DW_UDP_TX_BATCH;
+                /* Credit control first: a blocked sender waits for it. */
+                while (n < nmax && s->mb && s->mb->cctl_unsent &&
+                       rd_next_cctl(s, now, &d->slot[n]) == 1) {
+                        bytes += d->slot[n].dlen;
+                        n++;
+                }
                 while (n < nmax && bytes < RD_BATCH_BYTES && !(sq_off && irq_off && pull_off)) {
                         /* Pull requests first: small, and each one unlocks a
                          * chunk of data. */
@@ -1098,7 +1171,10 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                 /* Roll the cursors back to the first datagram the socket refused. */
                 for (int i = n - 1; i >= sent; i--) {
                         struct rd_txslot *t = &d->slot[i];
-                        if (ck_kind(t->cookie) == RD_CK_PULL) {
+                        if (ck_kind(t->cookie) == RD_CK_CCTL) {
+                                s->mb->cctl[t->save_idx].sent = false;
+                                s->mb->cctl_unsent++;
+                        } else if (ck_kind(t->cookie) == RD_CK_PULL) {
                                 /* rd_next_pull offers it again */
                                 s->pull[t->save_idx].rd[t->save_seg].sent = false;
                         } else if (ck_kind(t->cookie) == RD_CK_SQ) {

@@ -270,12 +270,7 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
 
                 i = parse_choice(v, names, 3);
                 if (i < 0)
-                        return bad(cfg, "DIWARP_CREDIT", v, "expected static or off");
-                if (i == 2)
-                        return bad(cfg, "DIWARP_CREDIT", v,
-                                   "the dynamic protocol is not carried on the wire yet (its "
-                                   "compulsory request and response need reliable delivery); "
-                                   "expected static or off");
+                        return bad(cfg, "DIWARP_CREDIT", v, "expected static, dynamic or off");
                 cfg->credit = (enum dw_credit_setting)i;
         }
         if ((v = var(env, "DIWARP_CREDIT_SLOT"))) {
@@ -298,6 +293,22 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 if (!parse_u64(v, 10, 1, 64, &u))
                         return bad(cfg, "DIWARP_CREDIT_CSLOTS", v, "expected entries 1..64");
                 cfg->credit_cslots = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_CREDIT_MIN_QUOTA"))) {
+                if (!parse_u64(v, 10, 0, DW_CONFIG_MAX_CREDIT_RING, &u))
+                        return bad(cfg, "DIWARP_CREDIT_MIN_QUOTA", v,
+                                   "expected slots 0..32767 (0: DIWARP_CREDIT_CSLOTS)");
+                cfg->credit_min_quota = (uint32_t)u;
+        }
+        uint32_t floor = cfg->credit_min_quota ? cfg->credit_min_quota : cfg->credit_cslots;
+        if (cfg->credit == DW_CREDIT_ON_DYNAMIC &&
+            (uint64_t)floor * cfg->credit_peers > cfg->credit_ring) {
+                snprintf(cfg->why_buf, sizeof(cfg->why_buf),
+                         "DIWARP_CREDIT_RING=%u is smaller than DIWARP_CREDIT_PEERS=%u times the "
+                         "floor of %u slots (DIWARP_CREDIT_MIN_QUOTA, else DIWARP_CREDIT_CSLOTS): "
+                         "the dynamic protocol never lends a sender's floor",
+                         cfg->credit_ring, cfg->credit_peers, floor);
+                return -EINVAL;
         }
         if (cfg->credit != DW_CREDIT_OFF && cfg->credit_ring < cfg->credit_peers) {
                 snprintf(cfg->why_buf, sizeof(cfg->why_buf),

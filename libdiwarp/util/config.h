@@ -87,11 +87,12 @@ struct dw_config {
         uint32_t pull_min;             /* DIWARP_RD_PULL_MIN: bytes; 0 = never pull */
         uint32_t pull_chunk;           /* DIWARP_RD_PULL_CHUNK: bytes per Read */
         uint32_t pull_depth;           /* DIWARP_RD_PULL_DEPTH: Reads outstanding */
-        enum dw_credit_setting credit; /* DIWARP_CREDIT=static|off */
+        enum dw_credit_setting credit; /* DIWARP_CREDIT=static|dynamic|off */
         uint32_t credit_slot;          /* DIWARP_CREDIT_SLOT: bytes, a power of two */
         uint32_t credit_ring;          /* DIWARP_CREDIT_RING: slots per RD QP */
         uint32_t credit_peers;         /* DIWARP_CREDIT_PEERS: senders sharing a ring */
         uint32_t credit_cslots;        /* DIWARP_CREDIT_CSLOTS: credit-region entries per peer */
+        uint32_t credit_min_quota;     /* DIWARP_CREDIT_MIN_QUOTA: dynamic floor; 0 = cslots */
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];

@@ -69,7 +69,7 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
         const uint8_t ack_sack = DW_DGRAM_F_ACK | DW_DGRAM_F_SACK;
 
         if (x & ~DW_DGRAM_X_ALL)
-                return dw_wire_fail(why, "xflags: reserved bits (0x20-0x80) set", EBADMSG);
+                return dw_wire_fail(why, "xflags: reserved bits (0x40-0x80) set", EBADMSG);
         if ((x & DW_DGRAM_X_NOCRC) && !(f & DW_DGRAM_F_RD))
                 return dw_wire_fail(
                     why, "xflags: NOCRC on a UD packet (UD always carries the CRC32c)", EBADMSG);
@@ -81,6 +81,11 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
                 return dw_wire_fail(why, "xflags: DSACK without ACK and SACK", EBADMSG);
         if ((x & DW_DGRAM_X_ECE) && !(f & DW_DGRAM_F_ACK))
                 return dw_wire_fail(why, "xflags: ECE without ACK", EBADMSG);
+        if ((x & DW_DGRAM_X_CCTL) && ((f & rd_data) != rd_data || (f & DW_DGRAM_F_IMM) ||
+                                      (x & (DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ))))
+                return dw_wire_fail(why, "xflags: CCTL without RD and DATA, or with IMM, PULL or "
+                                         "PULLREQ",
+                                    EBADMSG);
 
         if (x & DW_DGRAM_X_PULL) {
                 /* The descriptor rides on the first pushed segment, so at

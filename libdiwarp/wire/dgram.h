@@ -61,9 +61,12 @@
 #define DW_DGRAM_X_PULLREQ 0x04 /* RD DATA: an RDMA Read Request reading a receiver-paced Send */
 #define DW_DGRAM_X_DSACK   0x08 /* with ACK and SACK: sack[0] is a duplicate (RFC 2883 D-SACK) */
 #define DW_DGRAM_X_ECE     0x10 /* with ACK: congestion experienced echo (ECN); reserved */
+/* RD DATA, no IMM: the segment is a credit control message of the dynamic
+ * credit protocol (docs/PROTOCOL.md "Credits"), not RDMAP. */
+#define DW_DGRAM_X_CCTL 0x20
 #define DW_DGRAM_X_ALL                                                                             \
         (DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ | DW_DGRAM_X_DSACK |              \
-         DW_DGRAM_X_ECE)
+         DW_DGRAM_X_ECE | DW_DGRAM_X_CCTL)
 
 /* nak_code (byte 3), only with DW_DGRAM_F_NAK */
 enum dw_dgram_nak {

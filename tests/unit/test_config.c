@@ -209,7 +209,9 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_INFLIGHT_SHM", ".."},
             {"DIWARP_INFLIGHT_SHM", "pool name"},
             {"DIWARP_CREDIT", "on"},
-            {"DIWARP_CREDIT", "dynamic"},
+            {"DIWARP_CREDIT", "dyn"},
+            {"DIWARP_CREDIT_MIN_QUOTA", "32768"},
+            {"DIWARP_CREDIT_MIN_QUOTA", "-1"},
             {"DIWARP_CREDIT_SLOT", "32"},
             {"DIWARP_CREDIT_SLOT", "3000"},
             {"DIWARP_CREDIT_SLOT", "131072"},
@@ -255,6 +257,17 @@ Test(config, credit_knobs)
         cr_assert_eq(c.credit_cslots, 64);
         cr_assert_eq(parse1(&c, "DIWARP_CREDIT", "static", &why), 0);
         cr_assert_eq(c.credit, DW_CREDIT_ON_STATIC);
+        cr_assert_eq(parse1(&c, "DIWARP_CREDIT", "dynamic", &why), 0);
+        cr_assert_eq(c.credit, DW_CREDIT_ON_DYNAMIC);
+        cr_assert_eq(c.credit_min_quota, 0);
+        /* Dynamic: every sender keeps its floor, so the ring holds them all. */
+        struct fake_env dyn = {{"DIWARP_CREDIT", "dynamic", "DIWARP_CREDIT_RING", "64",
+                                "DIWARP_CREDIT_PEERS", "16", "DIWARP_CREDIT_MIN_QUOTA", "5", NULL}};
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &dyn, &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "floor of 5 slots"), "%s", why);
+        dyn.kv[7] = "4";
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &dyn, &why), 0, "%s", why);
+        cr_assert_eq(c.credit_min_quota, 4);
         /* Every sender needs a slot of the ring: refused with both names. */
         struct fake_env small = {{"DIWARP_CREDIT_RING", "8", "DIWARP_CREDIT_PEERS", "9", NULL}};
         cr_assert_eq(dw_config_from_getenv(&c, fake_get, &small, &why), -EINVAL);

@@ -120,7 +120,8 @@ Test(dgram, constants)
         cr_assert_eq(DW_DGRAM_X_PULLREQ, 0x04);
         cr_assert_eq(DW_DGRAM_X_DSACK, 0x08);
         cr_assert_eq(DW_DGRAM_X_ECE, 0x10);
-        cr_assert_eq(DW_DGRAM_X_ALL, 0x1F);
+        cr_assert_eq(DW_DGRAM_X_CCTL, 0x20);
+        cr_assert_eq(DW_DGRAM_X_ALL, 0x3F);
         cr_assert_eq(DW_DGRAM_CRC_LEN, 4);
         cr_assert_eq(DW_UDP_MAX_PAYLOAD, 65507);
         cr_assert_eq(DW_DGRAM_MAX_UD_MSG, 65457);
@@ -1169,8 +1170,10 @@ static struct dw_dgram_hdr v2_hdr(uint8_t x, bool full)
         if (full)
                 f |= DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK | DW_DGRAM_F_ACKREQ |
                      DW_DGRAM_F_IMM;
-        if (x & (DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ))
+        if (x & (DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ | DW_DGRAM_X_CCTL))
                 f |= DW_DGRAM_F_DATA;
+        if (x & DW_DGRAM_X_CCTL)
+                f &= (uint8_t)~DW_DGRAM_F_IMM;
         if (x & (DW_DGRAM_X_ECE | DW_DGRAM_X_DSACK))
                 f |= DW_DGRAM_F_ACK;
         if (x & DW_DGRAM_X_DSACK)
@@ -1266,6 +1269,10 @@ Test(dgram, v2_round_trip_every_combination)
                                 expect_invalid_why(&h, EBADMSG, "xflags: PULL and PULLREQ");
                                 continue;
                         }
+                        if ((x & DW_DGRAM_X_CCTL) && (x & (DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ))) {
+                                expect_invalid_why(&h, EBADMSG, "xflags: CCTL");
+                                continue;
+                        }
                         uint8_t buf[DW_DGRAM_HDR_MAX_LEN + 8];
                         memset(buf, 0xEE, sizeof(buf));
                         const char *why = NULL;
@@ -1286,13 +1293,15 @@ Test(dgram, v2_round_trip_every_combination)
                         ok++;
                 }
         }
-        cr_assert_eq(ok, 2 * 23);
+        /* 63 sets less the 16 with PULL and PULLREQ and the 16 with CCTL
+         * and one of them: 31, each alone and with every other flag. */
+        cr_assert_eq(ok, 2 * 31);
 }
 
 Test(dgram, v2_reject_reserved_xflags_and_empty_xflags)
 {
         struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_NOCRC, false);
-        for (unsigned bit = 0x20; bit <= 0x80; bit <<= 1) {
+        for (unsigned bit = 0x40; bit <= 0x80; bit <<= 1) {
                 expect_mut_why(&h, 4, (uint8_t)(DW_DGRAM_X_NOCRC | bit), EBADMSG,
                                "xflags: reserved");
                 expect_mut_why(&h, 4, (uint8_t)bit, EBADMSG, "xflags: reserved");
@@ -1307,6 +1316,25 @@ Test(dgram, v2_reject_reserved_xflags_and_empty_xflags)
         /* In version 1, byte 4 is still the reserved high byte of dst_qpn. */
         struct dw_dgram_hdr v1 = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
         expect_mut_why(&v1, 4, DW_DGRAM_X_NOCRC, EBADMSG, "dst_qpn");
+}
+
+/* A credit control message is an RD DATA segment and nothing else. */
+Test(dgram, v2_reject_cctl_rules)
+{
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_CCTL, false);
+        const char *why = NULL;
+        cr_assert_eq(dw_dgram_hdr_validate(&h, &why), 0, "%s", why ? why : "");
+        struct dw_dgram_hdr r = h;
+        r.flags &= (uint8_t)~DW_DGRAM_F_DATA;
+        r.flags |= DW_DGRAM_F_ACK;
+        r.ack_psn = 5;
+        expect_invalid_why(&r, EBADMSG, "xflags: CCTL");
+        r = h;
+        r.flags &= (uint8_t)~DW_DGRAM_F_RD;
+        expect_invalid_why(&r, EBADMSG, "xflags");
+        r = h;
+        r.flags |= DW_DGRAM_F_IMM;
+        expect_invalid_why(&r, EBADMSG, "xflags: CCTL");
 }
 
 Test(dgram, v2_reject_nocrc_on_ud)
@@ -1637,7 +1665,7 @@ Test(dgram, packet_body_untrusted_nocrc_is_checked)
             {0, 3},                       /* unknown version */
             {1, DW_DGRAM_F_DATA},         /* UD */
             {4, DW_DGRAM_X_NOCRC | 0x80}, /* reserved X-flag */
-            {4, DW_DGRAM_X_NOCRC | 0x20}, /* reserved X-flag */
+            {4, DW_DGRAM_X_NOCRC | 0x40}, /* reserved X-flag */
             {4, DW_DGRAM_X_PULLREQ},      /* no NOCRC */
         };
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -41,7 +41,8 @@ local DDP_TAGGED_LEN = 14
 local F_RD, F_ACK, F_SACK, F_CREDIT = 0x01, 0x02, 0x04, 0x08
 local F_ACKREQ, F_NAK, F_DATA, F_IMM = 0x10, 0x20, 0x40, 0x80
 local X_NOCRC, X_PULL, X_PULLREQ, X_DSACK, X_ECE = 0x01, 0x02, 0x04, 0x08, 0x10
-local X_ALL = 0x1F
+local X_CCTL = 0x20
+local X_ALL = 0x3F
 
 local nak_names = {
         [0] = "none",
@@ -81,7 +82,11 @@ local pf = {
         sack_count = ProtoField.uint8("diwarp.sack_count", "SACK Count", base.DEC),
         nak_code = ProtoField.uint8("diwarp.nak_code", "NAK Code", base.DEC, nak_names),
         xflags = ProtoField.uint8("diwarp.xflags", "X-flags", base.HEX),
-        x_rsvd = ProtoField.uint8("diwarp.xflags.reserved", "Reserved (must be 0)", base.HEX, nil, 0xE0),
+        x_rsvd = ProtoField.uint8("diwarp.xflags.reserved", "Reserved (must be 0)", base.HEX, nil, 0xC0),
+        x_cctl = ProtoField.bool("diwarp.xflags.cctl", "CCTL (credit control message)", 8, nil, X_CCTL),
+        cctl_type = ProtoField.uint8("diwarp.cctl.type", "Credit control", base.DEC,
+                                     { [1] = "compulsory request", [2] = "compulsory response" }),
+        cctl_value = ProtoField.uint32("diwarp.cctl.value", "Given back (cumulative)", base.DEC),
         x_ece = ProtoField.bool("diwarp.xflags.ece", "ECE (congestion experienced echo)", 8, nil, X_ECE),
         x_dsack = ProtoField.bool("diwarp.xflags.dsack", "DSACK (SACK block 0 is a duplicate)", 8, nil, X_DSACK),
         x_pullreq = ProtoField.bool("diwarp.xflags.pullreq", "PULLREQ (Read of a receiver-paced Send)", 8, nil, X_PULLREQ),
@@ -216,7 +221,7 @@ local function check_rules(h)
         end
         if h.ack_psn ~= 0 and band(f, F_ACK + F_NAK) == 0 then return "ack_psn: non-zero without ACK or NAK" end
         if h.credits ~= 0 and band(f, F_CREDIT) == 0 then return "credits: non-zero without CREDIT" end
-        if band(x, 0xE0) ~= 0 then return "xflags: reserved bits (0x20-0x80) set" end
+        if band(x, 0xC0) ~= 0 then return "xflags: reserved bits (0x40-0x80) set" end
         if band(x, X_NOCRC) ~= 0 and band(f, F_RD) == 0 then return "xflags: NOCRC on a UD packet" end
         if band(x, X_PULL) ~= 0 and band(x, X_PULLREQ) ~= 0 then return "xflags: PULL and PULLREQ together" end
         if band(x, X_PULL + X_PULLREQ) ~= 0 and band(f, F_RD + F_DATA) ~= F_RD + F_DATA then
@@ -226,6 +231,10 @@ local function check_rules(h)
                 return "xflags: DSACK without ACK and SACK"
         end
         if band(x, X_ECE) ~= 0 and band(f, F_ACK) == 0 then return "xflags: ECE without ACK" end
+        if band(x, X_CCTL) ~= 0 and (band(f, F_RD + F_DATA) ~= F_RD + F_DATA or band(f, F_IMM) ~= 0 or
+                                     band(x, X_PULL + X_PULLREQ) ~= 0) then
+                return "xflags: CCTL without RD and DATA, or with IMM, PULL or PULLREQ"
+        end
         return nil
 end
 
@@ -339,7 +348,7 @@ local function dissect_one(tvb, pinfo, root, label)
         local nt = tree:add(pf.nak_code, tvb(3, 1))
         if h.version == 2 then
                 local xt = tree:add(pf.xflags, tvb(4, 1))
-                for _, k in ipairs({ "x_rsvd", "x_ece", "x_dsack", "x_pullreq", "x_pull", "x_nocrc" }) do
+                for _, k in ipairs({ "x_rsvd", "x_cctl", "x_ece", "x_dsack", "x_pullreq", "x_pull", "x_nocrc" }) do
                         xt:add(pf[k], tvb(4, 1))
                 end
         else
@@ -480,6 +489,12 @@ local function dissect_one(tvb, pinfo, root, label)
                 if seg_len < DDP_TAGGED_LEN then
                         tree:add_proto_expert_info(ef.malformed, "DATA segment shorter than a DDP header")
                         info = info .. " [segment shorter than a DDP header]"
+                elseif band(x, X_CCTL) ~= 0 then
+                        -- Not RDMAP: an untagged DDP message on queue 3 whose first
+                        -- RsvdULP byte is the type, then the 4-byte value.
+                        tree:add(pf.cctl_type, tvb(h.hdr_len + 1, 1))
+                        if seg_len >= 22 then tree:add(pf.cctl_value, tvb(h.hdr_len + 18, 4)) end
+                        info = info .. " credit control"
                 else
                         tree:add(pf.seg_len, seg_len):set_generated()
                         tree:add(pf.opcode, tvb(h.hdr_len + 1, 1):uint() % 16):set_generated()
