@@ -559,7 +559,9 @@ uint32_t dw_credit_tx_avail(const struct dw_credit *c, uint32_t peer)
                 return 0;
         const struct dw_credit_peer *p = &c->peer[peer];
         uint32_t k = tx_credits(p);
-        uint32_t held = !!(p->flags & DW_CREDIT_F_REQ) + !!(p->flags & DW_CREDIT_F_RESP);
+        uint32_t held = c->cfg.ctl_free
+                            ? 0
+                            : !!(p->flags & DW_CREDIT_F_REQ) + !!(p->flags & DW_CREDIT_F_RESP);
         return k > held ? k - held : 0;
 }
 
@@ -671,8 +673,10 @@ int dw_credit_next_ctl(struct dw_credit *c, struct dw_credit_ctl *out)
                         c->q_tail = NONE;
                 p->flags &= (uint8_t)~DW_CREDIT_F_QUEUED;
                 out->peer = s;
-                if ((p->flags & (DW_CREDIT_F_REQ | DW_CREDIT_F_RESP)) && tx_credits(p)) {
-                        p->tx_used++; /* it takes a slot of the peer's ring */
+                bool can = c->cfg.ctl_free || tx_credits(p);
+                if ((p->flags & (DW_CREDIT_F_REQ | DW_CREDIT_F_RESP)) && can) {
+                        if (!c->cfg.ctl_free)
+                                p->tx_used++; /* it takes a slot of the peer's ring */
                         if (p->flags & DW_CREDIT_F_REQ) {
                                 p->flags &= (uint8_t)~DW_CREDIT_F_REQ;
                                 out->type = DW_CREDIT_CTL_REQUEST;
@@ -693,7 +697,8 @@ int dw_credit_next_ctl(struct dw_credit *c, struct dw_credit_ctl *out)
                         continue; /* waits for credits: queued again when they come */
                 }
                 if (p->flags & DW_CREDIT_F_DUE ||
-                    ((p->flags & (DW_CREDIT_F_REQ | DW_CREDIT_F_RESP)) && tx_credits(p)))
+                    ((p->flags & (DW_CREDIT_F_REQ | DW_CREDIT_F_RESP)) &&
+                     (c->cfg.ctl_free || tx_credits(p))))
                         enqueue(c, s);
                 return 1;
         }

@@ -50,6 +50,9 @@
  *     blocked flow leaves the FIFO alone. A compulsory response's amount is
  *     computed when the request arrives. A monitoring point is every
  *     (credit_slots + 1)-th threshold event of the sender.
+ *  6. Dynamic, messages that cannot be cut (cfg.msg_slots): a sender holding
+ *     fewer credits than msg_slots reaches a threshold at once and is
+ *     refilled to msg_slots from its floor (so msg_slots <= the floor).
  *
  * Not thread-safe: the caller serializes the calls on one struct dw_credit.
  */
@@ -89,6 +92,12 @@ struct dw_credit_cfg {
          * is refilled to it at once, so it never waits for a threshold its
          * own traffic can no longer reach. */
         uint32_t msg_slots;
+        /* Dynamic: compulsory requests and responses travel outside the ring
+         * (the transport delivers them reliably on its own): they take no
+         * slot and no credit, so a sender whose credits are all in flight
+         * can still answer, and the caller does not rx_arrive them. The
+         * thesis's mailbox messages (false) take one each. */
+        bool ctl_free;
         /* Credits we hold in each peer's ring at the start: what the peer's
          * configuration grants a sender (static: its ring_slots / npeers;
          * dynamic: its floor). 0 = derive it from this configuration, right

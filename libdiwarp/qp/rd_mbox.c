@@ -51,6 +51,9 @@ int rd_mbox_init(struct dw_rd_qp *s)
                 cc.min_quota = cfg->credit_min_quota;
                 /* A Send segment takes its credits at once: at most the floor. */
                 cc.msg_slots = cc.min_quota ? cc.min_quota : cc.credit_slots;
+                /* Requests and responses are reliable segments of the stream,
+                 * processed as they arrive: no slot of the ring. */
+                cc.ctl_free = true;
         }
         char why[160];
         int e = dw_credit_init(&m->cr, &cc, why, sizeof(why));
@@ -367,18 +370,13 @@ enum rd_verdict rd_mbox_cctl_rx(struct dw_rd_peer *p, const uint8_t *seg, size_t
                        s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)));
                 return RV_ACCEPT;
         }
-        uint32_t idx = p->cr_idx - 1, pos;
-        /* It took a slot of our ring and a credit of the peer's. */
-        bool in = dw_credit_rx_arrive(&m->cr, idx, 1, &pos) == 0;
+        uint32_t idx = p->cr_idx - 1;
         int e = seg[1] == DW_CREDIT_CTL_REQUEST
                     ? dw_credit_on_request(&m->cr, idx)
                     : dw_credit_on_response(&m->cr, idx, dw_get_be32(seg + 18));
-        if (in)
-                dw_credit_rx_release(&m->cr, pos, 1);
-        if (e < 0 || !in)
-                dw_dbg("RD QP %#x peer %s: credit control %u: %s", s->qp->qpn,
-                       rd_peer_str(p, pb, sizeof(pb)), seg[1],
-                       !in ? "it had no credit for it" : "refused by the model");
+        if (e < 0)
+                dw_dbg("RD QP %#x peer %s: credit control %u refused by the model (%d)",
+                       s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), seg[1], e);
         m->ctl = true;
         return RV_ACCEPT;
 }

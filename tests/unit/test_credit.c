@@ -607,6 +607,10 @@ struct unrel {
 struct mparams {
         enum dw_credit_mode mode;
         uint32_t ns, ring, cs, minq, maxq, sring, msgmax, piece;
+        /* Messages go whole (as RD Send segments do): msgmax <= the floor,
+         * set as the model's msg_slots. */
+        bool whole;
+        bool ctl_free; /* requests and responses outside the ring (RD) */
         uint32_t w_gen, w_send, w_ctl, w_data, w_cred, w_consume, w_release, w_ack, w_ackdel;
         uint32_t reply_pct; /* share of generated messages R sends back */
         uint32_t ack_loss, ack_dup;
@@ -681,6 +685,8 @@ static void model_init(const struct mparams *p)
                         cfg.min_quota = p->minq;
                         cfg.max_quota = e ? 0 : p->maxq;
                         cfg.init_credits = fl;
+                        cfg.msg_slots = p->whole ? p->msgmax : 0;
+                        cfg.ctl_free = p->ctl_free;
                 } else {
                         /* What the other side's ring grants one sender. */
                         cfg.init_credits = e ? p->ring / p->ns : p->sring;
@@ -804,6 +810,13 @@ static void ev_send(uint32_t e, uint32_t p)
                 M.rem[e][p] = 1 + below(M.p.msgmax);
         }
         uint32_t want = M.rem[e][p] < M.p.piece ? M.rem[e][p] : 1 + below(M.p.piece);
+        if (M.p.whole) {
+                want = M.rem[e][p];
+                if (dw_credit_tx_avail(&M.ep[e], p) < want) {
+                        M.ep[e].stats.tx_stalls++;
+                        return;
+                }
+        }
         uint32_t k = dw_credit_tx_take(&M.ep[e], p, want);
         if (!k)
                 return;
@@ -831,6 +844,11 @@ static void ev_ctl(uint32_t e)
                 }
                 m.kind = ctl.type == DW_CREDIT_CTL_REQUEST ? K_REQ : K_RESP;
                 cr_assert_eq(M.ep[e].cfg.mode, DW_CREDIT_DYNAMIC);
+                if (M.p.ctl_free) {
+                        m.n = 0; /* in order with the data, but no slot */
+                        chan_push(&l->data, m);
+                        continue;
+                }
                 chan_push(&l->data, m);
                 l->inflight++;
                 l->sent++;
@@ -844,6 +862,13 @@ static void ev_data(uint32_t y, uint32_t x)
                 return;
         struct mmsg m = chan_take(&l->data, 0);
         uint32_t px = idx_at(x, y), pos;
+        if (m.n == 0) {
+                if (m.kind == K_REQ)
+                        cr_assert_eq(dw_credit_on_request(&M.ep[x], px), 0);
+                else
+                        cr_assert_eq(dw_credit_on_response(&M.ep[x], px, m.val), 0);
+                return;
+        }
         int rc = dw_credit_rx_arrive(&M.ep[x], px, m.n, &pos);
         cr_assert_eq(rc, 0, "%u->%u: a message of %u slots refused (%d): sent without credit", y, x,
                      m.n, rc);
@@ -1128,6 +1153,8 @@ struct summary {
             thesis_runs, requests, responses, steals, stalls;
 };
 
+static bool run_many_whole, run_many_ctl_free;
+
 static void run_many(enum dw_credit_mode mode, uint32_t n, uint64_t seed, struct summary *sum)
 {
         struct mparams p;
@@ -1136,6 +1163,12 @@ static void run_many(enum dw_credit_mode mode, uint32_t n, uint64_t seed, struct
         for (uint32_t i = from ? (uint32_t)atoi(from) : 0; i < n; i++) {
                 rng_state = seed + 0x9E3779B97F4A7C15ull * (i + 1);
                 random_params(&p, mode);
+                if (run_many_whole) {
+                        uint32_t fl = p.minq ? p.minq : p.cs;
+                        p.whole = true;
+                        p.msgmax = 1 + below(fl);
+                        p.ctl_free = run_many_ctl_free;
+                }
                 /* One schedule in five keeps the thesis's conditions: credit
                  * messages in order, no piggyback, no ACK-borne values. */
                 bool thesis = i % 5 == 0;
@@ -1193,6 +1226,22 @@ Test(credit_property, static_protocol, .timeout = 60)
         /* Eq. 5.1 keeps the credit region within credit_slots under the
          * thesis's conditions. */
         cr_assert_eq(s.thesis_merged, 0);
+}
+
+/* Dynamic as RD runs it: messages that cannot be cut (Send segments), each
+ * taking up to the floor at once, and compulsory requests and responses
+ * outside the ring. No schedule stalls for ever, although a sender may be
+ * left holding fewer credits than its next message needs, or have all of
+ * them in flight when a request comes. */
+Test(credit_property, dynamic_protocol_whole_messages, .timeout = 60)
+{
+        struct summary s;
+        run_many_whole = run_many_ctl_free = true;
+        run_many(DW_CREDIT_DYNAMIC, 1000, 0x3A01E5, &s);
+        run_many_whole = run_many_ctl_free = false;
+        cr_assert_gt(s.stalls, 0);
+        cr_assert_gt(s.requests, 0);
+        cr_assert_eq(s.requests, s.responses, "every request answered");
 }
 
 Test(credit_property, dynamic_protocol, .timeout = 60)
