@@ -2,12 +2,12 @@
  * experiments, on RD QPs).
  *
  *   bench-credits [--procs K] [--eps P] [--msgs M] [--size B] [--rq R]
- *                 [--active A] [--timeout-ms MS]
+ *                 [--active A] [--dests D] [--timeout-ms MS]
  *
  * P endpoints (RD QPs, with their own receive queues) spread over K
  * processes (one device each, 1..4). Each of the first A endpoints (the
- * active senders; default all) sends M messages of B bytes to every other
- * endpoint, round robin over its destinations; every endpoint keeps R
+ * active senders; default all) sends M messages of B bytes to each of the D
+ * endpoints after it (default: every other one), round robin; every endpoint keeps R
  * receive WRs posted and reposts each one as its completion is polled. With
  * R large enough for everything (R >= M * A) nothing ever waits for a
  * receive: the unbounded ring the overhead is measured against. With a small
@@ -16,7 +16,7 @@
  *
  * Every received message is checked (sender, sequence per sender, bytes).
  * The parent prints one line:
- *   RESULT eps=P procs=K msgs=M size=B rq=R active=A ms=T rate=MSG_PER_S
+ *   RESULT eps=P procs=K msgs=M size=B rq=R active=A dests=D ms=T rate=MSG_PER_S
  *          rnr=.. retx=.. parked=.. credit_msgs=.. credit_stalls=.. probes=..
  *          tx_packets=.. rx_dropped=..
  * the counters summed over every device.
@@ -52,8 +52,8 @@ struct shared {
 };
 
 static struct {
-        uint32_t procs, eps, msgs, size, rq, active, timeout_ms;
-} o = {2, 16, 200, 2048, 4, 0, 60000};
+        uint32_t procs, eps, msgs, size, rq, active, dests, timeout_ms;
+} o = {2, 16, 200, 2048, 4, 0, 0, 60000};
 
 static uint64_t now_ns(void)
 {
@@ -65,7 +65,7 @@ static uint64_t now_ns(void)
 static void usage(void)
 {
         fprintf(stderr, "usage: bench-credits [--procs K] [--eps P] [--msgs M] [--size B] "
-                        "[--rq R] [--active A] [--timeout-ms MS]\n");
+                        "[--rq R] [--active A] [--dests D] [--timeout-ms MS]\n");
         exit(2);
 }
 
@@ -198,22 +198,25 @@ static int run_proc(struct shared *sh, uint32_t me)
                 FAIL("tables: out of memory");
         for (uint32_t i = 0; i < n; i++) {
                 if (mine[i] < o.active)
-                        to_send += (uint64_t)o.msgs * (o.eps - 1);
-                to_recv += (uint64_t)o.msgs * (o.active - (mine[i] < o.active));
+                        to_send += (uint64_t)o.msgs * o.dests;
+                for (uint32_t src = 0; src < o.active; src++) {
+                        uint32_t d = (mine[i] + o.eps - src) % o.eps;
+                        if (d >= 1 && d <= o.dests)
+                                to_recv += o.msgs;
+                }
         }
         while (!__atomic_load_n(&sh->go, __ATOMIC_SEQ_CST))
                 if (sh->failed)
                         return 1;
         uint64_t deadline = now_ns() + (uint64_t)o.timeout_ms * 1000000ull;
-        uint32_t total_per_ep = o.msgs * (o.eps - 1);
+        uint32_t total_per_ep = o.msgs * o.dests;
         struct diwarp_wc wc[32];
         while (recvd < to_recv || sends_done < to_send) {
                 for (uint32_t i = 0; i < n; i++) {
                         uint32_t src = mine[i];
                         while (src < o.active && sent[i] < total_per_ep && inflight[i] < SQ_DEPTH) {
-                                /* Round robin over the others. */
-                                uint32_t k = sent[i] % (o.eps - 1);
-                                uint32_t dst = k >= src ? k + 1 : k;
+                                /* Round robin over the next `dests` endpoints. */
+                                uint32_t dst = (src + 1 + sent[i] % o.dests) % o.eps;
                                 uint32_t seq = next_seq[(size_t)i * o.eps + dst]++;
                                 uint8_t *m = RSLOT(i, o.rq + sq_next[i]);
                                 sq_next[i] = (sq_next[i] + 1) % SQ_DEPTH;
@@ -299,11 +302,15 @@ static int run_proc(struct shared *sh, uint32_t me)
 
 int main(int argc, char **argv)
 {
-        static const struct option lo[] = {
-            {"procs", required_argument, NULL, 'k'},      {"eps", required_argument, NULL, 'p'},
-            {"msgs", required_argument, NULL, 'm'},       {"size", required_argument, NULL, 's'},
-            {"rq", required_argument, NULL, 'r'},         {"active", required_argument, NULL, 'a'},
-            {"timeout-ms", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+        static const struct option lo[] = {{"procs", required_argument, NULL, 'k'},
+                                           {"eps", required_argument, NULL, 'p'},
+                                           {"msgs", required_argument, NULL, 'm'},
+                                           {"size", required_argument, NULL, 's'},
+                                           {"rq", required_argument, NULL, 'r'},
+                                           {"active", required_argument, NULL, 'a'},
+                                           {"dests", required_argument, NULL, 'd'},
+                                           {"timeout-ms", required_argument, NULL, 't'},
+                                           {NULL, 0, NULL, 0}};
         int c;
         while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
                 char *end;
@@ -329,6 +336,9 @@ int main(int argc, char **argv)
                 case 'a':
                         o.active = (uint32_t)v;
                         break;
+                case 'd':
+                        o.dests = (uint32_t)v;
+                        break;
                 case 't':
                         o.timeout_ms = (uint32_t)v;
                         break;
@@ -338,6 +348,8 @@ int main(int argc, char **argv)
         }
         if (!o.active)
                 o.active = o.eps;
+        if (!o.dests || o.dests >= o.eps)
+                o.dests = o.eps - 1;
         if (o.procs < 1 || o.procs > MAX_PROC || o.eps < 2 || o.eps > MAX_EPS || o.eps < o.procs ||
             !o.msgs || !o.rq || o.active > o.eps || o.size < sizeof(struct msg_hdr)) {
                 fprintf(stderr, "bench-credits: 1 <= procs <= 4, procs <= eps in 2..512, msgs, rq "
@@ -388,14 +400,15 @@ int main(int argc, char **argv)
                 t.rx_dropped_no_recv += sh->ctr[p].rx_dropped_no_recv;
         }
         double ms = (double)(end - sh->start_ns) / 1e6;
-        uint64_t total = (uint64_t)o.active * (o.eps - 1) * o.msgs;
-        printf("RESULT eps=%u procs=%u msgs=%u size=%u rq=%u active=%u ms=%.2f rate=%.0f "
+        uint64_t total = (uint64_t)o.active * o.dests * o.msgs;
+        printf("RESULT eps=%u procs=%u msgs=%u size=%u rq=%u active=%u dests=%u ms=%.2f rate=%.0f "
                "rnr=%llu retx=%llu parked=%llu credit_msgs=%llu credit_stalls=%llu probes=%llu "
                "tx_packets=%llu rx_dropped=%llu\n",
-               o.eps, o.procs, o.msgs, o.size, o.rq, o.active, ms, (double)total / (ms / 1e3),
-               (unsigned long long)t.rnr_naks, (unsigned long long)t.retransmits,
-               (unsigned long long)t.mbox_parked, (unsigned long long)t.credit_msgs,
-               (unsigned long long)t.credit_stalls, (unsigned long long)t.credit_probes,
-               (unsigned long long)t.tx_packets, (unsigned long long)t.rx_dropped_no_recv);
+               o.eps, o.procs, o.msgs, o.size, o.rq, o.active, o.dests, ms,
+               (double)total / (ms / 1e3), (unsigned long long)t.rnr_naks,
+               (unsigned long long)t.retransmits, (unsigned long long)t.mbox_parked,
+               (unsigned long long)t.credit_msgs, (unsigned long long)t.credit_stalls,
+               (unsigned long long)t.credit_probes, (unsigned long long)t.tx_packets,
+               (unsigned long long)t.rx_dropped_no_recv);
         return 0;
 }

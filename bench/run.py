@@ -135,7 +135,8 @@ def plan(quick):
             cont_runs=1, cont_links=[("1gbit", "64kb")], cont_latency="2ms",
             cont_n=[1, 8], cont_rcrd_n=[8], cont_msgs=15, cont_min_ms=2000,
             cont_warm_ms=500, cont_drop=False, cont_slow_div=8,
-            cr_eps=[16, 64], cr_msgs={16: 60, 64: 8, 256: 2}, cr_slots=[8, 64],
+            cr_eps=[16, 64], cr_msgs={16: 60, 64: 12, 256: 2}, cr_slots=[1, 1.25, 1.5, 2, 4, 8],
+            cr_act8_msgs=300,
         )
     return dict(
         runs=5, seed_runs=3, timeout=180, mpi_reps=100, mpi_lat_reps=2000,
@@ -155,7 +156,8 @@ def plan(quick):
         cont_runs=5, cont_links=[("1gbit", "64kb"), ("5gbit", "320kb")], cont_latency="2ms",
         cont_n=[1, 2, 8, 32], cont_rcrd_n=[1, 8], cont_msgs=30, cont_min_ms=3000,
         cont_warm_ms=1000, cont_drop=True, cont_slow_div=8,
-        cr_eps=[16, 64, 256], cr_msgs={16: 200, 64: 30, 256: 3}, cr_slots=[8, 16, 32, 64],
+        cr_eps=[16, 64, 256], cr_msgs={16: 200, 64: 30, 256: 3}, cr_slots=[1, 1.25, 1.5, 2, 4, 8, 16, 32],
+        cr_act8_msgs=1000,
     )
 
 
@@ -1771,38 +1773,44 @@ class Harness:
 
     # ---- credits: the mailbox receive ring (seed 001) under all-to-all load
     def credit_cases(self):
-        """(case, description, bench-credits args, env). Rings per QP are the
-        slots per peer times the senders sharing it (P - 1, as
-        DIWARP_CREDIT_PEERS = P)."""
+        """(case, description, bench-credits args, env). A ring is S slots per
+        sender of the QP: DIWARP_CREDIT_RING = S x P, DIWARP_CREDIT_PEERS = P
+        (the dynamic protocol with a floor of 1 slot)."""
         out = []
-        for P in self.pl["cr_eps"]:
-            m = self.pl["cr_msgs"][P]
+
+        def family(tag, P, act, m, dests=0):
             base = ["--procs", "2", "--eps", str(P), "--msgs", str(m), "--size", "2048"]
-            full = str(m * P + 8)
-            out.append((f"a2a-{P}-unbounded", f"P={P}, every receive posted, credits off",
-                        base + ["--rq", full], {"DIWARP_CREDIT": "off"}))
-            out.append((f"a2a-{P}-off", f"P={P}, 4 receives posted, credits off (RNR)",
+            if act:
+                base += ["--active", str(act), "--dests", str(dests)]
+            who = f"P={P}" + (f", {act} active, {dests} destinations each" if act else "")
+            out.append((f"{tag}-prepost", f"{who}, every receive posted first, credits off",
+                        base + ["--rq", str(m * P + 8)], {"DIWARP_CREDIT": "off"}))
+            out.append((f"{tag}-off", f"{who}, 4 receives posted, credits off (RNR)",
                         base + ["--rq", "4"], {"DIWARP_CREDIT": "off"}))
-            for sl in self.pl["cr_slots"]:
-                ring = sl * P
-                if ring > 32767:
-                    continue
-                env = {"DIWARP_CREDIT": "static", "DIWARP_CREDIT_PEERS": str(P),
-                       "DIWARP_CREDIT_RING": str(ring)}
-                out.append((f"a2a-{P}-static-{sl}", f"P={P}, 4 receives posted, static, "
-                            f"{sl} slots per peer ({ring * 2} KiB per QP)",
-                            base + ["--rq", "4"], env))
-        P = 64
-        m = self.pl["cr_msgs"][P] * 4
-        act = ["--procs", "2", "--eps", str(P), "--msgs", str(m), "--size", "2048",
-               "--active", str(P // 8)]
-        out.append(("a2a-64-act8-unbounded", "P=64, 1/8 of the senders active, every receive "
-                    "posted, credits off", act + ["--rq", str(m * P + 8)], {"DIWARP_CREDIT": "off"}))
-        for sl in self.pl["cr_slots"]:
-            env = {"DIWARP_CREDIT": "static", "DIWARP_CREDIT_PEERS": str(P),
-                   "DIWARP_CREDIT_RING": str(sl * P)}
-            out.append((f"a2a-64-act8-static-{sl}", f"P=64, 1/8 active, 4 receives posted, "
-                        f"static, {sl} slots per peer", act + ["--rq", "4"], env))
+            # 64 slots per sender: more than a sender ever has in flight (its
+            # SQ holds 64), so no credit binds, but a ring that wraps (as a
+            # real one does: a ring never reused pays a page fault per page)
+            big = min(32767, 64 * P)
+            out.append((f"{tag}-unbounded", f"{who}, 4 receives posted, a ring no sender can "
+                        f"fill ({big} slots: the reference)", base + ["--rq", "4"],
+                        {"DIWARP_CREDIT": "static", "DIWARP_CREDIT_PEERS": str(P),
+                         "DIWARP_CREDIT_RING": str(big)}))
+            for proto in ("static", "dynamic"):
+                for sl in self.pl["cr_slots"]:
+                    if proto == "static" and sl != int(sl):
+                        continue  # the quota is whole slots: the same as int(sl)
+                    ring = int(sl * P)
+                    env = {"DIWARP_CREDIT": proto, "DIWARP_CREDIT_PEERS": str(P),
+                           "DIWARP_CREDIT_RING": str(ring)}
+                    if proto == "dynamic":
+                        env["DIWARP_CREDIT_MIN_QUOTA"] = "1"
+                    out.append((f"{tag}-{proto}-{sl:g}", f"{who}, 4 receives posted, {proto}, "
+                                f"{sl:g} slot{'s' if sl != 1 else ''} per sender "
+                                f"({ring * 2} KiB per QP)", base + ["--rq", "4"], env))
+
+        for P in self.pl["cr_eps"]:
+            family(f"a2a-{P}", P, 0, self.pl["cr_msgs"][P])
+        family("a2a-64-act8", 64, 8, self.pl["cr_act8_msgs"], dests=8)
         return out
 
     def run_credits(self, r):
@@ -1858,30 +1866,57 @@ class Harness:
             return []
         med = lambda n, k: statistics.median(x[k] for x in res[n]) if n in res else None
         L = ["## Credits: the mailbox receive ring (seed 001)\n",
-             "`bench-credits`: P RD QPs (endpoints) in 2 processes on this host, each "
-             "sending its messages of 2 KiB to every other endpoint round robin (at most 64 "
-             "unacknowledged per QP); every endpoint keeps R receive WRs posted and reposts each "
-             "as it polls its completion, checking sender, order and every byte. `unbounded`: "
-             "R covers every message (nothing ever waits for a receive: the reference); `off`: "
-             "R = 4 with `DIWARP_CREDIT=off` (early Sends get RNR NAKs); `static-S`: R = 4, "
-             "the static protocol with S slots per peer (`DIWARP_CREDIT_RING` = S × P, "
-             "`DIWARP_CREDIT_PEERS` = P). Medians of the rounds; time ratio against unbounded "
-             "(the overhead is ratio − 1); counters summed over both devices. The dynamic "
-             "protocol is not on the wire yet, so its memory target has no row.\n",
+             "`bench-credits`: P RD QPs (endpoints) in 2 processes on this host, one core each, "
+             "each sending its messages of 2 KiB (one slot) to every other endpoint round robin "
+             "(at most 64 unacknowledged per QP; `act8`: only the first 8 send, each to the 8 "
+             "endpoints after it, so a receiver has 1 to 8 active senders among its 63: seed "
+             "001's Fig. 5.9 setting); every endpoint keeps R receive WRs posted and "
+             "reposts each as it polls its completion, checking sender, order and every byte. "
+             "`prepost`: every receive posted before the start, credits off (nothing waits "
+             "for a receive); `off`: R = 4, credits off (early Sends get RNR NAKs); "
+             "`unbounded`: R = 4 and a ring of 32767 slots, more than the senders can fill "
+             "(the reference: the thesis's unbounded mailbox); `static-S` / `dynamic-S`: "
+             "R = 4 and a ring of S slots per sender (`DIWARP_CREDIT_RING` = S × P, "
+             "`DIWARP_CREDIT_PEERS` = P; dynamic with a floor of 1 slot). Medians of the "
+             "rounds; the time ratio is against `unbounded` (overhead = ratio − 1); counters "
+             "summed over both devices.\n",
              "| case | ms | × unbounded | RNR NAKs | retransmits | parked | credit msgs "
              "| credit msgs / data datagram | credit stalls | probes |",
              "|---|---|---|---|---|---|---|---|---|---|"]
         order = [c[0] for c in self.credit_cases() if c[0] in res]
         for n in order:
             ms = med(n, "ms")
-            base = re.match(r"(a2a-\d+(-act8)?)-", n).group(1)
-            ref = med(base + "-unbounded", "ms")
-            data = med(n, "msgs") * med(n, "active") * (med(n, "eps") - 1)
+            fam = re.match(r"(a2a-\d+(-act8)?)-", n).group(1)
+            ref = med(fam + "-unbounded", "ms")
+            data = med(n, "msgs") * med(n, "active") * med(n, "dests")
             cm = med(n, "credit_msgs")
             L.append(f"| {n}: {self.cr_desc.get(n, '')} | {ms:.0f} | "
                      f"{'×%.2f' % (ms / ref) if ref else '–'} | {med(n, 'rnr'):.0f} | "
                      f"{med(n, 'retx'):.0f} | {med(n, 'parked'):.0f} | {cm:.0f} | "
                      f"{cm / data:.4f} | {med(n, 'credit_stalls'):.0f} | {med(n, 'probes'):.0f} |")
+        L.append("")
+        # memory for <= 3 % overhead, per protocol
+        fams = sorted({re.match(r"(a2a-\d+(-act8)?)-", n).group(1) for n in order},
+                      key=lambda f: order.index(f + "-prepost") if f + "-prepost" in order else 0)
+        for fam in fams:
+            ref = med(fam + "-unbounded", "ms")
+            if not ref:
+                continue
+            best = {}
+            for proto in ("static", "dynamic"):
+                ok = [sl for sl in self.pl["cr_slots"]
+                      if med(f"{fam}-{proto}-{sl:g}", "ms") and
+                      med(f"{fam}-{proto}-{sl:g}", "ms") / ref <= 1.03]
+                best[proto] = min(ok) if ok else None
+            st, dy = best["static"], best["dynamic"]
+            tried = ", ".join(f"{x:g}" for x in self.pl["cr_slots"])
+            line = (f"- {fam}: smallest ring within 3 % of unbounded: static "
+                    f"{f'{st:g}' if st else 'none of ' + tried} slot(s) per sender, "
+                    f"dynamic {f'{dy:g}' if dy else 'none of ' + tried}")
+            if st and dy:
+                line += (f"; dynamic needs ×{dy / st:.2f} of static's memory (target ≤ ×0.25: "
+                         f"{'met' if dy / st <= 0.25 else 'missed'})")
+            L.append(line)
         L.append("")
         on, off = med("lat-rd-credit", "lat_us"), med("lat-rd-off", "lat_us")
         if on and off:

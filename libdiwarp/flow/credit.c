@@ -559,9 +559,8 @@ uint32_t dw_credit_tx_avail(const struct dw_credit *c, uint32_t peer)
                 return 0;
         const struct dw_credit_peer *p = &c->peer[peer];
         uint32_t k = tx_credits(p);
-        uint32_t held = c->cfg.ctl_free
-                            ? 0
-                            : !!(p->flags & DW_CREDIT_F_REQ) + !!(p->flags & DW_CREDIT_F_RESP);
+        uint32_t held =
+            c->cfg.ctl_free ? 0 : !!(p->flags & DW_CREDIT_F_REQ) + !!(p->flags & DW_CREDIT_F_RESP);
         return k > held ? k - held : 0;
 }
 

@@ -66,8 +66,8 @@ int rd_mbox_init(struct dw_rd_qp *s)
         m->ring_slots = cc.ring_slots;
         /* A segment never needs more credits than a sender surely gets: its
          * quota (static), its floor (dynamic: what it holds when idle). */
-        uint64_t quota = dyn ? (cc.min_quota ? cc.min_quota : cc.credit_slots)
-                             : cc.ring_slots / npeers;
+        uint64_t quota =
+            dyn ? (cc.min_quota ? cc.min_quota : cc.credit_slots) : cc.ring_slots / npeers;
         uint64_t cap = quota * cc.slot_size;
         m->seg_cap = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
         m->buf_len = (size_t)cc.ring_slots * cc.slot_size;
@@ -375,8 +375,8 @@ enum rd_verdict rd_mbox_cctl_rx(struct dw_rd_peer *p, const uint8_t *seg, size_t
                     ? dw_credit_on_request(&m->cr, idx)
                     : dw_credit_on_response(&m->cr, idx, dw_get_be32(seg + 18));
         if (e < 0)
-                dw_dbg("RD QP %#x peer %s: credit control %u refused by the model (%d)",
-                       s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), seg[1], e);
+                dw_dbg("RD QP %#x peer %s: credit control %u refused by the model (%d)", s->qp->qpn,
+                       rd_peer_str(p, pb, sizeof(pb)), seg[1], e);
         m->ctl = true;
         return RV_ACCEPT;
 }

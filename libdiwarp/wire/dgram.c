@@ -83,8 +83,9 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
                 return dw_wire_fail(why, "xflags: ECE without ACK", EBADMSG);
         if ((x & DW_DGRAM_X_CCTL) && ((f & rd_data) != rd_data || (f & DW_DGRAM_F_IMM) ||
                                       (x & (DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ))))
-                return dw_wire_fail(why, "xflags: CCTL without RD and DATA, or with IMM, PULL or "
-                                         "PULLREQ",
+                return dw_wire_fail(why,
+                                    "xflags: CCTL without RD and DATA, or with IMM, PULL or "
+                                    "PULLREQ",
                                     EBADMSG);
 
         if (x & DW_DGRAM_X_PULL) {
