@@ -419,8 +419,10 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
 /* rd_mbox.c: credits and the mailbox receive ring */
 /* A credit control segment: an untagged DDP header on queue 3 whose first
  * RsvdULP byte is the type, then the value (docs/PROTOCOL.md). */
-#define RD_CCTL_QN  3u
-#define RD_CCTL_LEN (DW_DGRAM_DDP_UNTAGGED_LEN + 4u)
+#define RD_CCTL_QN       3u
+#define RD_CCTL_REQUEST  1u /* the type byte on the wire */
+#define RD_CCTL_RESPONSE 2u
+#define RD_CCTL_LEN      (DW_DGRAM_DDP_UNTAGGED_LEN + 4u)
 /* A credit control segment arrived (X-flag CCTL, a NEW PSN). */
 enum rd_verdict rd_mbox_cctl_rx(struct dw_rd_peer *p, const uint8_t *seg, size_t len);
 /* Its ACK came: the entry is free. */

@@ -35,7 +35,11 @@
 int rd_mbox_init(struct dw_rd_qp *s)
 {
         const struct dw_config *cfg = &s->qp->dev->cfg;
-        if (cfg->credit == DW_CREDIT_OFF)
+        /* RC keeps InfiniBand's meaning of a Send completion (the message is
+         * in a receive WR of the responder) unless told otherwise: a parked
+         * Send completes before that, and a responder that tears down before
+         * posting its receive loses it (docs/PROTOCOL.md, "Credits"). */
+        if (cfg->credit == DW_CREDIT_OFF || (s->rc && !cfg->credit_rc_park))
                 return 0;
         struct rd_mbox *m = calloc(1, sizeof(*m));
         if (!m)
@@ -358,7 +362,7 @@ enum rd_verdict rd_mbox_cctl_rx(struct dw_rd_peer *p, const uint8_t *seg, size_t
         if (len != RD_CCTL_LEN || seg[0] != (DW_DDP_CTRL_L | DW_DDP_VERSION) ||
             dw_get_be32(seg + 2) != 0 || dw_get_be32(seg + 6) != RD_CCTL_QN ||
             dw_get_be32(seg + 14) != 0 ||
-            (seg[1] != DW_CREDIT_CTL_REQUEST && seg[1] != DW_CREDIT_CTL_RESPONSE)) {
+            (seg[1] != RD_CCTL_REQUEST && seg[1] != RD_CCTL_RESPONSE)) {
                 dw_dbg("RD QP %#x peer %s: malformed credit control segment dropped", s->qp->qpn,
                        rd_peer_str(p, pb, sizeof(pb)));
                 return RV_DROP;
@@ -371,7 +375,7 @@ enum rd_verdict rd_mbox_cctl_rx(struct dw_rd_peer *p, const uint8_t *seg, size_t
                 return RV_ACCEPT;
         }
         uint32_t idx = p->cr_idx - 1;
-        int e = seg[1] == DW_CREDIT_CTL_REQUEST
+        int e = seg[1] == RD_CCTL_REQUEST
                     ? dw_credit_on_request(&m->cr, idx)
                     : dw_credit_on_response(&m->cr, idx, dw_get_be32(seg + 18));
         if (e < 0)

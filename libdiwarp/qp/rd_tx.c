@@ -220,7 +220,7 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
                 return -EINVAL;
         uint8_t *b = t->hdr + hl;
         b[0] = DW_DDP_CTRL_L | DW_DDP_VERSION;
-        b[1] = c->type;
+        b[1] = c->type == DW_CREDIT_CTL_REQUEST ? RD_CCTL_REQUEST : RD_CCTL_RESPONSE;
         dw_put_be32(b + 2, 0);
         dw_put_be32(b + 6, RD_CCTL_QN);
         dw_put_be32(b + 10, 1);

@@ -294,6 +294,14 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                         return bad(cfg, "DIWARP_CREDIT_CSLOTS", v, "expected entries 1..64");
                 cfg->credit_cslots = (uint32_t)u;
         }
+        if ((v = var(env, "DIWARP_CREDIT_RC"))) {
+                static const char *const names[] = {"rnr", "park"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_CREDIT_RC", v, "expected rnr or park");
+                cfg->credit_rc_park = i == 1;
+        }
         if ((v = var(env, "DIWARP_CREDIT_MIN_QUOTA"))) {
                 if (!parse_u64(v, 10, 0, DW_CONFIG_MAX_CREDIT_RING, &u))
                         return bad(cfg, "DIWARP_CREDIT_MIN_QUOTA", v,

@@ -93,6 +93,7 @@ struct dw_config {
         uint32_t credit_peers;         /* DIWARP_CREDIT_PEERS: senders sharing a ring */
         uint32_t credit_cslots;        /* DIWARP_CREDIT_CSLOTS: credit-region entries per peer */
         uint32_t credit_min_quota;     /* DIWARP_CREDIT_MIN_QUOTA: dynamic floor; 0 = cslots */
+        bool credit_rc_park;           /* DIWARP_CREDIT_RC=park|rnr: RC over RD parks too */
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];

@@ -1114,10 +1114,14 @@ static int case_mw(void)
 
 /* ---------------------------------------------------------------- mailbox */
 
+/* Whether the QPs under test have a mailbox: RD QPs unless
+ * DIWARP_CREDIT=off; RC QPs over RD only with DIWARP_CREDIT_RC=park. */
 static bool credits_on(void)
 {
-        const char *v = getenv("DIWARP_CREDIT");
-        return !v || !*v || strcmp(v, "off") != 0;
+        const char *v = getenv("DIWARP_CREDIT"), *rc = getenv("DIWARP_CREDIT_RC");
+        if (v && *v && !strcmp(v, "off"))
+                return false;
+        return !rc_mode || (rc && !strcmp(rc, "park"));
 }
 
 #define MB_NQ   4

@@ -7,7 +7,8 @@
 #     atomics; dgram_rd_traffic: the same on native RD QPs), native
 #     RD under injected loss (SACK blocks, retransmissions) and corruption
 #     (bad CRCs), receiver-paced Sends (PULL, PULLREQ), RD without CRC
-#     (NOCRC), the credit field of the mailbox receive ring, and
+#     (NOCRC), the credit field of the mailbox receive ring and the
+#     dynamic protocol's credit control segments (CCTL), and
 #     hand-made datagrams
 #     for what the engine never sends (credits, the other NAK codes, ECE, a
 #     bad CRC, a datagram on a port outside the range) and one breaking each
@@ -21,7 +22,7 @@
 # its loopback holds only this test's traffic (loopback MTU 1500, so RD cuts
 # Ethernet-size segments). Needs tshark (else exit 77: skipped).
 #   env: DIWARP DGRAM_TRAFFIC DGRAM_RD_TRAFFIC DGRAM_VERDICT DIWARP_PINGPONG DIWARP_BW
-#        DIWARP_LUA (meson)
+#        DIWARP_LUA BENCH_CREDITS (meson)
 here=$(cd "$(dirname "$0")" && pwd)
 command -v tshark >/dev/null 2>&1 || { echo "SKIP: tshark not installed" >&2; exit 77; }
 command -v dumpcap >/dev/null 2>&1 || { echo "SKIP: dumpcap not installed" >&2; exit 77; }
@@ -38,7 +39,7 @@ fi
 
 . "$here/lib.sh"
 need ibv_rc_pingpong
-: "${DGRAM_TRAFFIC:?}" "${DGRAM_RD_TRAFFIC:?}" "${DGRAM_VERDICT:?}" "${DIWARP_PINGPONG:?}" "${DIWARP_BW:?}" "${DIWARP_LUA:?}"
+: "${DGRAM_TRAFFIC:?}" "${DGRAM_RD_TRAFFIC:?}" "${DGRAM_VERDICT:?}" "${DIWARP_PINGPONG:?}" "${DIWARP_BW:?}" "${DIWARP_LUA:?}" "${BENCH_CREDITS:?}"
 ip link set lo up && ip link set lo mtu 1500 || fail "cannot set up loopback in the namespace"
 
 dpid=
@@ -148,6 +149,15 @@ pair rd_nocrc_write "$nocrc" "$nocrc" "$DIWARP_BW" --transport rd --op write --s
 pair ud_pingpong "" "" "$DIWARP_PINGPONG" --transport ud --op send --size 512 --iters 10
 credit="DIWARP_CREDIT=static DIWARP_CREDIT_RING=256"
 pair rd_credit "$credit" "$credit" "$DIWARP_BW" --transport rd --op send --size 4000 --iters 300
+# The dynamic protocol: 4 of 8 endpoints sending to the 4 after each through
+# rings of 2 slots per sender, so quotas move and idle senders are asked for
+# their credits (compulsory requests and responses, X-flag CCTL).
+cap_start "$cap/rd_credit_dyn.pcapng" udp
+DIWARP_CREDIT=dynamic DIWARP_CREDIT_MIN_QUOTA=1 DIWARP_CREDIT_PEERS=8 DIWARP_CREDIT_RING=16 \
+        timeout 60 "$BENCH_CREDITS" --eps 8 --msgs 50 --active 4 --dests 4 --rq 4 \
+        >"$TMPD/rd_credit_dyn.out" 2>&1 || { cat "$TMPD/rd_credit_dyn.out" >&2; fail "bench-credits failed"; }
+cap_stop
+tail -n 1 "$TMPD/rd_credit_dyn.out" | tee "$cap/rd_credit_dyn.out"
 corrupt="DIWARP_FAULT=corrupt:20% DIWARP_FAULT_SEED=1 DIWARP_CC=off" # CC: see nocrc above
 pair rd_corrupt "$corrupt" "$corrupt" "$DIWARP_PINGPONG" --transport rd --op send --size 64 --iters 20
 

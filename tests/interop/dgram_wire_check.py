@@ -176,6 +176,7 @@ FIELDS = ["frame.number", "udp.srcport", "udp.dstport", "diwarp.transport", "diw
           "diwarp.sack.dsack", "diwarp.xflags.nocrc", "diwarp.xflags.pull",
           "diwarp.xflags.pullreq", "diwarp.xflags.ece", "diwarp.pull.msg_len",
           "diwarp.pull.pushed", "diwarp.imm.value", "diwarp.imm.word2", "diwarp.rnr_delay_us",
+          "diwarp.cctl.type", "diwarp.cctl.value",
           "iwarp_rdma.opcode", "iwarp_ddp.msn", "iwarp_ddp.qn", "iwarp_ddp.last_flag",
           "iwarp_rdma.rdmardsz", "iwarp_rdma.sinkstag", "iwarp_rdma.srcstag",
           "iwarp_rdma.srcto", "iwarp_rdma.atomic.add_data", "iwarp_rdma.atomic.swap_data",
@@ -224,7 +225,9 @@ def decode(lua, pcap, strict=True):
         for f in PER_DGRAM:
             check(len(fr[f]) == n, f"{pcap} frame {fr['frame.number']}: {f} x{len(fr[f])}, "
                   f"{n} datagrams")
-        ndata = sum(1 for fl in fr["diwarp.flags"] if int(fl, 16) & DATA)
+        # DATA datagrams that carry DDP/RDMAP (a CCTL segment is not handed on)
+        ndata = sum(1 for fl, k in zip(fr["diwarp.flags"], fr["diwarp.kind"])
+                    if int(fl, 16) & DATA and k != "CCTL")
         aligned = all(len(fr[f]) == ndata for f in PER_DATA)
         if strict:
             for f in PER_DATA:
@@ -244,7 +247,8 @@ def decode(lua, pcap, strict=True):
             d["dst"] = int(d["diwarp.dst_qpn"], 16)
             d["psn"] = int(d["diwarp.psn"])
             d["ack"] = int(d["diwarp.ack_psn"])
-            if d["flags"] & DATA and aligned and di < len(fr["diwarp.seg_len"]):
+            if d["flags"] & DATA and d["diwarp.kind"] != "CCTL" and aligned and \
+                    di < len(fr["diwarp.seg_len"]):
                 d["seg_len"] = int(fr["diwarp.seg_len"][di])
                 d["opcode"] = int(fr["diwarp.rdmap_opcode"][di], 16)
                 di += 1
@@ -264,8 +268,9 @@ def common_checks(name, frames, dgrams, allow_nocrc=False):
                if "Retransmission" not in m and not m.startswith("NAK")]
         check(not bad, f"{name} frame {num}: expert {bad}")
         # Wireshark's own iWARP dissector decoded every DDP segment we handed it.
-        nseg = sum(1 + (1 if int(fl, 16) & IMM else 0) for fl in fr["diwarp.flags"]
-                   if int(fl, 16) & DATA)
+        nseg = sum(1 + (1 if int(fl, 16) & IMM else 0)
+                   for fl, k in zip(fr["diwarp.flags"], fr["diwarp.kind"])
+                   if int(fl, 16) & DATA and k != "CCTL")
         check(len(fr["iwarp_rdma.opcode"]) == nseg,
               f"{name} frame {num}: {len(fr['iwarp_rdma.opcode'])} RDMAP headers, {nseg} expected")
         ours = [o for o in fr["diwarp.rdmap_opcode"]]
@@ -549,6 +554,45 @@ def check_credit(lua, capdir):
     check(sent >= int(res["iters"]), f"rd_credit: {sent} slots sent")
 
 
+def check_credit_dyn(lua, capdir):
+    """The dynamic protocol on the wire: credit control segments (X-flag
+    CCTL) are RD DATA with a PSN of their stream, version 2, typed request
+    (1) or response (2); each response follows a request of the other way of
+    its stream, and a stream's responses give back more and more (the value
+    is cumulative)."""
+    frames, dg = decode(lua, f"{capdir}/rd_credit_dyn.pcapng")
+    common_checks("rd_credit_dyn", frames, dg)
+    res = result(capdir, "rd_credit_dyn")
+    check(int(res.get("rnr", 1)) == 0, "rd_credit_dyn: RNR NAKs")
+    types = [t for f in frames for t in f["diwarp.cctl.type"]]
+    values = [int(v) for f in frames for v in f["diwarp.cctl.value"]]
+    cctl = [d for d in dg if d["diwarp.kind"] == "CCTL"]
+    if not check(cctl, "rd_credit_dyn: no credit control segment on the wire"):
+        return
+    check(len(types) == len(cctl) and len(values) == len(cctl),
+          f"rd_credit_dyn: {len(cctl)} CCTL datagrams, {len(types)} types decoded")
+    check(all(d["flags"] & (RD | DATA) == RD | DATA and d["diwarp.version"] == "2"
+              for d in cctl), "rd_credit_dyn: a CCTL datagram that is not version-2 RD DATA")
+    check(set(types) <= {"1", "2"}, f"rd_credit_dyn: types {set(types)}")
+    reqs = {}
+    last = {}
+    for d, t, v in zip(cctl, types, values):
+        if d.get("retx"):
+            continue
+        way = (d["src"], d["dst"])
+        if t == "1":
+            reqs[way] = reqs.get(way, 0) + 1
+        else:
+            back = (d["dst"], d["src"])
+            check(reqs.get(back, 0) > 0,
+                  f"rd_credit_dyn frame {d['frame']}: a response with no request before it")
+            reqs[back] = reqs.get(back, 0) - 1
+            check(v >= last.get(way, 0), f"rd_credit_dyn frame {d['frame']}: the give-back "
+                  f"went from {last.get(way, 0)} to {v}")
+            last[way] = v
+    check("1" in types and "2" in types, f"rd_credit_dyn: types seen {set(types)}")
+
+
 def check_corrupt(lua, capdir):
     # DIWARP_FAULT=corrupt flips bytes after the CRC is computed: those
     # datagrams must show Bad (with the expert error), the rest Good, and
@@ -646,6 +690,7 @@ def main():
     check_rd_native(lua, capdir)
     check_faults(lua, capdir)
     check_credit(lua, capdir)
+    check_credit_dyn(lua, capdir)
     check_corrupt(lua, capdir)
     check_rc_tcp(lua, capdir)
     for f in failures:

@@ -25,12 +25,14 @@
 
 #include "check.h"
 
-/* RC over RD with credits (docs/PROTOCOL.md "Credits"): a Send that finds
- * no receive is parked in the responder's mailbox instead of refused. */
+/* RC over RD with DIWARP_CREDIT_RC=park (docs/PROTOCOL.md "Credits"): a
+ * Send that finds no receive is parked in the responder's mailbox instead of
+ * refused. */
 static bool mailbox(void)
 {
-        const char *t = getenv("DIWARP_RC_TRANSPORT"), *c = getenv("DIWARP_CREDIT");
-        return t && !strcmp(t, "rd") && !(c && !strcmp(c, "off"));
+        const char *t = getenv("DIWARP_RC_TRANSPORT"), *c = getenv("DIWARP_CREDIT"),
+                   *rc = getenv("DIWARP_CREDIT_RC");
+        return t && !strcmp(t, "rd") && !(c && !strcmp(c, "off")) && rc && !strcmp(rc, "park");
 }
 
 enum { LEN = 4096, ROUNDS = 300, DEPTH = 16 };

@@ -210,6 +210,7 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_INFLIGHT_SHM", "pool name"},
             {"DIWARP_CREDIT", "on"},
             {"DIWARP_CREDIT", "dyn"},
+            {"DIWARP_CREDIT_RC", "yes"},
             {"DIWARP_CREDIT_MIN_QUOTA", "32768"},
             {"DIWARP_CREDIT_MIN_QUOTA", "-1"},
             {"DIWARP_CREDIT_SLOT", "32"},
@@ -246,6 +247,11 @@ Test(config, credit_knobs)
         cr_assert_eq(c.credit_ring, 1024);
         cr_assert_eq(c.credit_peers, 16);
         cr_assert_eq(c.credit_cslots, 2);
+        cr_assert_not(c.credit_rc_park);
+        cr_assert_eq(parse1(&c, "DIWARP_CREDIT_RC", "park", &why), 0);
+        cr_assert(c.credit_rc_park);
+        cr_assert_eq(parse1(&c, "DIWARP_CREDIT_RC", "rnr", &why), 0);
+        cr_assert_not(c.credit_rc_park);
         struct fake_env e = {{"DIWARP_CREDIT", "off", "DIWARP_CREDIT_SLOT", "65536",
                               "DIWARP_CREDIT_RING", "32767", "DIWARP_CREDIT_PEERS", "1000",
                               "DIWARP_CREDIT_CSLOTS", "64", NULL}};

@@ -310,7 +310,9 @@ local data_handle = Dissector.get("data")
 
 local function kind_of(h)
         local f = h.flags
-        if band(f, F_DATA) ~= 0 then return "DATA" end
+        if band(f, F_DATA) ~= 0 then
+                return band(h.xflags, X_CCTL) ~= 0 and "CCTL" or "DATA"
+        end
         if band(f, F_NAK) ~= 0 then return "NAK " .. (nak_short[h.nak_code] or tostring(h.nak_code)) end
         if band(f, F_ACK) ~= 0 then return "ACK" end
         return "CREDIT"
@@ -519,8 +521,9 @@ end
 -- UDP GSO: a sender may hand the kernel one buffer of several datagrams of
 -- one size, the last possibly shorter (UDP_SEGMENT), and a capture on
 -- loopback or on a veth sees that super-packet before it is cut. Returns the
--- datagram size when tvb is one: the next header repeats bytes 5-11 (the
--- QPNs; the first may differ in version and X-flags, e.g. a PULL segment),
+-- datagram size when tvb is one: the next header repeats bytes 8-11 (the
+-- source QPN: one QP's batch, to one peer device but maybe several of its
+-- QPs; the first may differ in version and X-flags, e.g. a PULL segment),
 -- a header that passes the rules starts every sz bytes,
 -- and (unless NOCRC) the first datagram's CRC32c holds.
 local function gso_size(tvb)
@@ -530,12 +533,14 @@ local function gso_size(tvb)
         local min = h.hdr_len + DDP_TAGGED_LEN + (h.nocrc and 0 or CRC_LEN)
         if len < 2 * min then return nil end
         local raw = tvb:raw()
-        local pat = raw:sub(6, 12)
-        local init = min + 6
+        -- bytes 8-11: the reserved byte and the source QPN (one sending QP's
+        -- batch; its datagrams may go to several QPs of the peer device)
+        local pat = raw:sub(9, 12)
+        local init = min + 9
         while true do
                 local q = raw:find(pat, init, true)
                 if not q then return nil end
-                local sz = q - 6
+                local sz = q - 9
                 local last = len % sz
                 if sz >= min and (last == 0 or last >= min) then
                         local ok = true
