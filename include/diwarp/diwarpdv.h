@@ -39,8 +39,10 @@
  *            keeps serving others); a peer that stops answering fails the
  *            oldest WR to it with DIWARP_WC_RETRY_EXC_ERR within
  *            DIWARP_PEER_TIMEOUT_MS, the QP moves to ERR and the rest flush.
- *            A Send that finds no receive posted is retried (RNR) until one
- *            is posted, as long as the peer answers.
+ *            A Send that finds no receive posted is parked in the QP's
+ *            mailbox ring (its sender held credits for it) and delivered
+ *            when one is posted (DIWARP_CREDIT=off: retried with RNR NAKs
+ *            until one is, as long as the peer answers).
  *
  * ---- RC carried by RD -----------------------------------------------------
  *
@@ -101,6 +103,39 @@ struct diwarpdv_rd_path {
         uint32_t fast_retransmits;
         uint32_t retransmits;
 };
+
+/* ---- Application mailbox (seed 001's receive ring, in the spirit of
+ * FI_MULTI_RECV and mlx5's striding RQ) -------------------------------------
+ *
+ * diwarpdv_mbox_open turns an RD QP (RESET or INIT, no receive WR posted, no
+ * SRQ; DIWARP_CREDIT not off) into a mailbox: it takes no receive WRs
+ * (diwarp_post_recv fails with -EINVAL), and every Send to it lands in the
+ * QP's ring, out->slots slots of out->slot_size bytes (DIWARP_CREDIT_RING,
+ * DIWARP_CREDIT_SLOT; the product a multiple of the page size) shared by its
+ * senders under the credit protocol. A message takes consecutive slots and is
+ * contiguous in memory even across the end of the ring (the ring is mapped
+ * twice in a row). Its receive completion carries wr_id = the message's
+ * address (a uint8_t * inside [out->ring, out->ring + 2 * out->len)),
+ * byte_len, src_qp and Immediate Data, in order per sender. The application
+ * reads it in place, then gives its slots back with diwarpdv_mbox_release:
+ * slots return to the senders as credits in ring order, so a message never
+ * released holds back the slots behind it.
+ *
+ * A message must fit one datagram of the path and out->max_msg bytes (the
+ * quota): a longer Send is refused (the sender's WR fails with
+ * DIWARP_WC_REM_INV_REQ_ERR). RDMA Write with Immediate needs a receive WR and
+ * is not taken. A reset of the QP unmaps the ring: open it again after. */
+struct diwarpdv_mbox {
+        void *ring;         /* the ring, mapped twice: ring + i and ring + len + i are one byte */
+        size_t len;         /* slots * slot_size */
+        uint32_t slot_size; /* bytes */
+        uint32_t slots;
+        uint32_t max_msg; /* largest Send it takes (and one datagram of the path) */
+};
+int diwarpdv_mbox_open(struct diwarp_qp *qp, struct diwarpdv_mbox *out);
+/* Gives back the slots of a message the mailbox handed out (its wr_id);
+ * -EINVAL if msg is not one, or was released already. */
+int diwarpdv_mbox_release(struct diwarp_qp *qp, const void *msg);
 
 /* The path of qp's pseudo-stream to dest (RC over RD: dest NULL, the QP's one
  * peer). -ENOENT when that stream does not exist yet (nothing was sent to or

@@ -541,6 +541,19 @@ int dw_credit_piggyback(struct dw_credit *c, uint32_t peer, uint32_t *limit)
         return 1;
 }
 
+int dw_credit_flush(struct dw_credit *c, uint32_t peer)
+{
+        if (peer >= c->cfg.npeers)
+                return -EINVAL;
+        struct dw_credit_peer *p = &c->peer[peer];
+        if (c->cfg.mode != DW_CREDIT_STATIC || !p->retrieved)
+                return 0;
+        p->rx_granted += p->retrieved;
+        p->retrieved = 0;
+        p->flags |= DW_CREDIT_F_CHANGED;
+        return 1;
+}
+
 uint32_t dw_credit_limit(const struct dw_credit *c, uint32_t peer)
 {
         return peer < c->cfg.npeers ? c->peer[peer].rx_granted : 0;

@@ -266,6 +266,12 @@ int dw_credit_on_response(struct dw_credit *c, uint32_t peer, uint32_t skip_tota
  * carry. Returns 1 if the value is news to the peer, 0 if not (carrying it
  * is harmless), -EINVAL. */
 int dw_credit_piggyback(struct dw_credit *c, uint32_t peer, uint32_t *limit);
+/* Static: the peer says it waits for credits (a probe): everything it gave
+ * back by retrieval goes back now, threshold reached or not, since a message
+ * of several slots may need more than the sender holds while the receiver
+ * sits on fewer than a threshold's worth. Returns 1 if that raised the limit,
+ * 0 if not (nothing retrieved; dynamic: its refill rule covers it), -EINVAL. */
+int dw_credit_flush(struct dw_credit *c, uint32_t peer);
 /* The limit granted to peer now, with no change of state: for carriers that
  * may be lost (an ACK). Only dw_credit_piggyback on a reliable carrier (a
  * data packet) or a stand-alone credit message discharges a return. */

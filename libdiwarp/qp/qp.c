@@ -1071,7 +1071,7 @@ int diwarp_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwa
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         for (; wr; wr = wr->next) {
-                if (qp->srq || qp->state == DIWARP_QPS_RESET) {
+                if (qp->srq || qp->state == DIWARP_QPS_RESET || dw_rd_mbox_app(qp)) {
                         err = -EINVAL;
                         break;
                 }

@@ -823,6 +823,11 @@ void dw_rd_post_recv(struct dw_qp *qp)
                 rd_mbox_drain(qp->rd);
 }
 
+bool dw_rd_mbox_app(const struct dw_qp *qp)
+{
+        return qp->rd && qp->rd->mbox_app;
+}
+
 void dw_rd_srq_posted(struct dw_device *dev, const struct dw_srq_obj *srq)
 {
         struct dw_rd_dev *d = rdd(dev);

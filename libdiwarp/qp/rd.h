@@ -68,6 +68,8 @@ void dw_rd_tx_posted(struct dw_qp *qp);
  * make room: true when there were any. */
 bool dw_rd_sq_release(struct dw_qp *qp);
 void dw_rd_post_recv(struct dw_qp *qp);
+/* The QP is an application mailbox (diwarpdv_mbox_open): it takes no receive WRs. */
+bool dw_rd_mbox_app(const struct dw_qp *qp);
 /* Receives were posted to srq: Sends parked for its RD QPs go to them. */
 void dw_rd_srq_posted(struct dw_device *dev, const struct dw_srq_obj *srq);
 /* The QP goes to ERR (called before the WQEs are flushed). */

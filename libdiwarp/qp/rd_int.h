@@ -207,6 +207,9 @@ struct dw_rd_qp {
         /* The credit-based mailbox receive ring (rd_mbox.c); NULL with
          * DIWARP_CREDIT=off. */
         struct rd_mbox *mb;
+        /* diwarpdv_mbox_open made this an application mailbox: no receive
+         * WRs, every Send lands in the ring and completes pointing into it. */
+        bool mbox_app;
         /* Send WQEs completed (DW_WQE_DONE) by the ACK a ping-pong's incoming
          * Send carried, not retired to the CQ yet (rd_retire_held). */
         bool retire_held;
@@ -232,6 +235,7 @@ struct rd_mb_ent {
         /* Parked while its stream had holes: a later MSN of it may have come
          * first and bind this one's receive WR before its turn. */
         bool late;
+        bool delivered; /* application mailbox: its completion is out */
 };
 
 /* A compulsory request or response of the dynamic credit protocol, sent
@@ -259,6 +263,10 @@ struct rd_mbox {
         struct dw_rd_peer **idx_peer; /* npeers: the stream holding each index */
         uint32_t next_idx;            /* indices handed out so far */
         bool ctl;                     /* a credit message may be due */
+        /* Application mailbox (diwarpdv_mbox_open): buf is mapped twice in a
+         * row, so a message is contiguous across the end of the ring; parked
+         * entries complete to the CQ and stay until released. */
+        bool app;
         /* While a Send waits for credits (the SQ goes in order, so one peer
          * at a time): when to ask that peer for its credit value. */
         uint64_t probe_at;
@@ -450,6 +458,12 @@ enum rd_verdict rd_mbox_park(struct dw_rd_peer *p, const struct rd_seg *g, const
 void rd_mbox_drain(struct dw_rd_qp *s);
 /* Sends the stand-alone credit messages that are due. */
 void rd_mbox_ctl(struct dw_rd_qp *s);
+/* Application mailbox: a Send segment to it (the whole message) lands in the
+ * ring (RV_ACCEPT), waits for room (RV_RNR) or is refused (RV_NAK, *nak). */
+enum rd_verdict rd_mbox_app_rx(struct dw_rd_peer *p, const struct rd_seg *g, const uint8_t *pay,
+                               bool pull, uint8_t *nak);
+/* Completes, in MSN order, the messages of p the cursor has passed. */
+void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p);
 
 /* rd_pull.c: receiver-paced Sends */
 enum rd_verdict rd_pull_start(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,

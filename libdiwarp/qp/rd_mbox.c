@@ -22,15 +22,40 @@
  * and ours to it are not either; a Send beyond its credit that finds no
  * receive WQE gets an RNR NAK, as without credits.
  */
+#define _GNU_SOURCE
 #include "qp/rd_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <diwarp/diwarpdv.h>
 
 #include "util/log.h"
 
 #define RD_CREDIT_PROBE_NS (2ull * 1000 * 1000)
+
+/* len bytes of shared memory mapped twice in a row (len a multiple of the
+ * page size): byte i and byte len + i are the same. MAP_FAILED on failure. */
+static void *ring_map_twice(size_t len)
+{
+        int fd = memfd_create("diwarp-mailbox", MFD_CLOEXEC);
+        if (fd < 0)
+                return MAP_FAILED;
+        void *base = MAP_FAILED;
+        if (ftruncate(fd, (off_t)len) == 0)
+                base = mmap(NULL, 2 * len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base != MAP_FAILED &&
+            (mmap(base, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
+             mmap((uint8_t *)base + len, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                  0) == MAP_FAILED)) {
+                munmap(base, 2 * len);
+                base = MAP_FAILED;
+        }
+        close(fd);
+        return base;
+}
 
 int rd_mbox_init(struct dw_rd_qp *s)
 {
@@ -75,15 +100,17 @@ int rd_mbox_init(struct dw_rd_qp *s)
         uint64_t cap = quota * cc.slot_size;
         m->seg_cap = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
         m->buf_len = (size_t)cc.ring_slots * cc.slot_size;
+        m->app = s->mbox_app;
         /* Mapped, not allocated: pages cost memory only once a segment was
          * parked on them. */
-        void *b =
-            mmap(NULL, m->buf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *b = m->app ? ring_map_twice(m->buf_len)
+                         : mmap(NULL, m->buf_len, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         m->ent = calloc(cc.ring_slots, sizeof(*m->ent));
         m->idx_peer = calloc(npeers, sizeof(*m->idx_peer));
         if (b == MAP_FAILED || !m->ent || !m->idx_peer) {
                 if (b != MAP_FAILED)
-                        munmap(b, m->buf_len);
+                        munmap(b, m->app ? 2 * m->buf_len : m->buf_len);
                 free(m->ent);
                 free(m->idx_peer);
                 dw_credit_fini(&m->cr);
@@ -100,7 +127,7 @@ void rd_mbox_fini(struct dw_rd_qp *s)
         struct rd_mbox *m = s->mb;
         if (!m)
                 return;
-        munmap(m->buf, m->buf_len);
+        munmap(m->buf, m->app ? 2 * m->buf_len : m->buf_len);
         free(m->ent);
         free(m->idx_peer);
         dw_credit_fini(&m->cr);
@@ -201,9 +228,12 @@ void rd_mbox_rx_hdr(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
                 dw_dbg("RD QP %#x peer %s: credit value %u ignored (beyond any ring)",
                        p->s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), h->credits);
         }
-        /* A probe asks for the value at once. */
-        if (!(h->flags & DW_DGRAM_F_DATA) && (h->flags & DW_DGRAM_F_ACKREQ))
+        /* A probe asks for the value at once, and for every retrieved slot:
+         * the sender waits. */
+        if (!(h->flags & DW_DGRAM_F_DATA) && (h->flags & DW_DGRAM_F_ACKREQ)) {
+                dw_credit_flush(&m->cr, idx);
                 rd_send_credit(p, false);
+        }
 }
 
 void rd_mbox_account(struct dw_rd_peer *p, uint32_t len)
@@ -251,7 +281,7 @@ enum rd_verdict rd_mbox_park(struct dw_rd_peer *p, const struct rd_seg *g, const
 void rd_mbox_drain(struct dw_rd_qp *s)
 {
         struct rd_mbox *m = s->mb;
-        if (!m || !m->ent_count)
+        if (!m || !m->ent_count || m->app)
                 return;
         /* Oldest first. Once one finds too few receive WRs, no later one binds
          * a new WR (they go in arrival order), but a later one whose message
@@ -383,4 +413,149 @@ enum rd_verdict rd_mbox_cctl_rx(struct dw_rd_peer *p, const uint8_t *seg, size_t
                        rd_peer_str(p, pb, sizeof(pb)), seg[1], e);
         m->ctl = true;
         return RV_ACCEPT;
+}
+
+/* ---------------------------------------------------------------- application mailbox */
+
+enum rd_verdict rd_mbox_app_rx(struct dw_rd_peer *p, const struct rd_seg *g, const uint8_t *pay,
+                               bool pull, uint8_t *nak)
+{
+        struct dw_rd_qp *s = p->s;
+        struct rd_mbox *m = s->mb;
+        char pb[64];
+        if (pull || g->mo != 0 || !g->last || g->len > m->seg_cap) {
+                /* Its length is unknown until its last segment: no place for
+                 * it in the ring can be chosen now. */
+                dw_warn("RD QP %#x peer %s: a Send of more than one segment (MSN %u) to an "
+                        "application mailbox, which takes one segment of at most %u bytes",
+                        s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), g->msn, m->seg_cap);
+                *nak = DW_DGRAM_NAK_INVALID;
+                return RV_NAK;
+        }
+        if (!p->cr_idx || p->nak_code)
+                return RV_RNR;
+        uint32_t n = slots_for(m, g->len), pos;
+        if (dw_credit_rx_arrive(&m->cr, p->cr_idx - 1, n, &pos) < 0)
+                return RV_RNR; /* a sender without credits: room comes as slots are released */
+        memcpy(m->buf + (size_t)pos * m->slot_size, pay, g->len); /* mapped twice: no wrap */
+        struct rd_mb_ent *e = &m->ent[(m->ent_head + m->ent_count) % m->ring_slots];
+        *e = (struct rd_mb_ent){.peer = p, .pos = pos, .nslots = n, .g = *g};
+        m->ent_count++;
+        s->qp->ctr.mbox_parked++;
+        s->qp->dev->ctr.mbox_parked++;
+        return RV_ACCEPT;
+}
+
+void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
+{
+        struct rd_mbox *m = s->mb;
+        uint32_t cur = dw_rel_rx_cursor(&p->rel);
+        for (bool more = true; more;) {
+                more = false;
+                for (uint32_t i = 0; i < m->ent_count; i++) {
+                        struct rd_mb_ent *e = &m->ent[(m->ent_head + i) % m->ring_slots];
+                        if (e->peer != p || e->delivered || e->g.msn != p->rx_done)
+                                continue;
+                        if (!dw_psn_before(e->g.psn, cur))
+                                return;
+                        struct diwarp_wc wc = {
+                            .wr_id = (uintptr_t)(m->buf + (size_t)e->pos * m->slot_size),
+                            .status = DIWARP_WC_SUCCESS,
+                            .opcode = DIWARP_WC_RECV,
+                            .byte_len = e->g.len,
+                            .src_qp = p->rqpn,
+                        };
+                        if (e->g.has_imm) {
+                                wc.wc_flags |= DIWARP_WC_WITH_IMM;
+                                wc.imm_data = e->g.imm;
+                        }
+                        bool se = e->g.opcode == DW_RDMAP_SEND_SE ||
+                                  e->g.opcode == DW_RDMAP_SEND_SE_INVAL || e->g.imm_se;
+                        e->delivered = true;
+                        p->rx_done++;
+                        p->rx_bind = p->rx_done;
+                        dw_qp_complete_recv(s->qp, &wc, se);
+                        more = true;
+                        break;
+                }
+        }
+}
+
+int diwarpdv_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp || !out)
+                return -EINVAL;
+        struct dw_device *dev = qp->dev;
+        pthread_mutex_lock(&dev->lock);
+        struct dw_rd_qp *s = qp->rd;
+        const char *why = NULL;
+        if (!s || s->rc)
+                why = "not an RD QP";
+        else if (qp->state != DIWARP_QPS_RESET && qp->state != DIWARP_QPS_INIT)
+                why = "not in RESET or INIT";
+        else if (qp->srq || dw_wq_count(&qp->rq))
+                why = "it has receive WRs (posted, or an SRQ)";
+        else if (dev->cfg.credit == DW_CREDIT_OFF)
+                why = "credits are off (DIWARP_CREDIT=off)";
+        else if (((size_t)dev->cfg.credit_ring * dev->cfg.credit_slot) % (size_t)getpagesize())
+                why = "the ring (DIWARP_CREDIT_RING x DIWARP_CREDIT_SLOT) is not a multiple of "
+                      "the page size";
+        int err = 0;
+        if (why) {
+                dw_warn("QP %#x: no application mailbox: %s", qp->qpn, why);
+                err = -EINVAL;
+        } else if (!s->mbox_app) {
+                rd_mbox_fini(s);
+                s->mbox_app = true;
+                err = rd_mbox_init(s);
+                if (err < 0)
+                        s->mbox_app = false;
+        }
+        if (!err) {
+                struct rd_mbox *m = s->mb;
+                *out = (struct diwarpdv_mbox){.ring = m->buf,
+                                              .len = m->buf_len,
+                                              .slot_size = m->slot_size,
+                                              .slots = m->ring_slots,
+                                              .max_msg = m->seg_cap};
+        }
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}
+
+int diwarpdv_mbox_release(struct diwarp_qp *q, const void *msg)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        if (!qp || !msg)
+                return -EINVAL;
+        struct dw_device *dev = qp->dev;
+        pthread_mutex_lock(&dev->lock);
+        struct dw_rd_qp *s = qp->rd;
+        struct rd_mbox *m = s && s->mbox_app ? s->mb : NULL;
+        int err = -EINVAL;
+        for (uint32_t i = 0; m && i < m->ent_count; i++) {
+                struct rd_mb_ent *e = &m->ent[(m->ent_head + i) % m->ring_slots];
+                if (!e->peer || (const uint8_t *)msg != m->buf + (size_t)e->pos * m->slot_size)
+                        continue;
+                if (!e->delivered)
+                        break; /* not handed out yet: not the application's */
+                dw_credit_rx_release(&m->cr, e->pos, e->nslots);
+                e->peer = NULL;
+                m->ctl = true;
+                err = 0;
+                break;
+        }
+        while (m && m->ent_count && !m->ent[m->ent_head].peer) {
+                m->ent_head = (m->ent_head + 1) % m->ring_slots;
+                m->ent_count--;
+        }
+        if (!err)
+                rd_mbox_ctl(s);
+        else
+                dw_warn("QP %#x: diwarpdv_mbox_release(%p): not a message the mailbox handed "
+                        "out and not yet released",
+                        qp->qpn, msg);
+        pthread_mutex_unlock(&dev->lock);
+        return err;
 }

@@ -149,6 +149,8 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
 {
         struct dw_qp *qp = s->qp;
         uint32_t cur = dw_rel_rx_cursor(&p->rel);
+        if (s->mbox_app)
+                rd_mbox_app_complete(s, p);
         for (;;) {
                 struct dw_wqe *w = NULL, *x;
                 for (uint32_t i = 0; i < s->rq_bound && (x = dw_wq_at(&qp->rq, i)); i++)
@@ -375,8 +377,10 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 /* No receive WQE for it yet, or older Sends are parked ahead
                  * of it: into the mailbox (a receiver-paced Send's first
                  * segment needs its WQE: RNR). */
-                bool unbound = dw_psn_diff(r.ddp.msn, p->rx_bind) >= 0;
                 bool pull_seg = h->xflags & DW_DGRAM_X_PULL;
+                if (s->mbox_app)
+                        return rd_mbox_app_rx(p, &g, pay, pull_seg, nak);
+                bool unbound = dw_psn_diff(r.ddp.msn, p->rx_bind) >= 0;
                 if (s->mb && unbound && s->mb->ent_count)
                         return pull_seg ? RV_RNR : rd_mbox_park(p, &g, pay);
                 struct dw_wqe *w = rd_rx_bind(s, p, r.ddp.msn);

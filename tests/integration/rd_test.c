@@ -22,6 +22,11 @@
  *                          receives slowly, through a small ring: all
  *                          delivered once, in order, byte-exact, parked and
  *                          credit waits counted, no RNR NAK
+ *   rd_test mbox   rd      the application mailbox (diwarpdv_mbox_open): 2
+ *                          senders into a 64-slot ring released late and out
+ *                          of order: every message once, in order, byte-exact,
+ *                          contiguous across the end of the ring; credit waits,
+ *                          no RNR NAK; misuses refused
  *   rd_test rnr    rd|rc   Send before the receive is posted: delivered; with
  *                          credits parked in the mailbox (the Send completes,
  *                          no RNR NAK, no retransmission), with
@@ -1243,6 +1248,154 @@ static int case_mailbox(void)
                 (unsigned long long)ca.credit_probes, (unsigned long long)cb.credit_msgs,
                 (unsigned long long)ca.retransmits);
         for (unsigned q = 1; q < nq; q++) {
+                CHECK(diwarp_ah_destroy(a[q].ah));
+                CHECK(diwarp_qp_destroy(a[q].qp));
+        }
+        side_close(&a[0]);
+        side_close(&b);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- mbox */
+
+#define MBX_NQ   2
+#define MBX_MSGS 400
+
+/* The application mailbox (diwarpdv_mbox_open): two senders into a ring of
+ * 64 slots (meson: DIWARP_CREDIT_RING=64, _PEERS=2) that the receiver
+ * releases late and out of order. Every message arrives once, in order per
+ * sender, byte-exact and contiguous where it crosses the end of the ring; the
+ * senders wait for credits, nobody gets an RNR NAK; the misuses fail. */
+static int case_mbox(void)
+{
+        if (rc_mode) {
+                fprintf(stderr, "mbox: RD only\n");
+                return 77;
+        }
+        buf_len = (size_t)MBX_NQ * MBX_MSGS * 8192;
+        struct side a[MBX_NQ], b;
+        int acc = DIWARP_ACCESS_LOCAL_WRITE;
+        side_open(&a[0], acc);
+        side_open(&b, acc);
+        for (unsigned q = 0; q < MBX_NQ; q++) {
+                if (q)
+                        a[q] = a[0];
+                a[q].ah = NULL;
+                qp_make(&a[q], acc);
+        }
+        qp_make(&b, acc);
+        struct diwarpdv_mbox mb;
+        CHECK(diwarpdv_mbox_open(b.qp, &mb));
+        if (mb.slots != 64 || mb.slot_size != 2048 || mb.len != 64 * 2048 || !mb.max_msg)
+                die("mbox: ring of %u x %u = %zu bytes, max message %u", mb.slots, mb.slot_size,
+                    mb.len, mb.max_msg);
+        for (unsigned q = 0; q < MBX_NQ; q++)
+                qp_connect(&a[q], &b, b.qpn);
+        qp_connect(&b, &a[0], a[0].qpn);
+        /* Receive WRs have no place on a mailbox, nor does a second open. */
+        {
+                struct diwarp_sge sge = {(uintptr_t)b.buf, 64, b.lkey};
+                struct diwarp_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
+                if (diwarp_post_recv(b.qp, &wr, &bad) != -EINVAL)
+                        die("mbox: a receive WR was accepted");
+                struct diwarpdv_mbox again;
+                if (diwarpdv_mbox_open(b.qp, &again) != -EINVAL)
+                        die("mbox: opened again in RTS");
+        }
+        uint32_t most = mb.max_msg < 5000 ? mb.max_msg : 5000;
+        uint32_t len_of[MBX_NQ][MBX_MSGS];
+        for (unsigned q = 0; q < MBX_NQ; q++)
+                for (unsigned i = 0; i < MBX_MSGS; i++) {
+                        uint32_t len = 8 + (i * 2654435761u + q * 40503u) % (most - 8);
+                        len_of[q][i] = len;
+                        uint8_t *m = a[0].buf + ((size_t)q * MBX_MSGS + i) * 8192;
+                        fill(m, len, q * 7000 + i);
+                        uint32_t hdr[2] = {q, i};
+                        memcpy(m, hdr, sizeof(hdr));
+                        struct diwarp_sge sge = {(uintptr_t)m, len, a[0].lkey};
+                        struct diwarp_send_wr wr = {.wr_id = (uint64_t)q << 32 | i,
+                                                    .sg_list = &sge,
+                                                    .num_sge = 1,
+                                                    .opcode = DIWARP_WR_SEND,
+                                                    .send_flags = DIWARP_SEND_SIGNALED};
+                        post(&a[q], &b, &wr);
+                }
+        unsigned next[MBX_NQ] = {0}, received = 0, sent = 0, held = 0, wrapped = 0, tick = 0;
+        const uint8_t *hold[64];
+        uint64_t seed = 12345;
+        struct diwarp_wc wc[16];
+        uint64_t end = now_ms() + 60000;
+        const uint8_t *ring = mb.ring;
+        while (received < MBX_NQ * MBX_MSGS || sent < MBX_NQ * MBX_MSGS || held) {
+                int n = diwarp_cq_poll(b.cq, 16, wc);
+                if (n < 0)
+                        die("mbox: poll: %s", strerror(-n));
+                for (int k = 0; k < n; k++) {
+                        expect_wc(&wc[k], wc[k].wr_id, DIWARP_WC_SUCCESS, "mbox recv");
+                        const uint8_t *m = (const uint8_t *)(uintptr_t)wc[k].wr_id;
+                        if (m < ring || m >= ring + mb.len)
+                                die("mbox: message at %p, outside the ring %p + %zu", (void *)m,
+                                    (void *)ring, mb.len);
+                        uint32_t hdr[2];
+                        memcpy(hdr, m, sizeof(hdr));
+                        if (hdr[0] >= MBX_NQ || hdr[1] != next[hdr[0]] ||
+                            wc[k].byte_len != len_of[hdr[0]][hdr[1]] ||
+                            wc[k].src_qp != a[hdr[0]].qpn)
+                                die("mbox: message %u of sender %u (%u bytes, from %#x), want %u",
+                                    hdr[1], hdr[0], wc[k].byte_len, wc[k].src_qp,
+                                    hdr[0] < MBX_NQ ? next[hdr[0]] : 0);
+                        verify(a[0].buf + ((size_t)hdr[0] * MBX_MSGS + hdr[1]) * 8192, m,
+                               wc[k].byte_len, "mbox", wc[k].byte_len);
+                        wrapped += m + wc[k].byte_len > ring + mb.len;
+                        next[hdr[0]]++;
+                        received++;
+                        if (held == 64)
+                                die("mbox: more than 64 messages held");
+                        hold[held++] = m;
+                }
+                /* Release late, one at a time, in random order. */
+                if (held && (held >= 12 || ++tick % 7 == 0 || received == MBX_NQ * MBX_MSGS)) {
+                        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                        unsigned j = (unsigned)(seed >> 33) % held;
+                        CHECK(diwarpdv_mbox_release(b.qp, hold[j]));
+                        if (diwarpdv_mbox_release(b.qp, hold[j]) != -EINVAL)
+                                die("mbox: a message released twice");
+                        hold[j] = hold[--held];
+                }
+                n = diwarp_cq_poll(a[0].cq, 16, wc);
+                for (int k = 0; k < n; k++)
+                        expect_wc(&wc[k], wc[k].wr_id, DIWARP_WC_SUCCESS, "mbox send");
+                sent += (unsigned)(n > 0 ? n : 0);
+                if (now_ms() > end)
+                        die("mbox: timeout: %u received, %u sends done, %u held", received, sent,
+                            held);
+        }
+        if (diwarpdv_mbox_release(b.qp, ring + 3) != -EINVAL)
+                die("mbox: a pointer into the middle of the ring was released");
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a[0].dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        if (ca.rnr_naks || !ca.credit_stalls || !wrapped)
+                die("mbox: %llu RNR NAKs, %llu credit waits, %u messages across the end",
+                    (unsigned long long)ca.rnr_naks, (unsigned long long)ca.credit_stalls,
+                    wrapped);
+        /* A Send longer than the mailbox takes is refused, by name. */
+        uint32_t big = mb.max_msg + 1;
+        struct diwarp_sge sge = {(uintptr_t)a[0].buf, big, a[0].lkey};
+        struct diwarp_send_wr wr = {.wr_id = 99,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        post(&a[1], &b, &wr);
+        if (poll_until(&a[0], &b, wc, 1, 10000) != 1)
+                die("mbox: no completion for a Send of %u bytes", big);
+        expect_wc(wc, 99, DIWARP_WC_REM_INV_REQ_ERR, "mbox: too long a Send");
+        fprintf(stderr,
+                "mbox ok: %u messages from %u senders, %u across the end of the ring, %llu "
+                "credit waits\n",
+                received, MBX_NQ, wrapped, (unsigned long long)ca.credit_stalls);
+        for (unsigned q = 1; q < MBX_NQ; q++) {
                 CHECK(diwarp_ah_destroy(a[q].ah));
                 CHECK(diwarp_qp_destroy(a[q].qp));
         }
@@ -3031,6 +3184,8 @@ int main(int argc, char **argv)
                 return case_rnr();
         if (!strcmp(argv[1], "mailbox"))
                 return case_mailbox();
+        if (!strcmp(argv[1], "mbox"))
+                return case_mbox();
         if (!strcmp(argv[1], "path"))
                 return case_path();
         if (!strcmp(argv[1], "srq"))

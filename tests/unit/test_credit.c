@@ -465,6 +465,26 @@ Test(credit_static, wire_values_widen_and_untake_gives_back)
         dw_credit_fini(&tx);
 }
 
+/* A message of more slots than the sender holds while the receiver sits on
+ * fewer than a threshold: the probe's flush gives back what was retrieved. */
+Test(credit_static, flush_frees_a_sender_short_of_a_whole_message)
+{
+        struct dw_credit rx;
+        uint32_t pos;
+        init_ok(&rx, DW_CREDIT_STATIC, 2, 12, 2); /* quota 6, threshold 3 */
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 5, &pos), 0);
+        cr_assert_eq(dw_credit_rx_release(&rx, pos, 5), 0);
+        /* 3 returned at the threshold, 2 retrieved and kept: 1 + 3 = 4 held. */
+        cr_assert_eq(dw_credit_limit(&rx, 0), 9);
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 5, &pos), -EPROTO, "4 credits, not 5");
+        cr_assert_eq(dw_credit_flush(&rx, 0), 1);
+        cr_assert_eq(dw_credit_limit(&rx, 0), 11);
+        cr_assert_eq(dw_credit_flush(&rx, 0), 0, "nothing more retrieved");
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 6, &pos), 0, "the whole quota again");
+        cr_assert_eq(dw_credit_flush(&rx, 5), -EINVAL);
+        dw_credit_fini(&rx);
+}
+
 /* ------------------------------------------------- dynamic, by hand */
 
 Test(credit_dynamic, initial_state_and_first_returns)
