@@ -1144,7 +1144,8 @@ static int case_mailbox(void)
         if (!credits_on())
                 die("mailbox: needs credits (DIWARP_CREDIT=static)");
         unsigned nq = rc_mode ? 1 : MB_NQ;
-        buf_len = (size_t)MB_NQ * MB_MSGS * MB_LEN + 16 * MB_LEN;
+        /* aligned_alloc takes whole pages */
+        buf_len = ((size_t)MB_NQ * MB_MSGS * MB_LEN + 16 * MB_LEN + 4095) & ~(size_t)4095;
         struct side a[MB_NQ], b;
         pair_open(&a[0], &b, DIWARP_ACCESS_LOCAL_WRITE);
         for (unsigned q = 1; q < nq; q++) {
