@@ -1378,8 +1378,7 @@ static int case_mbox(void)
         CHECK(diwarp_device_counters(b.dev, &cb));
         if (ca.rnr_naks || !ca.credit_stalls || !wrapped)
                 die("mbox: %llu RNR NAKs, %llu credit waits, %u messages across the end",
-                    (unsigned long long)ca.rnr_naks, (unsigned long long)ca.credit_stalls,
-                    wrapped);
+                    (unsigned long long)ca.rnr_naks, (unsigned long long)ca.credit_stalls, wrapped);
         /* A Send longer than the mailbox takes is refused, by name. */
         uint32_t big = mb.max_msg + 1;
         struct diwarp_sge sge = {(uintptr_t)a[0].buf, big, a[0].lkey};
