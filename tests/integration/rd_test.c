@@ -1133,6 +1133,23 @@ static bool credits_on(void)
 #define MB_MSGS 150
 #define MB_LEN  3000u /* two slots of the default 2 KiB */
 
+/* Posts the Send of message i of sender q from m (len bytes of pattern
+ * `seed`, starting with {q, i}), wr_id q << 32 | i; a's lkey covers m. */
+static void post_numbered(struct side *a, struct side *b, uint8_t *m, uint32_t len, unsigned q,
+                          unsigned i, unsigned seed)
+{
+        fill(m, len, seed);
+        uint32_t hdr[2] = {q, i};
+        memcpy(m, hdr, sizeof(hdr));
+        struct diwarp_sge sge = {(uintptr_t)m, len, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = (uint64_t)q << 32 | i,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        post(a, b, &wr);
+}
+
 /* Several senders into one receiving QP that posts its receives slowly: the
  * mailbox holds what comes early, the senders wait for credits when their
  * quota is in the ring, and every message arrives once, in order per sender,
@@ -1157,19 +1174,9 @@ static int case_mailbox(void)
         uint32_t qpn_of[MB_NQ];
         for (unsigned q = 0; q < nq; q++) {
                 qpn_of[q] = a[q].qpn;
-                for (unsigned i = 0; i < MB_MSGS; i++) {
-                        uint8_t *m = a[0].buf + ((size_t)q * MB_MSGS + i) * MB_LEN;
-                        fill(m, MB_LEN, q * 1000 + i);
-                        uint32_t hdr[2] = {q, i};
-                        memcpy(m, hdr, sizeof(hdr));
-                        struct diwarp_sge sge = {(uintptr_t)m, MB_LEN, a[0].lkey};
-                        struct diwarp_send_wr wr = {.wr_id = (uint64_t)q << 32 | i,
-                                                    .sg_list = &sge,
-                                                    .num_sge = 1,
-                                                    .opcode = DIWARP_WR_SEND,
-                                                    .send_flags = DIWARP_SEND_SIGNALED};
-                        post(&a[q], &b, &wr);
-                }
+                for (unsigned i = 0; i < MB_MSGS; i++)
+                        post_numbered(&a[q], &b, a[0].buf + ((size_t)q * MB_MSGS + i) * MB_LEN,
+                                      MB_LEN, q, i, q * 1000 + i);
         }
         /* The receiver: at most 8 receives posted, one more every 20 polls,
          * each into a buffer no posted WR uses (RD completes a stream's
@@ -1309,17 +1316,8 @@ static int case_mbox(void)
                 for (unsigned i = 0; i < MBX_MSGS; i++) {
                         uint32_t len = 8 + (i * 2654435761u + q * 40503u) % (most - 8);
                         len_of[q][i] = len;
-                        uint8_t *m = a[0].buf + ((size_t)q * MBX_MSGS + i) * 8192;
-                        fill(m, len, q * 7000 + i);
-                        uint32_t hdr[2] = {q, i};
-                        memcpy(m, hdr, sizeof(hdr));
-                        struct diwarp_sge sge = {(uintptr_t)m, len, a[0].lkey};
-                        struct diwarp_send_wr wr = {.wr_id = (uint64_t)q << 32 | i,
-                                                    .sg_list = &sge,
-                                                    .num_sge = 1,
-                                                    .opcode = DIWARP_WR_SEND,
-                                                    .send_flags = DIWARP_SEND_SIGNALED};
-                        post(&a[q], &b, &wr);
+                        post_numbered(&a[q], &b, a[0].buf + ((size_t)q * MBX_MSGS + i) * 8192, len,
+                                      q, i, q * 7000 + i);
                 }
         unsigned next[MBX_NQ] = {0}, received = 0, sent = 0, held = 0, wrapped = 0, tick = 0;
         const uint8_t *hold[64];
