@@ -22,11 +22,25 @@ cd "$suite/tests" || fail "no copy of the suite"
 total=$(wc -l <"$TMPD/list")
 [ "$total" -gt 100 ] || fail "only $total tests listed"
 
-ok=0 skip=0 bad=0
+# A test that fails is shown and run once more: some of the suite's
+# rdma_cm tests race their two processes against each other (the reply to a
+# Send may come before the peer posted its receive, with rnr_retry 0), which
+# a loaded machine loses now and then; a failure that comes back counts.
+ok=0 skip=0 bad=0 again=0
+run1() { # test log -> sets rc
+        timeout 120 "$DIWARP" run -- "$py" run_tests.py --dev diwarp0 -v "$1" >"$2" 2>&1
+        rc=$?
+}
 while read -r t; do
         log=$TMPD/$t.log
-        timeout 120 "$DIWARP" run -- "$py" run_tests.py --dev diwarp0 -v "$t" >"$log" 2>&1
-        rc=$?
+        run1 "$t" "$log"
+        if [ $rc -ne 0 ] || ! grep -qE '^OK( \(skipped|$)' "$log"; then
+                echo "--- $t: exit $rc; running it once more" >&2
+                tail -20 "$log" >&2
+                mv "$log" "$log.first"
+                run1 "$t" "$log"
+                again=$((again + 1))
+        fi
         if [ $rc -eq 0 ] && grep -q '^OK (skipped' "$log"; then
                 skip=$((skip + 1))
                 continue
@@ -36,9 +50,9 @@ while read -r t; do
                 continue
         fi
         bad=$((bad + 1))
-        echo "--- $t: exit $rc" >&2
+        echo "--- $t: exit $rc (second run)" >&2
         tail -20 "$log" >&2
 done <"$TMPD/list"
-echo "rdma-core tests: $total run, $ok ok, $skip skipped, $bad failed"
+echo "rdma-core tests: $total run, $ok ok, $skip skipped, $bad failed ($again run twice)"
 [ $bad -eq 0 ] || fail "$bad rdma-core test(s) failed, erred, crashed or hung"
 [ $ok -ge 40 ] || fail "only $ok tests passed"
