@@ -68,39 +68,39 @@ static inline bool newer(uint32_t a, uint32_t b)
 
 static void list_unlink(struct dw_credit *c, uint32_t s)
 {
-        struct dw_credit_peer *p = &c->peer[s];
-        uint8_t l = p->list;
+        struct dw_credit_dyn *d = &c->dyn[s];
+        uint8_t l = d->list;
 
-        if (p->prev != NONE)
-                c->peer[p->prev].next = p->next;
+        if (d->prev != NONE)
+                c->dyn[d->prev].next = d->next;
         else
-                c->lhead[l] = p->next;
-        if (p->next != NONE)
-                c->peer[p->next].prev = p->prev;
+                c->lhead[l] = d->next;
+        if (d->next != NONE)
+                c->dyn[d->next].prev = d->prev;
         else
-                c->ltail[l] = p->prev;
+                c->ltail[l] = d->prev;
         c->llen[l]--;
-        p->prev = p->next = NONE;
+        d->prev = d->next = NONE;
 }
 
 static void list_push(struct dw_credit *c, uint8_t l, uint32_t s, bool at_head)
 {
-        struct dw_credit_peer *p = &c->peer[s];
+        struct dw_credit_dyn *d = &c->dyn[s];
 
-        p->list = l;
+        d->list = l;
         if (at_head) {
-                p->prev = NONE;
-                p->next = c->lhead[l];
+                d->prev = NONE;
+                d->next = c->lhead[l];
                 if (c->lhead[l] != NONE)
-                        c->peer[c->lhead[l]].prev = s;
+                        c->dyn[c->lhead[l]].prev = s;
                 else
                         c->ltail[l] = s;
                 c->lhead[l] = s;
         } else {
-                p->next = NONE;
-                p->prev = c->ltail[l];
+                d->next = NONE;
+                d->prev = c->ltail[l];
                 if (c->ltail[l] != NONE)
-                        c->peer[c->ltail[l]].next = s;
+                        c->dyn[c->ltail[l]].next = s;
                 else
                         c->lhead[l] = s;
                 c->ltail[l] = s;
@@ -111,7 +111,7 @@ static void list_push(struct dw_credit *c, uint8_t l, uint32_t s, bool at_head)
 static enum dw_credit_act act_of(const struct dw_credit *c, uint32_t s)
 {
         for (int r = 0; r < 4; r++)
-                if (c->role[r] == c->peer[s].list)
+                if (c->role[r] == c->dyn[s].list)
                         return (enum dw_credit_act)r;
         return DW_CREDIT_NULL; /* not reached */
 }
@@ -203,10 +203,12 @@ int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *w
         c->slot = calloc(ring, sizeof(*c->slot));
         c->slot_len = calloc(ring, sizeof(*c->slot_len));
         c->slot_done = calloc(ring, 1);
-        if (cfg->mode == DW_CREDIT_DYNAMIC)
+        if (cfg->mode == DW_CREDIT_DYNAMIC) {
                 c->fifo = calloc((size_t)n * (cs + 1), sizeof(*c->fifo));
+                c->dyn = calloc(n, sizeof(*c->dyn));
+        }
         if (!c->peer || !c->slot || !c->slot_len || !c->slot_done ||
-            (cfg->mode == DW_CREDIT_DYNAMIC && !c->fifo)) {
+            (cfg->mode == DW_CREDIT_DYNAMIC && (!c->fifo || !c->dyn))) {
                 dw_credit_fini(c);
                 if (why && whylen)
                         snprintf(why, whylen, "credit ring: no memory for %u peers, %u slots", n,
@@ -225,8 +227,9 @@ int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *w
                 p->tx_limit = tx0;
                 p->rx_granted = start;
                 p->intended = quota;
-                p->prev = p->next = p->q_next = NONE;
+                p->q_next = NONE;
                 if (cfg->mode == DW_CREDIT_DYNAMIC) {
+                        c->dyn[i].prev = c->dyn[i].next = NONE;
                         /* The leftover of the even split goes to the first
                          * peers: the intended quotas add up to the ring. */
                         if (i < ring % n)
@@ -245,6 +248,7 @@ void dw_credit_fini(struct dw_credit *c)
 {
         free(c->peer);
         free(c->fifo);
+        free(c->dyn);
         free(c->slot);
         free(c->slot_len);
         free(c->slot_done);
@@ -265,7 +269,7 @@ size_t dw_credit_peer_bytes(const struct dw_credit *c)
         size_t b = sizeof(struct dw_credit_peer);
 
         if (c->cfg.mode == DW_CREDIT_DYNAMIC)
-                b += (c->cfg.credit_slots + 1) * sizeof(uint32_t);
+                b += sizeof(struct dw_credit_dyn) + (c->cfg.credit_slots + 1) * sizeof(uint32_t);
         return b;
 }
 
@@ -352,7 +356,7 @@ static void monitor(struct dw_credit *c, uint32_t s)
 /* A threshold of s was reached (dynamic). pb_way: at send time, the value
  * rides on the packet being built; otherwise a stand-alone message is owed.
  * The FIFO of credit_slots + 1 thresholds is a full circular buffer whose
- * head index is p->events: popping the head and pushing the new threshold
+ * head index is dyn[s].events: popping the head and pushing the new threshold
  * write the same entry, then the head moves on. */
 static void threshold_event(struct dw_credit *c, uint32_t s, bool pb_way)
 {
@@ -365,21 +369,22 @@ static void threshold_event(struct dw_credit *c, uint32_t s, bool pb_way)
                  * FIFO is left alone. */
                 amt = cur >= floor_of(c) ? 0 : cur + 1 < need ? need - cur : 1;
         } else {
+                struct dw_credit_dyn *d = &c->dyn[s];
                 uint32_t *f = fifo_of(c, s);
-                uint32_t h = p->events, nh = (h + 1) % (cs + 1);
+                uint32_t h = d->events, nh = (h + 1) % (cs + 1);
                 if (nh == 0)
                         monitor(c, s); /* every (cs + 1)-th event: a monitoring point */
                 uint32_t t = dw_credit_threshold(p->intended, cs);
                 uint32_t room = c->available + reserve(c, p);
                 f[h] = t;
-                p->events = (uint8_t)nh;
-                if (p->piggybacked <= t) {
-                        amt = t - p->piggybacked; /* deficit: what piggybacks left */
+                d->events = (uint8_t)nh;
+                if (d->piggybacked <= t) {
+                        amt = t - d->piggybacked; /* deficit: what piggybacks left */
                         if (amt > room)
                                 amt = room;
                 } else {
                         amt = 0; /* excess: the next threshold is later by it */
-                        f[nh] += p->piggybacked - t;
+                        f[nh] += d->piggybacked - t;
                 }
                 if (cur + amt < need)
                         amt = need - cur; /* never leave a sender short of a
@@ -387,7 +392,7 @@ static void threshold_event(struct dw_credit *c, uint32_t s, bool pb_way)
         }
         give_dyn(c, s, amt);
         p->retrieved = 0;
-        p->piggybacked = 0;
+        c->dyn[s].piggybacked = 0;
         if (!pb_way && amt) {
                 p->flags |= DW_CREDIT_F_DUE;
                 enqueue(c, s);
@@ -396,9 +401,10 @@ static void threshold_event(struct dw_credit *c, uint32_t s, bool pb_way)
 
 static void check_crossing(struct dw_credit *c, uint32_t s)
 {
-        struct dw_credit_peer *p = &c->peer[s];
+        const struct dw_credit_peer *p = &c->peer[s];
+        const struct dw_credit_dyn *d = &c->dyn[s];
 
-        if (p->retrieved + p->piggybacked >= fifo_of(c, s)[p->events] || current(p) < need_of(c))
+        if (p->retrieved + d->piggybacked >= fifo_of(c, s)[d->events] || current(p) < need_of(c))
                 threshold_event(c, s, false);
 }
 
@@ -522,12 +528,13 @@ int dw_credit_piggyback(struct dw_credit *c, uint32_t peer, uint32_t *limit)
                         p->retrieved = 0;
                         p->flags |= DW_CREDIT_F_CHANGED;
                 } else if (!(p->flags & DW_CREDIT_F_BLOCKED)) {
-                        if (p->retrieved + p->piggybacked >= fifo_of(c, peer)[p->events]) {
+                        struct dw_credit_dyn *d = &c->dyn[peer];
+                        if (p->retrieved + d->piggybacked >= fifo_of(c, peer)[d->events]) {
                                 threshold_event(c, peer, true); /* the piggyback way */
                         } else if (p->retrieved <= c->available + reserve(c, p)) {
                                 c->stats.early_slots += p->retrieved;
                                 give_dyn(c, peer, p->retrieved);
-                                p->piggybacked += p->retrieved;
+                                d->piggybacked += p->retrieved;
                                 p->retrieved = 0;
                         }
                 }
@@ -734,7 +741,8 @@ int dw_credit_view(const struct dw_credit *c, uint32_t peer, struct dw_credit_vi
                 v->threshold = static_thr(c, p);
                 v->act = DW_CREDIT_LOW;
         } else {
-                v->threshold = c->fifo[(size_t)peer * (c->cfg.credit_slots + 1) + p->events];
+                v->threshold =
+                    c->fifo[(size_t)peer * (c->cfg.credit_slots + 1) + c->dyn[peer].events];
                 v->act = act_of(c, peer);
         }
         return 0;

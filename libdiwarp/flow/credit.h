@@ -105,8 +105,9 @@ struct dw_credit_cfg {
         uint32_t init_credits;
 };
 
-/* Per-peer state, both roles (60 bytes). The dynamic protocol adds a FIFO of
- * credit_slots + 1 thresholds per peer (4 bytes each) outside the struct. */
+/* Per-peer state, both roles (48 bytes). The dynamic protocol adds a
+ * struct dw_credit_dyn (16 bytes) and a FIFO of credit_slots + 1 thresholds
+ * (4 bytes each) per peer, outside it. */
 struct dw_credit_peer {
         /* Sender role: our credits in the peer's ring. */
         uint32_t tx_limit; /* cumulative limit the peer granted (newest known) */
@@ -114,19 +115,25 @@ struct dw_credit_peer {
         uint32_t tx_skip;  /* credits given back by compulsory responses, cumulative */
         uint32_t cr_value; /* newest limit among unconsumed stand-alone credit messages */
         /* Receiver role: the peer's share of our ring. */
-        uint32_t rx_granted;  /* cumulative limit granted to the peer */
-        uint32_t rx_arrived;  /* slots arrived, cumulative */
-        uint32_t rx_retired;  /* slots retrieved (freed in ring order), cumulative */
-        uint32_t rx_skip;     /* credits the peer gave back (newest response) */
-        uint32_t retrieved;   /* retrieved_packets: retrieved since the last return */
-        uint32_t piggybacked; /* dynamic: returned early by piggyback this interval */
-        uint32_t intended;    /* static: the quota; dynamic: the intended quota */
-        uint32_t prev, next;  /* dynamic: activity list links */
-        uint32_t q_next;      /* control queue link */
-        uint8_t cr_used;      /* unconsumed stand-alone credit messages from the peer */
-        uint8_t list;         /* dynamic: activity list (slot 0..3) */
-        uint8_t events;       /* dynamic: threshold events modulo credit_slots + 1 */
-        uint8_t flags;        /* DW_CREDIT_F_* */
+        uint32_t rx_granted; /* cumulative limit granted to the peer */
+        uint32_t rx_arrived; /* slots arrived, cumulative */
+        uint32_t rx_retired; /* slots retrieved (freed in ring order), cumulative */
+        uint32_t rx_skip;    /* credits the peer gave back (newest response) */
+        uint32_t retrieved;  /* retrieved_packets: retrieved since the last return */
+        uint32_t intended;   /* static: the quota; dynamic: the intended quota */
+        uint32_t q_next;     /* control queue link */
+        uint8_t cr_used;     /* unconsumed stand-alone credit messages from the peer */
+        uint8_t flags;       /* DW_CREDIT_F_* */
+};
+
+/* The dynamic protocol's part of a peer, beside its FIFO of thresholds:
+ * allocated in dynamic mode only, so a peer of the static protocol costs
+ * the 48 bytes above and nothing more. */
+struct dw_credit_dyn {
+        uint32_t piggybacked; /* returned early by piggyback this interval */
+        uint32_t prev, next;  /* activity list links */
+        uint8_t list;         /* activity list (slot 0..3) */
+        uint8_t events;       /* threshold events modulo credit_slots + 1 */
 };
 
 #define DW_CREDIT_F_BLOCKED 0x01 /* compulsory request sent, response not yet in */
@@ -155,12 +162,13 @@ struct dw_credit_stats {
 struct dw_credit {
         struct dw_credit_cfg cfg;
         struct dw_credit_peer *peer;
-        uint32_t *fifo;      /* dynamic: npeers x (credit_slots + 1) thresholds */
-        uint32_t *slot;      /* per ring slot: (peer + 1) at a message's first slot, else 0 */
-        uint32_t *slot_len;  /* per ring slot: the message's slots (first slot only) */
-        uint8_t *slot_done;  /* per ring slot: the message was released (first slot only) */
-        uint32_t head, tail; /* ring positions, cumulative (mod 2^32) */
-        uint32_t available;  /* dynamic: data slots granted to nobody */
+        struct dw_credit_dyn *dyn; /* dynamic: npeers of them; NULL in static mode */
+        uint32_t *fifo;            /* dynamic: npeers x (credit_slots + 1) thresholds */
+        uint32_t *slot;            /* per ring slot: (peer + 1) at a message's first slot, else 0 */
+        uint32_t *slot_len;        /* per ring slot: the message's slots (first slot only) */
+        uint8_t *slot_done;        /* per ring slot: the message was released (first slot only) */
+        uint32_t head, tail;       /* ring positions, cumulative (mod 2^32) */
+        uint32_t available;        /* dynamic: data slots granted to nobody */
         uint32_t q_head, q_tail;
         uint32_t lhead[4], ltail[4], llen[4];
         uint8_t role[4]; /* activity role -> list slot */

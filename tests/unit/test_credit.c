@@ -444,6 +444,8 @@ Test(credit_static, wire_values_widen_and_untake_gives_back)
 {
         struct dw_credit tx;
         init_ok(&tx, DW_CREDIT_STATIC, 2, 64, 2); /* quota 32 */
+        cr_assert_eq(dw_credit_peer_bytes(&tx), 48, "a static peer costs 48 bytes");
+        cr_assert_null(tx.dyn);
         cr_assert_eq(dw_credit_tx_avail(&tx, 1), 32);
         cr_assert_eq(dw_credit_tx_take(&tx, 1, 20), 20);
         dw_credit_tx_untake(&tx, 1, 5);
@@ -506,8 +508,10 @@ Test(credit_dynamic, initial_state_and_first_returns)
                 cr_assert_eq(v.act, DW_CREDIT_LOW);
                 cr_assert_eq(v.threshold, 1);
         }
-        cr_assert_leq(sizeof(struct dw_credit_peer), 64);
-        cr_assert_eq(dw_credit_peer_bytes(&rx), sizeof(struct dw_credit_peer) + 3 * 4);
+        /* Static: 48 bytes a peer; dynamic: the dynamic part and the FIFO beside. */
+        cr_assert_eq(sizeof(struct dw_credit_peer), 48);
+        cr_assert_eq(dw_credit_peer_bytes(&rx),
+                     sizeof(struct dw_credit_peer) + sizeof(struct dw_credit_dyn) + 3 * 4);
         /* The first retrieved packet crosses threshold 1 and returns
          * T = intended div 3 + 1 = 4. */
         cr_assert_eq(dw_credit_rx_arrive(&rx, 1, 1, &pos), 0);
@@ -555,10 +559,10 @@ Test(credit_dynamic, piggyback_deficit_and_excess)
         ONE();
         cr_assert_eq(dw_credit_piggyback(&rx, 0, &lim), 1);
         cr_assert_eq(lim, g + 3);
-        cr_assert_eq(rx.peer[0].piggybacked, 3);
+        cr_assert_eq(rx.dyn[0].piggybacked, 3);
         ONE(); /* retrieved 1 + piggybacked 3 = 4: the regular way */
         cr_assert_eq(rx.peer[0].rx_granted, g + 4, "4 in all, not 3 + 4");
-        cr_assert_eq(rx.peer[0].piggybacked, 0);
+        cr_assert_eq(rx.dyn[0].piggybacked, 0);
         struct dw_credit_ctl ctl;
         cr_assert_eq(dw_credit_next_ctl(&rx, &ctl), 1);
         cr_assert_eq(ctl.value, g + 4);
@@ -575,13 +579,13 @@ Test(credit_dynamic, piggyback_deficit_and_excess)
         g = rx.peer[0].rx_granted;
         cr_assert_eq(dw_credit_piggyback(&rx, 0, &lim), 1);
         cr_assert_eq(lim, g + 3);
-        uint32_t next = rx.fifo[0 * 3 + (rx.peer[0].events + 1) % 3];
+        uint32_t next = rx.fifo[0 * 3 + (rx.dyn[0].events + 1) % 3];
         ONE();
         cr_assert_eq(dw_credit_piggyback(&rx, 0, &lim), 0, "no credits: an excess");
         cr_assert_eq(lim, g + 3);
         cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
         cr_assert_eq(v.threshold, next + 1);
-        cr_assert_eq(rx.peer[0].piggybacked, 0);
+        cr_assert_eq(rx.dyn[0].piggybacked, 0);
 #undef ONE
         dw_credit_fini(&rx);
 }
@@ -1098,9 +1102,10 @@ static void dump(void)
                                 "cr_used %u | backlog %u rem %u data %u cred %u\n",
                                 p, v.tx_credits, r->tx_limit, r->tx_used, r->tx_skip, r->rx_granted,
                                 r->rx_arrived, r->rx_retired, r->rx_skip, v.rx_current,
-                                r->retrieved, r->piggybacked, r->intended, v.threshold, v.act,
-                                r->flags, r->cr_used, M.backlog[e][p], M.rem[e][p],
-                                M.link[e][other(e, p)].data.len, M.link[e][other(e, p)].cred.len);
+                                r->retrieved, M.ep[e].dyn ? M.ep[e].dyn[p].piggybacked : 0,
+                                r->intended, v.threshold, v.act, r->flags, r->cr_used,
+                                M.backlog[e][p], M.rem[e][p], M.link[e][other(e, p)].data.len,
+                                M.link[e][other(e, p)].cred.len);
                 }
         }
 }
