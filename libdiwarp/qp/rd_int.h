@@ -260,6 +260,7 @@ struct rd_mbox {
         struct rd_mb_ent *ent;        /* ring_slots entries: a parked segment takes a slot */
         uint32_t ent_head, ent_count; /* parked and not delivered, oldest first */
         uint32_t late;                /* of them, parked while their stream had holes */
+        uint32_t *ent_at;             /* application mailbox: per slot, its message's entry + 1 */
         struct dw_rd_peer **idx_peer; /* npeers: the stream holding each index */
         uint32_t next_idx;            /* indices handed out so far */
         bool ctl;                     /* a credit message may be due */

@@ -108,11 +108,14 @@ int rd_mbox_init(struct dw_rd_qp *s)
                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         m->ent = calloc(cc.ring_slots, sizeof(*m->ent));
         m->idx_peer = calloc(npeers, sizeof(*m->idx_peer));
-        if (b == MAP_FAILED || !m->ent || !m->idx_peer) {
+        if (m->app)
+                m->ent_at = calloc(cc.ring_slots, sizeof(*m->ent_at));
+        if (b == MAP_FAILED || !m->ent || !m->idx_peer || (m->app && !m->ent_at)) {
                 if (b != MAP_FAILED)
                         munmap(b, m->app ? 2 * m->buf_len : m->buf_len);
                 free(m->ent);
                 free(m->idx_peer);
+                free(m->ent_at);
                 dw_credit_fini(&m->cr);
                 free(m);
                 return -ENOMEM;
@@ -130,6 +133,7 @@ void rd_mbox_fini(struct dw_rd_qp *s)
         munmap(m->buf, m->app ? 2 * m->buf_len : m->buf_len);
         free(m->ent);
         free(m->idx_peer);
+        free(m->ent_at);
         dw_credit_fini(&m->cr);
         free(m);
         s->mb = NULL;
@@ -438,8 +442,10 @@ enum rd_verdict rd_mbox_app_rx(struct dw_rd_peer *p, const struct rd_seg *g, con
         if (dw_credit_rx_arrive(&m->cr, p->cr_idx - 1, n, &pos) < 0)
                 return RV_RNR; /* a sender without credits: room comes as slots are released */
         memcpy(m->buf + (size_t)pos * m->slot_size, pay, g->len); /* mapped twice: no wrap */
-        struct rd_mb_ent *e = &m->ent[(m->ent_head + m->ent_count) % m->ring_slots];
+        uint32_t k = (m->ent_head + m->ent_count) % m->ring_slots;
+        struct rd_mb_ent *e = &m->ent[k];
         *e = (struct rd_mb_ent){.peer = p, .pos = pos, .nslots = n, .g = *g};
+        m->ent_at[pos] = k + 1;
         m->ent_count++;
         s->qp->ctr.mbox_parked++;
         s->qp->dev->ctr.mbox_parked++;
@@ -534,17 +540,18 @@ int diwarpdv_mbox_release(struct diwarp_qp *q, const void *msg)
         struct dw_rd_qp *s = qp->rd;
         struct rd_mbox *m = s && s->mbox_app ? s->mb : NULL;
         int err = -EINVAL;
-        for (uint32_t i = 0; m && i < m->ent_count; i++) {
-                struct rd_mb_ent *e = &m->ent[(m->ent_head + i) % m->ring_slots];
-                if (!e->peer || (const uint8_t *)msg != m->buf + (size_t)e->pos * m->slot_size)
-                        continue;
-                if (!e->delivered)
-                        break; /* not handed out yet: not the application's */
+        /* Messages start on slot boundaries of the first mapping. */
+        uintptr_t off = m ? (uintptr_t)msg - (uintptr_t)m->buf : 0;
+        uint32_t k =
+            m && off < m->buf_len && off % m->slot_size == 0 ? m->ent_at[off / m->slot_size] : 0;
+        struct rd_mb_ent *e = k ? &m->ent[k - 1] : NULL;
+        /* Not handed out yet (no completion): not the application's. */
+        if (e && e->peer && e->delivered) {
                 dw_credit_rx_release(&m->cr, e->pos, e->nslots);
+                m->ent_at[e->pos] = 0;
                 e->peer = NULL;
                 m->ctl = true;
                 err = 0;
-                break;
         }
         while (m && m->ent_count && !m->ent[m->ent_head].peer) {
                 m->ent_head = (m->ent_head + 1) % m->ring_slots;

@@ -265,6 +265,13 @@ Test(credit_misuse, bad_config)
         dw_credit_cfg_default(&cfg, DW_CREDIT_DYNAMIC, 4, 64);
         cfg.threshold = 3;
         expect_einval(&cfg, "computes its thresholds");
+        /* Messages that cannot be cut: dynamic only, and within the floor. */
+        dw_credit_cfg_default(&cfg, DW_CREDIT_STATIC, 4, 64);
+        cfg.msg_slots = 2;
+        expect_einval(&cfg, "dynamic protocol only");
+        dw_credit_cfg_default(&cfg, DW_CREDIT_DYNAMIC, 4, 64);
+        cfg.msg_slots = 3; /* the floor is credit_slots, 2 */
+        expect_einval(&cfg, "messages of 3 slots above the floor of 2");
         /* The edges that are fine. */
         struct dw_credit c;
         dw_credit_cfg_default(&cfg, DW_CREDIT_DYNAMIC, 4, 64);
