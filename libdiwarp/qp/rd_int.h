@@ -528,6 +528,16 @@ static inline uint32_t rd_send_seg(const struct dw_rd_peer *p)
         return p->s->mb && p->s->mb->seg_cap < S ? p->s->mb->seg_cap : S;
 }
 
+/* Payload bytes of segment seg of Send WQE w (of its pushed part when
+ * receiver-paced): what the segment's credits are counted on. */
+static inline uint32_t rd_send_seg_len(const struct dw_rd_peer *p, const struct dw_wqe *w,
+                                       uint32_t seg)
+{
+        uint64_t S = rd_send_seg(p), off = (uint64_t)seg * S;
+        uint64_t end = (w->flags & RD_W_PULL) ? w->pull_pushed : w->total_len;
+        return end <= off ? 0 : (uint32_t)(end - off < S ? end - off : S);
+}
+
 static inline uint64_t rd_nseg(uint64_t len, uint32_t seg)
 {
         return len <= seg ? 1 : (len + seg - 1) / seg; /* no division for the common case */

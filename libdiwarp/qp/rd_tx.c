@@ -768,10 +768,7 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         int cr = 0;
         if (s->mb && rd_is_send(w->opcode)) {
                 /* Credits in the peer's mailbox, one per slot the segment fills. */
-                uint32_t S = rd_send_seg(p);
-                uint64_t end = (w->flags & RD_W_PULL) ? w->pull_pushed : w->total_len;
-                uint64_t off = (uint64_t)s->tx_seg * S;
-                cr = rd_mbox_tx_take(p, (uint32_t)(end - off < S ? end - off : S), now);
+                cr = rd_mbox_tx_take(p, rd_send_seg_len(p, w, s->tx_seg), now);
                 if (cr < 0)
                         return 0;
         }
@@ -1240,8 +1237,7 @@ static void rd_tx_now(struct dw_rd_qp *s)
          * waits for them. */
         int cr = 0;
         if (s->mb && rd_is_send(w->opcode)) {
-                uint64_t len = (w->flags & RD_W_PULL) ? w->pull_pushed : w->total_len;
-                cr = rd_mbox_tx_take(p, (uint32_t)len, d->step_now);
+                cr = rd_mbox_tx_take(p, rd_send_seg_len(p, w, 0), d->step_now);
                 if (cr < 0)
                         return;
         }
