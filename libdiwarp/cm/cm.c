@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cm/mpa_conn.h"
+#include "client/client.h"
 #include "dw.h"
 #include "llp/tcp.h"
 #include "qp/rc.h"
@@ -790,6 +791,8 @@ struct diwarp_listener {
 
 int diwarp_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("diwarp_listen (rdma_cm)");
         struct dw_device *dev = dw_dev_of(d);
 
         if (!dev || !out)
@@ -823,6 +826,8 @@ static void lconn_drop(struct dw_lconn *lc)
 
 int diwarp_listener_destroy(struct diwarp_listener *l)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("listeners");
         if (!l)
                 return -EINVAL;
         for (int i = 0; i < DW_LISTEN_MAX; i++)
@@ -836,6 +841,8 @@ int diwarp_listener_destroy(struct diwarp_listener *l)
 
 int diwarp_listener_fd(const struct diwarp_listener *l)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("listeners");
         return l ? l->fd : -EINVAL;
 }
 
@@ -911,6 +918,8 @@ static struct dw_lconn *listener_scan(struct diwarp_listener *l)
 int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
                                 struct diwarp_conn_request *req)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("listeners");
         if (!l || !req)
                 return -EINVAL;
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : ms_from_now((uint32_t)timeout_ms);
@@ -1178,6 +1187,8 @@ fail:
 int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *q,
                   const struct diwarp_conn_param *reply)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("diwarp_accept");
         struct dw_qp *qp = dw_qp_of(q);
 
         if (!l || !qp || qp->dev != l->dev)
@@ -1255,6 +1266,8 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
 int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
                   uint16_t private_data_len)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("diwarp_reject");
         if (!l || private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
         pthread_mutex_lock(&l->lock);
@@ -1277,6 +1290,8 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
                    const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
                    uint16_t *reply_pd_len)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("diwarp_connect (rdma_cm)");
         struct dw_qp *qp = dw_qp_of(q);
         struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(port)};
         /* No reply yet: a failure before the peer's MPA reply carries no
@@ -1411,6 +1426,8 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
 
 int diwarp_disconnect(struct diwarp_qp *q)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("diwarp_disconnect");
         struct dw_qp *qp = dw_qp_of(q);
 
         if (!qp || !is_rc(qp))

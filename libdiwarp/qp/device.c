@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "client/client.h"
 #include "dw.h"
 #include "llp/netif.h"
 #include "qp/rd.h"
@@ -409,6 +410,8 @@ static const struct dw_transport_ops *const dw_transports[] = {
 
 int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
 {
+        if (dw_client_mode())
+                return dwc_device_open(opts, out);
         const char *why = NULL;
         int err;
 
@@ -543,6 +546,8 @@ fail_lock:
 
 int diwarp_device_close(struct diwarp_device *d)
 {
+        if (dw_client_mode())
+                return dwc_device_close(d);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev)
                 return -EINVAL;
@@ -581,6 +586,8 @@ int diwarp_device_close(struct diwarp_device *d)
 
 int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
 {
+        if (dw_client_mode())
+                return dwc_device_query(d, a);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !a)
                 return -EINVAL;
@@ -621,6 +628,8 @@ int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
 
 int diwarp_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
 {
+        if (dw_client_mode())
+                return dwc_device_gid(d, gid);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !gid)
                 return -EINVAL;
@@ -630,6 +639,8 @@ int diwarp_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
 
 int diwarp_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)
 {
+        if (dw_client_mode())
+                return dwc_device_gid_table(d, out, max);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || max < 0 || (max > 0 && !out))
                 return -EINVAL;
@@ -651,6 +662,8 @@ int diwarp_host_netifs(struct diwarp_netif *out, int max)
 
 int diwarp_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
 {
+        if (dw_client_mode())
+                return dwc_device_port(d, port, instance);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev)
                 return -EINVAL;
@@ -663,6 +676,8 @@ int diwarp_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instan
 
 int diwarp_progress(struct diwarp_device *d, int budget)
 {
+        if (dw_client_mode())
+                return dwc_progress(d);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || budget < 0)
                 return -EINVAL;
@@ -674,6 +689,8 @@ int diwarp_progress(struct diwarp_device *d, int budget)
 
 int diwarp_progress_thread_start(struct diwarp_device *d)
 {
+        if (dw_client_mode())
+                return 0;
         struct dw_device *dev = dw_dev_of(d);
         if (!dev)
                 return -EINVAL;
@@ -682,6 +699,8 @@ int diwarp_progress_thread_start(struct diwarp_device *d)
 
 int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
 {
+        if (dw_client_mode())
+                return dwc_device_counters(d, out);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !out)
                 return -EINVAL;
@@ -696,6 +715,8 @@ int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
 
 int diwarp_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
 {
+        if (dw_client_mode())
+                return dwc_pd_alloc(d, out);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !out)
                 return -EINVAL;
@@ -717,6 +738,8 @@ int diwarp_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
 
 int diwarp_pd_dealloc(struct diwarp_pd *p)
 {
+        if (dw_client_mode())
+                return dwc_pd_dealloc(p);
         struct dw_pd *pd = dw_pd_of(p);
         if (!pd)
                 return -EINVAL;
@@ -736,6 +759,8 @@ int diwarp_pd_dealloc(struct diwarp_pd *p)
 int diwarp_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, int access,
                   struct diwarp_mr **out)
 {
+        if (dw_client_mode())
+                return dwc_mr_reg(p, addr, length, iova, access, out);
         struct dw_pd *pd = dw_pd_of(p);
         struct dw_mr *mr = NULL;
         if (!pd || !out)
@@ -752,6 +777,8 @@ int diwarp_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova,
 
 int diwarp_mr_dereg(struct diwarp_mr *m)
 {
+        if (dw_client_mode())
+                return dwc_mr_dereg(m);
         struct dw_mr *mr = (struct dw_mr *)m;
         if (!mr || !mr->pd)
                 return -EINVAL;
@@ -768,6 +795,8 @@ int diwarp_mr_dereg(struct diwarp_mr *m)
 int diwarp_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr, size_t length,
                     uint64_t iova, int access)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("diwarp_mr_rereg");
         struct dw_mr *mr = (struct dw_mr *)m;
         if (!mr || !mr->pd)
                 return -EINVAL;
@@ -788,6 +817,8 @@ int diwarp_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *a
 
 int diwarp_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw **out)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("memory windows");
         struct dw_pd *pd = dw_pd_of(p);
         struct dw_mr *mw = NULL;
         if (!pd || !out || (type != DIWARP_MW_TYPE_1 && type != DIWARP_MW_TYPE_2))
@@ -805,6 +836,8 @@ int diwarp_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp
 
 int diwarp_mw_dealloc(struct diwarp_mw *m)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("memory windows");
         struct dw_mr *mw = (struct dw_mr *)m;
         if (!mw || !mw->pd)
                 return -EINVAL;
@@ -817,6 +850,8 @@ int diwarp_mw_dealloc(struct diwarp_mw *m)
 
 int diwarp_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("memory windows");
         const struct dw_mr *mw = (const struct dw_mr *)m;
         if (!mw || !info || !mw->pd || (mw->kind != DW_STAG_MW1 && mw->kind != DW_STAG_MW2))
                 return -EINVAL;
@@ -834,6 +869,8 @@ int diwarp_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
 
 int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 {
+        if (dw_client_mode())
+                return dwc_mr_info(m, info);
         const struct dw_mr *mr = (const struct dw_mr *)m;
         if (!mr || !info)
                 return -EINVAL;
@@ -850,6 +887,8 @@ int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 
 int diwarp_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel **out)
 {
+        if (dw_client_mode())
+                return dwc_comp_channel_create(d, out);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !out)
                 return -EINVAL;
@@ -879,6 +918,8 @@ int diwarp_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_chann
 
 int diwarp_comp_channel_destroy(struct diwarp_comp_channel *c)
 {
+        if (dw_client_mode())
+                return dwc_comp_channel_destroy(c);
         struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
         if (!ch)
                 return -EINVAL;
@@ -895,6 +936,8 @@ int diwarp_comp_channel_destroy(struct diwarp_comp_channel *c)
 
 int diwarp_comp_channel_fd(const struct diwarp_comp_channel *c)
 {
+        if (dw_client_mode())
+                return dwc_comp_channel_fd(c);
         const struct dw_channel_obj *ch = (const struct dw_channel_obj *)c;
         if (!ch)
                 return -EINVAL;
@@ -904,6 +947,8 @@ int diwarp_comp_channel_fd(const struct diwarp_comp_channel *c)
 int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
                                   void **cq_context)
 {
+        if (dw_client_mode())
+                return dwc_comp_channel_get_event(c, cq, cq_context);
         struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
         struct dw_cq *q = NULL;
         void *ctx = NULL;
@@ -923,6 +968,8 @@ int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_c
 int diwarp_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
                      struct diwarp_comp_channel *channel, struct diwarp_cq **out)
 {
+        if (dw_client_mode())
+                return dwc_cq_create(d, cqe, cq_context, channel, out);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !out || cqe < 1 || cqe > DW_MAX_CQE)
                 return -EINVAL;
@@ -952,6 +999,8 @@ int diwarp_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
 
 int diwarp_cq_destroy(struct diwarp_cq *c)
 {
+        if (dw_client_mode())
+                return dwc_cq_destroy(c);
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq)
                 return -EINVAL;
@@ -973,6 +1022,8 @@ int diwarp_cq_destroy(struct diwarp_cq *c)
 
 int diwarp_cq_resize(struct diwarp_cq *c, int cqe)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("diwarp_cq_resize");
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq || cqe < 1 || cqe > DW_MAX_CQE)
                 return -EINVAL;
@@ -984,6 +1035,8 @@ int diwarp_cq_resize(struct diwarp_cq *c, int cqe)
 
 int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 {
+        if (dw_client_mode())
+                return dwc_cq_poll(c, n, wc);
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq || n < 0 || (n > 0 && !wc))
                 return -EINVAL;
@@ -998,6 +1051,8 @@ int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 
 int diwarp_cq_set_timestamps(struct diwarp_cq *c, bool on)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("CQ timestamps");
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq)
                 return -EINVAL;
@@ -1009,6 +1064,8 @@ int diwarp_cq_set_timestamps(struct diwarp_cq *c, bool on)
 
 int diwarp_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 {
+        if (dw_client_mode())
+                return dwc_cq_req_notify(c, solicited_only);
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq)
                 return -EINVAL;
@@ -1020,6 +1077,10 @@ int diwarp_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 
 void diwarp_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
 {
+        if (dw_client_mode()) {
+                dwc_cq_ack_events(c, nevents);
+                return;
+        }
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (cq)
                 dw_cq_ack_events(&cq->cq, nevents);
@@ -1027,6 +1088,8 @@ void diwarp_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
 
 int diwarp_cq_cqe(const struct diwarp_cq *c)
 {
+        if (dw_client_mode())
+                return dwc_cq_cqe(c);
         const struct dw_cq_obj *cq = (const struct dw_cq_obj *)c;
         if (!cq)
                 return -EINVAL;
@@ -1037,6 +1100,8 @@ int diwarp_cq_cqe(const struct diwarp_cq *c)
 
 int diwarp_async_fd(struct diwarp_device *d)
 {
+        if (dw_client_mode())
+                return dwc_async_fd(d);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev)
                 return -EINVAL;
@@ -1045,6 +1110,8 @@ int diwarp_async_fd(struct diwarp_device *d)
 
 int diwarp_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
 {
+        if (dw_client_mode())
+                return dwc_get_async_event(d, ev);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !ev)
                 return -EINVAL;
@@ -1056,6 +1123,8 @@ int diwarp_get_async_event(struct diwarp_device *d, struct diwarp_async_event *e
 
 int diwarp_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwarp_ah **out)
 {
+        if (dw_client_mode())
+                return dwc_ah_create(p, dgid, out);
         struct dw_pd *pd = dw_pd_of(p);
         struct in_addr ip;
         if (!pd || !dgid || !out)
@@ -1086,6 +1155,8 @@ int diwarp_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct d
 
 int diwarp_ah_destroy(struct diwarp_ah *a)
 {
+        if (dw_client_mode())
+                return dwc_ah_destroy(a);
         struct dw_ah *ah = dw_ah_of(a);
         if (!ah)
                 return -EINVAL;
@@ -1107,6 +1178,8 @@ int diwarp_ah_destroy(struct diwarp_ah *a)
 int diwarp_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_context,
                       struct diwarp_srq **out)
 {
+        if (dw_client_mode())
+                return dwc_srq_create(p, attr, srq_context, out);
         struct dw_pd *pd = dw_pd_of(p);
         if (!pd || !attr || !out)
                 return -EINVAL;
@@ -1143,6 +1216,8 @@ int diwarp_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *s
 
 int diwarp_srq_destroy(struct diwarp_srq *s)
 {
+        if (dw_client_mode())
+                return dwc_srq_destroy(s);
         struct dw_srq_obj *srq = dw_srq_of(s);
         if (!srq)
                 return -EINVAL;
@@ -1163,6 +1238,8 @@ int diwarp_srq_destroy(struct diwarp_srq *s)
 
 int diwarp_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
 {
+        if (dw_client_mode())
+                return dwc_srq_modify(s, attr, mask);
         struct dw_srq_obj *srq = dw_srq_of(s);
         if (!srq || !attr)
                 return -EINVAL;
@@ -1181,6 +1258,8 @@ int diwarp_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, 
 
 int diwarp_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
 {
+        if (dw_client_mode())
+                return dwc_srq_query(s, attr);
         struct dw_srq_obj *srq = dw_srq_of(s);
         if (!srq || !attr)
                 return -EINVAL;
@@ -1195,6 +1274,8 @@ int diwarp_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
 int diwarp_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
                          struct diwarp_recv_wr **bad_wr)
 {
+        if (dw_client_mode())
+                return dwc_post_srq_recv(s, wr, bad_wr);
         struct dw_srq_obj *srq = dw_srq_of(s);
         int err = 0;
         if (!srq || !wr) {

@@ -23,6 +23,7 @@
  * receive WQE gets an RNR NAK, as without credits.
  */
 #define _GNU_SOURCE
+#include "client/client.h"
 #include "qp/rd_int.h"
 
 #include <stdlib.h>
@@ -489,6 +490,8 @@ void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
 
 int diwarpdv_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("the application mailbox");
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !out)
                 return -EINVAL;
@@ -532,6 +535,8 @@ int diwarpdv_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
 
 int diwarpdv_mbox_release(struct diwarp_qp *q, const void *msg)
 {
+        if (dw_client_mode())
+                return dwc_unsupported("the application mailbox");
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !msg)
                 return -EINVAL;

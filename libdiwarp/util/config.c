@@ -152,11 +152,13 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 cfg->log_level = i;
         }
         if ((v = var(env, "DIWARP_PROGRESS"))) {
-                static const char *const names[] = {"app", "thread"};
+                /* daemon: client mode (client/), decided before any engine
+                 * device opens; an engine that reads it is the daemon's own. */
+                static const char *const names[] = {"app", "thread", "daemon"};
 
-                i = parse_choice(v, names, 2);
+                i = parse_choice(v, names, 3);
                 if (i < 0)
-                        return bad(cfg, "DIWARP_PROGRESS", v, "expected app or thread");
+                        return bad(cfg, "DIWARP_PROGRESS", v, "expected app, thread or daemon");
                 cfg->progress_thread = i == 1;
         }
         if ((v = var(env, "DIWARP_IO"))) {

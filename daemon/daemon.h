@@ -1,0 +1,168 @@
+/* diwarpd's internals: the daemon, its servers, their clients and the
+ * objects each client holds (see daemon/README.md). */
+#ifndef DIWARP_DAEMON_DAEMON_H
+#define DIWARP_DAEMON_DAEMON_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <diwarp/diwarp.h>
+#include <diwarp/diwarpdv.h>
+
+#include "client/client.h"
+#include "ipc/ipc.h"
+
+#define DD_MAX_SERVERS 64
+#define DD_QPN_SLOTS   4096
+
+enum dd_kind { DD_FREE = 0, DD_PD, DD_SEG, DD_MR, DD_CHAN, DD_CQ, DD_QP, DD_SRQ, DD_AH };
+
+struct dd_client;
+
+/* What an epoll event of a server names. */
+enum dd_watch_kind { DD_W_DOORBELL = 1, DD_W_CLIENT, DD_W_DEV_CHANNEL, DD_W_DEV_ASYNC };
+struct dd_watch {
+        enum dd_watch_kind kind;
+        void *p;
+};
+
+struct dd_obj {
+        enum dd_kind kind;
+        uint32_t h;
+        struct dd_client *c;
+        int refs; /* objects that name this one (CQs a channel, MRs a segment...) */
+        union {
+                struct diwarp_pd *pd;
+                struct {
+                        uint64_t base, len;
+                        uint32_t id; /* the client's name */
+                        uint8_t *map;
+                } seg;
+                struct {
+                        struct diwarp_mr *mr;
+                        struct dd_obj *seg, *pd;
+                        uint64_t addr, len, iova;
+                        int access;
+                } mr;
+                struct {
+                        int fd; /* our end of the channel's socket pair */
+                } chan;
+                struct {
+                        struct diwarp_cq *cq;
+                        struct dd_obj *chan;
+                        void *map;
+                        size_t map_len;
+                        struct dw_ipc_ring *ring;
+                        uint32_t entries, esize, prod, armed;
+                        bool overflow_told;
+                } cq;
+                struct {
+                        struct diwarp_qp *qp;
+                        struct dd_obj *pd, *scq, *rcq, *srq;
+                        void *map;
+                        size_t map_len;
+                        struct dw_ipc_ring *sq, *rq;
+                        uint32_t sq_entries, sq_esize, rq_entries, rq_esize;
+                        uint32_t sq_cons, rq_cons, qpn, type;
+                        struct diwarp_qp_cap cap;
+                } qp;
+                struct {
+                        struct diwarp_srq *srq;
+                        struct dd_obj *pd;
+                        void *map;
+                        size_t map_len;
+                        struct dw_ipc_ring *ring;
+                        uint32_t entries, esize, cons, max_sge, max_wr;
+                } srq;
+                struct {
+                        struct diwarp_ah *ah;
+                        struct dd_obj *pd;
+                } ah;
+        } u;
+};
+
+/* One engine device instance of a server, shared by its clients that asked
+ * for the same address and port base. */
+struct dd_dev {
+        char addr[16];
+        uint16_t port_base;
+        struct diwarp_device *dev;
+        struct diwarp_comp_channel *ch; /* every engine CQ's: wakes the server */
+        int users;
+        struct dd_obj *by_qpn[DD_QPN_SLOTS];
+        struct dd_watch w_ch, w_async;
+        struct dd_dev *next;
+};
+
+struct dd_server;
+
+struct dd_client {
+        int sock;     /* requests */
+        int ev_sock;  /* our end of the async event socket */
+        int32_t pid;  /* as the client said */
+        bool opened;  /* OPEN done */
+        bool broken;  /* a ring was corrupted: dropped at the next look */
+        struct dd_server *srv;
+        struct dd_dev *dd;
+        struct dd_obj **objs; /* by handle; [0] unused */
+        uint32_t nobjs;
+        /* The objects the server walks on every turn. */
+        struct dd_obj **active;
+        uint32_t nactive, active_cap;
+        uint64_t posted_send, posted_recv, completions;
+        struct dd_watch w;
+        struct dd_client *next;
+};
+
+struct dd_server {
+        int id;
+        pthread_t th;
+        int epfd;
+        int doorbell; /* eventfd: clients write it while the server sleeps */
+        int page_fd;
+        struct dw_ipc_server_page *page;
+        pthread_mutex_t hand_lock;
+        int hand[64]; /* connections handed over by the acceptor */
+        int nhand;
+        struct dd_client *clients;
+        int nclients;
+        struct dd_dev *devs;
+        struct dd_watch w_door;
+        _Atomic uint64_t wakeups;
+        _Atomic bool stop;
+};
+
+struct dd_daemon {
+        pthread_mutex_t lock; /* the client lists, for diwarp stat */
+        struct dd_server servers[DD_MAX_SERVERS];
+        int nservers;
+        uint64_t spin_ns;
+        _Atomic bool stop;
+        _Atomic uint64_t requests, rejected;
+};
+
+struct dd_daemon *dd_daemon(void);
+uint64_t dd_now_ns(void);
+
+int dd_server_start(struct dd_server *s, int id);
+/* Hands a new connection to s (it serves it from now on). */
+void dd_server_hand(struct dd_server *s, int fd);
+void dd_server_stop(struct dd_server *s);
+/* A new engine device of s: its channel and async fds join s's epoll set. */
+void dd_server_watch_dev(struct dd_server *s, struct dd_dev *d);
+
+/* Runs one request of c (requests.c). The response is sent; -1 when the
+ * client must be dropped. */
+int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds);
+/* Frees everything c holds. */
+void dd_client_free(struct dd_client *c);
+/* Moves WRs and completions of c (server.c). Returns the work done. */
+int dd_client_serve(struct dd_client *c);
+/* A CQ's ring takes one completion (error completions made here). */
+void dd_cq_push(struct dd_obj *cq, const struct diwarp_wc *wc);
+void dd_client_active_add(struct dd_client *c, struct dd_obj *o);
+void dd_client_active_del(struct dd_client *c, struct dd_obj *o);
+
+#endif

@@ -1,0 +1,255 @@
+/* The daemon protocol's sizes, the request decoder and the socket helpers:
+ * see ipc.h. */
+#include "ipc/ipc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define PAGE 4096u
+
+size_t dw_ipc_req_size(unsigned int op)
+{
+        const size_t h = sizeof(struct dw_ipc_hdr);
+        switch (op) {
+        case DW_IPC_OPEN:
+                return h + sizeof(struct dw_ipc_open);
+        case DW_IPC_SEG_ADD:
+                return h + sizeof(struct dw_ipc_seg);
+        case DW_IPC_MR_REG:
+                return h + sizeof(struct dw_ipc_mr_reg);
+        case DW_IPC_CQ_CREATE:
+                return h + sizeof(struct dw_ipc_cq_create);
+        case DW_IPC_QP_CREATE:
+                return h + sizeof(struct dw_ipc_qp_create);
+        case DW_IPC_QP_MODIFY:
+                return h + sizeof(struct dw_ipc_qp_modify);
+        case DW_IPC_SRQ_CREATE:
+                return h + sizeof(struct dw_ipc_srq_create);
+        case DW_IPC_SRQ_MODIFY:
+                return h + sizeof(struct dw_ipc_srq_modify);
+        case DW_IPC_AH_CREATE:
+                return h + sizeof(struct dw_ipc_ah_create);
+        case DW_IPC_RD_PATH:
+                return h + sizeof(struct dw_ipc_rd_path);
+        case DW_IPC_PD_ALLOC:
+        case DW_IPC_PD_DEALLOC:
+        case DW_IPC_MR_DEREG:
+        case DW_IPC_CHANNEL_CREATE:
+        case DW_IPC_CHANNEL_DESTROY:
+        case DW_IPC_CQ_DESTROY:
+        case DW_IPC_QP_DESTROY:
+        case DW_IPC_QP_QUERY:
+        case DW_IPC_SRQ_DESTROY:
+        case DW_IPC_SRQ_QUERY:
+        case DW_IPC_AH_DESTROY:
+        case DW_IPC_COUNTERS:
+        case DW_IPC_STAT:
+        case DW_IPC_SHUTDOWN:
+                return h;
+        default:
+                return 0;
+        }
+}
+
+int dw_ipc_req_nfds(unsigned int op)
+{
+        return op == DW_IPC_SEG_ADD ? 1 : 0;
+}
+
+static bool has_nul(const char *s, size_t n)
+{
+        return memchr(s, 0, n) != NULL;
+}
+
+static int fail(const char **why, const char *reason, int err)
+{
+        if (why)
+                *why = reason;
+        return err;
+}
+
+/* Every access bit the verbs know (enum diwarp_access_flags). */
+#define ACCESS_KNOWN                                                                      \
+        (DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ | \
+         DIWARP_ACCESS_REMOTE_ATOMIC | DIWARP_ACCESS_MW_BIND | DIWARP_ACCESS_ZERO_BASED)
+
+int dw_ipc_req_check(const void *msg, size_t len, int nfds, const char **why)
+{
+        struct dw_ipc_req r;
+        if (!msg || len < sizeof(struct dw_ipc_hdr))
+                return fail(why, "shorter than a header", -EPROTO);
+        memset(&r, 0, sizeof(r));
+        memcpy(&r, msg, len < sizeof(r) ? len : sizeof(r));
+        if (r.h.magic != DW_IPC_MAGIC)
+                return fail(why, "bad magic", -EPROTO);
+        size_t want = dw_ipc_req_size(r.h.op);
+        if (want == 0)
+                return fail(why, "unknown operation", -EPROTO);
+        if (r.h.len != len || len != want)
+                return fail(why, "length does not match the operation", -EPROTO);
+        if (nfds != dw_ipc_req_nfds(r.h.op))
+                return fail(why, "wrong number of descriptors for the operation", -EPROTO);
+        switch (r.h.op) {
+        case DW_IPC_OPEN:
+                if (r.u.open.version != DW_IPC_VERSION)
+                        return fail(why, "protocol version not served", -EPROTO);
+                if (!has_nul(r.u.open.addr, sizeof(r.u.open.addr)))
+                        return fail(why, "address not terminated", -EINVAL);
+                break;
+        case DW_IPC_SEG_ADD:
+                if (r.u.seg.id == 0 || r.u.seg.len == 0 || r.u.seg.base % PAGE ||
+                    r.u.seg.len % PAGE || r.u.seg.base + r.u.seg.len < r.u.seg.base)
+                        return fail(why, "segment not whole pages", -EINVAL);
+                if (r.u.seg.nreplace > 16)
+                        return fail(why, "too many segments replaced", -EINVAL);
+                break;
+        case DW_IPC_MR_REG:
+                if (r.u.mr.access & ~ACCESS_KNOWN)
+                        return fail(why, "unknown access bits", -EINVAL);
+                if (r.u.mr.addr + r.u.mr.len < r.u.mr.addr)
+                        return fail(why, "region wraps", -EINVAL);
+                break;
+        case DW_IPC_CQ_CREATE:
+                if (r.u.cq.cqe < 1)
+                        return fail(why, "CQ size below 1", -EINVAL);
+                break;
+        case DW_IPC_QP_CREATE:
+                if (r.u.qp.type != DIWARP_QPT_RC && r.u.qp.type != DIWARP_QPT_UC &&
+                    r.u.qp.type != DIWARP_QPT_UD && r.u.qp.type != DIWARP_QPT_RD)
+                        return fail(why, "unknown QP type", -EINVAL);
+                if (r.u.qp.send_cq == 0 || r.u.qp.recv_cq == 0)
+                        return fail(why, "QP without CQs", -EINVAL);
+                break;
+        case DW_IPC_QP_MODIFY:
+                if (r.u.qpm.mask == 0)
+                        return fail(why, "empty attribute mask", -EINVAL);
+                break;
+        case DW_IPC_SRQ_CREATE:
+                if (r.u.srq.attr.max_wr == 0)
+                        return fail(why, "SRQ of no WR", -EINVAL);
+                break;
+        default:
+                break;
+        }
+        return 0;
+}
+
+uint32_t dw_ipc_pow2(uint32_t n)
+{
+        uint32_t p = 1;
+        while (p < n && p < (1u << 31))
+                p <<= 1;
+        return p;
+}
+
+uint64_t dw_ipc_ring_bytes(uint32_t entries, uint32_t entry_size)
+{
+        uint64_t b = DW_IPC_RING_HDR + (uint64_t)entries * entry_size;
+        return (b + PAGE - 1) / PAGE * PAGE;
+}
+
+static size_t round64(size_t n)
+{
+        return (n + 63) & ~(size_t)63;
+}
+
+size_t dw_ipc_swr_size(const struct diwarp_qp_cap *cap)
+{
+        return round64(sizeof(struct dw_ipc_swr) + cap->max_send_sge * sizeof(struct diwarp_sge) +
+                       cap->max_inline_data);
+}
+
+size_t dw_ipc_rwr_size(uint32_t max_sge)
+{
+        return round64(sizeof(struct dw_ipc_rwr) + max_sge * sizeof(struct diwarp_sge));
+}
+
+int dw_ipc_socket_path(char *out, size_t len)
+{
+        struct sockaddr_un un;
+        const char *p = getenv("DIWARP_DAEMON_SOCKET");
+        const char *rt = getenv("XDG_RUNTIME_DIR");
+        int n;
+        if (p && *p)
+                n = snprintf(out, len, "%s", p);
+        else if (rt && *rt)
+                n = snprintf(out, len, "%s/diwarpd.sock", rt);
+        else
+                n = snprintf(out, len, "/run/diwarp/diwarpd.sock");
+        if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(un.sun_path))
+                return -ENAMETOOLONG;
+        return 0;
+}
+
+ssize_t dw_ipc_send(int sock, const void *msg, size_t len, const int *fds, int nfds, bool dontwait)
+{
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int) * DW_IPC_MAX_FDS)];
+        } c;
+        struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (nfds < 0 || nfds > DW_IPC_MAX_FDS)
+                return -EINVAL;
+        if (nfds > 0) {
+                memset(&c, 0, sizeof(c));
+                mh.msg_control = c.buf;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+                memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+        }
+        ssize_t n;
+        do
+                n = sendmsg(sock, &mh, MSG_NOSIGNAL | (dontwait ? MSG_DONTWAIT : 0));
+        while (n < 0 && errno == EINTR);
+        return n < 0 ? -errno : n;
+}
+
+ssize_t dw_ipc_recv(int sock, void *msg, size_t len, int *fds, int *nfds)
+{
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int) * 8)];
+        } c;
+        struct iovec iov = {.iov_base = msg, .iov_len = len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.buf,
+                            .msg_controllen = sizeof(c.buf)};
+        int room = nfds ? *nfds : 0, got = 0;
+        ssize_t n;
+        do
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                        continue;
+                int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+                for (int i = 0; i < k; i++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                        if (got < room)
+                                fds[got++] = fd;
+                        else
+                                close(fd);
+                }
+        }
+        if (nfds)
+                *nfds = got;
+        if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+                for (int i = 0; i < got; i++)
+                        close(fds[i]);
+                if (nfds)
+                        *nfds = 0;
+                return -EMSGSIZE;
+        }
+        return n;
+}
