@@ -22,7 +22,7 @@ enum dd_kind { DD_FREE = 0, DD_PD, DD_SEG, DD_MR, DD_CHAN, DD_CQ, DD_QP, DD_SRQ,
 struct dd_client;
 
 /* What an epoll event of a server names. */
-enum dd_watch_kind { DD_W_DOORBELL = 1, DD_W_CLIENT, DD_W_DEV_CHANNEL, DD_W_DEV_ASYNC };
+enum dd_watch_kind { DD_W_DOORBELL = 1, DD_W_CLIENT, DD_W_DEV_PROGRESS, DD_W_DEV_ASYNC };
 struct dd_watch {
         enum dd_watch_kind kind;
         void *p;
@@ -89,10 +89,10 @@ struct dd_dev {
         char addr[16];
         uint16_t port_base;
         struct diwarp_device *dev;
-        struct diwarp_comp_channel *ch; /* every engine CQ's: wakes the server */
+        int prog_fd; /* the engine's epoll set (dw_progress_external) */
         int users;
         struct dd_obj *by_qpn[DD_QPN_SLOTS];
-        struct dd_watch w_ch, w_async;
+        struct dd_watch w_prog, w_async;
         struct dd_dev *next;
 };
 
@@ -150,7 +150,7 @@ int dd_server_start(struct dd_server *s, int id);
 /* Hands a new connection to s (it serves it from now on). */
 void dd_server_hand(struct dd_server *s, int fd);
 void dd_server_stop(struct dd_server *s);
-/* A new engine device of s: its channel and async fds join s's epoll set. */
+/* A new engine device of s: its epoll set and async fd join s's set. */
 void dd_server_watch_dev(struct dd_server *s, struct dd_dev *d);
 
 /* Runs one request of c (requests.c). The response is sent; -1 when the

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
+#include "dw.h"
 #include "util/log.h"
 
 static struct dd_obj *obj_get(struct dd_client *c, uint32_t h, enum dd_kind kind)
@@ -95,15 +96,16 @@ static struct dd_dev *dev_get(struct dd_server *s, const char *addr, uint16_t po
                 errno = -err;
                 return NULL;
         }
-        if (diwarp_progress_thread_start(d->dev) < 0 ||
-            diwarp_comp_channel_create(d->dev, &d->ch) < 0) {
+        /* The server drives the device and sleeps on its epoll set: no
+         * progress thread, so nothing but the server takes its lock. */
+        d->prog_fd = dw_progress_external(dw_dev_of(d->dev));
+        if (d->prog_fd < 0) {
                 diwarp_device_close(d->dev);
                 free(d);
                 errno = EIO;
                 return NULL;
         }
-        int cfd = diwarp_comp_channel_fd(d->ch), afd = diwarp_async_fd(d->dev);
-        fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL) | O_NONBLOCK);
+        int afd = diwarp_async_fd(d->dev);
         fcntl(afd, F_SETFL, fcntl(afd, F_GETFL) | O_NONBLOCK);
         dd_server_watch_dev(s, d);
         snprintf(d->addr, sizeof(d->addr), "%s", addr);
@@ -309,7 +311,7 @@ static int do_cq_create(struct dd_client *c, const struct dw_ipc_req *r, struct 
         struct dd_obj *o = obj_new(c, DD_CQ);
         if (!o)
                 return -ENOMEM;
-        int err = diwarp_cq_create(c->dd->dev, r->u.cq.cqe, o, c->dd->ch, &o->u.cq.cq);
+        int err = diwarp_cq_create(c->dd->dev, r->u.cq.cqe, o, NULL, &o->u.cq.cq);
         if (err < 0) {
                 obj_del(o);
                 return err;

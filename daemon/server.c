@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
+#include "dw.h"
+#include "progress/progress.h"
 #include "util/log.h"
 
 #define POST_BATCH 16
@@ -522,20 +525,12 @@ static void dev_async(struct dd_server *s, struct dd_dev *d)
         }
 }
 
-static void dev_channel(struct dd_dev *d)
-{
-        struct diwarp_cq *cq;
-        void *ctx;
-        while (diwarp_comp_channel_get_event(d->ch, &cq, &ctx) == 0)
-                diwarp_cq_ack_events(cq, 1);
-}
-
 void dd_server_watch_dev(struct dd_server *s, struct dd_dev *d)
 {
-        d->w_ch = (struct dd_watch){DD_W_DEV_CHANNEL, d};
+        d->w_prog = (struct dd_watch){DD_W_DEV_PROGRESS, d};
         d->w_async = (struct dd_watch){DD_W_DEV_ASYNC, d};
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &d->w_ch};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, diwarp_comp_channel_fd(d->ch), &ev);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &d->w_prog};
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, d->prog_fd, &ev);
         ev.data.ptr = &d->w_async;
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, diwarp_async_fd(d->dev), &ev);
 }
@@ -563,8 +558,8 @@ static void handle_events(struct dd_server *s, struct epoll_event *evs, int n)
                         /* A dropped client's later events in this batch: its
                          * watch is freed, so stop here and look again. */
                         return;
-                case DD_W_DEV_CHANNEL:
-                        dev_channel(w->p);
+                case DD_W_DEV_PROGRESS:
+                        dw_progress_external_run(dw_dev_of(((struct dd_dev *)w->p)->dev));
                         break;
                 case DD_W_DEV_ASYNC:
                         dev_async(s, w->p);
@@ -583,14 +578,24 @@ static void drop_broken(struct dd_server *s)
         }
 }
 
-/* Arms every engine CQ, so a completion the engine thread makes while we
- * sleep wakes us to move it. */
-static void arm_all(struct dd_server *s)
+/* How long the server may sleep: until the earliest timer of its devices
+ * (ns, -1: until a fd is ready). */
+static int64_t sleep_ns(struct dd_server *s)
 {
-        for (struct dd_client *c = s->clients; c; c = c->next)
-                for (uint32_t i = 0; i < c->nactive; i++)
-                        if (c->active[i]->kind == DD_CQ)
-                                diwarp_cq_req_notify(c->active[i]->u.cq.cq, false);
+        int64_t t = -1;
+        for (struct dd_dev *d = s->devs; d; d = d->next) {
+                int64_t x = dw_progress_external_timeout(dw_dev_of(d->dev));
+                if (x >= 0 && (t < 0 || x < t))
+                        t = x;
+        }
+        return t;
+}
+
+/* Timers that came due while the server slept. */
+static void run_devs(struct dd_server *s)
+{
+        for (struct dd_dev *d = s->devs; d; d = d->next)
+                dw_progress_external_run(dw_dev_of(d->dev));
 }
 
 static int serve_all(struct dd_server *s)
@@ -608,6 +613,7 @@ static void *server_main(void *arg)
         uint64_t last_work = dd_now_ns();
         unsigned int turn = 0;
         struct epoll_event evs[32];
+        dw_progress_short_slice();
         while (!atomic_load(&s->stop)) {
                 int work = serve_all(s);
                 if (work > 0) {
@@ -620,6 +626,9 @@ static void *server_main(void *arg)
                 }
                 uint64_t now = dd_now_ns();
                 if (now - last_work < D->spin_ns) {
+                        /* Polling, not hogging: with more busy threads than
+                         * cores the clients may need this core. */
+                        sched_yield();
                         if (++turn % 8 == 0) {
                                 handle_events(s, evs, epoll_wait(s->epfd, evs, 32, 0));
                                 drop_broken(s);
@@ -627,13 +636,16 @@ static void *server_main(void *arg)
                         continue;
                 }
                 atomic_store(&s->page->sleeping, 1);
-                arm_all(s);
                 /* Anything posted or armed between our last look and the
                  * flag (the clients read it after they publish). */
                 int n = 0;
                 if (serve_all(s) == 0) {
-                        n = epoll_wait(s->epfd, evs, 32, -1);
+                        int64_t t = sleep_ns(s);
+                        struct timespec ts = {t / 1000000000, t % 1000000000};
+                        n = epoll_pwait2(s->epfd, evs, 32, t < 0 ? NULL : &ts, NULL);
                         atomic_fetch_add_explicit(&s->wakeups, 1, memory_order_relaxed);
+                        if (n == 0)
+                                run_devs(s);
                 }
                 atomic_store(&s->page->sleeping, 0);
                 if (n > 0)
@@ -690,7 +702,6 @@ void dd_server_stop(struct dd_server *s)
                 client_drop(s, s->clients);
         for (struct dd_dev *d = s->devs; d;) {
                 struct dd_dev *next = d->next;
-                diwarp_comp_channel_destroy(d->ch);
                 diwarp_device_close(d->dev);
                 free(d);
                 d = next;

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,9 @@
 #define RPC_TIMEOUT_MS   10000
 #define EMPTY_POLL_CHECK 4096 /* empty CQ polls between two looks at the daemon's socket */
 #define QPN_SLOTS        4096 /* the low 12 bits of a QPN */
+/* Empty polls of a CQ after which each further one yields the core: the
+ * daemon's server may need it (more busy threads than cores). */
+#define YIELD_AFTER 32
 
 /* ---- the mode ------------------------------------------------------------ */
 
@@ -119,6 +123,7 @@ struct dwc_cq {
         struct dwc_channel *channel;
         struct diwarp_wc *flushed; /* completions made here after the daemon went away */
         uint32_t nflushed, flushed_cap, flushed_head;
+        uint32_t empty; /* polls in a row that found nothing */
         struct dwc_cq *next;
 };
 
@@ -997,6 +1002,10 @@ int dwc_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
                 cq->nflushed--;
         }
         pthread_mutex_unlock(&cq->lock);
+        if (got == 0 && n > 0 && ++cq->empty > YIELD_AFTER)
+                sched_yield();
+        else if (got)
+                cq->empty = 0;
         if (got == 0 && n > 0 &&
             atomic_fetch_add_explicit(&cq->dev->empty_polls, 1, memory_order_relaxed) %
                     EMPTY_POLL_CHECK ==

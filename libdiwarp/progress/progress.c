@@ -552,7 +552,7 @@ struct dw_sched_attr {
         uint64_t sched_runtime, sched_deadline, sched_period;
 };
 
-static void dw_progress_short_slice(void)
+void dw_progress_short_slice(void)
 {
 #if defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
         struct dw_sched_attr a;
@@ -673,6 +673,52 @@ static void *dw_progress_thread(void *arg)
         return NULL;
 }
 
+/* The socket's datagrams must wake whoever sleeps on the set: the progress
+ * thread, or a process that drives the device itself (dw_progress_external).
+ * Lock held. */
+static int dw_progress_udp_watch(struct dw_device *dev)
+{
+        struct dw_progress *p = &dev->prog;
+        if (dw_udp_uring_on(&dev->udp) || p->udp_in_epoll)
+                return 0;
+        struct epoll_event ev = {.events = EPOLLIN | (p->udp_wants_out ? EPOLLOUT : 0),
+                                 .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
+        if (epoll_ctl(p->epfd, p->udp_wants_out ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, dev->udp.fd,
+                      &ev) < 0) {
+                int e = errno;
+                dw_err("device port %u: cannot watch the UDP socket: %s", dev->port, strerror(e));
+                return -e;
+        }
+        p->udp_in_epoll = true;
+        return 0;
+}
+
+int dw_progress_external(struct dw_device *dev)
+{
+        pthread_mutex_lock(&dev->lock);
+        int err = dev->prog.started ? -EBUSY : dw_progress_udp_watch(dev);
+        pthread_mutex_unlock(&dev->lock);
+        return err < 0 ? err : dev->prog.epfd;
+}
+
+int64_t dw_progress_external_timeout(struct dw_device *dev)
+{
+        pthread_mutex_lock(&dev->lock);
+        int64_t t = dw_progress_timeout_ns(dev);
+        pthread_mutex_unlock(&dev->lock);
+        return t;
+}
+
+int dw_progress_external_run(struct dw_device *dev)
+{
+        struct epoll_event evs[DW_MAX_EVENTS];
+        int n = epoll_wait(dev->prog.epfd, evs, DW_MAX_EVENTS, 0);
+        if (n < 0)
+                n = 0;
+        dw_progress_locked_run(dev, evs, n);
+        return n;
+}
+
 int dw_progress_start(struct dw_device *dev)
 {
         pthread_mutex_lock(&dev->lock);
@@ -680,20 +726,10 @@ int dw_progress_start(struct dw_device *dev)
                 pthread_mutex_unlock(&dev->lock);
                 return 0;
         }
-        struct dw_progress *p = &dev->prog;
-        if (!dw_udp_uring_on(&dev->udp) && !p->udp_in_epoll) {
-                /* The thread sleeps on the set: the socket's datagrams must wake it. */
-                struct epoll_event ev = {.events = EPOLLIN | (p->udp_wants_out ? EPOLLOUT : 0),
-                                         .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-                if (epoll_ctl(p->epfd, p->udp_wants_out ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
-                              dev->udp.fd, &ev) < 0) {
-                        int e = errno;
-                        pthread_mutex_unlock(&dev->lock);
-                        dw_err("device port %u: cannot watch the UDP socket: %s", dev->port,
-                               strerror(e));
-                        return -e;
-                }
-                p->udp_in_epoll = true;
+        int werr = dw_progress_udp_watch(dev);
+        if (werr < 0) {
+                pthread_mutex_unlock(&dev->lock);
+                return werr;
         }
         dev->prog.started = true;
         dev->prog.thread_mode = true;

@@ -151,4 +151,22 @@ int dw_progress_start(struct dw_device *dev);
 void dw_progress_stop(struct dw_device *dev);
 void dw_progress_fini(struct dw_device *dev);
 
+/* Asks the kernel for the shortest time slice (100 us) for the calling
+ * thread, so its wake-ups preempt a busy-polling thread on its core at once
+ * (EEVDF, Linux >= 6.12; ignored elsewhere). The progress thread and the
+ * daemon's servers call it. */
+void dw_progress_short_slice(void);
+
+/* A process that drives the device from its own loop and sleeps on its own
+ * epoll set (the daemon's servers), instead of a progress thread:
+ * dw_progress_external puts the UDP socket in the device's epoll set and
+ * returns that set's fd, which the caller watches from its own set (-EBUSY
+ * when a progress thread runs); before it sleeps it bounds the sleep by
+ * dw_progress_external_timeout (ns, -1: none); when the set is ready or the
+ * time has come, dw_progress_external_run runs one step with the set's
+ * ready events. Each takes the device lock. */
+int dw_progress_external(struct dw_device *dev);
+int64_t dw_progress_external_timeout(struct dw_device *dev);
+int dw_progress_external_run(struct dw_device *dev);
+
 #endif
