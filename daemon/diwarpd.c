@@ -32,6 +32,7 @@
 #include <diwarp/diwarpdv.h>
 
 #include "daemon/daemon.h"
+#include "util/log.h"
 
 static struct dd_daemon D = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -124,6 +125,9 @@ int main(int argc, char **argv)
 {
         /* The engine this process runs is its own, never a client of itself. */
         dw_client_mode_forbid();
+        int lvl = dw_log_level_from_env();
+        if (lvl >= 0)
+                dw_log_set_level(lvl);
         const char *p = getenv("DIWARP_PROGRESS");
         if (p && !strcmp(p, "daemon"))
                 unsetenv("DIWARP_PROGRESS");

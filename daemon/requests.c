@@ -548,6 +548,7 @@ static void stat_fill(struct dw_ipc_stat_rsp *st)
 {
         struct dd_daemon *D = dd_daemon();
         pthread_mutex_lock(&D->lock);
+        st->daemon_pid = getpid();
         st->nservers = (uint32_t)D->nservers;
         st->requests = atomic_load(&D->requests);
         st->rejected = atomic_load(&D->rejected);
@@ -591,6 +592,37 @@ static void stat_fill(struct dw_ipc_stat_rsp *st)
         pthread_mutex_unlock(&D->lock);
 }
 
+static void stat_qps(uint32_t first, struct dw_ipc_stat_qps_rsp *out)
+{
+        struct dd_daemon *D = dd_daemon();
+        pthread_mutex_lock(&D->lock);
+        for (int i = 0; i < D->nservers; i++)
+                for (struct dd_client *c = D->servers[i].clients; c; c = c->next)
+                        for (uint32_t k = 0; k < c->nactive; k++) {
+                                struct dd_obj *o = c->active[k];
+                                if (o->kind != DD_QP)
+                                        continue;
+                                uint32_t at = out->total++;
+                                if (at < first || out->n == DW_IPC_STAT_QPS_MAX)
+                                        continue;
+                                struct dw_ipc_stat_qp *q = &out->q[out->n++];
+                                struct diwarp_counters k2;
+                                q->pid = c->pid;
+                                q->qpn = o->u.qp.qpn;
+                                q->type = o->u.qp.type;
+                                q->state = diwarp_qp_state(o->u.qp.qp);
+                                if (diwarp_qp_counters(o->u.qp.qp, &k2) == 0) {
+                                        q->tx_packets = k2.tx_packets;
+                                        q->tx_bytes = k2.tx_bytes;
+                                        q->rx_packets = k2.rx_packets;
+                                        q->rx_bytes = k2.rx_bytes;
+                                        q->retransmits = k2.retransmits;
+                                        q->rnr_naks = k2.rnr_naks;
+                                }
+                        }
+        pthread_mutex_unlock(&D->lock);
+}
+
 static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp,
                int *in, int *out, int *nout)
 {
@@ -598,6 +630,10 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
         struct dd_obj *o;
         if (r->h.op == DW_IPC_STAT) {
                 stat_fill(&rsp->u.stat);
+                return 0;
+        }
+        if (r->h.op == DW_IPC_STAT_QPS) {
+                stat_qps(h, &rsp->u.qps);
                 return 0;
         }
         if (r->h.op == DW_IPC_SHUTDOWN) {

@@ -174,7 +174,12 @@ static int serve_sq(struct dd_obj *o)
                                 w->wr.atomic.compare_add = x.compare_add;
                                 w->wr.atomic.swap = x.swap;
                                 w->wr.atomic.rkey = x.rkey;
-                        } else if (o->u.qp.type == DIWARP_QPT_UD) {
+                        } else if (o->u.qp.type == DIWARP_QPT_UD ||
+                                   (o->u.qp.type == DIWARP_QPT_RD && !x_rd &&
+                                    dw_ipc_send_op(x.opcode))) {
+                                /* The engine reads wr.ud here: the AH is ours,
+                                 * looked up in the client's table (NULL when
+                                 * the handle names none: refused below). */
                                 w->wr.ud.ah = ah_of(c, x.ah);
                                 w->wr.ud.remote_qpn = x.remote_qpn;
                                 w->wr.ud.remote_qkey = x.remote_qkey;
@@ -209,8 +214,10 @@ static int serve_sq(struct dd_obj *o)
                                        x.num_sge * sizeof(struct diwarp_sge));
                                 w->num_sge = (int)x.num_sge;
                         }
+                        /* BIND_MW names a window by pointer: never from a
+                         * client (client mode has no windows). */
                         if ((o->u.qp.type == DIWARP_QPT_UD && !w->wr.ud.ah) ||
-                            (x_rd && x.ah && !xd.ah)) {
+                            (x_rd && x.ah && !xd.ah) || x.opcode == DIWARP_WR_BIND_MW) {
                                 bad_at = (int)n;
                                 bad_err = -EINVAL;
                                 n++;

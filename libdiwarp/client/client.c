@@ -281,12 +281,9 @@ int dwc_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
 {
         if (!out)
                 return -EINVAL;
-        const char *la = getenv("DIWARP_LOG");
-        if (la)
-                dw_log_set_level(!strcmp(la, "debug") ? DW_LOG_DEBUG
-                                 : !strcmp(la, "info") ? DW_LOG_INFO
-                                 : !strcmp(la, "error") ? DW_LOG_ERROR
-                                                        : DW_LOG_WARN);
+        int lvl = dw_log_level_from_env();
+        if (lvl >= 0)
+                dw_log_set_level(lvl);
         struct dwc_dev *d = calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
@@ -1281,7 +1278,9 @@ static int fill_swr(struct dwc_qp *qp, struct dw_ipc_swr *e, const struct diwarp
                 e->ah = rd->ah ? ((struct dwc_ah *)rd->ah)->h : 0;
                 e->remote_qpn = rd->remote_qpn;
                 e->remote_qkey = rd->remote_qkey;
-        } else if (qp->type == DIWARP_QPT_UD) {
+        } else if (qp->type == DIWARP_QPT_UD ||
+                   (qp->type == DIWARP_QPT_RD && dw_ipc_send_op(wr->opcode))) {
+                /* A datagram QP's Sends name their destination in wr.ud. */
                 if (!wr->wr.ud.ah)
                         return -EINVAL;
                 e->ah = ((struct dwc_ah *)wr->wr.ud.ah)->h;
@@ -1772,14 +1771,14 @@ static void dev_fatal(struct dwc_dev *d)
 
 /* ---- tools --------------------------------------------------------------------- */
 
-static int tool_rpc(unsigned int op, struct dw_ipc_rsp *rsp)
+static int tool_rpc(unsigned int op, uint32_t handle, struct dw_ipc_rsp *rsp)
 {
         int s = connect_daemon();
         if (s < 0)
                 return s;
         struct dwc_dev d = {.sock = s, .lock = PTHREAD_MUTEX_INITIALIZER};
         struct dw_ipc_req req;
-        req_init(&req, op, 0);
+        req_init(&req, op, handle);
         int err = rpc_locked(&d, &req, NULL, 0, rsp, NULL, NULL);
         close(s);
         return err;
@@ -1790,9 +1789,21 @@ int dwc_daemon_stat(struct dw_ipc_stat_rsp *out)
         struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
         if (!rsp)
                 return -ENOMEM;
-        int err = tool_rpc(DW_IPC_STAT, rsp);
+        int err = tool_rpc(DW_IPC_STAT, 0, rsp);
         if (err == 0)
                 *out = rsp->u.stat;
+        free(rsp);
+        return err;
+}
+
+int dwc_daemon_stat_qps(uint32_t first, struct dw_ipc_stat_qps_rsp *out)
+{
+        struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
+        if (!rsp)
+                return -ENOMEM;
+        int err = tool_rpc(DW_IPC_STAT_QPS, first, rsp);
+        if (err == 0)
+                *out = rsp->u.qps;
         free(rsp);
         return err;
 }
@@ -1802,7 +1813,7 @@ int dwc_daemon_shutdown(void)
         struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
         if (!rsp)
                 return -ENOMEM;
-        int err = tool_rpc(DW_IPC_SHUTDOWN, rsp);
+        int err = tool_rpc(DW_IPC_SHUTDOWN, 0, rsp);
         free(rsp);
         return err;
 }

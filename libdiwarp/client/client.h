@@ -80,6 +80,8 @@ int dwc_unsupported(const char *what);
 /* diwarp stat: asks the daemon at path for its clients and counters. */
 struct dw_ipc_stat_rsp;
 int dwc_daemon_stat(struct dw_ipc_stat_rsp *out);
+struct dw_ipc_stat_qps_rsp;
+int dwc_daemon_stat_qps(uint32_t first, struct dw_ipc_stat_qps_rsp *out);
 /* diwarp daemon stop. */
 int dwc_daemon_shutdown(void);
 

@@ -50,6 +50,7 @@ size_t dw_ipc_req_size(unsigned int op)
         case DW_IPC_COUNTERS:
         case DW_IPC_STAT:
         case DW_IPC_SHUTDOWN:
+        case DW_IPC_STAT_QPS:
                 return h;
         default:
                 return 0;
@@ -244,12 +245,14 @@ ssize_t dw_ipc_recv(int sock, void *msg, size_t len, int *fds, int *nfds)
         }
         if (nfds)
                 *nfds = got;
-        if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+        /* An empty message reads as end of stream: callers drop the peer on 0
+         * without looking at descriptors, so it must not hand any over. */
+        if (n == 0 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
                 for (int i = 0; i < got; i++)
                         close(fds[i]);
                 if (nfds)
                         *nfds = 0;
-                return -EMSGSIZE;
+                return n == 0 ? 0 : -EMSGSIZE;
         }
         return n;
 }

@@ -58,6 +58,7 @@ enum dw_ipc_op {
         DW_IPC_RD_PATH,
         DW_IPC_STAT,     /* the daemon's clients and their counters (diwarp stat) */
         DW_IPC_SHUTDOWN, /* diwarp daemon stop */
+        DW_IPC_STAT_QPS, /* handle: the first QP to list, counting from 0 */
         DW_IPC_OP_END
 };
 
@@ -222,6 +223,7 @@ struct dw_ipc_stat_client {
 
 #define DW_IPC_STAT_MAX 32
 struct dw_ipc_stat_rsp {
+        int32_t daemon_pid;
         uint32_t nclients; /* connected; the first DW_IPC_STAT_MAX are listed */
         uint32_t nservers;
         uint64_t wakeups; /* the servers' sleeps ended */
@@ -229,6 +231,19 @@ struct dw_ipc_stat_rsp {
         uint64_t rejected; /* malformed or refused requests */
         struct diwarp_counters dev;
         struct dw_ipc_stat_client c[DW_IPC_STAT_MAX];
+};
+
+/* QPs of every client, DW_IPC_STAT_QPS_MAX at a time. */
+struct dw_ipc_stat_qp {
+        int32_t pid;
+        uint32_t qpn, type, state;
+        uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, retransmits, rnr_naks;
+};
+#define DW_IPC_STAT_QPS_MAX 32
+struct dw_ipc_stat_qps_rsp {
+        uint32_t total; /* QPs of every client */
+        uint32_t n;     /* listed here, from the first asked for */
+        struct dw_ipc_stat_qp q[DW_IPC_STAT_QPS_MAX];
 };
 
 struct dw_ipc_rsp {
@@ -247,6 +262,7 @@ struct dw_ipc_rsp {
                 struct diwarp_counters ctr;
                 struct diwarpdv_rd_path path;
                 struct dw_ipc_stat_rsp stat;
+                struct dw_ipc_stat_qps_rsp qps;
         } u;
 };
 #define DW_IPC_RSP 0x8000u
@@ -302,6 +318,14 @@ struct dw_ipc_swr {
         uint32_t rd;         /* posted with diwarpdv_post_send_rd */
         uint32_t pad;
 };
+
+/* Whether a send WR's opcode is a Send (which, on a datagram QP posted
+ * without diwarpdv_post_send_rd, carries its destination as wr.ud does). */
+static inline bool dw_ipc_send_op(uint32_t opcode)
+{
+        return opcode == DIWARP_WR_SEND || opcode == DIWARP_WR_SEND_WITH_IMM ||
+               opcode == DIWARP_WR_SEND_WITH_INV;
+}
 
 struct dw_ipc_rwr {
         uint64_t wr_id;

@@ -1,0 +1,207 @@
+#!/bin/bash
+# The host progress daemon diwarpd: programs as its clients, and its faults.
+#   daemon.sh wrap SCRIPT ARGS...  runs another interop script (pingpong.sh,
+#                                  perftest.sh, rdmacm.sh, netns.sh) with
+#                                  every program a client of a private daemon
+#                                  (DIWARP_PROGRESS=daemon); afterwards the
+#                                  daemon must be alive, have served requests,
+#                                  and hold no client
+#   daemon.sh examples             the native examples (UD, RC, RD; Send,
+#                                  Write, Read) through the daemon, validated
+#   daemon.sh kill_daemon          clients of a daemon killed with SIGKILL:
+#                                  DEVICE_FATAL (native and verbs), WRs
+#                                  flushed, posts fail, nothing hangs; a new
+#                                  daemon serves new opens
+#   daemon.sh kill_client          a client killed with SIGKILL: the daemon
+#                                  frees it within a second, a ping-pong of two
+#                                  other clients goes on untouched
+#   daemon.sh hostile              malformed and hostile requests (daemon_fault)
+# Needs DIWARP (tools/diwarp of the build), DAEMON_FAULT, DAEMON_FATAL_VERBS,
+# DIWARP_PINGPONG and DIWARP_BW (set by meson).
+. "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+case=${1:?usage: daemon.sh CASE}
+shift
+
+# A private daemon: its socket and its log (checked for sanitizer reports
+# with everything else in $TMPD) live in this run's directory.
+export DIWARP_DAEMON_SOCKET=$TMPD/diwarpd.sock
+unset DIWARP_PROGRESS
+dpid=
+bg=
+
+cleanup() {
+        rc=$?
+        for p in $bg; do
+                kill -9 "$p" 2>/dev/null
+        done
+        [ -n "$dpid" ] && kill -9 "$dpid" 2>/dev/null
+        sanitizer_check || rc=1 # lib.sh
+        rm -rf "$TMPD"
+        exit $rc
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+start_daemon() {
+        out=$("$DIWARP" daemon start "$@") || fail "diwarp daemon start failed"
+        dpid=$(echo "$out" | sed -n 's/^diwarpd running: pid \([0-9]*\).*/\1/p')
+        [ -n "$dpid" ] || fail "diwarp daemon start said: $out"
+}
+
+# stat_field NAME: a number of `diwarp stat`'s first line ("N clients", ...).
+stat_clients() {
+        "$DIWARP" stat 2>/dev/null | sed -n '1s/.*: \([0-9]*\) client.*/\1/p'
+}
+
+# wait_for FILE PATTERN SECONDS
+wait_for() {
+        local i=0
+        while ! grep -Eq -- "$2" "$1" 2>/dev/null; do
+                i=$((i + 1))
+                [ $i -lt $(($3 * 10)) ] || { cat "$1" >&2; fail "no '$2' within $3 s"; }
+                sleep 0.1
+        done
+}
+
+# no_clients SECONDS: the daemon holds no client within that time.
+no_clients() {
+        local i=0 n
+        while :; do
+                n=$(stat_clients)
+                [ "$n" = 0 ] && return 0
+                i=$((i + 1))
+                [ $i -lt $(($1 * 20)) ] || { "$DIWARP" stat >&2; fail "daemon still holds $n clients"; }
+                sleep 0.05
+        done
+}
+
+# pair NAME PROG ARGS...: a native example server and its client through the
+# daemon, both validating every byte.
+pair() {
+        local name=$1
+        shift
+        srv=$TMPD/$name.srv
+        S=("$@" --port @PORT@)
+        DIWARP_PROGRESS=daemon serve
+        DIWARP_PROGRESS=daemon timeout 60 "$@" --port "$port" 127.0.0.1 >"$TMPD/$name.cli" 2>&1 ||
+                { cat "$srv" "$TMPD/$name.cli" >&2; fail "$name client failed"; }
+        wait $spid || { cat "$srv" >&2; fail "$name server failed"; }
+        expect "$TMPD/$name.cli" 'RESULT .*status=ok' "$name: client validated"
+        expect "$srv" 'RESULT .*status=ok' "$name: server validated"
+        grep -h RESULT "$TMPD/$name.cli"
+}
+
+case $case in
+wrap)
+        script=${1:?usage: daemon.sh wrap SCRIPT ARGS...}
+        shift
+        start_daemon
+        DIWARP_PROGRESS=daemon bash "$here/$script" "$@" || fail "$script $* failed through the daemon"
+        kill -0 "$dpid" 2>/dev/null || fail "the daemon died"
+        req=$("$DIWARP" stat | sed -n '1s/.*, \([0-9]*\) requests.*/\1/p')
+        [ "${req:-0}" -gt 0 ] || fail "no program went through the daemon"
+        no_clients 2
+        "$DIWARP" daemon stop >/dev/null || fail "diwarp daemon stop"
+        dpid=
+        echo "ok: $script $* through the daemon ($req requests)"
+        ;;
+examples)
+        : "${DIWARP_PINGPONG:?}" "${DIWARP_BW:?}"
+        start_daemon
+        for t in ud rc rd; do
+                pair pp_$t "$DIWARP_PINGPONG" --transport $t --size 4096 --iters 300 --validate
+        done
+        for op in write read; do
+                for t in rc rd; do
+                        pair pp_${t}_$op "$DIWARP_PINGPONG" --transport $t --op $op --size 4096 \
+                                --iters 300 --validate
+                done
+        done
+        pair bw_rc "$DIWARP_BW" --transport rc --op write --size 1048576 --iters 100 --validate
+        pair bw_rd "$DIWARP_BW" --transport rd --op write --size 1048576 --iters 100 --validate
+        pair bw_ud "$DIWARP_BW" --transport ud --size 8192 --iters 1000 --validate
+        no_clients 2
+        ;;
+kill_daemon)
+        : "${DAEMON_FAULT:?}" "${DAEMON_FATAL_VERBS:?}"
+        start_daemon
+        DIWARP_PROGRESS=daemon timeout 40 "$DAEMON_FAULT" fatal >"$TMPD/fatal" 2>&1 &
+        f1=$!
+        DIWARP_PROGRESS=daemon timeout 40 "$DAEMON_FAULT" fatal_poll >"$TMPD/fatal_poll" 2>&1 &
+        f2=$!
+        DIWARP_PROGRESS=daemon timeout 40 "$DIWARP" run "$DAEMON_FATAL_VERBS" >"$TMPD/fatal_verbs" 2>&1 &
+        f3=$!
+        bg="$f1 $f2 $f3"
+        for f in fatal fatal_poll fatal_verbs; do
+                wait_for "$TMPD/$f" READY 20
+        done
+        kill -9 "$dpid"
+        dpid=
+        t0=$(date +%s)
+        for p in $f1 $f2 $f3; do
+                wait $p || { cat "$TMPD"/fatal* >&2; fail "a client failed or hung (pid $p)"; }
+        done
+        [ $(($(date +%s) - t0)) -le 20 ] || fail "clients took more than 20 s to see the loss"
+        bg=
+        expect "$TMPD/fatal" '^OK fatal' "native client saw DEVICE_FATAL"
+        expect "$TMPD/fatal_poll" '^OK fatal' "busy-polling client saw its WRs flushed"
+        expect "$TMPD/fatal_verbs" '^OK device fatal' "verbs client saw IBV_EVENT_DEVICE_FATAL"
+        expect "$TMPD/fatal" 'connection to diwarpd was lost' "the loss is logged by name"
+        # A restarted daemon serves new opens.
+        start_daemon
+        DIWARP_PROGRESS=daemon timeout 30 "$DAEMON_FAULT" reopen >"$TMPD/reopen" 2>&1 ||
+                { cat "$TMPD/reopen" >&2; fail "open after a restart"; }
+        expect "$TMPD/reopen" '^OK reopen' "a message through the restarted daemon"
+        cat "$TMPD"/fatal "$TMPD"/fatal_poll "$TMPD"/fatal_verbs "$TMPD"/reopen | grep '^OK'
+        ;;
+kill_client)
+        : "${DAEMON_FAULT:?}" "${DIWARP_PINGPONG:?}"
+        start_daemon
+        DIWARP_PROGRESS=daemon timeout 60 "$DAEMON_FAULT" holder >"$TMPD/holder" 2>&1 &
+        bg=$!
+        wait_for "$TMPD/holder" READY 20
+        h=$(sed -n 's/^READY pid \([0-9]*\)$/\1/p' "$TMPD/holder")
+        # Two other clients in a long ping-pong across the kill.
+        srv=$TMPD/pp.srv
+        S=("$DIWARP_PINGPONG" --transport rc --iters 200000 --validate --port @PORT@)
+        DIWARP_PROGRESS=daemon serve
+        DIWARP_PROGRESS=daemon timeout 60 "$DIWARP_PINGPONG" --transport rc --iters 200000 \
+                --validate --port "$port" 127.0.0.1 >"$TMPD/pp.cli" 2>&1 &
+        c=$!
+        bg="$bg $spid $c"
+        sleep 0.5
+        "$DIWARP" stat | grep -q "client pid $h " || fail "the holder is not listed by diwarp stat"
+        before=$(stat_clients)
+        kill -9 $h
+        t0=$(date +%s%N)
+        while "$DIWARP" stat | grep -q "client pid $h "; do
+                [ $(($(date +%s%N) - t0)) -lt 1000000000 ] ||
+                        fail "the daemon still holds the killed client after 1 s"
+                sleep 0.02
+        done
+        ms=$((($(date +%s%N) - t0) / 1000000))
+        after=$(stat_clients)
+        [ "$after" -eq $((before - 1)) ] || fail "clients $before -> $after"
+        wait $c || { cat "$TMPD/pp.cli" >&2; fail "the other clients' ping-pong failed"; }
+        wait $spid || { cat "$srv" >&2; fail "the other clients' server failed"; }
+        bg=
+        expect "$TMPD/pp.cli" 'RESULT .*status=ok' "the ping-pong went on"
+        no_clients 2
+        echo "ok: killed client freed within $ms ms; the ping-pong beside it completed"
+        ;;
+hostile)
+        : "${DAEMON_FAULT:?}"
+        start_daemon
+        timeout 30 "$DAEMON_FAULT" hostile >"$TMPD/hostile" 2>&1 ||
+                { cat "$TMPD/hostile" >&2; fail "hostile requests"; }
+        kill -0 "$dpid" 2>/dev/null || fail "the daemon died"
+        expect "$TMPD/hostile" '^OK hostile' "every hostile request refused"
+        expect "$TMPD/diwarpd.log" 'request rejected: ' "rejections are logged with a reason"
+        grep '^OK' "$TMPD/hostile"
+        ;;
+*)
+        fail "unknown case $case"
+        ;;
+esac
