@@ -17,7 +17,7 @@
 #define DD_MAX_SERVERS 64
 #define DD_QPN_SLOTS   4096
 
-enum dd_kind { DD_FREE = 0, DD_PD, DD_SEG, DD_MR, DD_CHAN, DD_CQ, DD_QP, DD_SRQ, DD_AH };
+enum dd_kind { DD_FREE = 0, DD_PD, DD_SEG, DD_MR, DD_CHAN, DD_CQ, DD_QP, DD_SRQ, DD_AH, DD_LISTENER };
 
 struct dd_client;
 
@@ -80,6 +80,7 @@ struct dd_obj {
                         struct diwarp_ah *ah;
                         struct dd_obj *pd;
                 } ah;
+                struct diwarp_listener *lis;
         } u;
 };
 
@@ -103,7 +104,9 @@ struct dd_client {
         int ev_sock;  /* our end of the async event socket */
         int32_t pid;  /* as the client said */
         bool opened;  /* OPEN done */
-        bool broken;  /* a ring was corrupted: dropped at the next look */
+        bool broken;  /* a ring was corrupted, or it left while busy: dropped when idle */
+        bool paused;  /* its socket is not read while a slow request runs */
+        _Atomic int busy; /* slow requests (connect, accept, reject) running in their threads */
         struct dd_server *srv;
         struct dd_dev *dd;
         struct dd_obj **objs; /* by handle; [0] unused */
@@ -156,6 +159,10 @@ void dd_server_watch_dev(struct dd_server *s, struct dd_dev *d);
 /* Runs one request of c (requests.c). The response is sent; -1 when the
  * client must be dropped. */
 int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds);
+/* After a slow request's thread finished: clients it paused read again. */
+void dd_server_resume(struct dd_server *s);
+/* Stops and starts reading c's socket (EPOLLIN). */
+void dd_client_pause(struct dd_client *c, bool pause);
 /* Frees everything c holds. */
 void dd_client_free(struct dd_client *c);
 /* Moves WRs and completions of c (server.c). Returns the work done. */

@@ -544,6 +544,141 @@ static int chan_destroy(struct dd_obj *o)
         return 0;
 }
 
+/* ---- connection management ---------------------------------------------------
+ * Listening and asking for a request never wait. Connect, accept and reject
+ * run the MPA exchange, which waits for the peer (up to the connect
+ * timeout): each runs in a thread of its own, so the server goes on serving
+ * everyone. Meanwhile the client's socket is not read (its next request
+ * waits for this answer anyway), so nothing of it changes under the thread. */
+
+static int do_listen(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp,
+                     int *fds, int *nfds)
+{
+        struct dd_obj *o = obj_new(c, DD_LISTENER);
+        if (!o)
+                return -ENOMEM;
+        int err = diwarp_listen(c->dd->dev, r->u.listen.port, r->u.listen.backlog, &o->u.lis);
+        if (err < 0) {
+                obj_del(o);
+                return err;
+        }
+        int fd = fcntl(diwarp_listener_fd(o->u.lis), F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) {
+                err = -errno;
+                diwarp_listener_destroy(o->u.lis);
+                obj_del(o);
+                return err;
+        }
+        fds[0] = fd;
+        *nfds = 1;
+        rsp->handle = o->h;
+        return 0;
+}
+
+static int listener_destroy(struct dd_obj *o)
+{
+        int err = diwarp_listener_destroy(o->u.lis);
+        if (err < 0)
+                return err;
+        obj_del(o);
+        return 0;
+}
+
+struct slow {
+        struct dd_client *c;
+        struct dw_ipc_req req;
+        struct diwarp_listener *l;
+        struct dd_obj *qp;
+};
+
+static void conn_param(const struct dw_ipc_conn *x, struct diwarp_conn_param *p)
+{
+        *p = (struct diwarp_conn_param){.private_data = x->pd,
+                                        .private_data_len = x->pd_len,
+                                        .ird = x->ird,
+                                        .ord = x->ord,
+                                        .sgid = x->has_sgid ? &x->sgid : NULL};
+}
+
+static void *slow_main(void *arg)
+{
+        struct slow *w = arg;
+        struct dd_client *c = w->c;
+        const struct dw_ipc_conn *x = &w->req.u.conn;
+        struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
+        struct diwarp_conn_param p;
+        conn_param(x, &p);
+        int err = -ENOMEM;
+        if (rsp) {
+                switch (w->req.h.op) {
+                case DW_IPC_ACCEPT:
+                        err = diwarp_accept(w->l, x->request_id, w->qp->u.qp.qp, &p);
+                        break;
+                case DW_IPC_REJECT:
+                        err = diwarp_reject(w->l, x->request_id, x->pd, x->pd_len);
+                        break;
+                default: {
+                        uint16_t n = sizeof(rsp->u.reply_pd.data);
+                        err = diwarp_connect(w->qp->u.qp.qp, &x->dgid, x->port, &p, x->timeout_ms,
+                                             rsp->u.reply_pd.data, &n);
+                        rsp->u.reply_pd.len = n;
+                        break;
+                }
+                }
+                if (w->qp)
+                        atomic_store_explicit(&w->qp->u.qp.sq->qp_state,
+                                              diwarp_qp_state(w->qp->u.qp.qp),
+                                              memory_order_release);
+                if (err < 0)
+                        dw_info("diwarpd: client pid %d: request %u: %s", c->pid, w->req.h.op,
+                                strerror(-err));
+                rsp->h.magic = DW_IPC_MAGIC;
+                rsp->h.op = (uint16_t)(w->req.h.op | DW_IPC_RSP);
+                rsp->h.len = sizeof(*rsp);
+                rsp->h.seq = w->req.h.seq;
+                rsp->status = err;
+                dw_ipc_send(c->sock, rsp, sizeof(*rsp), NULL, 0, false);
+                free(rsp);
+        }
+        struct dd_server *s = c->srv;
+        free(w);
+        atomic_fetch_sub(&c->busy, 1);
+        dd_server_resume(s);
+        return NULL;
+}
+
+/* 1: the request went to its thread (it answers); else a negative errno. */
+static int slow_start(struct dd_client *c, const struct dw_ipc_req *r)
+{
+        struct dd_obj *l = NULL, *qp = NULL;
+        if (r->h.op != DW_IPC_CONNECT && !(l = obj_get(c, r->u.conn.listener, DD_LISTENER)))
+                return -EINVAL;
+        if (r->h.op != DW_IPC_REJECT && !(qp = obj_get(c, r->u.conn.qp, DD_QP)))
+                return -EINVAL;
+        struct slow *w = calloc(1, sizeof(*w));
+        if (!w)
+                return -ENOMEM;
+        w->c = c;
+        w->req = *r;
+        w->l = l ? l->u.lis : NULL;
+        w->qp = qp;
+        atomic_fetch_add(&c->busy, 1);
+        dd_client_pause(c, true);
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        int e = pthread_create(&t, &a, slow_main, w);
+        pthread_attr_destroy(&a);
+        if (e) {
+                atomic_fetch_sub(&c->busy, 1);
+                dd_client_pause(c, false);
+                free(w);
+                return -e;
+        }
+        return 1;
+}
+
 static void stat_fill(struct dw_ipc_stat_rsp *st)
 {
         struct dd_daemon *D = dd_daemon();
@@ -719,6 +854,22 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
                 if (!(o = obj_get(c, h, DD_QP)))
                         return -EINVAL;
                 return diwarp_qp_counters(o->u.qp.qp, &rsp->u.ctr);
+        case DW_IPC_LISTEN:
+                return do_listen(c, r, rsp, out, nout);
+        case DW_IPC_LISTENER_DESTROY:
+                return (o = obj_get(c, h, DD_LISTENER)) ? listener_destroy(o) : -EINVAL;
+        case DW_IPC_GET_REQUEST:
+                if (!(o = obj_get(c, h, DD_LISTENER)))
+                        return -EINVAL;
+                return diwarp_listener_get_request(o->u.lis, 0, &rsp->u.creq);
+        case DW_IPC_ACCEPT:
+        case DW_IPC_REJECT:
+        case DW_IPC_CONNECT:
+                return slow_start(c, r);
+        case DW_IPC_DISCONNECT:
+                if (!(o = obj_get(c, h, DD_QP)))
+                        return -EINVAL;
+                return diwarp_disconnect(o->u.qp.qp);
         case DW_IPC_RD_PATH: {
                 if (!(o = obj_get(c, h, DD_QP)))
                         return -EINVAL;
@@ -751,7 +902,15 @@ int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds)
                 dw_warn("diwarpd: client pid %d: request rejected: %s", c->pid, why);
         } else {
                 err = run(c, r, rsp, fds, out, &nout);
-                if (err < 0 && err != -EBUSY)
+                if (err == 1) {
+                        /* Its thread answers. */
+                        for (int i = 0; i < nfds; i++)
+                                if (fds[i] >= 0)
+                                        close(fds[i]);
+                        free(rsp);
+                        return 0;
+                }
+                if (err < 0 && err != -EBUSY && err != -EAGAIN)
                         dw_info("diwarpd: client pid %d: request %u (handle %u): %s", c->pid,
                                 r->h.op, r->h.handle, strerror(-err));
         }
@@ -776,7 +935,8 @@ int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds)
 
 void dd_client_free(struct dd_client *c)
 {
-        static const enum dd_kind order[] = {DD_QP, DD_SRQ, DD_AH, DD_CQ, DD_CHAN, DD_MR, DD_PD};
+        static const enum dd_kind order[] = {DD_LISTENER, DD_QP, DD_SRQ, DD_AH, DD_CQ,
+                                             DD_CHAN,     DD_MR, DD_PD};
         for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++)
                 for (uint32_t h = 1; h < c->nobjs; h++) {
                         struct dd_obj *o = c->objs[h];
@@ -784,6 +944,9 @@ void dd_client_free(struct dd_client *c)
                                 continue;
                         int err = 0;
                         switch (o->kind) {
+                        case DD_LISTENER:
+                                err = listener_destroy(o);
+                                break;
                         case DD_QP:
                                 err = qp_destroy(o);
                                 break;

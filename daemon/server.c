@@ -410,9 +410,28 @@ int dd_client_serve(struct dd_client *c)
 
 /* ---- clients, devices, events ------------------------------------------------ */
 
+void dd_client_pause(struct dd_client *c, bool pause)
+{
+        struct epoll_event ev = {.events = pause ? 0 : EPOLLIN, .data.ptr = &c->w};
+        epoll_ctl(c->srv->epfd, EPOLL_CTL_MOD, c->sock, &ev);
+        c->paused = pause;
+}
+
+void dd_server_resume(struct dd_server *s)
+{
+        uint64_t one = 1;
+        ssize_t r = write(s->doorbell, &one, sizeof(one));
+        (void)r;
+}
+
 static void client_drop(struct dd_server *s, struct dd_client *c)
 {
         struct dd_daemon *D = dd_daemon();
+        if (atomic_load(&c->busy) > 0) {
+                /* Its slow request's thread still uses it: once that ends. */
+                c->broken = true;
+                return;
+        }
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->sock, NULL);
         pthread_mutex_lock(&D->lock);
         for (struct dd_client **pp = &s->clients; *pp; pp = &(*pp)->next)
@@ -471,6 +490,8 @@ static void client_readable(struct dd_server *s, struct dd_client *c)
                         client_drop(s, c);
                         return;
                 }
+                if (c->paused)
+                        return; /* a slow request runs: the rest waits for it */
         }
 }
 
@@ -558,6 +579,9 @@ static void handle_events(struct dd_server *s, struct epoll_event *evs, int n)
                         pthread_mutex_unlock(&s->hand_lock);
                         for (int k = 0; k < nh; k++)
                                 client_add(s, hand[k]);
+                        for (struct dd_client *c = s->clients; c; c = c->next)
+                                if (c->paused && atomic_load(&c->busy) == 0)
+                                        dd_client_pause(c, false);
                         break;
                 }
                 case DD_W_CLIENT:
@@ -579,7 +603,7 @@ static void drop_broken(struct dd_server *s)
 {
         for (struct dd_client *c = s->clients; c;) {
                 struct dd_client *next = c->next;
-                if (c->broken)
+                if (c->broken && atomic_load(&c->busy) == 0)
                         client_drop(s, c);
                 c = next;
         }
@@ -705,6 +729,18 @@ void dd_server_stop(struct dd_server *s)
         ssize_t r = write(s->doorbell, &one, sizeof(one));
         (void)r;
         pthread_join(s->th, NULL);
+        /* Slow requests still running: their threads end within the
+         * connect timeout. */
+        for (int i = 0; i < 6000; i++) {
+                bool busy = false;
+                for (struct dd_client *c = s->clients; c; c = c->next)
+                        busy |= atomic_load(&c->busy) > 0;
+                if (!busy)
+                        break;
+                usleep(10000);
+        }
+        for (struct dd_client *c = s->clients; c; c = c->next)
+                atomic_store(&c->busy, 0);
         while (s->clients)
                 client_drop(s, s->clients);
         for (struct dd_dev *d = s->devs; d;) {

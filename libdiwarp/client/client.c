@@ -15,12 +15,14 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ipc/ipc.h"
 #include "util/log.h"
 
 #define RPC_TIMEOUT_MS   10000
+#define CM_TIMEOUT_MS    30000 /* beyond the daemon's own connect timeout */
 #define EMPTY_POLL_CHECK 4096 /* empty CQ polls between two looks at the daemon's socket */
 #define QPN_SLOTS        4096 /* the low 12 bits of a QPN */
 /* Empty polls of a CQ after which each further one yields the core: the
@@ -168,10 +170,11 @@ struct dwc_ah {
 
 static void dev_fatal(struct dwc_dev *d);
 
-/* One request and its response, under d->lock. fds_in: descriptors sent;
- * fds_out: room for those received (*nout in/out). */
-static int rpc_locked(struct dwc_dev *d, struct dw_ipc_req *req, const int *fds_in, int nin,
-                      struct dw_ipc_rsp *rsp, int *fds_out, int *nout)
+/* One request and its response, under d->lock, waiting up to tmo_ms for
+ * the answer. fds_in: descriptors sent; fds_out: room for those received
+ * (*nout in/out). */
+static int rpc_wait(struct dwc_dev *d, struct dw_ipc_req *req, const int *fds_in, int nin,
+                    struct dw_ipc_rsp *rsp, int *fds_out, int *nout, int tmo_ms)
 {
         if (atomic_load(&d->dead))
                 return -EIO;
@@ -182,33 +185,45 @@ static int rpc_locked(struct dwc_dev *d, struct dw_ipc_req *req, const int *fds_
         ssize_t n = dw_ipc_send(d->sock, req, len, fds_in, nin, false);
         if (n < 0)
                 goto gone;
+        int room0 = nout ? *nout : 0;
         for (;;) {
                 struct pollfd p = {.fd = d->sock, .events = POLLIN};
-                int r = poll(&p, 1, RPC_TIMEOUT_MS);
+                int r = poll(&p, 1, tmo_ms);
                 if (r < 0 && errno == EINTR)
                         continue;
                 if (r == 0) {
-                        dw_err("daemon: no answer to request %u within %d ms", req->h.op,
-                               RPC_TIMEOUT_MS);
+                        dw_err("daemon: no answer to request %u within %d ms", req->h.op, tmo_ms);
                         return -ETIMEDOUT;
                 }
-                int room = nout ? *nout : 0;
+                int room = room0;
                 int tmp[DW_IPC_MAX_FDS];
-                n = dw_ipc_recv(d->sock, rsp, sizeof(*rsp), fds_out ? fds_out : tmp, &room);
+                int *fds = fds_out ? fds_out : tmp;
+                n = dw_ipc_recv(d->sock, rsp, sizeof(*rsp), fds, &room);
                 if (n <= 0)
                         goto gone;
+                if ((size_t)n < offsetof(struct dw_ipc_rsp, u) || rsp->h.seq != req->h.seq) {
+                        /* A stale answer (to a timed-out request): its
+                         * descriptors are not ours to keep. */
+                        for (int i = 0; i < room; i++)
+                                close(fds[i]);
+                        continue;
+                }
                 if (nout)
                         *nout = room;
                 else
                         for (int i = 0; i < room; i++)
                                 close(tmp[i]);
-                if ((size_t)n < offsetof(struct dw_ipc_rsp, u) || rsp->h.seq != req->h.seq)
-                        continue; /* a stale answer: the one to a timed-out request */
                 return rsp->status;
         }
 gone:
         dev_fatal(d);
         return -EIO;
+}
+
+static int rpc_locked(struct dwc_dev *d, struct dw_ipc_req *req, const int *fds_in, int nin,
+                      struct dw_ipc_rsp *rsp, int *fds_out, int *nout)
+{
+        return rpc_wait(d, req, fds_in, nin, rsp, fds_out, nout, RPC_TIMEOUT_MS);
 }
 
 static int rpc(struct dwc_dev *d, struct dw_ipc_req *req, struct dw_ipc_rsp *rsp)
@@ -1721,6 +1736,213 @@ int dwc_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
         if (err == 0)
                 *out = rsp.u.path;
         return err;
+}
+
+/* ---- connection management (rdma_cm) ------------------------------------------ */
+
+struct dwc_listener {
+        struct dwc_dev *dev;
+        uint32_t h;
+        int fd; /* the daemon's TCP listener, duplicated: readable when a peer connects */
+};
+
+int dwc_listen(struct diwarp_device *dv, uint16_t port, int backlog, struct diwarp_listener **out)
+{
+        struct dwc_dev *d = (struct dwc_dev *)dv;
+        if (!d || !out)
+                return -EINVAL;
+        struct dwc_listener *l = calloc(1, sizeof(*l));
+        if (!l)
+                return -ENOMEM;
+        struct dw_ipc_req req;
+        struct dw_ipc_rsp rsp;
+        int fd = -1, nfd = 1;
+        req_init(&req, DW_IPC_LISTEN, 0);
+        req.u.listen.port = port;
+        req.u.listen.backlog = backlog;
+        pthread_mutex_lock(&d->lock);
+        int err = rpc_locked(d, &req, NULL, 0, &rsp, &fd, &nfd);
+        pthread_mutex_unlock(&d->lock);
+        if (err == 0 && nfd != 1)
+                err = -EPROTO;
+        if (err < 0) {
+                if (nfd == 1 && fd >= 0)
+                        close(fd);
+                free(l);
+                return err;
+        }
+        l->dev = d;
+        l->h = rsp.handle;
+        l->fd = fd;
+        *out = (struct diwarp_listener *)l;
+        return 0;
+}
+
+int dwc_listener_destroy(struct diwarp_listener *ls)
+{
+        struct dwc_listener *l = (struct dwc_listener *)ls;
+        if (!l)
+                return -EINVAL;
+        struct dw_ipc_req req;
+        struct dw_ipc_rsp rsp;
+        req_init(&req, DW_IPC_LISTENER_DESTROY, l->h);
+        int err = rpc(l->dev, &req, &rsp);
+        if (err < 0 && err != -EIO)
+                return err;
+        close(l->fd);
+        free(l);
+        return 0;
+}
+
+int dwc_listener_fd(const struct diwarp_listener *ls)
+{
+        const struct dwc_listener *l = (const struct dwc_listener *)ls;
+        return l ? l->fd : -EINVAL;
+}
+
+/* The daemon never waits for a request (its server serves every client):
+ * we ask, and between asks sleep on the listener's socket, at most 1 ms
+ * (the MPA Request follows the TCP connection it saw). */
+int dwc_listener_get_request(struct diwarp_listener *ls, int timeout_ms,
+                             struct diwarp_conn_request *out)
+{
+        struct dwc_listener *l = (struct dwc_listener *)ls;
+        if (!l || !out)
+                return -EINVAL;
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+                struct dw_ipc_req req;
+                struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
+                if (!rsp)
+                        return -ENOMEM;
+                req_init(&req, DW_IPC_GET_REQUEST, l->h);
+                int err = rpc(l->dev, &req, rsp);
+                if (err == 0)
+                        *out = rsp->u.creq;
+                free(rsp);
+                if (err != -EAGAIN)
+                        return err;
+                struct timespec t;
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                long el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+                if (timeout_ms >= 0 && el >= timeout_ms)
+                        return timeout_ms == 0 ? -EAGAIN : -ETIMEDOUT;
+                struct pollfd p = {.fd = l->fd, .events = POLLIN};
+                poll(&p, 1, 1);
+        }
+}
+
+static void conn_fill(struct dw_ipc_conn *c, const struct diwarp_conn_param *p)
+{
+        if (!p)
+                return;
+        c->ird = p->ird;
+        c->ord = p->ord;
+        if (p->sgid) {
+                c->has_sgid = 1;
+                c->sgid = *p->sgid;
+        }
+        c->pd_len = p->private_data_len;
+        if (p->private_data && p->private_data_len <= DIWARP_MAX_PRIVATE_DATA)
+                memcpy(c->pd, p->private_data, p->private_data_len);
+}
+
+int dwc_accept(struct diwarp_listener *ls, uint64_t request_id, struct diwarp_qp *q,
+               const struct diwarp_conn_param *reply)
+{
+        struct dwc_listener *l = (struct dwc_listener *)ls;
+        struct dwc_qp *qp = (struct dwc_qp *)q;
+        if (!l || !qp || (reply && reply->private_data_len > DIWARP_MAX_PRIVATE_DATA))
+                return -EINVAL;
+        struct dw_ipc_req req;
+        struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
+        if (!rsp)
+                return -ENOMEM;
+        req_init(&req, DW_IPC_ACCEPT, 0);
+        req.u.conn.listener = l->h;
+        req.u.conn.qp = qp->h;
+        req.u.conn.request_id = request_id;
+        conn_fill(&req.u.conn, reply);
+        pthread_mutex_lock(&l->dev->lock);
+        int err = rpc_wait(l->dev, &req, NULL, 0, rsp, NULL, NULL, CM_TIMEOUT_MS);
+        pthread_mutex_unlock(&l->dev->lock);
+        free(rsp);
+        if (err == 0)
+                qp->state = DIWARP_QPS_RTS;
+        return err;
+}
+
+int dwc_reject(struct diwarp_listener *ls, uint64_t request_id, const void *private_data,
+               uint16_t private_data_len)
+{
+        struct dwc_listener *l = (struct dwc_listener *)ls;
+        if (!l || private_data_len > DIWARP_MAX_PRIVATE_DATA)
+                return -EINVAL;
+        struct dw_ipc_req req;
+        struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
+        if (!rsp)
+                return -ENOMEM;
+        req_init(&req, DW_IPC_REJECT, 0);
+        req.u.conn.listener = l->h;
+        req.u.conn.request_id = request_id;
+        req.u.conn.pd_len = private_data_len;
+        if (private_data)
+                memcpy(req.u.conn.pd, private_data, private_data_len);
+        pthread_mutex_lock(&l->dev->lock);
+        int err = rpc_wait(l->dev, &req, NULL, 0, rsp, NULL, NULL, CM_TIMEOUT_MS);
+        pthread_mutex_unlock(&l->dev->lock);
+        free(rsp);
+        return err;
+}
+
+int dwc_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port,
+                const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
+                uint16_t *reply_pd_len)
+{
+        struct dwc_qp *qp = (struct dwc_qp *)q;
+        uint16_t cap = reply_pd_len ? *reply_pd_len : 0;
+        if (reply_pd_len)
+                *reply_pd_len = 0;
+        if (!qp || !dgid || (param && param->private_data_len > DIWARP_MAX_PRIVATE_DATA))
+                return -EINVAL;
+        struct dw_ipc_req req;
+        struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
+        if (!rsp)
+                return -ENOMEM;
+        req_init(&req, DW_IPC_CONNECT, 0);
+        req.u.conn.qp = qp->h;
+        req.u.conn.dgid = *dgid;
+        req.u.conn.port = port;
+        req.u.conn.timeout_ms = timeout_ms;
+        conn_fill(&req.u.conn, param);
+        /* The daemon answers when the connect ends, within its own timeout. */
+        int wait = timeout_ms >= 0 ? timeout_ms + CM_TIMEOUT_MS : CM_TIMEOUT_MS * 4;
+        pthread_mutex_lock(&qp->dev->lock);
+        int err = rpc_wait(qp->dev, &req, NULL, 0, rsp, NULL, NULL, wait);
+        pthread_mutex_unlock(&qp->dev->lock);
+        if ((err == 0 || err == -ECONNREFUSED) && reply_pd && reply_pd_len) {
+                uint16_t n = rsp->u.reply_pd.len < cap ? rsp->u.reply_pd.len : cap;
+                if (n > DIWARP_MAX_PRIVATE_DATA)
+                        n = DIWARP_MAX_PRIVATE_DATA;
+                memcpy(reply_pd, rsp->u.reply_pd.data, n);
+                *reply_pd_len = n;
+        }
+        free(rsp);
+        if (err == 0)
+                qp->state = DIWARP_QPS_RTS;
+        return err;
+}
+
+int dwc_disconnect(struct diwarp_qp *q)
+{
+        struct dwc_qp *qp = (struct dwc_qp *)q;
+        if (!qp)
+                return -EINVAL;
+        struct dw_ipc_req req;
+        struct dw_ipc_rsp rsp;
+        req_init(&req, DW_IPC_DISCONNECT, qp->h);
+        return rpc(qp->dev, &req, &rsp);
 }
 
 /* ---- a lost daemon ---------------------------------------------------------------- */

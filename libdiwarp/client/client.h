@@ -74,6 +74,20 @@ int dwc_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);
 int dwc_qp_counters(struct diwarp_qp *qp, struct diwarp_counters *out);
 int dwc_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,
                       struct diwarpdv_rd_path *out);
+int dwc_listen(struct diwarp_device *dev, uint16_t port, int backlog,
+               struct diwarp_listener **out);
+int dwc_listener_destroy(struct diwarp_listener *l);
+int dwc_listener_fd(const struct diwarp_listener *l);
+int dwc_listener_get_request(struct diwarp_listener *l, int timeout_ms,
+                             struct diwarp_conn_request *req);
+int dwc_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *qp,
+               const struct diwarp_conn_param *reply);
+int dwc_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
+               uint16_t private_data_len);
+int dwc_connect(struct diwarp_qp *qp, const union diwarp_gid *dgid, uint16_t port,
+                const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
+                uint16_t *reply_pd_len);
+int dwc_disconnect(struct diwarp_qp *qp);
 /* What client mode does not offer yet: logs once per name, -EOPNOTSUPP. */
 int dwc_unsupported(const char *what);
 

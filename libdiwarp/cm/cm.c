@@ -792,7 +792,7 @@ struct diwarp_listener {
 int diwarp_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
 {
         if (dw_client_mode())
-                return dwc_unsupported("diwarp_listen (rdma_cm)");
+                return dwc_listen(d, port, backlog, out);
         struct dw_device *dev = dw_dev_of(d);
 
         if (!dev || !out)
@@ -827,7 +827,7 @@ static void lconn_drop(struct dw_lconn *lc)
 int diwarp_listener_destroy(struct diwarp_listener *l)
 {
         if (dw_client_mode())
-                return dwc_unsupported("listeners");
+                return dwc_listener_destroy(l);
         if (!l)
                 return -EINVAL;
         for (int i = 0; i < DW_LISTEN_MAX; i++)
@@ -842,7 +842,7 @@ int diwarp_listener_destroy(struct diwarp_listener *l)
 int diwarp_listener_fd(const struct diwarp_listener *l)
 {
         if (dw_client_mode())
-                return dwc_unsupported("listeners");
+                return dwc_listener_fd(l);
         return l ? l->fd : -EINVAL;
 }
 
@@ -919,7 +919,7 @@ int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
                                 struct diwarp_conn_request *req)
 {
         if (dw_client_mode())
-                return dwc_unsupported("listeners");
+                return dwc_listener_get_request(l, timeout_ms, req);
         if (!l || !req)
                 return -EINVAL;
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : ms_from_now((uint32_t)timeout_ms);
@@ -1188,7 +1188,7 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
                   const struct diwarp_conn_param *reply)
 {
         if (dw_client_mode())
-                return dwc_unsupported("diwarp_accept");
+                return dwc_accept(l, request_id, q, reply);
         struct dw_qp *qp = dw_qp_of(q);
 
         if (!l || !qp || qp->dev != l->dev)
@@ -1267,7 +1267,7 @@ int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *pr
                   uint16_t private_data_len)
 {
         if (dw_client_mode())
-                return dwc_unsupported("diwarp_reject");
+                return dwc_reject(l, request_id, private_data, private_data_len);
         if (!l || private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
         pthread_mutex_lock(&l->lock);
@@ -1291,7 +1291,7 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
                    uint16_t *reply_pd_len)
 {
         if (dw_client_mode())
-                return dwc_unsupported("diwarp_connect (rdma_cm)");
+                return dwc_connect(q, dgid, port, param, timeout_ms, reply_pd, reply_pd_len);
         struct dw_qp *qp = dw_qp_of(q);
         struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(port)};
         /* No reply yet: a failure before the peer's MPA reply carries no
@@ -1427,7 +1427,7 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
 int diwarp_disconnect(struct diwarp_qp *q)
 {
         if (dw_client_mode())
-                return dwc_unsupported("diwarp_disconnect");
+                return dwc_disconnect(q);
         struct dw_qp *qp = dw_qp_of(q);
 
         if (!qp || !is_rc(qp))

@@ -36,6 +36,12 @@ size_t dw_ipc_req_size(unsigned int op)
                 return h + sizeof(struct dw_ipc_ah_create);
         case DW_IPC_RD_PATH:
                 return h + sizeof(struct dw_ipc_rd_path);
+        case DW_IPC_LISTEN:
+                return h + sizeof(struct dw_ipc_listen);
+        case DW_IPC_ACCEPT:
+        case DW_IPC_REJECT:
+        case DW_IPC_CONNECT:
+                return h + sizeof(struct dw_ipc_conn);
         case DW_IPC_PD_ALLOC:
         case DW_IPC_PD_DEALLOC:
         case DW_IPC_MR_DEREG:
@@ -51,6 +57,9 @@ size_t dw_ipc_req_size(unsigned int op)
         case DW_IPC_STAT:
         case DW_IPC_SHUTDOWN:
         case DW_IPC_STAT_QPS:
+        case DW_IPC_LISTENER_DESTROY:
+        case DW_IPC_GET_REQUEST:
+        case DW_IPC_DISCONNECT:
                 return h;
         default:
                 return 0;
@@ -133,6 +142,12 @@ int dw_ipc_req_check(const void *msg, size_t len, int nfds, const char **why)
         case DW_IPC_SRQ_CREATE:
                 if (r.u.srq.attr.max_wr == 0)
                         return fail(why, "SRQ of no WR", -EINVAL);
+                break;
+        case DW_IPC_ACCEPT:
+        case DW_IPC_REJECT:
+        case DW_IPC_CONNECT:
+                if (r.u.conn.pd_len > DIWARP_MAX_PRIVATE_DATA)
+                        return fail(why, "private data longer than the limit", -EINVAL);
                 break;
         default:
                 break;

@@ -59,6 +59,13 @@ enum dw_ipc_op {
         DW_IPC_STAT,     /* the daemon's clients and their counters (diwarp stat) */
         DW_IPC_SHUTDOWN, /* diwarp daemon stop */
         DW_IPC_STAT_QPS, /* handle: the first QP to list, counting from 0 */
+        DW_IPC_LISTEN,   /* -> handle, fd: a duplicate of the TCP listener (poll it) */
+        DW_IPC_LISTENER_DESTROY,
+        DW_IPC_GET_REQUEST, /* handle: the listener; never waits (-EAGAIN) */
+        DW_IPC_ACCEPT,
+        DW_IPC_REJECT,
+        DW_IPC_CONNECT, /* answered when connected, refused or timed out */
+        DW_IPC_DISCONNECT, /* handle: the QP */
         DW_IPC_OP_END
 };
 
@@ -138,6 +145,27 @@ struct dw_ipc_rd_path {
         uint32_t remote_qkey;
 };
 
+struct dw_ipc_listen {
+        uint16_t port;
+        uint16_t pad;
+        int32_t backlog;
+};
+
+/* ACCEPT, REJECT and CONNECT: the connection's parameters. */
+struct dw_ipc_conn {
+        uint32_t listener; /* ACCEPT, REJECT */
+        uint32_t qp;       /* ACCEPT, CONNECT */
+        uint64_t request_id;
+        union diwarp_gid dgid, sgid; /* CONNECT; sgid only with has_sgid */
+        uint16_t port;
+        uint8_t ird, ord;
+        uint8_t has_sgid;
+        uint8_t pad[3];
+        int32_t timeout_ms;
+        uint16_t pd_len;
+        uint8_t pd[DIWARP_MAX_PRIVATE_DATA];
+};
+
 struct dw_ipc_req {
         struct dw_ipc_hdr h;
         union {
@@ -151,6 +179,8 @@ struct dw_ipc_req {
                 struct dw_ipc_srq_modify srqm;
                 struct dw_ipc_ah_create ah;
                 struct dw_ipc_rd_path path;
+                struct dw_ipc_listen listen;
+                struct dw_ipc_conn conn;
         } u;
 };
 
@@ -263,6 +293,11 @@ struct dw_ipc_rsp {
                 struct diwarpdv_rd_path path;
                 struct dw_ipc_stat_rsp stat;
                 struct dw_ipc_stat_qps_rsp qps;
+                struct diwarp_conn_request creq;
+                struct {
+                        uint16_t len;
+                        uint8_t data[DIWARP_MAX_PRIVATE_DATA];
+                } reply_pd; /* CONNECT: the peer's reply private data */
         } u;
 };
 #define DW_IPC_RSP 0x8000u

@@ -15,6 +15,11 @@
 # NETNS_BREAK=addr   the client's device address is A's, absent from B
 # make the run fail: `NETNS_BREAK=peer netns.sh rping` must exit 1 (the
 # netns_*_broken tests check the script can fail).
+#
+# NETNS_DAEMON=1     each namespace runs its own host daemon (diwarpd, socket
+# in this run's directory) and both programs are its clients
+# (DIWARP_PROGRESS=daemon); afterwards each daemon must have served requests
+# and hold no client.
 . "$(dirname "$0")/lib.sh"
 case=${1:?usage: netns.sh CASE}
 
@@ -178,15 +183,28 @@ example_rd)
         ;;
 esac
 
+# The namespaces' daemons (NETNS_DAEMON=1), reachable from both through
+# their sockets' paths; killed with everything else in the namespaces.
+if [ "${NETNS_DAEMON:-0}" = 1 ]; then
+        for ns in "$nsA" "$nsB"; do
+                ip netns exec "$ns" env DIWARP_DAEMON_SOCKET="$TMPD/$ns.sock" \
+                        "$DIWARP" daemon start >/dev/null ||
+                        fail "no daemon in $ns"
+        done
+fi
+
 # in_ns NS ADDR CMD...: CMD inside NS with the device at ADDR, bounded.
 in_ns() {
         ns=$1
         addr=$2
         shift 2
+        local env=()
+        [ "${NETNS_DAEMON:-0}" = 1 ] &&
+                env=(env DIWARP_PROGRESS=daemon DIWARP_DAEMON_SOCKET="$TMPD/$ns.sock")
         if [ $native = 1 ]; then
-                timeout 60 ip netns exec "$ns" "$@"
+                timeout 60 ip netns exec "$ns" "${env[@]}" "$@"
         else
-                timeout 60 ip netns exec "$ns" "$DIWARP" run --addr "$addr" -- "$@"
+                timeout 60 ip netns exec "$ns" "${env[@]}" "$DIWARP" run --addr "$addr" -- "$@"
         fi
 }
 
@@ -235,6 +253,22 @@ cat "$cli"
 [ $crc -eq 0 ] || fail "$case client exited $crc"
 [ $src -eq 0 ] || fail "$case server exited $src"
 ! grep -q "AddressSanitizer\|runtime error" "$srv" "$cli" || fail "sanitizer report"
+if [ "${NETNS_DAEMON:-0}" = 1 ]; then
+        for ns in "$nsA" "$nsB"; do
+                st=$(DIWARP_DAEMON_SOCKET="$TMPD/$ns.sock" "$DIWARP" stat) ||
+                        fail "the daemon of $ns is gone"
+                echo "--- daemon of $ns: $(echo "$st" | head -1)"
+                req=$(echo "$st" | sed -n '1s/.*, \([0-9]*\) requests.*/\1/p')
+                [ "${req:-0}" -gt 0 ] || fail "no program of $ns went through its daemon"
+                i=0
+                while ! DIWARP_DAEMON_SOCKET="$TMPD/$ns.sock" "$DIWARP" stat |
+                        grep -q ': 0 clients'; do
+                        i=$((i + 1))
+                        [ $i -lt 40 ] || fail "the daemon of $ns still holds clients"
+                        sleep 0.05
+                done
+        done
+fi
 
 case $case in
 rc_pingpong | ud_pingpong)
