@@ -17,7 +17,18 @@
 #define DD_MAX_SERVERS 64
 #define DD_QPN_SLOTS   4096
 
-enum dd_kind { DD_FREE = 0, DD_PD, DD_SEG, DD_MR, DD_CHAN, DD_CQ, DD_QP, DD_SRQ, DD_AH, DD_LISTENER };
+enum dd_kind {
+        DD_FREE = 0,
+        DD_PD,
+        DD_SEG,
+        DD_MR,
+        DD_CHAN,
+        DD_CQ,
+        DD_QP,
+        DD_SRQ,
+        DD_AH,
+        DD_LISTENER
+};
 
 struct dd_client;
 
@@ -100,12 +111,12 @@ struct dd_dev {
 struct dd_server;
 
 struct dd_client {
-        int sock;     /* requests */
-        int ev_sock;  /* our end of the async event socket */
-        int32_t pid;  /* as the client said */
-        bool opened;  /* OPEN done */
-        bool broken;  /* a ring was corrupted, or it left while busy: dropped when idle */
-        bool paused;  /* its socket is not read while a slow request runs */
+        int sock;         /* requests */
+        int ev_sock;      /* our end of the async event socket */
+        int32_t pid;      /* as the client said */
+        bool opened;      /* OPEN done */
+        bool broken;      /* a ring was corrupted, or it left while busy: dropped when idle */
+        bool paused;      /* its socket is not read while a slow request runs */
         _Atomic int busy; /* slow requests (connect, accept, reject) running in their threads */
         struct dd_server *srv;
         struct dd_dev *dd;

@@ -98,13 +98,14 @@ static struct dd_server *least_loaded(void)
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: diwarpd [--socket PATH] [--servers N] [--spin-us US]\n"
-                   "  Runs in the foreground; `diwarp daemon start` runs it in the background.\n"
-                   "  --socket PATH  Unix socket (default: DIWARP_DAEMON_SOCKET, else\n"
-                   "                 $XDG_RUNTIME_DIR/diwarpd.sock, else /run/diwarp/diwarpd.sock)\n"
-                   "  --servers N    worker threads (default DIWARPD_SERVERS, else 1)\n"
-                   "  --spin-us US   how long a server polls before it sleeps (default\n"
-                   "                 DIWARPD_SPIN_US, else 50)\n");
+        fprintf(f,
+                "usage: diwarpd [--socket PATH] [--servers N] [--spin-us US]\n"
+                "  Runs in the foreground; `diwarp daemon start` runs it in the background.\n"
+                "  --socket PATH  Unix socket (default: DIWARP_DAEMON_SOCKET, else\n"
+                "                 $XDG_RUNTIME_DIR/diwarpd.sock, else /run/diwarp/diwarpd.sock)\n"
+                "  --servers N    worker threads (default DIWARPD_SERVERS, else 1)\n"
+                "  --spin-us US   how long a server polls before it sleeps (default\n"
+                "                 DIWARPD_SPIN_US, else 50)\n");
 }
 
 static long env_long(const char *name, long dflt, long lo, long hi)

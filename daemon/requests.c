@@ -124,8 +124,8 @@ static int do_open(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ip
         if (!d) {
                 int err = -errno;
                 dw_warn("diwarpd: client pid %d: device at %s (port base %u): %s", r->u.open.pid,
-                        r->u.open.addr[0] ? r->u.open.addr : "every address",
-                        r->u.open.port_base, strerror(-err));
+                        r->u.open.addr[0] ? r->u.open.addr : "every address", r->u.open.port_base,
+                        strerror(-err));
                 return err;
         }
         int sp[2];
@@ -758,8 +758,8 @@ static void stat_qps(uint32_t first, struct dw_ipc_stat_qps_rsp *out)
         pthread_mutex_unlock(&D->lock);
 }
 
-static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp,
-               int *in, int *out, int *nout)
+static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp, int *in,
+               int *out, int *nout)
 {
         uint32_t h = r->h.handle;
         struct dd_obj *o;
@@ -935,8 +935,8 @@ int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds)
 
 void dd_client_free(struct dd_client *c)
 {
-        static const enum dd_kind order[] = {DD_LISTENER, DD_QP, DD_SRQ, DD_AH, DD_CQ,
-                                             DD_CHAN,     DD_MR, DD_PD};
+        static const enum dd_kind order[] = {DD_LISTENER, DD_QP,   DD_SRQ, DD_AH,
+                                             DD_CQ,       DD_CHAN, DD_MR,  DD_PD};
         for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++)
                 for (uint32_t h = 1; h < c->nobjs; h++) {
                         struct dd_obj *o = c->objs[h];
@@ -972,8 +972,8 @@ void dd_client_free(struct dd_client *c)
                                 break;
                         }
                         if (err < 0)
-                                dw_warn("diwarpd: client pid %d: freeing handle %u: %s", c->pid,
-                                        h, strerror(-err));
+                                dw_warn("diwarpd: client pid %d: freeing handle %u: %s", c->pid, h,
+                                        strerror(-err));
                 }
         for (uint32_t h = 1; h < c->nobjs; h++)
                 if (c->objs[h] && c->objs[h]->kind == DD_SEG) {

@@ -88,8 +88,7 @@ void dd_cq_push(struct dd_obj *o, const struct diwarp_wc *wc)
 {
         if (!cq_room(o)) {
                 if (!o->u.cq.overflow_told)
-                        dw_warn("diwarpd: client pid %d: CQ handle %u overflows", o->c->pid,
-                                o->h);
+                        dw_warn("diwarpd: client pid %d: CQ handle %u overflows", o->c->pid, o->h);
                 o->u.cq.overflow_told = true;
                 return;
         }
@@ -147,14 +146,12 @@ static int serve_sq(struct dd_obj *o)
                 int bad_at = -1, bad_err = 0;
                 while (n < avail && n < POST_BATCH) {
                         const struct dw_ipc_swr *e = dw_ipc_ring_entry(
-                                o->u.qp.sq, o->u.qp.sq_esize, o->u.qp.sq_entries,
-                                o->u.qp.sq_cons + n);
+                            o->u.qp.sq, o->u.qp.sq_esize, o->u.qp.sq_entries, o->u.qp.sq_cons + n);
                         struct dw_ipc_swr x;
                         memcpy(&x, e, sizeof(x)); /* read once: the client may scribble */
                         bool x_rd = x.rd != 0;
-                        struct diwarpdv_rd_dest xd = {.ah = NULL,
-                                                      .remote_qpn = x.remote_qpn,
-                                                      .remote_qkey = x.remote_qkey};
+                        struct diwarpdv_rd_dest xd = {
+                            .ah = NULL, .remote_qpn = x.remote_qpn, .remote_qkey = x.remote_qkey};
                         if (x_rd && x.ah)
                                 xd.ah = ah_of(c, x.ah);
                         if (n > 0 && (x_rd != rd || (rd && memcmp(&xd, &dest, sizeof(xd)))))
@@ -198,8 +195,8 @@ static int serve_sq(struct dd_obj *o)
                                         break;
                                 }
                                 const uint8_t *src =
-                                        (const uint8_t *)(dw_ipc_swr_sges((struct dw_ipc_swr *)e) +
-                                                          o->u.qp.cap.max_send_sge);
+                                    (const uint8_t *)(dw_ipc_swr_sges((struct dw_ipc_swr *)e) +
+                                                      o->u.qp.cap.max_send_sge);
                                 memcpy(inl[n], src, len);
                                 sge[n][0] = (struct diwarp_sge){(uintptr_t)inl[n], len, 0};
                                 w->num_sge = len ? 1 : 0;
@@ -284,8 +281,8 @@ static int serve_recv(struct dd_obj *owner, struct dw_ipc_ring *ring, uint32_t e
                 uint32_t n = 0;
                 int bad_at = -1;
                 while (n < avail && n < POST_BATCH) {
-                        const struct dw_ipc_rwr *e = dw_ipc_ring_entry(ring, esize, entries,
-                                                                       *cons + n);
+                        const struct dw_ipc_rwr *e =
+                            dw_ipc_ring_entry(ring, esize, entries, *cons + n);
                         struct dw_ipc_rwr x;
                         memcpy(&x, e, sizeof(x));
                         wr[n].wr_id = x.wr_id;
@@ -390,9 +387,9 @@ int dd_client_serve(struct dd_client *c)
                 case DD_QP:
                         work += serve_sq(o);
                         if (o->u.qp.rq)
-                                work += serve_recv(o, o->u.qp.rq, o->u.qp.rq_entries,
-                                                   o->u.qp.rq_esize, o->u.qp.cap.max_recv_sge,
-                                                   &o->u.qp.rq_cons, o, NULL);
+                                work +=
+                                    serve_recv(o, o->u.qp.rq, o->u.qp.rq_entries, o->u.qp.rq_esize,
+                                               o->u.qp.cap.max_recv_sge, &o->u.qp.rq_cons, o, NULL);
                         break;
                 case DD_SRQ:
                         work += serve_recv(o, o->u.srq.ring, o->u.srq.entries, o->u.srq.esize,

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,8 +24,8 @@
 
 #define RPC_TIMEOUT_MS   10000
 #define CM_TIMEOUT_MS    30000 /* beyond the daemon's own connect timeout */
-#define EMPTY_POLL_CHECK 4096 /* empty CQ polls between two looks at the daemon's socket */
-#define QPN_SLOTS        4096 /* the low 12 bits of a QPN */
+#define EMPTY_POLL_CHECK 4096  /* empty CQ polls between two looks at the daemon's socket */
+#define QPN_SLOTS        4096  /* the low 12 bits of a QPN */
 /* Empty polls of a CQ after which each further one yields the core: the
  * daemon's server may need it (more busy threads than cores). */
 #define YIELD_AFTER 32
@@ -577,27 +578,32 @@ static int seg_share(struct dwc_dev *d, uint64_t b, uint64_t e, struct dwc_seg *
         int fd = memfd_create("diwarp-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0)
                 return -errno;
-        void *tmp = MAP_FAILED;
         if (ftruncate(fd, (off_t)len) < 0)
-                goto fail_errno;
-        tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (tmp == MAP_FAILED)
                 goto fail_errno;
         /* Copy, then put the shared pages in place at the same addresses: the
          * program keeps its pointers and contents. A write by another thread
-         * between the copy and the remap would be lost (docs/USAGE.md). */
-        memcpy(tmp, (void *)(uintptr_t)b, len);
+         * between the copy and the remap would be lost (docs/USAGE.md). The
+         * kernel copies (pwrite): the whole pages, beyond the region's own
+         * bytes, are read, and a sanitizer would take its neighbours' bytes
+         * for an overflow. */
+        for (uint64_t done = 0; done < len;) {
+                long n = syscall(SYS_pwrite64, fd, (const char *)(uintptr_t)b + done, len - done,
+                                 (off_t)done);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        goto fail_errno;
+                done += (uint64_t)n;
+        }
         if (mmap((void *)(uintptr_t)b, len, PROT_READ | (writable ? PROT_WRITE : 0),
                  MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
                 goto fail_errno;
-        munmap(tmp, len);
-        tmp = MAP_FAILED;
         if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
                 goto fail_errno;
         struct dwc_seg *s = calloc(1, sizeof(*s));
         if (!s) {
-                err = -ENOMEM;
-                goto fail;
+                close(fd);
+                return -ENOMEM;
         }
         s->base = b;
         s->len = len;
@@ -638,9 +644,6 @@ static int seg_share(struct dwc_dev *d, uint64_t b, uint64_t e, struct dwc_seg *
         return 0;
 fail_errno:
         err = -errno;
-fail:
-        if (tmp != MAP_FAILED)
-                munmap(tmp, len);
         close(fd);
         return err;
 }
@@ -1118,8 +1121,7 @@ int dwc_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
         const struct dw_ipc_qp_rsp *r = &rsp.u.qp;
         qp->map_len = r->map_len;
         qp->map = map_fd(fd, qp->map_len);
-        if (qp->map == MAP_FAILED ||
-            track_init(&qp->st, r->sq.entries) < 0 ||
+        if (qp->map == MAP_FAILED || track_init(&qp->st, r->sq.entries) < 0 ||
             track_init(&qp->rt, r->rq.entries ? r->rq.entries : 1) < 0) {
                 err = qp->map == MAP_FAILED ? -errno : -ENOMEM;
                 req_init(&req, DW_IPC_QP_DESTROY, rsp.handle);
@@ -1345,8 +1347,8 @@ static uint8_t wc_op_of(int opcode)
         }
 }
 
-int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr,
-                  const struct diwarpdv_rd_dest *rd, bool all, struct diwarp_send_wr **bad_wr)
+int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, const struct diwarpdv_rd_dest *rd,
+                  bool all, struct diwarp_send_wr **bad_wr)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
         if (!qp || !wr) {
@@ -1384,8 +1386,8 @@ int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr,
                         err = -ENOMEM;
                         break;
                 }
-                struct dw_ipc_swr *e = dw_ipc_ring_entry(qp->sq, qp->sq_esize, qp->sq_entries,
-                                                         t->posted);
+                struct dw_ipc_swr *e =
+                    dw_ipc_ring_entry(qp->sq, qp->sq_esize, qp->sq_entries, t->posted);
                 err = fill_swr(qp, e, wr, rd);
                 if (err < 0)
                         break;
@@ -1465,9 +1467,9 @@ int dwc_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_
         }
         pthread_mutex_lock(&qp->rq_lock);
         struct dwc_track *t = &qp->rt;
-        int err = post_recv_ring(qp->dev, qp->rq, qp->rq_entries, qp->rq_esize,
-                                 qp->cap.max_recv_sge, qp->cap.max_recv_wr, &t->posted,
-                                 t->posted - t->retired, t, wr, bad_wr);
+        int err =
+            post_recv_ring(qp->dev, qp->rq, qp->rq_entries, qp->rq_esize, qp->cap.max_recv_sge,
+                           qp->cap.max_recv_wr, &t->posted, t->posted - t->retired, t, wr, bad_wr);
         pthread_mutex_unlock(&qp->rq_lock);
         return err;
 }
@@ -1593,9 +1595,8 @@ int dwc_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
         pthread_mutex_lock(&srq->lock);
         uint32_t outstanding = srq->prod - atomic_load_explicit(&srq->done, memory_order_relaxed);
         uint32_t before = srq->prod;
-        int err = post_recv_ring(srq->dev, srq->ring, srq->entries, srq->esize,
-                                 srq->attr.max_sge, srq->attr.max_wr, &srq->prod, outstanding,
-                                 NULL, wr, bad_wr);
+        int err = post_recv_ring(srq->dev, srq->ring, srq->entries, srq->esize, srq->attr.max_sge,
+                                 srq->attr.max_wr, &srq->prod, outstanding, NULL, wr, bad_wr);
         atomic_fetch_add_explicit(&srq->posted, srq->prod - before, memory_order_relaxed);
         pthread_mutex_unlock(&srq->lock);
         return err;

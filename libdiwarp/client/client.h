@@ -74,8 +74,7 @@ int dwc_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);
 int dwc_qp_counters(struct diwarp_qp *qp, struct diwarp_counters *out);
 int dwc_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,
                       struct diwarpdv_rd_path *out);
-int dwc_listen(struct diwarp_device *dev, uint16_t port, int backlog,
-               struct diwarp_listener **out);
+int dwc_listen(struct diwarp_device *dev, uint16_t port, int backlog, struct diwarp_listener **out);
 int dwc_listener_destroy(struct diwarp_listener *l);
 int dwc_listener_fd(const struct diwarp_listener *l);
 int dwc_listener_get_request(struct diwarp_listener *l, int timeout_ms,

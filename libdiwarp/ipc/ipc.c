@@ -84,8 +84,8 @@ static int fail(const char **why, const char *reason, int err)
 }
 
 /* Every access bit the verbs know (enum diwarp_access_flags). */
-#define ACCESS_KNOWN                                                                      \
-        (DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ | \
+#define ACCESS_KNOWN                                                                               \
+        (DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ |      \
          DIWARP_ACCESS_REMOTE_ATOMIC | DIWARP_ACCESS_MW_BIND | DIWARP_ACCESS_ZERO_BASED)
 
 int dw_ipc_req_check(const void *msg, size_t len, int nfds, const char **why)
@@ -236,7 +236,9 @@ ssize_t dw_ipc_recv(int sock, void *msg, size_t len, int *fds, int *nfds)
                 char buf[CMSG_SPACE(sizeof(int) * 8)];
         } c;
         struct iovec iov = {.iov_base = msg, .iov_len = len};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.buf,
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = c.buf,
                             .msg_controllen = sizeof(c.buf)};
         int room = nfds ? *nfds : 0, got = 0;
         ssize_t n;

@@ -64,7 +64,7 @@ enum dw_ipc_op {
         DW_IPC_GET_REQUEST, /* handle: the listener; never waits (-EAGAIN) */
         DW_IPC_ACCEPT,
         DW_IPC_REJECT,
-        DW_IPC_CONNECT, /* answered when connected, refused or timed out */
+        DW_IPC_CONNECT,    /* answered when connected, refused or timed out */
         DW_IPC_DISCONNECT, /* handle: the QP */
         DW_IPC_OP_END
 };
@@ -330,8 +330,8 @@ struct dw_ipc_ring {
 };
 #define DW_IPC_RING_HDR 256u
 
-static inline void *dw_ipc_ring_entry(struct dw_ipc_ring *r, uint32_t entry_size,
-                                      uint32_t entries, uint32_t i)
+static inline void *dw_ipc_ring_entry(struct dw_ipc_ring *r, uint32_t entry_size, uint32_t entries,
+                                      uint32_t i)
 {
         return (uint8_t *)r + DW_IPC_RING_HDR + (size_t)(i & (entries - 1)) * entry_size;
 }

@@ -141,7 +141,7 @@ kill_daemon)
         dpid=
         t0=$(date +%s)
         for p in $f1 $f2 $f3; do
-                wait $p || { cat "$TMPD"/fatal* >&2; fail "a client failed or hung (pid $p)"; }
+                wait $p || { tail -n 30 "$TMPD"/fatal* >&2; fail "a client failed or hung (pid $p)"; }
         done
         [ $(($(date +%s) - t0)) -le 20 ] || fail "clients took more than 20 s to see the loss"
         bg=

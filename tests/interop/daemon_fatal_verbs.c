@@ -34,18 +34,18 @@ int main(void)
         struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
         if (!pd || !cq)
                 FAIL("pd/cq");
-        struct ibv_qp_init_attr ia = {.send_cq = cq,
-                                      .recv_cq = cq,
-                                      .cap = {.max_send_wr = 4, .max_recv_wr = 4,
-                                              .max_send_sge = 1, .max_recv_sge = 1},
-                                      .qp_type = IBV_QPT_RC};
+        struct ibv_qp_init_attr ia = {
+            .send_cq = cq,
+            .recv_cq = cq,
+            .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+            .qp_type = IBV_QPT_RC};
         struct ibv_qp *qp = ibv_create_qp(pd, &ia);
         if (!qp)
                 FAIL("qp");
-        struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                                .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
-        if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                      IBV_QP_ACCESS_FLAGS))
+        struct ibv_qp_attr a = {
+            .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+        if (ibv_modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
                 FAIL("modify to INIT");
         printf("READY\n");
         struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
@@ -63,6 +63,10 @@ int main(void)
         int err = ibv_post_recv(qp, &wr, &bad);
         if (err == 0)
                 FAIL("a post succeeded after the device was lost");
+        /* Freeing after the loss works as before it. */
+        if (ibv_destroy_qp(qp) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd) || ibv_close_device(ctx))
+                FAIL("freeing after the loss: %s", strerror(errno));
+        ibv_free_device_list(list);
         printf("OK device fatal (post: %s)\n", strerror(err));
         return 0;
 }

@@ -62,13 +62,11 @@ static void ud_setup(struct ud *u)
         CHECK(diwarp_mr_reg(u->pd, u->buf, 65536, (uintptr_t)u->buf, DIWARP_ACCESS_LOCAL_WRITE,
                             &u->mr) == 0,
               "mr");
-        struct diwarp_qp_init_attr a = {.send_cq = u->cq,
-                                        .recv_cq = u->cq,
-                                        .cap = {.max_send_wr = 16,
-                                                .max_recv_wr = 16,
-                                                .max_send_sge = 1,
-                                                .max_recv_sge = 1},
-                                        .qp_type = DIWARP_QPT_UD};
+        struct diwarp_qp_init_attr a = {
+            .send_cq = u->cq,
+            .recv_cq = u->cq,
+            .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
+            .qp_type = DIWARP_QPT_UD};
         CHECK(diwarp_qp_create(u->pd, &a, &u->qp) == 0, "qp");
         struct diwarp_qp_attr qa = {.qp_state = DIWARP_QPS_INIT, .qkey = 7};
         CHECK(diwarp_qp_modify(u->qp, &qa, DIWARP_QP_STATE | DIWARP_QP_QKEY) == 0, "init");
@@ -79,14 +77,26 @@ static void ud_setup(struct ud *u)
         CHECK(err2 == 0, "rts: %s", strerror(-err2));
 }
 
+/* Frees everything, as a program does after a device loss too: each call
+ * must succeed (the daemon freed its side when the connection ended). */
+static void ud_teardown(struct ud *u)
+{
+        CHECK(diwarp_qp_destroy(u->qp) == 0, "qp destroy");
+        CHECK(diwarp_mr_dereg(u->mr) == 0, "mr dereg");
+        CHECK(diwarp_cq_destroy(u->cq) == 0, "cq destroy");
+        CHECK(diwarp_pd_dealloc(u->pd) == 0, "pd dealloc");
+        CHECK(diwarp_device_close(u->dev) == 0, "device close");
+        free(u->buf);
+}
+
 static void post_recvs(struct ud *u)
 {
         struct diwarp_mr_info mi;
         diwarp_mr_info(u->mr, &mi);
         for (int i = 0; i < NRECV; i++) {
                 struct diwarp_sge sg = {(uintptr_t)u->buf + 4096 * (uint64_t)i, 4096, mi.lkey};
-                struct diwarp_recv_wr wr = {.wr_id = 100 + (uint64_t)i, .sg_list = &sg,
-                                            .num_sge = 1};
+                struct diwarp_recv_wr wr = {
+                    .wr_id = 100 + (uint64_t)i, .sg_list = &sg, .num_sge = 1};
                 struct diwarp_recv_wr *bad;
                 CHECK(diwarp_post_recv(u->qp, &wr, &bad) == 0, "post recv");
         }
@@ -150,6 +160,7 @@ static int run_fatal(bool events)
                       ev.event_type);
         }
         expect_flushed(&u, deadline);
+        ud_teardown(&u);
         printf("OK fatal (%s)\n", events ? "async event" : "busy poll");
         return 0;
 }
@@ -194,12 +205,8 @@ static int run_reopen(void)
                         recvd = true;
                 }
         }
-        diwarp_ah_destroy(ah);
-        diwarp_qp_destroy(u.qp);
-        diwarp_mr_dereg(u.mr);
-        diwarp_cq_destroy(u.cq);
-        diwarp_pd_dealloc(u.pd);
-        diwarp_device_close(u.dev);
+        CHECK(diwarp_ah_destroy(ah) == 0, "ah destroy");
+        ud_teardown(&u);
         printf("OK reopen\n");
         return 0;
 }
@@ -317,8 +324,11 @@ static int run_hostile(void)
         CHECK(req(&a, DW_IPC_SEG_ADD, 0, &r, &fd, 1, rsp, NULL, NULL) == 0, "A seg");
         close(fd);
         memset(&r, 0, sizeof(r));
-        r.u.mr = (struct dw_ipc_mr_reg){.pd = a_pd, .seg = 5, .addr = (uintptr_t)page,
-                                        .len = 8192, .iova = (uintptr_t)page,
+        r.u.mr = (struct dw_ipc_mr_reg){.pd = a_pd,
+                                        .seg = 5,
+                                        .addr = (uintptr_t)page,
+                                        .len = 8192,
+                                        .iova = (uintptr_t)page,
                                         .access = DIWARP_ACCESS_LOCAL_WRITE};
         CHECK(req(&a, DW_IPC_MR_REG, 0, &r, NULL, 0, rsp, NULL, NULL) == 0, "A mr");
         uint32_t a_mr = rsp->handle;
@@ -331,8 +341,11 @@ static int run_hostile(void)
               "B freed A's MR");
         CHECK(req(&b, DW_IPC_PD_ALLOC, 0, &r, NULL, 0, rsp, NULL, NULL) == 0, "B pd");
         uint32_t b_pd = rsp->handle;
-        r.u.mr = (struct dw_ipc_mr_reg){.pd = b_pd, .seg = 5, .addr = (uintptr_t)page,
-                                        .len = 4096, .iova = 0,
+        r.u.mr = (struct dw_ipc_mr_reg){.pd = b_pd,
+                                        .seg = 5,
+                                        .addr = (uintptr_t)page,
+                                        .len = 4096,
+                                        .iova = 0,
                                         .access = DIWARP_ACCESS_LOCAL_WRITE};
         CHECK(req(&b, DW_IPC_MR_REG, 0, &r, NULL, 0, rsp, NULL, NULL) == -EFAULT,
               "B registered A's segment");
@@ -360,8 +373,11 @@ static int run_hostile(void)
         bad = sealed_memfd(page, 4096, true);
         CHECK(req(&b, DW_IPC_SEG_ADD, 0, &r, &bad, 1, rsp, NULL, NULL) == 0, "B seg");
         close(bad);
-        r.u.mr = (struct dw_ipc_mr_reg){.pd = b_pd, .seg = 9, .addr = (uintptr_t)page,
-                                        .len = 4097, .access = DIWARP_ACCESS_LOCAL_WRITE};
+        r.u.mr = (struct dw_ipc_mr_reg){.pd = b_pd,
+                                        .seg = 9,
+                                        .addr = (uintptr_t)page,
+                                        .len = 4097,
+                                        .access = DIWARP_ACCESS_LOCAL_WRITE};
         CHECK(req(&b, DW_IPC_MR_REG, 0, &r, NULL, 0, rsp, NULL, NULL) == -EFAULT,
               "MR past its segment taken");
 
@@ -382,8 +398,8 @@ static int run_hostile(void)
         CHECK(req(&b, DW_IPC_PD_ALLOC, 0, &r, &extra, 1, rsp, NULL, NULL) == -EPROTO,
               "a descriptor where none belongs");
         close(extra);
-        r.u.qp = (struct dw_ipc_qp_create){.pd = b_pd, .send_cq = 77, .recv_cq = 77,
-                                           .type = DIWARP_QPT_UD};
+        r.u.qp = (struct dw_ipc_qp_create){
+            .pd = b_pd, .send_cq = 77, .recv_cq = 77, .type = DIWARP_QPT_UD};
         CHECK(req(&b, DW_IPC_QP_CREATE, 0, &r, NULL, 0, rsp, NULL, NULL) == -EINVAL,
               "QP on CQs that do not exist");
         static uint8_t big[DW_IPC_MAX_MSG + 100];
@@ -400,15 +416,17 @@ static int run_hostile(void)
         CHECK(req(&b, DW_IPC_CQ_CREATE, 0, &r, NULL, 0, rsp, &cfd, &n) == 0 && n == 1, "B cq");
         close(cfd);
         uint32_t b_cq = rsp->handle;
-        r.u.qp = (struct dw_ipc_qp_create){.pd = b_pd, .send_cq = b_cq, .recv_cq = b_cq,
-                                           .type = DIWARP_QPT_UD,
-                                           .cap = {.max_send_wr = 4, .max_recv_wr = 4,
-                                                   .max_send_sge = 1, .max_recv_sge = 1}};
+        r.u.qp = (struct dw_ipc_qp_create){
+            .pd = b_pd,
+            .send_cq = b_cq,
+            .recv_cq = b_cq,
+            .type = DIWARP_QPT_UD,
+            .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
         int qfd = -1;
         n = 1;
         CHECK(req(&b, DW_IPC_QP_CREATE, 0, &r, NULL, 0, rsp, &qfd, &n) == 0 && n == 1, "B qp");
-        struct dw_ipc_ring *sq = mmap(NULL, rsp->u.qp.map_len, PROT_READ | PROT_WRITE,
-                                      MAP_SHARED, qfd, 0);
+        struct dw_ipc_ring *sq =
+            mmap(NULL, rsp->u.qp.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, qfd, 0);
         CHECK(sq != MAP_FAILED, "map B's rings");
         close(qfd);
         atomic_store(&sq->prod, 0x7fffffffu);
@@ -422,14 +440,17 @@ static int run_hostile(void)
 
         /* A is untouched. */
         memset(&r, 0, sizeof(r));
-        CHECK(req(&a, DW_IPC_MR_DEREG, a_mr, &r, NULL, 0, rsp, NULL, NULL) == 0,
-              "A lost its MR");
-        CHECK(req(&a, DW_IPC_PD_DEALLOC, a_pd, &r, NULL, 0, rsp, NULL, NULL) == 0,
-              "A lost its PD");
+        CHECK(req(&a, DW_IPC_MR_DEREG, a_mr, &r, NULL, 0, rsp, NULL, NULL) == 0, "A lost its MR");
+        CHECK(req(&a, DW_IPC_PD_DEALLOC, a_pd, &r, NULL, 0, rsp, NULL, NULL) == 0, "A lost its PD");
         uint64_t rej1 = rejected(rsp);
         CHECK(rej1 >= rej0 + 7, "rejected counter %llu -> %llu", (unsigned long long)rej0,
               (unsigned long long)rej1);
         printf("OK hostile (%llu requests rejected)\n", (unsigned long long)(rej1 - rej0));
+        munmap(sq, 4096);
+        munmap(page, 8192);
+        close(a.s);
+        close(b.s);
+        free(rsp);
         return 0;
 }
 
