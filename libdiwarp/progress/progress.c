@@ -683,8 +683,8 @@ static int dw_progress_udp_watch(struct dw_device *dev)
                 return 0;
         struct epoll_event ev = {.events = EPOLLIN | (p->udp_wants_out ? EPOLLOUT : 0),
                                  .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-        if (epoll_ctl(p->epfd, p->udp_wants_out ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, dev->udp.fd,
-                      &ev) < 0) {
+        if (epoll_ctl(p->epfd, p->udp_wants_out ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, dev->udp.fd, &ev) <
+            0) {
                 int e = errno;
                 dw_err("device port %u: cannot watch the UDP socket: %s", dev->port, strerror(e));
                 return -e;
