@@ -820,7 +820,7 @@ def size_name(s):
 
 class Harness:
     GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle",
-              "contention", "mpi", "credits"]
+              "contention", "mpi", "credits", "daemon"]
 
     def __init__(self, a):
         self.a = a
@@ -880,7 +880,7 @@ class Harness:
                ("bench-overlap", "bench"), ("bench-mempeer", "bench"), ("bench-regcost", "bench"),
                ("bench-probe", "bench"), ("bench-native-pingpong", "bench"),
                ("bench-flows", "bench"), ("bench-credits", "bench"),
-               ("diwarp", "tools")]
+               ("diwarp", "tools"), ("diwarpd", "daemon")]
         for name, sub in own:
             p = os.path.join(a.build, sub, name)
             if not (os.path.isfile(p) and os.access(p, os.X_OK)):
@@ -1925,6 +1925,323 @@ class Harness:
                      f"(target ≤ ×1.03: {'met' if on / off <= 1.03 else 'missed'}).\n")
         return L
 
+    # ---- daemon: the host progress daemon (diwarpd) against application-driven progress
+    def daemon_start(self, r, name, cpus, ns=None):
+        """Starts a diwarpd (pinned to cpus, inside namespace ns) with its
+        socket in the run's scratch directory; returns (Popen, socket)."""
+        sock = os.path.join(r.logdir, f"{name}.sock")
+        log = open(os.path.join(r.logdir, f"{name}.log"), "w")
+        argv = ["taskset", "-c", cpus, self.prog["diwarpd"], "--socket", sock]
+        if ns:
+            argv = ["ip", "netns", "exec", ns] + argv
+        p = subprocess.Popen(argv, env=r.env({}), stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 5
+        while not os.path.exists(sock):
+            if p.poll() is not None or time.monotonic() > deadline:
+                p.kill()
+                raise RunFailed(f"diwarpd did not start (see {name}.log)")
+            time.sleep(0.01)
+        return p, sock
+
+    @staticmethod
+    def daemon_stop(p):
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    @staticmethod
+    def proc_cpu_s(pid):
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def proc_rss_kib(pid):
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def daemon_child_pid(self, p):
+        """The diwarpd under taskset / ip netns exec (they exec, so the same pid)."""
+        return p.pid
+
+    def run_daemon(self, r):
+        self.mark_group("daemon")
+        if not self.want_group("daemon"):
+            return
+        self.dm = {}
+        P, T, pl = self.prog, self.pl["timeout"], self.pl
+        both = f"{r.srv_cpu},{r.cli_cpu}"
+
+        def add(name, **v):
+            self.dm.setdefault(name, []).append(v)
+
+        def guarded(name, fn):
+            try:
+                fn()
+            except (RunFailed, NotAvailable) as e:
+                self.failures.append((name, "daemon", 0, str(e)))
+
+        for rnd in range(self.pl["runs"]):
+            # 1. independent progress: a 1 MiB RDMA Read against a computing target
+            for mode in ("app", "thread", "daemon"):
+                def prog_case(mode=mode):
+                    env = {"DIWARP_PROGRESS": mode}
+                    d = None
+                    if mode == "daemon":
+                        d, sock = self.daemon_start(r, "dprog", both)
+                        env["DIWARP_DAEMON_SOCKET"] = sock
+                    try:
+                        srv = [P["bench-overlap"], "--cpu", r.srv_cpu, "--port", "{port}"]
+                        cli = [P["bench-overlap"], "--mode", "progress", "--op", "read", "--size",
+                               str(pl["ov_size"]), "--reps", str(pl["ov_reps"]), "--cpu",
+                               r.cli_cpu, "--port", "{port}", "127.0.0.1"]
+                        cli += ["--block"] if mode != "app" else []
+                        o = r.run_pair(f"daemon progress {mode}", srv, cli, env, T,
+                                       pin=(both, both))
+                        rr, v = result_of(o["client"], o["log"], ["ratio"])
+                        add(f"progress-{mode}", ratio=v["ratio"], t0=float(rr["t0_us"]),
+                            tD=float(rr["tD_us"]))
+                    finally:
+                        if d:
+                            self.daemon_stop(d)
+                guarded(f"progress-{mode}", prog_case)
+            # 2. 64 B Send ping-pong, and 3. host-local 1 MiB Write / Read
+            def local_cases():
+                lat_n = str(lat_iters(64, self.a.quick))
+                bw_n = str(max(50, pl["bw_bytes"] // MiB // 2))
+                cases = []
+                for tr in ("rc", "ud"):
+                    cases.append((f"pingpong-{tr}", ["diwarp-pingpong", "--transport", tr,
+                                                     "--size", "64", "--iters", lat_n], "lat_us"))
+                for op in ("write", "read"):
+                    cases.append((f"local-{op}", ["diwarp-bw", "--transport", "rc", "--op", op,
+                                                  "--size", str(MiB), "--iters", bw_n], "gbps"))
+                for name, argv, key in cases:
+                    for how in ("app", "daemon", "daemon-core"):
+                        def one(name=name, argv=argv, key=key, how=how):
+                            env, pin, d = {}, None, None
+                            if how != "app":
+                                # daemon: clients pinned apart, the daemon free;
+                                # daemon-core: the daemon on one core, both
+                                # clients on the other
+                                dcpu = both if how == "daemon" else r.srv_cpu
+                                d, sock = self.daemon_start(r, "dlocal", dcpu)
+                                env = {"DIWARP_PROGRESS": "daemon", "DIWARP_DAEMON_SOCKET": sock}
+                                if how == "daemon-core":
+                                    pin = (r.cli_cpu, r.cli_cpu)
+                            try:
+                                prog = P[argv[0]]
+                                o = r.run_pair(f"daemon {name} {how}", [prog, "--port", "{port}"],
+                                               [prog] + argv[1:] + ["--port", "{port}",
+                                                                    "127.0.0.1"], env, T, pin=pin)
+                                v = result_of(o["client"], o["log"], [key])[1][key]
+                                add(f"{name}-{how}", v=v)
+                            finally:
+                                if d:
+                                    self.daemon_stop(d)
+                        guarded(f"{name}-{how}", one)
+                # raw TCP over loopback, the host-local baseline
+                def raw():
+                    o = r.run_pair("daemon raw tcp", [P["raw-sock"], "--proto", "tcp", "--mode",
+                                                      "stream", "--port", "{port}"],
+                                   [P["raw-sock"], "--proto", "tcp", "--mode", "stream", "--size",
+                                    str(MiB), "--iters", bw_n, "--port", "{port}", "127.0.0.1"],
+                                   {}, T)
+                    add("local-tcp", v=result_of(o["client"], o["log"], ["gbps"])[1]["gbps"])
+                guarded("local-tcp", raw)
+            local_cases()
+            # 4. RC and RD 1 MiB Write between two namespaces
+            guarded("netns", lambda: self.daemon_netns(r))
+            # 5. the daemon idle, a client holding a QP
+            def idle():
+                d, sock = self.daemon_start(r, "didle", both)
+                env = r.env({"DIWARP_PROGRESS": "daemon", "DIWARP_DAEMON_SOCKET": sock})
+                c = subprocess.Popen([P["diwarp-pingpong"], "--port", str(r.next_port())],
+                                     env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+                try:
+                    time.sleep(0.5)  # opened, its QP created, waiting for a peer
+                    c0 = self.proc_cpu_s(d.pid)
+                    t0 = time.monotonic()
+                    time.sleep(pl["idle_ms"] / 1000)
+                    c1 = self.proc_cpu_s(d.pid)
+                    add("idle", pct=100 * (c1 - c0) / (time.monotonic() - t0))
+                finally:
+                    c.kill()
+                    c.wait()
+                    self.daemon_stop(d)
+            guarded("idle", idle)
+            # 6. 8 client processes all-to-all (RD), with and without the daemon
+            for how in ("app", "daemon"):
+                def a2a(how=how):
+                    env, d = {}, None
+                    if how == "daemon":
+                        d, sock = self.daemon_start(r, "da2a", both)
+                        env = {"DIWARP_PROGRESS": "daemon", "DIWARP_DAEMON_SOCKET": sock}
+                        rss0 = self.proc_rss_kib(d.pid)
+                    try:
+                        msgs = 40 if self.a.quick else 200
+                        args = [P["bench-credits"], "--procs", "8", "--eps", "8", "--msgs",
+                                str(msgs), "--size", "2048", "--rq", str(msgs * 8 + 8)]
+                        peak = [0]
+                        stop = threading.Event()
+
+                        def watch():
+                            while d and not stop.wait(0.02):
+                                peak[0] = max(peak[0], self.proc_rss_kib(d.pid))
+                        th = threading.Thread(target=watch, daemon=True)
+                        th.start()
+                        try:
+                            p, out, err, txt = r.run_single(f"daemon a2a {how}", args,
+                                                            dict(env, DIWARP_CREDIT="off"), T,
+                                                            pin=both)
+                        finally:
+                            stop.set()
+                            th.join()
+                        res = parse_result(out)
+                        if p.code != 0 or not res:
+                            raise RunFailed(f"bench-credits exit {p.code}: {err.strip()[-400:]}")
+                        v = dict(rate=float(res["rate"]), ms=float(res["ms"]))
+                        if d:
+                            v["kib_per_client"] = (peak[0] - rss0) / 8
+                        add(f"a2a-{how}", **v)
+                    finally:
+                        if d:
+                            self.daemon_stop(d)
+                guarded(f"a2a-{how}", a2a)
+            print(f"run: daemon round {rnd + 1}/{self.pl['runs']} "
+                  f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+
+    def daemon_netns(self, r):
+        """RC and RD 1 MiB RDMA Write between two namespaces (a veth pair,
+        MTU 1500, no limit worth the name), application-driven and through a
+        daemon in each namespace."""
+        topo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns-topo.sh")
+        name = f"dm{os.getpid() % 10000}"
+        up = subprocess.run([topo, "up", name, "direct", "100gbit", "--owner", str(os.getpid())],
+                            capture_output=True, text=True)
+        if up.returncode != 0:
+            raise NotAvailable(f"netns-topo.sh up: {up.stderr.strip()[-200:]}")
+        try:
+            t = dict(kv.split("=", 1) for kv in up.stdout.split()[1:])
+            n = str(max(50, self.pl["bw_bytes"] // MiB // 4))
+            both = f"{r.srv_cpu},{r.cli_cpu}"
+            for tr in ("rc", "rd"):
+                for how in ("app", "daemon"):
+                    env, ds = r.env({}), []
+                    try:
+                        envA, envB = dict(env), dict(env)
+                        if how == "daemon":
+                            for ns, e in ((t["ns_a"], envA), (t["ns_b"], envB)):
+                                d, sock = self.daemon_start(r, f"dn-{ns}", both, ns=ns)
+                                ds.append(d)
+                                e.update(DIWARP_PROGRESS="daemon", DIWARP_DAEMON_SOCKET=sock)
+                        port = str(r.next_port())
+                        bw = self.prog["diwarp-bw"]
+                        srv = subprocess.Popen(
+                            ["ip", "netns", "exec", t["ns_a"], "taskset", "-c", r.srv_cpu, bw,
+                             "--port", port, "--addr", t["a"]], env=envA,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                        time.sleep(0.3)
+                        cli = subprocess.run(
+                            ["ip", "netns", "exec", t["ns_b"], "taskset", "-c", r.cli_cpu, bw,
+                             "--transport", tr, "--op", "write", "--size", str(MiB), "--iters", n,
+                             "--port", port, "--addr", t["b"], t["a"]], env=envB,
+                            capture_output=True, text=True, timeout=self.pl["timeout"])
+                        try:
+                            srv.wait(10)
+                        except subprocess.TimeoutExpired:
+                            srv.kill()
+                        res = parse_result(cli.stdout)
+                        r.log.write(f"== daemon netns {tr} {how}\n{cli.stdout[-1500:]}\n"
+                                    f"{cli.stderr[-1500:]}\n")
+                        if cli.returncode != 0 or not res or res.get("status") != "ok":
+                            raise RunFailed(f"netns {tr} {how}: exit {cli.returncode}: "
+                                            f"{cli.stderr.strip()[-400:]}")
+                        self.dm.setdefault(f"netns-{tr}-{how}", []).append(
+                            dict(v=float(res["gbps"])))
+                    finally:
+                        for d in ds:
+                            self.daemon_stop(d)
+        finally:
+            subprocess.run([topo, "down", name], capture_output=True)
+
+    def daemon_section(self):
+        res = getattr(self, "dm", None)
+        if not res:
+            return []
+
+        def med(n, k="v"):
+            return statistics.median(x[k] for x in res[n]) if res.get(n) else None
+
+        def f(x, fmt="%.2f"):
+            return fmt % x if x is not None else "–"
+
+        def ratio(a, b):
+            return a / b if a is not None and b else None
+
+        def verdict(x, ok):
+            return "–" if x is None else ("met" if ok(x) else "missed")
+
+        L = ["## Daemon: the host progress daemon (diwarpd)\n",
+             "Each case side by side in one round, medians of the rounds. `app`: "
+             "application-driven progress (`DIWARP_PROGRESS=app`), the two programs pinned "
+             "to one core each; `daemon`: both programs clients of one `diwarpd` "
+             "(`DIWARP_PROGRESS=daemon`), pinned the same, the daemon free to run on either "
+             "core; `daemon-core`: the daemon alone on one core, both clients on the other. "
+             "With two cores, three busy parties share them.\n",
+             "| case | app | thread | daemon | target |", "|---|---|---|---|---|"]
+        pa, pt, pd = med("progress-app", "ratio"), med("progress-thread", "ratio"), \
+            med("progress-daemon", "ratio")
+        L.append(f"| 1 MiB RDMA Read against a target computing D = 10 × t(0): t(D)/t(0) "
+                 f"(`bench-overlap --mode progress`) | {f(pa)} | {f(pt)} | {f(pd)} | ≤ 1.1: "
+                 f"{verdict(pd, lambda x: x <= 1.1)} |")
+        L.append("")
+        L.append("| case | app | daemon | daemon-core | daemon / app | daemon-core / app "
+                 "| target |")
+        L.append("|---|---|---|---|---|---|---|")
+        for tr in ("rc", "ud"):
+            a, d, dc = med(f"pingpong-{tr}-app"), med(f"pingpong-{tr}-daemon"), \
+                med(f"pingpong-{tr}-daemon-core")
+            best = min(x for x in (ratio(d, a), ratio(dc, a)) if x is not None) \
+                if ratio(d, a) or ratio(dc, a) else None
+            L.append(f"| 64 B Send ping-pong, {tr.upper()}, µs (half round trip) | {f(a)} | "
+                     f"{f(d)} | {f(dc)} | ×{f(ratio(d, a))} | ×{f(ratio(dc, a))} | ≤ ×1.5: "
+                     f"{verdict(best, lambda x: x <= 1.5)} |")
+        tcp = med("local-tcp")
+        for op in ("write", "read"):
+            a, d, dc = med(f"local-{op}-app"), med(f"local-{op}-daemon"), \
+                med(f"local-{op}-daemon-core")
+            best = max(x for x in (d, dc) if x is not None) if d or dc else None
+            L.append(f"| host-local 1 MiB RDMA {op.title()}, RC, Gbit/s (raw TCP loopback "
+                     f"{f(tcp)}) | {f(a)} | {f(d)} | {f(dc)} | ×{f(ratio(d, a))} | "
+                     f"×{f(ratio(dc, a))} | ≥ 2 × TCP: ×{f(ratio(best, tcp))} "
+                     f"{verdict(ratio(best, tcp), lambda x: x >= 2)} |")
+        L.append("")
+        L.append("| between two namespaces (veth, MTU 1500), 1 MiB RDMA Write, Gbit/s | app "
+                 "| daemons | daemons / app | target |")
+        L.append("|---|---|---|---|---|")
+        for tr in ("rc", "rd"):
+            a, d = med(f"netns-{tr}-app"), med(f"netns-{tr}-daemon")
+            L.append(f"| {tr.upper()} | {f(a)} | {f(d)} | ×{f(ratio(d, a))} | ≥ ×0.9: "
+                     f"{verdict(ratio(d, a), lambda x: x >= 0.9)} |")
+        L.append("")
+        idle = med("idle", "pct")
+        L.append(f"Daemon idle with one client holding a device and a QP: {f(idle, '%.3f')} % "
+                 f"of a core (target ≤ 0.1 %: {verdict(idle, lambda x: x <= 0.1)}).\n")
+        a, d = med("a2a-app", "rate"), med("a2a-daemon", "rate")
+        kib = med("a2a-daemon", "kib_per_client")
+        L.append(f"8 client processes, all to all over RD (`bench-credits --procs 8 --eps 8`, "
+                 f"2 KiB messages): {f(a, '%.0f')} messages/s application-driven, "
+                 f"{f(d, '%.0f')} through the daemon (×{f(ratio(d, a))}; target ≥ ×1: "
+                 f"{verdict(ratio(d, a), lambda x: x >= 1)}); the daemon's resident memory "
+                 f"grew by {f(kib, '%.0f')} KiB per client.\n")
+        return L
+
     def mpi_section(self):
         """The report's MPI section (empty when the group did not run)."""
         if not any(k[1].startswith("mpi_") for k in self.order):
@@ -2607,6 +2924,7 @@ class Harness:
         L += self.cont_section()
         L += self.mpi_section()
         L += self.credits_section()
+        L += self.daemon_section()
         L.append("## Not available, missing, failed\n")
         rows = {}
         for k in self.order:
@@ -2771,6 +3089,7 @@ def main():
         h.run_contention(r)
         h.run_mpi(r)
         h.run_credits(r)
+        h.run_daemon(r)
         h.mark_group(None)
     except KeyboardInterrupt:
         h.mark_group(None)

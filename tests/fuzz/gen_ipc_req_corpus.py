@@ -115,6 +115,19 @@ def path_payload(ah=0, qpn=0x42, qkey=0x11111111):
     return struct.pack("<III", ah, qpn, qkey)
 
 
+def listen_payload(port=18515, backlog=128):
+    return struct.pack("<HHi", port, 0, backlog)
+
+
+def conn_payload(listener=8, qp=5, req_id=1, port=18515, pd=b"hello", pd_len=None, sgid=None,
+                 timeout=-1):
+    """struct dw_ipc_conn: 62 bytes of fields, 512 of private data, padded to 576."""
+    n = len(pd) if pd_len is None else pd_len
+    head = struct.pack("<IIQ", listener, qp, req_id) + gid(1) + (sgid or bytes(16))
+    head += struct.pack("<HBBB3xiH", port, 4, 4, 1 if sgid else 0, timeout, n)
+    return head + pd.ljust(512, b"\0") + bytes(2)
+
+
 def request(op, payload=b"", seq=1, handle=0, magic=MAGIC, length=None):
     if length is None:
         length = 16 + len(payload)
@@ -138,11 +151,15 @@ def valid():
         "SRQ_MODIFY": srqm_payload(),
         "AH_CREATE": ah_payload(),
         "RD_PATH": path_payload(),
+        "LISTEN": listen_payload(),
+        "ACCEPT": conn_payload(),
+        "REJECT": conn_payload(qp=0),
+        "CONNECT": conn_payload(listener=0, sgid=gid(9), timeout=5000),
     }
     handles = {"PD_DEALLOC": 1, "MR_DEREG": 2, "CHANNEL_DESTROY": 3, "CQ_DESTROY": 4,
                "QP_DESTROY": 5, "QP_MODIFY": 5, "QP_QUERY": 5, "SRQ_DESTROY": 6,
                "SRQ_MODIFY": 6, "SRQ_QUERY": 6, "AH_DESTROY": 7, "COUNTERS": 5,
-               "RD_PATH": 5}
+               "RD_PATH": 5, "LISTENER_DESTROY": 8, "GET_REQUEST": 8, "DISCONNECT": 5}
     s = {}
     for i, name in enumerate(OPS):
         msg = request(OP[name], payloads.get(name, b""), seq=i + 1, handle=handles.get(name, 0))
@@ -182,6 +199,9 @@ def seeds():
     s["ok_srq_create_huge"] = seed(
         request(OP["SRQ_CREATE"], srq_payload(srq_attr(2**32 - 1, 2**32 - 1))))
     s["ok_rd_path_ah"] = seed(request(OP["RD_PATH"], path_payload(ah=7), handle=5))
+    s["ok_connect_pd_max"] = seed(request(OP["CONNECT"], conn_payload(pd=b"x" * 512)))
+    s["bad_connect_pd_len"] = seed(request(OP["CONNECT"], conn_payload(pd_len=513)))
+    s["bad_accept_pd_len"] = seed(request(OP["ACCEPT"], conn_payload(pd_len=0xffff)))
 
     # Framing: every op refused when the message is cut, padded or mislabelled.
     open_msg = ok["OPEN"][0]

@@ -399,6 +399,21 @@ Test(ipc, srq_create)
         expect_ok(&r, r.h.len, 0);
 }
 
+Test(ipc, conn_private_data)
+{
+        static const unsigned int ops[] = {DW_IPC_ACCEPT, DW_IPC_REJECT, DW_IPC_CONNECT};
+        for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+                struct dw_ipc_req r;
+                valid_req(ops[i], &r);
+                r.u.conn.pd_len = DIWARP_MAX_PRIVATE_DATA;
+                expect_ok(&r, r.h.len, 0);
+                r.u.conn.pd_len = DIWARP_MAX_PRIVATE_DATA + 1;
+                expect_req_refused(&r, EINVAL);
+                r.u.conn.pd_len = 0xffff;
+                expect_req_refused(&r, EINVAL);
+        }
+}
+
 /* ---- ring sizing --------------------------------------------------------- */
 
 Test(ipc, pow2)
