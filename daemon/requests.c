@@ -746,6 +746,14 @@ static void stat_qps(uint32_t first, struct dw_ipc_stat_qps_rsp *out)
                                 q->qpn = o->u.qp.qpn;
                                 q->type = o->u.qp.type;
                                 q->state = diwarp_qp_state(o->u.qp.qp);
+                                struct diwarp_qp_attr qa;
+                                struct diwarp_qp_init_attr ia;
+                                if ((o->u.qp.type == DIWARP_QPT_RC ||
+                                     o->u.qp.type == DIWARP_QPT_UC) &&
+                                    diwarp_qp_query(o->u.qp.qp, &qa, &ia) == 0) {
+                                        q->peer_qpn = qa.dest_qp_num;
+                                        q->peer = qa.dgid;
+                                }
                                 if (diwarp_qp_counters(o->u.qp.qp, &k2) == 0) {
                                         q->tx_packets = k2.tx_packets;
                                         q->tx_bytes = k2.tx_bytes;

@@ -120,9 +120,16 @@ static int stat_cmd(bool all)
                         break;
                 for (uint32_t i = 0; i < q->n; i++) {
                         const struct dw_ipc_stat_qp *x = &q->q[i];
-                        printf("qp 0x%06x pid %d type %s state %s tx_packets %llu tx_bytes %llu "
-                               "rx_packets %llu rx_bytes %llu retransmits %llu rnr_naks %llu\n",
-                               x->qpn, x->pid, qp_type_str(x->type), qp_state_str(x->state),
+                        char peer[64] = "-";
+                        const uint8_t *g = x->peer.raw;
+                        static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+                        if (!memcmp(g, v4, 12) && (g[12] | g[13] | g[14] | g[15]))
+                                snprintf(peer, sizeof(peer), "%u.%u.%u.%u/0x%06x", g[12], g[13],
+                                         g[14], g[15], x->peer_qpn);
+                        printf("qp 0x%06x pid %d type %s state %s peer %s tx_packets %llu "
+                               "tx_bytes %llu rx_packets %llu rx_bytes %llu retransmits %llu "
+                               "rnr_naks %llu\n",
+                               x->qpn, x->pid, qp_type_str(x->type), qp_state_str(x->state), peer,
                                (unsigned long long)x->tx_packets, (unsigned long long)x->tx_bytes,
                                (unsigned long long)x->rx_packets, (unsigned long long)x->rx_bytes,
                                (unsigned long long)x->retransmits, (unsigned long long)x->rnr_naks);
