@@ -1016,11 +1016,14 @@ int dwc_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
                 cq->flushed_head = (cq->flushed_head + 1) % cq->flushed_cap;
                 cq->nflushed--;
         }
-        pthread_mutex_unlock(&cq->lock);
-        if (got == 0 && n > 0 && ++cq->empty > YIELD_AFTER)
-                sched_yield();
-        else if (got)
+        bool yield = false;
+        if (got)
                 cq->empty = 0;
+        else if (n > 0)
+                yield = ++cq->empty > YIELD_AFTER;
+        pthread_mutex_unlock(&cq->lock);
+        if (yield)
+                sched_yield();
         if (got == 0 && n > 0 &&
             atomic_fetch_add_explicit(&cq->dev->empty_polls, 1, memory_order_relaxed) %
                     EMPTY_POLL_CHECK ==
