@@ -40,7 +40,7 @@
 
 #define QKEY     0x11c0ffeeu
 #define MAX_EPS  512
-#define MAX_PROC 4
+#define MAX_PROC 16
 #define SQ_DEPTH 64
 
 struct shared {
@@ -352,7 +352,7 @@ int main(int argc, char **argv)
                 o.dests = o.eps - 1;
         if (o.procs < 1 || o.procs > MAX_PROC || o.eps < 2 || o.eps > MAX_EPS || o.eps < o.procs ||
             !o.msgs || !o.rq || o.active > o.eps || o.size < sizeof(struct msg_hdr)) {
-                fprintf(stderr, "bench-credits: 1 <= procs <= 4, procs <= eps in 2..512, msgs, rq "
+                fprintf(stderr, "bench-credits: 1 <= procs <= 16, procs <= eps in 2..512, msgs, rq "
                                 "> 0, active <= eps, size >= 8\n");
                 return 2;
         }

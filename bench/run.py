@@ -2046,11 +2046,9 @@ class Harness:
                         guarded(f"{name}-{how}", one)
                 # raw TCP over loopback, the host-local baseline
                 def raw():
-                    o = r.run_pair("daemon raw tcp", [P["raw-sock"], "--proto", "tcp", "--mode",
-                                                      "stream", "--port", "{port}"],
-                                   [P["raw-sock"], "--proto", "tcp", "--mode", "stream", "--size",
-                                    str(MiB), "--iters", bw_n, "--port", "{port}", "127.0.0.1"],
-                                   {}, T)
+                    argv = [P["raw-sock"], "--proto", "tcp", "--mode", "stream", "--size",
+                            str(MiB), "--iters", bw_n, "--port", "{port}"]
+                    o = r.run_pair("daemon raw tcp", argv, argv + ["127.0.0.1"], {}, T)
                     add("local-tcp", v=result_of(o["client"], o["log"], ["gbps"])[1]["gbps"])
                 guarded("local-tcp", raw)
             local_cases()
@@ -2129,15 +2127,17 @@ class Harness:
         try:
             t = dict(kv.split("=", 1) for kv in up.stdout.split()[1:])
             n = str(max(50, self.pl["bw_bytes"] // MiB // 4))
-            both = f"{r.srv_cpu},{r.cli_cpu}"
             for tr in ("rc", "rd"):
                 for how in ("app", "daemon"):
                     env, ds = r.env({}), []
                     try:
                         envA, envB = dict(env), dict(env)
                         if how == "daemon":
+                            # each daemon free to run on either core (beside
+                            # its own program it starves: measured ×0.06 RD)
                             for ns, e in ((t["ns_a"], envA), (t["ns_b"], envB)):
-                                d, sock = self.daemon_start(r, f"dn-{ns}", both, ns=ns)
+                                d, sock = self.daemon_start(r, f"dn-{ns}",
+                                                            f"{r.srv_cpu},{r.cli_cpu}", ns=ns)
                                 ds.append(d)
                                 e.update(DIWARP_PROGRESS="daemon", DIWARP_DAEMON_SOCKET=sock)
                         port = str(r.next_port())
