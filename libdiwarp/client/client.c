@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ipc/ipc.h"
+#include "queue/wq.h"
 #include "util/log.h"
 
 #define RPC_TIMEOUT_MS   10000
@@ -99,7 +100,10 @@ struct dwc_mr {
         struct diwarp_mr_info info;
 };
 
-struct dwc_channel {
+/* An object of the daemon's that comes with a descriptor: a completion
+ * channel (its socket), a listener (the daemon's TCP listener, duplicated:
+ * readable when a peer connects). */
+struct dwc_fdobj {
         struct dwc_dev *dev;
         uint32_t h;
         int fd;
@@ -123,7 +127,7 @@ struct dwc_cq {
         uint32_t entries, esize, cons;
         int cqe;
         void *context;
-        struct dwc_channel *channel;
+        struct dwc_fdobj *channel;
         struct diwarp_wc *flushed; /* completions made here after the daemon went away */
         uint32_t nflushed, flushed_cap, flushed_head;
         uint32_t empty; /* polls in a row that found nothing */
@@ -231,6 +235,44 @@ static int rpc(struct dwc_dev *d, struct dw_ipc_req *req, struct dw_ipc_rsp *rsp
 {
         pthread_mutex_lock(&d->lock);
         int err = rpc_locked(d, req, NULL, 0, rsp, NULL, NULL);
+        pthread_mutex_unlock(&d->lock);
+        return err;
+}
+
+/* A request answered with one descriptor (a ring's memfd, a socket): -EPROTO
+ * when the answer carries another count; nothing is left open on failure. */
+static int rpc_fd_locked(struct dwc_dev *d, struct dw_ipc_req *req, struct dw_ipc_rsp *rsp, int *fd)
+{
+        int fds[DW_IPC_MAX_FDS], n = DW_IPC_MAX_FDS;
+        int err = rpc_locked(d, req, NULL, 0, rsp, fds, &n);
+        if (err == 0 && n != 1)
+                err = -EPROTO;
+        if (err < 0) {
+                for (int i = 0; i < n; i++)
+                        close(fds[i]);
+                return err;
+        }
+        *fd = fds[0];
+        return 0;
+}
+
+/* Destroys handle h of the daemon's table. A lost daemon (-EIO) freed it
+ * already: the caller frees its side too. */
+static int rpc_destroy_locked(struct dwc_dev *d, unsigned int op, uint32_t h)
+{
+        struct dw_ipc_req req;
+        struct dw_ipc_rsp rsp;
+        memset(&req, 0, sizeof(req));
+        req.h.op = (uint16_t)op;
+        req.h.handle = h;
+        int err = rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
+        return err == -EIO ? 0 : err;
+}
+
+static int rpc_destroy(struct dwc_dev *d, unsigned int op, uint32_t h)
+{
+        pthread_mutex_lock(&d->lock);
+        int err = rpc_destroy_locked(d, op, h);
         pthread_mutex_unlock(&d->lock);
         return err;
 }
@@ -494,11 +536,8 @@ int dwc_pd_dealloc(struct diwarp_pd *p)
         struct dwc_pd *pd = (struct dwc_pd *)p;
         if (!pd)
                 return -EINVAL;
-        struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        req_init(&req, DW_IPC_PD_DEALLOC, pd->h);
-        int err = rpc(pd->dev, &req, &rsp);
-        if (err < 0 && err != -EIO)
+        int err = rpc_destroy(pd->dev, DW_IPC_PD_DEALLOC, pd->h);
+        if (err < 0)
                 return err;
         free(pd);
         return 0;
@@ -741,11 +780,8 @@ int dwc_mr_dereg(struct diwarp_mr *m)
                 return -EINVAL;
         struct dwc_dev *d = mr->dev;
         pthread_mutex_lock(&d->lock);
-        struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        req_init(&req, DW_IPC_MR_DEREG, mr->h);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
-        if (err < 0 && err != -EIO) {
+        int err = rpc_destroy_locked(d, DW_IPC_MR_DEREG, mr->h);
+        if (err < 0) {
                 pthread_mutex_unlock(&d->lock);
                 return err;
         }
@@ -774,62 +810,62 @@ int dwc_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 
 /* ---- completion channels and CQs --------------------------------------------- */
 
+static int fdobj_create(struct dwc_dev *d, struct dw_ipc_req *req, struct dwc_fdobj **out)
+{
+        struct dwc_fdobj *o = calloc(1, sizeof(*o));
+        if (!o)
+                return -ENOMEM;
+        struct dw_ipc_rsp rsp;
+        pthread_mutex_lock(&d->lock);
+        int err = rpc_fd_locked(d, req, &rsp, &o->fd);
+        pthread_mutex_unlock(&d->lock);
+        if (err < 0) {
+                free(o);
+                return err;
+        }
+        o->dev = d;
+        o->h = rsp.handle;
+        *out = o;
+        return 0;
+}
+
+static int fdobj_destroy(struct dwc_fdobj *o, unsigned int op)
+{
+        if (!o)
+                return -EINVAL;
+        int err = rpc_destroy(o->dev, op, o->h);
+        if (err < 0)
+                return err;
+        close(o->fd);
+        free(o);
+        return 0;
+}
+
 int dwc_comp_channel_create(struct diwarp_device *dv, struct diwarp_comp_channel **out)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
         if (!d || !out)
                 return -EINVAL;
-        struct dwc_channel *ch = calloc(1, sizeof(*ch));
-        if (!ch)
-                return -ENOMEM;
         struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        int fd = -1, nfd = 1;
         req_init(&req, DW_IPC_CHANNEL_CREATE, 0);
-        pthread_mutex_lock(&d->lock);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, &fd, &nfd);
-        pthread_mutex_unlock(&d->lock);
-        if (err == 0 && nfd != 1)
-                err = -EPROTO;
-        if (err < 0) {
-                if (nfd == 1 && fd >= 0)
-                        close(fd);
-                free(ch);
-                return err;
-        }
-        ch->dev = d;
-        ch->h = rsp.handle;
-        ch->fd = fd;
-        *out = (struct diwarp_comp_channel *)ch;
-        return 0;
+        return fdobj_create(d, &req, (struct dwc_fdobj **)out);
 }
 
 int dwc_comp_channel_destroy(struct diwarp_comp_channel *c)
 {
-        struct dwc_channel *ch = (struct dwc_channel *)c;
-        if (!ch)
-                return -EINVAL;
-        struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        req_init(&req, DW_IPC_CHANNEL_DESTROY, ch->h);
-        int err = rpc(ch->dev, &req, &rsp);
-        if (err < 0 && err != -EIO)
-                return err;
-        close(ch->fd);
-        free(ch);
-        return 0;
+        return fdobj_destroy((struct dwc_fdobj *)c, DW_IPC_CHANNEL_DESTROY);
 }
 
 int dwc_comp_channel_fd(const struct diwarp_comp_channel *c)
 {
-        const struct dwc_channel *ch = (const struct dwc_channel *)c;
+        const struct dwc_fdobj *ch = (const struct dwc_fdobj *)c;
         return ch ? ch->fd : -EINVAL;
 }
 
 int dwc_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
                                void **cq_context)
 {
-        struct dwc_channel *ch = (struct dwc_channel *)c;
+        struct dwc_fdobj *ch = (struct dwc_fdobj *)c;
         if (!ch)
                 return -EINVAL;
         struct dw_ipc_event ev;
@@ -875,15 +911,13 @@ int dwc_cq_create(struct diwarp_device *dv, int cqe, void *cq_context,
                 return -ENOMEM;
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
-        int fd = -1, nfd = 1;
+        int fd = -1;
         req_init(&req, DW_IPC_CQ_CREATE, 0);
         req.u.cq.cqe = cqe;
-        req.u.cq.channel = channel ? ((struct dwc_channel *)channel)->h : 0;
+        req.u.cq.channel = channel ? ((struct dwc_fdobj *)channel)->h : 0;
         req.u.cq.context = (uintptr_t)cq_context;
         pthread_mutex_lock(&d->lock);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, &fd, &nfd);
-        if (err == 0 && nfd != 1)
-                err = -EPROTO;
+        int err = rpc_fd_locked(d, &req, &rsp, &fd);
         if (err < 0)
                 goto fail;
         cq->map_len = rsp.u.cq.map_len;
@@ -900,7 +934,7 @@ int dwc_cq_create(struct diwarp_device *dv, int cqe, void *cq_context,
         cq->esize = rsp.u.cq.ring.entry_size;
         cq->cqe = rsp.u.cq.cqe;
         cq->context = cq_context;
-        cq->channel = (struct dwc_channel *)channel;
+        cq->channel = (struct dwc_fdobj *)channel;
         pthread_mutex_init(&cq->lock, NULL);
         objs_set(d, cq->h, cq);
         cq->next = d->cqs;
@@ -909,12 +943,9 @@ int dwc_cq_create(struct diwarp_device *dv, int cqe, void *cq_context,
         *out = (struct diwarp_cq *)cq;
         return 0;
 fail_daemon:
-        req_init(&req, DW_IPC_CQ_DESTROY, rsp.handle);
-        rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
+        rpc_destroy_locked(d, DW_IPC_CQ_DESTROY, rsp.handle);
 fail:
         pthread_mutex_unlock(&d->lock);
-        if (nfd == 1 && fd >= 0)
-                close(fd);
         free(cq);
         return err;
 }
@@ -925,12 +956,9 @@ int dwc_cq_destroy(struct diwarp_cq *c)
         if (!cq)
                 return -EINVAL;
         struct dwc_dev *d = cq->dev;
-        struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        req_init(&req, DW_IPC_CQ_DESTROY, cq->h);
         pthread_mutex_lock(&d->lock);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
-        if (err < 0 && err != -EIO) {
+        int err = rpc_destroy_locked(d, DW_IPC_CQ_DESTROY, cq->h);
+        if (err < 0) {
                 pthread_mutex_unlock(&d->lock);
                 return err;
         }
@@ -1108,7 +1136,7 @@ int dwc_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
         pthread_mutex_init(&qp->rq_lock, NULL);
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
-        int fd = -1, nfd = 1;
+        int fd;
         req_init(&req, DW_IPC_QP_CREATE, 0);
         req.u.qp.pd = pd->h;
         req.u.qp.send_cq = ((struct dwc_cq *)attr->send_cq)->h;
@@ -1118,13 +1146,9 @@ int dwc_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
         req.u.qp.sq_sig_all = attr->sq_sig_all;
         req.u.qp.cap = attr->cap;
         pthread_mutex_lock(&d->lock);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, &fd, &nfd);
-        if (err == 0 && nfd != 1)
-                err = -EPROTO;
+        int err = rpc_fd_locked(d, &req, &rsp, &fd);
         if (err < 0) {
                 pthread_mutex_unlock(&d->lock);
-                if (nfd == 1 && fd >= 0)
-                        close(fd);
                 qp_free(qp);
                 return err;
         }
@@ -1134,8 +1158,7 @@ int dwc_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
         if (qp->map == MAP_FAILED || track_init(&qp->st, r->sq.entries) < 0 ||
             track_init(&qp->rt, r->rq.entries ? r->rq.entries : 1) < 0) {
                 err = qp->map == MAP_FAILED ? -errno : -ENOMEM;
-                req_init(&req, DW_IPC_QP_DESTROY, rsp.handle);
-                rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
+                rpc_destroy_locked(d, DW_IPC_QP_DESTROY, rsp.handle);
                 pthread_mutex_unlock(&d->lock);
                 qp_free(qp);
                 return err;
@@ -1174,12 +1197,9 @@ int dwc_qp_destroy(struct diwarp_qp *q)
         if (!qp)
                 return -EINVAL;
         struct dwc_dev *d = qp->dev;
-        struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        req_init(&req, DW_IPC_QP_DESTROY, qp->h);
         pthread_mutex_lock(&d->lock);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
-        if (err < 0 && err != -EIO) {
+        int err = rpc_destroy_locked(d, DW_IPC_QP_DESTROY, qp->h);
+        if (err < 0) {
                 pthread_mutex_unlock(&d->lock);
                 return err;
         }
@@ -1338,25 +1358,6 @@ static int fill_swr(struct dwc_qp *qp, struct dw_ipc_swr *e, const struct diwarp
         return 0;
 }
 
-static uint8_t wc_op_of(int opcode)
-{
-        switch (opcode) {
-        case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
-                return DIWARP_WC_RDMA_WRITE;
-        case DIWARP_WR_RDMA_READ:
-                return DIWARP_WC_RDMA_READ;
-        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-                return DIWARP_WC_COMP_SWAP;
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
-                return DIWARP_WC_FETCH_ADD;
-        case DIWARP_WR_LOCAL_INV:
-                return DIWARP_WC_LOCAL_INV;
-        default:
-                return DIWARP_WC_SEND;
-        }
-}
-
 int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, const struct diwarpdv_rd_dest *rd,
                   bool all, struct diwarp_send_wr **bad_wr)
 {
@@ -1402,7 +1403,7 @@ int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, const struct d
                 if (err < 0)
                         break;
                 t->wr_id[t->posted & t->mask] = wr->wr_id;
-                t->op[t->posted & t->mask] = wc_op_of(wr->opcode);
+                t->op[t->posted & t->mask] = (uint8_t)dw_wc_opcode_of(wr->opcode);
                 t->posted++;
         }
         if (err < 0) {
@@ -1498,18 +1499,14 @@ int dwc_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_
                 return -ENOMEM;
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
-        int fd = -1, nfd = 1;
+        int fd;
         req_init(&req, DW_IPC_SRQ_CREATE, 0);
         req.u.srq.pd = pd->h;
         req.u.srq.attr = *attr;
         pthread_mutex_lock(&d->lock);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, &fd, &nfd);
-        if (err == 0 && nfd != 1)
-                err = -EPROTO;
+        int err = rpc_fd_locked(d, &req, &rsp, &fd);
         if (err < 0) {
                 pthread_mutex_unlock(&d->lock);
-                if (nfd == 1 && fd >= 0)
-                        close(fd);
                 free(srq);
                 return err;
         }
@@ -1517,8 +1514,7 @@ int dwc_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_
         srq->map = map_fd(fd, srq->map_len);
         if (srq->map == MAP_FAILED) {
                 err = -errno;
-                req_init(&req, DW_IPC_SRQ_DESTROY, rsp.handle);
-                rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
+                rpc_destroy_locked(d, DW_IPC_SRQ_DESTROY, rsp.handle);
                 pthread_mutex_unlock(&d->lock);
                 free(srq);
                 return err;
@@ -1544,12 +1540,9 @@ int dwc_srq_destroy(struct diwarp_srq *s)
         if (!srq)
                 return -EINVAL;
         struct dwc_dev *d = srq->dev;
-        struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        req_init(&req, DW_IPC_SRQ_DESTROY, srq->h);
         pthread_mutex_lock(&d->lock);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
-        if (err < 0 && err != -EIO) {
+        int err = rpc_destroy_locked(d, DW_IPC_SRQ_DESTROY, srq->h);
+        if (err < 0) {
                 pthread_mutex_unlock(&d->lock);
                 return err;
         }
@@ -1641,11 +1634,8 @@ int dwc_ah_destroy(struct diwarp_ah *a)
         struct dwc_ah *ah = (struct dwc_ah *)a;
         if (!ah)
                 return -EINVAL;
-        struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        req_init(&req, DW_IPC_AH_DESTROY, ah->h);
-        int err = rpc(ah->dev, &req, &rsp);
-        if (err < 0 && err != -EIO)
+        int err = rpc_destroy(ah->dev, DW_IPC_AH_DESTROY, ah->h);
+        if (err < 0)
                 return err;
         free(ah);
         return 0;
@@ -1751,63 +1741,26 @@ int dwc_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
 
 /* ---- connection management (rdma_cm) ------------------------------------------ */
 
-struct dwc_listener {
-        struct dwc_dev *dev;
-        uint32_t h;
-        int fd; /* the daemon's TCP listener, duplicated: readable when a peer connects */
-};
-
 int dwc_listen(struct diwarp_device *dv, uint16_t port, int backlog, struct diwarp_listener **out)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
         if (!d || !out)
                 return -EINVAL;
-        struct dwc_listener *l = calloc(1, sizeof(*l));
-        if (!l)
-                return -ENOMEM;
         struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        int fd = -1, nfd = 1;
         req_init(&req, DW_IPC_LISTEN, 0);
         req.u.listen.port = port;
         req.u.listen.backlog = backlog;
-        pthread_mutex_lock(&d->lock);
-        int err = rpc_locked(d, &req, NULL, 0, &rsp, &fd, &nfd);
-        pthread_mutex_unlock(&d->lock);
-        if (err == 0 && nfd != 1)
-                err = -EPROTO;
-        if (err < 0) {
-                if (nfd == 1 && fd >= 0)
-                        close(fd);
-                free(l);
-                return err;
-        }
-        l->dev = d;
-        l->h = rsp.handle;
-        l->fd = fd;
-        *out = (struct diwarp_listener *)l;
-        return 0;
+        return fdobj_create(d, &req, (struct dwc_fdobj **)out);
 }
 
 int dwc_listener_destroy(struct diwarp_listener *ls)
 {
-        struct dwc_listener *l = (struct dwc_listener *)ls;
-        if (!l)
-                return -EINVAL;
-        struct dw_ipc_req req;
-        struct dw_ipc_rsp rsp;
-        req_init(&req, DW_IPC_LISTENER_DESTROY, l->h);
-        int err = rpc(l->dev, &req, &rsp);
-        if (err < 0 && err != -EIO)
-                return err;
-        close(l->fd);
-        free(l);
-        return 0;
+        return fdobj_destroy((struct dwc_fdobj *)ls, DW_IPC_LISTENER_DESTROY);
 }
 
 int dwc_listener_fd(const struct diwarp_listener *ls)
 {
-        const struct dwc_listener *l = (const struct dwc_listener *)ls;
+        const struct dwc_fdobj *l = (const struct dwc_fdobj *)ls;
         return l ? l->fd : -EINVAL;
 }
 
@@ -1817,7 +1770,7 @@ int dwc_listener_fd(const struct diwarp_listener *ls)
 int dwc_listener_get_request(struct diwarp_listener *ls, int timeout_ms,
                              struct diwarp_conn_request *out)
 {
-        struct dwc_listener *l = (struct dwc_listener *)ls;
+        struct dwc_fdobj *l = (struct dwc_fdobj *)ls;
         if (!l || !out)
                 return -EINVAL;
         struct timespec t0;
@@ -1862,7 +1815,7 @@ static void conn_fill(struct dw_ipc_conn *c, const struct diwarp_conn_param *p)
 int dwc_accept(struct diwarp_listener *ls, uint64_t request_id, struct diwarp_qp *q,
                const struct diwarp_conn_param *reply)
 {
-        struct dwc_listener *l = (struct dwc_listener *)ls;
+        struct dwc_fdobj *l = (struct dwc_fdobj *)ls;
         struct dwc_qp *qp = (struct dwc_qp *)q;
         if (!l || !qp || (reply && reply->private_data_len > DIWARP_MAX_PRIVATE_DATA))
                 return -EINVAL;
@@ -1887,7 +1840,7 @@ int dwc_accept(struct diwarp_listener *ls, uint64_t request_id, struct diwarp_qp
 int dwc_reject(struct diwarp_listener *ls, uint64_t request_id, const void *private_data,
                uint16_t private_data_len)
 {
-        struct dwc_listener *l = (struct dwc_listener *)ls;
+        struct dwc_fdobj *l = (struct dwc_fdobj *)ls;
         if (!l || private_data_len > DIWARP_MAX_PRIVATE_DATA)
                 return -EINVAL;
         struct dw_ipc_req req;

@@ -35,27 +35,6 @@ struct dw_qp *dw_qp_lookup(struct dw_device *dev, uint32_t qpn)
 
 /* ---- completions ------------------------------------------------------- */
 
-static enum diwarp_wc_opcode dw_wc_opcode_of(int wr_opcode)
-{
-        switch (wr_opcode) {
-        case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
-                return DIWARP_WC_RDMA_WRITE;
-        case DIWARP_WR_RDMA_READ:
-                return DIWARP_WC_RDMA_READ;
-        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-                return DIWARP_WC_COMP_SWAP;
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
-                return DIWARP_WC_FETCH_ADD;
-        case DIWARP_WR_LOCAL_INV:
-                return DIWARP_WC_LOCAL_INV;
-        case DIWARP_WR_BIND_MW:
-                return DIWARP_WC_BIND_MW;
-        default:
-                return DIWARP_WC_SEND;
-        }
-}
-
 void dw_qp_complete_send(struct dw_qp *qp, enum diwarp_wc_status status, uint32_t byte_len)
 {
         dw_qp_complete_send_ve(qp, status, byte_len, 0);

@@ -174,4 +174,26 @@ int dw_srq_arm_limit(struct dw_srq *srq, uint32_t limit);
  * caller raises DIWARP_EVENT_SRQ_LIMIT_REACHED. */
 int dw_srq_take(struct dw_srq *srq, struct dw_wqe *out, bool *limit_event);
 
+/* The completion opcode of a send WR's opcode (enum diwarp_wr_opcode). */
+static inline enum diwarp_wc_opcode dw_wc_opcode_of(int wr_opcode)
+{
+        switch (wr_opcode) {
+        case DIWARP_WR_RDMA_WRITE:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                return DIWARP_WC_RDMA_WRITE;
+        case DIWARP_WR_RDMA_READ:
+                return DIWARP_WC_RDMA_READ;
+        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+                return DIWARP_WC_COMP_SWAP;
+        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+                return DIWARP_WC_FETCH_ADD;
+        case DIWARP_WR_LOCAL_INV:
+                return DIWARP_WC_LOCAL_INV;
+        case DIWARP_WR_BIND_MW:
+                return DIWARP_WC_BIND_MW;
+        default:
+                return DIWARP_WC_SEND;
+        }
+}
+
 #endif
