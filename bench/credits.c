@@ -5,7 +5,7 @@
  *                 [--active A] [--dests D] [--timeout-ms MS]
  *
  * P endpoints (RD QPs, with their own receive queues) spread over K
- * processes (one device each, 1..4). Each of the first A endpoints (the
+ * processes (one device each, 1..16). Each of the first A endpoints (the
  * active senders; default all) sends M messages of B bytes to each of the D
  * endpoints after it (default: every other one), round robin; every endpoint keeps R
  * receive WRs posted and reposts each one as its completion is polled. With
