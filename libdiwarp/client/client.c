@@ -185,7 +185,9 @@ struct dwc_ah {
 
 /* ---- the connection -------------------------------------------------------- */
 
+/* d->lock held (the lists of QPs); dev_fatal_lock takes it. */
 static void dev_fatal(struct dwc_dev *d);
+static void dev_fatal_lock(struct dwc_dev *d);
 
 /* One request and its response, under d->lock, waiting up to tmo_ms for
  * the answer. fds_in: descriptors sent; fds_out: room for those received
@@ -512,7 +514,7 @@ int dwc_progress(struct diwarp_device *dv)
                     EMPTY_POLL_CHECK ==
                 EMPTY_POLL_CHECK - 1 &&
             daemon_gone(d)) {
-                dev_fatal(d);
+                dev_fatal_lock(d);
                 return -EIO;
         }
         sched_yield();
@@ -891,7 +893,7 @@ int dwc_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq *
         if (n < 0)
                 return -errno;
         if (n == 0) {
-                dev_fatal(ch->dev);
+                dev_fatal_lock(ch->dev);
                 return -EIO;
         }
         if ((size_t)n != sizeof(ev))
@@ -1079,7 +1081,7 @@ int dwc_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
                     EMPTY_POLL_CHECK ==
                 EMPTY_POLL_CHECK - 1 &&
             !atomic_load(&cq->dev->dead) && daemon_gone(cq->dev)) {
-                dev_fatal(cq->dev);
+                dev_fatal_lock(cq->dev);
                 return dwc_cq_poll(c, n, wc);
         }
         return got;
@@ -1678,8 +1680,8 @@ int dwc_get_async_event(struct diwarp_device *dv, struct diwarp_async_event *ev)
                 return -errno;
         memset(ev, 0, sizeof(*ev));
         if (n == 0) {
-                dev_fatal(d);
                 pthread_mutex_lock(&d->lock);
+                dev_fatal(d);
                 bool told = d->fatal_told;
                 d->fatal_told = true;
                 pthread_mutex_unlock(&d->lock);
@@ -1943,6 +1945,13 @@ static void flush_track(struct dwc_qp *qp, struct dwc_track *t, struct dwc_cq *c
         }
         t->retired = t->posted;
         pthread_mutex_unlock(&cq->lock);
+}
+
+static void dev_fatal_lock(struct dwc_dev *d)
+{
+        pthread_mutex_lock(&d->lock);
+        dev_fatal(d);
+        pthread_mutex_unlock(&d->lock);
 }
 
 static void dev_fatal(struct dwc_dev *d)
