@@ -2,7 +2,8 @@
 # Builds diwarp (tools/setup.sh build-demo -Dtests=false), runs the native
 # example programs (UD, RC, RD) server + client on loopback with --validate,
 # then unmodified rdma-core, perftest and rdmacm-utils programs under
-# `diwarp run`. Exits non-zero if any run fails.
+# `diwarp run`, and two of them again as clients of the host daemon
+# (`diwarp run --daemon`). Exits non-zero if any run fails.
 #   tools/demo.sh [BUILD_DIR]
 set -euo pipefail
 
@@ -58,13 +59,13 @@ unmodified() {
         local sout cout
         sout=$(mktemp)
         cout=$(mktemp)
-        timeout 60 "$diwarp" run -- "${srv[@]}" >"$sout" 2>&1 &
+        timeout 60 "$diwarp" run ${through_daemon:+--daemon} -- "${srv[@]}" >"$sout" 2>&1 &
         local spid=$!
         sleep 0.5
         local crc=0 src=0
-        timeout 60 "$diwarp" run -- "${cli[@]}" >"$cout" 2>&1 || crc=$?
+        timeout 60 "$diwarp" run ${through_daemon:+--daemon} -- "${cli[@]}" >"$cout" 2>&1 || crc=$?
         wait "$spid" || src=$?
-        echo "== $name (unmodified, under diwarp run)"
+        echo "== $name (unmodified, under diwarp run${through_daemon:+ --daemon})"
         grep -E "$want" "$cout" | tail -n 3
         if ((crc || src)) || ! grep -qE "$want" "$cout"; then
                 echo "client exit $crc, server exit $src" >&2
@@ -88,6 +89,26 @@ unmodified "ib_write_lat (perftest)" "^ *2 +[0-9]+" \
         ib_write_lat -d diwarp0 -x 0 -n 1000 -p "$port" 127.0.0.1
 unmodified "rping (rdmacm-utils)" "ping data" \
         rping -s -a 127.0.0.1 -p "$port" -V -C 5 -- rping -c -a 127.0.0.1 -p "$port" -V -v -C 5
+
+# The same programs as clients of the host daemon (diwarpd owns the sockets
+# and makes progress for them), on a private socket.
+daemon_dir=$(mktemp -d)
+export DIWARP_DAEMON_SOCKET=$daemon_dir/diwarpd.sock
+if "$diwarp" daemon start; then
+        through_daemon=1
+        unmodified "ibv_rc_pingpong" "usec/iter" \
+                ibv_rc_pingpong -g 0 -p "$port" -- ibv_rc_pingpong -g 0 -p "$port" 127.0.0.1
+        unmodified "rping (rdmacm-utils)" "ping data" \
+                rping -s -a 127.0.0.1 -p "$port" -V -C 5 -- \
+                rping -c -a 127.0.0.1 -p "$port" -V -v -C 5
+        unset through_daemon
+        echo "== diwarp stat"
+        "$diwarp" stat | head -n 2
+        "$diwarp" daemon stop || status=1
+else
+        status=1
+fi
+rm -rf "$daemon_dir"
 
 if ((status)); then
         echo "demo: FAILED" >&2
