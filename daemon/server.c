@@ -124,18 +124,28 @@ static struct diwarp_ah *ah_of(struct dd_client *c, uint32_t h)
         return c->objs[h]->u.ah.ah;
 }
 
+/* Entries a client's ring holds for us; 0 when it holds none, or when the
+ * client wrote an index beyond the ring (it is dropped). */
+static uint32_t ring_avail(struct dd_client *c, struct dw_ipc_ring *ring, uint32_t cons,
+                           uint32_t entries, const char *what, uint32_t h)
+{
+        uint32_t prod = atomic_load_explicit(&ring->prod, memory_order_acquire);
+        uint32_t avail = prod - cons;
+        if (avail > entries) {
+                client_broken(c, what, h, prod);
+                return 0;
+        }
+        return avail;
+}
+
 /* Posts what the SQ ring holds. */
 static int serve_sq(struct dd_obj *o)
 {
         struct dd_client *c = o->c;
-        uint32_t prod = atomic_load_explicit(&o->u.qp.sq->prod, memory_order_acquire);
-        uint32_t avail = prod - o->u.qp.sq_cons;
+        uint32_t avail =
+            ring_avail(c, o->u.qp.sq, o->u.qp.sq_cons, o->u.qp.sq_entries, "send ring", o->h);
         if (avail == 0)
                 return 0;
-        if (avail > o->u.qp.sq_entries) {
-                client_broken(c, "send ring", o->h, prod);
-                return 0;
-        }
         int work = 0;
         while (avail) {
                 struct diwarp_send_wr wr[POST_BATCH];
@@ -267,14 +277,9 @@ static int serve_recv(struct dd_obj *owner, struct dw_ipc_ring *ring, uint32_t e
                       struct dd_obj *srq)
 {
         struct dd_client *c = owner->c;
-        uint32_t prod = atomic_load_explicit(&ring->prod, memory_order_acquire);
-        uint32_t avail = prod - *cons;
+        uint32_t avail = ring_avail(c, ring, *cons, entries, "receive ring", owner->h);
         if (avail == 0)
                 return 0;
-        if (avail > entries) {
-                client_broken(c, "receive ring", owner->h, prod);
-                return 0;
-        }
         int work = 0;
         while (avail) {
                 struct diwarp_recv_wr wr[POST_BATCH];

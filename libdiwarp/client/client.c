@@ -97,8 +97,7 @@ struct dwc_dev {
         struct dwc_seg *segs;
         uint32_t next_seg_id;
         struct dwc_qp *by_qpn[QPN_SLOTS];
-        struct dwc_cq *cqs;
-        _Atomic uint32_t empty_polls;
+        _Atomic uint32_t progress_calls;
 };
 
 struct dwc_pd {
@@ -143,7 +142,6 @@ struct dwc_cq {
         struct diwarp_wc *flushed; /* completions made here after the daemon went away */
         uint32_t nflushed, flushed_cap, flushed_head;
         uint32_t empty; /* polls in a row that found nothing */
-        struct dwc_cq *next;
 };
 
 struct dwc_srq {
@@ -156,7 +154,7 @@ struct dwc_srq {
         uint32_t entries, esize, prod;
         struct diwarp_srq_attr attr;
         void *context;
-        _Atomic uint32_t posted, done; /* for the limit's count of outstanding WRs */
+        _Atomic uint32_t done; /* receives completed: prod - done are outstanding */
 };
 
 struct dwc_qp {
@@ -270,8 +268,11 @@ static int rpc_fd_locked(struct dwc_dev *d, struct dw_ipc_req *req, struct dw_ip
         return 0;
 }
 
-/* Destroys handle h of the daemon's table. A lost daemon (-EIO) freed it
- * already: the caller frees its side too. */
+static void objs_set(struct dwc_dev *d, uint32_t h, void *obj);
+
+/* Destroys handle h of the daemon's table and forgets it here (events
+ * naming it are dropped). A lost daemon (-EIO) freed it already: the caller
+ * frees its side too. */
 static int rpc_destroy_locked(struct dwc_dev *d, unsigned int op, uint32_t h)
 {
         struct dw_ipc_req req;
@@ -280,14 +281,28 @@ static int rpc_destroy_locked(struct dwc_dev *d, unsigned int op, uint32_t h)
         req.h.op = (uint16_t)op;
         req.h.handle = h;
         int err = rpc_locked(d, &req, NULL, 0, &rsp, NULL, NULL);
-        return err == -EIO ? 0 : err;
+        if (err < 0 && err != -EIO)
+                return err;
+        objs_set(d, h, NULL);
+        return 0;
+}
+
+/* The same, taking d->lock: on success it is left held, for the caller to
+ * unlink its object from its lists before it lets go. */
+static int destroy_begin(struct dwc_dev *d, unsigned int op, uint32_t h)
+{
+        pthread_mutex_lock(&d->lock);
+        int err = rpc_destroy_locked(d, op, h);
+        if (err < 0)
+                pthread_mutex_unlock(&d->lock);
+        return err;
 }
 
 static int rpc_destroy(struct dwc_dev *d, unsigned int op, uint32_t h)
 {
-        pthread_mutex_lock(&d->lock);
-        int err = rpc_destroy_locked(d, op, h);
-        pthread_mutex_unlock(&d->lock);
+        int err = destroy_begin(d, op, h);
+        if (err == 0)
+                pthread_mutex_unlock(&d->lock);
         return err;
 }
 
@@ -510,7 +525,7 @@ int dwc_progress(struct diwarp_device *dv)
         /* The daemon makes the progress: a program that loops on this call
          * (a passive target) lends it the core, and looks at the daemon's
          * socket as a busy CQ poll does. */
-        if (atomic_fetch_add_explicit(&d->empty_polls, 1, memory_order_relaxed) %
+        if (atomic_fetch_add_explicit(&d->progress_calls, 1, memory_order_relaxed) %
                     EMPTY_POLL_CHECK ==
                 EMPTY_POLL_CHECK - 1 &&
             daemon_gone(d)) {
@@ -796,12 +811,9 @@ int dwc_mr_dereg(struct diwarp_mr *m)
         if (!mr)
                 return -EINVAL;
         struct dwc_dev *d = mr->dev;
-        pthread_mutex_lock(&d->lock);
-        int err = rpc_destroy_locked(d, DW_IPC_MR_DEREG, mr->h);
-        if (err < 0) {
-                pthread_mutex_unlock(&d->lock);
+        int err = destroy_begin(d, DW_IPC_MR_DEREG, mr->h);
+        if (err < 0)
                 return err;
-        }
         /* The region's segment: found by address (merges replace segments). */
         if (mr->info.length) {
                 uint64_t a = (uintptr_t)mr->info.addr;
@@ -954,8 +966,6 @@ int dwc_cq_create(struct diwarp_device *dv, int cqe, void *cq_context,
         cq->channel = (struct dwc_fdobj *)channel;
         pthread_mutex_init(&cq->lock, NULL);
         objs_set(d, cq->h, cq);
-        cq->next = d->cqs;
-        d->cqs = cq;
         pthread_mutex_unlock(&d->lock);
         *out = (struct diwarp_cq *)cq;
         return 0;
@@ -973,19 +983,9 @@ int dwc_cq_destroy(struct diwarp_cq *c)
         if (!cq)
                 return -EINVAL;
         struct dwc_dev *d = cq->dev;
-        pthread_mutex_lock(&d->lock);
-        int err = rpc_destroy_locked(d, DW_IPC_CQ_DESTROY, cq->h);
-        if (err < 0) {
-                pthread_mutex_unlock(&d->lock);
+        int err = rpc_destroy(d, DW_IPC_CQ_DESTROY, cq->h);
+        if (err < 0)
                 return err;
-        }
-        objs_set(d, cq->h, NULL);
-        for (struct dwc_cq **pp = &d->cqs; *pp; pp = &(*pp)->next)
-                if (*pp == cq) {
-                        *pp = cq->next;
-                        break;
-                }
-        pthread_mutex_unlock(&d->lock);
         munmap(cq->map, cq->map_len);
         free(cq->flushed);
         pthread_mutex_destroy(&cq->lock);
@@ -1068,19 +1068,18 @@ int dwc_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
                 cq->flushed_head = (cq->flushed_head + 1) % cq->flushed_cap;
                 cq->nflushed--;
         }
-        bool yield = false;
+        /* Empty polls in a row: yield the core after a few (the daemon may
+         * need it), look at the daemon's socket every EMPTY_POLL_CHECK. */
+        uint32_t empty = 0;
         if (got)
                 cq->empty = 0;
         else if (n > 0)
-                yield = ++cq->empty > YIELD_AFTER;
+                empty = ++cq->empty;
         pthread_mutex_unlock(&cq->lock);
-        if (yield)
+        if (empty > YIELD_AFTER)
                 sched_yield();
-        if (got == 0 && n > 0 &&
-            atomic_fetch_add_explicit(&cq->dev->empty_polls, 1, memory_order_relaxed) %
-                    EMPTY_POLL_CHECK ==
-                EMPTY_POLL_CHECK - 1 &&
-            !atomic_load(&cq->dev->dead) && daemon_gone(cq->dev)) {
+        if (empty && empty % EMPTY_POLL_CHECK == 0 && !atomic_load(&cq->dev->dead) &&
+            daemon_gone(cq->dev)) {
                 dev_fatal_lock(cq->dev);
                 return dwc_cq_poll(c, n, wc);
         }
@@ -1214,13 +1213,9 @@ int dwc_qp_destroy(struct diwarp_qp *q)
         if (!qp)
                 return -EINVAL;
         struct dwc_dev *d = qp->dev;
-        pthread_mutex_lock(&d->lock);
-        int err = rpc_destroy_locked(d, DW_IPC_QP_DESTROY, qp->h);
-        if (err < 0) {
-                pthread_mutex_unlock(&d->lock);
+        int err = destroy_begin(d, DW_IPC_QP_DESTROY, qp->h);
+        if (err < 0)
                 return err;
-        }
-        objs_set(d, qp->h, NULL);
         if (d->by_qpn[qp->qpn & (QPN_SLOTS - 1)] == qp)
                 d->by_qpn[qp->qpn & (QPN_SLOTS - 1)] = NULL;
         pthread_mutex_unlock(&d->lock);
@@ -1557,14 +1552,9 @@ int dwc_srq_destroy(struct diwarp_srq *s)
         if (!srq)
                 return -EINVAL;
         struct dwc_dev *d = srq->dev;
-        pthread_mutex_lock(&d->lock);
-        int err = rpc_destroy_locked(d, DW_IPC_SRQ_DESTROY, srq->h);
-        if (err < 0) {
-                pthread_mutex_unlock(&d->lock);
+        int err = rpc_destroy(d, DW_IPC_SRQ_DESTROY, srq->h);
+        if (err < 0)
                 return err;
-        }
-        objs_set(d, srq->h, NULL);
-        pthread_mutex_unlock(&d->lock);
         munmap(srq->map, srq->map_len);
         pthread_mutex_destroy(&srq->lock);
         free(srq);
@@ -1614,10 +1604,8 @@ int dwc_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
         }
         pthread_mutex_lock(&srq->lock);
         uint32_t outstanding = srq->prod - atomic_load_explicit(&srq->done, memory_order_relaxed);
-        uint32_t before = srq->prod;
         int err = post_recv_ring(srq->dev, srq->ring, srq->entries, srq->esize, srq->attr.max_sge,
                                  srq->attr.max_wr, &srq->prod, outstanding, NULL, wr, bad_wr);
-        atomic_fetch_add_explicit(&srq->posted, srq->prod - before, memory_order_relaxed);
         pthread_mutex_unlock(&srq->lock);
         return err;
 }
