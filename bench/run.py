@@ -1926,15 +1926,16 @@ class Harness:
         return L
 
     # ---- daemon: the host progress daemon (diwarpd) against application-driven progress
-    def daemon_start(self, r, name, cpus, ns=None):
-        """Starts a diwarpd (pinned to cpus, inside namespace ns) with its
-        socket in the run's scratch directory; returns (Popen, socket)."""
+    def daemon_start(self, r, name, cpus, ns=None, env=None):
+        """Starts a diwarpd (pinned to cpus, inside namespace ns, its engine
+        configured by env) with its socket in the run's scratch directory;
+        returns (Popen, socket)."""
         sock = os.path.join(r.logdir, f"{name}.sock")
         log = open(os.path.join(r.logdir, f"{name}.log"), "w")
         argv = ["taskset", "-c", cpus, self.prog["diwarpd"], "--socket", sock]
         if ns:
             argv = ["ip", "netns", "exec", ns] + argv
-        p = subprocess.Popen(argv, env=r.env({}), stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(argv, env=r.env(env or {}), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 5
         while not os.path.exists(sock):
             if p.poll() is not None or time.monotonic() > deadline:
@@ -2021,15 +2022,21 @@ class Harness:
                     cases.append((f"local-{op}", ["diwarp-bw", "--transport", "rc", "--op", op,
                                                   "--size", str(MiB), "--iters", bw_n], "gbps"))
                 for name, argv, key in cases:
-                    for how in ("app", "daemon", "daemon-core"):
+                    hows = ["app", "daemon", "daemon-core"]
+                    if name.startswith("local-"):
+                        hows.append("daemon-stream")
+                    for how in hows:
                         def one(name=name, argv=argv, key=key, how=how):
                             env, pin, d = {}, None, None
                             if how != "app":
                                 # daemon: clients pinned apart, the daemon free;
                                 # daemon-core: the daemon on one core, both
-                                # clients on the other
-                                dcpu = both if how == "daemon" else r.srv_cpu
-                                d, sock = self.daemon_start(r, "dlocal", dcpu)
+                                # clients on the other; daemon-stream: as
+                                # daemon, without the one-copy path
+                                dcpu = r.srv_cpu if how == "daemon-core" else both
+                                denv = {"DIWARP_LOCAL_COPY": "0"} if how == "daemon-stream" \
+                                    else None
+                                d, sock = self.daemon_start(r, "dlocal", dcpu, env=denv)
                                 env = {"DIWARP_PROGRESS": "daemon", "DIWARP_DAEMON_SOCKET": sock}
                                 if how == "daemon-core":
                                     pin = (r.cli_cpu, r.cli_cpu)
@@ -2222,6 +2229,13 @@ class Harness:
                      f"×{f(ratio(dc, a))} | ≥ 2 × TCP: ×{f(ratio(best, tcp))} "
                      f"{verdict(ratio(best, tcp), lambda x: x >= 2)} |")
         L.append("")
+        rows = [(op, med(f"local-{op}-daemon"), med(f"local-{op}-daemon-stream"))
+                for op in ("write", "read")]
+        if any(s for _, _, s in rows):
+            L.append("Host-local, the daemon's one copy against its own loopback stream "
+                     "(`DIWARP_LOCAL_COPY=0` in the daemon), same pinning: " +
+                     "; ".join(f"{op.title()} {f(d)} against {f(s)} Gbit/s "
+                               f"(×{f(ratio(d, s))})" for op, d, s in rows) + ".\n")
         L.append("| between two namespaces (veth, MTU 1500), 1 MiB RDMA Write, Gbit/s | app "
                  "| daemons | daemons / app | target |")
         L.append("|---|---|---|---|---|")

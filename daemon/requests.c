@@ -105,6 +105,11 @@ static struct dd_dev *dev_get(struct dd_server *s, const char *addr, uint16_t po
                 errno = EIO;
                 return NULL;
         }
+        /* Every client's regions are mapped here: RC Writes and Reads
+         * between two clients are one copy (DIWARP_LOCAL_COPY, qp/rc.c). */
+        struct dw_device *engine = dw_dev_of(d->dev);
+        if (engine->cfg.local_copy < 0)
+                engine->cfg.local_copy = 1;
         int afd = diwarp_async_fd(d->dev);
         fcntl(afd, F_SETFL, fcntl(afd, F_GETFL) | O_NONBLOCK);
         dd_server_watch_dev(s, d);

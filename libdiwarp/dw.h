@@ -230,11 +230,17 @@ static inline struct dw_ah *dw_ah_of(struct diwarp_ah *a)
 }
 
 /* ---- device registry (qp/device.c) -------------------------------------
- * The one global besides the log level: every open device, so tools and the
- * verbs provider can enumerate them. Takes its own mutex; never call with a
- * device lock held. */
-typedef void (*dw_device_visit_fn)(struct dw_device *dev, void *ctx);
-void dw_registry_foreach(dw_device_visit_fn fn, void *ctx);
+ * The one global besides the log level: every open device of the process.
+ * Takes its own mutex, never waiting for a device lock under it.
+ *
+ * The device of this process whose UDP socket dst reaches (its port, and an
+ * address of its own: the pinned one, or one of its GID table or loopback
+ * when on the wildcard), with its lock: self as it is (the caller holds its
+ * lock), another only when its lock is free (trylock; *locked is then set
+ * and the caller unlocks). 0 and *out, -ENOENT (none), -EBUSY (its lock
+ * is taken). */
+int dw_registry_local(struct dw_device *self, const struct sockaddr_in *dst, struct dw_device **out,
+                      bool *locked);
 
 /* ---- in-flight caps of the process (qp/device.c, flow/inflight.h) -------
  * Messages in flight are capped per QP (DIWARP_INFLIGHT_QP), per process

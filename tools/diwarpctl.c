@@ -51,6 +51,8 @@ static const struct {
     {"mbox_parked", offsetof(struct diwarp_counters, mbox_parked)},
     {"credit_msgs", offsetof(struct diwarp_counters, credit_msgs)},
     {"credit_probes", offsetof(struct diwarp_counters, credit_probes)},
+    {"local_copies", offsetof(struct diwarp_counters, local_copies)},
+    {"local_copy_bytes", offsetof(struct diwarp_counters, local_copy_bytes)},
 };
 
 static const char *qp_type_str(uint32_t t)

@@ -637,6 +637,9 @@ struct diwarp_counters {
         uint64_t mbox_parked;   /* Send segments parked for want of a receive WR */
         uint64_t credit_msgs;   /* stand-alone credit datagrams sent (thresholds reached) */
         uint64_t credit_probes; /* credit values asked for by a sender still waiting */
+        /* RC Writes and Reads done as one copy between two ends in one
+         * process (DIWARP_LOCAL_COPY, the host daemon), and their bytes. */
+        uint64_t local_copies, local_copy_bytes;
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

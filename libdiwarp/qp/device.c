@@ -43,12 +43,45 @@ static void dw_registry_remove(struct dw_device *dev)
         pthread_mutex_unlock(&dw_registry_lock);
 }
 
-void dw_registry_foreach(dw_device_visit_fn fn, void *ctx)
+static bool dw_device_owns(const struct dw_device *d, const struct sockaddr_in *dst)
 {
+        uint32_t ip = dst->sin_addr.s_addr;
+
+        if (d->port != ntohs(dst->sin_port))
+                return false;
+        if (d->bind_addr.s_addr != htonl(INADDR_ANY))
+                return d->bind_addr.s_addr == ip;
+        if ((ntohl(ip) >> 24) == 127)
+                return true;
+        for (int i = 0; i < d->ngid; i++)
+                if (d->gids[i].addr == ip)
+                        return true;
+        return false;
+}
+
+int dw_registry_local(struct dw_device *self, const struct sockaddr_in *dst, struct dw_device **out,
+                      bool *locked)
+{
+        int r = -ENOENT;
+
+        *locked = false;
         pthread_mutex_lock(&dw_registry_lock);
-        for (struct dw_device *d = dw_registry_head; d; d = d->reg_next)
-                fn(d, ctx);
+        for (struct dw_device *d = dw_registry_head; d; d = d->reg_next) {
+                if (!dw_device_owns(d, dst))
+                        continue;
+                r = -EBUSY;
+                if (d == self) {
+                        r = 0;
+                } else if (pthread_mutex_trylock(&d->lock) == 0) {
+                        /* Held from here, the device cannot close. */
+                        r = 0;
+                        *locked = true;
+                }
+                *out = d;
+                break;
+        }
         pthread_mutex_unlock(&dw_registry_lock);
+        return r;
 }
 
 /* The process's in-flight caps (seed 002, flow/inflight.h): the process cap

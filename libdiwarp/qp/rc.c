@@ -660,9 +660,138 @@ static bool sq_ready(struct dw_rc_conn *c)
         return true;
 }
 
+/* Copies the bytes of src to dst (both len bytes long in all). */
+static void copy_iov(const struct iovec *dst, int nd, const struct iovec *src, int ns)
+{
+        size_t doff = 0, soff = 0;
+
+        for (int i = 0, j = 0; i < nd && j < ns;) {
+                size_t n = dst[i].iov_len - doff;
+                if (n > src[j].iov_len - soff)
+                        n = src[j].iov_len - soff;
+                memcpy((uint8_t *)dst[i].iov_base + doff, (const uint8_t *)src[j].iov_base + soff,
+                       n);
+                doff += n;
+                soff += n;
+                if (doff == dst[i].iov_len) {
+                        i++;
+                        doff = 0;
+                }
+                if (soff == src[j].iov_len) {
+                        j++;
+                        soff = 0;
+                }
+        }
+}
+
+static void rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
+                             enum diwarp_wc_opcode op, uint32_t len, unsigned flags, uint32_t imm,
+                             uint32_t inv, bool solicited);
+
+/* The responder p takes the WQE as if it had come in FPDUs: a Write or Read
+ * lands in (or comes from) its registered memory, a Send in its next receive
+ * WQE, which completes. Every rule of the wire applies, checked under p's
+ * device lock before a byte moves: its QP's state and access flags, its MR
+ * table (STag, PD, bounds, access) for a tagged WQE, a receive WQE with
+ * room for a Send. false (nothing done): the WQE goes on the stream, where
+ * a failure gets its Terminate. */
+static void rx_comm_est(struct dw_rc_conn *c);
+
+static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe *w,
+                       const struct iovec *loc, int nloc)
+{
+        struct dw_qp *pq = p->qp;
+
+        if (p->state != DW_RC_UP || p->rx_state != DW_RC_RX_HDR || p->rx_end != p->rx_start ||
+            p->term_pending || p->imm_pending || p->rx_wait_recv || p->rx_wqe || p->irq_count ||
+            p->orq_count || p->rtr_send_expected ||
+            (pq->state != DIWARP_QPS_RTS && pq->state != DIWARP_QPS_RTR &&
+             pq->state != DIWARP_QPS_SQD))
+                return false;
+        if (w->opcode == DIWARP_WR_SEND) {
+                struct dw_wqe *rw = dw_qp_recv_head(pq);
+                struct iovec tgt[DW_MAX_SGE];
+                int n = rw ? sge_range_iov(pq, rw, 0, w->total_len, DIWARP_ACCESS_LOCAL_WRITE, tgt,
+                                           DW_MAX_SGE)
+                           : -ENOENT;
+                if (n < 0)
+                        return false;
+                rx_comm_est(p);
+                copy_iov(tgt, n, loc, nloc);
+                c->msn_send++;
+                p->msn_expect_send++;
+                rx_complete_recv(p, rw, DIWARP_WC_SUCCESS, DIWARP_WC_RECV, (uint32_t)w->total_len,
+                                 0, 0, 0, (w->send_flags & DIWARP_SEND_SOLICITED) != 0);
+                return true;
+        }
+        bool write = w->opcode == DIWARP_WR_RDMA_WRITE;
+        int access = write ? DIWARP_ACCESS_REMOTE_WRITE : DIWARP_ACCESS_REMOTE_READ;
+        uint8_t *host = NULL;
+        if ((!write && !p->ird) || !qp_allows(pq, access) ||
+            dw_mr_check_remote(&pq->dev->mrs, w->rkey, pq->pd, pq->qpn, access, w->remote_addr,
+                               w->total_len, &host) != DW_PROT_OK)
+                return false;
+        rx_comm_est(p);
+        struct iovec mem = {host, w->total_len};
+        if (write) {
+                copy_iov(&mem, 1, loc, nloc);
+                /* As a Write that came in FPDUs: its length is what an
+                 * Immediate Data on its own would report. */
+                p->rx_write_len = w->total_len;
+                p->rx_write_bytes = 0;
+        } else {
+                copy_iov(loc, nloc, &mem, 1);
+        }
+        return true;
+}
+
+/* A plain Send, RDMA Write or Read whose other end is linked in this process
+ * (rc_local.h) is done as one copy between the two programs' memory instead
+ * of FPDUs through the loopback stream (DIWARP_LOCAL_COPY; on in the host
+ * daemon, where every client's regions are mapped). Only while the stream is
+ * idle both ways, so its order is kept: the responder has consumed every
+ * byte sent before, no Read is outstanding in either direction, nothing is
+ * queued. The responder's device is only tried (never waited for). loc: the
+ * WQE's checked local SGEs (the source of a Send or Write, the sink of a
+ * Read). true: the WQE completed. */
+static bool local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iovec *loc, int nloc)
+{
+        uint64_t consumed, term_at;
+        bool waiting, locked;
+
+        if (c->qp->dev->cfg.local_copy != 1 || c->end_slot < 0 || c->state != DW_RC_UP ||
+            c->nslot || c->term_pending || c->orq_count || c->irq_count ||
+            (w->opcode != DIWARP_WR_SEND && !w->total_len) ||
+            (w->opcode != DIWARP_WR_SEND && w->opcode != DIWARP_WR_RDMA_WRITE &&
+             w->opcode != DIWARP_WR_RDMA_READ))
+                return false;
+        if (!dw_rc_end_peer_state(c->end_slot, &consumed, &term_at, &waiting) || waiting ||
+            consumed != c->tx_sent || term_at != DW_RC_END_NONE)
+                return false;
+        struct dw_rc_conn *p = dw_rc_end_lock_peer(c->end_slot, c->qp->dev, &locked);
+        if (!p)
+                return false;
+        bool done = local_take(c, p, w, loc, nloc);
+        /* A receive completed on a device another loop drives: wake it. */
+        if (done && locked && w->opcode == DIWARP_WR_SEND)
+                dw_progress_wake(p->qp->dev);
+        dw_rc_end_unlock_peer(p, locked);
+        if (!done)
+                return false;
+        c->qp->ctr.local_copies++;
+        c->qp->ctr.local_copy_bytes += w->total_len;
+        c->qp->dev->ctr.local_copies++;
+        c->qp->dev->ctr.local_copy_bytes += w->total_len;
+        w->status = DIWARP_WC_SUCCESS;
+        w->byte_len = (uint32_t)w->total_len;
+        w->flags |= DW_WQE_DONE;
+        retire(c);
+        return true;
+}
+
 /* Starts the next SQ WQE. Returns 1 when it became c->cur, 0 when it finished
- * without an FPDU (Local Invalidate, Bind Memory Window), -1 on error
- * (handled). */
+ * without an FPDU (Local Invalidate, Bind Memory Window, a local copy), -1
+ * on error (handled). */
 static int start_wqe(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
@@ -685,6 +814,8 @@ static int start_wqe(struct dw_rc_conn *c)
                         return -1;
                 }
                 c->nsrc = n;
+                if (local_copy(c, w, c->src, n))
+                        return 0;
                 break;
         case DIWARP_WR_RDMA_READ:
                 if (w->total_len > UINT32_MAX) {
@@ -698,6 +829,8 @@ static int start_wqe(struct dw_rc_conn *c)
                                         "RDMA Read sink SGE fails its lkey check");
                         return -1;
                 }
+                if (local_copy(c, w, tmp, n))
+                        return 0;
                 break;
         case DIWARP_WR_ATOMIC_CMP_AND_SWP:
         case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
@@ -1187,6 +1320,18 @@ static int rc_tx_locked(struct dw_rc_conn *c, size_t *writtenp)
 }
 
 /* ---------------------------------------------------------------- receive */
+
+/* IB semantics: the first message on a QP still in RTR (the passive side of
+ * an IB-style connect that has not moved to RTS yet) raises Communication
+ * Established, once. */
+static void rx_comm_est(struct dw_rc_conn *c)
+{
+        if (!c->comm_est) {
+                c->comm_est = true;
+                if (c->qp->state == DIWARP_QPS_RTR)
+                        dw_async_qp(c->qp, DIWARP_EVENT_COMM_EST);
+        }
+}
 
 static void rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
                              enum diwarp_wc_opcode op, uint32_t len, unsigned flags, uint32_t imm,
@@ -1864,14 +2009,7 @@ static int rx_parse(struct dw_rc_conn *c)
                                        true, NULL, DIWARP_EVENT_QP_FATAL, why);
                 return -1;
         }
-        if (!c->comm_est) {
-                /* IB semantics: the first message on a QP still in RTR (the
-                 * passive side of an IB-style connect that has not moved to
-                 * RTS yet) raises Communication Established, once. */
-                c->comm_est = true;
-                if (c->qp->state == DIWARP_QPS_RTR)
-                        dw_async_qp(c->qp, DIWARP_EVENT_COMM_EST);
-        }
+        rx_comm_est(c);
 
         switch (c->rh.opcode) {
         case DW_RDMAP_WRITE:

@@ -266,6 +266,73 @@ static bool dw_ud_send_failed(struct dw_qp *qp, const struct dw_ud_txm *m, int r
         return false;
 }
 
+static void ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
+                       const struct sockaddr_in *from, uint8_t *pkt, const struct iovec *pay,
+                       int npay);
+
+/* The head WQE, when its destination is a device of this process
+ * (DIWARP_LOCAL_COPY; on in the host daemon): the message is delivered as
+ * one copy from the sender's memory into the receive WQE, with the checks
+ * and counters of a received datagram (ud_deliver), instead of a datagram
+ * through the loopback socket. 1: done; 0: not local, or a source that fails
+ * its lkey check (the datagram path takes it); -EBUSY: the destination's
+ * device is busy, the WQE waits for the next step (a datagram now could be
+ * overtaken by the copies behind it). */
+static int ud_tx_local(struct dw_qp *qp)
+{
+        struct dw_device *dev = qp->dev;
+        struct dw_wqe *w = dw_wq_head(&qp->sq);
+        struct sockaddr_in dst, from;
+        struct iovec pay[DW_MAX_SGE];
+        bool locked;
+
+        dw_peer_addr(dev, ((struct dw_ah *)w->ah)->ip, w->remote_qpn, &dst);
+        struct dw_device *to;
+        int r = dw_registry_local(dev, &dst, &to, &locked);
+        if (r < 0)
+                return r == -EBUSY ? r : 0;
+        int n = dw_ud_gather(qp, w, pay);
+        if (n < 0) {
+                if (locked)
+                        pthread_mutex_unlock(&to->lock);
+                return 0;
+        }
+        bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+        struct dw_dgram_ud u = {
+            .dst_qpn = w->remote_qpn,
+            .src_qpn = qp->qpn,
+            .qkey = (w->remote_qkey & 0x80000000u) ? qp->attr.qkey : w->remote_qkey,
+            .msn = qp->ud_msn,
+            .payload_len = (uint32_t)w->total_len,
+            .imm_data = with_imm ? w->imm_data : 0,
+            .with_imm = with_imm,
+            .se = (w->send_flags & DIWARP_SEND_SOLICITED) != 0,
+        };
+        /* The source address the kernel would give the datagram: the pinned
+         * address, else the destination itself (a local address is its own
+         * route's source; on loopback 127.0.0.1). */
+        from = dst;
+        from.sin_port = htons(dev->port);
+        if (dev->bind_addr.s_addr != htonl(INADDR_ANY))
+                from.sin_addr = dev->bind_addr;
+        else if ((ntohl(dst.sin_addr.s_addr) >> 24) == 127)
+                from.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ud_deliver(to, &u, &from, NULL, pay, n);
+        /* A receive completed on a device another loop drives: wake it. */
+        if (locked) {
+                dw_progress_wake(to);
+                pthread_mutex_unlock(&to->lock);
+        }
+        qp->ud_msn += with_imm ? 2 : 1;
+        dw_ud_count_tx(qp, w->total_len);
+        qp->ctr.local_copies++;
+        qp->ctr.local_copy_bytes += w->total_len;
+        dev->ctr.local_copies++;
+        dev->ctr.local_copy_bytes += w->total_len;
+        dw_qp_complete_send(qp, DIWARP_WC_SUCCESS, (uint32_t)w->total_len);
+        return 1;
+}
+
 /* Sends the SQ from its head, up to budget WQEs. Several ready WQEs go out
  * with one sendmmsg (dw_udp_send_batch); a lone one with one sendmsg, the
  * latency path. With fault injection each datagram passes the fault hook. */
@@ -274,9 +341,21 @@ int dw_ud_tx(struct dw_qp *qp, int budget)
         struct dw_device *dev = qp->dev;
         struct dw_ud_txm m[DW_UDP_TX_BATCH];
         struct dw_udp_msg msgs[DW_UDP_TX_BATCH];
+        bool local = dev->cfg.local_copy == 1 && !dev->fault_on;
         int work = 0;
 
         while (work < budget && qp->state == DIWARP_QPS_RTS && !dw_wq_empty(&qp->sq)) {
+                if (local) {
+                        int r = ud_tx_local(qp);
+                        if (r == -EBUSY) {
+                                dw_ud_set_pending(qp, true);
+                                return work;
+                        }
+                        if (r) {
+                                work++;
+                                continue;
+                        }
+                }
                 int want = budget - work;
                 if (want > DW_UDP_TX_BATCH)
                         want = DW_UDP_TX_BATCH;
@@ -385,6 +464,99 @@ static bool dw_ud_duplicate(struct dw_qp *qp, const struct sockaddr_in *from, ui
         return false;
 }
 
+/* Delivers UD message u from address from to its QP on dev: the QP, its
+ * Q_Key, a receive WQE with room for GRH + payload, the duplicate filter;
+ * then the GRH and the payload are placed and the receive completes. The
+ * payload is u->payload_len bytes at pkt (a received datagram, its decoded
+ * headers in front of it: the GRH goes over them) or, with pkt NULL, the
+ * npay iovecs of pay (a sender in this process, ud_tx_local). Lock held. */
+static void ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
+                       const struct sockaddr_in *from, uint8_t *pkt, const struct iovec *pay,
+                       int npay)
+{
+        struct dw_qp *qp = dw_qp_lookup(dev, u->dst_qpn);
+        if (!qp || qp->type != DIWARP_QPT_UD || qp->state < DIWARP_QPS_RTR ||
+            qp->state > DIWARP_QPS_SQE) {
+                dev->ctr.rx_dropped_no_qp++;
+                dw_dbg("UD rx: no UD QP %#x ready, dropped", u->dst_qpn);
+                return;
+        }
+        if (u->qkey != qp->attr.qkey) {
+                dev->ctr.rx_dropped_qkey++;
+                qp->ctr.rx_dropped_qkey++;
+                dw_dbg("QP %#x: qkey %#x != %#x, dropped", qp->qpn, u->qkey, qp->attr.qkey);
+                return;
+        }
+        size_t plen = u->payload_len;
+        bool se = u->se;
+
+        struct dw_wqe *w = dw_qp_recv_head(qp);
+        if (!w) {
+                dev->ctr.rx_dropped_no_recv++;
+                qp->ctr.rx_dropped_no_recv++;
+                dw_dbg("QP %#x: no receive posted, UD message dropped", qp->qpn);
+                return;
+        }
+        if (dw_ud_duplicate(qp, from, u->src_qpn, u->msn)) {
+                dev->ctr.rx_dropped_duplicate++;
+                qp->ctr.rx_dropped_duplicate++;
+                dw_dbg("QP %#x: duplicate of MSN %#x from QP %#x dropped", qp->qpn, u->msn,
+                       u->src_qpn);
+                return;
+        }
+        dev->ctr.rx_packets++;
+        dev->ctr.rx_bytes += plen;
+        qp->ctr.rx_packets++;
+        qp->ctr.rx_bytes += plen;
+
+        struct diwarp_wc wc = {
+            .wr_id = w->wr_id,
+            .status = DIWARP_WC_SUCCESS,
+            .opcode = DIWARP_WC_RECV,
+            .src_qp = u->src_qpn,
+            .wc_flags = DIWARP_WC_GRH | (u->with_imm ? DIWARP_WC_WITH_IMM : 0),
+            .imm_data = u->imm_data,
+        };
+        if (DW_GRH_LEN + plen > w->total_len) {
+                dw_dbg("QP %#x: receive of %llu bytes too small for %zu + GRH", qp->qpn,
+                       (unsigned long long)w->total_len, plen);
+                wc.status = DIWARP_WC_LOC_LEN_ERR;
+                dw_qp_complete_recv(qp, &wc, se);
+                dw_qp_recv_pop(qp);
+                return;
+        }
+        union diwarp_gid sgid;
+        dw_ipv4_to_gid(from->sin_addr, &sgid);
+        int sr;
+        if (pkt) {
+                /* The headers in front of the payload are decoded already: the
+                 * GRH goes over them, and one scatter (one lkey check per SGE,
+                 * all or nothing) places GRH + payload. */
+                uint8_t *g = pkt - DW_GRH_LEN;
+                dw_ud_grh(g, &sgid, &dev->gid, (uint32_t)plen);
+                sr = dw_ud_place(qp, w, g, DW_GRH_LEN + plen);
+        } else {
+                uint8_t grh[DW_GRH_LEN];
+                size_t off = DW_GRH_LEN;
+                dw_ud_grh(grh, &sgid, &dev->gid, (uint32_t)plen);
+                sr = dw_qp_scatter(qp, w, 0, grh, DW_GRH_LEN);
+                for (int i = 0; i < npay && sr == 0; off += pay[i].iov_len, i++)
+                        sr = dw_qp_scatter(qp, w, off, pay[i].iov_base, pay[i].iov_len);
+        }
+        if (sr < 0) {
+                dw_warn("QP %#x: receive wr_id %#llx: local protection error (lkey)", qp->qpn,
+                        (unsigned long long)w->wr_id);
+                wc.status = DIWARP_WC_LOC_PROT_ERR;
+                dw_qp_complete_recv(qp, &wc, se);
+                dw_qp_recv_pop(qp);
+                dw_qp_to_error(qp, -1);
+                return;
+        }
+        wc.byte_len = (uint32_t)(DW_GRH_LEN + plen);
+        dw_qp_complete_recv(qp, &wc, se);
+        dw_qp_recv_pop(qp);
+}
+
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from)
 {
         const char *why = NULL;
@@ -420,87 +592,13 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
         if (dw_dgram_decode_ud(pkt, (size_t)body, &u, &why) < 0)
                 goto malformed;
 
-        struct dw_qp *qp = dw_qp_lookup(dev, u.dst_qpn);
-        if (!qp || qp->type != DIWARP_QPT_UD || qp->state < DIWARP_QPS_RTR ||
-            qp->state > DIWARP_QPS_SQE) {
-                dev->ctr.rx_dropped_no_qp++;
-                dw_dbg("UD rx: no UD QP %#x ready, dropped", u.dst_qpn);
-                return;
-        }
-        if (u.qkey != qp->attr.qkey) {
-                dev->ctr.rx_dropped_qkey++;
-                qp->ctr.rx_dropped_qkey++;
-                dw_dbg("QP %#x: qkey %#x != %#x, dropped", qp->qpn, u.qkey, qp->attr.qkey);
-                return;
-        }
-        const uint8_t *payload = pkt + u.payload_off;
-        size_t plen = u.payload_len;
-        bool se = u.se;
-
-        struct dw_wqe *w = dw_qp_recv_head(qp);
-        if (!w) {
-                dev->ctr.rx_dropped_no_recv++;
-                qp->ctr.rx_dropped_no_recv++;
-                dw_dbg("QP %#x: no receive posted, UD message dropped", qp->qpn);
-                return;
-        }
-        if (dw_ud_duplicate(qp, from, u.src_qpn, u.msn)) {
-                dev->ctr.rx_dropped_duplicate++;
-                qp->ctr.rx_dropped_duplicate++;
-                dw_dbg("QP %#x: duplicate of MSN %#x from QP %#x dropped", qp->qpn, u.msn,
-                       u.src_qpn);
-                return;
-        }
-        dev->ctr.rx_packets++;
-        dev->ctr.rx_bytes += plen;
-        qp->ctr.rx_packets++;
-        qp->ctr.rx_bytes += plen;
-
-        struct diwarp_wc wc = {
-            .wr_id = w->wr_id,
-            .status = DIWARP_WC_SUCCESS,
-            .opcode = DIWARP_WC_RECV,
-            .src_qp = u.src_qpn,
-            .wc_flags = DIWARP_WC_GRH | (u.with_imm ? DIWARP_WC_WITH_IMM : 0),
-            .imm_data = u.imm_data,
-        };
-        if (DW_GRH_LEN + plen > w->total_len) {
-                dw_dbg("QP %#x: receive of %llu bytes too small for %zu + GRH", qp->qpn,
-                       (unsigned long long)w->total_len, plen);
-                wc.status = DIWARP_WC_LOC_LEN_ERR;
-                dw_qp_complete_recv(qp, &wc, se);
-                dw_qp_recv_pop(qp);
-                return;
-        }
-        uint8_t grh[DW_GRH_LEN];
-        union diwarp_gid sgid;
-        dw_ipv4_to_gid(from->sin_addr, &sgid);
-        int sr;
-        if (payload - pkt >= DW_GRH_LEN) {
-                /* The headers in front of the payload are decoded already: the
-                 * GRH goes over them, and one scatter (one lkey check per SGE,
-                 * all or nothing) places GRH + payload. */
-                uint8_t *g = (uint8_t *)payload - DW_GRH_LEN;
-                dw_ud_grh(g, &sgid, &dev->gid, (uint32_t)plen);
-                sr = dw_ud_place(qp, w, g, DW_GRH_LEN + plen);
+        uint8_t *payload = pkt + u.payload_off;
+        if (u.payload_off >= DW_GRH_LEN) {
+                ud_deliver(dev, &u, from, payload, NULL, 0);
         } else {
-                dw_ud_grh(grh, &sgid, &dev->gid, (uint32_t)plen);
-                sr = dw_qp_scatter(qp, w, 0, grh, DW_GRH_LEN);
-                if (sr == 0)
-                        sr = dw_qp_scatter(qp, w, DW_GRH_LEN, payload, plen);
+                struct iovec one = {payload, u.payload_len};
+                ud_deliver(dev, &u, from, NULL, &one, 1);
         }
-        if (sr < 0) {
-                dw_warn("QP %#x: receive wr_id %#llx: local protection error (lkey)", qp->qpn,
-                        (unsigned long long)w->wr_id);
-                wc.status = DIWARP_WC_LOC_PROT_ERR;
-                dw_qp_complete_recv(qp, &wc, se);
-                dw_qp_recv_pop(qp);
-                dw_qp_to_error(qp, -1);
-                return;
-        }
-        wc.byte_len = (uint32_t)(DW_GRH_LEN + plen);
-        dw_qp_complete_recv(qp, &wc, se);
-        dw_qp_recv_pop(qp);
         return;
 
 malformed:

@@ -46,6 +46,7 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->credit_ring = DW_CONFIG_DEFAULT_CREDIT_RING;
         cfg->credit_peers = DW_CONFIG_DEFAULT_CREDIT_PEERS;
         cfg->credit_cslots = DW_CONFIG_DEFAULT_CREDIT_CSLOTS;
+        cfg->local_copy = -1;
 }
 
 /* Records "NAME='value': expectation" in cfg->why_buf. The value is cut short
@@ -303,6 +304,14 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 if (i < 0)
                         return bad(cfg, "DIWARP_CREDIT_RC", v, "expected rnr or park");
                 cfg->credit_rc_park = i == 1;
+        }
+        if ((v = var(env, "DIWARP_LOCAL_COPY"))) {
+                static const char *const names[] = {"0", "1"};
+
+                i = parse_choice(v, names, 2);
+                if (i < 0)
+                        return bad(cfg, "DIWARP_LOCAL_COPY", v, "expected 0 or 1");
+                cfg->local_copy = (int8_t)i;
         }
         if ((v = var(env, "DIWARP_CREDIT_MIN_QUOTA"))) {
                 if (!parse_u64(v, 10, 0, DW_CONFIG_MAX_CREDIT_RING, &u))

@@ -94,6 +94,10 @@ struct dw_config {
         uint32_t credit_cslots;        /* DIWARP_CREDIT_CSLOTS: credit-region entries per peer */
         uint32_t credit_min_quota;     /* DIWARP_CREDIT_MIN_QUOTA: dynamic floor; 0 = cslots */
         bool credit_rc_park;           /* DIWARP_CREDIT_RC=park|rnr: RC over RD parks too */
+        /* DIWARP_LOCAL_COPY=0|1: RC Writes and Reads between two ends in one
+         * process as one copy (qp/rc.c); -1 = unset: on in the host daemon,
+         * off elsewhere. */
+        int8_t local_copy;
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];

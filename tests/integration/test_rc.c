@@ -2143,3 +2143,238 @@ Test(rc, peer_frozen_mid_transfer)
 {
         peer_dies(SIGSTOP, 2000);
 }
+
+/* ---- one copy between two ends in this process (DIWARP_LOCAL_COPY) ----
+ * On in the host daemon, where both clients' streams end in one process;
+ * here the two devices of this process stand for them. */
+
+static uint64_t local_copies(struct side *s)
+{
+        struct diwarp_counters c;
+        cr_assert_eq(diwarp_device_counters(s->dev, &c), 0);
+        return c.local_copies;
+}
+
+/* A's completion, driving A's device only: what B has to do, A's copy did. */
+static struct diwarp_wc wait_wc_a_only(int timeout_ms)
+{
+        struct diwarp_wc wc;
+        uint64_t end = now_ms() + (uint64_t)timeout_ms;
+        while (diwarp_cq_poll(A.cq, 1, &wc) != 1) {
+                diwarp_progress(A.dev, 64);
+                cr_assert_lt(now_ms(), end, "no completion within %d ms", timeout_ms);
+        }
+        return wc;
+}
+
+/* A Send and its receive, so the stream is up and idle. */
+static void exchange_one_send(void)
+{
+        post_recv(&B, 500, 0, 64);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 501, 0, 16, 0, 0, 0), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(wait_wc(&B, 5000).status, DIWARP_WC_SUCCESS);
+}
+
+static int post_rdma_sges(struct side *s, enum diwarp_wr_opcode op, uint64_t id,
+                          struct diwarp_sge *sge, int nsge, uint64_t raddr, uint32_t rkey,
+                          unsigned flags)
+{
+        struct diwarp_send_wr wr = {
+            .wr_id = id, .sg_list = sge, .num_sge = nsge, .opcode = op, .send_flags = flags};
+        wr.wr.rdma.remote_addr = raddr;
+        wr.wr.rdma.rkey = rkey;
+        struct diwarp_send_wr *bad;
+        return diwarp_post_send(s->qp, &wr, &bad);
+}
+
+Test(rc, local_copy_write_and_read)
+{
+        setenv("DIWARP_LOCAL_COPY", "1", 1);
+        pair_ib(4 << 20);
+        exchange_one_send();
+        uint64_t base = local_copies(&A);
+        size_t n = 1 << 20;
+        /* A Write from three SGEs: B's memory holds it when A's completion
+         * comes, though only A's device was driven. */
+        fill(A.buf + 4096, n, 41);
+        struct diwarp_sge w3[3] = {{(uintptr_t)A.buf + 4096, 1000, A.lkey},
+                                   {(uintptr_t)A.buf + 4096 + 1000, 5000, A.lkey},
+                                   {(uintptr_t)A.buf + 4096 + 6000, (uint32_t)n - 6000, A.lkey}};
+        cr_assert_eq(post_rdma_sges(&A, DIWARP_WR_RDMA_WRITE, 1, w3, 3, (uintptr_t)B.buf + 8192,
+                                    B.rkey, DIWARP_SEND_SIGNALED),
+                     0);
+        struct diwarp_wc w = wait_wc_a_only(5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "%s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.opcode, DIWARP_WC_RDMA_WRITE);
+        cr_assert_eq(w.byte_len, n);
+        cr_assert_eq(memcmp(B.buf + 8192, A.buf + 4096, n), 0, "write: target differs");
+        cr_assert_eq(B.buf[8191], 0, "write: before the target range");
+        cr_assert_eq(B.buf[8192 + n], 0, "write: past the target range");
+        cr_assert_eq(local_copies(&A), base + 1);
+        /* A Read into two SGEs. */
+        fill(B.buf + (2 << 20), n, 42);
+        struct diwarp_sge r2[2] = {
+            {(uintptr_t)A.buf + (2 << 20), 3333, A.lkey},
+            {(uintptr_t)A.buf + (2 << 20) + 3333, (uint32_t)n - 3333, A.lkey}};
+        cr_assert_eq(post_rdma_sges(&A, DIWARP_WR_RDMA_READ, 2, r2, 2, (uintptr_t)B.buf + (2 << 20),
+                                    B.rkey, DIWARP_SEND_SIGNALED),
+                     0);
+        w = wait_wc_a_only(5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "%s", diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.opcode, DIWARP_WC_RDMA_READ);
+        cr_assert_eq(w.byte_len, n);
+        cr_assert_eq(memcmp(A.buf + (2 << 20), B.buf + (2 << 20), n), 0, "read: sink differs");
+        cr_assert_eq(local_copies(&A), base + 2);
+        cr_assert(poll_none(&B, 1), "RDMA Write/Read must not complete at the target");
+        /* Unsignaled Writes complete with the next signaled WR, in order. */
+        for (int i = 0; i < 8; i++) {
+                struct diwarp_sge s = {(uintptr_t)A.buf + (size_t)i * 4096, 4096, A.lkey};
+                cr_assert_eq(post_rdma_sges(&A, DIWARP_WR_RDMA_WRITE, 10 + i, &s, 1,
+                                            (uintptr_t)B.buf + (size_t)i * 4096, B.rkey,
+                                            i == 7 ? DIWARP_SEND_SIGNALED : 0),
+                             0);
+        }
+        w = wait_wc_a_only(5000);
+        cr_assert_eq(w.wr_id, 17);
+        cr_assert_eq(memcmp(A.buf, B.buf, 8 * 4096), 0);
+        cr_assert_eq(local_copies(&A), base + 10);
+}
+
+/* A Write behind a Send the responder has not taken yet stays behind it: it
+ * goes on the stream, and B's memory is untouched until B reads on. (A Send
+ * with Immediate is never a copy, so it waits in the stream.) */
+Test(rc, local_copy_keeps_the_stream_order)
+{
+        setenv("DIWARP_LOCAL_COPY", "1", 1);
+        pair_ib(1 << 20);
+        exchange_one_send();
+        uint64_t base = local_copies(&A);
+        post_recv(&B, 600, 0, 256);
+        struct diwarp_sge s = {(uintptr_t)A.buf, 200, A.lkey};
+        fill(A.buf, 200, 7);
+        struct diwarp_send_wr swr = {
+            .wr_id = 601, .sg_list = &s, .num_sge = 1, .opcode = DIWARP_WR_SEND_WITH_IMM};
+        swr.imm_data = htonl(0x1234);
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(A.qp, &swr, &bad), 0);
+        for (int i = 0; i < 16; i++)
+                diwarp_progress(A.dev, 64);
+        fill(A.buf + 65536, 65536, 8);
+        struct diwarp_sge ws = {(uintptr_t)A.buf + 65536, 65536, A.lkey};
+        cr_assert_eq(post_rdma_sges(&A, DIWARP_WR_RDMA_WRITE, 602, &ws, 1, (uintptr_t)B.buf + 65536,
+                                    B.rkey, 0),
+                     0);
+        for (int i = 0; i < 16; i++)
+                diwarp_progress(A.dev, 64);
+        cr_assert_eq(local_copies(&A), base, "a Write copied ahead of an unconsumed Send");
+        for (int i = 0; i < 65536; i++)
+                cr_assert_eq(B.buf[65536 + i], 0, "the Write was placed before the Send");
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 600);
+        cr_assert_eq(w.byte_len, 200);
+        cr_assert_eq(w.imm_data, htonl(0x1234));
+        cr_assert_eq(memcmp(B.buf, A.buf, 200), 0);
+        uint64_t end = now_ms() + 5000;
+        while (memcmp(B.buf + 65536, A.buf + 65536, 65536) && now_ms() < end)
+                progress_both();
+        cr_assert_eq(memcmp(B.buf + 65536, A.buf + 65536, 65536), 0);
+        /* Idle again: the next Write is a copy, and a Send behind it finds
+         * its data in place. */
+        for (int i = 0; i < 100 && !poll_none(&A, 0); i++)
+                ;
+        post_recv(&B, 603, 0, 256);
+        fill(A.buf + 131072, 4096, 9);
+        struct diwarp_sge ws2 = {(uintptr_t)A.buf + 131072, 4096, A.lkey};
+        cr_assert_eq(post_rdma_sges(&A, DIWARP_WR_RDMA_WRITE, 604, &ws2, 1,
+                                    (uintptr_t)B.buf + 131072, B.rkey, DIWARP_SEND_SIGNALED),
+                     0);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 605, 0, 8, 0, 0, 0), 0);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 603);
+        cr_assert_eq(w.byte_len, 8);
+        cr_assert_eq(memcmp(B.buf + 131072, A.buf + 131072, 4096), 0);
+        cr_assert_eq(local_copies(&A), base + 2, "the Write and the Send behind it");
+}
+
+/* A Send into a receive WQE of several SGEs, with only A's device driven;
+ * one longer than the receive WQE is not a copy: it goes on the stream and
+ * B terminates it as on the wire. */
+Test(rc, local_copy_send)
+{
+        setenv("DIWARP_LOCAL_COPY", "1", 1);
+        pair_ib(1 << 20);
+        exchange_one_send();
+        uint64_t base = local_copies(&A);
+        struct diwarp_sge rs[3] = {{(uintptr_t)B.buf + 4096, 100, B.lkey},
+                                   {(uintptr_t)B.buf + 8192, 5000, B.lkey},
+                                   {(uintptr_t)B.buf + 16384, 65536, B.lkey}};
+        struct diwarp_recv_wr rwr = {.wr_id = 700, .sg_list = rs, .num_sge = 3};
+        struct diwarp_recv_wr *rbad;
+        cr_assert_eq(diwarp_post_recv(B.qp, &rwr, &rbad), 0);
+        fill(A.buf + 65536, 60000, 12);
+        struct diwarp_sge ss[2] = {{(uintptr_t)A.buf + 65536, 7, A.lkey},
+                                   {(uintptr_t)A.buf + 65536 + 7, 60000 - 7, A.lkey}};
+        cr_assert_eq(post_rdma_sges(&A, DIWARP_WR_SEND, 701, ss, 2, 0, 0, DIWARP_SEND_SIGNALED), 0);
+        struct diwarp_wc w = wait_wc_a_only(5000);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_SEND);
+        cr_assert_eq(local_copies(&A), base + 1);
+        cr_assert_eq(diwarp_cq_poll(B.cq, 1, &w), 1, "B's receive completed with A's copy");
+        cr_assert_eq(w.wr_id, 700);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(w.opcode, DIWARP_WC_RECV);
+        cr_assert_eq(w.byte_len, 60000);
+        cr_assert_eq(memcmp(B.buf + 4096, A.buf + 65536, 100), 0);
+        cr_assert_eq(memcmp(B.buf + 8192, A.buf + 65536 + 100, 5000), 0);
+        cr_assert_eq(memcmp(B.buf + 16384, A.buf + 65536 + 5100, 60000 - 5100), 0);
+        cr_assert_eq(B.buf[16384 + 60000 - 5100], 0, "past the message");
+        /* The MSNs stay in step: a Send on the stream after it is taken. */
+        post_recv(&B, 702, 0, 64);
+        struct diwarp_send_wr imm = {
+            .wr_id = 703, .opcode = DIWARP_WR_SEND_WITH_IMM, .send_flags = DIWARP_SEND_SIGNALED};
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(A.qp, &imm, &bad), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 702);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "%s", diwarp_wc_status_str(w.status));
+        /* Longer than the receive WQE. */
+        post_recv(&B, 704, 0, 64);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 705, 0, 65, 0, 0, 0), 0);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 704);
+        cr_assert_eq(w.status, DIWARP_WC_LOC_LEN_ERR, "%s", diwarp_wc_status_str(w.status));
+        w = wait_wc(&A, 5000);
+        cr_assert_eq(w.wr_id, 705);
+        cr_assert_eq(local_copies(&A), base + 1);
+        check_dead();
+}
+
+/* A failed check is not a copy: the Write goes on the stream and the
+ * responder terminates it as it would any other (vendor_err, async events,
+ * both QPs in ERR), its memory untouched. */
+Test(rc, local_copy_refused_falls_back_to_the_stream)
+{
+        setenv("DIWARP_LOCAL_COPY", "1", 1);
+        pair_ib(1 << 16);
+        exchange_one_send();
+        uint64_t base = local_copies(&A);
+        write_must_fail((uintptr_t)B.buf + B.len - 64, B.rkey, 128, B.buf, B.len,
+                        VE_DDP_TAGGED_BOUNDS);
+        cr_assert_eq(local_copies(&A), base);
+}
+
+/* Off unless asked for, outside the daemon: the bytes cross the stream. */
+Test(rc, local_copy_off_by_default)
+{
+        unsetenv("DIWARP_LOCAL_COPY");
+        pair_ib(1 << 16);
+        exchange_one_send();
+        fill(A.buf, 4096, 3);
+        cr_assert_eq(
+            post_send(&A, DIWARP_WR_RDMA_WRITE, 1, 0, 4096, (uintptr_t)B.buf + 4096, B.rkey, 0), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(memcmp(A.buf, B.buf + 4096, 4096), 0);
+        cr_assert_eq(local_copies(&A), 0);
+}

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -385,4 +386,115 @@ Test(ud_io, ud_msn_random_first_then_consecutive)
         cr_expect_eq(diwarp_ah_destroy(ah_c), 0);
         side_close(&a);
         side_close(&c);
+}
+
+/* ---- one copy to a device of this process (DIWARP_LOCAL_COPY) ---- */
+
+static uint64_t counter_of(struct side *s, size_t off)
+{
+        struct diwarp_counters c;
+        cr_assert_eq(diwarp_device_counters(s->dev, &c), 0);
+        return *(const uint64_t *)((const uint8_t *)&c + off);
+}
+#define CTR(s, f) counter_of(s, offsetof(struct diwarp_counters, f))
+
+static void send_signaled(struct side *s, struct diwarp_ah *ah, uint32_t qpn, uint32_t qkey,
+                          uint32_t len)
+{
+        struct diwarp_sge sg = {(uintptr_t)s->buf, len, s->lkey};
+        struct diwarp_send_wr wr = {.wr_id = 0,
+                                    .sg_list = &sg,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.ud.ah = ah;
+        wr.wr.ud.remote_qpn = qpn;
+        wr.wr.ud.remote_qkey = qkey;
+        struct diwarp_send_wr *bad;
+        cr_assert_eq(diwarp_post_send(s->qp, &wr, &bad), 0);
+}
+
+/* The batched list again with the sender's device copying: every message
+ * is a copy (none crosses the socket), each complete and in order. */
+Test(ud_io, local_copy_batched_list)
+{
+        setenv("DIWARP_LOCAL_COPY", "1", 1);
+        struct side a, b;
+        side_open(&a);
+        side_open(&b);
+        union diwarp_gid g;
+        struct diwarp_ah *ah;
+        diwarp_device_gid(b.dev, &g);
+        cr_assert_eq(diwarp_ah_create(a.pd, &g, &ah), 0);
+        post_recvs(&b);
+        post_list(&a, &b, ah, 9);
+        check(&a, &b, NMSG, 0, NULL, 0);
+        cr_assert_eq(CTR(&a, local_copies), NMSG);
+        cr_assert_eq(CTR(&b, rx_packets), NMSG);
+        check(&b, &a, 0, NMSG, &a, 9);
+        cr_expect_eq(diwarp_ah_destroy(ah), 0);
+        side_close(&a);
+        side_close(&b);
+}
+
+/* What the receiver sees is what the datagram gives: the same GRH (source
+ * and destination GID, payload length) from a copying sender as from one
+ * whose message crosses the socket; a wrong Q_Key, or no receive posted,
+ * drops the message at the receiver, counted there, as on the wire. */
+Test(ud_io, local_copy_same_grh_and_drops)
+{
+        struct side wire, copy, b;
+        unsetenv("DIWARP_LOCAL_COPY");
+        side_open(&wire);
+        side_open(&b);
+        setenv("DIWARP_LOCAL_COPY", "1", 1);
+        side_open(&copy);
+        union diwarp_gid g;
+        struct diwarp_ah *ah_w, *ah_c;
+        diwarp_device_gid(b.dev, &g);
+        cr_assert_eq(diwarp_ah_create(wire.pd, &g, &ah_w), 0);
+        cr_assert_eq(diwarp_ah_create(copy.pd, &g, &ah_c), 0);
+        uint32_t bq = diwarp_qp_num(b.qp);
+        for (int i = 0; i < 2; i++) {
+                struct diwarp_sge sg = {(uintptr_t)rslot(&b, i), RSLOT, b.lkey};
+                struct diwarp_recv_wr wr = {.wr_id = 1000 + i, .sg_list = &sg, .num_sge = 1};
+                struct diwarp_recv_wr *bad;
+                cr_assert_eq(diwarp_post_recv(b.qp, &wr, &bad), 0);
+        }
+        memset(wire.buf, 0x5a, 300);
+        memset(copy.buf, 0x5a, 300);
+        send_signaled(&wire, ah_w, bq, QKEY, 300);
+        check(&wire, &b, 1, 0, NULL, 0);
+        struct diwarp_wc wc;
+        uint64_t end = (uint64_t)time(NULL) + 5;
+        while (diwarp_cq_poll(b.cq, 1, &wc) != 1) {
+                diwarp_progress(b.dev, 64);
+                cr_assert_lt((uint64_t)time(NULL), end, "the datagram did not arrive");
+        }
+        cr_assert_eq(wc.status, DIWARP_WC_SUCCESS);
+        send_signaled(&copy, ah_c, bq, QKEY, 300);
+        cr_assert_eq(diwarp_cq_poll(copy.cq, 1, &wc), 1, "the copy completes at the post");
+        cr_assert_eq(wc.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(diwarp_cq_poll(b.cq, 1, &wc), 1, "and so does its receive");
+        cr_assert_eq(wc.status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(wc.byte_len, 300 + GRH);
+        cr_assert_eq(wc.src_qp, diwarp_qp_num(copy.qp));
+        cr_assert_eq(memcmp(rslot(&b, 0), rslot(&b, 1), GRH + 300), 0,
+                     "GRH and payload differ between the datagram and the copy");
+        cr_assert_eq(CTR(&copy, local_copies), 1);
+        cr_assert_eq(CTR(&wire, local_copies), 0);
+        /* No receive posted now, then a wrong Q_Key with one posted. */
+        send_signaled(&copy, ah_c, bq, QKEY, 10);
+        cr_assert_eq(diwarp_cq_poll(copy.cq, 1, &wc), 1);
+        cr_assert_eq(CTR(&b, rx_dropped_no_recv), 1);
+        post_recvs(&b);
+        send_signaled(&copy, ah_c, bq, QKEY + 1, 10);
+        cr_assert_eq(diwarp_cq_poll(copy.cq, 1, &wc), 1);
+        cr_assert_eq(CTR(&b, rx_dropped_qkey), 1);
+        cr_assert_eq(diwarp_cq_poll(b.cq, 1, &wc), 0, "a dropped message completed");
+        cr_expect_eq(diwarp_ah_destroy(ah_w), 0);
+        cr_expect_eq(diwarp_ah_destroy(ah_c), 0);
+        side_close(&wire);
+        side_close(&copy);
+        side_close(&b);
 }

@@ -7,7 +7,8 @@
 #                                  daemon must be alive, have served requests,
 #                                  and hold no client
 #   daemon.sh examples             the native examples (UD, RC, RD; Send,
-#                                  Write, Read) through the daemon, validated
+#                                  Write, Read) through the daemon, validated;
+#                                  RC Writes between them are one copy
 #   daemon.sh kill_daemon          clients of a daemon killed with SIGKILL:
 #                                  DEVICE_FATAL (native and verbs), WRs
 #                                  flushed, posts fail, nothing hangs; a new
@@ -120,6 +121,12 @@ examples)
                 done
         done
         pair bw_rc "$DIWARP_BW" --transport rc --op write --size 1048576 --iters 100 --validate
+        # Between two clients of one daemon, RC Writes and Reads are one copy
+        # (DIWARP_LOCAL_COPY): at least the 100 MiB just written.
+        lc=$("$DIWARP" stat | sed -n 's/.* local_copy_bytes \([0-9]*\).*/\1/p' | head -n 1)
+        [ "${lc:-0}" -ge $((100 << 20)) ] ||
+                { "$DIWARP" stat >&2; fail "RC Writes between clients were not one copy"; }
+        echo "one copy: $lc bytes"
         pair bw_rd "$DIWARP_BW" --transport rd --op write --size 1048576 --iters 100 --validate
         pair bw_ud "$DIWARP_BW" --transport ud --size 8192 --iters 1000 --validate
         no_clients 2

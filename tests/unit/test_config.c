@@ -221,6 +221,8 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_CREDIT_PEERS", "0"},
             {"DIWARP_CREDIT_CSLOTS", "0"},
             {"DIWARP_CREDIT_CSLOTS", "65"},
+            {"DIWARP_LOCAL_COPY", "on"},
+            {"DIWARP_LOCAL_COPY", "2"},
         };
 
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -235,6 +237,19 @@ Test(config, bad_values_rejected_with_reason)
                 /* A failed parse leaves the defaults, not a partial environment. */
                 assert_defaults(&c);
         }
+}
+
+/* Unset is -1: the host daemon turns it on, every other process leaves it off. */
+Test(config, local_copy)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        dw_config_defaults(&c);
+        cr_assert_eq(c.local_copy, -1);
+        cr_assert_eq(parse1(&c, "DIWARP_LOCAL_COPY", "1", &why), 0);
+        cr_assert_eq(c.local_copy, 1);
+        cr_assert_eq(parse1(&c, "DIWARP_LOCAL_COPY", "0", &why), 0);
+        cr_assert_eq(c.local_copy, 0);
 }
 
 Test(config, credit_knobs)
