@@ -171,11 +171,18 @@ static void check(struct side *s, struct side *other, int nsend, int nrecv, stru
         }
 }
 
-static void batch_one_way(const char *io, const char *progress)
+static uint64_t counter_of(struct side *s, size_t off);
+#define CTR(s, f) counter_of(s, offsetof(struct diwarp_counters, f))
+
+/* copy: the sender's device copies to the receiver's (DIWARP_LOCAL_COPY):
+ * every message is a copy, none crosses the socket. */
+static void batch_one_way(const char *io, const char *progress, bool copy)
 {
         setenv("DIWARP_IO", io, 1);
         if (progress)
                 setenv("DIWARP_PROGRESS", progress, 1);
+        if (copy)
+                setenv("DIWARP_LOCAL_COPY", "1", 1);
         struct side a, b;
         side_open(&a);
         side_open(&b);
@@ -186,6 +193,10 @@ static void batch_one_way(const char *io, const char *progress)
         post_recvs(&b);
         post_list(&a, &b, ah, 7);
         check(&a, &b, NMSG, 0, NULL, 0);
+        if (copy) {
+                cr_assert_eq(CTR(&a, local_copies), NMSG);
+                cr_assert_eq(CTR(&b, rx_packets), NMSG);
+        }
         check(&b, &a, 0, NMSG, &a, 7);
         cr_expect_eq(diwarp_ah_destroy(ah), 0);
         side_close(&a);
@@ -245,17 +256,22 @@ Test(ud_io, uring_opens_or_falls_back)
 
 Test(ud_io, batched_list_plain)
 {
-        batch_one_way("plain", NULL);
+        batch_one_way("plain", NULL, false);
 }
 
 Test(ud_io, batched_list_uring)
 {
-        batch_one_way("uring", NULL);
+        batch_one_way("uring", NULL, false);
 }
 
 Test(ud_io, batched_list_uring_progress_thread)
 {
-        batch_one_way("uring", "thread");
+        batch_one_way("uring", "thread", false);
+}
+
+Test(ud_io, local_copy_batched_list)
+{
+        batch_one_way("plain", NULL, true);
 }
 
 Test(ud_io, both_ways_plain)
@@ -396,7 +412,6 @@ static uint64_t counter_of(struct side *s, size_t off)
         cr_assert_eq(diwarp_device_counters(s->dev, &c), 0);
         return *(const uint64_t *)((const uint8_t *)&c + off);
 }
-#define CTR(s, f) counter_of(s, offsetof(struct diwarp_counters, f))
 
 static void send_signaled(struct side *s, struct diwarp_ah *ah, uint32_t qpn, uint32_t qkey,
                           uint32_t len)
@@ -412,29 +427,6 @@ static void send_signaled(struct side *s, struct diwarp_ah *ah, uint32_t qpn, ui
         wr.wr.ud.remote_qkey = qkey;
         struct diwarp_send_wr *bad;
         cr_assert_eq(diwarp_post_send(s->qp, &wr, &bad), 0);
-}
-
-/* The batched list again with the sender's device copying: every message
- * is a copy (none crosses the socket), each complete and in order. */
-Test(ud_io, local_copy_batched_list)
-{
-        setenv("DIWARP_LOCAL_COPY", "1", 1);
-        struct side a, b;
-        side_open(&a);
-        side_open(&b);
-        union diwarp_gid g;
-        struct diwarp_ah *ah;
-        diwarp_device_gid(b.dev, &g);
-        cr_assert_eq(diwarp_ah_create(a.pd, &g, &ah), 0);
-        post_recvs(&b);
-        post_list(&a, &b, ah, 9);
-        check(&a, &b, NMSG, 0, NULL, 0);
-        cr_assert_eq(CTR(&a, local_copies), NMSG);
-        cr_assert_eq(CTR(&b, rx_packets), NMSG);
-        check(&b, &a, 0, NMSG, &a, 9);
-        cr_expect_eq(diwarp_ah_destroy(ah), 0);
-        side_close(&a);
-        side_close(&b);
 }
 
 /* What the receiver sees is what the datagram gives: the same GRH (source
