@@ -687,6 +687,7 @@ static void copy_iov(const struct iovec *dst, int nd, const struct iovec *src, i
 static void rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
                              enum diwarp_wc_opcode op, uint32_t len, unsigned flags, uint32_t imm,
                              uint32_t inv, bool solicited);
+static void rx_comm_est(struct dw_rc_conn *c);
 
 /* The responder p takes the WQE as if it had come in FPDUs: a Write or Read
  * lands in (or comes from) its registered memory, a Send in its next receive
@@ -695,8 +696,6 @@ static void rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp
  * table (STag, PD, bounds, access) for a tagged WQE, a receive WQE with
  * room for a Send. false (nothing done): the WQE goes on the stream, where
  * a failure gets its Terminate. */
-static void rx_comm_est(struct dw_rc_conn *c);
-
 static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe *w,
                        const struct iovec *loc, int nloc)
 {
