@@ -391,11 +391,14 @@ int dd_client_serve(struct dd_client *c)
                 struct dd_obj *o = c->active[i];
                 switch (o->kind) {
                 case DD_QP:
-                        work += serve_sq(o);
+                        /* Receives first: a Send the client posted after
+                         * them, to itself or to a client this server copies
+                         * to, finds them in the engine. */
                         if (o->u.qp.rq)
                                 work +=
                                     serve_recv(o, o->u.qp.rq, o->u.qp.rq_entries, o->u.qp.rq_esize,
                                                o->u.qp.cap.max_recv_sge, &o->u.qp.rq_cons, o, NULL);
+                        work += serve_sq(o);
                         break;
                 case DD_SRQ:
                         work += serve_recv(o, o->u.srq.ring, o->u.srq.entries, o->u.srq.esize,

@@ -266,16 +266,19 @@ static bool dw_ud_send_failed(struct dw_qp *qp, const struct dw_ud_txm *m, int r
         return false;
 }
 
-static void ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
+static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
                        const struct sockaddr_in *from, uint8_t *pkt, const struct iovec *pay,
-                       int npay);
+                       int npay, bool local);
 
 /* The head WQE, when its destination is a device of this process
  * (DIWARP_LOCAL_COPY; on in the host daemon): the message is delivered as
  * one copy from the sender's memory into the receive WQE, with the checks
  * and counters of a received datagram (ud_deliver), instead of a datagram
- * through the loopback socket. 1: done; 0: not local, or a source that fails
- * its lkey check (the datagram path takes it); -EBUSY: the destination's
+ * through the loopback socket. 1: done; 0: not local, a source that fails its
+ * lkey check, or a destination QP without a receive WQE (the datagram path
+ * takes it: the receive may be on its way, as the host daemon moves a
+ * client's posts into the engine a turn at a time, and a datagram gives it
+ * the time the wire would); -EBUSY: the destination's
  * device is busy, the WQE waits for the next step (a datagram now could be
  * overtaken by the copies behind it). */
 static int ud_tx_local(struct dw_qp *qp)
@@ -317,12 +320,15 @@ static int ud_tx_local(struct dw_qp *qp)
                 from.sin_addr = dev->bind_addr;
         else if ((ntohl(dst.sin_addr.s_addr) >> 24) == 127)
                 from.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ud_deliver(to, &u, &from, NULL, pay, n);
+        bool taken = ud_deliver(to, &u, &from, NULL, pay, n, true);
         /* A receive completed on a device another loop drives: wake it. */
         if (locked) {
-                dw_progress_wake(to);
+                if (taken)
+                        dw_progress_wake(to);
                 pthread_mutex_unlock(&to->lock);
         }
+        if (!taken)
+                return 0;
         qp->ud_msn += with_imm ? 2 : 1;
         dw_ud_count_tx(qp, w->total_len);
         qp->ctr.local_copies++;
@@ -469,40 +475,44 @@ static bool dw_ud_duplicate(struct dw_qp *qp, const struct sockaddr_in *from, ui
  * then the GRH and the payload are placed and the receive completes. The
  * payload is u->payload_len bytes at pkt (a received datagram, its decoded
  * headers in front of it: the GRH goes over them) or, with pkt NULL, the
- * npay iovecs of pay (a sender in this process, ud_tx_local). Lock held. */
-static void ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
+ * npay iovecs of pay (local: a sender in this process, ud_tx_local). Lock
+ * held. false, with nothing done, only for a local sender whose destination
+ * QP has no receive WQE. */
+static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
                        const struct sockaddr_in *from, uint8_t *pkt, const struct iovec *pay,
-                       int npay)
+                       int npay, bool local)
 {
         struct dw_qp *qp = dw_qp_lookup(dev, u->dst_qpn);
         if (!qp || qp->type != DIWARP_QPT_UD || qp->state < DIWARP_QPS_RTR ||
             qp->state > DIWARP_QPS_SQE) {
                 dev->ctr.rx_dropped_no_qp++;
                 dw_dbg("UD rx: no UD QP %#x ready, dropped", u->dst_qpn);
-                return;
+                return true;
         }
         if (u->qkey != qp->attr.qkey) {
                 dev->ctr.rx_dropped_qkey++;
                 qp->ctr.rx_dropped_qkey++;
                 dw_dbg("QP %#x: qkey %#x != %#x, dropped", qp->qpn, u->qkey, qp->attr.qkey);
-                return;
+                return true;
         }
         size_t plen = u->payload_len;
         bool se = u->se;
 
         struct dw_wqe *w = dw_qp_recv_head(qp);
+        if (!w && local)
+                return false;
         if (!w) {
                 dev->ctr.rx_dropped_no_recv++;
                 qp->ctr.rx_dropped_no_recv++;
                 dw_dbg("QP %#x: no receive posted, UD message dropped", qp->qpn);
-                return;
+                return true;
         }
         if (dw_ud_duplicate(qp, from, u->src_qpn, u->msn)) {
                 dev->ctr.rx_dropped_duplicate++;
                 qp->ctr.rx_dropped_duplicate++;
                 dw_dbg("QP %#x: duplicate of MSN %#x from QP %#x dropped", qp->qpn, u->msn,
                        u->src_qpn);
-                return;
+                return true;
         }
         dev->ctr.rx_packets++;
         dev->ctr.rx_bytes += plen;
@@ -523,7 +533,7 @@ static void ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
                 wc.status = DIWARP_WC_LOC_LEN_ERR;
                 dw_qp_complete_recv(qp, &wc, se);
                 dw_qp_recv_pop(qp);
-                return;
+                return true;
         }
         union diwarp_gid sgid;
         dw_ipv4_to_gid(from->sin_addr, &sgid);
@@ -550,11 +560,12 @@ static void ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
                 dw_qp_complete_recv(qp, &wc, se);
                 dw_qp_recv_pop(qp);
                 dw_qp_to_error(qp, -1);
-                return;
+                return true;
         }
         wc.byte_len = (uint32_t)(DW_GRH_LEN + plen);
         dw_qp_complete_recv(qp, &wc, se);
         dw_qp_recv_pop(qp);
+        return true;
 }
 
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from)
@@ -594,10 +605,10 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
 
         uint8_t *payload = pkt + u.payload_off;
         if (u.payload_off >= DW_GRH_LEN) {
-                ud_deliver(dev, &u, from, payload, NULL, 0);
+                ud_deliver(dev, &u, from, payload, NULL, 0, false);
         } else {
                 struct iovec one = {payload, u.payload_len};
-                ud_deliver(dev, &u, from, NULL, &one, 1);
+                ud_deliver(dev, &u, from, NULL, &one, 1, false);
         }
         return;
 
