@@ -544,8 +544,17 @@ struct dw_cm_rdch {
         struct dw_qp *qp;
         int fd; /* -1 while the QP is claimed by a connect/accept in progress */
         bool watched;
+        /* The peer closed the stream: the QP goes to ERR at end_at (see
+         * rdch_cb), with QP_FATAL when end_err (the stream failed). */
+        uint64_t end_at;
+        int end_err;
         struct dw_cm_rdch *next;
 };
+
+/* How long an RC-over-RD QP stays up after its peer closed the CM stream:
+ * what the peer sent before closing (its last data, the ACK of ours) rides on
+ * UDP and may be read after the close, which comes on TCP. */
+#define RDCH_END_GRACE_NS (2u * 1000 * 1000)
 
 static bool rc_on_rd(const struct dw_device *dev)
 {
@@ -608,6 +617,8 @@ static void rdch_free(struct dw_cm_rdch *ch)
                         *pp = ch->next;
                         break;
                 }
+        if (ch->end_at)
+                rd->rdchs_ending--;
         if (ch->watched)
                 dw_progress_unwatch_fd(dev, ch->fd);
         if (ch->fd >= 0)
@@ -624,7 +635,8 @@ static void rdch_drop(struct dw_qp *qp)
 
 /* The peer closed its CM stream (rdma_disconnect, QP destroyed, process
  * gone) or the stream failed: the connection is over, as when a native
- * connection's stream ends. */
+ * connection's stream ends, once the datagrams the peer sent before the close
+ * had RDCH_END_GRACE_NS to be read (dw_cm_progress ends it). */
 static int rdch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
 {
         struct dw_cm_rdch *ch = ctx;
@@ -633,7 +645,6 @@ static int rdch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
         ssize_t n;
         char pb[32];
 
-        (void)dev;
         /* Nothing is ever sent on it; whatever arrives is dropped. */
         while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
                 ;
@@ -644,8 +655,14 @@ static int rdch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
         dw_info("RC QP %#x over RD: CM stream to %s %s%s", qp->qpn,
                 dw_tcp_addr_str(&qp->peer, pb, sizeof(pb)), err ? "failed: " : "closed by the peer",
                 err ? strerror(err) : "");
-        rdch_free(ch);
-        dw_qp_to_error(qp, err ? DIWARP_EVENT_QP_FATAL : -1);
+        dw_progress_unwatch_fd(dev, fd);
+        ch->watched = false;
+        close(fd);
+        ch->fd = -1;
+        ch->end_err = err;
+        ch->end_at = dw_now_ns() + RDCH_END_GRACE_NS;
+        rcdev(dev)->rdchs_ending++;
+        dw_progress_timer(dev, ch->end_at);
         return 1;
 }
 
@@ -718,6 +735,20 @@ int dw_cm_progress(struct dw_device *dev)
                                 p->qp->rc->state = DW_RC_IDLE;
                         pend_free(p, true);
                 }
+        }
+        for (struct dw_cm_rdch *ch = rd->rdchs, *n; ch; ch = n) {
+                n = ch->next;
+                if (!ch->end_at)
+                        continue;
+                if (now < ch->end_at) {
+                        dw_progress_timer(dev, ch->end_at);
+                        continue;
+                }
+                struct dw_qp *qp = ch->qp;
+                int err = ch->end_err;
+                rdch_free(ch);
+                dw_qp_to_error(qp, err ? DIWARP_EVENT_QP_FATAL : -1);
+                work++;
         }
         for (struct dw_cm_att *a = rd->atts, *n; a; a = n) {
                 n = a->next;
@@ -1435,10 +1466,12 @@ int diwarp_disconnect(struct diwarp_qp *q)
         pthread_mutex_lock(&qp->dev->lock);
         int r = 0;
         if (dw_qp_on_rd(qp)) {
-                /* Closing the CM stream is the disconnect notice. */
-                rdch_drop(qp);
+                /* Closing the CM stream is the disconnect notice; the ACKs
+                 * still owed go out first (dw_rd_qp_error), so the peer's
+                 * last sends complete. */
                 if (qp->state != DIWARP_QPS_ERR)
                         dw_qp_to_error(qp, -1);
+                rdch_drop(qp);
         } else {
                 r = dw_rc_disconnect(qp);
         }

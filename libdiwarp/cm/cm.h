@@ -64,6 +64,7 @@ struct dw_rc_dev {
         struct dw_rc_conn *live; /* rc.c: conns with an open stream (dw_rc_poll reads them) */
         unsigned nlive;
         struct dw_cm_rdch *rdchs; /* RC over RD: the idle CM streams of native connections */
+        uint32_t rdchs_ending;    /* of them, closed by the peer: their QPs end soon */
 };
 
 /* All below: device lock held. */

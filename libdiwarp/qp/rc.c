@@ -2576,7 +2576,7 @@ int dw_rc_progress(struct dw_device *dev, int budget)
         (void)budget;
         /* Nothing timed: no clock read (it costs ~200 ns on some VMs, and a
          * busy-polling application runs this every step). */
-        if (!rd || (!rd->timers && !rd->pend && !rd->atts))
+        if (!rd || (!rd->timers && !rd->pend && !rd->atts && !rd->rdchs_ending))
                 return 0;
         return rc_progress_timed(dev, rd);
 }

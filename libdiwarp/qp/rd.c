@@ -847,6 +847,9 @@ void dw_rd_qp_error(struct dw_qp *qp)
         struct dw_rd_dev *d = rdd(qp->dev);
         if (d->hack.peer && d->hack.peer->s == s)
                 rd_ack_flush(d);
+        /* What arrived was accepted: the peer learns it, or its sends of it
+         * would fail for want of an ACK that no one sends any more. */
+        rd_flush_acks(s);
         rd_retire_held(s); /* they succeeded: not flushed */
         rd_tokens_drop(s);
         if (s->htab)
