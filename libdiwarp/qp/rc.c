@@ -660,19 +660,41 @@ static bool sq_ready(struct dw_rc_conn *c)
         return true;
 }
 
-/* Copies the bytes of src to dst (both len bytes long in all). */
+/* The last byte of an iovec list (NULL when it has none). */
+static uint8_t *iov_last_byte(const struct iovec *v, int n)
+{
+        while (n > 0 && v[n - 1].iov_len == 0)
+                n--;
+        return n ? (uint8_t *)v[n - 1].iov_base + v[n - 1].iov_len - 1 : NULL;
+}
+
+/* Copies src to dst (the same length in all), the last byte last and after
+ * a full fence: a program that polls the last byte of a buffer written to
+ * it (perftest's latency tests) then finds every other byte in place, as it
+ * does when FPDUs arrive in order. memcpy alone may store its tail first, or
+ * with non-temporal stores that a plain release does not order. */
 static void copy_iov(const struct iovec *dst, int nd, const struct iovec *src, int ns)
 {
-        size_t doff = 0, soff = 0;
+        uint8_t *dlast = iov_last_byte(dst, nd);
+        const uint8_t *slast = iov_last_byte(src, ns);
+        size_t left = 0, doff = 0, soff = 0;
 
-        for (int i = 0, j = 0; i < nd && j < ns;) {
+        if (!dlast || !slast)
+                return;
+        for (int j = 0; j < ns; j++)
+                left += src[j].iov_len;
+        left--; /* the very last byte goes after the rest */
+        for (int i = 0, j = 0; left && i < nd && j < ns;) {
                 size_t n = dst[i].iov_len - doff;
                 if (n > src[j].iov_len - soff)
                         n = src[j].iov_len - soff;
+                if (n > left)
+                        n = left;
                 memcpy((uint8_t *)dst[i].iov_base + doff, (const uint8_t *)src[j].iov_base + soff,
                        n);
                 doff += n;
                 soff += n;
+                left -= n;
                 if (doff == dst[i].iov_len) {
                         i++;
                         doff = 0;
@@ -682,6 +704,8 @@ static void copy_iov(const struct iovec *dst, int nd, const struct iovec *src, i
                         soff = 0;
                 }
         }
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        *(volatile uint8_t *)dlast = *slast;
 }
 
 static void rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
