@@ -163,9 +163,12 @@ struct dw_qp {
         /* Attributes as last set through diwarp_qp_modify (qkey, dest_qp_num,
          * dgid, path_mtu, ORD/IRD, timeouts, access flags...). */
         struct diwarp_qp_attr attr;
-        int attr_mask_set;          /* union of every mask applied since RESET */
-        struct sockaddr_in peer;    /* RC/RD: peer instance address (dgid ip, port of dest QPN) */
-        uint32_t ud_msn;            /* UD: MSN of the next Send (DDP queue 0), random start */
+        int attr_mask_set;       /* union of every mask applied since RESET */
+        struct sockaddr_in peer; /* RC/RD: peer instance address (dgid ip, port of dest QPN) */
+        uint32_t ud_msn;         /* UD: MSN of the next Send (DDP queue 0), random start */
+        /* UD with DIWARP_LOCAL_COPY: the head Send waits for its local
+         * destination's receive WQE until then (ud_tx_local); 0: not waiting. */
+        uint64_t ud_hold_until;
         struct dw_ud_seen *ud_seen; /* UD: DW_UD_SEEN_SLOTS entries, duplicate filter */
         bool tx_pending;            /* UD: WQEs wait for socket room (back-pressure) */
         bool sq_draining;           /* SQD: WQEs started before SQD still run */

@@ -239,6 +239,7 @@ static void dw_ud_sent(struct dw_qp *qp, const struct dw_ud_txm *m)
 {
         uint32_t len = (uint32_t)dw_wq_head(&qp->sq)->total_len;
         qp->ud_msn = m->msn_next;
+        qp->ud_hold_until = 0;
         dw_ud_count_tx(qp, len);
         dw_qp_complete_send(qp, DIWARP_WC_SUCCESS, len);
 }
@@ -274,13 +275,16 @@ static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
  * (DIWARP_LOCAL_COPY; on in the host daemon): the message is delivered as
  * one copy from the sender's memory into the receive WQE, with the checks
  * and counters of a received datagram (ud_deliver), instead of a datagram
- * through the loopback socket. 1: done; 0: not local, a source that fails its
- * lkey check, or a destination QP without a receive WQE (the datagram path
- * takes it: the receive may be on its way, as the host daemon moves a
- * client's posts into the engine a turn at a time, and a datagram gives it
- * the time the wire would); -EBUSY: the destination's
- * device is busy, the WQE waits for the next step (a datagram now could be
- * overtaken by the copies behind it). */
+ * through the loopback socket. 1: done; 0: not local, or a source that fails
+ * its lkey check (the datagram path takes it); -EBUSY: the WQE waits for the
+ * next step, because the destination's device is busy (a datagram now could
+ * be overtaken by the copies behind it) or its QP has no receive WQE. That
+ * receive may be on its way: the host daemon moves a client's posts into the
+ * engine a turn at a time, so a program that posted its receive before it
+ * let the sender know may not have it in the engine yet. After
+ * DW_UD_HOLD_NS without one the message goes as a datagram (and is dropped
+ * there unless a receive came), as on the wire. */
+#define DW_UD_HOLD_NS (1000u * 1000)
 static int ud_tx_local(struct dw_qp *qp)
 {
         struct dw_device *dev = qp->dev;
@@ -327,8 +331,16 @@ static int ud_tx_local(struct dw_qp *qp)
                         dw_progress_wake(to);
                 pthread_mutex_unlock(&to->lock);
         }
-        if (!taken)
+        if (!taken) {
+                uint64_t now = dw_now_ns();
+                if (!qp->ud_hold_until)
+                        qp->ud_hold_until = now + DW_UD_HOLD_NS;
+                if (now < qp->ud_hold_until)
+                        return -EBUSY;
+                qp->ud_hold_until = 0;
                 return 0;
+        }
+        qp->ud_hold_until = 0;
         qp->ud_msn += with_imm ? 2 : 1;
         dw_ud_count_tx(qp, w->total_len);
         qp->ctr.local_copies++;

@@ -432,9 +432,10 @@ static void send_signaled(struct side *s, struct diwarp_ah *ah, uint32_t qpn, ui
 /* What the receiver sees is what the datagram gives: the same GRH (source
  * and destination GID, payload length) from a copying sender as from one
  * whose message crosses the socket; a wrong Q_Key drops the message at the
- * receiver, counted there, as on the wire. A destination without a receive
- * WQE gets a datagram instead of a copy (its receive may be on its way):
- * with none posted when it arrives, the receiver drops it. */
+ * receiver, counted there, as on the wire. A Send to a QP without a receive
+ * WQE waits for one (it may be on its way) and is a copy when it comes;
+ * after DW_UD_HOLD_NS (1 ms) without one it goes as a datagram, which the
+ * receiver drops. */
 Test(ud_io, local_copy_same_grh_and_drops)
 {
         struct side wire, copy, b;
@@ -477,19 +478,33 @@ Test(ud_io, local_copy_same_grh_and_drops)
                      "GRH and payload differ between the datagram and the copy");
         cr_assert_eq(CTR(&copy, local_copies), 1);
         cr_assert_eq(CTR(&wire, local_copies), 0);
-        /* No receive posted now, then a wrong Q_Key with one posted. */
+        /* No receive posted: the Send waits for one, and a receive posted
+         * meanwhile takes it as a copy. */
+        send_signaled(&copy, ah_c, bq, QKEY, 10);
+        cr_assert_eq(diwarp_cq_poll(copy.cq, 1, &wc), 0, "the Send did not wait for a receive");
+        struct diwarp_sge one = {(uintptr_t)rslot(&b, 2), RSLOT, b.lkey};
+        struct diwarp_recv_wr rwr = {.wr_id = 1002, .sg_list = &one, .num_sge = 1};
+        struct diwarp_recv_wr *rbad;
+        cr_assert_eq(diwarp_post_recv(b.qp, &rwr, &rbad), 0);
+        check(&copy, NULL, 1, 0, NULL, 0);
+        cr_assert_eq(CTR(&copy, local_copies), 2);
+        cr_assert_eq(diwarp_cq_poll(b.cq, 1, &wc), 1, "the held Send arrived");
+        cr_assert_eq(wc.wr_id, 1002);
+        cr_assert_eq(wc.byte_len, 10 + GRH);
+        /* None comes: after the wait it goes as a datagram, dropped there. */
         send_signaled(&copy, ah_c, bq, QKEY, 10);
         check(&copy, NULL, 1, 0, NULL, 0);
-        cr_assert_eq(CTR(&copy, local_copies), 1, "no copy without a receive WQE");
+        cr_assert_eq(CTR(&copy, local_copies), 2, "no copy without a receive WQE");
         end = (uint64_t)time(NULL) + 5;
         while (CTR(&b, rx_dropped_no_recv) != 1) {
                 diwarp_progress(b.dev, 64);
                 cr_assert_lt((uint64_t)time(NULL), end, "the datagram did not arrive");
         }
+        /* A wrong Q_Key with a receive posted. */
         post_recvs(&b);
         send_signaled(&copy, ah_c, bq, QKEY + 1, 10);
         cr_assert_eq(diwarp_cq_poll(copy.cq, 1, &wc), 1, "a copy completes at the post");
-        cr_assert_eq(CTR(&copy, local_copies), 2);
+        cr_assert_eq(CTR(&copy, local_copies), 3);
         cr_assert_eq(CTR(&b, rx_dropped_qkey), 1);
         cr_assert_eq(diwarp_cq_poll(b.cq, 1, &wc), 0, "a dropped message completed");
         cr_expect_eq(diwarp_ah_destroy(ah_w), 0);
