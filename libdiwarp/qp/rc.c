@@ -777,6 +777,8 @@ static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe
  * queued. The responder's device is only tried (never waited for). loc: the
  * WQE's checked local SGEs (the source of a Send or Write, the sink of a
  * Read). true: the WQE completed. */
+static int rc_rx(struct dw_rc_conn *c);
+
 static bool local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iovec *loc, int nloc)
 {
         uint64_t consumed, term_at;
@@ -789,12 +791,21 @@ static bool local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iove
              w->opcode != DIWARP_WR_RDMA_READ))
                 return false;
         if (!dw_rc_end_peer_state(c->end_slot, &consumed, &term_at, &waiting) || waiting ||
-            consumed != c->tx_sent || term_at != DW_RC_END_NONE)
+            term_at != DW_RC_END_NONE)
                 return false;
         struct dw_rc_conn *p = dw_rc_end_lock_peer(c->end_slot, c->qp->dev, &locked);
         if (!p)
                 return false;
-        bool done = local_take(c, p, w, loc, nloc);
+        /* What this end sent before is in the other end's socket: it reads
+         * it now (only reads, as local_peer_wait has it do), so a Write
+         * posted right behind a Send need not join the stream, and a stream
+         * that carried a few does not keep every WQE behind on it. */
+        if (consumed != c->tx_sent)
+                rc_rx(p);
+        bool done = false;
+        if (dw_rc_end_peer_state(c->end_slot, &consumed, &term_at, &waiting) &&
+            consumed == c->tx_sent && term_at == DW_RC_END_NONE)
+                done = local_take(c, p, w, loc, nloc);
         /* A receive completed on a device another loop drives: wake it. */
         if (done && locked && w->opcode == DIWARP_WR_SEND)
                 dw_progress_wake(p->qp->dev);
