@@ -105,8 +105,8 @@ static struct dd_dev *dev_get(struct dd_server *s, const char *addr, uint16_t po
                 errno = EIO;
                 return NULL;
         }
-        /* Every client's regions are mapped here: RC Writes and Reads
-         * between two clients are one copy (DIWARP_LOCAL_COPY, qp/rc.c). */
+        /* Every client's regions are mapped here: RC and UD traffic
+         * between two clients is one copy (DIWARP_LOCAL_COPY). */
         struct dw_device *engine = dw_dev_of(d->dev);
         if (engine->cfg.local_copy < 0)
                 engine->cfg.local_copy = 1;

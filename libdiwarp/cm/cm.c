@@ -607,6 +607,16 @@ static struct dw_cm_rdch *rdch_of(const struct dw_qp *qp)
         return NULL;
 }
 
+static void rdch_close_fd(struct dw_cm_rdch *ch)
+{
+        if (ch->watched)
+                dw_progress_unwatch_fd(ch->qp->dev, ch->fd);
+        ch->watched = false;
+        if (ch->fd >= 0)
+                close(ch->fd);
+        ch->fd = -1;
+}
+
 static void rdch_free(struct dw_cm_rdch *ch)
 {
         struct dw_device *dev = ch->qp->dev;
@@ -619,10 +629,7 @@ static void rdch_free(struct dw_cm_rdch *ch)
                 }
         if (ch->end_at)
                 rd->rdchs_ending--;
-        if (ch->watched)
-                dw_progress_unwatch_fd(dev, ch->fd);
-        if (ch->fd >= 0)
-                close(ch->fd);
+        rdch_close_fd(ch);
         free(ch);
 }
 
@@ -655,10 +662,7 @@ static int rdch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
         dw_info("RC QP %#x over RD: CM stream to %s %s%s", qp->qpn,
                 dw_tcp_addr_str(&qp->peer, pb, sizeof(pb)), err ? "failed: " : "closed by the peer",
                 err ? strerror(err) : "");
-        dw_progress_unwatch_fd(dev, fd);
-        ch->watched = false;
-        close(fd);
-        ch->fd = -1;
+        rdch_close_fd(ch);
         ch->end_err = err;
         ch->end_at = dw_now_ns() + RDCH_END_GRACE_NS;
         rcdev(dev)->rdchs_ending++;

@@ -781,8 +781,7 @@ static int rc_rx(struct dw_rc_conn *c);
 
 static bool local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iovec *loc, int nloc)
 {
-        uint64_t consumed, term_at;
-        bool waiting, locked;
+        bool locked;
 
         if (c->qp->dev->cfg.local_copy != 1 || c->end_slot < 0 || c->state != DW_RC_UP ||
             c->nslot || c->term_pending || c->orq_count || c->irq_count ||
@@ -790,22 +789,18 @@ static bool local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iove
             (w->opcode != DIWARP_WR_SEND && w->opcode != DIWARP_WR_RDMA_WRITE &&
              w->opcode != DIWARP_WR_RDMA_READ))
                 return false;
-        if (!dw_rc_end_peer_state(c->end_slot, &consumed, &term_at, &waiting) || waiting ||
-            term_at != DW_RC_END_NONE)
-                return false;
         struct dw_rc_conn *p = dw_rc_end_lock_peer(c->end_slot, c->qp->dev, &locked);
         if (!p)
                 return false;
-        /* What this end sent before is in the other end's socket: it reads
+        /* With its lock held, the other end's rx_done is what it publishes
+         * as consumed. What this end sent before is in its socket: it reads
          * it now (only reads, as local_peer_wait has it do), so a Write
          * posted right behind a Send need not join the stream, and a stream
-         * that carried a few does not keep every WQE behind on it. */
-        if (consumed != c->tx_sent)
+         * that carried a few does not keep every WQE behind on it. A
+         * terminated end fails local_take's state checks. */
+        if (p->rx_done != c->tx_sent)
                 rc_rx(p);
-        bool done = false;
-        if (dw_rc_end_peer_state(c->end_slot, &consumed, &term_at, &waiting) &&
-            consumed == c->tx_sent && term_at == DW_RC_END_NONE)
-                done = local_take(c, p, w, loc, nloc);
+        bool done = p->rx_done == c->tx_sent && local_take(c, p, w, loc, nloc);
         /* A receive completed on a device another loop drives: wake it. */
         if (done && locked && w->opcode == DIWARP_WR_SEND)
                 dw_progress_wake(p->qp->dev);

@@ -311,14 +311,16 @@ static int raw_udp_peer(uint32_t *qpn)
         return -1;
 }
 
-static void ud_send_to(struct side *s, struct diwarp_ah *ah, uint32_t qpn, uint32_t len)
+/* A Send of the first len bytes of s's buffer (wr_id 0). */
+static void ud_send_to(struct side *s, struct diwarp_ah *ah, uint32_t qpn, uint32_t qkey,
+                       uint32_t len, unsigned flags)
 {
         struct diwarp_sge sg = {(uintptr_t)s->buf, len, s->lkey};
         struct diwarp_send_wr wr = {
-            .wr_id = 1, .sg_list = &sg, .num_sge = 1, .opcode = DIWARP_WR_SEND};
+            .sg_list = &sg, .num_sge = 1, .opcode = DIWARP_WR_SEND, .send_flags = flags};
         wr.wr.ud.ah = ah;
         wr.wr.ud.remote_qpn = qpn;
-        wr.wr.ud.remote_qkey = QKEY;
+        wr.wr.ud.remote_qkey = qkey;
         struct diwarp_send_wr *bad;
         cr_assert_eq(diwarp_post_send(s->qp, &wr, &bad), 0);
 }
@@ -365,12 +367,12 @@ Test(ud_io, ud_msn_random_first_then_consecutive)
         cr_assert_eq(diwarp_ah_create(a.pd, &g, &ah_a), 0);
         cr_assert_eq(diwarp_ah_create(c.pd, &g, &ah_c), 0);
         uint32_t src;
-        ud_send_to(&a, ah_a, qpn, 10);
+        ud_send_to(&a, ah_a, qpn, QKEY, 10, 0);
         uint32_t a0 = wire_msn(fd, &src);
         cr_assert_eq(src, diwarp_qp_num(a.qp));
-        ud_send_to(&a, ah_a, qpn, 10);
+        ud_send_to(&a, ah_a, qpn, QKEY, 10, 0);
         cr_assert_eq(wire_msn(fd, &src), a0 + 1, "consecutive MSNs");
-        ud_send_to(&c, ah_c, qpn, 10);
+        ud_send_to(&c, ah_c, qpn, QKEY, 10, 0);
         uint32_t c0 = wire_msn(fd, &src);
         cr_assert_eq(src, diwarp_qp_num(c.qp));
         /* Random 32-bit values: equal, or both the RFC 5041 stream start of
@@ -389,7 +391,7 @@ Test(ud_io, ud_msn_random_first_then_consecutive)
         cr_assert_eq(diwarp_qp_modify(a.qp, &at, DIWARP_QP_STATE), 0);
         at.qp_state = DIWARP_QPS_RTS;
         cr_assert_eq(diwarp_qp_modify(a.qp, &at, DIWARP_QP_STATE | DIWARP_QP_SQ_PSN), 0);
-        ud_send_to(&a, ah_a, qpn, 10);
+        ud_send_to(&a, ah_a, qpn, QKEY, 10, 0);
         uint32_t a1 = wire_msn(fd, &src);
         cr_assert_neq(a1, a0 + 2, "after a reset the MSNs do not go on (%#x)", a1);
         cr_assert_neq(a1, a0, "after a reset the MSNs do not start over (%#x)", a1);
@@ -411,22 +413,6 @@ static uint64_t counter_of(struct side *s, size_t off)
         struct diwarp_counters c;
         cr_assert_eq(diwarp_device_counters(s->dev, &c), 0);
         return *(const uint64_t *)((const uint8_t *)&c + off);
-}
-
-static void send_signaled(struct side *s, struct diwarp_ah *ah, uint32_t qpn, uint32_t qkey,
-                          uint32_t len)
-{
-        struct diwarp_sge sg = {(uintptr_t)s->buf, len, s->lkey};
-        struct diwarp_send_wr wr = {.wr_id = 0,
-                                    .sg_list = &sg,
-                                    .num_sge = 1,
-                                    .opcode = DIWARP_WR_SEND,
-                                    .send_flags = DIWARP_SEND_SIGNALED};
-        wr.wr.ud.ah = ah;
-        wr.wr.ud.remote_qpn = qpn;
-        wr.wr.ud.remote_qkey = qkey;
-        struct diwarp_send_wr *bad;
-        cr_assert_eq(diwarp_post_send(s->qp, &wr, &bad), 0);
 }
 
 /* What the receiver sees is what the datagram gives: the same GRH (source
@@ -458,7 +444,7 @@ Test(ud_io, local_copy_same_grh_and_drops)
         }
         memset(wire.buf, 0x5a, 300);
         memset(copy.buf, 0x5a, 300);
-        send_signaled(&wire, ah_w, bq, QKEY, 300);
+        ud_send_to(&wire, ah_w, bq, QKEY, 300, DIWARP_SEND_SIGNALED);
         check(&wire, &b, 1, 0, NULL, 0);
         struct diwarp_wc wc;
         uint64_t end = (uint64_t)time(NULL) + 5;
@@ -467,7 +453,7 @@ Test(ud_io, local_copy_same_grh_and_drops)
                 cr_assert_lt((uint64_t)time(NULL), end, "the datagram did not arrive");
         }
         cr_assert_eq(wc.status, DIWARP_WC_SUCCESS);
-        send_signaled(&copy, ah_c, bq, QKEY, 300);
+        ud_send_to(&copy, ah_c, bq, QKEY, 300, DIWARP_SEND_SIGNALED);
         cr_assert_eq(diwarp_cq_poll(copy.cq, 1, &wc), 1, "the copy completes at the post");
         cr_assert_eq(wc.status, DIWARP_WC_SUCCESS);
         cr_assert_eq(diwarp_cq_poll(b.cq, 1, &wc), 1, "and so does its receive");
@@ -480,7 +466,7 @@ Test(ud_io, local_copy_same_grh_and_drops)
         cr_assert_eq(CTR(&wire, local_copies), 0);
         /* No receive posted: the Send waits for one, and a receive posted
          * meanwhile takes it as a copy. */
-        send_signaled(&copy, ah_c, bq, QKEY, 10);
+        ud_send_to(&copy, ah_c, bq, QKEY, 10, DIWARP_SEND_SIGNALED);
         cr_assert_eq(diwarp_cq_poll(copy.cq, 1, &wc), 0, "the Send did not wait for a receive");
         struct diwarp_sge one = {(uintptr_t)rslot(&b, 2), RSLOT, b.lkey};
         struct diwarp_recv_wr rwr = {.wr_id = 1002, .sg_list = &one, .num_sge = 1};
@@ -492,7 +478,7 @@ Test(ud_io, local_copy_same_grh_and_drops)
         cr_assert_eq(wc.wr_id, 1002);
         cr_assert_eq(wc.byte_len, 10 + GRH);
         /* None comes: after the wait it goes as a datagram, dropped there. */
-        send_signaled(&copy, ah_c, bq, QKEY, 10);
+        ud_send_to(&copy, ah_c, bq, QKEY, 10, DIWARP_SEND_SIGNALED);
         check(&copy, NULL, 1, 0, NULL, 0);
         cr_assert_eq(CTR(&copy, local_copies), 2, "no copy without a receive WQE");
         end = (uint64_t)time(NULL) + 5;
@@ -502,7 +488,7 @@ Test(ud_io, local_copy_same_grh_and_drops)
         }
         /* A wrong Q_Key with a receive posted. */
         post_recvs(&b);
-        send_signaled(&copy, ah_c, bq, QKEY + 1, 10);
+        ud_send_to(&copy, ah_c, bq, QKEY + 1, 10, DIWARP_SEND_SIGNALED);
         cr_assert_eq(diwarp_cq_poll(copy.cq, 1, &wc), 1, "a copy completes at the post");
         cr_assert_eq(CTR(&copy, local_copies), 3);
         cr_assert_eq(CTR(&b, rx_dropped_qkey), 1);
