@@ -14,6 +14,7 @@
  * last credit / completion); the server's RESULT (op=send) uses its own
  * first-to-last arrival time. The last line printed is the RESULT line.
  */
+#include <arpa/inet.h>
 #include <endian.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +250,20 @@ int main(int argc, char **argv)
                 struct diwarpdv_rd_dest d = {c.ah, c.peer_qpn, 0x80000000u};
                 if (diwarpdv_query_rd_path(c.qp, o.transport == EX_RD ? &d : NULL, &path) < 0)
                         path.max_dgram = 0;
+        }
+        /* Multirail: what each rail carried (RAIL lines, before RESULT). */
+        struct diwarp_rail_stats rails[DIWARP_MAX_RAILS];
+        int nrails = c.dev ? diwarp_device_rails(c.dev, rails, DIWARP_MAX_RAILS) : 0;
+        for (int i = 0; nrails > 1 && i < nrails && i < DIWARP_MAX_RAILS; i++) {
+                char a[INET_ADDRSTRLEN];
+                struct in_addr ia = {rails[i].addr};
+                printf("RAIL index=%d addr=%s tx_bytes=%llu tx_packets=%llu retransmits=%llu "
+                       "downs=%llu state=%s\n",
+                       i, inet_ntop(AF_INET, &ia, a, sizeof(a)),
+                       (unsigned long long)rails[i].tx_bytes,
+                       (unsigned long long)rails[i].tx_packets,
+                       (unsigned long long)rails[i].retransmits, (unsigned long long)rails[i].downs,
+                       rails[i].up ? "up" : "down");
         }
         ex_teardown(&c);
         double gbps = secs > 0 ? (double)o.size * (double)o.iters * 8 / secs / 1e9 : 0;

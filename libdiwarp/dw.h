@@ -89,6 +89,12 @@ struct dw_device {
         struct in_addr bind_addr;
         int ngid; /* GID table: gids[0..ngid), gids[0].addr == addr */
         struct diwarp_netif gids[DIWARP_MAX_GIDS];
+        /* Multirail: DIWARP_ADDR's list, gids[0..nrails) (1: one rail, no
+         * striping), and what left by each rail. */
+        int nrails;
+        struct dw_rail_ctr {
+                uint64_t tx_bytes, tx_packets, retransmits, downs;
+        } rail[DIWARP_MAX_RAILS];
         struct dw_udp udp;
         int tcp_listen_fd; /* instance TCP listener (IB-style RC connects, accepted by qp/rc.c) */
         struct dw_mr_table mrs;

@@ -643,6 +643,23 @@ struct diwarp_counters {
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);
+
+/* Multirail (DIWARP_ADDR=a,b,...): what left by each rail of the device,
+ * summed over its peers, since it opened. A rail is down while at least one
+ * peer's path over it is (its sends failed, or it stopped being
+ * acknowledged); it is probed again and comes back up when it answers. */
+#define DIWARP_MAX_RAILS 4
+struct diwarp_rail_stats {
+        uint32_t addr;     /* the rail's local IPv4 address, network order (DIWARP_ADDR's entry) */
+        uint64_t tx_bytes; /* datagram payload bytes sent by the rail (first copies and resends) */
+        uint64_t tx_packets;
+        uint64_t retransmits; /* resends of datagrams first sent by the rail */
+        uint64_t downs;       /* times a peer's path over the rail was found down */
+        bool up;
+};
+/* Fills out[0..max) and returns the number of rails (1 for a device with a
+ * single address or none pinned), or -errno. */
+int diwarp_device_rails(struct diwarp_device *dev, struct diwarp_rail_stats *out, int max);
 int diwarp_qp_counters(struct diwarp_qp *qp, struct diwarp_counters *out);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 /* Per-device table of paths: see path.h. */
 #include "flow/path.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,10 +100,44 @@ void dw_flow_paths_stats(const struct dw_flow_paths *t, struct dw_cc_stats *out)
                         stats_add(out, &p->cc.stats);
 }
 
+static void rails_drop(struct dw_flow_paths *t, struct dw_flow_path *canon)
+{
+        for (unsigned i = 1; i < canon->nrails; i++)
+                dw_flow_path_put(t, canon->rail[i]);
+        memset(canon->rail, 0, sizeof(canon->rail));
+        canon->nrails = 0;
+}
+
+int dw_flow_path_set_rails(struct dw_flow_paths *t, struct dw_flow_path *canon, unsigned n,
+                           const uint32_t *ip, uint32_t seg)
+{
+        if (n > DW_FLOW_MAX_RAILS)
+                n = DW_FLOW_MAX_RAILS;
+        if (canon->nrails == n && memcmp(canon->rail_ip, ip, n * sizeof(*ip)) == 0)
+                return 0;
+        rails_drop(t, canon);
+        if (n < 2)
+                return 0;
+        canon->rail[0] = canon;
+        for (unsigned i = 1; i < n; i++) {
+                struct dw_flow_path *r = dw_flow_path_get(t, ip[i], canon->port, seg);
+                if (!r) {
+                        canon->nrails = (uint8_t)i;
+                        rails_drop(t, canon);
+                        return -ENOMEM;
+                }
+                canon->rail[i] = r;
+        }
+        memcpy(canon->rail_ip, ip, n * sizeof(*ip));
+        canon->nrails = (uint8_t)n;
+        return 0;
+}
+
 void dw_flow_path_put(struct dw_flow_paths *t, struct dw_flow_path *p)
 {
         if (!p || --p->refs)
                 return;
+        rails_drop(t, p);
         stats_add(&t->retired, &p->cc.stats);
         struct dw_flow_path **pp = &t->tab[path_hash(p->ip, p->port) & t->mask];
         while (*pp && *pp != p)

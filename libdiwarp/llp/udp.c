@@ -200,6 +200,15 @@ static int udp_failed(struct dw_udp *u, int e)
         return e == EWOULDBLOCK ? -EAGAIN : -e;
 }
 
+/* Two tries both failed with e. A network error met twice is the
+ * destination's own (no route, interface down), not a queued ICMP report
+ * about an earlier datagram: the caller learns it (a multirail device
+ * leaves that rail). Anything else: try again later. */
+static int udp_gave_up(int e)
+{
+        return dw_udp_is_icmp_err(e) ? -e : -EAGAIN;
+}
+
 int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                 const struct sockaddr_in *dst)
 {
@@ -219,15 +228,17 @@ int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                             .msg_namelen = sizeof(*dst),
                             .msg_iov = (struct iovec *)iov,
                             .msg_iovlen = (size_t)iovcnt};
+        int e = EAGAIN;
         for (int attempt = 0; attempt < 2; attempt++) {
                 ssize_t n = sendmsg(u->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (n >= 0)
                         return (int)n;
-                int r = udp_failed(u, errno);
+                e = errno;
+                int r = udp_failed(u, e);
                 if (r < 0)
                         return r;
         }
-        return -EAGAIN;
+        return udp_gave_up(e);
 }
 
 int dw_udp_send_gso(struct dw_udp *u, const struct iovec *iov, int iovcnt,
@@ -251,11 +262,12 @@ int dw_udp_send_gso(struct dw_udp *u, const struct iovec *iov, int iovcnt,
         cm->cmsg_type = UDP_SEGMENT;
         cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
         memcpy(CMSG_DATA(cm), &gso_size, sizeof(gso_size));
+        int e = EAGAIN;
         for (int attempt = 0; attempt < 2; attempt++) {
                 ssize_t n = sendmsg(u->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (n >= 0)
                         return (int)n;
-                int e = errno;
+                e = errno;
                 if (e == EINVAL || e == EIO || e == ENOPROTOOPT) {
                         /* No checksum offload on the route, gso_size above its
                          * MTU, an old kernel...: not going to get better. */
@@ -268,7 +280,7 @@ int dw_udp_send_gso(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                 if (r < 0)
                         return r;
         }
-        return -EAGAIN;
+        return udp_gave_up(e);
 }
 
 int dw_udp_send_batch(struct dw_udp *u, const struct dw_udp_msg *msgs, int n)
@@ -291,6 +303,7 @@ int dw_udp_send_batch(struct dw_udp *u, const struct dw_udp_msg *msgs, int n)
                 mh->msg_controllen = 0;
                 mh->msg_flags = 0;
         }
+        int e = EAGAIN;
         for (int attempt = 0; attempt < 2; attempt++) {
                 /* sendmmsg stops at the first failing datagram; when it sent at
                  * least one, that error is lost and the caller meets it again
@@ -298,11 +311,12 @@ int dw_udp_send_batch(struct dw_udp *u, const struct dw_udp_msg *msgs, int n)
                 int r = sendmmsg(u->fd, u->tx_msgs, (unsigned)n, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (r > 0)
                         return r;
-                r = udp_failed(u, r == 0 ? EAGAIN : errno);
+                e = r == 0 ? EAGAIN : errno;
+                r = udp_failed(u, e);
                 if (r < 0)
                         return r;
         }
-        return -EAGAIN;
+        return udp_gave_up(e);
 }
 
 int dw_udp_send_fn(void *ctx, const struct iovec *iov, int iovcnt, const void *addr,

@@ -353,17 +353,27 @@ static int dw_tcp_listen_open(struct in_addr addr, uint16_t port)
 static int dw_device_gids(struct dw_device *dev)
 {
         struct diwarp_netif *g = dev->gids;
+        dev->nrails = 1;
         if (dev->cfg.addr[0]) {
-                struct in_addr a;
-                if (inet_pton(AF_INET, dev->cfg.addr, &a) != 1) {
-                        dw_err("device open: address '%s' is not dotted IPv4", dev->cfg.addr);
+                struct in_addr a[DW_CONFIG_MAX_RAILS];
+                const char *why = NULL;
+                int n = dw_config_parse_addrs(dev->cfg.addr, a, &why);
+                if (n < 0) {
+                        dw_err("device open: address '%s': %s", dev->cfg.addr, why);
                         return -EINVAL;
                 }
-                memset(g, 0, sizeof(*g));
-                if (dw_netif_find(a, g) < 0)
-                        g->addr = a.s_addr; /* bind() reports it is not local */
-                dev->ngid = 1;
-                dev->bind_addr = a;
+                for (int i = 0; i < n; i++) {
+                        memset(&g[i], 0, sizeof(g[i]));
+                        if (dw_netif_find(a[i], &g[i]) < 0)
+                                g[i].addr = a[i].s_addr; /* bind() reports it is not local */
+                }
+                dev->ngid = n;
+                dev->nrails = n;
+                /* Several rails share one socket on the wildcard address: the
+                 * route to a peer's rail picks the interface and the source. */
+                dev->bind_addr = a[0];
+                if (n > 1)
+                        dev->bind_addr.s_addr = htonl(INADDR_ANY);
         } else {
                 int n = dw_netif_list(g, DIWARP_MAX_GIDS);
                 if (n < 0)
@@ -546,11 +556,13 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
         dw_registry_add(dev);
         char a0[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &dev->addr, a0, sizeof(a0));
-        dw_info("device open: %s (%s, %d GIDs) port %u instance %u, %s I/O%s%s", a0,
-                dev->cfg.addr[0] ? "pinned" : "every host address", dev->ngid, dev->port,
-                dev->instance, dw_udp_uring_on(&dev->udp) ? "io_uring" : "plain",
-                dev->fault_on ? ", fault injection " : "",
-                dev->fault_on ? dev->cfg.fault_spec : "");
+        dw_info(
+            "device open: %s (%s, %d GIDs) port %u instance %u, %s I/O%s%s", a0,
+            dev->nrails > 1    ? "multirail"
+            : dev->cfg.addr[0] ? "pinned"
+                               : "every host address",
+            dev->ngid, dev->port, dev->instance, dw_udp_uring_on(&dev->udp) ? "io_uring" : "plain",
+            dev->fault_on ? ", fault injection " : "", dev->fault_on ? dev->cfg.fault_spec : "");
         *out = dw_dev_pub(dev);
         return 0;
 
@@ -668,6 +680,29 @@ int diwarp_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
                 return -EINVAL;
         *gid = dev->gid;
         return 0;
+}
+
+int diwarp_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, int max)
+{
+        if (dw_client_mode())
+                return -EOPNOTSUPP;
+        struct dw_device *dev = dw_dev_of(d);
+        if (!dev || max < 0 || (max > 0 && !out))
+                return -EINVAL;
+        pthread_mutex_lock(&dev->lock);
+        bool down[DIWARP_MAX_RAILS];
+        dw_rd_rails_down(dev, down);
+        for (int i = 0; i < dev->nrails && i < max; i++) {
+                const struct dw_rail_ctr *c = &dev->rail[i];
+                out[i] = (struct diwarp_rail_stats){.addr = dev->gids[i].addr,
+                                                    .tx_bytes = c->tx_bytes,
+                                                    .tx_packets = c->tx_packets,
+                                                    .retransmits = c->retransmits,
+                                                    .downs = c->downs,
+                                                    .up = !down[i]};
+        }
+        pthread_mutex_unlock(&dev->lock);
+        return dev->nrails;
 }
 
 int diwarp_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)

@@ -205,6 +205,10 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
         p->rqpn = qpn;
         p->tx_msn = p->tx_rreq = p->rx_bind = p->rx_done = 1;
         p->udp_mtu = rd_udp_mtu(s->qp->dev, ip, port);
+        /* A multirail device's datagrams may carry its rail list or its
+         * origin address: segments leave room for them. */
+        if (s->qp->dev->nrails > 1)
+                p->udp_mtu -= DW_DGRAM_MULTIRAIL_MAX;
         if (dw_rel_peer_init(&p->rel, &s->params, NULL, DW_REL_DEF_WINDOW, tx_psn, rx_psn) < 0) {
                 free(p);
                 return NULL;
@@ -236,7 +240,7 @@ static void rd_peers_free(struct dw_rd_qp *s)
                 for (; p; p = nx) {
                         nx = p->hnext;
                         rd_deactivate(p);
-                        dw_cc_forget(&p->path->cc, p->cc_inflight);
+                        rd_path_forget(p);
                         dw_flow_path_put(&d->paths, p->path);
                         free(p->rel.ring);
                         free(p);
@@ -857,8 +861,7 @@ void dw_rd_qp_error(struct dw_qp *qp)
                         for (struct dw_rd_peer *p = s->htab[i]; p; p = p->hnext) {
                                 p->dead = true; /* unlinked by the next progress step */
                                 /* Nothing of it will be acknowledged now. */
-                                dw_cc_forget(&p->path->cc, p->cc_inflight);
-                                p->cc_inflight = 0;
+                                rd_path_forget(p);
                         }
         rdd(qp->dev)->timers_dirty = true;
         /* Receive WQEs that already completed (behind an older unfinished one)
@@ -965,6 +968,16 @@ int diwarpdv_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
         dw_progress_step(dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;
+}
+
+void dw_rd_rails_down(struct dw_device *dev, bool down[DIWARP_MAX_RAILS])
+{
+        memset(down, 0, DIWARP_MAX_RAILS * sizeof(*down));
+        struct dw_rd_dev *d = rdd(dev);
+        for (uint32_t i = 0; d && d->paths.tab && i <= d->paths.mask; i++)
+                for (const struct dw_flow_path *f = d->paths.tab[i]; f; f = f->next)
+                        for (unsigned r = 0; r < f->nrails && r < DIWARP_MAX_RAILS; r++)
+                                down[r] |= f->rail[r]->down;
 }
 
 int diwarpdv_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,

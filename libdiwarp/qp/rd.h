@@ -95,6 +95,8 @@ int dw_rd_progress(struct dw_device *dev, int budget);
 /* Adds the device's congestion-control counts (every path it has had) to
  * out's cc_* fields. */
 void dw_rd_dev_counters(struct dw_device *dev, struct diwarp_counters *out);
+/* Multirail: down[r] = some peer's path over rail r is down now. */
+void dw_rd_rails_down(struct dw_device *dev, bool down[DIWARP_MAX_RAILS]);
 /* Payload bytes per segment for a given UDP MTU (see rd_int.h). */
 uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
 /* sizeof(struct dw_rd_peer): an idle pseudo-stream (≤ 256 bytes). A peer with

@@ -72,6 +72,31 @@ static inline uint32_t ck_seg(uint64_t c)
 
 static_assert(DW_MAX_QP_WR <= 0x4000, "SQ slot fits the cookie");
 
+/* Multirail: the rail a segment's latest copy went by (0: the peer's first
+ * address) rides in cookie bits 46-47, above the slot. */
+#define RD_CK_RAIL_SHIFT 46
+static inline unsigned ck_rail(uint64_t c)
+{
+        return (unsigned)(c >> RD_CK_RAIL_SHIFT) & 3u;
+}
+static inline uint64_t ck_on_rail(uint64_t c, unsigned rail)
+{
+        return (c & ~(3ull << RD_CK_RAIL_SHIFT)) | (uint64_t)rail << RD_CK_RAIL_SHIFT;
+}
+static_assert(DW_FLOW_MAX_RAILS == 4 && DIWARP_MAX_RAILS == 4 && DW_DGRAM_MAX_RAILS == 4 &&
+                  DW_CONFIG_MAX_RAILS == 4,
+              "a rail index is 2 bits everywhere");
+/* How often our rail list rides on a datagram to a peer device; segments a
+ * rail sends in a row before the next is chosen (a GSO run's worth); how
+ * long a rail found down waits before one segment probes it; a rail is down
+ * after this many resends of its datagrams with none of them acknowledged
+ * for RD_RAIL_DOWN_NS (or at once when the kernel refuses to send by it). */
+#define RD_RAILS_EVERY_NS (100ull * 1000 * 1000)
+#define RD_RAIL_RUN       32u
+#define RD_RAIL_PROBE_NS  (200ull * 1000 * 1000)
+#define RD_RAIL_DOWN_RETX 8u
+#define RD_RAIL_DOWN_NS   (20ull * 1000 * 1000)
+
 /* WQE flag bits of the RD engine (above queue/'s enum dw_wqe_flags). */
 enum {
         RD_W_TXALL = 1u << 8,    /* send: every segment handed to the socket once */
@@ -159,7 +184,11 @@ struct dw_rd_peer {
          * stream's life: segment k of a message always covers the same bytes,
          * so a retransmission rebuilds it exactly. */
         uint16_t udp_mtu;
-        uint32_t batch; /* segments built in the current batch, not yet registered */
+        uint16_t batch; /* segments built in the current batch, not yet registered */
+        /* Multirail: the peer's rail the latest datagram of the stream came
+         * by (ACKs go back that way). cc_inflight counts every rail's bytes;
+         * rd_path_forget splits them when the stream goes. */
+        uint8_t reply_rail;
         /* The congestion-control path to the peer device, shared by every
          * stream to that address, and the bytes this stream has in its
          * window (given back to the path if the stream goes first). */
@@ -191,6 +220,10 @@ struct dw_rd_qp {
         uint32_t hmask, npeers;
         /* transmit cursor: WQE tx_idx from the SQ head, its segment tx_seg */
         uint32_t tx_idx, tx_seg;
+        /* Multirail: the rail striped segments go by now, and how many it
+         * has sent in a row. */
+        uint8_t tx_rail;
+        uint32_t tx_run;
         struct dw_wqe *orq[RD_MAX_ORQ];
         uint32_t norq, orq_building;
         uint32_t rq_bound; /* receive WQEs [0, rq_bound) from the RQ head are bound */
@@ -296,6 +329,7 @@ struct rd_txslot {
         uint32_t psn;
         uint64_t cookie;
         uint32_t cc_bytes; /* as congestion control counts the datagram (rd_cc_bytes) */
+        uint8_t rail;      /* multirail: the rail it leaves by (ck_rail of cookie) */
         uint32_t save_idx, save_seg;
         uint32_t cr_slots; /* credits a Send segment took (given back if refused) */
 };
@@ -312,6 +346,9 @@ struct dw_rd_dev {
         /* Bytes the ACK rel/ is handling acknowledged (ops_acked adds, the
          * path's window learns them after). */
         uint32_t cc_acked;
+        uint32_t cc_acked_rail[DW_FLOW_MAX_RAILS]; /* the same, per rail (multirail streams) */
+        /* The network error (errno) of the last rd_send_one, 0: none. */
+        int tx_neterr;
         struct dw_rd_peer *active; /* peers with outstanding data, owed ACKs or timers */
         bool tx_wait;              /* registered with dw_progress_tx_wait */
         /* The walk over `active` for rel/ timers runs when the earliest
@@ -395,6 +432,11 @@ void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event,
 
 /* rd_tx.c */
 extern const struct dw_rel_ops rd_ops;
+/* Multirail: the stream's bytes in flight leave its rails' windows (it goes
+ * away); a rail of p's device found down / answering again. */
+void rd_path_forget(struct dw_rd_peer *p);
+void rd_rail_down(struct dw_rd_peer *p, unsigned rail, uint64_t now, const char *why);
+void rd_rail_up(struct dw_rd_peer *p, unsigned rail);
 /* dw_rel_on_ack with rd_ops, then the path's window learns what it acked. */
 int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now);
 void rd_send_nak(struct dw_rd_peer *p, uint32_t psn, uint8_t code);
@@ -585,6 +627,29 @@ static inline uint32_t rd_cc_bytes(const struct dw_rd_peer *p, uint64_t cookie)
                         len = e->len - off;
         }
         return (uint32_t)(len < S ? len : S) + RD_CC_OVERHEAD;
+}
+
+/* Rails usable towards p: ours and its device's, paired by index; 0 when
+ * the stream is not multirail (fewer than two on either side). */
+static inline unsigned rd_rails(const struct dw_rd_peer *p)
+{
+        unsigned theirs = p->path->nrails;
+        if (theirs < 2)
+                return 0;
+        unsigned ours = (unsigned)p->s->qp->dev->nrails;
+        unsigned n = ours < theirs ? ours : theirs;
+        return n < 2 ? 0 : n;
+}
+
+/* The path (congestion window, rail state) and peer address of rail `rail`
+ * of p's device; rail 0 is the stream's own. */
+static inline struct dw_flow_path *rd_rail_path(const struct dw_rd_peer *p, unsigned rail)
+{
+        return rail && rail < p->path->nrails ? p->path->rail[rail] : p->path;
+}
+static inline uint32_t rd_rail_ip(const struct dw_rd_peer *p, unsigned rail)
+{
+        return rail && rail < p->path->nrails ? p->path->rail_ip[rail] : p->ip;
 }
 
 static inline bool rd_backpressure(int r)

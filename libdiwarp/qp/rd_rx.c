@@ -672,6 +672,24 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         return true;
 }
 
+/* Multirail: the peer device's rail list, when this datagram carries it,
+ * and the rail it came by (our answers go back that way). */
+static void rd_rx_rails(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint32_t from_ip)
+{
+        struct dw_flow_path *f = p->path;
+        if ((h->xflags & DW_DGRAM_X_RAILS) && h->rails[0] == p->ip &&
+            dw_flow_path_set_rails(&rdd(p->s->qp->dev)->paths, f, h->rail_count, h->rails,
+                                   p->udp_mtu + RD_IP_UDP) < 0)
+                dw_warn("RD QP %#x: no memory for the peer's rails: it stays on one",
+                        p->s->qp->qpn);
+        uint8_t rail = 0;
+        if (from_ip != p->ip)
+                for (unsigned r = 1; r < f->nrails; r++)
+                        if (f->rail_ip[r] == from_ip)
+                                rail = (uint8_t)r;
+        p->reply_rail = rail;
+}
+
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
               const struct dw_dgram_hdr *h, const struct sockaddr_in *from)
 {
@@ -684,7 +702,10 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         }
         struct dw_rd_qp *s = qp->rd;
         bool data = h->flags & DW_DGRAM_F_DATA;
-        struct dw_rd_peer *p = rd_peer_find(s, from->sin_addr.s_addr, from->sin_port, h->src_qpn);
+        /* A datagram by another rail names its stream by the sender's first
+         * address (multirail). */
+        uint32_t src = (h->xflags & DW_DGRAM_X_RAIL) ? h->origin : from->sin_addr.s_addr;
+        struct dw_rd_peer *p = rd_peer_find(s, src, from->sin_port, h->src_qpn);
         if (p && p->nak_code && data && h->psn == p->nak_psn) {
                 /* Error NAKs travel unreliably: answer every copy. */
                 rd_send_nak(p, h->psn, p->nak_code);
@@ -709,8 +730,8 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                         dev->ctr.rx_dropped_no_qp++;
                         return;
                 }
-                p = rd_peer_new(s, from->sin_addr.s_addr, from->sin_port, h->src_qpn,
-                                rd_isn(qp->qpn, h->src_qpn), rd_isn(h->src_qpn, qp->qpn));
+                p = rd_peer_new(s, src, from->sin_port, h->src_qpn, rd_isn(qp->qpn, h->src_qpn),
+                                rd_isn(h->src_qpn, qp->qpn));
                 if (!p) {
                         dev->ctr.rx_dropped_no_qp++;
                         return;
@@ -721,6 +742,8 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         struct dw_rd_dev *d = rdd(dev);
         uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
         d->rx_clock = false;
+        if (dev->nrails > 1)
+                rd_rx_rails(p, h, from->sin_addr.s_addr);
         rd_activate(p);
         if (s->mb)
                 rd_mbox_rx_hdr(p, h);
@@ -862,7 +885,8 @@ int dw_rd_rx_direct(struct dw_device *dev)
              qp->state != DIWARP_QPS_SQD && qp->state != DIWARP_QPS_SQE))
                 return rd_direct_skip(d);
         struct dw_rd_qp *s = qp->rd;
-        struct dw_rd_peer *p = rd_peer_find(s, from.sin_addr.s_addr, from.sin_port, h.src_qpn);
+        uint32_t src = (h.xflags & DW_DGRAM_X_RAIL) ? h.origin : from.sin_addr.s_addr;
+        struct dw_rd_peer *p = rd_peer_find(s, src, from.sin_port, h.src_qpn);
         bool read = d->rx_next.read;
         /* Requests carry our Q_Key on an RD QP; responses carry none. */
         if (!p || p != d->rx_next.peer || h.psn != d->rx_next.psn || p->dead ||
@@ -874,7 +898,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
         /* Without a CRC (DIWARP_RD_CRC=0 at both ends) the body runs to the
          * end; one our setting refuses takes the ordinary way, which drops it. */
         bool nocrc = h.xflags & DW_DGRAM_X_NOCRC;
-        if ((nocrc && !d->nocrc) || (h.xflags & ~DW_DGRAM_X_NOCRC) ||
+        if ((nocrc && !d->nocrc) || (h.xflags & ~(DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL)) ||
             (size_t)len < (nocrc ? 0 : DW_DGRAM_CRC_LEN) + RD_DIRECT_MIN)
                 return rd_direct_skip(d);
         size_t body = (size_t)len - (nocrc ? 0 : DW_DGRAM_CRC_LEN);

@@ -16,10 +16,196 @@
  */
 #include "qp/rd_int.h"
 
+#include <arpa/inet.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "util/log.h"
 #include "wire/crc32c.h"
 #include "wire/rdmap.h"
+
+/* ---------------------------------------------------------------- multirail */
+
+void rd_rail_down(struct dw_rd_peer *p, unsigned rail, uint64_t now, const char *why)
+{
+        struct dw_flow_path *f = rd_rail_path(p, rail);
+        struct dw_device *dev = p->s->qp->dev;
+        f->probe_at = now + RD_RAIL_PROBE_NS;
+        if (f->down)
+                return;
+        f->down = true;
+        if (rail < DIWARP_MAX_RAILS)
+                dev->rail[rail].downs++;
+        char a[INET_ADDRSTRLEN], b[INET_ADDRSTRLEN];
+        struct in_addr la = {rail < (unsigned)dev->nrails ? dev->gids[rail].addr : 0};
+        struct in_addr ra = {rd_rail_ip(p, rail)};
+        dw_warn("RD QP %#x: rail %u (%s -> %s) down: %s; its segments go by the other rails",
+                p->s->qp->qpn, rail, inet_ntop(AF_INET, &la, a, sizeof(a)),
+                inet_ntop(AF_INET, &ra, b, sizeof(b)), why);
+}
+
+void rd_rail_up(struct dw_rd_peer *p, unsigned rail)
+{
+        struct dw_flow_path *f = rd_rail_path(p, rail);
+        if (!f->down)
+                return;
+        f->down = false;
+        f->retx_since_ack = 0;
+        dw_info("RD QP %#x: rail %u answers again", p->s->qp->qpn, rail);
+}
+
+void rd_path_forget(struct dw_rd_peer *p)
+{
+        uint32_t left = p->cc_inflight;
+        if (rd_rails(p) && p->rel.ring) {
+                for (uint32_t psn = p->rel.snd_una; dw_psn_before(psn, p->rel.snd_nxt); psn++) {
+                        const struct dw_rel_txent *e = &p->rel.ring[psn & p->rel.ring_mask];
+                        unsigned r = ck_rail(e->cookie);
+                        if (!r || (e->flags & DW_REL_TXF_SACKED))
+                                continue;
+                        uint32_t b = rd_cc_bytes(p, e->cookie);
+                        b = b < left ? b : left;
+                        dw_cc_forget(&rd_rail_path(p, r)->cc, b);
+                        left -= b;
+                }
+        }
+        dw_cc_forget(&p->path->cc, left);
+        p->cc_inflight = 0;
+}
+
+static bool rd_rail_usable(const struct dw_flow_path *f, uint64_t now)
+{
+        return !f->down || now >= f->probe_at;
+}
+
+/* The rail a segment that is not striped goes by: the stream's own (rail
+ * 0) unless it is down, then the first rail up. */
+static unsigned rd_home_rail(const struct dw_rd_peer *p)
+{
+        if (!p->path->down)
+                return 0;
+        unsigned n = rd_rails(p);
+        for (unsigned r = 1; r < n; r++)
+                if (!rd_rail_path(p, r)->down)
+                        return r;
+        return 0;
+}
+
+/* Whether path f's window lets `bytes` more go now; remembers when pacing will. */
+static bool rd_cc_room_on(struct dw_rd_dev *d, struct dw_flow_path *f, uint32_t bytes, uint64_t now)
+{
+        if (dw_cc_can_send(&f->cc, f->pending, bytes, now))
+                return true;
+        uint64_t t = dw_cc_next_send(&f->cc, now);
+        if (t && (!d->pace_wake || t < d->pace_wake))
+                d->pace_wake = t;
+        return false;
+}
+
+/* The rail the next segment of a striped message goes by: the current one
+ * while its window has room and its run lasts, else the usable rail with the
+ * most room in its window, so each rail pulls segments as fast as it
+ * carries them (no fixed share per rail); -1 when no rail has room now. A
+ * rail that is down gets one segment per probe interval. */
+static int rd_pick_rail(struct dw_rd_qp *s, struct dw_rd_peer *p, unsigned n, uint32_t ccb,
+                        uint64_t now)
+{
+        struct dw_rd_dev *d = rdd(s->qp->dev);
+        unsigned cur = s->tx_rail < n ? s->tx_rail : 0;
+        struct dw_flow_path *f = rd_rail_path(p, cur);
+        if (s->tx_run && s->tx_run < RD_RAIL_RUN && !f->down && rd_cc_room_on(d, f, ccb, now)) {
+                s->tx_run++;
+                return (int)cur;
+        }
+        int best = -1;
+        int64_t best_room = INT64_MIN;
+        for (unsigned k = 1; k <= n; k++) {
+                unsigned r = (cur + k) % n;
+                f = rd_rail_path(p, r);
+                if (!rd_rail_usable(f, now) || !rd_cc_room_on(d, f, ccb, now))
+                        continue;
+                int64_t room = (int64_t)f->cc.cwnd - f->cc.inflight - f->pending;
+                if (room > best_room) {
+                        best = (int)r;
+                        best_room = room;
+                }
+        }
+        if (best < 0)
+                return -1;
+        f = rd_rail_path(p, (unsigned)best);
+        if (f->down)
+                f->probe_at = now + RD_RAIL_PROBE_NS; /* this segment is the probe */
+        s->tx_rail = (uint8_t)best;
+        s->tx_run = 1;
+        return best;
+}
+
+/* The rail of a new segment of `len` bytes (message length): striped above
+ * DIWARP_STRIPE_MIN, else the home rail; -1: no rail has room. */
+static int rd_seg_rail(struct dw_rd_qp *s, struct dw_rd_peer *p, uint64_t len, uint32_t ccb,
+                       uint64_t now)
+{
+        unsigned n = rd_rails(p);
+        if (!n)
+                return 0;
+        uint32_t min = s->qp->dev->cfg.stripe_min;
+        if (min && len >= min)
+                return rd_pick_rail(s, p, n, ccb, now);
+        return (int)rd_home_rail(p);
+}
+
+/* The multirail extensions of a datagram by rail `rail` to p: our rail list
+ * on one to the peer's first address now and then, our first address (the
+ * stream's name at the peer) on one to any other. Returns their length. */
+static size_t rd_hdr_rails(struct dw_rd_peer *p, unsigned rail, struct dw_dgram_hdr *h)
+{
+        struct dw_device *dev = p->s->qp->dev;
+        if (dev->nrails < 2)
+                return 0;
+        if (rail) {
+                h->xflags |= DW_DGRAM_X_RAIL;
+                h->origin = dev->addr.s_addr;
+                return DW_DGRAM_RAIL_LEN;
+        }
+        uint64_t now = rdd(dev)->step_now;
+        struct dw_flow_path *f = p->path;
+        if (f->rails_told_at && now - f->rails_told_at < RD_RAILS_EVERY_NS)
+                return 0;
+        f->rails_told_at = now ? now : 1;
+        h->xflags |= DW_DGRAM_X_RAILS;
+        h->rail_count = (uint8_t)dev->nrails;
+        for (int i = 0; i < dev->nrails; i++)
+                h->rails[i] = dev->gids[i].addr;
+        return DW_DGRAM_RAILS_LEN(h->rail_count);
+}
+
+/* Whether a datagram to p's first address would carry our rail list now. */
+static bool rd_rails_due(const struct dw_rd_peer *p)
+{
+        const struct dw_device *dev = p->s->qp->dev;
+        if (dev->nrails < 2)
+                return false;
+        uint64_t t = p->path->rails_told_at;
+        return !t || rdd((struct dw_device *)dev)->step_now - t >= RD_RAILS_EVERY_NS;
+}
+
+/* Every path of p's rails: nothing of the batch is pending any more. */
+static void rd_pending_clear(struct dw_rd_peer *p)
+{
+        p->path->pending = 0;
+        for (unsigned r = 1; r < p->path->nrails; r++)
+                p->path->rail[r]->pending = 0;
+}
+
+/* The kernel refused to send by the slot's rail (no route, interface down). */
+static void rd_rail_neterr(struct dw_rd_peer *p, unsigned rail, int err, uint64_t now)
+{
+        if (!rd_rails(p))
+                return;
+        char why[96];
+        snprintf(why, sizeof(why), "the kernel refuses to send by it (%s)", strerror(-err));
+        rd_rail_down(p, rail, now, why);
+}
 
 /* ---------------------------------------------------------------- packet build */
 
@@ -101,8 +287,9 @@ static void rd_slot_for(struct rd_txslot *t, struct dw_rd_peer *p, uint32_t psn,
                         uint32_t bytes)
 {
         t->bytes = bytes;
+        t->rail = (uint8_t)ck_rail(cookie);
         t->dst.sin_family = AF_INET;
-        t->dst.sin_addr.s_addr = p->ip;
+        t->dst.sin_addr.s_addr = rd_rail_ip(p, t->rail);
         t->dst.sin_port = p->port;
         t->peer = p;
         t->psn = psn;
@@ -133,7 +320,8 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         struct dw_qp *qp = p->s->qp;
         bool write = w->opcode == DIWARP_WR_RDMA_WRITE;
         if ((w->opcode != DIWARP_WR_SEND && !write) || w->total_len > RD_COPY_MAX ||
-            w->total_len > rd_send_seg(p) || (p->rel.rx_map[0] | p->rel.rx_map[1]))
+            w->total_len > rd_send_seg(p) || (p->rel.rx_map[0] | p->rel.rx_map[1]) ||
+            ck_rail(cookie) || rd_rails_due(p))
                 return false;
         uint32_t len = (uint32_t)w->total_len;
         const uint8_t *src = NULL;
@@ -213,6 +401,7 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
             .psn = psn,
         };
         rd_mbox_hdr(p, &h, true);
+        rd_hdr_rails(p, ck_rail(cookie), &h);
         if (dw_rel_ack_owed(&p->rel))
                 dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
         ssize_t hl = dw_dgram_encode(&h, t->hdr, sizeof(t->hdr));
@@ -426,6 +615,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
             .pull_pushed = pull_pushed,
         };
         rd_mbox_hdr(p, &h, true);
+        fixed += rd_hdr_rails(p, ck_rail(cookie), &h);
         if (dw_rel_ack_owed(&p->rel)) {
                 size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
                 dw_rel_build_ack(&p->rel, &h,
@@ -490,8 +680,12 @@ static int rd_send_one(struct dw_device *dev, const struct iovec *iov, int n,
                                 &dev->udp, &dev->ctr);
         else
                 r = dw_udp_send(&dev->udp, iov, n, dst);
-        if (r >= 0 || !rd_backpressure(r))
+        if (r >= 0)
                 return 0;
+        if (!rd_backpressure(r)) {
+                rdd(dev)->tx_neterr = r;
+                return 0;
+        }
         dev->ctr.tx_backpressure++;
         return r;
 }
@@ -505,6 +699,12 @@ static int rd_send_ctrl(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
         rd_mbox_hdr(p, h, false);
         if (rdd(qp->dev)->nocrc)
                 h->xflags |= DW_DGRAM_X_NOCRC;
+        /* Back the way the peer's latest datagram came: a rail that fails
+         * one way is left both ways. */
+        unsigned rail = rd_rails(p) ? p->reply_rail : 0;
+        if (rail && rd_rail_path(p, rail)->down)
+                rail = rd_home_rail(p);
+        rd_hdr_rails(p, rail, h);
         ssize_t n = dw_dgram_encode(h, buf, sizeof(buf));
         if (n < 0)
                 return 0;
@@ -513,8 +713,12 @@ static int rd_send_ctrl(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
                 return 0;
         struct iovec iov = {buf, (size_t)n};
         struct sockaddr_in dst = {
-            .sin_family = AF_INET, .sin_addr.s_addr = p->ip, .sin_port = p->port};
-        return rd_send_one(qp->dev, &iov, 1, &dst);
+            .sin_family = AF_INET, .sin_addr.s_addr = rd_rail_ip(p, rail), .sin_port = p->port};
+        rdd(qp->dev)->tx_neterr = 0;
+        int r = rd_send_one(qp->dev, &iov, 1, &dst);
+        if (rdd(qp->dev)->tx_neterr)
+                rd_rail_neterr(p, rail, rdd(qp->dev)->tx_neterr, rdd(qp->dev)->step_now);
+        return r;
 }
 
 void rd_send_nak(struct dw_rd_peer *p, uint32_t psn, uint8_t code)
@@ -538,9 +742,22 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
 {
         struct dw_rd_peer *p = ctx;
         struct dw_rd_qp *s = p->s;
+        struct dw_rd_dev *d = rdd(s->qp->dev);
         (void)psn;
         uint32_t b = rd_cc_bytes(p, cookie);
-        rdd(s->qp->dev)->cc_acked += b;
+        unsigned rail = ck_rail(cookie);
+        if (rail | p->path->nrails) {
+                /* Multirail: the window of the rail that carried it learns it,
+                 * and the rail is alive. */
+                struct dw_flow_path *f = rd_rail_path(p, rail);
+                d->cc_acked_rail[f == p->path ? 0 : rail] += b;
+                f->last_ack = d->step_now;
+                f->retx_since_ack = 0;
+                if (f->down)
+                        rd_rail_up(p, rail);
+        } else {
+                d->cc_acked += b;
+        }
         p->cc_inflight = b < p->cc_inflight ? p->cc_inflight - b : 0;
         if (ck_kind(cookie) == RD_CK_SQ) {
                 struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
@@ -573,21 +790,64 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
  * rel/ keeps the work pending, without counting a retry, for the next step. */
 #define RD_CTL_PER_WALK DW_PROGRESS_BUDGET
 
+/* Multirail: a resend counts against the rail that lost it (its window
+ * shrinks, and a rail that keeps losing with nothing acknowledged is down);
+ * it goes by that rail while it is up, else by the home rail, and rel/ then
+ * names it by its new rail so its ACK and window charge follow it. */
+static uint64_t rd_resend_rail(struct dw_rd_peer *p, uint32_t psn, uint64_t cookie, uint32_t b,
+                               uint64_t now)
+{
+        unsigned rail = ck_rail(cookie);
+        struct dw_flow_path *f = rd_rail_path(p, rail);
+        dw_cc_lost(&f->cc, DW_CC_LOSS_FAST, now);
+        if (++f->retx_since_ack >= RD_RAIL_DOWN_RETX && now - f->last_ack >= RD_RAIL_DOWN_NS &&
+            !f->down)
+                rd_rail_down(p, rail, now, "its datagrams go unacknowledged");
+        if (!f->down)
+                return cookie;
+        unsigned to = rd_home_rail(p);
+        if (to == rail) {
+                /* Every rail is down: try the next one round. */
+                unsigned n = rd_rails(p);
+                to = (rail + 1) % n;
+        }
+        struct dw_flow_path *g = rd_rail_path(p, to);
+        dw_cc_forget(&f->cc, b);
+        dw_cc_sent(&g->cc, b, false, now);
+        cookie = ck_on_rail(cookie, to);
+        dw_rel_tx_rename(&p->rel, psn, cookie, to);
+        return cookie;
+}
+
 static int ops_retransmit(void *ctx, uint32_t psn, uint64_t cookie)
 {
         struct dw_rd_peer *p = ctx;
         struct dw_device *dev = p->s->qp->dev;
         struct rd_txslot *t = &rdd(dev)->rslot;
-        if (rdd(dev)->ctl_sent >= RD_CTL_PER_WALK)
+        struct dw_rd_dev *d = rdd(dev);
+        if (d->ctl_sent >= RD_CTL_PER_WALK)
                 return -EAGAIN;
-        rdd(dev)->ctl_sent++;
-        dw_cc_sent(&p->path->cc, rd_cc_bytes(p, cookie), true, rdd(dev)->step_now);
+        d->ctl_sent++;
+        uint64_t now = d->step_now;
+        uint32_t b = rd_cc_bytes(p, cookie);
+        unsigned rail = ck_rail(cookie);
+        if (rd_rails(p))
+                cookie = rd_resend_rail(p, psn, cookie, b, now);
+        dw_cc_sent(&rd_rail_path(p, ck_rail(cookie))->cc, b, true, now);
         int r = rd_build(p, cookie, psn, false, t);
         if (r < 0)
                 return r;
+        d->tx_neterr = 0;
         r = rd_send_one(dev, t->iov, t->iovcnt, &t->dst);
         if (r < 0)
                 return r;
+        if (d->tx_neterr)
+                rd_rail_neterr(p, t->rail, d->tx_neterr, now);
+        if (dev->nrails > 1) {
+                dev->rail[rail].retransmits++;
+                dev->rail[t->rail].tx_packets++;
+                dev->rail[t->rail].tx_bytes += t->dlen;
+        }
         dev->ctr.retransmits++;
         p->s->qp->ctr.retransmits++;
         dev->ctr.tx_packets++;
@@ -620,15 +880,20 @@ static int ops_send_ack(void *ctx)
         return rd_send_ack(p);
 }
 
-static void ops_rtt(void *ctx, uint32_t rtt_ns, uint64_t now)
+static void ops_rtt(void *ctx, uint32_t psn, uint64_t cookie, uint32_t rtt_ns, uint64_t now)
 {
         struct dw_rd_peer *p = ctx;
-        dw_cc_rtt(&p->path->cc, rtt_ns, now);
+        (void)psn;
+        dw_cc_rtt(&rd_rail_path(p, ck_rail(cookie))->cc, rtt_ns, now);
 }
 
 static void ops_lost(void *ctx, enum dw_rel_loss how, uint64_t now)
 {
         struct dw_rd_peer *p = ctx;
+        /* A multirail stream's losses are charged per rail, as each lost
+         * datagram is resent (rd_resend_rail). */
+        if (rd_rails(p))
+                return;
         dw_cc_lost(&p->path->cc,
                    how == DW_REL_LOSS_RTO     ? DW_CC_LOSS_RTO
                    : how == DW_REL_LOSS_PROBE ? DW_CC_LOSS_PROBE
@@ -648,30 +913,25 @@ int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
 {
         struct dw_rd_dev *d = rdd(p->s->qp->dev);
         d->cc_acked = 0;
+        bool rails = p->path->nrails;
+        if (rails)
+                memset(d->cc_acked_rail, 0, sizeof(d->cc_acked_rail));
         int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
         if (d->cc_acked)
                 dw_cc_acked(&p->path->cc, d->cc_acked, now);
+        for (unsigned i = 0; rails && i < p->path->nrails; i++)
+                if (d->cc_acked_rail[i])
+                        dw_cc_acked(&rd_rail_path(p, i)->cc, d->cc_acked_rail[i], now);
         if (h->xflags & DW_DGRAM_X_ECE)
                 dw_cc_lost(&p->path->cc, DW_CC_LOSS_ECN, now);
         return r;
 }
 
-/* Whether the path lets `bytes` more go now; remembers when pacing will. */
-static bool rd_cc_room(struct dw_rd_peer *p, uint32_t bytes, uint64_t now)
-{
-        struct dw_flow_path *f = p->path;
-        if (dw_cc_can_send(&f->cc, f->pending, bytes, now))
-                return true;
-        struct dw_rd_dev *d = rdd(p->s->qp->dev);
-        uint64_t t = dw_cc_next_send(&f->cc, now);
-        if (t && (!d->pace_wake || t < d->pace_wake))
-                d->pace_wake = t;
-        return false;
-}
-
 /* ---------------------------------------------------------------- transmit */
 
-static bool rd_room(struct dw_rd_peer *p, uint64_t now, uint32_t bytes)
+/* Whether the stream's window and the window of the path of the rail
+ * `rail` let `bytes` more go now. */
+static bool rd_room(struct dw_rd_peer *p, uint64_t now, uint32_t bytes, unsigned rail)
 {
         if (p->dead)
                 return false;
@@ -679,7 +939,7 @@ static bool rd_room(struct dw_rd_peer *p, uint64_t now, uint32_t bytes)
                 return false;
         return dw_rel_tx_can_send(&p->rel, now) &&
                dw_rel_tx_inflight(&p->rel) + p->batch < DW_REL_DEF_WINDOW &&
-               rd_cc_room(p, bytes, now);
+               rd_cc_room_on(rdd(p->s->qp->dev), rd_rail_path(p, rail), bytes, now);
 }
 
 static uint32_t rd_ord(const struct dw_rd_qp *s)
@@ -761,7 +1021,12 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         uint32_t slot = (uint32_t)(w - qp->sq.ring);
         uint64_t cookie = rd_cookie(RD_CK_SQ, slot, s->tx_seg);
         uint32_t ccb = rd_cc_bytes(p, cookie);
-        if (!rd_room(p, now, ccb))
+        int rail = rd_seg_rail(s, p, w->total_len, ccb, now);
+        if (rail < 0)
+                return 0;
+        cookie = ck_on_rail(cookie, (unsigned)rail);
+        struct dw_flow_path *f = rd_rail_path(p, (unsigned)rail);
+        if (!rd_room(p, now, ccb, (unsigned)rail))
                 return 0;
         if (s->capped && s->tx_seg == 0 && !(w->flags & RD_W_TOKEN) && !rd_token(s, now))
                 return 0;
@@ -776,7 +1041,7 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         bool last_seg = s->tx_seg + 1 >= w->ts_ns;
         bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
                       (last_seg && s->tx_idx + 1 >= dw_wq_count(&qp->sq)) ||
-                      dw_cc_full_after(&p->path->cc, p->path->pending + ccb);
+                      dw_cc_full_after(&f->cc, f->pending + ccb);
         int r = rd_build(p, cookie, psn, ackreq, t);
         t->cr_slots = (uint32_t)cr;
         if (r < 0) {
@@ -789,7 +1054,7 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         t->save_idx = s->tx_idx;
         t->save_seg = s->tx_seg;
         t->cc_bytes = ccb;
-        p->path->pending += ccb;
+        f->pending += ccb;
         p->batch++;
         if (is_read_like(w->opcode) && s->tx_seg == 0)
                 s->orq_building++;
@@ -867,9 +1132,10 @@ static int rd_next_pull(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                 return 0;
         struct rd_pull *pl = &s->pull[idx];
         struct dw_rd_peer *p = pl->peer;
-        uint64_t cookie = rd_cookie(RD_CK_PULL, idx, (uint32_t)slot);
+        unsigned rail = rd_home_rail(p);
+        uint64_t cookie = ck_on_rail(rd_cookie(RD_CK_PULL, idx, (uint32_t)slot), rail);
         uint32_t ccb = rd_cc_bytes(p, cookie);
-        if (!rd_room(p, now, ccb))
+        if (!rd_room(p, now, ccb, rail))
                 return 0;
         uint32_t psn = p->rel.snd_nxt + p->batch;
         bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW;
@@ -878,7 +1144,7 @@ static int rd_next_pull(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
         t->save_idx = idx;
         t->save_seg = (uint32_t)slot;
         t->cc_bytes = ccb;
-        p->path->pending += ccb;
+        rd_rail_path(p, rail)->pending += ccb;
         p->batch++;
         /* Taken by this batch; a refusal of the socket gives it back. */
         pl->rd[slot].sent = true;
@@ -895,16 +1161,17 @@ static int rd_next_cctl(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                 if (!c->peer || c->sent)
                         continue;
                 struct dw_rd_peer *p = c->peer;
-                uint64_t cookie = rd_cookie(RD_CK_CCTL, i + 1, 0);
+                unsigned rail = rd_home_rail(p);
+                uint64_t cookie = ck_on_rail(rd_cookie(RD_CK_CCTL, i + 1, 0), rail);
                 uint32_t ccb = rd_cc_bytes(p, cookie);
-                if (!rd_room(p, now, ccb))
+                if (!rd_room(p, now, ccb, rail))
                         continue;
                 uint32_t psn = p->rel.snd_nxt + p->batch;
                 if (rd_build(p, cookie, psn, true, t) < 0)
                         return 0;
                 t->save_idx = i;
                 t->cc_bytes = ccb;
-                p->path->pending += ccb;
+                rd_rail_path(p, rail)->pending += ccb;
                 p->batch++;
                 /* Taken by this batch; a refusal of the socket gives it back. */
                 c->sent = true;
@@ -924,12 +1191,21 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                 struct dw_rd_peer *p = e->peer;
                 uint64_t cookie = rd_cookie(RD_CK_IRQ, idx, e->next_seg);
                 uint32_t ccb = rd_cc_bytes(p, cookie);
-                if (!rd_room(p, now, ccb))
+                /* A chunk of a receiver-paced Send is striped as its Send is. */
+                uint64_t len = e->atomic ? 0
+                               : e->pull ? s->qp->sq.ring[e->wslot].total_len
+                                         : e->len;
+                int rail = rd_seg_rail(s, p, len, ccb, now);
+                if (rail < 0)
+                        return 0;
+                cookie = ck_on_rail(cookie, (unsigned)rail);
+                struct dw_flow_path *f = rd_rail_path(p, (unsigned)rail);
+                if (!rd_room(p, now, ccb, (unsigned)rail))
                         return 0;
                 uint32_t psn = p->rel.snd_nxt + p->batch;
                 bool ackreq = dw_rel_tx_inflight(&p->rel) + p->batch + 1 >= DW_REL_DEF_WINDOW ||
                               e->next_seg + 1 >= e->nseg ||
-                              dw_cc_full_after(&p->path->cc, p->path->pending + ccb);
+                              dw_cc_full_after(&f->cc, f->pending + ccb);
                 int r = rd_build(p, cookie, psn, ackreq, t);
                 if (r < 0) {
                         rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, DIWARP_EVENT_QP_ACCESS_ERR,
@@ -939,7 +1215,7 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                 t->save_idx = idx;
                 t->save_seg = e->next_seg;
                 t->cc_bytes = ccb;
-                p->path->pending += ccb;
+                f->pending += ccb;
                 p->batch++;
                 e->next_seg++;
                 return 1;
@@ -952,8 +1228,14 @@ static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
         struct dw_rd_peer *p = t->peer;
         struct dw_qp *qp = s->qp;
         dw_rel_tx_sent(&p->rel, t->psn, t->cookie, now);
-        dw_cc_sent(&p->path->cc, t->cc_bytes, false, now);
+        if (t->rail)
+                dw_rel_tx_rename(&p->rel, t->psn, t->cookie, t->rail);
+        dw_cc_sent(&rd_rail_path(p, t->rail)->cc, t->cc_bytes, false, now);
         p->cc_inflight += t->cc_bytes;
+        if (qp->dev->nrails > 1) {
+                qp->dev->rail[t->rail].tx_packets++;
+                qp->dev->rail[t->rail].tx_bytes += t->dlen;
+        }
         if (t->dlen > rdd(qp->dev)->dgram_max)
                 rdd(qp->dev)->dgram_max = t->dlen;
         qp->ctr.tx_packets++;
@@ -1038,6 +1320,9 @@ static int rd_send_batch(struct dw_device *dev, struct dw_rd_dev *d, int n)
                         if (r == -EOPNOTSUPP)
                                 continue; /* GSO now off: the same slots the ordinary way */
                         if (r >= 0 || !rd_backpressure(r)) {
+                                if (r < 0)
+                                        rd_rail_neterr(d->slot[sent].peer, d->slot[sent].rail, r,
+                                                       d->step_now);
                                 sent += k;
                                 continue;
                         }
@@ -1062,7 +1347,10 @@ static int rd_send_batch(struct dw_device *dev, struct dw_rd_dev *d, int n)
                         dev->ctr.tx_backpressure++;
                         break;
                 }
-                sent++; /* lost to a network error: rel/ recovers */
+                /* Lost to a network error: rel/ recovers (by the other rails
+                 * if it was this rail's). */
+                rd_rail_neterr(d->slot[sent].peer, d->slot[sent].rail, r, d->step_now);
+                sent++;
         }
         return sent;
 }
@@ -1140,7 +1428,7 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                         /* The QP failed while building: forget the batch. */
                         for (int i = 0; i < RD_BATCH; i++) {
                                 if (d->slot[i].peer) {
-                                        d->slot[i].peer->path->pending = 0;
+                                        rd_pending_clear(d->slot[i].peer);
                                         d->slot[i].peer->batch = 0;
                                         rd_ring_idle(d, d->slot[i].peer);
                                 }
@@ -1152,16 +1440,20 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                         break;
                 int sent = 0;
                 if (dev->fault_on || n == 1) {
-                        for (; sent < n; sent++)
-                                if (rd_send_one(dev, d->slot[sent].iov, d->slot[sent].iovcnt,
-                                                &d->slot[sent].dst) < 0)
+                        for (; sent < n; sent++) {
+                                struct rd_txslot *t = &d->slot[sent];
+                                d->tx_neterr = 0;
+                                if (rd_send_one(dev, t->iov, t->iovcnt, &t->dst) < 0)
                                         break;
+                                if (d->tx_neterr)
+                                        rd_rail_neterr(t->peer, t->rail, d->tx_neterr, now);
+                        }
                 } else {
                         sent = rd_send_batch(dev, d, n);
                 }
                 for (int i = 0; i < n; i++) {
                         d->slot[i].peer->batch = 0;
-                        d->slot[i].peer->path->pending = 0;
+                        rd_pending_clear(d->slot[i].peer);
                 }
                 for (int i = 0; i < sent; i++)
                         rd_commit(s, &d->slot[i], now);
@@ -1228,7 +1520,8 @@ static void rd_tx_now(struct dw_rd_qp *s)
         uint64_t cookie = rd_cookie(RD_CK_SQ, slot, 0);
         uint32_t ccb = rd_cc_bytes(p, cookie);
         /* The clock of the last step: pacing's burst allowance covers its age. */
-        if (p->rel.rnr_until || !rd_room(p, d->step_now, ccb))
+        /* A stream whose first rail is down sends by another: left to the step. */
+        if (p->rel.rnr_until || (p->path->down && rd_rails(p)) || !rd_room(p, d->step_now, ccb, 0))
                 return;
         s->starting = 0;
         if (s->capped && !rd_token(s, d->step_now))

@@ -180,6 +180,16 @@ bool dw_rel_tx_want_ackreq(const struct dw_rel_peer *r)
         return dw_rel_tx_inflight(r) + 1 == (uint32_t)r->ring_mask + 1;
 }
 
+int dw_rel_tx_rename(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, unsigned lane)
+{
+        if (!r->ring || !dw_psn_before(psn, r->snd_nxt) || dw_psn_before(psn, r->snd_una) ||
+            lane >= DW_REL_MAX_LANES)
+                return -EINVAL;
+        ent(r, psn)->cookie = cookie;
+        ent(r, psn)->lane = (uint8_t)lane;
+        return 0;
+}
+
 int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_t now)
 {
         struct dw_rel_txent *e;
@@ -195,6 +205,7 @@ int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_
         e->sent_us = to_us(now);
         e->retx = 0;
         e->flags = 0;
+        e->lane = 0;
         e->rsvd = 0;
         if (!outstanding(r)) {
                 r->last_progress = now;  /* the silent-peer clock starts with the first packet */
@@ -222,7 +233,7 @@ int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_
  * hole (it reports its lowest runs only). */
 static unsigned mark_lost(struct dw_rel_peer *r)
 {
-        unsigned above = 0, marked = 0;
+        unsigned above[DW_REL_MAX_LANES] = {0}, marked = 0;
         uint32_t psn = r->sack_high;
         uint32_t reo_us = (r->flags & DW_REL_F_HAVE_RTT) ? r->srtt_ns / 4000u : 0;
 
@@ -231,12 +242,13 @@ static unsigned mark_lost(struct dw_rel_peer *r)
         while (psn != r->snd_una) {
                 struct dw_rel_txent *e = ent(r, --psn);
 
+                unsigned lane = e->lane & (DW_REL_MAX_LANES - 1);
                 if (e->flags & DW_REL_TXF_SACKED) {
-                        above++;
+                        above[lane]++;
                 } else if (e->flags & DW_REL_TXF_PENDING) {
                         continue;
                 } else if (!(e->flags & DW_REL_TXF_FAST)
-                               ? above >= r->p->dupthresh
+                               ? above[lane] >= r->p->dupthresh
                                : (int32_t)(r->rack_us - e->sent_us) > (int32_t)reo_us) {
                         e->flags |= DW_REL_TXF_FAST | DW_REL_TXF_PENDING;
                         r->flags |= DW_REL_F_RETX_PENDING;
@@ -453,7 +465,8 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 uint64_t rtt = (uint64_t)(uint32_t)(now_us - best_sent) * NS_PER_US;
                 dw_rel_rtt_sample(r, rtt);
                 if (ops && ops->rtt)
-                        ops->rtt(ctx, rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt, now);
+                        ops->rtt(ctx, best_psn, ent(r, best_psn)->cookie,
+                                 rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt, now);
         } else if (have_sample)
                 r->backoff = 0; /* Karn: a packet sent once got through, the path works */
         if (progress || sacked_new) {

@@ -76,7 +76,11 @@ struct dw_rel_txent {
         uint32_t sent_us; /* last (re)transmission, µs; wraps every 71 minutes */
         uint8_t retx;     /* times retransmitted; Karn: no RTT sample when > 0 */
         uint8_t flags;
-        uint16_t rsvd;
+        /* The lane (path) it went by, 0..DW_REL_MAX_LANES-1: SACKs above a
+         * hole count as evidence of its loss only from its own lane, since
+         * lanes of different delays reorder (dw_rel_tx_rename). */
+        uint8_t lane;
+        uint8_t rsvd;
 };
 static_assert(sizeof(struct dw_rel_txent) == 16, "txent is 16 bytes");
 
@@ -186,8 +190,9 @@ struct dw_rel_ops {
         /* Send a control-only ACK built with dw_rel_build_ack. 0 or as above. */
         int (*send_ack)(void *ctx);
         /* Optional (NULL: not told). An RTT sample was taken (the same ones
-         * the RTO estimator gets: Karn-clean, see dw_rel_on_ack). */
-        void (*rtt)(void *ctx, uint32_t rtt_ns, uint64_t now);
+         * the RTO estimator gets: Karn-clean, see dw_rel_on_ack) from the
+         * packet psn, named by cookie. */
+        void (*rtt)(void *ctx, uint32_t psn, uint64_t cookie, uint32_t rtt_ns, uint64_t now);
         /* Optional. Packets were found lost (congestion control listens
          * here): how, once per ACK or verdict, not per packet. */
         void (*lost)(void *ctx, enum dw_rel_loss how, uint64_t now);
@@ -229,6 +234,11 @@ static inline uint32_t dw_rel_tx_inflight(const struct dw_rel_peer *r)
  * (call it only once the socket accepted it, so an EAGAIN costs no PSN).
  * -EINVAL wrong PSN, -EAGAIN window full, or the fatal errno. */
 int dw_rel_tx_sent(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, uint64_t now);
+/* Renames an outstanding packet and sets the lane it (or its next copy)
+ * goes by (a multirail sender's rail): later callbacks get the new cookie.
+ * -EINVAL when psn is not outstanding or lane >= DW_REL_MAX_LANES. */
+#define DW_REL_MAX_LANES 4
+int dw_rel_tx_rename(struct dw_rel_peer *r, uint32_t psn, uint64_t cookie, unsigned lane);
 /* Whether the next data packet should carry ACKREQ: it fills the window, so
  * the sender stops until an ACK comes and a delayed ACK would stall it. */
 bool dw_rel_tx_want_ackreq(const struct dw_rel_peer *r);

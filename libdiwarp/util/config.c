@@ -47,6 +47,46 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->credit_peers = DW_CONFIG_DEFAULT_CREDIT_PEERS;
         cfg->credit_cslots = DW_CONFIG_DEFAULT_CREDIT_CSLOTS;
         cfg->local_copy = -1;
+        cfg->stripe_min = DW_CONFIG_DEFAULT_STRIPE_MIN;
+}
+
+int dw_config_parse_addrs(const char *s, struct in_addr *out, const char **why)
+{
+        int n = 0;
+        const char *p = s;
+        for (;;) {
+                const char *end = strchr(p, ',');
+                size_t len = end ? (size_t)(end - p) : strlen(p);
+                char one[16];
+                if (n == DW_CONFIG_MAX_RAILS) {
+                        *why = "expected at most 4 addresses (rails)";
+                        return -EINVAL;
+                }
+                if (len == 0 || len >= sizeof(one)) {
+                        *why = "expected dotted IPv4 addresses separated by commas";
+                        return -EINVAL;
+                }
+                memcpy(one, p, len);
+                one[len] = '\0';
+                if (inet_pton(AF_INET, one, &out[n]) != 1) {
+                        *why = n ? "expected dotted IPv4 addresses separated by commas"
+                                 : "expected a dotted IPv4 address";
+                        return -EINVAL;
+                }
+                if (out[n].s_addr == htonl(INADDR_ANY)) {
+                        *why = "0.0.0.0 cannot name a device (its GID is derived from it)";
+                        return -EINVAL;
+                }
+                for (int i = 0; i < n; i++)
+                        if (out[i].s_addr == out[n].s_addr) {
+                                *why = "an address appears twice (each rail has its own)";
+                                return -EINVAL;
+                        }
+                n++;
+                if (!end)
+                        return n;
+                p = end + 1;
+        }
 }
 
 /* Records "NAME='value': expectation" in cfg->why_buf. The value is cut short
@@ -132,14 +172,21 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
         int i, rc;
 
         if ((v = var(env, "DIWARP_ADDR"))) {
-                struct in_addr a;
+                struct in_addr a[DW_CONFIG_MAX_RAILS];
+                const char *why = NULL;
 
-                if (strlen(v) >= sizeof(cfg->addr) || inet_pton(AF_INET, v, &a) != 1)
-                        return bad(cfg, "DIWARP_ADDR", v, "expected a dotted IPv4 address");
-                if (a.s_addr == htonl(INADDR_ANY))
+                if (strlen(v) >= sizeof(cfg->addr))
                         return bad(cfg, "DIWARP_ADDR", v,
-                                   "0.0.0.0 cannot name a device (its GID is derived from it)");
+                                   "expected at most 4 dotted IPv4 addresses (rails)");
+                if (dw_config_parse_addrs(v, a, &why) < 0)
+                        return bad(cfg, "DIWARP_ADDR", v, why);
                 snprintf(cfg->addr, sizeof(cfg->addr), "%s", v);
+        }
+        if ((v = var(env, "DIWARP_STRIPE_MIN"))) {
+                if (!parse_u64(v, 10, 0, DW_MAX_MSG_PULL, &u))
+                        return bad(cfg, "DIWARP_STRIPE_MIN", v,
+                                   "expected bytes 0..2147483648 (0: never stripe)");
+                cfg->stripe_min = u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
         }
         if ((v = var(env, "DIWARP_PORT_BASE"))) {
                 if (!parse_u64(v, 10, 1, 65535, &u))

@@ -4,6 +4,7 @@
 #define DW_UTIL_CONFIG_H
 
 #include <stdbool.h>
+#include <netinet/in.h>
 #include <stdint.h>
 
 enum dw_io_backend {
@@ -61,14 +62,21 @@ enum dw_credit_setting {
         DW_CREDIT_ON_DYNAMIC = 2,
 };
 
+/* DIWARP_ADDR: one address, or a comma-separated list of up to
+ * DW_CONFIG_MAX_RAILS (one per rail: a multirail device). */
+#define DW_CONFIG_MAX_RAILS          4
+#define DW_CONFIG_ADDR_LEN           (DW_CONFIG_MAX_RAILS * 16)
+#define DW_CONFIG_DEFAULT_STRIPE_MIN (256u << 10)
+
 struct dw_config {
-        char addr[16];                     /* DIWARP_ADDR, dotted IPv4; "": not pinned */
-        uint16_t port_base;                /* DIWARP_PORT_BASE */
-        int log_level;                     /* DIWARP_LOG, enum dw_log_level */
-        bool progress_thread;              /* DIWARP_PROGRESS=thread (default app) */
-        enum dw_io_backend io;             /* DIWARP_IO=plain|uring */
-        bool rc_crc;                       /* DIWARP_RC_CRC=0|1 */
-        bool rd_direct;                    /* DIWARP_RD_DIRECT=0|1: continuations placed first */
+        char
+            addr[DW_CONFIG_ADDR_LEN]; /* DIWARP_ADDR: dotted IPv4 (a list: rails); "": not pinned */
+        uint16_t port_base;           /* DIWARP_PORT_BASE */
+        int log_level;                /* DIWARP_LOG, enum dw_log_level */
+        bool progress_thread;         /* DIWARP_PROGRESS=thread (default app) */
+        enum dw_io_backend io;        /* DIWARP_IO=plain|uring */
+        bool rc_crc;                  /* DIWARP_RC_CRC=0|1 */
+        bool rd_direct;               /* DIWARP_RD_DIRECT=0|1: continuations placed first */
         enum dw_rc_transport rc_transport; /* DIWARP_RC_TRANSPORT=tcp|rd */
         uint32_t peer_timeout_ms;          /* DIWARP_PEER_TIMEOUT_MS */
         uint32_t connect_timeout_ms;       /* DIWARP_CONNECT_TIMEOUT_MS */
@@ -98,10 +106,18 @@ struct dw_config {
          * process as one copy (qp/rc.c); -1 = unset: on in the host daemon,
          * off elsewhere. */
         int8_t local_copy;
+        /* DIWARP_STRIPE_MIN: RD messages of at least this many bytes are
+         * striped over the rails of a multirail device; 0: never. */
+        uint32_t stripe_min;
         /* Holds the text *why points to after a failure (names variable and value),
          * so the reason needs no global buffer and lives as long as the config. */
         char why_buf[384];
 };
+
+/* Parses DIWARP_ADDR's form: 1..DW_CONFIG_MAX_RAILS distinct dotted IPv4
+ * addresses, none 0.0.0.0, separated by commas. Returns how many, or -EINVAL
+ * with *why naming what is wrong. */
+int dw_config_parse_addrs(const char *s, struct in_addr *out, const char **why);
 
 /* Fills *cfg with the built-in defaults (never fails). */
 void dw_config_defaults(struct dw_config *cfg);

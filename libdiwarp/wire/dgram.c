@@ -69,7 +69,7 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
         const uint8_t ack_sack = DW_DGRAM_F_ACK | DW_DGRAM_F_SACK;
 
         if (x & ~DW_DGRAM_X_ALL)
-                return dw_wire_fail(why, "xflags: reserved bits (0x40-0x80) set", EBADMSG);
+                return dw_wire_fail(why, "xflags: unknown bits set", EBADMSG);
         if ((x & DW_DGRAM_X_NOCRC) && !(f & DW_DGRAM_F_RD))
                 return dw_wire_fail(
                     why, "xflags: NOCRC on a UD packet (UD always carries the CRC32c)", EBADMSG);
@@ -88,6 +88,23 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
                                     "PULLREQ",
                                     EBADMSG);
 
+        if ((x & (DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL)) && !(f & DW_DGRAM_F_RD))
+                return dw_wire_fail(why, "xflags: RAILS or RAIL on a UD packet (RD only)", EBADMSG);
+        if (x & DW_DGRAM_X_RAILS) {
+                if (h->rail_count == 0 || h->rail_count > DW_DGRAM_MAX_RAILS)
+                        return dw_wire_fail(why, "rails: count not within 1..4", EBADMSG);
+                for (unsigned i = 0; i < h->rail_count; i++)
+                        if (h->rails[i] == 0)
+                                return dw_wire_fail(why, "rails: address 0.0.0.0", EBADMSG);
+        } else if (h->rail_count) {
+                return dw_wire_fail(why, "rails: count non-zero without the RAILS flag", EBADMSG);
+        }
+        if ((x & DW_DGRAM_X_RAIL) ? h->origin == 0 : h->origin != 0)
+                return dw_wire_fail(why,
+                                    (x & DW_DGRAM_X_RAIL)
+                                        ? "rail: origin address 0.0.0.0"
+                                        : "rail: origin non-zero without the RAIL flag",
+                                    EBADMSG);
         if (x & DW_DGRAM_X_PULL) {
                 /* The descriptor rides on the first pushed segment, so at
                  * least one byte is pushed and at least one is pulled. */
@@ -166,8 +183,12 @@ ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h)
 {
         if (h->sack_count > DW_DGRAM_MAX_SACK)
                 return -EINVAL;
+        if (h->rail_count > DW_DGRAM_MAX_RAILS)
+                return -EINVAL;
         return DW_DGRAM_HDR_LEN + (ssize_t)h->sack_count * DW_DGRAM_SACK_LEN +
-               ((h->xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0);
+               ((h->xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0) +
+               ((h->xflags & DW_DGRAM_X_RAILS) ? DW_DGRAM_RAILS_LEN(h->rail_count) : 0) +
+               ((h->xflags & DW_DGRAM_X_RAIL) ? DW_DGRAM_RAIL_LEN : 0);
 }
 
 ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
@@ -197,11 +218,21 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
                 dw_put_be32(p, h->sack[i].start);
                 dw_put_be32(p + 4, h->sack[i].end);
         }
+        uint8_t *p = buf + DW_DGRAM_HDR_LEN + h->sack_count * DW_DGRAM_SACK_LEN;
         if (h->xflags & DW_DGRAM_X_PULL) {
-                uint8_t *p = buf + DW_DGRAM_HDR_LEN + h->sack_count * DW_DGRAM_SACK_LEN;
                 dw_put_be32(p, h->pull_len);
                 dw_put_be32(p + 4, h->pull_pushed);
+                p += DW_DGRAM_PULL_LEN;
         }
+        if (h->xflags & DW_DGRAM_X_RAILS) {
+                p[0] = h->rail_count;
+                p[1] = p[2] = p[3] = 0;
+                /* Addresses are kept in network order: copied as they are. */
+                memcpy(p + 4, h->rails, 4u * h->rail_count);
+                p += DW_DGRAM_RAILS_LEN(h->rail_count);
+        }
+        if (h->xflags & DW_DGRAM_X_RAIL)
+                memcpy(p, &h->origin, DW_DGRAM_RAIL_LEN);
         return n;
 }
 
@@ -258,6 +289,31 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
                 h.pull_pushed = dw_get_be32(buf + n + 4);
                 n += DW_DGRAM_PULL_LEN;
         }
+        if (h.xflags & DW_DGRAM_X_RAILS) {
+                if (!(h.flags & DW_DGRAM_F_RD))
+                        return dw_wire_fail(why, "xflags: RAILS or RAIL on a UD packet (RD only)",
+                                            EBADMSG);
+                if (len - n < 4)
+                        return dw_wire_fail(
+                            why, "rails: list announced by the RAILS flag is truncated", ENODATA);
+                if (buf[n] == 0 || buf[n] > DW_DGRAM_MAX_RAILS)
+                        return dw_wire_fail(why, "rails: count not within 1..4", EBADMSG);
+                if (buf[n + 1] | buf[n + 2] | buf[n + 3])
+                        return dw_wire_fail(why, "rails: reserved bytes non-zero", EBADMSG);
+                if (len - n < (size_t)DW_DGRAM_RAILS_LEN(buf[n]))
+                        return dw_wire_fail(
+                            why, "rails: list announced by the RAILS flag is truncated", ENODATA);
+                h.rail_count = buf[n];
+                memcpy(h.rails, buf + n + 4, 4u * h.rail_count);
+                n += DW_DGRAM_RAILS_LEN(h.rail_count);
+        }
+        if (h.xflags & DW_DGRAM_X_RAIL) {
+                if (len - n < DW_DGRAM_RAIL_LEN)
+                        return dw_wire_fail(
+                            why, "rail: origin announced by the RAIL flag is truncated", ENODATA);
+                memcpy(&h.origin, buf + n, DW_DGRAM_RAIL_LEN);
+                n += DW_DGRAM_RAIL_LEN;
+        }
 
         int rc = dw_dgram_hdr_validate(&h, why);
         if (rc != 0)
@@ -301,6 +357,8 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
         out->rnr_delay = 0;
         out->pull_len = 0;
         out->pull_pushed = 0;
+        out->rail_count = 0;
+        out->origin = 0;
         return DW_DGRAM_HDR_LEN;
 }
 

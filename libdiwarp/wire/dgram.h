@@ -26,8 +26,15 @@
 #define DW_DGRAM_SACK_LEN 8  /* one {start_psn, end_psn} block */
 #define DW_DGRAM_MAX_SACK 8
 #define DW_DGRAM_PULL_LEN 8 /* pull descriptor: {Message Length, Pushed Length} */
+/* Multirail (docs/PROTOCOL.md "Multirail"): a rail list of 1..DW_DGRAM_MAX_RAILS
+ * IPv4 addresses behind a 4-byte count word, and a 4-byte origin address. */
+#define DW_DGRAM_MAX_RAILS     4
+#define DW_DGRAM_RAILS_LEN(n)  (4 + 4 * (n))
+#define DW_DGRAM_RAIL_LEN      4
+#define DW_DGRAM_MULTIRAIL_MAX (DW_DGRAM_RAILS_LEN(DW_DGRAM_MAX_RAILS) + DW_DGRAM_RAIL_LEN)
 #define DW_DGRAM_HDR_MAX_LEN                                                                       \
-        (DW_DGRAM_HDR_LEN + DW_DGRAM_MAX_SACK * DW_DGRAM_SACK_LEN + DW_DGRAM_PULL_LEN) /* 100 */
+        (DW_DGRAM_HDR_LEN + DW_DGRAM_MAX_SACK * DW_DGRAM_SACK_LEN + DW_DGRAM_PULL_LEN +            \
+         DW_DGRAM_MULTIRAIL_MAX) /* 124 */
 #define DW_DGRAM_CRC_LEN   4
 #define DW_UDP_MAX_PAYLOAD 65507 /* 65535 - 20 (IPv4) - 8 (UDP) */
 
@@ -64,9 +71,14 @@
 /* RD DATA, no IMM: the segment is a credit control message of the dynamic
  * credit protocol (docs/PROTOCOL.md "Credits"), not RDMAP. */
 #define DW_DGRAM_X_CCTL 0x20
+/* RD: the sender's rail list follows (rail 0 first, its identity). */
+#define DW_DGRAM_X_RAILS 0x40
+/* RD: the datagram left by another rail than the sender's first: the origin
+ * address follows, and the receiver takes the datagram as from origin. */
+#define DW_DGRAM_X_RAIL 0x80
 #define DW_DGRAM_X_ALL                                                                             \
         (DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ | DW_DGRAM_X_DSACK |              \
-         DW_DGRAM_X_ECE | DW_DGRAM_X_CCTL)
+         DW_DGRAM_X_ECE | DW_DGRAM_X_CCTL | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL)
 
 /* nak_code (byte 3), only with DW_DGRAM_F_NAK */
 enum dw_dgram_nak {
@@ -110,6 +122,11 @@ struct dw_dgram_hdr {
          * reads [pull_pushed, pull_len) with PULLREQ Read Requests. */
         uint32_t pull_len;
         uint32_t pull_pushed;
+        /* With DW_DGRAM_X_RAILS: rail_count addresses (network order); with
+         * DW_DGRAM_X_RAIL: origin (network order). 0 otherwise. */
+        uint8_t rail_count;
+        uint32_t rails[DW_DGRAM_MAX_RAILS];
+        uint32_t origin;
         struct dw_dgram_sack sack[DW_DGRAM_MAX_SACK];
 };
 
@@ -133,7 +150,8 @@ static inline bool dw_psn_before(uint32_t a, uint32_t b)
  * negative errno the decoder would return for it (see wire.h). */
 int dw_dgram_hdr_validate(const struct dw_dgram_hdr *h, const char **why);
 
-/* Encoded header length (fixed part + SACK blocks + pull descriptor), or -EINVAL. */
+/* Encoded header length (fixed part + SACK blocks + pull descriptor + rail
+ * list + origin), or -EINVAL. */
 ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h);
 
 /* Bytes written, -EINVAL for a header dw_dgram_hdr_validate refuses, -ENOSPC.

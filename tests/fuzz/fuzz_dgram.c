@@ -18,8 +18,12 @@ static int same_hdr(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr *b)
             a->nak_code != b->nak_code || a->dst_qpn != b->dst_qpn || a->src_qpn != b->src_qpn ||
             a->qkey != b->qkey || a->psn != b->psn || a->ack_psn != b->ack_psn ||
             a->credits != b->credits || a->rnr_delay != b->rnr_delay ||
-            a->pull_len != b->pull_len || a->pull_pushed != b->pull_pushed)
+            a->pull_len != b->pull_len || a->pull_pushed != b->pull_pushed ||
+            a->rail_count != b->rail_count || a->origin != b->origin)
                 return 0;
+        for (unsigned i = 0; i < a->rail_count && i < DW_DGRAM_MAX_RAILS; i++)
+                if (a->rails[i] != b->rails[i])
+                        return 0;
         for (unsigned i = 0; i < a->sack_count && i < DW_DGRAM_MAX_SACK; i++)
                 if (a->sack[i].start != b->sack[i].start || a->sack[i].end != b->sack[i].end)
                         return 0;
@@ -77,7 +81,8 @@ static void check_rd(const uint8_t *data, size_t len)
 }
 
 /* The receiver's view of which datagrams have no trailer, restated from
- * docs/PROTOCOL.md: version 2, RD, NOCRC and no reserved X-flag. */
+ * docs/PROTOCOL.md: version 2, RD, NOCRC and no unknown X-flag (every bit
+ * is defined since RAILS and RAIL, so the last test always holds). */
 static int nocrc_shape(const uint8_t *data, size_t size)
 {
         return size >= DW_DGRAM_HDR_LEN && data[0] == DW_DGRAM_VERSION2 &&
@@ -139,10 +144,20 @@ static void check_datagram(const uint8_t *data, size_t plen)
         }
         if ((size_t)n > plen || n != dw_dgram_hdr_len(&h) || dw_dgram_hdr_validate(&h, NULL))
                 abort();
-        /* Version 2 exactly when an X-flag is set; NOCRC only on RD. */
+        /* Version 2 exactly when an X-flag is set; NOCRC, RAILS and RAIL only
+         * on RD; a rail list of 1..4 non-zero addresses, a non-zero origin. */
         if (data[0] != (h.xflags ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION))
                 abort();
-        if ((h.xflags & DW_DGRAM_X_NOCRC) && !(h.flags & DW_DGRAM_F_RD))
+        if ((h.xflags & (DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL)) &&
+            !(h.flags & DW_DGRAM_F_RD))
+                abort();
+        if ((h.xflags & DW_DGRAM_X_RAILS) ? h.rail_count < 1 || h.rail_count > DW_DGRAM_MAX_RAILS
+                                          : h.rail_count != 0)
+                abort();
+        for (unsigned i = 0; i < h.rail_count && i < DW_DGRAM_MAX_RAILS; i++)
+                if (h.rails[i] == 0)
+                        abort();
+        if (((h.xflags & DW_DGRAM_X_RAIL) != 0) != (h.origin != 0))
                 abort();
 
         uint8_t buf[DW_DGRAM_HDR_MAX_LEN];

@@ -11,9 +11,10 @@
 #     dynamic protocol's credit control segments (CCTL), and
 #     hand-made datagrams
 #     for what the engine never sends (credits, the other NAK codes, ECE, a
-#     bad CRC, a datagram on a port outside the range) and one breaking each
-#     rule of the decoder, on which the dissector and the engine's own
-#     decoder (dgram_verdict) must agree;
+#     bad CRC, a datagram on a port outside the range) or sends only with
+#     several addresses (the multirail rail list and origin), and one
+#     breaking each rule of the decoder, on which the dissector and the
+#     engine's own decoder (dgram_verdict) must agree;
 #   - RC over TCP (ibv_rc_pingpong, ib_write_bw, rping) with Wireshark's iWARP dissectors
 #     alone: every MPA FPDU's CRC must hold.
 # dgram_wire_check.py asserts what the decode shows against what the programs

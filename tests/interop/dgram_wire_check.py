@@ -4,7 +4,9 @@
   dgram_wire_check.py craft FILE.pcap
       writes hand-made datagrams (what the engine never sends: credits, the
       NAK codes but RNR, ECE, a D-SACK with SACK blocks, a bad CRC, broken
-      headers, a datagram on a port outside the registered range);
+      headers, a datagram on a port outside the registered range; and what
+      it sends only with several addresses: the multirail rail list and
+      origin);
   dgram_wire_check.py check DISSECTOR.lua CAPDIR [DGRAM_VERDICT]
       runs tshark with the dissector over the captures dgram_wire.sh left in
       CAPDIR and checks what it decodes against what the programs did (their
@@ -62,6 +64,16 @@ def ipv4_udp(payload, sport, dport):
 # Flags and X-flags (docs/PROTOCOL.md, "Datagram header").
 RD, ACK, SACK, CREDIT, ACKREQ, NAK, DATA, IMM = 1, 2, 4, 8, 0x10, 0x20, 0x40, 0x80
 X_NOCRC, X_PULL, X_PULLREQ, X_DSACK, X_ECE = 1, 2, 4, 8, 0x10
+X_CCTL, X_RAILS, X_RAIL = 0x20, 0x40, 0x80
+
+
+def ip4(a):
+    return bytes(int(x) for x in a.split("."))
+
+
+def rail_list(*addrs, count=None, rsvd=b"\0\0\0"):
+    """The RAILS extension: count word (count, 3 reserved bytes), addresses."""
+    return bytes([len(addrs) if count is None else count]) + rsvd + b"".join(map(ip4, addrs))
 
 # An untagged RDMAP Send (RFC 5041/5040): DDP control (L, DV 1), RDMAP
 # control (RV 1, opcode 3), reserved, QN 0, MSN, MO 0; then the payload.
@@ -122,7 +134,25 @@ BROKEN = [
     ("rnr_delay_not_rnr", dgram(flags=RD | NAK, nak=3, ack=1, rnr=5), "rnr_delay"),
     ("ack_psn_without_ack", dgram(flags=RD | CREDIT, credits=1, ack=5), "ack_psn: non-zero"),
     ("credits_without_flag", dgram(flags=RD | ACK, ack=1, credits=4), "credits: non-zero"),
-    ("xflag_reserved", dgram(version=2, xflags=0x40, flags=RD | ACK, ack=1), "reserved bits"),
+    # 0x40 and 0x80 were reserved; now RAILS and RAIL announce extensions.
+    ("rails_missing", dgram(version=2, xflags=X_RAILS, flags=RD | ACK, ack=1),
+     "shorter than its header"),
+    ("origin_missing", dgram(version=2, xflags=X_RAIL, flags=RD | ACK, ack=1),
+     "shorter than its header"),
+    ("rails_count_zero", dgram(version=2, xflags=X_RAILS, flags=RD | DATA,
+                               tail=rail_list(count=0) + SEND_SEG), "rails: count not within"),
+    ("rails_count_five", dgram(version=2, xflags=X_RAILS, flags=RD | DATA,
+                               tail=rail_list(*["10.0.%d.1" % i for i in range(5)]) + SEND_SEG),
+     "rails: count not within"),
+    ("rails_reserved", dgram(version=2, xflags=X_RAILS, flags=RD | DATA,
+                             tail=rail_list("10.0.0.1", rsvd=b"\0\1\0") + SEND_SEG),
+     "rails: reserved bytes"),
+    ("rails_zero_addr", dgram(version=2, xflags=X_RAILS, flags=RD | ACK, ack=1,
+                              tail=rail_list("10.0.0.1", "0.0.0.0")), "rails: address 0.0.0.0"),
+    ("origin_zero", dgram(version=2, xflags=X_RAIL, flags=RD | DATA,
+                          tail=ip4("0.0.0.0") + SEND_SEG), "rail: origin address 0.0.0.0"),
+    ("rail_on_ud", dgram(version=2, xflags=X_RAIL, flags=DATA, tail=ip4("10.0.0.1") + SEND_SEG),
+     "RAILS or RAIL on a UD packet"),
     ("xflag_cctl_no_data", dgram(version=2, xflags=0x20, flags=RD | ACK, ack=1), "CCTL"),
     ("nocrc_on_ud", dgram(version=2, xflags=X_NOCRC, flags=DATA, tail=SEND_SEG),
      "NOCRC on a UD packet"),
@@ -155,6 +185,25 @@ CRAFTED.append(("pull_first", dgram(version=2, xflags=X_PULL, flags=RD | DATA, p
                                     tail=PULL_DESC + bytes([0x01, 0x43]) + bytes(4) +
                                     struct.pack(">III", 0, 3, 0) + bytes(40)),
                 17471, {"kind": "DATA", "crc": "1", "opcode": "0x03"}))
+# Multirail (docs/PROTOCOL.md, "Multirail"): a rail list on an ACK, an origin
+# on a Send, and every extension at once in its order (SACK blocks, pull
+# descriptor, rail list, origin), without CRC.
+RAILS3 = ("10.0.0.1", "10.0.1.1", "10.0.2.1")
+CRAFTED.append(("rails_ack", dgram(version=2, xflags=X_RAILS, flags=RD | ACK, ack=5,
+                                   tail=rail_list(*RAILS3)),
+                17471, {"kind": "ACK", "crc": "1", "ack": "5", "rail_count": "3",
+                        "rails": "|".join(RAILS3)}))
+CRAFTED.append(("rail_send", dgram(version=2, xflags=X_RAIL, flags=RD | DATA, psn=11,
+                                   tail=ip4("10.0.0.1") + SEND_SEG),
+                17471, {"kind": "DATA", "crc": "1", "opcode": "0x03", "origin": "10.0.0.1"}))
+CRAFTED.append(("all_extensions",
+                dgram(version=2, xflags=X_NOCRC | X_PULL | X_DSACK | X_RAILS | X_RAIL,
+                      flags=RD | ACK | SACK | DATA, psn=12, ack=100, sacks=[(90, 91), (102, 105)],
+                      tail=PULL_DESC + rail_list(*RAILS3) + ip4("10.0.0.1") +
+                      bytes([0x01, 0x43]) + bytes(4) + struct.pack(">III", 0, 4, 0) + bytes(40),
+                      crc=False),
+                17471, {"kind": "DATA", "crc": "3", "opcode": "0x03", "dsack": "1|0",
+                        "rail_count": "3", "rails": "|".join(RAILS3), "origin": "10.0.0.1"}))
 
 
 def craft(path):
@@ -176,7 +225,8 @@ FIELDS = ["frame.number", "udp.srcport", "udp.dstport", "diwarp.transport", "diw
           "diwarp.sack.dsack", "diwarp.xflags.nocrc", "diwarp.xflags.pull",
           "diwarp.xflags.pullreq", "diwarp.xflags.ece", "diwarp.pull.msg_len",
           "diwarp.pull.pushed", "diwarp.imm.value", "diwarp.imm.word2", "diwarp.rnr_delay_us",
-          "diwarp.cctl.type", "diwarp.cctl.value",
+          "diwarp.cctl.type", "diwarp.cctl.value", "diwarp.xflags.rails", "diwarp.xflags.rail",
+          "diwarp.rails.count", "diwarp.rails.addr", "diwarp.origin",
           "iwarp_rdma.opcode", "iwarp_ddp.msn", "iwarp_ddp.qn", "iwarp_ddp.last_flag",
           "iwarp_rdma.rdmardsz", "iwarp_rdma.sinkstag", "iwarp_rdma.srcstag",
           "iwarp_rdma.srcto", "iwarp_rdma.atomic.add_data", "iwarp_rdma.atomic.swap_data",
@@ -622,7 +672,8 @@ def check_crafted(lua, capdir):
                "ack": f["diwarp.ack_psn"], "rnr_us": f["diwarp.rnr_delay_us"],
                "sack_start": f["diwarp.sack.start"], "sack_end": f["diwarp.sack.end"],
                "dsack": f["diwarp.sack.dsack"], "ece": f["diwarp.xflags.ece"],
-               "opcode": f["iwarp_rdma.opcode"]}
+               "opcode": f["iwarp_rdma.opcode"], "rail_count": f["diwarp.rails.count"],
+               "rails": f["diwarp.rails.addr"], "origin": f["diwarp.origin"]}
         for k, v in exp.items():
             if k == "expert":
                 check(any(v in m for m in f["_ws.expert.message"]),

@@ -1,6 +1,7 @@
 /* Datagram header v1 and v2: byte positions against the layout in
- * docs/PROTOCOL.md, every flag and X-flag rule, PSN serial arithmetic, and
- * the CRC32c trailer with and without NOCRC. */
+ * docs/PROTOCOL.md, every flag and X-flag rule (multirail's rail list and
+ * origin included), PSN serial arithmetic, and the CRC32c trailer with and
+ * without NOCRC. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -21,6 +22,15 @@ static struct dw_dgram_hdr hdr(uint8_t flags)
         return h;
 }
 
+/* An IPv4 address in network byte order, as the rail fields hold it. */
+static uint32_t ip4(uint8_t a, uint8_t b, uint8_t c, uint8_t d)
+{
+        const uint8_t x[4] = {a, b, c, d};
+        uint32_t v;
+        memcpy(&v, x, sizeof(v));
+        return v;
+}
+
 static void assert_same(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr *b)
 {
         cr_assert_eq(a->flags, b->flags);
@@ -36,6 +46,10 @@ static void assert_same(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr 
         cr_assert_eq(a->rnr_delay, b->rnr_delay);
         cr_assert_eq(a->pull_len, b->pull_len);
         cr_assert_eq(a->pull_pushed, b->pull_pushed);
+        cr_assert_eq(a->rail_count, b->rail_count);
+        for (unsigned i = 0; i < a->rail_count && i < DW_DGRAM_MAX_RAILS; i++)
+                cr_assert_eq(a->rails[i], b->rails[i], "rails[%u]", i);
+        cr_assert_eq(a->origin, b->origin);
         for (unsigned i = 0; i < a->sack_count; i++) {
                 cr_assert_eq(a->sack[i].start, b->sack[i].start, "sack[%u].start", i);
                 cr_assert_eq(a->sack[i].end, b->sack[i].end, "sack[%u].end", i);
@@ -114,14 +128,22 @@ Test(dgram, constants)
         cr_assert_eq(DW_DGRAM_VERSION2, 2);
         cr_assert_eq(DW_DGRAM_HDR_LEN, 28);
         cr_assert_eq(DW_DGRAM_PULL_LEN, 8);
-        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 100);
+        cr_assert_eq(DW_DGRAM_MAX_RAILS, 4);
+        cr_assert_eq(DW_DGRAM_RAILS_LEN(1), 8);
+        cr_assert_eq(DW_DGRAM_RAILS_LEN(4), 20);
+        cr_assert_eq(DW_DGRAM_RAIL_LEN, 4);
+        cr_assert_eq(DW_DGRAM_MULTIRAIL_MAX, 24);
+        /* 28 + 8 SACK blocks (64) + pull descriptor (8) + 4 rails (20) + origin (4) */
+        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 124);
         cr_assert_eq(DW_DGRAM_X_NOCRC, 0x01);
         cr_assert_eq(DW_DGRAM_X_PULL, 0x02);
         cr_assert_eq(DW_DGRAM_X_PULLREQ, 0x04);
         cr_assert_eq(DW_DGRAM_X_DSACK, 0x08);
         cr_assert_eq(DW_DGRAM_X_ECE, 0x10);
         cr_assert_eq(DW_DGRAM_X_CCTL, 0x20);
-        cr_assert_eq(DW_DGRAM_X_ALL, 0x3F);
+        cr_assert_eq(DW_DGRAM_X_RAILS, 0x40);
+        cr_assert_eq(DW_DGRAM_X_RAIL, 0x80);
+        cr_assert_eq(DW_DGRAM_X_ALL, 0xFF);
         cr_assert_eq(DW_DGRAM_CRC_LEN, 4);
         cr_assert_eq(DW_UDP_MAX_PAYLOAD, 65507);
         cr_assert_eq(DW_DGRAM_MAX_UD_MSG, 65457);
@@ -940,6 +962,10 @@ static int rd_both(const uint8_t *buf, size_t len, const char *what, size_t a, u
         cr_assert_eq(f.xflags, s.xflags, "%s %zu %u: xflags", what, a, b);
         cr_assert_eq(f.pull_len, s.pull_len, "%s %zu %u", what, a, b);
         cr_assert_eq(f.pull_pushed, s.pull_pushed, "%s %zu %u", what, a, b);
+        cr_assert_eq(f.rail_count, s.rail_count, "%s %zu %u: rail_count", what, a, b);
+        for (unsigned i = 0; i < f.rail_count && i < DW_DGRAM_MAX_RAILS; i++)
+                cr_assert_eq(f.rails[i], s.rails[i], "%s %zu %u: rails[%u]", what, a, b, i);
+        cr_assert_eq(f.origin, s.origin, "%s %zu %u: origin", what, a, b);
         cr_assert_eq(f.sack_count, s.sack_count, "%s %zu %u", what, a, b);
         cr_assert_eq(f.nak_code, s.nak_code, "%s %zu %u", what, a, b);
         cr_assert_eq(f.dst_qpn, s.dst_qpn, "%s %zu %u", what, a, b);
@@ -981,7 +1007,8 @@ Test(dgram, decode_rd_fields)
 /* Every value of every header byte (and every truncation) of the shapes the
  * fast path takes (version 1, and version 2 with NOCRC alone, as every RD
  * datagram is with CRCs off), and of ones it leaves to the general decoder
- * (SACK, NAK, credits, the other X-flags): both decoders agree on all of them. */
+ * (SACK, NAK, credits, the other X-flags, the rail list and the origin of
+ * multirail): both decoders agree on all of them. */
 Test(dgram, decode_rd_agrees_with_general_on_every_byte_value)
 {
         static const struct {
@@ -1005,6 +1032,13 @@ Test(dgram, decode_rd_agrees_with_general_on_every_byte_value)
             {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, DW_DGRAM_X_PULLREQ | DW_DGRAM_X_ECE},
             {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC | DW_DGRAM_X_DSACK},
             {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_ECE},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_RAIL},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ,
+             DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_RAIL},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, DW_DGRAM_X_RAILS},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAILS},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_PULL | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL},
         };
         unsigned accepted = 0, rejected = 0;
         for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
@@ -1036,6 +1070,13 @@ Test(dgram, decode_rd_agrees_with_general_on_every_byte_value)
                         h.pull_len = 0x00100000u;
                         h.pull_pushed = 0x00004000u;
                 }
+                if (h.xflags & DW_DGRAM_X_RAILS) {
+                        h.rail_count = 2;
+                        h.rails[0] = ip4(10, 0, 0, 1);
+                        h.rails[1] = ip4(10, 0, 1, 1);
+                }
+                if (h.xflags & DW_DGRAM_X_RAIL)
+                        h.origin = ip4(10, 0, 0, 1);
                 ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
                 cr_assert_gt(n, 0, "shape %zu", k);
                 size_t len = (size_t)n + 8; /* a body behind the header */
@@ -1074,6 +1115,8 @@ Test(dgram, decode_rd_fields_nocrc)
         cr_assert_eq(o.dst_qpn, QPN_D);
         cr_assert_eq(o.pull_len, 0);
         cr_assert_eq(o.pull_pushed, 0);
+        cr_assert_eq(o.rail_count, 0);
+        cr_assert_eq(o.origin, 0);
         cr_assert_eq(rd_both(buf, DW_DGRAM_HDR_LEN, "nocrc", 0, 0), 0);
 }
 
@@ -1163,7 +1206,8 @@ static void expect_mut_why(const struct dw_dgram_hdr *h, size_t off, uint8_t val
 
 /* A valid header for any allowed X-flag set: the least flags each X-flag
  * needs (RD, DATA for PULL/PULLREQ, ACK for ECE, ACK and SACK for DSACK),
- * or with all of DATA, ACK, SACK, ACKREQ and IMM when full. */
+ * or with all of DATA, ACK, SACK, ACKREQ and IMM when full. RAILS brings a
+ * list of 1 rail (4 when full), RAIL an origin. */
 static struct dw_dgram_hdr v2_hdr(uint8_t x, bool full)
 {
         uint8_t f = DW_DGRAM_F_RD;
@@ -1195,6 +1239,13 @@ static struct dw_dgram_hdr v2_hdr(uint8_t x, bool full)
                 h.pull_len = 1u << 20;
                 h.pull_pushed = 1396;
         }
+        if (x & DW_DGRAM_X_RAILS) {
+                h.rail_count = full ? DW_DGRAM_MAX_RAILS : 1;
+                for (unsigned i = 0; i < h.rail_count; i++)
+                        h.rails[i] = ip4(10, (uint8_t)i, 0, 1);
+        }
+        if (x & DW_DGRAM_X_RAIL)
+                h.origin = ip4(10, 0, 0, 1);
         return h;
 }
 
@@ -1256,9 +1307,9 @@ Test(dgram, v2_bytes_single_flags)
         }
 }
 
-/* Every X-flag set: the allowed ones (all but PULL with PULLREQ) encode as
- * version 2 with byte 4 = the set and round-trip, alone and with every
- * other flag; the fast RD decoder agrees. */
+/* Every X-flag set: the allowed ones (all but PULL with PULLREQ, and CCTL
+ * with either) encode as version 2 with byte 4 = the set and round-trip,
+ * alone and with every other flag; the fast RD decoder agrees. */
 Test(dgram, v2_round_trip_every_combination)
 {
         unsigned ok = 0;
@@ -1278,7 +1329,9 @@ Test(dgram, v2_round_trip_every_combination)
                         const char *why = NULL;
                         cr_assert_eq(dw_dgram_hdr_validate(&h, &why), 0, "x %#x: %s", x, why);
                         size_t want = DW_DGRAM_HDR_LEN + 8u * h.sack_count +
-                                      ((x & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0);
+                                      ((x & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0) +
+                                      ((x & DW_DGRAM_X_RAILS) ? 4 + 4u * h.rail_count : 0) +
+                                      ((x & DW_DGRAM_X_RAIL) ? 4 : 0);
                         cr_assert_eq(dw_dgram_hdr_len(&h), (ssize_t)want);
                         ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
                         cr_assert_eq(n, (ssize_t)want, "x %#x", x);
@@ -1293,22 +1346,33 @@ Test(dgram, v2_round_trip_every_combination)
                         ok++;
                 }
         }
-        /* 63 sets less the 16 with PULL and PULLREQ and the 16 with CCTL
-         * and one of them: 31, each alone and with every other flag. */
-        cr_assert_eq(ok, 2 * 31);
+        /* Of the 64 sets of the six low bits (the empty one included), less
+         * the 16 with PULL and PULLREQ and the 16 with CCTL and one of them,
+         * 32 remain; RAILS and RAIL go with any of them (4 ways), and the
+         * empty set is no version-2 header: 127, each alone and with every
+         * other flag. */
+        cr_assert_eq(ok, 2 * (32 * 4 - 1), "ok %u", ok);
 }
 
-Test(dgram, v2_reject_reserved_xflags_and_empty_xflags)
+/* Every X-flag bit is defined now: 0x40 and 0x80 (once reserved) announce
+ * the rail list and the origin, so setting one on a header that has none
+ * makes the decoder look for it; a struct with the flag and no field is
+ * refused. */
+Test(dgram, v2_reject_empty_xflags_and_unannounced_extensions)
 {
-        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_NOCRC, false);
-        for (unsigned bit = 0x40; bit <= 0x80; bit <<= 1) {
-                expect_mut_why(&h, 4, (uint8_t)(DW_DGRAM_X_NOCRC | bit), EBADMSG,
-                               "xflags: reserved");
-                expect_mut_why(&h, 4, (uint8_t)bit, EBADMSG, "xflags: reserved");
-                struct dw_dgram_hdr r = h;
-                r.xflags |= (uint8_t)bit;
-                expect_invalid_why(&r, EBADMSG, "xflags: reserved");
-        }
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_NOCRC, false); /* RD|DATA, 28 bytes */
+        expect_mut_why(&h, 4, DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAILS, ENODATA,
+                       "rails: list announced by the RAILS flag is truncated");
+        expect_mut_why(&h, 4, DW_DGRAM_X_RAILS, ENODATA, "rails: list announced");
+        expect_mut_why(&h, 4, DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL, ENODATA,
+                       "rail: origin announced by the RAIL flag is truncated");
+        expect_mut_why(&h, 4, DW_DGRAM_X_RAIL, ENODATA, "rail: origin announced");
+        struct dw_dgram_hdr r = h;
+        r.xflags |= DW_DGRAM_X_RAILS;
+        expect_invalid_why(&r, EBADMSG, "rails: count not within 1..4");
+        r = h;
+        r.xflags |= DW_DGRAM_X_RAIL;
+        expect_invalid_why(&r, EBADMSG, "rail: origin address 0.0.0.0");
         /* Version 2 without an X-flag would be a second encoding of version 1. */
         expect_mut_why(&h, 4, 0, EBADMSG, "xflags: none set");
         /* Byte 8 stays reserved in version 2. */
@@ -1522,7 +1586,11 @@ Test(dgram, v2_dsack_blocks)
 
 Test(dgram, v2_max_len_and_nospace)
 {
-        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_PULL | DW_DGRAM_X_DSACK, true);
+        /* Every extension at its largest: 8 SACK blocks, the pull
+         * descriptor, 4 rails and the origin. */
+        struct dw_dgram_hdr h =
+            v2_hdr(DW_DGRAM_X_PULL | DW_DGRAM_X_DSACK | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL, true);
+        cr_assert_eq(h.rail_count, DW_DGRAM_MAX_RAILS);
         h.sack_count = 1;
         for (uint32_t i = 0; h.sack_count < DW_DGRAM_MAX_SACK; i++)
                 h.sack[h.sack_count++] = (struct dw_dgram_sack){1001 + 2 * i, 1002 + 2 * i};
@@ -1557,7 +1625,9 @@ Test(dgram, v2_layout_after_pull_descriptor)
 }
 
 /* UD never carries an X-flag: every version-2 UD datagram is refused, by the
- * fast path and the strict route alike. */
+ * fast path and the strict route alike. With RAILS, the decoder reads the
+ * Send's first byte (DDP control 0x41) as a rail count of 65 before the
+ * flag rules are checked, so the refusal may name the list instead. */
 Test(dgram, v2_decode_ud_rejects_every_xflag)
 {
         uint8_t buf[128];
@@ -1567,11 +1637,406 @@ Test(dgram, v2_decode_ud_rejects_every_xflag)
                 buf[0] = 2;
                 for (unsigned x = 0; x < 256; x++) {
                         buf[4] = (uint8_t)x;
-                        cr_assert_eq(ud_both(buf, len, NULL, "ud v2 x", x, imm), -EBADMSG);
+                        int rc = ud_both(buf, len, NULL, "ud v2 x", x, imm);
+                        if ((x & DW_DGRAM_X_RAILS) && rc == -ENODATA)
+                                continue;
+                        cr_assert_eq(rc, -EBADMSG, "x %#x: %d", x, rc);
                 }
                 buf[0] = 1;
                 buf[4] = 0;
                 cr_assert_eq(ud_both(buf, len, NULL, "ud v1", 0, imm), 0);
+        }
+}
+
+/* ---- version 2: multirail (X-flags RAILS and RAIL) ---- */
+
+Test(dgram, v2_rails_one_rail_bytes)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.xflags = DW_DGRAM_X_RAILS;
+        h.psn = 0x01020304;
+        h.rail_count = 1;
+        h.rails[0] = ip4(10, 0, 0, 1);
+        static const uint8_t exp[36] = {
+            0x02, 0x41, 0x00, 0x00, /* version 2, flags RD|DATA */
+            0x40, 0x12, 0x34, 0x56, /* X-flags RAILS, dst_qpn */
+            0x00, 0xAB, 0xCD, 0xEF, /* reserved, src_qpn */
+            0x00, 0x00, 0x00, 0x00, /* qkey */
+            0x01, 0x02, 0x03, 0x04, /* psn */
+            0x00, 0x00, 0x00, 0x00, /* ack_psn */
+            0x00, 0x00, 0x00, 0x00, /* credits, rnr_delay */
+            0x01, 0x00, 0x00, 0x00, /* 28: rail count 1, reserved */
+            0x0A, 0x00, 0x00, 0x01, /* 32: rail 0 = 10.0.0.1 */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+}
+
+Test(dgram, v2_rails_four_rails_bytes)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK);
+        h.xflags = DW_DGRAM_X_RAILS;
+        h.ack_psn = 100;
+        h.rail_count = 4;
+        h.rails[0] = ip4(10, 0, 0, 1);
+        h.rails[1] = ip4(10, 1, 0, 1);
+        h.rails[2] = ip4(192, 168, 7, 254);
+        h.rails[3] = ip4(172, 16, 255, 2);
+        static const uint8_t exp[48] = {
+            0x02, 0x03, 0x00, 0x00, /* version 2, flags RD|ACK */
+            0x40, 0x12, 0x34, 0x56, /* X-flags RAILS, dst_qpn */
+            0x00, 0xAB, 0xCD, 0xEF, /* reserved, src_qpn */
+            0x00, 0x00, 0x00, 0x00, /* qkey */
+            0x00, 0x00, 0x00, 0x00, /* psn */
+            0x00, 0x00, 0x00, 0x64, /* ack_psn 100 */
+            0x00, 0x00, 0x00, 0x00, /* credits, rnr_delay */
+            0x04, 0x00, 0x00, 0x00, /* 28: rail count 4, reserved */
+            0x0A, 0x00, 0x00, 0x01, /* 32: rail 0 = 10.0.0.1 (identity) */
+            0x0A, 0x01, 0x00, 0x01, /* 36: rail 1 = 10.1.0.1 */
+            0xC0, 0xA8, 0x07, 0xFE, /* 40: rail 2 = 192.168.7.254 */
+            0xAC, 0x10, 0xFF, 0x02, /* 44: rail 3 = 172.16.255.2 */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+}
+
+Test(dgram, v2_rail_origin_bytes)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACKREQ);
+        h.xflags = DW_DGRAM_X_RAIL;
+        h.psn = 7;
+        h.origin = ip4(192, 168, 1, 10);
+        static const uint8_t exp[32] = {
+            0x02, 0x51, 0x00, 0x00, /* version 2, flags RD|ACKREQ|DATA */
+            0x80, 0x12, 0x34, 0x56, /* X-flags RAIL, dst_qpn */
+            0x00, 0xAB, 0xCD, 0xEF, /* reserved, src_qpn */
+            0x00, 0x00, 0x00, 0x00, /* qkey */
+            0x00, 0x00, 0x00, 0x07, /* psn */
+            0x00, 0x00, 0x00, 0x00, /* ack_psn */
+            0x00, 0x00, 0x00, 0x00, /* credits, rnr_delay */
+            0xC0, 0xA8, 0x01, 0x0A, /* 28: origin = 192.168.1.10 */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+}
+
+Test(dgram, v2_rails_and_origin_bytes)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.xflags = DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL;
+        h.psn = 0x10;
+        h.rail_count = 2;
+        h.rails[0] = ip4(10, 0, 0, 1);
+        h.rails[1] = ip4(10, 0, 1, 1);
+        h.origin = ip4(10, 0, 0, 1);
+        static const uint8_t exp[44] = {
+            0x02, 0x41, 0x00, 0x00, /* version 2, flags RD|DATA */
+            0xC0, 0x12, 0x34, 0x56, /* X-flags RAILS|RAIL, dst_qpn */
+            0x00, 0xAB, 0xCD, 0xEF, /* reserved, src_qpn */
+            0x00, 0x00, 0x00, 0x00, /* qkey */
+            0x00, 0x00, 0x00, 0x10, /* psn */
+            0x00, 0x00, 0x00, 0x00, /* ack_psn */
+            0x00, 0x00, 0x00, 0x00, /* credits, rnr_delay */
+            0x02, 0x00, 0x00, 0x00, /* 28: rail count 2, reserved */
+            0x0A, 0x00, 0x00, 0x01, /* 32: rail 0 */
+            0x0A, 0x00, 0x01, 0x01, /* 36: rail 1 */
+            0x0A, 0x00, 0x00, 0x01, /* 40: origin, after the list */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+}
+
+/* Every extension at once, in its order: SACK blocks, pull descriptor, rail
+ * list, origin; the DDP segment starts after the origin. */
+static struct dw_dgram_hdr all_ext_hdr(void)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK |
+                                    DW_DGRAM_F_ACKREQ | DW_DGRAM_F_DATA);
+        h.xflags = DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL | DW_DGRAM_X_DSACK | DW_DGRAM_X_RAILS |
+                   DW_DGRAM_X_RAIL;
+        h.qkey = 0xCAFEBABE;
+        h.psn = 0x01020304;
+        h.ack_psn = 100;
+        h.sack_count = 2;
+        h.sack[0] = (struct dw_dgram_sack){90, 91}; /* D-SACK */
+        h.sack[1] = (struct dw_dgram_sack){102, 105};
+        h.pull_len = 0x00012345;
+        h.pull_pushed = 0x00001000;
+        h.rail_count = 3;
+        h.rails[0] = ip4(10, 0, 0, 1);
+        h.rails[1] = ip4(10, 0, 1, 1);
+        h.rails[2] = ip4(10, 0, 2, 1);
+        h.origin = ip4(10, 0, 0, 1);
+        return h;
+}
+
+Test(dgram, v2_multirail_with_sack_and_pull_bytes)
+{
+        struct dw_dgram_hdr h = all_ext_hdr();
+        static const uint8_t exp[72] = {
+            0x02, 0x57, 0x02, 0x00, /* version 2, flags RD|ACK|SACK|ACKREQ|DATA, 2 blocks */
+            0xCB, 0x12, 0x34, 0x56, /* X-flags NOCRC|PULL|DSACK|RAILS|RAIL, dst_qpn */
+            0x00, 0xAB, 0xCD, 0xEF, /* reserved, src_qpn */
+            0xCA, 0xFE, 0xBA, 0xBE, /* qkey */
+            0x01, 0x02, 0x03, 0x04, /* psn */
+            0x00, 0x00, 0x00, 0x64, /* ack_psn 100 */
+            0x00, 0x00, 0x00, 0x00, /* credits, rnr_delay */
+            0x00, 0x00, 0x00, 0x5A, /* 28: D-SACK start 90 */
+            0x00, 0x00, 0x00, 0x5B, /* 32: D-SACK end 91 */
+            0x00, 0x00, 0x00, 0x66, /* 36: SACK start 102 */
+            0x00, 0x00, 0x00, 0x69, /* 40: SACK end 105 */
+            0x00, 0x01, 0x23, 0x45, /* 44: pull: Message Length */
+            0x00, 0x00, 0x10, 0x00, /* 48: pull: Pushed Length */
+            0x03, 0x00, 0x00, 0x00, /* 52: rail count 3, reserved */
+            0x0A, 0x00, 0x00, 0x01, /* 56: rail 0 */
+            0x0A, 0x00, 0x01, 0x01, /* 60: rail 1 */
+            0x0A, 0x00, 0x02, 0x01, /* 64: rail 2 */
+            0x0A, 0x00, 0x00, 0x01, /* 68: origin */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+
+        /* The body starts after the origin; NOCRC: no trailer. */
+        uint8_t pkt[256];
+        cr_assert_eq(dw_dgram_encode(&h, pkt, sizeof(pkt)), 72);
+        size_t len = 72 + 18 + 10;
+        memset(pkt + 72, 0x11, len - 72);
+        cr_assert_eq(dw_dgram_packet_finish(pkt, len, sizeof(pkt)), (ssize_t)len);
+        cr_assert_eq(dw_dgram_packet_body(pkt, len, true, NULL), (ssize_t)len);
+        struct dw_dgram_hdr out;
+        cr_assert_eq(dw_dgram_decode(pkt, len, &out, NULL), 72);
+        assert_same(&h, &out);
+        struct dw_dgram_layout l;
+        cr_assert_eq(dw_dgram_layout(&out, 72, len, &l, NULL), 0);
+        cr_assert_eq(l.seg_off, 72);
+        cr_assert_eq(l.seg_len, 28);
+        cr_assert_eq(l.imm_off, 0);
+        cr_assert_eq(rd_both(pkt, len, "all extensions", 0, 0), 0);
+}
+
+/* An RD DATA header with n rails (10.0.i.1) and, when origin, the origin
+ * 10.0.0.1, encoded into buf and followed by body bytes of 0x5A; returns the
+ * header length. */
+static size_t rails_pkt(uint8_t *buf, size_t cap, unsigned n, bool origin, size_t body,
+                        struct dw_dgram_hdr *hp)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.psn = 5;
+        if (n) {
+                h.xflags |= DW_DGRAM_X_RAILS;
+                h.rail_count = (uint8_t)n;
+                for (unsigned i = 0; i < n; i++)
+                        h.rails[i] = ip4(10, 0, (uint8_t)i, 1);
+        }
+        if (origin) {
+                h.xflags |= DW_DGRAM_X_RAIL;
+                h.origin = ip4(10, 0, 0, 1);
+        }
+        ssize_t len = dw_dgram_encode(&h, buf, cap);
+        cr_assert_gt(len, 0);
+        cr_assert_leq((size_t)len + body, cap);
+        memset(buf + len, 0x5A, body);
+        if (hp)
+                *hp = h;
+        return (size_t)len;
+}
+
+Test(dgram, v2_reject_rail_count)
+{
+        uint8_t buf[1200];
+        struct dw_dgram_hdr h;
+        /* Count 0: no address at all. */
+        size_t n = rails_pkt(buf, sizeof(buf), 1, false, 0, &h);
+        cr_assert_eq(n, 36);
+        buf[28] = 0;
+        expect_reject_why(buf, n, EBADMSG, "rails: count not within 1..4");
+        /* Count 5 and 255, with enough bytes behind the header that only the
+         * count is wrong. */
+        n = rails_pkt(buf, sizeof(buf), 4, false, sizeof(buf) - 48, &h);
+        cr_assert_eq(n, 48);
+        buf[28] = 5;
+        expect_reject_why(buf, sizeof(buf), EBADMSG, "rails: count not within 1..4");
+        buf[28] = 0xFF;
+        expect_reject_why(buf, sizeof(buf), EBADMSG, "rails: count not within 1..4");
+        /* The same counts in the struct. */
+        struct dw_dgram_hdr r = h;
+        r.rail_count = 0;
+        expect_invalid_why(&r, EBADMSG, "rails: count not within 1..4");
+        r.rail_count = 5;
+        expect_invalid_why(&r, EBADMSG, "rails: count not within 1..4");
+        cr_assert_eq(dw_dgram_hdr_len(&r), -EINVAL);
+        r.rail_count = 4;
+        cr_assert_eq(dw_dgram_hdr_len(&r), 48);
+}
+
+Test(dgram, v2_reject_rails_reserved_bytes)
+{
+        struct dw_dgram_hdr h;
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        rails_pkt(buf, sizeof(buf), 4, true, 0, &h);
+        for (size_t off = 29; off < 32; off++) {
+                expect_mut_why(&h, off, 0x01, EBADMSG, "rails: reserved bytes non-zero");
+                expect_mut_why(&h, off, 0x80, EBADMSG, "rails: reserved bytes non-zero");
+        }
+}
+
+Test(dgram, v2_reject_rails_zero_address)
+{
+        struct dw_dgram_hdr h;
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        for (unsigned n = 1; n <= DW_DGRAM_MAX_RAILS; n++) {
+                for (unsigned i = 0; i < n; i++) {
+                        size_t len = rails_pkt(buf, sizeof(buf), n, false, 0, &h);
+                        memset(buf + 32 + 4 * i, 0, 4);
+                        expect_reject_why(buf, len, EBADMSG, "rails: address 0.0.0.0");
+                        struct dw_dgram_hdr r = h;
+                        r.rails[i] = 0;
+                        expect_invalid_why(&r, EBADMSG, "rails: address 0.0.0.0");
+                        /* Only the whole address counts: 0.0.0.1 is one. */
+                        buf[32 + 4 * i + 3] = 1;
+                        struct dw_dgram_hdr out;
+                        cr_assert_eq(dw_dgram_decode(buf, len, &out, NULL), (ssize_t)len);
+                        cr_assert_eq(out.rails[i], ip4(0, 0, 0, 1));
+                }
+        }
+}
+
+/* Each extension truncated names itself, in the wire order: SACK blocks
+ * 28-43, pull descriptor 44-51, rail list 52-71, origin 72-75. */
+Test(dgram, v2_reject_truncated_rails_and_origin)
+{
+        struct dw_dgram_hdr h = v2_hdr(DW_DGRAM_X_PULL | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL, true);
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        cr_assert_eq(h.sack_count, 2);
+        cr_assert_eq(h.rail_count, 4);
+        cr_assert_eq(dw_dgram_encode(&h, buf, sizeof(buf)), 76);
+        for (size_t l = 1; l < 28; l++)
+                expect_reject_why(buf, l, ENODATA, "header:");
+        for (size_t l = 28; l < 44; l++)
+                expect_reject_why(buf, l, ENODATA, "sack:");
+        for (size_t l = 44; l < 52; l++)
+                expect_reject_why(buf, l, ENODATA, "pull: descriptor");
+        for (size_t l = 52; l < 72; l++)
+                expect_reject_why(buf, l, ENODATA,
+                                  "rails: list announced by the RAILS flag is truncated");
+        for (size_t l = 72; l < 76; l++)
+                expect_reject_why(buf, l, ENODATA,
+                                  "rail: origin announced by the RAIL flag is truncated");
+        struct dw_dgram_hdr out;
+        cr_assert_eq(dw_dgram_decode(buf, 76, &out, NULL), 76);
+        assert_same(&h, &out);
+
+        /* Alone: the list right after the fixed header, the origin too. */
+        size_t n = rails_pkt(buf, sizeof(buf), 2, false, 0, NULL);
+        cr_assert_eq(n, 40);
+        for (size_t l = 28; l < 40; l++)
+                expect_reject_why(buf, l, ENODATA, "rails: list announced");
+        n = rails_pkt(buf, sizeof(buf), 0, true, 0, NULL);
+        cr_assert_eq(n, 32);
+        for (size_t l = 28; l < 32; l++)
+                expect_reject_why(buf, l, ENODATA, "rail: origin announced");
+}
+
+Test(dgram, v2_reject_zero_origin)
+{
+        struct dw_dgram_hdr h;
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        size_t n = rails_pkt(buf, sizeof(buf), 0, true, 0, &h);
+        memset(buf + 28, 0, 4);
+        expect_reject_why(buf, n, EBADMSG, "rail: origin address 0.0.0.0");
+        n = rails_pkt(buf, sizeof(buf), 3, true, 0, &h);
+        cr_assert_eq(n, 48);
+        memset(buf + 44, 0, 4);
+        expect_reject_why(buf, n, EBADMSG, "rail: origin address 0.0.0.0");
+        h.origin = 0;
+        expect_invalid_why(&h, EBADMSG, "rail: origin address 0.0.0.0");
+}
+
+Test(dgram, v2_reject_rails_on_ud)
+{
+        static const uint8_t xs[] = {DW_DGRAM_X_RAILS, DW_DGRAM_X_RAIL,
+                                     DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL};
+        for (size_t i = 0; i < sizeof(xs); i++) {
+                struct dw_dgram_hdr h;
+                uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+                size_t n = rails_pkt(buf, sizeof(buf), (xs[i] & DW_DGRAM_X_RAILS) ? 2 : 0,
+                                     (xs[i] & DW_DGRAM_X_RAIL) != 0, 0, &h);
+                /* The same bytes with the RD flag cleared: a UD DATA header. */
+                buf[1] = DW_DGRAM_F_DATA;
+                expect_reject_why(buf, n, EBADMSG,
+                                  "xflags: RAILS or RAIL on a UD packet (RD only)");
+                h.flags = DW_DGRAM_F_DATA;
+                expect_invalid_why(&h, EBADMSG, "xflags: RAILS or RAIL on a UD packet (RD only)");
+        }
+}
+
+/* The fields exist only with their flag: set without it, they would be lost
+ * on the wire. */
+Test(dgram, v2_reject_rail_fields_without_flag)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.origin = ip4(10, 0, 0, 1);
+        expect_invalid_why(&h, EBADMSG, "rail: origin non-zero without the RAIL flag");
+        h.xflags = DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAILS;
+        h.rail_count = 1;
+        h.rails[0] = ip4(10, 0, 0, 1);
+        expect_invalid_why(&h, EBADMSG, "rail: origin non-zero without the RAIL flag");
+
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.rail_count = 1;
+        h.rails[0] = ip4(10, 0, 0, 1);
+        expect_invalid_why(&h, EBADMSG, "rails: count non-zero without the RAILS flag");
+        h.xflags = DW_DGRAM_X_RAIL;
+        h.origin = ip4(10, 0, 0, 1);
+        expect_invalid_why(&h, EBADMSG, "rails: count non-zero without the RAILS flag");
+        /* Addresses past rail_count are not on the wire and not looked at. */
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.rails[0] = ip4(10, 0, 0, 1);
+        cr_assert_eq(dw_dgram_hdr_validate(&h, NULL), 0);
+        cr_assert_eq(dw_dgram_hdr_len(&h), DW_DGRAM_HDR_LEN);
+}
+
+/* The RD fast path leaves every multirail datagram to dw_dgram_decode and
+ * gives exactly its answer: accepted with the same origin and rails, or
+ * refused with the same errno and reason. */
+Test(dgram, v2_decode_rd_with_rail)
+{
+        static const uint8_t shapes[][2] = {
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_RAIL},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ,
+             DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_RAIL},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM,
+             DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL},
+        };
+        for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+                struct dw_dgram_hdr h = hdr(shapes[k][0]), o;
+                h.xflags = shapes[k][1];
+                h.psn = 0x7FFFFFFFu;
+                if (h.flags & DW_DGRAM_F_ACK)
+                        h.ack_psn = 0x12345678u;
+                if (h.xflags & DW_DGRAM_X_RAILS) {
+                        h.rail_count = 2;
+                        h.rails[0] = ip4(10, 0, 0, 1);
+                        h.rails[1] = ip4(10, 0, 1, 1);
+                }
+                h.origin = ip4(10, 0, 0, 1);
+                uint8_t buf[DW_DGRAM_HDR_MAX_LEN + 64];
+                ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+                cr_assert_gt(n, DW_DGRAM_HDR_LEN, "shape %zu", k);
+                size_t len = (size_t)n + 18 + 4;
+                memset(buf + n, 0x41, len - (size_t)n);
+
+                memset(&o, 0xAA, sizeof(o));
+                const char *why = NULL;
+                cr_assert_eq(dw_dgram_decode_rd(buf, len, &o, &why), n, "shape %zu: %s", k,
+                             why ? why : "");
+                assert_same(&h, &o);
+                cr_assert_eq(o.origin, ip4(10, 0, 0, 1));
+                cr_assert_eq(rd_both(buf, len, "rail", k, 0), 0);
+                for (size_t l = 0; l < len; l++)
+                        rd_both(buf, l, "rail truncated to", l, (unsigned)k);
+                /* A refused origin: the same reason from both. */
+                memset(buf + n - 4, 0, 4);
+                cr_assert_eq(rd_both(buf, len, "rail origin 0", k, 0), -1);
+                why = NULL;
+                cr_assert_eq(dw_dgram_decode_rd(buf, len, &o, &why), -EBADMSG);
+                cr_assert_str_eq(why, "rail: origin address 0.0.0.0");
         }
 }
 
@@ -1650,8 +2115,9 @@ Test(dgram, packet_body_nocrc)
         cr_assert_eq(h.xflags, DW_DGRAM_X_NOCRC);
 }
 
-/* Only version 2, the RD flag and a well-formed X-flags byte with NOCRC can
- * waive the CRC: anything else in those bytes means the CRC is checked. */
+/* Only version 2, the RD flag and the NOCRC X-flag can waive the CRC:
+ * anything else in those bytes means the CRC is checked. (Every X-flag bit
+ * is defined, so no other bit of byte 4 can make it untrusted.) */
 Test(dgram, packet_body_untrusted_nocrc_is_checked)
 {
         uint8_t pkt[256];
@@ -1661,12 +2127,11 @@ Test(dgram, packet_body_untrusted_nocrc_is_checked)
                 size_t off;
                 uint8_t val;
         } cases[] = {
-            {0, 1},                       /* version 1 */
-            {0, 3},                       /* unknown version */
-            {1, DW_DGRAM_F_DATA},         /* UD */
-            {4, DW_DGRAM_X_NOCRC | 0x80}, /* reserved X-flag */
-            {4, DW_DGRAM_X_NOCRC | 0x40}, /* reserved X-flag */
-            {4, DW_DGRAM_X_PULLREQ},      /* no NOCRC */
+            {0, 1},                                  /* version 1 */
+            {0, 3},                                  /* unknown version */
+            {1, DW_DGRAM_F_DATA},                    /* UD */
+            {4, DW_DGRAM_X_PULLREQ},                 /* no NOCRC */
+            {4, DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL}, /* no NOCRC */
         };
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 uint8_t save = pkt[cases[i].off];

@@ -652,8 +652,10 @@ struct cc_rec {
         uint32_t rtt;
 };
 
-static void cc_rtt(void *ctx, uint32_t rtt_ns, uint64_t now)
+static void cc_rtt(void *ctx, uint32_t psn, uint64_t cookie, uint32_t rtt_ns, uint64_t now)
 {
+        (void)psn;
+        (void)cookie;
         struct cc_rec *c = ((struct rec *)ctx)->cc;
         c->nrtt++;
         c->rtt = rtt_ns;

@@ -3,7 +3,8 @@
 --
 -- Layout and rules: docs/PROTOCOL.md, section "Datagram header". One UDP
 -- payload is
---     header (28 + 8*SACK Count [+ 8 pull descriptor]) |
+--     header (28 + 8*SACK Count [+ 8 pull descriptor] [+ 4 + 4*n rail list]
+--             [+ 4 origin]) |
 --     DDP/RDMAP segment (DATA only) | [Immediate Data message, 26 (IMM)] |
 --     CRC32c (4, big-endian; absent on a version-2 RD datagram with NOCRC)
 -- The DDP/RDMAP segment and the Immediate Data message are handed to
@@ -34,6 +35,8 @@ local HDR_LEN = 28
 local SACK_LEN = 8
 local MAX_SACK = 8
 local PULL_LEN = 8
+local MAX_RAILS = 4
+local RAIL_LEN = 4 -- the origin address; a rail list is 4 + 4*n
 local CRC_LEN = 4
 local IMM_MSG_LEN = 26
 local DDP_TAGGED_LEN = 14
@@ -41,8 +44,8 @@ local DDP_TAGGED_LEN = 14
 local F_RD, F_ACK, F_SACK, F_CREDIT = 0x01, 0x02, 0x04, 0x08
 local F_ACKREQ, F_NAK, F_DATA, F_IMM = 0x10, 0x20, 0x40, 0x80
 local X_NOCRC, X_PULL, X_PULLREQ, X_DSACK, X_ECE = 0x01, 0x02, 0x04, 0x08, 0x10
-local X_CCTL = 0x20
-local X_ALL = 0x3F
+local X_CCTL, X_RAILS, X_RAIL = 0x20, 0x40, 0x80
+local X_ALL = 0xFF
 
 local nak_names = {
         [0] = "none",
@@ -82,7 +85,8 @@ local pf = {
         sack_count = ProtoField.uint8("diwarp.sack_count", "SACK Count", base.DEC),
         nak_code = ProtoField.uint8("diwarp.nak_code", "NAK Code", base.DEC, nak_names),
         xflags = ProtoField.uint8("diwarp.xflags", "X-flags", base.HEX),
-        x_rsvd = ProtoField.uint8("diwarp.xflags.reserved", "Reserved (must be 0)", base.HEX, nil, 0xC0),
+        x_rail = ProtoField.bool("diwarp.xflags.rail", "RAIL (origin address follows: sent by another rail)", 8, nil, X_RAIL),
+        x_rails = ProtoField.bool("diwarp.xflags.rails", "RAILS (the sender's rail list follows)", 8, nil, X_RAILS),
         x_cctl = ProtoField.bool("diwarp.xflags.cctl", "CCTL (credit control message)", 8, nil, X_CCTL),
         cctl_type = ProtoField.uint8("diwarp.cctl.type", "Credit control", base.DEC,
                                      { [1] = "compulsory request", [2] = "compulsory response" }),
@@ -109,6 +113,11 @@ local pf = {
         pull = ProtoField.bytes("diwarp.pull", "Pull descriptor"),
         pull_len = ProtoField.uint32("diwarp.pull.msg_len", "Message Length", base.DEC),
         pull_pushed = ProtoField.uint32("diwarp.pull.pushed", "Pushed Length", base.DEC),
+        rails = ProtoField.bytes("diwarp.rails", "Rail list"),
+        rails_count = ProtoField.uint8("diwarp.rails.count", "Rail Count", base.DEC),
+        rails_rsvd = ProtoField.uint24("diwarp.rails.reserved", "Reserved (must be 0)", base.HEX),
+        rails_addr = ProtoField.ipv4("diwarp.rails.addr", "Rail address"),
+        origin = ProtoField.ipv4("diwarp.origin", "Origin address"),
         transport = ProtoField.string("diwarp.transport", "Transport"),
         kind = ProtoField.string("diwarp.kind", "Packet"),
         hdr_len = ProtoField.uint32("diwarp.hdr_len", "Header length", base.DEC),
@@ -193,6 +202,19 @@ local function check_rules(h)
         local f, x = h.flags, h.xflags
         if h.version == 2 and x == 0 then return "version 2 with no X-flag set" end
         if h.sack_count > MAX_SACK then return "sack_count: more than 8 blocks" end
+        -- The rail list's own shape, where dw_dgram_decode checks it (before the flag rules).
+        if band(x, X_RAILS) ~= 0 then
+                if h.rails_rsvd == nil or #h.rails < h.rail_count then
+                        return "rails: list announced by the RAILS flag is truncated"
+                end
+                if h.rails_rsvd ~= 0 then return "rails: reserved bytes non-zero" end
+                if h.rail_count == 0 or h.rail_count > MAX_RAILS then
+                        return "rails: count not within 1..4"
+                end
+        end
+        if band(x, X_RAIL) ~= 0 and h.origin == nil then
+                return "rail: origin announced by the RAIL flag is truncated"
+        end
         if h.rsvd4 ~= 0 then return "dst_qpn: reserved high 8 bits set" end
         if h.rsvd8 ~= 0 then return "src_qpn: reserved high 8 bits set" end
         if band(f, F_RD) == 0 then
@@ -221,7 +243,7 @@ local function check_rules(h)
         end
         if h.ack_psn ~= 0 and band(f, F_ACK + F_NAK) == 0 then return "ack_psn: non-zero without ACK or NAK" end
         if h.credits ~= 0 and band(f, F_CREDIT) == 0 then return "credits: non-zero without CREDIT" end
-        if band(x, 0xC0) ~= 0 then return "xflags: reserved bits (0x40-0x80) set" end
+        if band(x, 0xFF - X_ALL) ~= 0 then return "xflags: unknown bits set" end
         if band(x, X_NOCRC) ~= 0 and band(f, F_RD) == 0 then return "xflags: NOCRC on a UD packet" end
         if band(x, X_PULL) ~= 0 and band(x, X_PULLREQ) ~= 0 then return "xflags: PULL and PULLREQ together" end
         if band(x, X_PULL + X_PULLREQ) ~= 0 and band(f, F_RD + F_DATA) ~= F_RD + F_DATA then
@@ -235,6 +257,15 @@ local function check_rules(h)
                                      band(x, X_PULL + X_PULLREQ) ~= 0) then
                 return "xflags: CCTL without RD and DATA, or with IMM, PULL or PULLREQ"
         end
+        if band(x, X_RAILS + X_RAIL) ~= 0 and band(f, F_RD) == 0 then
+                return "xflags: RAILS or RAIL on a UD packet (RD only)"
+        end
+        if band(x, X_RAILS) ~= 0 then
+                for i = 1, h.rail_count do
+                        if h.rails[i] == 0 then return "rails: address 0.0.0.0" end
+                end
+        end
+        if band(x, X_RAIL) ~= 0 and h.origin == 0 then return "rail: origin address 0.0.0.0" end
         return nil
 end
 
@@ -288,22 +319,49 @@ local function read_hdr(tvb)
         h.rnr_delay = tvb(26, 2):uint()
         -- The same three bytes dw_dgram_packet_body reads to decide on the trailer.
         h.nocrc = h.version == 2 and band(h.flags, F_RD) ~= 0 and band(b4, X_NOCRC) ~= 0
-                and band(b4, 0xE0) == 0
+                and band(b4, 0xFF - X_ALL) == 0
+        h.body_len = h.nocrc and len or len - CRC_LEN
         h.hdr_len = HDR_LEN + SACK_LEN * h.sack_count
         if band(h.xflags, X_PULL) ~= 0 then h.hdr_len = h.hdr_len + PULL_LEN end
-        h.body_len = h.nocrc and len or len - CRC_LEN
+        -- Multirail: the rail list's length comes from its count byte (as
+        -- dw_dgram_decode reads it, before checking it), then the origin.
+        h.rails, h.rail_count = {}, 0
+        if band(h.xflags, X_RAILS) ~= 0 then
+                h.rails_off = h.hdr_len
+                if h.hdr_len < h.body_len then h.rail_count = tvb(h.hdr_len, 1):uint() end
+                h.hdr_len = h.hdr_len + 4 + 4 * h.rail_count
+        end
+        if band(h.xflags, X_RAIL) ~= 0 then
+                h.origin_off = h.hdr_len
+                h.hdr_len = h.hdr_len + RAIL_LEN
+        end
         h.sack = {}
         if h.hdr_len <= h.body_len then
                 for i = 1, h.sack_count do
                         local o = HDR_LEN + (i - 1) * SACK_LEN
                         h.sack[i] = { tvb(o, 4):uint(), tvb(o + 4, 4):uint() }
                 end
+                if h.rails_off then
+                        h.rails_rsvd = tvb(h.rails_off + 1, 3):uint()
+                        for i = 1, h.rail_count do
+                                h.rails[i] = tvb(h.rails_off + 4 * i, 4):uint()
+                        end
+                end
+                if h.origin_off then h.origin = tvb(h.origin_off, 4):uint() end
         end
         return h
 end
 
+local function ip_str(v)
+        return string.format("%d.%d.%d.%d", rshift(v, 24), band(rshift(v, 16), 0xFF),
+                             band(rshift(v, 8), 0xFF), band(v, 0xFF))
+end
+
 -- Retransmission detection: first frame that carried each (stream, PSN).
 local first_seen = {}
+-- Multirail: every address seen in a rail list -> that device's rail 0
+-- (dotted strings), so a stream's datagrams on every rail count as one stream.
+local rail_home = {}
 
 local ddp_handle = Dissector.get("iwarp_ddp_rdmap")
 local data_handle = Dissector.get("data")
@@ -350,7 +408,8 @@ local function dissect_one(tvb, pinfo, root, label)
         local nt = tree:add(pf.nak_code, tvb(3, 1))
         if h.version == 2 then
                 local xt = tree:add(pf.xflags, tvb(4, 1))
-                for _, k in ipairs({ "x_rsvd", "x_cctl", "x_ece", "x_dsack", "x_pullreq", "x_pull", "x_nocrc" }) do
+                for _, k in ipairs({ "x_rail", "x_rails", "x_cctl", "x_ece", "x_dsack", "x_pullreq", "x_pull",
+                                     "x_nocrc" }) do
                         xt:add(pf[k], tvb(4, 1))
                 end
         else
@@ -403,6 +462,27 @@ local function dissect_one(tvb, pinfo, root, label)
                                 problem = "pull: pushed length 0 or not below the message length"
                         end
                 end
+                if h.rails_off then
+                        local o, n = h.rails_off, h.rail_count
+                        local rt = tree:add(pf.rails, tvb(o, 4 + 4 * n))
+                        local names = {}
+                        for i = 1, n do names[i] = ip_str(h.rails[i]) end
+                        rt:set_text(string.format("Rail list: %d rail%s: %s", n, n == 1 and "" or "s",
+                                                  table.concat(names, ", ")))
+                        rt:add(pf.rails_count, tvb(o, 1))
+                        rt:add(pf.rails_rsvd, tvb(o + 1, 3))
+                        for i = 1, n do
+                                rt:add(pf.rails_addr, tvb(o + 4 * i, 4)):append_text(
+                                        i == 1 and " (rail 0: identity)" or string.format(" (rail %d)", i - 1))
+                        end
+                        if not problem then
+                                for i = 1, n do rail_home[names[i]] = names[1] end
+                        end
+                end
+                if h.origin_off then
+                        tree:add(pf.origin, tvb(h.origin_off, 4)):append_text(
+                                " (sender's rail 0: the datagram counts as from it)")
+                end
         end
         tree:add(pf.hdr_len, h.hdr_len):set_generated()
 
@@ -444,14 +524,25 @@ local function dissect_one(tvb, pinfo, root, label)
         if band(x, X_PULL) ~= 0 then info = info .. " PULL" end
         if band(x, X_PULLREQ) ~= 0 then info = info .. " PULLREQ" end
         if band(x, X_ECE) ~= 0 then info = info .. " ECE" end
+        if band(x, X_RAILS) ~= 0 then
+                local names = {}
+                for i = 1, #h.rails do names[i] = ip_str(h.rails[i]) end
+                info = info .. " RAILS" .. (#names > 0 and "=" .. table.concat(names, ",") or "")
+        end
+        if band(x, X_RAIL) ~= 0 then info = info .. " RAIL" .. (h.origin and " origin=" .. ip_str(h.origin) or "") end
         if h.nocrc then info = info .. " NOCRC" end
 
         if band(f, F_NAK) ~= 0 then
                 nt:add_proto_expert_info(ef.nak, "NAK " .. (nak_names[h.nak_code] or "?") .. " of PSN " .. h.ack_psn)
         end
         if band(f, F_RD + F_DATA) == F_RD + F_DATA then
-                local key = table.concat({ tostring(pinfo.src), pinfo.src_port, tostring(pinfo.dst),
-                                           pinfo.dst_port, h.src_qpn, h.dst_qpn, h.psn }, "/")
+                -- The stream whatever rail carried it: the origin (or the
+                -- rail 0 a rail list named) stands for the address.
+                local src, dst = tostring(pinfo.src), tostring(pinfo.dst)
+                src = h.origin and ip_str(h.origin) or rail_home[src] or src
+                dst = rail_home[dst] or dst
+                local key = table.concat({ src, pinfo.src_port, dst, pinfo.dst_port, h.src_qpn, h.dst_qpn,
+                                           h.psn }, "/")
                 local first = first_seen[key]
                 if not first or first > pinfo.number then
                         first_seen[key] = pinfo.number
@@ -623,6 +714,7 @@ end
 
 function p.init()
         first_seen = {}
+        rail_home = {}
 end
 
 register_ports()
