@@ -184,9 +184,12 @@ static bool client_rdma(uint32_t window, bool read, double *secs)
                                 return false;
                         posted++;
                 }
-                if (ex_poll1(&c, &wc) <= 0 || wc.status != DIWARP_WC_SUCCESS) {
-                        fprintf(stderr, "client: RDMA %s failed after %llu\n",
-                                read ? "read" : "write", (unsigned long long)done);
+                int r = ex_poll1(&c, &wc);
+                if (r <= 0 || wc.status != DIWARP_WC_SUCCESS) {
+                        fprintf(stderr, "client: RDMA %s failed after %llu: %s\n",
+                                read ? "read" : "write", (unsigned long long)done,
+                                r <= 0 ? "no completion in time"
+                                       : diwarp_wc_status_str(wc.status));
                         return false;
                 }
                 done++;

@@ -392,7 +392,10 @@ int dwc_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
         req.u.open.version = DW_IPC_VERSION;
         req.u.open.pid = getpid();
         const char *addr = opts && opts->addr ? opts->addr : getenv("DIWARP_ADDR");
-        if (addr && strlen(addr) >= sizeof(req.u.open.addr)) {
+        if (addr && (strlen(addr) >= sizeof(req.u.open.addr) || strchr(addr, ','))) {
+                dw_err("device open: address '%s': a list of rails (multirail) is set on "
+                       "diwarpd, not on its clients",
+                       addr);
                 err = -EINVAL;
                 goto fail;
         }

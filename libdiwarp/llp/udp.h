@@ -114,7 +114,9 @@ int dw_udp_poll_fd(const struct dw_udp *u);
 
 /* Sends one datagram. Returns bytes sent, or -errno: -EAGAIN/-ENOBUFS mean
  * "no room now, retry on the next progress step". A pending ICMP error is
- * consumed and the send retried once. */
+ * consumed and the send retried once; a network error met on both tries is
+ * the destination's own (-ENETUNREACH: no route, an interface down) and is
+ * returned (the batch and GSO sends do the same). */
 int dw_udp_send(struct dw_udp *u, const struct iovec *iov, int iovcnt,
                 const struct sockaddr_in *dst);
 /* Sends msgs[0..n) (n <= DW_UDP_TX_BATCH) in order with one syscall, stopping

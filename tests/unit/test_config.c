@@ -1,8 +1,10 @@
 /* DIWARP_* configuration parsing and the log module. */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,6 +53,7 @@ static void assert_defaults(const struct dw_config *c)
         cr_assert_eq(c->inflight_proc, DW_CONFIG_DEFAULT_INFLIGHT_PROC);
         cr_assert_eq(c->inflight_host, DW_CONFIG_DEFAULT_INFLIGHT_HOST);
         cr_assert_str_eq(c->inflight_shm, "");
+        cr_assert_eq(c->stripe_min, 262144);
 }
 
 Test(config, defaults_with_empty_environment)
@@ -235,6 +238,130 @@ Test(config, bad_values_rejected_with_reason)
                 cr_assert_not_null(strstr(why, bad[i][0]), "reason lacks the name: %s", why);
                 cr_assert_not_null(strstr(why, bad[i][1]), "reason lacks the value: %s", why);
                 /* A failed parse leaves the defaults, not a partial environment. */
+                assert_defaults(&c);
+        }
+}
+
+/* DIWARP_ADDR as a list: 1..4 distinct addresses, one per rail, the string
+ * kept as given. */
+Test(config, addr_list_accepted)
+{
+        static const char *const good[] = {
+            "10.0.0.1",
+            "10.0.0.1,10.0.1.1",
+            "10.0.0.1,10.0.1.1,10.0.2.1,10.0.3.1",
+            /* The longest list: 4 x 15 characters and 3 commas. */
+            "255.255.255.255,255.255.255.254,255.255.255.253,255.255.255.252",
+        };
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+                struct dw_config c;
+                const char *why = NULL;
+
+                cr_assert_eq(parse1(&c, "DIWARP_ADDR", good[i], &why), 0, "%s: %s", good[i],
+                             why ? why : "");
+                cr_assert_str_eq(c.addr, good[i]);
+        }
+}
+
+Test(config, addr_list_parsed_in_order)
+{
+        struct in_addr a[DW_CONFIG_MAX_RAILS];
+        const char *why = NULL;
+
+        memset(a, 0, sizeof(a));
+        cr_assert_eq(dw_config_parse_addrs("192.168.1.7", a, &why), 1);
+        cr_assert_eq(a[0].s_addr, inet_addr("192.168.1.7"));
+        cr_assert_eq(dw_config_parse_addrs("10.0.0.1,10.0.1.1", a, &why), 2);
+        cr_assert_eq(a[0].s_addr, inet_addr("10.0.0.1"));
+        cr_assert_eq(a[1].s_addr, inet_addr("10.0.1.1"));
+        cr_assert_eq(dw_config_parse_addrs("10.0.3.1,10.0.2.1,10.0.1.1,10.0.0.1", a, &why), 4);
+        cr_assert_eq(a[0].s_addr, inet_addr("10.0.3.1"));
+        cr_assert_eq(a[1].s_addr, inet_addr("10.0.2.1"));
+        cr_assert_eq(a[2].s_addr, inet_addr("10.0.1.1"));
+        cr_assert_eq(a[3].s_addr, inet_addr("10.0.0.1"));
+        why = NULL;
+        cr_assert_eq(dw_config_parse_addrs("10.0.0.1,10.0.0.1", a, &why), -EINVAL);
+        cr_assert_not_null(why);
+}
+
+/* Each refusal names DIWARP_ADDR and what is wrong with the list. */
+Test(config, addr_list_refused_with_reason)
+{
+        static const char *const bad[][2] = {
+            {"10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5", "at most 4 addresses"},
+            {"10.0.0.1,,10.0.0.2", "separated by commas"},
+            {"10.0.0.1,10.0.0.2,", "separated by commas"},
+            {",10.0.0.1", "separated by commas"},
+            {"10.0.0.1,10.0.0.256", "separated by commas"},
+            {"10.0.0.1,host", "separated by commas"},
+            {"0.0.0.0,10.0.0.1", "0.0.0.0 cannot name a device"},
+            {"10.0.0.1,0.0.0.0,10.0.0.2", "0.0.0.0 cannot name a device"},
+            {"10.0.0.1,10.0.0.2,0.0.0.0", "0.0.0.0 cannot name a device"},
+            {"10.0.0.1,10.0.0.1", "appears twice"},
+            {"10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.2", "appears twice"},
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                struct dw_config c;
+                const char *why = NULL;
+                char named[128];
+
+                cr_assert_eq(parse1(&c, "DIWARP_ADDR", bad[i][0], &why), -EINVAL, "%s accepted",
+                             bad[i][0]);
+                cr_assert_not_null(why, "%s: no reason", bad[i][0]);
+                snprintf(named, sizeof(named), "DIWARP_ADDR='%s'", bad[i][0]);
+                cr_assert_not_null(strstr(why, named), "reason lacks the name: %s", why);
+                cr_assert_not_null(strstr(why, bad[i][1]), "%s: reason lacks '%s': %s", bad[i][0],
+                                   bad[i][1], why);
+                assert_defaults(&c);
+        }
+}
+
+/* One character past the longest list of 4 is refused before it is parsed. */
+Test(config, addr_list_too_long)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        const char *v = "255.255.255.255,255.255.255.254,255.255.255.253,255.255.255.252 ";
+
+        cr_assert_eq(strlen(v), DW_CONFIG_ADDR_LEN);
+        cr_assert_eq(parse1(&c, "DIWARP_ADDR", v, &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "DIWARP_ADDR="), "%s", why);
+        cr_assert_not_null(strstr(why, "at most 4 dotted IPv4 addresses"), "%s", why);
+        assert_defaults(&c);
+        /* Longer still: the same reason. */
+        char big[200];
+        memset(big, '1', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        cr_assert_eq(parse1(&c, "DIWARP_ADDR", big, &why), -EINVAL);
+        cr_assert_not_null(strstr(why, "DIWARP_ADDR="), "%s", why);
+        cr_assert_not_null(strstr(why, "at most 4 dotted IPv4 addresses"), "%s", why);
+        assert_defaults(&c);
+}
+
+Test(config, stripe_min)
+{
+        struct dw_config c;
+        const char *why = NULL;
+
+        dw_config_defaults(&c);
+        cr_assert_eq(c.stripe_min, 262144);
+        cr_assert_eq(parse1(&c, "DIWARP_STRIPE_MIN", "0", &why), 0, "%s", why);
+        cr_assert_eq(c.stripe_min, 0, "0: never stripe");
+        cr_assert_eq(parse1(&c, "DIWARP_STRIPE_MIN", "1048576", &why), 0, "%s", why);
+        cr_assert_eq(c.stripe_min, 1048576);
+        cr_assert_eq(parse1(&c, "DIWARP_STRIPE_MIN", "2147483648", &why), 0, "%s", why);
+        cr_assert_eq(c.stripe_min, 2147483648u);
+        static const char *const bad[] = {"-1",   "-262144",    "256k",
+                                          "lots", "2147483649", "99999999999999999999999"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                char named[96];
+
+                why = NULL;
+                cr_assert_eq(parse1(&c, "DIWARP_STRIPE_MIN", bad[i], &why), -EINVAL, "%s accepted",
+                             bad[i]);
+                snprintf(named, sizeof(named), "DIWARP_STRIPE_MIN='%s'", bad[i]);
+                cr_assert_not_null(strstr(why, named), "%s", why);
+                cr_assert_not_null(strstr(why, "0..2147483648"), "%s", why);
                 assert_defaults(&c);
         }
 }

@@ -23,7 +23,9 @@ struct cc_rec;
 struct rec {
         unsigned nacked, nretx, nacks;
         uint32_t acked_psn[256];
+        uint64_t acked_cookie[256];
         uint32_t retx_psn[256];
+        uint64_t retx_cookie[256];
         uint64_t retx_at[256];
         uint64_t now;
         int retx_rc;
@@ -34,8 +36,10 @@ struct rec {
 static void rec_acked(void *ctx, uint32_t psn, uint64_t cookie)
 {
         struct rec *r = ctx;
-        if (r->nacked < 256)
+        if (r->nacked < 256) {
                 r->acked_psn[r->nacked] = psn;
+                r->acked_cookie[r->nacked] = cookie;
+        }
         r->nacked++;
 }
 
@@ -46,6 +50,7 @@ static int rec_retx(void *ctx, uint32_t psn, uint64_t cookie)
                 return r->retx_rc;
         if (r->nretx < 256) {
                 r->retx_psn[r->nretx] = psn;
+                r->retx_cookie[r->nretx] = cookie;
                 r->retx_at[r->nretx] = r->now;
         }
         r->nretx++;
@@ -560,6 +565,114 @@ Test(rel, fast_retransmit_once_per_hole)
         cr_assert_eq(tx.stats.retransmits, 4);
 }
 
+/* ------------------------------------------------------------- lanes */
+
+/* dw_rel_tx_rename: only an outstanding PSN, only lanes 0..3; later
+ * callbacks name the packet by its new cookie. */
+Test(rel, tx_rename_outstanding_only)
+{
+        struct dw_rel_params p = test_params();
+        struct dw_rel_peer tx;
+        struct dw_rel_txent ring[16];
+        struct rec rc = {0};
+        rc.peer = &tx;
+        dw_rel_peer_init(&tx, &p, ring, 16, 50, 0);
+        cr_assert_eq(dw_rel_tx_rename(&tx, 50, 7, 0), -EINVAL, "nothing sent yet");
+        for (uint32_t i = 0; i < 4; i++)
+                cr_assert_eq(dw_rel_tx_sent(&tx, 50 + i, i, T0), 0);
+        cr_assert_eq(dw_rel_tx_rename(&tx, 50, 0xA0, DW_REL_MAX_LANES), -EINVAL, "lane 4");
+        cr_assert_eq(dw_rel_tx_rename(&tx, 50, 0xA0, 99), -EINVAL);
+        cr_assert_eq(dw_rel_tx_rename(&tx, 54, 0xA4, 0), -EINVAL, "not sent yet");
+        cr_assert_eq(dw_rel_tx_rename(&tx, 49, 0xA9, 0), -EINVAL, "before the first PSN");
+        cr_assert_eq(dw_rel_tx_rename(&tx, 50, 0xA0, 3), 0);
+        cr_assert_eq(dw_rel_tx_rename(&tx, 53, 0xA3, 1), 0);
+        struct dw_dgram_hdr h = ack_hdr(52, 0, NULL);
+        cr_assert_eq(dw_rel_on_ack(&tx, &h, T0 + 10 * US, &rec_ops, &rc), 0);
+        cr_assert_eq(rc.nacked, 2);
+        cr_assert_eq(rc.acked_psn[0], 50);
+        cr_assert_eq(rc.acked_cookie[0], 0xA0, "acked under its new name");
+        cr_assert_eq(rc.acked_cookie[1], 1, "a packet not renamed keeps its cookie");
+        cr_assert_eq(dw_rel_tx_rename(&tx, 51, 0xA1, 0), -EINVAL, "already acknowledged");
+        cr_assert_eq(dw_rel_tx_rename(&tx, 52, 0xA2, 2), 0);
+        h = ack_hdr(54, 0, NULL);
+        cr_assert_eq(dw_rel_on_ack(&tx, &h, T0 + 20 * US, &rec_ops, &rc), 0);
+        cr_assert_eq(rc.nacked, 4);
+        cr_assert_eq(rc.acked_cookie[2], 0xA2);
+        cr_assert_eq(rc.acked_cookie[3], 0xA3);
+        cr_assert_eq(dw_rel_tx_rename(&tx, 53, 0xA3, 0), -EINVAL, "nothing outstanding");
+        /* A receive-only peer has no ring. */
+        struct dw_rel_peer rx;
+        dw_rel_peer_init(&rx, &p, NULL, 8, 0, 0);
+        cr_assert_eq(dw_rel_tx_rename(&rx, 0, 1, 0), -EINVAL);
+}
+
+/* 12 packets 0..11, even PSNs on lane `even`, odd ones on lane `odd`,
+ * renamed 0x100 + psn. Then an ACK holding only the odd PSNs (6 SACKed
+ * above the hole at 0, twice dupthresh), then one holding 1..7 and the odd
+ * PSNs above: 2, 4, 6 SACKed above the hole. Returns the recorder after
+ * the timers ran once after each ACK; *after_first: retransmissions after
+ * the first. */
+static struct rec lane_scenario(unsigned even, unsigned odd, unsigned *after_first)
+{
+        struct dw_rel_params p = test_params();
+        p.rto_min_us = 1000;
+        cr_assert_eq(p.dupthresh, 3, "the scenario assumes dupthresh 3");
+        static struct dw_rel_peer tx;
+        static struct dw_rel_txent ring[16];
+        struct rec rc = {0};
+        rc.peer = &tx;
+        dw_rel_peer_init(&tx, &p, ring, 16, 0, 0);
+        for (uint32_t i = 0; i < 12; i++) {
+                cr_assert_eq(dw_rel_tx_sent(&tx, i, i, T0), 0);
+                cr_assert_eq(dw_rel_tx_rename(&tx, i, 0x100 + i, (i & 1) ? odd : even), 0);
+        }
+        rc.now = T0 + 10 * US;
+        uint32_t b1[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+        struct dw_dgram_hdr h = ack_hdr(0, 6, b1);
+        cr_assert_eq(dw_rel_on_ack(&tx, &h, rc.now, &rec_ops, &rc), 0);
+        cr_assert_eq(dw_rel_timers(&tx, rc.now, &rec_ops, &rc), 0);
+        *after_first = rc.nretx;
+        uint32_t b2[] = {1, 8, 9, 10, 11, 12};
+        h = ack_hdr(0, 3, b2);
+        rc.now += 1 * US;
+        cr_assert_eq(dw_rel_on_ack(&tx, &h, rc.now, &rec_ops, &rc), 0);
+        cr_assert_eq(dw_rel_timers(&tx, rc.now, &rec_ops, &rc), 0);
+        return rc;
+}
+
+/* Lanes of different delays reorder: SACKs from another lane above a hole
+ * are no evidence of its loss, SACKs from its own lane are. */
+Test(rel, fast_retransmit_counts_the_holes_own_lane)
+{
+        static const unsigned lanes[][2] = {{0, 1}, {1, 0}, {3, 2}};
+        for (size_t k = 0; k < sizeof(lanes) / sizeof(lanes[0]); k++) {
+                unsigned first;
+                struct rec rc = lane_scenario(lanes[k][0], lanes[k][1], &first);
+                cr_assert_eq(first, 0, "lanes %u/%u: 6 SACKed on the other lane marked a hole",
+                             lanes[k][0], lanes[k][1]);
+                /* 2, 4, 6 on the hole's lane: 0 is lost; 8 and 10 have none of
+                 * theirs above. */
+                cr_assert_eq(rc.nretx, 1, "lanes %u/%u: %u retransmissions", lanes[k][0],
+                             lanes[k][1], rc.nretx);
+                cr_assert_eq(rc.retx_psn[0], 0);
+                cr_assert_eq(rc.retx_cookie[0], 0x100, "the retransmission has the new name");
+        }
+}
+
+/* Everything on one lane: today's counting, every SACKed PSN above counts. */
+Test(rel, fast_retransmit_one_lane_counts_every_sack)
+{
+        unsigned first;
+        struct rec rc = lane_scenario(0, 0, &first);
+        /* After the first ACK: 0 (6 above), 2 (5), 4 (4), 6 (3); not 8, 10. */
+        cr_assert_eq(first, 4);
+        cr_assert_eq(rc.nretx, 4, "once per hole");
+        for (uint32_t i = 0; i < 4; i++) {
+                cr_assert_eq(rc.retx_psn[i], 2 * i);
+                cr_assert_eq(rc.retx_cookie[i], 0x100 + 2 * i);
+        }
+}
+
 /* A probe held back by local back-pressure (the caller paces its sends) is
  * not a silent network: further RTO expiries while it waits count no retry
  * and do not back off, so the retry limit is not spent without a packet
@@ -650,15 +763,17 @@ Test(rel, spurious_rto_one_probe)
 struct cc_rec {
         unsigned nrtt, nfast, nrto;
         uint32_t rtt;
+        uint32_t rtt_psn; /* the packet of the last sample, and its cookie */
+        uint64_t rtt_cookie;
 };
 
 static void cc_rtt(void *ctx, uint32_t psn, uint64_t cookie, uint32_t rtt_ns, uint64_t now)
 {
-        (void)psn;
-        (void)cookie;
         struct cc_rec *c = ((struct rec *)ctx)->cc;
         c->nrtt++;
         c->rtt = rtt_ns;
+        c->rtt_psn = psn;
+        c->rtt_cookie = cookie;
 }
 
 static void cc_lost(void *ctx, enum dw_rel_loss how, uint64_t now)
@@ -732,6 +847,43 @@ Test(rel, congestion_callbacks)
         h = ack_hdr(17, 0, NULL);
         dw_rel_on_ack(&tx, &h, rc.now + 10 * US, &cc_ops, &rc);
         cr_assert_eq(cc.nrto, 1, "a real timeout");
+}
+
+/* The RTT callback names the packet sampled, by its cookie as renamed. */
+Test(rel, rtt_callback_names_the_sampled_packet)
+{
+        struct dw_rel_params p = test_params();
+        struct dw_rel_peer tx;
+        struct dw_rel_txent ring[16];
+        struct cc_rec cc = {0};
+        struct rec rc = {0};
+        rc.peer = &tx;
+        rc.cc = &cc;
+        dw_rel_peer_init(&tx, &p, ring, 16, 10, 0);
+        for (uint32_t i = 0; i < 4; i++) {
+                cr_assert_eq(dw_rel_tx_sent(&tx, 10 + i, i, T0 + i * US), 0);
+                cr_assert_eq(dw_rel_tx_rename(&tx, 10 + i, 0xB00 + i, i & 1), 0);
+        }
+        /* The cumulative ACK of all four: the newest (13) gives the sample. */
+        struct dw_dgram_hdr h = ack_hdr(14, 0, NULL);
+        cr_assert_eq(dw_rel_on_ack(&tx, &h, T0 + 40 * US, &cc_ops, &rc), 0);
+        cr_assert_eq(cc.nrtt, 1);
+        cr_assert_eq(cc.rtt, 37 * US);
+        cr_assert_eq(cc.rtt_psn, 13);
+        cr_assert_eq(cc.rtt_cookie, 0xB03);
+        /* A SACK above a hole: the sample is the SACKed packet's, not the
+         * cumulative point's. */
+        uint64_t t = T0 + 100 * US;
+        for (uint32_t i = 4; i < 8; i++)
+                cr_assert_eq(dw_rel_tx_sent(&tx, 10 + i, i, t + i * US), 0);
+        cr_assert_eq(dw_rel_tx_rename(&tx, 15, 0xC05, 2), 0);
+        uint32_t b[] = {15, 16};
+        h = ack_hdr(14, 1, b);
+        cr_assert_eq(dw_rel_on_ack(&tx, &h, t + 30 * US, &cc_ops, &rc), 0);
+        cr_assert_eq(cc.nrtt, 2);
+        cr_assert_eq(cc.rtt, 25 * US);
+        cr_assert_eq(cc.rtt_psn, 15);
+        cr_assert_eq(cc.rtt_cookie, 0xC05);
 }
 
 /* A duplicate is reported once, first among the SACK blocks (RFC 2883), and

@@ -1,11 +1,16 @@
 /* Unit tests of llp/udp: GRO asked for with dw_udp_want_gro stays off while
  * datagrams come one at a time (a ping-pong) and comes on with a backlog,
- * with every datagram delivered intact across the switch. */
+ * with every datagram delivered intact across the switch; a destination
+ * with no route is reported as such, not as back-pressure. */
+#define _GNU_SOURCE
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "llp/udp.h"
 
@@ -68,4 +73,51 @@ Test(udp, gro_waits_for_a_backlog)
         recv_seq(&rx, 200, 6);
         dw_udp_close(&tx);
         dw_udp_close(&rx);
+}
+
+/* Whether this network namespace has a route to dst: a UDP connect looks
+ * the route up without sending anything. */
+static bool have_route(const struct sockaddr_in *dst)
+{
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        cr_assert_geq(fd, 0);
+        int r = connect(fd, (const struct sockaddr *)dst, sizeof(*dst));
+        int e = errno;
+        close(fd);
+        return r == 0 || e != ENETUNREACH;
+}
+
+/* No route to the destination (a multirail device's rail whose interface is
+ * gone): both tries fail the same way, and the caller learns -ENETUNREACH,
+ * not -EAGAIN, which would have it retry that rail for ever. The test takes
+ * a network namespace of its own (criterion runs it in its own process),
+ * which has no route at all; without the privilege for one it runs where it
+ * is if that has no route either, else it is skipped. */
+Test(udp, no_route_is_not_back_pressure)
+{
+        struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(17471)};
+        cr_assert_eq(inet_pton(AF_INET, "198.51.100.1", &dst.sin_addr), 1); /* TEST-NET-2 */
+        int ns = unshare(CLONE_NEWNET) == 0 ? 0 : errno;
+        if (ns && have_route(&dst))
+                cr_skip_test("no network namespace (%s) and a route to 198.51.100.1 exists",
+                             strerror(ns));
+        cr_assert_not(have_route(&dst));
+
+        struct dw_udp u;
+        struct in_addr any = {.s_addr = htonl(INADDR_ANY)};
+        cr_assert_eq(dw_udp_open(&u, any, 0), 0);
+        uint8_t buf[64];
+        memset(buf, 0x5a, sizeof(buf));
+        struct iovec iov = {buf, sizeof(buf)};
+        for (int i = 0; i < 3; i++)
+                cr_assert_eq(dw_udp_send(&u, &iov, 1, &dst), -ENETUNREACH, "send %d", i);
+
+        struct dw_udp_msg m[4];
+        for (int i = 0; i < 4; i++)
+                m[i] = (struct dw_udp_msg){.iov = &iov, .iovcnt = 1, .dst = &dst};
+        cr_assert_eq(dw_udp_send_batch(&u, m, 1), -ENETUNREACH);
+        cr_assert_eq(dw_udp_send_batch(&u, m, 4), -ENETUNREACH);
+        if (dw_udp_gso_on(&u))
+                cr_assert_eq(dw_udp_send_gso(&u, &iov, 1, &dst, 32), -ENETUNREACH);
+        dw_udp_close(&u);
 }
