@@ -17,13 +17,14 @@ from corpus_gen import crc32c, write_seeds
 # flags (byte 1)
 RD, ACK, SACK, CREDIT, ACKREQ, NAK, DATA, IMM = (1 << i for i in range(8))
 # X-flags (byte 4 of version 2)
-NOCRC, PULL, PULLREQ, DSACK, ECE = (1 << i for i in range(5))
+NOCRC, PULL, PULLREQ, DSACK, ECE, CCTL, RAILS, RAIL = (1 << i for i in range(8))
 
 DST, SRC = 0x123456, 0xABCDEF
 SEND, READ_REQ, IMM_DATA = 3, 1, 8
 
 
-def header(flags, xflags=0, psn=0, ack=0, sacks=(), pull=None, qkey=0, version=None):
+def header(flags, xflags=0, psn=0, ack=0, sacks=(), pull=None, qkey=0, version=None,
+           rails=None, origin=None):
     if version is None:
         version = 2 if xflags else 1
     b = struct.pack(">BBBB", version, flags, len(sacks), 0)
@@ -33,6 +34,10 @@ def header(flags, xflags=0, psn=0, ack=0, sacks=(), pull=None, qkey=0, version=N
         b += struct.pack(">II", s & 0xFFFFFFFF, e & 0xFFFFFFFF)
     if pull is not None:
         b += struct.pack(">II", *pull)
+    if rails is not None:  # multirail: count word, then the addresses
+        b += bytes([len(rails), 0, 0, 0]) + b"".join(bytes(a) for a in rails)
+    if origin is not None:
+        b += bytes(origin)
     return b
 
 
@@ -90,8 +95,16 @@ def seeds():
         + imm_message(4, b"\x01\x02\x03\x04"), crc=False)
 
     s["bad_version3"] = packet(header(RD | DATA, version=3) + send)
-    s["bad_v2_reserved_xflag"] = packet(header(RD | DATA, NOCRC | 0x80) + send, crc=False)
-    s["bad_v2_reserved_xflag_crc"] = packet(header(RD | DATA, PULLREQ | 0x20) + send)
+    r1, r2 = (10, 1, 1, 1), (10, 1, 2, 1)
+    s["v2_rails_ack"] = packet(header(RD | ACK, RAILS, ack=9, rails=(r1, r2)))
+    s["v2_rails_data"] = packet(header(RD | DATA, RAILS, psn=3, rails=(r1, r2)) + send)
+    s["v2_rail_origin_data"] = packet(header(RD | DATA, RAIL, psn=4, origin=r1) + send)
+    s["v2_rail_origin_ack_nocrc"] = packet(header(RD | ACK, NOCRC | RAIL, ack=9, origin=r1),
+                                           crc=False)
+    s["bad_v2_rail_truncated"] = packet(header(RD | DATA, NOCRC | RAIL) + send[:2], crc=False)
+    s["bad_v2_rail_origin_zero"] = packet(header(RD | ACK, RAIL, ack=9, origin=(0, 0, 0, 0)))
+    s["bad_v2_rails_count5"] = packet(header(RD | ACK, RAILS, ack=9, rails=(r1, r2) * 2 + (r1,)))
+    s["bad_v2_rails_ud"] = packet(header(DATA, RAILS, rails=(r1,)) + send)
     s["bad_v2_nocrc_ud"] = packet(header(DATA, NOCRC) + send)
     s["bad_v2_nocrc_ud_no_trailer"] = packet(header(DATA, NOCRC) + send, crc=False)
     s["bad_v2_pull_truncated"] = packet(header(RD | DATA, PULL, pull=(1000, 10))[:32])
