@@ -11,16 +11,26 @@
 #                                     [--owner PID|none]
 #       NAME-A -- NAME-B on one veth pair (A = 10.X.1.1/16, B = 10.X.2.2/16), a tbf
 #       on each end's egress: a local queue in front of the link.
+#   netns-topo.sh up NAME rails RATE1[,RATE2[,RATE3[,RATE4]]] [--latency 3ms[,L2..]]
+#                                     [--burst 64kb[,B2..]] [--mtu 1500] [--owner PID|none]
+#       NAME-A -- NAME-B on one veth pair per rate ("rail" k = 1..4, device
+#       railk on both sides): A = 10.X.k.1/24, B = 10.X.k.2/24 (a subnet per
+#       rail, so the route picks the rail's veth), a tbf of RATEk on each
+#       end's egress; --latency / --burst: one value for every rail, or one per rail.
 #   netns-topo.sh down NAME          removes it (and whatever runs inside)
 #   netns-topo.sh cleanup [--all]    removes topologies whose owner is gone
 #                                    (--all: every topology this script made)
 #   netns-topo.sh info NAME          prints the TOPO line again
 #   netns-topo.sh exec NAME A|R|B CMD...   runs CMD inside NAME-A, -R or -B
-#   netns-topo.sh stats NAME         one STATS line per tbf (tc -s qdisc counters)
+#   netns-topo.sh stats NAME         one STATS line per tbf (tc -s qdisc counters;
+#                                    rails: A's rails in order, then B's, each with rail=k)
 #
 # `up` prints one line, e.g.
 #   TOPO name=t1 kind=router x=57 a=10.57.1.1 b=10.57.2.2 ns_a=t1-A ns_r=t1-R ns_b=t1-B
 #        rate=1gbit latency=2ms burst=64kb mtu=1500 both=0
+# rails adds (a= and b= are rail 1's addresses, rate= latency= burst= the lists):
+#        rails=2 a_rails=10.57.1.1,10.57.2.1 b_rails=10.57.1.2,10.57.2.2
+#        a_dev=rail1,rail2 b_dev=rail1,rail2
 # X comes from NAME (the addresses exist only inside the namespaces, so two
 # topologies never clash). The owner (default: the calling process; `none`:
 # kept until `down` or `cleanup --all`) is the process whose exit makes the
@@ -37,7 +47,7 @@ set -euo pipefail
 STATE=${TOPO_STATE:-/run/diwarp-netns-topo}
 
 usage() {
-        sed -n '5,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+        sed -n '5,26p' "$0" | sed 's/^# \{0,1\}//' >&2
         exit 2
 }
 skip() {
@@ -109,13 +119,46 @@ topo_line() {
                 "a=$(state_get "$1" a) b=$(state_get "$1" b)" \
                 "ns_a=$1-A$([ "$(state_get "$1" kind)" = router ] && echo " ns_r=$1-R") ns_b=$1-B" \
                 "rate=$(state_get "$1" rate) latency=$(state_get "$1" latency)" \
-                "burst=$(state_get "$1" burst) mtu=$(state_get "$1" mtu) both=$(state_get "$1" both)"
+                "burst=$(state_get "$1" burst) mtu=$(state_get "$1" mtu) both=$(state_get "$1" both)$(
+                        [ "$(state_get "$1" kind)" != rails ] ||
+                                echo " rails=$(state_get "$1" rails) a_rails=$(state_get "$1" a_rails)" \
+                                        "b_rails=$(state_get "$1" b_rails) a_dev=$(state_get "$1" a_dev)" \
+                                        "b_dev=$(state_get "$1" b_dev)")"
 }
 
-# tbf NS DEV: the bottleneck queue on DEV's egress.
+# tbf NS DEV [RATE BURST LATENCY]: the bottleneck queue on DEV's egress
+# (default: the topology's rate, burst and latency).
 tbf() {
-        ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst "$burst" \
-                latency "$latency"
+        ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "${3:-$rate}" burst "${4:-$burst}" \
+                latency "${5:-$latency}"
+}
+
+# nth LIST K: the K-th (1-based) item of a comma list, or its only item.
+nth() {
+        local -a v
+        IFS=, read -r -a v <<<"$1"
+        if [ ${#v[@]} -eq 1 ]; then echo "${v[0]}"; else echo "${v[$(($2 - 1))]}"; fi
+}
+
+# count LIST: the number of items of a comma list.
+count() {
+        local -a v
+        IFS=, read -r -a v <<<"$1"
+        echo ${#v[@]}
+}
+
+# make_rails NAME X N MTU: the namespaces and N veth pairs of a rails topology.
+make_rails() {
+        local k
+        ip netns add "$1-A" && ip netns add "$1-B" &&
+                ip -n "$1-A" link set lo up && ip -n "$1-B" link set lo up || return 1
+        for ((k = 1; k <= $3; k++)); do
+                ip link add name "rail$k" netns "$1-A" type veth peer name "rail$k" netns "$1-B" &&
+                        ip -n "$1-A" addr add "10.$2.$k.1/24" dev "rail$k" &&
+                        ip -n "$1-B" addr add "10.$2.$k.2/24" dev "rail$k" &&
+                        ip -n "$1-A" link set "rail$k" mtu "$4" up &&
+                        ip -n "$1-B" link set "rail$k" mtu "$4" up || return 1
+        done
 }
 
 up() {
@@ -126,7 +169,7 @@ up() {
         local latency='' burst=64kb mtu=1500 both=0 owner=$PPID
         case $kind in
         router) latency=2ms ;;
-        direct) latency=3ms ;;
+        direct | rails) latency=3ms ;;
         *) usage ;;
         esac
         while [ $# -gt 0 ]; do
@@ -141,6 +184,20 @@ up() {
         done
         [[ $mtu =~ ^[0-9]+$ ]] || die "bad --mtu '$mtu'"
         [ "$both" = 0 ] || [ "$kind" = router ] || die "--both is for router topologies"
+        local nrails=1 k v
+        if [ "$kind" = rails ]; then
+                [[ $rate =~ ^[^,]+(,[^,]+){0,3}$ ]] ||
+                        die "rails: 1 to 4 rates (RATE1,RATE2,...), not '$rate'"
+                nrails=$(count "$rate")
+                for v in "$latency" "$burst"; do
+                        if ! [[ $v =~ ^[^,]+(,[^,]+)*$ ]] ||
+                                { [ "$(count "$v")" -ne 1 ] && [ "$(count "$v")" -ne "$nrails" ]; }; then
+                                die "rails: --latency and --burst take one value or one per rail ($nrails), not '$v'"
+                        fi
+                done
+        elif [[ $rate$latency$burst == *,* ]]; then
+                die "lists of rates, latencies or bursts are for rails topologies"
+        fi
         command -v tc >/dev/null 2>&1 || skip "tc (iproute2) not installed"
         mkdir -p "$STATE"
         cleanup >/dev/null
@@ -154,6 +211,16 @@ up() {
         [ "$owner" = none ] || st=$(start_time "$owner") || die "no process $owner (--owner)"
         local x=$(($(printf '%s' "$name" | cksum | cut -d' ' -f1) % 200 + 20))
         local A=10.$x.1.1 B=10.$x.2.2
+        local a_rails='' b_rails='' a_dev='' b_dev=''
+        if [ "$kind" = rails ]; then
+                B=10.$x.1.2
+                for ((k = 1; k <= nrails; k++)); do
+                        a_rails+=${a_rails:+,}10.$x.$k.1
+                        b_rails+=${b_rails:+,}10.$x.$k.2
+                        a_dev+=${a_dev:+,}rail$k
+                        b_dev+=${b_dev:+,}rail$k
+                done
+        fi
         # recorded first: a failure below still leaves something `down` removes
         cat >"$STATE/$name" <<EOF
 kind=$kind
@@ -167,6 +234,13 @@ mtu=$mtu
 both=$both
 owner_pid=$owner
 owner_start=$st
+EOF
+        [ "$kind" != rails ] || cat >>"$STATE/$name" <<EOF
+rails=$nrails
+a_rails=$a_rails
+b_rails=$b_rails
+a_dev=$a_dev
+b_dev=$b_dev
 EOF
         err=$(mktemp)
         trap 'rm -f "$err"' EXIT
@@ -200,6 +274,24 @@ EOF
                                 skip "no tbf qdisc here"
                         die "tc qdisc add tbf rate $rate burst $burst latency $latency failed"
                 fi
+        elif [ "$kind" = rails ]; then
+                if ! make_rails "$name" "$x" "$nrails" "$mtu" 2>"$err"; then
+                        cat "$err" >&2
+                        remove "$name"
+                        skip "cannot create network namespaces / veth here"
+                fi
+                local r b l
+                for ((k = 1; k <= nrails; k++)); do
+                        r=$(nth "$rate" $k) b=$(nth "$burst" $k) l=$(nth "$latency" $k)
+                        if ! { tbf "$name-A" "rail$k" "$r" "$b" "$l" &&
+                                tbf "$name-B" "rail$k" "$r" "$b" "$l"; } 2>"$err"; then
+                                cat "$err" >&2
+                                remove "$name"
+                                grep -qi 'unknown qdisc\|not supported\|No such file' "$err" &&
+                                        skip "no tbf qdisc here"
+                                die "rail $k: tc qdisc add tbf rate $r burst $b latency $l failed"
+                        fi
+                done
         else
                 if ! {
                         ip netns add "$name-A" && ip netns add "$name-B" &&
@@ -225,9 +317,11 @@ EOF
         topo_line "$name"
 }
 
-# qdisc_stats NAME NS DEV: one STATS line from `tc -s qdisc show dev DEV`.
+# qdisc_stats NAME NS DEV [RAIL]: one STATS line from `tc -s qdisc show dev DEV`
+# (with RAIL: rail=RAIL after dev=).
 qdisc_stats() {
-        ip netns exec "$2" tc -s qdisc show dev "$3" | awk -v name="$1" -v ns="$2" -v dev="$3" '
+        ip netns exec "$2" tc -s qdisc show dev "$3" |
+                awk -v name="$1" -v ns="$2" -v dev="$3${4:+ rail=$4}" '
                 function bytes(s,  n) {
                         n = s + 0
                         if (s ~ /Kb$/) n *= 1024
@@ -254,9 +348,17 @@ stats() {
         local name=${1:-}
         [ -n "$name" ] || usage
         [ -f "$STATE/$name" ] || die "no topology '$name'"
-        if [ "$(state_get "$name" kind)" = router ]; then
+        local kind k side
+        kind=$(state_get "$name" kind)
+        if [ "$kind" = router ]; then
                 qdisc_stats "$name" "$name-R" toB
                 [ "$(state_get "$name" both)" = 0 ] || qdisc_stats "$name" "$name-R" toA
+        elif [ "$kind" = rails ]; then
+                for side in A B; do
+                        for ((k = 1; k <= $(state_get "$name" rails); k++)); do
+                                qdisc_stats "$name" "$name-$side" "rail$k" $k
+                        done
+                done
         else
                 qdisc_stats "$name" "$name-A" eth0
                 qdisc_stats "$name" "$name-B" eth0
@@ -295,7 +397,8 @@ exec)
         [ -f "$STATE/$name" ] || die "no topology '$name'"
         case $side in
         A | B) ;;
-        R) [ "$(state_get "$name" kind)" = router ] || die "'$name' is direct: no R" ;;
+        R) [ "$(state_get "$name" kind)" = router ] ||
+                die "'$name' is $(state_get "$name" kind): no R" ;;
         *) usage ;;
         esac
         exec ip netns exec "$name-$side" "$@"

@@ -14,8 +14,11 @@ overlap and independent progress, memory per peer, idle CPU of the progress
 thread. Group `contention`: RD congestion control against raw TCP (default
 congestion control and cubic) through a tbf bottleneck in network namespaces
 (bench-flows, netns-topo.sh; root), N = 1 - 32 flows at 1 and 5 Gbit/s,
-incast, RC over RD, and a loopback check. See bench/README.md for
-definitions and docs/PERFORMANCE.md for the numbers.
+incast, RC over RD, and a loopback check. Group `multirail` (only when
+--groups names it; root): RD striped over 1, 2 and 3 rails (DIWARP_ADDR
+lists) between two namespaces joined by a veth pair and a tbf per rail,
+against libfabric's ofi_mrail. See bench/README.md for definitions and
+docs/PERFORMANCE.md for the numbers.
 
 Server on core 0, client on core 1 (--cpus). Each point is the median of
 --runs runs (3 with --quick, 5 otherwise), with min and max; runs of all cases
@@ -112,6 +115,23 @@ def cont_duration_ms(pl, rate, n):
     return pl["cont_warm_ms"] + max(pl["cont_min_ms"], math.ceil(need_ms / 500) * 500)
 
 # ---------------------------------------------------------------------------
+# multirail: rails of MR_RATE Mbit/s each (a tbf on both ends of each veth
+# pair), low enough that 3 rails (3 x MR_RATE) never make the CPU the limit on
+# 2 cores. MR-9 uses rails of R and 2R against one rail of 3R.
+
+MR_RATE = 300
+MR_LAT_RATE = "10gbit"  # MR-7: the latency path, no limit worth the name
+MR_PP_SIZE = 4 * MiB    # ping-pong bandwidth beside ofi_mrail
+
+
+def mr_topos():
+    """name suffix -> the rates of a rails topology."""
+    R = MR_RATE
+    return {"eq": f"{R}mbit,{R}mbit,{R}mbit",
+            "mix": f"{R}mbit,{2 * R}mbit,{3 * R}mbit",
+            "lat": f"{MR_LAT_RATE},{MR_LAT_RATE}"}
+
+# ---------------------------------------------------------------------------
 # configuration of the two modes
 
 
@@ -137,6 +157,7 @@ def plan(quick):
             cont_warm_ms=500, cont_drop=False, cont_slow_div=8,
             cr_eps=[16, 64], cr_msgs={16: 60, 64: 12, 256: 2}, cr_slots=[1, 1.25, 1.5, 2, 4, 8],
             cr_act8_msgs=300,
+            mr_secs=1.0, mr_sizes=[MiB, 4 * MiB], mr_lat_sizes=[64, 8 * KiB],
         )
     return dict(
         runs=5, seed_runs=3, timeout=180, mpi_reps=100, mpi_lat_reps=2000,
@@ -158,6 +179,8 @@ def plan(quick):
         cont_warm_ms=1000, cont_drop=True, cont_slow_div=8,
         cr_eps=[16, 64, 256], cr_msgs={16: 200, 64: 30, 256: 3}, cr_slots=[1, 1.25, 1.5, 2, 4, 8, 16, 32],
         cr_act8_msgs=1000,
+        mr_secs=3.0, mr_sizes=[MiB, 4 * MiB, 16 * MiB],
+        mr_lat_sizes=[8, 64, 512, 4 * KiB, 8 * KiB],
     )
 
 
@@ -430,18 +453,18 @@ class Topos:
             self.log.flush()
         return p
 
-    def up(self, name, rate, latency, burst):
+    def up(self, name, rate, latency, burst, kind="router"):
         """The TOPO fields; NotAvailable with the script's SKIP reason (not
         root, no namespaces or tbf here), RunFailed on any other error."""
         self.made.append(name)  # `up` records it before building: ours to remove
-        p = self._run(["up", name, "router", rate, "--latency", latency, "--burst", burst,
+        p = self._run(["up", name, kind, rate, "--latency", latency, "--burst", burst,
                        "--mtu", str(CONT_MTU)])
         if p.returncode == 77:
             m = re.search(r"SKIP: (.*)", p.stderr)
             raise NotAvailable("netns-topo.sh: " + (m.group(1) if m else "skipped (exit 77)"))
         t = parse_result(p.stdout, "TOPO") if p.returncode == 0 else None
         if not t or not t.get("a") or not t.get("b"):
-            raise RunFailed(f"netns-topo.sh up {name} router {rate}: exit {p.returncode}: "
+            raise RunFailed(f"netns-topo.sh up {name} {kind} {rate}: exit {p.returncode}: "
                             f"{(p.stderr or p.stdout).strip()[-600:]}")
         return t
 
@@ -453,6 +476,18 @@ class Topos:
             raise RunFailed(f"netns-topo.sh stats {name}: exit {p.returncode}: "
                             f"{p.stderr.strip()[-300:]}")
         return {k: int(v) for k, v in d.items() if v.isdigit()}
+
+    def stats_rails(self, name):
+        """A rails topology's tbf counters: {(side, rail): sent_bytes}."""
+        p = self._run(["stats", name])
+        out = {}
+        for ns, rail, sb in re.findall(r"^STATS .* ns=\S+-([AB]) dev=\S+ rail=(\d+) .*"
+                                       r"sent_bytes=(\d+) ", p.stdout, re.M):
+            out[(ns, int(rail))] = int(sb)
+        if p.returncode != 0 or not out:
+            raise RunFailed(f"netns-topo.sh stats {name}: exit {p.returncode}: "
+                            f"{p.stderr.strip()[-300:]}")
+        return out
 
     def down_all(self):
         while self.made:
@@ -820,7 +855,7 @@ def size_name(s):
 
 class Harness:
     GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle",
-              "contention", "mpi", "credits", "daemon"]
+              "contention", "mpi", "credits", "daemon", "multirail"]
 
     def __init__(self, a):
         self.a = a
@@ -974,7 +1009,9 @@ class Harness:
             "the io_uring backend needs liburing at build time")
 
     # ---- measurement loops
-    OPT_IN = {"mpi"}  # minutes of mpirun start-ups: only when named in --groups
+    # mpi: minutes of mpirun start-ups; multirail: minutes of rate-limited
+    # transfers (and root): only when named in --groups
+    OPT_IN = {"mpi", "multirail"}
 
     def want_group(self, g):
         if g in self.OPT_IN:
@@ -2256,6 +2293,391 @@ class Harness:
                  f"grew by {f(kib, '%.0f')} KiB per client.\n")
         return L
 
+    # ---- multirail ---------------------------------------------------------
+    # (case, metric, topology (mr_topos), rails used (0-based indices into
+    # its rail lists), what runs (bw: diwarp-bw RD Writes; lat: diwarp-pingpong
+    # RD; pp: one RD Read at a time; fi / fi-tcp: fi_pingpong through diwarp /
+    # over libfabric's tcp), sizes)
+    def mr_cases(self):
+        pl = self.pl
+        c = [("mr-1rail", "mr_bw_gbps", "eq", [0], "bw", pl["mr_sizes"]),
+             ("mr-2rails", "mr_bw_gbps", "eq", [0, 1], "bw", pl["mr_sizes"]),
+             ("mr-3rails", "mr_bw_gbps", "eq", [0, 1, 2], "bw", pl["mr_sizes"]),
+             ("mr-R", "mr_bw_gbps", "mix", [0], "bw", [4 * MiB]),
+             ("mr-R+2R", "mr_bw_gbps", "mix", [0, 1], "bw", [4 * MiB]),
+             ("mr-3R", "mr_bw_gbps", "mix", [2], "bw", [4 * MiB]),
+             ("mr-lat-1rail", "mr_lat_us", "lat", [0], "lat", pl["mr_lat_sizes"]),
+             ("mr-lat-2rails", "mr_lat_us", "lat", [0, 1], "lat", pl["mr_lat_sizes"]),
+             ("mr-pp-1rail", "mr_pp_gbps", "eq", [0], "pp", [MR_PP_SIZE]),
+             ("mr-pp-2rails", "mr_pp_gbps", "eq", [0, 1], "pp", [MR_PP_SIZE]),
+             ("fi-verbs-1rail", "mr_pp_gbps", "eq", [0], "fi", [MR_PP_SIZE]),
+             ("fi-mrail-2rails", "mr_pp_gbps", "eq", [0, 1], "fi", [MR_PP_SIZE]),
+             # the control: libfabric's own TCP provider, no diwarp
+             ("fi-tcp-1rail", "mr_pp_gbps", "eq", [0], "fi-tcp", [MR_PP_SIZE]),
+             ("fi-mrail-tcp-2rails", "mr_pp_gbps", "eq", [0, 1], "fi-tcp", [MR_PP_SIZE])]
+        return [x for x in c if self.want_case(x[0])]
+
+    MR_EXTRA = ("mr_prop", "mr_retx", "mr_tbf_prop")
+
+    def run_multirail(self, r):
+        self.mark_group("multirail")
+        if not self.want_group("multirail"):
+            return
+        self.mr_fi_why = {}  # case -> the output of its failed run
+        topos = Topos(os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns-topo.sh"),
+                      r.log)
+        old = signal.signal(signal.SIGTERM, sigterm_interrupts)
+        try:
+            self.mr_all(r, topos)
+        finally:
+            topos.down_all()
+            signal.signal(signal.SIGTERM, old)
+
+    def mr_mark(self, cases, status, why):
+        for name, metric, _, _, _, sizes in cases:
+            for s in sizes:
+                p = self.pt(name, metric, s)
+                p.status, p.reason, p.vals = status, why, []
+
+    def mr_all(self, r, topos):
+        pl = self.pl
+        cases = self.mr_cases()
+        if not cases:
+            return
+        # every point gets a row, whatever happens next
+        for name, metric, _, _, _, sizes in cases:
+            for s in sizes:
+                self.pt(name, metric, s)
+        if self.rd_ex_why:
+            self.mr_mark(cases, "n/a", self.rd_ex_why)
+            return
+        if "fi_pingpong" not in self.prog:
+            self.mr_mark([c for c in cases if c[4].startswith("fi")], "missing",
+                         "fi_pingpong not installed")
+            cases = [c for c in cases if not c[4].startswith("fi")]
+        self.mr_t = {}
+        for key, rates in mr_topos().items():
+            if not any(c[2] == key for c in cases):
+                continue
+            try:
+                self.mr_t[key] = topos.up(f"mr{os.getpid() % 100000}{key}", rates, "3ms",
+                                          "64kb", kind="rails")
+                self.mr_t[key]["script"] = topos.script
+            except (NotAvailable, RunFailed) as e:
+                st = "n/a" if isinstance(e, NotAvailable) else "failed"
+                first = str(e).strip().splitlines()[0]
+                self.mr_mark([c for c in cases if c[2] == key], st, first)
+                if st == "failed":
+                    self.failures.append((f"multirail {key}", "mr", 0, str(e)))
+                print(f"run: multirail {key}: {first}", file=sys.stderr)
+                cases = [c for c in cases if c[2] != key]
+        # does the engine stripe at all? One short 2-rail run first.
+        if "eq" in self.mr_t and any(len(c[3]) > 1 and c[4] == "bw" for c in cases):
+            try:
+                self.mr_bw(r, topos, self.mr_t["eq"], [0, 1], MiB, 0.2, "probe")
+            except (RunFailed, NotAvailable) as e:
+                # an engine that refuses the list (its complaint quotes
+                # DIWARP_ADDR='...') has no multirail: not available
+                na = isinstance(e, NotAvailable) or "DIWARP_ADDR='" in str(e)
+                why = str(e).strip().splitlines()[0]
+                why = f"a 2-rail diwarp-bw run (DIWARP_ADDR=a,b) failed: {why}"
+                ours = [c for c in cases if not c[4].startswith("fi")]
+                self.mr_mark(ours, "n/a" if na else "failed", why)
+                if not na:
+                    self.failures.append(("multirail probe", "mr_bw_gbps", MiB, str(e)))
+                cases = [c for c in cases if c[4].startswith("fi")]
+        broken = {}
+        for rnd in range(pl["runs"]):
+            for name, metric, key, rails, what, sizes in cases:
+                t = self.mr_t[key]
+                for s in sizes:
+                    p = self.pt(name, metric, s)
+                    if p.status != "ok":
+                        continue
+                    if name in broken and s > broken[name]:
+                        p.status, p.reason = "skipped", "failed at a smaller size"
+                        continue
+                    try:
+                        if what == "bw":
+                            res = self.mr_bw(r, topos, t, rails, s, pl["mr_secs"], name)
+                        elif what == "lat":
+                            res = self.mr_lat(r, t, rails, s, name)
+                        else:
+                            res = self.mr_pp(r, t, rails, s, name, what)
+                    except NotAvailable as e:
+                        p.status, p.reason, p.vals = "n/a", str(e), []
+                        continue
+                    except RunFailed as e:
+                        if what.startswith("fi"):
+                            # libfabric's experimental provider: its failure is a
+                            # finding for the report, not a failure of ours
+                            first = str(e).strip().splitlines()[0]
+                            p.status, p.reason, p.vals = "n/a", f"did not run: {first}", []
+                            self.mr_fi_why[name] = str(e)
+                            continue
+                        self.fail_point([(name, metric, s)] +
+                                        [(name, m, s) for m in self.MR_EXTRA
+                                         if (name, m, s) in self.points], str(e))
+                        broken[name] = min(broken.get(name, s), s)
+                        continue
+                    for m, v in res.items():
+                        self.pt(name, m, s).vals.append(v)
+            print(f"run: multirail round {rnd + 1}/{pl['runs']} "
+                  f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+
+    @staticmethod
+    def mr_addrs(t, side, rails):
+        lst = t[f"{side}_rails"].split(",")
+        return ",".join(lst[i] for i in rails)
+
+    @staticmethod
+    def mr_rail_lines(text):
+        out = []
+        for line in text.splitlines():
+            if line.startswith("RAIL "):
+                out.append(dict(re.findall(r"(\w+)=(\S+)", line)))
+        return out
+
+    def mr_bw(self, r, topos, t, rails, size, secs, label):
+        """One RD Write stream over the given rails: Gbit/s, and how each
+        rail's share of tx_bytes compares with its share of the rate."""
+        rates = [rate_gbps(x) for x in t["rate"].split(",")]
+        total = sum(rates[i] for i in rails)
+        iters = max(4, math.ceil(secs * total * 1e9 * 0.9 / 8 / size))
+        window = max(2, min(64, 32 * MiB // size))
+        bw = self.prog["diwarp-bw"]
+        exe = [t["script"], "exec", t["name"]]
+        a, b = self.mr_addrs(t, "a", rails), self.mr_addrs(t, "b", rails)
+        srv = exe + ["B", "env", f"DIWARP_ADDR={b}", bw, "--port", "{port}", "--timeout",
+                     "20000"]
+        cli = exe + ["A", "env", f"DIWARP_ADDR={a}", bw, "--port", "{port}", "--timeout",
+                     "20000", "--transport", "rd", "--op", "write", "--size", str(size),
+                     "--iters", str(iters), "--window", str(window), t["b"]]
+        before = topos.stats_rails(t["name"])
+        o = r.run_pair(f"multirail {label} {size_name(size)} x{iters} DIWARP_ADDR={a}", srv,
+                       cli, {}, self.pl["timeout"], listen=False)
+        after = topos.stats_rails(t["name"])
+        res, v = result_of(o["client"], o["log"], ["gbps"])
+        out = {"mr_bw_gbps": v["gbps"]}
+        if "retx" in res:
+            out["mr_retx"] = float(res["retx"])
+        tbf = [after.get(("A", i + 1), 0) - before.get(("A", i + 1), 0) for i in rails]
+        r.log.write(f"    tbf bytes of A's rails {[i + 1 for i in rails]} over the run: {tbf}\n")
+        if len(rails) > 1:
+            rl = self.mr_rail_lines(o["client"])
+            if len(rl) != len(rails):
+                raise RunFailed(f"diwarp-bw printed {len(rl)} RAIL lines for DIWARP_ADDR={a} "
+                                f"({len(rails)} rails)\n{o['log']}")
+            tx = [int(x.get("tx_bytes", 0)) for x in rl]
+            if sum(tx) <= 0 or sum(tbf) <= 0:
+                raise RunFailed(f"the rails sent nothing (RAIL tx_bytes {tx}, tbf {tbf})\n"
+                                f"{o['log']}")
+            want = [rates[i] / total for i in rails]
+            out["mr_prop"] = min(x / sum(tx) / w for x, w in zip(tx, want))
+            out["mr_tbf_prop"] = min(x / sum(tbf) / w for x, w in zip(tbf, want))
+        return out
+
+    def mr_lat(self, r, t, rails, size, label):
+        pp = self.prog["diwarp-pingpong"]
+        exe = [t["script"], "exec", t["name"]]
+        a, b = self.mr_addrs(t, "a", rails), self.mr_addrs(t, "b", rails)
+        srv = exe + ["B", "env", f"DIWARP_ADDR={b}", pp, "--port", "{port}"]
+        cli = exe + ["A", "env", f"DIWARP_ADDR={a}", pp, "--port", "{port}", "--transport", "rd",
+                     "--size", str(size), "--iters", str(lat_iters(size, self.a.quick)), t["b"]]
+        o = r.run_pair(f"multirail {label} {size} B DIWARP_ADDR={a}", srv, cli, {},
+                       self.pl["timeout"], listen=False)
+        return {"mr_lat_us": result_of(o["client"], o["log"], ["lat_us"])[1]["lat_us"]}
+
+    def mr_pp(self, r, t, rails, size, label, what):
+        """One message at a time: size / the time of one. Ours: RDMA Reads
+        of size (`diwarp-pingpong --transport rd --op read`, DIWARP_ADDR over
+        the rails: the data leaves by the server's rails); libfabric: half the
+        round trip of a Send ping-pong, fi_pingpong through `diwarp run`
+        (verbs;ofi_rxm on one rail; ofi_mrail with FI_OFI_MRAIL_ADDR over the
+        rails, the device unpinned)."""
+        rate = sum(rate_gbps(x) for x in t["rate"].split(",")[:len(rails)])
+        n = max(4, math.ceil(self.pl["mr_secs"] * rate * 1e9 * 0.9 / 8 / size / 2))
+        exe = [t["script"], "exec", t["name"]]
+        a, b = self.mr_addrs(t, "a", rails), self.mr_addrs(t, "b", rails)
+        if what == "pp":
+            pp = self.prog["diwarp-pingpong"]
+            srv = exe + ["B", "env", f"DIWARP_ADDR={b}", pp, "--port", "{port}", "--timeout",
+                         "20000"]
+            # RDMA Reads one at a time: the RD Send ping-pong of large
+            # messages is not reliable yet (docs/PERFORMANCE.md "Multirail")
+            cli = exe + ["A", "env", f"DIWARP_ADDR={a}", pp, "--port", "{port}", "--timeout",
+                         "20000", "--transport", "rd", "--op", "read", "--size", str(size),
+                         "--iters", str(n), t["b"]]
+            o = r.run_pair(f"multirail {label} {size_name(size)} DIWARP_ADDR={a}", srv, cli, {},
+                           self.pl["timeout"], listen=False)
+            lat = result_of(o["client"], o["log"], ["lat_us"])[1]["lat_us"]
+        else:
+            fpp = self.prog["fi_pingpong"]
+            base = "verbs;ofi_rxm" if what == "fi" else "tcp;ofi_rxm"
+            prov = base + ";ofi_mrail" if len(rails) > 1 else base
+            # ofi_mrail: its rails' addresses, and its warnings (why it
+            # does not send) in the log
+            ea = [f"FI_OFI_MRAIL_ADDR={a}", "FI_LOG_LEVEL=warn"] if len(rails) > 1 else []
+            eb = [f"FI_OFI_MRAIL_ADDR={b}", "FI_LOG_LEVEL=warn"] if len(rails) > 1 else []
+            args = ["-p", prov, "-e", "rdm", "-I", str(n), "-S", str(size)]
+            # through diwarp: one rail with the device pinned to it
+            # (unpinned, ofi_rxm's connection is refused); ofi_mrail with the
+            # device unpinned (both addresses)
+            run, runa, runb = [], [], []
+            if what == "fi":
+                run = [self.prog["diwarp"], "run"]
+                runa, runb = (run + ["--addr", a, "--"], run + ["--addr", b, "--"]) \
+                    if len(rails) == 1 else (run + ["--"], run + ["--"])
+            srv = exe + ["B", "env"] + eb + runb + [fpp] + args + ["-B", "{port}"]
+            # fi_pingpong's client does not retry its connect: the server
+            # (behind ip netns exec and diwarp run) gets a second to listen
+            cli = exe + ["A", "sh", "-c", 'sleep 1; exec "$@"', "sh", "env"] + ea + runa + \
+                [fpp] + args + ["-P", "{port}", t["b"]]
+            o = r.run_pair(f"multirail {label} {size_name(size)}", srv, cli,
+                           {"DIWARP_PROGRESS": None}, min(self.pl["timeout"], 20),
+                           listen=False)
+            lat = parse_table(o["client"], r"bytes\s+#sent\s+#ack", 6)
+            lat = positive(lat, "usec/xfer", o["log"])
+        return {"mr_pp_gbps": size * 8 / (lat * 1e3)}
+
+    def mr_section(self):
+        keys = [k for k in self.order if k[1].startswith("mr_")]
+        if not keys:
+            return []
+
+        def s(case, metric, size):
+            return self.summary((case, metric, size)) if (case, metric, size) in self.points \
+                else None
+
+        def cell(case, metric, size):
+            k = (case, metric, size)
+            return self.cell(k, ratio=False) if k in self.points else "–"
+
+        T = []  # (id, text, measured, status, note)
+
+        def target(tid, text, num, den, metric, size, limit, upper):
+            a, b = s(num, metric, size), s(den, metric, size)
+            if not a or not b:
+                why = [self.points[k].reason or self.points[k].status
+                       for k in ((num, metric, size), (den, metric, size))
+                       if k in self.points and self.points[k].status != "ok"]
+                T.append((tid, text, "–", "not measured", "; ".join(why[:1])))
+                return
+            ratio = a["med"] / b["med"]
+            status, note = self.judge(ratio, a["lo"] / b["med"], a["hi"] / b["med"], limit,
+                                      upper)
+            notes = [note] if note else []
+            if a["noisy"] or b["noisy"]:
+                notes.append("noisy point")
+            T.append((tid, text, f"{ratio:.3f} ({fmt(a['med'])} / {fmt(b['med'])})", status,
+                      "; ".join(notes)))
+
+        pl = self.pl
+        R = MR_RATE
+        for size in [x for x in pl["mr_sizes"] if x > MiB]:
+            target("MR-5", f"RD Write {size_name(size)}, 2 rails / 1 rail ≥ 1.7",
+                   "mr-2rails", "mr-1rail", "mr_bw_gbps", size, 1.7, False)
+            target("MR-5", f"RD Write {size_name(size)}, 3 rails / 1 rail ≥ 2.55",
+                   "mr-3rails", "mr-1rail", "mr_bw_gbps", size, 2.55, False)
+        target("MR-6", "RD Write 1 MiB (4 chunks of 256 KiB), 3 rails / 2 rails ≥ 1.2",
+               "mr-3rails", "mr-2rails", "mr_bw_gbps", MiB, 1.2, False)
+        target("MR-9", f"RD Write 4 MiB, rails of {R} + {2 * R} Mbit/s / one rail of {3 * R} "
+               "≥ 0.85", "mr-R+2R", "mr-3R", "mr_bw_gbps", 4 * MiB, 0.85, False)
+        for size in pl["mr_lat_sizes"]:
+            target("MR-7", f"RD ping-pong {size_name(size)}, 2 rails / 1 rail ≤ 1.02",
+                   "mr-lat-2rails", "mr-lat-1rail", "mr_lat_us", size, 1.02, True)
+        L = ["## Multirail: RD striped over rails\n",
+             f"`bench/netns-topo.sh up NAME rails ...`: namespaces A and B joined by one veth "
+             f"pair per rail (a subnet each), a tbf on both ends of each. `eq`: 3 rails of {R} "
+             f"Mbit/s; `mix`: rails of {R}, {2 * R} and {3 * R} Mbit/s; `lat`: 2 rails of "
+             f"{MR_LAT_RATE}. A case uses the rails its DIWARP_ADDR lists (the same list, the "
+             "peer's addresses, on the server), on the same topology as the cases it is "
+             f"compared with. `diwarp-bw --transport rd --op write` for about {pl['mr_secs']:g} s "
+             "of transfer at the rails' rate, `diwarp-pingpong --transport rd`; server on core "
+             f"{self.r.srv_cpu}, client on core {self.r.cli_cpu}, application-driven progress. "
+             f"Medians of {pl['runs']} rounds, every case of a round side by side.\n",
+             "| target | case | measured (ratio of medians) | status | note |",
+             "|---|---|---|---|---|"]
+        for t in T:
+            L.append(f"| {t[0]} | {t[1]} | {t[2]} | {t[3]} | {t[4]} |")
+        L.append("")
+        sizes = sorted({k[2] for k in keys if k[1] == "mr_bw_gbps" and k[0] in
+                        ("mr-1rail", "mr-2rails", "mr-3rails")})
+        if sizes:
+            L += [f"RD Write Gbit/s, `eq` (rails of {R} Mbit/s): median (min–max); "
+                  "prop = the smallest rail share of tx_bytes over its share of the rate "
+                  "(1 = striped in proportion), from the client's RAIL lines (tbf: from the "
+                  "tbf byte counters of A's veths).\n",
+                  "| size | 1 rail | 2 rails | 3 rails | 2 / 1 | 3 / 1 | 3 / 2 | prop 2 (tbf) "
+                  "| prop 3 (tbf) |", "|---|---|---|---|---|---|---|---|---|"]
+            for size in sizes:
+                med = {c: (s(c, "mr_bw_gbps", size) or {}).get("med")
+                       for c in ("mr-1rail", "mr-2rails", "mr-3rails")}
+
+                def rt(x, y):
+                    return f"×{med[x] / med[y]:.2f}" if med[x] and med[y] else "–"
+
+                def prop(c):
+                    a, b = s(c, "mr_prop", size), s(c, "mr_tbf_prop", size)
+                    return (f"{a['med']:.2f}" if a else "–") + \
+                        (f" ({b['med']:.2f})" if b else "")
+                L.append(f"| {size_name(size)} | {cell('mr-1rail', 'mr_bw_gbps', size)} | "
+                         f"{cell('mr-2rails', 'mr_bw_gbps', size)} | "
+                         f"{cell('mr-3rails', 'mr_bw_gbps', size)} | "
+                         f"{rt('mr-2rails', 'mr-1rail')} | {rt('mr-3rails', 'mr-1rail')} | "
+                         f"{rt('mr-3rails', 'mr-2rails')} | {prop('mr-2rails')} | "
+                         f"{prop('mr-3rails')} |")
+            L.append("")
+        if any(k[0] in ("mr-R", "mr-R+2R", "mr-3R") for k in keys):
+            a, b = s("mr-R", "mr_bw_gbps", 4 * MiB), s("mr-R+2R", "mr_bw_gbps", 4 * MiB)
+            p = s("mr-R+2R", "mr_prop", 4 * MiB)
+            L.append(f"Unequal rails (`mix`), RD Write 4 MiB, Gbit/s: rails of {R} + {2 * R} "
+                     f"Mbit/s {cell('mr-R+2R', 'mr_bw_gbps', 4 * MiB)} (prop " +
+                     (f"{p['med']:.2f}" if p else "–") + "; ×" +
+                     (f"{b['med'] / a['med']:.2f}" if a and b else "–") +
+                     f" one rail of {R}: {cell('mr-R', 'mr_bw_gbps', 4 * MiB)}); one rail of "
+                     f"{3 * R}: {cell('mr-3R', 'mr_bw_gbps', 4 * MiB)}.\n")
+        lat = sorted({k[2] for k in keys if k[1] == "mr_lat_us"})
+        if lat:
+            L += [f"RD ping-pong, half the round trip (µs), `lat` (2 rails of {MR_LAT_RATE}): "
+                  "messages below DIWARP_STRIPE_MIN stay on rail 0, so this is the cost of "
+                  "having a second rail configured.\n",
+                  "| size | 1 rail | 2 rails | 2 / 1 |", "|---|---|---|---|"]
+            for size in lat:
+                a, b = s("mr-lat-1rail", "mr_lat_us", size), s("mr-lat-2rails", "mr_lat_us",
+                                                                 size)
+                L.append(f"| {size_name(size)} | {cell('mr-lat-1rail', 'mr_lat_us', size)} | "
+                         f"{cell('mr-lat-2rails', 'mr_lat_us', size)} | " +
+                         (f"×{b['med'] / a['med']:.3f}" if a and b else "–") + " |")
+            L.append("")
+        if any(k[1] == "mr_pp_gbps" for k in keys):
+            L += [f"Beside libfabric's multirail provider: one {size_name(MR_PP_SIZE)} message "
+                  "at a time on rails 1 and 2 of `eq`, size / the time of one message (Gbit/s). "
+                  "Ours: `diwarp-pingpong --transport rd --op read` (one RDMA Read at a time, "
+                  "the data leaving by the server's rails), DIWARP_ADDR one or two rails. "
+                  "libfabric: half the round trip of `fi_pingpong -e rdm` through `diwarp run`: "
+                  "`-p 'verbs;ofi_rxm'` with the device pinned to rail 1 (`--addr`), `-p "
+                  "ofi_mrail` with FI_OFI_MRAIL_ADDR listing both rails' addresses and the device "
+                  "unpinned (it has every address of its namespace; one verbs;ofi_rxm endpoint "
+                  "per rail, RC QPs); the control: the same over libfabric's own "
+                  "`tcp;ofi_rxm`, no diwarp. A libfabric run that fails is not ours: its row "
+                  "says \"n/a\" and its output follows the table.\n",
+                  "| stack | 1 rail | 2 rails | 2 / 1 |", "|---|---|---|---|"]
+            for nm, one, two in (("diwarp RD (ours)", "mr-pp-1rail", "mr-pp-2rails"),
+                                 ("libfabric ofi_mrail over verbs;ofi_rxm (diwarp0)",
+                                  "fi-verbs-1rail", "fi-mrail-2rails"),
+                                 ("libfabric ofi_mrail over tcp;ofi_rxm (no diwarp: the "
+                                  "control)", "fi-tcp-1rail", "fi-mrail-tcp-2rails")):
+                a, b = s(one, "mr_pp_gbps", MR_PP_SIZE), s(two, "mr_pp_gbps", MR_PP_SIZE)
+                L.append(f"| {nm} | {cell(one, 'mr_pp_gbps', MR_PP_SIZE)} | "
+                         f"{cell(two, 'mr_pp_gbps', MR_PP_SIZE)} | " +
+                         (f"×{b['med'] / a['med']:.2f}" if a and b else "–") + " |")
+            L.append("")
+            for name, why in self.mr_fi_why.items():
+                L.append(f"libfabric: `{name}` did not run; its output:\n\n```\n"
+                         f"{why.strip()[:1200]}\n```\n")
+        return L
+
     def mpi_section(self):
         """The report's MPI section (empty when the group did not run)."""
         if not any(k[1].startswith("mpi_") for k in self.order):
@@ -2385,7 +2807,7 @@ class Harness:
     def runs_of(self, metric):
         if metric.startswith(("cont_", "lo_", "slow_")):
             return self.pl["cont_runs"]
-        if metric.startswith("mpi_"):
+        if metric.startswith(("mpi_", "mr_")):
             return self.pl["runs"]
         return self.pl["runs"] if metric in self.BASE else self.pl["seed_runs"]
 
@@ -2939,6 +3361,7 @@ class Harness:
         L += self.mpi_section()
         L += self.credits_section()
         L += self.daemon_section()
+        L += self.mr_section()
         L.append("## Not available, missing, failed\n")
         rows = {}
         for k in self.order:
@@ -3104,6 +3527,7 @@ def main():
         h.run_mpi(r)
         h.run_credits(r)
         h.run_daemon(r)
+        h.run_multirail(r)
         h.mark_group(None)
     except KeyboardInterrupt:
         h.mark_group(None)
