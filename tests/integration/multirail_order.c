@@ -144,9 +144,8 @@ static void open_all(size_t len)
                                    .qp_access_flags = DIWARP_ACCESS_LOCAL_WRITE |
                                                       DIWARP_ACCESS_REMOTE_WRITE |
                                                       DIWARP_ACCESS_REMOTE_READ};
-        CHECK(diwarp_qp_modify(qp, &a,
-                               DIWARP_QP_STATE | DIWARP_QP_PORT | DIWARP_QP_QKEY |
-                                   DIWARP_QP_ACCESS_FLAGS));
+        CHECK(diwarp_qp_modify(
+            qp, &a, DIWARP_QP_STATE | DIWARP_QP_PORT | DIWARP_QP_QKEY | DIWARP_QP_ACCESS_FLAGS));
         a.qp_state = DIWARP_QPS_RTR;
         CHECK(diwarp_qp_modify(qp, &a, DIWARP_QP_STATE));
         a.qp_state = DIWARP_QPS_RTS;
@@ -178,8 +177,8 @@ static void rails_all_used(const struct diwarp_rail_stats *b, const struct diwar
                            int n, const char *what)
 {
         if (n < 2)
-                die("%s: the device has %d rail(s): DIWARP_ADDR=%s is not a list of 2 or more", what,
-                    n, getenv("DIWARP_ADDR") ? getenv("DIWARP_ADDR") : "(unset)");
+                die("%s: the device has %d rail(s): DIWARP_ADDR=%s is not a list of 2 or more",
+                    what, n, getenv("DIWARP_ADDR") ? getenv("DIWARP_ADDR") : "(unset)");
         uint64_t total = 0;
         for (int i = 0; i < n; i++)
                 total += a[i].tx_bytes - b[i].tx_bytes;
@@ -375,10 +374,10 @@ static void run_order(void)
                 /* every receive posted before the first Send: 2r large, 2r+1 small */
                 for (unsigned k = 0; k < 2 * ROUNDS; k++) {
                         unsigned r = k / 2;
-                        uint64_t off = k % 2 ? big_area + (size_t)r * SMALL_SLOT
-                                             : (size_t)r * 2 * MiB;
-                        struct diwarp_sge sge = {(uintptr_t)buf + off,
-                                                 k % 2 ? SMALL_SLOT : 2 * MiB, lkey};
+                        uint64_t off =
+                            k % 2 ? big_area + (size_t)r * SMALL_SLOT : (size_t)r * 2 * MiB;
+                        struct diwarp_sge sge = {(uintptr_t)buf + off, k % 2 ? SMALL_SLOT : 2 * MiB,
+                                                 lkey};
                         struct diwarp_recv_wr wr = {.wr_id = k, .sg_list = &sge, .num_sge = 1},
                                               *bad;
                         CHECK(diwarp_post_recv(qp, &wr, &bad));
@@ -404,8 +403,8 @@ static void run_order(void)
                                         ? ": the 64-byte Send completed ahead of the large "
                                           "Send posted before it"
                                         : "");
-                        const uint8_t *p = buf + (k % 2 ? big_area + (size_t)r * SMALL_SLOT
-                                                        : (size_t)r * 2 * MiB);
+                        const uint8_t *p =
+                            buf + (k % 2 ? big_area + (size_t)r * SMALL_SLOT : (size_t)r * 2 * MiB);
                         long bad = check(p, want, k % 2 ? 1000 + r : r);
                         if (bad >= 0)
                                 die("receive completion %u (round %u, %u bytes): byte %ld differs",
@@ -510,9 +509,8 @@ int main(int argc, char **argv)
         int n = rails(r, "end");
         struct diwarp_counters c;
         CHECK(diwarp_device_counters(dev, &c));
-        printf("RESULT role=%s mode=%s rails=%d ms=%llu retransmits=%llu status=ok\n", who,
-               argv[1], n, (unsigned long long)(now_ms() - t0),
-               (unsigned long long)c.retransmits);
+        printf("RESULT role=%s mode=%s rails=%d ms=%llu retransmits=%llu status=ok\n", who, argv[1],
+               n, (unsigned long long)(now_ms() - t0), (unsigned long long)c.retransmits);
         CHECK(diwarp_ah_destroy(ah));
         CHECK(diwarp_qp_destroy(qp));
         CHECK(diwarp_mr_dereg(mr));
