@@ -790,6 +790,21 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
  * rel/ keeps the work pending, without counting a retry, for the next step. */
 #define RD_CTL_PER_WALK DW_PROGRESS_BUDGET
 
+/* Whether another rail that is up had a datagram acknowledged after the
+ * last one of `rail`: a receiver that stalls (descheduled) stops answering
+ * on every rail at once, and that is no rail's failure. */
+static bool rd_rail_others_answer(const struct dw_rd_peer *p, unsigned rail)
+{
+        const struct dw_flow_path *f = rd_rail_path(p, rail);
+        unsigned n = rd_rails(p);
+        for (unsigned r = 0; r < n; r++) {
+                const struct dw_flow_path *g = rd_rail_path(p, r);
+                if (r != rail && !g->down && g->last_ack > f->last_ack)
+                        return true;
+        }
+        return false;
+}
+
 /* Multirail: a resend counts against the rail that lost it (its window
  * shrinks, and a rail that keeps losing with nothing acknowledged is down);
  * it goes by that rail while it is up, else by the home rail, and rel/ then
@@ -801,7 +816,7 @@ static uint64_t rd_resend_rail(struct dw_rd_peer *p, uint32_t psn, uint64_t cook
         struct dw_flow_path *f = rd_rail_path(p, rail);
         dw_cc_lost(&f->cc, DW_CC_LOSS_FAST, now);
         if (++f->retx_since_ack >= RD_RAIL_DOWN_RETX && now - f->last_ack >= RD_RAIL_DOWN_NS &&
-            !f->down)
+            !f->down && rd_rail_others_answer(p, rail))
                 rd_rail_down(p, rail, now, "its datagrams go unacknowledged");
         if (!f->down)
                 return cookie;
