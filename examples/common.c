@@ -548,7 +548,17 @@ int ex_done(struct ex_ctx *c)
 int ex_finish(struct ex_ctx *c, bool ok, uint64_t val, bool *peer_ok, uint64_t *peer_val)
 {
         uint64_t w[2] = {htobe64(ok), htobe64(val)}, r[2];
-        if (ex_write_all(c->oob, w, sizeof(w)) < 0 || ex_read_all(c->oob, r, sizeof(r)) < 0)
+        if (ex_write_all(c->oob, w, sizeof(w)) < 0)
+                return -1;
+        /* The device keeps making progress while the peer finishes: our last
+         * message may still be on its way (an RD Send waiting for the
+         * receiver's credits, a retransmission), and with application-driven
+         * progress nothing else moves it. */
+        struct pollfd pfd = {.fd = c->oob, .events = POLLIN};
+        while (poll(&pfd, 1, 1) == 0 || (pfd.revents == 0))
+                if (c->dev)
+                        diwarp_progress(c->dev, 64);
+        if (ex_read_all(c->oob, r, sizeof(r)) < 0)
                 return -1;
         if (peer_ok)
                 *peer_ok = be64toh(r[0]) != 0;
