@@ -24,6 +24,9 @@
 #             succeed and vanish, so the rail stops being acknowledged.
 #   small     64 KiB RD Writes stay on rail 0 (>= 95 % of tx_bytes): below
 #             DIWARP_STRIPE_MIN; and 4 MiB Writes with DIWARP_STRIPE_MIN=0.
+#   perftest  an unmodified program: ib_write_bw (4 MiB Writes, one MR) under
+#             `diwarp run --addr a,b` with its RC QP carried by RD: each of
+#             A's veths carries 45-55 % of the bytes (tbf counters).
 #   order     MR-3 and MR-4 (multirail_order): a striped Send then a 64-byte
 #             Send, repeatedly: receive completions in posting order, right
 #             byte_len and contents; one STag taking RDMA Writes (and serving
@@ -330,6 +333,50 @@ order)
         names=()
         rails "$RATES"
         mro write write
+        ;;
+perftest)
+        # An unmodified program: perftest's ib_write_bw under `diwarp run
+        # --addr a,b`, its RC QP carried by RD (DIWARP_RC_TRANSPORT=rd). One
+        # MR, 4 MiB Writes: both rails carry them (tbf counters of A's veths).
+        command -v ib_write_bw >/dev/null || {
+                echo "SKIP: ib_write_bw (perftest) is not installed"
+                exit 77
+        }
+        diwarp=$(dirname "$bw")/../tools/diwarp
+        RATES=$RATE"mbit,$RATE""mbit"
+        rails "$RATES"
+        port=$((port + 1))
+        tbf_snap "$TMPD/tbf0-pt"
+        "$topo" exec "$NAME" B env DIWARP_RC_TRANSPORT=rd taskset -c 0 timeout 60 "$diwarp" run \
+                --addr "$B_RAILS" -- ib_write_bw -x 0 -p $port -s $((4 * MiB)) -n 40 \
+                >"$TMPD/srv-pt" 2>&1 &
+        spid=$!
+        for ((i = 0; i < 100; i++)); do
+                "$topo" exec "$NAME" B ss -ltn 2>/dev/null | grep -q ":$port " && break
+                sleep 0.1
+        done
+        "$topo" exec "$NAME" A env DIWARP_RC_TRANSPORT=rd taskset -c 1 timeout 60 "$diwarp" run \
+                --addr "$A_RAILS" -- ib_write_bw -x 0 -p $port -s $((4 * MiB)) -n 40 "$B" \
+                >"$TMPD/cli-pt" 2>&1 &
+        cpid=$!
+        wait $cpid
+        crc=$?
+        wait $spid
+        src=$?
+        tbf_snap "$TMPD/tbf1-pt"
+        show
+        [ $crc -eq 0 ] && [ $src -eq 0 ] || fail "ib_write_bw exited $crc (client) / $src (server)"
+        grep -Eq "^ *$((4 * MiB)) +40 " "$TMPD/cli-pt" || fail "ib_write_bw printed no result line"
+        mapfile -t t < <(tbf_delta pt A)
+        [ ${#t[@]} -eq 2 ] || fail "perftest: ${#t[@]} tbf counters of side A, want 2"
+        total=$((t[0] + t[1]))
+        [ $total -gt $((160 * MiB)) ] || fail "perftest: A's tbfs sent $total bytes, want > 160 MiB"
+        for i in 0 1; do
+                sh=$((10000 * t[i] / total))
+                echo "perftest: rail $i: tbf of $NAME-A rail$((i + 1)) ${t[i]} bytes ($(pct $sh) %)"
+                [ $sh -ge $((10000 * (100 - TOL) / 200)) ] && [ $sh -le $((10000 * (100 + TOL) / 200)) ] ||
+                        fail "perftest: rail $i carried $(pct $sh) % of ib_write_bw's $total bytes, want 45-55 %"
+        done
         ;;
 *)
         fail "unknown case '$case'"
