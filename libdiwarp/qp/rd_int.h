@@ -652,6 +652,13 @@ static inline uint32_t rd_rail_ip(const struct dw_rd_peer *p, unsigned rail)
         return rail && rail < p->path->nrails ? p->path->rail_ip[rail] : p->ip;
 }
 
+/* The address a datagram names its stream by: its origin when it came by
+ * another rail than its sender's first (X-flag RAIL), else its source. */
+static inline uint32_t rd_stream_ip(const struct dw_dgram_hdr *h, uint32_t from_ip)
+{
+        return (h->xflags & DW_DGRAM_X_RAIL) ? h->origin : from_ip;
+}
+
 static inline bool rd_backpressure(int r)
 {
         return r == -EAGAIN || r == -ENOBUFS;

@@ -702,9 +702,7 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         }
         struct dw_rd_qp *s = qp->rd;
         bool data = h->flags & DW_DGRAM_F_DATA;
-        /* A datagram by another rail names its stream by the sender's first
-         * address (multirail). */
-        uint32_t src = (h->xflags & DW_DGRAM_X_RAIL) ? h->origin : from->sin_addr.s_addr;
+        uint32_t src = rd_stream_ip(h, from->sin_addr.s_addr);
         struct dw_rd_peer *p = rd_peer_find(s, src, from->sin_port, h->src_qpn);
         if (p && p->nak_code && data && h->psn == p->nak_psn) {
                 /* Error NAKs travel unreliably: answer every copy. */
@@ -885,7 +883,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
              qp->state != DIWARP_QPS_SQD && qp->state != DIWARP_QPS_SQE))
                 return rd_direct_skip(d);
         struct dw_rd_qp *s = qp->rd;
-        uint32_t src = (h.xflags & DW_DGRAM_X_RAIL) ? h.origin : from.sin_addr.s_addr;
+        uint32_t src = rd_stream_ip(&h, from.sin_addr.s_addr);
         struct dw_rd_peer *p = rd_peer_find(s, src, from.sin_port, h.src_qpn);
         bool read = d->rx_next.read;
         /* Requests carry our Q_Key on an RD QP; responses carry none. */

@@ -154,6 +154,16 @@ static int rd_seg_rail(struct dw_rd_qp *s, struct dw_rd_peer *p, uint64_t len, u
         return (int)rd_home_rail(p);
 }
 
+/* Whether a datagram to p's first address would carry our rail list now. */
+static bool rd_rails_due(const struct dw_rd_peer *p)
+{
+        struct dw_device *dev = p->s->qp->dev;
+        if (dev->nrails < 2)
+                return false;
+        uint64_t t = p->path->rails_told_at;
+        return !t || rdd(dev)->step_now - t >= RD_RAILS_EVERY_NS;
+}
+
 /* The multirail extensions of a datagram by rail `rail` to p: our rail list
  * on one to the peer's first address now and then, our first address (the
  * stream's name at the peer) on one to any other. Returns their length. */
@@ -167,26 +177,15 @@ static size_t rd_hdr_rails(struct dw_rd_peer *p, unsigned rail, struct dw_dgram_
                 h->origin = dev->addr.s_addr;
                 return DW_DGRAM_RAIL_LEN;
         }
-        uint64_t now = rdd(dev)->step_now;
-        struct dw_flow_path *f = p->path;
-        if (f->rails_told_at && now - f->rails_told_at < RD_RAILS_EVERY_NS)
+        if (!rd_rails_due(p))
                 return 0;
-        f->rails_told_at = now ? now : 1;
+        uint64_t now = rdd(dev)->step_now;
+        p->path->rails_told_at = now ? now : 1;
         h->xflags |= DW_DGRAM_X_RAILS;
         h->rail_count = (uint8_t)dev->nrails;
         for (int i = 0; i < dev->nrails; i++)
                 h->rails[i] = dev->gids[i].addr;
         return DW_DGRAM_RAILS_LEN(h->rail_count);
-}
-
-/* Whether a datagram to p's first address would carry our rail list now. */
-static bool rd_rails_due(const struct dw_rd_peer *p)
-{
-        const struct dw_device *dev = p->s->qp->dev;
-        if (dev->nrails < 2)
-                return false;
-        uint64_t t = p->path->rails_told_at;
-        return !t || rdd((struct dw_device *)dev)->step_now - t >= RD_RAILS_EVERY_NS;
 }
 
 /* Every path of p's rails: nothing of the batch is pending any more. */
