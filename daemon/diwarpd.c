@@ -129,9 +129,10 @@ int main(int argc, char **argv)
         int lvl = dw_log_level_from_env();
         if (lvl >= 0)
                 dw_log_set_level(lvl);
-        const char *p = getenv("DIWARP_PROGRESS");
-        if (p && !strcmp(p, "daemon"))
-                unsetenv("DIWARP_PROGRESS");
+        /* Its servers drive its devices from their own loops
+         * (dw_progress_external): no progress thread, whatever the
+         * environment of the shell that started it says. */
+        setenv("DIWARP_PROGRESS", "app", 1);
 
         char path[108];
         if (dw_ipc_socket_path(path, sizeof(path)) < 0) {

@@ -188,8 +188,7 @@ static bool client_rdma(uint32_t window, bool read, double *secs)
                 if (r <= 0 || wc.status != DIWARP_WC_SUCCESS) {
                         fprintf(stderr, "client: RDMA %s failed after %llu: %s\n",
                                 read ? "read" : "write", (unsigned long long)done,
-                                r <= 0 ? "no completion in time"
-                                       : diwarp_wc_status_str(wc.status));
+                                r <= 0 ? "no completion in time" : diwarp_wc_status_str(wc.status));
                         return false;
                 }
                 done++;
@@ -250,6 +249,10 @@ int main(int argc, char **argv)
         struct diwarp_counters ctr = {0};
         if (ok && c.qp) {
                 diwarp_qp_counters(c.qp, &ctr);
+                /* The device's: its progress thread serves every QP. */
+                struct diwarp_counters dc;
+                if (diwarp_device_counters(c.dev, &dc) == 0)
+                        ctr.progress_takeovers = dc.progress_takeovers;
                 struct diwarpdv_rd_dest d = {c.ah, c.peer_qpn, 0x80000000u};
                 if (diwarpdv_query_rd_path(c.qp, o.transport == EX_RD ? &d : NULL, &path) < 0)
                         path.max_dgram = 0;
@@ -286,8 +289,10 @@ int main(int argc, char **argv)
                          (unsigned long long)path.cc_decrease_loss, (unsigned long long)path.cc_rto,
                          path.tail_probes, path.rto_expiries, path.fast_retransmits,
                          (unsigned long long)ctr.inflight_waits, (unsigned long long)ctr.pulls);
-        printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s gbps=%.3f%s\n",
+        printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s gbps=%.3f%s "
+               "takeovers=%llu\n",
                ex_transport_name(o.transport), ex_op_name(o.op), (unsigned long long)o.size,
-               (unsigned long long)o.iters, ok ? "ok" : "fail", gbps, dg);
+               (unsigned long long)o.iters, ok ? "ok" : "fail", gbps, dg,
+               (unsigned long long)ctr.progress_takeovers);
         return ok ? 0 : 1;
 }

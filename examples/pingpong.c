@@ -208,9 +208,14 @@ int main(int argc, char **argv)
                         ok = false;
                 o = c.o;
         }
+        struct diwarp_counters ctr = {0};
+        if (c.dev)
+                diwarp_device_counters(c.dev, &ctr);
         ex_teardown(&c);
-        printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s lat_us=%.2f\n",
+        printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s lat_us=%.2f "
+               "takeovers=%llu\n",
                ex_transport_name(o.transport), ex_op_name(o.op), (unsigned long long)o.size,
-               (unsigned long long)o.iters, ok ? "ok" : "fail", lat);
+               (unsigned long long)o.iters, ok ? "ok" : "fail", lat,
+               (unsigned long long)ctr.progress_takeovers);
         return ok ? 0 : 1;
 }

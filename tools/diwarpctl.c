@@ -53,6 +53,7 @@ static const struct {
     {"credit_probes", offsetof(struct diwarp_counters, credit_probes)},
     {"local_copies", offsetof(struct diwarp_counters, local_copies)},
     {"local_copy_bytes", offsetof(struct diwarp_counters, local_copy_bytes)},
+    {"progress_takeovers", offsetof(struct diwarp_counters, progress_takeovers)},
 };
 
 static const char *qp_type_str(uint32_t t)

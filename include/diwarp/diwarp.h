@@ -640,6 +640,10 @@ struct diwarp_counters {
         /* RC Writes and Reads done as one copy between two ends in one
          * process (DIWARP_LOCAL_COPY, the host daemon), and their bytes. */
         uint64_t local_copies, local_copy_bytes;
+        /* Times the progress thread found the application that was polling
+         * no longer polling (descheduled on a shared host, or computing) and
+         * took over all progress (docs/USAGE.md, "Progress"). */
+        uint64_t progress_takeovers;
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

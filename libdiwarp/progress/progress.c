@@ -3,6 +3,8 @@
 #define _GNU_SOURCE /* ppoll */
 #endif
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdint.h>
@@ -107,6 +109,38 @@ void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns)
         }
 }
 
+/* Does the epoll set watch the plain UDP socket for EPOLLIN? Only while
+ * someone sleeps on the set for its datagrams (udp_in_epoll: a thread, or an
+ * external loop), not while the fault throttle holds reading back
+ * (udp_in_held) and not while the thread is parked (udp_in_parked: the
+ * polling application reads the socket itself, and a socket in an epoll set
+ * costs every arriving datagram an epoll callback on the ping-pong's
+ * critical path). */
+static bool dw_progress_udp_wants_in(const struct dw_device *dev)
+{
+        const struct dw_progress *p = &dev->prog;
+        return !dw_udp_uring_on(&dev->udp) && p->udp_in_epoll && !p->udp_in_held &&
+               !p->udp_in_parked;
+}
+
+/* Puts the UDP socket's registration in the epoll set in line with what is
+ * wanted (EPOLLIN above, EPOLLOUT while a send waits for room): added,
+ * changed or removed. Lock held. */
+static int dw_progress_udp_sync(struct dw_device *dev)
+{
+        struct dw_progress *p = &dev->prog;
+        bool in = dw_progress_udp_wants_in(dev), out = p->udp_wants_out;
+        uint32_t events = (in ? EPOLLIN : 0) | (out ? EPOLLOUT : 0);
+        if (events == p->udp_events)
+                return 0;
+        struct epoll_event ev = {.events = events, .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
+        int op = !p->udp_events ? EPOLL_CTL_ADD : events ? EPOLL_CTL_MOD : EPOLL_CTL_DEL;
+        if (epoll_ctl(p->epfd, op, dev->udp.fd, &ev) < 0)
+                return -errno;
+        p->udp_events = events;
+        return 0;
+}
+
 void dw_progress_tx_wait(struct dw_device *dev, bool wait)
 {
         struct dw_progress *p = &dev->prog;
@@ -114,19 +148,9 @@ void dw_progress_tx_wait(struct dw_device *dev, bool wait)
                 p->ntx_pending++;
         else if (p->ntx_pending > 0)
                 p->ntx_pending--;
-        bool want = p->ntx_pending > 0;
-        if (want != p->udp_wants_out) {
-                /* The thread sleeps until the socket has room again. */
-                bool reg_in = !dw_udp_uring_on(&dev->udp) && p->udp_in_epoll;
-                bool in = reg_in && !p->udp_in_held;
-                struct epoll_event ev = {.events = (in ? EPOLLIN : 0) | (want ? EPOLLOUT : 0),
-                                         .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-                int op = !(reg_in || p->udp_wants_out) ? EPOLL_CTL_ADD
-                         : reg_in || want              ? EPOLL_CTL_MOD
-                                                       : EPOLL_CTL_DEL;
-                epoll_ctl(p->epfd, op, dev->udp.fd, &ev);
-                p->udp_wants_out = want;
-        }
+        /* The thread sleeps until the socket has room again. */
+        p->udp_wants_out = p->ntx_pending > 0;
+        dw_progress_udp_sync(dev);
 }
 
 /* ---- watched fds --------------------------------------------------------- */
@@ -377,10 +401,10 @@ static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
                 clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
                 p->epoll_tick = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
         }
-        if (!dw_udp_uring_on(&dev->udp) && !p->udp_in_epoll) {
-                /* The set does not watch the socket (no thread runs): a look
-                 * reads it, also from the step of post_*, so an application
-                 * that only posts still receives. */
+        if (!dw_udp_uring_on(&dev->udp) && !(p->udp_events & EPOLLIN)) {
+                /* The set does not watch the socket (no thread runs, or it is
+                 * parked): a look reads it, also from the step of post_*, so
+                 * an application that only posts still receives. */
                 if (look)
                         *udp_ready = p->ndgram > 0 || p->nwatch == 0;
         } else if (nev >= 0 && nev < DW_MAX_EVENTS) {
@@ -408,10 +432,12 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
         if (budget <= 0)
                 budget = DW_PROGRESS_BUDGET;
         bool app = evs == NULL;
-        if (app && read) /* single writer (lock held); the thread only loads it */
+        if (app && read) { /* single writer (lock held); the thread only loads it */
                 atomic_store_explicit(&p->app_reads,
                                       atomic_load_explicit(&p->app_reads, memory_order_relaxed) + 1,
                                       memory_order_relaxed);
+                atomic_store_explicit(&p->app_tid, dw_progress_tid(), memory_order_relaxed);
+        }
         bool look = app && dw_progress_epoll_due(p);
         if (app && !look && read) {
                 /* Streams read directly; a transport with more live streams
@@ -574,12 +600,18 @@ void dw_progress_short_slice(void)
 static void dw_progress_udp_hold(struct dw_device *dev, bool hold)
 {
         struct dw_progress *p = &dev->prog;
-        if (hold == p->udp_in_held || !p->udp_in_epoll || dw_udp_uring_on(&dev->udp))
-                return;
-        struct epoll_event ev = {.events = (hold ? 0 : EPOLLIN) | (p->udp_wants_out ? EPOLLOUT : 0),
-                                 .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-        if (epoll_ctl(p->epfd, EPOLL_CTL_MOD, dev->udp.fd, &ev) == 0)
-                p->udp_in_held = hold;
+        p->udp_in_held = hold;
+        dw_progress_udp_sync(dev);
+}
+
+/* The thread parks (stops watching the data) or comes back to it. */
+static void dw_progress_udp_park(struct dw_device *dev, bool park)
+{
+        struct dw_progress *p = &dev->prog;
+        pthread_mutex_lock(&dev->lock);
+        p->udp_in_parked = park;
+        dw_progress_udp_sync(dev);
+        pthread_mutex_unlock(&dev->lock);
 }
 
 static void dw_progress_locked_run(struct dw_device *dev, const struct epoll_event *evs, int n)
@@ -590,6 +622,127 @@ static void dw_progress_locked_run(struct dw_device *dev, const struct epoll_eve
         pthread_mutex_unlock(&dev->lock);
 }
 
+/* Shared hosts. A busy-polling application drives progress well only while
+ * it has a core: on a host where more threads want the cores than there are
+ * (several programs, a build or a CPU hog beside it) it waits for whole time
+ * slices (milliseconds), mostly while it holds the device lock, since a
+ * polling step is nearly all of its loop. The datagrams it would read (ACKs,
+ * data to acknowledge) then wait, the peer's RTO fires and the window
+ * collapses, where TCP's ACKs and timers run in the kernel whoever has the
+ * core. So when the thread finds that the application's poller spends more
+ * than 1/DW_WAIT_SHARE of its time runnable but without a core (the kernel's
+ * run-queue delay of that thread, /proc/self/task/TID/schedstat, over at
+ * least DW_WAIT_WINDOW_NS), the device turns *shared*: the thread, which the
+ * kernel wakes as soon as a datagram or a timer is due, makes all the
+ * progress, and the application's cq_poll only takes what the CQ holds
+ * (dw_progress_app_poll: no device lock while the CQ is empty, no receive
+ * syscall, and a sched_yield on each empty poll, so that the threads with
+ * work get the cores). The device turns back when the poller waited less
+ * than that in DW_SHARED_CALM_LOOKS windows in a row: alone on its core
+ * again, it reads its own datagrams (the lower latency of a busy-poller, no
+ * thread wake-up per message).
+ *
+ * Why the run-queue delay and not "is its poll count moving": the thread
+ * cannot look without giving the core away (it may share the poller's core)
+ * and a poller that waits for a core gets one within a slice, so any look
+ * long enough to be fair saw it move; and a VM's vCPU stalls of 0.1-0.2 ms
+ * made short looks take over on an idle host. The delay counts exactly the
+ * waiting: a poller blocked in a syscall, computing on its core or stalled
+ * with its vCPU adds nothing. */
+#define DW_WAIT_SHARE        8u /* 12.5 % of the time waiting for a core */
+#define DW_WAIT_WINDOW_NS    10000000u
+#define DW_SHARED_CALM_LOOKS 10u
+
+pid_t dw_progress_tid(void)
+{
+        static __thread pid_t tid;
+        if (!tid)
+                tid = (pid_t)syscall(SYS_gettid);
+        return tid;
+}
+
+/* The thread's view of the application's poller: its schedstat file, kept
+ * open, and the run-queue delay at the start of the current window. */
+struct dw_app_watch {
+        pid_t tid;
+        int fd;
+        uint64_t delay_ns, at_ns;
+        uint64_t self_ns; /* the thread's own CPU time at the window's start */
+        bool waits;       /* the last window's verdict */
+};
+
+/* The calling thread's CPU time (ns). */
+static uint64_t dw_self_cpu_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The run-queue delay of tid so far (ns), or UINT64_MAX. */
+static uint64_t dw_app_delay(struct dw_app_watch *w, pid_t tid)
+{
+        if (tid != w->tid || w->fd < 0) {
+                if (w->fd >= 0)
+                        close(w->fd);
+                char path[64];
+                snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)tid);
+                w->fd = open(path, O_RDONLY | O_CLOEXEC);
+                w->tid = tid;
+                w->at_ns = 0; /* a new baseline */
+                if (w->fd < 0)
+                        return UINT64_MAX;
+        }
+        char buf[96];
+        ssize_t n = pread(w->fd, buf, sizeof(buf) - 1, 0);
+        if (n <= 0)
+                return UINT64_MAX;
+        buf[n] = 0;
+        unsigned long long run, delay;
+        return sscanf(buf, "%llu %llu", &run, &delay) == 2 ? delay : UINT64_MAX;
+}
+
+/* Does the poller wait for a core (see above)? Judged over a window of at
+ * least DW_WAIT_WINDOW_NS; before the window is full, the last verdict. */
+static bool dw_app_waits(struct dw_progress *p, struct dw_app_watch *w)
+{
+        pid_t tid = atomic_load_explicit(&p->app_tid, memory_order_relaxed);
+        uint64_t now = dw_now_ns();
+        if (tid == w->tid && w->at_ns && now - w->at_ns < DW_WAIT_WINDOW_NS)
+                return w->waits;
+        bool fresh = tid != w->tid || !w->at_ns;
+        uint64_t d = tid > 0 ? dw_app_delay(w, tid) : UINT64_MAX;
+        if (d == UINT64_MAX) {
+                w->waits = false;
+                w->at_ns = 0;
+                return false;
+        }
+        /* The thread's own CPU time may be what the poller waited for (the
+         * two share a core when the program is pinned): it does not count. */
+        uint64_t self = dw_self_cpu_ns(), waited = d - w->delay_ns, own = self - w->self_ns;
+        waited = waited > own ? waited - own : 0;
+        w->waits = !fresh && waited * DW_WAIT_SHARE >= now - w->at_ns;
+        w->delay_ns = d;
+        w->self_ns = self;
+        w->at_ns = now;
+        return w->waits;
+}
+
+static void dw_progress_set_shared(struct dw_device *dev, bool on)
+{
+        struct dw_progress *p = &dev->prog;
+        if (atomic_load_explicit(&p->shared, memory_order_relaxed) == on)
+                return;
+        atomic_store_explicit(&p->shared, on, memory_order_relaxed);
+        if (on)
+                atomic_store_explicit(&p->takeovers,
+                                      atomic_load_explicit(&p->takeovers, memory_order_relaxed) + 1,
+                                      memory_order_relaxed);
+        dw_dbg("device port %u: %s", dev->port,
+               on ? "the application waits for a core: the progress thread makes progress"
+                  : "the application has a core: it makes progress itself");
+}
+
 static void *dw_progress_thread(void *arg)
 {
         struct dw_device *dev = arg;
@@ -598,6 +751,8 @@ static void *dw_progress_thread(void *arg)
         uint64_t seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
         bool parked = false;
         long park_ns = DW_PARK_MIN_NS;
+        struct dw_app_watch watch = {.fd = -1};
+        unsigned calm = 0; /* shared: windows in a row the poller did not wait */
 
         dw_progress_short_slice();
         for (;;) {
@@ -615,14 +770,19 @@ static void *dw_progress_thread(void *arg)
                         struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
                         int r = ppoll(&pfd, 1, &ts, NULL);
                         uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
-                        if (c - seen >= DW_PARK_READS) {
-                                if (park_ns < DW_PARK_MAX_NS)
-                                        park_ns = park_ns * 2 < DW_PARK_MAX_NS ? park_ns * 2
-                                                                               : DW_PARK_MAX_NS;
-                        } else {
-                                parked = false; /* back to the data fds */
+                        if (c - seen < DW_PARK_READS) {
+                                parked = false; /* it stopped: back to the data fds */
+                        } else if (dw_app_waits(p, &watch)) {
+                                parked = false;
+                                calm = 0;
+                                dw_progress_set_shared(dev, true);
+                        } else if (park_ns < DW_PARK_MAX_NS) {
+                                park_ns =
+                                    park_ns * 2 < DW_PARK_MAX_NS ? park_ns * 2 : DW_PARK_MAX_NS;
                         }
                         seen = c;
+                        if (!parked)
+                                dw_progress_udp_park(dev, false);
                         if (r > 0) {
                                 /* A wake-up: one step, as unparked. */
                                 struct epoll_event wake = {.events = EPOLLIN,
@@ -637,6 +797,9 @@ static void *dw_progress_thread(void *arg)
                 if (dw_fault_rx_throttled(&dev->fault))
                         dw_progress_udp_hold(dev, dw_fault_rx_wait(&dev->fault, dw_now_ns()) != 0);
                 int64_t timeout = dw_progress_timeout_ns(dev);
+                bool shared = atomic_load_explicit(&p->shared, memory_order_relaxed);
+                if (shared && (timeout < 0 || timeout > (int64_t)DW_WAIT_WINDOW_NS))
+                        timeout = DW_WAIT_WINDOW_NS; /* to see the poller calm down */
                 atomic_store_explicit(&p->thread_sleep_until,
                                       timeout < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)timeout,
                                       memory_order_relaxed);
@@ -653,23 +816,44 @@ static void *dw_progress_thread(void *arg)
                         break;
                 }
                 uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
-                bool driving = c - seen >= DW_PARK_READS;
-                seen = c;
-                if (driving) {
+                bool polled = c - seen >= DW_PARK_READS;
+                if (shared) {
+                        /* Back to the application once it polls with a core
+                         * of its own, window after window. */
+                        if (watch.at_ns && dw_now_ns() - watch.at_ns >= DW_WAIT_WINDOW_NS) {
+                                if (!polled || dw_app_waits(p, &watch))
+                                        calm = 0;
+                                else if (++calm >= DW_SHARED_CALM_LOOKS)
+                                        dw_progress_set_shared(dev, false);
+                                seen = c;
+                        } else if (!watch.at_ns) {
+                                dw_app_waits(p, &watch); /* a baseline */
+                        }
+                } else if (polled) {
                         bool wake = false;
                         for (int i = 0; i < n; i++)
                                 if ((uint32_t)evs[i].data.u64 == DW_TAG_WAKE)
                                         wake = true;
-                        if (!wake) {
+                        if (dw_app_waits(p, &watch)) {
+                                calm = 0;
+                                dw_progress_set_shared(dev, true);
+                        } else if (!wake) {
                                 /* The application reads; leave the data and
                                  * the timers (n == 0) to it. */
+                                seen = c;
                                 parked = true;
                                 park_ns = DW_PARK_MIN_NS;
+                                dw_progress_udp_park(dev, true);
                                 continue;
                         }
+                        seen = c;
+                } else {
+                        seen = c;
                 }
                 dw_progress_locked_run(dev, evs, n);
         }
+        if (watch.fd >= 0)
+                close(watch.fd);
         return NULL;
 }
 
@@ -681,16 +865,14 @@ static int dw_progress_udp_watch(struct dw_device *dev)
         struct dw_progress *p = &dev->prog;
         if (dw_udp_uring_on(&dev->udp) || p->udp_in_epoll)
                 return 0;
-        struct epoll_event ev = {.events = EPOLLIN | (p->udp_wants_out ? EPOLLOUT : 0),
-                                 .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
-        if (epoll_ctl(p->epfd, p->udp_wants_out ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, dev->udp.fd, &ev) <
-            0) {
-                int e = errno;
-                dw_err("device port %u: cannot watch the UDP socket: %s", dev->port, strerror(e));
-                return -e;
-        }
         p->udp_in_epoll = true;
-        return 0;
+        int err = dw_progress_udp_sync(dev);
+        if (err < 0) {
+                p->udp_in_epoll = false;
+                dw_err("device port %u: cannot watch the UDP socket: %s", dev->port,
+                       strerror(-err));
+        }
+        return err;
 }
 
 int dw_progress_external(struct dw_device *dev)
@@ -757,6 +939,7 @@ void dw_progress_stop(struct dw_device *dev)
         dw_progress_wake(dev);
         pthread_join(dev->prog.thread, NULL);
         pthread_mutex_lock(&dev->lock);
+        dev->prog.udp_in_parked = false;
         dw_progress_udp_hold(dev, false); /* application steps look at the set */
         dev->prog.started = false;
         dev->prog.thread_mode = false;

@@ -8,18 +8,22 @@
  * diwarp_progress. The transports are reached only through the tables of
  * hooks qp/ registers at device open (struct dw_transport_ops).
  *
- * DIWARP_PROGRESS=thread (or a completion channel being created) starts a
- * thread that sleeps in epoll_wait on the UDP socket, a wake-up eventfd and
- * the watched fds, and runs a step whenever one is ready or a timer is due.
- * The thread is hybrid: when it finds the application busy driving progress
- * itself (polling the CQ), it parks (stops watching the data fds, looks at
- * the application's step count every 0.1-1 ms) and takes over again when
- * the application stops calling in. See README.md.
+ * Every device has a thread (DIWARP_PROGRESS=thread, the default; with
+ * DIWARP_PROGRESS=app a completion channel starts it) that sleeps in
+ * epoll_wait on the UDP socket, a wake-up eventfd and the watched fds, and
+ * runs a step whenever one is ready or a timer is due. The thread is hybrid:
+ * when it finds the application busy driving progress itself (polling the
+ * CQ), it parks (stops watching the data fds, looks at the application's
+ * step count every 0.1-1 ms) and takes over again when the application stops
+ * calling in; when the poller waits for a core (a shared host), the device
+ * turns shared and the thread makes all the progress. See README.md.
  */
 #ifndef DIWARP_PROGRESS_H
 #define DIWARP_PROGRESS_H
 
 #include <pthread.h>
+#include <sched.h>
+#include <sys/types.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -86,6 +90,8 @@ struct dw_progress {
         bool udp_wants_out;     /* EPOLLOUT registered for the UDP fd (back-pressure) */
         bool udp_in_epoll;      /* EPOLLIN registered for the plain UDP fd (a thread started) */
         bool udp_in_held;       /* ... but masked while DIWARP_FAULT=slowrx holds reading back */
+        bool udp_in_parked;     /* ... and left out while the thread is parked */
+        uint32_t udp_events;    /* what the set watches of the UDP fd now (0: not in it) */
         bool no_pwait2;         /* the kernel lacks epoll_pwait2: millisecond sleeps */
         unsigned rr_qp;         /* round-robin cursor over QP indices (transmit) */
         unsigned ntx_pending;   /* QPs with tx_pending set */
@@ -117,7 +123,39 @@ struct dw_progress {
          * application that arms a timer and then blocks on its completion
          * channel drives nothing itself). */
         _Atomic uint64_t thread_sleep_until;
+        /* The host is shared (see progress.c): the thread makes all the
+         * progress and the application's cq_poll only pops completions
+         * (dw_progress_app_poll). Set and cleared by the thread. */
+        _Atomic bool shared;
+        /* The thread that made the last polling step or poll: the thread
+         * tells a poller that waits for a core from one blocked in a
+         * syscall by its state (/proc/self/task/TID/stat). */
+        _Atomic pid_t app_tid;
+        _Atomic uint64_t takeovers; /* times the device turned shared (written by the thread) */
 };
+
+/* The calling thread's id, cached per thread (gettid is a syscall). */
+pid_t dw_progress_tid(void);
+
+/* cq_poll of a device whose thread makes all the progress: counts the poll
+ * (the thread sees the application polling) and says so, without the lock.
+ * false: the application drives progress, run a step as usual. */
+static inline bool dw_progress_app_poll(struct dw_progress *p)
+{
+        if (!atomic_load_explicit(&p->shared, memory_order_relaxed))
+                return false;
+        /* Several threads may poll: a lost increment only delays the count. */
+        atomic_store_explicit(&p->app_reads,
+                              atomic_load_explicit(&p->app_reads, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        atomic_store_explicit(&p->app_tid, dw_progress_tid(), memory_order_relaxed);
+        /* The CQ is empty (or about to be popped): give the core to whoever
+         * has work, this device's progress thread first among them (it may
+         * share the poller's core, and its wake-up would otherwise wait for
+         * the poller's slice). Alone on a core, the call returns at once. */
+        sched_yield();
+        return true;
+}
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
 int dw_progress_step(struct dw_device *dev, int budget);

@@ -749,6 +749,10 @@ int diwarp_progress(struct diwarp_device *d, int budget)
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || budget < 0)
                 return -EINVAL;
+        /* On a shared host the progress thread makes the progress (see
+         * diwarp_cq_poll). */
+        if (dw_progress_app_poll(&dev->prog))
+                return 0;
         pthread_mutex_lock(&dev->lock);
         int n = dw_progress_step(dev, budget ? budget : DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
@@ -774,6 +778,7 @@ int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
                 return -EINVAL;
         pthread_mutex_lock(&dev->lock);
         *out = dev->ctr;
+        out->progress_takeovers = atomic_load_explicit(&dev->prog.takeovers, memory_order_relaxed);
         dw_rd_dev_counters(dev, out);
         pthread_mutex_unlock(&dev->lock);
         return 0;
@@ -1109,8 +1114,14 @@ int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
         if (!cq || n < 0 || (n > 0 && !wc))
                 return -EINVAL;
         struct dw_device *dev = cq->dev;
+        bool shared = dw_progress_app_poll(&dev->prog);
+        /* On a shared host the progress thread makes the progress; the lock
+         * is taken only to pop, so a poller descheduled while it spins on an
+         * empty CQ holds nothing the thread needs. */
+        if (shared && dw_cq_count_peek(&cq->cq) == 0)
+                return 0;
         pthread_mutex_lock(&dev->lock);
-        if (dw_cq_count(&cq->cq) < (uint32_t)n)
+        if (!shared && dw_cq_count(&cq->cq) < (uint32_t)n)
                 dw_progress_step(dev, DW_PROGRESS_BUDGET);
         int got = dw_cq_pop(&cq->cq, n, wc);
         pthread_mutex_unlock(&dev->lock);

@@ -425,9 +425,18 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
         }
         d->tx_rr = start && start->next ? start->next : NULL;
         rd_tx_wait(dev, blocked);
-        if (token_wait && dw_host_poll(d->step_now))
-                /* Tokens freed by another process wake nobody here. */
-                dw_progress_timer(dev, d->step_now + RD_TOKEN_RETRY_NS);
+        if (token_wait) {
+                /* Tokens freed by another process wake nobody here: a QP
+                 * waiting for one asks again every RD_TOKEN_RETRY_NS, whether
+                 * or not this process stands in the pool's line (a token the
+                 * line gave it may have gone to another QP of the process,
+                 * and an application that makes no steps of its own, its
+                 * progress thread serving it, must not wait for ever). */
+                uint64_t now =
+                    d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
+                dw_host_poll(now);
+                dw_progress_timer(dev, now + RD_TOKEN_RETRY_NS);
+        }
         if (d->pace_wake) {
                 /* A send waits for pacing: a step then, also for a thread. */
                 dw_progress_timer(dev, d->pace_wake);

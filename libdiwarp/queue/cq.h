@@ -115,6 +115,13 @@ static inline uint32_t dw_cq_count(const struct dw_cq *cq)
         return cq->count;
 }
 
+/* The count without the device lock: a hint (0 may be stale by the time the
+ * caller acts on it; the next look sees the new completions). */
+static inline uint32_t dw_cq_count_peek(const struct dw_cq *cq)
+{
+        return __atomic_load_n(&cq->count, __ATOMIC_RELAXED);
+}
+
 static inline bool dw_cq_full(const struct dw_cq *cq)
 {
         return cq->count == cq->cqe;

@@ -20,7 +20,7 @@ void dw_config_defaults(struct dw_config *cfg)
         snprintf(cfg->addr, sizeof(cfg->addr), "%s", DW_CONFIG_DEFAULT_ADDR);
         cfg->port_base = DW_CONFIG_DEFAULT_PORT_BASE;
         cfg->log_level = DW_LOG_DEFAULT;
-        cfg->progress_thread = false;
+        cfg->progress_thread = true;
         cfg->io = DW_IO_PLAIN;
         cfg->rc_crc = true;
         cfg->rd_direct = true;

@@ -73,7 +73,7 @@ struct dw_config {
             addr[DW_CONFIG_ADDR_LEN]; /* DIWARP_ADDR: dotted IPv4 (a list: rails); "": not pinned */
         uint16_t port_base;           /* DIWARP_PORT_BASE */
         int log_level;                /* DIWARP_LOG, enum dw_log_level */
-        bool progress_thread;         /* DIWARP_PROGRESS=thread (default app) */
+        bool progress_thread;         /* DIWARP_PROGRESS=thread (the default) or app */
         enum dw_io_backend io;        /* DIWARP_IO=plain|uring */
         bool rc_crc;                  /* DIWARP_RC_CRC=0|1 */
         bool rd_direct;               /* DIWARP_RD_DIRECT=0|1: continuations placed first */

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""RD on a shared host, against TCP under the same load, side by side in one run.
+
+    bench/run-shared.py [--build DIR] [--pairs 2,4,8] [--rates 1gbit,2gbit]
+                        [--iters N] [--modes thread,app] [--quick]
+
+Each end of each pair is its own process, unpinned, as independent
+applications are (diwarp-bw --transport rd --op write 1 MiB against raw-sock
+--proto tcp --mode stream 1 MiB), from namespace A to B through a forwarding
+namespace R with a tbf of RATE each way (bench/netns-topo.sh up NAME router
+RATE --both). Cases, each run for every progress mode given (thread: the
+default; app: DIWARP_PROGRESS=app, the application alone drives progress)
+and for TCP right after:
+
+  pairs-N@RATE   N independent pairs at once
+  hog@RATE       one pair beside a nice-0 `yes` per core
+  build@RATE     one pair beside a nice-19 build loop on every core
+                 (--build-loop DIR: a configured meson build directory of
+                 this tree, cleaned and rebuilt over and over)
+
+Printed per case: aggregate Gbit/s, the ratio to TCP's aggregate in the same
+round, Jain's fairness index over the pairs, retransmissions per 100
+datagrams of payload sent (every RD resend here is spurious unless the tbf
+dropped: the receivers count duplicates) and the progress thread's
+take-overs. A pair that fails is reported as failed, never as a number, and
+the script exits 1. Needs root, ip and tc (netns-topo.sh); Python 3
+standard library only.
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOPO = os.path.join(HERE, "netns-topo.sh")
+MiB = 1 << 20
+
+
+def topo(*args):
+    return subprocess.run([TOPO, *args], check=True, capture_output=True, text=True).stdout
+
+
+def kv(line, key):
+    m = re.search(r"\b%s=([0-9.]+)" % key, line)
+    return float(m.group(1)) if m else None
+
+
+def run_pairs(a, name, b_addr, kind, n, mode, port0):
+    """n pairs at once; list of RESULT dicts (client side), or raises."""
+    bw = os.path.join(a.build, "examples", "diwarp-bw")
+    raw = os.path.join(a.build, "bench", "raw-sock")
+    env = dict(os.environ)
+    env.pop("DIWARP_PROGRESS", None)
+    if kind == "rd" and mode == "app":
+        env["DIWARP_PROGRESS"] = "app"
+    srv, cli = [], []
+    for i in range(n):
+        port = str(port0 + i)
+        if kind == "tcp":
+            s = [raw, "--proto", "tcp", "--mode", "stream", "--size", str(MiB), "--iters",
+                 str(a.iters), "--port", port]
+        else:
+            s = [bw, "--transport", "rd", "--op", "write", "--size", str(MiB), "--iters",
+                 str(a.iters), "--port", port, "--timeout", "30000"]
+        srv.append(subprocess.Popen([TOPO, "exec", name, "B", *s], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(0.5)
+    for i in range(n):
+        port = str(port0 + i)
+        if kind == "tcp":
+            c = [raw, "--proto", "tcp", "--mode", "stream", "--size", str(MiB), "--iters",
+                 str(a.iters), "--port", port, b_addr]
+        else:
+            c = [bw, "--transport", "rd", "--op", "write", "--size", str(MiB), "--iters",
+                 str(a.iters), "--port", port, "--timeout", "30000", b_addr]
+        cli.append(subprocess.Popen([TOPO, "exec", name, "A", *c], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    out = []
+    for i, p in enumerate(cli):
+        try:
+            text, _ = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text = "timeout"
+        line = next((l for l in text.splitlines() if l.startswith("RESULT")), "")
+        if p.returncode != 0 or "status=ok" not in line:
+            out.append(None)
+            print(f"    {kind} pair {i + 1} failed: {text.strip()[-300:]}", file=sys.stderr)
+        else:
+            out.append(line)
+    for p in srv:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    return out
+
+
+def summary(lines):
+    if any(l is None for l in lines):
+        return None
+    g = [kv(l, "gbps") for l in lines]
+    total = sum(g)
+    jain = total * total / (len(g) * sum(x * x for x in g)) if total > 0 else 0
+    retx = sum(kv(l, "retx") or 0 for l in lines)
+    sent = sum(a_iters * MiB / 1442 for a_iters in [ARGS.iters] * len(lines))
+    takeovers = sum(kv(l, "takeovers") or 0 for l in lines)
+    return {"gbps": total, "jain": jain, "retx_pct": 100.0 * retx / sent,
+            "takeovers": takeovers}
+
+
+def load_start(kind, build_dir):
+    procs = []
+    if kind == "hog":
+        for _ in range(os.cpu_count() or 2):
+            procs.append(subprocess.Popen(["yes"], stdout=subprocess.DEVNULL))
+    elif kind == "build":
+        loop = (f"while true; do ninja -C '{build_dir}' clean >/dev/null 2>&1; "
+                f"ninja -C '{build_dir}' >/dev/null 2>&1; done")
+        procs.append(subprocess.Popen(["nice", "-n", "19", "bash", "-c", loop],
+                                      start_new_session=True))
+    time.sleep(1)
+    return procs
+
+
+def load_stop(procs):
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL) if p.args[0] == "nice" else p.kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+        p.wait()
+
+
+ARGS = None
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default="build-rel")
+    ap.add_argument("--pairs", default="2,4,8")
+    ap.add_argument("--rates", default="1gbit,2gbit")
+    ap.add_argument("--modes", default="thread,app")
+    ap.add_argument("--iters", type=int, default=400)
+    ap.add_argument("--build-loop", default="")
+    ap.add_argument("--quick", action="store_true", help="pairs 2,4 at 2gbit, 150 MiB each")
+    a = ap.parse_args()
+    ARGS = a
+    if a.quick:
+        a.pairs, a.rates, a.iters = "2,4", "2gbit", 150
+    cases = [("pairs", int(n)) for n in a.pairs.split(",") if n] + [("hog", 1)]
+    if a.build_loop:
+        cases.append(("build", 1))
+    failed = False
+    print(f"{'case':<16} {'stack':<10} {'Gbit/s':>7} {'x TCP':>6} {'Jain':>5} "
+          f"{'retx %':>7} {'takeovers':>9}")
+    for rate in a.rates.split(","):
+        name = f"sh{os.getpid() % 10000}"
+        info = topo("up", name, "router", rate, "--both", "--latency", "3ms", "--burst", "64kb")
+        b_addr = re.search(r" b=([0-9.]+)", info).group(1)
+        try:
+            port = 23000
+            for kind, n in cases:
+                label = f"{kind}-{n}@{rate}" if kind == "pairs" else f"{kind}@{rate}"
+                load = load_start(kind, a.build_loop) if kind != "pairs" else []
+                try:
+                    res = {}
+                    for mode in a.modes.split(","):
+                        res["rd-" + mode] = summary(run_pairs(a, name, b_addr, "rd", n, mode, port))
+                        port += 16
+                    tcp = summary(run_pairs(a, name, b_addr, "tcp", n, "", port))
+                    port += 16
+                finally:
+                    load_stop(load)
+                for stack, s in list(res.items()) + [("tcp", tcp)]:
+                    if s is None:
+                        failed = True
+                        print(f"{label:<16} {stack:<10} failed")
+                        continue
+                    ratio = s["gbps"] / tcp["gbps"] if tcp and tcp["gbps"] > 0 else float("nan")
+                    retx = f"{s['retx_pct']:.2f}" if stack != "tcp" else "-"
+                    tko = f"{s['takeovers']:.0f}" if stack != "tcp" else "-"
+                    print(f"{label:<16} {stack:<10} {s['gbps']:7.3f} {ratio:6.2f} "
+                          f"{s['jain']:5.2f} {retx:>7} {tko:>9}", flush=True)
+        finally:
+            topo("down", name)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
