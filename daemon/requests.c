@@ -172,7 +172,7 @@ static int do_seg_add(struct dd_client *c, const struct dw_ipc_req *r, int fd)
                 if (c->objs[i] && c->objs[i]->kind == DD_SEG && c->objs[i]->u.seg.id == g->id)
                         return -EEXIST;
         struct dd_obj *old[16];
-        for (uint32_t k = 0; k < g->nreplace; k++) {
+        for (uint32_t k = 0; k < g->nreplace && k < 16; k++) {
                 old[k] = NULL;
                 for (uint32_t i = 1; i < c->nobjs; i++)
                         if (c->objs[i] && c->objs[i]->kind == DD_SEG &&
@@ -181,6 +181,17 @@ static int do_seg_add(struct dd_client *c, const struct dw_ipc_req *r, int fd)
                 if (!old[k] || old[k]->u.seg.base < g->base ||
                     old[k]->u.seg.base + old[k]->u.seg.len > g->base + g->len)
                         return -EINVAL;
+                /* Each is freed below once its regions moved: named twice,
+                 * it would be freed twice (dw_ipc_req_check refuses it too). */
+                for (uint32_t j = 0; j < k; j++)
+                        if (old[j] == old[k]) {
+                                if (dd_client_log_ok(c))
+                                        dw_warn("diwarpd: client pid %d: SEG_ADD of segment %u "
+                                                "refused: segment %u named twice in its replace "
+                                                "list",
+                                                c->pid, g->id, g->replace[k]);
+                                return -EINVAL;
+                        }
         }
         void *map = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (map == MAP_FAILED)
@@ -912,7 +923,9 @@ int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds)
         int err = dw_ipc_req_check(msg, len, nfds, &why);
         if (err < 0) {
                 atomic_fetch_add(&D->rejected, 1);
-                dw_warn("diwarpd: client pid %d: request rejected: %s", c->pid, why);
+                if (dd_client_log_ok(c))
+                        dw_warn("diwarpd: client pid %d: %s request rejected: %s", c->pid,
+                                dw_ipc_op_name(len >= sizeof(r->h) ? r->h.op : 0), why);
         } else {
                 err = run(c, r, rsp, fds, out, &nout);
                 if (err == 1) {

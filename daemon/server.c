@@ -51,6 +51,25 @@ void dd_client_active_del(struct dd_client *c, struct dd_obj *o)
                 }
 }
 
+bool dd_client_log_ok(struct dd_client *c)
+{
+        uint64_t now = dd_now_ns();
+        if (now - c->log_t0 >= DD_LOG_WINDOW_NS) {
+                if (c->log_dropped)
+                        dw_warn("diwarpd: client pid %d: %u more warnings about it were left out",
+                                c->pid, c->log_dropped);
+                c->log_t0 = now;
+                c->log_n = 0;
+                c->log_dropped = 0;
+        }
+        if (c->log_n < DD_LOG_BURST) {
+                c->log_n++;
+                return true;
+        }
+        c->log_dropped++;
+        return false;
+}
+
 /* A ring index out of range: the client wrote over its rings. */
 static void client_broken(struct dd_client *c, const char *ring, uint32_t h, uint32_t index)
 {
@@ -484,8 +503,10 @@ static void client_readable(struct dd_server *s, struct dd_client *c)
                         return;
                 if (n == -EMSGSIZE) {
                         atomic_fetch_add(&dd_daemon()->rejected, 1);
-                        dw_warn("diwarpd: client pid %d: request rejected: longer than %u bytes",
-                                c->pid, DW_IPC_MAX_MSG);
+                        if (dd_client_log_ok(c))
+                                dw_warn("diwarpd: client pid %d: request rejected: longer than %u "
+                                        "bytes",
+                                        c->pid, DW_IPC_MAX_MSG);
                         continue;
                 }
                 if (n <= 0) {

@@ -66,6 +66,45 @@ size_t dw_ipc_req_size(unsigned int op)
         }
 }
 
+const char *dw_ipc_op_name(unsigned int op)
+{
+        static const char *const names[DW_IPC_OP_END] = {
+            [DW_IPC_OPEN] = "OPEN",
+            [DW_IPC_PD_ALLOC] = "PD_ALLOC",
+            [DW_IPC_PD_DEALLOC] = "PD_DEALLOC",
+            [DW_IPC_SEG_ADD] = "SEG_ADD",
+            [DW_IPC_MR_REG] = "MR_REG",
+            [DW_IPC_MR_DEREG] = "MR_DEREG",
+            [DW_IPC_CHANNEL_CREATE] = "CHANNEL_CREATE",
+            [DW_IPC_CHANNEL_DESTROY] = "CHANNEL_DESTROY",
+            [DW_IPC_CQ_CREATE] = "CQ_CREATE",
+            [DW_IPC_CQ_DESTROY] = "CQ_DESTROY",
+            [DW_IPC_QP_CREATE] = "QP_CREATE",
+            [DW_IPC_QP_DESTROY] = "QP_DESTROY",
+            [DW_IPC_QP_MODIFY] = "QP_MODIFY",
+            [DW_IPC_QP_QUERY] = "QP_QUERY",
+            [DW_IPC_SRQ_CREATE] = "SRQ_CREATE",
+            [DW_IPC_SRQ_DESTROY] = "SRQ_DESTROY",
+            [DW_IPC_SRQ_MODIFY] = "SRQ_MODIFY",
+            [DW_IPC_SRQ_QUERY] = "SRQ_QUERY",
+            [DW_IPC_AH_CREATE] = "AH_CREATE",
+            [DW_IPC_AH_DESTROY] = "AH_DESTROY",
+            [DW_IPC_COUNTERS] = "COUNTERS",
+            [DW_IPC_RD_PATH] = "RD_PATH",
+            [DW_IPC_STAT] = "STAT",
+            [DW_IPC_SHUTDOWN] = "SHUTDOWN",
+            [DW_IPC_STAT_QPS] = "STAT_QPS",
+            [DW_IPC_LISTEN] = "LISTEN",
+            [DW_IPC_LISTENER_DESTROY] = "LISTENER_DESTROY",
+            [DW_IPC_GET_REQUEST] = "GET_REQUEST",
+            [DW_IPC_ACCEPT] = "ACCEPT",
+            [DW_IPC_REJECT] = "REJECT",
+            [DW_IPC_CONNECT] = "CONNECT",
+            [DW_IPC_DISCONNECT] = "DISCONNECT",
+        };
+        return op < DW_IPC_OP_END && names[op] ? names[op] : "unknown";
+}
+
 int dw_ipc_req_nfds(unsigned int op)
 {
         return op == DW_IPC_SEG_ADD ? 1 : 0;
@@ -117,6 +156,17 @@ int dw_ipc_req_check(const void *msg, size_t len, int nfds, const char **why)
                         return fail(why, "segment not whole pages", -EINVAL);
                 if (r.u.seg.nreplace > 16)
                         return fail(why, "too many segments replaced", -EINVAL);
+                /* Each segment it covers once: the daemon frees each one it
+                 * names after moving its regions. */
+                for (uint32_t k = 0; k < r.u.seg.nreplace; k++) {
+                        if (r.u.seg.replace[k] == r.u.seg.id)
+                                return fail(why, "segment replaces itself", -EINVAL);
+                        for (uint32_t j = 0; j < k; j++)
+                                if (r.u.seg.replace[j] == r.u.seg.replace[k])
+                                        return fail(why,
+                                                    "a segment named twice in the replace list",
+                                                    -EINVAL);
+                }
                 break;
         case DW_IPC_MR_REG:
                 if (r.u.mr.access & ~ACCESS_KNOWN)

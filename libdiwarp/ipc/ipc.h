@@ -92,7 +92,7 @@ struct dw_ipc_seg {
         uint64_t len;  /* bytes (whole pages) */
         uint32_t id;   /* the client's name for it (nonzero) */
         uint32_t nreplace;
-        uint32_t replace[16]; /* segments this one covers: their MRs move to it */
+        uint32_t replace[16]; /* segments this one covers, each once: their MRs move to it */
 };
 
 struct dw_ipc_mr_reg {
@@ -195,6 +195,9 @@ size_t dw_ipc_req_size(unsigned int op);
  * -EPROTO with *why a short constant reason. */
 int dw_ipc_req_check(const void *msg, size_t len, int nfds, const char **why);
 
+/* The operation's name for log lines ("SEG_ADD"); "unknown" for none. */
+const char *dw_ipc_op_name(unsigned int op);
+
 /* Descriptors op carries with the request. */
 int dw_ipc_req_nfds(unsigned int op);
 
@@ -267,8 +270,8 @@ struct dw_ipc_stat_rsp {
 struct dw_ipc_stat_qp {
         int32_t pid;
         uint32_t qpn, type, state;
-        uint32_t peer_qpn;           /* RC/UC: the connected QP; 0 unknown */
-        union diwarp_gid peer;       /* its GID; zero for UD and RD (a peer per WR) */
+        uint32_t peer_qpn;     /* RC/UC: the connected QP; 0 unknown */
+        union diwarp_gid peer; /* its GID; zero for UD and RD (a peer per WR) */
         uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, retransmits, rnr_naks;
 };
 #define DW_IPC_STAT_QPS_MAX 24

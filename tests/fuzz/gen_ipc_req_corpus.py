@@ -247,6 +247,10 @@ def seeds():
         OP["SEG_ADD"], struct.pack("<QQII16I", 0x10000, PAGE, 2, 17, *range(16))), 1)
     s["bad_seg_nreplace_huge"] = seed(request(
         OP["SEG_ADD"], struct.pack("<QQII16I", 0x10000, PAGE, 2, 2**32 - 1, *range(16))), 1)
+    s["bad_seg_replace_twice"] = seed(
+        request(OP["SEG_ADD"], seg_payload(seg_id=3, replace=(1, 2, 1))), 1)
+    s["bad_seg_replace_self"] = seed(
+        request(OP["SEG_ADD"], seg_payload(seg_id=3, replace=(1, 3))), 1)
     s["bad_mr_access_bit6"] = seed(request(OP["MR_REG"], mr_payload(access=1 << 6)))
     s["bad_mr_access_negative"] = seed(request(OP["MR_REG"], mr_payload(access=-1)))
     s["bad_mr_wrap"] = seed(request(OP["MR_REG"], mr_payload(addr=2**64 - 4096, length=8192)))

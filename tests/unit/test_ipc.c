@@ -278,6 +278,14 @@ Test(ipc, seg_add)
         expect_req_refused(&r, EINVAL);
         r.u.seg.nreplace = UINT32_MAX;
         expect_req_refused(&r, EINVAL);
+        /* Each segment replaced once, and never the new one itself. */
+        r.u.seg.nreplace = 16;
+        r.u.seg.replace[15] = 2;
+        expect_req_refused(&r, EINVAL);
+        r.u.seg.replace[15] = 17;
+        expect_ok(&r, r.h.len, 1);
+        r.u.seg.replace[15] = r.u.seg.id;
+        expect_req_refused(&r, EINVAL);
 
         valid_req(DW_IPC_SEG_ADD, &r);
         r.u.seg.base += PAGE / 2;
