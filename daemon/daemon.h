@@ -120,7 +120,7 @@ struct dd_client {
         int32_t pid;      /* as the client said */
         bool opened;      /* OPEN done */
         bool broken;      /* a ring was corrupted, or it left while busy: dropped when idle */
-        bool paused;      /* its socket is not read while a slow request runs */
+        bool paused;      /* its socket is out of the epoll set while a slow request runs */
         _Atomic int busy; /* slow requests (connect, accept, reject) running in their threads */
         struct dd_server *srv;
         struct dd_dev *dd;

@@ -564,8 +564,10 @@ static int chan_destroy(struct dd_obj *o)
  * Listening and asking for a request never wait. Connect, accept and reject
  * run the MPA exchange, which waits for the peer (up to the connect
  * timeout): each runs in a thread of its own, so the server goes on serving
- * everyone. Meanwhile the client's socket is not read (its next request
- * waits for this answer anyway), so nothing of it changes under the thread. */
+ * everyone. Meanwhile the client's socket is out of the server's epoll set
+ * (its next request waits for this answer anyway): neither a queued request
+ * nor a hang-up of it runs until the thread ended, so nothing it uses is
+ * freed under it. */
 
 static int do_listen(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp,
                      int *fds, int *nfds)

@@ -435,10 +435,20 @@ int dd_client_serve(struct dd_client *c)
 
 /* ---- clients, devices, events ------------------------------------------------ */
 
+/* A paused client's socket leaves the server's epoll set: epoll reports a
+ * hang-up (EPOLLHUP) whatever events were asked for, and reading then would
+ * run the requests queued behind the slow one while its thread still uses
+ * the objects they name. Its hang-up is seen once it is back. */
 void dd_client_pause(struct dd_client *c, bool pause)
 {
-        struct epoll_event ev = {.events = pause ? 0 : EPOLLIN, .data.ptr = &c->w};
-        epoll_ctl(c->srv->epfd, EPOLL_CTL_MOD, c->sock, &ev);
+        if (pause == c->paused)
+                return;
+        if (pause) {
+                epoll_ctl(c->srv->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+        } else {
+                struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->w};
+                epoll_ctl(c->srv->epfd, EPOLL_CTL_ADD, c->sock, &ev);
+        }
         c->paused = pause;
 }
 
@@ -496,6 +506,11 @@ static void client_add(struct dd_server *s, int fd)
 static void client_readable(struct dd_server *s, struct dd_client *c)
 {
         for (int k = 0; k < 16; k++) {
+                /* A slow request's thread uses its objects: nothing else of
+                 * it runs meanwhile, not even on a hang-up (an event of this
+                 * batch may predate the pause). */
+                if (c->paused || atomic_load(&c->busy) > 0)
+                        return;
                 uint8_t buf[DW_IPC_MAX_MSG];
                 int fds[DW_IPC_MAX_FDS], nfds = DW_IPC_MAX_FDS;
                 ssize_t n = dw_ipc_recv(c->sock, buf, sizeof(buf), fds, &nfds);
@@ -769,10 +784,22 @@ void dd_server_stop(struct dd_server *s)
                         break;
                 usleep(10000);
         }
-        for (struct dd_client *c = s->clients; c; c = c->next)
-                atomic_store(&c->busy, 0);
-        while (s->clients)
-                client_drop(s, s->clients);
+        /* A thread that still runs keeps its client and the devices: the
+         * process is exiting, and freeing them under it would crash it. */
+        bool left = false;
+        for (struct dd_client *c = s->clients, *next; c; c = next) {
+                next = c->next;
+                if (atomic_load(&c->busy) > 0) {
+                        dw_warn("diwarpd: server %d: client pid %d: a connect still runs; its "
+                                "objects are left to the exit",
+                                s->id, c->pid);
+                        left = true;
+                        continue;
+                }
+                client_drop(s, c);
+        }
+        if (left)
+                return;
         for (struct dd_dev *d = s->devs; d;) {
                 struct dd_dev *next = d->next;
                 diwarp_device_close(d->dev);
