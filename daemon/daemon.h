@@ -117,7 +117,9 @@ struct dd_server;
 struct dd_client {
         int sock;         /* requests */
         int ev_sock;      /* our end of the async event socket */
-        int32_t pid;      /* as the client said */
+        int32_t pid;      /* the peer's (SO_PEERCRED) */
+        uint32_t uid;     /* the peer's (SO_PEERCRED) */
+        bool owner;       /* uid is the daemon's: STAT, STAT_QPS and SHUTDOWN allowed */
         bool opened;      /* OPEN done */
         bool broken;      /* a ring was corrupted, or it left while busy: dropped when idle */
         bool paused;      /* its socket is out of the epoll set while a slow request runs */
@@ -145,7 +147,11 @@ struct dd_server {
         int page_fd;
         struct dw_ipc_server_page *page;
         pthread_mutex_t hand_lock;
-        int hand[64]; /* connections handed over by the acceptor */
+        struct dd_hand {
+                int fd;
+                int32_t pid;
+                uint32_t uid;
+        } hand[64]; /* connections handed over by the acceptor */
         int nhand;
         struct dd_client *clients;
         int nclients;
@@ -162,14 +168,18 @@ struct dd_daemon {
         uint64_t spin_ns;
         _Atomic bool stop;
         _Atomic uint64_t requests, rejected;
+        uint32_t uid;   /* ours: the one uid served, besides group */
+        bool has_group; /* DIWARPD_GROUP / --group: its members are served too */
+        uint32_t group;
 };
 
 struct dd_daemon *dd_daemon(void);
 uint64_t dd_now_ns(void);
 
 int dd_server_start(struct dd_server *s, int id);
-/* Hands a new connection to s (it serves it from now on). */
-void dd_server_hand(struct dd_server *s, int fd);
+/* Hands a new connection of peer pid and uid to s (it serves it from now
+ * on). */
+void dd_server_hand(struct dd_server *s, int fd, int32_t pid, uint32_t uid);
 void dd_server_stop(struct dd_server *s);
 /* A new engine device of s: its epoll set and async fd join s's set. */
 void dd_server_watch_dev(struct dd_server *s, struct dd_dev *d);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -48,41 +49,184 @@ struct dd_daemon *dd_daemon(void)
         return &D;
 }
 
+/* The socket's directory: created when missing (private, or readable by
+ * the group served); an existing one must be ours or root's, and not
+ * writable by others unless sticky, or someone else could swap the socket. */
+static int socket_dir(const char *path)
+{
+        char dir[108];
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+                return 0;
+        *slash = 0;
+        if (mkdir(dir, D.has_group ? 0750 : 0700) == 0) {
+                if (D.has_group && chown(dir, (uid_t)-1, (gid_t)D.group) < 0) {
+                        fprintf(stderr, "diwarpd: cannot give %s to group %u: %s\n", dir, D.group,
+                                strerror(errno));
+                        return -1;
+                }
+                return 0;
+        }
+        if (errno != EEXIST) {
+                fprintf(stderr, "diwarpd: cannot create %s: %s\n", dir, strerror(errno));
+                return -1;
+        }
+        struct stat st;
+        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                fprintf(stderr, "diwarpd: %s is not a directory\n", dir);
+                return -1;
+        }
+        if ((st.st_uid != D.uid && st.st_uid != 0) ||
+            ((st.st_mode & 022) && !(st.st_mode & S_ISVTX))) {
+                fprintf(stderr,
+                        "diwarpd: %s belongs to uid %u with mode %04o: another user could replace "
+                        "the socket in it; choose a directory of your own (--socket)\n",
+                        dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+                return -1;
+        }
+        return 0;
+}
+
+/* What sits at path before we bind: nothing, or a stale socket of ours
+ * (removed). A live daemon (-2), anything we cannot reach (EACCES: another
+ * user's), or a stale socket or file of someone else is left alone (-1). */
+static int socket_clear(const char *path, const struct sockaddr_un *un)
+{
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return -1;
+        int r = connect(s, (const struct sockaddr *)un, sizeof(*un));
+        int err = errno;
+        close(s);
+        if (r == 0) {
+                fprintf(stderr, "diwarpd: a daemon already listens on %s\n", path);
+                return -2;
+        }
+        if (err == ENOENT)
+                return 0;
+        struct stat st;
+        if (lstat(path, &st) < 0) {
+                if (errno == ENOENT)
+                        return 0;
+                fprintf(stderr, "diwarpd: %s: %s\n", path, strerror(errno));
+                return -1;
+        }
+        if (err != ECONNREFUSED || !S_ISSOCK(st.st_mode) || st.st_uid != D.uid) {
+                fprintf(stderr,
+                        "diwarpd: %s (%s uid %u, mode %04o) cannot be reached: %s; it is not a "
+                        "stale socket of ours (uid %u), so it is left alone: remove it as its "
+                        "owner, or choose another path (--socket)\n",
+                        path, S_ISSOCK(st.st_mode) ? "a socket of" : "a file of",
+                        (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), strerror(err), D.uid);
+                return -1;
+        }
+        if (unlink(path) < 0 && errno != ENOENT) {
+                fprintf(stderr, "diwarpd: cannot remove the stale socket %s: %s\n", path,
+                        strerror(errno));
+                return -1;
+        }
+        return 0;
+}
+
+static struct stat bound; /* our socket, so that only it is removed at exit */
+
 static int listen_socket(const char *path)
 {
         struct sockaddr_un un = {.sun_family = AF_UNIX};
         snprintf(un.sun_path, sizeof(un.sun_path), "%s", path);
-        /* The directory: created private when missing (/run/diwarp). */
-        char dir[sizeof(un.sun_path)];
-        snprintf(dir, sizeof(dir), "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash && slash != dir) {
-                *slash = 0;
-                if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-                        fprintf(stderr, "diwarpd: cannot create %s: %s\n", dir, strerror(errno));
-                        return -1;
-                }
-        }
-        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (s < 0)
+        if (socket_dir(path) < 0)
                 return -1;
-        if (connect(s, (struct sockaddr *)&un, sizeof(un)) == 0) {
-                fprintf(stderr, "diwarpd: a daemon already listens on %s\n", path);
-                close(s);
-                return -2;
-        }
-        close(s);
-        unlink(path); /* a stale socket of a daemon that is gone */
-        s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int c = socket_clear(path, &un);
+        if (c < 0)
+                return c;
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         mode_t old = umask(0177);
         int b = bind(s, (struct sockaddr *)&un, sizeof(un));
         umask(old);
-        if (b < 0 || chmod(path, 0600) < 0 || listen(s, 128) < 0) {
+        /* The group served may connect; nobody else (the peer check in the
+         * acceptor refuses them anyway). */
+        if (b < 0 || (D.has_group && chown(path, (uid_t)-1, (gid_t)D.group) < 0) ||
+            chmod(path, D.has_group ? 0660 : 0600) < 0 || lstat(path, &bound) < 0 ||
+            listen(s, 128) < 0) {
                 fprintf(stderr, "diwarpd: cannot listen on %s: %s\n", path, strerror(errno));
                 close(s);
                 return -1;
         }
         return s;
+}
+
+/* Removes path if it is still the socket we bound. */
+static void socket_remove(const char *path)
+{
+        struct stat st;
+        if (lstat(path, &st) == 0 && st.st_ino == bound.st_ino && st.st_dev == bound.st_dev)
+                unlink(path);
+}
+
+/* Whether the peer of a new connection is served: our uid, or a member of
+ * the group (its primary gid or one of its supplementary groups). */
+static bool peer_served(int fd, struct ucred *cr)
+{
+        socklen_t len = sizeof(*cr);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) < 0)
+                return false;
+        if (cr->uid == D.uid)
+                return true;
+        if (!D.has_group)
+                return false;
+        if (cr->gid == D.group)
+                return true;
+        gid_t groups[256];
+        len = sizeof(groups);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+                return false;
+        for (size_t i = 0; i < len / sizeof(gid_t); i++)
+                if (groups[i] == D.group)
+                        return true;
+        return false;
+}
+
+/* The acceptor's refusals: at most 20 lines per 10 s. */
+static void refused(const struct ucred *cr)
+{
+        static uint64_t t0;
+        static unsigned n, dropped;
+        uint64_t now = dd_now_ns();
+        if (now - t0 >= 10000000000ull) {
+                if (dropped)
+                        dw_warn("diwarpd: %u more connections refused", dropped);
+                t0 = now;
+                n = dropped = 0;
+        }
+        if (n++ >= 20) {
+                dropped++;
+                return;
+        }
+        if (D.has_group)
+                dw_warn("diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
+                        "and group %u only",
+                        (int)cr->pid, (unsigned)cr->uid, D.uid, D.group);
+        else
+                dw_warn("diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
+                        "only (DIWARPD_GROUP or --group names a group to serve too)",
+                        (int)cr->pid, (unsigned)cr->uid, D.uid);
+}
+
+/* A group by name or number. */
+static int group_of(const char *name, uint32_t *gid)
+{
+        char *end;
+        unsigned long n = strtoul(name, &end, 10);
+        if (*name && !*end && n < UINT32_MAX) {
+                *gid = (uint32_t)n;
+                return 0;
+        }
+        struct group *g = getgrnam(name);
+        if (!g)
+                return -1;
+        *gid = (uint32_t)g->gr_gid;
+        return 0;
 }
 
 static struct dd_server *least_loaded(void)
@@ -99,13 +243,16 @@ static struct dd_server *least_loaded(void)
 static void usage(FILE *f)
 {
         fprintf(f,
-                "usage: diwarpd [--socket PATH] [--servers N] [--spin-us US]\n"
+                "usage: diwarpd [--socket PATH] [--servers N] [--spin-us US] [--group NAME]\n"
                 "  Runs in the foreground; `diwarp daemon start` runs it in the background.\n"
                 "  --socket PATH  Unix socket (default: DIWARP_DAEMON_SOCKET, else\n"
                 "                 $XDG_RUNTIME_DIR/diwarpd.sock, else /run/diwarp/diwarpd.sock)\n"
                 "  --servers N    worker threads (default DIWARPD_SERVERS, else 1)\n"
                 "  --spin-us US   how long a server polls before it sleeps (default\n"
-                "                 DIWARPD_SPIN_US, else 50)\n");
+                "                 DIWARPD_SPIN_US, else 50)\n"
+                "  --group NAME   serve the members of this group too (default\n"
+                "                 DIWARPD_GROUP, else only the daemon's own uid); the\n"
+                "                 socket is then mode 0660 in that group\n");
 }
 
 static long env_long(const char *name, long dflt, long lo, long hi)
@@ -141,13 +288,13 @@ int main(int argc, char **argv)
         }
         long servers = env_long("DIWARPD_SERVERS", 1, 1, DD_MAX_SERVERS);
         long spin = env_long("DIWARPD_SPIN_US", 50, 0, 1000000);
-        static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
-                                             {"servers", required_argument, NULL, 'n'},
-                                             {"spin-us", required_argument, NULL, 'p'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+        const char *group = getenv("DIWARPD_GROUP");
+        static const struct option opts[] = {
+            {"socket", required_argument, NULL, 's'},  {"servers", required_argument, NULL, 'n'},
+            {"spin-us", required_argument, NULL, 'p'}, {"group", required_argument, NULL, 'g'},
+            {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
         int o;
-        while ((o = getopt_long(argc, argv, "s:n:p:h", opts, NULL)) != -1) {
+        while ((o = getopt_long(argc, argv, "s:n:p:g:h", opts, NULL)) != -1) {
                 char *end;
                 switch (o) {
                 case 's':
@@ -167,6 +314,9 @@ int main(int argc, char **argv)
                                 return 2;
                         }
                         break;
+                case 'g':
+                        group = optarg;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -174,6 +324,17 @@ int main(int argc, char **argv)
                         usage(stderr);
                         return 2;
                 }
+        }
+        D.uid = (uint32_t)geteuid();
+        if (group && *group) {
+                if (group_of(group, &D.group) < 0) {
+                        fprintf(stderr,
+                                "diwarpd: group '%s' (DIWARPD_GROUP, --group): no such "
+                                "group\n",
+                                group);
+                        return 2;
+                }
+                D.has_group = true;
         }
         signal(SIGPIPE, SIG_IGN);
         sigset_t sigs;
@@ -192,7 +353,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < D.nservers; i++)
                 if (dd_server_start(&D.servers[i], i) < 0) {
                         fprintf(stderr, "diwarpd: cannot start server %d\n", i);
-                        unlink(path);
+                        socket_remove(path);
                         return 1;
                 }
         int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -200,8 +361,12 @@ int main(int argc, char **argv)
         epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev);
         ev.data.fd = sfd;
         epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
-        printf("diwarpd: listening on %s (%d server%s, spin %ld us)\n", path, D.nservers,
-               D.nservers > 1 ? "s" : "", spin);
+        if (D.has_group)
+                printf("diwarpd: listening on %s (%d server%s, spin %ld us; uid %u and group %u)\n",
+                       path, D.nservers, D.nservers > 1 ? "s" : "", spin, D.uid, D.group);
+        else
+                printf("diwarpd: listening on %s (%d server%s, spin %ld us; uid %u only)\n", path,
+                       D.nservers, D.nservers > 1 ? "s" : "", spin, D.uid);
         fflush(stdout);
         while (!atomic_load(&D.stop)) {
                 struct epoll_event evs[4];
@@ -217,7 +382,14 @@ int main(int argc, char **argv)
                                 int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                                 if (c < 0)
                                         break;
-                                dd_server_hand(least_loaded(), c);
+                                struct ucred cr = {0};
+                                if (!peer_served(c, &cr)) {
+                                        refused(&cr);
+                                        close(c);
+                                        continue;
+                                }
+                                dd_server_hand(least_loaded(), c, (int32_t)cr.pid,
+                                               (uint32_t)cr.uid);
                         }
                 }
         }
@@ -226,6 +398,6 @@ int main(int argc, char **argv)
         for (int i = 0; i < D.nservers; i++)
                 dd_server_stop(&D.servers[i]);
         close(ls);
-        unlink(path);
+        socket_remove(path);
         return 0;
 }

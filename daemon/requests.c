@@ -138,7 +138,8 @@ static int do_open(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ip
                 return -errno;
         fcntl(sp[0], F_SETFL, O_NONBLOCK);
         c->ev_sock = sp[0];
-        c->pid = r->u.open.pid;
+        if (!c->pid)
+                c->pid = r->u.open.pid; /* the kernel did not say */
         c->dd = d;
         c->opened = true;
         d->users++;
@@ -789,6 +790,16 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
 {
         uint32_t h = r->h.handle;
         struct dd_obj *o;
+        if ((r->h.op == DW_IPC_STAT || r->h.op == DW_IPC_STAT_QPS || r->h.op == DW_IPC_SHUTDOWN) &&
+            !c->owner) {
+                /* Every client's pids and counters, and the daemon's life:
+                 * its own user's business, not a group member's. */
+                if (dd_client_log_ok(c))
+                        dw_warn("diwarpd: client pid %d (uid %u): %s refused: only the daemon's "
+                                "owner (uid %u) may ask",
+                                c->pid, c->uid, dw_ipc_op_name(r->h.op), dd_daemon()->uid);
+                return -EPERM;
+        }
         if (r->h.op == DW_IPC_STAT) {
                 stat_fill(&rsp->u.stat);
                 return 0;
@@ -798,7 +809,7 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
                 return 0;
         }
         if (r->h.op == DW_IPC_SHUTDOWN) {
-                dw_warn("diwarpd: stop asked by a client");
+                dw_warn("diwarpd: stop asked by client pid %d (uid %u)", c->pid, c->uid);
                 atomic_store(&dd_daemon()->stop, true);
                 return 0;
         }

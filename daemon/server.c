@@ -480,13 +480,17 @@ static void client_drop(struct dd_server *s, struct dd_client *c)
         dd_client_free(c);
 }
 
-static void client_add(struct dd_server *s, int fd)
+static void client_add(struct dd_server *s, const struct dd_hand *h)
 {
+        int fd = h->fd;
         struct dd_client *c = calloc(1, sizeof(*c));
         if (!c) {
                 close(fd);
                 return;
         }
+        c->pid = h->pid;
+        c->uid = h->uid;
+        c->owner = h->uid == dd_daemon()->uid;
         c->sock = fd;
         c->ev_sock = -1;
         c->srv = s;
@@ -615,12 +619,13 @@ static void handle_events(struct dd_server *s, struct epoll_event *evs, int n)
                         ssize_t r = read(s->doorbell, &v, sizeof(v));
                         (void)r;
                         pthread_mutex_lock(&s->hand_lock);
-                        int hand[64], nh = s->nhand;
-                        memcpy(hand, s->hand, sizeof(int) * (size_t)nh);
+                        struct dd_hand hand[64];
+                        int nh = s->nhand;
+                        memcpy(hand, s->hand, sizeof(hand[0]) * (size_t)nh);
                         s->nhand = 0;
                         pthread_mutex_unlock(&s->hand_lock);
                         for (int k = 0; k < nh; k++)
-                                client_add(s, hand[k]);
+                                client_add(s, &hand[k]);
                         for (struct dd_client *c = s->clients; c; c = c->next)
                                 if (c->paused && atomic_load(&c->busy) == 0)
                                         dd_client_pause(c, false);
@@ -751,7 +756,7 @@ int dd_server_start(struct dd_server *s, int id)
         return -pthread_create(&s->th, NULL, server_main, s);
 }
 
-void dd_server_hand(struct dd_server *s, int fd)
+void dd_server_hand(struct dd_server *s, int fd, int32_t pid, uint32_t uid)
 {
         pthread_mutex_lock(&s->hand_lock);
         if (s->nhand == 64) {
@@ -760,7 +765,7 @@ void dd_server_hand(struct dd_server *s, int fd)
                 close(fd);
                 return;
         }
-        s->hand[s->nhand++] = fd;
+        s->hand[s->nhand++] = (struct dd_hand){fd, pid, uid};
         pthread_mutex_unlock(&s->hand_lock);
         uint64_t one = 1;
         ssize_t r = write(s->doorbell, &one, sizeof(one));

@@ -313,6 +313,25 @@ static void req_init(struct dw_ipc_req *r, unsigned int op, uint32_t handle)
         r->h.handle = handle;
 }
 
+/* The uid our daemon must run as: DIWARP_DAEMON_UID, else our own. */
+static int daemon_uid(uint32_t *uid)
+{
+        const char *v = getenv("DIWARP_DAEMON_UID");
+        if (!v || !*v) {
+                *uid = (uint32_t)geteuid();
+                return 0;
+        }
+        char *end;
+        errno = 0;
+        unsigned long n = strtoul(v, &end, 10);
+        if (*end || errno || n >= UINT32_MAX || v[0] == '-') {
+                dw_err("daemon: DIWARP_DAEMON_UID=%s: expected a numeric uid", v);
+                return -EINVAL;
+        }
+        *uid = (uint32_t)n;
+        return 0;
+}
+
 static int connect_daemon(void)
 {
         struct sockaddr_un un = {.sun_family = AF_UNIX};
@@ -329,6 +348,29 @@ static int connect_daemon(void)
                        un.sun_path, strerror(-err));
                 close(s);
                 return err;
+        }
+        /* Whatever listens there gets this process's registered memory:
+         * only a daemon of our own uid (or the one DIWARP_DAEMON_UID names). */
+        uint32_t want;
+        err = daemon_uid(&want);
+        struct ucred cr;
+        socklen_t crlen = sizeof(cr);
+        if (err == 0 && getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0)
+                err = -errno;
+        if (err < 0) {
+                dw_err("daemon: %s: cannot tell who listens there: %s", un.sun_path,
+                       strerror(-err));
+                close(s);
+                return err;
+        }
+        if ((uint32_t)cr.uid != want) {
+                dw_err("daemon: %s is served by uid %u, not by uid %u (%s): refusing to hand it "
+                       "this process's memory; set DIWARP_DAEMON_UID=%u to trust that daemon",
+                       un.sun_path, (unsigned)cr.uid, want,
+                       getenv("DIWARP_DAEMON_UID") ? "DIWARP_DAEMON_UID" : "this process's",
+                       (unsigned)cr.uid);
+                close(s);
+                return -EACCES;
         }
         return s;
 }

@@ -256,10 +256,19 @@ static void legit_child(void)
 
 void sec_legit_traffic(const char *sock)
 {
+        sec_legit_traffic_as(sock, (uid_t)-1, (gid_t)-1, NULL);
+}
+
+void sec_legit_traffic_as(const char *sock, uid_t uid, gid_t gid, const char *daemon_uid)
+{
         fflush(stdout);
         pid_t p = fork();
         CHECK(p >= 0, "fork");
         if (p == 0) {
+                if (uid != (uid_t)-1)
+                        sec_become(uid, gid);
+                if (daemon_uid)
+                        setenv("DIWARP_DAEMON_UID", daemon_uid, 1);
                 setenv("DIWARP_PROGRESS", "daemon", 1);
                 setenv("DIWARP_DAEMON_SOCKET", sock, 1);
                 alarm(30);

@@ -65,6 +65,9 @@ void sec_cleanup(struct sec_daemon *d);
  * device through the daemon at sock and sends a UD message to itself.
  * Returns when it passed; CHECK-fails otherwise. */
 void sec_legit_traffic(const char *sock);
+/* The same as uid/gid (-1: ours), trusting a daemon of uid daemon_uid
+ * (DIWARP_DAEMON_UID; NULL: unset). */
+void sec_legit_traffic_as(const char *sock, uid_t uid, gid_t gid, const char *daemon_uid);
 
 /* ---- the raw protocol ------------------------------------------------------ */
 

@@ -6,16 +6,21 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <diwarp/diwarp.h>
 
 #include "sec_common.h"
 
@@ -214,6 +219,335 @@ static int case_connect_hangup(void)
         return 0;
 }
 
+/* ---- another user ------------------------------------------------------------ */
+
+static bool need_root(void)
+{
+        if (geteuid() == 0)
+                return true;
+        printf("SKIP: needs root to play a second uid (%u)\n", OTHER_UID);
+        return false;
+}
+
+/* Runs fn in a child as the other user; its exit status. */
+static int as_other(void (*fn)(void *), void *arg)
+{
+        fflush(stdout);
+        pid_t p = fork();
+        CHECK(p >= 0, "fork");
+        if (p == 0) {
+                sec_become(OTHER_UID, OTHER_GID);
+                alarm(30);
+                fn(arg);
+                _exit(0);
+        }
+        int st;
+        CHECK(waitpid(p, &st, 0) == p, "wait");
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The other user on a daemon that does not serve it: the connection is
+ * closed before any request runs (OPEN, STAT, SHUTDOWN). */
+static void other_refused(void *arg)
+{
+        (void)arg;
+        struct dw_ipc_req r;
+        static const unsigned int ops[] = {DW_IPC_OPEN, DW_IPC_STAT, DW_IPC_SHUTDOWN};
+        for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+                struct sec_conn c;
+                CHECK(sec_connect(D.sock, &c) == 0, "the socket is open to others here");
+                memset(&r, 0, sizeof(r));
+                r.u.open.version = DW_IPC_VERSION;
+                int err = sec_req(&c, ops[i], 0, &r, NULL, 0, RSP, NULL, NULL);
+                CHECK(err == -ECONNRESET, "%s from another uid answered %d: served",
+                      dw_ipc_op_name(ops[i]), err);
+                close(c.s);
+        }
+}
+
+/* Item 11: a daemon serves its own uid only; its socket's mode is not the
+ * only guard (here it is opened to everyone, as a mistaken chmod would). */
+static int case_peer_uid_refused(void)
+{
+        if (!need_root())
+                return SKIP;
+        sec_daemon_start(&D, (uid_t)-1, (gid_t)-1, NULL);
+        CHECK(chmod(D.dir, 0755) == 0 && chmod(D.sock, 0777) == 0, "open the socket to others");
+        CHECK(as_other(other_refused, NULL) == 0, "another uid was served");
+        sec_daemon_check(&D, "after another uid's requests");
+        CHECK(sec_log_has(&D, "refused: this daemon serves uid 0 only"),
+              "the refusal is not logged with the uid");
+        sec_legit_traffic(D.sock);
+        CHECK(stat_clients() == 0, "clients left");
+        CHECK(sec_daemon_stop(&D) == 0, "the daemon's exit status");
+        printf("OK peer_uid_refused: another uid's OPEN, STAT and SHUTDOWN never ran\n");
+        return 0;
+}
+
+/* A group member: served, but STAT, STAT_QPS and SHUTDOWN are the owner's. */
+static void member_limits(void *arg)
+{
+        (void)arg;
+        struct sec_conn c;
+        struct dw_ipc_req r;
+        CHECK(sec_connect(D.sock, &c) == 0, "a member reaches the socket");
+        CHECK(sec_open(&c, NULL, 0) == 0, "a member's OPEN");
+        static const unsigned int ops[] = {DW_IPC_STAT, DW_IPC_STAT_QPS, DW_IPC_SHUTDOWN};
+        for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+                memset(&r, 0, sizeof(r));
+                int err = sec_req(&c, ops[i], 0, &r, NULL, 0, RSP, NULL, NULL);
+                CHECK(err == -EPERM, "%s from a group member: %d, want -EPERM",
+                      dw_ipc_op_name(ops[i]), err);
+        }
+        memset(&r, 0, sizeof(r));
+        CHECK(sec_req(&c, DW_IPC_PD_ALLOC, 0, &r, NULL, 0, RSP, NULL, NULL) == 0,
+              "the member's connection goes on");
+        close(c.s);
+}
+
+static int case_group_served(void)
+{
+        if (!need_root())
+                return SKIP;
+        char gid[16];
+        snprintf(gid, sizeof(gid), "%u", OTHER_GID);
+        CHECK(chmod(D.dir, 0755) == 0, "chmod");
+        sec_daemon_start(&D, (uid_t)-1, (gid_t)-1, (const char *const[]){"--group", gid, NULL});
+        struct stat st;
+        CHECK(stat(D.sock, &st) == 0 && st.st_gid == OTHER_GID && (st.st_mode & 0777) == 0660,
+              "the socket is not mode 0660 in the group (gid %u mode %03o)", (unsigned)st.st_gid,
+              (unsigned)(st.st_mode & 0777));
+        CHECK(as_other(member_limits, NULL) == 0, "a group member");
+        sec_daemon_check(&D, "after a member's STAT and SHUTDOWN");
+        CHECK(sec_log_has(&D, "SHUTDOWN refused: only the daemon's owner (uid 0) may ask"),
+              "the refusal is not logged");
+        /* Legitimate traffic: the member's (trusting uid 0) and the owner's. */
+        sec_legit_traffic_as(D.sock, OTHER_UID, OTHER_GID, "0");
+        sec_legit_traffic(D.sock);
+        CHECK(stat_clients() == 0, "clients left");
+        CHECK(sec_daemon_stop(&D) == 0, "the daemon's exit status");
+        printf("OK group_served: a member is served, STAT and SHUTDOWN only the owner's\n");
+        return 0;
+}
+
+/* What a socket listening as the other user received: the bytes and
+ * descriptors a client handed it. */
+struct fake {
+        char path[300];
+        int ready;
+        long bytes, fds;
+};
+
+static void fake_daemon(void *arg)
+{
+        struct fake *f = arg;
+        struct sockaddr_un un = {.sun_family = AF_UNIX};
+        snprintf(un.sun_path, sizeof(un.sun_path), "%.107s", f->path);
+        int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        CHECK(s >= 0 && bind(s, (struct sockaddr *)&un, sizeof(un)) == 0 &&
+                  chmod(f->path, 0777) == 0 && listen(s, 4) == 0,
+              "fake daemon: %s", strerror(errno));
+        __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
+        for (;;) {
+                int c = accept(s, NULL, NULL);
+                if (c < 0)
+                        continue;
+                for (;;) {
+                        uint8_t buf[DW_IPC_MAX_MSG];
+                        int fds[DW_IPC_MAX_FDS], n = DW_IPC_MAX_FDS;
+                        ssize_t k = dw_ipc_recv(c, buf, sizeof(buf), fds, &n);
+                        if (k <= 0)
+                                break;
+                        __atomic_add_fetch(&f->bytes, k, __ATOMIC_RELAXED);
+                        __atomic_add_fetch(&f->fds, n, __ATOMIC_RELAXED);
+                        for (int i = 0; i < n; i++)
+                                close(fds[i]);
+                        break; /* never answers: the client sees the end */
+                }
+                close(c);
+        }
+}
+
+/* Item 11: a client in client mode refuses a socket served by another uid,
+ * before it sends anything; the message names the path and both uids. */
+static int case_client_refuses_foreign(void)
+{
+        if (!need_root())
+                return SKIP;
+        struct fake *f =
+            mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        CHECK(f != MAP_FAILED, "mmap");
+        memset(f, 0, sizeof(*f));
+        snprintf(f->path, sizeof(f->path), "%s/fake.sock", D.dir);
+        CHECK(chown(D.dir, OTHER_UID, OTHER_GID) == 0, "chown");
+        fflush(stdout);
+        pid_t fk = fork();
+        CHECK(fk >= 0, "fork");
+        if (fk == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                sec_become(OTHER_UID, OTHER_GID);
+                fake_daemon(f);
+                _exit(0);
+        }
+        double end = now_s() + 10;
+        while (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {
+                CHECK(now_s() < end, "the fake daemon did not start");
+                usleep(10000);
+        }
+        char err_path[300];
+        snprintf(err_path, sizeof(err_path), "%s/client.err", D.dir);
+        fflush(stdout);
+        pid_t p = fork();
+        CHECK(p >= 0, "fork");
+        if (p == 0) {
+                int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                if (fd >= 0)
+                        dup2(fd, 2);
+                setenv("DIWARP_PROGRESS", "daemon", 1);
+                setenv("DIWARP_DAEMON_SOCKET", f->path, 1);
+                struct diwarp_device *dev;
+                int err = diwarp_device_open(NULL, &dev);
+                _exit(err == -EACCES ? 0 : 1);
+        }
+        int st;
+        CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the client opened a device through another uid's socket");
+        usleep(200000);
+        CHECK(f->bytes == 0 && f->fds == 0,
+              "the client sent %ld bytes and %ld descriptors to another uid's socket", f->bytes,
+              f->fds);
+        FILE *e = fopen(err_path, "r");
+        char line[1024] = "";
+        CHECK(e && fgets(line, sizeof(line), e), "no error message");
+        fclose(e);
+        char want[400];
+        snprintf(want, sizeof(want), "%s is served by uid %u, not by uid 0", f->path, OTHER_UID);
+        CHECK(strstr(line, want), "the message does not name the path and both uids: %s", line);
+        /* Trusting that uid on purpose goes through to it. */
+        p = fork();
+        CHECK(p >= 0, "fork");
+        if (p == 0) {
+                setenv("DIWARP_PROGRESS", "daemon", 1);
+                setenv("DIWARP_DAEMON_SOCKET", f->path, 1);
+                char uid[16];
+                snprintf(uid, sizeof(uid), "%u", OTHER_UID);
+                setenv("DIWARP_DAEMON_UID", uid, 1);
+                close(2);
+                struct diwarp_device *dev;
+                int err = diwarp_device_open(NULL, &dev);
+                _exit(err == -EACCES ? 1 : 0);
+        }
+        CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "DIWARP_DAEMON_UID did not make the client trust that uid");
+        CHECK(f->bytes > 0, "the trusting client sent nothing");
+        kill(fk, SIGKILL);
+        waitpid(fk, NULL, 0);
+        /* Our own daemon beside it serves us. */
+        CHECK(chown(D.dir, 0, 0) == 0, "chown back");
+        sec_daemon_start(&D, (uid_t)-1, (gid_t)-1, NULL);
+        sec_legit_traffic(D.sock);
+        sec_daemon_check(&D, "after the legitimate traffic");
+        CHECK(sec_daemon_stop(&D) == 0, "the daemon's exit status");
+        printf("OK client_refuses_foreign: nothing sent to another uid's socket\n");
+        return 0;
+}
+
+/* Runs diwarpd as uid on path to its exit (it must not start); its status. */
+static int daemon_run_as(uid_t uid, gid_t gid, const char *path, const char *log)
+{
+        const char *bin = getenv("DIWARPD");
+        fflush(stdout);
+        pid_t p = fork();
+        CHECK(p >= 0, "fork");
+        if (p == 0) {
+                int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+                if (fd >= 0) {
+                        dup2(fd, 1);
+                        dup2(fd, 2);
+                }
+                if (uid != (uid_t)-1)
+                        sec_become(uid, gid);
+                alarm(20);
+                execl(bin, bin, "--socket", path, (char *)NULL);
+                _exit(127);
+        }
+        int st;
+        CHECK(waitpid(p, &st, 0) == p, "wait");
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static bool file_has(const char *path, const char *s)
+{
+        FILE *f = fopen(path, "r");
+        char line[1024];
+        bool has = false;
+        while (f && !has && fgets(line, sizeof(line), f))
+                has = strstr(line, s) != NULL;
+        if (f)
+                fclose(f);
+        return has;
+}
+
+/* Item 11: a daemon never removes a socket it cannot reach (EACCES) nor a
+ * stale socket of another user; only a stale one of its own. */
+static int case_no_unlink_foreign(void)
+{
+        if (!need_root())
+                return SKIP;
+        /* Our daemon listens (mode 0600) in a directory that then goes to
+         * the other user, who starts a daemon on the same path. */
+        sec_daemon_start(&D, (uid_t)-1, (gid_t)-1, NULL);
+        CHECK(chown(D.dir, OTHER_UID, OTHER_GID) == 0 && chmod(D.dir, 0755) == 0, "chown");
+        struct stat before, after;
+        CHECK(stat(D.sock, &before) == 0, "stat");
+        char log[300];
+        snprintf(log, sizeof(log), "%s/other.log", D.dir);
+        int rc = daemon_run_as(OTHER_UID, OTHER_GID, D.sock, log);
+        CHECK(rc != 0 && rc != 127, "a second daemon of another uid started on our path (%d)", rc);
+        CHECK(stat(D.sock, &after) == 0 && after.st_ino == before.st_ino,
+              "our socket was removed by another uid's daemon (EACCES)");
+        CHECK(file_has(log, "it is not a stale socket of ours"), "no clear refusal in its log");
+        sec_daemon_check(&D, "after another uid's start");
+        sec_legit_traffic(D.sock);
+        /* A stale socket of the other user: left alone, even by root. */
+        char stale[300];
+        snprintf(stale, sizeof(stale), "%s/stale.sock", D.dir);
+        fflush(stdout);
+        pid_t p = fork();
+        CHECK(p >= 0, "fork");
+        if (p == 0) {
+                sec_become(OTHER_UID, OTHER_GID);
+                struct sockaddr_un un = {.sun_family = AF_UNIX};
+                snprintf(un.sun_path, sizeof(un.sun_path), "%.107s", stale);
+                int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+                _exit(s >= 0 && bind(s, (struct sockaddr *)&un, sizeof(un)) == 0 ? 0 : 1);
+        }
+        int st;
+        CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0, "stale socket");
+        CHECK(stat(stale, &before) == 0, "stat");
+        snprintf(log, sizeof(log), "%s/stale.log", D.dir);
+        CHECK(chown(D.dir, 0, 0) == 0, "chown back");
+        rc = daemon_run_as((uid_t)-1, (gid_t)-1, stale, log);
+        CHECK(rc != 0 && rc != 127, "a daemon took another uid's stale socket (%d)", rc);
+        CHECK(stat(stale, &after) == 0 && after.st_ino == before.st_ino,
+              "another uid's stale socket was removed");
+        /* A stale socket of our own is taken over. */
+        CHECK(sec_daemon_stop(&D) == 0, "the daemon's exit status");
+        CHECK(unlink(stale) == 0, "unlink");
+        struct sockaddr_un un = {.sun_family = AF_UNIX};
+        snprintf(un.sun_path, sizeof(un.sun_path), "%.107s", D.sock);
+        int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        CHECK(s >= 0 && bind(s, (struct sockaddr *)&un, sizeof(un)) == 0, "our stale socket");
+        close(s);
+        sec_daemon_start(&D, (uid_t)-1, (gid_t)-1, NULL);
+        sec_legit_traffic(D.sock);
+        sec_daemon_check(&D, "after taking over our own stale socket");
+        CHECK(sec_daemon_stop(&D) == 0, "the daemon's exit status");
+        CHECK(access(D.sock, F_OK) != 0, "the daemon left its socket behind at exit");
+        printf("OK no_unlink_foreign: another's sockets kept, our stale one taken over\n");
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         setvbuf(stdout, NULL, _IOLBF, 0);
@@ -227,6 +561,14 @@ int main(int argc, char **argv)
                 return case_seg_replace_dup();
         if (!strcmp(m, "connect_hangup"))
                 return case_connect_hangup();
-        fprintf(stderr, "usage: sec_daemon seg_replace_dup|connect_hangup\n");
+        if (!strcmp(m, "peer_uid_refused"))
+                return case_peer_uid_refused();
+        if (!strcmp(m, "group_served"))
+                return case_group_served();
+        if (!strcmp(m, "client_refuses_foreign"))
+                return case_client_refuses_foreign();
+        if (!strcmp(m, "no_unlink_foreign"))
+                return case_no_unlink_foreign();
+        fprintf(stderr, "usage: sec_daemon CASE (see meson.build)\n");
         return 2;
 }
