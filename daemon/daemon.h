@@ -106,7 +106,7 @@ struct dd_dev {
         uint16_t port_base;
         struct diwarp_device *dev;
         int prog_fd; /* the engine's epoll set (dw_progress_external) */
-        int users;
+        int users;   /* clients that opened it: closed when the last one is freed */
         struct dd_obj *by_qpn[DD_QPN_SLOTS];
         struct dd_watch w_prog, w_async;
         struct dd_dev *next;
@@ -168,8 +168,11 @@ struct dd_daemon {
         uint64_t spin_ns;
         _Atomic bool stop;
         _Atomic uint64_t requests, rejected;
-        uint32_t uid;   /* ours: the one uid served, besides group */
-        bool has_group; /* DIWARPD_GROUP / --group: its members are served too */
+        _Atomic int ndevs; /* engine devices open, every server's */
+        int max_devs;      /* DIWARPD_MAX_DEVICES / --max-devices */
+        int client_devs;   /* DIWARPD_CLIENT_DEVICES / --client-devices: per client pid */
+        uint32_t uid;      /* ours: the one uid served, besides group */
+        bool has_group;    /* DIWARPD_GROUP / --group: its members are served too */
         uint32_t group;
 };
 
@@ -183,6 +186,8 @@ void dd_server_hand(struct dd_server *s, int fd, int32_t pid, uint32_t uid);
 void dd_server_stop(struct dd_server *s);
 /* A new engine device of s: its epoll set and async fd join s's set. */
 void dd_server_watch_dev(struct dd_server *s, struct dd_dev *d);
+/* Its last client is gone: out of s's set and list, closed, freed. */
+void dd_server_dev_close(struct dd_server *s, struct dd_dev *d);
 
 /* Runs one request of c (requests.c). The response is sent; -1 when the
  * client must be dropped. */

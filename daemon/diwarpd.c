@@ -244,6 +244,7 @@ static void usage(FILE *f)
 {
         fprintf(f,
                 "usage: diwarpd [--socket PATH] [--servers N] [--spin-us US] [--group NAME]\n"
+                "               [--max-devices N] [--client-devices N]\n"
                 "  Runs in the foreground; `diwarp daemon start` runs it in the background.\n"
                 "  --socket PATH  Unix socket (default: DIWARP_DAEMON_SOCKET, else\n"
                 "                 $XDG_RUNTIME_DIR/diwarpd.sock, else /run/diwarp/diwarpd.sock)\n"
@@ -252,7 +253,12 @@ static void usage(FILE *f)
                 "                 DIWARPD_SPIN_US, else 50)\n"
                 "  --group NAME   serve the members of this group too (default\n"
                 "                 DIWARPD_GROUP, else only the daemon's own uid); the\n"
-                "                 socket is then mode 0660 in that group\n");
+                "                 socket is then mode 0660 in that group\n"
+                "  --max-devices N     engine devices the daemon holds at most (default\n"
+                "                      DIWARPD_MAX_DEVICES, else 16)\n"
+                "  --client-devices N  distinct devices (address, port base) one client\n"
+                "                      process uses at most (default DIWARPD_CLIENT_DEVICES,\n"
+                "                      else 4)\n");
 }
 
 static long env_long(const char *name, long dflt, long lo, long hi)
@@ -289,12 +295,18 @@ int main(int argc, char **argv)
         long servers = env_long("DIWARPD_SERVERS", 1, 1, DD_MAX_SERVERS);
         long spin = env_long("DIWARPD_SPIN_US", 50, 0, 1000000);
         const char *group = getenv("DIWARPD_GROUP");
-        static const struct option opts[] = {
-            {"socket", required_argument, NULL, 's'},  {"servers", required_argument, NULL, 'n'},
-            {"spin-us", required_argument, NULL, 'p'}, {"group", required_argument, NULL, 'g'},
-            {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+        long max_devs = env_long("DIWARPD_MAX_DEVICES", 16, 1, 4096);
+        long client_devs = env_long("DIWARPD_CLIENT_DEVICES", 4, 1, 4096);
+        static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
+                                             {"servers", required_argument, NULL, 'n'},
+                                             {"spin-us", required_argument, NULL, 'p'},
+                                             {"group", required_argument, NULL, 'g'},
+                                             {"max-devices", required_argument, NULL, 'm'},
+                                             {"client-devices", required_argument, NULL, 'c'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
         int o;
-        while ((o = getopt_long(argc, argv, "s:n:p:g:h", opts, NULL)) != -1) {
+        while ((o = getopt_long(argc, argv, "s:n:p:g:m:c:h", opts, NULL)) != -1) {
                 char *end;
                 switch (o) {
                 case 's':
@@ -317,6 +329,17 @@ int main(int argc, char **argv)
                 case 'g':
                         group = optarg;
                         break;
+                case 'm':
+                case 'c': {
+                        long v = strtol(optarg, &end, 10);
+                        if (*end || v < 1 || v > 4096) {
+                                fprintf(stderr, "diwarpd: --%s: 1..4096\n",
+                                        o == 'm' ? "max-devices" : "client-devices");
+                                return 2;
+                        }
+                        *(o == 'm' ? &max_devs : &client_devs) = v;
+                        break;
+                }
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -326,6 +349,8 @@ int main(int argc, char **argv)
                 }
         }
         D.uid = (uint32_t)geteuid();
+        D.max_devs = (int)max_devs;
+        D.client_devs = (int)client_devs;
         if (group && *group) {
                 if (group_of(group, &D.group) < 0) {
                         fprintf(stderr,

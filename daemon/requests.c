@@ -81,18 +81,81 @@ static int shm_region(size_t len, void **map, int *fd_out)
         return 0;
 }
 
-static struct dd_dev *dev_get(struct dd_server *s, const char *addr, uint16_t port_base)
+/* Distinct devices (address, port base) the connections of client pid pid
+ * hold open, every server's, counting (addr, port_base) once more unless it
+ * is among them (D->lock held). */
+static int client_devs(int32_t pid, const char *addr, uint16_t port_base)
 {
+        struct dd_daemon *D = dd_daemon();
+        const struct dd_dev *seen[64];
+        int n = 0;
+        bool found = false;
+        for (int i = 0; i < D->nservers; i++)
+                for (struct dd_client *x = D->servers[i].clients; x; x = x->next) {
+                        const struct dd_dev *d = x->dd;
+                        if (!x->opened || x->pid != pid || !d)
+                                continue;
+                        bool dup = false;
+                        for (int k = 0; k < n && !dup; k++)
+                                dup = !strcmp(seen[k]->addr, d->addr) &&
+                                      seen[k]->port_base == d->port_base;
+                        if (dup)
+                                continue;
+                        found |= !strcmp(d->addr, addr) && d->port_base == port_base;
+                        if (n < 64)
+                                seen[n++] = d;
+                }
+        return found ? n : n + 1;
+}
+
+/* The device of (addr, port_base) on c's server, opened when none is. A
+ * client may use DIWARPD_CLIENT_DEVICES distinct ones at a time (-EMFILE
+ * past it), the daemon hold DIWARPD_MAX_DEVICES (-ENFILE): each costs
+ * sockets, threads' worth of memory and ports. */
+static struct dd_dev *dev_get(struct dd_client *c, const char *addr, uint16_t port_base)
+{
+        struct dd_server *s = c->srv;
+        struct dd_daemon *D = dd_daemon();
+        pthread_mutex_lock(&D->lock);
+        int mine = client_devs(c->pid, addr, port_base);
+        pthread_mutex_unlock(&D->lock);
+        if (mine > D->client_devs) {
+                if (dd_client_log_ok(c))
+                        dw_warn(
+                            "diwarpd: client pid %d (uid %u): OPEN of a device at %s (port base "
+                            "%u) refused: it would use %d devices, the most one client may "
+                            "(DIWARPD_CLIENT_DEVICES, --client-devices: %d)",
+                            c->pid, c->uid, addr[0] ? addr : "every address", port_base, mine,
+                            D->client_devs);
+                errno = EMFILE;
+                return NULL;
+        }
         for (struct dd_dev *d = s->devs; d; d = d->next)
                 if (!strcmp(d->addr, addr) && d->port_base == port_base)
                         return d;
-        struct dd_dev *d = calloc(1, sizeof(*d));
-        if (!d)
+        if (atomic_fetch_add(&D->ndevs, 1) >= D->max_devs) {
+                atomic_fetch_sub(&D->ndevs, 1);
+                if (dd_client_log_ok(c))
+                        dw_warn(
+                            "diwarpd: client pid %d (uid %u): OPEN of a device at %s (port base "
+                            "%u) refused: the daemon holds %d devices, its most "
+                            "(DIWARPD_MAX_DEVICES, --max-devices)",
+                            c->pid, c->uid, addr[0] ? addr : "every address", port_base,
+                            D->max_devs);
+                errno = ENFILE;
                 return NULL;
+        }
+        struct dd_dev *d = calloc(1, sizeof(*d));
+        if (!d) {
+                atomic_fetch_sub(&D->ndevs, 1);
+                errno = ENOMEM;
+                return NULL;
+        }
         struct diwarp_open_opts o = {.addr = addr[0] ? addr : NULL, .port_base = port_base};
         int err = diwarp_device_open(&o, &d->dev);
         if (err < 0) {
                 free(d);
+                atomic_fetch_sub(&D->ndevs, 1);
                 errno = -err;
                 return NULL;
         }
@@ -102,6 +165,7 @@ static struct dd_dev *dev_get(struct dd_server *s, const char *addr, uint16_t po
         if (d->prog_fd < 0) {
                 diwarp_device_close(d->dev);
                 free(d);
+                atomic_fetch_sub(&D->ndevs, 1);
                 errno = EIO;
                 return NULL;
         }
@@ -115,8 +179,10 @@ static struct dd_dev *dev_get(struct dd_server *s, const char *addr, uint16_t po
         dd_server_watch_dev(s, d);
         snprintf(d->addr, sizeof(d->addr), "%s", addr);
         d->port_base = port_base;
+        pthread_mutex_lock(&D->lock);
         d->next = s->devs;
         s->devs = d;
+        pthread_mutex_unlock(&D->lock);
         return d;
 }
 
@@ -125,23 +191,31 @@ static int do_open(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ip
 {
         if (c->opened)
                 return -EALREADY;
-        struct dd_dev *d = dev_get(c->srv, r->u.open.addr, r->u.open.port_base);
+        if (!c->pid)
+                c->pid = r->u.open.pid; /* the kernel did not say */
+        struct dd_dev *d = dev_get(c, r->u.open.addr, r->u.open.port_base);
         if (!d) {
                 int err = -errno;
-                dw_warn("diwarpd: client pid %d: device at %s (port base %u): %s", r->u.open.pid,
-                        r->u.open.addr[0] ? r->u.open.addr : "every address", r->u.open.port_base,
-                        strerror(-err));
+                if (err != -EMFILE && err != -ENFILE && dd_client_log_ok(c))
+                        dw_warn("diwarpd: client pid %d: device at %s (port base %u): %s", c->pid,
+                                r->u.open.addr[0] ? r->u.open.addr : "every address",
+                                r->u.open.port_base, strerror(-err));
                 return err;
         }
         int sp[2];
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
-                return -errno;
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+                int err = -errno;
+                if (d->users == 0)
+                        dd_server_dev_close(c->srv, d);
+                return err;
+        }
         fcntl(sp[0], F_SETFL, O_NONBLOCK);
         c->ev_sock = sp[0];
-        if (!c->pid)
-                c->pid = r->u.open.pid; /* the kernel did not say */
+        /* Under the lock: other servers count this client's devices. */
+        pthread_mutex_lock(&dd_daemon()->lock);
         c->dd = d;
         c->opened = true;
+        pthread_mutex_unlock(&dd_daemon()->lock);
         d->users++;
         struct dw_ipc_open_rsp *o = &rsp->u.open;
         diwarp_device_port(d->dev, &o->port, &o->instance);
@@ -1019,8 +1093,10 @@ void dd_client_free(struct dd_client *c)
                         munmap(c->objs[h]->u.seg.map, c->objs[h]->u.seg.len);
                         obj_del(c->objs[h]);
                 }
-        if (c->dd)
-                c->dd->users--;
+        /* The device goes with its last client: its sockets, ports and
+         * memory are not kept for a client that may never come back. */
+        if (c->dd && --c->dd->users == 0)
+                dd_server_dev_close(c->srv, c->dd);
         free(c->objs);
         free(c->active);
         if (c->ev_sock >= 0)

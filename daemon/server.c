@@ -609,6 +609,29 @@ void dd_server_watch_dev(struct dd_server *s, struct dd_dev *d)
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, diwarp_async_fd(d->dev), &ev);
 }
 
+void dd_server_dev_close(struct dd_server *s, struct dd_dev *d)
+{
+        /* diwarp stat walks every server's devices under the lock. */
+        pthread_mutex_lock(&dd_daemon()->lock);
+        for (struct dd_dev **pp = &s->devs; *pp; pp = &(*pp)->next)
+                if (*pp == d) {
+                        *pp = d->next;
+                        break;
+                }
+        pthread_mutex_unlock(&dd_daemon()->lock);
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, d->prog_fd, NULL);
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, diwarp_async_fd(d->dev), NULL);
+        int err = diwarp_device_close(d->dev);
+        if (err < 0)
+                dw_warn("diwarpd: server %d: closing the device at %s (port base %u): %s", s->id,
+                        d->addr[0] ? d->addr : "every address", d->port_base, strerror(-err));
+        else
+                dw_info("diwarpd: server %d: device at %s (port base %u) closed: no client uses it",
+                        s->id, d->addr[0] ? d->addr : "every address", d->port_base);
+        free(d);
+        atomic_fetch_sub(&dd_daemon()->ndevs, 1);
+}
+
 static void handle_events(struct dd_server *s, struct epoll_event *evs, int n)
 {
         for (int i = 0; i < n; i++) {

@@ -548,6 +548,136 @@ static int case_no_unlink_foreign(void)
         return 0;
 }
 
+/* ---- devices ------------------------------------------------------------------ */
+
+static int daemon_fds(void)
+{
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%d/fd", (int)D.pid);
+        DIR *d = opendir(p);
+        CHECK(d, "%s", p);
+        int n = 0;
+        while (readdir(d))
+                n++;
+        closedir(d);
+        return n - 2;
+}
+
+static long daemon_rss_kb(void)
+{
+        char p[64], line[256];
+        snprintf(p, sizeof(p), "/proc/%d/status", (int)D.pid);
+        FILE *f = fopen(p, "r");
+        long kb = -1;
+        while (f && fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+                        break;
+        if (f)
+                fclose(f);
+        return kb;
+}
+
+static void wait_no_clients(void)
+{
+        double end = now_s() + 10;
+        uint32_t n;
+        while ((n = stat_clients()) > 0) {
+                CHECK(now_s() < end, "the daemon still holds %u clients", n);
+                usleep(20000);
+        }
+}
+
+#define BASE 31000 /* port bases 31000 + 16 i: each a device of its own */
+
+/* A second client process at the daemon's cap: its third new device is
+ * refused, and legitimate traffic on an existing device goes through. */
+static void second_client(void)
+{
+        struct sec_conn a, b, c;
+        CHECK(sec_connect(D.sock, &a) == 0 && sec_open(&a, NULL, BASE + 16 * 50) == 0,
+              "the 4th device of the daemon");
+        CHECK(sec_connect(D.sock, &b) == 0 && sec_open(&b, NULL, BASE + 16 * 51) == 0,
+              "the 5th device of the daemon");
+        CHECK(sec_connect(D.sock, &c) == 0, "connect");
+        int err = sec_open(&c, NULL, BASE + 16 * 52);
+        CHECK(err == -ENFILE, "a 6th device of the daemon: %d, want -ENFILE", err);
+        sec_legit_traffic(D.sock);
+        _exit(0);
+}
+
+/* Item 9: short connections naming new devices leave nothing behind; the
+ * devices per client and per daemon are capped with a clear refusal. */
+static int case_device_churn(void)
+{
+        /* Under AddressSanitizer freed memory waits in a quarantine (256 MB
+         * by default) before it goes back: keep it small, so the RSS shows
+         * what the daemon keeps, not what ASan does. */
+        const char *asan = getenv("ASAN_OPTIONS");
+        char opts[1024];
+        snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=4", asan ? asan : "",
+                 asan && *asan ? ":" : "");
+        setenv("ASAN_OPTIONS", opts, 1);
+        setenv("DIWARPD_MAX_DEVICES", "5", 1);
+        setenv("DIWARPD_CLIENT_DEVICES", "3", 1);
+        sec_daemon_start(&D, (uid_t)-1, (gid_t)-1, NULL);
+        struct sec_conn c;
+        CHECK(sec_connect(D.sock, &c) == 0 && sec_open(&c, NULL, BASE) == 0, "first device");
+        close(c.s);
+        wait_no_clients();
+        int fds0 = daemon_fds();
+        long rss0 = daemon_rss_kb();
+        for (int i = 0; i < 40; i++) {
+                CHECK(sec_connect(D.sock, &c) == 0, "connect %d", i);
+                int err = sec_open(&c, NULL, (uint16_t)(BASE + 16 * i));
+                CHECK(err == 0, "short connection %d: OPEN %d", i, err);
+                close(c.s);
+                wait_no_clients();
+        }
+        int fds1 = daemon_fds();
+        long rss1 = daemon_rss_kb();
+        printf("40 short connections: fds %d -> %d, RSS %ld -> %ld kB\n", fds0, fds1, rss0, rss1);
+        CHECK(fds1 <= fds0 + 2, "the daemon kept %d descriptors of closed devices", fds1 - fds0);
+        CHECK(rss1 - rss0 < 64 * 1024, "the daemon grew by %ld kB", rss1 - rss0);
+        /* Per client: three distinct devices; a fourth is refused, one more
+         * connection on a device it uses is not. */
+        struct sec_conn h[4];
+        static const uint16_t bases[3] = {0, BASE + 16 * 60, BASE + 16 * 61};
+        for (int i = 0; i < 3; i++)
+                CHECK(sec_connect(D.sock, &h[i]) == 0 && sec_open(&h[i], NULL, bases[i]) == 0,
+                      "device %d of the client", i);
+        CHECK(sec_connect(D.sock, &h[3]) == 0, "connect");
+        int err = sec_open(&h[3], NULL, BASE + 16 * 62);
+        CHECK(err == -EMFILE, "a 4th device of one client: %d, want -EMFILE", err);
+        CHECK(sec_log_has(&D, "the most one client may (DIWARPD_CLIENT_DEVICES"),
+              "the per-client refusal is not logged");
+        err = sec_open(&h[3], NULL, bases[1]);
+        CHECK(err == 0, "another connection to a device the client uses: %d", err);
+        /* Per daemon: five in all. */
+        fflush(stdout);
+        pid_t p = fork();
+        CHECK(p >= 0, "fork");
+        if (p == 0)
+                second_client();
+        int st;
+        CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the second client");
+        CHECK(sec_log_has(&D, "its most (DIWARPD_MAX_DEVICES"),
+              "the per-daemon refusal is not logged");
+        for (int i = 0; i < 4; i++)
+                close(h[i].s);
+        wait_no_clients();
+        CHECK(daemon_fds() <= fds0 + 2, "descriptors left after the capped clients left");
+        /* Everything closed: new devices open again. */
+        CHECK(sec_connect(D.sock, &c) == 0 && sec_open(&c, NULL, BASE + 16 * 63) == 0,
+              "a new device once the others closed");
+        close(c.s);
+        sec_legit_traffic(D.sock);
+        sec_daemon_check(&D, "after the device churn");
+        CHECK(sec_daemon_stop(&D) == 0, "the daemon's exit status");
+        printf("OK device_churn: devices closed with their last client, caps refused clearly\n");
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         setvbuf(stdout, NULL, _IOLBF, 0);
@@ -561,6 +691,8 @@ int main(int argc, char **argv)
                 return case_seg_replace_dup();
         if (!strcmp(m, "connect_hangup"))
                 return case_connect_hangup();
+        if (!strcmp(m, "device_churn"))
+                return case_device_churn();
         if (!strcmp(m, "peer_uid_refused"))
                 return case_peer_uid_refused();
         if (!strcmp(m, "group_served"))
