@@ -168,11 +168,12 @@ struct dd_daemon {
         uint64_t spin_ns;
         _Atomic bool stop;
         _Atomic uint64_t requests, rejected;
-        _Atomic int ndevs; /* engine devices open, every server's */
-        int max_devs;      /* DIWARPD_MAX_DEVICES / --max-devices */
-        int client_devs;   /* DIWARPD_CLIENT_DEVICES / --client-devices: per client pid */
-        uint32_t uid;      /* ours: the one uid served, besides group */
-        bool has_group;    /* DIWARPD_GROUP / --group: its members are served too */
+        _Atomic int ndevs;           /* engine devices open, every server's */
+        struct diwarp_counters gone; /* of the devices closed since start (under lock) */
+        int max_devs;                /* DIWARPD_MAX_DEVICES / --max-devices */
+        int client_devs;             /* DIWARPD_CLIENT_DEVICES / --client-devices: per client pid */
+        uint32_t uid;                /* ours: the one uid served, besides group */
+        bool has_group;              /* DIWARPD_GROUP / --group: its members are served too */
         uint32_t group;
 };
 

@@ -780,6 +780,7 @@ static void stat_fill(struct dw_ipc_stat_rsp *st)
         st->nservers = (uint32_t)D->nservers;
         st->requests = atomic_load(&D->requests);
         st->rejected = atomic_load(&D->rejected);
+        st->dev = D->gone; /* the devices closed so far; the open ones are added below */
         for (int i = 0; i < D->nservers; i++) {
                 struct dd_server *s = &D->servers[i];
                 st->wakeups += atomic_load(&s->wakeups);

@@ -611,14 +611,24 @@ void dd_server_watch_dev(struct dd_server *s, struct dd_dev *d)
 
 void dd_server_dev_close(struct dd_server *s, struct dd_dev *d)
 {
-        /* diwarp stat walks every server's devices under the lock. */
-        pthread_mutex_lock(&dd_daemon()->lock);
+        /* diwarp stat walks every server's devices under the lock, and
+         * goes on counting what the closed ones did. */
+        struct dd_daemon *D = dd_daemon();
+        struct diwarp_counters k;
+        bool counted = diwarp_device_counters(d->dev, &k) == 0;
+        pthread_mutex_lock(&D->lock);
         for (struct dd_dev **pp = &s->devs; *pp; pp = &(*pp)->next)
                 if (*pp == d) {
                         *pp = d->next;
                         break;
                 }
-        pthread_mutex_unlock(&dd_daemon()->lock);
+        if (counted) {
+                uint64_t *a = (uint64_t *)&D->gone;
+                const uint64_t *b = (const uint64_t *)&k;
+                for (size_t j = 0; j < sizeof(k) / sizeof(uint64_t); j++)
+                        a[j] += b[j];
+        }
+        pthread_mutex_unlock(&D->lock);
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, d->prog_fd, NULL);
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, diwarp_async_fd(d->dev), NULL);
         int err = diwarp_device_close(d->dev);
