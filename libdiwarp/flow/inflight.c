@@ -85,8 +85,27 @@ static void ofd_unlock(int fd, off_t byte)
 /* Invariant kept by every function below: a slot is in the line iff its
  * ticket is non-zero, and then its need is non-zero too. */
 
+static void repair(struct dw_inflight_shm *s);
+
+/* Whether the line's ends, read from the shared file, can be followed: each
+ * NONE or a slot, both NONE or neither, the tail's next NONE. Anything else
+ * was written by a stray process of the user (a live holder of the pool
+ * lock keeps them so): the line is rebuilt from the slots' own fields
+ * instead of writing through a bad index. */
+static bool line_ends_sane(const struct dw_inflight_shm *s)
+{
+        uint32_t h = LD(s->qhead), t = LD(s->qtail);
+
+        if (h == DW_INFLIGHT_NONE || t == DW_INFLIGHT_NONE)
+                return h == t;
+        return h < DW_INFLIGHT_SLOTS && t < DW_INFLIGHT_SLOTS &&
+               LD(s->slot[t].next) == DW_INFLIGHT_NONE && LD(s->slot[t].ticket) != 0;
+}
+
 static void line_append(struct dw_inflight_shm *s, uint32_t i, uint32_t need)
 {
+        if (!line_ends_sane(s))
+                repair(s);
         uint64_t t = LD(s->next_ticket);
         uint32_t tail = LD(s->qtail);
 
@@ -656,6 +675,60 @@ static int pool_attach(struct dw_inflight_proc *p, int idfd, uint32_t cap, char 
         return 0;
 }
 
+/* Under the pool lock, with no dead holder: every index the pool holds can
+ * be followed and the line is what the slots say. A pool that fails this
+ * was written by something other than this code; it is refused, never used
+ * (-EPROTO, why says what is wrong). */
+static int pool_check(const struct dw_inflight_proc *p, char *why, size_t whylen)
+{
+        const struct dw_inflight_shm *s = p->shm;
+        uint32_t h = LD(s->qhead), t = LD(s->qtail), n = 0, last = DW_INFLIGHT_NONE;
+        uint32_t queued = 0;
+        uint64_t prev = 0;
+
+        for (uint32_t i = 0; i < DW_INFLIGHT_SLOTS; i++) {
+                const struct dw_inflight_slot *w = &s->slot[i];
+                uint32_t st = LD(w->state), nx = LD(w->next);
+
+                if (st != DW_INFLIGHT_SLOT_FREE && st != DW_INFLIGHT_SLOT_USED)
+                        return dw_why(why, whylen, -EPROTO,
+                                      "/dev/shm%s: damaged pool (slot %u in state %u); remove it",
+                                      p->name, i, st);
+                if (nx != DW_INFLIGHT_NONE && nx >= DW_INFLIGHT_SLOTS)
+                        return dw_why(why, whylen, -EPROTO,
+                                      "/dev/shm%s: damaged pool (slot %u names slot %u next, of "
+                                      "%u); remove it",
+                                      p->name, i, nx, DW_INFLIGHT_SLOTS);
+                queued += LD(w->ticket) != 0;
+        }
+        if ((h != DW_INFLIGHT_NONE && h >= DW_INFLIGHT_SLOTS) ||
+            (t != DW_INFLIGHT_NONE && t >= DW_INFLIGHT_SLOTS) ||
+            (h == DW_INFLIGHT_NONE) != (t == DW_INFLIGHT_NONE))
+                return dw_why(why, whylen, -EPROTO,
+                              "/dev/shm%s: damaged pool (line from slot %u to slot %u, of %u); "
+                              "remove it",
+                              p->name, h, t, DW_INFLIGHT_SLOTS);
+        for (uint32_t cur = h; cur != DW_INFLIGHT_NONE; cur = LD(s->slot[cur].next)) {
+                const struct dw_inflight_slot *w = &s->slot[cur];
+
+                if (n++ >= DW_INFLIGHT_SLOTS || !LD(w->ticket) || !LD(w->need) ||
+                    LD(w->ticket) <= prev)
+                        return dw_why(why, whylen, -EPROTO,
+                                      "/dev/shm%s: damaged pool (the line loops or holds slot %u "
+                                      "out of order); remove it",
+                                      p->name, cur);
+                prev = LD(w->ticket);
+                last = cur;
+        }
+        if (last != t || n != queued || n != LD(s->qlen) || LD(s->free) > (int64_t)LD(s->capacity))
+                return dw_why(why, whylen, -EPROTO,
+                              "/dev/shm%s: damaged pool (line of %u slots ending at slot %u; "
+                              "%u in line, %u counted, tail %u, %lld tokens free of %u); remove it",
+                              p->name, n, last, queued, LD(s->qlen), t, (long long)LD(s->free),
+                              LD(s->capacity));
+        return 0;
+}
+
 /* Under the init lock: the first slot whose byte we can lock is ours; a slot
  * still marked used there belonged to a dead process and is reaped first. Free
  * slots are tried first, so an open costs one fcntl in the common case. */
@@ -687,6 +760,12 @@ static int claim_slot(struct dw_inflight_proc *p, int idfd, char *why, size_t wh
                                               "%s: the pool lock stayed held by a live process",
                                               p->name);
                         }
+                        rc = pool_check(p, why, whylen);
+                        if (rc) {
+                                pool_unlock(s);
+                                ofd_unlock(idfd, slot_byte(i));
+                                return rc;
+                        }
                         if (LD(me->state) != DW_INFLIGHT_SLOT_FREE)
                                 reap_slot(p, i);
                         ST(me->gen, gen);
@@ -715,6 +794,36 @@ static void unmap(struct dw_inflight_proc *p)
         p->slot = DW_INFLIGHT_NONE;
 }
 
+/* A pool file we must not use: another user's, or one others may write
+ * (they could forge or steal tokens). The device open fails with this: a
+ * private pool instead would quietly turn the host cap the user asked for
+ * into a per-process one. */
+static int refuse_owner(const char *name, const struct stat *st, char *why, size_t whylen)
+{
+        return dw_why(why, whylen, -EPERM,
+                      "/dev/shm%s belongs to uid %u (mode %03o), not to uid %u: a host in-flight "
+                      "pool must be the user's own and not writable by others; have it removed, "
+                      "or set DIWARP_INFLIGHT_SHM to a name of your own",
+                      name, (unsigned)st->st_uid, (unsigned)(st->st_mode & 0777),
+                      (unsigned)geteuid());
+}
+
+/* shm_open refused us (EACCES): someone else's file holds the name. Its
+ * owner, as far as the name's place in /dev/shm tells. */
+static int foreign(const char *name, char *why, size_t whylen)
+{
+        char path[DW_INFLIGHT_NAME_MAX + 16];
+        struct stat st;
+
+        snprintf(path, sizeof(path), "/dev/shm%s", name);
+        if (lstat(path, &st) == 0)
+                return refuse_owner(name, &st, why, whylen);
+        return dw_why(why, whylen, -EPERM,
+                      "shm_open(%s): %s: another user's object holds the name; set "
+                      "DIWARP_INFLIGHT_SHM to a name of your own",
+                      name, strerror(EACCES));
+}
+
 int dw_inflight_open(struct dw_inflight_proc *p, const struct dw_inflight_params *prm, char *why,
                      size_t whylen)
 {
@@ -734,6 +843,8 @@ int dw_inflight_open(struct dw_inflight_proc *p, const struct dw_inflight_params
                 return dw_why(why, whylen, -EINVAL, "bad shm name '%.64s': expected /name",
                               prm->shm_name);
         p->fd = shm_open(p->name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (p->fd < 0 && (errno == EACCES || errno == EPERM))
+                return foreign(p->name, why, whylen);
         if (p->fd < 0)
                 return dw_why(why, whylen, -errno, "shm_open(%s): %s", p->name, strerror(errno));
         /* Another user's object could be made to lie about tokens: trust only ours. */
@@ -742,10 +853,7 @@ int dw_inflight_open(struct dw_inflight_proc *p, const struct dw_inflight_params
                 goto out;
         }
         if (st.st_uid != geteuid() || (st.st_mode & 022)) {
-                rc = dw_why(why, whylen, -EPERM,
-                            "/dev/shm%s belongs to uid %u with mode %03o: a pool must be the "
-                            "user's own and not writable by others",
-                            p->name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+                rc = refuse_owner(p->name, &st, why, whylen);
                 goto out;
         }
         /* Creation, attach and detach are serialized by byte 0. */

@@ -261,16 +261,24 @@ void sec_legit_traffic(const char *sock)
 
 void sec_legit_traffic_as(const char *sock, uid_t uid, gid_t gid, const char *daemon_uid)
 {
+        char s[400], u[64];
+        snprintf(s, sizeof(s), "DIWARP_DAEMON_SOCKET=%s", sock);
+        snprintf(u, sizeof(u), "DIWARP_DAEMON_UID=%s", daemon_uid ? daemon_uid : "");
+        const char *env[] = {"DIWARP_PROGRESS=daemon", s, daemon_uid ? u : NULL, NULL};
+        sec_legit_run(uid, gid, env);
+}
+
+void sec_legit_run(uid_t uid, gid_t gid, const char *const *env)
+{
         fflush(stdout);
         pid_t p = fork();
         CHECK(p >= 0, "fork");
         if (p == 0) {
                 if (uid != (uid_t)-1)
                         sec_become(uid, gid);
-                if (daemon_uid)
-                        setenv("DIWARP_DAEMON_UID", daemon_uid, 1);
-                setenv("DIWARP_PROGRESS", "daemon", 1);
-                setenv("DIWARP_DAEMON_SOCKET", sock, 1);
+                unsetenv("DIWARP_PROGRESS");
+                for (int i = 0; env && env[i]; i++)
+                        putenv((char *)env[i]);
                 alarm(30);
                 legit_child();
         }

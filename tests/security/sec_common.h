@@ -68,6 +68,9 @@ void sec_legit_traffic(const char *sock);
 /* The same as uid/gid (-1: ours), trusting a daemon of uid daemon_uid
  * (DIWARP_DAEMON_UID; NULL: unset). */
 void sec_legit_traffic_as(const char *sock, uid_t uid, gid_t gid, const char *daemon_uid);
+/* The same UD message as uid/gid (-1: ours) with env ("NAME=VALUE", NULL
+ * ended) set: in the process itself unless env says DIWARP_PROGRESS=daemon. */
+void sec_legit_run(uid_t uid, gid_t gid, const char *const *env);
 
 /* ---- the raw protocol ------------------------------------------------------ */
 

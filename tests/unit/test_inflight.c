@@ -458,6 +458,86 @@ Test(inflight, writable_by_others_refused)
         close(fd);
 }
 
+/* A pool whose line indices are out of range or inconsistent (written by
+ * something other than this code) is refused at open, never followed. */
+Test(inflight, damaged_line_refused_at_open)
+{
+        struct dw_inflight_proc p;
+        struct dw_inflight_shm *s;
+        int fd;
+
+        must_open(&p, 8);
+        dw_inflight_close(&p);
+        fd = shm_fd();
+        s = mmap(NULL, DW_INFLIGHT_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        cr_assert_neq(s, MAP_FAILED);
+        s->qtail = 5000;
+        expect_refused(-EPROTO, "damaged pool (line from slot");
+        s->qhead = 5000;
+        expect_refused(-EPROTO, "damaged pool (line from slot");
+        s->qhead = s->qtail = 2; /* slot 2 is not in line */
+        expect_refused(-EPROTO, "damaged pool (the line loops");
+        s->qhead = s->qtail = DW_INFLIGHT_NONE;
+        s->slot[3].next = 7777;
+        expect_refused(-EPROTO, "names slot 7777");
+        s->slot[3].next = DW_INFLIGHT_NONE;
+        s->slot[5].state = 9;
+        expect_refused(-EPROTO, "in state 9");
+        s->slot[5].state = DW_INFLIGHT_SLOT_FREE;
+        s->slot[6].ticket = 3; /* in line, but the line is empty */
+        s->slot[6].need = 1;
+        expect_refused(-EPROTO, "damaged pool (line of 0 slots");
+        s->slot[6].ticket = 0;
+        s->slot[6].need = 0;
+        s->qhead = s->qtail = 1; /* a loop: 1 -> 1 */
+        s->slot[1].ticket = 1;
+        s->slot[1].need = 1;
+        s->slot[1].next = 1;
+        s->qlen = 1;
+        expect_refused(-EPROTO, "the line loops");
+        s->qhead = s->qtail = DW_INFLIGHT_NONE;
+        s->slot[1].ticket = s->slot[1].need = 0;
+        s->slot[1].next = DW_INFLIGHT_NONE;
+        s->qlen = 0;
+        s->free = 9;
+        expect_refused(-EPROTO, "9 tokens free of 8");
+        s->free = 8;
+        /* Repaired by hand: taken again. */
+        must_open(&p, 8);
+        cr_assert_eq(dw_inflight_host_acquire(&p, 8, dw_now_ns()), 8);
+        dw_inflight_close(&p);
+        munmap(s, DW_INFLIGHT_SHM_SIZE);
+        close(fd);
+}
+
+/* The same damage while processes use the pool: the line is rebuilt from
+ * the slots' own fields before anything is written through the bad tail
+ * (a write at slot 5000 lands far outside the 65 792-byte mapping). */
+Test(inflight, damaged_tail_is_never_written_through)
+{
+        struct dw_inflight_proc a, b;
+
+        must_open(&a, 4);
+        must_open(&b, 4);
+        cr_assert_eq(dw_inflight_host_acquire(&a, 4, dw_now_ns()), 4);
+        cr_assert_eq(dw_inflight_host_acquire(&b, 1, dw_now_ns()), 0); /* b queues */
+        cr_assert_eq(a.shm->qtail, b.slot);
+        a.shm->qtail = 5000;
+        a.shm->slot[b.slot].next = 5000;
+        cr_assert_eq(dw_inflight_host_acquire(&a, 1, dw_now_ns()), 0); /* a queues behind b */
+        cr_assert_eq(a.shm->qhead, b.slot);
+        cr_assert_eq(a.shm->qtail, a.slot);
+        cr_assert_eq(a.shm->slot[b.slot].next, a.slot);
+        cr_assert_eq(a.shm->qlen, 2);
+        cr_assert_geq(ctr(&a).pool_repairs, 1);
+        /* The line works: b, then a. */
+        cr_assert_eq(dw_inflight_host_release(&a, 4), 0);
+        cr_assert_eq(dw_inflight_host_acquire(&b, 1, dw_now_ns()), 1);
+        cr_assert_eq(dw_inflight_host_acquire(&a, 1, dw_now_ns()), 1);
+        dw_inflight_close(&b);
+        dw_inflight_close(&a);
+}
+
 Test(inflight, unfinished_creation_is_redone)
 {
         struct dw_inflight_proc p;
