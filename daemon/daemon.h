@@ -181,6 +181,12 @@ struct dd_daemon *dd_daemon(void);
 uint64_t dd_now_ns(void);
 
 int dd_server_start(struct dd_server *s, int id);
+/* What dd_server_start does but the thread: a server driven by its
+ * caller's dd_server_turn calls instead (the daemon's fuzz target). */
+int dd_server_init(struct dd_server *s, int id);
+/* One turn of a server without a thread: serves the rings, waits up to
+ * timeout_ms for events and handles them. Returns the work and events. */
+int dd_server_turn(struct dd_server *s, int timeout_ms);
 /* Hands a new connection of peer pid and uid to s (it serves it from now
  * on). */
 void dd_server_hand(struct dd_server *s, int fd, int32_t pid, uint32_t uid);

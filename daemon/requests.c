@@ -723,8 +723,8 @@ static void *slow_main(void *arg)
                                               diwarp_qp_state(w->qp->u.qp.qp),
                                               memory_order_release);
                 if (err < 0)
-                        dw_info("diwarpd: client pid %d: request %u: %s", c->pid, w->req.h.op,
-                                strerror(-err));
+                        dw_info("diwarpd: client pid %d: %s: %s", c->pid,
+                                dw_ipc_op_name(w->req.h.op), strerror(-err));
                 rsp->h.magic = DW_IPC_MAGIC;
                 rsp->h.op = (uint16_t)(w->req.h.op | DW_IPC_RSP);
                 rsp->h.len = sizeof(*rsp);
@@ -1025,8 +1025,8 @@ int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds)
                         return 0;
                 }
                 if (err < 0 && err != -EBUSY && err != -EAGAIN)
-                        dw_info("diwarpd: client pid %d: request %u (handle %u): %s", c->pid,
-                                r->h.op, r->h.handle, strerror(-err));
+                        dw_info("diwarpd: client pid %d: %s (handle %u): %s", c->pid,
+                                dw_ipc_op_name(r->h.op), r->h.handle, strerror(-err));
         }
         for (int i = 0; i < nfds; i++)
                 if (fds[i] >= 0)

@@ -770,7 +770,7 @@ static void *server_main(void *arg)
         return NULL;
 }
 
-int dd_server_start(struct dd_server *s, int id)
+int dd_server_init(struct dd_server *s, int id)
 {
         s->id = id;
         pthread_mutex_init(&s->hand_lock, NULL);
@@ -786,7 +786,28 @@ int dd_server_start(struct dd_server *s, int id)
         s->w_door = (struct dd_watch){DD_W_DOORBELL, s};
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->w_door};
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->doorbell, &ev);
+        return 0;
+}
+
+int dd_server_start(struct dd_server *s, int id)
+{
+        int err = dd_server_init(s, id);
+        if (err < 0)
+                return err;
         return -pthread_create(&s->th, NULL, server_main, s);
+}
+
+int dd_server_turn(struct dd_server *s, int timeout_ms)
+{
+        struct epoll_event evs[32];
+        int work = serve_all(s);
+        int n = epoll_wait(s->epfd, evs, 32, work ? 0 : timeout_ms);
+        if (n > 0)
+                handle_events(s, evs, n);
+        else
+                run_devs(s);
+        drop_broken(s);
+        return work + (n > 0 ? n : 0);
 }
 
 void dd_server_hand(struct dd_server *s, int fd, int32_t pid, uint32_t uid)

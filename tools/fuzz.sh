@@ -15,7 +15,7 @@ done
 seconds=${args[0]:-60}
 targets=("${args[@]:1}")
 if ((${#targets[@]} == 0)); then
-        targets=(ddp rdmap mpa_fpdu mpa_frame dgram rc_rx ipc_req)
+        targets=(ddp rdmap mpa_fpdu mpa_frame dgram rc_rx ipc_req daemon)
 fi
 
 build=${DIWARP_FUZZ_BUILD:-$top/build-fuzz}
