@@ -661,11 +661,10 @@ pid_t dw_progress_tid(void)
         return tid;
 }
 
-/* The thread's view of the application's poller: its schedstat file, kept
- * open, and the run-queue delay at the start of the current window. */
+/* The thread's view of the application's poller: the run-queue delay at the
+ * start of the current window. */
 struct dw_app_watch {
         pid_t tid;
-        int fd;
         uint64_t delay_ns, at_ns;
         uint64_t self_ns; /* the thread's own CPU time at the window's start */
         bool waits;       /* the last window's verdict */
@@ -679,22 +678,18 @@ static uint64_t dw_self_cpu_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The run-queue delay of tid so far (ns), or UINT64_MAX. */
-static uint64_t dw_app_delay(struct dw_app_watch *w, pid_t tid)
+/* The run-queue delay of tid so far (ns), or UINT64_MAX. The file is opened
+ * for each look (one per window): a descriptor kept open would be one more
+ * per device for the program to count. */
+static uint64_t dw_app_delay(pid_t tid)
 {
-        if (tid != w->tid || w->fd < 0) {
-                if (w->fd >= 0)
-                        close(w->fd);
-                char path[64];
-                snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)tid);
-                w->fd = open(path, O_RDONLY | O_CLOEXEC);
-                w->tid = tid;
-                w->at_ns = 0; /* a new baseline */
-                if (w->fd < 0)
-                        return UINT64_MAX;
-        }
-        char buf[96];
-        ssize_t n = pread(w->fd, buf, sizeof(buf) - 1, 0);
+        char path[64], buf[96];
+        snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)tid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return UINT64_MAX;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
         if (n <= 0)
                 return UINT64_MAX;
         buf[n] = 0;
@@ -711,7 +706,8 @@ static bool dw_app_waits(struct dw_progress *p, struct dw_app_watch *w)
         if (tid == w->tid && w->at_ns && now - w->at_ns < DW_WAIT_WINDOW_NS)
                 return w->waits;
         bool fresh = tid != w->tid || !w->at_ns;
-        uint64_t d = tid > 0 ? dw_app_delay(w, tid) : UINT64_MAX;
+        w->tid = tid;
+        uint64_t d = tid > 0 ? dw_app_delay(tid) : UINT64_MAX;
         if (d == UINT64_MAX) {
                 w->waits = false;
                 w->at_ns = 0;
@@ -751,7 +747,7 @@ static void *dw_progress_thread(void *arg)
         uint64_t seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
         bool parked = false;
         long park_ns = DW_PARK_MIN_NS;
-        struct dw_app_watch watch = {.fd = -1};
+        struct dw_app_watch watch = {0};
         unsigned calm = 0; /* shared: windows in a row the poller did not wait */
 
         dw_progress_short_slice();
@@ -852,8 +848,6 @@ static void *dw_progress_thread(void *arg)
                 }
                 dw_progress_locked_run(dev, evs, n);
         }
-        if (watch.fd >= 0)
-                close(watch.fd);
         return NULL;
 }
 
