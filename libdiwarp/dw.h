@@ -107,6 +107,9 @@ struct dw_device {
         int nqp, npd, ncq, nsrq, nah, nchannel;
         uint32_t next_pd_handle;
         struct diwarp_counters ctr;
+        /* The rate limit of the log lines a peer can cause per datagram
+         * (util/log.h, dw_warn_limited). */
+        struct dw_log_limit log_limit;
         void *rc; /* device-wide RC/CM state (listeners, pending IB-style connects) */
         void *rd; /* qp/rd.c: device-wide RD state (active pseudo-streams, tx staging) */
         struct dw_device *reg_next; /* device registry link */

@@ -356,7 +356,8 @@ void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event,
         struct dw_rd_qp *s = p->s;
         struct dw_qp *qp = s->qp;
         char pb[64];
-        dw_warn("RD QP %#x peer %s: %s; QP to error", qp->qpn, rd_peer_str(p, pb, sizeof(pb)), why);
+        dw_warn_limited(&qp->dev->log_limit, "RD QP %#x peer %s: %s; QP to error", qp->qpn,
+                        rd_peer_str(p, pb, sizeof(pb)), why);
         if (qp->state == DIWARP_QPS_ERR)
                 return;
         struct dw_wqe *w;

@@ -431,9 +431,10 @@ enum rd_verdict rd_mbox_app_rx(struct dw_rd_peer *p, const struct rd_seg *g, con
         if (pull || g->mo != 0 || !g->last || g->len > m->seg_cap) {
                 /* Its length is unknown until its last segment: no place for
                  * it in the ring can be chosen now. */
-                dw_warn("RD QP %#x peer %s: a Send of more than one segment (MSN %u) to an "
-                        "application mailbox, which takes one segment of at most %u bytes",
-                        s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), g->msn, m->seg_cap);
+                dw_warn_limited(&s->qp->dev->log_limit,
+                                "RD QP %#x peer %s: a Send of more than one segment (MSN %u) to an "
+                                "application mailbox, which takes one segment of at most %u bytes",
+                                s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), g->msn, m->seg_cap);
                 *nak = DW_DGRAM_NAK_INVALID;
                 return RV_NAK;
         }

@@ -81,10 +81,12 @@ enum rd_verdict rd_pull_start(struct dw_rd_qp *s, struct dw_rd_peer *p, struct d
         if (w->flags & RD_W_PULL)
                 return RV_ACCEPT;
         if (r->ddp.tagged || r->ddp.mo != 0 || h->pull_len > w->total_len) {
-                dw_warn("RD QP %#x: receiver-paced Send of %u bytes into the %llu-byte receive "
-                        "WR %#llx",
-                        qp->qpn, h->pull_len, (unsigned long long)w->total_len,
-                        (unsigned long long)w->wr_id);
+                dw_warn_limited(
+                    &qp->dev->log_limit,
+                    "RD QP %#x: receiver-paced Send of %u bytes into the %llu-byte receive "
+                    "WR %#llx",
+                    qp->qpn, h->pull_len, (unsigned long long)w->total_len,
+                    (unsigned long long)w->wr_id);
                 rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
                 *nak = DW_DGRAM_NAK_INVALID;
                 return RV_NAK;
@@ -221,10 +223,12 @@ enum rd_verdict rd_pull_serve(struct dw_rd_qp *s, struct dw_rd_peer *p,
         if (!w || rq->src_to < w->pull_pushed || rq->src_to > w->total_len ||
             rq->rdma_rd_sz > w->total_len - rq->src_to) {
                 char pb[64];
-                dw_warn("RD QP %#x peer %s: pull of %u bytes at %llu of Send MSN %u: no such "
-                        "Send under way, or out of its range",
-                        qp->qpn, rd_peer_str(p, pb, sizeof(pb)), rq->rdma_rd_sz,
-                        (unsigned long long)rq->src_to, rq->src_stag);
+                dw_warn_limited(
+                    &qp->dev->log_limit,
+                    "RD QP %#x peer %s: pull of %u bytes at %llu of Send MSN %u: no such "
+                    "Send under way, or out of its range",
+                    qp->qpn, rd_peer_str(p, pb, sizeof(pb)), rq->rdma_rd_sz,
+                    (unsigned long long)rq->src_to, rq->src_stag);
                 qp->dev->ctr.rx_dropped_protection++;
                 qp->ctr.rx_dropped_protection++;
                 *nak = DW_DGRAM_NAK_REM_ACCESS;

@@ -32,6 +32,8 @@ void dw_rd_rx_clock(struct dw_device *dev)
         }
 }
 
+/* QP-level remote access rights: what the QP's access flags grant, nothing
+ * when they were never set (ibverbs' default: qp_access_flags 0). */
 static bool qp_allows(const struct dw_qp *qp, int access)
 {
         if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
@@ -272,15 +274,18 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
         else if (e < 0 && pull == -2 && s->pull_waiting)
                 s->pull_waiting--;
         if (e == -EMSGSIZE) {
-                dw_warn("RD QP %#x: Send of more than the %llu-byte receive WR %#llx", qp->qpn,
-                        (unsigned long long)w->total_len, (unsigned long long)w->wr_id);
+                dw_warn_limited(&qp->dev->log_limit,
+                                "RD QP %#x: Send of more than the %llu-byte receive WR %#llx",
+                                qp->qpn, (unsigned long long)w->total_len,
+                                (unsigned long long)w->wr_id);
                 rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
                 *nak = DW_DGRAM_NAK_INVALID;
                 return -1;
         }
         if (e < 0) {
-                dw_warn("RD QP %#x: receive WR %#llx: local protection error (lkey)", qp->qpn,
-                        (unsigned long long)w->wr_id);
+                dw_warn_limited(&qp->dev->log_limit,
+                                "RD QP %#x: receive WR %#llx: local protection error (lkey)",
+                                qp->qpn, (unsigned long long)w->wr_id);
                 rd_recv_fail(s, p, w, DIWARP_WC_LOC_PROT_ERR);
                 *nak = DW_DGRAM_NAK_REM_OP;
                 return -1;
@@ -417,9 +422,10 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                         st = dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, qp->qpn,
                                                 DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to, plen, &host);
                 if (st != DW_PROT_OK) {
-                        dw_warn("RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s", qp->qpn,
-                                r.ddp.stag, (unsigned long long)r.ddp.to, plen,
-                                dw_prot_status_str(st));
+                        dw_warn_limited(&dev->log_limit,
+                                        "RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s",
+                                        qp->qpn, r.ddp.stag, (unsigned long long)r.ddp.to, plen,
+                                        dw_prot_status_str(st));
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
                         *nak = DW_DGRAM_NAK_REM_ACCESS;
@@ -467,9 +473,10 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                                 DIWARP_ACCESS_REMOTE_READ, rq.src_to, rq.rdma_rd_sz,
                                                 NULL);
                 if (st != DW_PROT_OK) {
-                        dw_warn("RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s", qp->qpn,
-                                rq.src_stag, (unsigned long long)rq.src_to, rq.rdma_rd_sz,
-                                dw_prot_status_str(st));
+                        dw_warn_limited(&dev->log_limit,
+                                        "RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s",
+                                        qp->qpn, rq.src_stag, (unsigned long long)rq.src_to,
+                                        rq.rdma_rd_sz, dw_prot_status_str(st));
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
                         *nak = DW_DGRAM_NAK_REM_ACCESS;
@@ -507,9 +514,10 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 if (st == DW_PROT_OK && ((uintptr_t)host & 7))
                         st = DW_PROT_BOUNDS;
                 if (st != DW_PROT_OK) {
-                        dw_warn("RD QP %#x: Atomic on STag %#x TO %#llx: %s", qp->qpn,
-                                ar.remote_stag, (unsigned long long)ar.remote_to,
-                                dw_prot_status_str(st));
+                        dw_warn_limited(&dev->log_limit,
+                                        "RD QP %#x: Atomic on STag %#x TO %#llx: %s", qp->qpn,
+                                        ar.remote_stag, (unsigned long long)ar.remote_to,
+                                        dw_prot_status_str(st));
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
                         *nak = DW_DGRAM_NAK_REM_ACCESS;
@@ -594,8 +602,8 @@ static void rd_on_error_nak(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
                                    : h->nak_code == DW_DGRAM_NAK_REM_OP   ? DIWARP_WC_REM_OP_ERR
                                                                         : DIWARP_WC_REM_INV_REQ_ERR;
         char pb[64];
-        dw_warn("RD QP %#x peer %s: PSN %#x refused (NAK code %u)", s->qp->qpn,
-                rd_peer_str(p, pb, sizeof(pb)), psn, h->nak_code);
+        dw_warn_limited(&s->qp->dev->log_limit, "RD QP %#x peer %s: PSN %#x refused (NAK code %u)",
+                        s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), psn, h->nak_code);
         if (ck_kind(cookie) == RD_CK_SQ) {
                 rd_complete_through(s, &s->qp->sq.ring[ck_slot(cookie)], st);
                 dw_qp_to_error(s->qp, -1);
@@ -680,8 +688,9 @@ static void rd_rx_rails(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint
         if ((h->xflags & DW_DGRAM_X_RAILS) && h->rails[0] == p->ip &&
             dw_flow_path_set_rails(&rdd(p->s->qp->dev)->paths, f, h->rail_count, h->rails,
                                    p->udp_mtu + RD_IP_UDP) < 0)
-                dw_warn("RD QP %#x: no memory for the peer's rails: it stays on one",
-                        p->s->qp->qpn);
+                dw_warn_limited(&p->s->qp->dev->log_limit,
+                                "RD QP %#x: no memory for the peer's rails: it stays on one",
+                                p->s->qp->qpn);
         uint8_t rail = 0;
         if (from_ip != p->ip)
                 for (unsigned r = 1; r < f->nrails; r++)

@@ -566,8 +566,9 @@ static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
                         sr = dw_qp_scatter(qp, w, off, pay[i].iov_base, pay[i].iov_len);
         }
         if (sr < 0) {
-                dw_warn("QP %#x: receive wr_id %#llx: local protection error (lkey)", qp->qpn,
-                        (unsigned long long)w->wr_id);
+                dw_warn_limited(&qp->dev->log_limit,
+                                "QP %#x: receive wr_id %#llx: local protection error (lkey)",
+                                qp->qpn, (unsigned long long)w->wr_id);
                 wc.status = DIWARP_WC_LOC_PROT_ERR;
                 dw_qp_complete_recv(qp, &wc, se);
                 dw_qp_recv_pop(qp);

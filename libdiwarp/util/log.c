@@ -85,3 +85,29 @@ void dw_log(int level, const char *fmt, ...)
         ssize_t w = write(STDERR_FILENO, line, (size_t)n);
         (void)w;
 }
+
+bool dw_log_limit_pass(struct dw_log_limit *l, int level, uint64_t now_ns)
+{
+        if (!l)
+                return true;
+        if (l->period_start == 0 || now_ns - l->period_start >= DW_LOG_LIMIT_PERIOD_NS) {
+                if (l->suppressed)
+                        dw_log(level,
+                               "%u similar lines suppressed in the last %llu s (rate limit: %u "
+                               "per %llu s)",
+                               l->suppressed,
+                               (unsigned long long)((now_ns - l->period_start) / 1000000000ull),
+                               DW_LOG_LIMIT_BURST,
+                               (unsigned long long)(DW_LOG_LIMIT_PERIOD_NS / 1000000000ull));
+                l->period_start = now_ns ? now_ns : 1;
+                l->passed = 0;
+                l->suppressed = 0;
+        }
+        if (l->passed < DW_LOG_LIMIT_BURST) {
+                l->passed++;
+                return true;
+        }
+        l->suppressed++;
+        l->total_suppressed++;
+        return false;
+}

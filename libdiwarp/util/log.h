@@ -2,6 +2,11 @@
 #ifndef DW_UTIL_LOG_H
 #define DW_UTIL_LOG_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/time.h"
+
 enum dw_log_level {
         DW_LOG_ERROR = 0,
         DW_LOG_WARN = 1,
@@ -47,5 +52,35 @@ void dw_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 #define dw_warn(...) dw_log_at(DW_LOG_WARN, __VA_ARGS__)
 #define dw_info(...) dw_log_at(DW_LOG_INFO, __VA_ARGS__)
 #define dw_dbg(...)  dw_log_at(DW_LOG_DEBUG, __VA_ARGS__)
+
+/* Rate limit for lines a peer can cause once per datagram (a refused STag, a
+ * forged NAK, a Send too long for its receive WR): a stranger must not be
+ * able to flood the log. The first DW_LOG_LIMIT_BURST lines of a period of
+ * DW_LOG_LIMIT_PERIOD_NS go out; the rest are counted, and the first line
+ * let through in a later period is preceded by one line saying how many
+ * were suppressed. One state per device (struct dw_device.log_limit), under
+ * the device lock, for every such line of that device; zeroed is ready. */
+#define DW_LOG_LIMIT_BURST     10u
+#define DW_LOG_LIMIT_PERIOD_NS (5ull * 1000 * 1000 * 1000)
+
+struct dw_log_limit {
+        uint64_t period_start; /* ns; 0: no line yet */
+        uint32_t passed;       /* lines let through in this period */
+        uint32_t suppressed;   /* lines held back since the last report */
+        uint64_t total_suppressed;
+};
+
+/* Whether the next line may go out at now_ns (it is counted either way).
+ * When a new period starts with lines suppressed, writes the count first
+ * (at level). */
+bool dw_log_limit_pass(struct dw_log_limit *l, int level, uint64_t now_ns);
+
+/* dw_warn through a limiter; nothing is formatted for a line held back. */
+#define dw_warn_limited(limit, ...)                                                                \
+        do {                                                                                       \
+                if (dw_log_enabled(DW_LOG_WARN) &&                                                 \
+                    dw_log_limit_pass((limit), DW_LOG_WARN, dw_now_ns()))                          \
+                        dw_log(DW_LOG_WARN, __VA_ARGS__);                                          \
+        } while (0)
 
 #endif

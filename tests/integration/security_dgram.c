@@ -1,0 +1,537 @@
+/* Attacks on the datagram paths (RD QPs, RC over RD, UD) from a stranger:
+ * datagrams forged with the codecs of libdiwarp/wire/ and sent from another
+ * loopback address (127.0.0.9) to a victim device, beside a legitimate peer
+ * whose traffic must still complete. docs/SECURITY-datagrams.md says what
+ * each case defends.
+ *
+ *   security_dgram log      300 forged Writes with unknown STags: at most the
+ *                           rate limit's burst of warning lines, then after
+ *                           the period one line counting the rest
+ *
+ * Two devices in one process (the victim and the legitimate peer) and a plain
+ * UDP socket on 127.0.0.9 (the stranger). Exit 0 pass, 1 fail, 77 skip (no
+ * 127.0.0.9 to bind); alarm() bounds each run.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <diwarp/diwarp.h>
+#include <diwarp/diwarpdv.h>
+
+/* Engine-internal codecs: the stranger builds its datagrams with them. */
+#include "wire/dgram.h"
+#include "wire/rdmap.h"
+
+#define QKEY    0x11223344u
+#define BUF_LEN (1u << 20)
+
+static void die(const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "FAIL: ");
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        exit(1);
+}
+
+#define CHECK(call)                                                                                \
+        do {                                                                                       \
+                int _e = (call);                                                                   \
+                if (_e < 0)                                                                        \
+                        die("%s:%d %s: %s", __FILE__, __LINE__, #call, strerror(-_e));             \
+        } while (0)
+
+static uint64_t now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---------------------------------------------------------------- devices */
+
+struct side {
+        struct diwarp_device *dev;
+        struct diwarp_pd *pd;
+        struct diwarp_cq *cq;
+        struct diwarp_qp *qp;
+        struct diwarp_mr *mr;
+        struct diwarp_ah *ah; /* to the other side */
+        uint8_t *buf;
+        uint32_t lkey, rkey;
+        uint32_t qpn;
+        union diwarp_gid gid;
+        uint16_t port; /* the device's UDP port */
+};
+
+static void side_open(struct side *s)
+{
+        memset(s, 0, sizeof(*s));
+        CHECK(diwarp_device_open(NULL, &s->dev));
+        CHECK(diwarp_pd_alloc(s->dev, &s->pd));
+        CHECK(diwarp_cq_create(s->dev, 4096, NULL, NULL, &s->cq));
+        s->buf = aligned_alloc(4096, BUF_LEN);
+        if (!s->buf)
+                die("no memory");
+        memset(s->buf, 0, BUF_LEN);
+        int acc = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
+                  DIWARP_ACCESS_REMOTE_READ | DIWARP_ACCESS_REMOTE_ATOMIC;
+        CHECK(diwarp_mr_reg(s->pd, s->buf, BUF_LEN, (uintptr_t)s->buf, acc, &s->mr));
+        struct diwarp_mr_info mi;
+        CHECK(diwarp_mr_info(s->mr, &mi));
+        s->lkey = mi.lkey;
+        s->rkey = mi.rkey;
+        CHECK(diwarp_device_gid(s->dev, &s->gid));
+        uint16_t inst;
+        CHECK(diwarp_device_port(s->dev, &s->port, &inst));
+}
+
+/* An RD QP (or, rc, an RC QP) moved to INIT; with set_access its access
+ * flags are `access`, without them the mask never names them. */
+static struct diwarp_qp *qp_new(struct side *s, bool rc, bool set_access, int access,
+                                struct diwarp_srq *srq)
+{
+        struct diwarp_qp_init_attr ia = {
+            .send_cq = s->cq,
+            .recv_cq = s->cq,
+            .cap = {.max_send_wr = 256,
+                    .max_recv_wr = 1024,
+                    .max_send_sge = 1,
+                    .max_recv_sge = 1,
+                    .max_inline_data = 64},
+            .qp_type = DIWARP_QPT_RC,
+            .srq = srq,
+        };
+        struct diwarp_qp *qp;
+        if (rc)
+                CHECK(diwarp_qp_create(s->pd, &ia, &qp));
+        else
+                CHECK(diwarpdv_create_qp(s->pd, &ia, &qp));
+        struct diwarp_qp_attr a = {
+            .qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .qp_access_flags = access, .port_num = 1};
+        int mask = DIWARP_QP_STATE | (rc ? 0 : DIWARP_QP_QKEY);
+        if (set_access)
+                mask |= DIWARP_QP_ACCESS_FLAGS;
+        CHECK(diwarp_qp_modify(qp, &a, mask));
+        return qp;
+}
+
+/* RD: INIT -> RTR -> RTS. RC: IB-style connect to peer_qpn at peer_gid. */
+static void qp_up(struct diwarp_qp *qp, bool rc, const union diwarp_gid *peer_gid,
+                  uint32_t peer_qpn, uint32_t my_psn, uint32_t peer_psn)
+{
+        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_RTR};
+        int mask = DIWARP_QP_STATE;
+        if (rc) {
+                a.dgid = *peer_gid;
+                a.dest_qp_num = peer_qpn;
+                a.rq_psn = peer_psn;
+                a.max_dest_rd_atomic = 16;
+                mask |= DIWARP_QP_AV | DIWARP_QP_DEST_QPN | DIWARP_QP_RQ_PSN |
+                        DIWARP_QP_MAX_DEST_RD_ATOMIC;
+        }
+        CHECK(diwarp_qp_modify(qp, &a, mask));
+        a.qp_state = DIWARP_QPS_RTS;
+        a.sq_psn = my_psn;
+        a.max_rd_atomic = 16;
+        CHECK(diwarp_qp_modify(qp, &a,
+                               DIWARP_QP_STATE | DIWARP_QP_SQ_PSN | DIWARP_QP_MAX_QP_RD_ATOMIC));
+}
+
+static void rd_pair(struct side *a, struct side *b, int a_access, bool a_set_access)
+{
+        side_open(a);
+        side_open(b);
+        a->qp = qp_new(a, false, a_set_access, a_access, NULL);
+        b->qp =
+            qp_new(b, false, true, DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ, NULL);
+        a->qpn = diwarp_qp_num(a->qp);
+        b->qpn = diwarp_qp_num(b->qp);
+        qp_up(a->qp, false, NULL, 0, 0, 0);
+        qp_up(b->qp, false, NULL, 0, 0, 0);
+        CHECK(diwarp_ah_create(a->pd, &b->gid, &a->ah));
+        CHECK(diwarp_ah_create(b->pd, &a->gid, &b->ah));
+}
+
+static void side_close(struct side *s)
+{
+        if (s->ah)
+                CHECK(diwarp_ah_destroy(s->ah));
+        if (s->qp)
+                CHECK(diwarp_qp_destroy(s->qp));
+        CHECK(diwarp_mr_dereg(s->mr));
+        CHECK(diwarp_cq_destroy(s->cq));
+        CHECK(diwarp_pd_dealloc(s->pd));
+        CHECK(diwarp_device_close(s->dev));
+        free(s->buf);
+}
+
+static void post_recv(struct side *s, struct diwarp_qp *qp, uint64_t id, uint64_t off, uint32_t len)
+{
+        struct diwarp_sge sge = {(uintptr_t)s->buf + off, len, s->lkey};
+        struct diwarp_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1};
+        struct diwarp_recv_wr *bad;
+        CHECK(diwarp_post_recv(qp, &wr, &bad));
+}
+
+/* A Send of len bytes at buf + off from a's QP to b's. */
+static void rd_send(struct side *a, struct side *b, uint64_t id, uint64_t off, uint32_t len)
+{
+        struct diwarp_sge sge = {(uintptr_t)a->buf + off, len, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        struct diwarpdv_rd_dest d = {a->ah, b->qpn, QKEY};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarpdv_post_send_rd(a->qp, &wr, &d, &bad));
+}
+
+/* Drives both devices until one completion arrives on s's CQ. */
+static bool poll_one(struct side *s, struct side *other, struct diwarp_wc *wc, unsigned ms)
+{
+        uint64_t end = now_ms() + ms;
+        while (now_ms() < end) {
+                int n = diwarp_cq_poll(s->cq, 1, wc);
+                if (n < 0)
+                        die("cq_poll: %s", strerror(-n));
+                if (n == 1)
+                        return true;
+                if (other)
+                        diwarp_progress(other->dev, 64);
+        }
+        return false;
+}
+
+static void expect_wc(struct side *s, struct side *other, uint64_t id, enum diwarp_wc_status st,
+                      const char *what)
+{
+        struct diwarp_wc wc;
+        if (!poll_one(s, other, &wc, 5000))
+                die("%s: no completion", what);
+        if (wc.wr_id != id || wc.status != st)
+                die("%s: wr_id %#llx status %s, want %#llx %s", what, (unsigned long long)wc.wr_id,
+                    diwarp_wc_status_str(wc.status), (unsigned long long)id,
+                    diwarp_wc_status_str(st));
+}
+
+/* The legitimate peer's traffic beside an attack: a Send from b to a's QP
+ * completes at both ends with its bytes. */
+static void legit_send(struct side *a, struct side *b, uint64_t id, const char *what)
+{
+        for (unsigned i = 0; i < 256; i++)
+                b->buf[BUF_LEN / 2 + i] = (uint8_t)(id + i);
+        post_recv(a, a->qp, id, BUF_LEN / 2, 4096);
+        rd_send(b, a, id, BUF_LEN / 2, 256);
+        expect_wc(a, b, id, DIWARP_WC_SUCCESS, what);
+        expect_wc(b, a, id, DIWARP_WC_SUCCESS, what);
+        if (memcmp(a->buf + BUF_LEN / 2, b->buf + BUF_LEN / 2, 256) != 0)
+                die("%s: the Send's bytes differ", what);
+}
+
+static void counters(struct side *s, struct diwarp_counters *c)
+{
+        CHECK(diwarp_device_counters(s->dev, c));
+}
+
+/* ---------------------------------------------------------------- the stranger */
+
+/* A plain UDP socket on 127.0.0.9 that speaks the datagram header to one
+ * victim QP as a pseudo-stream of its own (source QPN src_qpn). */
+struct stranger {
+        int fd;
+        struct sockaddr_in to;
+        uint32_t src_qpn, dst_qpn, qkey;
+        uint32_t psn;  /* next PSN */
+        uint32_t msn;  /* next queue-0 MSN */
+        uint32_t rmsn; /* next queue-1 MSN */
+};
+
+/* The first PSN of the direction from QPN `from` to QPN `to`: a public
+ * function of the two QPNs, which any stranger computes. */
+static uint32_t public_isn(uint32_t from, uint32_t to)
+{
+        uint64_t k = ((uint64_t)from << 24 | to) * 0xff51afd7ed558ccdull;
+        return (uint32_t)(k >> 29);
+}
+
+static int stranger_socket(const char *ip)
+{
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        inet_pton(AF_INET, ip, &sa.sin_addr);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                fprintf(stderr, "SKIP: cannot bind a UDP socket to %s: %s\n", ip, strerror(errno));
+                exit(77);
+        }
+        return fd;
+}
+
+static void stranger_open(struct stranger *x, int fd, const struct side *victim, uint32_t dst_qpn,
+                          uint32_t src_qpn)
+{
+        memset(x, 0, sizeof(*x));
+        x->fd = fd;
+        x->to.sin_family = AF_INET;
+        x->to.sin_port = htons(victim->port);
+        x->to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        x->src_qpn = src_qpn;
+        x->dst_qpn = dst_qpn;
+        x->qkey = QKEY;
+        x->psn = public_isn(src_qpn, dst_qpn);
+        x->msn = 1;
+        x->rmsn = 1;
+}
+
+/* Sends one DATA datagram of the stream: the DDP/RDMAP header r, then
+ * `ext` (an RDMAP header of its own) and the payload. Takes the next PSN. */
+static void stranger_data(struct stranger *x, const struct dw_rdmap_hdr *r, const void *ext,
+                          size_t extlen, const void *pay, size_t plen)
+{
+        uint8_t pkt[4096];
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACKREQ,
+                                 .dst_qpn = x->dst_qpn,
+                                 .src_qpn = x->src_qpn,
+                                 .qkey = x->qkey,
+                                 .psn = x->psn++};
+        ssize_t n = dw_dgram_encode(&h, pkt, sizeof(pkt));
+        if (n < 0)
+                die("stranger: header: %s", strerror((int)-n));
+        ssize_t k = dw_rdmap_encode(r, pkt + n, sizeof(pkt) - (size_t)n);
+        if (k < 0)
+                die("stranger: DDP header: %s", strerror((int)-k));
+        n += k;
+        if (n + extlen + plen + DW_DGRAM_CRC_LEN > sizeof(pkt))
+                die("stranger: datagram too large");
+        if (extlen)
+                memcpy(pkt + n, ext, extlen);
+        n += (ssize_t)extlen;
+        if (plen)
+                memcpy(pkt + n, pay, plen);
+        n += (ssize_t)plen;
+        n = dw_dgram_packet_seal(pkt, (size_t)n, sizeof(pkt));
+        if (n < 0 ||
+            sendto(x->fd, pkt, (size_t)n, 0, (struct sockaddr *)&x->to, sizeof(x->to)) != n)
+                die("stranger: sendto: %s", strerror(errno));
+}
+
+static void stranger_write(struct stranger *x, uint32_t stag, uint64_t to, const void *pay,
+                           size_t len)
+{
+        struct dw_rdmap_hdr r;
+        dw_rdmap_hdr_init(&r, DW_RDMAP_WRITE);
+        r.ddp.stag = stag;
+        r.ddp.to = to;
+        r.ddp.last = true;
+        stranger_data(x, &r, NULL, 0, pay, len);
+}
+
+static __attribute__((unused)) void stranger_read(struct stranger *x, uint32_t stag, uint64_t to,
+                                                  uint32_t len)
+{
+        struct dw_rdmap_hdr r;
+        dw_rdmap_hdr_init(&r, DW_RDMAP_READ_REQ);
+        r.ddp.msn = x->rmsn;
+        struct dw_rdmap_rreq rq = {.sink_stag = x->rmsn++,
+                                   .sink_to = 0,
+                                   .rdma_rd_sz = len,
+                                   .src_stag = stag,
+                                   .src_to = to};
+        uint8_t ext[DW_RDMAP_RREQ_HDR_LEN];
+        dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
+        stranger_data(x, &r, ext, sizeof(ext), NULL, 0);
+}
+
+static __attribute__((unused)) void stranger_fetch_add(struct stranger *x, uint32_t stag,
+                                                       uint64_t to, uint64_t add)
+{
+        struct dw_rdmap_hdr r;
+        dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_REQ);
+        r.ddp.msn = x->rmsn;
+        struct dw_rdmap_atomic_req ar = {.aopcode = DW_ATOMIC_FETCH_ADD,
+                                         .req_id = x->rmsn++,
+                                         .remote_stag = stag,
+                                         .remote_to = to,
+                                         .add_swap_data = add};
+        uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+        dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));
+        stranger_data(x, &r, ext, sizeof(ext), NULL, 0);
+}
+
+/* A Send of len bytes with MSN msn (the stream's next one unless the caller
+ * forges another). */
+static __attribute__((unused)) void stranger_send(struct stranger *x, uint32_t msn, const void *pay,
+                                                  size_t len)
+{
+        struct dw_rdmap_hdr r;
+        dw_rdmap_hdr_init(&r, DW_RDMAP_SEND);
+        r.ddp.msn = msn;
+        r.ddp.mo = 0;
+        r.ddp.last = true;
+        stranger_data(x, &r, NULL, 0, pay, len);
+}
+
+/* The next datagram the victim sends the stranger, decoded; false after
+ * `ms` of silence (the victim's device is driven meanwhile). */
+static bool stranger_recv(struct stranger *x, struct side *victim, struct dw_dgram_hdr *h,
+                          unsigned ms)
+{
+        uint64_t end = now_ms() + ms;
+        uint8_t pkt[65536];
+        while (now_ms() < end) {
+                diwarp_progress(victim->dev, 64);
+                struct pollfd pfd = {.fd = x->fd, .events = POLLIN};
+                if (poll(&pfd, 1, 1) != 1)
+                        continue;
+                ssize_t n = recv(x->fd, pkt, sizeof(pkt), 0);
+                if (n < 0)
+                        continue;
+                const char *why = NULL;
+                ssize_t body = dw_dgram_packet_body(pkt, (size_t)n, true, &why);
+                if (body < 0 || dw_dgram_decode(pkt, (size_t)body, h, &why) < 0)
+                        die("stranger: the victim sent a datagram we cannot decode: %s", why);
+                return true;
+        }
+        return false;
+}
+
+/* Waits for the victim's NAK of `psn` with `code` (ACKs pass by). */
+static __attribute__((unused)) void stranger_expect_nak(struct stranger *x, struct side *victim,
+                                                        uint32_t psn, uint8_t code,
+                                                        const char *what)
+{
+        struct dw_dgram_hdr h;
+        while (stranger_recv(x, victim, &h, 2000))
+                if ((h.flags & DW_DGRAM_F_NAK) && h.ack_psn == psn) {
+                        if (h.nak_code != code)
+                                die("%s: NAK code %u, want %u", what, h.nak_code, code);
+                        return;
+                }
+        die("%s: no NAK for PSN %#x", what, psn);
+}
+
+/* Drives the victim for ms, reading (and dropping) what it sends x. */
+static void drive(struct side *victim, struct stranger *x, unsigned ms)
+{
+        struct dw_dgram_hdr h;
+        uint64_t end = now_ms() + ms;
+        while (now_ms() < end) {
+                if (x)
+                        (void)stranger_recv(x, victim, &h, 1);
+                else
+                        diwarp_progress(victim->dev, 64);
+        }
+}
+
+/* ---------------------------------------------------------------- log */
+
+/* Runs fn with stderr going to a file; returns the lines it wrote there
+ * that contain `needle` (and, in *other, those with `needle2`). */
+static unsigned count_lines(const char *path, const char *needle, const char *needle2,
+                            unsigned *other)
+{
+        FILE *f = fopen(path, "r");
+        if (!f)
+                die("log: %s: %s", path, strerror(errno));
+        char line[2048];
+        unsigned n = 0;
+        *other = 0;
+        while (fgets(line, sizeof(line), f)) {
+                if (strstr(line, needle))
+                        n++;
+                if (needle2 && strstr(line, needle2))
+                        (*other)++;
+        }
+        fclose(f);
+        return n;
+}
+
+#define LOG_FLOOD 300
+
+static int case_log(void)
+{
+        struct side a, b;
+        rd_pair(&a, &b, DIWARP_ACCESS_REMOTE_WRITE, true);
+        int fd = stranger_socket("127.0.0.9");
+        char path[] = "/tmp/diwarp-security-log-XXXXXX";
+        int lf = mkstemp(path);
+        if (lf < 0)
+                die("log: mkstemp: %s", strerror(errno));
+        fflush(stderr);
+        int saved = dup(STDERR_FILENO);
+        dup2(lf, STDERR_FILENO);
+        /* Each forged Write opens a stream of its own (a refused PSN is never
+         * accepted, so one stream would stop after its window), with an STag
+         * no region has. */
+        uint8_t pay[32] = {1};
+        for (unsigned i = 0; i < LOG_FLOOD; i++) {
+                struct stranger x;
+                stranger_open(&x, fd, &a, a.qpn, 0x0d0000 + i);
+                stranger_write(&x, 0xdead0000u + i, 0x1000, pay, sizeof(pay));
+                if (i % 16 == 15)
+                        drive(&a, NULL, 2);
+        }
+        drive(&a, NULL, 200);
+        legit_send(&a, &b, 0x78, "log: legitimate Send during the flood");
+        /* A period later, one more refused Write: its line comes after the
+         * count of those held back. */
+        drive(&a, NULL, 5200);
+        struct stranger x;
+        stranger_open(&x, fd, &a, a.qpn, 0x0d0000 + LOG_FLOOD);
+        stranger_write(&x, 0xdeadffffu, 0x1000, pay, sizeof(pay));
+        drive(&a, NULL, 200);
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        close(lf);
+        unsigned sup;
+        unsigned lines = count_lines(path, "RDMA Write to STag", "similar lines suppressed", &sup);
+        unlink(path);
+        struct diwarp_counters c;
+        counters(&a, &c);
+        if (c.rx_dropped_protection < LOG_FLOOD)
+                die("log: only %llu of the %u forged Writes were refused",
+                    (unsigned long long)c.rx_dropped_protection, LOG_FLOOD);
+        if (lines > 11)
+                die("log: %u warning lines for %u refused Writes (want at most the burst, 10, "
+                    "and the one after the period)",
+                    lines, LOG_FLOOD + 1);
+        if (sup != 1)
+                die("log: %u lines counting suppressed warnings, want 1", sup);
+        fprintf(stderr, "log ok: %u refused Writes, %u warning lines, %u count line\n",
+                LOG_FLOOD + 1, lines, sup);
+        close(fd);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+        if (argc < 2)
+                die("usage: security_dgram log");
+        alarm(120);
+        setenv("DIWARP_PROGRESS", "app", 0);
+        if (strcmp(argv[1], "log") == 0)
+                return case_log();
+        die("unknown case %s", argv[1]);
+        return 1;
+}
