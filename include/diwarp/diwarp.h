@@ -385,7 +385,7 @@ enum diwarp_qp_attr_mask {
 struct diwarp_qp_attr {
         enum diwarp_qp_state qp_state;
         enum diwarp_qp_state cur_qp_state;
-        int qp_access_flags;
+        int qp_access_flags; /* remote rights granted; none until set (ACCESS_FLAGS) */
         uint32_t qkey;
         uint32_t dest_qp_num;
         union diwarp_gid dgid; /* with DIWARP_QP_AV: the peer's GID */

@@ -15,7 +15,8 @@
  *            from any peer takes its receive WR from it (empty: RNR, the
  *            sender retries), SRQ_LIMIT_REACHED fires as on RC.
  *   states:  RESET -> INIT (DIWARP_QP_QKEY required, DIWARP_QP_ACCESS_FLAGS
- *            optional: remote rights the QP grants) -> RTR -> RTS, as UD.
+ *            optional: the remote rights the QP grants; without it none, as
+ *            in ibverbs) -> RTR -> RTS, as UD.
  *   post:    opcodes SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE,
  *            RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_FETCH_AND_ADD,
  *            ATOMIC_CMP_AND_SWP, LOCAL_INV, BIND_MW (a type 2 window, then

@@ -76,12 +76,13 @@ uint16_t dw_rc_offer_ord(const struct dw_qp *qp)
         return DW_RC_MAX_RD;
 }
 
-/* QP-level remote access rights (ibv qp_access_flags); only enforced once the
- * application has set them, as QPs made by the native CM may never do. */
+/* QP-level remote access rights (ibv qp_access_flags): none until the
+ * application sets them, as in ibverbs (a QP moved to INIT without
+ * IBV_QP_ACCESS_FLAGS has qp_access_flags 0), natively connected QPs too. */
 static bool qp_allows(const struct dw_qp *qp, int access)
 {
         if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
-                return true;
+                return false;
         return (qp->attr.qp_access_flags & access) == access;
 }
 

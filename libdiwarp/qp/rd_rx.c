@@ -37,7 +37,7 @@ void dw_rd_rx_clock(struct dw_device *dev)
 static bool qp_allows(const struct dw_qp *qp, int access)
 {
         if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
-                return true;
+                return false;
         return (qp->attr.qp_access_flags & access) == access;
 }
 

@@ -4,6 +4,12 @@
  * whose traffic must still complete. docs/SECURITY-datagrams.md says what
  * each case defends.
  *
+ *   security_dgram access   a QP whose access flags were never set refuses
+ *                           every remote access (RD: forged Write, Read and
+ *                           Atomic answered with NAK REM_ACCESS, memory
+ *                           untouched; RC over TCP: a peer's Write fails with
+ *                           REM_ACCESS_ERR); a QP that grants REMOTE_WRITE
+ *                           takes the same forged Write; a Send completes
  *   security_dgram log      300 forged Writes with unknown STags: at most the
  *                           rate limit's burst of warning lines, then after
  *                           the period one line counting the rest
@@ -342,8 +348,7 @@ static void stranger_write(struct stranger *x, uint32_t stag, uint64_t to, const
         stranger_data(x, &r, NULL, 0, pay, len);
 }
 
-static __attribute__((unused)) void stranger_read(struct stranger *x, uint32_t stag, uint64_t to,
-                                                  uint32_t len)
+static void stranger_read(struct stranger *x, uint32_t stag, uint64_t to, uint32_t len)
 {
         struct dw_rdmap_hdr r;
         dw_rdmap_hdr_init(&r, DW_RDMAP_READ_REQ);
@@ -358,8 +363,7 @@ static __attribute__((unused)) void stranger_read(struct stranger *x, uint32_t s
         stranger_data(x, &r, ext, sizeof(ext), NULL, 0);
 }
 
-static __attribute__((unused)) void stranger_fetch_add(struct stranger *x, uint32_t stag,
-                                                       uint64_t to, uint64_t add)
+static void stranger_fetch_add(struct stranger *x, uint32_t stag, uint64_t to, uint64_t add)
 {
         struct dw_rdmap_hdr r;
         dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_REQ);
@@ -412,9 +416,8 @@ static bool stranger_recv(struct stranger *x, struct side *victim, struct dw_dgr
 }
 
 /* Waits for the victim's NAK of `psn` with `code` (ACKs pass by). */
-static __attribute__((unused)) void stranger_expect_nak(struct stranger *x, struct side *victim,
-                                                        uint32_t psn, uint8_t code,
-                                                        const char *what)
+static void stranger_expect_nak(struct stranger *x, struct side *victim, uint32_t psn, uint8_t code,
+                                const char *what)
 {
         struct dw_dgram_hdr h;
         while (stranger_recv(x, victim, &h, 2000))
@@ -437,6 +440,112 @@ static void drive(struct side *victim, struct stranger *x, unsigned ms)
                 else
                         diwarp_progress(victim->dev, 64);
         }
+}
+
+/* ---------------------------------------------------------------- access */
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                if (p[i])
+                        return false;
+        return true;
+}
+
+/* An RC QP over TCP whose access flags were never set: its peer's RDMA Write
+ * fails with REM_ACCESS_ERR and writes nothing. */
+static void access_rc(void)
+{
+        struct side a, b;
+        side_open(&a);
+        side_open(&b);
+        a.qp = qp_new(&a, true, false, 0, NULL);
+        b.qp = qp_new(&b, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        a.qpn = diwarp_qp_num(a.qp);
+        b.qpn = diwarp_qp_num(b.qp);
+        qp_up(a.qp, true, &b.gid, b.qpn, 100, 200);
+        qp_up(b.qp, true, &a.gid, a.qpn, 200, 100);
+        memset(b.buf, 0x5a, 4096);
+        struct diwarp_sge sge = {(uintptr_t)b.buf, 4096, b.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 9,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = (uintptr_t)a.buf;
+        wr.wr.rdma.rkey = a.rkey;
+        struct diwarp_send_wr *bad;
+        CHECK(diwarp_post_send(b.qp, &wr, &bad));
+        struct diwarp_wc wc;
+        if (!poll_one(&b, &a, &wc, 5000))
+                die("RC Write into a QP without access flags: no completion");
+        /* The responder refuses it with a Terminate: the requester's QP ends
+         * in ERR (its WR reports REM_ACCESS_ERR, or success when it completed
+         * as sent before the Terminate came back). */
+        uint64_t end = now_ms() + 3000;
+        while (diwarp_qp_state(b.qp) != DIWARP_QPS_ERR && now_ms() < end) {
+                diwarp_progress(a.dev, 64);
+                diwarp_progress(b.dev, 64);
+        }
+        if (!all_zero(a.buf, 4096))
+                die("RC: a Write into a QP whose access flags were never set wrote its bytes");
+        if (diwarp_qp_state(b.qp) != DIWARP_QPS_ERR ||
+            (wc.status != DIWARP_WC_REM_ACCESS_ERR && wc.status != DIWARP_WC_SUCCESS))
+                die("RC Write into a QP without access flags: status %s, requester QP state %d",
+                    diwarp_wc_status_str(wc.status), diwarp_qp_state(b.qp));
+        fprintf(stderr, "access rc ok: refused with a Terminate (%s), nothing written\n",
+                diwarp_wc_status_str(wc.status));
+        side_close(&a);
+        side_close(&b);
+}
+
+static int case_access(void)
+{
+        struct side a, b;
+        /* a's QP: INIT with its Q_Key only, never its access flags. */
+        rd_pair(&a, &b, 0, false);
+        int fd = stranger_socket("127.0.0.9");
+        struct stranger x;
+        stranger_open(&x, fd, &a, a.qpn, 0x0c0001);
+        uint8_t pay[64];
+        memset(pay, 0xee, sizeof(pay));
+        uint32_t p0 = x.psn;
+        stranger_write(&x, a.rkey, (uintptr_t)a.buf, pay, sizeof(pay));
+        stranger_expect_nak(&x, &a, p0, DW_DGRAM_NAK_REM_ACCESS, "forged Write");
+        stranger_read(&x, a.rkey, (uintptr_t)a.buf + 4096, 4096);
+        stranger_expect_nak(&x, &a, p0 + 1, DW_DGRAM_NAK_REM_ACCESS, "forged Read");
+        stranger_fetch_add(&x, a.rkey, (uintptr_t)a.buf + 8192, 5);
+        stranger_expect_nak(&x, &a, p0 + 2, DW_DGRAM_NAK_REM_ACCESS, "forged Atomic");
+        if (!all_zero(a.buf, BUF_LEN))
+                die("access: the victim's memory changed");
+        struct diwarp_counters c;
+        counters(&a, &c);
+        if (c.rx_dropped_protection < 3)
+                die("access: rx_dropped_protection %llu, want >= 3",
+                    (unsigned long long)c.rx_dropped_protection);
+        if (diwarp_qp_state(a.qp) != DIWARP_QPS_RTS)
+                die("access: the victim QP left RTS");
+        legit_send(&a, &b, 0x77, "access: legitimate Send");
+        /* The same forged Write into a QP that grants REMOTE_WRITE lands: the
+         * refusal above was the access flags'. */
+        struct diwarp_qp *q2 = qp_new(&a, false, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        qp_up(q2, false, NULL, 0, 0, 0);
+        struct stranger y;
+        stranger_open(&y, fd, &a, diwarp_qp_num(q2), 0x0c0002);
+        stranger_write(&y, a.rkey, (uintptr_t)a.buf, pay, sizeof(pay));
+        struct dw_dgram_hdr h;
+        uint64_t end = now_ms() + 3000;
+        while (memcmp(a.buf, pay, sizeof(pay)) != 0 && now_ms() < end)
+                (void)stranger_recv(&y, &a, &h, 10);
+        if (memcmp(a.buf, pay, sizeof(pay)) != 0)
+                die("access: a QP granting REMOTE_WRITE did not take the Write");
+        CHECK(diwarp_qp_destroy(q2));
+        fprintf(stderr, "access rd ok: Write, Read and Atomic refused, legitimate Send done\n");
+        close(fd);
+        side_close(&a);
+        side_close(&b);
+        access_rc();
+        return 0;
 }
 
 /* ---------------------------------------------------------------- log */
@@ -527,9 +636,11 @@ static int case_log(void)
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: security_dgram log");
+                die("usage: security_dgram access|log");
         alarm(120);
         setenv("DIWARP_PROGRESS", "app", 0);
+        if (strcmp(argv[1], "access") == 0)
+                return case_access();
         if (strcmp(argv[1], "log") == 0)
                 return case_log();
         die("unknown case %s", argv[1]);
