@@ -632,6 +632,9 @@ struct diwarp_counters {
         uint64_t pull_bytes;         /* bytes those Reads fetched */
         uint64_t fault_slowrx_waits; /* receive steps DIWARP_FAULT=slowrx held back */
         uint64_t rx_dropped_nocrc;   /* RD datagrams without CRC32c refused (DIWARP_RD_CRC=1) */
+        /* RD error NAKs that name no PSN their stream has outstanding, or
+         * that come from another address than the peer's (forged). */
+        uint64_t rx_dropped_nak;
         /* The credit-based mailbox receive ring (DIWARP_CREDIT); credit_stalls
          * above counts the times a Send waited for credits. */
         uint64_t mbox_parked;   /* Send segments parked for want of a receive WR */

@@ -589,19 +589,53 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
 }
 
-/* An error NAK for one of our PSNs: the WR that sent it fails, the QP too. */
-static void rd_on_error_nak(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
+/* Whether an error NAK can be the peer's answer to one of our datagrams: it
+ * comes from the peer's address, or from one of its rails whose list the
+ * peer gave us (an origin, X-flag RAIL, is otherwise taken on trust: a
+ * stranger could name any stream with it), and it names a PSN this stream
+ * has outstanding that the peer does not hold (a refused PSN is never
+ * accepted, so never SACKed). */
+static bool rd_nak_matches(const struct dw_rd_peer *p, const struct dw_dgram_hdr *h,
+                           uint32_t from_ip)
+{
+        const struct dw_rel_peer *r = &p->rel;
+        uint32_t psn = h->ack_psn;
+        if (from_ip != p->ip) {
+                const struct dw_flow_path *f = p->path;
+                unsigned i = 1;
+                while (i < f->nrails && f->rail_ip[i] != from_ip)
+                        i++;
+                if (i >= f->nrails)
+                        return false;
+        }
+        if (dw_psn_before(psn, r->snd_una) || !dw_psn_before(psn, r->snd_nxt) || !r->ring)
+                return false;
+        return !(r->ring[psn & r->ring_mask].flags & DW_REL_TXF_SACKED);
+}
+
+/* An error NAK for one of our PSNs: the WR that sent it fails, the QP too.
+ * One that does not match an outstanding PSN of the stream it names is
+ * dropped and counted: it can end nothing. */
+static void rd_on_error_nak(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint32_t from_ip)
 {
         struct dw_rd_qp *s = p->s;
         struct dw_rel_peer *r = &p->rel;
         uint32_t psn = h->ack_psn;
-        if (dw_psn_before(psn, r->snd_una) || !dw_psn_before(psn, r->snd_nxt))
-                return; /* stale */
+        char pb[64];
+        if (!rd_nak_matches(p, h, from_ip)) {
+                struct dw_qp *qp = s->qp;
+                qp->dev->ctr.rx_dropped_nak++;
+                qp->ctr.rx_dropped_nak++;
+                dw_warn_limited(&qp->dev->log_limit,
+                                "RD QP %#x peer %s: error NAK (code %u) for PSN %#x, which the "
+                                "stream has not outstanding or from another address: dropped",
+                                qp->qpn, rd_peer_str(p, pb, sizeof(pb)), h->nak_code, psn);
+                return;
+        }
         uint64_t cookie = r->ring[psn & r->ring_mask].cookie;
         enum diwarp_wc_status st = h->nak_code == DW_DGRAM_NAK_REM_ACCESS ? DIWARP_WC_REM_ACCESS_ERR
                                    : h->nak_code == DW_DGRAM_NAK_REM_OP   ? DIWARP_WC_REM_OP_ERR
                                                                         : DIWARP_WC_REM_INV_REQ_ERR;
-        char pb[64];
         dw_warn_limited(&s->qp->dev->log_limit, "RD QP %#x peer %s: PSN %#x refused (NAK code %u)",
                         s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), psn, h->nak_code);
         if (ck_kind(cookie) == RD_CK_SQ) {
@@ -759,7 +793,7 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
          * completion that ACK brings, so a ping-pong finds it with one poll. */
         bool placed = data && rd_rx_fast(s, p, h, pkt, &lay, now);
         if ((h->flags & DW_DGRAM_F_NAK) && h->nak_code >= DW_DGRAM_NAK_REM_ACCESS) {
-                rd_on_error_nak(p, h);
+                rd_on_error_nak(p, h, from->sin_addr.s_addr);
                 return;
         }
         if (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) {

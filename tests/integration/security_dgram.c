@@ -10,6 +10,13 @@
  *                           untouched; RC over TCP: a peer's Write fails with
  *                           REM_ACCESS_ERR); a QP that grants REMOTE_WRITE
  *                           takes the same forged Write; a Send completes
+ *   security_dgram nak      error NAKs for a PSN in flight from the victim to a
+ *                           silent peer: one from 127.0.0.9 naming the peer's
+ *                           stream by a forged origin (X-flag RAIL), one from
+ *                           the peer's address for a PSN not outstanding:
+ *                           both dropped and counted, the QP stays in RTS and
+ *                           serves its legitimate peer; the peer's own NAK of
+ *                           the PSN still fails the WR (REM_ACCESS_ERR)
  *   security_dgram log      300 forged Writes with unknown STags: at most the
  *                           rate limit's burst of warning lines, then after
  *                           the period one line counting the rest
@@ -548,6 +555,133 @@ static int case_access(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- nak */
+
+/* A plain UDP socket where a device of instance `inst` on 127.0.0.1 would
+ * be (the engine sends datagrams for QPN inst << 12 | 2 there): a peer that
+ * never answers. The highest free instance, far from the tests' devices. */
+static int silent_peer(uint32_t *qpn, uint16_t *port)
+{
+        const char *b = getenv("DIWARP_PORT_BASE");
+        uint32_t base = b && *b ? (uint32_t)strtoul(b, NULL, 10) : 17471;
+        for (uint32_t inst = 4000; inst > 2048; inst--) {
+                if (base + inst > 65535)
+                        continue;
+                int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_in sa = {.sin_family = AF_INET,
+                                         .sin_port = htons((uint16_t)(base + inst)),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+                        *qpn = inst << 12 | 2;
+                        *port = (uint16_t)(base + inst);
+                        return fd;
+                }
+                if (fd >= 0)
+                        close(fd);
+        }
+        die("silent_peer: no free port");
+        return -1;
+}
+
+/* An error NAK (REM_ACCESS) of psn for the stream victim QPN <- src_qpn,
+ * sent by fd; origin != 0: with X-flag RAIL naming that origin. */
+static void send_nak(int fd, const struct side *victim, uint32_t src_qpn, uint32_t psn,
+                     uint32_t origin)
+{
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_NAK,
+                                 .nak_code = DW_DGRAM_NAK_REM_ACCESS,
+                                 .dst_qpn = victim->qpn,
+                                 .src_qpn = src_qpn,
+                                 .ack_psn = psn};
+        if (origin) {
+                h.xflags = DW_DGRAM_X_RAIL;
+                h.origin = origin;
+        }
+        uint8_t pkt[256];
+        ssize_t n = dw_dgram_encode(&h, pkt, sizeof(pkt));
+        if (n < 0)
+                die("nak: encode: %s", strerror((int)-n));
+        n = dw_dgram_packet_seal(pkt, (size_t)n, sizeof(pkt));
+        struct sockaddr_in to = {.sin_family = AF_INET,
+                                 .sin_port = htons(victim->port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (n < 0 || sendto(fd, pkt, (size_t)n, 0, (struct sockaddr *)&to, sizeof(to)) != n)
+                die("nak: sendto: %s", strerror(errno));
+}
+
+static int case_nak(void)
+{
+        struct side a, b;
+        rd_pair(&a, &b, 0, true);
+        uint32_t rqpn;
+        uint16_t rport;
+        int rfd = silent_peer(&rqpn, &rport);
+        /* a's Send to the silent peer: its PSN stays outstanding. */
+        struct diwarp_ah *rah;
+        union diwarp_gid lo = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1}};
+        CHECK(diwarp_ah_create(a.pd, &lo, &rah));
+        struct diwarp_sge sge = {(uintptr_t)a.buf, 100, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        struct diwarpdv_rd_dest d = {rah, rqpn, QKEY};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarpdv_post_send_rd(a.qp, &wr, &d, &bad));
+        uint8_t pkt[2048];
+        struct pollfd pfd = {.fd = rfd, .events = POLLIN};
+        uint64_t end = now_ms() + 3000;
+        while (poll(&pfd, 1, 0) != 1 && now_ms() < end)
+                diwarp_progress(a.dev, 64);
+        ssize_t n = recv(rfd, pkt, sizeof(pkt), 0);
+        struct dw_dgram_hdr h;
+        const char *why = NULL;
+        if (n <= 0 || dw_dgram_decode(pkt, (size_t)n - DW_DGRAM_CRC_LEN, &h, &why) < 0 ||
+            !(h.flags & DW_DGRAM_F_DATA))
+                die("nak: no Send from the victim at the silent peer");
+        uint32_t psn = h.psn;
+        /* The stranger, on 127.0.0.9 at the silent peer's port, names the
+         * peer's stream by its origin. */
+        int xfd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in xa = {.sin_family = AF_INET, .sin_port = htons(rport)};
+        inet_pton(AF_INET, "127.0.0.9", &xa.sin_addr);
+        if (xfd < 0 || bind(xfd, (struct sockaddr *)&xa, sizeof(xa)) < 0) {
+                fprintf(stderr, "SKIP: cannot bind 127.0.0.9:%u: %s\n", rport, strerror(errno));
+                return 77;
+        }
+        send_nak(xfd, &a, rqpn, psn, htonl(INADDR_LOOPBACK));
+        drive(&a, NULL, 100);
+        if (diwarp_qp_state(a.qp) != DIWARP_QPS_RTS)
+                die("nak: a NAK from 127.0.0.9 with a forged origin moved the QP to state %d",
+                    diwarp_qp_state(a.qp));
+        /* From the peer's address, but for a PSN never sent. */
+        send_nak(rfd, &a, rqpn, psn + 7, 0);
+        drive(&a, NULL, 100);
+        if (diwarp_qp_state(a.qp) != DIWARP_QPS_RTS)
+                die("nak: a NAK for a PSN not outstanding moved the QP to state %d",
+                    diwarp_qp_state(a.qp));
+        struct diwarp_wc wc;
+        if (diwarp_cq_poll(a.cq, 1, &wc) != 0)
+                die("nak: the Send to the silent peer completed (%s)",
+                    diwarp_wc_status_str(wc.status));
+        legit_send(&a, &b, 0x79, "nak: legitimate Send beside the forged NAKs");
+        struct diwarp_counters c;
+        counters(&a, &c);
+        if (c.rx_dropped_nak != 2)
+                die("nak: rx_dropped_nak %llu, want 2", (unsigned long long)c.rx_dropped_nak);
+        /* The peer's own NAK of the PSN in flight still ends the WR. */
+        send_nak(rfd, &a, rqpn, psn, 0);
+        expect_wc(&a, NULL, 1, DIWARP_WC_REM_ACCESS_ERR, "nak: the peer's real NAK");
+        fprintf(stderr, "nak ok: 2 forged NAKs dropped, the real one fails the WR\n");
+        close(xfd);
+        close(rfd);
+        CHECK(diwarp_ah_destroy(rah));
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* ---------------------------------------------------------------- log */
 
 /* Runs fn with stderr going to a file; returns the lines it wrote there
@@ -636,11 +770,13 @@ static int case_log(void)
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: security_dgram access|log");
+                die("usage: security_dgram access|nak|log");
         alarm(120);
         setenv("DIWARP_PROGRESS", "app", 0);
         if (strcmp(argv[1], "access") == 0)
                 return case_access();
+        if (strcmp(argv[1], "nak") == 0)
+                return case_nak();
         if (strcmp(argv[1], "log") == 0)
                 return case_log();
         die("unknown case %s", argv[1]);
