@@ -49,6 +49,7 @@ static const struct {
     {"fault_slowrx_waits", offsetof(struct diwarp_counters, fault_slowrx_waits)},
     {"rx_dropped_nocrc", offsetof(struct diwarp_counters, rx_dropped_nocrc)},
     {"rx_dropped_nak", offsetof(struct diwarp_counters, rx_dropped_nak)},
+    {"rx_dropped_msn", offsetof(struct diwarp_counters, rx_dropped_msn)},
     {"mbox_parked", offsetof(struct diwarp_counters, mbox_parked)},
     {"credit_msgs", offsetof(struct diwarp_counters, credit_msgs)},
     {"credit_probes", offsetof(struct diwarp_counters, credit_probes)},

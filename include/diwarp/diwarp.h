@@ -635,6 +635,10 @@ struct diwarp_counters {
         /* RD error NAKs that name no PSN their stream has outstanding, or
          * that come from another address than the peer's (forged). */
         uint64_t rx_dropped_nak;
+        /* RD Sends (and Writes with Immediate) whose MSN lies beyond the
+         * receive window: they would bind receive WRs for messages that
+         * may never come. */
+        uint64_t rx_dropped_msn;
         /* The credit-based mailbox receive ring (DIWARP_CREDIT); credit_stalls
          * above counts the times a Send waited for credits. */
         uint64_t mbox_parked;   /* Send segments parked for want of a receive WR */

@@ -23,6 +23,12 @@
 #define RD_MAX_ORQ  DW_MAX_RD_ATOM /* Reads/Atomics we have outstanding, per QP */
 #define RD_MAX_IRQ  64             /* Read/Atomic responses we owe, per QP (all peers) */
 #define RD_HASH_MIN 16u
+
+/* Receive WRs one stream may hold bound to messages not yet complete
+ * without credits (with credits: its grant, if larger); a Send whose MSN
+ * lies further ahead is dropped (rd_msn_in_window). */
+#define RD_MSN_WINDOW 64u
+
 /* In-flight tokens a QP asks for at once, and how soon a QP held back by
  * the host pool asks again when nothing else wakes it. */
 #define RD_ADMIT_BATCH    8u
@@ -447,8 +453,9 @@ int rd_send_credit(struct dw_rd_peer *p, bool probe);
 int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
 
 /* rd_rx.c */
-/* What the receive path makes of a NEW DATA segment. */
-enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE };
+/* What the receive path makes of a NEW DATA segment (RV_WINDOW: a message
+ * whose MSN lies outside the receive window, dropped and counted). */
+enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE, RV_WINDOW };
 void rd_ack_flush(struct dw_rd_dev *d);
 void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   enum diwarp_wc_status st);

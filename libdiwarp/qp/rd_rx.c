@@ -101,6 +101,24 @@ static bool rd_rq_have(struct dw_rd_qp *s, uint32_t need)
         return true;
 }
 
+/* Whether queue-0 MSN msn of p lies in the receive window: from the next
+ * message to complete, at most RD_MSN_WINDOW messages ahead, or as many as
+ * the stream's credit grant when it is larger (with credits, every message
+ * not yet arrived holds at least one credit). A message beyond it would
+ * bind the receive WQEs of every MSN before it at once, to messages that
+ * may never come: a forged one could take a whole RQ (or SRQ). */
+static bool rd_msn_in_window(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t msn)
+{
+        int32_t ahead = dw_psn_diff(msn, p->rx_done);
+        if (ahead < 0)
+                return false;
+        if ((uint32_t)ahead < RD_MSN_WINDOW)
+                return true;
+        struct dw_credit_view v;
+        return s->mb && p->cr_idx && !p->cr_off &&
+               dw_credit_view(&s->mb->cr, p->cr_idx - 1, &v) == 0 && (uint32_t)ahead < v.intended;
+}
+
 /* Receive WQE bound to (p, msn), binding WQEs in MSN order first. NULL:
  * not enough receive WQEs posted (RNR). */
 struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn)
@@ -366,9 +384,10 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         case DW_RDMAP_SEND_SE:
         case DW_RDMAP_SEND_INVAL:
         case DW_RDMAP_SEND_SE_INVAL: {
-                int32_t ahead = dw_psn_diff(r.ddp.msn, p->rx_done);
-                if (ahead < 0 || ahead > 65536)
+                if (dw_psn_before(r.ddp.msn, p->rx_done))
                         return RV_DROP;
+                if (!rd_msn_in_window(s, p, r.ddp.msn))
+                        return RV_WINDOW;
                 struct rd_seg g = {.msn = r.ddp.msn,
                                    .mo = r.ddp.mo,
                                    .psn = h->psn,
@@ -410,9 +429,10 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         case DW_RDMAP_WRITE: {
                 struct dw_wqe *w = NULL;
                 if (has_imm) {
-                        int32_t ahead = dw_psn_diff(ri.ddp.msn, p->rx_done);
-                        if (ahead < 0 || ahead > 65536)
+                        if (dw_psn_before(ri.ddp.msn, p->rx_done))
                                 return RV_DROP;
+                        if (!rd_msn_in_window(s, p, ri.ddp.msn))
+                                return RV_WINDOW;
                 }
                 uint8_t *host = NULL;
                 enum dw_prot_status st = DW_PROT_OK;
@@ -867,6 +887,12 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                 return;
         case RV_DROP:
                 dev->ctr.rx_dropped_malformed++;
+                return;
+        case RV_WINDOW:
+                /* Not accepted: a real one is sent again once the window
+                 * moved. */
+                dev->ctr.rx_dropped_msn++;
+                qp->ctr.rx_dropped_msn++;
                 return;
         case RV_GONE:
                 return;

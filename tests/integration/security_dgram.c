@@ -17,6 +17,11 @@
  *                           both dropped and counted, the QP stays in RTS and
  *                           serves its legitimate peer; the peer's own NAK of
  *                           the PSN still fails the WR (REM_ACCESS_ERR)
+ *   security_dgram window [srq]   a forged Send whose MSN is 90 ahead of the
+ *                           stream's next: dropped and counted, it binds no
+ *                           receive WR (of the RQ, or of an SRQ), so the
+ *                           legitimate peer's 100 Sends all land in the 100
+ *                           WRs posted, in order
  *   security_dgram log      300 forged Writes with unknown STags: at most the
  *                           rate limit's burst of warning lines, then after
  *                           the period one line counting the rest
@@ -387,8 +392,7 @@ static void stranger_fetch_add(struct stranger *x, uint32_t stag, uint64_t to, u
 
 /* A Send of len bytes with MSN msn (the stream's next one unless the caller
  * forges another). */
-static __attribute__((unused)) void stranger_send(struct stranger *x, uint32_t msn, const void *pay,
-                                                  size_t len)
+static void stranger_send(struct stranger *x, uint32_t msn, const void *pay, size_t len)
 {
         struct dw_rdmap_hdr r;
         dw_rdmap_hdr_init(&r, DW_RDMAP_SEND);
@@ -682,6 +686,89 @@ static int case_nak(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- window */
+
+#define WIN_RECVS 100
+
+static int case_window(bool srq)
+{
+        struct side a, b;
+        side_open(&a);
+        side_open(&b);
+        struct diwarp_srq *q = NULL;
+        if (srq) {
+                struct diwarp_srq_attr sa = {.max_wr = 1024, .max_sge = 1};
+                CHECK(diwarp_srq_create(a.pd, &sa, NULL, &q));
+        }
+        a.qp = qp_new(&a, false, true, 0, q);
+        b.qp = qp_new(&b, false, true, 0, NULL);
+        a.qpn = diwarp_qp_num(a.qp);
+        b.qpn = diwarp_qp_num(b.qp);
+        qp_up(a.qp, false, NULL, 0, 0, 0);
+        qp_up(b.qp, false, NULL, 0, 0, 0);
+        CHECK(diwarp_ah_create(a.pd, &b.gid, &a.ah));
+        CHECK(diwarp_ah_create(b.pd, &a.gid, &b.ah));
+        for (unsigned i = 0; i < WIN_RECVS; i++) {
+                struct diwarp_sge sge = {(uintptr_t)a.buf + i * 256u, 256, a.lkey};
+                struct diwarp_recv_wr wr = {.wr_id = 1000 + i, .sg_list = &sge, .num_sge = 1};
+                struct diwarp_recv_wr *bad;
+                if (q)
+                        CHECK(diwarp_post_srq_recv(q, &wr, &bad));
+                else
+                        CHECK(diwarp_post_recv(a.qp, &wr, &bad));
+        }
+        int fd = stranger_socket("127.0.0.9");
+        struct stranger x;
+        stranger_open(&x, fd, &a, a.qpn, 0x0e0001);
+        uint8_t pay[64];
+        memset(pay, 0xee, sizeof(pay));
+        /* MSN 90 ahead of the stream's next: before, it bound 91 receive WRs
+         * at once, 90 of them to messages that never come. */
+        stranger_send(&x, x.msn + 90, pay, sizeof(pay));
+        drive(&a, &x, 200);
+        struct diwarp_wc wc;
+        if (diwarp_cq_poll(a.cq, 1, &wc) != 0)
+                die("window: a receive completed after the forged Send (wr_id %#llx)",
+                    (unsigned long long)wc.wr_id);
+        /* The legitimate peer's 100 Sends take the 100 WRs, in order. */
+        for (unsigned i = 0; i < WIN_RECVS; i++) {
+                for (unsigned k = 0; k < 64; k++)
+                        b.buf[i * 64u + k] = (uint8_t)(i * 3 + k);
+                rd_send(&b, &a, 2000 + i, i * 64u, 64);
+        }
+        for (unsigned i = 0; i < WIN_RECVS; i++) {
+                if (!poll_one(&a, &b, &wc, 5000))
+                        die("window: receive %u of the legitimate peer's %u never completed "
+                            "(WRs bound to the forged stream?)",
+                            i, WIN_RECVS);
+                if (wc.status != DIWARP_WC_SUCCESS || wc.wr_id != 1000 + i || wc.byte_len != 64 ||
+                    wc.src_qp != b.qpn)
+                        die("window: receive %u: wr_id %#llx status %s byte_len %u src %#x", i,
+                            (unsigned long long)wc.wr_id, diwarp_wc_status_str(wc.status),
+                            wc.byte_len, wc.src_qp);
+                if (memcmp(a.buf + i * 256u, b.buf + i * 64u, 64) != 0)
+                        die("window: receive %u: bytes differ", i);
+        }
+        for (unsigned i = 0; i < WIN_RECVS; i++)
+                expect_wc(&b, &a, 2000 + i, DIWARP_WC_SUCCESS, "window: legitimate Send");
+        struct diwarp_counters c;
+        counters(&a, &c);
+        if (c.rx_dropped_msn < 1)
+                die("window: rx_dropped_msn %llu, want >= 1", (unsigned long long)c.rx_dropped_msn);
+        fprintf(stderr, "window%s ok: the forged Send dropped (%llu), %u legitimate Sends landed\n",
+                srq ? " srq" : "", (unsigned long long)c.rx_dropped_msn, WIN_RECVS);
+        close(fd);
+        CHECK(diwarp_ah_destroy(a.ah));
+        a.ah = NULL;
+        CHECK(diwarp_qp_destroy(a.qp));
+        a.qp = NULL;
+        if (q)
+                CHECK(diwarp_srq_destroy(q));
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* ---------------------------------------------------------------- log */
 
 /* Runs fn with stderr going to a file; returns the lines it wrote there
@@ -770,13 +857,15 @@ static int case_log(void)
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: security_dgram access|nak|log");
+                die("usage: security_dgram access|nak|window [srq]|log");
         alarm(120);
         setenv("DIWARP_PROGRESS", "app", 0);
         if (strcmp(argv[1], "access") == 0)
                 return case_access();
         if (strcmp(argv[1], "nak") == 0)
                 return case_nak();
+        if (strcmp(argv[1], "window") == 0)
+                return case_window(argc > 2 && strcmp(argv[2], "srq") == 0);
         if (strcmp(argv[1], "log") == 0)
                 return case_log();
         die("unknown case %s", argv[1]);
