@@ -13,14 +13,24 @@
 
 int dw_mr_table_init(struct dw_mr_table *t, uint32_t max)
 {
-        if (!t || max == 0 || max > DW_MR_MAX_INDEX)
+        if (!t || max == 0 || max > DW_MR_MAX_SLOTS)
                 return -EINVAL;
         memset(t, 0, sizeof(*t));
-        /* Slot 0 exists but is never handed out, so index 0 (and STag 0)
-         * always fails the lookup without a special case. */
+        /* Slot 0 exists but is never handed out, so an empty hash entry (0)
+         * and STag 0 always fail the lookup without a special case. */
         t->slots = calloc((size_t)max + 1, sizeof(*t->slots));
-        if (!t->slots)
+        uint32_t hn = 16;
+        while (hn < 2 * max)
+                hn <<= 1;
+        t->hash = calloc(hn, sizeof(*t->hash));
+        if (!t->slots || !t->hash) {
+                free(t->slots);
+                free(t->hash);
+                t->slots = NULL;
+                t->hash = NULL;
                 return -ENOMEM;
+        }
+        t->hmask = hn - 1;
         t->max = max;
         /* FIFO free list: a freed slot is reused as late as possible, so a
          * stale STag meets the same index (with a new key) as rarely as
@@ -38,6 +48,7 @@ void dw_mr_table_destroy(struct dw_mr_table *t)
         if (!t)
                 return;
         free(t->slots);
+        free(t->hash);
         memset(t, 0, sizeof(*t));
 }
 
@@ -69,17 +80,54 @@ void dw_pd_put(struct dw_pd *pd)
                 pd->use_count--;
 }
 
-/* One random byte per registration: registration is not a hot path, so a
- * getrandom() call each time is simpler than keeping a pool. */
-static int random_key(uint8_t *key)
+/* A random STag candidate: from the table's pool, refilled by one
+ * getrandom() call every DW_MR_RANDOM_POOL draws (the call costs as much
+ * as the rest of a registration). */
+static int random_stag(struct dw_mr_table *t, uint32_t *v)
 {
+        while (t->npool == 0) {
+                ssize_t n = getrandom(t->pool, sizeof(t->pool), 0);
+                if (n == (ssize_t)sizeof(t->pool))
+                        t->npool = DW_MR_RANDOM_POOL;
+                else if (n >= 0 || errno != EINTR)
+                        return -EIO;
+        }
+        /* In the order getrandom() wrote them. */
+        uint32_t i = DW_MR_RANDOM_POOL - t->npool--;
+        *v = t->pool[i];
+        t->pool[i] = 0; /* handed out: not kept beside the table */
+        return 0;
+}
+
+/* The hash entry holding handle h, or the empty entry where it would go. */
+static uint32_t hash_pos(const struct dw_mr_table *t, uint32_t h)
+{
+        uint32_t i = h & t->hmask;
+        while (t->hash[i] && dw_stag_index(t->slots[t->hash[i]].stag) != h)
+                i = (i + 1) & t->hmask;
+        return i;
+}
+
+/* Removes the entry at i, moving later entries of its probe run back so
+ * every remaining handle is still found (linear probing's deletion). */
+static void hash_remove(struct dw_mr_table *t, uint32_t i)
+{
+        uint32_t j = i;
         for (;;) {
-                ssize_t n = getrandom(key, 1, 0);
-                if (n == 1)
-                        return 0;
-                if (n < 0 && errno == EINTR)
-                        continue;
-                return -EIO;
+                t->hash[i] = 0;
+                for (;;) {
+                        j = (j + 1) & t->hmask;
+                        if (!t->hash[j])
+                                return;
+                        uint32_t home = dw_stag_index(t->slots[t->hash[j]].stag) & t->hmask;
+                        /* The entry at j may move to i unless its home lies
+                         * cyclically in (i, j]. */
+                        bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+                        if (!stays)
+                                break;
+                }
+                t->hash[i] = t->hash[j];
+                i = j;
         }
 }
 
@@ -122,21 +170,32 @@ static int slot_take(struct dw_mr_table *t, struct dw_pd *pd, uint8_t kind, stru
 
         uint32_t idx = t->free_head;
         struct dw_mr *mr = &t->slots[idx];
-        uint8_t key;
-        int rc = random_key(&key);
-        if (rc)
-                return rc;
-        /* Never repeat the slot's previous key: the STag of the last
-         * registration in this slot must die for certain, not with
-         * probability 255/256. */
-        if (mr->stag != 0 && key == dw_stag_key(mr->stag))
-                key++;
+        /* A random STag whose handle no live STag has (at most a quarter of
+         * the handles are taken, so a draw or two). */
+        uint32_t v = 0, pos = 0;
+        for (int tries = 0;; tries++) {
+                if (tries == 64)
+                        return -EIO; /* a broken random source */
+                int rc = random_stag(t, &v);
+                if (rc)
+                        return rc;
+                if (dw_stag_index(v) == 0)
+                        continue;
+                pos = hash_pos(t, dw_stag_index(v));
+                if (!t->hash[pos])
+                        break;
+        }
+        /* Never repeat the slot's previous STag: the last registration's
+         * must die for certain. */
+        if (v == mr->stag)
+                v ^= 1;
 
         t->free_head = mr->next_free;
         if (t->free_head == 0)
                 t->free_tail = 0;
         mr->next_free = 0;
-        mr->stag = idx << 8 | key;
+        mr->stag = v;
+        t->hash[pos] = idx;
         mr->pd = pd;
         mr->kind = kind;
         mr->nbound = 0;
@@ -224,8 +283,9 @@ static void slot_free(struct dw_mr_table *t, struct dw_mr *mr)
         uint32_t idx = (uint32_t)(mr - t->slots);
 
         dw_pd_put(mr->pd);
-        /* Keep mr->stag: its key is the one the next registration of this
-         * slot must not reuse. */
+        hash_remove(t, hash_pos(t, dw_stag_index(mr->stag)));
+        /* Keep mr->stag: the next registration of this slot must not reuse
+         * it. */
         mr->in_use = false;
         mr->valid = false;
         mr->pd = NULL;
@@ -259,16 +319,20 @@ int dw_mr_deregister(struct dw_mr_table *t, struct dw_mr *mr)
         return 0;
 }
 
+/* The live slot whose handle is that of stag (any key), or NULL. */
+static struct dw_mr *slot_of_handle(struct dw_mr_table *t, uint32_t stag)
+{
+        uint32_t h = dw_stag_index(stag);
+        if (!t || !t->slots || !t->hash || h == 0)
+                return NULL;
+        uint32_t s = t->hash[hash_pos(t, h)];
+        return s && t->slots[s].in_use ? &t->slots[s] : NULL;
+}
+
 struct dw_mr *dw_mr_lookup(struct dw_mr_table *t, uint32_t stag)
 {
-        uint32_t idx = dw_stag_index(stag);
-
-        if (!t || !t->slots || idx == 0 || idx > t->max)
-                return NULL;
-        struct dw_mr *mr = &t->slots[idx];
-        if (!mr->in_use || mr->stag != stag)
-                return NULL;
-        return mr;
+        struct dw_mr *mr = slot_of_handle(t, stag);
+        return mr && mr->stag == stag ? mr : NULL;
 }
 
 /* TO wrap and bounds of [to, to+len) against a region or bound window; on
@@ -449,11 +513,10 @@ int dw_mw_bind(struct dw_mr_table *t, int kind, const struct dw_pd *pd, uint32_t
 {
         if (!t || !t->slots || !b)
                 return bind_fail(why, "bad arguments", -EINVAL);
-        uint32_t idx = dw_stag_index(b->new_stag);
-        if (idx == 0 || idx > t->max)
+        struct dw_mr *mw = slot_of_handle(t, b->new_stag);
+        if (!mw)
                 return bind_fail(why, "no such window", -EINVAL);
-        struct dw_mr *mw = &t->slots[idx];
-        if (!mw->in_use || mw->kind != kind)
+        if (mw->kind != kind)
                 return bind_fail(why,
                                  mw->in_use && is_window(mw) ? "window of the other type"
                                                              : "no such window",

@@ -2,13 +2,17 @@
  *
  * Registration is bookkeeping only (DESIGN.md §6): data moves through socket
  * syscalls on virtual addresses, so nothing is pinned. An STag (= lkey = rkey)
- * is a 24-bit slot index << 8 | an 8-bit key drawn from getrandom() at each
- * registration, so a stale STag (slot deregistered and reused) or a guessed
- * one fails the check. STag 0 is never valid (slot 0 is never handed out).
+ * is a 24-bit handle << 8 | an 8-bit key, all 32 bits random (getrandom()),
+ * drawn at each registration; the handle names a slot of the table through
+ * a small hash, so neither the order of registrations nor the slot shows in
+ * it. A stale STag (deregistered) or a guessed one fails the check: a blind
+ * guess hits one of n live STags with probability n / 2^32. STag 0 is never
+ * valid (handle 0 is never handed out).
  *
  * Locking: nothing here takes a lock. The caller holds the device lock.
- * Hot path: the check functions never allocate, log, or make a syscall;
- * dw_mr_register makes one getrandom() call (not a hot path).
+ * Hot path: the check functions never allocate, log, or make a syscall
+ * (one hash probe finds the common case); dw_mr_register makes a
+ * getrandom() call every 16 registrations.
  */
 #ifndef DIWARP_MEM_MR_H
 #define DIWARP_MEM_MR_H
@@ -56,26 +60,42 @@ struct dw_mr {
         bool valid;    /* region: false once invalidated; window: bound */
         uint8_t kind;  /* enum dw_stag_kind */
         /* private to mem/ */
-        bool in_use; /* slot registered (valid or invalidated) */
+        bool in_use; /* slot registered (valid or invalidated); its handle
+                      * (stag >> 8) is in the table's hash meanwhile */
         uint32_t next_free;
         uint32_t nbound; /* region: windows bound to it */
         uint32_t parent; /* window: STag of the region it is bound to */
         uint32_t qpn;    /* type 2 window: the QP it was bound on (the only one it serves) */
 };
 
+/* Random STags drawn ahead, one getrandom() call for this many. */
+#define DW_MR_RANDOM_POOL 16
+
 struct dw_mr_table {
         struct dw_mr *slots; /* [max + 1]; slot 0 unused so STag 0 never matches */
         uint32_t max;        /* usable slots: indices 1..max */
-        uint32_t count;      /* registered */
-        uint32_t free_head;  /* index of the first free slot, 0 = none */
+        /* handle (STag >> 8) -> slot index, open addressing with linear
+         * probing on the handle's low bits (random, so evenly spread), 0 =
+         * empty; a power of two >= 2 * max entries, so probes stay short. */
+        uint32_t *hash;
+        uint32_t hmask;
+        /* STags from getrandom() not handed out yet: pool[0..npool). */
+        uint32_t pool[DW_MR_RANDOM_POOL];
+        uint32_t npool;
+        uint32_t count;     /* registered */
+        uint32_t free_head; /* index of the first free slot, 0 = none */
         uint32_t free_tail;
         uint32_t next_pd_handle;
         uint32_t mw2_bound; /* type 2 windows bound (dw_mw_qp_gone scans only if any) */
 };
 
-/* Largest table: the index field is 24 bits and index 0 is reserved. */
+/* Largest handle (24 bits, 0 reserved), and largest table: at most a
+ * quarter of the handles live, so a fresh draw is free at once. */
 #define DW_MR_MAX_INDEX 0xffffffu
+#define DW_MR_MAX_SLOTS (1u << 22)
 
+/* The handle of an STag: its 24 random high bits (a window keeps its handle
+ * across binds; only the key changes). */
 static inline uint32_t dw_stag_index(uint32_t stag)
 {
         return stag >> 8;
@@ -86,7 +106,7 @@ static inline uint8_t dw_stag_key(uint32_t stag)
         return (uint8_t)stag;
 }
 
-/* max: number of MRs (1..DW_MR_MAX_INDEX). -EINVAL, -ENOMEM. */
+/* max: number of MRs and windows (1..DW_MR_MAX_SLOTS). -EINVAL, -ENOMEM. */
 int dw_mr_table_init(struct dw_mr_table *t, uint32_t max);
 void dw_mr_table_destroy(struct dw_mr_table *t);
 
@@ -158,10 +178,11 @@ static inline enum dw_prot_status dw_mr_check_inline(struct dw_mr_table *t, uint
                                                      uint32_t qpn, int needed_access, uint64_t to,
                                                      uint64_t len, uint8_t **host_addr)
 {
-        uint32_t idx = dw_stag_index(stag);
-        /* idx - 1 < max: 1 <= idx <= max (unsigned wrap rejects index 0) */
-        if (__builtin_expect(len != 0 && idx - 1 < t->max, 1)) {
-                const struct dw_mr *mr = &t->slots[idx];
+        /* The slot the handle's first hash probe names: the handle's own
+         * slot unless another handle sat there first (then the full check
+         * probes on). An empty entry names slot 0, never in use. */
+        if (__builtin_expect(len != 0 && t->hash, 1)) {
+                const struct dw_mr *mr = &t->slots[t->hash[dw_stag_index(stag) & t->hmask]];
                 uint64_t off = to - mr->iova;
                 if (__builtin_expect(
                         mr->stag == stag && mr->in_use && mr->valid && mr->kind == DW_STAG_MR &&
@@ -238,14 +259,14 @@ int dw_mw_dealloc(struct dw_mr_table *t, struct dw_mr *mw);
 /* One bind (RFC 5040's Bind Memory Window; the verbs' ibv_bind_mw or a
  * BIND_MW work request). */
 struct dw_mw_bind {
-        uint32_t new_stag; /* the window's index << 8 | the key it takes */
+        uint32_t new_stag; /* the window's handle << 8 | the key it takes */
         uint32_t mr_stag;  /* the parent region; ignored when length is 0 */
         uint64_t addr;     /* first TO of the window, in the region's TO space */
         uint64_t length;   /* 0: unbind */
         int access;        /* REMOTE_READ/WRITE/ATOMIC, LOCAL_WRITE (ignored), ZERO_BASED */
 };
 
-/* Binds (or, with length 0, unbinds) the window whose index new_stag names,
+/* Binds (or, with length 0, unbinds) the window whose handle new_stag names,
  * for a QP of pd numbered qpn, expecting a window of kind. The window takes
  * the key of new_stag, which must differ from its current key so that every
  * STag handed out before dies; a type 2 window must not be bound already

@@ -24,7 +24,8 @@
  *  - every FPDU the engine sent back is framed right and carries RDMAP
  *    version 1, and every completion is sane.
  *
- * STags: MR keys are random in the engine; here getrandom gives a fixed byte
+ * STags: random in the engine (mem/ draws them 16 per getrandom call, taken
+ * in order); here getrandom gives STag k + 1 << 8 | KEY_BYTE as word k
  * while the MRs are registered, so the committed corpus can name them. */
 #include <errno.h>
 #include <fcntl.h>
@@ -65,7 +66,12 @@ static bool fixed_random;
 ssize_t getrandom(void *buf, size_t len, unsigned int flags)
 {
         if (fixed_random) {
-                memset(buf, KEY_BYTE, len);
+                uint8_t *b = buf;
+                for (size_t k = 0; k < len / 4; k++) {
+                        uint32_t w = (uint32_t)(k + 1) << 8 | KEY_BYTE;
+                        memcpy(b + 4 * k, &w, 4);
+                }
+                memset(b + len / 4 * 4, KEY_BYTE, len % 4);
                 return (ssize_t)len;
         }
         return syscall(SYS_getrandom, buf, len, flags);
@@ -131,7 +137,7 @@ static void setup(void)
                 struct diwarp_mr_info mi;
                 diwarp_mr_info(S.mr[i], &mi);
                 S.stag[i] = mi.rkey;
-                /* The corpus names the STags as index << 8 | KEY_BYTE. */
+                /* The corpus names the STags as (i + 1) << 8 | KEY_BYTE. */
                 if (S.stag[i] != ((uint32_t)(i + 1) << 8 | KEY_BYTE)) {
                         fprintf(stderr, "fuzz_rc_rx: MR %d has STag %#x, corpus expects %#x\n", i,
                                 S.stag[i], (unsigned)((i + 1) << 8 | KEY_BYTE));

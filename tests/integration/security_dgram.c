@@ -10,6 +10,10 @@
  *                           untouched; RC over TCP: a peer's Write fails with
  *                           REM_ACCESS_ERR); a QP that grants REMOTE_WRITE
  *                           takes the same forged Write; a Send completes
+ *   security_dgram stag     1024 forged Writes into the victim's first MR,
+ *                           guessing the STags an index counting from 1
+ *                           gave (handles 1..4, every key): none lands; the
+ *                           legitimate peer's Write with the real rkey does
  *   security_dgram nak      error NAKs for a PSN in flight from the victim to a
  *                           silent peer: one from 127.0.0.9 naming the peer's
  *                           stream by a forged origin (X-flag RAIL), one from
@@ -559,6 +563,60 @@ static int case_access(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- stag */
+
+#define STAG_GUESSES 1024
+
+static int case_stag(void)
+{
+        struct side a, b;
+        rd_pair(&a, &b, DIWARP_ACCESS_REMOTE_WRITE, true);
+        int fd = stranger_socket("127.0.0.9");
+        uint8_t pay[64];
+        memset(pay, 0xee, sizeof(pay));
+        /* The first MR of the device: with STag = index << 8 | key, index 1,
+         * so one of the first 256 guesses was it. */
+        for (uint32_t g = 0; g < STAG_GUESSES; g++) {
+                struct stranger x;
+                stranger_open(&x, fd, &a, a.qpn, 0x0f0000 + g);
+                uint32_t stag = (1 + g / 256) << 8 | (g % 256);
+                stranger_write(&x, stag, (uintptr_t)a.buf, pay, sizeof(pay));
+                if (g % 16 == 15)
+                        drive(&a, NULL, 2);
+        }
+        drive(&a, NULL, 300);
+        if (!all_zero(a.buf, BUF_LEN))
+                die("stag: a guessed STag wrote into the victim's MR (its rkey is %#x)", a.rkey);
+        struct diwarp_counters c;
+        counters(&a, &c);
+        if (c.rx_dropped_protection < STAG_GUESSES)
+                die("stag: %llu of the %u guesses refused",
+                    (unsigned long long)c.rx_dropped_protection, STAG_GUESSES);
+        /* The legitimate peer's Write with the real rkey lands. */
+        memset(b.buf, 0x3c, 4096);
+        struct diwarp_sge sge = {(uintptr_t)b.buf, 4096, b.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 5,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = (uintptr_t)a.buf;
+        wr.wr.rdma.rkey = a.rkey;
+        struct diwarpdv_rd_dest d = {b.ah, a.qpn, QKEY};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarpdv_post_send_rd(b.qp, &wr, &d, &bad));
+        expect_wc(&b, &a, 5, DIWARP_WC_SUCCESS, "stag: legitimate Write");
+        if (memcmp(a.buf, b.buf, 4096) != 0)
+                die("stag: the legitimate Write's bytes are not there");
+        legit_send(&a, &b, 0x7a, "stag: legitimate Send");
+        fprintf(stderr, "stag ok: %u guesses refused (rkey %#x), the legitimate Write landed\n",
+                STAG_GUESSES, a.rkey);
+        close(fd);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* ---------------------------------------------------------------- nak */
 
 /* A plain UDP socket where a device of instance `inst` on 127.0.0.1 would
@@ -857,11 +915,13 @@ static int case_log(void)
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: security_dgram access|nak|window [srq]|log");
+                die("usage: security_dgram access|stag|nak|window [srq]|log");
         alarm(120);
         setenv("DIWARP_PROGRESS", "app", 0);
         if (strcmp(argv[1], "access") == 0)
                 return case_access();
+        if (strcmp(argv[1], "stag") == 0)
+                return case_stag();
         if (strcmp(argv[1], "nak") == 0)
                 return case_nak();
         if (strcmp(argv[1], "window") == 0)

@@ -60,7 +60,7 @@ Test(mr_table, init_rejects_bad_sizes)
 {
         struct dw_mr_table t;
         cr_expect_eq(dw_mr_table_init(&t, 0), -EINVAL);
-        cr_expect_eq(dw_mr_table_init(&t, DW_MR_MAX_INDEX + 1), -EINVAL);
+        cr_expect_eq(dw_mr_table_init(&t, DW_MR_MAX_SLOTS + 1), -EINVAL);
         cr_expect_eq(dw_mr_table_init(NULL, 4), -EINVAL);
         cr_assert_eq(dw_mr_table_init(&t, 1), 0);
         dw_mr_table_destroy(&t);
@@ -102,7 +102,7 @@ Test(mr, register_fields_and_stag_layout)
 {
         struct dw_mr *mr = reg(&pd_a, IOVA, LW | RR);
         uint32_t idx = dw_stag_index(mr->stag);
-        cr_expect(idx >= 1 && idx <= NSLOTS, "index %u", idx);
+        cr_expect(idx >= 1 && idx <= DW_MR_MAX_INDEX, "handle %u", idx);
         cr_expect_eq(mr->stag, idx << 8 | dw_stag_key(mr->stag));
         cr_expect_eq(mr->pd, &pd_a);
         cr_expect_eq(mr->addr, buf);
@@ -189,8 +189,7 @@ Test(mr, table_exhaustion_and_slot_reuse)
         cr_assert_eq(dw_mr_deregister(&tab, m[3]), 0);
         cr_assert_eq(dw_mr_register(&tab, &pd_b, buf, BUFSZ, IOVA, LW | RR, &extra), 0);
         cr_expect_eq(extra, m[3], "the only free slot is reused");
-        cr_expect_eq(dw_stag_index(extra->stag), dw_stag_index(old));
-        cr_expect_neq(extra->stag, old, "new key on reuse");
+        cr_expect_neq(extra->stag, old, "a new STag on reuse");
         cr_expect_eq(rchk(old, &pd_a, 0, IOVA, 1), DW_PROT_INVALID_STAG);
         cr_expect_eq(rchk(old, &pd_b, RR, IOVA, 1), DW_PROT_INVALID_STAG);
         cr_expect_eq(rchk(extra->stag, &pd_b, RR, IOVA, 1), DW_PROT_OK);
@@ -210,16 +209,15 @@ Test(mr, table_exhaustion_and_slot_reuse)
 Test(mr, free_list_is_fifo)
 {
         struct dw_mr *a = reg(&pd_a, IOVA, LW);
-        uint32_t ia = dw_stag_index(a->stag);
         cr_assert_eq(dw_mr_deregister(&tab, a), 0);
         /* the freed slot goes to the back: the next NSLOTS-1 registrations
          * use other slots */
         for (int i = 0; i < NSLOTS - 1; i++) {
                 struct dw_mr *m = reg(&pd_a, IOVA, LW);
-                cr_expect_neq(dw_stag_index(m->stag), ia);
+                cr_expect_neq(m, a);
         }
         struct dw_mr *last = reg(&pd_a, IOVA, LW);
-        cr_expect_eq(dw_stag_index(last->stag), ia);
+        cr_expect_eq(last, a);
 }
 
 Test(mr_table, same_slot_never_repeats_key)
@@ -233,8 +231,7 @@ Test(mr_table, same_slot_never_repeats_key)
         for (int i = 0; i < 2000; i++) {
                 struct dw_mr *mr;
                 cr_assert_eq(dw_mr_register(&t, &pd, buf, BUFSZ, 0, LW, &mr), 0);
-                cr_assert_eq(dw_stag_index(mr->stag), 1);
-                cr_assert_neq(mr->stag, prev, "iteration %d repeated key", i);
+                cr_assert_neq(mr->stag, prev, "iteration %d repeated the STag", i);
                 if (prev)
                         cr_assert_null(dw_mr_lookup(&t, prev));
                 keys_seen[dw_stag_key(mr->stag)]++;
@@ -315,11 +312,17 @@ Test(mr, guessed_indices_fail)
         struct dw_mr *mr = reg(&pd_a, IOVA, ALL_REMOTE);
         uint8_t key = dw_stag_key(mr->stag);
         uint32_t idx = dw_stag_index(mr->stag);
-        /* free slots and out-of-range indices, with the live key */
+        /* small handles (an index would have been one of them), with the
+         * live key */
         for (uint32_t i = 0; i <= NSLOTS + 2; i++)
                 if (i != idx)
                         cr_expect_eq(rchk(i << 8 | key, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG,
-                                     "index %u", i);
+                                     "handle %u", i);
+        /* every other handle of the STag's hash bucket */
+        for (uint32_t hi = 0; hi <= DW_MR_MAX_INDEX; hi += tab.hmask + 1)
+                if ((hi | (idx & tab.hmask)) != idx)
+                        cr_expect_eq(rchk((hi | (idx & tab.hmask)) << 8 | key, &pd_a, RW, IOVA, 1),
+                                     DW_PROT_INVALID_STAG);
         cr_expect_eq(rchk(DW_MR_MAX_INDEX << 8 | key, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
         cr_expect_eq(rchk(UINT32_MAX, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
 }
@@ -880,7 +883,7 @@ Test(mr, mw_bind_refusals_change_nothing)
         /* A bind for a type 2 window names a type 1 one: refused. */
         struct dw_mw_bind b = {.new_stag = s, .mr_stag = mr->stag, .addr = IOVA, .length = 10};
         cr_expect_eq(dw_mw_bind(&tab, DW_STAG_MW2, &pd_a, 1, &b, NULL), -EINVAL);
-        b.new_stag = (DW_MR_MAX_INDEX << 8) | 1;
+        b.new_stag = (dw_stag_index(s) ^ (tab.hmask + 1)) << 8 | 1; /* its bucket, not its handle */
         cr_expect_eq(dw_mw_bind(&tab, DW_STAG_MW1, &pd_a, 1, &b, NULL), -EINVAL);
         cr_assert_eq(dw_mr_invalidate(&tab, mr->stag, &pd_a, 0), 0);
         cr_expect_eq(bind(mw, &pd_a, 1, s, mr, IOVA, 10, RW), -EINVAL, "region invalidated");
@@ -991,4 +994,86 @@ Test(mr, mw_parent_region_state)
         cr_assert_eq(dw_mw_dealloc(&tab, w1), 0);
         cr_expect_eq(dw_mr_deregister(&tab, mr), 0);
         cr_expect_eq(rchk(s1, &pd_a, RW, IOVA, 1), DW_PROT_INVALID_STAG);
+}
+
+/* ---- unpredictable STags ---------------------------------------------- */
+
+/* Handles are 24 random bits, not an index counting up: registrations in a
+ * row share no pattern a stranger could follow from one STag it saw. */
+Test(mr_table, stags_unpredictable)
+{
+        enum { N = 4096 };
+        struct dw_mr_table t;
+        struct dw_pd pd;
+        cr_assert_eq(dw_mr_table_init(&t, N), 0);
+        dw_pd_init(&t, &pd, NULL);
+        static uint32_t h[N];
+        unsigned small = 0, high = 0, consecutive = 0;
+        for (int i = 0; i < N; i++) {
+                struct dw_mr *mr;
+                cr_assert_eq(dw_mr_register(&t, &pd, buf, BUFSZ, 0, LW, &mr), 0);
+                h[i] = dw_stag_index(mr->stag);
+                cr_assert_neq(h[i], 0);
+                small += h[i] <= N;
+                high += h[i] >= 1u << 23;
+                if (i && h[i] == h[i - 1] + 1)
+                        consecutive++;
+                cr_assert_eq(dw_mr_lookup(&t, mr->stag), mr);
+        }
+        /* With an index, every handle would be <= N and consecutive; random
+         * 24-bit handles are almost never (expected N * N / 2^24 = 1). */
+        cr_expect_lt(small, 16u, "%u handles among the first %u values", small, (unsigned)N);
+        cr_expect_lt(consecutive, 4u);
+        /* about half have the top bit */
+        cr_expect(high > N / 2 - N / 8 && high < N / 2 + N / 8, "%u of %u with bit 23", high,
+                  (unsigned)N);
+        for (int i = 0; i < N; i++)
+                for (int j = i + 1; j < N; j += 97)
+                        cr_expect_neq(h[i], h[j]);
+        dw_mr_table_destroy(&t);
+}
+
+/* Registrations and deregistrations in any order: every live STag found,
+ * the table full at max, no deregistered STag ever valid again. */
+Test(mr_table, churn)
+{
+        enum { N = 64 };
+        struct dw_mr_table t;
+        struct dw_pd pd;
+        cr_assert_eq(dw_mr_table_init(&t, N), 0);
+        dw_pd_init(&t, &pd, NULL);
+        struct dw_mr *m[N] = {0};
+        static uint32_t dead[4096];
+        unsigned ndead = 0, x = 12345;
+        for (int round = 0; round < 20000; round++) {
+                x = x * 1103515245u + 12345u;
+                unsigned i = (x >> 16) % N;
+                if (m[i]) {
+                        if (ndead < sizeof(dead) / sizeof(dead[0]))
+                                dead[ndead++] = m[i]->stag;
+                        cr_assert_eq(dw_mr_deregister(&t, m[i]), 0);
+                        m[i] = NULL;
+                } else {
+                        cr_assert_eq(dw_mr_register(&t, &pd, buf, BUFSZ, 0, LW, &m[i]), 0);
+                }
+                if (round % 97 == 0)
+                        for (unsigned k = 0; k < N; k++)
+                                if (m[k]) {
+                                        uint8_t *p;
+                                        cr_assert_eq(dw_mr_lookup(&t, m[k]->stag), m[k]);
+                                        cr_assert_eq(
+                                            dw_mr_check_local(&t, m[k]->stag, &pd, 0, 0, 1, &p),
+                                            DW_PROT_OK);
+                                }
+        }
+        for (unsigned k = 0; k < N; k++)
+                if (!m[k])
+                        cr_assert_eq(dw_mr_register(&t, &pd, buf, BUFSZ, 0, LW, &m[k]), 0);
+        struct dw_mr *extra = NULL;
+        cr_expect_eq(dw_mr_register(&t, &pd, buf, BUFSZ, 0, LW, &extra), -ENOMEM);
+        unsigned live_again = 0;
+        for (unsigned k = 0; k < ndead; k++)
+                live_again += dw_mr_lookup(&t, dead[k]) != NULL;
+        cr_expect_eq(live_again, 0, "a deregistered STag came back");
+        dw_mr_table_destroy(&t);
 }
