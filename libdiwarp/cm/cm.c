@@ -591,11 +591,11 @@ static int rdcm_decode(const uint8_t *pd, uint16_t len, uint32_t *qpn, uint32_t 
 
 /* A fresh first PSN per connection (IB's CM picks one at random too), so a
  * stale segment of an earlier connection of the same QP pair is not taken
- * for new data. */
-static uint32_t rdcm_psn(uint32_t qpn)
+ * for new data, and unpredictable (the device's keyed hash of the QPN and
+ * the clock, RFC 6528), so a stranger cannot aim datagrams at the stream. */
+static uint32_t rdcm_psn(struct dw_qp *qp)
 {
-        uint64_t k = (dw_now_ns() ^ (uint64_t)qpn << 24) * 0x9e3779b97f4a7c15ull;
-        return (uint32_t)(k >> 40) & 0xffffff;
+        return dw_rd_first_psn(qp->dev, qp->qpn, 0, 0, 0) & 0xffffff;
 }
 
 static struct dw_cm_rdch *rdch_of(const struct dw_qp *qp)
@@ -1244,7 +1244,7 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         uint16_t ird = param_or(reply ? reply->ird : 0, dw_rc_offer_ird(qp));
         uint16_t ord = param_or(reply ? reply->ord : 0, dw_rc_offer_ord(qp));
         bool rd = dw_qp_on_rd(qp);
-        uint32_t peer_qpn = 0, peer_psn = 0, psn = rdcm_psn(qp->qpn);
+        uint32_t peer_qpn = 0, peer_psn = 0, psn = rd ? rdcm_psn(qp) : 0;
         if (r == 0 && rd) {
                 if (reply && reply->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN)
                         r = -EINVAL;
@@ -1365,7 +1365,7 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         }
         uint32_t tmo = timeout_ms < 0 ? connect_timeout_ms(dev) : (uint32_t)timeout_ms;
         bool rd = dw_qp_on_rd(qp);
-        uint32_t psn = rdcm_psn(qp->qpn), peer_qpn = 0, peer_psn = 0;
+        uint32_t psn = rd ? rdcm_psn(qp) : 0, peer_qpn = 0, peer_psn = 0;
         if (r == 0 && rd && param && param->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN) {
                 unclaim_qp(qp);
                 r = -EINVAL;

@@ -204,6 +204,7 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
         p->port = port;
         p->rqpn = qpn;
         p->tx_msn = p->tx_rreq = p->rx_bind = p->rx_done = 1;
+        p->rx_sync = p->tx_synced = true; /* RC over RD: the PSNs are agreed */
         p->udp_mtu = rd_udp_mtu(s->qp->dev, ip, port);
         /* A multirail device's datagrams may carry its rail list or its
          * origin address: segments leave room for them. */
@@ -223,6 +224,72 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
         s->htab[b] = p;
         s->npeers++;
         rd_mbox_peer_new(s, p);
+        return p;
+}
+
+/* RFC 6528's ISN, for a pseudo-stream of an RD QP: F(secret, our address,
+ * port and QPN, the peer's, the clock) from the device's keyed hash. The
+ * clock makes a new stream of the same QPs (a QP reset or made again with
+ * its QPN) start elsewhere. out[0]: the first PSN, out[1]: another 32
+ * bits. */
+static int rd_stream_secret(struct dw_device *dev, uint32_t qpn, uint32_t ip, uint16_t port,
+                            uint32_t peer_qpn, uint32_t out[2])
+{
+        uint8_t in[28];
+        uint16_t our_port = htons(dev->port);
+        uint64_t now = dw_now_ns();
+        memcpy(in, &dev->addr.s_addr, 4);
+        memcpy(in + 4, &our_port, 2);
+        memcpy(in + 6, &qpn, 4);
+        memcpy(in + 10, &ip, 4);
+        memcpy(in + 14, &port, 2);
+        memcpy(in + 16, &peer_qpn, 4);
+        memcpy(in + 20, &now, 8);
+        uint8_t h[DW_KEYHASH_OUT_LEN];
+        int e = dw_keyhash(&rdd(dev)->isn_key, in, sizeof(in), h);
+        if (e < 0)
+                return e;
+        memcpy(out, h, 2 * sizeof(*out));
+        return 0;
+}
+
+uint32_t dw_rd_first_psn(struct dw_device *dev, uint32_t qpn, uint32_t peer_ip, uint16_t peer_port,
+                         uint32_t peer_qpn)
+{
+        uint32_t v[2] = {0, 0};
+        if (!rdd(dev) || rd_stream_secret(dev, qpn, peer_ip, peer_port, peer_qpn, v) < 0) {
+                /* Not reached with an RD-served QP (its device has the key);
+                 * the clock still makes a fresh value. */
+                uint64_t k = dw_now_ns() * 0x9e3779b97f4a7c15ull;
+                return (uint32_t)(k >> 32);
+        }
+        return v[0];
+}
+
+void rd_peer_rx_start(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
+{
+        dw_rel_rx_start(&p->rel, h->start_psn);
+        p->rx_bind = p->rx_done = h->start_msn;
+        p->rx_sync = true;
+}
+
+struct dw_rd_peer *rd_peer_new_rd(struct dw_rd_qp *s, uint32_t ip, uint16_t port, uint32_t qpn,
+                                  const struct dw_dgram_hdr *start)
+{
+        uint32_t v[2];
+        if (rd_stream_secret(s->qp->dev, s->qp->qpn, ip, port, qpn, v) < 0)
+                return NULL;
+        struct dw_rd_peer *p = rd_peer_new(s, ip, port, qpn, v[0], 0);
+        if (!p)
+                return NULL;
+        /* Our first queue-0 MSN is our first PSN (the START descriptor says
+         * so); queue 1's is the hash's other half, which only we match. */
+        p->tx_msn = v[0];
+        p->tx_rreq = v[1];
+        p->tx_synced = false;
+        p->rx_sync = false;
+        if (start)
+                rd_peer_rx_start(p, start);
         return p;
 }
 
@@ -536,6 +603,13 @@ int dw_rd_dev_init(struct dw_device *dev)
         clock_gettime(CLOCK_MONOTONIC, &mt);
         cp.clock_offset_ns =
             ((int64_t)rt.tv_sec - mt.tv_sec) * 1000000000ll + ((int64_t)rt.tv_nsec - mt.tv_nsec);
+        const char *why = NULL;
+        int e = dw_keyhash_init(&d->isn_key, &why);
+        if (e < 0) {
+                dw_err("device port %u: RD streams cannot start: %s", dev->port, why);
+                free(d);
+                return e;
+        }
         dw_flow_paths_init(&d->paths, &cp);
         dev->rd = d;
         return 0;
@@ -549,8 +623,10 @@ void dw_rd_dev_fini(struct dw_device *dev)
                 d->ring_cache = f->next;
                 free(f);
         }
-        if (d)
+        if (d) {
                 dw_flow_paths_fini(&d->paths);
+                dw_keyhash_fini(&d->isn_key);
+        }
         free(dev->rd);
         dev->rd = NULL;
 }
@@ -771,9 +847,8 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
                         dw_peer_addr(qp->dev, ah->ip, w->remote_qpn, &a);
                         p = rd_peer_find(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn);
                         if (!p)
-                                p = rd_peer_new(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn,
-                                                rd_isn(qp->qpn, w->remote_qpn),
-                                                rd_isn(w->remote_qpn, qp->qpn));
+                                p = rd_peer_new_rd(s, a.sin_addr.s_addr, a.sin_port, w->remote_qpn,
+                                                   NULL);
                         if (!p)
                                 return -ENOMEM;
                         s->last_tx = p;

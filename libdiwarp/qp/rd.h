@@ -103,5 +103,11 @@ uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
  * PSNs in flight also borrows a send-window ring of DW_REL_DEF_WINDOW × 16
  * bytes from a per-device cache. For reports and tests. */
 size_t dw_rd_peer_bytes(void);
+/* A first PSN for a stream of QP qpn (RD-served) to peer_qpn at
+ * peer_ip:peer_port (network order; 0 when not known yet) from the device's
+ * keyed hash and the clock (RFC 6528): what cm/ offers for a native RC
+ * connection carried by RD. */
+uint32_t dw_rd_first_psn(struct dw_device *dev, uint32_t qpn, uint32_t peer_ip, uint16_t peer_port,
+                         uint32_t peer_qpn);
 
 #endif

@@ -16,6 +16,7 @@
 #include "flow/path.h"
 #include "qp/rd.h"
 #include "wire/rdmap.h"
+#include "util/keyhash.h"
 #include "util/time.h"
 
 /* ---------------------------------------------------------------- layout */
@@ -186,6 +187,11 @@ struct dw_rd_peer {
          * us): our Sends to it go uncharged; cr_wait, a Send to it waits for
          * credits (counted once per wait). */
         bool cr_off : 1, cr_wait : 1;
+        /* Stream start (RD QPs; RC over RD has both set from the start):
+         * rx_sync, the peer's first PSN and MSN are known (from its START
+         * descriptor), so its data can be taken; tx_synced, the peer
+         * acknowledged our first PSN, so our data stops carrying START. */
+        bool rx_sync : 1, tx_synced : 1;
         /* Largest UDP payload to this peer (rd_udp_mtu), fixed for the
          * stream's life: segment k of a message always covers the same bytes,
          * so a retransmission rebuilds it exactly. */
@@ -341,7 +347,10 @@ struct rd_txslot {
 };
 
 struct dw_rd_dev {
-        struct dw_rd_qp *qps;   /* every RD-served QP */
+        struct dw_rd_qp *qps; /* every RD-served QP */
+        /* The device's secret for the first PSN and MSNs of its streams
+         * (RFC 6528's F; util/keyhash.h). */
+        struct dw_keyhash isn_key;
         struct dw_rd_qp *tx_rr; /* the QP the next transmit pass starts with */
         struct dw_flow_paths paths;
         uint64_t pace_wake; /* earliest pacing deadline a held send waits for (0: none) */
@@ -430,6 +439,14 @@ bool rd_ring_get(struct dw_rd_dev *d, struct dw_rd_peer *p);
 void rd_ring_idle(struct dw_rd_dev *d, struct dw_rd_peer *p);
 struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, uint32_t qpn,
                                uint32_t tx_psn, uint32_t rx_psn);
+/* A pseudo-stream of an RD QP: our first PSN (= our first queue-0 MSN) and
+ * first queue-1 MSN from the device's keyed hash; the peer's from its START
+ * descriptor (start: a DATA header with X2-flag START), else unknown until
+ * one comes (rx_sync clear). */
+struct dw_rd_peer *rd_peer_new_rd(struct dw_rd_qp *s, uint32_t ip, uint16_t port, uint32_t qpn,
+                                  const struct dw_dgram_hdr *start);
+/* The peer's START descriptor: its first PSN and MSN. */
+void rd_peer_rx_start(struct dw_rd_peer *p, const struct dw_dgram_hdr *h);
 const char *rd_peer_str(const struct dw_rd_peer *p, char *buf, size_t len);
 void rd_retire(struct dw_rd_qp *s);
 void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w);
@@ -558,10 +575,11 @@ static inline uint32_t rd_seg_payload(uint32_t mtu)
         if (mtu > DW_UDP_MAX_PAYLOAD)
                 mtu = DW_UDP_MAX_PAYLOAD;
         /* Room for the fixed header, an untagged DDP header, an Immediate Data
-         * message and the CRC; SACK blocks ride in what is left over. The size
-         * is fixed per device so a retransmission rebuilds the same segment. */
+         * message, a start descriptor and the CRC; SACK blocks ride in what
+         * is left over. The size is fixed per stream so a retransmission
+         * rebuilds the same segment. */
         return mtu - DW_DGRAM_HDR_LEN - DW_DGRAM_DDP_UNTAGGED_LEN - DW_DGRAM_IMM_MSG_LEN -
-               DW_DGRAM_CRC_LEN;
+               DW_DGRAM_START_LEN - DW_DGRAM_CRC_LEN;
 }
 
 static inline uint32_t rd_peer_seg(const struct dw_rd_peer *p)
@@ -695,12 +713,17 @@ static inline void rd_activate(struct dw_rd_peer *p)
         d->active = p;
 }
 
-/* First PSN of the direction from QPN a to QPN b on an RD QP, which both ends
- * compute alike (no handshake). RC over RD uses sq_psn / rq_psn instead. */
-static inline uint32_t rd_isn(uint32_t from_qpn, uint32_t to_qpn)
+/* The start descriptor a DATA datagram of p carries until the peer has
+ * acknowledged our first PSN: our first PSN (the oldest unacknowledged one
+ * until then) and our first queue-0 MSN, the same value. Returns its
+ * length. */
+static inline size_t rd_hdr_start(const struct dw_rd_peer *p, struct dw_dgram_hdr *h)
 {
-        uint64_t k = ((uint64_t)from_qpn << 24 | to_qpn) * 0xff51afd7ed558ccdull;
-        return (uint32_t)(k >> 29);
+        if (p->tx_synced)
+                return 0;
+        h->xflags2 |= DW_DGRAM_X2_START;
+        h->start_psn = h->start_msn = p->rel.snd_una;
+        return DW_DGRAM_START_LEN;
 }
 
 static inline struct dw_rd_peer *rd_peer_find(struct dw_rd_qp *s, uint32_t ip, uint16_t port,

@@ -784,19 +784,29 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                 return;
         }
         if (!p) {
-                /* First use: only a request from a stranger opens a stream
+                /* First use: only a request from a stranger that starts its
+                 * stream (X2-flag START: its first PSN and MSN) opens one
                  * (RC over RD knows its one peer from RTR). */
                 if (s->rc || !data || h->qkey != qp->attr.qkey ||
-                    (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK))) {
+                    (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) ||
+                    !(h->xflags2 & DW_DGRAM_X2_START)) {
                         dev->ctr.rx_dropped_no_qp++;
                         return;
                 }
-                p = rd_peer_new(s, src, from->sin_port, h->src_qpn, rd_isn(qp->qpn, h->src_qpn),
-                                rd_isn(h->src_qpn, qp->qpn));
+                p = rd_peer_new_rd(s, src, from->sin_port, h->src_qpn, h);
                 if (!p) {
                         dev->ctr.rx_dropped_no_qp++;
                         return;
                 }
+        } else if (data && !p->rx_sync) {
+                /* Our stream to the peer came first: its own starts with the
+                 * first datagram that says where (every one does until we
+                 * acknowledge its first PSN). Data before that has no place. */
+                if (!(h->xflags2 & DW_DGRAM_X2_START)) {
+                        dev->ctr.rx_dropped_no_qp++;
+                        return;
+                }
+                rd_peer_rx_start(p, h);
         }
         /* The first datagram of a step uses the clock read as the step began
          * (dw_rd_rx_clock), the others read it anew. */
@@ -966,7 +976,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
          * end; one our setting refuses takes the ordinary way, which drops it. */
         bool nocrc = h.xflags & DW_DGRAM_X_NOCRC;
         if ((nocrc && !d->nocrc) || (h.xflags & ~(DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL)) ||
-            (size_t)len < (nocrc ? 0 : DW_DGRAM_CRC_LEN) + RD_DIRECT_MIN)
+            h.xflags2 || (size_t)len < (nocrc ? 0 : DW_DGRAM_CRC_LEN) + RD_DIRECT_MIN)
                 return rd_direct_skip(d);
         size_t body = (size_t)len - (nocrc ? 0 : DW_DGRAM_CRC_LEN);
         if (rl < 0 || r.opcode != (read ? DW_RDMAP_READ_RESP : DW_RDMAP_WRITE) ||

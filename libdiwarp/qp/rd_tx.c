@@ -320,7 +320,7 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         bool write = w->opcode == DIWARP_WR_RDMA_WRITE;
         if ((w->opcode != DIWARP_WR_SEND && !write) || w->total_len > RD_COPY_MAX ||
             w->total_len > rd_send_seg(p) || (p->rel.rx_map[0] | p->rel.rx_map[1]) ||
-            ck_rail(cookie) || rd_rails_due(p))
+            ck_rail(cookie) || rd_rails_due(p) || !p->tx_synced)
                 return false;
         uint32_t len = (uint32_t)w->total_len;
         const uint8_t *src = NULL;
@@ -401,6 +401,7 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
         };
         rd_mbox_hdr(p, &h, true);
         rd_hdr_rails(p, ck_rail(cookie), &h);
+        rd_hdr_start(p, &h);
         if (dw_rel_ack_owed(&p->rel))
                 dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
         ssize_t hl = dw_dgram_encode(&h, t->hdr, sizeof(t->hdr));
@@ -615,12 +616,13 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         };
         rd_mbox_hdr(p, &h, true);
         fixed += rd_hdr_rails(p, ck_rail(cookie), &h);
+        fixed += rd_hdr_start(p, &h);
         if (dw_rel_ack_owed(&p->rel)) {
                 size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
                 dw_rel_build_ack(&p->rel, &h,
                                  room > DW_DGRAM_MAX_SACK ? DW_DGRAM_MAX_SACK : (unsigned)room);
         }
-        ssize_t hl = h.sack_count || (h.xflags & ~DW_DGRAM_X_NOCRC)
+        ssize_t hl = h.sack_count || (h.xflags & ~DW_DGRAM_X_NOCRC) || h.xflags2
                          ? dw_dgram_encode(&h, t->hdr, sizeof(t->hdr))
                          : rd_put_hdr(&h, t->hdr);
         if (hl < 0)
@@ -930,7 +932,12 @@ int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
         bool rails = p->path->nrails;
         if (rails)
                 memset(d->cc_acked_rail, 0, sizeof(d->cc_acked_rail));
+        uint32_t una = p->rel.snd_una;
         int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
+        /* Our first PSN acknowledged: the peer knows where the stream
+         * starts, and our datagrams stop saying it. */
+        if (p->rel.snd_una != una)
+                p->tx_synced = true;
         if (d->cc_acked)
                 dw_cc_acked(&p->path->cc, d->cc_acked, now);
         for (unsigned i = 0; rails && i < p->path->nrails; i++)

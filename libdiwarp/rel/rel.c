@@ -67,6 +67,16 @@ int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
         return 0;
 }
 
+void dw_rel_rx_start(struct dw_rel_peer *r, uint32_t rx_psn)
+{
+        r->rcv_nxt = rx_psn;
+        r->rx_map[0] = r->rx_map[1] = 0;
+        r->rx_unacked = 0;
+        r->ack_deadline = 0;
+        r->flags &= (uint8_t) ~(DW_REL_F_ACK_NOW | DW_REL_F_REQ_SEEN);
+        r->flags2 &= (uint8_t)~DW_REL_F2_DSACK;
+}
+
 int dw_rel_attach_ring(struct dw_rel_peer *r, struct dw_rel_txent *ring)
 {
         if (!ring || r->ring || r->snd_nxt != r->snd_una)

@@ -207,6 +207,10 @@ struct dw_rel_ops {
 int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
                      struct dw_rel_txent *ring, uint32_t ring_len, uint32_t tx_psn,
                      uint32_t rx_psn);
+/* The peer's first PSN, learnt after init (an RD pseudo-stream learns it
+ * from the peer's first datagrams): the receive side starts over there.
+ * Only before anything was received. */
+void dw_rel_rx_start(struct dw_rel_peer *r, uint32_t rx_psn);
 /* Gives an idle peer (nothing outstanding, no ring) its ring: 0 or -EINVAL. */
 int dw_rel_attach_ring(struct dw_rel_peer *r, struct dw_rel_txent *ring);
 /* Takes the ring back once nothing is outstanding (the receive side and the

@@ -116,6 +116,15 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
         } else if ((h->pull_len | h->pull_pushed) != 0) {
                 return dw_wire_fail(why, "pull: lengths non-zero without the PULL flag", EBADMSG);
         }
+        if (h->xflags2 & ~DW_DGRAM_X2_ALL)
+                return dw_wire_fail(why, "xflags2: unknown bits set", EBADMSG);
+        if (h->xflags2 & DW_DGRAM_X2_START) {
+                if ((f & rd_data) != rd_data)
+                        return dw_wire_fail(why, "xflags2: START without RD and DATA", EBADMSG);
+        } else if ((h->start_psn | h->start_msn) != 0) {
+                return dw_wire_fail(why, "start: descriptor non-zero without the START flag",
+                                    EBADMSG);
+        }
         return 0;
 }
 
@@ -188,7 +197,8 @@ ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h)
         return DW_DGRAM_HDR_LEN + (ssize_t)h->sack_count * DW_DGRAM_SACK_LEN +
                ((h->xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0) +
                ((h->xflags & DW_DGRAM_X_RAILS) ? DW_DGRAM_RAILS_LEN(h->rail_count) : 0) +
-               ((h->xflags & DW_DGRAM_X_RAIL) ? DW_DGRAM_RAIL_LEN : 0);
+               ((h->xflags & DW_DGRAM_X_RAIL) ? DW_DGRAM_RAIL_LEN : 0) +
+               ((h->xflags2 & DW_DGRAM_X2_START) ? DW_DGRAM_START_LEN : 0);
 }
 
 ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
@@ -201,13 +211,14 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
 
         /* Version 2 only when an extension needs it: every other datagram
          * stays readable by a version-1 receiver. */
-        buf[0] = h->xflags ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
+        buf[0] = h->xflags || h->xflags2 ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
         buf[1] = h->flags;
         buf[2] = h->sack_count;
         buf[3] = h->nak_code;
         dw_put_be32(buf + 4, h->dst_qpn); /* high byte 0: validated */
         buf[4] = h->xflags;
         dw_put_be32(buf + 8, h->src_qpn);
+        buf[8] = h->xflags2;
         dw_put_be32(buf + 12, h->qkey);
         dw_put_be32(buf + 16, h->psn);
         dw_put_be32(buf + 20, h->ack_psn);
@@ -231,8 +242,14 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
                 memcpy(p + 4, h->rails, 4u * h->rail_count);
                 p += DW_DGRAM_RAILS_LEN(h->rail_count);
         }
-        if (h->xflags & DW_DGRAM_X_RAIL)
+        if (h->xflags & DW_DGRAM_X_RAIL) {
                 memcpy(p, &h->origin, DW_DGRAM_RAIL_LEN);
+                p += DW_DGRAM_RAIL_LEN;
+        }
+        if (h->xflags2 & DW_DGRAM_X2_START) {
+                dw_put_be32(p, h->start_psn);
+                dw_put_be32(p + 4, h->start_msn);
+        }
         return n;
 }
 
@@ -254,14 +271,17 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
         h.sack_count = buf[2];
         h.nak_code = buf[3];
         h.dst_qpn = dw_get_be32(buf + 4); /* version 1: byte 4 is validated as reserved */
+        h.src_qpn = dw_get_be32(buf + 8); /* version 1: byte 8 is validated as reserved */
         if (buf[0] == DW_DGRAM_VERSION2) {
                 h.xflags = buf[4];
                 h.dst_qpn &= DW_DGRAM_QPN_MASK;
-                /* One encoding per header: without an X-flag it is version 1. */
-                if (h.xflags == 0)
+                h.xflags2 = buf[8];
+                h.src_qpn &= DW_DGRAM_QPN_MASK;
+                /* One encoding per header: without an extension flag it is
+                 * version 1. */
+                if (h.xflags == 0 && h.xflags2 == 0)
                         return dw_wire_fail(why, "xflags: none set in a version-2 header", EBADMSG);
         }
-        h.src_qpn = dw_get_be32(buf + 8);
         h.qkey = dw_get_be32(buf + 12);
         h.psn = dw_get_be32(buf + 16);
         h.ack_psn = dw_get_be32(buf + 20);
@@ -314,6 +334,15 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
                 memcpy(&h.origin, buf + n, DW_DGRAM_RAIL_LEN);
                 n += DW_DGRAM_RAIL_LEN;
         }
+        if (h.xflags2 & DW_DGRAM_X2_START) {
+                if (len - n < DW_DGRAM_START_LEN)
+                        return dw_wire_fail(
+                            why, "start: descriptor announced by the START flag is truncated",
+                            ENODATA);
+                h.start_psn = dw_get_be32(buf + n);
+                h.start_msn = dw_get_be32(buf + n + 4);
+                n += DW_DGRAM_START_LEN;
+        }
 
         int rc = dw_dgram_hdr_validate(&h, why);
         if (rc != 0)
@@ -346,6 +375,9 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
                 return dw_dgram_decode(buf, len, out, why);
         out->flags = f;
         out->xflags = x;
+        out->xflags2 = 0;
+        out->start_psn = 0;
+        out->start_msn = 0;
         out->sack_count = 0;
         out->nak_code = 0;
         out->dst_qpn = dw_get_be32(buf + 4) & DW_DGRAM_QPN_MASK;

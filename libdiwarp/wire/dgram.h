@@ -4,9 +4,10 @@
  *     dgram header | DDP/RDMAP segment (DATA only) | [Immediate Data message (IMM)] | CRC32c
  * The CRC32c covers every byte before it and is sent in network byte order;
  * a version-2 RD datagram with the NOCRC extension flag has no CRC32c.
- * Version 2 is version 1 plus extension flags (X-flags) in byte 4 and an
- * optional pull descriptor after the SACK blocks; it is sent only when an
- * X-flag is set, so every other datagram stays version 1.
+ * Version 2 is version 1 plus extension flags (X-flags in byte 4, X2-flags
+ * in byte 8) and the optional extensions they announce after the SACK
+ * blocks; it is sent only when an extension flag is set, so every other
+ * datagram stays version 1.
  * The layout, the flag rules and the size limits are in docs/PROTOCOL.md
  * (section "Datagram header"); keep the two in step.
  */
@@ -32,9 +33,12 @@
 #define DW_DGRAM_RAILS_LEN(n)  (4 + 4 * (n))
 #define DW_DGRAM_RAIL_LEN      4
 #define DW_DGRAM_MULTIRAIL_MAX (DW_DGRAM_RAILS_LEN(DW_DGRAM_MAX_RAILS) + DW_DGRAM_RAIL_LEN)
+/* Stream start (X2-flag START): {First PSN, First MSN} of the sender's
+ * pseudo-stream. */
+#define DW_DGRAM_START_LEN 8
 #define DW_DGRAM_HDR_MAX_LEN                                                                       \
         (DW_DGRAM_HDR_LEN + DW_DGRAM_MAX_SACK * DW_DGRAM_SACK_LEN + DW_DGRAM_PULL_LEN +            \
-         DW_DGRAM_MULTIRAIL_MAX) /* 124 */
+         DW_DGRAM_MULTIRAIL_MAX + DW_DGRAM_START_LEN) /* 132 */
 #define DW_DGRAM_CRC_LEN   4
 #define DW_UDP_MAX_PAYLOAD 65507 /* 65535 - 20 (IPv4) - 8 (UDP) */
 
@@ -80,6 +84,13 @@
         (DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL | DW_DGRAM_X_PULLREQ | DW_DGRAM_X_DSACK |              \
          DW_DGRAM_X_ECE | DW_DGRAM_X_CCTL | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL)
 
+/* X2-flags (byte 8 of a version-2 header, the reserved high byte of the
+ * Source QPN word; version 1 has none). RD DATA: the segment belongs to the
+ * first window of the sender's pseudo-stream, whose first PSN and first
+ * queue-0 MSN (the start descriptor) follow the origin. */
+#define DW_DGRAM_X2_START 0x01
+#define DW_DGRAM_X2_ALL   DW_DGRAM_X2_START
+
 /* nak_code (byte 3), only with DW_DGRAM_F_NAK */
 enum dw_dgram_nak {
         DW_DGRAM_NAK_NONE = 0,
@@ -104,10 +115,12 @@ struct dw_dgram_sack {
         uint32_t end;
 };
 
-/* The version is not a field: it follows from xflags (0: version 1). */
+/* The version is not a field: it follows from xflags and xflags2 (both 0:
+ * version 1). */
 struct dw_dgram_hdr {
         uint8_t flags;
-        uint8_t xflags; /* DW_DGRAM_X_*; 0 on every version-1 datagram */
+        uint8_t xflags;  /* DW_DGRAM_X_*; 0 on every version-1 datagram */
+        uint8_t xflags2; /* DW_DGRAM_X2_*; 0 on every version-1 datagram */
         uint8_t sack_count;
         uint8_t nak_code;
         uint32_t dst_qpn;
@@ -127,6 +140,10 @@ struct dw_dgram_hdr {
         uint8_t rail_count;
         uint32_t rails[DW_DGRAM_MAX_RAILS];
         uint32_t origin;
+        /* With DW_DGRAM_X2_START (0 otherwise): the sender's first PSN and
+         * first queue-0 MSN of this pseudo-stream. */
+        uint32_t start_psn;
+        uint32_t start_msn;
         struct dw_dgram_sack sack[DW_DGRAM_MAX_SACK];
 };
 
@@ -151,11 +168,11 @@ static inline bool dw_psn_before(uint32_t a, uint32_t b)
 int dw_dgram_hdr_validate(const struct dw_dgram_hdr *h, const char **why);
 
 /* Encoded header length (fixed part + SACK blocks + pull descriptor + rail
- * list + origin), or -EINVAL. */
+ * list + origin + start descriptor), or -EINVAL. */
 ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h);
 
 /* Bytes written, -EINVAL for a header dw_dgram_hdr_validate refuses, -ENOSPC.
- * Writes version 2 exactly when h->xflags is non-zero. */
+ * Writes version 2 exactly when h->xflags or h->xflags2 is non-zero. */
 ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap);
 
 /* Header length (where the DDP segment starts when DATA), or a negative errno.

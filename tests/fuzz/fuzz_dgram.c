@@ -19,7 +19,8 @@ static int same_hdr(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr *b)
             a->qkey != b->qkey || a->psn != b->psn || a->ack_psn != b->ack_psn ||
             a->credits != b->credits || a->rnr_delay != b->rnr_delay ||
             a->pull_len != b->pull_len || a->pull_pushed != b->pull_pushed ||
-            a->rail_count != b->rail_count || a->origin != b->origin)
+            a->rail_count != b->rail_count || a->origin != b->origin || a->xflags2 != b->xflags2 ||
+            a->start_psn != b->start_psn || a->start_msn != b->start_msn)
                 return 0;
         for (unsigned i = 0; i < a->rail_count && i < DW_DGRAM_MAX_RAILS; i++)
                 if (a->rails[i] != b->rails[i])
@@ -144,9 +145,13 @@ static void check_datagram(const uint8_t *data, size_t plen)
         }
         if ((size_t)n > plen || n != dw_dgram_hdr_len(&h) || dw_dgram_hdr_validate(&h, NULL))
                 abort();
-        /* Version 2 exactly when an X-flag is set; NOCRC, RAILS and RAIL only
-         * on RD; a rail list of 1..4 non-zero addresses, a non-zero origin. */
-        if (data[0] != (h.xflags ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION))
+        /* Version 2 exactly when an X-flag or X2-flag is set; NOCRC, RAILS
+         * and RAIL only on RD, START only on RD DATA; a rail list of 1..4
+         * non-zero addresses, a non-zero origin. */
+        if (data[0] != (h.xflags || h.xflags2 ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION))
+                abort();
+        if ((h.xflags2 & DW_DGRAM_X2_START) &&
+            (h.flags & (DW_DGRAM_F_RD | DW_DGRAM_F_DATA)) != (DW_DGRAM_F_RD | DW_DGRAM_F_DATA))
                 abort();
         if ((h.xflags & (DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL)) &&
             !(h.flags & DW_DGRAM_F_RD))

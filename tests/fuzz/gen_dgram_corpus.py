@@ -18,18 +18,21 @@ from corpus_gen import crc32c, write_seeds
 RD, ACK, SACK, CREDIT, ACKREQ, NAK, DATA, IMM = (1 << i for i in range(8))
 # X-flags (byte 4 of version 2)
 NOCRC, PULL, PULLREQ, DSACK, ECE, CCTL, RAILS, RAIL = (1 << i for i in range(8))
+# X2-flags (byte 8 of version 2)
+START = 0x01
 
 DST, SRC = 0x123456, 0xABCDEF
 SEND, READ_REQ, IMM_DATA = 3, 1, 8
 
 
 def header(flags, xflags=0, psn=0, ack=0, sacks=(), pull=None, qkey=0, version=None,
-           rails=None, origin=None):
+           rails=None, origin=None, xflags2=0, start=None):
     if version is None:
-        version = 2 if xflags else 1
+        version = 2 if xflags or xflags2 else 1
     b = struct.pack(">BBBB", version, flags, len(sacks), 0)
     b += bytes([xflags]) + DST.to_bytes(3, "big")  # version 1: reserved, 0
-    b += struct.pack(">IIIIHH", SRC, qkey, psn, ack, 0, 0)
+    b += bytes([xflags2]) + SRC.to_bytes(3, "big")  # version 1: reserved, 0
+    b += struct.pack(">IIIHH", qkey, psn, ack, 0, 0)
     for s, e in sacks:
         b += struct.pack(">II", s & 0xFFFFFFFF, e & 0xFFFFFFFF)
     if pull is not None:
@@ -38,6 +41,8 @@ def header(flags, xflags=0, psn=0, ack=0, sacks=(), pull=None, qkey=0, version=N
         b += bytes([len(rails), 0, 0, 0]) + b"".join(bytes(a) for a in rails)
     if origin is not None:
         b += bytes(origin)
+    if start is not None:  # stream start: First PSN, First MSN
+        b += struct.pack(">II", *start)
     return b
 
 
@@ -115,6 +120,22 @@ def seeds():
     s["bad_v2_dsack_empty"] = packet(header(RD | ACK | SACK, DSACK, ack=100, sacks=((90, 90),)))
     s["bad_v2_dsack_no_sack"] = packet(header(RD | ACK, DSACK, ack=100))
     s["bad_v2_ece_no_ack"] = packet(header(RD | DATA, ECE) + send)
+    # Stream start (X2-flag START): the first Send of a stream, its PSN and
+    # MSN those of the descriptor; with NOCRC, the rail list and the origin.
+    isn = 0x9ABCDEF0
+    first_send = untagged(SEND, 0, isn, 0, data(24, 5))
+    s["v2_start_data"] = packet(header(RD | DATA | ACKREQ, psn=isn, qkey=0x11223344,
+                                       xflags2=START, start=(isn, isn)) + first_send)
+    s["v2_start_rails_origin_nocrc"] = packet(
+        header(RD | DATA | ACK, NOCRC | RAILS | RAIL, psn=isn + 1, ack=77, rails=(r1, r2),
+               origin=r1, xflags2=START, start=(isn, isn)) + first_send, crc=False)
+    s["bad_v2_start_truncated"] = packet(header(RD | DATA, xflags2=START, psn=isn)
+                                         + struct.pack(">I", isn))
+    s["bad_v2_start_on_ack"] = packet(header(RD | ACK, ack=5, xflags2=START, start=(isn, isn)))
+    s["bad_v2_start_ud"] = packet(header(DATA, xflags2=START, start=(isn, isn)) + send)
+    s["bad_v2_x2_reserved"] = packet(header(RD | DATA, xflags2=0x02, psn=3) + send)
+    s["bad_v2_start_in_version1"] = packet(header(RD | DATA, version=1, xflags2=START, start=(isn, isn))
+                                     + first_send)
     return s
 
 

@@ -66,8 +66,8 @@
  *                          written outside the receive WR, nothing pulled
  *   rd_test crc    rd|rc   DIWARP_RD_CRC=0: the datagram on the wire (a raw
  *                          UDP socket as peer: version 2, NOCRC, no trailer;
- *                          with 1: version 1 and its CRC32c; the first Send
- *                          has MSN 1), data end to end
+ *                          with 1: its CRC32c; the first Send carries its
+ *                          START descriptor, its MSN the first), data end to end
  *                          with both devices at 0, and mismatched devices
  *                          either way: rx_dropped_nocrc at the refusing side,
  *                          RETRY_EXC_ERR at the sender within its peer timeout
@@ -2511,8 +2511,10 @@ static int raw_peer(uint32_t *qpn)
 
 /* The first datagram of a 100-byte Send from a device opened with
  * DIWARP_RD_CRC=crc, as a plain UDP socket standing in for the peer reads
- * it: version 2 with only the NOCRC X-flag and no trailer, or version 1
- * with the CRC32c of every byte before it. */
+ * it: with the NOCRC X-flag (version 2) and no trailer, or with the CRC32c
+ * of every byte before it. An RD QP's stream says where it starts (version
+ * 2, X2-flag START and its descriptor); RC over RD's starts at the agreed
+ * PSN and MSN 1 (version 1 unless NOCRC). */
 static void crc_wire(int crc)
 {
         struct side a, peer;
@@ -2534,29 +2536,45 @@ static void crc_wire(int crc)
                 die("crc wire: no datagram from the DIWARP_RD_CRC=%d device", crc);
         uint8_t pkt[2048];
         ssize_t n = recv(fd, pkt, sizeof(pkt), 0);
-        const size_t body = DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN + 100;
+        const size_t hlen = DW_DGRAM_HDR_LEN + (rc_mode ? 0 : DW_DGRAM_START_LEN);
+        const size_t body = hlen + DW_DGRAM_DDP_UNTAGGED_LEN + 100;
         if (n < (ssize_t)body ||
             (pkt[1] & (DW_DGRAM_F_RD | DW_DGRAM_F_DATA)) != (DW_DGRAM_F_RD | DW_DGRAM_F_DATA))
                 die("crc wire: a %zd-byte datagram, flags %#x", n, n > 1 ? pkt[1] : 0);
         if (memcmp(pkt + body - 100, a.buf, 100) != 0)
                 die("crc wire: the Send's bytes are not where expected");
-        /* The stream's first Send: untagged, L, queue 0, MSN 1 (RFC 5041
-         * starts every DDP queue at 1; UD instead starts at a random MSN). */
-        const uint8_t *d = pkt + DW_DGRAM_HDR_LEN;
+        /* The stream's first Send: untagged, L, queue 0, at the first MSN its
+         * START descriptor gives (the first PSN's value, from the device's
+         * keyed hash: docs/PROTOCOL.md), right after the descriptor. */
+        const uint8_t *d = pkt + hlen;
+        uint32_t psn =
+            (uint32_t)pkt[16] << 24 | (uint32_t)pkt[17] << 16 | (uint32_t)pkt[18] << 8 | pkt[19];
+        uint32_t first_psn =
+            (uint32_t)pkt[28] << 24 | (uint32_t)pkt[29] << 16 | (uint32_t)pkt[30] << 8 | pkt[31];
+        uint32_t first_msn =
+            (uint32_t)pkt[32] << 24 | (uint32_t)pkt[33] << 16 | (uint32_t)pkt[34] << 8 | pkt[35];
         uint32_t msn = (uint32_t)d[10] << 24 | (uint32_t)d[11] << 16 | (uint32_t)d[12] << 8 | d[13];
-        if (d[0] != 0x41 || (d[1] & 0x0f) != 0x3 || d[6] || d[7] || d[8] || d[9] || msn != 1)
-                die("crc wire: first Send: DDP control %#x, opcode %#x, QN %02x%02x%02x%02x, MSN "
-                    "%u (want 0x41, 3, 0, 1)",
-                    d[0], d[1] & 0x0f, d[6], d[7], d[8], d[9], msn);
+        if (rc_mode) {
+                first_psn = psn;
+                first_msn = 1;
+        }
+        if (pkt[8] != (rc_mode ? 0 : DW_DGRAM_X2_START) || first_psn != psn || first_msn != msn)
+                die("crc wire: first Send: X2-flags %#x, PSN %#x, MSN %#x, start descriptor "
+                    "%#x %#x (want START, the PSN and the MSN)",
+                    pkt[8], psn, msn, first_psn, first_msn);
+        if (d[0] != 0x41 || (d[1] & 0x0f) != 0x3 || d[6] || d[7] || d[8] || d[9])
+                die("crc wire: first Send: DDP control %#x, opcode %#x, QN %02x%02x%02x%02x "
+                    "(want 0x41, 3, 0)",
+                    d[0], d[1] & 0x0f, d[6], d[7], d[8], d[9]);
         if (crc) {
                 uint32_t c = dw_crc32c(pkt, body);
                 uint8_t be[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8),
                                  (uint8_t)c};
-                if (pkt[0] != DW_DGRAM_VERSION || (size_t)n != body + DW_DGRAM_CRC_LEN ||
-                    memcmp(pkt + body, be, 4) != 0)
-                        die("crc wire: DIWARP_RD_CRC=1 sent version %u, %zd bytes (want %zu with "
-                            "its CRC32c)",
-                            pkt[0], n, body + DW_DGRAM_CRC_LEN);
+                if (pkt[0] != (rc_mode ? DW_DGRAM_VERSION : DW_DGRAM_VERSION2) || pkt[4] != 0 ||
+                    (size_t)n != body + DW_DGRAM_CRC_LEN || memcmp(pkt + body, be, 4) != 0)
+                        die("crc wire: DIWARP_RD_CRC=1 sent version %u, X-flags %#x, %zd bytes "
+                            "(want 2, none, %zu with its CRC32c)",
+                            pkt[0], pkt[4], n, body + DW_DGRAM_CRC_LEN);
         } else if (pkt[0] != DW_DGRAM_VERSION2 || pkt[4] != DW_DGRAM_X_NOCRC || (size_t)n != body) {
                 die("crc wire: DIWARP_RD_CRC=0 sent version %u, X-flags %#x, %zd bytes (want 2, "
                     "NOCRC, %zu)",

@@ -26,6 +26,15 @@
  *                           receive WR (of the RQ, or of an SRQ), so the
  *                           legitimate peer's 100 Sends all land in the 100
  *                           WRs posted, in order
+ *   security_dgram isn      the first PSN and MSN of an RD stream: on the
+ *                           wire (a silent peer reads the first Send) they
+ *                           are those of its START descriptor, not the
+ *                           public function of the QPNs nor MSN 1, and new
+ *                           ones after a reset and on a new device; a
+ *                           stranger on 127.0.0.9 naming the legitimate
+ *                           peer's stream (forged origin) sends Sends at
+ *                           every PSN of the window the public function
+ *                           gives: none is delivered, the peer's own are
  *   security_dgram log      300 forged Writes with unknown STags: at most the
  *                           rate limit's burst of warning lines, then after
  *                           the period one line counting the rest
@@ -275,18 +284,21 @@ static void counters(struct side *s, struct diwarp_counters *c)
 /* ---------------------------------------------------------------- the stranger */
 
 /* A plain UDP socket on 127.0.0.9 that speaks the datagram header to one
- * victim QP as a pseudo-stream of its own (source QPN src_qpn). */
+ * victim QP as a pseudo-stream of its own (source QPN src_qpn), which it
+ * starts (X2-flag START) at a first PSN and MSN of its choosing. */
 struct stranger {
         int fd;
         struct sockaddr_in to;
         uint32_t src_qpn, dst_qpn, qkey;
+        uint32_t isn;  /* first PSN = first queue-0 MSN */
         uint32_t psn;  /* next PSN */
         uint32_t msn;  /* next queue-0 MSN */
         uint32_t rmsn; /* next queue-1 MSN */
 };
 
-/* The first PSN of the direction from QPN `from` to QPN `to`: a public
- * function of the two QPNs, which any stranger computes. */
+/* The first PSN of the direction from QPN `from` to QPN `to` as it was
+ * before RFC 6528's scheme: a public function of the two QPNs, which any
+ * stranger computes (the isn case aims at it). */
 static uint32_t public_isn(uint32_t from, uint32_t to)
 {
         uint64_t k = ((uint64_t)from << 24 | to) * 0xff51afd7ed558ccdull;
@@ -316,8 +328,9 @@ static void stranger_open(struct stranger *x, int fd, const struct side *victim,
         x->src_qpn = src_qpn;
         x->dst_qpn = dst_qpn;
         x->qkey = QKEY;
-        x->psn = public_isn(src_qpn, dst_qpn);
-        x->msn = 1;
+        x->isn = 0x5eed0000u ^ src_qpn * 2654435761u;
+        x->psn = x->isn;
+        x->msn = x->isn;
         x->rmsn = 1;
 }
 
@@ -328,10 +341,13 @@ static void stranger_data(struct stranger *x, const struct dw_rdmap_hdr *r, cons
 {
         uint8_t pkt[4096];
         struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACKREQ,
+                                 .xflags2 = DW_DGRAM_X2_START,
                                  .dst_qpn = x->dst_qpn,
                                  .src_qpn = x->src_qpn,
                                  .qkey = x->qkey,
-                                 .psn = x->psn++};
+                                 .psn = x->psn++,
+                                 .start_psn = x->isn,
+                                 .start_msn = x->isn};
         ssize_t n = dw_dgram_encode(&h, pkt, sizeof(pkt));
         if (n < 0)
                 die("stranger: header: %s", strerror((int)-n));
@@ -744,6 +760,178 @@ static int case_nak(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- isn */
+
+/* The first datagram a's QP sends to a silent peer after a Send is posted:
+ * its header, and its DDP MSN. */
+static void first_send(struct side *a, struct diwarp_qp *qp, int rfd, uint32_t rqpn,
+                       struct dw_dgram_hdr *h, uint32_t *msn)
+{
+        struct diwarp_ah *rah;
+        union diwarp_gid lo = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1}};
+        CHECK(diwarp_ah_create(a->pd, &lo, &rah));
+        struct diwarp_sge sge = {(uintptr_t)a->buf, 100, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = 1,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        struct diwarpdv_rd_dest d = {rah, rqpn, QKEY};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarpdv_post_send_rd(qp, &wr, &d, &bad));
+        uint8_t pkt[2048];
+        struct pollfd pfd = {.fd = rfd, .events = POLLIN};
+        uint64_t end = now_ms() + 3000;
+        while (poll(&pfd, 1, 0) != 1 && now_ms() < end)
+                diwarp_progress(a->dev, 64);
+        ssize_t n = recv(rfd, pkt, sizeof(pkt), 0);
+        const char *why = NULL;
+        ssize_t body = n > 0 ? dw_dgram_packet_body(pkt, (size_t)n, true, &why) : -1;
+        ssize_t hl = body > 0 ? dw_dgram_decode(pkt, (size_t)body, h, &why) : -1;
+        struct dw_rdmap_hdr r;
+        if (hl < 0 || !(h->flags & DW_DGRAM_F_DATA) ||
+            dw_rdmap_decode(pkt + hl, (size_t)(body - hl), &r, &why) < 0 ||
+            r.opcode != DW_RDMAP_SEND)
+                die("isn: no Send from the victim at the silent peer (%s)", why ? why : "");
+        *msn = r.ddp.msn;
+        CHECK(diwarp_ah_destroy(rah));
+}
+
+static void reset_up(struct diwarp_qp *qp)
+{
+        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_RESET};
+        CHECK(diwarp_qp_modify(qp, &a, DIWARP_QP_STATE));
+        a = (struct diwarp_qp_attr){.qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .port_num = 1};
+        CHECK(diwarp_qp_modify(qp, &a, DIWARP_QP_STATE | DIWARP_QP_QKEY));
+        qp_up(qp, false, NULL, 0, 0, 0);
+}
+
+/* What a stranger reads of the first Send of a stream: nothing it could
+ * have computed. */
+static void isn_wire(void)
+{
+        uint32_t rqpn;
+        uint16_t rport;
+        int rfd = silent_peer(&rqpn, &rport);
+        uint32_t seen[3];
+        struct side a;
+        for (int round = 0; round < 3; round++) {
+                if (round != 1) {
+                        side_open(&a);
+                        a.qp = qp_new(&a, false, true, 0, NULL);
+                        a.qpn = diwarp_qp_num(a.qp);
+                        qp_up(a.qp, false, NULL, 0, 0, 0);
+                } else {
+                        reset_up(a.qp); /* round 1: the same QP, reset */
+                }
+                struct dw_dgram_hdr h;
+                uint32_t msn;
+                first_send(&a, a.qp, rfd, rqpn, &h, &msn);
+                if (!(h.xflags2 & DW_DGRAM_X2_START) || h.start_psn != h.psn || h.start_msn != msn)
+                        die("isn: the first Send (PSN %#x, MSN %#x) does not carry its START "
+                            "descriptor (X2-flags %#x, first PSN %#x, first MSN %#x)",
+                            h.psn, msn, h.xflags2, h.start_psn, h.start_msn);
+                if (h.psn == public_isn(a.qpn, rqpn) || msn == 1)
+                        die("isn: the stream starts where anyone can compute it (PSN %#x, MSN "
+                            "%u)",
+                            h.psn, msn);
+                seen[round] = h.psn;
+                fprintf(stderr, "isn wire round %d: QPN %#x first PSN %#x MSN %#x\n", round, a.qpn,
+                        h.psn, msn);
+                if (round != 0) {
+                        side_close(&a);
+                }
+        }
+        if (seen[0] == seen[1] || seen[0] == seen[2] || seen[1] == seen[2])
+                die("isn: a stream of the same QPs started at the same PSN again (%#x %#x %#x)",
+                    seen[0], seen[1], seen[2]);
+        close(rfd);
+}
+
+static int case_isn(void)
+{
+        isn_wire();
+        /* b, pinned to 127.0.0.1 so that 127.0.0.9 can take its port too,
+         * sends to a. */
+        struct side a, b;
+        side_open(&a);
+        setenv("DIWARP_ADDR", "127.0.0.1", 1);
+        side_open(&b);
+        unsetenv("DIWARP_ADDR");
+        a.qp = qp_new(&a, false, true, 0, NULL);
+        b.qp = qp_new(&b, false, true, 0, NULL);
+        a.qpn = diwarp_qp_num(a.qp);
+        b.qpn = diwarp_qp_num(b.qp);
+        qp_up(a.qp, false, NULL, 0, 0, 0);
+        qp_up(b.qp, false, NULL, 0, 0, 0);
+        union diwarp_gid lo = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1}};
+        CHECK(diwarp_ah_create(b.pd, &lo, &b.ah));
+        for (unsigned i = 0; i < 4; i++)
+                post_recv(&a, a.qp, 0x100 + i, i * 4096u, 4096);
+        memset(b.buf, 0x11, 256);
+        rd_send(&b, &a, 1, 0, 256);
+        expect_wc(&a, &b, 0x100, DIWARP_WC_SUCCESS, "isn: the peer's first Send");
+        expect_wc(&b, &a, 1, DIWARP_WC_SUCCESS, "isn: the peer's first Send");
+        /* The stranger names b's stream by its origin and aims at the
+         * window the public function gives: the next PSN after the first
+         * is there, with the next MSN after 1. */
+        int xfd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in xa = {.sin_family = AF_INET, .sin_port = htons(b.port)};
+        inet_pton(AF_INET, "127.0.0.9", &xa.sin_addr);
+        if (xfd < 0 || bind(xfd, (struct sockaddr *)&xa, sizeof(xa)) < 0) {
+                fprintf(stderr, "SKIP: cannot bind 127.0.0.9:%u: %s\n", b.port, strerror(errno));
+                return 77;
+        }
+        uint32_t guess = public_isn(b.qpn, a.qpn);
+        uint8_t pay[256];
+        memset(pay, 0xee, sizeof(pay));
+        for (uint32_t k = 0; k < 128; k++) {
+                uint8_t pkt[1024];
+                struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
+                                         .xflags = DW_DGRAM_X_RAIL,
+                                         .dst_qpn = a.qpn,
+                                         .src_qpn = b.qpn,
+                                         .qkey = QKEY,
+                                         .psn = guess + k,
+                                         .origin = htonl(INADDR_LOOPBACK)};
+                ssize_t n = dw_dgram_encode(&h, pkt, sizeof(pkt));
+                struct dw_rdmap_hdr r;
+                dw_rdmap_hdr_init(&r, DW_RDMAP_SEND);
+                r.ddp.msn = 2;
+                r.ddp.last = true;
+                n += dw_rdmap_encode(&r, pkt + n, sizeof(pkt) - (size_t)n);
+                memcpy(pkt + n, pay, sizeof(pay));
+                n = dw_dgram_packet_seal(pkt, (size_t)n + sizeof(pay), sizeof(pkt));
+                struct sockaddr_in to = {.sin_family = AF_INET,
+                                         .sin_port = htons(a.port),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                if (n < 0 ||
+                    sendto(xfd, pkt, (size_t)n, 0, (struct sockaddr *)&to, sizeof(to)) != n)
+                        die("isn: sendto: %s", strerror(errno));
+                if (k % 16 == 15)
+                        drive(&a, NULL, 2);
+        }
+        drive(&a, NULL, 200);
+        struct diwarp_wc wc;
+        if (diwarp_cq_poll(a.cq, 1, &wc) != 0)
+                die("isn: a forged Send was delivered into the peer's stream (wr_id %#llx, byte "
+                    "%#x)",
+                    (unsigned long long)wc.wr_id, a.buf[4096]);
+        memset(b.buf, 0x22, 256);
+        rd_send(&b, &a, 2, 0, 256);
+        expect_wc(&a, &b, 0x101, DIWARP_WC_SUCCESS, "isn: the peer's second Send");
+        expect_wc(&b, &a, 2, DIWARP_WC_SUCCESS, "isn: the peer's second Send");
+        if (a.buf[0] != 0x11 || a.buf[4096] != 0x22 || a.buf[4096 + 255] != 0x22)
+                die("isn: the receives hold %#x and %#x, want the peer's 0x11 and 0x22", a.buf[0],
+                    a.buf[4096]);
+        fprintf(stderr, "isn ok: 128 Sends at the public window refused, the peer's two Sends "
+                        "delivered\n");
+        close(xfd);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* ---------------------------------------------------------------- window */
 
 #define WIN_RECVS 100
@@ -915,7 +1103,7 @@ static int case_log(void)
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: security_dgram access|stag|nak|window [srq]|log");
+                die("usage: security_dgram access|stag|nak|isn|window [srq]|log");
         alarm(120);
         setenv("DIWARP_PROGRESS", "app", 0);
         if (strcmp(argv[1], "access") == 0)
@@ -924,6 +1112,8 @@ int main(int argc, char **argv)
                 return case_stag();
         if (strcmp(argv[1], "nak") == 0)
                 return case_nak();
+        if (strcmp(argv[1], "isn") == 0)
+                return case_isn();
         if (strcmp(argv[1], "window") == 0)
                 return case_window(argc > 2 && strcmp(argv[2], "srq") == 0);
         if (strcmp(argv[1], "log") == 0)

@@ -116,6 +116,14 @@ CRAFTED[6][3]["sack_end"] = "91|105|111"
 PULL_DESC = struct.pack(">II", 100, 40)
 BROKEN = [
     ("v2_no_xflag", dgram(version=2, flags=RD | ACK, ack=1), "version 2 with no X-flag"),
+    # Stream start (X2-flag START, byte 8 of version 2): RD DATA only; its
+    # descriptor (First PSN, First MSN) must be there; other X2 bits reserved.
+    ("start_on_ack", dgram(version=2, flags=RD | ACK, ack=1, src=0x01000002,
+                           tail=struct.pack(">II", 5, 5)), "xflags2: START without RD and DATA"),
+    ("start_truncated", dgram(version=2, flags=RD | ACK, ack=1, src=0x01000002),
+     "shorter than its header"),
+    ("x2_reserved", dgram(version=2, flags=RD | ACK, ack=1, src=0x02000002),
+     "xflags2: unknown bits set"),
     ("nine_sacks", dgram(flags=RD | ACK | SACK, ack=1, sacks=[(3 + 2 * i, 4 + 2 * i) for i in range(9)]),
      "more than 8"),
     ("src_qpn_high", dgram(flags=RD | ACK, ack=1, src=0x01000002), "src_qpn: reserved"),
@@ -184,6 +192,13 @@ CRAFTED.append(("nocrc_ack", dgram(version=2, xflags=X_NOCRC, flags=RD | ACK, ac
 CRAFTED.append(("pull_first", dgram(version=2, xflags=X_PULL, flags=RD | DATA, psn=9,
                                     tail=PULL_DESC + bytes([0x01, 0x43]) + bytes(4) +
                                     struct.pack(">III", 0, 3, 0) + bytes(40)),
+                17471, {"kind": "DATA", "crc": "1", "opcode": "0x03"}))
+# Stream start (docs/PROTOCOL.md, "Stream start"): a stream's first Send with
+# X2-flag START (byte 8) and its descriptor, First PSN and First MSN.
+CRAFTED.append(("start_send", dgram(version=2, flags=RD | DATA, psn=0x9ABCDEF0, src=0x01000002,
+                                    qkey=0x1234, tail=struct.pack(">II", 0x9ABCDEF0, 0x9ABCDEF0) +
+                                    bytes([0x41, 0x43]) + bytes(4) +
+                                    struct.pack(">III", 0, 0x9ABCDEF0, 0) + b"hello, wire"),
                 17471, {"kind": "DATA", "crc": "1", "opcode": "0x03"}))
 # Multirail (docs/PROTOCOL.md, "Multirail"): a rail list on an ACK, an origin
 # on a Send, and every extension at once in its order (SACK blocks, pull

@@ -50,6 +50,9 @@ static void assert_same(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr 
         for (unsigned i = 0; i < a->rail_count && i < DW_DGRAM_MAX_RAILS; i++)
                 cr_assert_eq(a->rails[i], b->rails[i], "rails[%u]", i);
         cr_assert_eq(a->origin, b->origin);
+        cr_assert_eq(a->xflags2, b->xflags2);
+        cr_assert_eq(a->start_psn, b->start_psn);
+        cr_assert_eq(a->start_msn, b->start_msn);
         for (unsigned i = 0; i < a->sack_count; i++) {
                 cr_assert_eq(a->sack[i].start, b->sack[i].start, "sack[%u].start", i);
                 cr_assert_eq(a->sack[i].end, b->sack[i].end, "sack[%u].end", i);
@@ -133,8 +136,11 @@ Test(dgram, constants)
         cr_assert_eq(DW_DGRAM_RAILS_LEN(4), 20);
         cr_assert_eq(DW_DGRAM_RAIL_LEN, 4);
         cr_assert_eq(DW_DGRAM_MULTIRAIL_MAX, 24);
-        /* 28 + 8 SACK blocks (64) + pull descriptor (8) + 4 rails (20) + origin (4) */
-        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 124);
+        /* 28 + 8 SACK blocks (64) + pull descriptor (8) + 4 rails (20) + origin (4)
+         * + start descriptor (8) */
+        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 132);
+        cr_assert_eq(DW_DGRAM_START_LEN, 8);
+        cr_assert_eq(DW_DGRAM_X2_START, 0x01);
         cr_assert_eq(DW_DGRAM_X_NOCRC, 0x01);
         cr_assert_eq(DW_DGRAM_X_PULL, 0x02);
         cr_assert_eq(DW_DGRAM_X_PULLREQ, 0x04);
@@ -1375,8 +1381,11 @@ Test(dgram, v2_reject_empty_xflags_and_unannounced_extensions)
         expect_invalid_why(&r, EBADMSG, "rail: origin address 0.0.0.0");
         /* Version 2 without an X-flag would be a second encoding of version 1. */
         expect_mut_why(&h, 4, 0, EBADMSG, "xflags: none set");
-        /* Byte 8 stays reserved in version 2. */
-        expect_mut_why(&h, 8, 0x01, EBADMSG, "src_qpn");
+        /* Byte 8 holds the X2-flags in version 2: START announces a
+         * descriptor this datagram does not have room for, the other bits
+         * are reserved. */
+        expect_mut_why(&h, 8, DW_DGRAM_X2_START, ENODATA, "start: descriptor announced");
+        expect_mut_why(&h, 8, 0x02, EBADMSG, "xflags2: unknown bits set");
         /* In version 1, byte 4 is still the reserved high byte of dst_qpn. */
         struct dw_dgram_hdr v1 = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
         expect_mut_why(&v1, 4, DW_DGRAM_X_NOCRC, EBADMSG, "dst_qpn");
@@ -1587,9 +1596,12 @@ Test(dgram, v2_dsack_blocks)
 Test(dgram, v2_max_len_and_nospace)
 {
         /* Every extension at its largest: 8 SACK blocks, the pull
-         * descriptor, 4 rails and the origin. */
+         * descriptor, 4 rails, the origin and the start descriptor. */
         struct dw_dgram_hdr h =
             v2_hdr(DW_DGRAM_X_PULL | DW_DGRAM_X_DSACK | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL, true);
+        h.xflags2 = DW_DGRAM_X2_START;
+        h.start_psn = h.psn;
+        h.start_msn = 1;
         cr_assert_eq(h.rail_count, DW_DGRAM_MAX_RAILS);
         h.sack_count = 1;
         for (uint32_t i = 0; h.sack_count < DW_DGRAM_MAX_SACK; i++)
@@ -2200,4 +2212,121 @@ Test(dgram, packet_finish)
         cr_assert_eq(a[body], 0xEE);
         cr_assert_eq(dw_dgram_packet_finish(a, body, body), (ssize_t)body);
         cr_assert_eq(dw_dgram_packet_finish(a, body, body - 1), -ENOSPC);
+}
+
+/* ---- stream start (X2-flag START) ---------------------------------------- */
+
+Test(dgram, v2_start_bytes)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACKREQ);
+        h.xflags2 = DW_DGRAM_X2_START;
+        h.qkey = 0x11223344;
+        h.psn = 0x9ABCDEF0;
+        h.start_psn = 0x9ABCDEF0;
+        h.start_msn = 0x9ABCDEF0;
+        static const uint8_t exp[36] = {
+            0x02, 0x51, 0x00, 0x00, /* version 2, flags RD|ACKREQ|DATA */
+            0x00, 0x12, 0x34, 0x56, /* no X-flag, dst_qpn */
+            0x01, 0xAB, 0xCD, 0xEF, /* X2-flags START, src_qpn */
+            0x11, 0x22, 0x33, 0x44, /* qkey */
+            0x9A, 0xBC, 0xDE, 0xF0, /* psn */
+            0x00, 0x00, 0x00, 0x00, /* ack_psn */
+            0x00, 0x00, 0x00, 0x00, /* credits, rnr_delay */
+            0x9A, 0xBC, 0xDE, 0xF0, /* 28: First PSN */
+            0x9A, 0xBC, 0xDE, 0xF0, /* 32: First MSN */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+}
+
+/* The start descriptor comes last, after the origin and everything before. */
+Test(dgram, v2_start_after_every_extension)
+{
+        struct dw_dgram_hdr h = all_ext_hdr();
+        h.xflags2 = DW_DGRAM_X2_START;
+        h.start_psn = 0x01020300;
+        h.start_msn = 7;
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        cr_assert_eq(n, 80);
+        cr_assert_eq(buf[8], DW_DGRAM_X2_START);
+        static const uint8_t tail[8] = {0x01, 0x02, 0x03, 0x00, 0x00, 0x00, 0x00, 0x07};
+        cr_assert_arr_eq(buf + 72, tail, 8);
+        struct dw_dgram_hdr out;
+        cr_assert_eq(dw_dgram_decode(buf, (size_t)n, &out, NULL), 80);
+        assert_same(&h, &out);
+        /* The largest header there is. */
+        h.sack_count = 8;
+        h.sack[0] = (struct dw_dgram_sack){90, 91};
+        for (unsigned i = 1; i < 8; i++)
+                h.sack[i] = (struct dw_dgram_sack){100 + 3 * i, 101 + 3 * i};
+        h.rail_count = 4;
+        h.rails[3] = ip4(10, 0, 3, 1);
+        cr_assert_eq(dw_dgram_hdr_len(&h), DW_DGRAM_HDR_MAX_LEN);
+        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 132);
+}
+
+Test(dgram, v2_start_rules)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK);
+        h.xflags2 = DW_DGRAM_X2_START;
+        expect_invalid_why(&h, EBADMSG, "xflags2: START without RD and DATA");
+        h = hdr(DW_DGRAM_F_DATA);
+        h.xflags2 = DW_DGRAM_X2_START;
+        expect_invalid_why(&h, EBADMSG, "xflags2: START without RD and DATA");
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.start_psn = 1;
+        expect_invalid_why(&h, EBADMSG, "start: descriptor non-zero without the START flag");
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.xflags2 = 0x02;
+        expect_invalid_why(&h, EBADMSG, "xflags2: unknown bits set");
+
+        /* On the wire: a reserved X2 bit, START on an ACK, and a version-1
+         * header whose byte 8 is set (the reserved high byte of src_qpn). */
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.xflags2 = DW_DGRAM_X2_START;
+        h.start_psn = 5;
+        h.start_msn = 6;
+        uint8_t buf[64];
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        cr_assert_eq(n, 36);
+        buf[8] = 0x03;
+        expect_reject_why(buf, (size_t)n, EBADMSG, "xflags2: unknown bits set");
+        buf[8] = 0x01;
+        buf[1] = DW_DGRAM_F_RD | DW_DGRAM_F_ACK;
+        expect_reject_why(buf, (size_t)n, EBADMSG, "xflags2: START without RD and DATA");
+        buf[1] = DW_DGRAM_F_RD | DW_DGRAM_F_DATA;
+        expect_reject_why(buf, 35, ENODATA, "start: descriptor announced by the START flag");
+        buf[0] = DW_DGRAM_VERSION;
+        expect_reject_why(buf, (size_t)n, EBADMSG, "src_qpn: reserved high 8 bits set");
+        /* Version 2 needs an X-flag or an X2-flag. */
+        buf[0] = DW_DGRAM_VERSION2;
+        buf[8] = 0;
+        expect_reject_why(buf, 28, EBADMSG, "xflags: none set in a version-2 header");
+}
+
+/* The RD fast decoder hands START datagrams to the full one: same fields. */
+Test(dgram, v2_start_through_the_rd_decoder)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK);
+        h.xflags = DW_DGRAM_X_NOCRC;
+        h.xflags2 = DW_DGRAM_X2_START;
+        h.psn = 41;
+        h.ack_psn = 9;
+        h.start_psn = 40;
+        h.start_msn = 40;
+        uint8_t buf[64];
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        struct dw_dgram_hdr out;
+        memset(&out, 0xAA, sizeof(out));
+        cr_assert_eq(dw_dgram_decode_rd(buf, (size_t)n, &out, NULL), n);
+        assert_same(&h, &out);
+        /* A version-1 datagram through the fast path has no descriptor. */
+        struct dw_dgram_hdr v1 = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        v1.psn = 3;
+        n = dw_dgram_encode(&v1, buf, sizeof(buf));
+        memset(&out, 0xAA, sizeof(out));
+        cr_assert_eq(dw_dgram_decode_rd(buf, (size_t)n, &out, NULL), DW_DGRAM_HDR_LEN);
+        cr_assert_eq(out.xflags2, 0);
+        cr_assert_eq(out.start_psn, 0);
+        cr_assert_eq(out.start_msn, 0);
 }

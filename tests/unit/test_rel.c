@@ -1532,3 +1532,24 @@ Test(rel, heap_10k_peers)
         free(rings);
         cr_assert_leq(sizeof(struct dw_rel_peer), 256);
 }
+
+/* An RD stream learns the peer's first PSN from its START descriptor after
+ * the peer state exists: the receive side starts over there, and a PSN of
+ * the old position is no longer in its window. */
+Test(rel, rx_start_moves_the_receive_side)
+{
+        struct dw_rel_params p = test_params();
+        struct dw_rel_txent ring[16];
+        struct dw_rel_peer r;
+        cr_assert_eq(dw_rel_peer_init(&r, &p, ring, 16, 500, 0), 0);
+        dw_rel_rx_start(&r, 0xfffffff0u);
+        cr_assert_eq(dw_rel_rx_cursor(&r), 0xfffffff0u);
+        cr_assert_eq(dw_rel_rx_classify(&r, 0), DW_REL_NEW, "16 ahead, across the wrap");
+        cr_assert_eq(dw_rel_rx_classify(&r, 0x70), DW_REL_OUT_OF_WINDOW, "past the window");
+        enum dw_rel_verdict v;
+        cr_assert_eq(dw_rel_rx_data(&r, 0xfffffff0u, false, T0, &v), 1);
+        cr_assert_eq(v, DW_REL_NEW);
+        cr_assert_eq(dw_rel_rx_classify(&r, 0xfffffff0u), DW_REL_DUPLICATE);
+        /* The send side is untouched. */
+        cr_assert_eq(dw_rel_tx_next_psn(&r), 500);
+}

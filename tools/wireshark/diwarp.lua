@@ -46,6 +46,9 @@ local F_ACKREQ, F_NAK, F_DATA, F_IMM = 0x10, 0x20, 0x40, 0x80
 local X_NOCRC, X_PULL, X_PULLREQ, X_DSACK, X_ECE = 0x01, 0x02, 0x04, 0x08, 0x10
 local X_CCTL, X_RAILS, X_RAIL = 0x20, 0x40, 0x80
 local X_ALL = 0xFF
+local X2_START = 0x01 -- byte 8 of version 2: the start descriptor follows
+local X2_ALL = 0x01
+local START_LEN = 8
 
 local nak_names = {
         [0] = "none",
@@ -96,6 +99,12 @@ local pf = {
         x_pullreq = ProtoField.bool("diwarp.xflags.pullreq", "PULLREQ (Read of a receiver-paced Send)", 8, nil, X_PULLREQ),
         x_pull = ProtoField.bool("diwarp.xflags.pull", "PULL (pull descriptor follows)", 8, nil, X_PULL),
         x_nocrc = ProtoField.bool("diwarp.xflags.nocrc", "NOCRC (no CRC32c trailer)", 8, nil, X_NOCRC),
+        xflags2 = ProtoField.uint8("diwarp.xflags2", "X2-flags", base.HEX),
+        x2_start = ProtoField.bool("diwarp.xflags2.start", "START (stream start descriptor follows)", 8, nil,
+                                   X2_START),
+        start = ProtoField.bytes("diwarp.start", "Start descriptor"),
+        start_psn = ProtoField.uint32("diwarp.start.psn", "First PSN", base.DEC),
+        start_msn = ProtoField.uint32("diwarp.start.msn", "First MSN", base.DEC),
         reserved = ProtoField.uint8("diwarp.reserved", "Reserved (must be 0)", base.HEX),
         dst_qpn = ProtoField.uint24("diwarp.dst_qpn", "Destination QPN", base.HEX),
         src_qpn = ProtoField.uint24("diwarp.src_qpn", "Source QPN", base.HEX),
@@ -200,7 +209,7 @@ end
 -- The rules dw_dgram_hdr_validate enforces; returns nil or the reason.
 local function check_rules(h)
         local f, x = h.flags, h.xflags
-        if h.version == 2 and x == 0 then return "version 2 with no X-flag set" end
+        if h.version == 2 and x == 0 and h.xflags2 == 0 then return "version 2 with no X-flag set" end
         if h.sack_count > MAX_SACK then return "sack_count: more than 8 blocks" end
         -- The rail list's own shape, where dw_dgram_decode checks it (before the flag rules).
         if band(x, X_RAILS) ~= 0 then
@@ -214,6 +223,9 @@ local function check_rules(h)
         end
         if band(x, X_RAIL) ~= 0 and h.origin == nil then
                 return "rail: origin announced by the RAIL flag is truncated"
+        end
+        if band(h.xflags2, X2_START) ~= 0 and h.start_psn == nil then
+                return "start: descriptor announced by the START flag is truncated"
         end
         if h.rsvd4 ~= 0 then return "dst_qpn: reserved high 8 bits set" end
         if h.rsvd8 ~= 0 then return "src_qpn: reserved high 8 bits set" end
@@ -266,6 +278,10 @@ local function check_rules(h)
                 end
         end
         if band(x, X_RAIL) ~= 0 and h.origin == 0 then return "rail: origin address 0.0.0.0" end
+        if band(h.xflags2, 0xFF - X2_ALL) ~= 0 then return "xflags2: unknown bits set" end
+        if band(h.xflags2, X2_START) ~= 0 and band(f, F_RD + F_DATA) ~= F_RD + F_DATA then
+                return "xflags2: START without RD and DATA"
+        end
         return nil
 end
 
@@ -310,7 +326,12 @@ local function read_hdr(tvb)
                 h.xflags, h.rsvd4 = 0, b4
         end
         h.dst_qpn = tvb(5, 3):uint()
-        h.rsvd8 = tvb(8, 1):uint()
+        local b8 = tvb(8, 1):uint()
+        if h.version == 2 then
+                h.xflags2, h.rsvd8 = b8, 0
+        else
+                h.xflags2, h.rsvd8 = 0, b8
+        end
         h.src_qpn = tvb(9, 3):uint()
         h.qkey = tvb(12, 4):uint()
         h.psn = tvb(16, 4):uint()
@@ -335,6 +356,10 @@ local function read_hdr(tvb)
                 h.origin_off = h.hdr_len
                 h.hdr_len = h.hdr_len + RAIL_LEN
         end
+        if band(h.xflags2, X2_START) ~= 0 then
+                h.start_off = h.hdr_len
+                h.hdr_len = h.hdr_len + START_LEN
+        end
         h.sack = {}
         if h.hdr_len <= h.body_len then
                 for i = 1, h.sack_count do
@@ -348,6 +373,10 @@ local function read_hdr(tvb)
                         end
                 end
                 if h.origin_off then h.origin = tvb(h.origin_off, 4):uint() end
+                if h.start_off then
+                        h.start_psn = tvb(h.start_off, 4):uint()
+                        h.start_msn = tvb(h.start_off + 4, 4):uint()
+                end
         end
         return h
 end
@@ -416,7 +445,12 @@ local function dissect_one(tvb, pinfo, root, label)
                 tree:add(pf.reserved, tvb(4, 1))
         end
         tree:add(pf.dst_qpn, tvb(5, 3))
-        tree:add(pf.reserved, tvb(8, 1))
+        if h.version == 2 then
+                local x2 = tree:add(pf.xflags2, tvb(8, 1))
+                x2:add(pf.x2_start, tvb(8, 1))
+        else
+                tree:add(pf.reserved, tvb(8, 1))
+        end
         tree:add(pf.src_qpn, tvb(9, 3))
         tree:add(pf.qkey, tvb(12, 4))
         tree:add(pf.psn, tvb(16, 4))
@@ -482,6 +516,13 @@ local function dissect_one(tvb, pinfo, root, label)
                 if h.origin_off then
                         tree:add(pf.origin, tvb(h.origin_off, 4)):append_text(
                                 " (sender's rail 0: the datagram counts as from it)")
+                end
+                if h.start_off then
+                        local st = tree:add(pf.start, tvb(h.start_off, START_LEN))
+                        st:set_text(string.format("Start descriptor: First PSN %d, First MSN %d",
+                                                  h.start_psn, h.start_msn))
+                        st:add(pf.start_psn, tvb(h.start_off, 4))
+                        st:add(pf.start_msn, tvb(h.start_off + 4, 4))
                 end
         end
         tree:add(pf.hdr_len, h.hdr_len):set_generated()
