@@ -1,7 +1,7 @@
 /* Attacks on the datagram paths (RD QPs, RC over RD, UD) from a stranger:
  * datagrams forged with the codecs of libdiwarp/wire/ and sent from another
  * loopback address (127.0.0.9) to a victim device, beside a legitimate peer
- * whose traffic must still complete. docs/SECURITY-datagrams.md says what
+ * whose traffic must still complete. docs/SECURITY.md, "The datagram paths" says what
  * each case defends.
  *
  *   security_dgram access   a QP whose access flags were never set refuses
