@@ -67,14 +67,15 @@ ETH_HDR, IP_HDR, UDP_HDR = 14, 20, 8
 TCP_HDR = 20 + 12       # with timestamps (Linux's default): MSS 1448 at MTU 1500
 # RD (libdiwarp/wire/dgram.h; rd_seg_payload in libdiwarp/qp/rd_int.h): a
 # segment carries at most MTU - IP - UDP - (28 fixed header + 18 untagged DDP +
-# 26 Immediate Data message + 4 CRC) bytes of payload, whatever the opcode; an
+# 26 Immediate Data message + 8 stream-start descriptor + 4 CRC) bytes of
+# payload, whatever the opcode; an
 # RDMA Write segment goes out with the fixed header, a tagged DDP header and
 # the CRC (none with DIWARP_RD_CRC=0).
-RD_FIXED, RD_DDP_UNTAGGED, RD_DDP_TAGGED, RD_IMM, RD_CRC = 28, 18, 14, 26, 4
+RD_FIXED, RD_DDP_UNTAGGED, RD_DDP_TAGGED, RD_IMM, RD_START, RD_CRC = 28, 18, 14, 26, 8, 4
 
 
 def rd_seg(mtu=CONT_MTU):
-    return mtu - IP_HDR - UDP_HDR - RD_FIXED - RD_DDP_UNTAGGED - RD_IMM - RD_CRC
+    return mtu - IP_HDR - UDP_HDR - RD_FIXED - RD_DDP_UNTAGGED - RD_IMM - RD_START - RD_CRC
 
 
 def rd_pull_payload_frac(mtu=CONT_MTU):
