@@ -394,7 +394,8 @@ int bc_qp_rts(struct bc_ctx *c, struct bc_qp *q)
                                    DIWARP_QP_ACCESS_FLAGS);
         if (err)
                 return bc_fail(c, "modify to INIT", err);
-        /* IB-style connect (docs/PROTOCOL.md, "RC over TCP: IB-style connect"): RTR with the peer's GID and QPN */
+        /* IB-style connect (docs/PROTOCOL.md, "RC over TCP: IB-style connect"): RTR with the peer's
+         * GID and QPN */
         a.qp_state = DIWARP_QPS_RTR;
         a.dgid = q->peer_gid;
         a.dest_qp_num = q->peer_qpn;
