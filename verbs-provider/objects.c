@@ -837,7 +837,7 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
                 static const int cm_attrs[] = {[IBV_QPS_INIT] = IBV_QP_PKEY_INDEX | IBV_QP_PORT |
                                                                 IBV_QP_ACCESS_FLAGS,
                                                [IBV_QPS_RTR] = IBV_QP_ACCESS_FLAGS,
-                                               [IBV_QPS_RTS] = IBV_QP_TIMEOUT};
+                                               [IBV_QPS_RTS] = IBV_QP_TIMEOUT | IBV_QP_RNR_RETRY};
                 enum ibv_qp_state s = attr->qp_state;
                 int rest = mask & ~IBV_QP_STATE;
                 if ((s == IBV_QPS_INIT || s == IBV_QPS_RTR || s == IBV_QPS_RTS) &&
@@ -846,7 +846,8 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
                         memset(&a, 0, sizeof(a));
                         a.qp_access_flags = (int)attr->qp_access_flags;
                         a.timeout = attr->timeout;
-                        int dm = rest & (IBV_QP_ACCESS_FLAGS | IBV_QP_TIMEOUT);
+                        a.rnr_retry = attr->rnr_retry;
+                        int dm = rest & (IBV_QP_ACCESS_FLAGS | IBV_QP_TIMEOUT | IBV_QP_RNR_RETRY);
                         int err = dm ? diwarp_qp_modify(dwv_qp(qp)->d, &a, dm) : 0;
                         if (err < 0)
                                 return -err;

@@ -104,6 +104,7 @@ struct rcm_id {
         struct rcm_evt *req_event;        /* sync child: its CONNECT_REQUEST (id->event) */
         struct ibv_sa_path_rec path;      /* id.route.path_rec once the route is resolved */
         int ack_timeout; /* RDMA_OPTION_ID_ACK_TIMEOUT for the QP (IB encoding), -1: none */
+        int rnr_retry;   /* conn_param->rnr_retry_count of rdma_connect/accept, -1: none yet */
 };
 
 static struct {
@@ -317,16 +318,38 @@ static void attach_device(struct rcm_id *r, struct in_addr src)
         r->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
 }
 
-/* The QP takes the id's ACK timeout (rdma_set_option) once the CM made it
- * ready, as librdmacm's RTS step gives it. No lock held. */
-static void apply_ack_timeout(int timeout, struct ibv_qp *qp)
+/* The RTS attributes an InfiniBand CM gives a QP (rdma_init_qp_attr's RTS
+ * step) that mean something here: the id's ACK timeout (rdma_set_option)
+ * and the RNR retry count of its connection parameters, which says how
+ * often a Send from the peer that finds no receive here may be retried. RC
+ * over TCP holds its stream that long before it terminates
+ * (libdiwarp/qp/rc.c, rx_wait_for_recv), so the count is this QP's own.
+ * Fills `a`; returns the mask, 0 when the id set neither. */
+static int rts_attrs(const struct rcm_id *r, struct ibv_qp_attr *a)
 {
-        if (timeout < 0 || !qp || qp->state != IBV_QPS_RTS)
+        int mask = 0;
+        if (r->ack_timeout >= 0) {
+                a->timeout = (uint8_t)r->ack_timeout;
+                mask |= IBV_QP_TIMEOUT;
+        }
+        if (r->rnr_retry >= 0) {
+                a->rnr_retry = (uint8_t)r->rnr_retry;
+                mask |= IBV_QP_RNR_RETRY;
+        }
+        return mask;
+}
+
+/* The QP takes rts_attrs once the CM made it ready. No lock held. */
+static void apply_rts_attrs(const struct rcm_id *r, struct ibv_qp *qp)
+{
+        struct ibv_qp_attr a = {0};
+        int mask = rts_attrs(r, &a);
+        if (!mask || !qp || qp->state != IBV_QPS_RTS)
                 return;
-        struct ibv_qp_attr a = {.timeout = (uint8_t)timeout};
-        int err = ibv_modify_qp(qp, &a, IBV_QP_TIMEOUT);
+        int err = ibv_modify_qp(qp, &a, mask);
         if (err)
-                dw_warn("rdma_cm: QP %#x: ACK timeout %d: %s", qp->qp_num, timeout, strerror(err));
+                dw_warn("rdma_cm: QP %#x: ACK timeout %d, RNR retry %d: %s", qp->qp_num,
+                        r->ack_timeout, r->rnr_retry, strerror(err));
 }
 
 /* ---- ids, events, channels ----------------------------------------------- */
@@ -505,6 +528,7 @@ static struct rcm_id *id_new_locked(struct rdma_event_channel *ch, void *context
         r->refs = 1;
         r->ud_lfd = r->ud_fd = -1;
         r->ack_timeout = -1;
+        r->rnr_retry = -1;
         r->next = g.ids;
         g.ids = r;
         return r;
@@ -1687,7 +1711,7 @@ static int run_connect(struct rcm_job *j)
                                      &rlen);
                 if (err == 0) {
                         j->qp->state = IBV_QPS_RTS;
-                        apply_ack_timeout(r->ack_timeout, j->qp);
+                        apply_rts_attrs(r, j->qp);
                 } else if (err != -ECONNREFUSED)
                         rlen = 0;
         }
@@ -1756,6 +1780,8 @@ int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
                 j->ord = param->initiator_depth;
         }
         pthread_mutex_lock(&g.lock);
+        if (param)
+                r->rnr_retry = param->rnr_retry_count;
         int err = 0;
         if (r->state != RCM_ROUTE && r->state != RCM_ADDR)
                 err = EINVAL;
@@ -1839,6 +1865,8 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
         }
         r->state = RCM_CONNECTING;
         r->busy++;
+        if (param)
+                r->rnr_retry = param->rnr_retry_count;
         pthread_mutex_unlock(&g.lock);
 
         const void *pd = param ? param->private_data : NULL;
@@ -1861,7 +1889,7 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
                 err = diwarp_accept(r->parent->l, r->req_id, dwv_qp(qp)->d, &p);
                 if (err == 0) {
                         qp->state = IBV_QPS_RTS;
-                        apply_ack_timeout(r->ack_timeout, qp);
+                        apply_rts_attrs(r, qp);
                 }
         }
         dw_dbg("rdma_cm[%d]: id %p: rdma_accept QP %#x: %d", (int)getpid(), (void *)id,
@@ -2117,7 +2145,7 @@ int rcm_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, 
                 r->ack_timeout = *(const uint8_t *)optval;
                 struct ibv_qp *qp = id->qp;
                 pthread_mutex_unlock(&g.lock);
-                apply_ack_timeout(r->ack_timeout, qp);
+                apply_rts_attrs(r, qp);
                 return 0;
         }
         /* TOS, REUSEADDR, AFONLY and IB path records have no meaning (or no
@@ -2176,10 +2204,8 @@ int rcm_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
                 *mask = IBV_QP_STATE;
                 if (is_ud(rid_of(id)))
                         *mask |= IBV_QP_SQ_PSN;
-                if (rid_of(id)->ack_timeout >= 0) {
-                        attr->timeout = (uint8_t)rid_of(id)->ack_timeout;
-                        *mask |= IBV_QP_TIMEOUT;
-                }
+                if (!is_ud(rid_of(id)))
+                        *mask |= rts_attrs(rid_of(id), attr);
                 return 0;
         default:
                 return fail(EINVAL);
