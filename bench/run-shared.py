@@ -2,21 +2,28 @@
 """RD on a shared host, against TCP under the same load, side by side in one run.
 
     bench/run-shared.py [--build DIR] [--pairs 2,4,8] [--rates 1gbit,2gbit]
-                        [--iters N] [--modes thread,app] [--quick]
+                        [--iters N] [--stacks rd-thread,rd-app,rcrd-thread]
+                        [--build-loop DIR] [--json FILE] [--quick]
 
 Each end of each pair is its own process, unpinned, as independent
 applications are (diwarp-bw --transport rd --op write 1 MiB against raw-sock
 --proto tcp --mode stream 1 MiB), from namespace A to B through a forwarding
 namespace R with a tbf of RATE each way (bench/netns-topo.sh up NAME router
-RATE --both). Cases, each run for every progress mode given (thread: the
-default; app: DIWARP_PROGRESS=app, the application alone drives progress)
-and for TCP right after:
+RATE --both). Cases, each run for every diwarp stack given and for TCP
+right after:
 
   pairs-N@RATE   N independent pairs at once
   hog@RATE       one pair beside a nice-0 `yes` per core
   build@RATE     one pair beside a nice-19 build loop on every core
                  (--build-loop DIR: a configured meson build directory of
                  this tree, cleaned and rebuilt over and over)
+
+Stacks: rd-thread (RD Writes, the progress thread as it comes), rd-app
+(DIWARP_PROGRESS=app: the application alone drives progress, the old way),
+rcrd-thread and rcrd-app (diwarp-bw --transport rc with
+DIWARP_RC_TRANSPORT=rd: RC QPs carried by RD). --json FILE writes every
+result (case, stack, gbps, ratio, jain, retx_pct, takeovers, failed) for
+bench/run.py's `shared` group.
 
 Printed per case: aggregate Gbit/s, the ratio to TCP's aggregate in the same
 round, Jain's fairness index over the pairs, retransmissions per 100
@@ -27,6 +34,7 @@ the script exits 1. Needs root, ip and tc (netns-topo.sh); Python 3
 standard library only.
 """
 import argparse
+import json
 import os
 import re
 import signal
@@ -48,14 +56,24 @@ def kv(line, key):
     return float(m.group(1)) if m else None
 
 
-def run_pairs(a, name, b_addr, kind, n, mode, port0):
-    """n pairs at once; list of RESULT dicts (client side), or raises."""
+STACKS = {  # name -> (diwarp-bw --transport, extra environment)
+    "rd-thread": ("rd", {}),
+    "rd-app": ("rd", {"DIWARP_PROGRESS": "app"}),
+    "rcrd-thread": ("rc", {"DIWARP_RC_TRANSPORT": "rd"}),
+    "rcrd-app": ("rc", {"DIWARP_RC_TRANSPORT": "rd", "DIWARP_PROGRESS": "app"}),
+}
+
+
+def run_pairs(a, name, b_addr, stack, n, port0):
+    """n pairs at once of `stack` (a STACKS name, or "tcp"); the clients'
+    RESULT lines, None for a pair that failed."""
     bw = os.path.join(a.build, "examples", "diwarp-bw")
     raw = os.path.join(a.build, "bench", "raw-sock")
     env = dict(os.environ)
-    env.pop("DIWARP_PROGRESS", None)
-    if kind == "rd" and mode == "app":
-        env["DIWARP_PROGRESS"] = "app"
+    for k in ("DIWARP_PROGRESS", "DIWARP_RC_TRANSPORT"):
+        env.pop(k, None)
+    kind, extra = STACKS.get(stack, ("tcp", {}))
+    env.update(extra)
     srv, cli = [], []
     for i in range(n):
         port = str(port0 + i)
@@ -63,7 +81,7 @@ def run_pairs(a, name, b_addr, kind, n, mode, port0):
             s = [raw, "--proto", "tcp", "--mode", "stream", "--size", str(MiB), "--iters",
                  str(a.iters), "--port", port]
         else:
-            s = [bw, "--transport", "rd", "--op", "write", "--size", str(MiB), "--iters",
+            s = [bw, "--transport", kind, "--op", "write", "--size", str(MiB), "--iters",
                  str(a.iters), "--port", port, "--timeout", "30000"]
         srv.append(subprocess.Popen([TOPO, "exec", name, "B", *s], env=env,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -74,7 +92,7 @@ def run_pairs(a, name, b_addr, kind, n, mode, port0):
             c = [raw, "--proto", "tcp", "--mode", "stream", "--size", str(MiB), "--iters",
                  str(a.iters), "--port", port, b_addr]
         else:
-            c = [bw, "--transport", "rd", "--op", "write", "--size", str(MiB), "--iters",
+            c = [bw, "--transport", kind, "--op", "write", "--size", str(MiB), "--iters",
                  str(a.iters), "--port", port, "--timeout", "30000", b_addr]
         cli.append(subprocess.Popen([TOPO, "exec", name, "A", *c], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
@@ -144,19 +162,26 @@ def main():
     ap.add_argument("--build", default="build-rel")
     ap.add_argument("--pairs", default="2,4,8")
     ap.add_argument("--rates", default="1gbit,2gbit")
-    ap.add_argument("--modes", default="thread,app")
+    ap.add_argument("--stacks", default="rd-thread,rd-app,rcrd-thread",
+                    help="comma list of: " + ",".join(STACKS))
     ap.add_argument("--iters", type=int, default=400)
     ap.add_argument("--build-loop", default="")
+    ap.add_argument("--json", default="", help="write the results to this file")
     ap.add_argument("--quick", action="store_true", help="pairs 2,4 at 2gbit, 150 MiB each")
     a = ap.parse_args()
     ARGS = a
     if a.quick:
         a.pairs, a.rates, a.iters = "2,4", "2gbit", 150
+    stacks = [s for s in a.stacks.split(",") if s]
+    for s in stacks:
+        if s not in STACKS:
+            ap.error(f"unknown stack {s!r} (known: {', '.join(STACKS)})")
+    results = []
     cases = [("pairs", int(n)) for n in a.pairs.split(",") if n] + [("hog", 1)]
     if a.build_loop:
         cases.append(("build", 1))
     failed = False
-    print(f"{'case':<16} {'stack':<10} {'Gbit/s':>7} {'x TCP':>6} {'Jain':>5} "
+    print(f"{'case':<16} {'stack':<12} {'Gbit/s':>7} {'x TCP':>6} {'Jain':>5} "
           f"{'retx %':>7} {'takeovers':>9}")
     for rate in a.rates.split(","):
         name = f"sh{os.getpid() % 10000}"
@@ -169,25 +194,31 @@ def main():
                 load = load_start(kind, a.build_loop) if kind != "pairs" else []
                 try:
                     res = {}
-                    for mode in a.modes.split(","):
-                        res["rd-" + mode] = summary(run_pairs(a, name, b_addr, "rd", n, mode, port))
+                    for stack in stacks:
+                        res[stack] = summary(run_pairs(a, name, b_addr, stack, n, port))
                         port += 16
-                    tcp = summary(run_pairs(a, name, b_addr, "tcp", n, "", port))
+                    tcp = summary(run_pairs(a, name, b_addr, "tcp", n, port))
                     port += 16
                 finally:
                     load_stop(load)
                 for stack, s in list(res.items()) + [("tcp", tcp)]:
                     if s is None:
                         failed = True
-                        print(f"{label:<16} {stack:<10} failed")
+                        print(f"{label:<16} {stack:<12} failed")
+                        results.append({"case": label, "stack": stack, "failed": True})
                         continue
                     ratio = s["gbps"] / tcp["gbps"] if tcp and tcp["gbps"] > 0 else float("nan")
+                    results.append({"case": label, "stack": stack, "failed": False,
+                                    "ratio": None if ratio != ratio else ratio, **s})
                     retx = f"{s['retx_pct']:.2f}" if stack != "tcp" else "-"
                     tko = f"{s['takeovers']:.0f}" if stack != "tcp" else "-"
-                    print(f"{label:<16} {stack:<10} {s['gbps']:7.3f} {ratio:6.2f} "
+                    print(f"{label:<16} {stack:<12} {s['gbps']:7.3f} {ratio:6.2f} "
                           f"{s['jain']:5.2f} {retx:>7} {tko:>9}", flush=True)
         finally:
             topo("down", name)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f)
     return 1 if failed else 0
 
 

@@ -17,7 +17,10 @@ congestion control and cubic) through a tbf bottleneck in network namespaces
 incast, RC over RD, and a loopback check. Group `multirail` (only when
 --groups names it; root): RD striped over 1, 2 and 3 rails (DIWARP_ADDR
 lists) between two namespaces joined by a veth pair and a tbf per rail,
-against libfabric's ofi_mrail. See bench/README.md for definitions and
+against libfabric's ofi_mrail. Group `shared` (only when --groups names
+it; root): RD and RC over RD beside other programs, bench/run-shared.py's
+independent unpinned pairs, CPU hogs and (--shared-build-loop) a build
+loop, each against TCP under the same load. See bench/README.md for definitions and
 docs/PERFORMANCE.md for the numbers.
 
 Server on core 0, client on core 1 (--cpus). Each point is the median of
@@ -39,6 +42,7 @@ import argparse
 import csv
 import datetime
 import fnmatch
+import json
 import math
 import os
 import re
@@ -856,7 +860,7 @@ def size_name(s):
 
 class Harness:
     GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle",
-              "contention", "mpi", "credits", "daemon", "multirail"]
+              "contention", "mpi", "credits", "daemon", "multirail", "shared"]
 
     def __init__(self, a):
         self.a = a
@@ -1012,7 +1016,7 @@ class Harness:
     # ---- measurement loops
     # mpi: minutes of mpirun start-ups; multirail: minutes of rate-limited
     # transfers (and root): only when named in --groups
-    OPT_IN = {"mpi", "multirail"}
+    OPT_IN = {"mpi", "multirail", "shared"}
 
     # --quick without --groups: the smoke run of the transports alone (latency,
     # bandwidth, message rate), so that it ends within 90 s; the other groups
@@ -2341,6 +2345,64 @@ class Harness:
             topos.down_all()
             signal.signal(signal.SIGTERM, old)
 
+    # ---- shared: RD beside other programs (bench/run-shared.py)
+    def run_shared(self, r):
+        """Runs bench/run-shared.py (independent unpinned pairs through a
+        forwarding namespace, a CPU hog, a build loop when --shared-build-loop
+        names a build directory) and keeps its results for the report."""
+        self.mark_group("shared")
+        if not self.want_group("shared"):
+            return
+        here = os.path.dirname(os.path.abspath(__file__))
+        js = os.path.join(r.logdir, "shared.json")
+        argv = [sys.executable, os.path.join(here, "run-shared.py"), "--build", self.a.build,
+                "--json", js]
+        if self.a.quick:
+            argv += ["--pairs", "2", "--rates", "2gbit", "--iters", "100",
+                     "--stacks", "rd-thread"]
+        if self.a.shared_build_loop:
+            argv += ["--build-loop", self.a.shared_build_loop]
+        print("run: shared: " + " ".join(argv[1:]), file=sys.stderr)
+        p = subprocess.run(argv, capture_output=True, text=True)
+        r.log.write(f"$ {' '.join(argv)}\n{p.stdout}{p.stderr}\n")
+        self.sh_table = p.stdout
+        self.sh_res = json.load(open(js)) if os.path.exists(js) else []
+        for x in self.sh_res:
+            if x["failed"]:
+                self.failures.append((f"shared {x['case']} {x['stack']}", "shared", 0,
+                                      "a pair failed (runs.log)"))
+        if p.returncode != 0 and not self.sh_res:
+            self.failures.append(("shared", "shared", 0,
+                                  f"run-shared.py exit {p.returncode}: {p.stderr.strip()[-300:]}"))
+
+    def shared_section(self):
+        res = getattr(self, "sh_res", None)
+        if res is None:
+            return []
+        L = ["## Shared hosts: RD beside other programs\n",
+             "`bench/run-shared.py`: every end of every pair its own process, unpinned, "
+             "`diwarp-bw --op write` of 1 MiB against `raw-sock --proto tcp --mode stream` "
+             "of 1 MiB, from namespace A to B through a forwarding namespace with a tbf each "
+             "way; `pairs-N`: N independent pairs at once, `hog`: one pair beside a `yes` "
+             "per core, `build`: one pair beside a nice-19 build loop. Each stack's ratio is "
+             "against TCP's aggregate in the same case, run right after it. Targets: pairs "
+             "≥ 0.9 × TCP with Jain ≥ 0.9 and resends ≤ 1 % of datagrams, build ≥ 0.9, "
+             "hog ≥ 0.7.\n",
+             "| case | stack | Gbit/s | × TCP | Jain | resent % | take-overs |",
+             "|---|---|---|---|---|---|---|"]
+        for x in res:
+            if x["failed"]:
+                L.append(f"| {x['case']} | {x['stack']} | FAILED | | | | |")
+                continue
+            tcp = x["stack"] == "tcp"
+            ratio = "" if x.get("ratio") is None else f"{x['ratio']:.2f}"
+            retx = "" if tcp else f"{x['retx_pct']:.2f}"
+            tko = "" if tcp else f"{x['takeovers']:.0f}"
+            L.append(f"| {x['case']} | {x['stack']} | {x['gbps']:.3f} | {ratio} | "
+                     f"{x['jain']:.2f} | {retx} | {tko} |")
+        L.append("")
+        return L
+
     def mr_mark(self, cases, status, why):
         for name, metric, _, _, _, sizes in cases:
             for s in sizes:
@@ -3370,6 +3432,7 @@ class Harness:
         L += self.credits_section()
         L += self.daemon_section()
         L += self.mr_section()
+        L += self.shared_section()
         L.append("## Not available, missing, failed\n")
         rows = {}
         for k in self.order:
@@ -3494,6 +3557,9 @@ def main():
     ap.add_argument("--runs", type=int, help="runs per point (default 3 quick, 5 full)")
     ap.add_argument("--cases", help="comma list of case-name patterns (fnmatch), e.g. 'raw-*,diwarp-rc'")
     ap.add_argument("--groups", help="comma list of: " + ",".join(Harness.GROUPS))
+    ap.add_argument("--shared-build-loop", default="",
+                    help="shared group: also run one pair beside a nice-19 build loop of this "
+                         "configured build directory (cleaned and rebuilt over and over)")
     ap.add_argument("--allow-missing", action="store_true",
                     help="missing perftest/fi_pingpong and failed runs do not make the exit "
                          "status non-zero (they are still reported)")
@@ -3538,6 +3604,7 @@ def main():
         h.run_credits(r)
         h.run_daemon(r)
         h.run_multirail(r)
+        h.run_shared(r)
         h.mark_group(None)
     except KeyboardInterrupt:
         h.mark_group(None)
