@@ -121,8 +121,12 @@ def summary(lines):
     if any(l is None for l in lines):
         return None
     g = [kv(l, "gbps") for l in lines]
-    total = sum(g)
-    jain = total * total / (len(g) * sum(x * x for x in g)) if total > 0 else 0
+    rates = sum(g)
+    jain = rates * rates / (len(g) * sum(x * x for x in g)) if rates > 0 else 0
+    # The aggregate is all the bytes over the longest transfer (the pairs
+    # start together): a sum of the pairs' rates would count the link twice
+    # once a fast pair finished and left it to the others.
+    total = len(g) / max(1 / x for x in g) if all(x > 0 for x in g) else 0
     retx = sum(kv(l, "retx") or 0 for l in lines)
     sent = sum(a_iters * MiB / 1442 for a_iters in [ARGS.iters] * len(lines))
     takeovers = sum(kv(l, "takeovers") or 0 for l in lines)
