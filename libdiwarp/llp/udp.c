@@ -151,6 +151,7 @@ int dw_udp_enable_gro(struct dw_udp *u)
                 u->rx_msgs[i].msg_hdr.msg_controllen = sizeof(u->rx_ctrl[i]);
         }
         u->gro = true;
+        u->gro_lone = 0;
         return 0;
 }
 
@@ -460,6 +461,23 @@ static int udp_gro_split(struct dw_udp *u, int n)
         return total;
 }
 
+/* GRO off again after DW_UDP_GRO_LONE lone receives: the traffic is a
+ * ping-pong now, and GRO costs each of its receives; the next backlog turns
+ * it back on. A refused setsockopt leaves it on. */
+static void udp_gro_off(struct dw_udp *u)
+{
+        int zero = 0;
+        u->gro_lone = 0;
+        if (setsockopt(u->fd, SOL_UDP, UDP_GRO, &zero, sizeof(zero)) < 0)
+                return;
+        u->gro = false;
+        u->gro_wanted = true;
+        for (int i = 0; i < DW_UDP_RX_BATCH; i++) {
+                u->rx_msgs[i].msg_hdr.msg_control = NULL;
+                u->rx_msgs[i].msg_hdr.msg_controllen = 0;
+        }
+}
+
 int dw_udp_recv_batch(struct dw_udp *u, int max)
 {
         if (max > DW_UDP_RX_BATCH)
@@ -485,7 +503,13 @@ int dw_udp_recv_batch(struct dw_udp *u, int max)
                         }
                         if (n >= 0) {
                                 u->rx_single = !u->rx_single && n <= 1;
-                                return udp_gro_split(u, n);
+                                bool lone = n == 1 && u->rx_msgs[0].msg_hdr.msg_controllen == 0;
+                                int got = udp_gro_split(u, n);
+                                if (!lone)
+                                        u->gro_lone = 0;
+                                else if (++u->gro_lone >= DW_UDP_GRO_LONE)
+                                        udp_gro_off(u);
+                                return got;
                         }
                 } else if (u->rx_single) {
                         /* Latency mode: a busy-polling ping-pong sees one datagram

@@ -65,6 +65,9 @@ struct dw_udp {
         /* GRO is to come on (dw_udp_want_gro) once a receive finds a backlog
          * of DW_UDP_GRO_BACKLOG datagrams, the sign of bulk traffic. */
         bool gro_wanted;
+        /* With GRO on: receives in a row that found one lone datagram (no
+         * train, no batch); DW_UDP_GRO_LONE of them turn GRO off again. */
+        uint16_t gro_lone;
         uint8_t (*rx_ctrl)[64]; /* [DW_UDP_RX_BATCH] control buffers, with gro */
         struct dw_uring *ur;    /* io_uring backend, NULL = plain */
         uint64_t icmp_errors;   /* errors read from the error queue */
@@ -87,18 +90,22 @@ void dw_udp_close(struct dw_udp *u);
  * built without liburing; another -errno when the kernel refuses (seccomp,
  * io_uring_disabled, no provided-buffer rings): the plain backend stays. */
 int dw_udp_enable_uring(struct dw_udp *u);
-/* Turns UDP GRO on for good (plain backend): a GSO train from a peer (or
+/* Turns UDP GRO on (plain backend): a GSO train from a peer (or
  * datagrams a NIC coalesced) then comes up as one buffer, one receive instead
  * of up to 64, split again by dw_udp_recv_batch. The RD engine asks for it
  * with dw_udp_want_gro; UD alone does without (GRO costs every receive). 0, or
  * -ENOTSUP with io_uring, or the setsockopt error (GRO stays off). */
 int dw_udp_enable_gro(struct dw_udp *u);
-/* Asks for GRO when the traffic is bulk: the plain backend turns it on (for
- * good) when one recvmmsg returns at least DW_UDP_GRO_BACKLOG datagrams. A
- * ping-pong, which finds one datagram at a time, never pays GRO's cost per
- * receive; a GSO train received without GRO arrives split into such a
- * backlog, so bulk traffic turns it on with its first train. */
+/* Asks for GRO when the traffic is bulk: the plain backend turns it on when
+ * one recvmmsg returns at least DW_UDP_GRO_BACKLOG datagrams, and off again
+ * (still wanted) after DW_UDP_GRO_LONE receives in a row that each found one
+ * lone datagram. A ping-pong, which finds one datagram at a time, does not
+ * pay GRO's cost per receive for long, even when its start (connection
+ * set-up, a first burst, a descheduled poller) left a backlog; a GSO train
+ * received without GRO arrives split into such a backlog, so bulk traffic
+ * turns it on with its first train. */
 #define DW_UDP_GRO_BACKLOG 4
+#define DW_UDP_GRO_LONE    64
 static inline void dw_udp_want_gro(struct dw_udp *u)
 {
         if (!u->gro)

@@ -1,6 +1,7 @@
 /* Unit tests of llp/udp: GRO asked for with dw_udp_want_gro stays off while
- * datagrams come one at a time (a ping-pong) and comes on with a backlog,
- * with every datagram delivered intact across the switch; a destination
+ * datagrams come one at a time (a ping-pong), comes on with a backlog and
+ * goes off again when a ping-pong follows, with every datagram delivered
+ * intact across the switches; a destination
  * with no route is reported as such, not as back-pressure. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -71,6 +72,22 @@ Test(udp, gro_waits_for_a_backlog)
         for (uint8_t i = 0; i < 6; i++)
                 send_seq(&tx, &dst, (uint8_t)(200 + i));
         recv_seq(&rx, 200, 6);
+
+        /* A ping-pong again: GRO goes off after DW_UDP_GRO_LONE lone
+         * receives, still wanted, and the next backlog turns it back on. */
+        for (int i = 0; i < DW_UDP_GRO_LONE - 1; i++) {
+                send_seq(&tx, &dst, (uint8_t)i);
+                recv_seq(&rx, (uint8_t)i, 1);
+        }
+        cr_assert(rx.gro, "GRO went off before %d lone receives", DW_UDP_GRO_LONE);
+        send_seq(&tx, &dst, 7);
+        recv_seq(&rx, 7, 1);
+        cr_assert(!rx.gro, "%d lone receives in a row must turn GRO off", DW_UDP_GRO_LONE);
+        cr_assert(rx.gro_wanted, "GRO off for a ping-pong is still wanted for bulk traffic");
+        for (uint8_t i = 0; i < 12; i++)
+                send_seq(&tx, &dst, (uint8_t)(50 + i));
+        recv_seq(&rx, 50, 12);
+        cr_assert(rx.gro, "a backlog after a ping-pong turns GRO on again");
         dw_udp_close(&tx);
         dw_udp_close(&rx);
 }
