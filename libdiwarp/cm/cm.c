@@ -821,6 +821,8 @@ struct diwarp_listener {
         uint16_t port;
         pthread_mutex_t lock;
         uint64_t next_id;
+        uint64_t evicted;              /* silent connections pushed out by newer ones */
+        struct dw_log_limit log_limit; /* lines a flood of connections can cause */
         struct dw_lconn conns[DW_LISTEN_MAX];
 };
 
@@ -881,6 +883,38 @@ int diwarp_listener_fd(const struct diwarp_listener *l)
         return l ? l->fd : -EINVAL;
 }
 
+/* A slot for a new connection when all DW_LISTEN_MAX are taken: the oldest
+ * connection that has not sent its MPA Request yet. A peer that connects
+ * and stays silent (or a flood of them) would otherwise hold every slot for
+ * the connect timeout and shut real peers out, which send their Request at
+ * once and so stay out of reach of the newer connections that push silent
+ * ones out. NULL when every slot holds a Request the application has yet
+ * to take, or took: the newcomer is the one refused then. */
+static struct dw_lconn *listener_evict_silent(struct diwarp_listener *l, uint64_t now)
+{
+        struct dw_lconn *old = NULL;
+        for (int i = 0; i < DW_LISTEN_MAX; i++) {
+                struct dw_lconn *c = &l->conns[i];
+                if (c->used && !c->delivered && c->mpa.state != DW_MPA_REQUEST &&
+                    (!old || c->id < old->id))
+                        old = c;
+        }
+        if (!old)
+                return NULL;
+        char pb[32];
+        l->evicted++;
+        if (dw_log_limit_pass(&l->log_limit, DW_LOG_WARN, now))
+                dw_warn("listener port %u: every slot taken; closing %s, silent for %llu ms "
+                        "(%llu such so far)",
+                        l->port, dw_tcp_addr_str(&old->peer, pb, sizeof(pb)),
+                        (unsigned long long)((now + connect_timeout_ms(l->dev) * 1000000ull -
+                                              old->deadline_ns) /
+                                             1000000ull),
+                        (unsigned long long)l->evicted);
+        lconn_drop(old);
+        return old;
+}
+
 static void listener_accept_all(struct diwarp_listener *l)
 {
         struct dw_device *dev = l->dev;
@@ -894,10 +928,15 @@ static void listener_accept_all(struct diwarp_listener *l)
                 for (int i = 0; i < DW_LISTEN_MAX && !lc; i++)
                         if (!l->conns[i].used)
                                 lc = &l->conns[i];
+                if (!lc)
+                        lc = listener_evict_silent(l, dw_now_ns());
                 if (!lc) {
                         char pb[32];
-                        dw_warn("listener port %u: too many unanswered requests; dropping %s",
-                                l->port, dw_tcp_addr_str(&peer, pb, sizeof(pb)));
+                        if (dw_log_limit_pass(&l->log_limit, DW_LOG_WARN, dw_now_ns()))
+                                dw_warn("listener port %u: %d requests wait for the application; "
+                                        "dropping %s",
+                                        l->port, DW_LISTEN_MAX,
+                                        dw_tcp_addr_str(&peer, pb, sizeof(pb)));
                         close(s);
                         continue;
                 }
@@ -923,16 +962,19 @@ static struct dw_lconn *listener_scan(struct diwarp_listener *l)
                         continue;
                 if (!dw_mpa_step(&lc->mpa)) {
                         if (now >= lc->deadline_ns) {
-                                dw_info("listener port %u: no MPA Request from %s in time", l->port,
-                                        dw_tcp_addr_str(&lc->peer, pb, sizeof(pb)));
+                                if (dw_log_limit_pass(&l->log_limit, DW_LOG_INFO, now))
+                                        dw_info("listener port %u: no MPA Request from %s in time",
+                                                l->port,
+                                                dw_tcp_addr_str(&lc->peer, pb, sizeof(pb)));
                                 lconn_drop(lc);
                         }
                         continue;
                 }
                 if (lc->mpa.state != DW_MPA_REQUEST) {
-                        dw_info("listener port %u: connect from %s failed: %s", l->port,
-                                dw_tcp_addr_str(&lc->peer, pb, sizeof(pb)),
-                                lc->mpa.why ? lc->mpa.why : "?");
+                        if (dw_log_limit_pass(&l->log_limit, DW_LOG_INFO, now))
+                                dw_info("listener port %u: connect from %s failed: %s", l->port,
+                                        dw_tcp_addr_str(&lc->peer, pb, sizeof(pb)),
+                                        lc->mpa.why ? lc->mpa.why : "?");
                         lconn_drop(lc);
                         continue;
                 }

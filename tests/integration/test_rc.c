@@ -1630,6 +1630,62 @@ Test(rc, native_connect_accept)
         diwarp_listener_destroy(sa.l);
 }
 
+/* Peers that connect to a listener and say nothing, twice as many as it has
+ * slots for unanswered connections (64), before a real peer connects: the
+ * real peer's connect goes through well within its timeout (the silent ones
+ * would otherwise hold every slot for the whole connect timeout, 10 s), and
+ * the oldest silent ones are closed to make room. */
+#define SILENT_PEERS 128
+Test(rc, native_listener_outlasts_silent_peers)
+{
+        side_init(&A, 1 << 16, ALL_ACCESS);
+        side_init(&B, 1 << 16, ALL_ACCESS);
+        to_init(&A);
+        to_init(&B);
+        struct server_arg sa = {0};
+        cr_assert_eq(diwarp_listen(B.dev, 0, 2 * SILENT_PEERS, &sa.l), 0);
+        uint16_t port = listener_port(sa.l);
+        union diwarp_gid gid;
+        diwarp_device_gid(B.dev, &gid);
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port)};
+        memcpy(&to.sin_addr, gid.raw + 12, 4);
+        int silent[SILENT_PEERS];
+        for (int i = 0; i < SILENT_PEERS; i++) {
+                silent[i] = socket(AF_INET, SOCK_STREAM, 0);
+                cr_assert_geq(silent[i], 0);
+                cr_assert_eq(connect(silent[i], (struct sockaddr *)&to, sizeof(to)), 0,
+                             "silent peer %d: %s", i, strerror(errno));
+        }
+        post_recv(&B, 1, 0, 4096);
+        pthread_t th;
+        pthread_create(&th, NULL, server_main, &sa);
+        uint64_t t0 = now_ms();
+        struct diwarp_conn_param p = {.ird = 4, .ord = 4};
+        char rpd[64];
+        uint16_t rlen = sizeof(rpd);
+        cr_assert_eq(diwarp_connect(A.qp, &gid, port, &p, 5000, rpd, &rlen), 0);
+        pthread_join(th, NULL);
+        uint64_t ms = now_ms() - t0;
+        cr_assert_eq(sa.result, 0, "the listener did not deliver the real peer: %d", sa.result);
+        cr_assert_lt(ms, 4000, "the real peer waited %llu ms behind silent ones",
+                     (unsigned long long)ms);
+        fill(A.buf, 3000, 21);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 3000, 0, 0, 0), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(wait_wc(&B, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(memcmp(A.buf, B.buf, 3000), 0);
+        /* The oldest silent peers were closed (EOF); the newest may stay. */
+        int closed = 0;
+        for (int i = 0; i < SILENT_PEERS; i++) {
+                char c;
+                if (recv(silent[i], &c, 1, MSG_DONTWAIT) == 0)
+                        closed++;
+                close(silent[i]);
+        }
+        cr_assert_geq(closed, SILENT_PEERS - 64, "only %d silent peers closed", closed);
+        diwarp_listener_destroy(sa.l);
+}
+
 /* RC QPs carried by RD (DIWARP_RC_TRANSPORT=rd) through the native CM: the
  * MPA exchange on TCP also carries each side's QPN and first PSN, which the
  * application never sees; the QPs are bound to each other (dest_qp_num is
