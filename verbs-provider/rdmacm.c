@@ -16,11 +16,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <rdma/rdma_verbs.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -62,7 +64,7 @@ enum rcm_state {
 struct rcm_chan {
         struct rdma_event_channel ch; /* first: the application's pointer */
         struct rcm_evt *head, *tail;
-        bool internal; /* a synchronous listener's private channel */
+        bool internal; /* a synchronous id's own channel (rcm_id.own_chan) */
         /* Threads inside rdma_get_cm_event: a channel destroyed under them is
          * marked dead and freed by the last one out (g.lock). */
         int readers;
@@ -79,14 +81,32 @@ struct rcm_evt {
         uint8_t pd[RCM_PD_MAX];
 };
 
+/* librdmacm's rsocket code is compiled into librdmacm: besides the public
+ * calls, which reach ours, it calls three internal functions of the library
+ * directly on our ids (ucma_complete, ucma_max_qpsize, ucma_shutdown). They
+ * read the fields that follow the public struct in librdmacm's private id
+ * (struct cma_id_private, the same from rdma-core v25 to today): a pointer to
+ * the library's device record, then after two words and two ints the flag
+ * of a synchronous id. This block stands in that place. */
+struct rcm_lib_view {
+        void *cma_dev;        /* always NULL: ucma_max_qpsize then asks the
+                               * library's own device list (diwarp0's max_qp_wr) */
+        void *connect;        /* unused */
+        size_t connect_len;   /* unused */
+        int events_completed; /* unused */
+        int connect_error;    /* unused */
+        int sync;             /* created without a channel: each step completes on the id's
+                               * own channel (sync_complete; ucma_complete reads it too) */
+};
+
 struct rcm_id {
-        struct rdma_cm_id id; /* first: the application's pointer */
-        struct rcm_id *next;  /* g.ids */
+        struct rdma_cm_id id;    /* first: the application's pointer */
+        struct rcm_lib_view lib; /* second: where librdmacm looks (above) */
+        struct rcm_id *next;     /* g.ids */
         int refs;
         bool destroyed;
-        bool sync; /* created without a channel: calls block until done */
         enum rcm_state state;
-        struct rcm_chan *own_chan;  /* sync listener: where requests queue */
+        struct rcm_chan *own_chan;  /* synchronous id: its channel (id.channel) */
         struct diwarp_listener *l;  /* RC listener */
         int ud_lfd;                 /* UD listener socket */
         struct rcm_id *parent;      /* passive child: its listener */
@@ -106,6 +126,12 @@ struct rcm_id {
         int ack_timeout; /* RDMA_OPTION_ID_ACK_TIMEOUT for the QP (IB encoding), -1: none */
         int rnr_retry;   /* conn_param->rnr_retry_count of rdma_connect/accept, -1: none yet */
 };
+
+_Static_assert(offsetof(struct rcm_id, id) == 0 &&
+                   offsetof(struct rcm_id, lib) == sizeof(struct rdma_cm_id) &&
+                   offsetof(struct rcm_lib_view, sync) ==
+                       2 * sizeof(void *) + sizeof(size_t) + 2 * sizeof(int),
+               "struct rcm_id must lay out as librdmacm's private id begins");
 
 static struct {
         pthread_mutex_t lock;
@@ -369,7 +395,7 @@ static void evt_free_locked(struct rcm_evt *e)
         free(e);
 }
 
-/* Queues an event on chan (NULL: a synchronous id, nobody reads events, drop).
+/* Queues an event on chan (NULL: the program destroyed the id's channel, drop).
  * g.lock held. Returns the event (for a sync child's id->event) or NULL. */
 static struct rcm_evt *post_locked(struct rcm_chan *chan, struct rcm_id *owner,
                                    struct rcm_id *listen, enum rdma_cm_event_type type, int status,
@@ -493,6 +519,20 @@ static void chan_free_locked(struct rcm_chan *c)
         free(c);
 }
 
+/* Destroys a channel. A thread waiting in rdma_get_cm_event on it (a program
+ * that exits without stopping its event thread) is woken; it leaves the
+ * channel alone from then on and the last one out frees it. g.lock held. */
+static void chan_destroy_locked(struct rcm_chan *c)
+{
+        if (c->readers > 0) {
+                c->dead = true;
+                uint64_t one = 1;
+                (void)!write(c->ch.fd, &one, sizeof(one));
+        } else {
+                chan_free_locked(c);
+        }
+}
+
 static void free_id(struct rcm_id *r)
 {
         for (struct rcm_id **pp = &g.ids; *pp; pp = &(*pp)->next)
@@ -507,7 +547,7 @@ static void free_id(struct rcm_id *r)
         if (r->ud_fd >= 0)
                 close(r->ud_fd);
         if (r->own_chan)
-                chan_free_locked(r->own_chan);
+                chan_destroy_locked(r->own_chan);
         free(r->ep_attr);
         struct rcm_id *parent = r->parent;
         free(r);
@@ -520,11 +560,22 @@ static struct rcm_id *id_new_locked(struct rdma_event_channel *ch, void *context
         struct rcm_id *r = calloc(1, sizeof(*r));
         if (!r)
                 return NULL;
+        if (!ch) {
+                /* A synchronous id gets a channel of its own, as librdmacm
+                 * gives it: rsockets polls its fd and uses it as the socket's
+                 * number. */
+                r->own_chan = chan_new(true);
+                if (!r->own_chan) {
+                        free(r);
+                        return NULL;
+                }
+                ch = &r->own_chan->ch;
+                r->lib.sync = 1;
+        }
         r->id.channel = ch;
         r->id.context = context;
         r->id.ps = ps;
         r->id.qp_type = (ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB) ? IBV_QPT_UD : IBV_QPT_RC;
-        r->sync = ch == NULL;
         r->refs = 1;
         r->ud_lfd = r->ud_fd = -1;
         r->ack_timeout = -1;
@@ -624,7 +675,7 @@ static void rc_request(struct rcm_id *lr, const struct diwarp_conn_request *req)
                 return;
         }
         struct rcm_id *c =
-            id_new_locked(lr->sync ? NULL : lr->id.channel, lr->id.context, lr->id.ps);
+            id_new_locked(lr->lib.sync ? NULL : lr->id.channel, lr->id.context, lr->id.ps);
         if (!c) {
                 pthread_mutex_unlock(&g.lock);
                 diwarp_reject(lr->l, req->id, NULL, 0);
@@ -647,8 +698,7 @@ static void rc_request(struct rcm_id *lr, const struct diwarp_conn_request *req)
         c->peer_ird = req->ird;
         c->peer_ord = req->ord;
         c->state = RCM_REQ;
-        struct rcm_chan *ch = lr->sync ? lr->own_chan : chan_of(lr);
-        struct rcm_evt *e = post_locked(ch, c, lr, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
+        struct rcm_evt *e = post_locked(chan_of(lr), c, lr, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
                                         req->private_data, req->private_data_len);
         if (e) {
                 /* The requester's ORD bounds our responder resources and its
@@ -753,7 +803,7 @@ static void ud_request(struct rcm_id *lr)
                 return;
         }
         struct rcm_id *c =
-            id_new_locked(lr->sync ? NULL : lr->id.channel, lr->id.context, lr->id.ps);
+            id_new_locked(lr->lib.sync ? NULL : lr->id.channel, lr->id.context, lr->id.ps);
         if (!c) {
                 pthread_mutex_unlock(&g.lock);
                 close(s);
@@ -774,9 +824,8 @@ static void ud_request(struct rcm_id *lr)
         lr->refs++;
         c->ud_fd = s;
         c->state = RCM_REQ;
-        struct rcm_chan *ch = lr->sync ? lr->own_chan : chan_of(lr);
         struct rcm_evt *e =
-            post_locked(ch, c, lr, RDMA_CM_EVENT_CONNECT_REQUEST, 0, req + 12, req[6]);
+            post_locked(chan_of(lr), c, lr, RDMA_CM_EVENT_CONNECT_REQUEST, 0, req + 12, req[6]);
         if (e) {
                 struct rdma_ud_param *u = &e->ev.param.ud;
                 u->private_data = req[6] ? e->pd : NULL;
@@ -900,17 +949,7 @@ void rcm_destroy_event_channel(struct rdma_event_channel *channel)
         for (struct rcm_id *r = g.ids; r; r = r->next)
                 if (r->id.channel == channel)
                         r->id.channel = NULL;
-        struct rcm_chan *c = (struct rcm_chan *)channel;
-        if (c->readers > 0) {
-                /* A thread waits in rdma_get_cm_event (a program that exits
-                 * without stopping its event thread): wake it; it leaves the
-                 * channel alone from then on and the last one frees it. */
-                c->dead = true;
-                uint64_t one = 1;
-                (void)!write(c->ch.fd, &one, sizeof(one));
-        } else {
-                chan_free_locked(c);
-        }
+        chan_destroy_locked((struct rcm_chan *)channel);
         pthread_mutex_unlock(&g.lock);
 }
 
@@ -974,22 +1013,51 @@ int rcm_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **
         }
 }
 
+static void ack_locked(struct rcm_evt *e)
+{
+        if (e->owner->events_out > 0 && --e->owner->events_out == 0)
+                pthread_cond_broadcast(&g.cond);
+        if (e->owner->req_event == e)
+                e->owner->req_event = NULL;
+        if (e->owner->id.event == &e->ev)
+                e->owner->id.event = NULL;
+        evt_free_locked(e);
+}
+
 RCM_SYMVER(rcm_ack_cm_event, rdma_ack_cm_event, "RDMACM_1.0");
 int rcm_ack_cm_event(struct rdma_cm_event *event)
 {
         if (!event)
                 return fail(EINVAL);
         pthread_mutex_lock(&g.lock);
-        struct rcm_evt *e = (struct rcm_evt *)event;
-        if (e->owner->events_out > 0 && --e->owner->events_out == 0)
-                pthread_cond_broadcast(&g.cond);
-        if (e->owner->req_event == e)
-                e->owner->req_event = NULL;
-        if (e->owner->id.event == event)
-                e->owner->id.event = NULL;
-        evt_free_locked(e);
+        ack_locked((struct rcm_evt *)event);
         pthread_mutex_unlock(&g.lock);
         return 0;
+}
+
+/* The end of each step of a synchronous id, as rdma_create_id(3) describes
+ * such ids: the step's event, taken from the id's own channel, becomes
+ * id->event (the previous one is acked) and a failure event is the call's
+ * error (REJECTED: ECONNREFUSED, else its status). The channel's fd decides
+ * whether this waits: a program that made it non-blocking (rsockets) gets
+ * EAGAIN and collects the event later, through librdmacm's ucma_complete. */
+static int sync_complete(struct rcm_id *r)
+{
+        if (!r->lib.sync)
+                return 0;
+        if (r->id.event) {
+                rcm_ack_cm_event(r->id.event);
+                r->id.event = NULL;
+        }
+        struct rdma_cm_event *ev;
+        if (rcm_get_cm_event(r->id.channel, &ev) < 0)
+                return -1;
+        r->id.event = ev;
+        if (!ev->status)
+                return 0;
+        if (ev->event == RDMA_CM_EVENT_REJECTED)
+                return fail(ECONNREFUSED);
+        return fail(ev->status < 0 ? -ev->status : ev->status);
 }
 
 static const char *const rcm_event_names[] = {
@@ -1102,13 +1170,16 @@ int rcm_destroy_id(struct rdma_cm_id *id)
                 r->state = RCM_IDLE;
         }
         chan_purge_locked(chan_of(r), r, NULL);
-        if (r->own_chan)
-                chan_purge_locked(r->own_chan, r, NULL);
         if (r->req_event) {
                 struct rcm_evt *e = r->req_event;
                 r->req_event = NULL;
+                if (id->event == &e->ev)
+                        id->event = NULL;
                 evt_free_locked(e);
         }
+        /* As librdmacm: the event a synchronous step left in id->event. */
+        if (id->event)
+                ack_locked((struct rcm_evt *)id->event);
         put_locked(r);
         pthread_mutex_unlock(&g.lock);
         return 0;
@@ -1221,7 +1292,7 @@ int rcm_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct so
         r->state = RCM_ADDR;
         post_locked(chan_of(r), r, NULL, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
         pthread_mutex_unlock(&g.lock);
-        return 0;
+        return sync_complete(r);
 }
 
 RCM_SYMVER(rcm_resolve_route, rdma_resolve_route, "RDMACM_1.0");
@@ -1253,7 +1324,7 @@ int rcm_resolve_route(struct rdma_cm_id *id, int timeout_ms)
         r->state = RCM_ROUTE;
         post_locked(chan_of(r), r, NULL, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
         pthread_mutex_unlock(&g.lock);
-        return 0;
+        return sync_complete(r);
 }
 
 RCM_SYMVER(rcm_listen, rdma_listen, "RDMACM_1.0");
@@ -1310,14 +1381,6 @@ int rcm_listen(struct rdma_cm_id *id, int backlog)
                 ((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
         else
                 ((struct sockaddr_in *)sa)->sin_port = htons(port);
-        if (r->sync && !r->own_chan) {
-                r->own_chan = chan_new(true);
-                if (!r->own_chan) {
-                        pthread_mutex_unlock(&g.lock);
-                        return fail(ENOMEM);
-                }
-                id->channel = &r->own_chan->ch;
-        }
         if (!id->verbs)
                 id->port_num = 0;
         r->state = RCM_LISTEN;
@@ -1801,10 +1864,14 @@ int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
                j->qp ? j->qp->qp_num : 0, ntohs(dst_port_be(r)));
         pthread_mutex_unlock(&g.lock);
 
-        if (r->sync) {
-                err = run_connect(j);
+        /* A synchronous id connects here, unless its channel is non-blocking
+         * (rsockets' non-blocking connect): then, as for an asynchronous id,
+         * a thread connects and sync_complete answers EAGAIN until the
+         * outcome is on the channel. */
+        if (r->lib.sync && !(fcntl(id->channel->fd, F_GETFL) & O_NONBLOCK)) {
+                run_connect(j);
                 free(j);
-                return err < 0 ? fail(-err) : 0;
+                return sync_complete(r);
         }
         pthread_attr_t a;
         pthread_attr_init(&a);
@@ -1819,7 +1886,7 @@ int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
                 run_connect(j);
                 free(j);
         }
-        return 0;
+        return sync_complete(r);
 }
 
 /* Releases a sync child's request event after it was answered. g.lock held. */
@@ -1919,7 +1986,9 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
         if (err == 0 && !is_ud(r))
                 start_worker_locked(); /* watches the connection for a peer close */
         pthread_mutex_unlock(&g.lock);
-        return err < 0 ? fail(-err) : 0;
+        if (err < 0)
+                return fail(-err);
+        return is_ud(r) ? 0 : sync_complete(r); /* ESTABLISHED */
 }
 
 RCM_SYMVER(rcm_reject, rdma_reject, "RDMACM_1.0");
@@ -2010,8 +2079,15 @@ int rcm_disconnect(struct rdma_cm_id *id)
                 r->disc_posted = true;
                 post_locked(chan_of(r), r, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
         }
+        /* A synchronous id takes its DISCONNECTED, unless something took it
+         * already (rsockets' service thread, on a peer's close): none comes
+         * again, and waiting for one would hang. */
+        bool queued = false;
+        if (r->lib.sync)
+                for (struct rcm_evt *e = r->own_chan->head; e && !queued; e = e->next)
+                        queued = e->owner == r;
         pthread_mutex_unlock(&g.lock);
-        return 0;
+        return queued ? sync_complete(r) : 0;
 }
 
 /* ---- synchronous endpoints -------------------------------------------------- */
@@ -2021,10 +2097,16 @@ int rcm_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 {
         if (!listen || !id)
                 return fail(EINVAL);
-        struct rcm_id *lr = rid_of(listen);
-        if (!lr->sync || !lr->own_chan)
+        struct rcm_id *lr = live_rid(listen, "rdma_get_request");
+        if (!lr)
                 return fail(EINVAL);
+        if (!lr->lib.sync) {
+                dw_warn("rdma_cm: rdma_get_request: the listener has an event channel "
+                        "(rdma_get_cm_event gives its requests)");
+                return fail(EINVAL);
+        }
         for (;;) {
+                /* Blocks, or EAGAIN on a non-blocking channel (rsockets). */
                 struct rdma_cm_event *ev;
                 if (rcm_get_cm_event(&lr->own_chan->ch, &ev) < 0)
                         return -1;
@@ -2114,16 +2196,35 @@ int rcm_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
         if (!r)
                 return fail(EINVAL);
         pthread_mutex_lock(&g.lock);
+        if (r->lib.sync && !channel) {
+                pthread_mutex_unlock(&g.lock);
+                return fail(EINVAL); /* as librdmacm: synchronous already */
+        }
         struct rcm_chan *from = chan_of(r);
         struct rcm_chan *to = (struct rcm_chan *)channel;
-        if (from != to) {
-                if (to)
-                        chan_purge_locked(from, r, to);
-                else
-                        chan_purge_locked(from, r, NULL);
+        struct rcm_chan *own = NULL;
+        if (!to) {
+                /* To synchronous: a channel of its own, as rdma_create_id
+                 * gives an id created without one. */
+                own = to = chan_new(true);
+                if (!own) {
+                        pthread_mutex_unlock(&g.lock);
+                        return fail(ENOMEM);
+                }
         }
-        id->channel = channel;
-        r->sync = channel == NULL;
+        /* Events not yet retrieved follow the id. */
+        if (from != to)
+                chan_purge_locked(from, r, to);
+        if (r->own_chan) {
+                /* From synchronous: the event of its last step is done with,
+                 * and its own channel goes. */
+                if (id->event)
+                        ack_locked((struct rcm_evt *)id->event);
+                chan_destroy_locked(r->own_chan);
+        }
+        r->own_chan = own;
+        r->lib.sync = own != NULL;
+        id->channel = &to->ch;
         pthread_mutex_unlock(&g.lock);
         return 0;
 }
