@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -505,6 +506,26 @@ static struct rcm_chan *chan_new(bool internal)
                 return NULL;
         }
         c->internal = internal;
+        if (internal) {
+                /* A synchronous id's fd is the number rsockets gives its
+                 * socket. librspreload's select() maps its descriptors back to
+                 * rsockets by scanning upward from 0 and takes the first
+                 * descriptor whose rsocket number matches: an rsocket whose
+                 * number is below its own descriptor (an accepted socket:
+                 * its id exists before accept() opens the descriptor) is
+                 * then reported on the wrong descriptor (iperf3's server
+                 * never sees its data). Numbers from the middle of the
+                 * descriptor range keep out of that scan. */
+                struct rlimit rl;
+                int base = 1024;
+                if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur / 2 < (rlim_t)base)
+                        base = (int)(rl.rlim_cur / 2);
+                int hi = base > c->ch.fd ? fcntl(c->ch.fd, F_DUPFD_CLOEXEC, base) : -1;
+                if (hi >= 0) {
+                        close(c->ch.fd);
+                        c->ch.fd = hi;
+                }
+        }
         return c;
 }
 
