@@ -110,9 +110,10 @@ rstream_bw)
         need rstream
         # Interleaved, best of 3 each: plain TCP sockets (-T s: the kernel's
         # stack) against rsockets over diwarp, same program, same sizes. The
-        # bound holds under ASan on a busy 2-core machine (release builds
-        # measure 1.5-8x, docs/PERFORMANCE.md); it catches a transport that
-        # crawls (a lost wake-up, a stall per message).
+        # bound holds under ASan on a busy 2-core machine (a release build
+        # measured 1.5-7x with rstream's own buffers, docs/USAGE.md
+        # "rsockets"); it catches a transport that crawls (a lost wake-up,
+        # a stall per message).
         for sz in k64 m1; do
                 eval "base=(\"\${$sz[@]}\")"
                 base[3]=$((base[3] * 8)) # more messages: a rate, not a start-up
