@@ -303,7 +303,7 @@ static int ex_connect_qp(struct ex_ctx *c)
                                    DIWARP_QP_ACCESS_FLAGS);
         if (err)
                 return ex_fail("modify to INIT", err);
-        /* IB-style connect (DESIGN.md §4): RTR with the peer's GID and QPN. */
+        /* IB-style connect: RTR with the peer's GID and QPN (docs/PROTOCOL.md). */
         a.qp_state = DIWARP_QPS_RTR;
         a.dgid = c->peer_gid;
         a.dest_qp_num = c->peer_qpn;

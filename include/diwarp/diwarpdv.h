@@ -105,7 +105,7 @@ struct diwarpdv_rd_path {
         uint32_t retransmits;
 };
 
-/* ---- Application mailbox (seed 001's receive ring, in the spirit of
+/* ---- Application mailbox (the credit-based receive ring, in the spirit of
  * FI_MULTI_RECV and mlx5's striding RQ) -------------------------------------
  *
  * diwarpdv_mbox_open turns an RD QP (RESET or INIT, no receive WR posted, no

@@ -3,7 +3,7 @@
  *  - mpa_conn.{c,h}: the MPA request/reply exchange on one socket.
  *  - cm.c: the native CM calls of diwarp.h (diwarp_listen, *_get_request,
  *    accept, reject, connect, disconnect) and the IB-style connect that starts
- *    when an RC QP reaches RTR with DEST_QPN + AV (DESIGN.md §4).
+ *    when an RC QP reaches RTR with DEST_QPN + AV (docs/PROTOCOL.md).
  * Established streams are handed to qp/rc.c (dw_rc_attach).
  *
  * IB-style connect private data (MPA Request and Reply, 32 bytes, after the

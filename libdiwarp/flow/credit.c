@@ -1,4 +1,4 @@
-/* Credit-based mailbox receive ring (seed 001): see credit.h and README.md. */
+/* Credit-based mailbox receive ring: see credit.h and README.md. */
 #include "flow/credit.h"
 
 #include "util/why.h"

@@ -1,4 +1,4 @@
-/* Credit-based mailbox receive ring (seed 001): the accounting of one
+/* Credit-based mailbox receive ring: the accounting of one
  * endpoint's ring and of the credits it holds in its peers' rings, for the
  * static protocol (fixed per-sender quota, Eq. 5.1 threshold) and the dynamic
  * one (intended quotas moved between senders by activity, compulsory credit
@@ -14,7 +14,8 @@
  * Stand-alone credit messages take no credit: they land in the receiving
  * endpoint's credit region, credit_slots entries per peer.
  *
- * Decisions where seed 001 leaves a choice (flow/README.md lists them):
+ * Decisions where the thesis the ring follows leaves a choice (flow/README.md
+ * names it and lists them):
  *  1. Credits are cumulative, not deltas: a credit message carries the limit
  *     "you may have used up to L slots of my ring in all" (32-bit, compared
  *     modulo 2^32). A lost, duplicated or reordered credit value is then
@@ -40,7 +41,7 @@
  *     Its slots count one by one towards the thresholds, as one-slot
  *     packets would.
  *  4. Partial sends: dw_credit_tx_take grants up to what is asked, so a
- *     message is sent in pieces as credits come (thesis Sec. 2.4).
+ *     message is sent in pieces as credits come (thesis Sec. 5.2).
  *  5. Dynamic protocol: a threshold is reached when retrieved + piggybacked
  *     >= the FIFO head (both ways), and also when the sender holds no credit
  *     at all (nothing held, in flight or unread), which keeps a sender whose

@@ -1,4 +1,4 @@
-/* In-flight limits (seed 002, "ITT"): caps on the messages one QP, one process
+/* In-flight limits (inline token throttling): caps on the messages one QP, one process
  * and the whole host (every diwarp process of the user) have on the wire at
  * once, a message being in flight from its posting to the wire until its
  * completion. README.md has the model, the shared-memory layout, the recovery

@@ -1,6 +1,6 @@
 /* mem/: protection domains, the MR / STag table, access checks, invalidation.
  *
- * Registration is bookkeeping only (DESIGN.md §6): data moves through socket
+ * Registration is bookkeeping only (mem/README.md): data moves through socket
  * syscalls on virtual addresses, so nothing is pinned. An STag (= lkey = rkey)
  * is a 24-bit handle << 8 | an 8-bit key, all 32 bits random (getrandom()),
  * drawn at each registration; the handle names a slot of the table through

@@ -84,7 +84,7 @@ int dw_registry_local(struct dw_device *self, const struct sockaddr_in *dst, str
         return r;
 }
 
-/* The process's in-flight caps (seed 002, flow/inflight.h): the process cap
+/* The process's in-flight caps (in-flight token throttling, flow/inflight.h): the process cap
  * and this process's place in the host pool belong to the process, not to
  * one device, so they hang off the registry, opened with the first device
  * that sets a cap and closed with the last device. Devices serialize on its

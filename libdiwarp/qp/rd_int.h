@@ -141,7 +141,7 @@ struct rd_irq {
         uint32_t wslot;
 };
 
-/* Receive side of a receiver-paced Send (seed 000's RDRP): the receiver
+/* Receive side of a receiver-paced Send (receiver-driven rendezvous): the receiver
  * reads [pushed, len) of the sender's message with RDMA Reads of the chunk
  * size, at most depth outstanding, the next one asked for when an earlier one
  * is placed. A Read's slot stays until its request is acknowledged too, since
@@ -217,7 +217,7 @@ static_assert(sizeof(struct dw_rd_peer) <= 256, "an idle pseudo-stream costs at 
 struct dw_rd_qp {
         struct dw_qp *qp;
         bool rc; /* RC/UC carried by RD */
-        /* In-flight caps (DIWARP_INFLIGHT_*, seed 002): a send WQE starts only
+        /* In-flight caps (DIWARP_INFLIGHT_*, flow/inflight.h): a send WQE starts only
          * with a token; capped says whether any cap is in force. admitted:
          * tokens granted, not yet taken by a WQE; starting: WQEs of the batch
          * being built that take one; to_release: tokens of retired WQEs, given
@@ -293,7 +293,7 @@ struct rd_cctl {
         bool sent;
 };
 
-/* The mailbox of an RD QP (seed 001): ring_slots slots of slot_size bytes
+/* The credit-based mailbox receive ring of an RD QP: ring_slots slots of slot_size bytes
  * shared by every peer that sends to the QP, the credit state of both roles
  * towards up to npeers peers, and the segments parked in arrival order. */
 struct rd_mbox {

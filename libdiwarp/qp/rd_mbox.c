@@ -1,4 +1,4 @@
-/* The credit-based mailbox receive ring of an RD QP (seed 001; the model is
+/* The credit-based mailbox receive ring of an RD QP (the model is
  * flow/credit.c, the wire docs/PROTOCOL.md "Credits").
  *
  * Every Send segment takes credits at its sender when it first leaves, one

@@ -1,4 +1,5 @@
-/* RD transport: receiver-paced Sends (seed 000's receiver-driven rendezvous).
+/* RD transport: receiver-paced Sends (receiver-driven rendezvous;
+ * docs/PROTOCOL.md, "Receiver-paced Sends").
  *
  * A Send of at least DIWARP_RD_PULL_MIN bytes pushes only its first chunk
  * (DIWARP_RD_PULL_CHUNK bytes) as ordinary Send segments; the first carries

@@ -1,4 +1,4 @@
-/* UD queue pairs over the instance UDP socket (DESIGN.md §4, §5).
+/* UD queue pairs over the instance UDP socket (docs/PROTOCOL.md, "UD over UDP").
  *
  * One message = one datagram: datagram header | untagged DDP/RDMAP Send |
  * payload | [RFC 7306 Immediate Data message] | CRC32c. A payload above

@@ -26,7 +26,7 @@ enum dw_rc_transport {
 #define DW_CONFIG_MAX_UDP_MTU                65507 /* largest IPv4 UDP payload */
 #define DW_CONFIG_DEFAULT_UDP_MTU            65507 /* no cap: RD follows the route's MTU */
 #define DW_CONFIG_MAX_TIMEOUT_MS             3600000u
-/* In-flight caps in messages (seed 002, libdiwarp/flow/README.md); 0 = no cap
+/* In-flight caps in messages (libdiwarp/flow/README.md); 0 = no cap
  * at that level. The defaults await the calibration sweep. */
 #define DW_CONFIG_DEFAULT_INFLIGHT_QP   0
 #define DW_CONFIG_DEFAULT_INFLIGHT_PROC 0
@@ -35,7 +35,7 @@ enum dw_rc_transport {
 /* Longest DIWARP_INFLIGHT_SHM name (without the leading '/'). */
 #define DW_CONFIG_MAX_SHM_NAME         100
 #define DW_CONFIG_DEFAULT_CC_TARGET_US 300u
-/* Receiver-paced RD Sends (seed 000): from this size on, a Send pushes its
+/* Receiver-paced RD Sends (docs/PROTOCOL.md): from this size on, a Send pushes its
  * first chunk and the receiver pulls the rest, chunk by chunk, at most
  * `depth` Reads outstanding. The defaults come from the sweep in
  * docs/PERFORMANCE.md. */
@@ -46,8 +46,8 @@ enum dw_rc_transport {
 #define DW_CONFIG_MIN_PULL_CHUNK     1024u
 #define DW_CONFIG_MAX_PULL_CHUNK     (64u << 20)
 #define DW_CONFIG_MAX_CC_TARGET_US   1000000u
-/* The credit-based mailbox receive ring of RD QPs (seed 001,
- * libdiwarp/flow/README.md "Credits"). The ring's size is bounded by the
+/* The credit-based mailbox receive ring of RD QPs (libdiwarp/flow/README.md
+ * "Credits"). The ring's size is bounded by the
  * header's 16-bit credit field, which carries a cumulative value modulo
  * 2^16: every value a sender can see lies within a ring of its own. */
 #define DW_CONFIG_DEFAULT_CREDIT_SLOT   2048u

@@ -1,6 +1,6 @@
 /* Fault injection on the datagram path: DIWARP_FAULT=drop:P,dup:P,reorder:P,
  * corrupt:P,delay:US on transmit, slowrx:BYTES_PER_S on receive (a receiver
- * that places data slowly, seed 000's slow memory). Off unless a spec is given. Deterministic for a
+ * that places data slowly, as into slow memory). Off unless a spec is given. Deterministic for a
  * given seed and packet sequence. Not thread-safe: the caller holds the device lock. */
 #ifndef DW_UTIL_FAULT_H
 #define DW_UTIL_FAULT_H

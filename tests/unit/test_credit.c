@@ -1,4 +1,6 @@
-/* flow/credit: the credit-based mailbox receive ring of seed 001.
+/* flow/credit: the credit-based mailbox receive ring (libdiwarp/flow/README.md,
+ * "Credits", names the thesis it follows; tables, figures and sections below
+ * are that thesis's).
  *
  * - The threshold function against Table 5.1, and the two formulas the thesis
  *   rejects failing as it says (a literal model of the thesis's static
@@ -8,7 +10,8 @@
  *   driven by thousands of seeded random schedules over links that deliver
  *   data in order, stand-alone credits in order or not (and duplicated) and ACK-borne
  *   credit values with loss, duplication and reordering. After every step:
- *   no ring overflow, credits conserved (seed 001 digest, 2.4, I1, I2), no
+ *   no ring overflow, credits conserved (every credit accounted for; the
+ *   intended quotas add up to the ring), no
  *   send without credit; at the end every schedule drains.
  *
  * DIWARP_CREDIT_TRACE=1 prints a summary of the property runs (and the state
@@ -355,7 +358,8 @@ Test(credit_misuse, bad_calls)
 
 /* -------------------------------------------------- static, by hand */
 
-/* Seed 001 Fig. 5.2: quota 20, two credit slots, threshold 7. */
+/* The thesis's worked example (Fig. 5.2): quota 20, two credit slots,
+ * threshold 7. */
 Test(credit_static, figure_5_2)
 {
         struct dw_credit rx, tx;
@@ -533,7 +537,7 @@ Test(credit_dynamic, initial_state_and_first_returns)
         dw_credit_fini(&rx);
 }
 
-/* Seed 001 Sec. 6.6 (Fig. 6.4, blocks 5-7): credits piggybacked early are
+/* Thesis Sec. 6.6 (Fig. 6.4, blocks 5-7): credits piggybacked early are
  * not returned twice; a deficit is made up at the threshold, an excess delays
  * the next one. */
 Test(credit_dynamic, piggyback_deficit_and_excess)
@@ -755,7 +759,7 @@ static void check_pair(uint32_t x, uint32_t y)
         cr_assert_eq(t->tx_used - t->tx_skip, l->sent, "%u->%u: used %u skip %u sent %u", y, x,
                      t->tx_used, t->tx_skip, l->sent);
         cr_assert_eq(l->sent - l->inflight, r->rx_arrived, "%u->%u", y, x);
-        /* Seed 001 2.4: every credit is at the sender, in flight, unread in
+        /* Conservation: every credit is at the sender, in flight, unread in
          * the ring, retrieved and not returned, in transit back, or (dynamic)
          * given back. */
         uint32_t cur = r->rx_granted - r->rx_retired - r->rx_skip;
@@ -791,15 +795,17 @@ static void check_endpoint(uint32_t x)
                 cur += c;
                 res += c < fl ? fl - c : 0;
                 intended += r->intended;
-                cr_assert_geq(r->intended, fl, "I3: endpoint %u peer %u", x, p);
+                cr_assert_geq(r->intended, fl,
+                              "intended quota below the floor: endpoint %u peer %u", x, p);
                 if (X->cfg.max_quota)
                         cr_assert_leq(r->intended, X->cfg.max_quota);
         }
         for (int l = 0; l < 4; l++)
                 lists += X->llen[l];
-        cr_assert_eq(cur + res + X->available, ring, "I1: endpoint %u", x);
-        cr_assert_eq(intended, ring, "I2: endpoint %u", x);
-        cr_assert_eq(lists, n, "I5: endpoint %u", x);
+        cr_assert_eq(cur + res + X->available, ring,
+                     "current + floor reserve + available != ring: endpoint %u", x);
+        cr_assert_eq(intended, ring, "intended quotas != ring: endpoint %u", x);
+        cr_assert_eq(lists, n, "senders not each on one activity list: endpoint %u", x);
 }
 
 /* An event touches R and one sender s: check both (R's check covers every
@@ -1061,7 +1067,7 @@ static void sweep(void)
 
 static void set_phase(void)
 {
-        /* All active, half, an eighth (seed 001 Fig. 5.9), or one. */
+        /* All senders active, half, an eighth, or one. */
         uint32_t k = M.p.ns;
         switch (below(4)) {
         case 1:
@@ -1286,7 +1292,8 @@ Test(credit_property, dynamic_protocol, .timeout = 60)
         cr_assert_eq(s.requests, s.responses, "every request answered");
 }
 
-/* Seed 001 R-D3, R-D7, R-D9 on one deterministic schedule: 8 senders share a
+/* The dynamic protocol's adaptive range, reclaiming idle senders and their
+ * return, on one deterministic schedule: 8 senders share a
  * ring of 16 slots each. When only one stays active it ends up with every slot
  * but the others' floors, the idle ones end at the floor and give back what
  * they held above it (compulsory return); when they all come back they take
@@ -1339,8 +1346,8 @@ Test(credit_dynamic, one_active_sender_takes_the_ring_and_idle_ones_come_back, .
                               v.rx_current);
         }
         cr_assert_gt(M.ep[0].stats.requests, 0);
-        /* Everybody again: each idle one takes quota back (R-D9: a NULL
-         * sender is treated as HIGH at its monitoring points and steals). */
+        /* Everybody again: each idle one takes quota back (a sender in NULL
+         * is treated as HIGH at its monitoring points and steals). */
         for (uint32_t s = 2; s <= 8; s++)
                 M.active[s] = true;
         uint32_t most[8] = {0};
@@ -1358,7 +1365,7 @@ Test(credit_dynamic, one_active_sender_takes_the_ring_and_idle_ones_come_back, .
         model_fini();
 }
 
-/* Seed 001 R-D8: with no dynamic region (every sender at its floor) the
+/* With no dynamic region (every sender at its floor) the
  * dynamic protocol behaves as the static one with the same ring: the same
  * seeded schedule gives the same credit messages, stalls and deliveries. */
 Test(credit_dynamic, no_dynamic_region_behaves_as_static)
