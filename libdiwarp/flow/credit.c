@@ -1,4 +1,5 @@
-/* Credit-based mailbox receive ring: see credit.h and README.md. */
+/* Credit-based mailbox receive ring: see credit.h and README.md (which names
+ * the thesis it follows). */
 #include "flow/credit.h"
 
 #include "util/why.h"
