@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs a server/client program pair under diwarp between two network
-# namespaces joined by a veth pair (issue 4: "between two network namespaces"):
+# namespaces joined by a veth pair:
 #   netns.sh CASE
 #   CASE: rc_pingpong ud_pingpong send_lat write_bw rping udaddy rdma_server
 #         udpong fi_msg fi_rdm example_rc example_ud example_rd
