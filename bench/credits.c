@@ -1,5 +1,5 @@
-/* bench-credits: the mailbox receive ring under load (seed 001's
- * experiments, on RD QPs).
+/* bench-credits: the credit-based mailbox receive ring under load, on RD QPs:
+ * all-to-all traffic among many endpoints, all or only some of them sending.
  *
  *   bench-credits [--procs K] [--eps P] [--msgs M] [--size B] [--rq R]
  *                 [--active A] [--dests D] [--timeout-ms MS]

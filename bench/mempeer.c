@@ -1,4 +1,5 @@
-/* bench-mempeer: memory per peer (seed 003/004 §E.6, PR-8), UD/RD vs RC.
+/* bench-mempeer: memory per peer, UD/RD vs RC: how the stack's own state
+ * grows with the number of peers one process talks to.
  *
  *   server (the peers): bench-mempeer [--port P]
  *   client (measured):  bench-mempeer [--transport ud|rc|rd] --qps N HOST

@@ -1,14 +1,15 @@
-/* bench-multiqp: k QPs between two processes (seed 003/004 §C, BM-6 and BM-7).
+/* bench-multiqp: k QPs between two processes: normalized multi-connection
+ * latency and aggregate throughput (bench/README.md, "Metrics").
  *
  *   server: bench-multiqp [--port P]
  *   client: bench-multiqp --mode lat|bw [--transport ud|rc|rd] [--qps K] [--size B]
  *                         [--iters N] [--window W] [--duration-ms MS] [--bidir] HOST
  *
- * lat (BM-6): each iteration posts one send on every QP, round robin, and
+ * lat: each iteration posts one send on every QP, round robin, and
  *     waits for the k replies. lat_us = elapsed / (iters * k) / 2: the
- *     normalized multi-connection half round trip (the thesis also divides by
+ *     normalized multi-connection half round trip (Rashti's thesis also divides by
  *     the message size; we keep microseconds and report the size beside it).
- * bw (BM-7): for duration-ms both processes (--bidir; otherwise the client
+ * bw: for duration-ms both processes (--bidir; otherwise the client
  *     only) stream messages round robin over the k QPs, at most `window`
  *     unconsumed per QP (credits every window/2, a 16-byte message: magic +
  *     count). gbps = payload bytes received in the window (both directions
@@ -56,7 +57,7 @@ static bool bad_wc(const struct diwarp_wc *wc)
         return true;
 }
 
-/* ---- BM-6 ----------------------------------------------------------------------- */
+/* ---- lat: normalized latency ----------------------------------------------------- */
 
 static bool run_lat(double *lat_us)
 {
@@ -127,7 +128,7 @@ static bool run_lat(double *lat_us)
         return bc_sync(&c) == 0;
 }
 
-/* ---- BM-7 ----------------------------------------------------------------------- */
+/* ---- bw: aggregate throughput ---------------------------------------------------- */
 
 struct qstate {
         uint64_t sent, credited, consumed, credit_at, bytes;

@@ -1,16 +1,16 @@
-/* bench-overlap: verbs-level overlap and independent progress (seed 003/004
- * §C BM-12 and BM-13), RC, RDMA Read (or Write) of --size bytes.
+/* bench-overlap: verbs-level communication/computation overlap and independent
+ * progress (bench/README.md, "Metrics"), RC, RDMA Read (or Write) of --size bytes.
  *
  *   server (target):    bench-overlap [--port P] [--cpu C]
  *   client (initiator): bench-overlap --mode progress|overlap [--op read|write]
  *                       [--size B] [--reps R] [--block] [--cpu C] HOST
  *
- * progress (BM-13, target side): the target computes for D microseconds and
+ * progress (target side): the target computes for D microseconds and
  *     makes no diwarp call while the initiator's operation is in flight.
  *     t0 = completion time with D = 0; D = 10 * t0; ratio = t(D) / t0. With
  *     independent progress (DIWARP_PROGRESS=thread) ratio stays near 1; with
  *     application-driven progress it is about (D + t0) / t0 = 11.
- * overlap (BM-12, Eq. 3.4): the initiator posts the operation, computes c,
+ * overlap (initiator side): the initiator posts the operation, computes c,
  *     then waits for the completion: l(c). l0 = l(0); c grows by 0.1 * l0 until
  *     l(c) >= 1.1 * l0; overlap = (c - (l(c) - l0)) / l0 at the largest c with
  *     l(c) < 1.1 * l0 (at c = 0.1 * l0 when there is none). 1 = all of the

@@ -1,5 +1,5 @@
-/* bench-regcost: memory registration and deregistration cost (seed 003/004
- * §C BM-9), one process.
+/* bench-regcost: memory registration and deregistration cost, warm and cold
+ * pages, one process.
  *
  *   bench-regcost [--reps R] [--cpu C] SIZE...     (SIZE in bytes, k/m suffixes)
  *

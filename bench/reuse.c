@@ -1,4 +1,4 @@
-/* bench-reuse: buffer-reuse pattern (seed 003/004 §C BM-11) at verbs level.
+/* bench-reuse: effect of buffer reuse on latency, at verbs level.
  *
  *   server: bench-reuse [--port P]
  *   client: bench-reuse [--transport ud|rc] [--size B] [--iters N] [--pool BYTES] HOST

@@ -8,7 +8,7 @@ Cases: diwarp native UD / RC (TCP) / RD / RC over RD, the same through the
 verbs provider (perftest under `diwarp run`), raw UDP and TCP sockets
 (bench/raw-sock), libfabric's fi_pingpong (tcp msg, udp dgram, udp;ofi_rxd
 rdm). Metrics: latency 8 B - 1 MiB, bandwidth and CPU seconds per GB
-4 KiB - 16 MiB, message rate (8 B, window 64), and the seed-derived ones:
+4 KiB - 16 MiB, message rate (8 B, window 64), and the scalability and overlap ones:
 multi-QP latency / throughput / Jain's index, registration cost, buffer reuse,
 overlap and independent progress, memory per peer, idle CPU of the progress
 thread. Group `contention`: RD congestion control against raw TCP (default
@@ -1132,7 +1132,7 @@ class Harness:
                                                          "the transfer's CPU from setup noise")
 
     def quick_skip(self, c, g, s):
-        """--quick measures stream cases' bandwidth at 1 MiB only (the issue
+        """--quick measures stream cases' bandwidth at 1 MiB only (the
         targets), datagram cases' at 32 KiB and 1 MiB (as far as they go);
         raw-tcp, the baseline, at both."""
         return (self.a.quick and g == "bw" and c.family == "stream" and c.name != "raw-tcp"
@@ -1172,7 +1172,7 @@ class Harness:
 
     def run_seed(self, r):
         pl, P, T = self.pl, self.prog, self.pl["timeout"]
-        # --- multi-QP (BM-6, BM-7)
+        # --- multi-QP normalized latency and aggregate throughput
         self.mark_group("mq")
         if self.want_group("mq"):
             # RD joins when the engine has it (full runs; --quick keeps RC and UD)
@@ -1218,7 +1218,7 @@ class Harness:
                                       bw, "mq bw")
                     broken = not (ok1 and ok2)
                     self.progress_line(f"multi-QP {tr} k={k}", 0, self.pl["seed_runs"] - 1)
-        # --- registration cost (BM-9)
+        # --- registration cost
         self.mark_group("reg")
         if self.want_group("reg") and self.want_case("diwarp"):
             sizes = pl["reg_sizes"]
@@ -1246,7 +1246,7 @@ class Harness:
 
             self.repeat(lambda: [("diwarp", "regdereg_us", s) for s in sizes], reg, "reg")
             self.progress_line("registration", 0, self.pl["seed_runs"] - 1)
-        # --- buffer reuse (BM-11)
+        # --- buffer reuse
         self.mark_group("reuse")
         if self.want_group("reuse"):
             for tr in ("rc", "ud"):
@@ -1273,7 +1273,7 @@ class Harness:
 
                     self.repeat(lambda: [(name, "reuse_ratio", s)], reuse, "reuse")
                 self.progress_line(f"buffer reuse {tr}", 0, self.pl["seed_runs"] - 1)
-        # --- overlap and independent progress (BM-12, BM-13), RC RDMA Read
+        # --- overlap and independent progress, RC RDMA Read
         self.mark_group("progress")
         if self.want_group("progress") and self.want_case("diwarp-rc"):
             s = pl["ov_size"]
@@ -1820,7 +1820,7 @@ class Harness:
             shutil.rmtree(tmp, ignore_errors=True)
             signal.signal(signal.SIGTERM, old)
 
-    # ---- credits: the mailbox receive ring (seed 001) under all-to-all load
+    # ---- credits: the credit-based mailbox receive ring under all-to-all load
     def credit_cases(self):
         """(case, description, bench-credits args, env). A ring is S slots per
         sender of the QP: DIWARP_CREDIT_RING = S x P, DIWARP_CREDIT_PEERS = P
@@ -1914,17 +1914,18 @@ class Harness:
         if not res:
             return []
         med = lambda n, k: statistics.median(x[k] for x in res[n]) if n in res else None
-        L = ["## Credits: the mailbox receive ring (seed 001)\n",
+        L = ["## Credits: the mailbox receive ring\n",
              "`bench-credits`: P RD QPs (endpoints) in 2 processes on this host, one core each, "
              "each sending its messages of 2 KiB (one slot) to every other endpoint round robin "
              "(at most 64 unacknowledged per QP; `act8`: only the first 8 send, each to the 8 "
-             "endpoints after it, so a receiver has 1 to 8 active senders among its 63: seed "
-             "001's Fig. 5.9 setting); every endpoint keeps R receive WRs posted and "
+             "endpoints after it, so a receiver has 1 to 8 active senders among its 63: an "
+             "eighth of the senders active); every endpoint keeps R receive WRs posted and "
              "reposts each as it polls its completion, checking sender, order and every byte. "
              "`prepost`: every receive posted before the start, credits off (nothing waits "
              "for a receive); `off`: R = 4, credits off (early Sends get RNR NAKs); "
-             "`unbounded`: R = 4 and a ring of 32767 slots, more than the senders can fill "
-             "(the reference: the thesis's unbounded mailbox); `static-S` / `dynamic-S`: "
+             "`unbounded`: R = 4 and a ring of 64 slots per sender (at most 32767), more than "
+             "the senders can fill (the reference: a mailbox that never binds); "
+             "`static-S` / `dynamic-S`: "
              "R = 4 and a ring of S slots per sender (`DIWARP_CREDIT_RING` = S × P, "
              "`DIWARP_CREDIT_PEERS` = P; dynamic with a floor of 1 slot). Medians of the "
              "rounds; the time ratio is against `unbounded` (overhead = ratio − 1); counters "
@@ -2934,14 +2935,14 @@ class Harness:
             note = f"borderline: runs span {min(lo, hi):.{digits}f}–{max(lo, hi):.{digits}f}"
         return ("met" if ok else "missed"), note
 
-    def verdict(self, T, issue, text, ratio, lo, hi, detail, limit, upper, noisy):
+    def verdict(self, T, area, text, ratio, lo, hi, detail, limit, upper, noisy):
         status, note = self.judge(ratio, lo, hi, limit, upper)
         notes = [note] if note else []
         if noisy:
             notes.append("noisy point")
-        T.append((issue, text, f"{ratio:.2f} {detail}", status, "; ".join(notes)))
+        T.append((area, text, f"{ratio:.2f} {detail}", status, "; ".join(notes)))
 
-    def ratio_target(self, T, issue, text, case, metric, size, limit, upper):
+    def ratio_target(self, T, area, text, case, metric, size, limit, upper):
         """The point's ratio to its baseline (Harness.baseline)."""
         k = (case, metric, size)
         p = self.points.get(k)
@@ -2951,24 +2952,24 @@ class Harness:
                    "not measured in this run" if not p or p.status == "ok" else p.status)
             if p and p.status == "ok" and s and s["ratio"] is None:
                 why = "baseline missing"
-            T.append((issue, text, "", "not yet measurable", why))
+            T.append((area, text, "", "not yet measurable", why))
             return
-        self.verdict(T, issue, text, s["ratio"], s["lo"] / s["base"], s["hi"] / s["base"],
+        self.verdict(T, area, text, s["ratio"], s["lo"] / s["base"], s["hi"] / s["base"],
                      f"({fmt(s['med'])} vs {fmt(s['base'])})", limit, upper, s["noisy"])
 
-    def pair_target(self, T, issue, text, a, b, metric, size, limit, upper, note=""):
+    def pair_target(self, T, area, text, a, b, metric, size, limit, upper, note=""):
         """a / b at one point (two cases of this run)."""
         x, y = self.value(a, metric, size), self.value(b, metric, size)
         if not x or not y:
             miss = (a, metric, size) if not x else (b, metric, size)
-            T.append((issue, text, "", "not yet measurable", f"{miss[0]}: {self.why(*miss)}"))
+            T.append((area, text, "", "not yet measurable", f"{miss[0]}: {self.why(*miss)}"))
             return
-        self.verdict(T, issue, text, x["med"] / y["med"], x["lo"] / y["med"],
+        self.verdict(T, area, text, x["med"] / y["med"], x["lo"] / y["med"],
                      x["hi"] / y["med"], f"({fmt(x['med'])} vs {fmt(y['med'])}{note})", limit,
                      upper, x["noisy"] or y["noisy"])
 
     def targets(self):
-        """(issue, target, measured, status, why)."""
+        """(area, target, measured, status, why)."""
         T = []
 
         def ratio_target(*a):
@@ -2977,65 +2978,65 @@ class Harness:
         def pair_target(*a, **kw):
             self.pair_target(T, *a, **kw)
 
-        ratio_target(3, "UD 64 B send ping-pong ≤ 1.15 × raw UDP", "diwarp-ud", "lat_us", 64,
+        ratio_target("engine", "UD 64 B send ping-pong ≤ 1.15 × raw UDP", "diwarp-ud", "lat_us", 64,
                      1.15, True)
-        ratio_target(3, "RC 64 B send ping-pong ≤ 1.20 × raw TCP", "diwarp-rc", "lat_us", 64,
+        ratio_target("engine", "RC 64 B send ping-pong ≤ 1.20 × raw TCP", "diwarp-rc", "lat_us", 64,
                      1.20, True)
-        ratio_target(3, "RC RDMA Write stream 1 MiB, CRC off ≥ 0.85 × raw TCP",
+        ratio_target("engine", "RC RDMA Write stream 1 MiB, CRC off ≥ 0.85 × raw TCP",
                      "diwarp-rc-write-nocrc", "bw_gbps", MiB, 0.85, False)
-        ratio_target(3, "RC RDMA Write stream 1 MiB, CRC on ≥ 0.75 × raw TCP",
+        ratio_target("engine", "RC RDMA Write stream 1 MiB, CRC on ≥ 0.75 × raw TCP",
                      "diwarp-rc-write", "bw_gbps", MiB, 0.75, False)
         # progress thread: idle CPU reported; Read against a computing target completes
         s = self.value("diwarp-thread", "idle_cpu_pct", 0)
         if s:
-            T.append((3, "progress thread idle CPU reported (seed PR-22: ≤ 1 % of a core)",
+            T.append(("engine", "progress thread idle CPU reported (goal: ≤ 1 % of a core)",
                       f"{s['med']:.3f} %", "met" if s["med"] <= 1 else "missed", ""))
         else:
-            T.append((3, "progress thread idle CPU reported", "", "not yet measurable",
+            T.append(("engine", "progress thread idle CPU reported", "", "not yet measurable",
                       self.why("diwarp-thread", "idle_cpu_pct", 0)))
         # the target computes D = 10 t(0) without calling diwarp: a Read that
         # waits for it takes about 11 t(0); one served meanwhile, about 1
         s = self.value("diwarp-rc-thread", "progress_ratio", self.pl["ov_size"])
         n = self.value("diwarp-rc-app", "progress_ratio", self.pl["ov_size"])
         if s:
-            T.append((3, "RDMA Read of 1 MiB completes while the target computes "
+            T.append(("engine", "RDMA Read of 1 MiB completes while the target computes "
                       "(DIWARP_PROGRESS=thread; t(D)/t(0) ≤ 2 against ≈ 11 without progress)",
                       f"t(D)/t(0) = {s['med']:.2f} ({fmt(s['lo'])}–{fmt(s['hi'])})" +
                       (f"; application progress {n['med']:.1f}" if n else ""),
                       "met" if s["med"] <= 2 else "missed",
-                      ("seed PR-14 (≤ 1.10): " + ("within" if s["med"] <= 1.10 else "above")) +
+                      ("stricter goal ≤ 1.10: " + ("within" if s["med"] <= 1.10 else "above")) +
                       ("; noisy point" if s["noisy"] else "")))
         else:
-            T.append((3, "RDMA Read of 1 MiB completes while the target computes", "",
+            T.append(("engine", "RDMA Read of 1 MiB completes while the target computes", "",
                       "not yet measurable",
                       self.why("diwarp-rc-thread", "progress_ratio", self.pl["ov_size"])))
         u = [k for k in self.order if k[0].endswith("-uring") and k[1] in ("lat_us", "bw_gbps")]
         got = [k for k in u if self.summary(k)]
         if got:
-            T.append((3, "io_uring backend compared with the plain one in bench/",
+            T.append(("engine", "io_uring backend compared with the plain one in bench/",
                       ", ".join(f"{k[0]} {k[1]} {size_name(k[2])} ×{self.cmp_plain(k)}"
                                 for k in got), "met", "ratios are uring / plain"))
         else:
-            T.append((3, "io_uring backend compared with the plain one", "",
+            T.append(("engine", "io_uring backend compared with the plain one", "",
                       "not yet measurable", self.why(*u[0]) if u else "not run"))
-        # issue 4: the provider against the same measurement done natively,
+        # the verbs provider against the same measurement done natively,
         # both with the hybrid progress thread (the provider's default)
-        pair_target(4, "provider / native latency ≤ 1.05 (RC Send 64 B: ib_send_lat vs "
+        pair_target("provider", "provider / native latency ≤ 1.05 (RC Send 64 B: ib_send_lat vs "
                     "its loop natively, bench-native-pingpong --loop perftest)", "verbs-rc",
                     "diwarp-rc-thread", "lat_us", 64, 1.05, True, " µs")
-        pair_target(4, "provider / native bandwidth ≥ 1 / 1.05 (RC Write 1 MiB: ib_write_bw "
+        pair_target("provider", "provider / native bandwidth ≥ 1 / 1.05 (RC Write 1 MiB: ib_write_bw "
                     "vs diwarp-bw, window 64)", "verbs-rc-write", "diwarp-rc-thread", "bw_gbps",
                     MiB, 1 / 1.05, False, " Gbit/s")
-        ratio_target(5, "RD RDMA Write stream 1 MiB ≥ 1.0 × raw TCP", "diwarp-rd", "bw_gbps",
+        ratio_target("RD", "RD RDMA Write stream 1 MiB ≥ 1.0 × raw TCP", "diwarp-rd", "bw_gbps",
                      MiB, 1.0, False)
-        ratio_target(5, "RD 64 B send ping-pong ≤ 1.20 × raw UDP", "diwarp-rd", "lat_us", 64,
+        ratio_target("RD", "RD 64 B send ping-pong ≤ 1.20 × raw UDP", "diwarp-rd", "lat_us", 64,
                      1.20, True)
         a, b = self.value("diwarp-rd", "mq_lat_us", 1), self.value("diwarp-ud", "mq_lat_us", 1)
         if T[-1][3] == "not yet measurable" and a and b:
             T[-1] = T[-1][:4] + (T[-1][4] + f"; meanwhile bench-multiqp k=1, "
                                  f"{self.pl['mq_lat_size']} B: RD / UD = "
                                  f"{a['med'] / b['med']:.2f}",)
-        pair_target(5, "goodput with 1 % drop ≥ 0.7 × lossless (RD RDMA Write, 1 MiB)",
+        pair_target("RD", "goodput with 1 % drop ≥ 0.7 × lossless (RD RDMA Write, 1 MiB)",
                     "diwarp-rd-drop1", "diwarp-rd", "bw_gbps", MiB, 0.7, False, " Gbit/s")
         # at the sizes of the other targets (64 B, 1 MiB) when measured there
         lat = self.common("diwarp-rc-rd", "diwarp-rc", "lat_us", 64)
@@ -3046,10 +3047,10 @@ class Harness:
         if bw:
             got.append(f"bw {size_name(bw)} ×{self.cmp('diwarp-rc-rd', 'diwarp-rc-write', 'bw_gbps', bw)}")
         if lat and bw:
-            T.append((5, "RC over RD vs RC over TCP, latency and bandwidth, reported",
+            T.append(("RD", "RC over RD vs RC over TCP, latency and bandwidth, reported",
                       ", ".join(got), "met", "ratios RC-over-RD / RC-over-TCP"))
         else:
-            T.append((5, "RC over RD vs RC over TCP, latency and bandwidth, reported",
+            T.append(("RD", "RC over RD vs RC over TCP, latency and bandwidth, reported",
                       ", ".join(got), "not yet measurable",
                       self.why("diwarp-rc-rd", "bw_gbps" if lat else "lat_us",
                                MiB if lat else 64)))
@@ -3062,24 +3063,24 @@ class Harness:
                     f"{u['med']:.0f}: the address handle and QP costs cancel)")
             if n < 1000 or d < 0:
                 # RSS moves in 4 KiB pages: a few hundred peers cannot resolve 256 B
-                T.append((5, "per-peer reliability state ≤ 256 B (heap per peer)", meas,
+                T.append(("RD", "per-peer reliability state ≤ 256 B (heap per peer)", meas,
                           "not yet measurable", "RSS moves in pages: needs 1000 peers (the "
                           "full run)" if n < 1000 else "below the resolution of RSS"))
             else:
-                T.append((5, "per-peer reliability state ≤ 256 B (heap per peer)", meas,
+                T.append(("RD", "per-peer reliability state ≤ 256 B (heap per peer)", meas,
                           "met" if d <= 256 else "missed",
                           "RSS moves in pages; sizeof belongs to the unit tests"))
         else:
-            T.append((5, "per-peer reliability state ≤ 256 B", "", "not yet measurable",
+            T.append(("RD", "per-peer reliability state ≤ 256 B", "", "not yet measurable",
                       self.why("diwarp-rd", "mem_per_peer_b", n)))
         s = self.value("diwarp-rd", "mem_udp_sockets", n)
         if s:
-            T.append((5, "one UDP socket per device instance whatever the peers",
+            T.append(("RD", "one UDP socket per device instance whatever the peers",
                       f"{s['med']:.0f} UDP socket(s) at {n} peers",
                       "met" if s["med"] == 1 else "missed", ""))
         else:
             u = self.value("diwarp-ud", "mem_udp_sockets", n)
-            T.append((5, "one UDP socket per device instance whatever the peers", "",
+            T.append(("RD", "one UDP socket per device instance whatever the peers", "",
                       "not yet measurable",
                       self.why("diwarp-rd", "mem_per_peer_b", n) +
                       (f" (UD today: {u['med']:.0f} UDP socket at {n} peers)" if u else "")))
@@ -3313,7 +3314,7 @@ class Harness:
             return ""
         head = " | ".join(f"{a}→{b} peers" for a, b in zip(ns, ns[1:]))
         return ("### Marginal memory per added peer (bytes)\n\nThe slope between peer "
-                "counts, from the medians above (seed PR-8: UD slope ≤ 1 KB per peer).\n\n"
+                "counts, from the medians above (goal: UD slope ≤ 1 KB per peer).\n\n"
                 f"| case | {head} |\n|---|" + "---|" * (len(ns) - 1) + "\n" +
                 "\n".join(rows) + "\n")
 
@@ -3354,7 +3355,7 @@ class Harness:
              "## Method\n",
              f"Server on core {self.r.srv_cpu}, client on core {self.r.cli_cpu} (taskset); every "
              f"process busy-polls (DIWARP_PROGRESS=app) unless stated. Each point: the median of "
-             f"{pl['runs']} runs (seed-derived metrics: {pl['seed_runs']}), (min–max) beside "
+             f"{pl['runs']} runs (scalability and overlap metrics: {pl['seed_runs']}), (min–max) beside "
              f"it; runs of all cases at a point alternate "
              f"round by round. ×r = median / median of the raw-socket baseline at the same size "
              f"(latency and message rate: raw-udp for datagram cases, raw-tcp for stream cases; "
@@ -3365,8 +3366,8 @@ class Harness:
              "cost); busy-polling processes burn a core each, so it tracks 2 / bandwidth. "
              f"{self.cpu_dropped} bandwidth run(s) gave no CPU number (their CPU time was not "
              "above 1.05 × the short run's: setup noise would dominate).\n"]
-        L.append("## Targets (issues 3, 4 and 5)\n")
-        L.append("| issue | target | measured | status | note |")
+        L.append("## Targets (the engine, the verbs provider, reliable datagrams)\n")
+        L.append("| area | target | measured | status | note |")
         L.append("|---|---|---|---|---|")
         for t in self.targets():
             L.append(f"| {t[0]} | {t[1]} | {t[2]} | {t[3]} | {t[4]} |")
@@ -3385,13 +3386,13 @@ class Harness:
                             "Lower is better."))
         L.append(self.table("msgrate_mps", "Message rate (million messages/s, 8 B, window 64)",
                             "Higher is better."))
-        L.append("## Seed-derived metrics\n")
+        L.append("## Scalability and overlap metrics\n")
         kfmt = lambda k: f"k={k}"
-        L.append(self.table("mq_lat_us", f"Multi-QP normalized latency (BM-6), "
+        L.append(self.table("mq_lat_us", f"Multi-QP normalized latency, "
                             f"{pl['mq_lat_size']} B (µs)",
                             "Half round trip per message with one message in flight on each "
                             "of k QPs: elapsed / (iterations · k) / 2.", size_fmt=kfmt))
-        L.append(self.table("mq_bw_gbps", f"Multi-QP aggregate throughput (BM-7), "
+        L.append(self.table("mq_bw_gbps", f"Multi-QP aggregate throughput, "
                             f"{size_name(pl['mq_bw_size'])}, both ways (Gbit/s)",
                             f"{pl['mq_ms']} ms, window 16 per QP.", size_fmt=kfmt))
         L.append(self.table("mq_jain", "Jain's fairness index over the k QPs",
@@ -3401,17 +3402,17 @@ class Harness:
                      ("dereg_us", "Deregistration (µs), warm pages"),
                      ("cold_reg_us", "Registration (µs), cold pages (fresh mmap)")):
             L.append(self.table(m, t, "Median of the repetitions inside a run."))
-        L.append(self.table("reuse_ratio", "Buffer reuse (BM-11): latency ratio no reuse / full "
-                            "reuse", "Ping-pong over a pool of registered buffers (seed PR-13: "
+        L.append(self.table("reuse_ratio", "Buffer reuse: latency ratio no reuse / full "
+                            "reuse", "Ping-pong over a pool of registered buffers (goal: "
                             "≤ 1.4)."))
         L.append(self.table("reuse_full_us", "Buffer reuse: latency with full reuse (µs)", ""))
         L.append(self.table("reuse_none_us", "Buffer reuse: latency with no reuse (µs)", ""))
-        L.append(self.table("progress_ratio", "Independent progress (BM-13): t(D)/t(0), RDMA "
+        L.append(self.table("progress_ratio", "Independent progress: t(D)/t(0), RDMA "
                             "Read of 1 MiB, target computing D = 10·t(0)",
                             "≈ 1: the read completes while the target computes; ≈ 11: it "
                             "waits for the target's next call."))
         L.append(self.table("progress_t0_us", "Independent progress: t(0) (µs)", ""))
-        L.append(self.table("overlap_ratio", "Overlap (BM-12, Eq. 3.4): initiator computes "
+        L.append(self.table("overlap_ratio", "Overlap: initiator computes "
                             "during an RDMA Read of 1 MiB", "1 = the transfer hides entirely "
                             "behind computation, 0 = not at all."))
         L.append(self.table("mem_per_peer_b", "Memory per peer (bytes): RSS + kernel socket "
