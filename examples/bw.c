@@ -26,15 +26,31 @@
 
 static struct ex_ctx c;
 
-static uint32_t auto_window(void)
+/* Messages in flight: --window, at most 64. Automatic: 64 on reliable
+ * transports (their own window limits them) but no more Sends than 256 MiB
+ * of receive slots hold; on UD what a default 208 KiB socket receive buffer
+ * holds. */
+static uint32_t auto_window(const struct ex_opts *o)
 {
-        if (c.o.window)
-                return c.o.window;
-        if (c.o.transport != EX_UD)
-                return 64; /* reliable: the transport's own window limits it */
-        /* UD: what a default 208 KiB socket receive buffer holds. */
-        uint64_t w = 180000 / (c.o.size + 1024);
+        uint64_t w;
+        if (o->window)
+                return o->window > 64 ? 64 : o->window;
+        if (o->transport != EX_UD)
+                w = o->op == EX_SEND && o->size ? (256ull << 20) / o->size : 64;
+        else
+                w = 180000 / (o->size + 1024);
         return w < 2 ? 2 : w > 64 ? 64 : (uint32_t)w;
+}
+
+/* Sends: the server keeps a receive slot per message in flight, the client
+ * one send area. Write and Read: one region of the message size on each
+ * side, the writer's / reader's source or destination and the peer's target
+ * or source. */
+static struct ex_layout bw_layout(const struct ex_opts *o, bool server)
+{
+        if (o->op != EX_SEND)
+                return (struct ex_layout){o->size, 0};
+        return server ? (struct ex_layout){0, auto_window(o)} : (struct ex_layout){o->size, 0};
 }
 
 static bool send_credit(uint64_t count)
@@ -174,7 +190,8 @@ static bool client_rdma(uint32_t window, bool read, double *secs)
         uint64_t posted = 0, done = 0;
         struct diwarp_wc wc;
         uint32_t len = (uint32_t)c.o.size;
-        ex_fill(c.send_area, len, 0);
+        if (!read) /* a Read's destination is the same region: left zero */
+                ex_fill(c.send_area, len, 0);
         if (ex_sync(&c))
                 return false;
         uint64_t t0 = ex_now_ns();
@@ -207,15 +224,11 @@ int main(int argc, char **argv)
         ex_parse(argc, argv, &o, "diwarp-bw", true);
         double secs = 0;
         uint64_t count = 0;
-        struct ex_opts peek = o;
-        /* Receive slots are sized before the parameters are known on the
-         * server; 2 x the largest automatic window covers every op. */
-        bool ok = ex_setup(&c, &peek, 128) == 0;
+        bool ok = ex_setup(&c, &o, bw_layout) == 0;
+        o = c.o; /* the client's parameters, on the server too (even when it refused them) */
         uint32_t window = 0;
         if (ok) {
-                window = auto_window();
-                if (window > 64)
-                        window = 64;
+                window = auto_window(&c.o);
                 if (c.server) {
                         if (c.o.op == EX_SEND) {
                                 ok = serve_send(window, &count, &secs);
@@ -241,7 +254,6 @@ int main(int argc, char **argv)
                         ok = false;
                 if (!c.server && c.o.op == EX_SEND && peer_count != c.o.iters)
                         ok = false;
-                o = c.o;
         }
         /* Reliable datagrams (RD, or RC carried by RD): the largest datagram
          * the pseudo-stream sends, which follows the route's MTU. */

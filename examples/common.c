@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +65,7 @@ void ex_parse(int argc, char **argv, struct ex_opts *o, const char *prog, bool b
             {NULL, 0, NULL, 0},
         };
         memset(o, 0, sizeof(*o));
+        o->prog = prog;
         o->size = bw ? 65536 : 64;
         o->iters = bw ? 1000 : 1000;
         o->port = 18515;
@@ -94,8 +96,15 @@ void ex_parse(int argc, char **argv, struct ex_opts *o, const char *prog, bool b
                         break;
                 case 's':
                         o->size = strtoull(optarg, &end, 0);
-                        if (*end || o->size > (1ull << 31))
+                        if (*end || optarg[0] == '-')
                                 ex_usage(prog, bw);
+                        if (o->size > EX_MAX_SIZE) {
+                                fprintf(stderr,
+                                        "%s: --size %s: larger than one message can be "
+                                        "(%llu bytes)\n",
+                                        prog, optarg, (unsigned long long)EX_MAX_SIZE);
+                                exit(2);
+                        }
                         break;
                 case 'n':
                         o->iters = strtoull(optarg, &end, 0);
@@ -329,23 +338,103 @@ static int ex_connect_qp(struct ex_ctx *c)
         return 0;
 }
 
-int ex_setup(struct ex_ctx *c, const struct ex_opts *o, uint32_t nrecv)
+/* What this process may still allocate: the host's available memory
+ * (MemAvailable), or the address-space / data-segment limit if lower. *what
+ * names the bound. 0: unknown (no check). */
+static uint64_t ex_mem_available(const char **what)
+{
+        uint64_t avail = 0;
+        FILE *f = fopen("/proc/meminfo", "r");
+        if (f) {
+                char line[128];
+                unsigned long long kb;
+                while (fgets(line, sizeof(line), f))
+                        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                                avail = (uint64_t)kb * 1024;
+                                *what = "the host has available (MemAvailable)";
+                                break;
+                        }
+                fclose(f);
+        }
+        static const struct {
+                int res;
+                const char *what;
+        } lims[] = {{RLIMIT_AS, "the address-space limit allows (ulimit -v)"},
+                    {RLIMIT_DATA, "the data-segment limit allows (ulimit -d)"}};
+        for (size_t i = 0; i < sizeof(lims) / sizeof(lims[0]); i++) {
+                struct rlimit rl;
+                if (getrlimit(lims[i].res, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+                    (avail == 0 || rl.rlim_cur < avail)) {
+                        avail = rl.rlim_cur;
+                        *what = lims[i].what;
+                }
+        }
+        return avail;
+}
+
+/* Bytes of the one registered buffer: send area, receive slots, credit slots. */
+static uint64_t ex_buf_need(const struct ex_opts *o, struct ex_layout l)
+{
+        uint64_t slot = o->size + (o->transport == EX_UD ? EX_GRH : 0);
+        return (l.send_len ? l.send_len : 1) + (uint64_t)l.nrecv * slot + EX_CREDIT_SLOTS * 64 + 64;
+}
+
+static double ex_gib(uint64_t b)
+{
+        return (double)b / (double)(1ull << 30);
+}
+
+/* 0 if need fits; else prints why (naming the size) and returns the bytes
+ * available (at least 1). */
+static uint64_t ex_check_fits(const struct ex_opts *o, struct ex_layout l, uint64_t need)
+{
+        const char *what = "";
+        uint64_t avail = ex_mem_available(&what);
+        if (!avail || need <= avail)
+                return 0;
+        fprintf(stderr,
+                "%s: refused: --size %llu (%s %s, %u receive slot%s) needs %.2f GiB of buffers, "
+                "more than the %.2f GiB %s; use a smaller --size%s\n",
+                o->prog ? o->prog : "diwarp", (unsigned long long)o->size,
+                ex_transport_name(o->transport), ex_op_name(o->op), l.nrecv,
+                l.nrecv == 1 ? "" : "s", ex_gib(need), ex_gib(avail), what,
+                l.nrecv > 2 ? " or --window" : "");
+        return avail;
+}
+
+int ex_setup(struct ex_ctx *c, const struct ex_opts *o, ex_layout_fn layout)
 {
         int err;
         memset(c, 0, sizeof(*c));
         c->o = *o;
         c->server = o->host == NULL;
+        c->oob = -1;
+        /* The client refuses what it cannot hold before it involves the server. */
+        if (!c->server && ex_check_fits(o, layout(o, false), ex_buf_need(o, layout(o, false))))
+                return -1;
         c->oob = c->server ? ex_oob_serve(o) : ex_oob_connect(o);
         if (c->oob < 0)
                 return -1;
-        /* 1. the client's parameters */
+        /* 1. the client's parameters; the server's verdict on them (0, or the
+         * bytes its buffers would need and the bytes it has) */
         struct ex_wire_params wp;
+        uint64_t verdict[2] = {0, 0};
         if (!c->server) {
                 wp = (struct ex_wire_params){htonl(o->transport), htonl(o->op),
                                              htonl(o->validate),  htonl(o->window),
                                              htobe64(o->size),    htobe64(o->iters)};
-                if (ex_write_all(c->oob, &wp, sizeof(wp)) < 0)
+                if (ex_write_all(c->oob, &wp, sizeof(wp)) < 0 ||
+                    ex_read_all(c->oob, verdict, sizeof(verdict)) < 0)
+                        return ex_fail("side channel: parameters", -EPIPE);
+                if (verdict[0]) {
+                        fprintf(stderr,
+                                "%s: refused by the server: --size %llu (%s %s) needs %.2f GiB "
+                                "of buffers there, more than the %.2f GiB it can allocate\n",
+                                o->prog ? o->prog : "diwarp", (unsigned long long)o->size,
+                                ex_transport_name(o->transport), ex_op_name(o->op),
+                                ex_gib(be64toh(verdict[0])), ex_gib(be64toh(verdict[1])));
                         return -1;
+                }
         } else {
                 if (ex_read_all(c->oob, &wp, sizeof(wp)) < 0)
                         return -1;
@@ -355,6 +444,20 @@ int ex_setup(struct ex_ctx *c, const struct ex_opts *o, uint32_t nrecv)
                 c->o.window = ntohl(wp.window);
                 c->o.size = be64toh(wp.size);
                 c->o.iters = be64toh(wp.iters);
+                if (c->o.transport > EX_RD || c->o.op > EX_READ || c->o.size > EX_MAX_SIZE) {
+                        fprintf(stderr, "%s: side channel: parameters out of range\n",
+                                o->prog ? o->prog : "diwarp");
+                        return -1;
+                }
+                struct ex_layout l = layout(&c->o, true);
+                uint64_t need = ex_buf_need(&c->o, l);
+                uint64_t avail = ex_check_fits(&c->o, l, need);
+                if (avail) {
+                        verdict[0] = htobe64(need);
+                        verdict[1] = htobe64(avail);
+                }
+                if (ex_write_all(c->oob, verdict, sizeof(verdict)) < 0 || avail)
+                        return -1;
         }
         o = &c->o;
         /* 2. resources */
@@ -363,20 +466,21 @@ int ex_setup(struct ex_ctx *c, const struct ex_opts *o, uint32_t nrecv)
                 return ex_fail("device open", err);
         if ((err = diwarp_pd_alloc(c->dev, &c->pd)))
                 return ex_fail("PD alloc", err);
-        uint32_t depth = nrecv + EX_CREDIT_SLOTS + 64;
+        struct ex_layout l = layout(o, c->server);
+        uint32_t depth = l.nrecv + EX_CREDIT_SLOTS + 64;
         if ((err = diwarp_cq_create(c->dev, (int)(depth * 2 + 64), NULL, NULL, &c->cq)))
                 return ex_fail("CQ create", err);
-        c->nrecv = nrecv;
+        c->nrecv = l.nrecv;
         c->slot_len = o->size + (o->transport == EX_UD ? EX_GRH : 0);
-        size_t send_len = o->size ? o->size : 1;
-        c->buf_len = send_len + (size_t)nrecv * c->slot_len + EX_CREDIT_SLOTS * 64 + 64;
+        size_t send_len = l.send_len ? l.send_len : 1;
+        c->buf_len = ex_buf_need(o, l);
         c->buf = aligned_alloc(4096, (c->buf_len + 4095) & ~(size_t)4095);
         if (!c->buf)
                 return ex_fail("buffer", -ENOMEM);
         memset(c->buf, 0, c->buf_len);
         c->send_area = c->buf;
-        c->recv_area = c->buf + send_len;
-        c->credit_area = c->recv_area + (size_t)nrecv * c->slot_len;
+        c->recv_area = l.nrecv ? c->buf + send_len : c->buf;
+        c->credit_area = c->buf + send_len + (size_t)l.nrecv * c->slot_len;
         err = diwarp_mr_reg(c->pd, c->buf, c->buf_len, (uintptr_t)c->buf,
                             DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
                                 DIWARP_ACCESS_REMOTE_READ,
@@ -391,7 +495,7 @@ int ex_setup(struct ex_ctx *c, const struct ex_opts *o, uint32_t nrecv)
             .recv_cq = c->cq,
             .qp_type = o->transport == EX_UD ? DIWARP_QPT_UD : DIWARP_QPT_RC,
             .cap = {.max_send_wr = 256,
-                    .max_recv_wr = nrecv + EX_CREDIT_SLOTS + 1,
+                    .max_recv_wr = l.nrecv + EX_CREDIT_SLOTS + 1,
                     .max_send_sge = 1,
                     .max_recv_sge = 1,
                     .max_inline_data = 64},

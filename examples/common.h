@@ -26,11 +26,14 @@ struct ex_opts {
         const char *host; /* NULL: serve */
         uint32_t window;  /* bw: messages in flight (0: automatic) */
         int timeout_ms;   /* give up after this long without progress */
+        const char *prog; /* for messages */
 };
 
 #define EX_GRH          40
 #define EX_QKEY         0x1ee7c0deu
 #define EX_CREDIT_SLOTS 16
+/* The largest message: the device's max_msg_size_rc. */
+#define EX_MAX_SIZE (1ull << 31)
 
 struct ex_ctx {
         struct ex_opts o;
@@ -46,7 +49,7 @@ struct ex_ctx {
         size_t buf_len;
         uint32_t lkey;
         uint8_t *send_area; /* o.size bytes (RC write/read: also the target of the peer) */
-        uint8_t *recv_area; /* nrecv slots of slot_len bytes */
+        uint8_t *recv_area; /* nrecv slots of slot_len bytes (nrecv 0: the send area) */
         size_t slot_len;    /* o.size (+ 40 on UD) */
         uint32_t nrecv;
         uint8_t *credit_area; /* EX_CREDIT_SLOTS slots of 64 bytes: credit messages (bw) */
@@ -63,10 +66,25 @@ void ex_parse(int argc, char **argv, struct ex_opts *o, const char *prog, bool b
 const char *ex_transport_name(enum ex_transport t);
 const char *ex_op_name(enum ex_op op);
 
-/* Side channel, device, buffers, QP, exchange, connect. nrecv receive slots.
- * The client's options win: the server learns transport/op/size/iters/validate
- * from the client. Returns 0 or prints why and returns -1. */
-int ex_setup(struct ex_ctx *c, const struct ex_opts *o, uint32_t nrecv);
+/* The buffers a program needs for the parameters (known on the server only
+ * once the client sent them): send_len bytes of send area and nrecv receive
+ * slots of o.size (+ 40 on UD). nrecv 0: no receive slots; receive slot 0
+ * (the target of the peer's RDMA Write, the destination of an RDMA Read) is
+ * the send area itself, one region for both. */
+struct ex_layout {
+        uint64_t send_len;
+        uint32_t nrecv;
+};
+typedef struct ex_layout (*ex_layout_fn)(const struct ex_opts *o, bool server);
+
+/* Side channel, device, buffers, QP, exchange, connect; the buffers as
+ * layout() says. The client's options win: the server learns
+ * transport/op/size/iters/validate/window from the client. Buffers larger
+ * than the memory the host has available (or the process may map) are
+ * refused before anything is allocated, on the side that cannot hold them;
+ * a server that refuses tells the client why. Returns 0 or prints why and
+ * returns -1. */
+int ex_setup(struct ex_ctx *c, const struct ex_opts *o, ex_layout_fn layout);
 void ex_teardown(struct ex_ctx *c);
 
 /* Both sides wait for each other (side channel). */

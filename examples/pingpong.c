@@ -185,12 +185,22 @@ static bool run_read(double *lat_us)
         return ok;
 }
 
+/* A send area and receive slots of the message size: two for Sends (the
+ * next receive is posted ahead), one for Writes and Reads (the peer's target
+ * or the Read's destination, apart from what this side sends). */
+static struct ex_layout pp_layout(const struct ex_opts *o, bool server)
+{
+        (void)server;
+        return (struct ex_layout){o->size, o->op == EX_SEND ? 2 : 1};
+}
+
 int main(int argc, char **argv)
 {
         struct ex_opts o;
         ex_parse(argc, argv, &o, "diwarp-pingpong", false);
         double lat = 0;
-        bool ok = ex_setup(&c, &o, 2) == 0;
+        bool ok = ex_setup(&c, &o, pp_layout) == 0;
+        o = c.o; /* the client's parameters, on the server too (even when it refused them) */
         if (ok) {
                 switch (c.o.op) {
                 case EX_SEND:
@@ -206,7 +216,6 @@ int main(int argc, char **argv)
                 bool peer_ok = false;
                 if (ex_finish(&c, ok, 0, &peer_ok, NULL) < 0 || !peer_ok)
                         ok = false;
-                o = c.o;
         }
         struct diwarp_counters ctr = {0};
         if (c.dev)

@@ -16,7 +16,7 @@ packages=(
         libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest libfabric-bin iperf3
         python3-pyverbs
         openmpi-bin libopenmpi-dev netpipe-openmpi
-        iproute2 procps valgrind gnuplot-nox
+        iproute2 procps time valgrind gnuplot-nox
         tshark
 )
 
