@@ -483,6 +483,38 @@ static int att_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
         }
 }
 
+/* RTR named the QP itself (GID and QPN), as InfiniBand and RoCE accept: a
+ * loopback connection. Its stream is one TCP socket connected to itself, so
+ * every FPDU it sends comes back to it: Sends reach its own receive queue,
+ * Writes and Reads its own memory, Read Responses its own requests. No MPA
+ * exchange (the one peer agrees with itself): CRC as the device's policy
+ * asks, the QP's own IRD/ORD on both sides. */
+static int self_connect(struct dw_qp *qp)
+{
+        struct dw_device *dev = qp->dev;
+        struct in_addr src = dw_qp_src_addr(qp);
+        int fd = dw_tcp_self_connect(src, ms_from_now(connect_timeout_ms(dev)));
+        if (fd < 0) {
+                char ab[INET_ADDRSTRLEN];
+                dw_warn("RC QP %#x: connection to itself (RTR names its own GID and QPN): TCP "
+                        "loopback on %s: %s",
+                        qp->qpn, inet_ntop(AF_INET, &src, ab, sizeof(ab)), strerror(-fd));
+                return fd;
+        }
+        struct dw_mpa_conn mc = {.fd = fd,
+                                 .initiator = true,
+                                 .state = DW_MPA_DONE,
+                                 .want_crc = dev->cfg.rc_crc,
+                                 .ird = dw_rc_offer_ird(qp),
+                                 .ord = dw_rc_offer_ord(qp),
+                                 .revision = 2,
+                                 .crc = dev->cfg.rc_crc};
+        mc.peer_ird = mc.ird;
+        mc.peer_ord = mc.ord;
+        dw_dbg("RC QP %#x: connected to itself", qp->qpn);
+        return dw_rc_attach(qp, fd, &mc, &qp->peer);
+}
+
 int dw_cm_ib_connect(struct dw_qp *qp)
 {
         struct dw_device *dev = qp->dev;
@@ -496,11 +528,9 @@ int dw_cm_ib_connect(struct dw_qp *qp)
         int cmp = memcmp(sgid.raw, qp->attr.dgid.raw, 16);
         if (cmp == 0)
                 cmp = qp->qpn < qp->attr.dest_qp_num ? -1 : qp->qpn > qp->attr.dest_qp_num;
-        if (cmp == 0) {
-                dw_warn("RC QP %#x: RTR names the QP itself as its peer", qp->qpn);
-                return -EINVAL;
-        }
         c->ib_style = true;
+        if (cmp == 0)
+                return self_connect(qp);
         if (cmp > 0) {
                 /* Larger (GID, QPN): the peer connects to us. */
                 pend_match_qp(dev, qp);

@@ -85,6 +85,32 @@ int dw_tcp_connect_start(struct in_addr src, const struct sockaddr_in *dst, bool
         return fd;
 }
 
+int dw_tcp_self_connect(struct in_addr addr, uint64_t deadline_ns)
+{
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = addr};
+        socklen_t sl = sizeof(sa);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        int err = 0;
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
+                err = -errno;
+        else if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                if (errno != EINPROGRESS && errno != EINTR)
+                        err = -errno;
+                else {
+                        int r = dw_tcp_wait(fd, POLLOUT, deadline_ns);
+                        err = r < 0 ? r : r == 0 ? -ETIMEDOUT : dw_tcp_connect_result(fd);
+                }
+        }
+        if (err) {
+                close(fd);
+                return err;
+        }
+        return fd;
+}
+
 int dw_tcp_connect_result(int fd)
 {
         int err = 0;

@@ -29,6 +29,13 @@ int dw_tcp_accept(int lfd, struct sockaddr_in *peer);
  * (then wait for POLLOUT and call dw_tcp_connect_result). -errno on failure. */
 int dw_tcp_connect_start(struct in_addr src, const struct sockaddr_in *dst, bool *in_progress);
 
+/* A stream connected to itself (TCP simultaneous open of one socket, RFC 793
+ * §3.4): bound to addr on a free port and connected to that same address, so
+ * every byte written is read back from the same fd. Non-blocking,
+ * close-on-exec; waits for the handshake (a local one) until deadline_ns.
+ * Returns the fd or -errno. */
+int dw_tcp_self_connect(struct in_addr addr, uint64_t deadline_ns);
+
 /* Result of a finished non-blocking connect: 0 or -errno (SO_ERROR). */
 int dw_tcp_connect_result(int fd);
 
