@@ -7,8 +7,10 @@
  */
 #define _GNU_SOURCE
 #include "provider.h"
+#include "util/time.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -94,12 +96,83 @@ struct ibv_pd *dwv_ibv_alloc_pd(struct ibv_context *ctx)
         return &p->pd;
 }
 
+/* What of the context still holds a CQ (cq) or a PD (pd), for the line
+ * that says why it cannot go: "1 QP (QPN 0x10004)", "2 QPs (QPN 0x10004,
+ * 0x10005), 1 MR". At most four QPNs are named. */
+static void dwv_holders(struct dwv_context *c, const struct ibv_cq *cq, const struct ibv_pd *pd,
+                        char *buf, size_t len)
+{
+        int nqp = 0, nmr = 0, nmw = 0, nsrq = 0, nah = 0;
+        char qpns[64] = "";
+        size_t qo = 0;
+        struct dwv_obj_link *l;
+
+        pthread_mutex_lock(&c->objs_lock);
+        for (l = c->qps.next; l != &c->qps; l = l->next) {
+                struct ibv_qp *q = &DWV_CONTAINER(l, struct dwv_qp, link)->qpx.qp_base;
+                if (cq ? q->send_cq != cq && q->recv_cq != cq : q->pd != pd)
+                        continue;
+                if (nqp++ < 4 && qo < sizeof(qpns))
+                        qo += (size_t)snprintf(qpns + qo, sizeof(qpns) - qo, "%s%#x",
+                                               qo ? ", " : "", q->qp_num);
+        }
+        for (l = pd ? c->mrs.next : &c->mrs; l != &c->mrs; l = l->next)
+                nmr += DWV_CONTAINER(l, struct dwv_mr, link)->mr.pd == pd;
+        for (l = pd ? c->mws.next : &c->mws; l != &c->mws; l = l->next)
+                nmw += DWV_CONTAINER(l, struct dwv_mw, link)->mw.pd == pd;
+        for (l = pd ? c->srqs.next : &c->srqs; l != &c->srqs; l = l->next)
+                nsrq += DWV_CONTAINER(l, struct dwv_srq, link)->srq.pd == pd;
+        for (l = pd ? c->ahs.next : &c->ahs; l != &c->ahs; l = l->next)
+                nah += DWV_CONTAINER(l, struct dwv_ah, link)->ah.pd == pd;
+        pthread_mutex_unlock(&c->objs_lock);
+
+        size_t o = 0;
+        buf[0] = 0;
+        if (nqp)
+                o += (size_t)snprintf(buf, len, "%d QP%s (QPN %s%s)", nqp, nqp == 1 ? "" : "s",
+                                      qpns, nqp > 4 ? ", ..." : "");
+        const struct {
+                int n;
+                const char *what;
+        } more[] = {{nmr, "MR"}, {nmw, "MW"}, {nsrq, "SRQ"}, {nah, "AH"}};
+        for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
+                if (more[i].n && o < len)
+                        o += (size_t)snprintf(buf + o, len - o, "%s%d %s%s", o ? ", " : "",
+                                              more[i].n, more[i].what, more[i].n == 1 ? "" : "s");
+        if (!buf[0])
+                snprintf(buf, len, "objects of another context");
+}
+
+/* The line for a CQ or PD destroy refused with EBUSY: what holds it. The
+ * kernel refuses the same way; a program that ends without destroying a QP
+ * (some MPI libraries leak the QP of a rank's channel to itself) sees it at
+ * exit, and ibv_close_device releases what is left. */
+static void dwv_warn_busy(struct dwv_context *c, const char *call, const char *what,
+                          uint32_t handle, const struct ibv_cq *cq, const struct ibv_pd *pd)
+{
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        static struct dw_log_limit limit;
+        char holders[160];
+        dwv_holders(c, cq, pd, holders, sizeof(holders));
+        pthread_mutex_lock(&lock);
+        dw_warn_limited(&limit,
+                        "verbs: %s: %s (handle %u) is still used by %s: not destroyed (EBUSY, as "
+                        "the kernel answers); destroy those first, or ibv_close_device releases "
+                        "them all",
+                        call, what, handle, holders);
+        pthread_mutex_unlock(&lock);
+}
+
 DWV_SYMVER(dwv_ibv_dealloc_pd, ibv_dealloc_pd, "IBVERBS_1.1");
 int dwv_ibv_dealloc_pd(struct ibv_pd *pd)
 {
         if (!pd || !dwv_ctx_is_ours(pd->context))
                 return real_ibv_dealloc_pd()(pd);
         int err = diwarp_pd_dealloc(dwv_pd(pd)->d);
+        if (err == -EBUSY) {
+                dwv_warn_busy(dwv_ctx(pd->context), "ibv_dealloc_pd", "PD", pd->handle, NULL, pd);
+                return dwv_errno(err);
+        }
         if (err < 0) {
                 dw_warn("verbs: ibv_dealloc_pd(handle %u): %s", pd->handle, strerror(-err));
                 return dwv_errno(err);
@@ -461,6 +534,11 @@ int dwv_ibv_destroy_cq(struct ibv_cq *ibcq)
                 return real_ibv_destroy_cq()(ibcq);
         struct dwv_cq *cq = dwv_cq(ibcq);
         int err = diwarp_cq_destroy(cq->d);
+        if (err == -EBUSY) {
+                dwv_warn_busy(dwv_ctx(ibcq->context), "ibv_destroy_cq", "CQ", ibcq->handle, ibcq,
+                              NULL);
+                return dwv_errno(err);
+        }
         if (err < 0) {
                 dw_warn("verbs: ibv_destroy_cq(handle %u): %s", ibcq->handle, strerror(-err));
                 return dwv_errno(err);

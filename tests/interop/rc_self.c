@@ -5,6 +5,9 @@
  * from 0 bytes to 4 MiB checked byte for byte, a batch of operations in
  * flight at once, RESET and a second connection to itself, then every
  * object destroyed without error. Over TCP and (DIWARP_RC_TRANSPORT=rd) RD.
+ * Then a program that leaks such a QP (MVAPICH2 does, at finalize): its CQ
+ * and PD cannot go (EBUSY, as the kernel answers), and the warning names
+ * what still holds them; once the QP is gone they can.
  * Exit 0 = all checks passed; each failure prints its line.
  */
 #include <infiniband/verbs.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -264,6 +268,64 @@ static void batch(void)
         CHECK(differs(rs, LEN, 50) < 0);
 }
 
+/* The CQ and PD of a QP still alive are not destroyed (EBUSY), and the
+ * provider's warning (captured from stderr) names the QP that holds them. */
+static void leaked_qp(void)
+{
+        struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+        struct ibv_cq *cq2 = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+        REQUIRE(pd2 && cq2);
+        struct ibv_mr *mr2 = ibv_reg_mr(pd2, atom, 4096, IBV_ACCESS_LOCAL_WRITE);
+        struct ibv_qp_init_attr ia = {
+            .send_cq = cq2,
+            .recv_cq = cq2,
+            .qp_type = IBV_QPT_RC,
+            .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+        };
+        struct ibv_qp *q2 = ibv_create_qp(pd2, &ia);
+        REQUIRE(mr2 && q2);
+
+        FILE *log = tmpfile();
+        REQUIRE(log);
+        fflush(stderr);
+        int saved = dup(2);
+        REQUIRE(saved >= 0 && dup2(fileno(log), 2) == 2);
+        errno = 0;
+        int rc_cq = ibv_destroy_cq(cq2);
+        int e_cq = errno;
+        errno = 0;
+        int rc_pd = ibv_dealloc_pd(pd2);
+        int e_pd = errno;
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        CHECK(rc_cq == EBUSY && e_cq == EBUSY);
+        CHECK(rc_pd == EBUSY && e_pd == EBUSY);
+
+        char text[4096] = "", want_cq[160], want_pd[160];
+        rewind(log);
+        size_t got = fread(text, 1, sizeof(text) - 1, log);
+        text[got] = 0;
+        fclose(log);
+        fputs(text, stderr); /* into the test log as well */
+        snprintf(want_cq, sizeof(want_cq),
+                 "ibv_destroy_cq: CQ (handle %u) is still used by 1 QP (QPN %#x)", cq2->handle,
+                 q2->qp_num);
+        snprintf(want_pd, sizeof(want_pd),
+                 "ibv_dealloc_pd: PD (handle %u) is still used by 1 QP (QPN %#x), 1 MR",
+                 pd2->handle, q2->qp_num);
+        if (!strstr(text, want_cq) || !strstr(text, want_pd)) {
+                fprintf(stderr, "expected the lines to hold \"%s\" and \"%s\"\n", want_cq, want_pd);
+                CHECK(!"the EBUSY warnings name the QP that holds the CQ and PD");
+        }
+
+        /* once the QP is gone (and the MR), both go */
+        CHECK(ibv_destroy_qp(q2) == 0);
+        CHECK(ibv_destroy_cq(cq2) == 0);
+        CHECK(ibv_dereg_mr(mr2) == 0);
+        CHECK(ibv_dealloc_pd(pd2) == 0);
+}
+
 int main(void)
 {
         int n = 0;
@@ -321,6 +383,8 @@ int main(void)
         CHECK(to_rts_self() == 0);
         one_size(4096, 90);
 
+        leaked_qp();
+
         CHECK(ibv_destroy_qp(qp) == 0);
         CHECK(ibv_dereg_mr(mr) == 0);
         CHECK(ibv_destroy_cq(cq) == 0);
@@ -332,7 +396,8 @@ int main(void)
                 fprintf(stderr, "%d check(s) failed\n", failures);
         else
                 printf("ok: an RC QP connected to itself: Send, Write, Write with immediate, "
-                       "Read%s, 0 B to 4 MiB, a batch in flight, RESET and again\n",
+                       "Read%s, 0 B to 4 MiB, a batch in flight, RESET and again; "
+                       "its CQ and PD busy while it lives, named in the warning\n",
                        da.atomic_cap != IBV_ATOMIC_NONE ? ", atomics" : "");
         return failures ? 1 : 0;
 }
