@@ -337,6 +337,7 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
         if (!dwv_dev_is_ours(d))
                 return real_ibv_open_device()(d);
 
+        dwv_sysfs_clean_stale();
         struct dwv_context *c = calloc(1, sizeof(*c));
         if (!c) {
                 errno = ENOMEM;

@@ -58,6 +58,9 @@ const char *dwv_device_ifname(void);
  * its length, without newline, written to buf; -1 when there is no such
  * attribute. */
 int dwv_sysfs_value(const char *file, char *buf, size_t size);
+/* Once per process: removes the private sysfs trees (sysfs.c) that
+ * processes of this user left when they were killed. */
+void dwv_sysfs_clean_stale(void);
 
 /* ---- the context -------------------------------------------------------- */
 struct dwv_obj_link {

@@ -5,7 +5,9 @@
  * No kernel module: the first time a program names a path under that
  * directory, a small tree is written into a private directory of this
  * process (${XDG_RUNTIME_DIR:-/tmp}/diwarp-sysfs-<pid>-XXXXXX, removed at
- * exit), and the path calls below are redirected there. device/net/<ifname>
+ * exit; the trees of processes killed before their exit go at the next
+ * device open or tree, see clean_stale), and the path calls below are
+ * redirected there. device/net/<ifname>
  * is a symlink to the interface's /sys/class/net entry (the interface of
  * GID 0). Each interposed call compares its path with the prefix and
  * otherwise calls libc's function untouched. Paths relative to a directory
@@ -27,11 +29,12 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -115,23 +118,152 @@ static int put_dir(char *p, size_t cap, const char *base, const char *sub)
         return mkdir(p, 0755) < 0 ? -1 : 0;
 }
 
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+/* Removes what directory dfd holds (the fd is consumed), never following a
+ * symlink: each entry is looked at with AT_SYMLINK_NOFOLLOW and a
+ * subdirectory opened with O_NOFOLLOW relative to its parent, so a link is
+ * unlinked, never entered, and nothing outside the tree can be reached
+ * through a path swapped under us. depth bounds the recursion. */
+static void rm_contents(int dfd, int depth)
 {
-        (void)st;
-        (void)ftw;
-        if (flag == FTW_DP)
-                rmdir(p);
-        else
-                unlink(p);
-        return 0;
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return;
+        }
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                        continue;
+                struct stat st;
+                if (real_fstatat()(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue;
+                if (!S_ISDIR(st.st_mode)) {
+                        unlinkat(dirfd(d), e->d_name, 0);
+                        continue;
+                }
+                int sub = real_openat()(dirfd(d), e->d_name,
+                                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub >= 0 && depth > 0)
+                        rm_contents(sub, depth - 1);
+                else if (sub >= 0)
+                        close(sub);
+                unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+        }
+        closedir(d);
+}
+
+/* Removes directory name of parent pfd with its contents when it is a
+ * directory (not a symlink to one) owned by uid. 0 or -errno. */
+static int rm_tree_at(int pfd, const char *name, uid_t uid)
+{
+        int fd = real_openat()(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        struct stat st;
+        if (fstat(fd, &st) < 0 || st.st_uid != uid) {
+                close(fd);
+                return -EPERM;
+        }
+        rm_contents(fd, 8);
+        return unlinkat(pfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
 }
 
 static char dwv_top[240]; /* the private directory holding diwarp0/ */
+/* Held open with an exclusive flock for the process's life: a tree whose
+ * lock can be taken belongs to no running process (clean_stale). */
+static int dwv_top_fd = -1;
 
 static void tree_remove(void)
 {
-        if (dwv_top[0] && getpid() == dwv_root_pid)
-                nftw(dwv_top, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        if (!dwv_top[0] || getpid() != dwv_root_pid)
+                return;
+        char *slash = strrchr(dwv_top, '/');
+        *slash = 0;
+        int pfd = real_open()(slash == dwv_top ? "/" : dwv_top, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        *slash = '/';
+        if (pfd >= 0) {
+                rm_tree_at(pfd, slash + 1, geteuid());
+                close(pfd);
+        }
+        if (dwv_top_fd >= 0)
+                close(dwv_top_fd);
+        dwv_top_fd = -1;
+}
+
+/* Where the private trees go: $XDG_RUNTIME_DIR when it is a writable
+ * directory, else /tmp. */
+static const char *tree_base(void)
+{
+        const char *base = getenv("XDG_RUNTIME_DIR");
+        struct stat st;
+        if (!base || !*base || real_stat()(base, &st) < 0 || !S_ISDIR(st.st_mode) ||
+            real_access()(base, W_OK) < 0)
+                base = "/tmp";
+        return base;
+}
+
+/* The PID in a tree's name "diwarp-sysfs-<pid>-XXXXXX", or 0. */
+static pid_t tree_pid(const char *name)
+{
+        static const char pre[] = "diwarp-sysfs-";
+        if (strncmp(name, pre, sizeof(pre) - 1))
+                return 0;
+        const char *p = name + sizeof(pre) - 1;
+        long pid = 0;
+        for (; *p >= '0' && *p <= '9' && pid < (1l << 30); p++)
+                pid = pid * 10 + (*p - '0');
+        if (*p != '-' || strlen(p + 1) != 6)
+                return 0;
+        return (pid_t)pid;
+}
+
+/* Trees of processes killed before their exit handler ran (an MPI abort):
+ * removed when they are this user's, their PID runs no process here, and
+ * no process holds their lock (a live owner in another PID namespace
+ * sharing the directory still does). Neither a tree of a live process nor
+ * anything a symlink points to is ever touched. */
+static void clean_stale(void)
+{
+        const char *base = tree_base();
+        int bfd = real_open()(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = bfd >= 0 ? fdopendir(bfd) : NULL;
+        if (!d) {
+                if (bfd >= 0)
+                        close(bfd);
+                return;
+        }
+        uid_t uid = geteuid();
+        pid_t me = getpid();
+        int removed = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                pid_t pid = tree_pid(e->d_name);
+                if (pid <= 0 || pid == me || kill(pid, 0) == 0 || errno != ESRCH)
+                        continue;
+                struct stat st;
+                if (real_fstatat()(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    !S_ISDIR(st.st_mode) || st.st_uid != uid)
+                        continue;
+                int fd = real_openat()(dirfd(d), e->d_name,
+                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                bool free_tree = flock(fd, LOCK_EX | LOCK_NB) == 0;
+                if (free_tree && rm_tree_at(dirfd(d), e->d_name, uid) == 0)
+                        removed++;
+                close(fd);
+        }
+        closedir(d);
+        if (removed)
+                dw_info("verbs: removed %d sysfs tree%s of processes that are gone from %s",
+                        removed, removed == 1 ? "" : "s", base);
+}
+
+static pthread_once_t dwv_clean_once = PTHREAD_ONCE_INIT;
+
+void dwv_sysfs_clean_stale(void)
+{
+        pthread_once(&dwv_clean_once, clean_stale);
 }
 
 static int tree_fill(const char *root)
@@ -206,12 +338,9 @@ static int tree_fill(const char *root)
 
 static void tree_make(void)
 {
-        const char *base = getenv("XDG_RUNTIME_DIR");
+        dwv_sysfs_clean_stale();
+        const char *base = tree_base();
         char top[240], root[256];
-        struct stat st;
-        if (!base || !*base || real_stat()(base, &st) < 0 || !S_ISDIR(st.st_mode) ||
-            access(base, W_OK) < 0)
-                base = "/tmp";
         int n = snprintf(top, sizeof(top), "%s/diwarp-sysfs-%d-XXXXXX", base, (int)getpid());
         if (n < 0 || (size_t)n >= sizeof(top) || !mkdtemp(top)) {
                 dw_warn("verbs: cannot create the sysfs tree of diwarp0 under %s: %s", base,
@@ -220,6 +349,9 @@ static void tree_make(void)
         }
         snprintf(dwv_top, sizeof(dwv_top), "%s", top);
         dwv_root_pid = getpid();
+        dwv_top_fd = real_open()(top, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dwv_top_fd >= 0)
+                flock(dwv_top_fd, LOCK_EX | LOCK_NB);
         atexit(tree_remove);
         snprintf(root, sizeof(root), "%s/diwarp0", top);
         if (mkdir(root, 0755) < 0 || tree_fill(root) < 0) {
