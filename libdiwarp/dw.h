@@ -72,8 +72,9 @@ static inline uint32_t dw_qpn_index(uint32_t qpn)
 
 struct dw_device;
 struct dw_qp;
-struct dw_rc_conn; /* per-QP RC connection state (llp/tcp.h, qp/rc.c) */
-struct dw_rd_qp;   /* qp/rd.c: per-QP RD state (RD QPs, RC over RD) */
+struct dw_rc_conn;  /* per-QP RC connection state (llp/tcp.h, qp/rc.c) */
+struct dw_rd_qp;    /* qp/rd.c: per-QP RD state (RD QPs, RC over RD) */
+struct dw_stat_dev; /* qp/stat_shm.h */
 
 /* ---- device ----------------------------------------------------------- */
 
@@ -112,6 +113,10 @@ struct dw_device {
         struct dw_log_limit log_limit;
         void *rc; /* device-wide RC/CM state (listeners, pending IB-style connects) */
         void *rd; /* qp/rd.c: device-wide RD state (active pseudo-streams, tx staging) */
+        /* qp/stat_shm.c: this device as `diwarp stat` reads it (NULL: not
+         * published) and its shm name. */
+        struct dw_stat_dev *stat;
+        char stat_name[64];
         struct dw_device *reg_next; /* device registry link */
 };
 
@@ -277,6 +282,9 @@ int dw_host_counters(struct dw_inflight_counters *out);
 
 /* QP of this device with that QPN (instance must match), or NULL. */
 struct dw_qp *dw_qp_lookup(struct dw_device *dev, uint32_t qpn);
+/* diwarp_device_counters / diwarp_device_rails with the device lock held. */
+void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *out);
+int dw_device_rails_locked(struct dw_device *dev, struct diwarp_rail_stats *out, int max);
 
 /* Writes a completion for a send WQE (if signaled or status != SUCCESS) and
  * pops it from the SQ; the WQE must be the SQ head (completions are in order). */

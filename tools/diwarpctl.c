@@ -1,5 +1,7 @@
 /* diwarpctl: talks to the host daemon diwarpd for the `diwarp` command:
- * `diwarp stat`, `diwarp daemon status` and `diwarp daemon stop`. */
+ * `diwarp stat`, `diwarp daemon status` and `diwarp daemon stop`. `stat`
+ * also lists every process of the host that drives its own devices, from
+ * what each publishes in /dev/shm (libdiwarp/qp/stat_shm.h). */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -10,6 +12,8 @@
 
 #include "client/client.h"
 #include "ipc/ipc.h"
+#include "qp/stat_shm.h"
+#include "util/time.h"
 
 static const struct {
         const char *name;
@@ -80,7 +84,36 @@ static const char *qp_state_str(uint32_t s)
         return s < sizeof(n) / sizeof(n[0]) ? n[s] : "?";
 }
 
-static int stat_cmd(bool all)
+/* As `rdma statistic` prints a link: name value pairs on one line (counters
+ * at zero left out unless all). */
+static void print_counters(const struct diwarp_counters *ctr, bool all)
+{
+        for (size_t i = 0; i < sizeof(counter_names) / sizeof(counter_names[0]); i++) {
+                uint64_t v;
+                memcpy(&v, (const char *)ctr + counter_names[i].off, sizeof(v));
+                if (v || all)
+                        printf(" %s %llu", counter_names[i].name, (unsigned long long)v);
+        }
+        printf("\n");
+}
+
+static void print_qp(const struct dw_ipc_stat_qp *x)
+{
+        char peer[64] = "-";
+        const uint8_t *g = x->peer.raw;
+        static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(g, v4, 12) && (g[12] | g[13] | g[14] | g[15]))
+                snprintf(peer, sizeof(peer), "%u.%u.%u.%u/0x%06x", g[12], g[13], g[14], g[15],
+                         x->peer_qpn);
+        printf("qp 0x%06x pid %d type %s state %s peer %s tx_packets %llu tx_bytes %llu "
+               "rx_packets %llu rx_bytes %llu retransmits %llu rnr_naks %llu\n",
+               x->qpn, x->pid, qp_type_str(x->type), qp_state_str(x->state), peer,
+               (unsigned long long)x->tx_packets, (unsigned long long)x->tx_bytes,
+               (unsigned long long)x->rx_packets, (unsigned long long)x->rx_bytes,
+               (unsigned long long)x->retransmits, (unsigned long long)x->rnr_naks);
+}
+
+static int daemon_stat(bool all)
 {
         struct dw_ipc_stat_rsp *st = calloc(1, sizeof(*st));
         if (!st)
@@ -96,16 +129,8 @@ static int stat_cmd(bool all)
                st->daemon_pid, st->nclients, st->nclients == 1 ? "" : "s", st->nservers,
                st->nservers == 1 ? "" : "s", (unsigned long long)st->wakeups,
                (unsigned long long)st->requests, (unsigned long long)st->rejected);
-        /* As `rdma statistic` prints a link: name value pairs on one line
-         * (counters at zero left out unless --all). */
         printf("link diwarp0/1");
-        for (size_t i = 0; i < sizeof(counter_names) / sizeof(counter_names[0]); i++) {
-                uint64_t v;
-                memcpy(&v, (const char *)&st->dev + counter_names[i].off, sizeof(v));
-                if (v || all)
-                        printf(" %s %llu", counter_names[i].name, (unsigned long long)v);
-        }
-        printf("\n");
+        print_counters(&st->dev, all);
         uint32_t shown = st->nclients < DW_IPC_STAT_MAX ? st->nclients : DW_IPC_STAT_MAX;
         for (uint32_t i = 0; i < shown; i++) {
                 const struct dw_ipc_stat_client *c = &st->c[i];
@@ -123,27 +148,63 @@ static int stat_cmd(bool all)
                 memset(q, 0, sizeof(*q));
                 if (dwc_daemon_stat_qps(first, q) < 0 || q->n == 0)
                         break;
-                for (uint32_t i = 0; i < q->n; i++) {
-                        const struct dw_ipc_stat_qp *x = &q->q[i];
-                        char peer[64] = "-";
-                        const uint8_t *g = x->peer.raw;
-                        static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-                        if (!memcmp(g, v4, 12) && (g[12] | g[13] | g[14] | g[15]))
-                                snprintf(peer, sizeof(peer), "%u.%u.%u.%u/0x%06x", g[12], g[13],
-                                         g[14], g[15], x->peer_qpn);
-                        printf("qp 0x%06x pid %d type %s state %s peer %s tx_packets %llu "
-                               "tx_bytes %llu rx_packets %llu rx_bytes %llu retransmits %llu "
-                               "rnr_naks %llu\n",
-                               x->qpn, x->pid, qp_type_str(x->type), qp_state_str(x->state), peer,
-                               (unsigned long long)x->tx_packets, (unsigned long long)x->tx_bytes,
-                               (unsigned long long)x->rx_packets, (unsigned long long)x->rx_bytes,
-                               (unsigned long long)x->retransmits, (unsigned long long)x->rnr_naks);
-                }
+                for (uint32_t i = 0; i < q->n; i++)
+                        print_qp(&q->q[i]);
                 if (first + q->n >= q->total)
                         break;
         }
         free(q);
         return 0;
+}
+
+/* One device of a process that drives its own (published in /dev/shm,
+ * libdiwarp/qp/stat_shm.h): a process line, its link counters, its rails
+ * when several, its QPs. */
+static void print_process(const struct dw_stat_dev *d, void *ctx)
+{
+        bool all = *(const bool *)ctx;
+        char addrs[DIWARP_MAX_GIDS * 16 + 1] = "";
+        size_t o = 0;
+        for (uint32_t i = 0; i < d->ngid && i < DIWARP_MAX_GIDS && o < sizeof(addrs); i++) {
+                const uint8_t *b = (const uint8_t *)&d->gid_addr[i];
+                o += (size_t)snprintf(addrs + o, sizeof(addrs) - o, "%s%u.%u.%u.%u", i ? "," : "",
+                                      b[0], b[1], b[2], b[3]);
+        }
+        double age = (double)(dw_now_ns() - d->updated_ns) / 1e9;
+        char comm[sizeof(d->comm) + 1];
+        snprintf(comm, sizeof(comm), "%.*s", (int)sizeof(d->comm), d->comm);
+        printf("process pid %d comm %s instance %u port %u progress %s gids %s qps %u "
+               "updated_s_ago %.1f\n",
+               d->pid, comm[0] ? comm : "?", d->instance, d->port,
+               d->progress_thread ? "thread" : "app", addrs[0] ? addrs : "-", d->nqp, age);
+        printf("link diwarp0/1 pid %d", d->pid);
+        print_counters(&d->ctr, all);
+        for (uint32_t i = 0; d->nrails > 1 && i < d->nrails && i < DIWARP_MAX_RAILS; i++) {
+                const struct diwarp_rail_stats *r = &d->rails[i];
+                const uint8_t *b = (const uint8_t *)&r->addr;
+                printf("rail pid %d index %u addr %u.%u.%u.%u tx_bytes %llu tx_packets %llu "
+                       "retransmits %llu downs %llu state %s\n",
+                       d->pid, i, b[0], b[1], b[2], b[3], (unsigned long long)r->tx_bytes,
+                       (unsigned long long)r->tx_packets, (unsigned long long)r->retransmits,
+                       (unsigned long long)r->downs, r->up ? "up" : "down");
+        }
+        for (uint32_t i = 0; i < d->nqp_shown && i < DW_STAT_MAX_QP; i++)
+                print_qp(&d->qp[i]);
+        if (d->nqp > d->nqp_shown)
+                printf("qp pid %d: %u more not shown\n", d->pid, d->nqp - d->nqp_shown);
+}
+
+/* The daemon and its clients (when a daemon answers), then every process on
+ * the host that drives its own devices. Exit 3 when no daemon answers (the
+ * processes are listed all the same). */
+static int stat_cmd(bool all)
+{
+        int rc = daemon_stat(all);
+        fflush(stdout);
+        int n = dw_stat_shm_scan(print_process, &all);
+        if (n < 0)
+                fprintf(stderr, "diwarp stat: /dev/shm: %s\n", strerror(-n));
+        return rc;
 }
 
 int main(int argc, char **argv)

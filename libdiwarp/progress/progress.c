@@ -393,13 +393,21 @@ static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
 {
         struct dw_progress *p = &dev->prog;
         struct epoll_event local[DW_MAX_EVENTS];
+        int64_t tick = 0;
+        if (look || p->housekeeping) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+                tick = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        }
         if (look) {
                 nev = epoll_wait(p->epfd, local, DW_MAX_EVENTS, 0);
                 evs = local;
                 p->since_epoll = 0;
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-                p->epoll_tick = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+                p->epoll_tick = tick;
+        }
+        if (p->housekeeping && tick - p->housekeeping_tick >= DW_PROGRESS_HOUSEKEEPING_NS) {
+                p->housekeeping_tick = tick;
+                p->housekeeping(dev);
         }
         if (!dw_udp_uring_on(&dev->udp) && !(p->udp_events & EPOLLIN)) {
                 /* The set does not watch the socket (no thread runs, or it is

@@ -80,6 +80,8 @@ struct dw_watch {
         void *ctx;
 };
 
+#define DW_PROGRESS_HOUSEKEEPING_NS (250ll * 1000 * 1000)
+
 struct dw_progress {
         bool thread_mode; /* the progress thread runs (or is asked to) */
         bool stop;        /* asks the thread to exit */
@@ -110,6 +112,12 @@ struct dw_progress {
         int64_t epoll_tick;   /* CLOCK_MONOTONIC_COARSE (ns) of the last epoll_wait */
         const struct dw_transport_ops *transport[DW_MAX_TRANSPORT]; /* registration order */
         unsigned ntransport;
+        /* Device upkeep off the message path (qp/stat_shm.c's refresh):
+         * called, lock held, from a step that reads the coarse clock anyway
+         * (an application's epoll look, a thread wake-up) once
+         * DW_PROGRESS_HOUSEKEEPING_NS passed since the last call. NULL: none. */
+        void (*housekeeping)(struct dw_device *dev);
+        int64_t housekeeping_tick;
         /* Hybrid progress: application-driven steps that read the data
          * sockets count themselves here (one relaxed store under the device
          * lock, no clock, no syscall). The progress thread reads it without

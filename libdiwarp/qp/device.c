@@ -16,6 +16,7 @@
 #include "dw.h"
 #include "llp/netif.h"
 #include "qp/rd.h"
+#include "qp/stat_shm.h"
 #include "wire/dgram.h"
 
 /* ---- registry: the one global besides the log level ------------------- */
@@ -554,6 +555,9 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
                         goto fail_rc;
         }
         dw_registry_add(dev);
+        pthread_mutex_lock(&dev->lock);
+        dw_stat_shm_open(dev);
+        pthread_mutex_unlock(&dev->lock);
         char a0[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &dev->addr, a0, sizeof(a0));
         dw_info(
@@ -605,6 +609,7 @@ int diwarp_device_close(struct diwarp_device *d)
                 pthread_mutex_unlock(&dev->lock);
                 return -EBUSY;
         }
+        dw_stat_shm_close(dev);
         pthread_mutex_unlock(&dev->lock);
         dw_registry_remove(dev);
         dw_progress_stop(dev);
@@ -690,6 +695,13 @@ int diwarp_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, 
         if (!dev || max < 0 || (max > 0 && !out))
                 return -EINVAL;
         pthread_mutex_lock(&dev->lock);
+        int n = dw_device_rails_locked(dev, out, max);
+        pthread_mutex_unlock(&dev->lock);
+        return n;
+}
+
+int dw_device_rails_locked(struct dw_device *dev, struct diwarp_rail_stats *out, int max)
+{
         bool down[DIWARP_MAX_RAILS];
         dw_rd_rails_down(dev, down);
         for (int i = 0; i < dev->nrails && i < max; i++) {
@@ -701,7 +713,6 @@ int diwarp_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, 
                                                     .downs = c->downs,
                                                     .up = !down[i]};
         }
-        pthread_mutex_unlock(&dev->lock);
         return dev->nrails;
 }
 
@@ -777,11 +788,16 @@ int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
         if (!dev || !out)
                 return -EINVAL;
         pthread_mutex_lock(&dev->lock);
+        dw_device_counters_locked(dev, out);
+        pthread_mutex_unlock(&dev->lock);
+        return 0;
+}
+
+void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *out)
+{
         *out = dev->ctr;
         out->progress_takeovers = atomic_load_explicit(&dev->prog.takeovers, memory_order_relaxed);
         dw_rd_dev_counters(dev, out);
-        pthread_mutex_unlock(&dev->lock);
-        return 0;
 }
 
 /* ---- protection domains ---------------------------------------------------- */
