@@ -5,7 +5,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
+
+#include "util/keyhash.h"
 
 #define DW_ACCESS_KNOWN                                                                            \
         (DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ |      \
@@ -85,12 +86,10 @@ void dw_pd_put(struct dw_pd *pd)
  * as the rest of a registration). */
 static int random_stag(struct dw_mr_table *t, uint32_t *v)
 {
-        while (t->npool == 0) {
-                ssize_t n = getrandom(t->pool, sizeof(t->pool), 0);
-                if (n == (ssize_t)sizeof(t->pool))
-                        t->npool = DW_MR_RANDOM_POOL;
-                else if (n >= 0 || errno != EINTR)
+        if (t->npool == 0) {
+                if (dw_random(t->pool, sizeof(t->pool)) < 0)
                         return -EIO;
+                t->npool = DW_MR_RANDOM_POOL;
         }
         /* In the order getrandom() wrote them. */
         uint32_t i = DW_MR_RANDOM_POOL - t->npool--;

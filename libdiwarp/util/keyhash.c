@@ -16,19 +16,35 @@ static int fail(const char **why, const char *reason, int err)
         return -err;
 }
 
-int dw_keyhash_init(struct dw_keyhash *k, const char **why)
+int dw_random(void *buf, size_t len)
 {
-        uint8_t key[DW_KEYHASH_KEY_LEN];
         size_t got = 0;
-        memset(k, 0, sizeof(*k));
-        while (got < sizeof(key)) {
-                ssize_t n = getrandom(key + got, sizeof(key) - got, 0);
+        while (got < len) {
+                ssize_t n = getrandom((uint8_t *)buf + got, len - got, 0);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0)
-                        return fail(why, "keyed hash: getrandom() failed", EIO);
+                        return -EIO;
                 got += (size_t)n;
         }
+        return 0;
+}
+
+int dw_random64(uint64_t *out)
+{
+        do {
+                if (dw_random(out, sizeof(*out)) < 0)
+                        return -EIO;
+        } while (*out == 0);
+        return 0;
+}
+
+int dw_keyhash_init(struct dw_keyhash *k, const char **why)
+{
+        uint8_t key[DW_KEYHASH_KEY_LEN];
+        memset(k, 0, sizeof(*k));
+        if (dw_random(key, sizeof(key)) < 0)
+                return fail(why, "keyed hash: getrandom() failed", EIO);
         int rc = dw_keyhash_init_key(k, key, why);
         explicit_bzero(key, sizeof(key));
         return rc;

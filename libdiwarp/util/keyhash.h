@@ -33,6 +33,12 @@ int dw_keyhash_init_key(struct dw_keyhash *k, const uint8_t key[DW_KEYHASH_KEY_L
                         const char **why);
 void dw_keyhash_fini(struct dw_keyhash *k);
 
+/* len random bytes from getrandom() (the secrets the engine draws: this
+ * hash's key, STags, connection tokens and challenges). 0 or -EIO. */
+int dw_random(void *buf, size_t len);
+/* A random 64-bit value other than 0 (0 means "none" where one is kept). */
+int dw_random64(uint64_t *out);
+
 /* out = SipHash-2-4(secret, data[0..len)), 16 bytes. 0 or -EIO. */
 int dw_keyhash(struct dw_keyhash *k, const void *data, size_t len, uint8_t out[DW_KEYHASH_OUT_LEN]);
 
