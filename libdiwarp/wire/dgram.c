@@ -125,6 +125,21 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
                 return dw_wire_fail(why, "start: descriptor non-zero without the START flag",
                                     EBADMSG);
         }
+        if ((h->xflags2 & (DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE)) && !(f & DW_DGRAM_F_RD))
+                return dw_wire_fail(why, "xflags2: TOKEN or CHALLENGE on a UD packet (RD only)",
+                                    EBADMSG);
+        if ((h->xflags2 & DW_DGRAM_X2_TOKEN) ? h->token == 0 : h->token != 0)
+                return dw_wire_fail(why,
+                                    (h->xflags2 & DW_DGRAM_X2_TOKEN)
+                                        ? "token: value 0"
+                                        : "token: non-zero without the TOKEN flag",
+                                    EBADMSG);
+        if ((h->xflags2 & DW_DGRAM_X2_CHALLENGE) ? h->challenge == 0 : h->challenge != 0)
+                return dw_wire_fail(why,
+                                    (h->xflags2 & DW_DGRAM_X2_CHALLENGE)
+                                        ? "challenge: value 0"
+                                        : "challenge: non-zero without the CHALLENGE flag",
+                                    EBADMSG);
         return 0;
 }
 
@@ -198,7 +213,9 @@ ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h)
                ((h->xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0) +
                ((h->xflags & DW_DGRAM_X_RAILS) ? DW_DGRAM_RAILS_LEN(h->rail_count) : 0) +
                ((h->xflags & DW_DGRAM_X_RAIL) ? DW_DGRAM_RAIL_LEN : 0) +
-               ((h->xflags2 & DW_DGRAM_X2_START) ? DW_DGRAM_START_LEN : 0);
+               ((h->xflags2 & DW_DGRAM_X2_START) ? DW_DGRAM_START_LEN : 0) +
+               ((h->xflags2 & DW_DGRAM_X2_TOKEN) ? DW_DGRAM_TOKEN_LEN : 0) +
+               ((h->xflags2 & DW_DGRAM_X2_CHALLENGE) ? DW_DGRAM_CHALLENGE_LEN : 0);
 }
 
 ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
@@ -249,7 +266,14 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
         if (h->xflags2 & DW_DGRAM_X2_START) {
                 dw_put_be32(p, h->start_psn);
                 dw_put_be32(p + 4, h->start_msn);
+                p += DW_DGRAM_START_LEN;
         }
+        if (h->xflags2 & DW_DGRAM_X2_TOKEN) {
+                dw_put_be64(p, h->token);
+                p += DW_DGRAM_TOKEN_LEN;
+        }
+        if (h->xflags2 & DW_DGRAM_X2_CHALLENGE)
+                dw_put_be64(p, h->challenge);
         return n;
 }
 
@@ -343,6 +367,21 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
                 h.start_msn = dw_get_be32(buf + n + 4);
                 n += DW_DGRAM_START_LEN;
         }
+        if (h.xflags2 & DW_DGRAM_X2_TOKEN) {
+                if (len - n < DW_DGRAM_TOKEN_LEN)
+                        return dw_wire_fail(
+                            why, "token: value announced by the TOKEN flag is truncated", ENODATA);
+                h.token = dw_get_be64(buf + n);
+                n += DW_DGRAM_TOKEN_LEN;
+        }
+        if (h.xflags2 & DW_DGRAM_X2_CHALLENGE) {
+                if (len - n < DW_DGRAM_CHALLENGE_LEN)
+                        return dw_wire_fail(
+                            why, "challenge: value announced by the CHALLENGE flag is truncated",
+                            ENODATA);
+                h.challenge = dw_get_be64(buf + n);
+                n += DW_DGRAM_CHALLENGE_LEN;
+        }
 
         int rc = dw_dgram_hdr_validate(&h, why);
         if (rc != 0)
@@ -363,25 +402,32 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
          * with CRCs off, every RD datagram is of that kind. */
         if (len < DW_DGRAM_HDR_LEN)
                 return dw_dgram_decode(buf, len, out, why);
-        uint8_t f = buf[1], x = buf[4];
-        if (!((buf[0] == DW_DGRAM_VERSION && x == 0) ||
-              (buf[0] == DW_DGRAM_VERSION2 && x == DW_DGRAM_X_NOCRC)) ||
+        uint8_t f = buf[1], x = buf[4], x2 = buf[8];
+        /* RC over RD: every datagram carries its connection's token, the
+         * only extension after the fixed header here (no SACK blocks). */
+        size_t hl = x2 ? DW_DGRAM_HDR_LEN + DW_DGRAM_TOKEN_LEN : DW_DGRAM_HDR_LEN;
+        uint64_t token = x2 == DW_DGRAM_X2_TOKEN && len >= hl ? dw_get_be64(buf + 28) : 0;
+        if (!((buf[0] == DW_DGRAM_VERSION && x == 0 && x2 == 0) ||
+              (buf[0] == DW_DGRAM_VERSION2 && (x | x2) != 0 && (x & ~DW_DGRAM_X_NOCRC) == 0 &&
+               (x2 == 0 || token != 0))) ||
             !(f & DW_DGRAM_F_RD) || (f & (DW_DGRAM_F_SACK | DW_DGRAM_F_NAK)) ||
             !(f & (DW_DGRAM_F_DATA | DW_DGRAM_F_ACK)) ||
             (f & (DW_DGRAM_F_DATA | DW_DGRAM_F_IMM)) == DW_DGRAM_F_IMM ||
-            (buf[2] | buf[3] | buf[8] | buf[26] | buf[27]) != 0 ||
+            (buf[2] | buf[3] | buf[26] | buf[27]) != 0 ||
             (!(f & DW_DGRAM_F_CREDIT) && (buf[24] | buf[25]) != 0) ||
             (!(f & DW_DGRAM_F_ACK) && dw_get_be32(buf + 20) != 0))
                 return dw_dgram_decode(buf, len, out, why);
         out->flags = f;
         out->xflags = x;
-        out->xflags2 = 0;
+        out->xflags2 = x2;
         out->start_psn = 0;
         out->start_msn = 0;
+        out->token = token;
+        out->challenge = 0;
         out->sack_count = 0;
         out->nak_code = 0;
         out->dst_qpn = dw_get_be32(buf + 4) & DW_DGRAM_QPN_MASK;
-        out->src_qpn = dw_get_be32(buf + 8);
+        out->src_qpn = dw_get_be32(buf + 8) & DW_DGRAM_QPN_MASK; /* byte 8: the X2-flags */
         out->qkey = dw_get_be32(buf + 12);
         out->psn = dw_get_be32(buf + 16);
         out->ack_psn = dw_get_be32(buf + 20);
@@ -391,7 +437,7 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
         out->pull_pushed = 0;
         out->rail_count = 0;
         out->origin = 0;
-        return DW_DGRAM_HDR_LEN;
+        return (ssize_t)hl;
 }
 
 int dw_dgram_layout(const struct dw_dgram_hdr *h, size_t hdr_len, size_t len,
@@ -521,7 +567,7 @@ int dw_dgram_decode_ud(const uint8_t *buf, size_t len, struct dw_dgram_ud *out, 
                 memcpy(&imm_data, im + DW_DGRAM_DDP_UNTAGGED_LEN, 4);
         }
         out->dst_qpn = (uint32_t)h0 & DW_DGRAM_QPN_MASK;
-        out->src_qpn = dw_get_be32(buf + 8);
+        out->src_qpn = dw_get_be32(buf + 8) & DW_DGRAM_QPN_MASK; /* byte 8: the X2-flags */
         out->qkey = dw_get_be32(buf + 12);
         out->msn = dw_get_be32(seg + 10);
         out->payload_off = (uint32_t)fixed;

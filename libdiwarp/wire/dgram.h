@@ -36,9 +36,13 @@
 /* Stream start (X2-flag START): {First PSN, First MSN} of the sender's
  * pseudo-stream. */
 #define DW_DGRAM_START_LEN 8
+/* Token (X2-flag TOKEN) and challenge (X2-flag CHALLENGE): 8 bytes each. */
+#define DW_DGRAM_TOKEN_LEN     8
+#define DW_DGRAM_CHALLENGE_LEN 8
 #define DW_DGRAM_HDR_MAX_LEN                                                                       \
         (DW_DGRAM_HDR_LEN + DW_DGRAM_MAX_SACK * DW_DGRAM_SACK_LEN + DW_DGRAM_PULL_LEN +            \
-         DW_DGRAM_MULTIRAIL_MAX + DW_DGRAM_START_LEN) /* 132 */
+         DW_DGRAM_MULTIRAIL_MAX + DW_DGRAM_START_LEN + DW_DGRAM_TOKEN_LEN +                        \
+         DW_DGRAM_CHALLENGE_LEN) /* 148 */
 #define DW_DGRAM_CRC_LEN   4
 #define DW_UDP_MAX_PAYLOAD 65507 /* 65535 - 20 (IPv4) - 8 (UDP) */
 
@@ -89,7 +93,15 @@
  * first window of the sender's pseudo-stream, whose first PSN and first
  * queue-0 MSN (the start descriptor) follow the origin. */
 #define DW_DGRAM_X2_START 0x01
-#define DW_DGRAM_X2_ALL   DW_DGRAM_X2_START
+/* RD: the token follows (after the start descriptor): the 64-bit value the
+ * receiver gave the sender for this purpose (RC over RD: on every datagram,
+ * the connection's token from the MPA exchange; multirail: beside RAILS,
+ * the echo of the receiver's challenge). docs/PROTOCOL.md "Tokens". */
+#define DW_DGRAM_X2_TOKEN 0x02
+/* RD: a challenge follows (after the token): a 64-bit value the receiver of
+ * this datagram is to echo as the token of its rail lists to the sender. */
+#define DW_DGRAM_X2_CHALLENGE 0x04
+#define DW_DGRAM_X2_ALL       (DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE)
 
 /* nak_code (byte 3), only with DW_DGRAM_F_NAK */
 enum dw_dgram_nak {
@@ -144,6 +156,10 @@ struct dw_dgram_hdr {
          * first queue-0 MSN of this pseudo-stream. */
         uint32_t start_psn;
         uint32_t start_msn;
+        /* With DW_DGRAM_X2_TOKEN / _CHALLENGE (0 otherwise; never 0 with
+         * the flag): 64 bits, big-endian on the wire. */
+        uint64_t token;
+        uint64_t challenge;
         struct dw_dgram_sack sack[DW_DGRAM_MAX_SACK];
 };
 
@@ -168,7 +184,7 @@ static inline bool dw_psn_before(uint32_t a, uint32_t b)
 int dw_dgram_hdr_validate(const struct dw_dgram_hdr *h, const char **why);
 
 /* Encoded header length (fixed part + SACK blocks + pull descriptor + rail
- * list + origin + start descriptor), or -EINVAL. */
+ * list + origin + start descriptor + token + challenge), or -EINVAL. */
 ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h);
 
 /* Bytes written, -EINVAL for a header dw_dgram_hdr_validate refuses, -ENOSPC.
@@ -182,7 +198,8 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
 
 /* dw_dgram_decode for the datagrams RD exchanges most (RD flag; DATA and/or
  * ACK, with ACKREQ or IMM; no SACK, NAK or credits; version 1, or version 2
- * with NOCRC as the only X-flag): fixed-offset compares and the fields,
+ * with NOCRC as the only X-flag and TOKEN as the only X2-flag, either or
+ * both): fixed-offset compares and the fields,
  * anything else through dw_dgram_decode. Same verdict, errno and fields,
  * except that out->sack[] past out->sack_count is left as it was. */
 ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out,

@@ -53,6 +53,8 @@ static void assert_same(const struct dw_dgram_hdr *a, const struct dw_dgram_hdr 
         cr_assert_eq(a->xflags2, b->xflags2);
         cr_assert_eq(a->start_psn, b->start_psn);
         cr_assert_eq(a->start_msn, b->start_msn);
+        cr_assert_eq(a->token, b->token);
+        cr_assert_eq(a->challenge, b->challenge);
         for (unsigned i = 0; i < a->sack_count; i++) {
                 cr_assert_eq(a->sack[i].start, b->sack[i].start, "sack[%u].start", i);
                 cr_assert_eq(a->sack[i].end, b->sack[i].end, "sack[%u].end", i);
@@ -137,10 +139,14 @@ Test(dgram, constants)
         cr_assert_eq(DW_DGRAM_RAIL_LEN, 4);
         cr_assert_eq(DW_DGRAM_MULTIRAIL_MAX, 24);
         /* 28 + 8 SACK blocks (64) + pull descriptor (8) + 4 rails (20) + origin (4)
-         * + start descriptor (8) */
-        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 132);
+         * + start descriptor (8) + token (8) + challenge (8) */
+        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 148);
         cr_assert_eq(DW_DGRAM_START_LEN, 8);
+        cr_assert_eq(DW_DGRAM_TOKEN_LEN, 8);
+        cr_assert_eq(DW_DGRAM_CHALLENGE_LEN, 8);
         cr_assert_eq(DW_DGRAM_X2_START, 0x01);
+        cr_assert_eq(DW_DGRAM_X2_TOKEN, 0x02);
+        cr_assert_eq(DW_DGRAM_X2_CHALLENGE, 0x04);
         cr_assert_eq(DW_DGRAM_X_NOCRC, 0x01);
         cr_assert_eq(DW_DGRAM_X_PULL, 0x02);
         cr_assert_eq(DW_DGRAM_X_PULLREQ, 0x04);
@@ -966,6 +972,9 @@ static int rd_both(const uint8_t *buf, size_t len, const char *what, size_t a, u
         }
         cr_assert_eq(f.flags, s.flags, "%s %zu %u: flags", what, a, b);
         cr_assert_eq(f.xflags, s.xflags, "%s %zu %u: xflags", what, a, b);
+        cr_assert_eq(f.xflags2, s.xflags2, "%s %zu %u: xflags2", what, a, b);
+        cr_assert_eq(f.token, s.token, "%s %zu %u: token", what, a, b);
+        cr_assert_eq(f.challenge, s.challenge, "%s %zu %u: challenge", what, a, b);
         cr_assert_eq(f.pull_len, s.pull_len, "%s %zu %u", what, a, b);
         cr_assert_eq(f.pull_pushed, s.pull_pushed, "%s %zu %u", what, a, b);
         cr_assert_eq(f.rail_count, s.rail_count, "%s %zu %u: rail_count", what, a, b);
@@ -1018,33 +1027,46 @@ Test(dgram, decode_rd_fields)
 Test(dgram, decode_rd_agrees_with_general_on_every_byte_value)
 {
         static const struct {
-                uint8_t flags, xflags;
+                uint8_t flags, xflags, xflags2;
         } shapes[] = {
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, 0},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ, 0},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM | DW_DGRAM_F_ACK, 0},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, 0},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, 0},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_NAK, 0},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_CREDIT | DW_DGRAM_F_DATA, 0},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_NOCRC},
+            /* RC over RD: the connection's token on every datagram. */
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ, 0,
+             DW_DGRAM_X2_TOKEN},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_NOCRC, DW_DGRAM_X2_TOKEN},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, 0, DW_DGRAM_X2_TOKEN},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_RAILS,
+             DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, 0, DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, 0, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ, 0, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM | DW_DGRAM_F_ACK, 0, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, 0, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, 0, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_NAK, 0, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_CREDIT | DW_DGRAM_F_DATA, 0, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_NOCRC, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ, DW_DGRAM_X_NOCRC,
+             0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM | DW_DGRAM_F_ACK, DW_DGRAM_X_NOCRC,
+             0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_NOCRC, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_NAK, DW_DGRAM_X_NOCRC, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, DW_DGRAM_X_PULLREQ | DW_DGRAM_X_ECE,
+             0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC | DW_DGRAM_X_DSACK,
+             0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_ECE, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_RAIL, 0},
             {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ,
-             DW_DGRAM_X_NOCRC},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_IMM | DW_DGRAM_F_ACK, DW_DGRAM_X_NOCRC},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_NOCRC},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_NAK, DW_DGRAM_X_NOCRC},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_NOCRC | DW_DGRAM_X_PULL},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, DW_DGRAM_X_PULLREQ | DW_DGRAM_X_ECE},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC | DW_DGRAM_X_DSACK},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_ECE},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_RAIL},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK | DW_DGRAM_F_ACKREQ,
-             DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_RAIL},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, DW_DGRAM_X_RAILS},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAILS},
-            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_PULL | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL},
+             DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK, DW_DGRAM_X_RAIL, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK, DW_DGRAM_X_RAILS, 0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_ACK | DW_DGRAM_F_SACK, DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAILS,
+             0},
+            {DW_DGRAM_F_RD | DW_DGRAM_F_DATA, DW_DGRAM_X_PULL | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL,
+             0},
         };
         unsigned accepted = 0, rejected = 0;
         for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
@@ -1052,6 +1074,13 @@ Test(dgram, decode_rd_agrees_with_general_on_every_byte_value)
                 uint8_t fl = shapes[k].flags;
                 struct dw_dgram_hdr h = hdr(fl);
                 h.xflags = shapes[k].xflags;
+                h.xflags2 = shapes[k].xflags2;
+                if (h.xflags2 & DW_DGRAM_X2_START)
+                        h.start_psn = h.start_msn = 0x01020304u;
+                if (h.xflags2 & DW_DGRAM_X2_TOKEN)
+                        h.token = 0x0102030405060708ull;
+                if (h.xflags2 & DW_DGRAM_X2_CHALLENGE)
+                        h.challenge = 0x1112131415161718ull;
                 h.qkey = 0x11223344u;
                 h.psn = 0x01020304u;
                 if (fl & DW_DGRAM_F_ACK)
@@ -1385,7 +1414,9 @@ Test(dgram, v2_reject_empty_xflags_and_unannounced_extensions)
          * descriptor this datagram does not have room for, the other bits
          * are reserved. */
         expect_mut_why(&h, 8, DW_DGRAM_X2_START, ENODATA, "start: descriptor announced");
-        expect_mut_why(&h, 8, 0x02, EBADMSG, "xflags2: unknown bits set");
+        expect_mut_why(&h, 8, DW_DGRAM_X2_TOKEN, ENODATA, "token: value announced");
+        expect_mut_why(&h, 8, DW_DGRAM_X2_CHALLENGE, ENODATA, "challenge: value announced");
+        expect_mut_why(&h, 8, 0x08, EBADMSG, "xflags2: unknown bits set");
         /* In version 1, byte 4 is still the reserved high byte of dst_qpn. */
         struct dw_dgram_hdr v1 = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
         expect_mut_why(&v1, 4, DW_DGRAM_X_NOCRC, EBADMSG, "dst_qpn");
@@ -1596,12 +1627,15 @@ Test(dgram, v2_dsack_blocks)
 Test(dgram, v2_max_len_and_nospace)
 {
         /* Every extension at its largest: 8 SACK blocks, the pull
-         * descriptor, 4 rails, the origin and the start descriptor. */
+         * descriptor, 4 rails, the origin, the start descriptor, the token
+         * and the challenge. */
         struct dw_dgram_hdr h =
             v2_hdr(DW_DGRAM_X_PULL | DW_DGRAM_X_DSACK | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL, true);
-        h.xflags2 = DW_DGRAM_X2_START;
+        h.xflags2 = DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE;
         h.start_psn = h.psn;
         h.start_msn = 1;
+        h.token = 0x1122334455667788ull;
+        h.challenge = 0x8877665544332211ull;
         cr_assert_eq(h.rail_count, DW_DGRAM_MAX_RAILS);
         h.sack_count = 1;
         for (uint32_t i = 0; h.sack_count < DW_DGRAM_MAX_SACK; i++)
@@ -2261,8 +2295,11 @@ Test(dgram, v2_start_after_every_extension)
                 h.sack[i] = (struct dw_dgram_sack){100 + 3 * i, 101 + 3 * i};
         h.rail_count = 4;
         h.rails[3] = ip4(10, 0, 3, 1);
+        h.xflags2 |= DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE;
+        h.token = 1;
+        h.challenge = 2;
         cr_assert_eq(dw_dgram_hdr_len(&h), DW_DGRAM_HDR_MAX_LEN);
-        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 132);
+        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 148);
 }
 
 Test(dgram, v2_start_rules)
@@ -2277,7 +2314,7 @@ Test(dgram, v2_start_rules)
         h.start_psn = 1;
         expect_invalid_why(&h, EBADMSG, "start: descriptor non-zero without the START flag");
         h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
-        h.xflags2 = 0x02;
+        h.xflags2 = 0x08;
         expect_invalid_why(&h, EBADMSG, "xflags2: unknown bits set");
 
         /* On the wire: a reserved X2 bit, START on an ACK, and a version-1
@@ -2289,7 +2326,7 @@ Test(dgram, v2_start_rules)
         uint8_t buf[64];
         ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
         cr_assert_eq(n, 36);
-        buf[8] = 0x03;
+        buf[8] = 0x09;
         expect_reject_why(buf, (size_t)n, EBADMSG, "xflags2: unknown bits set");
         buf[8] = 0x01;
         buf[1] = DW_DGRAM_F_RD | DW_DGRAM_F_ACK;
@@ -2302,6 +2339,96 @@ Test(dgram, v2_start_rules)
         buf[0] = DW_DGRAM_VERSION2;
         buf[8] = 0;
         expect_reject_why(buf, 28, EBADMSG, "xflags: none set in a version-2 header");
+}
+
+/* The token and the challenge: after the start descriptor, in that order,
+ * big-endian, never 0, RD only. */
+Test(dgram, v2_token_challenge_bytes)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK);
+        h.xflags2 = DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE;
+        h.ack_psn = 0x10;
+        h.token = 0x0102030405060708ull;
+        h.challenge = 0xF1F2F3F4F5F6F7F8ull;
+        static const uint8_t exp[44] = {
+            0x02, 0x03, 0x00, 0x00,                         /* version 2, flags RD|ACK */
+            0x00, 0x12, 0x34, 0x56,                         /* no X-flag, dst_qpn */
+            0x06, 0xAB, 0xCD, 0xEF,                         /* X2-flags TOKEN|CHALLENGE, src_qpn */
+            0x00, 0x00, 0x00, 0x00,                         /* qkey */
+            0x00, 0x00, 0x00, 0x00,                         /* psn */
+            0x00, 0x00, 0x00, 0x10,                         /* ack_psn */
+            0x00, 0x00, 0x00, 0x00,                         /* credits, rnr_delay */
+            0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, /* 28: token */
+            0xF1, 0xF2, 0xF3, 0xF4, 0xF5, 0xF6, 0xF7, 0xF8, /* 36: challenge */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+        /* After the start descriptor. */
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.xflags2 = DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN;
+        h.start_psn = 0x11;
+        h.start_msn = 0x22;
+        h.token = 0x33;
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        cr_assert_eq(dw_dgram_encode(&h, buf, sizeof(buf)), 44);
+        static const uint8_t tok[8] = {0, 0, 0, 0, 0, 0, 0, 0x33};
+        cr_assert_arr_eq(buf + 36, tok, 8);
+        struct dw_dgram_hdr out;
+        cr_assert_eq(dw_dgram_decode(buf, 44, &out, NULL), 44);
+        assert_same(&h, &out);
+        cr_assert_eq(out.token, 0x33);
+}
+
+Test(dgram, v2_token_challenge_rules)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_DATA);
+        h.xflags2 = DW_DGRAM_X2_TOKEN;
+        h.token = 1;
+        expect_invalid_why(&h, EBADMSG, "xflags2: TOKEN or CHALLENGE on a UD packet (RD only)");
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK);
+        h.xflags2 = DW_DGRAM_X2_TOKEN;
+        expect_invalid_why(&h, EBADMSG, "token: value 0");
+        h.xflags2 = 0;
+        h.token = 5;
+        expect_invalid_why(&h, EBADMSG, "token: non-zero without the TOKEN flag");
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK);
+        h.xflags2 = DW_DGRAM_X2_CHALLENGE;
+        expect_invalid_why(&h, EBADMSG, "challenge: value 0");
+        h.xflags2 = 0;
+        h.challenge = 5;
+        expect_invalid_why(&h, EBADMSG, "challenge: non-zero without the CHALLENGE flag");
+
+        /* On the wire: truncated, and a token of 0. */
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK);
+        h.xflags2 = DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE;
+        h.token = 7;
+        h.challenge = 9;
+        uint8_t buf[64];
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        cr_assert_eq(n, 44);
+        expect_reject_why(buf, 35, ENODATA, "token: value announced by the TOKEN flag");
+        expect_reject_why(buf, 43, ENODATA, "challenge: value announced by the CHALLENGE flag");
+        memset(buf + 28, 0, 8);
+        expect_reject_why(buf, 44, EBADMSG, "token: value 0");
+        cr_assert_eq(rd_both(buf, 44, "token 0", 0, 0), -1);
+}
+
+/* The RD fast decoder takes the token of RC over RD (no other X2-flag, no
+ * SACK) itself, with the general decoder's verdict and fields. */
+Test(dgram, v2_token_through_the_rd_decoder)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK), o;
+        h.xflags2 = DW_DGRAM_X2_TOKEN;
+        h.token = 0xCAFEF00DDEADBEEFull;
+        h.ack_psn = 3;
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        cr_assert_eq(n, DW_DGRAM_HDR_LEN + DW_DGRAM_TOKEN_LEN);
+        cr_assert_eq(dw_dgram_decode_rd(buf, (size_t)n, &o, NULL), n);
+        cr_assert_eq(o.xflags2, DW_DGRAM_X2_TOKEN);
+        cr_assert_eq(o.token, 0xCAFEF00DDEADBEEFull);
+        cr_assert_eq(rd_both(buf, (size_t)n, "token", 0, 0), 0);
+        for (size_t l = 0; l < (size_t)n; l++)
+                rd_both(buf, l, "token truncated", l, 0);
 }
 
 /* The RD fast decoder hands START datagrams to the full one: same fields. */

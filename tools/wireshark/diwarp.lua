@@ -47,8 +47,11 @@ local X_NOCRC, X_PULL, X_PULLREQ, X_DSACK, X_ECE = 0x01, 0x02, 0x04, 0x08, 0x10
 local X_CCTL, X_RAILS, X_RAIL = 0x20, 0x40, 0x80
 local X_ALL = 0xFF
 local X2_START = 0x01 -- byte 8 of version 2: the start descriptor follows
-local X2_ALL = 0x01
+local X2_TOKEN = 0x02 -- the token follows (after the start descriptor)
+local X2_CHALLENGE = 0x04 -- a challenge follows (after the token)
+local X2_ALL = 0x07
 local START_LEN = 8
+local TOKEN_LEN, CHALLENGE_LEN = 8, 8
 
 local nak_names = {
         [0] = "none",
@@ -102,6 +105,11 @@ local pf = {
         xflags2 = ProtoField.uint8("diwarp.xflags2", "X2-flags", base.HEX),
         x2_start = ProtoField.bool("diwarp.xflags2.start", "START (stream start descriptor follows)", 8, nil,
                                    X2_START),
+        x2_token = ProtoField.bool("diwarp.xflags2.token", "TOKEN (token follows)", 8, nil, X2_TOKEN),
+        x2_challenge = ProtoField.bool("diwarp.xflags2.challenge", "CHALLENGE (challenge follows)", 8,
+                                       nil, X2_CHALLENGE),
+        token = ProtoField.uint64("diwarp.token", "Token", base.HEX),
+        challenge = ProtoField.uint64("diwarp.challenge", "Challenge", base.HEX),
         start = ProtoField.bytes("diwarp.start", "Start descriptor"),
         start_psn = ProtoField.uint32("diwarp.start.psn", "First PSN", base.DEC),
         start_msn = ProtoField.uint32("diwarp.start.msn", "First MSN", base.DEC),
@@ -227,6 +235,12 @@ local function check_rules(h)
         if band(h.xflags2, X2_START) ~= 0 and h.start_psn == nil then
                 return "start: descriptor announced by the START flag is truncated"
         end
+        if band(h.xflags2, X2_TOKEN) ~= 0 and h.token_zero == nil then
+                return "token: value announced by the TOKEN flag is truncated"
+        end
+        if band(h.xflags2, X2_CHALLENGE) ~= 0 and h.challenge_zero == nil then
+                return "challenge: value announced by the CHALLENGE flag is truncated"
+        end
         if h.rsvd4 ~= 0 then return "dst_qpn: reserved high 8 bits set" end
         if h.rsvd8 ~= 0 then return "src_qpn: reserved high 8 bits set" end
         if band(f, F_RD) == 0 then
@@ -281,6 +295,13 @@ local function check_rules(h)
         if band(h.xflags2, 0xFF - X2_ALL) ~= 0 then return "xflags2: unknown bits set" end
         if band(h.xflags2, X2_START) ~= 0 and band(f, F_RD + F_DATA) ~= F_RD + F_DATA then
                 return "xflags2: START without RD and DATA"
+        end
+        if band(h.xflags2, X2_TOKEN + X2_CHALLENGE) ~= 0 and band(f, F_RD) == 0 then
+                return "xflags2: TOKEN or CHALLENGE on a UD packet (RD only)"
+        end
+        if band(h.xflags2, X2_TOKEN) ~= 0 and h.token_zero then return "token: value 0" end
+        if band(h.xflags2, X2_CHALLENGE) ~= 0 and h.challenge_zero then
+                return "challenge: value 0"
         end
         return nil
 end
@@ -360,6 +381,14 @@ local function read_hdr(tvb)
                 h.start_off = h.hdr_len
                 h.hdr_len = h.hdr_len + START_LEN
         end
+        if band(h.xflags2, X2_TOKEN) ~= 0 then
+                h.token_off = h.hdr_len
+                h.hdr_len = h.hdr_len + TOKEN_LEN
+        end
+        if band(h.xflags2, X2_CHALLENGE) ~= 0 then
+                h.challenge_off = h.hdr_len
+                h.hdr_len = h.hdr_len + CHALLENGE_LEN
+        end
         h.sack = {}
         if h.hdr_len <= h.body_len then
                 for i = 1, h.sack_count do
@@ -376,6 +405,13 @@ local function read_hdr(tvb)
                 if h.start_off then
                         h.start_psn = tvb(h.start_off, 4):uint()
                         h.start_msn = tvb(h.start_off + 4, 4):uint()
+                end
+                if h.token_off then
+                        h.token_zero = (tvb(h.token_off, 4):uint() + tvb(h.token_off + 4, 4):uint()) == 0
+                end
+                if h.challenge_off then
+                        h.challenge_zero = (tvb(h.challenge_off, 4):uint() +
+                                            tvb(h.challenge_off + 4, 4):uint()) == 0
                 end
         end
         return h
@@ -448,6 +484,8 @@ local function dissect_one(tvb, pinfo, root, label)
         if h.version == 2 then
                 local x2 = tree:add(pf.xflags2, tvb(8, 1))
                 x2:add(pf.x2_start, tvb(8, 1))
+                x2:add(pf.x2_token, tvb(8, 1))
+                x2:add(pf.x2_challenge, tvb(8, 1))
         else
                 tree:add(pf.reserved, tvb(8, 1))
         end
@@ -523,6 +561,14 @@ local function dissect_one(tvb, pinfo, root, label)
                                                   h.start_psn, h.start_msn))
                         st:add(pf.start_psn, tvb(h.start_off, 4))
                         st:add(pf.start_msn, tvb(h.start_off + 4, 4))
+                end
+                if h.token_off then
+                        tree:add(pf.token, tvb(h.token_off, TOKEN_LEN)):append_text(
+                                " (the value the receiver gave: RC over RD's connection token, or a rail list's proof)")
+                end
+                if h.challenge_off then
+                        tree:add(pf.challenge, tvb(h.challenge_off, CHALLENGE_LEN)):append_text(
+                                " (to be echoed as the token of the receiver's rail lists)")
                 end
         end
         tree:add(pf.hdr_len, h.hdr_len):set_generated()
