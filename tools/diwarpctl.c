@@ -60,6 +60,10 @@ static const struct {
     {"local_copies", offsetof(struct diwarp_counters, local_copies)},
     {"local_copy_bytes", offsetof(struct diwarp_counters, local_copy_bytes)},
     {"progress_takeovers", offsetof(struct diwarp_counters, progress_takeovers)},
+    {"rx_dropped_token", offsetof(struct diwarp_counters, rx_dropped_token)},
+    {"rx_dropped_rail", offsetof(struct diwarp_counters, rx_dropped_rail)},
+    {"rx_dropped_peers", offsetof(struct diwarp_counters, rx_dropped_peers)},
+    {"rd_peers_reclaimed", offsetof(struct diwarp_counters, rd_peers_reclaimed)},
 };
 
 static const char *qp_type_str(uint32_t t)

@@ -651,6 +651,17 @@ struct diwarp_counters {
          * no longer polling (descheduled on a shared host, or computing) and
          * took over all progress (docs/USAGE.md, "Progress"). */
         uint64_t progress_takeovers;
+        /* Datagram paths (docs/SECURITY.md): RC-over-RD datagrams without
+         * their connection's token or with a wrong one; RD datagrams naming
+         * an origin (X-flag RAIL) that is no proven rail of that peer, and
+         * rail lists with a wrong token; datagrams of a stranger's new RD
+         * stream refused because the QP or the device holds as many streams
+         * as DIWARP_RD_MAX_PEERS / DIWARP_RD_DEV_PEERS allow. */
+        uint64_t rx_dropped_token;
+        uint64_t rx_dropped_rail;
+        uint64_t rx_dropped_peers;
+        /* RD streams freed after DIWARP_RD_IDLE_MS without a datagram. */
+        uint64_t rd_peers_reclaimed;
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

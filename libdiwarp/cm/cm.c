@@ -17,6 +17,7 @@
 #include "llp/tcp.h"
 #include "qp/rc.h"
 #include "qp/rd.h"
+#include "util/keyhash.h"
 #include "util/time.h"
 
 static const uint8_t ibcm_magic[4] = {'D', 'W', 'Q', 'P'};
@@ -556,7 +557,9 @@ int dw_cm_ib_connect(struct dw_qp *qp)
  * Native CM for RC QPs carried by RD (DIWARP_RC_TRANSPORT=rd).
  * The MPA exchange runs on TCP as for any native connection, with a block of
  * ours ahead of the application's private data in the Request and the Reply
- * (docs/PROTOCOL.md): magic "DWRD", the sender's QPN and first PSN (BE32).
+ * (docs/PROTOCOL.md): magic "DWR2", the sender's QPN and first PSN (BE32)
+ * and its token (BE64): the random value every datagram of the connection
+ * must carry to it (the receiver drops any other, qp/rd).
  * Each side then binds its QP to the peer's QPN as an IB-style RTR does (one
  * RD pseudo-stream), so every RDMA message goes over UDP. The TCP stream
  * stays open and idle as the connection's CM channel: its close is the
@@ -564,11 +567,13 @@ int dw_cm_ib_connect(struct dw_qp *qp)
  * keepalive a liveness check. Nothing else is ever written to it.
  * ====================================================================== */
 
-#define DW_RDCM_LEN 12
+#define DW_RDCM_LEN 20
 /* How long a native connect retries a refused TCP connect (diwarp_connect). */
 #define RDCM_REFUSED_GRACE_MS 500
 
-static const uint8_t rdcm_magic[4] = {'D', 'W', 'R', 'D'};
+static const uint8_t rdcm_magic[4] = {'D', 'W', 'R', '2'};
+/* The block of the version before tokens: refused by name. */
+static const uint8_t rdcm_magic_old[4] = {'D', 'W', 'R', 'D'};
 
 struct dw_cm_rdch {
         struct dw_qp *qp;
@@ -591,34 +596,6 @@ static bool rc_on_rd(const struct dw_device *dev)
         return dev->cfg.rc_transport == DW_RC_RD;
 }
 
-static void rdcm_encode(uint8_t *buf, uint32_t qpn, uint32_t psn)
-{
-        memcpy(buf, rdcm_magic, 4);
-        dw_put_be32(buf + 4, qpn);
-        dw_put_be32(buf + 8, psn);
-}
-
-/* The private data an RC-over-RD Request/Reply carries: the block, then the
- * application's bytes; *pd and *pd_len are updated to point at buf. */
-static void rdcm_wrap(uint8_t *buf, uint32_t qpn, uint32_t psn, const void **pd, uint16_t *pd_len)
-{
-        rdcm_encode(buf, qpn, psn);
-        if (*pd_len)
-                memcpy(buf + DW_RDCM_LEN, *pd, *pd_len);
-        *pd = buf;
-        *pd_len += DW_RDCM_LEN;
-}
-
-/* 0 and the sender's QPN/PSN, or -EPROTO when the block is absent. */
-static int rdcm_decode(const uint8_t *pd, uint16_t len, uint32_t *qpn, uint32_t *psn)
-{
-        if (len < DW_RDCM_LEN || memcmp(pd, rdcm_magic, 4) != 0)
-                return -EPROTO;
-        *qpn = dw_get_be32(pd + 4);
-        *psn = dw_get_be32(pd + 8);
-        return 0;
-}
-
 /* A fresh first PSN per connection (IB's CM picks one at random too), so a
  * stale segment of an earlier connection of the same QP pair is not taken
  * for new data, and unpredictable (the device's keyed hash of the QPN and
@@ -626,6 +603,62 @@ static int rdcm_decode(const uint8_t *pd, uint16_t len, uint32_t *qpn, uint32_t 
 static uint32_t rdcm_psn(struct dw_qp *qp)
 {
         return dw_rd_first_psn(qp->dev, qp->qpn, 0, 0, 0) & 0xffffff;
+}
+
+/* Our side of the block: QPN, first PSN and the token we take datagrams
+ * with. */
+struct rdcm_blk {
+        uint32_t qpn, psn;
+        uint64_t token;
+};
+
+static void rdcm_encode(uint8_t *buf, const struct rdcm_blk *b)
+{
+        memcpy(buf, rdcm_magic, 4);
+        dw_put_be32(buf + 4, b->qpn);
+        dw_put_be32(buf + 8, b->psn);
+        dw_put_be64(buf + 12, b->token);
+}
+
+/* Our block for qp: a fresh first PSN and token. 0 or -EIO. */
+static int rdcm_ours(struct dw_qp *qp, struct rdcm_blk *b)
+{
+        b->qpn = qp->qpn;
+        b->psn = rdcm_psn(qp);
+        return dw_random64(&b->token);
+}
+
+/* The private data an RC-over-RD Request/Reply carries: the block, then the
+ * application's bytes; *pd and *pd_len are updated to point at buf. */
+static void rdcm_wrap(uint8_t *buf, const struct rdcm_blk *b, const void **pd, uint16_t *pd_len)
+{
+        rdcm_encode(buf, b);
+        if (*pd_len)
+                memcpy(buf + DW_RDCM_LEN, *pd, *pd_len);
+        *pd = buf;
+        *pd_len += DW_RDCM_LEN;
+}
+
+/* 0 and the sender's block, or -EPROTO when it is absent (*why says how). */
+static int rdcm_decode(const uint8_t *pd, uint16_t len, struct rdcm_blk *b, const char **why)
+{
+        if (len >= 4 && memcmp(pd, rdcm_magic_old, 4) == 0) {
+                *why = "its block has no connection token (the peer runs an older diwarp: both "
+                       "ends must run this version)";
+                return -EPROTO;
+        }
+        if (len < DW_RDCM_LEN || memcmp(pd, rdcm_magic, 4) != 0) {
+                *why = "it carries no QPN (is the peer's DIWARP_RC_TRANSPORT rd?)";
+                return -EPROTO;
+        }
+        b->qpn = dw_get_be32(pd + 4);
+        b->psn = dw_get_be32(pd + 8);
+        b->token = dw_get_be64(pd + 12);
+        if (b->token == 0) {
+                *why = "its connection token is 0";
+                return -EPROTO;
+        }
+        return 0;
 }
 
 static struct dw_cm_rdch *rdch_of(const struct dw_qp *qp)
@@ -1047,9 +1080,10 @@ int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
                         dw_ipv4_to_gid(la.sin_addr, &req->local_gid);
                         const uint8_t *pd = lc->mpa.pd;
                         uint16_t n = lc->mpa.pd_len;
-                        uint32_t q, psn;
+                        struct rdcm_blk b;
+                        const char *why;
                         /* Ours (RC over RD): the application sees only its own. */
-                        if (rc_on_rd(l->dev) && rdcm_decode(pd, n, &q, &psn) == 0) {
+                        if (rc_on_rd(l->dev) && rdcm_decode(pd, n, &b, &why) == 0) {
                                 pd += DW_RDCM_LEN;
                                 n -= DW_RDCM_LEN;
                         }
@@ -1139,28 +1173,33 @@ static void unclaim_qp(struct dw_qp *qp)
  * sends the Reply, as IB's passive side reaches RTR before its REP: the
  * initiator may send the moment the Reply arrives, and a datagram finds no
  * stream to wait in. Device lock held. */
-static int rd_to_rtr(struct dw_qp *qp, struct in_addr ip, uint32_t peer_qpn, uint32_t peer_psn,
-                     uint16_t ird)
+static int rd_to_rtr(struct dw_qp *qp, struct in_addr ip, const struct rdcm_blk *ours,
+                     const struct rdcm_blk *peer, uint16_t ird)
 {
         struct diwarp_qp_attr a;
 
         memset(&a, 0, sizeof(a));
         dw_ipv4_to_gid(ip, &a.dgid);
-        a.dest_qp_num = peer_qpn;
-        a.rq_psn = peer_psn;
+        a.dest_qp_num = peer->qpn;
+        a.rq_psn = peer->psn;
         a.max_dest_rd_atomic = (uint8_t)(ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : ird);
         a.qp_state = DIWARP_QPS_RTR;
-        return dw_qp_modify_internal(qp, &a,
-                                     DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
-                                         DIWARP_QP_RQ_PSN | DIWARP_QP_MAX_DEST_RD_ATOMIC);
+        int r = dw_qp_modify_internal(qp, &a,
+                                      DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
+                                          DIWARP_QP_RQ_PSN | DIWARP_QP_MAX_DEST_RD_ATOMIC);
+        /* From here every datagram of the connection carries the peer's
+         * token, and ours must carry our own. */
+        if (r == 0)
+                dw_rd_qp_conn_token(qp, ours->token, peer->token);
+        return r;
 }
 
 /* RC over RD: the MPA exchange is done; the QP goes to RTR (initiator) and
  * RTS with our first PSN and the negotiated ORD, and the stream becomes the
  * idle CM channel. */
 static int attach_rd(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
-                     const struct sockaddr_in *peer, uint32_t peer_qpn, uint32_t peer_psn,
-                     uint32_t psn)
+                     const struct sockaddr_in *peer, const struct rdcm_blk *ours,
+                     const struct rdcm_blk *theirs)
 {
         struct dw_device *dev = qp->dev;
         struct diwarp_qp_attr a;
@@ -1177,13 +1216,13 @@ static int attach_rd(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         if (ord > DW_RC_MAX_RD)
                 ord = DW_RC_MAX_RD;
         if (qp->state == DIWARP_QPS_INIT) {
-                r = rd_to_rtr(qp, peer->sin_addr, peer_qpn, peer_psn, mc->ird);
+                r = rd_to_rtr(qp, peer->sin_addr, ours, theirs, mc->ird);
                 if (r < 0)
                         goto fail;
         }
         memset(&a, 0, sizeof(a));
         a.qp_state = DIWARP_QPS_RTS;
-        a.sq_psn = psn;
+        a.sq_psn = ours->psn;
         a.max_rd_atomic = (uint8_t)ord;
         r = dw_qp_modify_internal(qp, &a,
                                   DIWARP_QP_STATE | DIWARP_QP_SQ_PSN | DIWARP_QP_MAX_QP_RD_ATOMIC);
@@ -1198,7 +1237,7 @@ static int attach_rd(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         ch->watched = true;
         dw_info("RC QP %#x connected over RD to %s (peer QP %#x, IRD %u, ORD %u; TCP only for "
                 "the CM)",
-                qp->qpn, dw_tcp_addr_str(&qp->peer, pb, sizeof(pb)), peer_qpn,
+                qp->qpn, dw_tcp_addr_str(&qp->peer, pb, sizeof(pb)), theirs->qpn,
                 qp->attr.max_dest_rd_atomic, ord);
         pthread_mutex_unlock(&dev->lock);
         return 0;
@@ -1316,18 +1355,20 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         uint16_t ird = param_or(reply ? reply->ird : 0, dw_rc_offer_ird(qp));
         uint16_t ord = param_or(reply ? reply->ord : 0, dw_rc_offer_ord(qp));
         bool rd = dw_qp_on_rd(qp);
-        uint32_t peer_qpn = 0, peer_psn = 0, psn = rd ? rdcm_psn(qp) : 0;
+        struct rdcm_blk ours = {0}, theirs = {0};
         if (r == 0 && rd) {
+                const char *why = NULL;
                 if (reply && reply->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN)
                         r = -EINVAL;
-                else if (rdcm_decode(lc->mpa.pd, lc->mpa.pd_len, &peer_qpn, &peer_psn) < 0)
+                else if (rdcm_decode(lc->mpa.pd, lc->mpa.pd_len, &theirs, &why) < 0)
                         r = -EPROTO;
+                else if (rdcm_ours(qp, &ours) < 0)
+                        r = -EIO;
                 if (r == -EPROTO)
-                        dw_warn("RC QP %#x over RD: the connection request carries no QPN "
-                                "(is the peer's DIWARP_RC_TRANSPORT rd?)",
-                                qp->qpn);
+                        dw_warn("RC QP %#x over RD: the connection request is refused: %s", qp->qpn,
+                                why);
                 if (r == 0)
-                        r = rd_to_rtr(qp, lc->peer.sin_addr, peer_qpn, peer_psn, ird);
+                        r = rd_to_rtr(qp, lc->peer.sin_addr, &ours, &theirs, ird);
                 if (r < 0)
                         unclaim_qp(qp);
         } else if (r == 0) {
@@ -1342,7 +1383,7 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         const void *pd = reply ? reply->private_data : NULL;
         uint16_t pd_len = reply ? reply->private_data_len : 0;
         if (rd)
-                rdcm_wrap(rpd, qp->qpn, psn, &pd, &pd_len);
+                rdcm_wrap(rpd, &ours, &pd, &pd_len);
         r = dw_mpa_respond(&lc->mpa, true, ird, ord, pd, pd_len);
         if (r == 0) {
                 r = dw_mpa_run(&lc->mpa, ms_from_now(connect_timeout_ms(l->dev)));
@@ -1366,7 +1407,7 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         lconn_drop(lc);
         pthread_mutex_unlock(&l->lock);
         if (rd)
-                return attach_rd(qp, fd, &mc, &peer, peer_qpn, peer_psn, psn);
+                return attach_rd(qp, fd, &mc, &peer, &ours, &theirs);
         return attach_native(qp, fd, &mc, &peer);
 }
 
@@ -1437,10 +1478,14 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         }
         uint32_t tmo = timeout_ms < 0 ? connect_timeout_ms(dev) : (uint32_t)timeout_ms;
         bool rd = dw_qp_on_rd(qp);
-        uint32_t psn = rd ? rdcm_psn(qp) : 0, peer_qpn = 0, peer_psn = 0;
+        struct rdcm_blk ours = {0}, theirs = {0};
         if (r == 0 && rd && param && param->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN) {
                 unclaim_qp(qp);
                 r = -EINVAL;
+        }
+        if (r == 0 && rd && rdcm_ours(qp, &ours) < 0) {
+                unclaim_qp(qp);
+                r = -EIO;
         }
         pthread_mutex_unlock(&dev->lock);
         if (r < 0)
@@ -1449,7 +1494,7 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         const void *pd = param ? param->private_data : NULL;
         uint16_t pd_len = param ? param->private_data_len : 0;
         if (rd)
-                rdcm_wrap(rpd, qp->qpn, psn, &pd, &pd_len);
+                rdcm_wrap(rpd, &ours, &pd, &pd_len);
 
         struct dw_mpa_conn *mc = malloc(sizeof(*mc));
         bool inprog = false;
@@ -1491,13 +1536,13 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
                 const uint8_t *reply = mc->pd;
                 uint16_t n = mc->pd_len;
                 if (rd && mc->state == DW_MPA_DONE) {
-                        if (rdcm_decode(mc->pd, mc->pd_len, &peer_qpn, &peer_psn) == 0) {
+                        const char *why = NULL;
+                        if (rdcm_decode(mc->pd, mc->pd_len, &theirs, &why) == 0) {
                                 reply += DW_RDCM_LEN;
                                 n -= DW_RDCM_LEN;
                         } else {
                                 r = -EPROTO;
-                                mc->why = "the reply carries no QPN (is the peer's "
-                                          "DIWARP_RC_TRANSPORT rd?)";
+                                mc->why = why;
                         }
                 }
                 if (mc->state == DW_MPA_DONE || mc->state == DW_MPA_REJECTED) {
@@ -1525,8 +1570,7 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
                 pthread_mutex_unlock(&dev->lock);
                 return r;
         }
-        r = rd ? attach_rd(qp, fd, mc, &dst, peer_qpn, peer_psn, psn)
-               : attach_native(qp, fd, mc, &dst);
+        r = rd ? attach_rd(qp, fd, mc, &dst, &ours, &theirs) : attach_native(qp, fd, mc, &dst);
         free(mc);
         return r;
 }

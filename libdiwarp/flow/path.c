@@ -55,20 +55,27 @@ static int paths_grow(struct dw_flow_paths *t)
         return 0;
 }
 
+struct dw_flow_path *dw_flow_path_find(const struct dw_flow_paths *t, uint32_t ip, uint16_t port)
+{
+        if (!t->tab)
+                return NULL;
+        struct dw_flow_path *p = t->tab[path_hash(ip, port) & t->mask];
+        while (p && (p->ip != ip || p->port != port))
+                p = p->next;
+        return p;
+}
+
 struct dw_flow_path *dw_flow_path_get(struct dw_flow_paths *t, uint32_t ip, uint16_t port,
                                       uint32_t seg)
 {
-        if (t->tab) {
-                struct dw_flow_path *p = t->tab[path_hash(ip, port) & t->mask];
-                for (; p; p = p->next)
-                        if (p->ip == ip && p->port == port) {
-                                p->refs++;
-                                return p;
-                        }
+        struct dw_flow_path *p = dw_flow_path_find(t, ip, port);
+        if (p) {
+                p->refs++;
+                return p;
         }
         if ((!t->tab || t->n >= (t->mask + 1) * 2) && paths_grow(t) < 0)
                 return NULL;
-        struct dw_flow_path *p = calloc(1, sizeof(*p));
+        p = calloc(1, sizeof(*p));
         if (!p)
                 return NULL;
         p->ip = ip;

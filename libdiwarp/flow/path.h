@@ -29,6 +29,12 @@ struct dw_flow_path {
         uint32_t rail_ip[DW_FLOW_MAX_RAILS];
         struct dw_flow_path *rail[DW_FLOW_MAX_RAILS];
         uint64_t rails_told_at;
+        /* Proof of a rail list (docs/PROTOCOL.md "Multirail"): chal, the
+         * random value we gave that device, which its lists must echo (0:
+         * none drawn yet), and when we last sent it; echo, the one it gave
+         * us, which our lists to it carry (0: none yet). */
+        uint64_t chal, chal_at, echo;
+        bool chal_due; /* chal goes on our next control datagram to it */
         /* On each rail's path: down (its sends failed or went unanswered)
          * until a probe sent after probe_at is acknowledged; the last time
          * one of its datagrams was acknowledged, and the resends of its
@@ -49,6 +55,8 @@ struct dw_flow_paths {
 
 void dw_flow_paths_init(struct dw_flow_paths *t, const struct dw_cc_params *params);
 void dw_flow_paths_fini(struct dw_flow_paths *t);
+/* The path to ip:port if there is one (no reference taken), else NULL. */
+struct dw_flow_path *dw_flow_path_find(const struct dw_flow_paths *t, uint32_t ip, uint16_t port);
 /* The path to ip:port, created on first use with a window sized for
  * datagrams of `seg` bytes; one more reference. NULL when out of memory. */
 struct dw_flow_path *dw_flow_path_get(struct dw_flow_paths *t, uint32_t ip, uint16_t port,

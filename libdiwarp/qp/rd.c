@@ -209,7 +209,7 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
         /* A multirail device's datagrams may carry its rail list or its
          * origin address: segments leave room for them. */
         if (s->qp->dev->nrails > 1)
-                p->udp_mtu -= DW_DGRAM_MULTIRAIL_MAX;
+                p->udp_mtu -= RD_MULTIRAIL_ROOM;
         if (dw_rel_peer_init(&p->rel, &s->params, NULL, DW_REL_DEF_WINDOW, tx_psn, rx_psn) < 0) {
                 free(p);
                 return NULL;
@@ -223,8 +223,177 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
         p->hnext = s->htab[b];
         s->htab[b] = p;
         s->npeers++;
+        struct dw_rd_dev *d = rdd(s->qp->dev);
+        d->npeers++;
+        if (!s->rc)
+                d->nrd++;
+        p->last_tick = rd_tick(dw_now_ns());
         rd_mbox_peer_new(s, p);
         return p;
+}
+
+/* ---------------------------------------------------------------- bounded state */
+
+/* A full table frees idle streams at most this often (a flood of new
+ * streams would otherwise walk it for each). */
+#define RD_SWEEP_MIN_NS (100ull * 1000 * 1000)
+
+/* Frees a stream nothing refers to (rd_sweep_qp checked). */
+static void rd_peer_free(struct dw_rd_peer *p)
+{
+        struct dw_rd_qp *s = p->s;
+        struct dw_rd_dev *d = rdd(s->qp->dev);
+        struct dw_rd_peer **pp = &s->htab[rd_hash(p->ip, p->port, p->rqpn) & s->hmask];
+        while (*pp != p)
+                pp = &(*pp)->hnext;
+        *pp = p->hnext;
+        rd_deactivate(p);
+        rd_path_forget(p);
+        dw_flow_path_put(&d->paths, p->path);
+        if (s->last_tx == p)
+                s->last_tx = NULL;
+        s->npeers--;
+        d->npeers--;
+        d->nrd--;
+        free(p);
+}
+
+static void rd_mark(const struct dw_rd_qp *s, struct dw_rd_peer *p)
+{
+        if (p && p->s == s)
+                p->used = true;
+}
+
+/* Frees the streams of RD QP s that are idle (no datagram for
+ * DIWARP_RD_IDLE_MS) and hold nothing: no PSN in flight or timer, no
+ * receive under way, no credit index, and nothing of the QP or device
+ * refers to them (send and bound receive WQEs, responder, pull and credit
+ * control entries, parked segments, the receive path's memory). A peer
+ * that comes back finds the stream gone and starts a new one: its side
+ * restarts with START after half the idle time (rd_peer_restart). Returns
+ * how many went. */
+static uint32_t rd_sweep_qp(struct dw_rd_qp *s, uint64_t now)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_rd_dev *d = rdd(qp->dev);
+        if (s->rc || s->mbox_app || !s->htab || !s->npeers ||
+            (qp->state != DIWARP_QPS_RTS && qp->state != DIWARP_QPS_RTR &&
+             qp->state != DIWARP_QPS_SQD && qp->state != DIWARP_QPS_SQE))
+                return 0;
+        for (uint32_t i = 0, n = dw_wq_count(&qp->sq); i < n; i++)
+                rd_mark(s, dw_wq_at(&qp->sq, i)->priv);
+        for (uint32_t i = 0; i < s->rq_bound; i++)
+                rd_mark(s, dw_wq_at(&qp->rq, i)->priv);
+        for (uint32_t i = 0; i < RD_MAX_IRQ; i++)
+                rd_mark(s, s->irq[i].peer);
+        for (uint32_t i = 0; i < RD_MAX_PULL; i++)
+                rd_mark(s, s->pull[i].peer);
+        if (s->mb) {
+                for (uint32_t i = 0; i < RD_MAX_CCTL; i++)
+                        rd_mark(s, s->mb->cctl[i].peer);
+                for (uint32_t k = 0; k < s->mb->ent_count; k++)
+                        rd_mark(s, s->mb->ent[(s->mb->ent_head + k) % s->mb->ring_slots].peer);
+        }
+        rd_mark(s, d->touched);
+        rd_mark(s, d->hack.peer);
+        rd_mark(s, (struct dw_rd_peer *)d->rx_next.peer);
+        uint32_t freed = 0;
+        for (uint32_t b = 0; b <= s->hmask; b++) {
+                struct dw_rd_peer *p = s->htab[b], *nx;
+                for (; p; p = nx) {
+                        nx = p->hnext;
+                        if (p->used || p->active || p->rel.ring || p->batch || p->cr_idx ||
+                            p->rel.snd_nxt != p->rel.snd_una || p->rx_bind != p->rx_done ||
+                            (p->rel.rx_map[0] | p->rel.rx_map[1]) || p->rel.ack_deadline ||
+                            rd_idle(p, now) < d->idle_ticks) {
+                                p->used = false;
+                                continue;
+                        }
+                        rd_peer_free(p);
+                        freed++;
+                }
+        }
+        qp->dev->ctr.rd_peers_reclaimed += freed;
+        qp->ctr.rd_peers_reclaimed += freed;
+        return freed;
+}
+
+/* Every RD QP of the device, then again a quarter of the idle time later. */
+static void rd_sweep(struct dw_rd_dev *d, uint64_t now)
+{
+        d->sweep_at = now + ((uint64_t)d->idle_ticks << RD_TICK_SHIFT) / 4;
+        for (struct dw_rd_qp *s = d->qps; s && d->nrd; s = s->next)
+                rd_sweep_qp(s, now);
+}
+
+bool rd_peer_room(struct dw_rd_qp *s, uint64_t now)
+{
+        struct dw_device *dev = s->qp->dev;
+        struct dw_rd_dev *d = rdd(dev);
+        if (s->npeers < dev->cfg.rd_max_peers && d->npeers < dev->cfg.rd_dev_peers)
+                return true;
+        if (d->sweep_asked && now - d->sweep_asked < RD_SWEEP_MIN_NS)
+                return false;
+        d->sweep_asked = now;
+        if (d->npeers >= dev->cfg.rd_dev_peers)
+                rd_sweep(d, now);
+        else
+                rd_sweep_qp(s, now);
+        return s->npeers < dev->cfg.rd_max_peers && d->npeers < dev->cfg.rd_dev_peers;
+}
+
+/* Whether p's send side may start over: nothing in flight and no WQE to p
+ * under way (segments sent, or a Read or Atomic waiting for its response);
+ * *msn: the first queue-0 MSN still to go (a WQE queued, else the next). */
+static bool rd_tx_restartable(struct dw_rd_peer *p, uint32_t *msn)
+{
+        struct dw_rd_qp *s = p->s;
+        struct dw_qp *qp = s->qp;
+        if (p->rel.snd_nxt != p->rel.snd_una || p->batch)
+                return false;
+        uint32_t first = p->tx_msn;
+        for (uint32_t i = 0, n = dw_wq_count(&qp->sq); i < n; i++) {
+                const struct dw_wqe *w = dw_wq_at(&qp->sq, i);
+                if (w->priv != p || (w->flags & DW_WQE_DONE))
+                        continue;
+                if (i < s->tx_idx || (i == s->tx_idx && s->tx_seg) ||
+                    (w->flags & (RD_W_INORQ | RD_W_TXALL)))
+                        return false;
+                if ((rd_is_send(w->opcode) || w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM) &&
+                    dw_psn_before(w->msn, first))
+                        first = w->msn;
+        }
+        *msn = first;
+        return true;
+}
+
+/* Our side of p starts over (docs/PROTOCOL.md "Stream start": after an
+ * idle time the peer may have freed the stream): its next PSN is its next
+ * queue-0 MSN, told by START again, and the peer's next START is taken. */
+static void rd_peer_restart(struct dw_rd_peer *p)
+{
+        uint32_t msn;
+        if (p->s->rc || !p->tx_synced || !rd_tx_restartable(p, &msn))
+                return;
+        dw_rel_tx_start(&p->rel, msn);
+        p->tx_synced = false;
+        p->rx_resync = true;
+}
+
+bool rd_peer_resync(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
+{
+        struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        if (p->s->rc || (!p->rx_resync && rd_idle(p, now) < d->idle_ticks / 4) ||
+            p->rx_bind != p->rx_done || (p->rel.rx_map[0] | p->rel.rx_map[1]))
+                return false;
+        if (h->start_psn == p->rel.rcv_nxt && h->start_msn == p->rx_done && p->rx_resync) {
+                p->rx_resync = false; /* the same place: nothing moves */
+                return true;
+        }
+        rd_peer_rx_start(p, h);
+        p->rx_resync = false;
+        rd_peer_restart(p);
+        return true;
 }
 
 /* RFC 6528's ISN, for a pseudo-stream of an RD QP: F(secret, our address,
@@ -316,6 +485,11 @@ static void rd_peers_free(struct dw_rd_qp *s)
         free(s->htab);
         s->htab = NULL;
         s->hmask = 0;
+        if (d) {
+                d->npeers -= s->npeers;
+                if (!s->rc)
+                        d->nrd -= s->npeers;
+        }
         s->npeers = 0;
         s->rc_peer = NULL;
         s->last_tx = NULL;
@@ -519,6 +693,12 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
          * transmit): every stamp rel/ took in it is at or before it. */
         uint64_t now = d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
         uint64_t next = UINT64_MAX;
+        if (d->nrd) {
+                /* Idle streams of RD QPs go (rd_sweep_qp). */
+                if (now >= d->sweep_at)
+                        rd_sweep(d, now);
+                dw_progress_timer(dev, d->sweep_at);
+        }
         if (d->touched && !d->timers_dirty) {
                 struct dw_rd_peer *t = d->touched;
                 uint64_t dl = dw_rel_next_deadline(&t->rel);
@@ -596,6 +776,7 @@ int dw_rd_dev_init(struct dw_device *dev)
         d->pull_min = dev->cfg.pull_min;
         d->pull_chunk = dev->cfg.pull_chunk;
         d->pull_depth = dev->cfg.pull_depth;
+        d->idle_ticks = rd_tick((uint64_t)dev->cfg.rd_idle_ms * 1000000u);
         /* Drains align on the wall clock, which hosts share (NTP), while
          * `now` is the monotonic clock, which they do not. */
         struct timespec rt, mt;
@@ -782,10 +963,17 @@ static void rd_reset_state(struct dw_rd_qp *s)
         s->npull = s->pull_rr = s->pull_waiting = s->pull_busy = 0;
 }
 
+void dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx)
+{
+        qp->rd->ctok_rx = rx;
+        qp->rd->ctok_tx = tx;
+}
+
 int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
 {
         struct dw_rd_qp *s = qp->rd;
         if (qp->state == DIWARP_QPS_RESET) {
+                s->ctok_rx = s->ctok_tx = 0;
                 if (old != DIWARP_QPS_ERR && old != DIWARP_QPS_RESET)
                         rd_flush_acks(s);
                 rd_tokens_drop(s);
@@ -818,10 +1006,8 @@ int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
                 struct dw_rel_peer *r = &s->rc_peer->rel;
                 /* IB sets sq_psn at RTS; nothing was sent yet, so the send
                  * side starts over at the agreed PSN (receive side untouched). */
-                if (r->snd_nxt == r->snd_una && r->snd_nxt != qp->attr.sq_psn &&
-                    dw_wq_count(&qp->sq) == 0) {
-                        r->snd_nxt = r->snd_una = r->sack_high = qp->attr.sq_psn;
-                }
+                if (r->snd_nxt != qp->attr.sq_psn && dw_wq_count(&qp->sq) == 0)
+                        dw_rel_tx_start(r, qp->attr.sq_psn);
         }
         return 0;
 }
@@ -853,6 +1039,12 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
                                 return -ENOMEM;
                         s->last_tx = p;
                 }
+                /* Idle for half the time after which the peer may free the
+                 * stream: ours starts over, told by START (a no-op for a
+                 * peer that kept it). */
+                uint64_t now = dw_now_ns();
+                if (p->tx_synced && rd_idle(p, now) >= rdd(qp->dev)->idle_ticks / 2)
+                        rd_peer_restart(p);
                 /* IB rule: a remote qkey with the high bit set means "use the QP's own". */
                 if (w->remote_qkey & 0x80000000u)
                         w->remote_qkey = qp->attr.qkey;

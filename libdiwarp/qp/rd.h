@@ -109,5 +109,11 @@ size_t dw_rd_peer_bytes(void);
  * connection carried by RD. */
 uint32_t dw_rd_first_psn(struct dw_device *dev, uint32_t qpn, uint32_t peer_ip, uint16_t peer_port,
                          uint32_t peer_qpn);
+/* RC over RD connected by cm/ (device lock held, the QP in RTR): rx, the
+ * token every datagram of the connection must carry to us (any other is
+ * dropped and counted in rx_dropped_token), tx, the one ours carry to the
+ * peer; both from the MPA exchange on the connection's TCP stream. A reset
+ * forgets them; an IB-style connect has none. */
+void dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx);
 
 #endif

@@ -190,29 +190,38 @@ struct dw_rd_peer {
         /* Stream start (RD QPs; RC over RD has both set from the start):
          * rx_sync, the peer's first PSN and MSN are known (from its START
          * descriptor), so its data can be taken; tx_synced, the peer
-         * acknowledged our first PSN, so our data stops carrying START. */
-        bool rx_sync : 1, tx_synced : 1;
+         * acknowledged our first PSN, so our data stops carrying START;
+         * rx_resync, we started our side over after an idle time
+         * (rd_peer_restart): the peer's next START is taken too. */
+        bool rx_sync : 1, tx_synced : 1, rx_resync : 1;
+        bool used : 1; /* rd_sweep_qp: something refers to the stream */
         /* Largest UDP payload to this peer (rd_udp_mtu), fixed for the
          * stream's life: segment k of a message always covers the same bytes,
          * so a retransmission rebuilds it exactly. */
         uint16_t udp_mtu;
-        uint16_t batch; /* segments built in the current batch, not yet registered */
+        uint8_t batch; /* segments built in the current batch, not yet registered (< window) */
         /* Multirail: the peer's rail the latest datagram of the stream came
          * by (ACKs go back that way). cc_inflight counts every rail's bytes;
          * rd_path_forget splits them when the stream goes. */
         uint8_t reply_rail;
+        uint16_t cr_idx; /* index in the QP's credit state + 1 (≤ 32767); 0: none */
         /* The congestion-control path to the peer device, shared by every
          * stream to that address, and the bytes this stream has in its
          * window (given back to the path if the stream goes first). */
         struct dw_flow_path *path;
         uint32_t cc_inflight;
-        uint32_t cr_idx; /* index in the QP's credit state + 1; 0: none */
+        /* When the stream was last used (a datagram of it arrived, or it was
+         * made), in rd_tick units: what the idle rules go by (rd_idle). */
+        uint32_t last_tick;
         /* The send-window ring (DW_REL_DEF_WINDOW entries, 2 KiB) is not here:
          * p->rel.ring borrows one from the device cache while PSNs are in
          * flight (rd_ring_get / rd_ring_idle), so an idle peer costs only this
          * struct. */
 };
 static_assert(sizeof(struct dw_rd_peer) <= 256, "an idle pseudo-stream costs at most 256 bytes");
+static_assert(DW_REL_DEF_WINDOW <= 255, "a batch's segment count fits a byte");
+static_assert(DW_CONFIG_MAX_CREDIT_RING <= 65535,
+              "a credit index (< DIWARP_CREDIT_PEERS) fits 16 bits");
 
 struct dw_rd_qp {
         struct dw_qp *qp;
@@ -226,6 +235,10 @@ struct dw_rd_qp {
         struct dw_inflight_qp ifl;
         uint32_t admitted, starting, to_release;
         struct dw_rel_params params;
+        /* RC over RD connected through cm/: the token every datagram of the
+         * connection carries to us (ctok_rx; any other is dropped) and to
+         * the peer (ctok_tx). 0: none (an IB-style connect). */
+        uint64_t ctok_rx, ctok_tx;
         struct dw_rd_peer *rc_peer;
         struct dw_rd_peer *last_tx; /* peer of the last send WR: post_send tries it first */
         struct dw_rd_peer **htab;
@@ -348,6 +361,13 @@ struct rd_txslot {
 
 struct dw_rd_dev {
         struct dw_rd_qp *qps; /* every RD-served QP */
+        /* Bounded state (DIWARP_RD_MAX_PEERS, _DEV_PEERS, _IDLE_MS):
+         * pseudo-streams of the device (nrd: of RD QPs, the ones that may be
+         * freed when idle), the idle time in rd_tick units, the next sweep
+         * for idle ones and the last sweep a full table asked for. */
+        uint32_t npeers, nrd;
+        uint32_t idle_ticks;
+        uint64_t sweep_at, sweep_asked;
         /* The device's secret for the first PSN and MSNs of its streams
          * (RFC 6528's F; util/keyhash.h). */
         struct dw_keyhash isn_key;
@@ -434,7 +454,28 @@ struct dw_rd_dev {
 
 /* ---------------------------------------------------------------- shared between the files */
 
+/* Idle times: the clock in units of 2^20 ns (about 1.05 ms), modulo 2^32
+ * (wraps after 52 days; differences are taken modulo 2^32). */
+#define RD_TICK_SHIFT 20
+static inline uint32_t rd_tick(uint64_t ns)
+{
+        return (uint32_t)(ns >> RD_TICK_SHIFT);
+}
+/* Ticks since p last saw a datagram (or was made). */
+static inline uint32_t rd_idle(const struct dw_rd_peer *p, uint64_t now)
+{
+        return rd_tick(now) - p->last_tick;
+}
+
 /* rd.c */
+/* Room for one more stream a stranger opens on s (caps; a full table first
+ * frees idle streams, at most once per RD_SWEEP_MIN_NS). */
+bool rd_peer_room(struct dw_rd_qp *s, uint64_t now);
+/* A START on a stream whose start is known: taken as the peer's stream
+ * starting over when the stream was idle for a quarter of DIWARP_RD_IDLE_MS
+ * (or we restarted ours) and its receive side holds nothing; then ours
+ * starts over too. Returns whether it was taken. */
+bool rd_peer_resync(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now);
 bool rd_ring_get(struct dw_rd_dev *d, struct dw_rd_peer *p);
 void rd_ring_idle(struct dw_rd_dev *d, struct dw_rd_peer *p);
 struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, uint32_t qpn,
@@ -677,11 +718,49 @@ static inline uint32_t rd_rail_ip(const struct dw_rd_peer *p, unsigned rail)
         return rail && rail < p->path->nrails ? p->path->rail_ip[rail] : p->ip;
 }
 
-/* The address a datagram names its stream by: its origin when it came by
- * another rail than its sender's first (X-flag RAIL), else its source. */
-static inline uint32_t rd_stream_ip(const struct dw_dgram_hdr *h, uint32_t from_ip)
+/* Multirail: segments of a multirail device leave room for a rail list, an
+ * origin and the token proving the list (docs/PROTOCOL.md "Multirail"). */
+#define RD_MULTIRAIL_ROOM (DW_DGRAM_MULTIRAIL_MAX + DW_DGRAM_TOKEN_LEN)
+
+/* Whether a datagram with X-flag RAIL may be taken as from its origin: it
+ * came from the origin itself (as a datagram without RAIL would), or the
+ * origin is a peer device we talk to (a path to it at the same UDP port)
+ * whose rail list was proven (nrails is set only then) and the datagram
+ * came from one of those rails. */
+static inline bool rd_rail_ok(const struct dw_rd_dev *d, uint32_t origin, uint16_t port,
+                              uint32_t from_ip)
 {
-        return (h->xflags & DW_DGRAM_X_RAIL) ? h->origin : from_ip;
+        if (from_ip == origin)
+                return true;
+        const struct dw_flow_path *f = dw_flow_path_find(&d->paths, origin, port);
+        if (!f)
+                return false;
+        for (unsigned i = 1; i < f->nrails; i++)
+                if (f->rail_ip[i] == from_ip)
+                        return true;
+        return false;
+}
+
+/* The address a datagram names its stream by: its origin when it came by
+ * another rail than its sender's first (X-flag RAIL) and rd_rail_ok takes
+ * it, else its source; 0: a RAIL datagram rd_rail_ok refuses. */
+static inline uint32_t rd_stream_ip(const struct dw_rd_dev *d, const struct dw_dgram_hdr *h,
+                                    const struct sockaddr_in *from)
+{
+        if (!(h->xflags & DW_DGRAM_X_RAIL))
+                return from->sin_addr.s_addr;
+        return rd_rail_ok(d, h->origin, from->sin_port, from->sin_addr.s_addr) ? h->origin : 0;
+}
+
+/* RC over RD: the connection's token on a datagram to the peer (none after
+ * an IB-style connect). Returns its length. */
+static inline size_t rd_hdr_token(const struct dw_rd_peer *p, struct dw_dgram_hdr *h)
+{
+        if (!p->s->ctok_tx)
+                return 0;
+        h->xflags2 |= DW_DGRAM_X2_TOKEN;
+        h->token = p->s->ctok_tx;
+        return DW_DGRAM_TOKEN_LEN;
 }
 
 static inline bool rd_backpressure(int r)

@@ -18,6 +18,7 @@
  */
 #include "qp/rd_int.h"
 
+#include <arpa/inet.h>
 #include <string.h>
 
 #include "wire/crc32c.h"
@@ -734,23 +735,115 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         return true;
 }
 
-/* Multirail: the peer device's rail list, when this datagram carries it,
- * and the rail it came by (our answers go back that way). */
-static void rd_rx_rails(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint32_t from_ip)
+/* Multirail: a rail list without its proof. A wrong token is counted; either
+ * way the peer device gets our challenge (at most once per
+ * RD_RAILS_EVERY_NS), by an ACK to its first address, to echo in its next
+ * list. */
+static void rd_rails_unproven(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
 {
         struct dw_flow_path *f = p->path;
-        if ((h->xflags & DW_DGRAM_X_RAILS) && h->rails[0] == p->ip &&
-            dw_flow_path_set_rails(&rdd(p->s->qp->dev)->paths, f, h->rail_count, h->rails,
-                                   p->udp_mtu + RD_IP_UDP) < 0)
-                dw_warn_limited(&p->s->qp->dev->log_limit,
-                                "RD QP %#x: no memory for the peer's rails: it stays on one",
-                                p->s->qp->qpn);
+        struct dw_qp *qp = p->s->qp;
+        if (h->xflags2 & DW_DGRAM_X2_TOKEN) {
+                char pb[64];
+                qp->dev->ctr.rx_dropped_rail++;
+                qp->ctr.rx_dropped_rail++;
+                dw_warn_limited(&qp->dev->log_limit,
+                                "RD QP %#x peer %s: rail list with a wrong token (not our "
+                                "challenge): refused",
+                                qp->qpn, rd_peer_str(p, pb, sizeof(pb)));
+        }
+        if (f->chal_at && now - f->chal_at < RD_RAILS_EVERY_NS)
+                return;
+        if (!f->chal && dw_random64(&f->chal) < 0)
+                return;
+        f->chal_due = true;
+        f->chal_at = now ? now : 1;
+        rd_send_ack(p);
+}
+
+/* Multirail: the peer device's rail list, when this datagram carries it
+ * with its proof (the echo of our challenge, or the connection's token that
+ * every datagram of an RC-over-RD connection carries), a challenge it gives
+ * us, and the rail the datagram came by (our answers go back that way). */
+static void rd_rx_rails(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint32_t from_ip,
+                        uint64_t now)
+{
+        struct dw_flow_path *f = p->path;
+        if (h->xflags2 & DW_DGRAM_X2_CHALLENGE) {
+                /* Our next list to that device echoes it, and goes at once. */
+                f->echo = h->challenge;
+                f->rails_told_at = 0;
+        }
+        if ((h->xflags & DW_DGRAM_X_RAILS) && !(h->xflags & DW_DGRAM_X_RAIL) &&
+            h->rails[0] == p->ip) {
+                bool proven = p->s->ctok_rx || (f->chal && h->token == f->chal);
+                if (!proven)
+                        rd_rails_unproven(p, h, now);
+                else if (dw_flow_path_set_rails(&rdd(p->s->qp->dev)->paths, f, h->rail_count,
+                                                h->rails, p->udp_mtu + RD_IP_UDP) < 0)
+                        dw_warn_limited(
+                            &p->s->qp->dev->log_limit,
+                            "RD QP %#x: no memory for the peer's rails: it stays on one",
+                            p->s->qp->qpn);
+        }
         uint8_t rail = 0;
         if (from_ip != p->ip)
                 for (unsigned r = 1; r < f->nrails; r++)
                         if (f->rail_ip[r] == from_ip)
                                 rail = (uint8_t)r;
         p->reply_rail = rail;
+}
+
+/* RC over RD: a datagram without the connection's token, or with another:
+ * not the peer's (the token went only over the connection's TCP stream). */
+static __attribute__((noinline)) void rd_drop_token(struct dw_rd_qp *s,
+                                                    const struct sockaddr_in *from)
+{
+        struct dw_qp *qp = s->qp;
+        char ip[INET_ADDRSTRLEN];
+        qp->dev->ctr.rx_dropped_token++;
+        qp->ctr.rx_dropped_token++;
+        dw_warn_limited(&qp->dev->log_limit,
+                        "RC QP %#x over RD: datagram from %s:%u without the connection's token "
+                        "(or with a wrong one): dropped",
+                        qp->qpn, inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)),
+                        ntohs(from->sin_port));
+}
+
+/* A stranger's new stream while the QP or the device holds as many as it
+ * may (DIWARP_RD_MAX_PEERS, DIWARP_RD_DEV_PEERS) and none is idle enough
+ * to go: dropped unanswered. */
+static __attribute__((noinline)) void rd_drop_peers(struct dw_rd_qp *s,
+                                                    const struct sockaddr_in *from)
+{
+        struct dw_qp *qp = s->qp;
+        char ip[INET_ADDRSTRLEN];
+        qp->dev->ctr.rx_dropped_peers++;
+        qp->ctr.rx_dropped_peers++;
+        dw_warn_limited(&qp->dev->log_limit,
+                        "RD QP %#x: new stream from %s:%u refused: the QP holds %u streams, the "
+                        "device %u (DIWARP_RD_MAX_PEERS %u, DIWARP_RD_DEV_PEERS %u)",
+                        qp->qpn, inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)),
+                        ntohs(from->sin_port), s->npeers, rdd(qp->dev)->npeers,
+                        qp->dev->cfg.rd_max_peers, qp->dev->cfg.rd_dev_peers);
+}
+
+/* Multirail: a datagram naming its stream by an origin (X-flag RAIL) that
+ * rd_rail_ok refuses: the origin is no peer device whose rail list we hold
+ * proven, or the datagram did not come from one of its rails. */
+static __attribute__((noinline)) void rd_drop_rail(struct dw_rd_qp *s, const struct dw_dgram_hdr *h,
+                                                   const struct sockaddr_in *from)
+{
+        struct dw_qp *qp = s->qp;
+        char ip[INET_ADDRSTRLEN], og[INET_ADDRSTRLEN];
+        struct in_addr o = {.s_addr = h->origin};
+        qp->dev->ctr.rx_dropped_rail++;
+        qp->ctr.rx_dropped_rail++;
+        dw_warn_limited(&qp->dev->log_limit,
+                        "RD QP %#x: datagram from %s:%u names origin %s (X-flag RAIL), which is "
+                        "no proven rail of that peer: dropped",
+                        qp->qpn, inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)),
+                        ntohs(from->sin_port), inet_ntop(AF_INET, &o, og, sizeof(og)));
 }
 
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
@@ -764,8 +857,16 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                 return;
         }
         struct dw_rd_qp *s = qp->rd;
+        if (s->ctok_rx && h->token != s->ctok_rx) {
+                rd_drop_token(s, from);
+                return;
+        }
         bool data = h->flags & DW_DGRAM_F_DATA;
-        uint32_t src = rd_stream_ip(h, from->sin_addr.s_addr);
+        uint32_t src = rd_stream_ip(rdd(dev), h, from);
+        if (!src) {
+                rd_drop_rail(s, h, from);
+                return;
+        }
         struct dw_rd_peer *p = rd_peer_find(s, src, from->sin_port, h->src_qpn);
         if (p && p->nak_code && data && h->psn == p->nak_psn) {
                 /* Error NAKs travel unreliably: answer every copy. */
@@ -783,14 +884,25 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                 dev->ctr.rx_dropped_malformed++;
                 return;
         }
+        /* The first datagram of a step uses the clock read as the step began
+         * (dw_rd_rx_clock), the others read it anew. */
+        struct dw_rd_dev *d = rdd(dev);
+        uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
+        d->rx_clock = false;
         if (!p) {
                 /* First use: only a request from a stranger that starts its
                  * stream (X2-flag START: its first PSN and MSN) opens one
-                 * (RC over RD knows its one peer from RTR). */
+                 * (RC over RD knows its one peer from RTR), and only while
+                 * the QP and the device have room for another: nothing is
+                 * answered to a source that does not get a stream. */
                 if (s->rc || !data || h->qkey != qp->attr.qkey ||
                     (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) ||
                     !(h->xflags2 & DW_DGRAM_X2_START)) {
                         dev->ctr.rx_dropped_no_qp++;
+                        return;
+                }
+                if (!rd_peer_room(s, now)) {
+                        rd_drop_peers(s, from);
                         return;
                 }
                 p = rd_peer_new_rd(s, src, from->sin_port, h->src_qpn, h);
@@ -807,14 +919,17 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                         return;
                 }
                 rd_peer_rx_start(p, h);
+        } else if (data && (h->xflags2 & DW_DGRAM_X2_START)) {
+                /* A known start is kept, unless the stream was idle (the
+                 * peer may have freed it and started anew) or we started
+                 * ours over. */
+                rd_peer_resync(p, h, now);
+        } else if (data && p->rx_resync) {
+                p->rx_resync = false; /* the peer goes on where it was */
         }
-        /* The first datagram of a step uses the clock read as the step began
-         * (dw_rd_rx_clock), the others read it anew. */
-        struct dw_rd_dev *d = rdd(dev);
-        uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
-        d->rx_clock = false;
+        p->last_tick = rd_tick(now);
         if (dev->nrails > 1)
-                rd_rx_rails(p, h, from->sin_addr.s_addr);
+                rd_rx_rails(p, h, from->sin_addr.s_addr, now);
         rd_activate(p);
         if (s->mb)
                 rd_mbox_rx_hdr(p, h);
@@ -962,7 +1077,9 @@ int dw_rd_rx_direct(struct dw_device *dev)
              qp->state != DIWARP_QPS_SQD && qp->state != DIWARP_QPS_SQE))
                 return rd_direct_skip(d);
         struct dw_rd_qp *s = qp->rd;
-        uint32_t src = rd_stream_ip(&h, from.sin_addr.s_addr);
+        uint32_t src = rd_stream_ip(d, &h, &from);
+        if (!src || (s->ctok_rx && h.token != s->ctok_rx))
+                return rd_direct_skip(d); /* dw_rd_rx drops and counts it */
         struct dw_rd_peer *p = rd_peer_find(s, src, from.sin_port, h.src_qpn);
         bool read = d->rx_next.read;
         /* Requests carry our Q_Key on an RD QP; responses carry none. */
@@ -976,7 +1093,8 @@ int dw_rd_rx_direct(struct dw_device *dev)
          * end; one our setting refuses takes the ordinary way, which drops it. */
         bool nocrc = h.xflags & DW_DGRAM_X_NOCRC;
         if ((nocrc && !d->nocrc) || (h.xflags & ~(DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL)) ||
-            h.xflags2 || (size_t)len < (nocrc ? 0 : DW_DGRAM_CRC_LEN) + RD_DIRECT_MIN)
+            (h.xflags2 & ~DW_DGRAM_X2_TOKEN) ||
+            (size_t)len < (nocrc ? 0 : DW_DGRAM_CRC_LEN) + RD_DIRECT_MIN)
                 return rd_direct_skip(d);
         size_t body = (size_t)len - (nocrc ? 0 : DW_DGRAM_CRC_LEN);
         if (rl < 0 || r.opcode != (read ? DW_RDMAP_READ_RESP : DW_RDMAP_WRITE) ||

@@ -165,8 +165,10 @@ static bool rd_rails_due(const struct dw_rd_peer *p)
 }
 
 /* The multirail extensions of a datagram by rail `rail` to p: our rail list
- * on one to the peer's first address now and then, our first address (the
- * stream's name at the peer) on one to any other. Returns their length. */
+ * on one to the peer's first address now and then, with its proof (the
+ * peer device's challenge echoed as the token; RC over RD: the connection's
+ * token, rd_hdr_token, proves it), our first address (the stream's name at
+ * the peer) on one to any other. Returns their length. */
 static size_t rd_hdr_rails(struct dw_rd_peer *p, unsigned rail, struct dw_dgram_hdr *h)
 {
         struct dw_device *dev = p->s->qp->dev;
@@ -185,7 +187,13 @@ static size_t rd_hdr_rails(struct dw_rd_peer *p, unsigned rail, struct dw_dgram_
         h->rail_count = (uint8_t)dev->nrails;
         for (int i = 0; i < dev->nrails; i++)
                 h->rails[i] = dev->gids[i].addr;
-        return DW_DGRAM_RAILS_LEN(h->rail_count);
+        size_t n = DW_DGRAM_RAILS_LEN(h->rail_count);
+        if (!p->s->ctok_tx && p->path->echo) {
+                h->xflags2 |= DW_DGRAM_X2_TOKEN;
+                h->token = p->path->echo;
+                n += DW_DGRAM_TOKEN_LEN;
+        }
+        return n;
 }
 
 /* Every path of p's rails: nothing of the batch is pending any more. */
@@ -243,23 +251,27 @@ static int rd_src_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, ui
 }
 
 /* dw_dgram_encode of a header without SACK blocks that rd_build made (valid
- * by construction: flags DATA with ACK/ACKREQ/IMM, 24-bit QPNs), minus the
- * checks. */
+ * by construction: flags DATA with ACK/ACKREQ/IMM, 24-bit QPNs, no X-flag
+ * but NOCRC, no X2-flag but TOKEN), minus the checks. */
 static ssize_t rd_put_hdr(const struct dw_dgram_hdr *h, uint8_t *b)
 {
-        b[0] = h->xflags ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
+        b[0] = h->xflags || h->xflags2 ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
         b[1] = h->flags;
         b[2] = 0;
         b[3] = 0;
         dw_put_be32(b + 4, h->dst_qpn);
         b[4] = h->xflags;
         dw_put_be32(b + 8, h->src_qpn);
+        b[8] = h->xflags2;
         dw_put_be32(b + 12, h->qkey);
         dw_put_be32(b + 16, h->psn);
         dw_put_be32(b + 20, h->ack_psn);
         dw_put_be16(b + 24, h->credits);
         dw_put_be16(b + 26, 0); /* rnr_delay */
-        return DW_DGRAM_HDR_LEN;
+        if (!h->xflags2)
+                return DW_DGRAM_HDR_LEN;
+        dw_put_be64(b + DW_DGRAM_HDR_LEN, h->token);
+        return DW_DGRAM_HDR_LEN + DW_DGRAM_TOKEN_LEN;
 }
 
 /* dw_rdmap_encode of a header from dw_rdmap_hdr_init (so T and QN agree with
@@ -344,20 +356,26 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
                 dw_rel_build_ack(&p->rel, &h, 0); /* no holes: no SACK block */
         rd_mbox_hdr(p, &h, true);
         bool nocrc = rdd(qp->dev)->nocrc;
+        uint64_t tok = p->s->ctok_tx;
         uint8_t *b = t->hdr;
-        b[0] = nocrc ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
+        b[0] = nocrc || tok ? DW_DGRAM_VERSION2 : DW_DGRAM_VERSION;
         b[1] = h.flags;
         b[2] = 0;
         b[3] = 0;
         dw_put_be32(b + 4, p->rqpn);
         b[4] = nocrc ? DW_DGRAM_X_NOCRC : 0;
         dw_put_be32(b + 8, qp->qpn);
+        b[8] = tok ? DW_DGRAM_X2_TOKEN : 0;
         dw_put_be32(b + 12, w->remote_qkey);
         dw_put_be32(b + 16, psn);
         dw_put_be32(b + 20, h.ack_psn);
         dw_put_be16(b + 24, h.credits);
         dw_put_be16(b + 26, 0); /* rnr_delay */
         b += DW_DGRAM_HDR_LEN;
+        if (tok) {
+                dw_put_be64(b, tok); /* RC over RD: the connection's token */
+                b += DW_DGRAM_TOKEN_LEN;
+        }
         if (write) {
                 /* Tagged, L = 1: the whole Write at its TO. */
                 b[0] = DW_DDP_CTRL_T | DW_DDP_CTRL_L | DW_DDP_VERSION;
@@ -402,6 +420,7 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
         rd_mbox_hdr(p, &h, true);
         rd_hdr_rails(p, ck_rail(cookie), &h);
         rd_hdr_start(p, &h);
+        rd_hdr_token(p, &h);
         if (dw_rel_ack_owed(&p->rel))
                 dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
         ssize_t hl = dw_dgram_encode(&h, t->hdr, sizeof(t->hdr));
@@ -617,14 +636,16 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         rd_mbox_hdr(p, &h, true);
         fixed += rd_hdr_rails(p, ck_rail(cookie), &h);
         fixed += rd_hdr_start(p, &h);
+        fixed += rd_hdr_token(p, &h);
         if (dw_rel_ack_owed(&p->rel)) {
                 size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
                 dw_rel_build_ack(&p->rel, &h,
                                  room > DW_DGRAM_MAX_SACK ? DW_DGRAM_MAX_SACK : (unsigned)room);
         }
-        ssize_t hl = h.sack_count || (h.xflags & ~DW_DGRAM_X_NOCRC) || h.xflags2
-                         ? dw_dgram_encode(&h, t->hdr, sizeof(t->hdr))
-                         : rd_put_hdr(&h, t->hdr);
+        ssize_t hl =
+            h.sack_count || (h.xflags & ~DW_DGRAM_X_NOCRC) || (h.xflags2 & ~DW_DGRAM_X2_TOKEN)
+                ? dw_dgram_encode(&h, t->hdr, sizeof(t->hdr))
+                : rd_put_hdr(&h, t->hdr);
         if (hl < 0)
                 return -EINVAL;
         ssize_t dl = rd_put_ddp(&r, t->hdr + hl);
@@ -706,6 +727,14 @@ static int rd_send_ctrl(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
         if (rail && rd_rail_path(p, rail)->down)
                 rail = rd_home_rail(p);
         rd_hdr_rails(p, rail, h);
+        rd_hdr_token(p, h);
+        if (!rail && p->path->chal_due) {
+                /* Multirail: our challenge, to the device's first address
+                 * only (rd_rails_unproven). */
+                h->xflags2 |= DW_DGRAM_X2_CHALLENGE;
+                h->challenge = p->path->chal;
+                p->path->chal_due = false;
+        }
         ssize_t n = dw_dgram_encode(h, buf, sizeof(buf));
         if (n < 0)
                 return 0;

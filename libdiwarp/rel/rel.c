@@ -77,6 +77,14 @@ void dw_rel_rx_start(struct dw_rel_peer *r, uint32_t rx_psn)
         r->flags2 &= (uint8_t)~DW_REL_F2_DSACK;
 }
 
+int dw_rel_tx_start(struct dw_rel_peer *r, uint32_t tx_psn)
+{
+        if (r->snd_nxt != r->snd_una)
+                return -EBUSY;
+        r->snd_nxt = r->snd_una = r->sack_high = r->rto_recover = r->rnr_psn = tx_psn;
+        return 0;
+}
+
 int dw_rel_attach_ring(struct dw_rel_peer *r, struct dw_rel_txent *ring)
 {
         if (!ring || r->ring || r->snd_nxt != r->snd_una)

@@ -209,8 +209,13 @@ int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
                      uint32_t rx_psn);
 /* The peer's first PSN, learnt after init (an RD pseudo-stream learns it
  * from the peer's first datagrams): the receive side starts over there.
- * Only before anything was received. */
+ * Only before anything was received, or when nothing received is pending
+ * (an idle stream the peer started anew). */
 void dw_rel_rx_start(struct dw_rel_peer *r, uint32_t rx_psn);
+/* The send side starts over at tx_psn (RC over RD: the sq_psn IB's RTS
+ * gives; an RD stream restarted after an idle time). 0, or -EBUSY while a
+ * PSN is outstanding. */
+int dw_rel_tx_start(struct dw_rel_peer *r, uint32_t tx_psn);
 /* Gives an idle peer (nothing outstanding, no ring) its ring: 0 or -EINVAL. */
 int dw_rel_attach_ring(struct dw_rel_peer *r, struct dw_rel_txent *ring);
 /* Takes the ring back once nothing is outstanding (the receive side and the

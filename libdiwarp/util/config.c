@@ -45,6 +45,9 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->credit_slot = DW_CONFIG_DEFAULT_CREDIT_SLOT;
         cfg->credit_ring = DW_CONFIG_DEFAULT_CREDIT_RING;
         cfg->credit_peers = DW_CONFIG_DEFAULT_CREDIT_PEERS;
+        cfg->rd_max_peers = DW_CONFIG_DEFAULT_RD_MAX_PEERS;
+        cfg->rd_dev_peers = DW_CONFIG_DEFAULT_RD_DEV_PEERS;
+        cfg->rd_idle_ms = DW_CONFIG_DEFAULT_RD_IDLE_MS;
         cfg->credit_cslots = DW_CONFIG_DEFAULT_CREDIT_CSLOTS;
         cfg->local_copy = -1;
         cfg->stripe_min = DW_CONFIG_DEFAULT_STRIPE_MIN;
@@ -338,6 +341,22 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_CREDIT_RING, &u))
                         return bad(cfg, "DIWARP_CREDIT_PEERS", v, "expected senders 1..32767");
                 cfg->credit_peers = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_RD_MAX_PEERS"))) {
+                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_RD_PEERS, &u))
+                        return bad(cfg, "DIWARP_RD_MAX_PEERS", v, "expected streams 1..1000000");
+                cfg->rd_max_peers = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_RD_DEV_PEERS"))) {
+                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_RD_PEERS, &u))
+                        return bad(cfg, "DIWARP_RD_DEV_PEERS", v, "expected streams 1..1000000");
+                cfg->rd_dev_peers = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_RD_IDLE_MS"))) {
+                if (!parse_u64(v, 10, DW_CONFIG_MIN_RD_IDLE_MS, DW_CONFIG_MAX_TIMEOUT_MS, &u))
+                        return bad(cfg, "DIWARP_RD_IDLE_MS", v,
+                                   "expected milliseconds 100..3600000");
+                cfg->rd_idle_ms = (uint32_t)u;
         }
         if ((v = var(env, "DIWARP_CREDIT_CSLOTS"))) {
                 if (!parse_u64(v, 10, 1, 64, &u))

@@ -56,6 +56,15 @@ enum dw_rc_transport {
 #define DW_CONFIG_DEFAULT_CREDIT_PEERS  16u
 #define DW_CONFIG_DEFAULT_CREDIT_CSLOTS 2u
 
+/* Bounded state of the RD transport (docs/SECURITY.md): pseudo-streams per
+ * QP and per device, and how long one stays without a datagram before it
+ * may be freed. */
+#define DW_CONFIG_DEFAULT_RD_MAX_PEERS 4096u
+#define DW_CONFIG_DEFAULT_RD_DEV_PEERS 16384u
+#define DW_CONFIG_MAX_RD_PEERS         1000000u
+#define DW_CONFIG_DEFAULT_RD_IDLE_MS   10000u
+#define DW_CONFIG_MIN_RD_IDLE_MS       100u
+
 enum dw_credit_setting {
         DW_CREDIT_OFF = 0,
         DW_CREDIT_ON_STATIC = 1,
@@ -99,6 +108,9 @@ struct dw_config {
         uint32_t credit_slot;          /* DIWARP_CREDIT_SLOT: bytes, a power of two */
         uint32_t credit_ring;          /* DIWARP_CREDIT_RING: slots per RD QP */
         uint32_t credit_peers;         /* DIWARP_CREDIT_PEERS: senders sharing a ring */
+        uint32_t rd_max_peers;         /* DIWARP_RD_MAX_PEERS: streams per RD-served QP */
+        uint32_t rd_dev_peers;         /* DIWARP_RD_DEV_PEERS: streams per device */
+        uint32_t rd_idle_ms;           /* DIWARP_RD_IDLE_MS: an idle stream may be freed */
         uint32_t credit_cslots;        /* DIWARP_CREDIT_CSLOTS: credit-region entries per peer */
         uint32_t credit_min_quota;     /* DIWARP_CREDIT_MIN_QUOTA: dynamic floor; 0 = cslots */
         bool credit_rc_park;           /* DIWARP_CREDIT_RC=park|rnr: RC over RD parks too */

@@ -16,8 +16,9 @@
  *                           legitimate peer's Write with the real rkey does
  *   security_dgram nak      error NAKs for a PSN in flight from the victim to a
  *                           silent peer: one from 127.0.0.9 naming the peer's
- *                           stream by a forged origin (X-flag RAIL), one from
- *                           the peer's address for a PSN not outstanding:
+ *                           stream by a forged origin (X-flag RAIL:
+ *                           rx_dropped_rail), one from the peer's address
+ *                           for a PSN not outstanding (rx_dropped_nak):
  *                           both dropped and counted, the QP stays in RTS and
  *                           serves its legitimate peer; the peer's own NAK of
  *                           the PSN still fails the WR (REM_ACCESS_ERR)
@@ -38,6 +39,27 @@
  *   security_dgram log      300 forged Writes with unknown STags: at most the
  *                           rate limit's burst of warning lines, then after
  *                           the period one line counting the rest
+ *   security_dgram rcrd     an RC QP over RD, natively connected, that carried
+ *                           a Write: the peer's next Write forged (right QPNs,
+ *                           PSN and rkey) from 127.0.0.9 with a forged origin,
+ *                           without and with a wrong token and with a forged
+ *                           rail list, and (raw socket) from the peer's own
+ *                           address: none lands, each counted in
+ *                           rx_dropped_token; the peer's Write lands
+ *   security_dgram rails    a multirail victim: a Write naming its peer by a
+ *                           forged origin with the list [peer, 127.0.0.9]
+ *                           from 127.0.0.9, and (raw socket) that list from
+ *                           the peer's address with a wrong token and
+ *                           without one: nothing lands, no list is taken
+ *                           (the victim's 1 MiB Write to the peer sends
+ *                           nothing by rail 1 nor to 127.0.0.9), counted in
+ *                           rx_dropped_rail
+ *   security_dgram peers    20 000 zero-length Writes opening streams, half
+ *                           with forged origins, half from 8 addresses: the
+ *                           victim keeps at most its cap of streams, answers
+ *                           only those, and its memory stays within the cap;
+ *                           idle streams are freed after DIWARP_RD_IDLE_MS
+ *                           and the legitimate peer's stream restarts
  *
  * Two devices in one process (the victim and the legitimate peer) and a plain
  * UDP socket on 127.0.0.9 (the stranger). Exit 0 pass, 1 fail, 77 skip (no
@@ -49,6 +71,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -746,8 +769,10 @@ static int case_nak(void)
         legit_send(&a, &b, 0x79, "nak: legitimate Send beside the forged NAKs");
         struct diwarp_counters c;
         counters(&a, &c);
-        if (c.rx_dropped_nak != 2)
-                die("nak: rx_dropped_nak %llu, want 2", (unsigned long long)c.rx_dropped_nak);
+        /* The forged origin is refused before the NAK is looked at. */
+        if (c.rx_dropped_nak != 1 || c.rx_dropped_rail != 1)
+                die("nak: rx_dropped_nak %llu, rx_dropped_rail %llu, want 1 each",
+                    (unsigned long long)c.rx_dropped_nak, (unsigned long long)c.rx_dropped_rail);
         /* The peer's own NAK of the PSN in flight still ends the WR. */
         send_nak(rfd, &a, rqpn, psn, 0);
         expect_wc(&a, NULL, 1, DIWARP_WC_REM_ACCESS_ERR, "nak: the peer's real NAK");
@@ -1098,12 +1123,535 @@ static int case_log(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- forged datagrams, any header */
+
+/* One datagram with header h (DATA: then the Write of len bytes of pay at
+ * stag:to), sealed with its CRC into pkt; returns its length. */
+static size_t forge(uint8_t *pkt, size_t cap, struct dw_dgram_hdr *h, uint32_t stag, uint64_t to,
+                    const void *pay, size_t len)
+{
+        ssize_t n = dw_dgram_encode(h, pkt, cap);
+        if (n < 0)
+                die("forge: header: %s", strerror((int)-n));
+        if (h->flags & DW_DGRAM_F_DATA) {
+                struct dw_rdmap_hdr r;
+                dw_rdmap_hdr_init(&r, DW_RDMAP_WRITE);
+                r.ddp.stag = stag;
+                r.ddp.to = to;
+                r.ddp.last = true;
+                ssize_t k = dw_rdmap_encode(&r, pkt + n, cap - (size_t)n);
+                if (k < 0 || (size_t)(n + k) + len + DW_DGRAM_CRC_LEN > cap)
+                        die("forge: DDP header or payload does not fit");
+                n += k;
+                if (len)
+                        memcpy(pkt + n, pay, len);
+                n += (ssize_t)len;
+        }
+        n = dw_dgram_packet_seal(pkt, (size_t)n, cap);
+        if (n < 0)
+                die("forge: seal");
+        return (size_t)n;
+}
+
+static void send_to(int fd, const uint8_t *pkt, size_t n, uint16_t port)
+{
+        struct sockaddr_in to = {.sin_family = AF_INET,
+                                 .sin_port = htons(port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (sendto(fd, pkt, n, 0, (struct sockaddr *)&to, sizeof(to)) != (ssize_t)n)
+                die("sendto: %s", strerror(errno));
+}
+
+/* A datagram whose IPv4 source is src:sport (a spoofed address, a raw
+ * socket: root or CAP_NET_RAW), to dst:dport. -EPERM when raw sockets are
+ * not allowed. */
+static int spoof_to(const char *src, const char *dst, uint16_t sport, uint16_t dport,
+                    const uint8_t *pay, size_t n)
+{
+        int fd = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
+        if (fd < 0)
+                return -errno;
+        uint8_t pkt[2048];
+        if (n + 28 > sizeof(pkt))
+                die("spoof: datagram too large");
+        memset(pkt, 0, 28);
+        pkt[0] = 0x45;
+        pkt[2] = (uint8_t)((n + 28) >> 8);
+        pkt[3] = (uint8_t)(n + 28);
+        pkt[8] = 64;
+        pkt[9] = IPPROTO_UDP;
+        inet_pton(AF_INET, src, pkt + 12);
+        inet_pton(AF_INET, dst, pkt + 16);
+        uint32_t sum = 0;
+        for (int i = 0; i < 20; i += 2)
+                sum += (uint32_t)(pkt[i] << 8 | pkt[i + 1]);
+        while (sum >> 16)
+                sum = (sum & 0xffff) + (sum >> 16);
+        pkt[10] = (uint8_t)(~sum >> 8);
+        pkt[11] = (uint8_t)~sum;
+        pkt[20] = (uint8_t)(sport >> 8);
+        pkt[21] = (uint8_t)sport;
+        pkt[22] = (uint8_t)(dport >> 8);
+        pkt[23] = (uint8_t)dport;
+        pkt[24] = (uint8_t)((n + 8) >> 8);
+        pkt[25] = (uint8_t)(n + 8); /* UDP checksum 0: none (IPv4) */
+        memcpy(pkt + 28, pay, n);
+        struct sockaddr_in to = {.sin_family = AF_INET};
+        inet_pton(AF_INET, dst, &to.sin_addr);
+        ssize_t r = sendto(fd, pkt, n + 28, 0, (struct sockaddr *)&to, sizeof(to));
+        int e = r < 0 ? -errno : 0;
+        close(fd);
+        return e;
+}
+
+static uint32_t ip_of(const char *s)
+{
+        struct in_addr a;
+        inet_pton(AF_INET, s, &a);
+        return a.s_addr;
+}
+
+/* ---------------------------------------------------------------- rcrd */
+
+struct acc_arg {
+        struct diwarp_listener *l;
+        struct diwarp_qp *qp;
+        int result;
+};
+
+static void *acc_main(void *v)
+{
+        struct acc_arg *a = v;
+        struct diwarp_conn_request req;
+        a->result = diwarp_listener_get_request(a->l, 5000, &req);
+        if (a->result == 0)
+                a->result = diwarp_accept(a->l, req.id, a->qp, NULL);
+        return NULL;
+}
+
+/* b's RC QP Writes len bytes of b's buffer at off to a's at off. */
+static void rc_write(struct side *b, struct side *a, uint64_t id, uint64_t off, uint32_t len)
+{
+        struct diwarp_sge sge = {(uintptr_t)b->buf + off, len, b->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .wr.rdma = {(uintptr_t)a->buf + off, a->rkey}};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarp_post_send(b->qp, &wr, &bad));
+        expect_wc(b, a, id, DIWARP_WC_SUCCESS, "rcrd: a Write of the connection");
+        if (memcmp(a->buf + off, b->buf + off, len) != 0)
+                die("rcrd: the Write's bytes did not land");
+}
+
+/* An RC QP carried by RD (DIWARP_RC_TRANSPORT=rd), connected through the
+ * native CM (its MPA exchange gives each end the other's token), that has
+ * carried a Write. The stranger then forges the peer's next Write (the
+ * right QPNs and PSN, the victim's real rkey): from 127.0.0.9 naming the
+ * peer by origin (X-flag RAIL), without a token and with a wrong one, with a
+ * forged rail list beside; and, with a raw socket, from the peer's own
+ * address and port. None lands; each is counted in rx_dropped_token; the
+ * peer's next Write lands. */
+static int case_rcrd(void)
+{
+        struct side v, p;
+        side_open(&v);
+        side_open(&p);
+        v.qp = qp_new(&v, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        p.qp = qp_new(&p, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        v.qpn = diwarp_qp_num(v.qp);
+        p.qpn = diwarp_qp_num(p.qp);
+        struct acc_arg aa = {.qp = v.qp};
+        CHECK(diwarp_listen(v.dev, 0, 4, &aa.l));
+        struct sockaddr_in la;
+        socklen_t ll = sizeof(la);
+        if (getsockname(diwarp_listener_fd(aa.l), (struct sockaddr *)&la, &ll) < 0)
+                die("rcrd: getsockname: %s", strerror(errno));
+        pthread_t th;
+        pthread_create(&th, NULL, acc_main, &aa);
+        struct diwarp_conn_param cp = {.ird = 4, .ord = 4};
+        CHECK(diwarp_connect(p.qp, &v.gid, ntohs(la.sin_port), &cp, 5000, NULL, NULL));
+        pthread_join(th, NULL);
+        CHECK(aa.result);
+        struct diwarp_qp_attr pa;
+        struct diwarp_qp_init_attr pia;
+        CHECK(diwarp_qp_query(p.qp, &pa, &pia));
+        memcpy(p.buf, "legitimate 1", 12);
+        rc_write(&p, &v, 1, 0, 12);
+        /* The peer's next PSN: its first plus the one Write; its address
+         * as the victim knows it (its GID: the host's first address). */
+        uint32_t psn = pa.sq_psn + 1;
+        uint32_t pip;
+        memcpy(&pip, p.gid.raw + 12, 4);
+        char pips[INET_ADDRSTRLEN], vips[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &pip, pips, sizeof(pips));
+        inet_ntop(AF_INET, v.gid.raw + 12, vips, sizeof(vips));
+        int xfd = stranger_socket("127.0.0.9");
+        static const char owned[] = "OWNED-by-a-stranger";
+        uint8_t pkt[512];
+        unsigned sent = 0;
+        for (int k = 0; k < 3; k++) {
+                struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
+                                         .xflags = DW_DGRAM_X_RAIL,
+                                         .dst_qpn = v.qpn,
+                                         .src_qpn = p.qpn,
+                                         .psn = psn,
+                                         .origin = pip};
+                if (k >= 1) {
+                        h.xflags2 = DW_DGRAM_X2_TOKEN;
+                        h.token = 0x0123456789abcdefull + (uint64_t)k;
+                }
+                if (k == 2) {
+                        h.xflags |= DW_DGRAM_X_RAILS;
+                        h.rail_count = 2;
+                        h.rails[0] = pip;
+                        h.rails[1] = ip_of("127.0.0.9");
+                }
+                size_t n = forge(pkt, sizeof(pkt), &h, v.rkey, (uintptr_t)v.buf + 64, owned,
+                                 sizeof(owned));
+                send_to(xfd, pkt, n, v.port);
+                sent++;
+        }
+        bool spoofed = false;
+        for (int k = 0; k < 2; k++) {
+                struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
+                                         .dst_qpn = v.qpn,
+                                         .src_qpn = p.qpn,
+                                         .psn = psn};
+                if (k) {
+                        h.xflags2 = DW_DGRAM_X2_TOKEN;
+                        h.token = 0xfeedfacecafebeefull;
+                }
+                size_t n = forge(pkt, sizeof(pkt), &h, v.rkey, (uintptr_t)v.buf + 64, owned,
+                                 sizeof(owned));
+                int e = spoof_to(pips, vips, p.port, v.port, pkt, n);
+                if (e == -EPERM || e == -EACCES) {
+                        fprintf(stderr, "rcrd: no raw socket (%s): the spoofed cases are skipped\n",
+                                strerror(-e));
+                        break;
+                }
+                if (e < 0)
+                        die("rcrd: spoofed send: %s", strerror(-e));
+                sent++;
+                spoofed = true;
+        }
+        drive(&v, NULL, 200);
+        if (memcmp(v.buf + 64, owned, 5) == 0)
+                die("rcrd: a forged Write landed in the connection's memory");
+        if (diwarp_qp_state(v.qp) != DIWARP_QPS_RTS)
+                die("rcrd: the forged datagrams moved the QP to state %d", diwarp_qp_state(v.qp));
+        struct diwarp_counters c;
+        counters(&v, &c);
+        if (c.rx_dropped_token != sent)
+                die("rcrd: rx_dropped_token %llu, want %u", (unsigned long long)c.rx_dropped_token,
+                    sent);
+        /* The peer's own next Write (the PSN the forgeries named) lands. */
+        memcpy(p.buf + 64, "legitimate 2", 12);
+        rc_write(&p, &v, 2, 64, 12);
+        memcpy(v.buf + 128, "answer", 6);
+        rc_write(&v, &p, 3, 128, 6);
+        fprintf(stderr, "rcrd ok: %u forged Writes (%s) dropped for want of the token\n", sent,
+                spoofed ? "3 from 127.0.0.9, 2 from the peer's own address"
+                        : "from 127.0.0.9; raw sockets not allowed");
+        close(xfd);
+        CHECK(diwarp_disconnect(p.qp));
+        CHECK(diwarp_listener_destroy(aa.l));
+        side_close(&p);
+        side_close(&v);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- rails */
+
+/* A multirail victim (DIWARP_ADDR=127.0.0.1,127.0.0.2) and a peer on
+ * 127.0.0.1 exchange RD traffic. The stranger forges (1) from 127.0.0.9 a
+ * Write naming the peer by origin (X-flag RAIL) with the rail list [peer,
+ * 127.0.0.9], and, with a raw socket, from the peer's own address and port,
+ * (2) that rail list with a wrong token and (3) without one. The Write does
+ * not land, no list is taken (the victim's 1 MiB Write to the peer then
+ * sends nothing to 127.0.0.9 and nothing by its rail 1), the forged origin
+ * and the wrong token are counted in rx_dropped_rail. */
+static int case_rails(void)
+{
+        struct side v, p;
+        setenv("DIWARP_ADDR", "127.0.0.1,127.0.0.2", 1);
+        side_open(&v);
+        setenv("DIWARP_ADDR", "127.0.0.1", 1);
+        side_open(&p);
+        unsetenv("DIWARP_ADDR");
+        int acc = DIWARP_ACCESS_REMOTE_WRITE;
+        v.qp = qp_new(&v, false, true, acc, NULL);
+        p.qp = qp_new(&p, false, true, acc, NULL);
+        v.qpn = diwarp_qp_num(v.qp);
+        p.qpn = diwarp_qp_num(p.qp);
+        qp_up(v.qp, false, NULL, 0, 0, 0);
+        qp_up(p.qp, false, NULL, 0, 0, 0);
+        CHECK(diwarp_ah_create(v.pd, &p.gid, &v.ah));
+        CHECK(diwarp_ah_create(p.pd, &v.gid, &p.ah));
+        legit_send(&v, &p, 0x51, "rails: legitimate Send before");
+        legit_send(&p, &v, 0x52, "rails: legitimate Send back");
+        /* What reaches 127.0.0.9 at the peer's port: where a forged list
+         * would send the victim's striped segments. */
+        int xfd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in xa = {.sin_family = AF_INET, .sin_port = htons(p.port)};
+        inet_pton(AF_INET, "127.0.0.9", &xa.sin_addr);
+        if (xfd < 0 || bind(xfd, (struct sockaddr *)&xa, sizeof(xa)) < 0) {
+                fprintf(stderr, "SKIP: cannot bind 127.0.0.9:%u: %s\n", p.port, strerror(errno));
+                return 77;
+        }
+        static const char owned[] = "OWNED-by-a-stranger";
+        uint8_t pkt[512];
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
+                                 .xflags = DW_DGRAM_X_RAIL | DW_DGRAM_X_RAILS,
+                                 .xflags2 = DW_DGRAM_X2_START,
+                                 .dst_qpn = v.qpn,
+                                 .src_qpn = p.qpn,
+                                 .qkey = QKEY,
+                                 .psn = 0x1000,
+                                 .rail_count = 2,
+                                 .rails = {htonl(INADDR_LOOPBACK), ip_of("127.0.0.9")},
+                                 .origin = htonl(INADDR_LOOPBACK),
+                                 .start_psn = 0x1000,
+                                 .start_msn = 0x1000};
+        size_t n = forge(pkt, sizeof(pkt), &h, v.rkey, (uintptr_t)v.buf + 64, owned, sizeof(owned));
+        send_to(xfd, pkt, n, v.port);
+        unsigned want = 1;
+        bool spoofed = false;
+        for (int k = 0; k < 2; k++) {
+                /* An ACK-only datagram of the peer's stream with the list. */
+                struct dw_dgram_hdr a = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
+                                         .xflags = DW_DGRAM_X_RAILS,
+                                         .dst_qpn = v.qpn,
+                                         .src_qpn = p.qpn,
+                                         .rail_count = 2,
+                                         .rails = {htonl(INADDR_LOOPBACK), ip_of("127.0.0.9")}};
+                if (k == 0) {
+                        a.xflags2 = DW_DGRAM_X2_TOKEN;
+                        a.token = 0x5151515151515151ull;
+                }
+                n = forge(pkt, sizeof(pkt), &a, 0, 0, NULL, 0);
+                int e = spoof_to("127.0.0.1", "127.0.0.1", p.port, v.port, pkt, n);
+                if (e == -EPERM || e == -EACCES) {
+                        fprintf(stderr,
+                                "rails: no raw socket (%s): the spoofed lists are skipped\n",
+                                strerror(-e));
+                        break;
+                }
+                if (e < 0)
+                        die("rails: spoofed send: %s", strerror(-e));
+                spoofed = true;
+                want += k == 0;
+        }
+        drive(&v, NULL, 200);
+        if (memcmp(v.buf + 64, owned, 5) == 0)
+                die("rails: the Write naming the peer by a forged origin landed");
+        struct diwarp_counters c;
+        counters(&v, &c);
+        if (c.rx_dropped_rail != want)
+                die("rails: rx_dropped_rail %llu, want %u", (unsigned long long)c.rx_dropped_rail,
+                    want);
+        /* The victim's 1 MiB Write to the peer: above DIWARP_STRIPE_MIN, so
+         * striped if it believed the peer had a second rail. */
+        struct diwarp_rail_stats r0[DIWARP_MAX_RAILS], r1[DIWARP_MAX_RAILS];
+        int nr = diwarp_device_rails(v.dev, r0, DIWARP_MAX_RAILS);
+        if (nr != 2)
+                die("rails: the victim has %d rails, want 2", nr);
+        for (uint32_t i = 0; i < (1u << 20); i++)
+                v.buf[(1u << 20) / 2 + i % 4096] = (uint8_t)i;
+        struct diwarp_sge sge = {(uintptr_t)v.buf, 1u << 20, v.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 0x53,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .wr.rdma = {(uintptr_t)p.buf, p.rkey}};
+        struct diwarpdv_rd_dest d = {v.ah, p.qpn, QKEY};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarpdv_post_send_rd(v.qp, &wr, &d, &bad));
+        expect_wc(&v, &p, 0x53, DIWARP_WC_SUCCESS, "rails: the victim's 1 MiB Write");
+        if (memcmp(v.buf, p.buf, 1u << 20) != 0)
+                die("rails: the 1 MiB Write's bytes differ");
+        CHECK(diwarp_device_rails(v.dev, r1, DIWARP_MAX_RAILS));
+        if (r1[1].tx_packets != r0[1].tx_packets)
+                die("rails: the victim sent %llu datagrams by its rail 1 after the forged list",
+                    (unsigned long long)(r1[1].tx_packets - r0[1].tx_packets));
+        struct pollfd pfd = {.fd = xfd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) == 1)
+                die("rails: the victim sent a datagram to 127.0.0.9");
+        legit_send(&v, &p, 0x54, "rails: legitimate Send after");
+        fprintf(stderr, "rails ok: %u forged origins and lists refused (%s)\n", want,
+                spoofed ? "spoofed lists included" : "raw sockets not allowed");
+        close(xfd);
+        side_close(&v);
+        side_close(&p);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- peers */
+
+static size_t rss_bytes(void)
+{
+        FILE *f = fopen("/proc/self/statm", "r");
+        unsigned long size = 0, res = 0;
+        if (!f || fscanf(f, "%lu %lu", &size, &res) != 2)
+                die("peers: cannot read /proc/self/statm");
+        fclose(f);
+        return res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+#define PEERS_FLOOD 20000u
+#define PEERS_CAP   1000u /* DIWARP_RD_MAX_PEERS and _DEV_PEERS of the run */
+#define PEERS_SRCS  8u    /* source addresses 127.0.1.1.. of the second half */
+/* The victim's memory may grow by this much per stream it holds (its
+ * state, ≤ 256 bytes, and the hash table's share, with the allocator's
+ * and the sanitizer's overheads), plus a fixed allowance. */
+#define PEERS_BYTES_PER 2048u
+#define PEERS_FIXED     (2u << 20)
+
+/* Datagrams waiting on fd, read and counted. */
+static unsigned drain_count(int fd)
+{
+        uint8_t b[2048];
+        unsigned n = 0;
+        while (recv(fd, b, sizeof(b), MSG_DONTWAIT) > 0)
+                n++;
+        return n;
+}
+
+/* 20 000 zero-length Writes with START, each a new stream: half name a
+ * distinct forged origin (X-flag RAIL) from 127.0.0.9, half come from 8
+ * source addresses with distinct source QPNs. The forged origins are
+ * dropped (rx_dropped_rail) and answered by nothing; of the others, the
+ * victim keeps at most PEERS_CAP streams (DIWARP_RD_MAX_PEERS and
+ * DIWARP_RD_DEV_PEERS of the run), answers only those, and drops and
+ * counts the rest (rx_dropped_peers); its resident memory grows by at most
+ * PEERS_CAP × PEERS_BYTES_PER + PEERS_FIXED. The legitimate peer's Send
+ * completes beside the flood. After DIWARP_RD_IDLE_MS (500 ms here) the
+ * idle streams are freed (rd_peers_reclaimed), the legitimate peer's among
+ * them (credits are off: a stream with a credit index stays): both ends'
+ * next Sends restart their streams (START) and complete, and so they do
+ * after an idle time too short for the streams to go; a new stranger's
+ * stream is taken again. */
+static int case_peers(void)
+{
+        struct side a, b;
+        rd_pair(&a, &b, DIWARP_ACCESS_REMOTE_WRITE, true);
+        legit_send(&a, &b, 0x61, "peers: legitimate Send before");
+        legit_send(&b, &a, 0x62, "peers: legitimate Send back");
+        int xfd = stranger_socket("127.0.0.9");
+        int sfd[PEERS_SRCS];
+        for (unsigned i = 0; i < PEERS_SRCS; i++) {
+                char ip[32];
+                snprintf(ip, sizeof(ip), "127.0.1.%u", i + 1);
+                sfd[i] = stranger_socket(ip);
+        }
+        drive(&a, NULL, 50);
+        size_t rss0 = rss_bytes();
+        uint8_t pkt[256];
+        for (uint32_t i = 0; i < PEERS_FLOOD; i++) {
+                bool rail = i < PEERS_FLOOD / 2;
+                struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
+                                         .xflags2 = DW_DGRAM_X2_START,
+                                         .dst_qpn = a.qpn,
+                                         .src_qpn = 0x100000 + i,
+                                         .qkey = QKEY,
+                                         .psn = 0x7000 + i,
+                                         .start_psn = 0x7000 + i,
+                                         .start_msn = 0x7000 + i};
+                if (rail) {
+                        h.xflags = DW_DGRAM_X_RAIL;
+                        h.origin = htonl(0x0a000000u + i + 1); /* 10.0.x.y */
+                }
+                size_t n = forge(pkt, sizeof(pkt), &h, a.rkey, (uintptr_t)a.buf, NULL, 0);
+                send_to(rail ? xfd : sfd[i % PEERS_SRCS], pkt, n, a.port);
+                if (i % 32 == 31)
+                        diwarp_progress(a.dev, 64);
+        }
+        drive(&a, NULL, 200);
+        size_t rss1 = rss_bytes();
+        legit_send(&a, &b, 0x63, "peers: legitimate Send beside the flood");
+        struct diwarp_counters c;
+        counters(&a, &c);
+        unsigned to_x = drain_count(xfd), to_s = 0;
+        for (unsigned i = 0; i < PEERS_SRCS; i++)
+                to_s += drain_count(sfd[i]);
+        uint64_t kept = PEERS_FLOOD / 2 - c.rx_dropped_peers;
+        fprintf(stderr,
+                "peers: rx_dropped_rail %llu, rx_dropped_peers %llu, streams taken %llu; "
+                "answers: %u to the forged origins, %u to the other sources; RSS %zu -> %zu "
+                "(+%zu bytes)\n",
+                (unsigned long long)c.rx_dropped_rail, (unsigned long long)c.rx_dropped_peers,
+                (unsigned long long)kept, to_x, to_s, rss0, rss1, rss1 - rss0);
+        if (c.rx_dropped_rail != PEERS_FLOOD / 2)
+                die("peers: rx_dropped_rail %llu, want %u", (unsigned long long)c.rx_dropped_rail,
+                    PEERS_FLOOD / 2);
+        if (kept > PEERS_CAP || kept + 10 < PEERS_CAP - 2)
+                die("peers: %llu strangers' streams taken, want the cap (%u) less the "
+                    "legitimate peer's",
+                    (unsigned long long)kept, PEERS_CAP);
+        if (to_x)
+                die("peers: %u answers went to 127.0.0.9 for forged origins", to_x);
+        if (to_s > 2 * kept)
+                die("peers: %u answers for %llu streams taken: refused sources were answered", to_s,
+                    (unsigned long long)kept);
+        if (rss1 > rss0 + (size_t)PEERS_CAP * PEERS_BYTES_PER + PEERS_FIXED)
+                die("peers: resident memory grew by %zu bytes, above the cap %zu", rss1 - rss0,
+                    (size_t)PEERS_CAP * PEERS_BYTES_PER + PEERS_FIXED);
+        /* Idle for more than DIWARP_RD_IDLE_MS: every stream goes. */
+        uint64_t end = now_ms() + 1200;
+        while (now_ms() < end) {
+                diwarp_progress(a.dev, 64);
+                diwarp_progress(b.dev, 64);
+                usleep(1000);
+        }
+        counters(&a, &c);
+        if (c.rd_peers_reclaimed < kept)
+                die("peers: %llu streams freed after the idle time, want at least the %llu "
+                    "strangers'",
+                    (unsigned long long)c.rd_peers_reclaimed, (unsigned long long)kept);
+        uint64_t refused = c.rx_dropped_peers;
+        legit_send(&a, &b, 0x64, "peers: legitimate Send after the streams were freed");
+        legit_send(&b, &a, 0x65, "peers: legitimate Send back after the streams were freed");
+        /* Idle for more than half the idle time and less than all of it:
+         * the streams are kept, and each end's next Send starts its side
+         * over (START at its next MSN), which the other takes. */
+        end = now_ms() + 320;
+        while (now_ms() < end) {
+                diwarp_progress(a.dev, 64);
+                diwarp_progress(b.dev, 64);
+                usleep(1000);
+        }
+        legit_send(&a, &b, 0x66, "peers: legitimate Send after half the idle time");
+        legit_send(&b, &a, 0x67, "peers: legitimate Send back after half the idle time");
+        struct stranger x;
+        stranger_open(&x, xfd, &a, a.qpn, 0x0e0000);
+        stranger_write(&x, a.rkey, (uintptr_t)a.buf + 4096, "room", 4);
+        drive(&a, &x, 100);
+        counters(&a, &c);
+        if (c.rx_dropped_peers != refused || memcmp(a.buf + 4096, "room", 4) != 0)
+                die("peers: a new stream was refused after the idle ones were freed");
+        fprintf(stderr,
+                "peers ok: %u forged streams, %llu kept (cap %u), +%zu bytes resident (cap "
+                "%zu), %llu freed when idle\n",
+                PEERS_FLOOD, (unsigned long long)kept, PEERS_CAP, rss1 - rss0,
+                (size_t)PEERS_CAP * PEERS_BYTES_PER + PEERS_FIXED,
+                (unsigned long long)c.rd_peers_reclaimed);
+        close(xfd);
+        for (unsigned i = 0; i < PEERS_SRCS; i++)
+                close(sfd[i]);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: security_dgram access|stag|nak|isn|window [srq]|log");
+                die("usage: security_dgram access|stag|nak|isn|window [srq]|log|rcrd|rails|peers");
         alarm(120);
         setenv("DIWARP_PROGRESS", "app", 0);
         if (strcmp(argv[1], "access") == 0)
@@ -1118,6 +1666,22 @@ int main(int argc, char **argv)
                 return case_window(argc > 2 && strcmp(argv[2], "srq") == 0);
         if (strcmp(argv[1], "log") == 0)
                 return case_log();
+        if (strcmp(argv[1], "rcrd") == 0) {
+                setenv("DIWARP_RC_TRANSPORT", "rd", 1);
+                return case_rcrd();
+        }
+        if (strcmp(argv[1], "rails") == 0)
+                return case_rails();
+        if (strcmp(argv[1], "peers") == 0) {
+                setenv("DIWARP_RD_MAX_PEERS", "1000", 1);
+                setenv("DIWARP_RD_DEV_PEERS", "1000", 1);
+                setenv("DIWARP_RD_IDLE_MS", "500", 1);
+                /* A stream holding a credit index is never freed: without
+                 * credits every idle stream goes, the legitimate peer's
+                 * too, and the restart is tested. */
+                setenv("DIWARP_CREDIT", "off", 1);
+                return case_peers();
+        }
         die("unknown case %s", argv[1]);
         return 1;
 }

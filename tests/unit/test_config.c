@@ -226,6 +226,11 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_CREDIT_CSLOTS", "65"},
             {"DIWARP_LOCAL_COPY", "on"},
             {"DIWARP_LOCAL_COPY", "2"},
+            {"DIWARP_RD_MAX_PEERS", "0"},
+            {"DIWARP_RD_MAX_PEERS", "1000001"},
+            {"DIWARP_RD_DEV_PEERS", "lots"},
+            {"DIWARP_RD_IDLE_MS", "99"},
+            {"DIWARP_RD_IDLE_MS", "3600001"},
         };
 
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -377,6 +382,23 @@ Test(config, local_copy)
         cr_assert_eq(c.local_copy, 1);
         cr_assert_eq(parse1(&c, "DIWARP_LOCAL_COPY", "0", &why), 0);
         cr_assert_eq(c.local_copy, 0);
+}
+
+/* The bounds of the RD transport's state (docs/SECURITY.md). */
+Test(config, rd_state_knobs)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        dw_config_defaults(&c);
+        cr_assert_eq(c.rd_max_peers, 4096);
+        cr_assert_eq(c.rd_dev_peers, 16384);
+        cr_assert_eq(c.rd_idle_ms, 10000);
+        struct fake_env e = {{"DIWARP_RD_MAX_PEERS", "1", "DIWARP_RD_DEV_PEERS", "1000000",
+                              "DIWARP_RD_IDLE_MS", "100", NULL}};
+        cr_assert_eq(dw_config_from_getenv(&c, fake_get, &e, &why), 0, "%s", why);
+        cr_assert_eq(c.rd_max_peers, 1);
+        cr_assert_eq(c.rd_dev_peers, 1000000);
+        cr_assert_eq(c.rd_idle_ms, 100);
 }
 
 Test(config, credit_knobs)
