@@ -461,10 +461,12 @@ static inline uint32_t rd_tick(uint64_t ns)
 {
         return (uint32_t)(ns >> RD_TICK_SHIFT);
 }
-/* Ticks since p last saw a datagram (or was made). */
+/* Ticks since p last saw a datagram (or was made); 0 when now is older
+ * than that (a step's clock read before the stream was made). */
 static inline uint32_t rd_idle(const struct dw_rd_peer *p, uint64_t now)
 {
-        return rd_tick(now) - p->last_tick;
+        int32_t d = (int32_t)(rd_tick(now) - p->last_tick);
+        return d > 0 ? (uint32_t)d : 0;
 }
 
 /* rd.c */
