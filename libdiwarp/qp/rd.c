@@ -693,12 +693,11 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
          * transmit): every stamp rel/ took in it is at or before it. */
         uint64_t now = d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
         uint64_t next = UINT64_MAX;
-        if (d->nrd) {
-                /* Idle streams of RD QPs go (rd_sweep_qp). */
-                if (now >= d->sweep_at)
-                        rd_sweep(d, now);
-                dw_progress_timer(dev, d->sweep_at);
-        }
+        /* Idle streams of RD QPs go (rd_sweep_qp), looked for by the steps
+         * that come: no timer of its own wakes a progress thread for it (a
+         * device nobody uses keeps them, within the caps, until it is used). */
+        if (d->nrd && now >= d->sweep_at)
+                rd_sweep(d, now);
         if (d->touched && !d->timers_dirty) {
                 struct dw_rd_peer *t = d->touched;
                 uint64_t dl = dw_rel_next_deadline(&t->rel);
