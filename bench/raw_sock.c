@@ -2,7 +2,7 @@
  * achieve on the same machine, measured the same way (busy-polling, pinned).
  *
  *   raw-sock --proto udp|tcp --mode pingpong|stream|rate [--size B] [--iters N]
- *            [--window W] [--port P] [--cpu C] [HOST]
+ *            [--window W] [--port P] [--cpu C] [--block] [HOST]
  *
  * Without HOST it serves one run and exits; with HOST it drives the run and
  * prints `RESULT proto=.. mode=.. size=.. iters=.. status=ok lat_us=..|gbps=..|mps=..`.
@@ -16,6 +16,10 @@
  * messages the way an application sending messages over a socket sees them.
  * W defaults to 64 for rate and to what a 208 KiB socket buffer holds for
  * UDP stream (the rule diwarp-bw uses).
+ *
+ * --block: receives sleep in the kernel until data arrives (a blocking
+ * recv/recvfrom) instead of busy-polling: the baseline of an event-driven
+ * program (ibv_get_cq_event), a thread woken by the kernel for each message.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -59,12 +63,16 @@ static void die(const char *what)
         exit(1);
 }
 
-/* Busy-polls so the baseline pays no wake-up cost diwarp's busy-polling avoids. */
+/* Receive flags: MSG_DONTWAIT busy-polls, so the baseline pays no wake-up
+ * cost diwarp's busy-polling avoids; --block clears it (0: the thread sleeps
+ * until the kernel wakes it). */
+static int recv_flags = MSG_DONTWAIT;
+
 static void recv_exact(int fd, char *buf, size_t len)
 {
         size_t got = 0;
         while (got < len) {
-                ssize_t n = recv(fd, buf + got, len - got, MSG_DONTWAIT);
+                ssize_t n = recv(fd, buf + got, len - got, recv_flags);
                 if (n > 0) {
                         got += (size_t)n;
                 } else if (n == 0) {
@@ -92,7 +100,7 @@ static size_t udp_recv(int fd, char *buf, size_t cap, struct sockaddr_in *from)
 {
         for (;;) {
                 socklen_t fl = sizeof(*from);
-                ssize_t n = recvfrom(fd, buf, cap, MSG_DONTWAIT, (struct sockaddr *)from, &fl);
+                ssize_t n = recvfrom(fd, buf, cap, recv_flags, (struct sockaddr *)from, &fl);
                 if (n >= 0)
                         return (size_t)n;
                 if (errno != EAGAIN && errno != EINTR)
@@ -373,7 +381,8 @@ int main(int argc, char **argv)
             {"proto", required_argument, NULL, 'p'},  {"mode", required_argument, NULL, 'm'},
             {"size", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'n'},
             {"port", required_argument, NULL, 'P'},   {"cpu", required_argument, NULL, 'c'},
-            {"window", required_argument, NULL, 'w'}, {NULL, 0, NULL, 0},
+            {"window", required_argument, NULL, 'w'}, {"block", no_argument, NULL, 'b'},
+            {NULL, 0, NULL, 0},
         };
         int c;
         while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -403,6 +412,9 @@ int main(int argc, char **argv)
                         break;
                 case 'w':
                         o.window = (uint32_t)strtoul(optarg, NULL, 0);
+                        break;
+                case 'b':
+                        recv_flags = 0;
                         break;
                 default:
                         goto usage;
@@ -436,6 +448,6 @@ int main(int argc, char **argv)
         return 0;
 usage:
         fprintf(stderr, "usage: raw-sock --proto udp|tcp --mode pingpong|stream|rate [--size B] "
-                        "[--iters N] [--window W] [--port P] [--cpu C] [HOST]\n");
+                        "[--iters N] [--window W] [--port P] [--cpu C] [--block] [HOST]\n");
         return 2;
 }
