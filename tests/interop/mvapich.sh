@@ -1,0 +1,172 @@
+#!/bin/bash
+# MVAPICH2 over diwarp between two namespace hosts joined by veth:
+#   mvapich.sh MODE      MODE: rc (RC over TCP) or rd (DIWARP_RC_TRANSPORT=rd)
+# MVAPICH2 (built by tools/build-mvapich2.sh into $MVAPICH2_PREFIX, default
+# /opt/mvapich2) with its librdmacm connection setup (MV2_USE_RDMA_CM=1,
+# MV2_USE_IWARP_MODE=1, MV2_IBA_HCA=diwarp0); Hydra's mpiexec runs in host A
+# (namespace diwarp-mv2A-PID, 10.78.X.1) under `diwarp run`, its rsh
+# launcher is tools/mpi-netns-agent, one rank in host A and one in host B
+# (diwarp-mv2B-PID, 10.78.X.2). Each host has its own hostname and an
+# /etc/netns/NS/hosts naming it, so that gethostid() tells the hosts apart.
+# Twice: with the device pinned to the host's address (`diwarp run --addr`)
+# and unpinned (the device takes the namespace's addresses, as a NIC).
+# Checks, each time:
+#  1. osu_latency, osu_bw and osu_bibw with validation (-c), every power of
+#     two from 1 B to 4 MiB: each size reported and "Pass", exit 0;
+#  2. diwarp carried it: the ranks' device log shows RC QPs connected
+#     between A's and B's addresses (over RD in mode rd);
+# and once (mode rc): the same job without diwarp finds no device and fails.
+# MVAPICH2's default (InfiniBand-style, MV2_USE_RDMA_CM=0) connection setup
+# connects a QP to itself, which diwarp refuses: not run here.
+# Exit 77 (skipped, with the reason) without root / ip netns, or without
+# MVAPICH2 and its OSU benchmarks in the prefix.
+. "$(dirname "$0")/lib.sh"
+mode=${1:?usage: mvapich.sh rc|rd}
+case $mode in
+rc) rc_transport=tcp ;;
+rd) rc_transport=rd ;;
+*) fail "unknown mode '$mode' (rc or rd)" ;;
+esac
+
+skip() {
+        echo "SKIP: $*" >&2
+        exit 77
+}
+prefix=${MVAPICH2_PREFIX:-/opt/mvapich2}
+osu=$prefix/libexec/osu-micro-benchmarks/mpi/pt2pt
+[ -x "$prefix/bin/mpiexec.hydra" ] ||
+        skip "MVAPICH2 not installed in $prefix (tools/build-mvapich2.sh SOURCE $prefix; meson option mvapich2_prefix)"
+for b in osu_latency osu_bw osu_bibw; do
+        [ -x "$osu/$b" ] || skip "no $b in $osu (tools/build-mvapich2.sh builds the OSU benchmarks)"
+done
+[ "$(id -u)" -eq 0 ] || skip "MVAPICH2 namespace test needs root (ip netns + veth)"
+command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+command -v unshare >/dev/null 2>&1 || skip "unshare (util-linux) not installed"
+top=$(cd "$(dirname "$0")/../.." && pwd)
+agent=$top/tools/mpi-netns-agent
+[ -x "$agent" ] || fail "no rsh agent at $agent"
+
+nsA=diwarp-mv2A-$$
+nsB=diwarp-mv2B-$$
+X=$(($$ % 250 + 1))
+A=10.78.$X.1
+B=10.78.$X.2
+
+cleanup() {
+        rc=$?
+        ns_teardown "$nsA" "$nsB" # lib.sh
+        rm -rf "/etc/netns/$nsA" "/etc/netns/$nsB"
+        sanitizer_check || rc=1 # lib.sh
+        rm -rf "$TMPD"
+        exit $rc
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
+
+# Namespaces (and their /etc/netns files) of earlier runs killed outright.
+ns_reap_stale '^diwarp-mv2[AB]-[0-9]+$' # lib.sh
+for d in /etc/netns/diwarp-mv2[AB]-*; do
+        [ -d "$d" ] && ! kill -0 "${d##*-}" 2>/dev/null && rm -rf "$d"
+done
+
+setup() {
+        ip netns add "$nsA" && ip netns add "$nsB" &&
+                ip link add name vethA netns "$nsA" type veth peer name vethB netns "$nsB" &&
+                ip -n "$nsA" addr add "$A/24" dev vethA &&
+                ip -n "$nsB" addr add "$B/24" dev vethB &&
+                ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
+                ip -n "$nsA" link set vethA up && ip -n "$nsB" link set vethB up
+}
+setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
+for h in "$nsA $A" "$nsB $B"; do
+        set -- $h
+        mkdir -p "/etc/netns/$1"
+        printf '127.0.0.1 localhost\n%s %s\n%s %s\n' "$A" "$nsA" "$B" "$nsB" >"/etc/netns/$1/hosts"
+done
+
+export TMPDIR=$TMPD
+export MV2_USE_RDMA_CM=1 MV2_USE_IWARP_MODE=1 MV2_IBA_HCA=diwarp0 MV2_ENABLE_AFFINITY=0
+unset MV2_RDMA_CM_CONF_FILE_PATH
+
+# mv2_A OUT diwarp|plain PINNED(1|0) PROGRAM ARGS...: mpiexec in host A,
+# rank 0 in A and rank 1 in B, under `diwarp run` (pinned: --addr and the
+# agent's map gives each host its device address) or plain; bounded.
+mv2_A() {
+        out=$1
+        how=$2
+        pinned=$3
+        shift 3
+        if [ "$pinned" = 1 ]; then
+                printf '%s %s %s\n' "$A" "$nsA" "$A" "$B" "$nsB" "$B" >"$TMPD/hosts"
+        else
+                printf '%s %s\n' "$A" "$nsA" "$B" "$nsB" >"$TMPD/hosts"
+        fi
+        pre=()
+        if [ "$how" = diwarp ]; then
+                pre=("$DIWARP" run)
+                [ "$pinned" = 0 ] || pre+=(--addr "$A")
+                pre+=(--)
+        fi
+        timeout 150 ip netns exec "$nsA" unshare --uts \
+                sh -c 'hostname "$1" && shift && cd "$TMPDIR" && exec "$@"' sh "$nsA" \
+                env -u DIWARP_ADDR DIWARP_MPI_HOSTS="$TMPD/hosts" DIWARP_LOG=info \
+                DIWARP_RC_TRANSPORT=$rc_transport "${pre[@]}" \
+                "$prefix/bin/mpiexec.hydra" -launcher rsh -launcher-exec "$agent" \
+                -n 1 -host "$A" "$@" : -n 1 -host "$B" "$@" >"$out" 2>&1
+}
+
+# osu_check OUT NAME: every power of two 1 B .. 4 MiB reported, positive,
+# and validated ("Pass"); no "Fail".
+osu_check() {
+        awk -v what="$2" '
+            $1 ~ /^[0-9]+$/ && NF >= 3 {
+                if ($3 != "Pass") bad = bad " " $1 ":" $3
+                if (!($2 > 0)) bad = bad " " $1 ":value " $2
+                seen[$1] = 1
+            }
+            END {
+                for (s = 1; s <= 4194304; s *= 2) if (!(s in seen)) bad = bad " " s ":missing"
+                if (bad != "") { print what ":" bad; exit 1 }
+            }' "$1" || { cat "$1" >&2; fail "$2: sizes missing or not validated"; }
+}
+
+for pinned in 1 0; do
+        tag=$([ $pinned = 1 ] && echo pinned || echo unpinned)
+        # window and iterations kept small: validation checks every byte
+        for b in "osu_latency -i 20 -x 2" "osu_bw -i 4 -x 1 -W 8" "osu_bibw -i 4 -x 1 -W 8"; do
+                set -- $b
+                out=$TMPD/$1.$tag.out
+                mv2_A "$out" diwarp $pinned "$osu/$1" -c -m 1:4194304 "${@:2}"
+                r=$?
+                echo "--- $1 ($tag, $mode): exit $r"
+                grep -Ev '^\[diwarp' "$out" | head -40
+                [ $r -eq 0 ] || { cat "$out" >&2; fail "$1 over diwarp ($tag, $mode) exited $r"; }
+                osu_check "$out" "$1 ($tag, $mode)"
+                if [ $mode = rd ]; then
+                        expect "$out" "RC QP 0x[0-9a-f]+ connected over RD to $B:" \
+                                "$1 ($tag): a QP of A connects over RD to B"
+                        expect "$out" "RC QP 0x[0-9a-f]+ connected over RD to $A:" \
+                                "$1 ($tag): a QP of B connects over RD to A"
+                else
+                        expect "$out" "RC QP 0x[0-9a-f]+ connected to $B:" \
+                                "$1 ($tag): a QP of A connects to B over diwarp"
+                        expect "$out" "RC QP 0x[0-9a-f]+ connected to $A:" \
+                                "$1 ($tag): a QP of B connects to A over diwarp"
+                        ! grep -q "connected over RD" "$out" || fail "RC over TCP mode connected over RD"
+                fi
+        done
+done
+
+# Without diwarp there is no verbs device: the job cannot run.
+if [ $mode = rc ]; then
+        neg=$TMPD/plain.out
+        mv2_A "$neg" plain 1 "$osu/osu_latency" -c -m 1:1
+        r=$?
+        echo "--- osu_latency without diwarp: exit $r"
+        tail -5 "$neg"
+        [ $r -ne 0 ] && [ $r -ne 124 ] || fail "mpiexec without diwarp exited $r (want a failure)"
+        ! grep -Eq '^1 +[0-9.]+ +Pass' "$neg" || fail "the job ran without diwarp"
+fi
+echo "ok"
