@@ -9,7 +9,8 @@
 # it looks every verb up through its own dlopen() handle, which never
 # reaches a provider preloaded by `diwarp run` (it then finds 0 devices).
 # The bundled OSU benchmarks do not link with --disable-cxx through
-# MVAPICH2's own build, so they are built here with the installed mpicc.
+# MVAPICH2's own build (automake links some with the C++ compiler), so they
+# are built here with the installed mpicc as both compilers.
 # Nothing of MVAPICH2's goes into the diwarp tree; the interop test
 # (tests/interop/mvapich.sh) and the bench group `mvapich` (bench/run.py)
 # use PREFIX (default /opt/mvapich2). The OSU benchmarks are also built
@@ -79,7 +80,10 @@ mkdir -p "$osu_build"
 cd "$osu_build"
 if [[ ! -f Makefile ]]; then
         (cd "$osu" && [[ -x configure ]] || autoreconf -fi)
-        "$osu/configure" --prefix="$prefix" CC="$prefix/bin/mpicc"
+        # Automake links some collective benchmarks with CXX: the C wrapper
+        # links them (MVAPICH2 has no mpicxx here, and the system's mpicxx is
+        # Open MPI's).
+        "$osu/configure" --prefix="$prefix" CC="$prefix/bin/mpicc" CXX="$prefix/bin/mpicc"
 fi
 make -j"$jobs"
 make install
@@ -100,7 +104,8 @@ if command -v mpicc.openmpi >/dev/null 2>&1; then
         mkdir -p "$ompi_build"
         cd "$ompi_build"
         [[ -f Makefile ]] ||
-                "$osu/configure" --prefix="$prefix/openmpi-osu" CC="$(command -v mpicc.openmpi)"
+                "$osu/configure" --prefix="$prefix/openmpi-osu" CC="$(command -v mpicc.openmpi)" \
+                        CXX="$(command -v mpicc.openmpi)"
         make -j"$jobs"
         make install
         echo "build-mvapich2: OSU benchmarks for Open MPI in $prefix/openmpi-osu"
