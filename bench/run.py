@@ -145,6 +145,7 @@ def plan(quick):
     if quick:
         return dict(
             runs=3, seed_runs=3, timeout=30, mpi_reps=20, mpi_lat_reps=500,
+            mv2_lat_iters=200, mv2_bw_iters=5,
             lat_sizes=[64],
             bw_sizes=[32 * KiB, MiB],
             bw_bytes=16 * MiB, bw_bytes_big=32 * MiB,
@@ -166,6 +167,7 @@ def plan(quick):
         )
     return dict(
         runs=5, seed_runs=3, timeout=180, mpi_reps=100, mpi_lat_reps=2000,
+        mv2_lat_iters=2000, mv2_bw_iters=20,
         lat_sizes=[8, 64, 512, 4 * KiB, 32 * KiB, 256 * KiB, MiB],
         bw_sizes=[4 * KiB, 32 * KiB, MiB, 16 * MiB],
         bw_bytes=256 * MiB, bw_bytes_big=512 * MiB,
@@ -860,7 +862,7 @@ def size_name(s):
 
 class Harness:
     GROUPS = ["lat", "bw", "rate", "mq", "reg", "reuse", "progress", "mem", "idle",
-              "contention", "mpi", "credits", "daemon", "multirail", "shared"]
+              "contention", "mpi", "mvapich", "credits", "daemon", "multirail", "shared"]
 
     def __init__(self, a):
         self.a = a
@@ -1014,9 +1016,9 @@ class Harness:
             "the io_uring backend needs liburing at build time")
 
     # ---- measurement loops
-    # mpi: minutes of mpirun start-ups; multirail: minutes of rate-limited
+    # mpi, mvapich: minutes of mpirun start-ups; multirail: minutes of rate-limited
     # transfers (and root): only when named in --groups
-    OPT_IN = {"mpi", "multirail", "shared"}
+    OPT_IN = {"mpi", "mvapich", "multirail", "shared"}
 
     # --quick without --groups: the smoke run of the transports alone (latency,
     # bandwidth, message rate), so that it ends within 90 s; the other groups
@@ -1817,6 +1819,174 @@ class Harness:
                       f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
         finally:
             self.mpi_down()
+            shutil.rmtree(tmp, ignore_errors=True)
+            signal.signal(signal.SIGTERM, old)
+
+    # ---- mvapich: OSU benchmarks over MVAPICH2 on diwarp, Open MPI ob1/tcp beside
+    # (case, label, "mv2" or "ompi", DIWARP_* settings)
+    MV2_STACKS = [
+        ("mv2-ob1-tcp", "Open MPI ob1 + tcp btl", "ompi", {}),
+        ("mv2-diwarp-rc", "MVAPICH2, diwarp RC", "mv2", {}),
+        ("mv2-diwarp-rc-rd", "MVAPICH2, diwarp RC over RD (`DIWARP_RC_TRANSPORT=rd`)", "mv2",
+         {"DIWARP_RC_TRANSPORT": "rd"}),
+    ]
+    MV2_BASE = "mv2-ob1-tcp"
+    MV2_BENCH = [("osu_latency", "mv2_lat_us"), ("osu_bw", "mv2_bw_mbs"),
+                 ("osu_bibw", "mv2_bibw_mbs")]
+    MV2_SIZES = [1 << i for i in range(23)]      # 1 B .. 4 MiB
+    # The launch recipe of docs/USAGE.md ("MVAPICH2"), plus MV2_TUNING
+    # (none yet: MVAPICH2's defaults for an unknown HCA); MV2_TUNING in the
+    # environment replaces it (space-separated NAME=VALUE) to try others.
+    MV2_ENV = {"MV2_USE_RDMA_CM": "1", "MV2_USE_IWARP_MODE": "1", "MV2_IBA_HCA": "diwarp0",
+               "MV2_ENABLE_AFFINITY": "0"}
+    MV2_TUNING = {}
+
+    def mv2_prefix(self):
+        return os.environ.get("MVAPICH2_PREFIX", "/opt/mvapich2")
+
+    def mv2_osu(self, kind, bench):
+        if kind == "mv2":
+            return os.path.join(self.mv2_prefix(), "libexec", "osu-micro-benchmarks", "mpi",
+                                "pt2pt", bench)
+        return os.path.join(self.mv2_prefix(), "openmpi-osu", "libexec", "osu-micro-benchmarks",
+                            "mpi", "pt2pt", bench)
+
+    def mv2_tuning(self):
+        t = os.environ.get("MV2_TUNING")
+        if t is None:
+            return dict(self.MV2_TUNING)
+        return dict(kv.split("=", 1) for kv in t.split() if "=" in kv)
+
+    def mv2_run(self, r, tmp, ns, addrs, stack, bench, metric):
+        """One OSU run of a stack, rank 0 in A on the first --cpus core, rank 1
+        in B on the second: {size: value}; every size of MV2_SIZES must have a
+        value."""
+        case, _, kind, extra = stack
+        agent = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                             "tools", "mpi-netns-agent"))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("DIWARP_", "OMPI_", "FI_", "MV2_"))}
+        env.update(DIWARP_MPI_HOSTS=os.path.join(tmp, "hosts"), TMPDIR=tmp)
+        cpu = self.a.cpus.split(",")
+        prog = self.mv2_osu(kind, bench)
+        it = self.pl["mv2_lat_iters"] if metric == "mv2_lat_us" else self.pl["mv2_bw_iters"]
+        args = ["-m", f"1:{max(self.MV2_SIZES)}", "-i", str(it), "-x", str(max(1, it // 10))]
+        ranks = [["taskset", "-c", cpu[i], prog] + args for i in (0, 1)]
+        if kind == "mv2":
+            env.update(self.MV2_ENV)
+            env.update(self.mv2_tuning())
+            env.update(extra)
+            launch = [self.prog["diwarp"], "run", "--addr", addrs[0], "--",
+                      os.path.join(self.mv2_prefix(), "bin", "mpiexec.hydra"),
+                      "-launcher", "rsh", "-launcher-exec", agent, "-genvnone",
+                      "-n", "1", "-host", addrs[0]] + ranks[0] + \
+                     [":", "-n", "1", "-host", addrs[1]] + ranks[1]
+        else:
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            launch = ["mpirun", "--allow-run-as-root", "--mca", "plm_rsh_agent", agent,
+                      "--hostfile", os.path.join(tmp, "hostfile"), "--bind-to", "none",
+                      "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
+                      "-np", "1", "--host", addrs[0]] + ranks[0] + \
+                     [":", "-np", "1", "--host", addrs[1]] + ranks[1]
+        argv = ["ip", "netns", "exec", ns[0], "unshare", "--uts", "sh", "-c",
+                'hostname "$1" && shift && cd "$TMPDIR" && exec "$@"', "sh", ns[0]] + launch
+        r.nruns += 1
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(argv, env=env, capture_output=True, text=True,
+                               timeout=max(self.pl["timeout"], 180), start_new_session=True)
+            code, o = p.returncode, (p.stdout + p.stderr)
+        except subprocess.TimeoutExpired as e:
+            code, o = "timeout", str(e.stdout or "") + str(e.stderr or "")
+            self.mpi_down_procs(ns)
+        r.log.write(f"== mvapich {case} {bench}: exit {code} wall {time.monotonic() - t0:.1f}s: "
+                    f"{' '.join(argv)}\n    output: {o.strip()[-1500:]}\n")
+        r.log.flush()
+        res = {}
+        for line in o.splitlines():
+            f = line.split()
+            if len(f) >= 2 and f[0].isdigit():
+                try:
+                    res[int(f[0])] = float(f[1])
+                except ValueError:
+                    pass
+        if code != 0 or any(res.get(s, 0) <= 0 for s in self.MV2_SIZES):
+            tail = o.strip().splitlines()[-3:] if o.strip() else []
+            raise RunFailed(f"{bench} exit {code}: " + " / ".join(tail))
+        return res
+
+    def run_mvapich(self, r):
+        self.mark_group("mvapich")
+        if not self.want_group("mvapich"):
+            return
+        stacks = [s for s in self.MV2_STACKS if self.want_case(s[0])]
+        keys = lambda c: [(c, m, s) for _, m in self.MV2_BENCH for s in self.MV2_SIZES]
+        for c in stacks:
+            for k in keys(c[0]):
+                self.pt(*k)
+        # a stack whose programs are missing is "not available"; the others run
+        absent = {}
+        for kind in ("mv2", "ompi"):
+            launcher = (os.path.join(self.mv2_prefix(), "bin", "mpiexec.hydra")
+                        if kind == "mv2" else shutil.which("mpirun") or "mpirun")
+            for f in [launcher] + [self.mv2_osu(kind, b) for b, _ in self.MV2_BENCH]:
+                if not os.access(f, os.X_OK):
+                    absent[kind] = (f"{f} missing: build MVAPICH2 and the OSU benchmarks "
+                                    f"with tools/build-mvapich2.sh SOURCE {self.mv2_prefix()} "
+                                    "(or set MVAPICH2_PREFIX)")
+                    break
+        for c in stacks:
+            if c[2] in absent:
+                for k in keys(c[0]):
+                    p = self.pt(*k)
+                    p.status, p.reason = "n/a", absent[c[2]]
+        stacks = [c for c in stacks if c[2] not in absent]
+        why = None if stacks else "nothing to run"
+        tmp = os.path.abspath(tempfile.mkdtemp(prefix="mv2-", dir=r.logdir))
+        old = signal.signal(signal.SIGTERM, sigterm_interrupts)
+        etc = []
+        try:
+            if why is None:
+                try:
+                    ns, addrs = self.mpi_hosts(tmp)
+                except NotAvailable as e:
+                    why = str(e)
+            if why:
+                for c in stacks:
+                    for k in keys(c[0]):
+                        p = self.pt(*k)
+                        p.status, p.reason = "n/a", why
+                return
+            # MVAPICH2 tells hosts apart by gethostid(): each namespace host
+            # resolves its own name (ip netns exec binds /etc/netns/NS/hosts)
+            for n in ns:
+                d = os.path.join("/etc/netns", n)
+                os.makedirs(d, exist_ok=True)
+                etc.append(d)
+                with open(os.path.join(d, "hosts"), "w") as f:
+                    f.write("127.0.0.1 localhost\n" +
+                            "".join(f"{a} {m}\n" for a, m in zip(addrs, ns)))
+            dead = set()
+            for rnd in range(self.pl["runs"]):
+                for c in stacks:
+                    for bench, metric in self.MV2_BENCH:
+                        if (c[0], metric) in dead:
+                            continue
+                        k = [(c[0], metric, s) for s in self.MV2_SIZES]
+                        try:
+                            res = self.mv2_run(r, tmp, ns, addrs, c, bench, metric)
+                        except RunFailed as e:
+                            self.fail_point(k, str(e))
+                            dead.add((c[0], metric))
+                            continue
+                        for s in self.MV2_SIZES:
+                            self.pt(c[0], metric, s).vals.append(res[s])
+                print(f"run: mvapich round {rnd + 1}/{self.pl['runs']} "
+                      f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr)
+        finally:
+            self.mpi_down()
+            for d in etc:
+                shutil.rmtree(d, ignore_errors=True)
             shutil.rmtree(tmp, ignore_errors=True)
             signal.signal(signal.SIGTERM, old)
 
@@ -2819,6 +2989,73 @@ class Harness:
         L.append("")
         return L
 
+    def mvapich_section(self):
+        """The report's MVAPICH2 section (empty when the group did not run)."""
+        if not any(k[1].startswith("mv2_") for k in self.order):
+            return []
+        cases = [s for s in self.MV2_STACKS if any(k[0] == s[0] for k in self.order)]
+        tune = self.mv2_tuning()
+        L = ["## MVAPICH2: OSU benchmarks between two namespace hosts\n",
+             "MVAPICH2 (tools/build-mvapich2.sh, `MVAPICH2_PREFIX`) launched by Hydra "
+             "(`mpiexec.hydra -launcher rsh`, `tools/mpi-netns-agent`) from namespace A under "
+             "`diwarp run --addr`, one rank in A and one in B (a veth pair, MTU 1500), "
+             f"ranks pinned to cores {self.a.cpus} (`taskset`); "
+             + " ".join(f"`{k}={v}`" for k, v in {**self.MV2_ENV, **tune}.items()) +
+             ". Baseline: the same OSU benchmarks built against Open MPI 4.1, `mpirun --mca "
+             "pml ob1 --mca btl self,tcp`, launched and pinned alike. "
+             f"OSU 5.9 `-i {self.pl['mv2_lat_iters']}` (latency) / `-i "
+             f"{self.pl['mv2_bw_iters']}` (bandwidth, window 64). Each cell: median "
+             "(min–max) of the rounds, ×ratio against ob1/tcp.\n"]
+        med = {}
+        for c in cases:
+            for _, m in self.MV2_BENCH:
+                for s in self.MV2_SIZES:
+                    p = self.points.get((c[0], m, s))
+                    med[(c[0], m, s)] = statistics.median(p.vals) if p and p.status == "ok" \
+                        and p.vals else None
+        for bench, m in self.MV2_BENCH:
+            unit = "µs" if m == "mv2_lat_us" else "MB/s"
+            L.append(f"### {bench} ({unit})\n")
+            L.append("| size | " + " | ".join(c[1] for c in cases) + " |")
+            L.append("|---" * (len(cases) + 1) + "|")
+            for s in self.MV2_SIZES:
+                cells = []
+                for c in cases:
+                    p = self.points[(c[0], m, s)]
+                    v = med[(c[0], m, s)]
+                    if v is None:
+                        cells.append(p.status if p.status != "n/a" else "not available")
+                        continue
+                    lo, hi = min(p.vals), max(p.vals)
+                    cell = f"{fmt(v)} ({fmt(lo)}–{fmt(hi)})"
+                    if hi / lo > self.a.noise:
+                        cell += " ⚠"
+                    b = med.get((self.MV2_BASE, m, s))
+                    if b and c[0] != self.MV2_BASE:
+                        cell += f" ×{v / b:.2f}"
+                    cells.append(cell)
+                L.append(f"| {size_name(s)} | " + " | ".join(cells) + " |")
+            L.append("")
+        # the targets: latency <= ob1/tcp's at <= 8 B, bandwidth >= ob1/tcp's from 4 KiB
+        for c in cases:
+            if c[0] == self.MV2_BASE:
+                continue
+            miss = []
+            for s in self.MV2_SIZES:
+                for m, ok in (("mv2_lat_us", s <= 8), ("mv2_bw_mbs", s >= 4 * KiB)):
+                    if not ok:
+                        continue
+                    v, b = med[(c[0], m, s)], med.get((self.MV2_BASE, m, s))
+                    if v is None or b is None:
+                        miss.append(f"{m} {size_name(s)}: not measured")
+                    elif (m == "mv2_lat_us" and v > b) or (m == "mv2_bw_mbs" and v < b):
+                        miss.append(f"{'latency' if m == 'mv2_lat_us' else 'bandwidth'} "
+                                    f"{size_name(s)} ×{v / b:.2f}")
+            L.append(f"- target (latency ≤ ob1/tcp at ≤ 8 B, bandwidth ≥ ob1/tcp from 4 KiB) "
+                     f"for {c[1]}: " + ("met" if not miss else "missed: " + ", ".join(miss)))
+        L.append("")
+        return L
+
     # ---- output
     BASE = {"lat_us": {"dgram": "raw-udp", "stream": "raw-tcp"},
             "bw_gbps": {"dgram": "raw-tcp", "stream": "raw-tcp"},
@@ -2831,6 +3068,8 @@ class Harness:
     def baseline(self, case, metric, size):
         if metric.startswith("mpi_"):
             b = "mpi-ob1-tcp"  # Open MPI's own TCP path
+        elif metric.startswith("mv2_"):
+            b = self.MV2_BASE  # Open MPI ob1/tcp, the same OSU benchmarks
         elif metric == "cont_gbps":
             b = self.cont_base.get(case)  # raw TCP (default cc) on the same path
         else:
@@ -2878,7 +3117,7 @@ class Harness:
     def runs_of(self, metric):
         if metric.startswith(("cont_", "lo_", "slow_")):
             return self.pl["cont_runs"]
-        if metric.startswith(("mpi_", "mr_")):
+        if metric.startswith(("mpi_", "mv2_", "mr_")):
             return self.pl["runs"]
         return self.pl["runs"] if metric in self.BASE else self.pl["seed_runs"]
 
@@ -3430,6 +3669,7 @@ class Harness:
                             f"{pl['idle_ms']} ms of nothing.", size_fmt=lambda n: ""))
         L += self.cont_section()
         L += self.mpi_section()
+        L += self.mvapich_section()
         L += self.credits_section()
         L += self.daemon_section()
         L += self.mr_section()
@@ -3602,6 +3842,7 @@ def main():
         h.run_seed(r)
         h.run_contention(r)
         h.run_mpi(r)
+        h.run_mvapich(r)
         h.run_credits(r)
         h.run_daemon(r)
         h.run_multirail(r)
