@@ -92,7 +92,9 @@ unset MV2_RDMA_CM_CONF_FILE_PATH
 
 # mv2_A OUT diwarp|plain PINNED(1|0) PROGRAM ARGS...: mpiexec in host A,
 # rank 0 in A and rank 1 in B, under `diwarp run` (pinned: --addr and the
-# agent's map gives each host its device address) or plain; bounded.
+# agent's map gives each host its device address) or plain; bounded. The
+# ranks take their environment from their host's proxy (-genvnone): Hydra
+# would otherwise hand A's DIWARP_ADDR to B's rank too.
 mv2_A() {
         out=$1
         how=$2
@@ -113,7 +115,7 @@ mv2_A() {
                 sh -c 'hostname "$1" && shift && cd "$TMPDIR" && exec "$@"' sh "$nsA" \
                 env -u DIWARP_ADDR DIWARP_MPI_HOSTS="$TMPD/hosts" DIWARP_LOG=info \
                 DIWARP_RC_TRANSPORT=$rc_transport "${pre[@]}" \
-                "$prefix/bin/mpiexec.hydra" -launcher rsh -launcher-exec "$agent" \
+                "$prefix/bin/mpiexec.hydra" -launcher rsh -launcher-exec "$agent" -genvnone \
                 -n 1 -host "$A" "$@" : -n 1 -host "$B" "$@" >"$out" 2>&1
 }
 
@@ -141,7 +143,7 @@ for pinned in 1 0; do
                 mv2_A "$out" diwarp $pinned "$osu/$1" -c -m 1:4194304 "${@:2}"
                 r=$?
                 echo "--- $1 ($tag, $mode): exit $r"
-                grep -Ev '^\[diwarp' "$out" | head -40
+                grep -Ev '^diwarp: ' "$out" | head -40
                 [ $r -eq 0 ] || { cat "$out" >&2; fail "$1 over diwarp ($tag, $mode) exited $r"; }
                 osu_check "$out" "$1 ($tag, $mode)"
                 if [ $mode = rd ]; then
@@ -166,7 +168,7 @@ if [ $mode = rc ]; then
         r=$?
         echo "--- osu_latency without diwarp: exit $r"
         tail -5 "$neg"
-        [ $r -ne 0 ] && [ $r -ne 124 ] || fail "mpiexec without diwarp exited $r (want a failure)"
+        [ $r -ne 0 ] || fail "mpiexec without diwarp exited 0 (want a failure)"
         ! grep -Eq '^1 +[0-9.]+ +Pass' "$neg" || fail "the job ran without diwarp"
 fi
 echo "ok"
