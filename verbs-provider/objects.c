@@ -704,6 +704,12 @@ static struct ibv_ah *dwv_ah_create(struct ibv_pd *pd, const union ibv_gid *dgid
         return &a->ah;
 }
 
+bool dwv_called_from_librdmacm(const void *ret)
+{
+        Dl_info caller;
+        return dladdr(ret, &caller) && caller.dli_fname && strstr(caller.dli_fname, "librdmacm");
+}
+
 DWV_SYMVER(dwv_ibv_create_ah, ibv_create_ah, "IBVERBS_1.1");
 struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
@@ -721,10 +727,7 @@ struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
                  * caller is let through: librdmacm's rsocket datagram service
                  * hands a datagram to its own QP with an AH naming our port's
                  * LID (0) and no GRH; for it LID 0 names this device. */
-                Dl_info caller;
-                bool rdmacm = dladdr(__builtin_return_address(0), &caller) && caller.dli_fname &&
-                              strstr(caller.dli_fname, "librdmacm");
-                if (!rdmacm) {
+                if (!dwv_called_from_librdmacm(__builtin_return_address(0))) {
                         dw_warn("verbs: ibv_create_ah: no GRH (is_global=0): diwarp0's link "
                                 "layer is Ethernet, peers are named by GID (e.g. pass -g 0)");
                         return dwv_fail(-EINVAL);

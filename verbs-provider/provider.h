@@ -43,6 +43,10 @@ struct dwv_verbs_device {
 
 /* The one diwarp device (diwarp0); static, initialised once, never freed. */
 struct dwv_verbs_device *dwv_device(void);
+/* The code at return address RET (a caller's __builtin_return_address(0))
+ * is librdmacm's own (its rsocket service), not the program's: diwarp
+ * serves it a few things the kernel would not (objects.c, rdmacm.c). */
+bool dwv_called_from_librdmacm(const void *ret);
 /* DIWARP_TRANSPORT=ib: the device reports InfiniBand transport (device.c). */
 bool dwv_device_reports_ib(void);
 static inline int dwv_dev_is_ours(const struct ibv_device *d)

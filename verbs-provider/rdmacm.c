@@ -1228,7 +1228,19 @@ int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
                 pthread_mutex_unlock(&g.lock);
                 return fail(ENODEV);
         }
-        struct in_addr local = a.s_addr == INADDR_ANY ? a : dev_local_addr(a);
+        /* The kernel's rdma_cm takes a loopback address as it takes the
+         * wildcard (cma_any_addr): the id is bound, on no device yet, and
+         * libfabric's verbs provider relies on it: it binds "localhost" and,
+         * finding no device on the id, names its endpoints by the device's
+         * interface addresses; given a device there, it would name them
+         * 127.0.0.1, which no other host can reach. librdmacm's own rsocket
+         * datagram service is the exception: it binds a QP's id to the
+         * source address and at once registers buffers on the id's device,
+         * which over loopback only diwarp0 can give it. */
+        bool loopback = (ntohl(a.s_addr) >> 24) == 127;
+        bool as_any = a.s_addr == INADDR_ANY ||
+                      (loopback && !dwv_called_from_librdmacm(__builtin_return_address(0)));
+        struct in_addr local = as_any ? a : dev_local_addr(a);
         if (local.s_addr == INADDR_NONE) {
                 /* As the kernel: a specific address with no RDMA device on it. */
                 pthread_mutex_unlock(&g.lock);
@@ -1253,7 +1265,7 @@ int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
             addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
         memset(&id->route.addr.src_storage, 0, sizeof(id->route.addr.src_storage));
         memcpy(&id->route.addr.src_storage, addr, len);
-        if (a.s_addr != INADDR_ANY)
+        if (!as_any)
                 attach_device(r, a);
         r->state = RCM_BOUND;
         pthread_mutex_unlock(&g.lock);
