@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <endian.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,24 +89,60 @@ static struct dwv_verbs_device dwv_dev;
 static uint32_t dwv_addr_be;       /* GID 0's IPv4 (network order) */
 static char dwv_ifname[16] = "lo"; /* its interface: the device's netdev */
 static pthread_once_t dwv_dev_once = PTHREAD_ONCE_INIT;
-static bool dwv_as_ib; /* DIWARP_TRANSPORT=ib */
+static bool dwv_as_ib; /* reports InfiniBand transport (DIWARP_TRANSPORT) */
 
-/* DIWARP_TRANSPORT: what the device says it is. "iwarp" (the default) is the
- * truth. "ib" reports an InfiniBand-transport device on an Ethernet link, as
- * RoCE devices do, for libraries that switch features off for iWARP:
- * libfabric's verbs provider offers no remote CQ data on iWARP, and Open MPI
- * 4.1's ofi MTL without CQ data hangs in MPI_Ssend to any rank but 0. The
- * wire, the rdma_cm emulation and every verb stay the same. */
+/* Open MPI's ofi MTL is in this process: its component's shared object
+ * (mca_mtl_ofi.so) is loaded, or the component is linked into libmpi. */
+static int dwv_is_mtl_ofi(struct dl_phdr_info *info, size_t size, void *data)
+{
+        (void)size;
+        (void)data;
+        const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+        base = base ? base + 1 : info->dlpi_name;
+        return base && !strncmp(base, "mca_mtl_ofi.", 12);
+}
+
+static bool dwv_ompi_mtl_ofi_present(void)
+{
+        return dl_iterate_phdr(dwv_is_mtl_ofi, NULL) ||
+               dlsym(RTLD_DEFAULT, "mca_mtl_ofi_component");
+}
+
+/* DIWARP_TRANSPORT: what the device says it is. "iwarp" is the truth and,
+ * with one exception, the default. "ib" reports an InfiniBand-transport
+ * device on an Ethernet link, as RoCE devices do, for libraries that switch
+ * features off for iWARP. The exception: libfabric's verbs provider offers
+ * no remote CQ data on iWARP (although RFC 7306 and diwarp carry immediate
+ * data), and Open MPI's ofi MTL without CQ data posts the receive of a
+ * synchronous send's acknowledgement from the wrong address, so MPI_Ssend
+ * to any rank but 0 (and a barrier of 3 ranks) never completes. In a
+ * process where that MTL is loaded (Open MPI selects it, then libfabric
+ * opens the device), the default is therefore "ib", said in one info line;
+ * "iwarp" set explicitly keeps iWARP there, with a warning naming what will
+ * hang. The wire, the rdma_cm emulation and every verb stay the same. */
 static void dwv_transport_init(void)
 {
         const char *t = getenv("DIWARP_TRANSPORT");
-        if (!t || !*t || !strcasecmp(t, "iwarp"))
-                return;
-        if (!strcasecmp(t, "ib")) {
+        bool forced = t && *t && strcasecmp(t, "auto");
+        if (forced && !strcasecmp(t, "ib")) {
                 dwv_as_ib = true;
                 return;
         }
-        dw_warn("verbs: DIWARP_TRANSPORT=%s: not iwarp or ib; the device reports iwarp", t);
+        if (forced && strcasecmp(t, "iwarp")) {
+                dw_warn("verbs: DIWARP_TRANSPORT=%s: not iwarp, ib or auto; taken as auto", t);
+                forced = false;
+        }
+        if (!dwv_ompi_mtl_ofi_present())
+                return;
+        if (forced) {
+                dw_warn("verbs: DIWARP_TRANSPORT=iwarp under Open MPI's ofi MTL: libfabric offers "
+                        "no CQ data on iWARP and MPI_Ssend to ranks other than 0 will hang; "
+                        "use --transport ib (or leave it unset)");
+                return;
+        }
+        dwv_as_ib = true;
+        dw_info("verbs: Open MPI's ofi MTL: diwarp0 reports InfiniBand transport on Ethernet so "
+                "that libfabric gives it remote CQ data (--transport iwarp to keep iWARP)");
 }
 
 static void dwv_device_init(void)
@@ -128,6 +165,11 @@ static void dwv_device_init(void)
         }
         dwv_addr_be = ip.s_addr;
 
+        /* The engine applies DIWARP_LOG when a device opens; the report's
+         * line comes earlier. */
+        int lvl = dw_log_level_from_env();
+        if (lvl >= 0)
+                dw_log_set_level(lvl);
         dwv_transport_init();
         struct ibv_device *d = &dwv_dev.device;
         d->node_type = dwv_as_ib ? IBV_NODE_CA : IBV_NODE_RNIC;
