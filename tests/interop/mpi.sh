@@ -1,14 +1,17 @@
 #!/bin/bash
 # Open MPI over diwarp between two namespace hosts joined by veth:
-#   mpi.sh MODE      MODE: rc (RC over TCP) or rd (DIWARP_RC_TRANSPORT=rd)
+#   mpi.sh MODE      MODE: rc (RC over TCP), rd (DIWARP_RC_TRANSPORT=rd),
+#                    or nic (RC over TCP, the device as it comes)
 # mpirun runs in host A (namespace diwarp-mpiA-PID, 10.79.X.1) under `diwarp
 # run`; tools/mpi-netns-agent (the rsh agent) starts Open MPI's daemon in
-# host B (diwarp-mpiB-PID, 10.79.X.2), each host with its own hostname and
-# device address. Open MPI reaches diwarp through `--mca pml cm --mca mtl
-# ofi` and libfabric's verbs;ofi_rxm provider, with the device reported as
-# an InfiniBand-transport one (`diwarp run --transport ib`, see USAGE.md:
-# Open MPI 4.1 needs remote CQ data, which libfabric never offers on
-# iWARP). Checks:
+# host B (diwarp-mpiB-PID, 10.79.X.2), each host with its own hostname.
+# Open MPI reaches diwarp through `--mca pml cm --mca mtl ofi` and
+# libfabric's verbs;ofi_rxm provider.
+#
+# Modes rc and rd pin each host's device to its address (`--addr`, the
+# agent's DIWARP_ADDR) and report it as an InfiniBand-transport one
+# (`--transport ib`, see USAGE.md: Open MPI needs remote CQ data, which
+# libfabric never offers on iWARP). Checks:
 #  1. mpi_check, 3 ranks (two on A, one on B), moves point-to-point messages
 #     of 1 B to 64 MiB between ranks 0 (A) and 2 (B), synchronous sends
 #     both ways, Bcast, Reduce, Allreduce and Alltoall, every byte checked,
@@ -18,18 +21,27 @@
 #     A's and B's addresses (over RD in mode rd);
 #  3. NetPIPE (NPopenmpi, 1 B to 1 MiB, few repetitions) completes between A
 #     and B with a positive rate at every size;
-#  4. the device as it is (iWARP) carries mpi_check too, 2 ranks, 1 MiB,
-#     without synchronous sends;
+#  4. the device reported as iWARP (`--transport iwarp`) carries mpi_check
+#     too, 2 ranks, 1 MiB, without synchronous sends, and each rank warns
+#     that MPI_Ssend would hang, naming `--transport ib`;
 #  5. (mode rc) the same mpirun without diwarp finds no verbs device: the
 #     MPI job fails, so nothing else could have carried the traffic in 1.
+#
+# Mode nic launches as a user with a NIC would: no --addr anywhere (each
+# device has its host's addresses, loopback last) and no --transport. It
+# runs check 1 (mpi_check, 3 ranks, synchronous sends) and 2, and checks
+# that no QP connected to a loopback address (libfabric names its endpoints
+# by the device's interface address) and that each rank said, in one line,
+# that the device reports InfiniBand transport to Open MPI's ofi MTL.
+#
 # Needs root and `ip netns`, Open MPI (mpirun, and mpicc: MPI_CHECK is the
 # program meson built with it) and NetPIPE; otherwise exit 77 (skipped).
 . "$(dirname "$0")/lib.sh"
-mode=${1:?usage: mpi.sh rc|rd}
+mode=${1:?usage: mpi.sh rc|rd|nic}
 case $mode in
-rc) rc_transport=tcp ;;
+rc | nic) rc_transport=tcp ;;
 rd) rc_transport=rd ;;
-*) fail "unknown mode '$mode' (rc or rd)" ;;
+*) fail "unknown mode '$mode' (rc, rd or nic)" ;;
 esac
 
 skip() {
@@ -79,7 +91,11 @@ setup() {
 setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
 
 export DIWARP_MPI_HOSTS=$TMPD/hosts OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-printf '%s %s %s\n' "$A" "$nsA" "$A" "$B" "$nsB" "$B" >"$DIWARP_MPI_HOSTS"
+if [ $mode = nic ]; then
+        printf '%s %s -\n' "$A" "$nsA" "$B" "$nsB" >"$DIWARP_MPI_HOSTS"
+else
+        printf '%s %s %s\n' "$A" "$nsA" "$A" "$B" "$nsB" "$B" >"$DIWARP_MPI_HOSTS"
+fi
 printf '%s slots=1\n%s slots=1\n' "$A" "$B" >"$TMPD/hosts2"
 printf '%s slots=2\n%s slots=1\n' "$A" "$B" >"$TMPD/hosts3"
 # Open MPI's session directories (and NetPIPE's output) in this run's dir.
@@ -87,15 +103,21 @@ export TMPDIR=$TMPD
 ompi=(--allow-run-as-root --mca plm_rsh_agent "$agent" --bind-to none
         --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "verbs;ofi_rxm")
 
-# mpirun_A OUT ib|iwarp|plain ARGS...: mpirun in host A, under `diwarp run
-# --transport ib|iwarp` (the ranks inherit the preload and the DIWARP_*
-# settings) or plain; bounded.
+# mpirun_A OUT ib|iwarp|auto|plain ARGS...: mpirun in host A, under `diwarp
+# run --transport ib|iwarp`, `diwarp run` with no --transport (auto), or
+# plain; the device pinned to A's address except in mode nic (the ranks
+# inherit the preload and the DIWARP_* settings); bounded.
 mpirun_A() {
         out=$1
         how=$2
         shift 2
         pre=()
-        [ "$how" = plain ] || pre=("$DIWARP" run --addr "$A" --transport "$how" --)
+        if [ "$how" != plain ]; then
+                pre=("$DIWARP" run)
+                [ $mode = nic ] || pre+=(--addr "$A")
+                [ "$how" = auto ] || pre+=(--transport "$how")
+                pre+=(--)
+        fi
         timeout 80 ip netns exec "$nsA" unshare --uts \
                 sh -c 'hostname "$1" && shift && cd "$TMPDIR" && exec "$@"' sh "$nsA" \
                 env DIWARP_LOG=info DIWARP_RC_TRANSPORT=$rc_transport \
@@ -104,7 +126,9 @@ mpirun_A() {
 
 # 1. Data checked, ranks 0 and 1 on host A, rank 2 on host B.
 chk=$TMPD/mpi_check.out
-mpirun_A "$chk" ib --hostfile "$TMPD/hosts3" -np 3 "$MPI_CHECK"
+how=ib
+[ $mode = nic ] && how=auto
+mpirun_A "$chk" $how --hostfile "$TMPD/hosts3" -np 3 "$MPI_CHECK"
 r=$?
 echo "--- mpi_check ($r), $mode"
 cat "$chk"
@@ -132,6 +156,14 @@ else
         expect "$chk" "RC QP 0x[0-9a-f]+ connected to $A:" "a QP of B connects to A over diwarp"
         ! grep -q "connected over RD" "$chk" || fail "RC over TCP mode connected over RD"
 fi
+if [ $mode = nic ]; then
+        ! grep -Eq "(connected|connect) to 127\." "$chk" ||
+                fail "a QP connected to a loopback address (an endpoint named 127.0.0.1)"
+        n=$(grep -c "Open MPI's ofi MTL: diwarp0 reports InfiniBand transport" "$chk")
+        [ "$n" -eq 3 ] || fail "$n ranks (want 3) said the device reports InfiniBand transport"
+        echo "ok"
+        exit 0
+fi
 
 # 3. NetPIPE, one rank per host, 1 B to 1 MiB, 5 repetitions per size.
 np=$TMPD/np.out
@@ -153,8 +185,8 @@ awk 'NR == 1 && $1 != 1 { bad = "first size " $1 }
         fail "NetPIPE results incomplete"
 expect "$np" "connected( over RD)? to $B:" "NetPIPE's QP of A connects to B over diwarp"
 
-# 4. The device as it is, iWARP: no remote CQ data for Open MPI, whose
-#    synchronous sends then hang (USAGE.md), so none here.
+# 4. The device reported as iWARP: no remote CQ data for Open MPI, whose
+#    synchronous sends then hang (USAGE.md), so none here; each rank warns.
 iw=$TMPD/iwarp.out
 mpirun_A "$iw" iwarp --hostfile "$TMPD/hosts2" -np 2 "$MPI_CHECK" 1048576 nossend
 r=$?
@@ -163,6 +195,8 @@ cat "$iw"
 [ $r -eq 0 ] || fail "mpirun mpi_check over the iWARP-reported device exited $r"
 expect "$iw" '^mpi_check: all ok \(2 ranks\)$' "mpi_check passes over the iWARP-reported device"
 expect "$iw" "connected( over RD)? to $B:" "its QP of A connects to B over diwarp"
+n=$(grep -c "DIWARP_TRANSPORT=iwarp under Open MPI's ofi MTL: .*MPI_Ssend.*--transport ib" "$iw")
+[ "$n" -eq 2 ] || fail "$n ranks (want 2) warned that MPI_Ssend hangs over the iWARP-reported device"
 
 # 5. Without diwarp there is no verbs device: the job cannot run.
 if [ $mode = rc ]; then
