@@ -39,7 +39,8 @@ timeout 30 "$DIWARP" run --addr 127.0.0.2 ibv_devinfo -v >"$out" 2>&1 ||
 expect "$out" 'GID\[ *0\]:[[:space:]]+::ffff:127\.0\.0\.2' "GID[0] follows --addr"
 
 # --transport ib: the report changes (transport, node type in sysfs), the
-# link layer does not; a value that is neither iwarp nor ib is refused.
+# link layer does not; auto (the default) is iWARP outside Open MPI's ofi
+# MTL; a value that is none of iwarp, ib, auto is refused.
 timeout 30 "$DIWARP" run --transport ib ibv_devinfo >"$out" 2>&1 ||
         { cat "$out" >&2; fail "ibv_devinfo with --transport ib exited $?"; }
 expect "$out" 'transport:[[:space:]]+InfiniBand \(0\)' "--transport ib: transport InfiniBand"
@@ -50,13 +51,16 @@ expect "$out" '^1: CA$' "--transport ib: sysfs node_type 1: CA"
 timeout 30 "$DIWARP" run cat /sys/class/infiniband/diwarp0/node_type >"$out" 2>&1 ||
         { cat "$out" >&2; fail "reading node_type exited $?"; }
 expect "$out" '^4: RNIC$' "default: sysfs node_type 4: RNIC"
+timeout 30 "$DIWARP" run --transport auto ibv_devinfo >"$out" 2>&1 ||
+        { cat "$out" >&2; fail "ibv_devinfo with --transport auto exited $?"; }
+expect "$out" 'transport:[[:space:]]+iWARP \(1\)' "--transport auto: iWARP outside Open MPI"
 r=0
 timeout 30 "$DIWARP" run --transport roce true >"$out" 2>&1 || r=$?
 [ $r -eq 2 ] || { cat "$out" >&2; fail "--transport roce: exit $r, want 2"; }
-expect "$out" 'want iwarp or ib' "--transport roce refused with a reason"
+expect "$out" 'want iwarp, ib or auto' "--transport roce refused with a reason"
 DIWARP_TRANSPORT=roce timeout 30 "$DIWARP" run ibv_devinfo >"$out" 2>&1 ||
         { cat "$out" >&2; fail "ibv_devinfo with DIWARP_TRANSPORT=roce exited $?"; }
-expect "$out" 'DIWARP_TRANSPORT=roce: not iwarp or ib' "a bad DIWARP_TRANSPORT is named"
+expect "$out" 'DIWARP_TRANSPORT=roce: not iwarp, ib or auto' "a bad DIWARP_TRANSPORT is named"
 expect "$out" 'transport:[[:space:]]+iWARP \(1\)' "a bad DIWARP_TRANSPORT keeps iWARP"
 
 # Without the preload the device must not appear (the test can fail).
