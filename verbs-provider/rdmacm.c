@@ -1233,8 +1233,8 @@ int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
          * libfabric's verbs provider relies on it: it binds "localhost" and,
          * finding no device on the id, names its endpoints by the device's
          * interface addresses; given a device there, it would name them
-         * 127.0.0.1, which no other host can reach. librdmacm's own rsocket
-         * datagram service is the exception: it binds a QP's id to the
+         * 127.0.0.1, which no other host can reach. librdmacm's own rsockets
+         * are the exception: the datagram service binds a QP's id to the
          * source address and at once registers buffers on the id's device,
          * which over loopback only diwarp0 can give it. */
         bool loopback = (ntohl(a.s_addr) >> 24) == 127;
