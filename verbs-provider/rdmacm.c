@@ -110,6 +110,7 @@ struct rcm_id {
         struct rcm_chan *own_chan;  /* synchronous id: its channel (id.channel) */
         struct diwarp_listener *l;  /* RC listener */
         int ud_lfd;                 /* UD listener socket */
+        int port_fd;                /* holds the port rdma_bind_addr chose, until listen */
         struct rcm_id *parent;      /* passive child: its listener */
         uint64_t req_id;            /* RC child: diwarp request id */
         int ud_fd;                  /* UD child: the request's socket */
@@ -316,6 +317,15 @@ static uint16_t src_port_be(const struct rcm_id *r)
         if (sa->sa_family == AF_INET6)
                 return ((const struct sockaddr_in6 *)sa)->sin6_port;
         return 0;
+}
+
+static void set_src_port_be(struct rcm_id *r, uint16_t port_be)
+{
+        struct sockaddr *sa = &r->id.route.addr.src_addr;
+        if (sa->sa_family == AF_INET6)
+                ((struct sockaddr_in6 *)sa)->sin6_port = port_be;
+        else
+                ((struct sockaddr_in *)sa)->sin_port = port_be;
 }
 
 static uint16_t dst_port_be(const struct rcm_id *r)
@@ -567,6 +577,8 @@ static void free_id(struct rcm_id *r)
                 close(r->ud_lfd);
         if (r->ud_fd >= 0)
                 close(r->ud_fd);
+        if (r->port_fd >= 0)
+                close(r->port_fd);
         if (r->own_chan)
                 chan_destroy_locked(r->own_chan);
         free(r->ep_attr);
@@ -598,7 +610,7 @@ static struct rcm_id *id_new_locked(struct rdma_event_channel *ch, void *context
         r->id.ps = ps;
         r->id.qp_type = (ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB) ? IBV_QPT_UD : IBV_QPT_RC;
         r->refs = 1;
-        r->ud_lfd = r->ud_fd = -1;
+        r->ud_lfd = r->ud_fd = r->port_fd = -1;
         r->ack_timeout = -1;
         r->rnr_retry = -1;
         r->next = g.ids;
@@ -1206,6 +1218,33 @@ int rcm_destroy_id(struct rdma_cm_id *id)
         return 0;
 }
 
+/* rdma_bind_addr with port 0: the kernel picks a free port there and then,
+ * and programs read it (rdma_get_src_port) to tell their peer before they
+ * listen (qperf -cm1). A TCP socket on the wildcard address, SO_REUSEADDR and
+ * never listening, holds the port against other programs until the id's
+ * listener (SO_REUSEADDR too, so it may bind beside it) takes it over, or the
+ * id goes. Both port spaces are TCP ports here: the RC listener and the UD
+ * exchange. */
+static int reserve_port(struct rcm_id *r, uint16_t *port_be)
+{
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return -errno;
+        int one = 1;
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        socklen_t sl = sizeof(sa);
+        if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+            bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            getsockname(s, (struct sockaddr *)&sa, &sl) < 0) {
+                int err = -errno;
+                close(s);
+                return err;
+        }
+        r->port_fd = s;
+        *port_be = sa.sin_port;
+        return 0;
+}
+
 RCM_SYMVER(rcm_bind_addr, rdma_bind_addr, "RDMACM_1.0");
 int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
@@ -1251,6 +1290,14 @@ int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
                        inet_ntop(AF_INET, &g.addr, d, sizeof(d)), g.ngid);
                 return fail(ENODEV);
         }
+        if (!port) {
+                err = reserve_port(r, &port);
+                if (err < 0) {
+                        pthread_mutex_unlock(&g.lock);
+                        dw_warn("rdma_cm: rdma_bind_addr: no free port: %s", strerror(-err));
+                        return fail(-err);
+                }
+        }
         if (local.s_addr != a.s_addr) {
                 /* A loopback address the device has not: the kernel binds it
                  * to the first RDMA device, whose loopback address it takes. */
@@ -1265,6 +1312,7 @@ int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
             addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
         memset(&id->route.addr.src_storage, 0, sizeof(id->route.addr.src_storage));
         memcpy(&id->route.addr.src_storage, addr, len);
+        set_src_port_be(r, port);
         if (!as_any)
                 attach_device(r, a);
         r->state = RCM_BOUND;
@@ -1409,11 +1457,12 @@ int rcm_listen(struct rdma_cm_id *id, int backlog)
                 dw_warn("rdma_cm: rdma_listen on port %u: %s", port, strerror(-err));
                 return fail(-err);
         }
-        struct sockaddr *sa = &id->route.addr.src_addr;
-        if (sa->sa_family == AF_INET6)
-                ((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
-        else
-                ((struct sockaddr_in *)sa)->sin_port = htons(port);
+        set_src_port_be(r, htons(port));
+        /* The listener holds the port now. */
+        if (r->port_fd >= 0) {
+                close(r->port_fd);
+                r->port_fd = -1;
+        }
         if (!id->verbs)
                 id->port_num = 0;
         r->state = RCM_LISTEN;
