@@ -1,4 +1,4 @@
-#define _GNU_SOURCE /* accept4 */
+#define _GNU_SOURCE /* accept4, POLLRDHUP */
 #include "llp/tcp.h"
 
 #include <arpa/inet.h>
@@ -157,6 +157,12 @@ int dw_tcp_mss(int fd)
         if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) < 0)
                 return -errno;
         return mss > 0 ? mss : -EINVAL;
+}
+
+bool dw_tcp_peer_closed(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+        return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 ssize_t dw_tcp_writev(int fd, const struct iovec *iov, int iovcnt)

@@ -53,6 +53,10 @@ int dw_tcp_configure(int fd, uint32_t peer_timeout_ms);
  * it (> 0) or -errno. */
 int dw_tcp_mss(int fd);
 
+/* True once the peer has closed its end (its FIN or a reset arrived), even
+ * with data of it still unread: POLLRDHUP, one poll without waiting. */
+bool dw_tcp_peer_closed(int fd);
+
 /* writev with MSG_NOSIGNAL|MSG_DONTWAIT. Returns bytes written (may be short),
  * -EAGAIN when the socket buffer is full, or -errno (-EPIPE, -ECONNRESET,
  * -EFAULT for an unmapped source buffer...). */

@@ -1424,22 +1424,36 @@ static void rx_wait_end(struct dw_rc_conn *c)
         set_watch(c, (c->watch_events & EPOLLOUT) != 0);
 }
 
-/* A Send found no receive WQE posted. An InfiniBand requester would send it
- * again after an RNR NAK, rnr_retry times min_rnr_timer (7: for ever), and
- * programs written for InfiniBand post receives late counting on that. RC
- * over TCP holds the stream instead, as long as that retrying would last:
- * the socket is not read, so TCP's window stops the sender and nothing is
- * lost or sent twice; a receive posted meanwhile takes the Send. Then, or at
- * once with rnr_retry 0, the Send fails as RFC 5041 says (Terminate, no
- * buffer). Nothing of it shows on the wire. True while the stream waits. */
-static bool rx_wait_for_recv(struct dw_rc_conn *c)
+/* A Send (or the Immediate Data of a Write with Immediate) found no receive
+ * WQE posted. An InfiniBand requester would send it again after an RNR NAK,
+ * rnr_retry times min_rnr_timer (7: for ever), and programs written for
+ * InfiniBand post receives late counting on that. RC over TCP holds the
+ * stream instead, as long as that retrying would last: the socket is not
+ * read, so TCP's window stops the sender and nothing is lost or sent twice;
+ * a receive posted meanwhile takes the Send. Then, or at once with rnr_retry
+ * 0, the Send fails as RFC 5041 says (Terminate, no buffer). Nothing of it
+ * shows on the wire.
+ *
+ * A connection of the native CM whose peer has closed its end (its FIN or
+ * reset is in, behind the held Send) ends then, as an InfiniBand disconnect
+ * ends the retrying: the held Send is dropped and the QP goes to ERR
+ * (DISCONNECTED for rdma_cm) without a Terminate nobody would read. A peer
+ * that closes with more unsent data behind the held Send (qperf's rc_bw
+ * client) cannot send its FIN through the closed window: its socket resets
+ * the stream when it gives up, after its peer timeout (TCP_USER_TIMEOUT). An
+ * IB-style stream stays held: there the peer's close leaves the QP as it is
+ * (stream_failed).
+ *
+ * 1 while the stream waits, 0 when the Send is to fail, -1 once the
+ * connection is gone. */
+static int rx_wait_for_recv(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
         uint64_t now = dw_now_ns();
 
         if (!c->rx_wait_recv) {
                 if (qp->attr.rnr_retry == 0)
-                        return false;
+                        return 0;
                 c->rx_wait_recv = true;
                 c->rnr_deadline_ns = qp->attr.rnr_retry >= 7
                                          ? 0
@@ -1451,11 +1465,21 @@ static bool rx_wait_for_recv(struct dw_rc_conn *c)
                 set_watch(c, (c->watch_events & EPOLLOUT) != 0);
         } else if (c->rnr_deadline_ns && now >= c->rnr_deadline_ns) {
                 rx_wait_end(c);
-                return false;
+                return 0;
+        } else if (!c->ib_style && dw_tcp_peer_closed(c->fd)) {
+                char pb[32];
+                dw_info("RC QP %#x peer %s: the peer closed the connection while its Send waited "
+                        "for a receive WQE; dropped",
+                        qp->qpn, peer_str(c, pb, sizeof(pb)));
+                rx_wait_end(c);
+                qp->ctr.rx_dropped_no_recv++;
+                qp->dev->ctr.rx_dropped_no_recv++;
+                peer_gone_fail(c);
+                return -1;
         }
         /* SRQ receives arrive without dw_rc_post_recv: look again soon. */
         dw_rc_timer_add(qp->dev, c, now + 1000000ull);
-        return true;
+        return 1;
 }
 
 /* Resolves where the payload of the data segment in c->rh goes. 0, 1 (a
@@ -1559,8 +1583,11 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                                 /* RFC 6581 RTR zero-length Send: no receive WQE. */
                                 return 0;
                         }
-                        if (!dw_qp_recv_head(qp) && rx_wait_for_recv(c))
-                                return 1;
+                        if (!dw_qp_recv_head(qp)) {
+                                int held = rx_wait_for_recv(c);
+                                if (held)
+                                        return held;
+                        }
                         if (c->rx_wait_recv)
                                 rx_wait_end(c);
                         c->rx_wqe = rx_take_recv(c);
@@ -1708,6 +1735,14 @@ static void rx_data_place(struct dw_rc_conn *c)
                 return;
         }
         }
+}
+
+/* diwarp's Send with Immediate: byte 4 exactly 0x01, bytes 5-7 zero, without
+ * SE (the Send carries it). */
+static bool imm_with_send(uint8_t opcode, const struct dw_rdmap_imm *im)
+{
+        return opcode == DW_RDMAP_IMM_DATA && im->data[4] == DW_IMM_WITH_SEND && !im->data[5] &&
+               !im->data[6] && !im->data[7];
 }
 
 /* An Immediate Data message on its own (RFC 7306): it consumes the next
@@ -1870,10 +1905,7 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                  * alone, in order, before this one. */
                 if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
                         return;
-                /* diwarp's Send with Immediate: byte 4 exactly 0x01, bytes
-                 * 5-7 zero, without SE (the Send carries it). */
-                if (h->opcode == DW_RDMAP_IMM_DATA && im.data[4] == DW_IMM_WITH_SEND &&
-                    !im.data[5] && !im.data[6] && !im.data[7]) {
+                if (imm_with_send(h->opcode, &im)) {
                         c->imm_pending = true;
                         c->imm_value = imm;
                         return;
@@ -2106,6 +2138,19 @@ static int rx_parse(struct dw_rc_conn *c)
                                        why ? why : "MPA CRC mismatch");
                         return -1;
                 }
+                /* An Immediate Data message that takes a receive WQE (a
+                 * Write with Immediate's) waits for one as a Send does. */
+                struct dw_rdmap_imm im;
+                if ((c->rh.opcode == DW_RDMAP_IMM_DATA || c->rh.opcode == DW_RDMAP_IMM_DATA_SE) &&
+                    !dw_qp_recv_head(c->qp) &&
+                    dw_rdmap_imm_decode(p + 2 + dlen, ulen - dlen, &im, &why) >= 0 &&
+                    (c->imm_pending || !imm_with_send(c->rh.opcode, &im))) {
+                        int held = rx_wait_for_recv(c);
+                        if (held)
+                                return held > 0 ? 0 : -1; /* held: the FPDU stays staged */
+                }
+                if (c->rx_wait_recv)
+                        rx_wait_end(c);
                 c->rx_start += (uint32_t)fl;
                 c->rx_big = false;
                 rx_control(c, p + 2 + dlen, ulen - dlen);

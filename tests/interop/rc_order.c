@@ -8,9 +8,10 @@
  *    complete with Remote Operation / Remote Access Error, not success;
  *  - a QP moved to RESET takes its completions (the flushes of its error)
  *    out of its CQs, and the pair then runs again;
- *  - a Send that arrives before its receive is posted waits for it, as
- *    InfiniBand's RNR retry would (rnr_retry 7: for ever), and fails with
- *    RNR_RETRY_EXC_ERR once a bounded wait (rnr_retry 1) is over.
+ *  - a Send (or Write with Immediate) that arrives before its receive is
+ *    posted waits for it, as InfiniBand's RNR retry would (rnr_retry 7: for
+ *    ever), and a Send fails with RNR_RETRY_EXC_ERR once a bounded wait
+ *    (rnr_retry 1) is over.
  * Once with the QPs on two device contexts, once on one context.
  * Exit 0 = all checks passed; each failure prints its line.
  */
@@ -238,6 +239,20 @@ static void run(struct ibv_device *dev, bool one_context)
         CHECK(post_recv(&b, b.mr->lkey) == 0);
         REQUIRE(poll_one(b.cq, &wc) == 1);
         CHECK(wc.status == IBV_WC_SUCCESS && wc.byte_len == LEN && b.buf[LEN - 1] == 'r');
+        REQUIRE(poll_one(a.cq, &wc) == 1);
+        CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 7);
+
+        /* A Write with Immediate before its receive: held the same way (its
+         * Immediate Data takes a receive WQE), the data placed once it came. */
+        memset(a.buf, 'w', LEN);
+        CHECK(post_send(&a, IBV_WR_RDMA_WRITE_WITH_IMM, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey) ==
+              0);
+        nanosleep(&pause, NULL);
+        CHECK(ibv_poll_cq(b.cq, 1, &wc) == 0);
+        CHECK(post_recv(&b, b.mr->lkey) == 0);
+        REQUIRE(poll_one(b.cq, &wc) == 1);
+        CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+              wc.byte_len == LEN && b.buf[LEN - 1] == 'w');
         REQUIRE(poll_one(a.cq, &wc) == 1);
         CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 7);
 
