@@ -710,6 +710,18 @@ bool dwv_called_from_librdmacm(const void *ret)
         return dladdr(ret, &caller) && caller.dli_fname && strstr(caller.dli_fname, "librdmacm");
 }
 
+/* What a program that addresses its peer by LID (InfiniBand style) is told,
+ * for an RC connection and for a UD address handle. qperf runs its rc_ tests
+ * over rdma_cm with -cm1, but its ud_ tests address by LID whatever the flag,
+ * which no iWARP or RoCE device can serve. */
+#define DWV_NO_LID "diwarp0 is an iWARP device and has no LIDs; name the peer by GID"
+#define DWV_NO_LID_RC                                                                              \
+        DWV_NO_LID " (ibv_rc_pingpong -g 0, perftest -x 0) or connect through rdma_cm "            \
+                   "(perftest -R, qperf -cm1)"
+#define DWV_NO_LID_UD                                                                              \
+        DWV_NO_LID " (ibv_ud_pingpong -g 0, perftest -x 0; qperf's ud_ tests use LIDs even "       \
+                   "with -cm1 and cannot run here)"
+
 DWV_SYMVER(dwv_ibv_create_ah, ibv_create_ah, "IBVERBS_1.1");
 struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
@@ -727,15 +739,9 @@ struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
                  * caller is let through: librdmacm's rsocket datagram service
                  * hands a datagram to its own QP with an AH naming our port's
                  * LID (0) and no GRH; for it LID 0 names this device. */
-                if (!dwv_called_from_librdmacm(__builtin_return_address(0))) {
-                        dw_warn("verbs: ibv_create_ah: no GRH (is_global=0): diwarp0's link "
-                                "layer is Ethernet, peers are named by GID (e.g. pass -g 0)");
-                        return dwv_fail(-EINVAL);
-                }
-                if (attr->dlid != 0) {
-                        dw_warn("verbs: ibv_create_ah: no GRH (is_global=0) and LID %u; diwarp "
-                                "addresses peers by GID (e.g. pass -g 0)",
-                                attr->dlid);
+                if (!dwv_called_from_librdmacm(__builtin_return_address(0)) || attr->dlid != 0) {
+                        dw_warn("verbs: ibv_create_ah: LID %u without GRH (is_global=0): %s",
+                                attr->dlid, DWV_NO_LID_UD);
                         return dwv_fail(-EINVAL);
                 }
                 union diwarp_gid self;
@@ -972,9 +978,9 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
         }
         if (mask & IBV_QP_AV) {
                 if (!attr->ah_attr.is_global) {
-                        dw_warn("verbs: QP %#x: modify: ah_attr without GRH (is_global=0); "
-                                "diwarp addresses peers by GID (e.g. pass -g 0)",
-                                qp->qp_num);
+                        dw_warn("verbs: QP %#x: modify: ah_attr names LID %u without GRH "
+                                "(is_global=0): %s",
+                                qp->qp_num, attr->ah_attr.dlid, DWV_NO_LID_RC);
                         return EINVAL;
                 }
                 memcpy(a.dgid.raw, attr->ah_attr.grh.dgid.raw, sizeof(a.dgid.raw));
