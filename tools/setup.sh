@@ -13,7 +13,7 @@ shift
 packages=(
         build-essential meson ninja-build pkg-config clang libclang-rt-14-dev llvm
         libisal-dev libcriterion-dev liburing-dev libssl-dev
-        libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest libfabric-bin iperf3
+        libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest qperf libfabric-bin iperf3
         python3-pyverbs
         openmpi-bin libopenmpi-dev netpipe-openmpi
         iproute2 procps time valgrind gnuplot-nox
