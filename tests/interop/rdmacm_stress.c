@@ -2,7 +2,8 @@
  * librdmacm program): 16 connects at once to one listener, all established
  * and all disconnected; a connect to a port nobody listens on is refused
  * within a bound; a destroyed id handed back gets EINVAL, not a crash; a peer
- * process killed while connected is reported as DISCONNECTED within a bound;
+ * process killed while connected is reported as DISCONNECTED within a bound,
+ * and so is a disconnect behind a Send that waits for a receive at the server;
  * an event channel destroyed while a thread waits in rdma_get_cm_event (as a
  * program exiting without stopping its event thread does) leaves that thread
  * waiting, without an event and without touching freed memory (ASan).
@@ -76,9 +77,12 @@ static uint16_t listen_on(struct rdma_event_channel *ch, struct rdma_cm_id **lid
         REQUIRE(rdma_create_id(ch, lid, NULL, RDMA_PS_TCP) == 0);
         struct sockaddr_in a = loopback(0);
         REQUIRE(rdma_bind_addr(*lid, (struct sockaddr *)&a) == 0);
-        REQUIRE(rdma_listen(*lid, 64) == 0);
+        /* Port 0 is given a port at bind, as the kernel does (qperf tells
+         * it to its client before it listens); the listener keeps it. */
         uint16_t port = rdma_get_src_port(*lid);
         REQUIRE(port != 0);
+        REQUIRE(rdma_listen(*lid, 64) == 0);
+        CHECK(rdma_get_src_port(*lid) == port);
         return port;
 }
 
@@ -105,7 +109,8 @@ static int drive(struct rdma_event_channel *ch, struct rdma_event_channel *sch, 
                         if (e.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
                                 make_qp(e.id, pd);
                                 struct rdma_conn_param cp = {.responder_resources = 1,
-                                                             .initiator_depth = 1};
+                                                             .initiator_depth = 1,
+                                                             .rnr_retry_count = 7};
                                 CHECK(rdma_accept(e.id, &cp) == 0);
                                 if (accepted && nacc < NCONN)
                                         accepted[nacc++] = e.id;
@@ -364,10 +369,56 @@ int main(void)
         rdma_destroy_qp(vid);
         CHECK(rdma_destroy_id(vid) == 0);
 
+        /* 5. A Send waits at a server that posted no receive (it accepted
+         * with rnr_retry_count 7: InfiniBand would retry for ever); the
+         * client's disconnect still reaches the server as DISCONNECTED. */
+        port = listen_on(sch, &lid);
+        struct rdma_cm_id *hid = start_connect(cch, port);
+        memset(acc, 0, sizeof(acc));
+        CHECK(drive(cch, sch, &spd, acc, 1, now_ms() + 10000, NULL) == 1);
+        static char msg[64];
+        struct ibv_mr *mr = ibv_reg_mr(hid->qp->pd, msg, sizeof(msg), IBV_ACCESS_LOCAL_WRITE);
+        REQUIRE(mr);
+        struct ibv_sge sge = {.addr = (uintptr_t)msg, .length = sizeof(msg), .lkey = mr->lkey};
+        struct ibv_send_wr wr = {.wr_id = 1,
+                                 .sg_list = &sge,
+                                 .num_sge = 1,
+                                 .opcode = IBV_WR_SEND,
+                                 .send_flags = IBV_SEND_SIGNALED},
+                           *bad;
+        CHECK(ibv_post_send(hid->qp, &wr, &bad) == 0);
+        int held_over = 0;
+        t0 = now_ms();
+        while (now_ms() < t0 + 200) { /* held: the server's connection stays */
+                struct rdma_cm_event e;
+                if (next_event(sch, 10, &e) == 0 && e.event == RDMA_CM_EVENT_DISCONNECTED)
+                        held_over = 1;
+        }
+        CHECK(!held_over);
+        CHECK(rdma_disconnect(hid) == 0);
+        t0 = now_ms();
+        gone = 0;
+        while (!gone && now_ms() < t0 + 5000) {
+                struct rdma_cm_event e;
+                if (next_event(sch, 10, &e) == 0 && e.id == acc[0] &&
+                    e.event == RDMA_CM_EVENT_DISCONNECTED)
+                        gone = 1;
+        }
+        CHECK(gone);
+        fprintf(stderr, "disconnect behind a held Send reported after %ld ms\n", now_ms() - t0);
+        rdma_destroy_qp(hid);
+        CHECK(rdma_destroy_id(hid) == 0);
+        if (acc[0]) {
+                rdma_destroy_qp(acc[0]);
+                CHECK(rdma_destroy_id(acc[0]) == 0);
+        }
+        CHECK(rdma_destroy_id(lid) == 0);
+        CHECK(ibv_dereg_mr(mr) == 0);
+
         rdma_destroy_event_channel(cch);
         rdma_destroy_event_channel(sch);
 
-        /* 5. Channels destroyed under waiting threads. */
+        /* 6. Channels destroyed under waiting threads. */
         destroyed_under_waiter(64);
 
         if (failures) {
