@@ -2006,10 +2006,16 @@ static void tgt_consume(struct dw_rc_conn *c, const uint8_t *src, size_t n)
                 size_t k = t->iov_len < n ? t->iov_len : n;
                 if (src) {
                         memcpy(t->iov_base, src, k);
+                        /* The CRC over the staged copy, not the target: the
+                         * program may change its memory as soon as the
+                         * bytes land (qperf's rc_rdma_write_poll_lat writes
+                         * its last byte back once it sees it). */
+                        if (c->crc)
+                                c->crc_state = dw_crc32c_update(c->crc_state, src, k);
                         src += k;
-                }
-                if (c->crc)
+                } else if (c->crc) {
                         c->crc_state = dw_crc32c_update(c->crc_state, t->iov_base, k);
+                }
                 t->iov_base = (uint8_t *)t->iov_base + k;
                 t->iov_len -= k;
                 n -= k;
