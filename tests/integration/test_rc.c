@@ -1773,7 +1773,8 @@ Test(rc, native_connect_accept_over_rd)
         p = (struct diwarp_conn_param){.private_data = "hello", .private_data_len = 5};
         cr_assert_eq(diwarp_connect(A.qp, &gid, port, &p, 5000, NULL, NULL), -EPROTO);
         pthread_join(th, NULL);
-        cr_assert_eq(sa.req.private_data_len, 17);
+        /* our 20-byte block (magic, QPN, first PSN, connection token) + 5 */
+        cr_assert_eq(sa.req.private_data_len, 25);
         cr_assert_eq(diwarp_qp_state(A.qp), DIWARP_QPS_INIT);
         diwarp_listener_destroy(sa.l);
 }
