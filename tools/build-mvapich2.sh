@@ -36,19 +36,7 @@ build=${BUILD_DIR:-$src/build-diwarp}
 # are needed when the tree has no generated configure (a git checkout).
 packages=(build-essential autoconf automake libtool pkg-config bison flex
         libibverbs-dev librdmacm-dev gfortran python3)
-missing=()
-for p in "${packages[@]}"; do
-        status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-        [[ $status == "install ok installed" ]] || missing+=("$p")
-done
-if ((${#missing[@]})); then
-        echo "build-mvapich2: installing ${missing[*]}"
-        sudo=()
-        [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-        export DEBIAN_FRONTEND=noninteractive
-        "${sudo[@]}" apt-get update -q
-        "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+"$(dirname "$0")/install-packages.sh" build-mvapich2 "${packages[@]}"
 
 cd "$src"
 if [[ ! -x configure ]]; then

@@ -20,32 +20,7 @@ packages=(
         tshark
 )
 
-missing=()
-for p in "${packages[@]}"; do
-        status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-        [[ $status == "install ok installed" ]] || missing+=("$p")
-done
-
-if ((${#missing[@]})); then
-        echo "setup: installing ${missing[*]}"
-        sudo=()
-        if [[ $(id -u) -ne 0 ]]; then
-                command -v sudo >/dev/null || {
-                        echo "setup: need root or sudo to install: ${missing[*]}" >&2
-                        exit 1
-                }
-                sudo=(sudo)
-        fi
-        export DEBIAN_FRONTEND=noninteractive
-        # tshark's wireshark-common asks whether non-root users may capture:
-        # no (dumpcap stays root-only; the capture test runs in a namespace).
-        if [[ " ${missing[*]} " == *" tshark "* ]] && command -v debconf-set-selections >/dev/null; then
-                echo "wireshark-common wireshark-common/install-setuid boolean false" |
-                        "${sudo[@]}" debconf-set-selections
-        fi
-        "${sudo[@]}" apt-get update -q
-        "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+"$top/tools/install-packages.sh" setup "${packages[@]}"
 
 cd "$top"
 if [[ -f $build/build.ninja ]]; then
