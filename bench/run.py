@@ -1727,18 +1727,8 @@ class Harness:
                  os.path.join(tmp, "hostfile"), "-np", "2", "--bind-to", "none"] + opts +
                 ["NPopenmpi", "-p", "0", "-l", str(lo), "-u", str(hi), "-n", str(reps),
                  "-o", out])
-        r.nruns += 1
-        t0 = time.monotonic()
-        try:
-            p = subprocess.run(argv, env=env, capture_output=True, text=True,
-                               timeout=max(self.pl["timeout"], 120), start_new_session=True)
-            code, o = p.returncode, (p.stdout + p.stderr)
-        except subprocess.TimeoutExpired as e:
-            code, o = "timeout", str(e.stdout or "") + str(e.stderr or "")
-            self.mpi_down_procs(ns)
-        r.log.write(f"== mpi {case} {size_name(lo)}-{size_name(hi)}: exit {code} wall {time.monotonic() - t0:.1f}s: "
-                    f"{' '.join(argv)}\n    output: {o.strip()[-1500:]}\n")
-        r.log.flush()
+        code, o = self.mpi_job(r, f"mpi {case} {size_name(lo)}-{size_name(hi)}", argv, env, ns,
+                               120)
         res = {}
         if code == 0 and os.path.exists(out):
             for line in open(out):
@@ -1890,18 +1880,7 @@ class Harness:
                      [":", "-np", "1", "--host", addrs[1]] + ranks[1]
         argv = ["ip", "netns", "exec", ns[0], "unshare", "--uts", "sh", "-c",
                 'hostname "$1" && shift && cd "$TMPDIR" && exec "$@"', "sh", ns[0]] + launch
-        r.nruns += 1
-        t0 = time.monotonic()
-        try:
-            p = subprocess.run(argv, env=env, capture_output=True, text=True,
-                               timeout=max(self.pl["timeout"], 180), start_new_session=True)
-            code, o = p.returncode, (p.stdout + p.stderr)
-        except subprocess.TimeoutExpired as e:
-            code, o = "timeout", str(e.stdout or "") + str(e.stderr or "")
-            self.mpi_down_procs(ns)
-        r.log.write(f"== mvapich {case} {bench}: exit {code} wall {time.monotonic() - t0:.1f}s: "
-                    f"{' '.join(argv)}\n    output: {o.strip()[-1500:]}\n")
-        r.log.flush()
+        code, o = self.mpi_job(r, f"mvapich {case} {bench}", argv, env, ns, 180)
         res = {}
         for line in o.splitlines():
             f = line.split()
@@ -2918,6 +2897,25 @@ class Harness:
                 L.append(f"libfabric: `{name}` did not run; its output:\n\n```\n"
                          f"{why.strip()[:1200]}\n```\n")
         return L
+
+    def mpi_job(self, r, label, argv, env, ns, min_timeout):
+        """Runs one MPI launch (argv, started in namespace ns[0]) to its end or
+        its timeout (at least min_timeout s; the namespaces' MPI processes are
+        then killed); logs it. Returns (exit code or "timeout", output)."""
+        r.nruns += 1
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(argv, env=env, capture_output=True, text=True,
+                               timeout=max(self.pl["timeout"], min_timeout),
+                               start_new_session=True)
+            code, o = p.returncode, (p.stdout + p.stderr)
+        except subprocess.TimeoutExpired as e:
+            code, o = "timeout", str(e.stdout or "") + str(e.stderr or "")
+            self.mpi_down_procs(ns)
+        r.log.write(f"== {label}: exit {code} wall {time.monotonic() - t0:.1f}s: "
+                    f"{' '.join(argv)}\n    output: {o.strip()[-1500:]}\n")
+        r.log.flush()
+        return code, o
 
     def mpi_section(self):
         """The report's MPI section (empty when the group did not run)."""
