@@ -398,6 +398,7 @@ int bc_qp_rts(struct bc_ctx *c, struct bc_qp *q)
          * GID and QPN */
         a.qp_state = DIWARP_QPS_RTR;
         a.dgid = q->peer_gid;
+        a.sgid_index = c->sgid_index;
         a.dest_qp_num = q->peer_qpn;
         a.path_mtu = 4096;
         a.max_dest_rd_atomic = 16;
@@ -496,7 +497,13 @@ int bc_setup(struct bc_ctx *c, uint32_t nqp, size_t buf_len, uint32_t send_wr, u
         }
         /* exchange: GID, rkey and buffer base once, then every QPN */
         union diwarp_gid gid;
-        diwarp_device_gid(c->dev, &gid);
+        /* the GID of the side channel's local address (examples/common.c) */
+        int sgid = diwarp_device_gid_of_socket(c->dev, c->oob, &gid);
+        if (sgid < 0) {
+                free(qpns);
+                return bc_fail(c, "device GID", sgid);
+        }
+        c->sgid_index = (uint8_t)sgid;
         struct bc_wire_info mine = {.rkey = htonl(c->rkey),
                                     .nqp = htonl(nqp),
                                     .base = htobe64((uintptr_t)c->buf)},

@@ -66,6 +66,7 @@ struct bc_ctx {
         uint8_t *buf;
         size_t buf_len;
         uint32_t lkey, rkey;
+        uint8_t sgid_index; /* our GID: the address the side channel left from */
         uint32_t nqp;
         struct bc_qp *q;
         bool unsupported; /* set when a step failed with -EOPNOTSUPP */

@@ -315,6 +315,7 @@ static int ex_connect_qp(struct ex_ctx *c)
         /* IB-style connect: RTR with the peer's GID and QPN (docs/PROTOCOL.md). */
         a.qp_state = DIWARP_QPS_RTR;
         a.dgid = c->peer_gid;
+        a.sgid_index = c->sgid_index;
         a.dest_qp_num = c->peer_qpn;
         a.path_mtu = 4096;
         a.max_dest_rd_atomic = 16;
@@ -506,7 +507,14 @@ int ex_setup(struct ex_ctx *c, const struct ex_opts *o, ex_layout_fn layout)
                 return ex_fail("QP create", err);
         /* 3. exchange QPN, GID, rkey, address */
         union diwarp_gid gid;
-        diwarp_device_gid(c->dev, &gid);
+        /* The GID of the address the side channel left from, as rdma_cm's
+         * route resolution picks it: a peer reached at 127.0.0.1 is talked to
+         * there (GID 0, the default route's address, costs the kernel an
+         * uncached route per datagram between two ends on one host). */
+        err = diwarp_device_gid_of_socket(c->dev, c->oob, &gid);
+        if (err < 0)
+                return ex_fail("device GID", err);
+        c->sgid_index = (uint8_t)err;
         struct ex_wire_info mine = {.qpn = htonl(diwarp_qp_num(c->qp)),
                                     .rkey = htonl(mi.rkey),
                                     .addr = htobe64((uintptr_t)c->send_area),

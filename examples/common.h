@@ -53,6 +53,7 @@ struct ex_ctx {
         size_t slot_len;    /* o.size (+ 40 on UD) */
         uint32_t nrecv;
         uint8_t *credit_area; /* EX_CREDIT_SLOTS slots of 64 bytes: credit messages (bw) */
+        uint8_t sgid_index;   /* our GID: the address the side channel left from */
         /* the peer */
         uint32_t peer_qpn;
         union diwarp_gid peer_gid;

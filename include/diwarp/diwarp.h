@@ -118,6 +118,17 @@ int diwarp_device_gid(struct diwarp_device *dev, union diwarp_gid *gid);
  * are bound to the wildcard address so it is reachable at each of them.
  * Writes the first max entries; returns the table's length or -errno. */
 int diwarp_device_gid_table(struct diwarp_device *dev, struct diwarp_netif *out, int max);
+/* The GID index whose address is addr (IPv4, network order), its GID in
+ * *gid: what a program uses when it reached its peer from that address over
+ * another channel, as rdma_cm's route resolution picks the source GID.
+ * -ENOENT when the table has no such address. On one host, traffic between
+ * addresses of a non-loopback interface costs the kernel an uncached route
+ * per datagram (about 0.25 us each way), traffic on 127.0.0.1 does not. */
+int diwarp_device_gid_find(struct diwarp_device *dev, uint32_t addr, union diwarp_gid *gid);
+/* diwarp_device_gid_find for the local address of a connected socket fd
+ * (a side channel to the peer); GID index 0 when it is not an IPv4 socket or
+ * the table lacks its address. Returns the index or -errno. */
+int diwarp_device_gid_of_socket(struct diwarp_device *dev, int fd, union diwarp_gid *gid);
 /* The instance's UDP/TCP port and its instance number (the high 12 bits of
  * every QPN it hands out). */
 int diwarp_device_port(struct diwarp_device *dev, uint16_t *port, uint16_t *instance);

@@ -728,6 +728,36 @@ int diwarp_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, i
         return dev->ngid;
 }
 
+int diwarp_device_gid_find(struct diwarp_device *d, uint32_t addr, union diwarp_gid *gid)
+{
+        struct diwarp_netif t[DIWARP_MAX_GIDS];
+        int n = diwarp_device_gid_table(d, t, DIWARP_MAX_GIDS);
+        if (n < 0)
+                return n;
+        if (!gid)
+                return -EINVAL;
+        for (int i = 0; i < n && i < DIWARP_MAX_GIDS; i++) {
+                if (t[i].addr == addr) {
+                        dw_ipv4_to_gid((struct in_addr){.s_addr = addr}, gid);
+                        return i;
+                }
+        }
+        return -ENOENT;
+}
+
+int diwarp_device_gid_of_socket(struct diwarp_device *d, int fd, union diwarp_gid *gid)
+{
+        struct sockaddr_in me;
+        socklen_t len = sizeof(me);
+        if (getsockname(fd, (struct sockaddr *)&me, &len) == 0 && me.sin_family == AF_INET) {
+                int idx = diwarp_device_gid_find(d, me.sin_addr.s_addr, gid);
+                if (idx != -ENOENT)
+                        return idx;
+        }
+        int err = diwarp_device_gid(d, gid);
+        return err < 0 ? err : 0;
+}
+
 int diwarp_host_netifs(struct diwarp_netif *out, int max)
 {
         if (max < 0 || (max > 0 && !out))

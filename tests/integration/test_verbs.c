@@ -7,7 +7,9 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <diwarp/diwarp.h>
 
@@ -173,6 +175,41 @@ Test(device, pinned_address_is_the_only_gid)
                 ours |= t[i].addr == htonl(0xcb0071fe);
         if (!ours)
                 cr_expect_eq(diwarp_device_open(&o, &d), -EADDRNOTAVAIL);
+}
+
+/* A program that reached its peer over 127.0.0.1 gets the loopback GID (its
+ * index and its GID), as rdma_cm's route resolution would choose it; an
+ * address outside the table is -ENOENT, a socket without one GID 0. */
+Test(device, gid_of_the_side_channel_address)
+{
+        struct diwarp_netif t[DIWARP_MAX_GIDS];
+        int n = diwarp_device_gid_table(dev_a, t, DIWARP_MAX_GIDS);
+        cr_assert_geq(n, 1);
+        union diwarp_gid g, g0;
+        cr_assert_eq(diwarp_device_gid(dev_a, &g0), 0);
+        cr_expect_eq(diwarp_device_gid_find(dev_a, htonl(INADDR_LOOPBACK), &g), n - 1);
+        uint8_t lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+        cr_expect_arr_eq(g.raw, lo, 16);
+        cr_expect_eq(diwarp_device_gid_find(dev_a, htonl(0xcb0071fe), &g), -ENOENT);
+        cr_expect_eq(diwarp_device_gid_find(dev_a, htonl(INADDR_LOOPBACK), NULL), -EINVAL);
+
+        /* a TCP connection over 127.0.0.1, as the examples' side channel */
+        int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(sa);
+        cr_assert(l >= 0 && c >= 0);
+        cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        cr_assert_eq(listen(l, 1), 0);
+        cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &len), 0);
+        cr_assert_eq(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        memset(&g, 0, sizeof(g));
+        cr_expect_eq(diwarp_device_gid_of_socket(dev_a, c, &g), n - 1);
+        cr_expect_arr_eq(g.raw, lo, 16);
+        close(c);
+        close(l);
+        /* not a socket: GID 0 */
+        cr_expect_eq(diwarp_device_gid_of_socket(dev_a, -1, &g), 0);
+        cr_expect_arr_eq(g.raw, g0.raw, 16);
 }
 
 Test(device, qpn_carries_instance_never_0_or_1)
