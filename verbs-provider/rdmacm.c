@@ -810,25 +810,57 @@ static uint32_t get_be32(const uint8_t *p)
         return ntohl(v);
 }
 
-/* A TCP connection arrived on a UD listener: read the request, then a child id
- * and CONNECT_REQUEST (param.ud). */
-static void ud_request(struct rcm_id *lr)
-{
+/* UD requests being read. A UD connect is a TCP connection that carries
+ * one request; a peer that connects and stays silent must not hold the
+ * helper thread (every rdma_cm event of the process waits on it), so
+ * accepted sockets are read as their bytes come, each within
+ * RCM_UD_REQ_TIMEOUT_MS; when all RCM_UD_PENDING places are taken the
+ * oldest silent one makes room. The helper thread alone touches them. */
+#define RCM_UD_PENDING        64
+#define RCM_UD_REQ_TIMEOUT_MS (RCM_REQ_WAIT_MS * 20)
+
+struct rcm_ud_pending {
+        int fd;            /* -1: a free place */
+        struct rcm_id *lr; /* its listener, referenced */
         struct sockaddr_in peer;
-        socklen_t pl = sizeof(peer);
-        int s = accept4(lr->ud_lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (s < 0)
-                return;
+        uint64_t deadline_ns;
+        size_t got;
         uint8_t req[RCM_UD_REQ_LEN];
-        int r = read_full(s, req, sizeof(req), RCM_REQ_WAIT_MS * 20);
-        if (r < 0 || memcmp(req, RCM_UD_MAGIC, 4) || req[4] != RCM_UD_VER || req[5] != RCM_UD_REQ) {
+};
+
+static struct rcm_ud_pending ud_pend[RCM_UD_PENDING];
+static struct dw_log_limit ud_log_limit; /* helper thread only */
+
+static void ud_pending_init(void)
+{
+        for (int i = 0; i < RCM_UD_PENDING; i++)
+                ud_pend[i].fd = -1;
+}
+
+static void ud_pending_drop(struct rcm_ud_pending *p, const char *why)
+{
+        if (why) {
                 char a[INET_ADDRSTRLEN];
-                dw_warn("rdma_cm: UD listener port %u: bad request from %s:%u (%s)",
-                        ntohs(src_port_be(lr)), inet_ntop(AF_INET, &peer.sin_addr, a, sizeof(a)),
-                        ntohs(peer.sin_port), r < 0 ? strerror(-r) : "not a diwarp UD request");
-                close(s);
-                return;
+                dw_warn_limited(
+                    &ud_log_limit, "rdma_cm: UD listener port %u: request from %s:%u: %s",
+                    ntohs(src_port_be(p->lr)), inet_ntop(AF_INET, &p->peer.sin_addr, a, sizeof(a)),
+                    ntohs(p->peer.sin_port), why);
         }
+        if (p->fd >= 0)
+                close(p->fd);
+        p->fd = -1;
+        pthread_mutex_lock(&g.lock);
+        put_locked(p->lr);
+        pthread_mutex_unlock(&g.lock);
+        p->lr = NULL;
+}
+
+/* A whole request from the socket s (now the child's): a child id and
+ * CONNECT_REQUEST (param.ud). */
+static void ud_request(struct rcm_id *lr, int s, const struct sockaddr_in *peer_in,
+                       const uint8_t *req)
+{
+        struct sockaddr_in peer = *peer_in;
         pthread_mutex_lock(&g.lock);
         if (lr->destroyed || lr->state != RCM_LISTEN) {
                 pthread_mutex_unlock(&g.lock);
@@ -876,14 +908,74 @@ static void ud_request(struct rcm_id *lr)
         pthread_mutex_unlock(&g.lock);
 }
 
+/* A TCP connection arrived on a UD listener: a place to read its request. */
+static void ud_accept(struct rcm_id *lr)
+{
+        struct sockaddr_in peer;
+        socklen_t pl = sizeof(peer);
+        int s = accept4(lr->ud_lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (s < 0)
+                return;
+        struct rcm_ud_pending *p = NULL, *oldest = &ud_pend[0];
+        for (int i = 0; i < RCM_UD_PENDING && !p; i++) {
+                if (ud_pend[i].fd < 0)
+                        p = &ud_pend[i];
+                else if (ud_pend[i].deadline_ns < oldest->deadline_ns)
+                        oldest = &ud_pend[i];
+        }
+        if (!p) {
+                ud_pending_drop(oldest, "closed unfinished to make room (too many UD "
+                                        "connects waiting for their requests)");
+                p = oldest;
+        }
+        pthread_mutex_lock(&g.lock);
+        lr->refs++;
+        pthread_mutex_unlock(&g.lock);
+        *p = (struct rcm_ud_pending){.fd = s,
+                                     .lr = lr,
+                                     .peer = peer,
+                                     .deadline_ns =
+                                         dw_now_ns() + (uint64_t)RCM_UD_REQ_TIMEOUT_MS * 1000000u};
+}
+
+/* Reads what a pending request's socket holds; a whole request goes on. */
+static void ud_pending_step(struct rcm_ud_pending *p, uint64_t now)
+{
+        while (p->got < sizeof(p->req)) {
+                ssize_t n = recv(p->fd, p->req + p->got, sizeof(p->req) - p->got, MSG_DONTWAIT);
+                if (n > 0) {
+                        p->got += (size_t)n;
+                        continue;
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+                        if (now >= p->deadline_ns)
+                                ud_pending_drop(p, "no whole request within "
+                                                   "1000 ms: closed");
+                        return;
+                }
+                ud_pending_drop(p, n == 0 ? "closed before its request was whole"
+                                          : "read failed before its request was whole");
+                return;
+        }
+        if (memcmp(p->req, RCM_UD_MAGIC, 4) || p->req[4] != RCM_UD_VER || p->req[5] != RCM_UD_REQ) {
+                ud_pending_drop(p, "bad request (not a diwarp UD request)");
+                return;
+        }
+        int s = p->fd;
+        p->fd = -1; /* the child's now */
+        ud_request(p->lr, s, &p->peer, p->req);
+        ud_pending_drop(p, NULL);
+}
+
 #define RCM_WATCH_MAX 256
 
 static void *worker_main(void *arg)
 {
         (void)arg;
         struct rcm_id *lst[RCM_WATCH_MAX];
-        struct pollfd pfd[RCM_WATCH_MAX + 1];
+        struct pollfd pfd[RCM_WATCH_MAX + 1 + RCM_UD_PENDING];
 
+        ud_pending_init();
         for (;;) {
                 int n = 0;
                 bool conns = false;
@@ -907,7 +999,13 @@ static void *worker_main(void *arg)
                 pthread_mutex_unlock(&g.lock);
 
                 pfd[0] = (struct pollfd){.fd = g.wake_fd, .events = POLLIN};
-                poll(pfd, (nfds_t)n + 1, (n || conns) ? RCM_TICK_MS : -1);
+                int np = 0;
+                for (int i = 0; i < RCM_UD_PENDING; i++) {
+                        if (ud_pend[i].fd >= 0)
+                                pfd[n + 1 + np++] =
+                                    (struct pollfd){.fd = ud_pend[i].fd, .events = POLLIN};
+                }
+                poll(pfd, (nfds_t)(n + 1 + np), (n || conns || np) ? RCM_TICK_MS : -1);
                 uint64_t v;
                 (void)!read(g.wake_fd, &v, sizeof(v));
 
@@ -928,8 +1026,21 @@ static void *worker_main(void *arg)
                                         tmo = 0;
                                 }
                         } else if (ready && !lr->destroyed) {
-                                ud_request(lr);
+                                ud_accept(lr);
                         }
+                }
+                uint64_t now = dw_now_ns();
+                for (int i = 0; i < RCM_UD_PENDING; i++) {
+                        struct rcm_ud_pending *p = &ud_pend[i];
+                        if (p->fd < 0)
+                                continue;
+                        pthread_mutex_lock(&g.lock);
+                        bool gone = p->lr->destroyed || p->lr->state != RCM_LISTEN;
+                        pthread_mutex_unlock(&g.lock);
+                        if (gone)
+                                ud_pending_drop(p, NULL);
+                        else
+                                ud_pending_step(p, now);
                 }
 
                 /* Also drives the engine under DIWARP_PROGRESS=app, so a

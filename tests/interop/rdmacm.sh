@@ -1,9 +1,11 @@
 #!/bin/bash
 # Runs an rdma_cm program pair (server + client, two processes on this
 # machine) under diwarp and checks exit codes and the programs' own output:
-#   rdmacm.sh CASE      CASE: rping rdma_server rdma_xserver udaddy ucmatose
-#                       ucmatose_migrate cmtime udpong ib_send_bw ib_write_lat
-#                       fi_msg fi_rdm
+#   rdmacm.sh CASE      CASE: rping rdma_server rdma_xserver udaddy udaddy_silent
+#                       ucmatose ucmatose_migrate cmtime udpong ib_send_bw
+#                       ib_write_lat fi_msg fi_rdm
+# udaddy_silent: 80 TCP connections to the UD listener that never send their
+# request are open when the client connects; it must still get through.
 # The rdma_cm emulation lives in verbs-provider/rdmacm.c; udpong runs the
 # real librdmacm's datagram rsockets on top of it.
 . "$(dirname "$0")/lib.sh"
@@ -32,7 +34,7 @@ rdma_xserver)
         S=(rdma_xserver -p @PORT@)
         C=(rdma_xclient -s $addr -p @PORT@)
         ;;
-udaddy)
+udaddy | udaddy_silent)
         need udaddy
         # udaddy has no port option: its port is 7174, so concurrent test runs
         # take turns (port_lock).
@@ -89,8 +91,27 @@ esac
 serve "$DIWARP" run --
 S=("${S[@]//@PORT@/$port}")
 C=("${C[@]//@PORT@/$port}")
+silent_pid=
+if [ "$case" = udaddy_silent ]; then
+        # More silent peers than the emulation keeps places for (64): the
+        # oldest are closed to make room, and none may hold up the others.
+        python3 -c '
+import socket, sys, time
+held = []
+for i in range(80):
+    held.append(socket.create_connection(("'$addr'", '$port'), timeout=5))
+print("held", len(held), flush=True)
+time.sleep(60)
+' >"$TMPD/silent" 2>&1 &
+        silent_pid=$!
+        for _ in $(seq 100); do grep -q '^held 80' "$TMPD/silent" && break; sleep 0.1; done
+        grep -q '^held 80' "$TMPD/silent" || fail "could not open 80 silent connections: $(cat "$TMPD/silent")"
+fi
+t0=$(date +%s.%N)
 timeout 60 "$DIWARP" run -- "${C[@]}" >"$cli" 2>&1
 crc=$?
+t1=$(date +%s.%N)
+[ -z "$silent_pid" ] || kill $silent_pid 2>/dev/null
 if [ $server_exits = 1 ]; then
         wait $spid
         src=$?
@@ -120,12 +141,19 @@ rdma_xserver)
         expect "$srv" '^rdma_xserver: end 0' "rdma_xserver succeeds"
         expect "$cli" '^rdma_xclient: end 0' "rdma_xclient succeeds"
         ;;
-udaddy | ucmatose | ucmatose_migrate)
+udaddy | udaddy_silent | ucmatose | ucmatose_migrate)
         for f in "$srv" "$cli"; do
                 expect "$f" '^data transfers complete' "$case transfers its data"
                 expect "$f" '^return status 0' "$case reports success"
         done
         [ "$case" != ucmatose_migrate ] || expect "$cli" 'migrating to new event channel' "ids migrate"
+        if [ "$case" = udaddy_silent ]; then
+                expect "$srv" 'closed unfinished to make room' "the oldest silent peer makes room"
+                # Each silent peer used to hold the helper thread for 1 s
+                # (80 s in all, past the client's timeout).
+                awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 30) }' ||
+                        fail "udaddy took $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s beside 80 silent peers"
+        fi
         ;;
 cmtime)
         expect "$cli" '^connect +: +[0-9.]+' "cmtime times its connects"
