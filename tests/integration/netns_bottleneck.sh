@@ -295,7 +295,11 @@ hostpool() {
                 if [ $run = kill ]; then
                         # Client 2 holds tokens for good once its server stops
                         # answering: its messages never complete. Then it dies.
-                        sleep 0.5
+                        # The server stops only once client 2 runs its traffic
+                        # (it held a token): on a busy host a fixed delay could
+                        # stop it before the client had connected.
+                        pool hold "${cpids[2]}" 30 >"$TMPD/pool-start" ||
+                                { cat "$TMPD/pool-start"; show; fail "client 2 never started its traffic"; }
                         kill -STOP "${spids[2]}"
                         pool hold "${cpids[2]}" 2 >"$TMPD/pool-kill" ||
                                 { cat "$TMPD/pool-kill"; show; fail "client 2 never held a token"; }

@@ -1317,7 +1317,8 @@ static int case_mbox(void)
                         post_numbered(&a[q], &b, a[0].buf + ((size_t)q * MBX_MSGS + i) * 8192, len,
                                       q, i, q * 7000 + i);
                 }
-        unsigned next[MBX_NQ] = {0}, received = 0, sent = 0, held = 0, wrapped = 0, tick = 0;
+        unsigned next[MBX_NQ] = {0}, received = 0, sent = 0, held = 0, wrapped = 0, tick = 0,
+                 twice_checked = 0;
         const uint8_t *hold[64];
         uint64_t seed = 12345;
         struct diwarp_wc wc[16];
@@ -1350,13 +1351,22 @@ static int case_mbox(void)
                                 die("mbox: more than 64 messages held");
                         hold[held++] = m;
                 }
-                /* Release late, one at a time, in random order. */
-                if (held && (held >= 12 || ++tick % 7 == 0 || received == MBX_NQ * MBX_MSGS)) {
+                /* Release late, one at a time, in random order; once every
+                 * message is in, only after every Send completed, so that no
+                 * new message can land where a released one was (the
+                 * progress thread places them meanwhile) and a second release
+                 * of the same pointer must be refused. */
+                bool all_in = received == MBX_NQ * MBX_MSGS;
+                bool quiet = all_in && sent == MBX_NQ * MBX_MSGS;
+                if (held && (all_in ? quiet : (held >= 12 || ++tick % 7 == 0))) {
                         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
                         unsigned j = (unsigned)(seed >> 33) % held;
                         CHECK(diwarpdv_mbox_release(b.qp, hold[j]));
-                        if (diwarpdv_mbox_release(b.qp, hold[j]) != -EINVAL)
-                                die("mbox: a message released twice");
+                        if (quiet) {
+                                if (diwarpdv_mbox_release(b.qp, hold[j]) != -EINVAL)
+                                        die("mbox: a message released twice");
+                                twice_checked++;
+                        }
                         hold[j] = hold[--held];
                 }
                 n = diwarp_cq_poll(a[0].cq, 16, wc);
@@ -1367,6 +1377,8 @@ static int case_mbox(void)
                         die("mbox: timeout: %u received, %u sends done, %u held", received, sent,
                             held);
         }
+        if (!twice_checked)
+                die("mbox: no message was left to release twice once the traffic ended");
         if (diwarpdv_mbox_release(b.qp, ring + 3) != -EINVAL)
                 die("mbox: a pointer into the middle of the ring was released");
         struct diwarp_counters ca, cb;
