@@ -57,41 +57,32 @@ def readme_allows(lib, folders):
     return allowed, missing
 
 
-def include_arrows(lib, folders):
-    """{(from, to): first "file: line"} for includes that leave the folder."""
-    arrows = {}
-    inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-    for f in folders:
-        d = os.path.join(lib, f)
-        for name in sorted(os.listdir(d)):
-            if not name.endswith((".c", ".h")):
-                continue
-            for m in inc.finditer(open(os.path.join(d, name)).read()):
-                target = m.group(1)
-                to = ROOT_HEADER if target == ROOT_HEADER else target.split("/")[0]
-                if to != f and (to == ROOT_HEADER or to in folders):
-                    arrows.setdefault((f, to), f"{f}/{name} includes {target}")
-    return arrows
-
-
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 OUTER = ("daemon", "verbs-provider")  # programs on the engine: public headers only
 
 
-def outer_arrows(src, folders):
-    """{(outer, to): where} for engine headers the daemon or the provider include
-    (they may use include/diwarp/ only)."""
-    arrows = {}
-    inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-    for o in OUTER:
-        d = os.path.join(src, o)
-        if not os.path.isdir(d):
-            continue
-        for name in sorted(os.listdir(d)):
-            if not name.endswith((".c", ".h")):
-                continue
-            for m in inc.finditer(open(os.path.join(d, name)).read()):
+def includes(d):
+    """(file name, included name, engine folder or dw.h it names) for every
+    quoted #include of the .c and .h files of directory d."""
+    for name in sorted(os.listdir(d)):
+        if name.endswith((".c", ".h")):
+            for m in INCLUDE.finditer(open(os.path.join(d, name)).read()):
                 target = m.group(1)
-                to = ROOT_HEADER if target == ROOT_HEADER else target.split("/")[0]
+                yield name, target, ROOT_HEADER if target == ROOT_HEADER else target.split("/")[0]
+
+
+def include_arrows(src, lib, folders):
+    """{(from, to): first "file includes header"} for includes that leave a
+    folder of the engine, and for engine headers the daemon or the provider
+    include (they may use include/diwarp/ only)."""
+    arrows = {}
+    for f in folders:
+        for name, target, to in includes(os.path.join(lib, f)):
+            if to != f and (to == ROOT_HEADER or to in folders):
+                arrows.setdefault((f, to), f"{f}/{name} includes {target}")
+    for o in OUTER:
+        if os.path.isdir(os.path.join(src, o)):
+            for name, target, to in includes(os.path.join(src, o)):
                 if to == ROOT_HEADER or (to in folders and "/" in target):
                     arrows.setdefault((o, to), f"{o}/{name} includes {target}")
     return arrows
@@ -153,9 +144,8 @@ def main():
             continue
         exceptions[(m.group(1), m.group(2))] = False
 
-    for kind, arrows in (("includes", include_arrows(lib, folders)),
-                         ("calls", call_arrows(objdir, folders)),
-                         ("includes", outer_arrows(src, folders))):
+    for kind, arrows in (("includes", include_arrows(src, lib, folders)),
+                         ("calls", call_arrows(objdir, folders))):
         for (f, to), where in sorted(arrows.items()):
             if f not in OUTER and (f not in allowed or to in allowed[f]):
                 continue
