@@ -737,6 +737,23 @@ static bool dw_progress_driven(struct dw_progress *p, uint64_t *seen)
         return moved && atomic_load(&p->waiters) == 0;
 }
 
+/* A waiter cancelled in its sleep (poll and ppoll are cancellation points;
+ * no lock is held there) leaves no count behind, and a driver no role: the
+ * thread would stay yielded to it for ever. */
+static void dw_progress_beside_cancelled(void *arg)
+{
+        struct dw_progress *p = arg;
+        atomic_fetch_sub(&p->waiters, 1);
+}
+
+static void dw_progress_driver_cancelled(void *arg)
+{
+        struct dw_progress *p = arg;
+        atomic_store_explicit(&p->driver_sleep_until, 0, memory_order_relaxed);
+        atomic_store(&p->driver, 0);
+        dw_progress_kick(p);
+}
+
 /* A waiter that is not the driver: sleeps on fd alone until it turns
  * readable or the driver leaves. 0: woken, look at done again; 1: the
  * driver's role is free, try to take it; -errno. */
@@ -751,7 +768,10 @@ static int dw_progress_wait_beside(struct dw_progress *p, int fd)
                 return 1;
         }
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int n = poll(&pfd, 1, -1);
+        int n;
+        pthread_cleanup_push(dw_progress_beside_cancelled, p);
+        n = poll(&pfd, 1, -1);
+        pthread_cleanup_pop(0);
         int err = n < 0 ? -errno : 0;
         atomic_fetch_sub(&p->waiters, 1);
         return err;
@@ -798,7 +818,10 @@ int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void
                 pthread_mutex_unlock(&dev->lock);
                 struct timespec ts = {t / 1000000000, t % 1000000000};
                 pfd[0].revents = pfd[1].revents = 0;
-                int n = ppoll(pfd, 2, t < 0 ? NULL : &ts, NULL);
+                int n;
+                pthread_cleanup_push(dw_progress_driver_cancelled, p);
+                n = ppoll(pfd, 2, t < 0 ? NULL : &ts, NULL);
+                pthread_cleanup_pop(0);
                 r = n < 0 ? -errno : 0;
                 atomic_store_explicit(&p->driver_sleep_until, 0, memory_order_relaxed);
                 pthread_mutex_lock(&dev->lock);

@@ -1076,6 +1076,12 @@ static int dw_channel_take_done(void *arg)
         return dw_comp_channel_take(t->ch, &t->cq, &t->ctx) == 0;
 }
 
+/* Also when the waiting thread is cancelled in its sleep. */
+static void dw_channel_unquiet(void *ch)
+{
+        dw_comp_channel_quiet(ch, false);
+}
+
 int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
                                   void **cq_context)
 {
@@ -1096,9 +1102,10 @@ int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_c
                          * (progress/README.md, "Event-driven programs"). */
                         struct dw_channel_take t = {.ch = &ch->ch};
                         dw_comp_channel_quiet(&ch->ch, true);
+                        pthread_cleanup_push(dw_channel_unquiet, &ch->ch);
                         err = dw_progress_wait(ch->dev, dw_comp_channel_fd(&ch->ch),
                                                dw_channel_take_done, &t);
-                        dw_comp_channel_quiet(&ch->ch, false);
+                        pthread_cleanup_pop(1);
                         q = t.cq;
                         ctx = t.ctx;
                 }
