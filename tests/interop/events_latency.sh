@@ -22,7 +22,7 @@
 #   pingpongs print the round trip per iteration, raw-sock half of it.
 #   Release builds measure x1-2.5 (rc, ud) and x2.4-4.3 (rd, whose datagram
 #   path costs more per message, polled too); an ASan build on a busy
-#   2-core machine x2.4-4.7 (rc), x2.4-3.5 (ud), x6.7-7.2 (rd): there the
+#   2-core machine x2.4-5.7 (rc), x2.4-3.5 (ud), x6.3-8.7 (rd): there the
 #   instrumented path's CPU time, which the socket program does not pay,
 #   and the machine's load decide, and the unchanged code measured x6.3,
 #   x6.5, x8.8, too close to tell apart. So EVENTS_BOUND (default rc 8,
