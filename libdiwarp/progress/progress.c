@@ -41,6 +41,13 @@ int dw_progress_init(struct dw_device *dev)
                 return -ENOMEM;
         for (unsigned i = 0; i < DW_MAX_WATCH; i++)
                 p->watch[i].fd = -1;
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&p->yield_cond, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&p->yield_lock, NULL);
+        p->yield_init = true;
         p->epfd = epoll_create1(EPOLL_CLOEXEC);
         p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (p->epfd < 0 || p->wake_fd < 0)
@@ -87,6 +94,11 @@ void dw_progress_fini(struct dw_device *dev)
         p->epfd = p->wake_fd = -1;
         free(p->watch);
         p->watch = NULL;
+        if (p->yield_init) {
+                pthread_cond_destroy(&p->yield_cond);
+                pthread_mutex_destroy(&p->yield_lock);
+                p->yield_init = false;
+        }
 }
 
 void dw_progress_wake(struct dw_device *dev)
@@ -103,10 +115,18 @@ void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns)
         if (abs_ns >= p->deadline_ns)
                 return;
         p->deadline_ns = abs_ns;
+        /* Whoever sleeps on the set (the thread, a driver) wakes for it. */
+        bool wake = false;
         if (abs_ns < atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed)) {
                 atomic_store_explicit(&p->thread_sleep_until, abs_ns, memory_order_relaxed);
-                dw_progress_wake(dev);
+                wake = true;
         }
+        if (abs_ns < atomic_load_explicit(&p->driver_sleep_until, memory_order_relaxed)) {
+                atomic_store_explicit(&p->driver_sleep_until, abs_ns, memory_order_relaxed);
+                wake = true;
+        }
+        if (wake)
+                dw_progress_wake(dev);
 }
 
 /* Does the epoll set watch the plain UDP socket for EPOLLIN? Only while
@@ -385,11 +405,13 @@ static bool dw_progress_epoll_due(struct dw_progress *p)
 /* The epoll part of a step: looks at the epoll set when look (an
  * application-driven step), then serves the watched fds among evs[0..nev)
  * and says whether the UDP socket is readable (*udp_ready, left alone when
- * the event list may be incomplete). Out of line: the event array and the
- * loops stay out of the busy-polling step that does not look. */
+ * the event list may be incomplete). own: the looking thread is the one that
+ * sleeps on the set (a driver, dw_progress_wait), so the wake eventfd is its
+ * to read. Out of line: the event array and the loops stay out of the
+ * busy-polling step that does not look. */
 static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
                                                         const struct epoll_event *evs, int nev,
-                                                        bool look, bool *udp_ready)
+                                                        bool look, bool own, bool *udp_ready)
 {
         struct dw_progress *p = &dev->prog;
         struct epoll_event local[DW_MAX_EVENTS];
@@ -424,29 +446,48 @@ static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
                             (evs[i].events & (EPOLLIN | EPOLLERR)))
                                 *udp_ready = true;
         }
-        return nev > 0 ? dw_progress_watch_events(dev, evs, nev, look) : 0;
+        return nev > 0 ? dw_progress_watch_events(dev, evs, nev, look && !own) : 0;
 }
 
-/* read: an application-driven step reads the data sockets directly (not the
- * steps of post_*, see dw_progress_step_post). */
+/* How a step runs (dw_progress_run's how): */
+#define DW_RUN_READ  1u /* read the data sockets directly (not the steps of post_*) */
+#define DW_RUN_COUNT 2u /* an application's reading step: counted in app_reads */
+#define DW_RUN_LOOK  4u /* look at the epoll set whatever dw_progress_epoll_due says */
+#define DW_RUN_OWN   8u /* the caller sleeps on the set: its look reads the wake eventfd */
+
+/* evs: the events the caller's epoll_wait returned (the thread, an external
+ * loop); NULL: an application-driven step, which reads the sockets directly
+ * (DW_RUN_READ) and looks at the set when due. */
 static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll_event *evs,
-                           int nev, bool read)
+                           int nev, unsigned how)
 {
         struct dw_progress *p = &dev->prog;
         int work = 0;
+        bool read = how & DW_RUN_READ;
 
         p->steps++;
         p->deadline_ns = UINT64_MAX;
         if (budget <= 0)
                 budget = DW_PROGRESS_BUDGET;
         bool app = evs == NULL;
-        if (app && read) { /* single writer (lock held); the thread only loads it */
+        if (app && (how & DW_RUN_COUNT)) { /* single writer (lock held); the thread only loads it */
                 atomic_store_explicit(&p->app_reads,
                                       atomic_load_explicit(&p->app_reads, memory_order_relaxed) + 1,
                                       memory_order_relaxed);
                 atomic_store_explicit(&p->app_tid, dw_progress_tid(), memory_order_relaxed);
+                /* The first poll after a driven wait (dw_progress_wait): the
+                 * wait's step has just read the sockets dry; reading them
+                 * again would only return EAGAIN. Data that came since keeps
+                 * the set readable for the next wait, or the next poll reads
+                 * it. */
+                if (p->drained) {
+                        p->drained = false;
+                        read = false;
+                }
+        } else {
+                p->drained = false;
         }
-        bool look = app && dw_progress_epoll_due(p);
+        bool look = app && ((how & DW_RUN_LOOK) || dw_progress_epoll_due(p));
         if (app && !look && read) {
                 /* Streams read directly; a transport with more live streams
                  * than it polls (or none pollable) falls back to the epoll
@@ -465,7 +506,7 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
          * exist (or nothing else is watched, as before). */
         bool udp_ready = read && (p->ndgram > 0 || p->nwatch == 0);
         if (look || evs)
-                work += dw_progress_events(dev, evs, nev, look, &udp_ready);
+                work += dw_progress_events(dev, evs, nev, look, how & DW_RUN_OWN, &udp_ready);
         /* io_uring: receive completions reaped while the sends waited. */
         bool uring = dw_udp_uring_on(&dev->udp);
         if (uring && dw_udp_rx_stashed(&dev->udp))
@@ -491,12 +532,12 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
 
 int dw_progress_step(struct dw_device *dev, int budget)
 {
-        return dw_progress_run(dev, budget, NULL, 0, true);
+        return dw_progress_run(dev, budget, NULL, 0, DW_RUN_READ | DW_RUN_COUNT);
 }
 
 int dw_progress_step_post(struct dw_device *dev, int budget)
 {
-        return dw_progress_run(dev, budget, NULL, 0, false);
+        return dw_progress_run(dev, budget, NULL, 0, 0);
 }
 
 /* ---- the progress thread ------------------------------------------------------ */
@@ -612,22 +653,209 @@ static void dw_progress_udp_hold(struct dw_device *dev, bool hold)
         dw_progress_udp_sync(dev);
 }
 
-/* The thread parks (stops watching the data) or comes back to it. */
-static void dw_progress_udp_park(struct dw_device *dev, bool park)
+/* The thread parks (stops watching the data) or comes back to it. A driver
+ * (dw_progress_wait) sleeps on the set for the datagrams: the thread does
+ * not take the UDP socket out of it then, and says so (false). */
+static bool dw_progress_udp_park(struct dw_device *dev, bool park)
 {
         struct dw_progress *p = &dev->prog;
         pthread_mutex_lock(&dev->lock);
-        p->udp_in_parked = park;
-        dw_progress_udp_sync(dev);
+        bool ok = !park || !atomic_load(&p->driver);
+        if (ok) {
+                p->udp_in_parked = park;
+                dw_progress_udp_sync(dev);
+        }
         pthread_mutex_unlock(&dev->lock);
+        return ok;
 }
 
-static void dw_progress_locked_run(struct dw_device *dev, const struct epoll_event *evs, int n)
+/* Before whoever sleeps on the set (the thread, a driver) sleeps: the
+ * DIWARP_FAULT=slowrx throttle's hold on the UDP socket, and how long it
+ * may sleep (ns, -1: until a fd is ready). Lock held. */
+static int64_t dw_progress_sleep_prepare(struct dw_device *dev)
+{
+        if (dw_fault_rx_throttled(&dev->fault))
+                dw_progress_udp_hold(dev, dw_fault_rx_wait(&dev->fault, dw_now_ns()) != 0);
+        return dw_progress_timeout_ns(dev);
+}
+
+/* The thread's (or an external loop's) step for the events its epoll_wait
+ * returned. Not while a driver drives (checked under the lock: a driver
+ * registers before it takes the lock): the wake eventfd among the events is
+ * then the driver's, and reading it could take a timer's wake-up from it.
+ * false: a driver drives, nothing was done. */
+static bool dw_progress_locked_run(struct dw_device *dev, const struct epoll_event *evs, int n)
 {
         pthread_mutex_lock(&dev->lock);
-        if (!dev->prog.stop)
-                dw_progress_run(dev, DW_PROGRESS_BUDGET * 4, evs, n, true);
+        bool driven = atomic_load(&dev->prog.driver) != 0;
+        if (!dev->prog.stop && !driven)
+                dw_progress_run(dev, DW_PROGRESS_BUDGET * 4, evs, n, DW_RUN_READ);
         pthread_mutex_unlock(&dev->lock);
+        return !driven;
+}
+
+/* ---- event-driven waits ------------------------------------------------------ */
+
+static int dw_progress_udp_watch(struct dw_device *dev);
+
+/* Wakes a yielded thread (see dw_progress_thread). Any thread. */
+static void dw_progress_kick(struct dw_progress *p)
+{
+        pthread_mutex_lock(&p->yield_lock);
+        p->yield_kick = true;
+        pthread_cond_signal(&p->yield_cond);
+        pthread_mutex_unlock(&p->yield_lock);
+}
+
+/* The yielded thread's sleep: ns, or until kicked. */
+static void dw_progress_yield_sleep(struct dw_progress *p, long ns)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += ns;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_mutex_lock(&p->yield_lock);
+        while (!p->yield_kick && !__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+                if (pthread_cond_timedwait(&p->yield_cond, &p->yield_lock, &ts) == ETIMEDOUT)
+                        break;
+        p->yield_kick = false;
+        pthread_mutex_unlock(&p->yield_lock);
+}
+
+/* Does an application thread still drive the device from its waits (the
+ * yielded thread's test): one drives now, or one began a wait since the
+ * thread last looked (*seen) and no thread waits without driving (those
+ * need the thread once the driver has gone)? Updates *seen. */
+static bool dw_progress_driven(struct dw_progress *p, uint64_t *seen)
+{
+        uint64_t d = atomic_load(&p->drives);
+        bool moved = d != *seen;
+        *seen = d;
+        if (atomic_load(&p->driver))
+                return true;
+        return moved && atomic_load(&p->waiters) == 0;
+}
+
+/* A waiter cancelled in its sleep (poll and ppoll are cancellation points;
+ * no lock is held there) leaves no count behind, and a driver no role: the
+ * thread would stay yielded to it for ever. */
+static void dw_progress_beside_cancelled(void *arg)
+{
+        struct dw_progress *p = arg;
+        atomic_fetch_sub(&p->waiters, 1);
+}
+
+static void dw_progress_driver_cancelled(void *arg)
+{
+        struct dw_progress *p = arg;
+        atomic_store_explicit(&p->driver_sleep_until, 0, memory_order_relaxed);
+        atomic_store(&p->driver, 0);
+        dw_progress_kick(p);
+}
+
+/* A waiter that is not the driver: sleeps on fd alone until it turns
+ * readable or the driver leaves. 0: woken, look at done again; 1: the
+ * driver's role is free, try to take it; -errno. */
+static int dw_progress_wait_beside(struct dw_progress *p, int fd)
+{
+        /* Counted first, then the driver looked at again: either the
+         * driver, leaving, sees the count (and hands this waiter to the
+         * thread), or this sees it gone (sequentially consistent, both). */
+        atomic_fetch_add(&p->waiters, 1);
+        if (!atomic_load(&p->driver)) {
+                atomic_fetch_sub(&p->waiters, 1);
+                return 1;
+        }
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int n;
+        pthread_cleanup_push(dw_progress_beside_cancelled, p);
+        n = poll(&pfd, 1, -1);
+        pthread_cleanup_pop(0);
+        int err = n < 0 ? -errno : 0;
+        atomic_fetch_sub(&p->waiters, 1);
+        return err;
+}
+
+int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void *ctx)
+{
+        struct dw_progress *p = &dev->prog;
+        pid_t self = dw_progress_tid();
+        int r;
+        for (;;) {
+                if ((r = done(ctx)) != 0)
+                        return r;
+                pid_t none = 0;
+                if (atomic_compare_exchange_strong(&p->driver, &none, self))
+                        break;
+                if ((r = dw_progress_wait_beside(p, fd)) < 0)
+                        return r;
+        }
+        atomic_fetch_add(&p->drives, 1);
+        /* fd, then the set: the sockets (the UDP socket is in it while a
+         * driver drives, see dw_progress_udp_park), the watched fds, the wake
+         * eventfd (a timer armed for earlier than this sleep's end). */
+        struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = p->epfd, .events = POLLIN}};
+        bool stepped = false; /* the last thing done was this thread's step */
+        pthread_mutex_lock(&dev->lock);
+        if (!p->udp_in_epoll) {
+                dw_progress_udp_watch(dev); /* no thread started yet */
+        } else if (p->udp_in_parked) {
+                /* A parked thread left the UDP socket out; it is the
+                 * driver's now (the thread yields as soon as it looks). */
+                p->udp_in_parked = false;
+                dw_progress_udp_sync(dev);
+        }
+        for (;;) {
+                /* Data already waiting keeps the set readable: no step
+                 * before the first sleep. */
+                if ((r = done(ctx)) != 0)
+                        break;
+                int64_t t = dw_progress_sleep_prepare(dev);
+                atomic_store_explicit(&p->driver_sleep_until,
+                                      t < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)t,
+                                      memory_order_relaxed);
+                pthread_mutex_unlock(&dev->lock);
+                struct timespec ts = {t / 1000000000, t % 1000000000};
+                pfd[0].revents = pfd[1].revents = 0;
+                int n;
+                pthread_cleanup_push(dw_progress_driver_cancelled, p);
+                n = ppoll(pfd, 2, t < 0 ? NULL : &ts, NULL);
+                pthread_cleanup_pop(0);
+                r = n < 0 ? -errno : 0;
+                atomic_store_explicit(&p->driver_sleep_until, 0, memory_order_relaxed);
+                pthread_mutex_lock(&dev->lock);
+                stepped = false;
+                if (r < 0)
+                        break; /* -EINTR lets a signal interrupt the wait */
+                if (pfd[0].revents && (r = done(ctx)) != 0)
+                        break;
+                /* The sockets read directly first (what a ping-pong's
+                 * message needs: one receive); when that found nothing, the
+                 * set's readiness is something else (a listener, more
+                 * streams than are read directly, the wake eventfd): a look. */
+                int w = dw_progress_run(dev, DW_PROGRESS_BUDGET, NULL, 0, DW_RUN_READ | DW_RUN_OWN);
+                if (w == 0 && pfd[1].revents)
+                        dw_progress_run(dev, DW_PROGRESS_BUDGET, NULL, 0,
+                                        DW_RUN_READ | DW_RUN_OWN | DW_RUN_LOOK);
+                stepped = true;
+        }
+        p->drained = r > 0 && stepped;
+        /* Leaving. Threads that wait beside go to the progress thread. A
+         * thread asleep on the set with an older timeout (its wake-up for a
+         * timer may have been read by this driver's look) is woken for the
+         * transports' next deadline. */
+        atomic_store(&p->driver, 0);
+        bool kick = atomic_load(&p->waiters) > 0;
+        uint64_t t = atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed);
+        if (t && p->deadline_ns < t) {
+                atomic_store_explicit(&p->thread_sleep_until, p->deadline_ns, memory_order_relaxed);
+                dw_progress_wake(dev);
+        }
+        pthread_mutex_unlock(&dev->lock);
+        if (kick)
+                dw_progress_kick(p);
+        return r;
 }
 
 /* Shared hosts. A busy-polling application drives progress well only while
@@ -753,13 +981,35 @@ static void *dw_progress_thread(void *arg)
         struct dw_progress *p = &dev->prog;
         struct epoll_event evs[DW_MAX_EVENTS];
         uint64_t seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
-        bool parked = false;
+        uint64_t seen_drives = atomic_load(&p->drives);
+        bool parked = false, yielded = false;
         long park_ns = DW_PARK_MIN_NS;
         struct dw_app_watch watch = {0};
         unsigned calm = 0; /* shared: windows in a row the poller did not wait */
 
         dw_progress_short_slice();
         for (;;) {
+                if (yielded) {
+                        /* An application thread drives from its waits
+                         * (dw_progress_wait): the data set, the wake eventfd
+                         * and the timers are the driver's. Back to them once
+                         * an interval passed in which no wait began and
+                         * nobody drives, or at once when a driver left
+                         * threads waiting beside it (it kicks). */
+                        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+                                break;
+                        dw_progress_yield_sleep(p, park_ns);
+                        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+                                break;
+                        if (!dw_progress_driven(p, &seen_drives)) {
+                                yielded = false;
+                                seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
+                        } else if (park_ns < DW_PARK_MAX_NS) {
+                                park_ns =
+                                    park_ns * 2 < DW_PARK_MAX_NS ? park_ns * 2 : DW_PARK_MAX_NS;
+                        }
+                        continue;
+                }
                 if (parked) {
                         /* Timers are the application's too while it drives
                          * (each of its steps runs the transports' timers):
@@ -773,6 +1023,15 @@ static void *dw_progress_thread(void *arg)
                         struct timespec ts = {0, park_ns};
                         struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
                         int r = ppoll(&pfd, 1, &ts, NULL);
+                        if (atomic_load(&p->driver) || atomic_load(&p->drives) != seen_drives) {
+                                /* It waits for events now: yield (the driver
+                                 * already put the UDP socket back). */
+                                seen_drives = atomic_load(&p->drives);
+                                parked = false;
+                                yielded = true;
+                                park_ns = DW_PARK_MIN_NS;
+                                continue;
+                        }
                         uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
                         if (c - seen < DW_PARK_READS) {
                                 parked = false; /* it stopped: back to the data fds */
@@ -792,25 +1051,30 @@ static void *dw_progress_thread(void *arg)
                                 struct epoll_event wake = {.events = EPOLLIN,
                                                            .data.u64 =
                                                                dw_ev_data(p->wake_fd, DW_TAG_WAKE)};
-                                dw_progress_locked_run(dev, &wake, 1);
+                                if (!dw_progress_locked_run(dev, &wake, 1)) {
+                                        parked = false;
+                                        yielded = true;
+                                        park_ns = DW_PARK_MIN_NS;
+                                }
                         }
                         continue;
                 }
                 pthread_mutex_lock(&dev->lock);
                 bool stop = p->stop;
-                if (dw_fault_rx_throttled(&dev->fault))
-                        dw_progress_udp_hold(dev, dw_fault_rx_wait(&dev->fault, dw_now_ns()) != 0);
-                int64_t timeout = dw_progress_timeout_ns(dev);
+                int64_t timeout = dw_progress_sleep_prepare(dev);
                 bool shared = atomic_load_explicit(&p->shared, memory_order_relaxed);
                 if (shared && (timeout < 0 || timeout > (int64_t)DW_WAIT_WINDOW_NS))
                         timeout = DW_WAIT_WINDOW_NS; /* to see the poller calm down */
-                atomic_store_explicit(&p->thread_sleep_until,
-                                      timeout < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)timeout,
-                                      memory_order_relaxed);
+                bool driven = atomic_load(&p->driver) != 0;
+                if (!driven)
+                        atomic_store_explicit(&p->thread_sleep_until,
+                                              timeout < 0 ? UINT64_MAX
+                                                          : dw_now_ns() + (uint64_t)timeout,
+                                              memory_order_relaxed);
                 pthread_mutex_unlock(&dev->lock);
                 if (stop)
                         break;
-                int n = dw_progress_epoll(p, evs, timeout);
+                int n = driven ? 0 : dw_progress_epoll(p, evs, timeout);
                 atomic_store_explicit(&p->thread_sleep_until, 0, memory_order_relaxed);
                 if (n < 0) {
                         if (errno == EINTR)
@@ -818,6 +1082,16 @@ static void *dw_progress_thread(void *arg)
                         dw_err("device port %u: progress thread epoll_wait: %s", dev->port,
                                strerror(errno));
                         break;
+                }
+                if (driven || atomic_load(&p->driver)) {
+                        /* The wake-up (data, a timer, the eventfd) is the
+                         * driver's: it sleeps on the same set. */
+                        seen_drives = atomic_load(&p->drives);
+                        yielded = true;
+                        park_ns = DW_PARK_MIN_NS;
+                        calm = 0;
+                        dw_progress_set_shared(dev, false);
+                        continue;
                 }
                 uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
                 bool polled = c - seen >= DW_PARK_READS;
@@ -845,16 +1119,22 @@ static void *dw_progress_thread(void *arg)
                                 /* The application reads; leave the data and
                                  * the timers (n == 0) to it. */
                                 seen = c;
-                                parked = true;
+                                seen_drives = atomic_load(&p->drives);
                                 park_ns = DW_PARK_MIN_NS;
-                                dw_progress_udp_park(dev, true);
+                                if (dw_progress_udp_park(dev, true))
+                                        parked = true;
+                                else
+                                        yielded = true; /* a driver came */
                                 continue;
                         }
                         seen = c;
                 } else {
                         seen = c;
                 }
-                dw_progress_locked_run(dev, evs, n);
+                if (!dw_progress_locked_run(dev, evs, n)) {
+                        yielded = true;
+                        park_ns = DW_PARK_MIN_NS;
+                }
         }
         return NULL;
 }
@@ -939,6 +1219,7 @@ void dw_progress_stop(struct dw_device *dev)
         if (!started)
                 return;
         dw_progress_wake(dev);
+        dw_progress_kick(&dev->prog);
         pthread_join(dev->prog.thread, NULL);
         pthread_mutex_lock(&dev->lock);
         dev->prog.udp_in_parked = false;

@@ -16,7 +16,9 @@
  * CQ), it parks (stops watching the data fds, looks at the application's
  * step count every 0.1-1 ms) and takes over again when the application stops
  * calling in; when the poller waits for a core (a shared host), the device
- * turns shared and the thread makes all the progress. See README.md.
+ * turns shared and the thread makes all the progress. An application thread
+ * blocked in a completion channel wait drives the device itself
+ * (dw_progress_wait) and the thread yields to it. See README.md.
  */
 #ifndef DIWARP_PROGRESS_H
 #define DIWARP_PROGRESS_H
@@ -140,6 +142,30 @@ struct dw_progress {
          * syscall by its state (/proc/self/task/TID/stat). */
         _Atomic pid_t app_tid;
         _Atomic uint64_t takeovers; /* times the device turned shared (written by the thread) */
+        /* Event-driven waits (dw_progress_wait). driver: the application
+         * thread that drives the device while it waits (its tid; 0: none),
+         * set and cleared by that thread, cleared under the device lock.
+         * drives: waits that a driver began; while it moves the progress
+         * thread stays off the data set (yielded). waiters: threads waiting
+         * on a channel without driving (another thread drives); a driver
+         * that leaves while some wait hands them to the progress thread.
+         * driver_sleep_until: as thread_sleep_until, for the driver's sleep
+         * (dw_progress_timer wakes it for an earlier deadline). */
+        _Atomic pid_t driver;
+        _Atomic uint64_t drives;
+        _Atomic unsigned waiters;
+        _Atomic uint64_t driver_sleep_until;
+        /* The yielded thread sleeps on this condition (neither the data set
+         * nor the wake eventfd, which are the driver's), kicked by
+         * dw_progress_stop and by a driver that leaves waiters behind. */
+        /* A driven wait has just ended with a step that read the sockets
+         * (lock held): the application's next reading step does not read
+         * them again (dw_progress_run). */
+        bool drained;
+        pthread_mutex_t yield_lock;
+        pthread_cond_t yield_cond;
+        bool yield_kick;
+        bool yield_init; /* yield_lock and yield_cond are initialised */
 };
 
 /* The calling thread's id, cached per thread (gettid is a syscall). */
@@ -167,6 +193,21 @@ static inline bool dw_progress_app_poll(struct dw_progress *p)
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
 int dw_progress_step(struct dw_device *dev, int budget);
+
+/* Blocks the calling application thread until done(ctx) returns nonzero,
+ * and returns that value (-errno: the wait failed; -EINTR: a signal). fd
+ * turns readable when another thread makes done true (a completion
+ * channel's eventfd). While it waits the caller drives the device itself:
+ * it sleeps in the kernel on fd and the device's epoll set (its sockets and
+ * the wake eventfd) until the transports' next timer, and runs a step when
+ * they fire, so the message that ends the wait wakes this thread and no
+ * other; the progress thread stays off the data set meanwhile (README.md,
+ * "Event-driven programs"). One driver at a time: a thread that finds
+ * another driving sleeps on fd alone, served by the driver's steps, then by
+ * the progress thread once the driver is gone. done runs with or without
+ * the device lock held (it takes only locks ordered after it). Call
+ * without the device lock. */
+int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void *ctx);
 /* The step of post_send / post_recv: the same, except that the data sockets
  * are not read directly (the work just posted needs no receive, and a
  * busy-polling application reads them in its next poll anyway); they are read

@@ -1063,6 +1063,25 @@ int diwarp_comp_channel_fd(const struct diwarp_comp_channel *c)
         return dw_comp_channel_fd(&ch->ch);
 }
 
+/* dw_progress_wait's test of a completion channel wait: an event taken. */
+struct dw_channel_take {
+        struct dw_comp_channel *ch;
+        struct dw_cq *cq;
+        void *ctx;
+};
+
+static int dw_channel_take_done(void *arg)
+{
+        struct dw_channel_take *t = arg;
+        return dw_comp_channel_take(t->ch, &t->cq, &t->ctx) == 0;
+}
+
+/* Also when the waiting thread is cancelled in its sleep. */
+static void dw_channel_unquiet(void *ch)
+{
+        dw_comp_channel_quiet(ch, false);
+}
+
 int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
                                   void **cq_context)
 {
@@ -1073,8 +1092,24 @@ int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_c
         void *ctx = NULL;
         if (!ch)
                 return -EINVAL;
-        /* No device lock: the progress thread pushes events while we sleep. */
-        int err = dw_comp_channel_get_event(&ch->ch, &q, &ctx);
+        int err = dw_comp_channel_take(&ch->ch, &q, &ctx);
+        if (err == -EAGAIN) {
+                err = dw_comp_channel_blocking(&ch->ch);
+                if (err == 0)
+                        return -EAGAIN;
+                if (err > 0) {
+                        /* The waiting thread drives the device itself
+                         * (progress/README.md, "Event-driven programs"). */
+                        struct dw_channel_take t = {.ch = &ch->ch};
+                        dw_comp_channel_quiet(&ch->ch, true);
+                        pthread_cleanup_push(dw_channel_unquiet, &ch->ch);
+                        err = dw_progress_wait(ch->dev, dw_comp_channel_fd(&ch->ch),
+                                               dw_channel_take_done, &t);
+                        pthread_cleanup_pop(1);
+                        q = t.cq;
+                        ctx = t.ctx;
+                }
+        }
         if (err < 0)
                 return err;
         if (cq)

@@ -48,14 +48,37 @@ int dw_comp_channel_fd(const struct dw_comp_channel *ch)
  * FIFO empties can never block, whatever O_NONBLOCK the application set. */
 static void channel_signal(struct dw_comp_channel *ch)
 {
-        eventfd_write(ch->efd, 1);
+        if (!ch->signalled) {
+                eventfd_write(ch->efd, 1);
+                ch->signalled = true;
+        }
 }
 
 static void channel_clear(struct dw_comp_channel *ch)
 {
         eventfd_t v;
 
-        eventfd_read(ch->efd, &v);
+        if (ch->signalled) {
+                eventfd_read(ch->efd, &v);
+                ch->signalled = false;
+        }
+}
+
+void dw_comp_channel_quiet(struct dw_comp_channel *ch, bool on)
+{
+        pthread_mutex_lock(&ch->lock);
+        if (on) {
+                ch->quiet = true;
+                ch->quiet_owner = pthread_self();
+        } else {
+                /* Another thread may have taken the role since (it waits
+                 * too): it is left on for that thread. */
+                if (ch->quiet && pthread_equal(ch->quiet_owner, pthread_self()))
+                        ch->quiet = false;
+                if (ch->fifo_count > 0)
+                        channel_signal(ch);
+        }
+        pthread_mutex_unlock(&ch->lock);
 }
 
 /* Called at CQ attach (not a hot path): make room for every CQ's bound of
@@ -91,7 +114,7 @@ static void channel_notify(struct dw_comp_channel *ch, struct dw_cq *cq)
                 ch->fifo[(ch->fifo_head + ch->fifo_count) % ch->fifo_cap] = cq;
                 ch->fifo_count++;
                 cq->pending_events++;
-                if (ch->fifo_count == 1)
+                if (!ch->quiet || !pthread_equal(ch->quiet_owner, pthread_self()))
                         channel_signal(ch);
         }
         pthread_mutex_unlock(&ch->lock);
@@ -118,43 +141,51 @@ static void channel_detach(struct dw_comp_channel *ch, struct dw_cq *cq)
         pthread_mutex_unlock(&ch->lock);
 }
 
+int dw_comp_channel_take(struct dw_comp_channel *ch, struct dw_cq **cq, void **cq_context)
+{
+        pthread_mutex_lock(&ch->lock);
+        if (ch->fifo_count == 0) {
+                pthread_mutex_unlock(&ch->lock);
+                return -EAGAIN;
+        }
+        struct dw_cq *c = ch->fifo[ch->fifo_head];
+
+        ch->fifo_head = (ch->fifo_head + 1) % ch->fifo_cap;
+        ch->fifo_count--;
+        c->pending_events--;
+        if (ch->fifo_count == 0)
+                channel_clear(ch);
+        pthread_mutex_lock(&c->ack_lock);
+        c->events_reported++;
+        pthread_mutex_unlock(&c->ack_lock);
+        pthread_mutex_unlock(&ch->lock);
+        if (cq)
+                *cq = c;
+        if (cq_context)
+                *cq_context = c->cq_context;
+        return 0;
+}
+
+int dw_comp_channel_blocking(const struct dw_comp_channel *ch)
+{
+        int fl = fcntl(ch->efd, F_GETFL);
+        if (fl < 0)
+                return -errno;
+        return !(fl & O_NONBLOCK);
+}
+
 int dw_comp_channel_get_event(struct dw_comp_channel *ch, struct dw_cq **cq, void **cq_context)
 {
         for (;;) {
-                struct pollfd pfd;
-                int fl;
-
-                pthread_mutex_lock(&ch->lock);
-                if (ch->fifo_count > 0) {
-                        struct dw_cq *c = ch->fifo[ch->fifo_head];
-
-                        ch->fifo_head = (ch->fifo_head + 1) % ch->fifo_cap;
-                        ch->fifo_count--;
-                        c->pending_events--;
-                        if (ch->fifo_count == 0)
-                                channel_clear(ch);
-                        pthread_mutex_lock(&c->ack_lock);
-                        c->events_reported++;
-                        pthread_mutex_unlock(&c->ack_lock);
-                        pthread_mutex_unlock(&ch->lock);
-                        if (cq)
-                                *cq = c;
-                        if (cq_context)
-                                *cq_context = c->cq_context;
-                        return 0;
-                }
-                pthread_mutex_unlock(&ch->lock);
-
-                fl = fcntl(ch->efd, F_GETFL);
-                if (fl < 0)
-                        return -errno;
-                if (fl & O_NONBLOCK)
-                        return -EAGAIN;
+                int err = dw_comp_channel_take(ch, cq, cq_context);
+                if (err != -EAGAIN)
+                        return err;
+                int b = dw_comp_channel_blocking(ch);
+                if (b <= 0)
+                        return b < 0 ? b : -EAGAIN;
                 /* Sleep until the FIFO becomes non-empty; another thread may
                  * win the event, then we loop and sleep again. */
-                pfd.fd = ch->efd;
-                pfd.events = POLLIN;
-                pfd.revents = 0;
+                struct pollfd pfd = {.fd = ch->efd, .events = POLLIN};
                 if (poll(&pfd, 1, -1) < 0)
                         return -errno; /* -EINTR lets a signal interrupt the wait */
         }

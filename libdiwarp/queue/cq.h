@@ -13,8 +13,9 @@
  * A completion channel is an eventfd plus a FIFO of the CQs with an event due.
  * Its fd is readable exactly while the FIFO is non-empty (we write/read the
  * eventfd only under the channel's own mutex), so applications can poll/epoll
- * it. The channel and the ack counters are used WITHOUT the device lock: they
- * have their own mutexes (lock order: channel->lock, then cq->ack_lock).
+ * it; the one exception is a waiting thread's own notifications while it
+ * holds the device lock (dw_comp_channel_quiet). The channel and the ack counters are used WITHOUT
+ * the device lock: they have their own mutexes (lock order: channel->lock, then cq->ack_lock).
  *
  * Ack counting mirrors ibv_get_cq_event / ibv_ack_cq_events / ibv_destroy_cq:
  * every event handed out by dw_comp_channel_get_event must be acknowledged with
@@ -45,6 +46,12 @@ struct dw_comp_channel {
         uint32_t fifo_cap, fifo_head, fifo_count;
         uint32_t attached;  /* CQs bound to this channel (destroy: -EBUSY if > 0) */
         uint64_t coalesced; /* events merged because a CQ had too many pending */
+        bool signalled;     /* the eventfd's counter is non-zero */
+        /* dw_comp_channel_quiet: the thread waiting for an event on this
+         * channel that also pushes it (it drives progress while it waits)
+         * takes it without the eventfd write and read. */
+        bool quiet;
+        pthread_t quiet_owner;
 };
 
 struct dw_cq {
@@ -78,6 +85,18 @@ int dw_comp_channel_fd(const struct dw_comp_channel *ch);
  * the eventfd) while none is due, unless the fd has O_NONBLOCK: then -EAGAIN.
  * Call without the device lock. Each event returned must later be acked. */
 int dw_comp_channel_get_event(struct dw_comp_channel *ch, struct dw_cq **cq, void **cq_context);
+/* While on, events that the calling thread itself notifies (from a step it
+ * runs while it waits) do not write the eventfd: it takes them with
+ * dw_comp_channel_take before it lets go of the device lock. Turned off by
+ * the same thread, which writes the eventfd then if events are still due,
+ * so the fd is readable whenever events are due outside that window. */
+void dw_comp_channel_quiet(struct dw_comp_channel *ch, bool on);
+/* The same without blocking: -EAGAIN while none is due, whatever the fd's
+ * flags. May be called with the device lock held. */
+int dw_comp_channel_take(struct dw_comp_channel *ch, struct dw_cq **cq, void **cq_context);
+/* 1: a wait for an event blocks (the fd has no O_NONBLOCK); 0: it does not;
+ * -errno. */
+int dw_comp_channel_blocking(const struct dw_comp_channel *ch);
 
 /* ---- completion queue ---- */
 

@@ -606,3 +606,76 @@ Test(cq, resize_keeps_waiting_completions_in_order)
                 cr_assert_eq(out[i].wr_id, 10u + (unsigned)i, "slot %d", i);
         dw_cq_fini(&cq);
 }
+
+/* Another thread's notification while a thread has the channel quiet. */
+struct quiet_push {
+        struct dw_cq *cq;
+        int rc;
+};
+
+static void *quiet_other_push(void *arg)
+{
+        struct quiet_push *q = arg;
+
+        q->rc = push_ok(q->cq, 9);
+        return NULL;
+}
+
+Test(cq, channel_quiet_for_its_own_thread_only)
+{
+        struct dw_comp_channel ch;
+        struct dw_cq a, b, *got;
+        void *ctx;
+        int fd;
+
+        cr_assert_eq(dw_comp_channel_init(&ch), 0);
+        fd = dw_comp_channel_fd(&ch);
+        cr_assert_eq(dw_cq_init(&a, 16, &ch, NULL), 0);
+        cr_assert_eq(dw_cq_init(&b, 16, &ch, NULL), 0);
+
+        /* The quiet thread's own event: taken without the fd turning readable. */
+        dw_comp_channel_quiet(&ch, true);
+        cr_assert_eq(dw_cq_arm(&a, false), 0);
+        cr_assert_eq(push_ok(&a, 1), 0);
+        cr_assert(!readable(fd), "the quiet thread's own event must not signal the fd");
+        cr_assert_eq(dw_comp_channel_take(&ch, &got, &ctx), 0);
+        cr_assert_eq(got, &a);
+        cr_assert_eq(dw_comp_channel_take(&ch, &got, &ctx), -EAGAIN);
+        dw_cq_ack_events(&a, 1);
+
+        /* Two of its own, one taken: the other is signalled when quiet ends. */
+        cr_assert_eq(dw_cq_arm(&a, false), 0);
+        cr_assert_eq(dw_cq_arm(&b, false), 0);
+        cr_assert_eq(push_ok(&a, 2), 0);
+        cr_assert_eq(push_ok(&b, 3), 0);
+        cr_assert(!readable(fd));
+        cr_assert_eq(dw_comp_channel_take(&ch, &got, &ctx), 0);
+        cr_assert_eq(got, &a);
+        dw_cq_ack_events(&a, 1);
+        dw_comp_channel_quiet(&ch, false);
+        cr_assert(readable(fd), "an event still due must signal the fd when quiet ends");
+        cr_assert_eq(dw_comp_channel_take(&ch, &got, &ctx), 0);
+        cr_assert_eq(got, &b);
+        cr_assert(!readable(fd));
+        dw_cq_ack_events(&b, 1);
+
+        /* Another thread's event signals the fd even while quiet. */
+        dw_comp_channel_quiet(&ch, true);
+        cr_assert_eq(dw_cq_arm(&b, false), 0);
+        struct quiet_push q = {.cq = &b, .rc = -1};
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, quiet_other_push, &q), 0);
+        pthread_join(t, NULL);
+        cr_assert_eq(q.rc, 0);
+        cr_assert(readable(fd), "another thread's event must signal the fd");
+        cr_assert_eq(dw_comp_channel_take(&ch, &got, &ctx), 0);
+        cr_assert_eq(got, &b);
+        cr_assert(!readable(fd));
+        dw_cq_ack_events(&b, 1);
+        dw_comp_channel_quiet(&ch, false);
+        cr_assert(!readable(fd));
+
+        dw_cq_fini(&a);
+        dw_cq_fini(&b);
+        cr_assert_eq(dw_comp_channel_fini(&ch), 0);
+}
