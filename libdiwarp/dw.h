@@ -33,6 +33,7 @@
 #include "util/log.h"
 #include "llp/udp.h"
 #include "progress/progress.h"
+#include "wire/seal.h"
 
 /* ---- limits --------------------------------------------------------- */
 
@@ -102,6 +103,9 @@ struct dw_device {
         struct dw_async_queue async;
         struct dw_fault fault;
         bool fault_on;
+        /* Every datagram's trailer is written and checked through this
+         * (wire/seal.h): CRC32c, or none on RD with DIWARP_RD_CRC=0. */
+        struct dw_seal seal;
         struct dw_progress prog;
         struct dw_qp *qps[DW_MAX_QP]; /* by QPN index; [0], [1] stay NULL */
         uint32_t next_qp_index;       /* allocation cursor */
@@ -193,7 +197,7 @@ struct dw_qp {
         uint8_t ud_hdr[48];
         uint8_t ud_hdr_len, ud_hdr_op;
         uint32_t ud_hdr_dst, ud_hdr_qkey;
-        uint32_t ud_hdr_crc; /* CRC32c state over ud_hdr up to the MSN (qp/ud.c) */
+        struct dw_seal_run ud_hdr_run; /* seal state over ud_hdr up to the MSN (qp/ud.c) */
         /* SRQ QPs: the receive WQE taken from the SRQ for the message being
          * placed (dw_qp_recv_head), so the transports see one API for RQ and SRQ. */
         struct dw_wqe srq_cur;

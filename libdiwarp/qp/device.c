@@ -533,6 +533,7 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
                 goto fail_async;
         }
         dev->fault_on = dw_fault_enabled(&dev->fault);
+        dw_seal_init(&dev->seal, !dev->cfg.rd_crc);
         err = dw_progress_init(dev);
         if (err < 0)
                 goto fail_fault;

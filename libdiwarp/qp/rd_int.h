@@ -340,10 +340,10 @@ struct rd_mbox {
 
 struct rd_txslot {
         /* the headers; for a payload of at most RD_COPY_MAX bytes the whole
-         * datagram (payload, Immediate Data message and CRC behind them) */
-        uint8_t hdr[RD_HDR_CAP + RD_COPY_MAX + DW_DGRAM_IMM_MSG_LEN + DW_DGRAM_CRC_LEN];
+         * datagram (payload, Immediate Data message and trailer behind them) */
+        uint8_t hdr[RD_HDR_CAP + RD_COPY_MAX + DW_DGRAM_IMM_MSG_LEN + DW_SEAL_TRAILER_MAX];
         uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
-        uint8_t crc[DW_DGRAM_CRC_LEN];
+        uint8_t trl[DW_SEAL_TRAILER_MAX];
         struct iovec iov[RD_SLOT_IOV];
         int iovcnt;
         struct sockaddr_in dst;

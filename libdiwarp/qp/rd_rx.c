@@ -21,7 +21,6 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "wire/crc32c.h"
 #include "wire/rdmap.h"
 
 void dw_rd_rx_clock(struct dw_device *dev)
@@ -1092,11 +1091,11 @@ int dw_rd_rx_direct(struct dw_device *dev)
         /* Without a CRC (DIWARP_RD_CRC=0 at both ends) the body runs to the
          * end; one our setting refuses takes the ordinary way, which drops it. */
         bool nocrc = h.xflags & DW_DGRAM_X_NOCRC;
+        size_t tl = dw_seal_trailer_len(&dev->seal, nocrc);
         if ((nocrc && !d->nocrc) || (h.xflags & ~(DW_DGRAM_X_NOCRC | DW_DGRAM_X_RAIL)) ||
-            (h.xflags2 & ~DW_DGRAM_X2_TOKEN) ||
-            (size_t)len < (nocrc ? 0 : DW_DGRAM_CRC_LEN) + RD_DIRECT_MIN)
+            (h.xflags2 & ~DW_DGRAM_X2_TOKEN) || (size_t)len < tl + RD_DIRECT_MIN)
                 return rd_direct_skip(d);
-        size_t body = (size_t)len - (nocrc ? 0 : DW_DGRAM_CRC_LEN);
+        size_t body = (size_t)len - tl;
         if (rl < 0 || r.opcode != (read ? DW_RDMAP_READ_RESP : DW_RDMAP_WRITE) ||
             body < (size_t)(hl + rl) + RD_DIRECT_MIN || r.ddp.stag != d->rx_next.stag ||
             r.ddp.to != d->rx_next.to || (!read && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE)))
@@ -1116,9 +1115,9 @@ int dw_rd_rx_direct(struct dw_device *dev)
                                       &host) != DW_PROT_OK) {
                 return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
         }
-        uint8_t trl[DW_DGRAM_CRC_LEN];
-        struct iovec iov[3] = {{hb, (size_t)(hl + rl)}, {host, plen}, {trl, sizeof(trl)}};
-        int n = dw_udp_recv_iov(&dev->udp, iov, nocrc ? 2 : 3);
+        uint8_t trl[DW_SEAL_TRAILER_MAX];
+        struct iovec iov[3] = {{hb, (size_t)(hl + rl)}, {host, plen}, {trl, tl}};
+        int n = dw_udp_recv_iov(&dev->udp, iov, tl ? 3 : 2);
         if (n < 0)
                 return n == -EAGAIN ? -1 : 0;
         if (n != len) {
@@ -1127,14 +1126,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 dev->ctr.rx_dropped_malformed++;
                 return 1;
         }
-        uint32_t st = 0;
-        uint8_t want[DW_DGRAM_CRC_LEN] = {0};
-        if (!nocrc) {
-                st = dw_crc32c_update(dw_crc32c_init(), hb, (size_t)(hl + rl));
-                st = dw_crc32c_update(st, host, plen);
-                dw_dgram_crc_trailer(want, st);
-        }
-        if (!nocrc && memcmp(want, trl, sizeof(want)) != 0) {
+        if (dw_seal_open_iov(&dev->seal, iov, 2, trl, tl, &why) < 0) {
                 dev->ctr.crc_errors++;
                 return 1;
         }

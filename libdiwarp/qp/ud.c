@@ -19,7 +19,6 @@
 #include "dw.h"
 #include "qp/rd.h"
 #include "util/time.h"
-#include "wire/crc32c.h"
 #include "wire/dgram.h"
 #include "wire/rdmap.h"
 
@@ -44,18 +43,19 @@ static void dw_ud_set_pending(struct dw_qp *qp, bool pending)
 #define DW_UD_MSN_OFF 10
 
 /* Length of the cached headers: datagram header + untagged DDP/RDMAP Send;
- * the CRC state cached with them covers the bytes before the MSN. */
+ * the seal state cached with them covers the bytes before the MSN. */
 #define DW_UD_HDR_LEN     (DW_DGRAM_HDR_LEN + DW_DGRAM_DDP_UNTAGGED_LEN)
 #define DW_UD_HDR_CRC_PRE (DW_DGRAM_HDR_LEN + DW_UD_MSN_OFF)
 
 /* Encodes the headers of one UD message with MSN msn into hdr (dgram + Send)
  * and imm (Immediate Data message, when with_imm). Returns the header length;
- * *crc is the CRC32c state over the first *crc_pre bytes of hdr (a cached
+ * *run is the seal state over the first *pre bytes of hdr (a cached
  * prefix: everything before the MSN when the headers came from the cache). */
 static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, uint8_t *hdr,
-                             size_t cap, uint8_t *imm, bool with_imm, uint32_t *crc,
-                             size_t *crc_pre)
+                             size_t cap, uint8_t *imm, bool with_imm, struct dw_seal_run *run,
+                             size_t *pre)
 {
+        struct dw_seal *seal = &qp->dev->seal;
         bool se = w->send_flags & DIWARP_SEND_SOLICITED;
         /* IB rule: a remote qkey with the high bit set means "use the QP's own". */
         uint32_t qkey = (w->remote_qkey & 0x80000000u) ? qp->attr.qkey : w->remote_qkey;
@@ -65,12 +65,11 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
                 /* A constant size: an inline copy, not a memcpy call. */
                 memcpy(hdr, qp->ud_hdr, DW_UD_HDR_LEN);
                 dw_put_be32(hdr + DW_DGRAM_HDR_LEN + DW_UD_MSN_OFF, msn);
-                *crc = qp->ud_hdr_crc;
-                *crc_pre = DW_UD_HDR_CRC_PRE;
+                *run = qp->ud_hdr_run;
+                *pre = DW_UD_HDR_CRC_PRE;
                 return DW_UD_HDR_LEN;
         }
-        *crc = dw_crc32c_init();
-        *crc_pre = 0;
+        *pre = 0;
         struct dw_dgram_hdr h = {
             .flags = DW_DGRAM_F_DATA | (with_imm ? DW_DGRAM_F_IMM : 0),
             .dst_qpn = w->remote_qpn,
@@ -80,6 +79,7 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
         ssize_t n = dw_dgram_encode(&h, hdr, cap);
         if (n < 0)
                 return n;
+        dw_seal_begin(seal, run, hdr);
         struct dw_rdmap_hdr r;
         /* With immediate data the SE bit rides on the Immediate Data message,
          * the one that completes the receive. */
@@ -95,7 +95,8 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
             dw_get_be32(hdr + n + DW_UD_MSN_OFF) == msn) {
                 memcpy(qp->ud_hdr, hdr, (size_t)(n + m));
                 qp->ud_hdr_len = (uint8_t)(n + m);
-                qp->ud_hdr_crc = dw_crc32c_update(dw_crc32c_init(), hdr, DW_UD_HDR_CRC_PRE);
+                qp->ud_hdr_run = *run;
+                dw_seal_add(seal, &qp->ud_hdr_run, hdr, DW_UD_HDR_CRC_PRE);
                 qp->ud_hdr_op = op;
                 qp->ud_hdr_dst = w->remote_qpn;
                 qp->ud_hdr_qkey = qkey;
@@ -158,7 +159,7 @@ static inline int dw_ud_place(struct dw_qp *qp, const struct dw_wqe *w, const ui
         return dw_qp_scatter(qp, w, 0, src, len);
 }
 
-/* One datagram being built: headers, CRC trailer and the iovecs gathering
+/* One datagram being built: headers, trailer and the iovecs gathering
  * them around the payload, which stays in registered memory. */
 /* Payloads up to this size are copied behind the headers instead: one
  * contiguous datagram is one iovec for the kernel to import and walk and one
@@ -168,30 +169,29 @@ static inline int dw_ud_place(struct dw_qp *qp, const struct dw_wqe *w, const ui
 struct dw_ud_txm {
         /* the headers; for a payload of at most DW_UD_COPY_MAX bytes the whole
          * datagram (payload, Immediate Data message and CRC behind them) */
-        uint8_t hdr[DW_UD_HDR_LEN + DW_UD_COPY_MAX + DW_DGRAM_IMM_MSG_LEN + DW_DGRAM_CRC_LEN];
+        uint8_t hdr[DW_UD_HDR_LEN + DW_UD_COPY_MAX + DW_DGRAM_IMM_MSG_LEN + DW_SEAL_TRAILER_MAX];
         uint8_t imm[DW_DGRAM_IMM_MSG_LEN];
-        uint8_t crc[DW_DGRAM_CRC_LEN];
+        uint8_t trl[DW_SEAL_TRAILER_MAX];
         struct iovec iov[DW_MAX_SGE + 3];
         struct sockaddr_in dst;
         uint32_t msn_next; /* qp->ud_msn once this one is sent */
 };
 
 /* Gathered datagram (a payload above DW_UD_COPY_MAX): headers in iov[0], the
- * payload in iov[1..cnt), then the Immediate Data message and the CRC
- * trailer. st is the CRC state over hdr[0..pre). Returns the iovec count. */
-static int dw_ud_iov_tail(struct dw_ud_txm *m, ssize_t hl, int cnt, bool with_imm, uint32_t st,
-                          size_t pre)
+ * payload in iov[1..cnt), then the Immediate Data message and the
+ * trailer. run is the seal state over hdr[0..pre). Returns the iovec count. */
+static int dw_ud_iov_tail(struct dw_seal *seal, struct dw_ud_txm *m, ssize_t hl, int cnt,
+                          bool with_imm, struct dw_seal_run *run, size_t pre)
 {
         if (with_imm) {
                 m->iov[cnt].iov_base = m->imm;
                 m->iov[cnt].iov_len = sizeof(m->imm);
                 cnt++;
         }
-        st = dw_crc32c_update(st, m->hdr + pre, (size_t)hl - pre);
-        st = dw_crc32c_update_iov(st, m->iov + 1, (size_t)cnt - 1);
-        dw_dgram_crc_trailer(m->crc, st);
-        m->iov[cnt].iov_base = m->crc;
-        m->iov[cnt].iov_len = sizeof(m->crc);
+        dw_seal_add(seal, run, m->hdr + pre, (size_t)hl - pre);
+        dw_seal_add_iov(seal, run, m->iov + 1, (size_t)cnt - 1);
+        m->iov[cnt].iov_base = m->trl;
+        m->iov[cnt].iov_len = dw_seal_end(seal, run, m->hdr, m->trl);
         return cnt + 1;
 }
 
@@ -200,9 +200,10 @@ static int dw_ud_iov_tail(struct dw_ud_txm *m, ssize_t hl, int cnt, bool with_im
 static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, struct dw_ud_txm *m)
 {
         bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
-        uint32_t st;
+        struct dw_seal *seal = &qp->dev->seal;
+        struct dw_seal_run run;
         size_t pre;
-        ssize_t hl = dw_ud_headers(qp, w, msn, m->hdr, DW_UD_HDR_LEN, m->imm, with_imm, &st, &pre);
+        ssize_t hl = dw_ud_headers(qp, w, msn, m->hdr, DW_UD_HDR_LEN, m->imm, with_imm, &run, &pre);
         if (hl < 0)
                 return -1;
         m->iov[0].iov_base = m->hdr;
@@ -221,12 +222,11 @@ static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, s
                         memcpy(q, m->imm, sizeof(m->imm));
                         q += sizeof(m->imm);
                 }
-                st = dw_crc32c_update(st, m->hdr + pre, (size_t)(q - m->hdr) - pre);
-                dw_dgram_crc_trailer(q, st);
-                m->iov[0].iov_len = (size_t)(q - m->hdr) + DW_DGRAM_CRC_LEN;
+                dw_seal_add(seal, &run, m->hdr + pre, (size_t)(q - m->hdr) - pre);
+                m->iov[0].iov_len = (size_t)(q - m->hdr) + dw_seal_end(seal, &run, m->hdr, q);
                 cnt = 1;
         } else {
-                cnt = dw_ud_iov_tail(m, hl, cnt, with_imm, st, pre);
+                cnt = dw_ud_iov_tail(seal, m, hl, cnt, with_imm, &run, pre);
         }
         dw_peer_addr(qp->dev, ((struct dw_ah *)w->ah)->ip, w->remote_qpn, &m->dst);
         m->msn_next = msn + (with_imm ? 2 : 1);
@@ -586,7 +586,7 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
         const char *why = NULL;
         /* An RD datagram without CRC32c is taken only when DIWARP_RD_CRC=0
          * says so here too: integrity is this receiver's call. */
-        ssize_t body = dw_dgram_packet_body(pkt, len, !dev->cfg.rd_crc, &why);
+        ssize_t body = dw_seal_open(&dev->seal, pkt, len, &why);
         if (body == -EILSEQ) {
                 dev->ctr.crc_errors++;
                 dw_dbg("UD rx from port %u: CRC32c mismatch, dropped", ntohs(from->sin_port));

@@ -588,7 +588,7 @@ int dw_dgram_decode_ud(const uint8_t *buf, size_t len, struct dw_dgram_ud *out, 
  * or not; testing it here would only change which error is reported. A CRC
  * cannot protect the bit that waives it: a receiver that accepts NOCRC
  * relies on the UDP checksum for byte 4 as for the rest. */
-static bool nocrc_shape(const uint8_t *pkt, size_t len)
+bool dw_dgram_nocrc(const uint8_t *pkt, size_t len)
 {
         return len >= DW_DGRAM_HDR_LEN && pkt[0] == DW_DGRAM_VERSION2 && (pkt[1] & DW_DGRAM_F_RD) &&
                (pkt[4] & DW_DGRAM_X_NOCRC) && !(pkt[4] & ~DW_DGRAM_X_ALL);
@@ -612,7 +612,7 @@ void dw_dgram_crc_trailer(uint8_t out[DW_DGRAM_CRC_LEN], uint32_t crc_state)
 
 ssize_t dw_dgram_packet_body(const uint8_t *pkt, size_t len, bool accept_nocrc, const char **why)
 {
-        if (!nocrc_shape(pkt, len))
+        if (!dw_dgram_nocrc(pkt, len))
                 return dw_dgram_packet_check(pkt, len, why);
         if (!accept_nocrc)
                 return dw_wire_fail(why, "crc: datagram without CRC32c refused", ENOTSUP);
@@ -629,7 +629,7 @@ ssize_t dw_dgram_packet_seal(uint8_t *pkt, size_t len, size_t cap)
 
 ssize_t dw_dgram_packet_finish(uint8_t *pkt, size_t len, size_t cap)
 {
-        if (nocrc_shape(pkt, len))
+        if (dw_dgram_nocrc(pkt, len))
                 return len <= cap ? (ssize_t)len : -ENOSPC;
         return dw_dgram_packet_seal(pkt, len, cap);
 }

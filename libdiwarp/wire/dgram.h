@@ -260,6 +260,11 @@ ssize_t dw_dgram_packet_check(const uint8_t *pkt, size_t len, const char **why);
  * those bytes are read before the CRC; the header still has to be decoded. */
 ssize_t dw_dgram_packet_body(const uint8_t *pkt, size_t len, bool accept_nocrc, const char **why);
 
+/* Whether a datagram's first bytes say it has no CRC32c trailer (version 2,
+ * RD, X-flag NOCRC, no reserved X-flag): the only bytes read before the
+ * trailer is checked. */
+bool dw_dgram_nocrc(const uint8_t *pkt, size_t len);
+
 /* Writes the CRC trailer for a CRC32c state (dw_crc32c_init/update over every
  * byte sent before it, e.g. over an iovec for a gathered send). */
 void dw_dgram_crc_trailer(uint8_t out[DW_DGRAM_CRC_LEN], uint32_t crc_state);
