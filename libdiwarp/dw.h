@@ -373,6 +373,9 @@ struct in_addr dw_qp_src_addr(const struct dw_qp *qp);
 int dw_ud_tx(struct dw_qp *qp, int budget);
 /* Handles one received datagram (CRC not yet checked). */
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from);
+/* Counts and logs (rate-limited) a datagram dw_seal_open refused for
+ * DIWARP_AUTH (e: -ENOKEY, -EKEYREJECTED or -ENOPROTOOPT). */
+void dw_ud_rx_auth_fail(struct dw_device *dev, int e, const struct sockaddr_in *from);
 
 /* ---- hooks into the RC transport (implemented by qp/rc.c) ------------------
  * The generic QP code calls these for RC (and UC) QPs only, lock held. */

@@ -64,6 +64,7 @@ static const struct {
     {"rx_dropped_rail", offsetof(struct diwarp_counters, rx_dropped_rail)},
     {"rx_dropped_peers", offsetof(struct diwarp_counters, rx_dropped_peers)},
     {"rd_peers_reclaimed", offsetof(struct diwarp_counters, rd_peers_reclaimed)},
+    {"rx_dropped_auth", offsetof(struct diwarp_counters, rx_dropped_auth)},
 };
 
 static const char *qp_type_str(uint32_t t)

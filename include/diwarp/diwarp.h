@@ -673,6 +673,10 @@ struct diwarp_counters {
         uint64_t rx_dropped_peers;
         /* RD streams freed after DIWARP_RD_IDLE_MS without a datagram. */
         uint64_t rd_peers_reclaimed;
+        /* Datagrams dropped by DIWARP_AUTH (docs/SECURITY.md): with a key,
+         * those without a tag or whose tag does not verify; without one,
+         * those that carry a tag. */
+        uint64_t rx_dropped_auth;
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

@@ -3,6 +3,7 @@
  * device registry. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sys/random.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -533,10 +534,23 @@ int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device
                 goto fail_async;
         }
         dev->fault_on = dw_fault_enabled(&dev->fault);
-        dw_seal_init(&dev->seal, !dev->cfg.rd_crc);
+        /* DIWARP_AUTH: the first nonce is random (wire/seal.h says why). */
+        uint8_t start[DW_DGRAM_AUTH_NONCE_LEN];
+        if (dev->cfg.auth_key_len && getrandom(start, sizeof(start), 0) != (ssize_t)sizeof(start)) {
+                err = -errno;
+                dw_err("device open: DIWARP_AUTH: getrandom failed: %s", strerror(errno));
+                goto fail_fault;
+        }
+        err = dw_seal_init(&dev->seal, !dev->cfg.rd_crc, dev->cfg.auth_key, dev->cfg.auth_key_len,
+                           start, &why);
+        memset(dev->cfg.auth_key, 0, sizeof(dev->cfg.auth_key)); /* the contexts hold it now */
+        if (err < 0) {
+                dw_err("device open: DIWARP_AUTH: %s", why ? why : "?");
+                goto fail_fault;
+        }
         err = dw_progress_init(dev);
         if (err < 0)
-                goto fail_fault;
+                goto fail_seal;
         for (size_t i = 0; i < sizeof(dw_transports) / sizeof(dw_transports[0]) && err >= 0; i++)
                 err = dw_progress_add_transport(dev, dw_transports[i]);
         if (err < 0)
@@ -579,6 +593,8 @@ fail_host:
         dw_host_detach();
 fail_prog:
         dw_progress_fini(dev);
+fail_seal:
+        dw_seal_fini(&dev->seal);
 fail_fault:
         dw_fault_destroy(&dev->fault);
 fail_async:
@@ -624,6 +640,7 @@ int diwarp_device_close(struct diwarp_device *d)
         pthread_mutex_unlock(&dev->lock);
         dw_host_detach();
         dw_progress_fini(dev);
+        dw_seal_fini(&dev->seal);
         dw_fault_destroy(&dev->fault);
         dw_async_queue_fini(&dev->async);
         dw_mr_table_destroy(&dev->mrs);
@@ -671,7 +688,8 @@ int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
         a->max_msg_size_rc = DW_MAX_MSG_RC;
         /* One datagram per UD message; the Send-with-Immediate limit is the
          * smaller one, and the one every UD message size stays within. */
-        a->max_msg_size_ud = DW_DGRAM_MAX_UD_MSG_IMM;
+        a->max_msg_size_ud =
+            DW_DGRAM_MAX_UD_MSG_IMM - (dev->seal.mac ? DW_DGRAM_AUTH_LEN - DW_DGRAM_CRC_LEN : 0);
         a->atomics = true;
         a->max_mw = DW_MAX_MR;
         return 0;

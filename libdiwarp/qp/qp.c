@@ -837,6 +837,8 @@ static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr, i
                         return -EINVAL;
                 uint64_t max = wr->opcode == DIWARP_WR_SEND_WITH_IMM ? DW_DGRAM_MAX_UD_MSG_IMM
                                                                      : DW_DGRAM_MAX_UD_MSG;
+                if (qp->dev->seal.mac) /* DIWARP_AUTH: a longer trailer */
+                        max -= DW_DGRAM_AUTH_LEN - DW_DGRAM_CRC_LEN;
                 if (total > max)
                         return -EINVAL;
         } else if (qp->type == DIWARP_QPT_RD) {

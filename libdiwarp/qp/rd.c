@@ -210,6 +210,9 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
          * origin address: segments leave room for them. */
         if (s->qp->dev->nrails > 1)
                 p->udp_mtu -= RD_MULTIRAIL_ROOM;
+        /* DIWARP_AUTH: the authentication trailer is longer than the CRC. */
+        if (s->qp->dev->seal.mac)
+                p->udp_mtu -= DW_DGRAM_AUTH_LEN - DW_DGRAM_CRC_LEN;
         if (dw_rel_peer_init(&p->rel, &s->params, NULL, DW_REL_DEF_WINDOW, tx_psn, rx_psn) < 0) {
                 free(p);
                 return NULL;
@@ -771,7 +774,7 @@ int dw_rd_dev_init(struct dw_device *dev)
         cp.enabled = dev->cfg.cc;
         cp.pacing = dev->cfg.cc_pacing;
         cp.target_ns = dev->cfg.cc_target_us * 1000u;
-        d->nocrc = !dev->cfg.rd_crc;
+        d->nocrc = dev->seal.nocrc; /* DIWARP_RD_CRC=0, unless DIWARP_AUTH */
         d->pull_min = dev->cfg.pull_min;
         d->pull_chunk = dev->cfg.pull_chunk;
         d->pull_depth = dev->cfg.pull_depth;

@@ -1052,7 +1052,10 @@ static int rd_direct_skip(struct dw_rd_dev *d)
 int dw_rd_rx_direct(struct dw_device *dev)
 {
         struct dw_rd_dev *d = rdd(dev);
-        if (!d || !d->rx_big || !dev->cfg.rd_direct || dw_udp_uring_on(&dev->udp))
+        /* With DIWARP_AUTH no byte reaches registered memory before its tag
+         * is verified: every datagram takes the bounce buffer (stage,
+         * verify, copy). */
+        if (!d || !d->rx_big || !dev->cfg.rd_direct || dw_udp_uring_on(&dev->udp) || dev->seal.mac)
                 return 0;
         struct sockaddr_in from;
         bool train;

@@ -91,8 +91,8 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
         ssize_t m = dw_rdmap_encode(&r, hdr + n, cap - (size_t)n);
         if (m < 0)
                 return m;
-        if (!with_imm && n + m == DW_UD_HDR_LEN && (size_t)(n + m) <= sizeof(qp->ud_hdr) &&
-            dw_get_be32(hdr + n + DW_UD_MSN_OFF) == msn) {
+        if (!with_imm && dw_seal_keeps_runs(seal) && n + m == DW_UD_HDR_LEN &&
+            (size_t)(n + m) <= sizeof(qp->ud_hdr) && dw_get_be32(hdr + n + DW_UD_MSN_OFF) == msn) {
                 memcpy(qp->ud_hdr, hdr, (size_t)(n + m));
                 qp->ud_hdr_len = (uint8_t)(n + m);
                 qp->ud_hdr_run = *run;
@@ -581,12 +581,31 @@ static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
         return true;
 }
 
+void dw_ud_rx_auth_fail(struct dw_device *dev, int e, const struct sockaddr_in *from)
+{
+        char a[INET_ADDRSTRLEN];
+        dev->ctr.rx_dropped_auth++;
+        inet_ntop(AF_INET, &from->sin_addr, a, sizeof(a));
+        dw_warn_limited(&dev->log_limit, "device port %u: datagram from %s:%u dropped: %s",
+                        dev->port, a, ntohs(from->sin_port),
+                        e == -ENOKEY ? "no authentication tag (DIWARP_AUTH is set here; the "
+                                       "sender runs without DIWARP_AUTH)"
+                        : e == -EKEYREJECTED
+                            ? "authentication tag wrong (DIWARP_AUTH: the sender's key differs, "
+                              "or the datagram was altered)"
+                            : "it carries an authentication tag and DIWARP_AUTH is off here");
+}
+
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from)
 {
         const char *why = NULL;
         /* An RD datagram without CRC32c is taken only when DIWARP_RD_CRC=0
          * says so here too: integrity is this receiver's call. */
         ssize_t body = dw_seal_open(&dev->seal, pkt, len, &why);
+        if (body == -ENOKEY || body == -EKEYREJECTED || body == -ENOPROTOOPT) {
+                dw_ud_rx_auth_fail(dev, (int)body, from);
+                return;
+        }
         if (body == -EILSEQ) {
                 dev->ctr.crc_errors++;
                 dw_dbg("UD rx from port %u: CRC32c mismatch, dropped", ntohs(from->sin_port));

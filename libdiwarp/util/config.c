@@ -3,11 +3,15 @@
 #include "util/config.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util/fault.h"
 #include "util/log.h"
@@ -99,6 +103,62 @@ static int bad(struct dw_config *cfg, const char *name, const char *value, const
         snprintf(cfg->why_buf, sizeof(cfg->why_buf), "%s='%.64s'%s: %s", name, value,
                  strlen(value) > 64 ? "..." : "", expect);
         return -EINVAL;
+}
+
+/* DIWARP_AUTH=file:PATH: the key file holds 16 or 32 raw bytes, or 32 or 64
+ * hex digits (a trailing newline and surrounding blanks allowed). It must be
+ * a regular file that neither group nor others can read or write (a key
+ * others can read is no secret). The key lands in cfg->auth_key. */
+static int load_auth_key(struct dw_config *cfg, const char *v, const char *path)
+{
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+        if (fd < 0) {
+                char e[96];
+                snprintf(e, sizeof(e), "cannot open the key file: %s", strerror(errno));
+                return bad(cfg, "DIWARP_AUTH", v, e);
+        }
+        struct stat st;
+        uint8_t buf[130];
+        ssize_t n = -1;
+        const char *err = NULL;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+                err = "the key file is not a regular file";
+        else if (st.st_mode & (S_IRWXG | S_IRWXO))
+                err = "the key file can be read or written by group or others (chmod 600 it)";
+        else if ((n = read(fd, buf, sizeof(buf))) < 0)
+                err = "cannot read the key file";
+        close(fd);
+        if (err)
+                return bad(cfg, "DIWARP_AUTH", v, err);
+        size_t len = (size_t)n;
+        if (len == 16 || len == 32) {
+                memcpy(cfg->auth_key, buf, len);
+                cfg->auth_key_len = (uint8_t)len;
+                memset(buf, 0, sizeof(buf));
+                return 0;
+        }
+        /* Hex: blanks around it are not part of the key. */
+        size_t a = 0, b = len;
+        while (a < b && isspace(buf[a]))
+                a++;
+        while (b > a && isspace(buf[b - 1]))
+                b--;
+        size_t hex = b - a;
+        bool ok = hex == 32 || hex == 64;
+        for (size_t i = 0; ok && i < hex; i++)
+                ok = isxdigit(buf[a + i]);
+        if (!ok) {
+                memset(buf, 0, sizeof(buf));
+                return bad(cfg, "DIWARP_AUTH", v,
+                           "the key file must hold 16 or 32 raw bytes, or 32 or 64 hex digits");
+        }
+        for (size_t i = 0; i < hex / 2; i++) {
+                char two[3] = {(char)buf[a + 2 * i], (char)buf[a + 2 * i + 1], 0};
+                cfg->auth_key[i] = (uint8_t)strtoul(two, NULL, 16);
+        }
+        cfg->auth_key_len = (uint8_t)(hex / 2);
+        memset(buf, 0, sizeof(buf));
+        return 0;
 }
 
 /* Decimal unsigned in [lo, hi]; no sign, no trailing junk. */
@@ -293,6 +353,17 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                         return bad(cfg, "DIWARP_CC_TARGET_US", v,
                                    "expected microseconds 1..1000000");
                 cfg->cc_target_us = (uint32_t)u;
+        }
+        if ((v = var(env, "DIWARP_AUTH"))) {
+                if (strncmp(v, "file:", 5) == 0 && v[5]) {
+                        int e = load_auth_key(cfg, v, v + 5);
+                        if (e < 0)
+                                return e;
+                } else if (strcmp(v, "off") != 0) {
+                        return bad(cfg, "DIWARP_AUTH", v,
+                                   "expected off or file:PATH (a key file of 16 or 32 bytes, raw "
+                                   "or hex)");
+                }
         }
         if ((v = var(env, "DIWARP_RD_CRC"))) {
                 static const char *const names[] = {"0", "1"};

@@ -97,10 +97,14 @@ struct dw_config {
         uint32_t inflight_host;            /* DIWARP_INFLIGHT_HOST */
         /* DIWARP_INFLIGHT_SHM as "/name"; "" = the per-user default. */
         char inflight_shm[DW_CONFIG_MAX_SHM_NAME + 2];
-        bool cc;                       /* DIWARP_CC=on|off: RD congestion control */
-        bool cc_pacing;                /* DIWARP_CC_PACING=0|1 */
-        uint32_t cc_target_us;         /* DIWARP_CC_TARGET_US: queueing delay aimed at */
-        bool rd_crc;                   /* DIWARP_RD_CRC=0|1: CRC32c on RD datagrams */
+        bool cc;               /* DIWARP_CC=on|off: RD congestion control */
+        bool cc_pacing;        /* DIWARP_CC_PACING=0|1 */
+        uint32_t cc_target_us; /* DIWARP_CC_TARGET_US: queueing delay aimed at */
+        bool rd_crc;           /* DIWARP_RD_CRC=0|1: CRC32c on RD datagrams */
+        /* DIWARP_AUTH=file:PATH: the key of every datagram's AES-GMAC
+         * (16 or 32 bytes); auth_key_len 0: off (the default). */
+        uint8_t auth_key[32];
+        uint8_t auth_key_len;
         uint32_t pull_min;             /* DIWARP_RD_PULL_MIN: bytes; 0 = never pull */
         uint32_t pull_chunk;           /* DIWARP_RD_PULL_CHUNK: bytes per Read */
         uint32_t pull_depth;           /* DIWARP_RD_PULL_DEPTH: Reads outstanding */

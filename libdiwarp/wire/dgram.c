@@ -125,6 +125,9 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
                 return dw_wire_fail(why, "start: descriptor non-zero without the START flag",
                                     EBADMSG);
         }
+        if ((h->xflags2 & DW_DGRAM_X2_AUTH) && (x & DW_DGRAM_X_NOCRC))
+                return dw_wire_fail(why, "xflags2: AUTH with NOCRC (the tag replaces the CRC)",
+                                    EBADMSG);
         if ((h->xflags2 & (DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE)) && !(f & DW_DGRAM_F_RD))
                 return dw_wire_fail(why, "xflags2: TOKEN or CHALLENGE on a UD packet (RD only)",
                                     EBADMSG);
@@ -405,11 +408,15 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
         uint8_t f = buf[1], x = buf[4], x2 = buf[8];
         /* RC over RD: every datagram carries its connection's token, the
          * only extension after the fixed header here (no SACK blocks). */
-        size_t hl = x2 ? DW_DGRAM_HDR_LEN + DW_DGRAM_TOKEN_LEN : DW_DGRAM_HDR_LEN;
-        uint64_t token = x2 == DW_DGRAM_X2_TOKEN && len >= hl ? dw_get_be64(buf + 28) : 0;
+        bool tok = x2 & DW_DGRAM_X2_TOKEN;
+        size_t hl = tok ? DW_DGRAM_HDR_LEN + DW_DGRAM_TOKEN_LEN : DW_DGRAM_HDR_LEN;
+        uint64_t token = tok && len >= hl ? dw_get_be64(buf + 28) : 0;
+        /* AUTH adds nothing to the header (its trailer is gone by now), but
+         * never comes with NOCRC. */
         if (!((buf[0] == DW_DGRAM_VERSION && x == 0 && x2 == 0) ||
               (buf[0] == DW_DGRAM_VERSION2 && (x | x2) != 0 && (x & ~DW_DGRAM_X_NOCRC) == 0 &&
-               (x2 == 0 || token != 0))) ||
+               (x2 & ~(DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_AUTH)) == 0 && (!tok || token != 0) &&
+               !(x && (x2 & DW_DGRAM_X2_AUTH)))) ||
             !(f & DW_DGRAM_F_RD) || (f & (DW_DGRAM_F_SACK | DW_DGRAM_F_NAK)) ||
             !(f & (DW_DGRAM_F_DATA | DW_DGRAM_F_ACK)) ||
             (f & (DW_DGRAM_F_DATA | DW_DGRAM_F_IMM)) == DW_DGRAM_F_IMM ||
@@ -518,7 +525,8 @@ __attribute__((noinline, cold)) static int ud_slow(const uint8_t *buf, size_t le
 
 /* Bytes 0-7 of a UD header, with the IMM flag and dst_qpn's low 24 bits
  * masked: version 1, flags DATA, sack_count 0, nak_code 0, QPN byte 0. UD is
- * always version 1: every X-flag needs RD or ACK, so a version-2 UD datagram
+ * version 1, or version 2 with the X2-flag AUTH alone (DIWARP_AUTH): every
+ * other extension flag needs RD or ACK, so any other version-2 UD datagram
  * is malformed, and the strict route says why. */
 #define UD_H0_MASK 0xff7fffffff000000ull
 #define UD_H0      ((uint64_t)DW_DGRAM_VERSION << 56 | (uint64_t)DW_DGRAM_F_DATA << 48)
@@ -551,10 +559,17 @@ int dw_dgram_decode_ud(const uint8_t *buf, size_t len, struct dw_dgram_ud *out, 
         if (len < fixed)
                 return ud_slow(buf, len, out, why);
         uint64_t h0 = dw_get_be64(buf);
+        /* Version 2 with AUTH as the only extension flag is the same shape
+         * (the trailer is gone by now). */
+        uint8_t x2 = 0;
+        if (buf[0] == DW_DGRAM_VERSION2 && buf[8] == DW_DGRAM_X2_AUTH) {
+                h0 ^= (uint64_t)(DW_DGRAM_VERSION ^ DW_DGRAM_VERSION2) << 56;
+                x2 = DW_DGRAM_X2_AUTH;
+        }
         bool imm = (h0 & UD_H0_IMM) != 0;
         size_t tail = imm ? DW_DGRAM_IMM_MSG_LEN : 0;
         const uint8_t *seg = buf + DW_DGRAM_HDR_LEN;
-        if ((h0 & UD_H0_MASK) != UD_H0 || buf[8] != 0 || dw_get_be64(buf + 20) != 0 ||
+        if ((h0 & UD_H0_MASK) != UD_H0 || buf[8] != x2 || dw_get_be64(buf + 20) != 0 ||
             len - fixed < tail || !ud_msg_ok(seg, UD_MSG(DW_RDMAP_SEND), UD_MSG(DW_RDMAP_SEND_SE)))
                 return ud_slow(buf, len, out, why);
         bool se = seg[1] == UD_MSG(DW_RDMAP_SEND_SE) % 256;

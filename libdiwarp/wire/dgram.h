@@ -101,7 +101,18 @@
 /* RD: a challenge follows (after the token): a 64-bit value the receiver of
  * this datagram is to echo as the token of its rail lists to the sender. */
 #define DW_DGRAM_X2_CHALLENGE 0x04
-#define DW_DGRAM_X2_ALL       (DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE)
+/* UD and RD: the datagram ends with the authentication trailer (nonce and
+ * AES-GMAC tag, DW_DGRAM_AUTH_LEN bytes) instead of the CRC32c; never with
+ * NOCRC. Set by the sender's seal (wire/seal.h, DIWARP_AUTH).
+ * docs/PROTOCOL.md "Authentication". */
+#define DW_DGRAM_X2_AUTH 0x08
+#define DW_DGRAM_X2_ALL                                                                            \
+        (DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE | DW_DGRAM_X2_AUTH)
+/* The authentication trailer: a 12-byte GCM nonce (4-byte salt, 8-byte
+ * counter), then the 16-byte tag. */
+#define DW_DGRAM_AUTH_NONCE_LEN 12
+#define DW_DGRAM_AUTH_TAG_LEN   16
+#define DW_DGRAM_AUTH_LEN       (DW_DGRAM_AUTH_NONCE_LEN + DW_DGRAM_AUTH_TAG_LEN)
 
 /* nak_code (byte 3), only with DW_DGRAM_F_NAK */
 enum dw_dgram_nak {

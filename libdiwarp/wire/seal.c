@@ -1,40 +1,102 @@
-/* Datagram trailers: seal and open (seal.h). */
+/* Datagram trailers: seal and open (seal.h). AES-GMAC is libcrypto's
+ * AES-GCM through EVP: the datagram goes in as additional data, nothing is
+ * encrypted, and the tag is the MAC. No cryptography is written here. */
 #include "seal.h"
 
 #include <errno.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "crc32c.h"
 
-void dw_seal_init(struct dw_seal *s, bool nocrc)
+static bool auth_shape(const uint8_t *pkt, size_t len)
+{
+        return len >= DW_DGRAM_HDR_LEN && pkt[0] == DW_DGRAM_VERSION2 &&
+               (pkt[8] & DW_DGRAM_X2_AUTH);
+}
+
+int dw_seal_init(struct dw_seal *s, bool nocrc, const uint8_t *key, size_t keylen,
+                 const uint8_t *start, const char **why)
 {
         memset(s, 0, sizeof(*s));
         s->nocrc = nocrc;
+        if (!keylen)
+                return 0;
+        if (!key || !start || (keylen != 16 && keylen != 32))
+                return dw_wire_fail(why, "auth: key of 16 or 32 bytes and a first nonce needed",
+                                    EINVAL);
+        const EVP_CIPHER *c = keylen == 16 ? EVP_aes_128_gcm() : EVP_aes_256_gcm();
+        EVP_CIPHER_CTX *e = EVP_CIPHER_CTX_new(), *d = EVP_CIPHER_CTX_new();
+        if (!e || !d || EVP_EncryptInit_ex(e, c, NULL, key, NULL) != 1 ||
+            EVP_DecryptInit_ex(d, c, NULL, key, NULL) != 1) {
+                EVP_CIPHER_CTX_free(e);
+                EVP_CIPHER_CTX_free(d);
+                return dw_wire_fail(why, "auth: libcrypto cannot set up AES-GCM", ENOMEM);
+        }
+        s->nocrc = false;
+        s->mac = true;
+        s->enc = e;
+        s->dec = d;
+        memcpy(s->nonce, start, sizeof(s->nonce));
+        return 0;
 }
 
-void dw_seal_begin(const struct dw_seal *s, struct dw_seal_run *r, uint8_t *hdr)
+void dw_seal_fini(struct dw_seal *s)
 {
-        (void)s;
-        (void)hdr;
+        EVP_CIPHER_CTX_free(s->enc);
+        EVP_CIPHER_CTX_free(s->dec);
+        memset(s, 0, sizeof(*s));
+}
+
+void dw_seal_begin(struct dw_seal *s, struct dw_seal_run *r, uint8_t *hdr)
+{
         r->crc = dw_crc32c_init();
+        if (!s->mac)
+                return;
+        hdr[0] = DW_DGRAM_VERSION2;
+        hdr[8] |= DW_DGRAM_X2_AUTH;
+        memcpy(r->nonce, s->nonce, sizeof(r->nonce));
+        /* The counter (bytes 4-11, big-endian) moves on whether or not this
+         * datagram is ever sent: a nonce is used once. */
+        dw_put_be64(s->nonce + 4, dw_get_be64(s->nonce + 4) + 1);
+        EVP_EncryptInit_ex(s->enc, NULL, NULL, NULL, r->nonce);
 }
 
-void dw_seal_add(const struct dw_seal *s, struct dw_seal_run *r, const void *p, size_t n)
+void dw_seal_add(struct dw_seal *s, struct dw_seal_run *r, const void *p, size_t n)
 {
-        (void)s;
-        r->crc = dw_crc32c_update(r->crc, p, n);
+        if (!s->mac) {
+                r->crc = dw_crc32c_update(r->crc, p, n);
+                return;
+        }
+        int ol;
+        if (n)
+                EVP_EncryptUpdate(s->enc, NULL, &ol, p, (int)n);
 }
 
-void dw_seal_add_iov(const struct dw_seal *s, struct dw_seal_run *r, const struct iovec *iov,
-                     size_t n)
+void dw_seal_add_iov(struct dw_seal *s, struct dw_seal_run *r, const struct iovec *iov, size_t n)
 {
-        (void)s;
-        r->crc = dw_crc32c_update_iov(r->crc, iov, n);
+        if (!s->mac) {
+                r->crc = dw_crc32c_update_iov(r->crc, iov, n);
+                return;
+        }
+        for (size_t i = 0; i < n; i++)
+                dw_seal_add(s, r, iov[i].iov_base, iov[i].iov_len);
 }
 
 size_t dw_seal_end(struct dw_seal *s, struct dw_seal_run *r, const uint8_t *hdr, uint8_t *trl)
 {
-        (void)s;
+        if (s->mac) {
+                uint8_t none[16];
+                int ol;
+                memcpy(trl, r->nonce, DW_DGRAM_AUTH_NONCE_LEN);
+                uint8_t *tag = trl + DW_DGRAM_AUTH_NONCE_LEN;
+                if (EVP_EncryptFinal_ex(s->enc, none, &ol) != 1 ||
+                    EVP_CIPHER_CTX_ctrl(s->enc, EVP_CTRL_GCM_GET_TAG, DW_DGRAM_AUTH_TAG_LEN, tag) !=
+                        1)
+                        memset(tag, 0, DW_DGRAM_AUTH_TAG_LEN); /* fails at the receiver */
+                return DW_DGRAM_AUTH_LEN;
+        }
         if (dw_dgram_nocrc(hdr, DW_DGRAM_HDR_LEN))
                 return 0;
         dw_dgram_crc_trailer(trl, r->crc);
@@ -43,19 +105,75 @@ size_t dw_seal_end(struct dw_seal *s, struct dw_seal_run *r, const uint8_t *hdr,
 
 ssize_t dw_seal_packet(struct dw_seal *s, uint8_t *pkt, size_t len, size_t cap)
 {
-        (void)s;
-        return dw_dgram_packet_finish(pkt, len, cap);
+        if (!s->mac)
+                return dw_dgram_packet_finish(pkt, len, cap);
+        if (len < DW_DGRAM_HDR_LEN)
+                return -EINVAL;
+        if (cap < DW_DGRAM_AUTH_LEN || len > cap - DW_DGRAM_AUTH_LEN)
+                return -ENOSPC;
+        struct dw_seal_run r;
+        dw_seal_begin(s, &r, pkt);
+        dw_seal_add(s, &r, pkt, len);
+        return (ssize_t)(len + dw_seal_end(s, &r, pkt, pkt + len));
+}
+
+/* The keyed check: body[0..n), then nonce and tag. */
+static int mac_open(const struct dw_seal *s, const struct iovec *body, size_t n, const uint8_t *trl,
+                    const char **why)
+{
+        EVP_CIPHER_CTX *d = s->dec;
+        uint8_t tag[DW_DGRAM_AUTH_TAG_LEN], none[16];
+        int ol;
+        memcpy(tag, trl + DW_DGRAM_AUTH_NONCE_LEN, sizeof(tag));
+        if (EVP_DecryptInit_ex(d, NULL, NULL, NULL, trl) != 1)
+                return dw_wire_fail(why, "auth: libcrypto refused the nonce", EKEYREJECTED);
+        for (size_t i = 0; i < n; i++)
+                if (body[i].iov_len &&
+                    EVP_DecryptUpdate(d, NULL, &ol, body[i].iov_base, (int)body[i].iov_len) != 1)
+                        return dw_wire_fail(why, "auth: libcrypto refused the datagram",
+                                            EKEYREJECTED);
+        if (EVP_CIPHER_CTX_ctrl(d, EVP_CTRL_GCM_SET_TAG, sizeof(tag), tag) != 1 ||
+            EVP_DecryptFinal_ex(d, none, &ol) != 1)
+                return dw_wire_fail(why, "auth: tag does not verify (another key, or altered)",
+                                    EKEYREJECTED);
+        return 0;
 }
 
 ssize_t dw_seal_open(const struct dw_seal *s, const uint8_t *pkt, size_t len, const char **why)
 {
-        return dw_dgram_packet_body(pkt, len, s->nocrc, why);
+        if (!s->mac) {
+                if (auth_shape(pkt, len))
+                        return dw_wire_fail(why, "auth: authenticated datagram, and no key here",
+                                            ENOPROTOOPT);
+                return dw_dgram_packet_body(pkt, len, s->nocrc, why);
+        }
+        if (!auth_shape(pkt, len))
+                return len < DW_DGRAM_HDR_LEN
+                           ? dw_wire_fail(why, "auth: datagram shorter than a header", ENODATA)
+                           : dw_wire_fail(why, "auth: datagram without a tag", ENOKEY);
+        if (len < DW_DGRAM_HDR_LEN + DW_DGRAM_AUTH_LEN)
+                return dw_wire_fail(why, "auth: datagram shorter than header + tag", ENODATA);
+        size_t body = len - DW_DGRAM_AUTH_LEN;
+        struct iovec one = {(void *)pkt, body};
+        int e = mac_open(s, &one, 1, pkt + body, why);
+        return e < 0 ? e : (ssize_t)body;
 }
 
 int dw_seal_open_iov(const struct dw_seal *s, const struct iovec *body, size_t n,
                      const uint8_t *trl, size_t trl_len, const char **why)
 {
         const uint8_t *hdr = body[0].iov_base;
+        if (s->mac) {
+                if (!auth_shape(hdr, body[0].iov_len))
+                        return dw_wire_fail(why, "auth: datagram without a tag", ENOKEY);
+                if (trl_len != DW_DGRAM_AUTH_LEN)
+                        return dw_wire_fail(why, "auth: datagram shorter than header + tag",
+                                            ENODATA);
+                return mac_open(s, body, n, trl, why);
+        }
+        if (auth_shape(hdr, body[0].iov_len))
+                return dw_wire_fail(why, "auth: authenticated datagram, and no key here",
+                                    ENOPROTOOPT);
         if (dw_dgram_nocrc(hdr, body[0].iov_len)) {
                 if (!s->nocrc)
                         return dw_wire_fail(why, "crc: datagram without CRC32c refused", ENOTSUP);

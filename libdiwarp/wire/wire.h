@@ -17,6 +17,10 @@
  *   -EILSEQ    CRC32c mismatch
  *   -ENOTSUP   a datagram without CRC32c that the caller does not accept
  *              (dw_dgram_packet_body)
+ *   -ENOKEY    a datagram without an authentication tag where one is required
+ *              (wire/seal.h, DIWARP_AUTH)
+ *   -EKEYREJECTED an authentication tag that does not verify
+ *   -ENOPROTOOPT  an authenticated datagram where no key is set
  */
 #ifndef DIWARP_WIRE_H
 #define DIWARP_WIRE_H

@@ -79,6 +79,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,6 +90,7 @@
 /* Engine-internal codecs: the stranger builds its datagrams with them. */
 #include "wire/dgram.h"
 #include "wire/rdmap.h"
+#include "wire/seal.h"
 
 #define QKEY    0x11223344u
 #define BUF_LEN (1u << 20)
@@ -1648,6 +1651,205 @@ static int case_peers(void)
 
 /* ---------------------------------------------------------------- main */
 
+/* ---------------------------------------------------------------- auth */
+
+/* Writes a key file of n random bytes with the given mode into dir. */
+static void key_file(char *path, size_t cap, const char *dir, const char *name, size_t n,
+                     mode_t mode)
+{
+        snprintf(path, cap, "%s/%s", dir, name);
+        uint8_t k[32];
+        for (size_t i = 0; i < n; i++)
+                k[i] = (uint8_t)rand();
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || write(fd, k, n) != (ssize_t)n)
+                die("auth: key file %s: %s", path, strerror(errno));
+        fchmod(fd, mode);
+        close(fd);
+}
+
+static void auth_env(const char *path)
+{
+        char v[300];
+        if (!path) {
+                unsetenv("DIWARP_AUTH");
+                return;
+        }
+        snprintf(v, sizeof(v), "file:%s", path);
+        setenv("DIWARP_AUTH", v, 1);
+}
+
+/* An RD Write of len bytes at off from b's QP into a's memory at off. */
+static void rd_write(struct side *b, struct side *a, uint64_t id, uint64_t off, uint32_t len)
+{
+        struct diwarp_sge sge = {(uintptr_t)b->buf + off, len, b->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = (uintptr_t)a->buf + off;
+        wr.wr.rdma.rkey = a->rkey;
+        struct diwarpdv_rd_dest d = {b->ah, a->qpn, QKEY};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarpdv_post_send_rd(b->qp, &wr, &d, &bad));
+}
+
+/* b's 1 MiB Write into a, which must not land: b's WR ends in error (its
+ * peer never acknowledges), a's memory stays zero, and a counts drops. */
+static void auth_refused(struct side *a, struct side *b, const char *what)
+{
+        struct diwarp_counters c0, c;
+        counters(a, &c0);
+        memset(b->buf, 0x5a, BUF_LEN / 2);
+        memset(a->buf, 0, BUF_LEN);
+        rd_write(b, a, 0x77, 0, BUF_LEN / 2);
+        struct diwarp_wc wc;
+        if (!poll_one(b, a, &wc, 60000))
+                die("%s: the refused Write never completed", what);
+        if (wc.status == DIWARP_WC_SUCCESS)
+                die("%s: the Write completed successfully", what);
+        if (!all_zero(a->buf, BUF_LEN))
+                die("%s: bytes were placed", what);
+        counters(a, &c);
+        if (c.rx_dropped_auth <= c0.rx_dropped_auth)
+                die("%s: rx_dropped_auth did not grow", what);
+        fprintf(stderr, "%s: refused (%s), %llu datagrams dropped\n", what,
+                diwarp_wc_status_str(wc.status),
+                (unsigned long long)(c.rx_dropped_auth - c0.rx_dropped_auth));
+}
+
+static int case_auth(void)
+{
+        char dir[] = "/tmp/diwarp-auth-XXXXXX";
+        if (!mkdtemp(dir))
+                die("auth: mkdtemp: %s", strerror(errno));
+        char k1[200], k2[200], kw[200];
+        srand(1);
+        key_file(k1, sizeof(k1), dir, "k1", 32, 0600);
+        key_file(k2, sizeof(k2), dir, "k2", 16, 0600);
+        key_file(kw, sizeof(kw), dir, "kw", 32, 0644);
+        /* A key file others can read is refused at open. */
+        auth_env(kw);
+        struct diwarp_device *d;
+        if (diwarp_device_open(NULL, &d) != -EINVAL)
+                die("auth: a world-readable key file was accepted");
+        /* Same key: Sends and a 1 MiB Write land. */
+        auth_env(k1);
+        setenv("DIWARP_PEER_TIMEOUT_MS", "1500", 1);
+        struct side a, b;
+        rd_pair(&a, &b, DIWARP_ACCESS_REMOTE_WRITE, true);
+        legit_send(&a, &b, 0x70, "auth: Send with the same key");
+        for (size_t i = 0; i < BUF_LEN; i++)
+                b.buf[i] = (uint8_t)(i * 7 + 1);
+        rd_write(&b, &a, 0x71, 0, BUF_LEN);
+        expect_wc(&b, &a, 0x71, DIWARP_WC_SUCCESS, "auth: 1 MiB Write with the same key");
+        if (memcmp(a.buf, b.buf, BUF_LEN) != 0)
+                die("auth: the Write's bytes differ");
+        struct diwarp_counters c0, c;
+        counters(&a, &c0);
+        if (c0.rx_dropped_auth || c0.crc_errors)
+                die("auth: %llu datagrams dropped between two ends of one key",
+                    (unsigned long long)c0.rx_dropped_auth);
+        /* A stranger without the key: a forged Write without a tag, and one
+         * that claims AUTH with a tag it made up. Nothing lands. */
+        memset(a.buf, 0, BUF_LEN);
+        int fd = stranger_socket("127.0.0.9");
+        struct stranger x;
+        stranger_open(&x, fd, &a, a.qpn, 0x0e0001);
+        uint8_t pay[64];
+        memset(pay, 0xee, sizeof(pay));
+        for (int i = 0; i < 8; i++)
+                stranger_write(&x, a.rkey, (uintptr_t)a.buf + 64 * (unsigned)i, pay, sizeof(pay));
+        for (int i = 0; i < 8; i++) {
+                struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
+                                         .xflags2 = DW_DGRAM_X2_START,
+                                         .dst_qpn = a.qpn,
+                                         .src_qpn = 0x0e0002,
+                                         .qkey = QKEY,
+                                         .psn = 100 + (uint32_t)i,
+                                         .start_psn = 100,
+                                         .start_msn = 100};
+                uint8_t pkt[512];
+                size_t n = forge(pkt, sizeof(pkt), &h, a.rkey, (uintptr_t)a.buf, pay, sizeof(pay));
+                n -= DW_DGRAM_CRC_LEN;
+                pkt[0] = DW_DGRAM_VERSION2;
+                pkt[8] |= DW_DGRAM_X2_AUTH;
+                for (size_t j = 0; j < DW_DGRAM_AUTH_LEN; j++)
+                        pkt[n + j] = (uint8_t)rand();
+                send_to(fd, pkt, n + DW_DGRAM_AUTH_LEN, a.port);
+        }
+        drive(&a, NULL, 300);
+        counters(&a, &c);
+        if (c.rx_dropped_auth - c0.rx_dropped_auth != 16)
+                die("auth: rx_dropped_auth grew by %llu for 16 forged datagrams",
+                    (unsigned long long)(c.rx_dropped_auth - c0.rx_dropped_auth));
+        if (!all_zero(a.buf, BUF_LEN))
+                die("auth: a forged datagram placed bytes");
+        legit_send(&a, &b, 0x72, "auth: Send beside the forgeries");
+        close(fd);
+        /* A peer with another key, and one without DIWARP_AUTH: nothing of
+         * theirs is placed, in either direction. */
+        auth_env(k2);
+        struct side o;
+        side_open(&o);
+        auth_env(NULL);
+        struct side n;
+        side_open(&n);
+        auth_env(k1);
+        struct side *peers[2] = {&o, &n};
+        const char *names[2] = {"auth: a peer with another key",
+                                "auth: a peer without DIWARP_AUTH"};
+        for (int i = 0; i < 2; i++) {
+                struct side *p = peers[i];
+                p->qp = qp_new(p, false, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+                p->qpn = diwarp_qp_num(p->qp);
+                qp_up(p->qp, false, NULL, 0, 0, 0);
+                CHECK(diwarp_ah_create(p->pd, &a.gid, &p->ah));
+                auth_refused(&a, p, names[i]);
+                if (a.ah)
+                        CHECK(diwarp_ah_destroy(a.ah));
+                CHECK(diwarp_ah_create(a.pd, &p->gid, &a.ah));
+                char what[96];
+                snprintf(what, sizeof(what), "%s (the other way)", names[i]);
+                auth_refused(p, &a, what);
+                reset_up(a.qp); /* its WR failed: the QP is in ERR */
+        }
+        side_close(&o);
+        side_close(&n);
+        side_close(&a);
+        side_close(&b);
+        unlink(k1);
+        unlink(k2);
+        unlink(kw);
+        rmdir(dir);
+        return 0;
+}
+
+/* keyrun PROGRAM ARGS...: runs PROGRAM with DIWARP_AUTH set to a fresh
+ * key file (both ends of the examples and tests it runs share the key). */
+static int keyrun(char **argv)
+{
+        char dir[] = "/tmp/diwarp-auth-XXXXXX";
+        if (!mkdtemp(dir))
+                die("keyrun: mkdtemp: %s", strerror(errno));
+        char k[200];
+        srand((unsigned)getpid());
+        key_file(k, sizeof(k), dir, "key", 16, 0600);
+        auth_env(k);
+        pid_t pid = fork();
+        if (pid == 0) {
+                execv(argv[0], argv);
+                _exit(127);
+        }
+        int st = 0;
+        if (pid < 0 || waitpid(pid, &st, 0) < 0)
+                st = 1 << 8;
+        unlink(k);
+        rmdir(dir);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
@@ -1670,6 +1872,10 @@ int main(int argc, char **argv)
                 setenv("DIWARP_RC_TRANSPORT", "rd", 1);
                 return case_rcrd();
         }
+        if (strcmp(argv[1], "keyrun") == 0 && argc > 2)
+                return keyrun(argv + 2);
+        if (strcmp(argv[1], "auth") == 0)
+                return case_auth();
         if (strcmp(argv[1], "rails") == 0)
                 return case_rails();
         if (strcmp(argv[1], "peers") == 0) {

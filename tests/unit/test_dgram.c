@@ -1416,7 +1416,7 @@ Test(dgram, v2_reject_empty_xflags_and_unannounced_extensions)
         expect_mut_why(&h, 8, DW_DGRAM_X2_START, ENODATA, "start: descriptor announced");
         expect_mut_why(&h, 8, DW_DGRAM_X2_TOKEN, ENODATA, "token: value announced");
         expect_mut_why(&h, 8, DW_DGRAM_X2_CHALLENGE, ENODATA, "challenge: value announced");
-        expect_mut_why(&h, 8, 0x08, EBADMSG, "xflags2: unknown bits set");
+        expect_mut_why(&h, 8, 0x10, EBADMSG, "xflags2: unknown bits set");
         /* In version 1, byte 4 is still the reserved high byte of dst_qpn. */
         struct dw_dgram_hdr v1 = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
         expect_mut_why(&v1, 4, DW_DGRAM_X_NOCRC, EBADMSG, "dst_qpn");
@@ -2314,7 +2314,7 @@ Test(dgram, v2_start_rules)
         h.start_psn = 1;
         expect_invalid_why(&h, EBADMSG, "start: descriptor non-zero without the START flag");
         h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
-        h.xflags2 = 0x08;
+        h.xflags2 = 0x10;
         expect_invalid_why(&h, EBADMSG, "xflags2: unknown bits set");
 
         /* On the wire: a reserved X2 bit, START on an ACK, and a version-1
@@ -2326,7 +2326,7 @@ Test(dgram, v2_start_rules)
         uint8_t buf[64];
         ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
         cr_assert_eq(n, 36);
-        buf[8] = 0x09;
+        buf[8] = 0x11;
         expect_reject_why(buf, (size_t)n, EBADMSG, "xflags2: unknown bits set");
         buf[8] = 0x01;
         buf[1] = DW_DGRAM_F_RD | DW_DGRAM_F_ACK;
