@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/config.h"
@@ -621,4 +622,64 @@ Test(log, long_line_truncated_to_one_line)
         cr_assert_eq(strncmp(buf, "diwarp: debug: aaa", 18), 0);
         cr_assert_eq(buf[n - 1], '\n');
         cr_assert_null(memchr(buf, '\n', n - 1), "line split");
+}
+
+/* DIWARP_AUTH: off by default; file:PATH reads 16 or 32 raw bytes or hex
+ * from a file only its owner may read; everything else is refused with a
+ * reason naming the variable. */
+static void auth_file(char *path, const void *data, size_t n, mode_t mode)
+{
+        strcpy(path, "/tmp/diwarp-test-key-XXXXXX");
+        int fd = mkstemp(path);
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(write(fd, data, n), (ssize_t)n);
+        cr_assert_eq(fchmod(fd, mode), 0);
+        close(fd);
+}
+
+static int auth_parse(struct dw_config *c, const char *path, const char **why)
+{
+        char v[128];
+        snprintf(v, sizeof(v), "file:%s", path);
+        return parse1(c, "DIWARP_AUTH", v, why);
+}
+
+Test(config, auth)
+{
+        struct dw_config c;
+        const char *why = NULL;
+        cr_assert_eq(parse1(&c, "DIWARP_AUTH", "off", &why), 0);
+        cr_assert_eq(c.auth_key_len, 0);
+        char p[64];
+        uint8_t raw[32];
+        for (int i = 0; i < 32; i++)
+                raw[i] = (uint8_t)(i * 37 + 1);
+        auth_file(p, raw, 16, 0600);
+        cr_assert_eq(auth_parse(&c, p, &why), 0, "%s", why);
+        cr_assert_eq(c.auth_key_len, 16);
+        cr_assert_eq(memcmp(c.auth_key, raw, 16), 0);
+        unlink(p);
+        const char hex[] = "000102030405060708090a0b0c0d0e0f"
+                           "101112131415161718191A1B1C1D1E1F\n";
+        auth_file(p, hex, sizeof(hex) - 1, 0400);
+        cr_assert_eq(auth_parse(&c, p, &why), 0, "%s", why);
+        cr_assert_eq(c.auth_key_len, 32);
+        for (int i = 0; i < 32; i++)
+                cr_assert_eq(c.auth_key[i], i);
+        unlink(p);
+        /* Group- or world-readable, a wrong length, no file, a bad form. */
+        auth_file(p, raw, 32, 0640);
+        cr_assert_eq(auth_parse(&c, p, &why), -EINVAL);
+        cr_assert(strstr(why, "DIWARP_AUTH") && strstr(why, "group or others"), "%s", why);
+        cr_assert_eq(c.auth_key_len, 0);
+        unlink(p);
+        auth_file(p, raw, 20, 0600);
+        cr_assert_eq(auth_parse(&c, p, &why), -EINVAL);
+        cr_assert(strstr(why, "16 or 32"), "%s", why);
+        unlink(p);
+        cr_assert_eq(auth_parse(&c, p, &why), -EINVAL);
+        cr_assert(strstr(why, "cannot open"), "%s", why);
+        cr_assert_eq(parse1(&c, "DIWARP_AUTH", "on", &why), -EINVAL);
+        cr_assert(strstr(why, "DIWARP_AUTH='on'"), "%s", why);
+        cr_assert_eq(parse1(&c, "DIWARP_AUTH", "file:", &why), -EINVAL);
 }
