@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cm/mpa_conn.h"
+#include "api/backend.h"
 #include "client/client.h"
 #include "dw.h"
 #include "llp/tcp.h"
@@ -889,7 +890,7 @@ struct diwarp_listener {
         struct dw_lconn conns[DW_LISTEN_MAX];
 };
 
-int diwarp_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
+int dwe_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
 {
         if (dw_client_mode())
                 return dwc_listen(d, port, backlog, out);
@@ -924,7 +925,7 @@ static void lconn_drop(struct dw_lconn *lc)
         lc->used = false;
 }
 
-int diwarp_listener_destroy(struct diwarp_listener *l)
+int dwe_listener_destroy(struct diwarp_listener *l)
 {
         if (dw_client_mode())
                 return dwc_listener_destroy(l);
@@ -939,7 +940,7 @@ int diwarp_listener_destroy(struct diwarp_listener *l)
         return 0;
 }
 
-int diwarp_listener_fd(const struct diwarp_listener *l)
+int dwe_listener_fd(const struct diwarp_listener *l)
 {
         if (dw_client_mode())
                 return dwc_listener_fd(l);
@@ -1055,8 +1056,8 @@ static struct dw_lconn *listener_scan(struct diwarp_listener *l)
         return NULL;
 }
 
-int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
-                                struct diwarp_conn_request *req)
+int dwe_listener_get_request(struct diwarp_listener *l, int timeout_ms,
+                             struct diwarp_conn_request *req)
 {
         if (dw_client_mode())
                 return dwc_listener_get_request(l, timeout_ms, req);
@@ -1330,8 +1331,8 @@ fail:
         return r;
 }
 
-int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *q,
-                  const struct diwarp_conn_param *reply)
+int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *q,
+               const struct diwarp_conn_param *reply)
 {
         if (dw_client_mode())
                 return dwc_accept(l, request_id, q, reply);
@@ -1411,8 +1412,8 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         return attach_native(qp, fd, &mc, &peer);
 }
 
-int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
-                  uint16_t private_data_len)
+int dwe_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
+               uint16_t private_data_len)
 {
         if (dw_client_mode())
                 return dwc_reject(l, request_id, private_data, private_data_len);
@@ -1434,9 +1435,9 @@ int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *pr
         return r;
 }
 
-int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port,
-                   const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
-                   uint16_t *reply_pd_len)
+int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port,
+                const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
+                uint16_t *reply_pd_len)
 {
         if (dw_client_mode())
                 return dwc_connect(q, dgid, port, param, timeout_ms, reply_pd, reply_pd_len);
@@ -1575,7 +1576,7 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         return r;
 }
 
-int diwarp_disconnect(struct diwarp_qp *q)
+int dwe_disconnect(struct diwarp_qp *q)
 {
         if (dw_client_mode())
                 return dwc_disconnect(q);

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "api/backend.h"
 #include "client/client.h"
 #include "dw.h"
 #include "llp/netif.h"
@@ -452,7 +453,7 @@ static const struct dw_transport_ops *const dw_transports[] = {
     &dw_rd_transport,
 };
 
-int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
+int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
 {
         if (dw_client_mode())
                 return dwc_device_open(opts, out);
@@ -593,7 +594,7 @@ fail_lock:
         return err;
 }
 
-int diwarp_device_close(struct diwarp_device *d)
+int dwe_device_close(struct diwarp_device *d)
 {
         if (dw_client_mode())
                 return dwc_device_close(d);
@@ -634,7 +635,7 @@ int diwarp_device_close(struct diwarp_device *d)
         return 0;
 }
 
-int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
+int dwe_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
 {
         if (dw_client_mode())
                 return dwc_device_query(d, a);
@@ -676,7 +677,7 @@ int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
         return 0;
 }
 
-int diwarp_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
+int dwe_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
 {
         if (dw_client_mode())
                 return dwc_device_gid(d, gid);
@@ -687,7 +688,7 @@ int diwarp_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
         return 0;
 }
 
-int diwarp_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, int max)
+int dwe_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, int max)
 {
         if (dw_client_mode())
                 return -EOPNOTSUPP;
@@ -716,7 +717,7 @@ int dw_device_rails_locked(struct dw_device *dev, struct diwarp_rail_stats *out,
         return dev->nrails;
 }
 
-int diwarp_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)
+int dwe_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)
 {
         if (dw_client_mode())
                 return dwc_device_gid_table(d, out, max);
@@ -726,36 +727,6 @@ int diwarp_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, i
         for (int i = 0; i < dev->ngid && i < max; i++)
                 out[i] = dev->gids[i];
         return dev->ngid;
-}
-
-int diwarp_device_gid_find(struct diwarp_device *d, uint32_t addr, union diwarp_gid *gid)
-{
-        struct diwarp_netif t[DIWARP_MAX_GIDS];
-        int n = diwarp_device_gid_table(d, t, DIWARP_MAX_GIDS);
-        if (n < 0)
-                return n;
-        if (!gid)
-                return -EINVAL;
-        for (int i = 0; i < n && i < DIWARP_MAX_GIDS; i++) {
-                if (t[i].addr == addr) {
-                        dw_ipv4_to_gid((struct in_addr){.s_addr = addr}, gid);
-                        return i;
-                }
-        }
-        return -ENOENT;
-}
-
-int diwarp_device_gid_of_socket(struct diwarp_device *d, int fd, union diwarp_gid *gid)
-{
-        struct sockaddr_in me;
-        socklen_t len = sizeof(me);
-        if (getsockname(fd, (struct sockaddr *)&me, &len) == 0 && me.sin_family == AF_INET) {
-                int idx = diwarp_device_gid_find(d, me.sin_addr.s_addr, gid);
-                if (idx != -ENOENT)
-                        return idx;
-        }
-        int err = diwarp_device_gid(d, gid);
-        return err < 0 ? err : 0;
 }
 
 int diwarp_host_netifs(struct diwarp_netif *out, int max)
@@ -769,7 +740,7 @@ int diwarp_host_netifs(struct diwarp_netif *out, int max)
         return n;
 }
 
-int diwarp_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
+int dwe_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
 {
         if (dw_client_mode())
                 return dwc_device_port(d, port, instance);
@@ -783,7 +754,7 @@ int diwarp_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instan
         return 0;
 }
 
-int diwarp_progress(struct diwarp_device *d, int budget)
+int dwe_progress(struct diwarp_device *d, int budget)
 {
         if (dw_client_mode())
                 return dwc_progress(d);
@@ -800,7 +771,7 @@ int diwarp_progress(struct diwarp_device *d, int budget)
         return n;
 }
 
-int diwarp_progress_thread_start(struct diwarp_device *d)
+int dwe_progress_thread_start(struct diwarp_device *d)
 {
         if (dw_client_mode())
                 return 0;
@@ -810,7 +781,7 @@ int diwarp_progress_thread_start(struct diwarp_device *d)
         return dw_progress_start(dev);
 }
 
-int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
+int dwe_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
 {
         if (dw_client_mode())
                 return dwc_device_counters(d, out);
@@ -832,7 +803,7 @@ void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *ou
 
 /* ---- protection domains ---------------------------------------------------- */
 
-int diwarp_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
+int dwe_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
 {
         if (dw_client_mode())
                 return dwc_pd_alloc(d, out);
@@ -855,7 +826,7 @@ int diwarp_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
         return 0;
 }
 
-int diwarp_pd_dealloc(struct diwarp_pd *p)
+int dwe_pd_dealloc(struct diwarp_pd *p)
 {
         if (dw_client_mode())
                 return dwc_pd_dealloc(p);
@@ -875,8 +846,8 @@ int diwarp_pd_dealloc(struct diwarp_pd *p)
 
 /* ---- memory regions ---------------------------------------------------------- */
 
-int diwarp_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, int access,
-                  struct diwarp_mr **out)
+int dwe_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, int access,
+               struct diwarp_mr **out)
 {
         if (dw_client_mode())
                 return dwc_mr_reg(p, addr, length, iova, access, out);
@@ -894,7 +865,7 @@ int diwarp_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova,
         return 0;
 }
 
-int diwarp_mr_dereg(struct diwarp_mr *m)
+int dwe_mr_dereg(struct diwarp_mr *m)
 {
         if (dw_client_mode())
                 return dwc_mr_dereg(m);
@@ -911,8 +882,8 @@ int diwarp_mr_dereg(struct diwarp_mr *m)
         return err;
 }
 
-int diwarp_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr, size_t length,
-                    uint64_t iova, int access)
+int dwe_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr, size_t length,
+                 uint64_t iova, int access)
 {
         if (dw_client_mode())
                 return dwc_unsupported("diwarp_mr_rereg");
@@ -934,7 +905,7 @@ int diwarp_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *a
 
 /* ---- memory windows ------------------------------------------------------------ */
 
-int diwarp_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw **out)
+int dwe_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw **out)
 {
         if (dw_client_mode())
                 return dwc_unsupported("memory windows");
@@ -953,7 +924,7 @@ int diwarp_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp
         return 0;
 }
 
-int diwarp_mw_dealloc(struct diwarp_mw *m)
+int dwe_mw_dealloc(struct diwarp_mw *m)
 {
         if (dw_client_mode())
                 return dwc_unsupported("memory windows");
@@ -967,7 +938,7 @@ int diwarp_mw_dealloc(struct diwarp_mw *m)
         return err;
 }
 
-int diwarp_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
+int dwe_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
 {
         if (dw_client_mode())
                 return dwc_unsupported("memory windows");
@@ -986,7 +957,7 @@ int diwarp_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
         return 0;
 }
 
-int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
+int dwe_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 {
         if (dw_client_mode())
                 return dwc_mr_info(m, info);
@@ -1004,7 +975,7 @@ int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 
 /* ---- completion channels and CQs ---------------------------------------------- */
 
-int diwarp_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel **out)
+int dwe_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel **out)
 {
         if (dw_client_mode())
                 return dwc_comp_channel_create(d, out);
@@ -1035,7 +1006,7 @@ int diwarp_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_chann
         return 0;
 }
 
-int diwarp_comp_channel_destroy(struct diwarp_comp_channel *c)
+int dwe_comp_channel_destroy(struct diwarp_comp_channel *c)
 {
         if (dw_client_mode())
                 return dwc_comp_channel_destroy(c);
@@ -1053,7 +1024,7 @@ int diwarp_comp_channel_destroy(struct diwarp_comp_channel *c)
         return err;
 }
 
-int diwarp_comp_channel_fd(const struct diwarp_comp_channel *c)
+int dwe_comp_channel_fd(const struct diwarp_comp_channel *c)
 {
         if (dw_client_mode())
                 return dwc_comp_channel_fd(c);
@@ -1082,8 +1053,8 @@ static void dw_channel_unquiet(void *ch)
         dw_comp_channel_quiet(ch, false);
 }
 
-int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
-                                  void **cq_context)
+int dwe_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
+                               void **cq_context)
 {
         if (dw_client_mode())
                 return dwc_comp_channel_get_event(c, cq, cq_context);
@@ -1119,8 +1090,8 @@ int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_c
         return 0;
 }
 
-int diwarp_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
-                     struct diwarp_comp_channel *channel, struct diwarp_cq **out)
+int dwe_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
+                  struct diwarp_comp_channel *channel, struct diwarp_cq **out)
 {
         if (dw_client_mode())
                 return dwc_cq_create(d, cqe, cq_context, channel, out);
@@ -1151,7 +1122,7 @@ int diwarp_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
         return 0;
 }
 
-int diwarp_cq_destroy(struct diwarp_cq *c)
+int dwe_cq_destroy(struct diwarp_cq *c)
 {
         if (dw_client_mode())
                 return dwc_cq_destroy(c);
@@ -1174,7 +1145,7 @@ int diwarp_cq_destroy(struct diwarp_cq *c)
         return 0;
 }
 
-int diwarp_cq_resize(struct diwarp_cq *c, int cqe)
+int dwe_cq_resize(struct diwarp_cq *c, int cqe)
 {
         if (dw_client_mode())
                 return dwc_unsupported("diwarp_cq_resize");
@@ -1187,7 +1158,7 @@ int diwarp_cq_resize(struct diwarp_cq *c, int cqe)
         return err;
 }
 
-int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
+int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 {
         if (dw_client_mode())
                 return dwc_cq_poll(c, n, wc);
@@ -1209,7 +1180,7 @@ int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
         return got;
 }
 
-int diwarp_cq_set_timestamps(struct diwarp_cq *c, bool on)
+int dwe_cq_set_timestamps(struct diwarp_cq *c, bool on)
 {
         if (dw_client_mode())
                 return dwc_unsupported("CQ timestamps");
@@ -1222,7 +1193,7 @@ int diwarp_cq_set_timestamps(struct diwarp_cq *c, bool on)
         return 0;
 }
 
-int diwarp_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
+int dwe_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 {
         if (dw_client_mode())
                 return dwc_cq_req_notify(c, solicited_only);
@@ -1235,7 +1206,7 @@ int diwarp_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
         return err;
 }
 
-void diwarp_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
+void dwe_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
 {
         if (dw_client_mode()) {
                 dwc_cq_ack_events(c, nevents);
@@ -1246,7 +1217,7 @@ void diwarp_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
                 dw_cq_ack_events(&cq->cq, nevents);
 }
 
-int diwarp_cq_cqe(const struct diwarp_cq *c)
+int dwe_cq_cqe(const struct diwarp_cq *c)
 {
         if (dw_client_mode())
                 return dwc_cq_cqe(c);
@@ -1258,7 +1229,7 @@ int diwarp_cq_cqe(const struct diwarp_cq *c)
 
 /* ---- async events ---------------------------------------------------------------- */
 
-int diwarp_async_fd(struct diwarp_device *d)
+int dwe_async_fd(struct diwarp_device *d)
 {
         if (dw_client_mode())
                 return dwc_async_fd(d);
@@ -1268,7 +1239,7 @@ int diwarp_async_fd(struct diwarp_device *d)
         return dw_async_queue_fd(&dev->async);
 }
 
-int diwarp_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
+int dwe_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
 {
         if (dw_client_mode())
                 return dwc_get_async_event(d, ev);
@@ -1281,7 +1252,7 @@ int diwarp_get_async_event(struct diwarp_device *d, struct diwarp_async_event *e
 
 /* ---- address handles ----------------------------------------------------------------- */
 
-int diwarp_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwarp_ah **out)
+int dwe_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwarp_ah **out)
 {
         if (dw_client_mode())
                 return dwc_ah_create(p, dgid, out);
@@ -1313,7 +1284,7 @@ int diwarp_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct d
         return 0;
 }
 
-int diwarp_ah_destroy(struct diwarp_ah *a)
+int dwe_ah_destroy(struct diwarp_ah *a)
 {
         if (dw_client_mode())
                 return dwc_ah_destroy(a);
@@ -1335,8 +1306,8 @@ int diwarp_ah_destroy(struct diwarp_ah *a)
 #define DW_SRQ_MAX_WR 1
 #define DW_SRQ_LIMIT  2
 
-int diwarp_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_context,
-                      struct diwarp_srq **out)
+int dwe_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_context,
+                   struct diwarp_srq **out)
 {
         if (dw_client_mode())
                 return dwc_srq_create(p, attr, srq_context, out);
@@ -1374,7 +1345,7 @@ int diwarp_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *s
         return 0;
 }
 
-int diwarp_srq_destroy(struct diwarp_srq *s)
+int dwe_srq_destroy(struct diwarp_srq *s)
 {
         if (dw_client_mode())
                 return dwc_srq_destroy(s);
@@ -1396,7 +1367,7 @@ int diwarp_srq_destroy(struct diwarp_srq *s)
         return 0;
 }
 
-int diwarp_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
+int dwe_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
 {
         if (dw_client_mode())
                 return dwc_srq_modify(s, attr, mask);
@@ -1416,7 +1387,7 @@ int diwarp_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, 
         return err;
 }
 
-int diwarp_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
+int dwe_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
 {
         if (dw_client_mode())
                 return dwc_srq_query(s, attr);
@@ -1431,8 +1402,8 @@ int diwarp_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
         return 0;
 }
 
-int diwarp_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
-                         struct diwarp_recv_wr **bad_wr)
+int dwe_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
+                      struct diwarp_recv_wr **bad_wr)
 {
         if (dw_client_mode())
                 return dwc_post_srq_recv(s, wr, bad_wr);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cm/cm.h"
+#include "api/backend.h"
 #include "client/client.h"
 #include "dw.h"
 #include "qp/rd.h"
@@ -296,7 +297,7 @@ static int dw_qp_alloc_index(struct dw_device *dev)
         return -ENOMEM;
 }
 
-int diwarp_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct diwarp_qp **out)
+int dwe_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct diwarp_qp **out)
 {
         if (dw_client_mode())
                 return dwc_qp_create(p, attr, out);
@@ -415,7 +416,7 @@ fail:
         return err;
 }
 
-int diwarp_qp_destroy(struct diwarp_qp *q)
+int dwe_qp_destroy(struct diwarp_qp *q)
 {
         if (dw_client_mode())
                 return dwc_qp_destroy(q);
@@ -452,14 +453,14 @@ int diwarp_qp_destroy(struct diwarp_qp *q)
         return 0;
 }
 
-uint32_t diwarp_qp_num(const struct diwarp_qp *q)
+uint32_t dwe_qp_num(const struct diwarp_qp *q)
 {
         if (dw_client_mode())
                 return dwc_qp_num(q);
         return q ? ((const struct dw_qp *)q)->qpn : 0;
 }
 
-bool diwarp_qp_data_in_order(const struct diwarp_qp *q)
+bool dwe_qp_data_in_order(const struct diwarp_qp *q)
 {
         if (dw_client_mode())
                 return dwc_qp_data_in_order(q);
@@ -467,7 +468,7 @@ bool diwarp_qp_data_in_order(const struct diwarp_qp *q)
         return qp && (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) && !qp->rd;
 }
 
-enum diwarp_qp_state diwarp_qp_state(const struct diwarp_qp *q)
+enum diwarp_qp_state dwe_qp_state(const struct diwarp_qp *q)
 {
         if (dw_client_mode())
                 return dwc_qp_state(q);
@@ -704,7 +705,7 @@ int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, i
         return dw_qp_modify_locked(qp, attr, mask);
 }
 
-int diwarp_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
+int dwe_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
 {
         if (dw_client_mode())
                 return dwc_qp_modify(q, attr, mask);
@@ -717,8 +718,8 @@ int diwarp_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int
         return err;
 }
 
-int diwarp_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
-                    struct diwarp_qp_init_attr *init_attr)
+int dwe_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
+                 struct diwarp_qp_init_attr *init_attr)
 {
         if (dw_client_mode())
                 return dwc_qp_query(q, attr, init_attr);
@@ -750,7 +751,7 @@ int diwarp_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
         return 0;
 }
 
-int diwarp_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
+int dwe_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
 {
         if (dw_client_mode())
                 return dwc_qp_counters(q, out);
@@ -1004,8 +1005,8 @@ static int dw_post_send_check_all(struct dw_qp *qp, struct diwarp_send_wr *wr,
         return err;
 }
 
-int diwarp_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
-                         struct diwarp_send_wr **bad_wr)
+int dwe_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                      struct diwarp_send_wr **bad_wr)
 {
         if (dw_client_mode())
                 return dwc_post_send(q, wr, NULL, true, bad_wr);
@@ -1023,7 +1024,7 @@ int diwarp_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
         return err;
 }
 
-int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
+int dwe_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
 {
         if (dw_client_mode())
                 return dwc_post_send(q, wr, NULL, false, bad_wr);
@@ -1039,8 +1040,8 @@ int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwa
         return err;
 }
 
-int diwarp_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
-                   const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
+int dwe_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
+                const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
 {
         if (dw_client_mode())
                 return dwc_unsupported("memory windows");
@@ -1061,7 +1062,7 @@ int diwarp_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
         return err;
 }
 
-int diwarp_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)
+int dwe_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)
 {
         if (dw_client_mode())
                 return dwc_post_recv(q, wr, bad_wr);

@@ -9,6 +9,7 @@
  * diwarpdv_* RD entry points. Building and sending datagrams is rd_tx.c;
  * receiving and placing them is rd_rx.c; rd_int.h holds what they share.
  */
+#include "api/backend.h"
 #include "client/client.h"
 #include "qp/rd_int.h"
 
@@ -1167,21 +1168,8 @@ void dw_rd_qp_error(struct dw_qp *qp)
         rd_reset_state(s);
 }
 
-int diwarpdv_create_qp(struct diwarp_pd *pd, struct diwarp_qp_init_attr *attr,
-                       struct diwarp_qp **out)
-{
-        if (dw_client_mode()) {
-                attr->qp_type = DIWARP_QPT_RD;
-                return dwc_qp_create(pd, attr, out);
-        }
-        if (!attr)
-                return -EINVAL;
-        attr->qp_type = DIWARP_QPT_RD;
-        return diwarp_qp_create(pd, attr, out);
-}
-
-int diwarpdv_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
-                          const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr)
+int dwe_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                     const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr)
 {
         if (dw_client_mode())
                 return dwc_post_send(q, wr, dest, false, bad_wr);
@@ -1256,8 +1244,8 @@ void dw_rd_rails_down(struct dw_device *dev, bool down[DIWARP_MAX_RAILS])
                                 down[r] |= f->rail[r]->down;
 }
 
-int diwarpdv_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
-                           struct diwarpdv_rd_path *out)
+int dwe_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
+                      struct diwarpdv_rd_path *out)
 {
         if (dw_client_mode())
                 return dwc_query_rd_path(q, dest, out);

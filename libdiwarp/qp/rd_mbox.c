@@ -23,6 +23,7 @@
  * receive WQE gets an RNR NAK, as without credits.
  */
 #define _GNU_SOURCE
+#include "api/backend.h"
 #include "client/client.h"
 #include "qp/rd_int.h"
 
@@ -489,7 +490,7 @@ void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
         }
 }
 
-int diwarpdv_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
+int dwe_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
 {
         if (dw_client_mode())
                 return dwc_unsupported("the application mailbox");
@@ -534,7 +535,7 @@ int diwarpdv_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
         return err;
 }
 
-int diwarpdv_mbox_release(struct diwarp_qp *q, const void *msg)
+int dwe_mbox_release(struct diwarp_qp *q, const void *msg)
 {
         if (dw_client_mode())
                 return dwc_unsupported("the application mailbox");
