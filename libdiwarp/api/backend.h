@@ -133,8 +133,12 @@ struct dw_backend {
 #define DW_BACKEND_PROTO(ret, name, params) ret dwe_##name params;
 DW_BACKEND_VERBS(DW_BACKEND_PROTO)
 #undef DW_BACKEND_PROTO
+#define DW_BACKEND_PROTO(ret, name, params) ret dwc_##name params;
+DW_BACKEND_VERBS(DW_BACKEND_PROTO)
+#undef DW_BACKEND_PROTO
 
 extern const struct dw_backend dw_engine_backend;
+extern const struct dw_backend dw_client_backend;
 
 /* The process's backend: chosen at the first call (dw_backend_select),
  * then one load. */
@@ -146,5 +150,9 @@ static inline const struct dw_backend *dw_backend_get(void)
         const struct dw_backend *b = atomic_load_explicit(&dw_backend_chosen, memory_order_acquire);
         return __builtin_expect(b != NULL, 1) ? b : dw_backend_select();
 }
+
+/* The engine only, whatever the environment says: the daemon (which runs the
+ * engine for its clients) calls this before its first call of the API. */
+void dw_backend_engine_only(void);
 
 #endif

@@ -31,6 +31,7 @@
 #define DW_NO_VALGRIND_REPORTS_END
 #endif
 
+#include "api/backend.h"
 #include "ipc/ipc.h"
 #include "queue/wq.h"
 #include "util/log.h"
@@ -43,30 +44,8 @@
  * daemon's server may need it (more busy threads than cores). */
 #define YIELD_AFTER 32
 
-/* ---- the mode ------------------------------------------------------------ */
-
-static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
-static _Atomic int mode_forbidden;
-static bool mode_on;
-
-static void mode_decide(void)
-{
-        const char *p = getenv("DIWARP_PROGRESS");
-        mode_on = !atomic_load(&mode_forbidden) && p && strcmp(p, "daemon") == 0;
-}
-
-bool dw_client_mode(void)
-{
-        pthread_once(&mode_once, mode_decide);
-        return mode_on;
-}
-
-void dw_client_mode_forbid(void)
-{
-        atomic_store(&mode_forbidden, 1);
-}
-
-int dwc_unsupported(const char *what)
+/* What client mode does not offer yet: a warning naming it, -EOPNOTSUPP. */
+static int unsupported(const char *what)
 {
         dw_warn("%s: not available through the daemon (DIWARP_PROGRESS=daemon)", what);
         return -EOPNOTSUPP;
@@ -560,8 +539,9 @@ static bool daemon_gone(struct dwc_dev *d)
         return recv(d->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-int dwc_progress(struct diwarp_device *dv)
+int dwc_progress(struct diwarp_device *dv, int budget)
 {
+        (void)budget; /* the daemon makes the progress */
         struct dwc_dev *d = (struct dwc_dev *)dv;
         if (!d)
                 return -EINVAL;
@@ -1415,8 +1395,9 @@ static int fill_swr(struct dwc_qp *qp, struct dw_ipc_swr *e, const struct diwarp
         return 0;
 }
 
-int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, const struct diwarpdv_rd_dest *rd,
-                  bool all, struct diwarp_send_wr **bad_wr)
+/* rd: diwarpdv_post_send_rd's destination, else NULL. all: all or nothing. */
+static int post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                     const struct diwarpdv_rd_dest *rd, bool all, struct diwarp_send_wr **bad_wr)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
         if (!qp || !wr) {
@@ -1513,6 +1494,23 @@ static int post_recv_ring(struct dwc_dev *d, struct dw_ipc_ring *ring, uint32_t 
                 wake_daemon(d);
         }
         return err;
+}
+
+int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
+{
+        return post_send(q, wr, NULL, false, bad_wr);
+}
+
+int dwc_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                      struct diwarp_send_wr **bad_wr)
+{
+        return post_send(q, wr, NULL, true, bad_wr);
+}
+
+int dwc_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                     const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr)
+{
+        return post_send(q, wr, dest, false, bad_wr);
 }
 
 int dwc_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)
@@ -2010,6 +2008,76 @@ static void dev_fatal(struct dwc_dev *d)
                 pthread_mutex_unlock(&qp->rq_lock);
                 pthread_mutex_unlock(&qp->sq_lock);
         }
+}
+
+/* ---- what client mode does not offer ---------------------------------------- */
+
+int dwc_device_rails(struct diwarp_device *dev, struct diwarp_rail_stats *out, int max)
+{
+        (void)dev, (void)out, (void)max;
+        return -EOPNOTSUPP; /* the daemon's rails are not the client's to read */
+}
+
+int dwc_progress_thread_start(struct diwarp_device *dev)
+{
+        (void)dev;
+        return 0; /* the daemon makes the progress */
+}
+
+int dwc_mr_rereg(struct diwarp_mr *mr, int flags, struct diwarp_pd *pd, void *addr, size_t length,
+                 uint64_t iova, int access)
+{
+        (void)mr, (void)flags, (void)pd, (void)addr, (void)length, (void)iova, (void)access;
+        return unsupported("diwarp_mr_rereg");
+}
+
+int dwc_mw_alloc(struct diwarp_pd *pd, enum diwarp_mw_type type, struct diwarp_mw **out)
+{
+        (void)pd, (void)type, (void)out;
+        return unsupported("memory windows");
+}
+
+int dwc_mw_dealloc(struct diwarp_mw *mw)
+{
+        (void)mw;
+        return unsupported("memory windows");
+}
+
+int dwc_mw_info(const struct diwarp_mw *mw, struct diwarp_mw_info *info)
+{
+        (void)mw, (void)info;
+        return unsupported("memory windows");
+}
+
+int dwc_mw_bind(struct diwarp_qp *qp, struct diwarp_mw *mw, uint32_t rkey,
+                const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
+{
+        (void)qp, (void)mw, (void)rkey, (void)info, (void)wr_id, (void)send_flags;
+        return unsupported("memory windows");
+}
+
+int dwc_cq_resize(struct diwarp_cq *cq, int cqe)
+{
+        (void)cq, (void)cqe;
+        return unsupported("diwarp_cq_resize");
+}
+
+int dwc_cq_set_timestamps(struct diwarp_cq *cq, bool on)
+{
+        (void)cq, (void)on;
+        return unsupported("CQ timestamps");
+}
+
+int dwc_mbox_open(struct diwarp_qp *qp, struct diwarpdv_mbox *out)
+{
+        (void)qp, (void)out;
+        return unsupported("the application mailbox");
+}
+
+int dwc_mbox_release(struct diwarp_qp *qp, const void *msg)
+{
+        (void)qp, (void)msg;
+        return unsupported("the application mailbox");
 }
 
 /* ---- tools --------------------------------------------------------------------- */

@@ -13,7 +13,6 @@
 
 #include "cm/mpa_conn.h"
 #include "api/backend.h"
-#include "client/client.h"
 #include "dw.h"
 #include "llp/tcp.h"
 #include "qp/rc.h"
@@ -892,8 +891,6 @@ struct diwarp_listener {
 
 int dwe_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
 {
-        if (dw_client_mode())
-                return dwc_listen(d, port, backlog, out);
         struct dw_device *dev = dw_dev_of(d);
 
         if (!dev || !out)
@@ -927,8 +924,6 @@ static void lconn_drop(struct dw_lconn *lc)
 
 int dwe_listener_destroy(struct diwarp_listener *l)
 {
-        if (dw_client_mode())
-                return dwc_listener_destroy(l);
         if (!l)
                 return -EINVAL;
         for (int i = 0; i < DW_LISTEN_MAX; i++)
@@ -942,8 +937,6 @@ int dwe_listener_destroy(struct diwarp_listener *l)
 
 int dwe_listener_fd(const struct diwarp_listener *l)
 {
-        if (dw_client_mode())
-                return dwc_listener_fd(l);
         return l ? l->fd : -EINVAL;
 }
 
@@ -1059,8 +1052,6 @@ static struct dw_lconn *listener_scan(struct diwarp_listener *l)
 int dwe_listener_get_request(struct diwarp_listener *l, int timeout_ms,
                              struct diwarp_conn_request *req)
 {
-        if (dw_client_mode())
-                return dwc_listener_get_request(l, timeout_ms, req);
         if (!l || !req)
                 return -EINVAL;
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : ms_from_now((uint32_t)timeout_ms);
@@ -1334,8 +1325,6 @@ fail:
 int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *q,
                const struct diwarp_conn_param *reply)
 {
-        if (dw_client_mode())
-                return dwc_accept(l, request_id, q, reply);
         struct dw_qp *qp = dw_qp_of(q);
 
         if (!l || !qp || qp->dev != l->dev)
@@ -1415,8 +1404,6 @@ int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp 
 int dwe_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
                uint16_t private_data_len)
 {
-        if (dw_client_mode())
-                return dwc_reject(l, request_id, private_data, private_data_len);
         if (!l || private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
         pthread_mutex_lock(&l->lock);
@@ -1439,8 +1426,6 @@ int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port
                 const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
                 uint16_t *reply_pd_len)
 {
-        if (dw_client_mode())
-                return dwc_connect(q, dgid, port, param, timeout_ms, reply_pd, reply_pd_len);
         struct dw_qp *qp = dw_qp_of(q);
         struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(port)};
         /* No reply yet: a failure before the peer's MPA reply carries no
@@ -1578,8 +1563,6 @@ int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port
 
 int dwe_disconnect(struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_disconnect(q);
         struct dw_qp *qp = dw_qp_of(q);
 
         if (!qp || !is_rc(qp))

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "api/backend.h"
-#include "client/client.h"
 #include "dw.h"
 #include "llp/netif.h"
 #include "qp/rd.h"
@@ -455,8 +454,6 @@ static const struct dw_transport_ops *const dw_transports[] = {
 
 int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
 {
-        if (dw_client_mode())
-                return dwc_device_open(opts, out);
         const char *why = NULL;
         int err;
 
@@ -596,8 +593,6 @@ fail_lock:
 
 int dwe_device_close(struct diwarp_device *d)
 {
-        if (dw_client_mode())
-                return dwc_device_close(d);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev)
                 return -EINVAL;
@@ -637,8 +632,6 @@ int dwe_device_close(struct diwarp_device *d)
 
 int dwe_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
 {
-        if (dw_client_mode())
-                return dwc_device_query(d, a);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !a)
                 return -EINVAL;
@@ -679,8 +672,6 @@ int dwe_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
 
 int dwe_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
 {
-        if (dw_client_mode())
-                return dwc_device_gid(d, gid);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !gid)
                 return -EINVAL;
@@ -690,8 +681,6 @@ int dwe_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
 
 int dwe_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, int max)
 {
-        if (dw_client_mode())
-                return -EOPNOTSUPP;
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || max < 0 || (max > 0 && !out))
                 return -EINVAL;
@@ -719,8 +708,6 @@ int dw_device_rails_locked(struct dw_device *dev, struct diwarp_rail_stats *out,
 
 int dwe_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)
 {
-        if (dw_client_mode())
-                return dwc_device_gid_table(d, out, max);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || max < 0 || (max > 0 && !out))
                 return -EINVAL;
@@ -742,8 +729,6 @@ int diwarp_host_netifs(struct diwarp_netif *out, int max)
 
 int dwe_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
 {
-        if (dw_client_mode())
-                return dwc_device_port(d, port, instance);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev)
                 return -EINVAL;
@@ -756,8 +741,6 @@ int dwe_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
 
 int dwe_progress(struct diwarp_device *d, int budget)
 {
-        if (dw_client_mode())
-                return dwc_progress(d);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || budget < 0)
                 return -EINVAL;
@@ -773,8 +756,6 @@ int dwe_progress(struct diwarp_device *d, int budget)
 
 int dwe_progress_thread_start(struct diwarp_device *d)
 {
-        if (dw_client_mode())
-                return 0;
         struct dw_device *dev = dw_dev_of(d);
         if (!dev)
                 return -EINVAL;
@@ -783,8 +764,6 @@ int dwe_progress_thread_start(struct diwarp_device *d)
 
 int dwe_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
 {
-        if (dw_client_mode())
-                return dwc_device_counters(d, out);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !out)
                 return -EINVAL;
@@ -805,8 +784,6 @@ void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *ou
 
 int dwe_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
 {
-        if (dw_client_mode())
-                return dwc_pd_alloc(d, out);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !out)
                 return -EINVAL;
@@ -828,8 +805,6 @@ int dwe_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
 
 int dwe_pd_dealloc(struct diwarp_pd *p)
 {
-        if (dw_client_mode())
-                return dwc_pd_dealloc(p);
         struct dw_pd *pd = dw_pd_of(p);
         if (!pd)
                 return -EINVAL;
@@ -849,8 +824,6 @@ int dwe_pd_dealloc(struct diwarp_pd *p)
 int dwe_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, int access,
                struct diwarp_mr **out)
 {
-        if (dw_client_mode())
-                return dwc_mr_reg(p, addr, length, iova, access, out);
         struct dw_pd *pd = dw_pd_of(p);
         struct dw_mr *mr = NULL;
         if (!pd || !out)
@@ -867,8 +840,6 @@ int dwe_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, in
 
 int dwe_mr_dereg(struct diwarp_mr *m)
 {
-        if (dw_client_mode())
-                return dwc_mr_dereg(m);
         struct dw_mr *mr = (struct dw_mr *)m;
         if (!mr || !mr->pd)
                 return -EINVAL;
@@ -885,8 +856,6 @@ int dwe_mr_dereg(struct diwarp_mr *m)
 int dwe_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr, size_t length,
                  uint64_t iova, int access)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("diwarp_mr_rereg");
         struct dw_mr *mr = (struct dw_mr *)m;
         if (!mr || !mr->pd)
                 return -EINVAL;
@@ -907,8 +876,6 @@ int dwe_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr
 
 int dwe_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw **out)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("memory windows");
         struct dw_pd *pd = dw_pd_of(p);
         struct dw_mr *mw = NULL;
         if (!pd || !out || (type != DIWARP_MW_TYPE_1 && type != DIWARP_MW_TYPE_2))
@@ -926,8 +893,6 @@ int dwe_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw
 
 int dwe_mw_dealloc(struct diwarp_mw *m)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("memory windows");
         struct dw_mr *mw = (struct dw_mr *)m;
         if (!mw || !mw->pd)
                 return -EINVAL;
@@ -940,8 +905,6 @@ int dwe_mw_dealloc(struct diwarp_mw *m)
 
 int dwe_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("memory windows");
         const struct dw_mr *mw = (const struct dw_mr *)m;
         if (!mw || !info || !mw->pd || (mw->kind != DW_STAG_MW1 && mw->kind != DW_STAG_MW2))
                 return -EINVAL;
@@ -959,8 +922,6 @@ int dwe_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
 
 int dwe_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 {
-        if (dw_client_mode())
-                return dwc_mr_info(m, info);
         const struct dw_mr *mr = (const struct dw_mr *)m;
         if (!mr || !info)
                 return -EINVAL;
@@ -977,8 +938,6 @@ int dwe_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 
 int dwe_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel **out)
 {
-        if (dw_client_mode())
-                return dwc_comp_channel_create(d, out);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !out)
                 return -EINVAL;
@@ -1008,8 +967,6 @@ int dwe_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel 
 
 int dwe_comp_channel_destroy(struct diwarp_comp_channel *c)
 {
-        if (dw_client_mode())
-                return dwc_comp_channel_destroy(c);
         struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
         if (!ch)
                 return -EINVAL;
@@ -1026,8 +983,6 @@ int dwe_comp_channel_destroy(struct diwarp_comp_channel *c)
 
 int dwe_comp_channel_fd(const struct diwarp_comp_channel *c)
 {
-        if (dw_client_mode())
-                return dwc_comp_channel_fd(c);
         const struct dw_channel_obj *ch = (const struct dw_channel_obj *)c;
         if (!ch)
                 return -EINVAL;
@@ -1056,8 +1011,6 @@ static void dw_channel_unquiet(void *ch)
 int dwe_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
                                void **cq_context)
 {
-        if (dw_client_mode())
-                return dwc_comp_channel_get_event(c, cq, cq_context);
         struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
         struct dw_cq *q = NULL;
         void *ctx = NULL;
@@ -1093,8 +1046,6 @@ int dwe_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq *
 int dwe_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
                   struct diwarp_comp_channel *channel, struct diwarp_cq **out)
 {
-        if (dw_client_mode())
-                return dwc_cq_create(d, cqe, cq_context, channel, out);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !out || cqe < 1 || cqe > DW_MAX_CQE)
                 return -EINVAL;
@@ -1124,8 +1075,6 @@ int dwe_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
 
 int dwe_cq_destroy(struct diwarp_cq *c)
 {
-        if (dw_client_mode())
-                return dwc_cq_destroy(c);
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq)
                 return -EINVAL;
@@ -1147,8 +1096,6 @@ int dwe_cq_destroy(struct diwarp_cq *c)
 
 int dwe_cq_resize(struct diwarp_cq *c, int cqe)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("diwarp_cq_resize");
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq || cqe < 1 || cqe > DW_MAX_CQE)
                 return -EINVAL;
@@ -1160,8 +1107,6 @@ int dwe_cq_resize(struct diwarp_cq *c, int cqe)
 
 int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 {
-        if (dw_client_mode())
-                return dwc_cq_poll(c, n, wc);
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq || n < 0 || (n > 0 && !wc))
                 return -EINVAL;
@@ -1182,8 +1127,6 @@ int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 
 int dwe_cq_set_timestamps(struct diwarp_cq *c, bool on)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("CQ timestamps");
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq)
                 return -EINVAL;
@@ -1195,8 +1138,6 @@ int dwe_cq_set_timestamps(struct diwarp_cq *c, bool on)
 
 int dwe_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 {
-        if (dw_client_mode())
-                return dwc_cq_req_notify(c, solicited_only);
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (!cq)
                 return -EINVAL;
@@ -1208,10 +1149,6 @@ int dwe_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 
 void dwe_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
 {
-        if (dw_client_mode()) {
-                dwc_cq_ack_events(c, nevents);
-                return;
-        }
         struct dw_cq_obj *cq = dw_cq_of(c);
         if (cq)
                 dw_cq_ack_events(&cq->cq, nevents);
@@ -1219,8 +1156,6 @@ void dwe_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
 
 int dwe_cq_cqe(const struct diwarp_cq *c)
 {
-        if (dw_client_mode())
-                return dwc_cq_cqe(c);
         const struct dw_cq_obj *cq = (const struct dw_cq_obj *)c;
         if (!cq)
                 return -EINVAL;
@@ -1231,8 +1166,6 @@ int dwe_cq_cqe(const struct diwarp_cq *c)
 
 int dwe_async_fd(struct diwarp_device *d)
 {
-        if (dw_client_mode())
-                return dwc_async_fd(d);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev)
                 return -EINVAL;
@@ -1241,8 +1174,6 @@ int dwe_async_fd(struct diwarp_device *d)
 
 int dwe_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
 {
-        if (dw_client_mode())
-                return dwc_get_async_event(d, ev);
         struct dw_device *dev = dw_dev_of(d);
         if (!dev || !ev)
                 return -EINVAL;
@@ -1254,8 +1185,6 @@ int dwe_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
 
 int dwe_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwarp_ah **out)
 {
-        if (dw_client_mode())
-                return dwc_ah_create(p, dgid, out);
         struct dw_pd *pd = dw_pd_of(p);
         struct in_addr ip;
         if (!pd || !dgid || !out)
@@ -1286,8 +1215,6 @@ int dwe_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwa
 
 int dwe_ah_destroy(struct diwarp_ah *a)
 {
-        if (dw_client_mode())
-                return dwc_ah_destroy(a);
         struct dw_ah *ah = dw_ah_of(a);
         if (!ah)
                 return -EINVAL;
@@ -1309,8 +1236,6 @@ int dwe_ah_destroy(struct diwarp_ah *a)
 int dwe_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_context,
                    struct diwarp_srq **out)
 {
-        if (dw_client_mode())
-                return dwc_srq_create(p, attr, srq_context, out);
         struct dw_pd *pd = dw_pd_of(p);
         if (!pd || !attr || !out)
                 return -EINVAL;
@@ -1347,8 +1272,6 @@ int dwe_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_
 
 int dwe_srq_destroy(struct diwarp_srq *s)
 {
-        if (dw_client_mode())
-                return dwc_srq_destroy(s);
         struct dw_srq_obj *srq = dw_srq_of(s);
         if (!srq)
                 return -EINVAL;
@@ -1369,8 +1292,6 @@ int dwe_srq_destroy(struct diwarp_srq *s)
 
 int dwe_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
 {
-        if (dw_client_mode())
-                return dwc_srq_modify(s, attr, mask);
         struct dw_srq_obj *srq = dw_srq_of(s);
         if (!srq || !attr)
                 return -EINVAL;
@@ -1389,8 +1310,6 @@ int dwe_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int
 
 int dwe_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
 {
-        if (dw_client_mode())
-                return dwc_srq_query(s, attr);
         struct dw_srq_obj *srq = dw_srq_of(s);
         if (!srq || !attr)
                 return -EINVAL;
@@ -1405,8 +1324,6 @@ int dwe_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
 int dwe_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
                       struct diwarp_recv_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_srq_recv(s, wr, bad_wr);
         struct dw_srq_obj *srq = dw_srq_of(s);
         int err = 0;
         if (!srq || !wr) {

@@ -10,7 +10,6 @@
 
 #include "cm/cm.h"
 #include "api/backend.h"
-#include "client/client.h"
 #include "dw.h"
 #include "qp/rd.h"
 #include "wire/dgram.h"
@@ -299,8 +298,6 @@ static int dw_qp_alloc_index(struct dw_device *dev)
 
 int dwe_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct diwarp_qp **out)
 {
-        if (dw_client_mode())
-                return dwc_qp_create(p, attr, out);
         struct dw_pd *pd = dw_pd_of(p);
         int err;
 
@@ -418,8 +415,6 @@ fail:
 
 int dwe_qp_destroy(struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_qp_destroy(q);
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp)
                 return -EINVAL;
@@ -455,23 +450,17 @@ int dwe_qp_destroy(struct diwarp_qp *q)
 
 uint32_t dwe_qp_num(const struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_qp_num(q);
         return q ? ((const struct dw_qp *)q)->qpn : 0;
 }
 
 bool dwe_qp_data_in_order(const struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_qp_data_in_order(q);
         const struct dw_qp *qp = (const struct dw_qp *)q;
         return qp && (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) && !qp->rd;
 }
 
 enum diwarp_qp_state dwe_qp_state(const struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_qp_state(q);
         const struct dw_qp *qp = (const struct dw_qp *)q;
         if (!qp)
                 return DIWARP_QPS_ERR;
@@ -707,8 +696,6 @@ int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, i
 
 int dwe_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
 {
-        if (dw_client_mode())
-                return dwc_qp_modify(q, attr, mask);
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !attr)
                 return -EINVAL;
@@ -721,8 +708,6 @@ int dwe_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int ma
 int dwe_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
                  struct diwarp_qp_init_attr *init_attr)
 {
-        if (dw_client_mode())
-                return dwc_qp_query(q, attr, init_attr);
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp)
                 return -EINVAL;
@@ -753,8 +738,6 @@ int dwe_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
 
 int dwe_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
 {
-        if (dw_client_mode())
-                return dwc_qp_counters(q, out);
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !out)
                 return -EINVAL;
@@ -1008,8 +991,6 @@ static int dw_post_send_check_all(struct dw_qp *qp, struct diwarp_send_wr *wr,
 int dwe_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
                       struct diwarp_send_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_send(q, wr, NULL, true, bad_wr);
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !wr) {
                 if (bad_wr)
@@ -1026,8 +1007,6 @@ int dwe_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
 
 int dwe_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_send(q, wr, NULL, false, bad_wr);
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !wr) {
                 if (bad_wr)
@@ -1043,8 +1022,6 @@ int dwe_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_
 int dwe_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
                 const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("memory windows");
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !mw || !info)
                 return -EINVAL;
@@ -1064,8 +1041,6 @@ int dwe_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
 
 int dwe_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_recv(q, wr, bad_wr);
         struct dw_qp *qp = dw_qp_of(q);
         int err = 0;
         if (!qp || !wr) {

@@ -10,7 +10,6 @@
  * receiving and placing them is rd_rx.c; rd_int.h holds what they share.
  */
 #include "api/backend.h"
-#include "client/client.h"
 #include "qp/rd_int.h"
 
 #include <arpa/inet.h>
@@ -1171,8 +1170,6 @@ void dw_rd_qp_error(struct dw_qp *qp)
 int dwe_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
                      const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_send(q, wr, dest, false, bad_wr);
         struct dw_qp *qp = dw_qp_of(q);
         int err = 0;
         if (!qp || !wr || !dest || !dest->ah || (dest->remote_qpn & ~DW_DGRAM_QPN_MASK)) {
@@ -1247,8 +1244,6 @@ void dw_rd_rails_down(struct dw_device *dev, bool down[DIWARP_MAX_RAILS])
 int dwe_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
                       struct diwarpdv_rd_path *out)
 {
-        if (dw_client_mode())
-                return dwc_query_rd_path(q, dest, out);
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !out || !qp->rd || (!dest) != qp->rd->rc || (dest && !dest->ah))
                 return -EINVAL;

@@ -24,7 +24,6 @@
  */
 #define _GNU_SOURCE
 #include "api/backend.h"
-#include "client/client.h"
 #include "qp/rd_int.h"
 
 #include <stdlib.h>
@@ -492,8 +491,6 @@ void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
 
 int dwe_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("the application mailbox");
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !out)
                 return -EINVAL;
@@ -537,8 +534,6 @@ int dwe_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
 
 int dwe_mbox_release(struct diwarp_qp *q, const void *msg)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("the application mailbox");
         struct dw_qp *qp = dw_qp_of(q);
         if (!qp || !msg)
                 return -EINVAL;
