@@ -893,8 +893,6 @@ int dwe_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwar
 {
         struct dw_device *dev = dw_dev_of(d);
 
-        if (!dev || !out)
-                return -EINVAL;
         struct diwarp_listener *l = calloc(1, sizeof(*l));
         if (!l)
                 return -ENOMEM;
@@ -924,8 +922,6 @@ static void lconn_drop(struct dw_lconn *lc)
 
 int dwe_listener_destroy(struct diwarp_listener *l)
 {
-        if (!l)
-                return -EINVAL;
         for (int i = 0; i < DW_LISTEN_MAX; i++)
                 if (l->conns[i].used)
                         lconn_drop(&l->conns[i]);
@@ -937,7 +933,7 @@ int dwe_listener_destroy(struct diwarp_listener *l)
 
 int dwe_listener_fd(const struct diwarp_listener *l)
 {
-        return l ? l->fd : -EINVAL;
+        return l->fd;
 }
 
 /* A slot for a new connection when all DW_LISTEN_MAX are taken: the oldest
@@ -1052,8 +1048,6 @@ static struct dw_lconn *listener_scan(struct diwarp_listener *l)
 int dwe_listener_get_request(struct diwarp_listener *l, int timeout_ms,
                              struct diwarp_conn_request *req)
 {
-        if (!l || !req)
-                return -EINVAL;
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : ms_from_now((uint32_t)timeout_ms);
 
         pthread_mutex_lock(&l->lock);
@@ -1327,7 +1321,7 @@ int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp 
 {
         struct dw_qp *qp = dw_qp_of(q);
 
-        if (!l || !qp || qp->dev != l->dev)
+        if (qp->dev != l->dev)
                 return -EINVAL;
         if (reply && reply->private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
@@ -1404,7 +1398,7 @@ int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp 
 int dwe_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
                uint16_t private_data_len)
 {
-        if (!l || private_data_len > DW_MPA_ULP_PD_MAX)
+        if (private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
         pthread_mutex_lock(&l->lock);
         struct dw_lconn *lc = find_request(l, request_id);
@@ -1434,7 +1428,7 @@ int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port
         if (reply_pd_len)
                 *reply_pd_len = 0;
 
-        if (!qp || !dgid || dw_gid_to_ipv4(dgid, &dst.sin_addr) < 0)
+        if (dw_gid_to_ipv4(dgid, &dst.sin_addr) < 0)
                 return -EINVAL;
         if (param && param->private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
@@ -1565,7 +1559,7 @@ int dwe_disconnect(struct diwarp_qp *q)
 {
         struct dw_qp *qp = dw_qp_of(q);
 
-        if (!qp || !is_rc(qp))
+        if (!is_rc(qp))
                 return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
         int r = 0;

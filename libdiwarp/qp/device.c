@@ -457,8 +457,6 @@ int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
         const char *why = NULL;
         int err;
 
-        if (!out)
-                return -EINVAL;
         struct dw_device *dev = calloc(1, sizeof(*dev));
         if (!dev)
                 return -ENOMEM;
@@ -594,8 +592,6 @@ fail_lock:
 int dwe_device_close(struct diwarp_device *d)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev)
-                return -EINVAL;
         pthread_mutex_lock(&dev->lock);
         if (dev->nqp || dev->ncq || dev->npd || dev->nsrq || dev->nah || dev->nchannel) {
                 dw_warn("device port %u: close refused, objects still exist (qp %d cq %d pd %d "
@@ -633,8 +629,6 @@ int dwe_device_close(struct diwarp_device *d)
 int dwe_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !a)
-                return -EINVAL;
         memset(a, 0, sizeof(*a));
         snprintf(a->fw_ver, sizeof(a->fw_ver), "diwarp %s", diwarp_version());
         pthread_mutex_lock(&dev->lock);
@@ -673,8 +667,6 @@ int dwe_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
 int dwe_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !gid)
-                return -EINVAL;
         *gid = dev->gid;
         return 0;
 }
@@ -682,8 +674,6 @@ int dwe_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
 int dwe_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, int max)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || max < 0 || (max > 0 && !out))
-                return -EINVAL;
         pthread_mutex_lock(&dev->lock);
         int n = dw_device_rails_locked(dev, out, max);
         pthread_mutex_unlock(&dev->lock);
@@ -709,8 +699,6 @@ int dw_device_rails_locked(struct dw_device *dev, struct diwarp_rail_stats *out,
 int dwe_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || max < 0 || (max > 0 && !out))
-                return -EINVAL;
         for (int i = 0; i < dev->ngid && i < max; i++)
                 out[i] = dev->gids[i];
         return dev->ngid;
@@ -730,8 +718,6 @@ int diwarp_host_netifs(struct diwarp_netif *out, int max)
 int dwe_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev)
-                return -EINVAL;
         if (port)
                 *port = dev->port;
         if (instance)
@@ -742,8 +728,6 @@ int dwe_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
 int dwe_progress(struct diwarp_device *d, int budget)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || budget < 0)
-                return -EINVAL;
         /* On a shared host the progress thread makes the progress (see
          * diwarp_cq_poll). */
         if (dw_progress_app_poll(&dev->prog))
@@ -757,16 +741,12 @@ int dwe_progress(struct diwarp_device *d, int budget)
 int dwe_progress_thread_start(struct diwarp_device *d)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev)
-                return -EINVAL;
         return dw_progress_start(dev);
 }
 
 int dwe_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !out)
-                return -EINVAL;
         pthread_mutex_lock(&dev->lock);
         dw_device_counters_locked(dev, out);
         pthread_mutex_unlock(&dev->lock);
@@ -785,8 +765,6 @@ void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *ou
 int dwe_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !out)
-                return -EINVAL;
         struct dw_pd *pd = calloc(1, sizeof(*pd));
         if (!pd)
                 return -ENOMEM;
@@ -806,8 +784,6 @@ int dwe_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
 int dwe_pd_dealloc(struct diwarp_pd *p)
 {
         struct dw_pd *pd = dw_pd_of(p);
-        if (!pd)
-                return -EINVAL;
         struct dw_device *dev = pd->dev;
         pthread_mutex_lock(&dev->lock);
         int err = dw_pd_fini(pd);
@@ -826,8 +802,6 @@ int dwe_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, in
 {
         struct dw_pd *pd = dw_pd_of(p);
         struct dw_mr *mr = NULL;
-        if (!pd || !out)
-                return -EINVAL;
         struct dw_device *dev = pd->dev;
         pthread_mutex_lock(&dev->lock);
         int err = dw_mr_register(&dev->mrs, pd, addr, length, iova, access, &mr);
@@ -841,7 +815,7 @@ int dwe_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, in
 int dwe_mr_dereg(struct diwarp_mr *m)
 {
         struct dw_mr *mr = (struct dw_mr *)m;
-        if (!mr || !mr->pd)
+        if (!mr->pd)
                 return -EINVAL;
         struct dw_device *dev = mr->pd->dev;
         pthread_mutex_lock(&dev->lock);
@@ -857,7 +831,7 @@ int dwe_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr
                  uint64_t iova, int access)
 {
         struct dw_mr *mr = (struct dw_mr *)m;
-        if (!mr || !mr->pd)
+        if (!mr->pd)
                 return -EINVAL;
         struct dw_device *dev = mr->pd->dev;
         struct dw_pd *pd = NULL;
@@ -878,8 +852,6 @@ int dwe_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw
 {
         struct dw_pd *pd = dw_pd_of(p);
         struct dw_mr *mw = NULL;
-        if (!pd || !out || (type != DIWARP_MW_TYPE_1 && type != DIWARP_MW_TYPE_2))
-                return -EINVAL;
         struct dw_device *dev = pd->dev;
         pthread_mutex_lock(&dev->lock);
         int err =
@@ -894,7 +866,7 @@ int dwe_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw
 int dwe_mw_dealloc(struct diwarp_mw *m)
 {
         struct dw_mr *mw = (struct dw_mr *)m;
-        if (!mw || !mw->pd)
+        if (!mw->pd)
                 return -EINVAL;
         struct dw_device *dev = mw->pd->dev;
         pthread_mutex_lock(&dev->lock);
@@ -906,7 +878,7 @@ int dwe_mw_dealloc(struct diwarp_mw *m)
 int dwe_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
 {
         const struct dw_mr *mw = (const struct dw_mr *)m;
-        if (!mw || !info || !mw->pd || (mw->kind != DW_STAG_MW1 && mw->kind != DW_STAG_MW2))
+        if (!mw->pd || (mw->kind != DW_STAG_MW1 && mw->kind != DW_STAG_MW2))
                 return -EINVAL;
         struct dw_device *dev = mw->pd->dev;
         pthread_mutex_lock(&dev->lock);
@@ -923,8 +895,6 @@ int dwe_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
 int dwe_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 {
         const struct dw_mr *mr = (const struct dw_mr *)m;
-        if (!mr || !info)
-                return -EINVAL;
         info->addr = mr->addr;
         info->length = mr->length;
         info->iova = mr->iova;
@@ -939,8 +909,6 @@ int dwe_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 int dwe_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel **out)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !out)
-                return -EINVAL;
         struct dw_channel_obj *ch = calloc(1, sizeof(*ch));
         if (!ch)
                 return -ENOMEM;
@@ -968,8 +936,6 @@ int dwe_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel 
 int dwe_comp_channel_destroy(struct diwarp_comp_channel *c)
 {
         struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
-        if (!ch)
-                return -EINVAL;
         struct dw_device *dev = ch->dev;
         pthread_mutex_lock(&dev->lock);
         int err = dw_comp_channel_fini(&ch->ch);
@@ -984,8 +950,6 @@ int dwe_comp_channel_destroy(struct diwarp_comp_channel *c)
 int dwe_comp_channel_fd(const struct diwarp_comp_channel *c)
 {
         const struct dw_channel_obj *ch = (const struct dw_channel_obj *)c;
-        if (!ch)
-                return -EINVAL;
         return dw_comp_channel_fd(&ch->ch);
 }
 
@@ -1014,8 +978,6 @@ int dwe_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq *
         struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
         struct dw_cq *q = NULL;
         void *ctx = NULL;
-        if (!ch)
-                return -EINVAL;
         int err = dw_comp_channel_take(&ch->ch, &q, &ctx);
         if (err == -EAGAIN) {
                 err = dw_comp_channel_blocking(&ch->ch);
@@ -1047,7 +1009,7 @@ int dwe_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
                   struct diwarp_comp_channel *channel, struct diwarp_cq **out)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !out || cqe < 1 || cqe > DW_MAX_CQE)
+        if (cqe > DW_MAX_CQE)
                 return -EINVAL;
         struct dw_cq_obj *cq = calloc(1, sizeof(*cq));
         if (!cq)
@@ -1076,8 +1038,6 @@ int dwe_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
 int dwe_cq_destroy(struct diwarp_cq *c)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq)
-                return -EINVAL;
         struct dw_device *dev = cq->dev;
         pthread_mutex_lock(&dev->lock);
         if (cq->cq.use_count > 0) {
@@ -1097,7 +1057,7 @@ int dwe_cq_destroy(struct diwarp_cq *c)
 int dwe_cq_resize(struct diwarp_cq *c, int cqe)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq || cqe < 1 || cqe > DW_MAX_CQE)
+        if (cqe > DW_MAX_CQE)
                 return -EINVAL;
         pthread_mutex_lock(&cq->dev->lock);
         int err = dw_cq_resize(&cq->cq, cqe);
@@ -1108,8 +1068,6 @@ int dwe_cq_resize(struct diwarp_cq *c, int cqe)
 int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq || n < 0 || (n > 0 && !wc))
-                return -EINVAL;
         struct dw_device *dev = cq->dev;
         bool shared = dw_progress_app_poll(&dev->prog);
         /* On a shared host the progress thread makes the progress; the lock
@@ -1128,8 +1086,6 @@ int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 int dwe_cq_set_timestamps(struct diwarp_cq *c, bool on)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq)
-                return -EINVAL;
         pthread_mutex_lock(&cq->dev->lock);
         cq->cq.timestamps = on;
         pthread_mutex_unlock(&cq->dev->lock);
@@ -1139,8 +1095,6 @@ int dwe_cq_set_timestamps(struct diwarp_cq *c, bool on)
 int dwe_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq)
-                return -EINVAL;
         pthread_mutex_lock(&cq->dev->lock);
         int err = dw_cq_arm(&cq->cq, solicited_only);
         pthread_mutex_unlock(&cq->dev->lock);
@@ -1150,15 +1104,12 @@ int dwe_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 void dwe_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (cq)
-                dw_cq_ack_events(&cq->cq, nevents);
+        dw_cq_ack_events(&cq->cq, nevents);
 }
 
 int dwe_cq_cqe(const struct diwarp_cq *c)
 {
         const struct dw_cq_obj *cq = (const struct dw_cq_obj *)c;
-        if (!cq)
-                return -EINVAL;
         return (int)cq->cq.cqe;
 }
 
@@ -1167,16 +1118,12 @@ int dwe_cq_cqe(const struct diwarp_cq *c)
 int dwe_async_fd(struct diwarp_device *d)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev)
-                return -EINVAL;
         return dw_async_queue_fd(&dev->async);
 }
 
 int dwe_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
 {
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !ev)
-                return -EINVAL;
         /* The queue has its own mutex; blocking here must not stall the engine. */
         return dw_async_queue_get(&dev->async, ev);
 }
@@ -1187,8 +1134,6 @@ int dwe_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwa
 {
         struct dw_pd *pd = dw_pd_of(p);
         struct in_addr ip;
-        if (!pd || !dgid || !out)
-                return -EINVAL;
         if (dw_gid_to_ipv4(dgid, &ip) < 0) {
                 dw_warn("AH create: GID is not an IPv4-mapped address");
                 return -EINVAL;
@@ -1216,8 +1161,6 @@ int dwe_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwa
 int dwe_ah_destroy(struct diwarp_ah *a)
 {
         struct dw_ah *ah = dw_ah_of(a);
-        if (!ah)
-                return -EINVAL;
         struct dw_device *dev = ah->pd->dev;
         pthread_mutex_lock(&dev->lock);
         dw_pd_put(ah->pd);
@@ -1237,8 +1180,6 @@ int dwe_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_
                    struct diwarp_srq **out)
 {
         struct dw_pd *pd = dw_pd_of(p);
-        if (!pd || !attr || !out)
-                return -EINVAL;
         if (attr->max_wr < 1 || attr->max_wr > DW_MAX_SRQ_WR || attr->max_sge > DW_MAX_SGE)
                 return -EINVAL;
         struct dw_srq_obj *srq = calloc(1, sizeof(*srq));
@@ -1273,8 +1214,6 @@ int dwe_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_
 int dwe_srq_destroy(struct diwarp_srq *s)
 {
         struct dw_srq_obj *srq = dw_srq_of(s);
-        if (!srq)
-                return -EINVAL;
         struct dw_device *dev = srq->dev;
         pthread_mutex_lock(&dev->lock);
         if (srq->q.use_count > 0) {
@@ -1293,8 +1232,6 @@ int dwe_srq_destroy(struct diwarp_srq *s)
 int dwe_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
 {
         struct dw_srq_obj *srq = dw_srq_of(s);
-        if (!srq || !attr)
-                return -EINVAL;
         /* Resizing is not supported (as on many RNICs). */
         if (mask & DW_SRQ_MAX_WR)
                 return -EINVAL;
@@ -1311,8 +1248,6 @@ int dwe_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int
 int dwe_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
 {
         struct dw_srq_obj *srq = dw_srq_of(s);
-        if (!srq || !attr)
-                return -EINVAL;
         pthread_mutex_lock(&srq->dev->lock);
         attr->max_wr = srq->q.wq.capacity;
         attr->max_sge = srq->max_sge;
@@ -1326,11 +1261,6 @@ int dwe_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
 {
         struct dw_srq_obj *srq = dw_srq_of(s);
         int err = 0;
-        if (!srq || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         struct dw_device *dev = srq->dev;
         pthread_mutex_lock(&dev->lock);
         for (; wr; wr = wr->next) {

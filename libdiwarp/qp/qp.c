@@ -301,8 +301,6 @@ int dwe_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
         struct dw_pd *pd = dw_pd_of(p);
         int err;
 
-        if (!pd || !attr || !out || !attr->send_cq || !attr->recv_cq)
-                return -EINVAL;
         struct dw_device *dev = pd->dev;
         struct dw_cq_obj *scq = dw_cq_of(attr->send_cq), *rcq = dw_cq_of(attr->recv_cq);
         struct dw_srq_obj *srq = attr->srq ? dw_srq_of(attr->srq) : NULL;
@@ -416,8 +414,6 @@ fail:
 int dwe_qp_destroy(struct diwarp_qp *q)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp)
-                return -EINVAL;
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         if (dw_qp_uses_udp(qp))
@@ -450,20 +446,18 @@ int dwe_qp_destroy(struct diwarp_qp *q)
 
 uint32_t dwe_qp_num(const struct diwarp_qp *q)
 {
-        return q ? ((const struct dw_qp *)q)->qpn : 0;
+        return ((const struct dw_qp *)q)->qpn;
 }
 
 bool dwe_qp_data_in_order(const struct diwarp_qp *q)
 {
         const struct dw_qp *qp = (const struct dw_qp *)q;
-        return qp && (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) && !qp->rd;
+        return (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) && !qp->rd;
 }
 
 enum diwarp_qp_state dwe_qp_state(const struct diwarp_qp *q)
 {
         const struct dw_qp *qp = (const struct dw_qp *)q;
-        if (!qp)
-                return DIWARP_QPS_ERR;
         /* A single aligned enum read; a racing modify gives the old or the new state. */
         return __atomic_load_n(&qp->state, __ATOMIC_RELAXED);
 }
@@ -697,8 +691,6 @@ int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, i
 int dwe_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !attr)
-                return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
         int err = dw_qp_modify_locked(qp, attr, mask);
         pthread_mutex_unlock(&qp->dev->lock);
@@ -709,8 +701,6 @@ int dwe_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
                  struct diwarp_qp_init_attr *init_attr)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp)
-                return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
         if (attr) {
                 *attr = qp->attr;
@@ -739,8 +729,6 @@ int dwe_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
 int dwe_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !out)
-                return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
         *out = qp->ctr;
         pthread_mutex_unlock(&qp->dev->lock);
@@ -992,11 +980,6 @@ int dwe_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
                       struct diwarp_send_wr **bad_wr)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         pthread_mutex_lock(&qp->dev->lock);
         int err = dw_post_send_check_all(qp, wr, bad_wr);
         if (err == 0)
@@ -1008,11 +991,6 @@ int dwe_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
 int dwe_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         pthread_mutex_lock(&qp->dev->lock);
         int err = dw_post_send_locked(qp, wr, bad_wr, DW_STAG_MW2);
         pthread_mutex_unlock(&qp->dev->lock);
@@ -1023,8 +1001,6 @@ int dwe_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
                 const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !mw || !info)
-                return -EINVAL;
         struct diwarp_send_wr wr = {
             .wr_id = wr_id,
             .opcode = DIWARP_WR_BIND_MW,
@@ -1043,11 +1019,6 @@ int dwe_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_
 {
         struct dw_qp *qp = dw_qp_of(q);
         int err = 0;
-        if (!qp || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         for (; wr; wr = wr->next) {

@@ -1172,7 +1172,7 @@ int dwe_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
 {
         struct dw_qp *qp = dw_qp_of(q);
         int err = 0;
-        if (!qp || !wr || !dest || !dest->ah || (dest->remote_qpn & ~DW_DGRAM_QPN_MASK)) {
+        if (dest->remote_qpn & ~DW_DGRAM_QPN_MASK) {
                 if (bad_wr)
                         *bad_wr = wr;
                 return -EINVAL;
@@ -1245,7 +1245,7 @@ int dwe_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
                       struct diwarpdv_rd_path *out)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !out || !qp->rd || (!dest) != qp->rd->rc || (dest && !dest->ah))
+        if (!qp->rd || (!dest) != qp->rd->rc)
                 return -EINVAL;
         struct dw_device *dev = qp->dev;
         int err = 0;

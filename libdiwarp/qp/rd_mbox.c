@@ -492,8 +492,6 @@ void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
 int dwe_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !out)
-                return -EINVAL;
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         struct dw_rd_qp *s = qp->rd;
@@ -535,8 +533,6 @@ int dwe_mbox_open(struct diwarp_qp *q, struct diwarpdv_mbox *out)
 int dwe_mbox_release(struct diwarp_qp *q, const void *msg)
 {
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !msg)
-                return -EINVAL;
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         struct dw_rd_qp *s = qp->rd;
