@@ -11,7 +11,7 @@
 #include <diwarp/diwarp.h>
 #include <diwarp/diwarpdv.h>
 
-#include "client/client.h"
+#include "api/backend.h"
 #include "ipc/ipc.h"
 
 #define DD_MAX_SERVERS 64

@@ -31,6 +31,7 @@
 #define DW_NO_VALGRIND_REPORTS_END
 #endif
 
+#include "api/backend.h"
 #include "ipc/ipc.h"
 #include "queue/wq.h"
 #include "util/log.h"
@@ -43,30 +44,8 @@
  * daemon's server may need it (more busy threads than cores). */
 #define YIELD_AFTER 32
 
-/* ---- the mode ------------------------------------------------------------ */
-
-static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
-static _Atomic int mode_forbidden;
-static bool mode_on;
-
-static void mode_decide(void)
-{
-        const char *p = getenv("DIWARP_PROGRESS");
-        mode_on = !atomic_load(&mode_forbidden) && p && strcmp(p, "daemon") == 0;
-}
-
-bool dw_client_mode(void)
-{
-        pthread_once(&mode_once, mode_decide);
-        return mode_on;
-}
-
-void dw_client_mode_forbid(void)
-{
-        atomic_store(&mode_forbidden, 1);
-}
-
-int dwc_unsupported(const char *what)
+/* What client mode does not offer yet: a warning naming it, -EOPNOTSUPP. */
+static int unsupported(const char *what)
 {
         dw_warn("%s: not available through the daemon (DIWARP_PROGRESS=daemon)", what);
         return -EOPNOTSUPP;
@@ -408,8 +387,6 @@ static void wake_daemon(struct dwc_dev *d)
 
 int dwc_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
 {
-        if (!out)
-                return -EINVAL;
         int lvl = dw_log_level_from_env();
         if (lvl >= 0)
                 dw_log_set_level(lvl);
@@ -488,8 +465,6 @@ fail:
 int dwc_device_close(struct diwarp_device *dv)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d)
-                return -EINVAL;
         /* The daemon frees whatever the connection still holds when it ends. */
         close(d->sock);
         close(d->ev_sock);
@@ -509,8 +484,6 @@ int dwc_device_close(struct diwarp_device *dv)
 int dwc_device_query(struct diwarp_device *dv, struct diwarp_device_attr *attr)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d || !attr)
-                return -EINVAL;
         *attr = d->info.attr;
         return 0;
 }
@@ -518,8 +491,6 @@ int dwc_device_query(struct diwarp_device *dv, struct diwarp_device_attr *attr)
 int dwc_device_gid(struct diwarp_device *dv, union diwarp_gid *gid)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d || !gid)
-                return -EINVAL;
         *gid = d->info.gid;
         return 0;
 }
@@ -527,8 +498,6 @@ int dwc_device_gid(struct diwarp_device *dv, union diwarp_gid *gid)
 int dwc_device_gid_table(struct diwarp_device *dv, struct diwarp_netif *out, int max)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d || max < 0 || (max > 0 && !out))
-                return -EINVAL;
         for (int i = 0; i < d->info.ngid && i < max; i++)
                 out[i] = d->info.gids[i];
         return d->info.ngid;
@@ -537,8 +506,6 @@ int dwc_device_gid_table(struct diwarp_device *dv, struct diwarp_netif *out, int
 int dwc_device_port(struct diwarp_device *dv, uint16_t *port, uint16_t *instance)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d)
-                return -EINVAL;
         if (port)
                 *port = d->info.port;
         if (instance)
@@ -560,11 +527,10 @@ static bool daemon_gone(struct dwc_dev *d)
         return recv(d->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-int dwc_progress(struct diwarp_device *dv)
+int dwc_progress(struct diwarp_device *dv, int budget)
 {
+        (void)budget; /* the daemon makes the progress */
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d)
-                return -EINVAL;
         if (atomic_load(&d->dead))
                 return -EIO;
         /* The daemon makes the progress: a program that loops on this call
@@ -586,8 +552,6 @@ int dwc_progress(struct diwarp_device *dv)
 int dwc_pd_alloc(struct diwarp_device *dv, struct diwarp_pd **out)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d || !out)
-                return -EINVAL;
         struct dwc_pd *pd = calloc(1, sizeof(*pd));
         if (!pd)
                 return -ENOMEM;
@@ -608,8 +572,6 @@ int dwc_pd_alloc(struct diwarp_device *dv, struct diwarp_pd **out)
 int dwc_pd_dealloc(struct diwarp_pd *p)
 {
         struct dwc_pd *pd = (struct dwc_pd *)p;
-        if (!pd)
-                return -EINVAL;
         int err = rpc_destroy(pd->dev, DW_IPC_PD_DEALLOC, pd->h);
         if (err < 0)
                 return err;
@@ -796,7 +758,7 @@ int dwc_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, in
                struct diwarp_mr **out)
 {
         struct dwc_pd *pd = (struct dwc_pd *)p;
-        if (!pd || !out || (!addr && length))
+        if (!addr && length)
                 return -EINVAL;
         struct dwc_dev *d = pd->dev;
         struct dwc_mr *mr = calloc(1, sizeof(*mr));
@@ -853,8 +815,6 @@ out:
 int dwc_mr_dereg(struct diwarp_mr *m)
 {
         struct dwc_mr *mr = (struct dwc_mr *)m;
-        if (!mr)
-                return -EINVAL;
         struct dwc_dev *d = mr->dev;
         int err = destroy_begin(d, DW_IPC_MR_DEREG, mr->h);
         if (err < 0)
@@ -876,8 +836,6 @@ int dwc_mr_dereg(struct diwarp_mr *m)
 int dwc_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 {
         const struct dwc_mr *mr = (const struct dwc_mr *)m;
-        if (!mr || !info)
-                return -EINVAL;
         *info = mr->info;
         return 0;
 }
@@ -905,8 +863,6 @@ static int fdobj_create(struct dwc_dev *d, struct dw_ipc_req *req, struct dwc_fd
 
 static int fdobj_destroy(struct dwc_fdobj *o, unsigned int op)
 {
-        if (!o)
-                return -EINVAL;
         int err = rpc_destroy(o->dev, op, o->h);
         if (err < 0)
                 return err;
@@ -918,8 +874,6 @@ static int fdobj_destroy(struct dwc_fdobj *o, unsigned int op)
 int dwc_comp_channel_create(struct diwarp_device *dv, struct diwarp_comp_channel **out)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d || !out)
-                return -EINVAL;
         struct dw_ipc_req req;
         req_init(&req, DW_IPC_CHANNEL_CREATE, 0);
         return fdobj_create(d, &req, (struct dwc_fdobj **)out);
@@ -933,15 +887,13 @@ int dwc_comp_channel_destroy(struct diwarp_comp_channel *c)
 int dwc_comp_channel_fd(const struct diwarp_comp_channel *c)
 {
         const struct dwc_fdobj *ch = (const struct dwc_fdobj *)c;
-        return ch ? ch->fd : -EINVAL;
+        return ch->fd;
 }
 
 int dwc_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
                                void **cq_context)
 {
         struct dwc_fdobj *ch = (struct dwc_fdobj *)c;
-        if (!ch)
-                return -EINVAL;
         struct dw_ipc_event ev;
         ssize_t n;
         do
@@ -978,8 +930,6 @@ int dwc_cq_create(struct diwarp_device *dv, int cqe, void *cq_context,
                   struct diwarp_comp_channel *channel, struct diwarp_cq **out)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d || !out || cqe < 1)
-                return -EINVAL;
         struct dwc_cq *cq = calloc(1, sizeof(*cq));
         if (!cq)
                 return -ENOMEM;
@@ -1025,8 +975,6 @@ fail:
 int dwc_cq_destroy(struct diwarp_cq *c)
 {
         struct dwc_cq *cq = (struct dwc_cq *)c;
-        if (!cq)
-                return -EINVAL;
         struct dwc_dev *d = cq->dev;
         int err = rpc_destroy(d, DW_IPC_CQ_DESTROY, cq->h);
         if (err < 0)
@@ -1092,8 +1040,6 @@ static void flushed_push(struct dwc_cq *cq, const struct diwarp_wc *wc)
 int dwc_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 {
         struct dwc_cq *cq = (struct dwc_cq *)c;
-        if (!cq || n < 0 || (n > 0 && !wc))
-                return -EINVAL;
         pthread_mutex_lock(&cq->lock);
         uint32_t cons = cq->cons;
         uint32_t prod = atomic_load_explicit(&cq->ring->prod, memory_order_acquire);
@@ -1134,8 +1080,6 @@ int dwc_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 int dwc_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 {
         struct dwc_cq *cq = (struct dwc_cq *)c;
-        if (!cq)
-                return -EINVAL;
         if (!cq->channel)
                 return -EINVAL;
         if (atomic_load(&cq->dev->dead))
@@ -1154,7 +1098,7 @@ void dwc_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
 int dwc_cq_cqe(const struct diwarp_cq *c)
 {
         const struct dwc_cq *cq = (const struct dwc_cq *)c;
-        return cq ? cq->cqe : -EINVAL;
+        return cq->cqe;
 }
 
 /* ---- QPs ----------------------------------------------------------------------- */
@@ -1187,8 +1131,6 @@ static void qp_free(struct dwc_qp *qp)
 int dwc_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct diwarp_qp **out)
 {
         struct dwc_pd *pd = (struct dwc_pd *)p;
-        if (!pd || !attr || !out || !attr->send_cq || !attr->recv_cq)
-                return -EINVAL;
         struct dwc_dev *d = pd->dev;
         struct dwc_qp *qp = calloc(1, sizeof(*qp));
         if (!qp)
@@ -1255,8 +1197,6 @@ int dwc_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
 int dwc_qp_destroy(struct diwarp_qp *q)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp)
-                return -EINVAL;
         struct dwc_dev *d = qp->dev;
         int err = destroy_begin(d, DW_IPC_QP_DESTROY, qp->h);
         if (err < 0)
@@ -1271,8 +1211,6 @@ int dwc_qp_destroy(struct diwarp_qp *q)
 int dwc_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp || !attr)
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
         req_init(&req, DW_IPC_QP_MODIFY, qp->h);
@@ -1301,8 +1239,6 @@ int dwc_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
                  struct diwarp_qp_init_attr *init_attr)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp)
-                return -EINVAL;
         struct dw_ipc_qp_query_rsp r;
         int err = qp_query(qp, &r);
         if (err < 0)
@@ -1325,14 +1261,12 @@ int dwc_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
 uint32_t dwc_qp_num(const struct diwarp_qp *q)
 {
         const struct dwc_qp *qp = (const struct dwc_qp *)q;
-        return qp ? qp->qpn : 0;
+        return qp->qpn;
 }
 
 enum diwarp_qp_state dwc_qp_state(const struct diwarp_qp *q)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp)
-                return DIWARP_QPS_ERR;
         if (atomic_load(&qp->dev->dead))
                 return DIWARP_QPS_ERR;
         uint32_t s = atomic_load_explicit(&qp->sq->qp_state, memory_order_acquire);
@@ -1342,8 +1276,6 @@ enum diwarp_qp_state dwc_qp_state(const struct diwarp_qp *q)
 bool dwc_qp_data_in_order(const struct diwarp_qp *q)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp)
-                return false;
         struct dw_ipc_qp_query_rsp r;
         return qp_query(qp, &r) == 0 && r.data_in_order;
 }
@@ -1415,15 +1347,11 @@ static int fill_swr(struct dwc_qp *qp, struct dw_ipc_swr *e, const struct diwarp
         return 0;
 }
 
-int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, const struct diwarpdv_rd_dest *rd,
-                  bool all, struct diwarp_send_wr **bad_wr)
+/* rd: diwarpdv_post_send_rd's destination, else NULL. all: all or nothing. */
+static int post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                     const struct diwarpdv_rd_dest *rd, bool all, struct diwarp_send_wr **bad_wr)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         if (atomic_load(&qp->dev->dead)) {
                 if (bad_wr)
                         *bad_wr = wr;
@@ -1515,10 +1443,27 @@ static int post_recv_ring(struct dwc_dev *d, struct dw_ipc_ring *ring, uint32_t 
         return err;
 }
 
+int dwc_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
+{
+        return post_send(q, wr, NULL, false, bad_wr);
+}
+
+int dwc_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                      struct diwarp_send_wr **bad_wr)
+{
+        return post_send(q, wr, NULL, true, bad_wr);
+}
+
+int dwc_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                     const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr)
+{
+        return post_send(q, wr, dest, false, bad_wr);
+}
+
 int dwc_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp || !wr || qp->srq || !qp->rq) {
+        if (qp->srq || !qp->rq) {
                 if (bad_wr)
                         *bad_wr = wr;
                 return -EINVAL;
@@ -1548,8 +1493,6 @@ int dwc_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_
                    struct diwarp_srq **out)
 {
         struct dwc_pd *pd = (struct dwc_pd *)p;
-        if (!pd || !attr || !out)
-                return -EINVAL;
         struct dwc_dev *d = pd->dev;
         struct dwc_srq *srq = calloc(1, sizeof(*srq));
         if (!srq)
@@ -1594,8 +1537,6 @@ int dwc_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_
 int dwc_srq_destroy(struct diwarp_srq *s)
 {
         struct dwc_srq *srq = (struct dwc_srq *)s;
-        if (!srq)
-                return -EINVAL;
         struct dwc_dev *d = srq->dev;
         int err = rpc_destroy(d, DW_IPC_SRQ_DESTROY, srq->h);
         if (err < 0)
@@ -1609,8 +1550,6 @@ int dwc_srq_destroy(struct diwarp_srq *s)
 int dwc_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
 {
         struct dwc_srq *srq = (struct dwc_srq *)s;
-        if (!srq || !attr)
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
         req_init(&req, DW_IPC_SRQ_MODIFY, srq->h);
@@ -1622,8 +1561,6 @@ int dwc_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int
 int dwc_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
 {
         struct dwc_srq *srq = (struct dwc_srq *)s;
-        if (!srq || !attr)
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
         req_init(&req, DW_IPC_SRQ_QUERY, srq->h);
@@ -1637,11 +1574,6 @@ int dwc_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
                       struct diwarp_recv_wr **bad_wr)
 {
         struct dwc_srq *srq = (struct dwc_srq *)s;
-        if (!srq || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         if (atomic_load(&srq->dev->dead)) {
                 if (bad_wr)
                         *bad_wr = wr;
@@ -1658,8 +1590,6 @@ int dwc_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
 int dwc_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwarp_ah **out)
 {
         struct dwc_pd *pd = (struct dwc_pd *)p;
-        if (!pd || !dgid || !out)
-                return -EINVAL;
         struct dwc_ah *ah = calloc(1, sizeof(*ah));
         if (!ah)
                 return -ENOMEM;
@@ -1682,8 +1612,6 @@ int dwc_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwa
 int dwc_ah_destroy(struct diwarp_ah *a)
 {
         struct dwc_ah *ah = (struct dwc_ah *)a;
-        if (!ah)
-                return -EINVAL;
         int err = rpc_destroy(ah->dev, DW_IPC_AH_DESTROY, ah->h);
         if (err < 0)
                 return err;
@@ -1696,14 +1624,12 @@ int dwc_ah_destroy(struct diwarp_ah *a)
 int dwc_async_fd(struct diwarp_device *dv)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        return d ? d->ev_sock : -EINVAL;
+        return d->ev_sock;
 }
 
 int dwc_get_async_event(struct diwarp_device *dv, struct diwarp_async_event *ev)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d || !ev)
-                return -EINVAL;
         struct dw_ipc_event m;
         ssize_t n;
         do
@@ -1747,8 +1673,6 @@ int dwc_get_async_event(struct diwarp_device *dv, struct diwarp_async_event *ev)
 
 static int counters(struct dwc_dev *d, uint32_t h, struct diwarp_counters *out)
 {
-        if (!out)
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
         req_init(&req, DW_IPC_COUNTERS, h);
@@ -1760,21 +1684,19 @@ static int counters(struct dwc_dev *d, uint32_t h, struct diwarp_counters *out)
 
 int dwc_device_counters(struct diwarp_device *dv, struct diwarp_counters *out)
 {
-        return dv ? counters((struct dwc_dev *)dv, 0, out) : -EINVAL;
+        return counters((struct dwc_dev *)dv, 0, out);
 }
 
 int dwc_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        return qp ? counters(qp->dev, qp->h, out) : -EINVAL;
+        return counters(qp->dev, qp->h, out);
 }
 
 int dwc_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
                       struct diwarpdv_rd_path *out)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp || !out)
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
         req_init(&req, DW_IPC_RD_PATH, qp->h);
@@ -1794,8 +1716,6 @@ int dwc_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
 int dwc_listen(struct diwarp_device *dv, uint16_t port, int backlog, struct diwarp_listener **out)
 {
         struct dwc_dev *d = (struct dwc_dev *)dv;
-        if (!d || !out)
-                return -EINVAL;
         struct dw_ipc_req req;
         req_init(&req, DW_IPC_LISTEN, 0);
         req.u.listen.port = port;
@@ -1811,7 +1731,7 @@ int dwc_listener_destroy(struct diwarp_listener *ls)
 int dwc_listener_fd(const struct diwarp_listener *ls)
 {
         const struct dwc_fdobj *l = (const struct dwc_fdobj *)ls;
-        return l ? l->fd : -EINVAL;
+        return l->fd;
 }
 
 /* The daemon never waits for a request (its server serves every client):
@@ -1821,8 +1741,6 @@ int dwc_listener_get_request(struct diwarp_listener *ls, int timeout_ms,
                              struct diwarp_conn_request *out)
 {
         struct dwc_fdobj *l = (struct dwc_fdobj *)ls;
-        if (!l || !out)
-                return -EINVAL;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (;;) {
@@ -1867,8 +1785,6 @@ int dwc_accept(struct diwarp_listener *ls, uint64_t request_id, struct diwarp_qp
 {
         struct dwc_fdobj *l = (struct dwc_fdobj *)ls;
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!l || !qp || (reply && reply->private_data_len > DIWARP_MAX_PRIVATE_DATA))
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
         if (!rsp)
@@ -1891,8 +1807,6 @@ int dwc_reject(struct diwarp_listener *ls, uint64_t request_id, const void *priv
                uint16_t private_data_len)
 {
         struct dwc_fdobj *l = (struct dwc_fdobj *)ls;
-        if (!l || private_data_len > DIWARP_MAX_PRIVATE_DATA)
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
         if (!rsp)
@@ -1918,8 +1832,6 @@ int dwc_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port
         uint16_t cap = reply_pd_len ? *reply_pd_len : 0;
         if (reply_pd_len)
                 *reply_pd_len = 0;
-        if (!qp || !dgid || (param && param->private_data_len > DIWARP_MAX_PRIVATE_DATA))
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp *rsp = calloc(1, sizeof(*rsp));
         if (!rsp)
@@ -1951,8 +1863,6 @@ int dwc_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port
 int dwc_disconnect(struct diwarp_qp *q)
 {
         struct dwc_qp *qp = (struct dwc_qp *)q;
-        if (!qp)
-                return -EINVAL;
         struct dw_ipc_req req;
         struct dw_ipc_rsp rsp;
         req_init(&req, DW_IPC_DISCONNECT, qp->h);
@@ -2010,6 +1920,76 @@ static void dev_fatal(struct dwc_dev *d)
                 pthread_mutex_unlock(&qp->rq_lock);
                 pthread_mutex_unlock(&qp->sq_lock);
         }
+}
+
+/* ---- what client mode does not offer ---------------------------------------- */
+
+int dwc_device_rails(struct diwarp_device *dev, struct diwarp_rail_stats *out, int max)
+{
+        (void)dev, (void)out, (void)max;
+        return -EOPNOTSUPP; /* the daemon's rails are not the client's to read */
+}
+
+int dwc_progress_thread_start(struct diwarp_device *dev)
+{
+        (void)dev;
+        return 0; /* the daemon makes the progress */
+}
+
+int dwc_mr_rereg(struct diwarp_mr *mr, int flags, struct diwarp_pd *pd, void *addr, size_t length,
+                 uint64_t iova, int access)
+{
+        (void)mr, (void)flags, (void)pd, (void)addr, (void)length, (void)iova, (void)access;
+        return unsupported("diwarp_mr_rereg");
+}
+
+int dwc_mw_alloc(struct diwarp_pd *pd, enum diwarp_mw_type type, struct diwarp_mw **out)
+{
+        (void)pd, (void)type, (void)out;
+        return unsupported("memory windows");
+}
+
+int dwc_mw_dealloc(struct diwarp_mw *mw)
+{
+        (void)mw;
+        return unsupported("memory windows");
+}
+
+int dwc_mw_info(const struct diwarp_mw *mw, struct diwarp_mw_info *info)
+{
+        (void)mw, (void)info;
+        return unsupported("memory windows");
+}
+
+int dwc_mw_bind(struct diwarp_qp *qp, struct diwarp_mw *mw, uint32_t rkey,
+                const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
+{
+        (void)qp, (void)mw, (void)rkey, (void)info, (void)wr_id, (void)send_flags;
+        return unsupported("memory windows");
+}
+
+int dwc_cq_resize(struct diwarp_cq *cq, int cqe)
+{
+        (void)cq, (void)cqe;
+        return unsupported("diwarp_cq_resize");
+}
+
+int dwc_cq_set_timestamps(struct diwarp_cq *cq, bool on)
+{
+        (void)cq, (void)on;
+        return unsupported("CQ timestamps");
+}
+
+int dwc_mbox_open(struct diwarp_qp *qp, struct diwarpdv_mbox *out)
+{
+        (void)qp, (void)out;
+        return unsupported("the application mailbox");
+}
+
+int dwc_mbox_release(struct diwarp_qp *qp, const void *msg)
+{
+        (void)qp, (void)msg;
+        return unsupported("the application mailbox");
 }
 
 /* ---- tools --------------------------------------------------------------------- */

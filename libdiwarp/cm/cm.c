@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "cm/mpa_conn.h"
-#include "client/client.h"
+#include "api/backend.h"
 #include "dw.h"
 #include "llp/tcp.h"
 #include "qp/rc.h"
@@ -889,14 +889,10 @@ struct diwarp_listener {
         struct dw_lconn conns[DW_LISTEN_MAX];
 };
 
-int diwarp_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
+int dwe_listen(struct diwarp_device *d, uint16_t port, int backlog, struct diwarp_listener **out)
 {
-        if (dw_client_mode())
-                return dwc_listen(d, port, backlog, out);
         struct dw_device *dev = dw_dev_of(d);
 
-        if (!dev || !out)
-                return -EINVAL;
         struct diwarp_listener *l = calloc(1, sizeof(*l));
         if (!l)
                 return -ENOMEM;
@@ -924,12 +920,8 @@ static void lconn_drop(struct dw_lconn *lc)
         lc->used = false;
 }
 
-int diwarp_listener_destroy(struct diwarp_listener *l)
+int dwe_listener_destroy(struct diwarp_listener *l)
 {
-        if (dw_client_mode())
-                return dwc_listener_destroy(l);
-        if (!l)
-                return -EINVAL;
         for (int i = 0; i < DW_LISTEN_MAX; i++)
                 if (l->conns[i].used)
                         lconn_drop(&l->conns[i]);
@@ -939,11 +931,9 @@ int diwarp_listener_destroy(struct diwarp_listener *l)
         return 0;
 }
 
-int diwarp_listener_fd(const struct diwarp_listener *l)
+int dwe_listener_fd(const struct diwarp_listener *l)
 {
-        if (dw_client_mode())
-                return dwc_listener_fd(l);
-        return l ? l->fd : -EINVAL;
+        return l->fd;
 }
 
 /* A slot for a new connection when all DW_LISTEN_MAX are taken: the oldest
@@ -1055,13 +1045,9 @@ static struct dw_lconn *listener_scan(struct diwarp_listener *l)
         return NULL;
 }
 
-int diwarp_listener_get_request(struct diwarp_listener *l, int timeout_ms,
-                                struct diwarp_conn_request *req)
+int dwe_listener_get_request(struct diwarp_listener *l, int timeout_ms,
+                             struct diwarp_conn_request *req)
 {
-        if (dw_client_mode())
-                return dwc_listener_get_request(l, timeout_ms, req);
-        if (!l || !req)
-                return -EINVAL;
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : ms_from_now((uint32_t)timeout_ms);
 
         pthread_mutex_lock(&l->lock);
@@ -1330,14 +1316,12 @@ fail:
         return r;
 }
 
-int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *q,
-                  const struct diwarp_conn_param *reply)
+int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp *q,
+               const struct diwarp_conn_param *reply)
 {
-        if (dw_client_mode())
-                return dwc_accept(l, request_id, q, reply);
         struct dw_qp *qp = dw_qp_of(q);
 
-        if (!l || !qp || qp->dev != l->dev)
+        if (qp->dev != l->dev)
                 return -EINVAL;
         if (reply && reply->private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
@@ -1411,12 +1395,10 @@ int diwarp_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_
         return attach_native(qp, fd, &mc, &peer);
 }
 
-int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
-                  uint16_t private_data_len)
+int dwe_reject(struct diwarp_listener *l, uint64_t request_id, const void *private_data,
+               uint16_t private_data_len)
 {
-        if (dw_client_mode())
-                return dwc_reject(l, request_id, private_data, private_data_len);
-        if (!l || private_data_len > DW_MPA_ULP_PD_MAX)
+        if (private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
         pthread_mutex_lock(&l->lock);
         struct dw_lconn *lc = find_request(l, request_id);
@@ -1434,12 +1416,10 @@ int diwarp_reject(struct diwarp_listener *l, uint64_t request_id, const void *pr
         return r;
 }
 
-int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port,
-                   const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
-                   uint16_t *reply_pd_len)
+int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port,
+                const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
+                uint16_t *reply_pd_len)
 {
-        if (dw_client_mode())
-                return dwc_connect(q, dgid, port, param, timeout_ms, reply_pd, reply_pd_len);
         struct dw_qp *qp = dw_qp_of(q);
         struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(port)};
         /* No reply yet: a failure before the peer's MPA reply carries no
@@ -1448,7 +1428,7 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         if (reply_pd_len)
                 *reply_pd_len = 0;
 
-        if (!qp || !dgid || dw_gid_to_ipv4(dgid, &dst.sin_addr) < 0)
+        if (dw_gid_to_ipv4(dgid, &dst.sin_addr) < 0)
                 return -EINVAL;
         if (param && param->private_data_len > DW_MPA_ULP_PD_MAX)
                 return -EINVAL;
@@ -1575,13 +1555,11 @@ int diwarp_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t p
         return r;
 }
 
-int diwarp_disconnect(struct diwarp_qp *q)
+int dwe_disconnect(struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_disconnect(q);
         struct dw_qp *qp = dw_qp_of(q);
 
-        if (!qp || !is_rc(qp))
+        if (!is_rc(qp))
                 return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
         int r = 0;

@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "client/client.h"
+#include "api/backend.h"
 #include "dw.h"
 #include "llp/netif.h"
 #include "qp/rd.h"
@@ -453,15 +453,11 @@ static const struct dw_transport_ops *const dw_transports[] = {
     &dw_rd_transport,
 };
 
-int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
+int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
 {
-        if (dw_client_mode())
-                return dwc_device_open(opts, out);
         const char *why = NULL;
         int err;
 
-        if (!out)
-                return -EINVAL;
         struct dw_device *dev = calloc(1, sizeof(*dev));
         if (!dev)
                 return -ENOMEM;
@@ -610,13 +606,9 @@ fail_lock:
         return err;
 }
 
-int diwarp_device_close(struct diwarp_device *d)
+int dwe_device_close(struct diwarp_device *d)
 {
-        if (dw_client_mode())
-                return dwc_device_close(d);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev)
-                return -EINVAL;
         pthread_mutex_lock(&dev->lock);
         if (dev->nqp || dev->ncq || dev->npd || dev->nsrq || dev->nah || dev->nchannel) {
                 dw_warn("device port %u: close refused, objects still exist (qp %d cq %d pd %d "
@@ -652,13 +644,9 @@ int diwarp_device_close(struct diwarp_device *d)
         return 0;
 }
 
-int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
+int dwe_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
 {
-        if (dw_client_mode())
-                return dwc_device_query(d, a);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !a)
-                return -EINVAL;
         memset(a, 0, sizeof(*a));
         snprintf(a->fw_ver, sizeof(a->fw_ver), "diwarp %s", diwarp_version());
         pthread_mutex_lock(&dev->lock);
@@ -695,24 +683,16 @@ int diwarp_device_query(struct diwarp_device *d, struct diwarp_device_attr *a)
         return 0;
 }
 
-int diwarp_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
+int dwe_device_gid(struct diwarp_device *d, union diwarp_gid *gid)
 {
-        if (dw_client_mode())
-                return dwc_device_gid(d, gid);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !gid)
-                return -EINVAL;
         *gid = dev->gid;
         return 0;
 }
 
-int diwarp_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, int max)
+int dwe_device_rails(struct diwarp_device *d, struct diwarp_rail_stats *out, int max)
 {
-        if (dw_client_mode())
-                return -EOPNOTSUPP;
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || max < 0 || (max > 0 && !out))
-                return -EINVAL;
         pthread_mutex_lock(&dev->lock);
         int n = dw_device_rails_locked(dev, out, max);
         pthread_mutex_unlock(&dev->lock);
@@ -735,46 +715,12 @@ int dw_device_rails_locked(struct dw_device *dev, struct diwarp_rail_stats *out,
         return dev->nrails;
 }
 
-int diwarp_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)
+int dwe_device_gid_table(struct diwarp_device *d, struct diwarp_netif *out, int max)
 {
-        if (dw_client_mode())
-                return dwc_device_gid_table(d, out, max);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || max < 0 || (max > 0 && !out))
-                return -EINVAL;
         for (int i = 0; i < dev->ngid && i < max; i++)
                 out[i] = dev->gids[i];
         return dev->ngid;
-}
-
-int diwarp_device_gid_find(struct diwarp_device *d, uint32_t addr, union diwarp_gid *gid)
-{
-        struct diwarp_netif t[DIWARP_MAX_GIDS];
-        int n = diwarp_device_gid_table(d, t, DIWARP_MAX_GIDS);
-        if (n < 0)
-                return n;
-        if (!gid)
-                return -EINVAL;
-        for (int i = 0; i < n && i < DIWARP_MAX_GIDS; i++) {
-                if (t[i].addr == addr) {
-                        dw_ipv4_to_gid((struct in_addr){.s_addr = addr}, gid);
-                        return i;
-                }
-        }
-        return -ENOENT;
-}
-
-int diwarp_device_gid_of_socket(struct diwarp_device *d, int fd, union diwarp_gid *gid)
-{
-        struct sockaddr_in me;
-        socklen_t len = sizeof(me);
-        if (getsockname(fd, (struct sockaddr *)&me, &len) == 0 && me.sin_family == AF_INET) {
-                int idx = diwarp_device_gid_find(d, me.sin_addr.s_addr, gid);
-                if (idx != -ENOENT)
-                        return idx;
-        }
-        int err = diwarp_device_gid(d, gid);
-        return err < 0 ? err : 0;
 }
 
 int diwarp_host_netifs(struct diwarp_netif *out, int max)
@@ -788,13 +734,9 @@ int diwarp_host_netifs(struct diwarp_netif *out, int max)
         return n;
 }
 
-int diwarp_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
+int dwe_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
 {
-        if (dw_client_mode())
-                return dwc_device_port(d, port, instance);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev)
-                return -EINVAL;
         if (port)
                 *port = dev->port;
         if (instance)
@@ -802,13 +744,9 @@ int diwarp_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instan
         return 0;
 }
 
-int diwarp_progress(struct diwarp_device *d, int budget)
+int dwe_progress(struct diwarp_device *d, int budget)
 {
-        if (dw_client_mode())
-                return dwc_progress(d);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || budget < 0)
-                return -EINVAL;
         /* On a shared host the progress thread makes the progress (see
          * diwarp_cq_poll). */
         if (dw_progress_app_poll(&dev->prog))
@@ -819,23 +757,15 @@ int diwarp_progress(struct diwarp_device *d, int budget)
         return n;
 }
 
-int diwarp_progress_thread_start(struct diwarp_device *d)
+int dwe_progress_thread_start(struct diwarp_device *d)
 {
-        if (dw_client_mode())
-                return 0;
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev)
-                return -EINVAL;
         return dw_progress_start(dev);
 }
 
-int diwarp_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
+int dwe_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
 {
-        if (dw_client_mode())
-                return dwc_device_counters(d, out);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !out)
-                return -EINVAL;
         pthread_mutex_lock(&dev->lock);
         dw_device_counters_locked(dev, out);
         pthread_mutex_unlock(&dev->lock);
@@ -851,13 +781,9 @@ void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *ou
 
 /* ---- protection domains ---------------------------------------------------- */
 
-int diwarp_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
+int dwe_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
 {
-        if (dw_client_mode())
-                return dwc_pd_alloc(d, out);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !out)
-                return -EINVAL;
         struct dw_pd *pd = calloc(1, sizeof(*pd));
         if (!pd)
                 return -ENOMEM;
@@ -874,13 +800,9 @@ int diwarp_pd_alloc(struct diwarp_device *d, struct diwarp_pd **out)
         return 0;
 }
 
-int diwarp_pd_dealloc(struct diwarp_pd *p)
+int dwe_pd_dealloc(struct diwarp_pd *p)
 {
-        if (dw_client_mode())
-                return dwc_pd_dealloc(p);
         struct dw_pd *pd = dw_pd_of(p);
-        if (!pd)
-                return -EINVAL;
         struct dw_device *dev = pd->dev;
         pthread_mutex_lock(&dev->lock);
         int err = dw_pd_fini(pd);
@@ -894,15 +816,11 @@ int diwarp_pd_dealloc(struct diwarp_pd *p)
 
 /* ---- memory regions ---------------------------------------------------------- */
 
-int diwarp_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, int access,
-                  struct diwarp_mr **out)
+int dwe_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova, int access,
+               struct diwarp_mr **out)
 {
-        if (dw_client_mode())
-                return dwc_mr_reg(p, addr, length, iova, access, out);
         struct dw_pd *pd = dw_pd_of(p);
         struct dw_mr *mr = NULL;
-        if (!pd || !out)
-                return -EINVAL;
         struct dw_device *dev = pd->dev;
         pthread_mutex_lock(&dev->lock);
         int err = dw_mr_register(&dev->mrs, pd, addr, length, iova, access, &mr);
@@ -913,12 +831,10 @@ int diwarp_mr_reg(struct diwarp_pd *p, void *addr, size_t length, uint64_t iova,
         return 0;
 }
 
-int diwarp_mr_dereg(struct diwarp_mr *m)
+int dwe_mr_dereg(struct diwarp_mr *m)
 {
-        if (dw_client_mode())
-                return dwc_mr_dereg(m);
         struct dw_mr *mr = (struct dw_mr *)m;
-        if (!mr || !mr->pd)
+        if (!mr->pd)
                 return -EINVAL;
         struct dw_device *dev = mr->pd->dev;
         pthread_mutex_lock(&dev->lock);
@@ -930,13 +846,11 @@ int diwarp_mr_dereg(struct diwarp_mr *m)
         return err;
 }
 
-int diwarp_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr, size_t length,
-                    uint64_t iova, int access)
+int dwe_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *addr, size_t length,
+                 uint64_t iova, int access)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("diwarp_mr_rereg");
         struct dw_mr *mr = (struct dw_mr *)m;
-        if (!mr || !mr->pd)
+        if (!mr->pd)
                 return -EINVAL;
         struct dw_device *dev = mr->pd->dev;
         struct dw_pd *pd = NULL;
@@ -953,14 +867,10 @@ int diwarp_mr_rereg(struct diwarp_mr *m, int flags, struct diwarp_pd *p, void *a
 
 /* ---- memory windows ------------------------------------------------------------ */
 
-int diwarp_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw **out)
+int dwe_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp_mw **out)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("memory windows");
         struct dw_pd *pd = dw_pd_of(p);
         struct dw_mr *mw = NULL;
-        if (!pd || !out || (type != DIWARP_MW_TYPE_1 && type != DIWARP_MW_TYPE_2))
-                return -EINVAL;
         struct dw_device *dev = pd->dev;
         pthread_mutex_lock(&dev->lock);
         int err =
@@ -972,12 +882,10 @@ int diwarp_mw_alloc(struct diwarp_pd *p, enum diwarp_mw_type type, struct diwarp
         return 0;
 }
 
-int diwarp_mw_dealloc(struct diwarp_mw *m)
+int dwe_mw_dealloc(struct diwarp_mw *m)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("memory windows");
         struct dw_mr *mw = (struct dw_mr *)m;
-        if (!mw || !mw->pd)
+        if (!mw->pd)
                 return -EINVAL;
         struct dw_device *dev = mw->pd->dev;
         pthread_mutex_lock(&dev->lock);
@@ -986,12 +894,10 @@ int diwarp_mw_dealloc(struct diwarp_mw *m)
         return err;
 }
 
-int diwarp_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
+int dwe_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("memory windows");
         const struct dw_mr *mw = (const struct dw_mr *)m;
-        if (!mw || !info || !mw->pd || (mw->kind != DW_STAG_MW1 && mw->kind != DW_STAG_MW2))
+        if (!mw->pd || (mw->kind != DW_STAG_MW1 && mw->kind != DW_STAG_MW2))
                 return -EINVAL;
         struct dw_device *dev = mw->pd->dev;
         pthread_mutex_lock(&dev->lock);
@@ -1005,13 +911,9 @@ int diwarp_mw_info(const struct diwarp_mw *m, struct diwarp_mw_info *info)
         return 0;
 }
 
-int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
+int dwe_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 {
-        if (dw_client_mode())
-                return dwc_mr_info(m, info);
         const struct dw_mr *mr = (const struct dw_mr *)m;
-        if (!mr || !info)
-                return -EINVAL;
         info->addr = mr->addr;
         info->length = mr->length;
         info->iova = mr->iova;
@@ -1023,13 +925,9 @@ int diwarp_mr_info(const struct diwarp_mr *m, struct diwarp_mr_info *info)
 
 /* ---- completion channels and CQs ---------------------------------------------- */
 
-int diwarp_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel **out)
+int dwe_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel **out)
 {
-        if (dw_client_mode())
-                return dwc_comp_channel_create(d, out);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !out)
-                return -EINVAL;
         struct dw_channel_obj *ch = calloc(1, sizeof(*ch));
         if (!ch)
                 return -ENOMEM;
@@ -1054,13 +952,9 @@ int diwarp_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_chann
         return 0;
 }
 
-int diwarp_comp_channel_destroy(struct diwarp_comp_channel *c)
+int dwe_comp_channel_destroy(struct diwarp_comp_channel *c)
 {
-        if (dw_client_mode())
-                return dwc_comp_channel_destroy(c);
         struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
-        if (!ch)
-                return -EINVAL;
         struct dw_device *dev = ch->dev;
         pthread_mutex_lock(&dev->lock);
         int err = dw_comp_channel_fini(&ch->ch);
@@ -1072,13 +966,9 @@ int diwarp_comp_channel_destroy(struct diwarp_comp_channel *c)
         return err;
 }
 
-int diwarp_comp_channel_fd(const struct diwarp_comp_channel *c)
+int dwe_comp_channel_fd(const struct diwarp_comp_channel *c)
 {
-        if (dw_client_mode())
-                return dwc_comp_channel_fd(c);
         const struct dw_channel_obj *ch = (const struct dw_channel_obj *)c;
-        if (!ch)
-                return -EINVAL;
         return dw_comp_channel_fd(&ch->ch);
 }
 
@@ -1101,16 +991,12 @@ static void dw_channel_unquiet(void *ch)
         dw_comp_channel_quiet(ch, false);
 }
 
-int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
-                                  void **cq_context)
+int dwe_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq **cq,
+                               void **cq_context)
 {
-        if (dw_client_mode())
-                return dwc_comp_channel_get_event(c, cq, cq_context);
         struct dw_channel_obj *ch = (struct dw_channel_obj *)c;
         struct dw_cq *q = NULL;
         void *ctx = NULL;
-        if (!ch)
-                return -EINVAL;
         int err = dw_comp_channel_take(&ch->ch, &q, &ctx);
         if (err == -EAGAIN) {
                 err = dw_comp_channel_blocking(&ch->ch);
@@ -1138,13 +1024,11 @@ int diwarp_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_c
         return 0;
 }
 
-int diwarp_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
-                     struct diwarp_comp_channel *channel, struct diwarp_cq **out)
+int dwe_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
+                  struct diwarp_comp_channel *channel, struct diwarp_cq **out)
 {
-        if (dw_client_mode())
-                return dwc_cq_create(d, cqe, cq_context, channel, out);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !out || cqe < 1 || cqe > DW_MAX_CQE)
+        if (cqe > DW_MAX_CQE)
                 return -EINVAL;
         struct dw_cq_obj *cq = calloc(1, sizeof(*cq));
         if (!cq)
@@ -1170,13 +1054,9 @@ int diwarp_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
         return 0;
 }
 
-int diwarp_cq_destroy(struct diwarp_cq *c)
+int dwe_cq_destroy(struct diwarp_cq *c)
 {
-        if (dw_client_mode())
-                return dwc_cq_destroy(c);
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq)
-                return -EINVAL;
         struct dw_device *dev = cq->dev;
         pthread_mutex_lock(&dev->lock);
         if (cq->cq.use_count > 0) {
@@ -1193,12 +1073,10 @@ int diwarp_cq_destroy(struct diwarp_cq *c)
         return 0;
 }
 
-int diwarp_cq_resize(struct diwarp_cq *c, int cqe)
+int dwe_cq_resize(struct diwarp_cq *c, int cqe)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("diwarp_cq_resize");
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq || cqe < 1 || cqe > DW_MAX_CQE)
+        if (cqe > DW_MAX_CQE)
                 return -EINVAL;
         pthread_mutex_lock(&cq->dev->lock);
         int err = dw_cq_resize(&cq->cq, cqe);
@@ -1206,13 +1084,9 @@ int diwarp_cq_resize(struct diwarp_cq *c, int cqe)
         return err;
 }
 
-int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
+int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 {
-        if (dw_client_mode())
-                return dwc_cq_poll(c, n, wc);
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq || n < 0 || (n > 0 && !wc))
-                return -EINVAL;
         struct dw_device *dev = cq->dev;
         bool shared = dw_progress_app_poll(&dev->prog);
         /* On a shared host the progress thread makes the progress; the lock
@@ -1228,86 +1102,57 @@ int diwarp_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
         return got;
 }
 
-int diwarp_cq_set_timestamps(struct diwarp_cq *c, bool on)
+int dwe_cq_set_timestamps(struct diwarp_cq *c, bool on)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("CQ timestamps");
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq)
-                return -EINVAL;
         pthread_mutex_lock(&cq->dev->lock);
         cq->cq.timestamps = on;
         pthread_mutex_unlock(&cq->dev->lock);
         return 0;
 }
 
-int diwarp_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
+int dwe_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 {
-        if (dw_client_mode())
-                return dwc_cq_req_notify(c, solicited_only);
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (!cq)
-                return -EINVAL;
         pthread_mutex_lock(&cq->dev->lock);
         int err = dw_cq_arm(&cq->cq, solicited_only);
         pthread_mutex_unlock(&cq->dev->lock);
         return err;
 }
 
-void diwarp_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
+void dwe_cq_ack_events(struct diwarp_cq *c, unsigned int nevents)
 {
-        if (dw_client_mode()) {
-                dwc_cq_ack_events(c, nevents);
-                return;
-        }
         struct dw_cq_obj *cq = dw_cq_of(c);
-        if (cq)
-                dw_cq_ack_events(&cq->cq, nevents);
+        dw_cq_ack_events(&cq->cq, nevents);
 }
 
-int diwarp_cq_cqe(const struct diwarp_cq *c)
+int dwe_cq_cqe(const struct diwarp_cq *c)
 {
-        if (dw_client_mode())
-                return dwc_cq_cqe(c);
         const struct dw_cq_obj *cq = (const struct dw_cq_obj *)c;
-        if (!cq)
-                return -EINVAL;
         return (int)cq->cq.cqe;
 }
 
 /* ---- async events ---------------------------------------------------------------- */
 
-int diwarp_async_fd(struct diwarp_device *d)
+int dwe_async_fd(struct diwarp_device *d)
 {
-        if (dw_client_mode())
-                return dwc_async_fd(d);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev)
-                return -EINVAL;
         return dw_async_queue_fd(&dev->async);
 }
 
-int diwarp_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
+int dwe_get_async_event(struct diwarp_device *d, struct diwarp_async_event *ev)
 {
-        if (dw_client_mode())
-                return dwc_get_async_event(d, ev);
         struct dw_device *dev = dw_dev_of(d);
-        if (!dev || !ev)
-                return -EINVAL;
         /* The queue has its own mutex; blocking here must not stall the engine. */
         return dw_async_queue_get(&dev->async, ev);
 }
 
 /* ---- address handles ----------------------------------------------------------------- */
 
-int diwarp_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwarp_ah **out)
+int dwe_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct diwarp_ah **out)
 {
-        if (dw_client_mode())
-                return dwc_ah_create(p, dgid, out);
         struct dw_pd *pd = dw_pd_of(p);
         struct in_addr ip;
-        if (!pd || !dgid || !out)
-                return -EINVAL;
         if (dw_gid_to_ipv4(dgid, &ip) < 0) {
                 dw_warn("AH create: GID is not an IPv4-mapped address");
                 return -EINVAL;
@@ -1332,13 +1177,9 @@ int diwarp_ah_create(struct diwarp_pd *p, const union diwarp_gid *dgid, struct d
         return 0;
 }
 
-int diwarp_ah_destroy(struct diwarp_ah *a)
+int dwe_ah_destroy(struct diwarp_ah *a)
 {
-        if (dw_client_mode())
-                return dwc_ah_destroy(a);
         struct dw_ah *ah = dw_ah_of(a);
-        if (!ah)
-                return -EINVAL;
         struct dw_device *dev = ah->pd->dev;
         pthread_mutex_lock(&dev->lock);
         dw_pd_put(ah->pd);
@@ -1354,14 +1195,10 @@ int diwarp_ah_destroy(struct diwarp_ah *a)
 #define DW_SRQ_MAX_WR 1
 #define DW_SRQ_LIMIT  2
 
-int diwarp_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_context,
-                      struct diwarp_srq **out)
+int dwe_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *srq_context,
+                   struct diwarp_srq **out)
 {
-        if (dw_client_mode())
-                return dwc_srq_create(p, attr, srq_context, out);
         struct dw_pd *pd = dw_pd_of(p);
-        if (!pd || !attr || !out)
-                return -EINVAL;
         if (attr->max_wr < 1 || attr->max_wr > DW_MAX_SRQ_WR || attr->max_sge > DW_MAX_SGE)
                 return -EINVAL;
         struct dw_srq_obj *srq = calloc(1, sizeof(*srq));
@@ -1393,13 +1230,9 @@ int diwarp_srq_create(struct diwarp_pd *p, struct diwarp_srq_attr *attr, void *s
         return 0;
 }
 
-int diwarp_srq_destroy(struct diwarp_srq *s)
+int dwe_srq_destroy(struct diwarp_srq *s)
 {
-        if (dw_client_mode())
-                return dwc_srq_destroy(s);
         struct dw_srq_obj *srq = dw_srq_of(s);
-        if (!srq)
-                return -EINVAL;
         struct dw_device *dev = srq->dev;
         pthread_mutex_lock(&dev->lock);
         if (srq->q.use_count > 0) {
@@ -1415,13 +1248,9 @@ int diwarp_srq_destroy(struct diwarp_srq *s)
         return 0;
 }
 
-int diwarp_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
+int dwe_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, int mask)
 {
-        if (dw_client_mode())
-                return dwc_srq_modify(s, attr, mask);
         struct dw_srq_obj *srq = dw_srq_of(s);
-        if (!srq || !attr)
-                return -EINVAL;
         /* Resizing is not supported (as on many RNICs). */
         if (mask & DW_SRQ_MAX_WR)
                 return -EINVAL;
@@ -1435,13 +1264,9 @@ int diwarp_srq_modify(struct diwarp_srq *s, const struct diwarp_srq_attr *attr, 
         return err;
 }
 
-int diwarp_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
+int dwe_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
 {
-        if (dw_client_mode())
-                return dwc_srq_query(s, attr);
         struct dw_srq_obj *srq = dw_srq_of(s);
-        if (!srq || !attr)
-                return -EINVAL;
         pthread_mutex_lock(&srq->dev->lock);
         attr->max_wr = srq->q.wq.capacity;
         attr->max_sge = srq->max_sge;
@@ -1450,18 +1275,11 @@ int diwarp_srq_query(struct diwarp_srq *s, struct diwarp_srq_attr *attr)
         return 0;
 }
 
-int diwarp_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
-                         struct diwarp_recv_wr **bad_wr)
+int dwe_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
+                      struct diwarp_recv_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_srq_recv(s, wr, bad_wr);
         struct dw_srq_obj *srq = dw_srq_of(s);
         int err = 0;
-        if (!srq || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         struct dw_device *dev = srq->dev;
         pthread_mutex_lock(&dev->lock);
         for (; wr; wr = wr->next) {

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "cm/cm.h"
-#include "client/client.h"
+#include "api/backend.h"
 #include "dw.h"
 #include "qp/rd.h"
 #include "wire/dgram.h"
@@ -296,15 +296,11 @@ static int dw_qp_alloc_index(struct dw_device *dev)
         return -ENOMEM;
 }
 
-int diwarp_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct diwarp_qp **out)
+int dwe_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct diwarp_qp **out)
 {
-        if (dw_client_mode())
-                return dwc_qp_create(p, attr, out);
         struct dw_pd *pd = dw_pd_of(p);
         int err;
 
-        if (!pd || !attr || !out || !attr->send_cq || !attr->recv_cq)
-                return -EINVAL;
         struct dw_device *dev = pd->dev;
         struct dw_cq_obj *scq = dw_cq_of(attr->send_cq), *rcq = dw_cq_of(attr->recv_cq);
         struct dw_srq_obj *srq = attr->srq ? dw_srq_of(attr->srq) : NULL;
@@ -415,13 +411,9 @@ fail:
         return err;
 }
 
-int diwarp_qp_destroy(struct diwarp_qp *q)
+int dwe_qp_destroy(struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_qp_destroy(q);
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp)
-                return -EINVAL;
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         if (dw_qp_uses_udp(qp))
@@ -452,28 +444,20 @@ int diwarp_qp_destroy(struct diwarp_qp *q)
         return 0;
 }
 
-uint32_t diwarp_qp_num(const struct diwarp_qp *q)
+uint32_t dwe_qp_num(const struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_qp_num(q);
-        return q ? ((const struct dw_qp *)q)->qpn : 0;
+        return ((const struct dw_qp *)q)->qpn;
 }
 
-bool diwarp_qp_data_in_order(const struct diwarp_qp *q)
+bool dwe_qp_data_in_order(const struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_qp_data_in_order(q);
         const struct dw_qp *qp = (const struct dw_qp *)q;
-        return qp && (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) && !qp->rd;
+        return (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) && !qp->rd;
 }
 
-enum diwarp_qp_state diwarp_qp_state(const struct diwarp_qp *q)
+enum diwarp_qp_state dwe_qp_state(const struct diwarp_qp *q)
 {
-        if (dw_client_mode())
-                return dwc_qp_state(q);
         const struct dw_qp *qp = (const struct dw_qp *)q;
-        if (!qp)
-                return DIWARP_QPS_ERR;
         /* A single aligned enum read; a racing modify gives the old or the new state. */
         return __atomic_load_n(&qp->state, __ATOMIC_RELAXED);
 }
@@ -704,27 +688,19 @@ int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, i
         return dw_qp_modify_locked(qp, attr, mask);
 }
 
-int diwarp_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
+int dwe_qp_modify(struct diwarp_qp *q, const struct diwarp_qp_attr *attr, int mask)
 {
-        if (dw_client_mode())
-                return dwc_qp_modify(q, attr, mask);
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !attr)
-                return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
         int err = dw_qp_modify_locked(qp, attr, mask);
         pthread_mutex_unlock(&qp->dev->lock);
         return err;
 }
 
-int diwarp_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
-                    struct diwarp_qp_init_attr *init_attr)
+int dwe_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
+                 struct diwarp_qp_init_attr *init_attr)
 {
-        if (dw_client_mode())
-                return dwc_qp_query(q, attr, init_attr);
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp)
-                return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
         if (attr) {
                 *attr = qp->attr;
@@ -750,13 +726,9 @@ int diwarp_qp_query(struct diwarp_qp *q, struct diwarp_qp_attr *attr,
         return 0;
 }
 
-int diwarp_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
+int dwe_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
 {
-        if (dw_client_mode())
-                return dwc_qp_counters(q, out);
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !out)
-                return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
         *out = qp->ctr;
         pthread_mutex_unlock(&qp->dev->lock);
@@ -1006,17 +978,10 @@ static int dw_post_send_check_all(struct dw_qp *qp, struct diwarp_send_wr *wr,
         return err;
 }
 
-int diwarp_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
-                         struct diwarp_send_wr **bad_wr)
+int dwe_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                      struct diwarp_send_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_send(q, wr, NULL, true, bad_wr);
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         pthread_mutex_lock(&qp->dev->lock);
         int err = dw_post_send_check_all(qp, wr, bad_wr);
         if (err == 0)
@@ -1025,30 +990,19 @@ int diwarp_post_send_all(struct diwarp_qp *q, struct diwarp_send_wr *wr,
         return err;
 }
 
-int diwarp_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
+int dwe_post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr, struct diwarp_send_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_send(q, wr, NULL, false, bad_wr);
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         pthread_mutex_lock(&qp->dev->lock);
         int err = dw_post_send_locked(qp, wr, bad_wr, DW_STAG_MW2);
         pthread_mutex_unlock(&qp->dev->lock);
         return err;
 }
 
-int diwarp_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
-                   const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
+int dwe_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
+                const struct diwarp_mw_bind_info *info, uint64_t wr_id, unsigned int send_flags)
 {
-        if (dw_client_mode())
-                return dwc_unsupported("memory windows");
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !mw || !info)
-                return -EINVAL;
         struct diwarp_send_wr wr = {
             .wr_id = wr_id,
             .opcode = DIWARP_WR_BIND_MW,
@@ -1063,17 +1017,10 @@ int diwarp_mw_bind(struct diwarp_qp *q, struct diwarp_mw *mw, uint32_t rkey,
         return err;
 }
 
-int diwarp_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)
+int dwe_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_recv_wr **bad_wr)
 {
-        if (dw_client_mode())
-                return dwc_post_recv(q, wr, bad_wr);
         struct dw_qp *qp = dw_qp_of(q);
         int err = 0;
-        if (!qp || !wr) {
-                if (bad_wr)
-                        *bad_wr = wr;
-                return -EINVAL;
-        }
         struct dw_device *dev = qp->dev;
         pthread_mutex_lock(&dev->lock);
         for (; wr; wr = wr->next) {

@@ -9,7 +9,7 @@
  * diwarpdv_* RD entry points. Building and sending datagrams is rd_tx.c;
  * receiving and placing them is rd_rx.c; rd_int.h holds what they share.
  */
-#include "client/client.h"
+#include "api/backend.h"
 #include "qp/rd_int.h"
 
 #include <arpa/inet.h>
@@ -1170,27 +1170,12 @@ void dw_rd_qp_error(struct dw_qp *qp)
         rd_reset_state(s);
 }
 
-int diwarpdv_create_qp(struct diwarp_pd *pd, struct diwarp_qp_init_attr *attr,
-                       struct diwarp_qp **out)
+int dwe_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
+                     const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr)
 {
-        if (dw_client_mode()) {
-                attr->qp_type = DIWARP_QPT_RD;
-                return dwc_qp_create(pd, attr, out);
-        }
-        if (!attr)
-                return -EINVAL;
-        attr->qp_type = DIWARP_QPT_RD;
-        return diwarp_qp_create(pd, attr, out);
-}
-
-int diwarpdv_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
-                          const struct diwarpdv_rd_dest *dest, struct diwarp_send_wr **bad_wr)
-{
-        if (dw_client_mode())
-                return dwc_post_send(q, wr, dest, false, bad_wr);
         struct dw_qp *qp = dw_qp_of(q);
         int err = 0;
-        if (!qp || !wr || !dest || !dest->ah || (dest->remote_qpn & ~DW_DGRAM_QPN_MASK)) {
+        if (dest->remote_qpn & ~DW_DGRAM_QPN_MASK) {
                 if (bad_wr)
                         *bad_wr = wr;
                 return -EINVAL;
@@ -1259,13 +1244,11 @@ void dw_rd_rails_down(struct dw_device *dev, bool down[DIWARP_MAX_RAILS])
                                 down[r] |= f->rail[r]->down;
 }
 
-int diwarpdv_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
-                           struct diwarpdv_rd_path *out)
+int dwe_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
+                      struct diwarpdv_rd_path *out)
 {
-        if (dw_client_mode())
-                return dwc_query_rd_path(q, dest, out);
         struct dw_qp *qp = dw_qp_of(q);
-        if (!qp || !out || !qp->rd || (!dest) != qp->rd->rc || (dest && !dest->ah))
+        if (!qp->rd || (!dest) != qp->rd->rc)
                 return -EINVAL;
         struct dw_device *dev = qp->dev;
         int err = 0;

@@ -40,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/client.h"
+#include "api/backend.h"
 #include "daemon/daemon.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -92,7 +92,7 @@ static uint8_t next(struct cursor *c)
 
 static void setup(void)
 {
-        dw_client_mode_forbid();
+        dw_backend_engine_only();
         /* The server drives its devices (dw_progress_external). */
         setenv("DIWARP_PROGRESS", "app", 1);
         signal(SIGPIPE, SIG_IGN);
