@@ -2779,8 +2779,11 @@ static void hostcap_unlink(void)
                 shm_unlink(hostcap_shm);
 }
 
-/* A child: a pair of its own devices streaming through the host pool. */
-static pid_t hostcap_streamer(void)
+/* A child: a pair of its own devices streaming through the host pool. It
+ * starts streaming when go, a pipe's read end whose write end go_w it
+ * closes, sees EOF (-1: at once), so that
+ * streamers forked together overlap and each must wait for tokens. */
+static pid_t hostcap_streamer(int go, int go_w)
 {
         fflush(NULL);
         pid_t pid = fork();
@@ -2791,6 +2794,12 @@ static pid_t hostcap_streamer(void)
         struct side a, b;
         buf_len = 8 * MiB;
         pair_open(&a, &b, DIWARP_ACCESS_REMOTE_WRITE);
+        char x;
+        if (go >= 0) {
+                close(go_w); /* EOF once the parent closes its end */
+                while (read(go, &x, 1) > 0)
+                        ;
+        }
         uint64_t waits = caps_stream(&a, &b);
         if (!waits)
                 die("hostcap streamer %d: never waited for a token of a 3-token pool", getpid());
@@ -2933,8 +2942,13 @@ static int case_hostcap(void)
         setenv("DIWARP_INFLIGHT_HOST", "3", 1);
         setenv("DIWARP_INFLIGHT_SHM", hostcap_shm, 1);
         pid_t pids[3];
+        int go[2];
+        if (pipe(go) != 0)
+                die("pipe: %s", strerror(errno));
         for (int i = 0; i < 3; i++)
-                pids[i] = hostcap_streamer();
+                pids[i] = hostcap_streamer(go[0], go[1]);
+        close(go[0]);
+        close(go[1]); /* all three start together */
         hostcap_reap(pids, 3, now_ms() + 60000, "hostcap streamers");
         const struct dw_inflight_shm *m = hostcap_map(1000);
         if (m->capacity != 3 || m->free != 3 || m->qlen != 0)
@@ -2968,7 +2982,7 @@ static int case_hostcap(void)
         }
         close(qfd[0]);
         for (int i = 0; i < 2; i++)
-                pids[i] = hostcap_streamer();
+                pids[i] = hostcap_streamer(-1, -1);
         usleep(500000);
         for (int i = 0; i < 2; i++)
                 if (waitpid(pids[i], NULL, WNOHANG) != 0) {
