@@ -1824,10 +1824,10 @@ class Harness:
     MV2_BENCH = [("osu_latency", "mv2_lat_us"), ("osu_bw", "mv2_bw_mbs"),
                  ("osu_bibw", "mv2_bibw_mbs")]
     MV2_SIZES = [1 << i for i in range(23)]      # 1 B .. 4 MiB
-    # The launch recipe of docs/USAGE.md ("MVAPICH2"), plus MV2_TUNING
-    # (none yet: MVAPICH2's defaults for an unknown HCA); MV2_TUNING in the
-    # environment replaces it (space-separated NAME=VALUE) to try others.
-    MV2_ENV = {"MV2_USE_RDMA_CM": "1", "MV2_USE_IWARP_MODE": "1", "MV2_IBA_HCA": "diwarp0",
+    # The launch recipe of docs/USAGE.md ("MVAPICH2"), plus MV2_TUNING;
+    # MV2_TUNING in the environment replaces it (space-separated NAME=VALUE)
+    # to try others.
+    MV2_ENV = {"MV2_USE_RDMA_CM": "1", "MV2_USE_IWARP_MODE": "1", "MV2_FORCE_HCA_TYPE": "5",
                "MV2_ENABLE_AFFINITY": "0"}
     MV2_TUNING = {}
 
@@ -1864,13 +1864,16 @@ class Harness:
         ranks = [["taskset", "-c", cpu[i], prog] + args for i in (0, 1)]
         if kind == "mv2":
             env.update(self.MV2_ENV)
+            env["MV2_RDMA_CM_CONF_FILE_PATH"] = os.path.join(tmp, ns[0])
             env.update(self.mv2_tuning())
             env.update(extra)
             launch = [self.prog["diwarp"], "run", "--addr", addrs[0], "--",
                       os.path.join(self.mv2_prefix(), "bin", "mpiexec.hydra"),
                       "-launcher", "rsh", "-launcher-exec", agent, "-genvnone",
-                      "-n", "1", "-host", addrs[0]] + ranks[0] + \
-                     [":", "-n", "1", "-host", addrs[1]] + ranks[1]
+                      # -hosts is global in Hydra (a second one is refused):
+                      # one slot per host puts rank 0 in A and rank 1 in B
+                      "-hosts", f"{addrs[0]}:1,{addrs[1]}:1",
+                      "-n", "1"] + ranks[0] + [":", "-n", "1"] + ranks[1]
         else:
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             launch = ["mpirun", "--allow-run-as-root", "--mca", "plm_rsh_agent", agent,
@@ -1945,6 +1948,15 @@ class Harness:
                 with open(os.path.join(d, "hosts"), "w") as f:
                     f.write("127.0.0.1 localhost\n" +
                             "".join(f"{a} {m}\n" for a, m in zip(addrs, ns)))
+            # Each host's address for MVAPICH2's rdma_cm setup, in a
+            # directory of its own (DIR/mv2.conf), which the agent's map
+            # hands to that host's ranks (MV2_RDMA_CM_CONF_FILE_PATH).
+            with open(os.path.join(tmp, "hosts"), "w") as f:
+                for a, n in zip(addrs, ns):
+                    os.makedirs(os.path.join(tmp, n), exist_ok=True)
+                    with open(os.path.join(tmp, n, "mv2.conf"), "w") as c:
+                        c.write(a + "\n")
+                    f.write(f"{a} {n} {a} MV2_RDMA_CM_CONF_FILE_PATH={os.path.join(tmp, n)}\n")
             dead = set()
             for rnd in range(self.pl["runs"]):
                 for c in stacks:
