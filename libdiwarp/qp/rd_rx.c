@@ -1108,9 +1108,9 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 return rd_direct_skip(d);
         struct dw_rd_qp *s = qp->rd;
         uint32_t src = rd_stream_ip(d, &h, &from);
-        /* A connection's key (DIWARP_AUTH) verifies before placing, as the
-         * device's does. */
-        if (!src || (s->ctok_rx && h.token != s->ctok_rx) || s->seal->mac)
+        /* A connection's key (DIWARP_AUTH, only with a token) verifies
+         * before placing, as the device's does. */
+        if (!src || (s->ctok_rx && (h.token != s->ctok_rx || s->seal->mac)))
                 return rd_direct_skip(d); /* dw_rd_rx drops and counts it */
         struct dw_rd_peer *p = rd_peer_find(s, src, from.sin_port, h.src_qpn);
         bool read = d->rx_next.read;
