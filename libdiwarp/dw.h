@@ -106,6 +106,10 @@ struct dw_device {
         /* Every datagram's trailer is written and checked through this
          * (wire/seal.h): CRC32c, or none on RD with DIWARP_RD_CRC=0. */
         struct dw_seal seal;
+        /* RC QPs over RD whose datagrams use their connection's key (qp/rd,
+         * DIWARP_AUTH): while any, dw_ud_rx opens an RD datagram to one of
+         * them with that key instead. */
+        uint32_t conn_keys;
         struct dw_progress prog;
         struct dw_qp *qps[DW_MAX_QP]; /* by QPN index; [0], [1] stay NULL */
         uint32_t next_qp_index;       /* allocation cursor */
@@ -374,8 +378,10 @@ int dw_ud_tx(struct dw_qp *qp, int budget);
 /* Handles one received datagram (CRC not yet checked). */
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from);
 /* Counts and logs (rate-limited) a datagram dw_seal_open refused for
- * DIWARP_AUTH (e: -ENOKEY, -EKEYREJECTED or -ENOPROTOOPT). */
-void dw_ud_rx_auth_fail(struct dw_device *dev, int e, const struct sockaddr_in *from);
+ * DIWARP_AUTH (e: -ENOKEY, -EKEYREJECTED or -ENOPROTOOPT): under the
+ * device's key (qp NULL), or under the connection key of the RC QP qp. */
+void dw_ud_rx_auth_fail(struct dw_device *dev, const struct dw_qp *qp, int e,
+                        const struct sockaddr_in *from);
 
 /* ---- hooks into the RC transport (implemented by qp/rc.c) ------------------
  * The generic QP code calls these for RC (and UC) QPs only, lock held. */

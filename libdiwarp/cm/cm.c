@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -557,9 +558,14 @@ int dw_cm_ib_connect(struct dw_qp *qp)
  * Native CM for RC QPs carried by RD (DIWARP_RC_TRANSPORT=rd).
  * The MPA exchange runs on TCP as for any native connection, with a block of
  * ours ahead of the application's private data in the Request and the Reply
- * (docs/PROTOCOL.md): magic "DWR2", the sender's QPN and first PSN (BE32)
- * and its token (BE64): the random value every datagram of the connection
- * must carry to it (the receiver drops any other, qp/rd).
+ * (docs/PROTOCOL.md): magic "DWR2", the sender's QPN (BE32), its flags (one
+ * byte: which DIWARP_AUTH it runs) and first PSN (BE24), and its token
+ * (BE64): the random value every datagram of the connection must carry to
+ * it (the receiver drops any other, qp/rd). With DIWARP_AUTH=connection or
+ * file:PATH both ends derive the connection's key from the two tokens (and
+ * the file key: wire/seal.h, dw_seal_conn_key) and seal every datagram of
+ * the connection with it; both ends must run the same setting, which the
+ * flags let each end check before it binds its QP.
  * Each side then binds its QP to the peer's QPN as an IB-style RTR does (one
  * RD pseudo-stream), so every RDMA message goes over UDP. The TCP stream
  * stays open and idle as the connection's CM channel: its close is the
@@ -605,18 +611,39 @@ static uint32_t rdcm_psn(struct dw_qp *qp)
         return dw_rd_first_psn(qp->dev, qp->qpn, 0, 0, 0) & 0xffffff;
 }
 
-/* Our side of the block: QPN, first PSN and the token we take datagrams
- * with. */
+/* The flags byte of the block (byte 8): DIWARP_AUTH. */
+#define RDCM_F_AUTH      0x01 /* connection key (DIWARP_AUTH=connection or file:PATH) */
+#define RDCM_F_AUTH_FILE 0x02 /* ... with the file key mixed in (file:PATH) */
+#define RDCM_F_KNOWN     (RDCM_F_AUTH | RDCM_F_AUTH_FILE)
+
+/* Our side of the block: QPN, first PSN, the token we take datagrams with,
+ * and the flags. */
 struct rdcm_blk {
         uint32_t qpn, psn;
         uint64_t token;
+        uint8_t flags;
 };
+
+static uint8_t rdcm_flags(const struct dw_device *dev)
+{
+        if (!dev->cfg.auth_conn)
+                return 0;
+        return RDCM_F_AUTH | (dev->cfg.auth_key_len ? RDCM_F_AUTH_FILE : 0);
+}
+
+static const char *rdcm_auth_name(uint8_t flags)
+{
+        return !(flags & RDCM_F_AUTH)       ? "off"
+               : (flags & RDCM_F_AUTH_FILE) ? "file:PATH"
+                                            : "connection";
+}
 
 static void rdcm_encode(uint8_t *buf, const struct rdcm_blk *b)
 {
         memcpy(buf, rdcm_magic, 4);
         dw_put_be32(buf + 4, b->qpn);
         dw_put_be32(buf + 8, b->psn);
+        buf[8] = b->flags;
         dw_put_be64(buf + 12, b->token);
 }
 
@@ -625,7 +652,25 @@ static int rdcm_ours(struct dw_qp *qp, struct rdcm_blk *b)
 {
         b->qpn = qp->qpn;
         b->psn = rdcm_psn(qp);
+        b->flags = rdcm_flags(qp->dev);
         return dw_random64(&b->token);
+}
+
+/* 0 when the peer's block says it runs the DIWARP_AUTH we run; else
+ * -EPROTO and *why names the setting at both ends. */
+static int rdcm_auth_check(const struct dw_device *dev, const struct rdcm_blk *peer,
+                           const char **why)
+{
+        static __thread char buf[160];
+        uint8_t ours = rdcm_flags(dev);
+        if (peer->flags == ours)
+                return 0;
+        snprintf(buf, sizeof(buf),
+                 "DIWARP_AUTH differs: the peer runs with %s, this end with %s (both ends must "
+                 "set the same)",
+                 rdcm_auth_name(peer->flags), rdcm_auth_name(ours));
+        *why = buf;
+        return -EPROTO;
 }
 
 /* The private data an RC-over-RD Request/Reply carries: the block, then the
@@ -652,8 +697,14 @@ static int rdcm_decode(const uint8_t *pd, uint16_t len, struct rdcm_blk *b, cons
                 return -EPROTO;
         }
         b->qpn = dw_get_be32(pd + 4);
-        b->psn = dw_get_be32(pd + 8);
+        b->flags = pd[8];
+        b->psn = dw_get_be32(pd + 8) & 0xffffff;
         b->token = dw_get_be64(pd + 12);
+        if (b->flags & ~RDCM_F_KNOWN) {
+                *why = "its block has flags this version does not know (both ends must run the "
+                       "same version)";
+                return -EPROTO;
+        }
         if (b->token == 0) {
                 *why = "its connection token is 0";
                 return -EPROTO;
@@ -1162,21 +1213,38 @@ static void unclaim_qp(struct dw_qp *qp)
 static int rd_to_rtr(struct dw_qp *qp, struct in_addr ip, const struct rdcm_blk *ours,
                      const struct rdcm_blk *peer, uint16_t ird)
 {
+        struct dw_device *dev = qp->dev;
         struct diwarp_qp_attr a;
 
+        /* From here every datagram of the connection carries the peer's
+         * token, and ours must carry our own; with DIWARP_AUTH each is
+         * sealed with the connection's key. Set before RTR: the stream RTR
+         * creates sizes its segments for the trailer. */
+        uint8_t key[DW_SEAL_CONN_KEY_LEN];
+        const char *why = NULL;
+        int r = 0;
+        if (dev->cfg.auth_conn)
+                r = dw_seal_conn_key(ours->token, peer->token, dev->cfg.auth_key,
+                                     dev->cfg.auth_key_len, key, &why);
+        if (r == 0)
+                r = dw_rd_qp_conn_token(qp, ours->token, peer->token,
+                                        dev->cfg.auth_conn ? key : NULL);
+        explicit_bzero(key, sizeof(key));
+        if (r < 0) {
+                dw_warn("RC QP %#x over RD: DIWARP_AUTH: %s", qp->qpn, why ? why : strerror(-r));
+                return r;
+        }
         memset(&a, 0, sizeof(a));
         dw_ipv4_to_gid(ip, &a.dgid);
         a.dest_qp_num = peer->qpn;
         a.rq_psn = peer->psn;
         a.max_dest_rd_atomic = (uint8_t)(ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : ird);
         a.qp_state = DIWARP_QPS_RTR;
-        int r = dw_qp_modify_internal(qp, &a,
-                                      DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
-                                          DIWARP_QP_RQ_PSN | DIWARP_QP_MAX_DEST_RD_ATOMIC);
-        /* From here every datagram of the connection carries the peer's
-         * token, and ours must carry our own. */
-        if (r == 0)
-                dw_rd_qp_conn_token(qp, ours->token, peer->token);
+        r = dw_qp_modify_internal(qp, &a,
+                                  DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
+                                      DIWARP_QP_RQ_PSN | DIWARP_QP_MAX_DEST_RD_ATOMIC);
+        if (r < 0)
+                dw_rd_qp_conn_token(qp, 0, 0, NULL);
         return r;
 }
 
@@ -1344,7 +1412,8 @@ int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp 
                 const char *why = NULL;
                 if (reply && reply->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN)
                         r = -EINVAL;
-                else if (rdcm_decode(lc->mpa.pd, lc->mpa.pd_len, &theirs, &why) < 0)
+                else if (rdcm_decode(lc->mpa.pd, lc->mpa.pd_len, &theirs, &why) < 0 ||
+                         rdcm_auth_check(qp->dev, &theirs, &why) < 0)
                         r = -EPROTO;
                 else if (rdcm_ours(qp, &ours) < 0)
                         r = -EIO;
@@ -1517,7 +1586,8 @@ int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port
                 uint16_t n = mc->pd_len;
                 if (rd && mc->state == DW_MPA_DONE) {
                         const char *why = NULL;
-                        if (rdcm_decode(mc->pd, mc->pd_len, &theirs, &why) == 0) {
+                        if (rdcm_decode(mc->pd, mc->pd_len, &theirs, &why) == 0 &&
+                            rdcm_auth_check(dev, &theirs, &why) == 0) {
                                 reply += DW_RDCM_LEN;
                                 n -= DW_RDCM_LEN;
                         } else {

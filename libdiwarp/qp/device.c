@@ -539,7 +539,10 @@ int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
         }
         err = dw_seal_init(&dev->seal, !dev->cfg.rd_crc, dev->cfg.auth_key, dev->cfg.auth_key_len,
                            start, &why);
-        memset(dev->cfg.auth_key, 0, sizeof(dev->cfg.auth_key)); /* the contexts hold it now */
+        /* The contexts hold the key now; RC over RD keeps it for the key
+         * of each connection (cm/, dw_seal_conn_key), until close. */
+        if (dev->cfg.rc_transport != DW_RC_RD || !dev->cfg.auth_conn)
+                memset(dev->cfg.auth_key, 0, sizeof(dev->cfg.auth_key));
         if (err < 0) {
                 dw_err("device open: DIWARP_AUTH: %s", why ? why : "?");
                 goto fail_fault;
@@ -591,6 +594,7 @@ fail_prog:
         dw_progress_fini(dev);
 fail_seal:
         dw_seal_fini(&dev->seal);
+        memset(dev->cfg.auth_key, 0, sizeof(dev->cfg.auth_key));
 fail_fault:
         dw_fault_destroy(&dev->fault);
 fail_async:
@@ -633,6 +637,7 @@ int dwe_device_close(struct diwarp_device *d)
         dw_host_detach();
         dw_progress_fini(dev);
         dw_seal_fini(&dev->seal);
+        memset(dev->cfg.auth_key, 0, sizeof(dev->cfg.auth_key));
         dw_fault_destroy(&dev->fault);
         dw_async_queue_fini(&dev->async);
         dw_mr_table_destroy(&dev->mrs);

@@ -211,7 +211,7 @@ struct dw_rd_peer *rd_peer_new(struct dw_rd_qp *s, uint32_t ip, uint16_t port, u
         if (s->qp->dev->nrails > 1)
                 p->udp_mtu -= RD_MULTIRAIL_ROOM;
         /* DIWARP_AUTH: the authentication trailer is longer than the CRC. */
-        if (s->qp->dev->seal.mac)
+        if (s->seal->mac)
                 p->udp_mtu -= DW_DGRAM_AUTH_LEN - DW_DGRAM_CRC_LEN;
         if (dw_rel_peer_init(&p->rel, &s->params, NULL, DW_REL_DEF_WINDOW, tx_psn, rx_psn) < 0) {
                 free(p);
@@ -830,6 +830,7 @@ static void rd_params(struct dw_rd_qp *s)
 }
 
 static void rd_tokens_drop(struct dw_rd_qp *s);
+static void rd_conn_key_drop(struct dw_rd_qp *s);
 
 void dw_rd_dev_counters(struct dw_device *dev, struct diwarp_counters *out)
 {
@@ -868,6 +869,7 @@ int dw_rd_qp_init(struct dw_qp *qp)
         }
         s->qp = qp;
         s->rc = qp->type != DIWARP_QPT_RD;
+        s->seal = &dev->seal;
         int me = rd_mbox_init(s);
         if (me < 0) {
                 if (qp->srq)
@@ -915,6 +917,7 @@ void dw_rd_qp_fini(struct dw_qp *qp)
         rd_tokens_drop(s);
         rd_peers_free(s);
         rd_mbox_fini(s);
+        rd_conn_key_drop(s);
         if (d->tx_rr == s)
                 d->tx_rr = s->next;
         if (s->prev)
@@ -965,10 +968,40 @@ static void rd_reset_state(struct dw_rd_qp *s)
         s->npull = s->pull_rr = s->pull_waiting = s->pull_busy = 0;
 }
 
-void dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx)
+/* The connection's key goes (a reset, the QP destroyed): the device's seal
+ * again. */
+static void rd_conn_key_drop(struct dw_rd_qp *s)
 {
-        qp->rd->ctok_rx = rx;
-        qp->rd->ctok_tx = tx;
+        if (s->seal != &s->cseal)
+                return;
+        dw_seal_fini(&s->cseal);
+        s->seal = &s->qp->dev->seal;
+        s->qp->dev->conn_keys--;
+}
+
+int dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx, const uint8_t *key)
+{
+        struct dw_rd_qp *s = qp->rd;
+        rd_conn_key_drop(s);
+        s->ctok_rx = rx;
+        s->ctok_tx = tx;
+        if (!key)
+                return 0;
+        /* Its own random first nonce, as a device's (wire/seal.h). */
+        uint8_t start[DW_DGRAM_AUTH_NONCE_LEN];
+        const char *why = NULL;
+        int e = dw_random(start, sizeof(start));
+        if (e == 0)
+                e = dw_seal_init(&s->cseal, false, key, DW_SEAL_CONN_KEY_LEN, start, &why);
+        if (e < 0) {
+                dw_warn("RC QP %#x over RD: DIWARP_AUTH: cannot set up the connection key: %s",
+                        qp->qpn, why ? why : strerror(-e));
+                s->ctok_rx = s->ctok_tx = 0;
+                return e;
+        }
+        s->seal = &s->cseal;
+        qp->dev->conn_keys++;
+        return 0;
 }
 
 int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
@@ -976,6 +1009,7 @@ int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
         struct dw_rd_qp *s = qp->rd;
         if (qp->state == DIWARP_QPS_RESET) {
                 s->ctok_rx = s->ctok_tx = 0;
+                rd_conn_key_drop(s);
                 if (old != DIWARP_QPS_ERR && old != DIWARP_QPS_RESET)
                         rd_flush_acks(s);
                 rd_tokens_drop(s);

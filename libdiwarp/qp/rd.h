@@ -112,8 +112,16 @@ uint32_t dw_rd_first_psn(struct dw_device *dev, uint32_t qpn, uint32_t peer_ip, 
 /* RC over RD connected by cm/ (device lock held, the QP in RTR): rx, the
  * token every datagram of the connection must carry to us (any other is
  * dropped and counted in rx_dropped_token), tx, the one ours carry to the
- * peer; both from the MPA exchange on the connection's TCP stream. A reset
- * forgets them; an IB-style connect has none. */
-void dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx);
+ * peer; both from the MPA exchange on the connection's TCP stream; key, the
+ * connection's AES-GMAC key (DW_SEAL_CONN_KEY_LEN bytes, dw_seal_conn_key)
+ * when DIWARP_AUTH asks for one, or NULL: every datagram of the QP is then
+ * sealed and opened with it. A reset forgets them; an IB-style connect has
+ * none. 0, or a negative errno (libcrypto, getrandom) with nothing set. */
+int dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx, const uint8_t *key);
+/* dw_ud_rx, while dev->conn_keys: an RD datagram (len bytes with its
+ * trailer) to a QP with its connection's key is opened with that key and
+ * handled (true); any other is left to the device's seal (false). */
+bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len,
+                    const struct sockaddr_in *from);
 
 #endif

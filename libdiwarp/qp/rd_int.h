@@ -239,6 +239,11 @@ struct dw_rd_qp {
          * connection carries to us (ctok_rx; any other is dropped) and to
          * the peer (ctok_tx). 0: none (an IB-style connect). */
         uint64_t ctok_rx, ctok_tx;
+        /* The trailer of this QP's datagrams (wire/seal.h): the device's
+         * seal, or cseal, the connection's own key (DIWARP_AUTH, RC over RD
+         * connected through cm/: dw_rd_qp_conn_token). */
+        struct dw_seal *seal;
+        struct dw_seal cseal;
         struct dw_rd_peer *rc_peer;
         struct dw_rd_peer *last_tx; /* peer of the last send WR: post_send tries it first */
         struct dw_rd_peer **htab;

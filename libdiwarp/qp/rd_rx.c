@@ -845,6 +845,34 @@ static __attribute__((noinline)) void rd_drop_rail(struct dw_rd_qp *s, const str
                         ntohs(from->sin_port), inet_ntop(AF_INET, &o, og, sizeof(og)));
 }
 
+bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from)
+{
+        if (len < DW_DGRAM_HDR_LEN || !(pkt[1] & DW_DGRAM_F_RD))
+                return false;
+        /* The destination QPN (bytes 5-7) only picks the key: nothing else
+         * is read before the tag verifies. */
+        struct dw_qp *qp = dw_qp_lookup(dev, dw_get_be32(pkt + 4) & DW_DGRAM_QPN_MASK);
+        if (!qp || !qp->rd || qp->rd->seal != &qp->rd->cseal)
+                return false;
+        const char *why = NULL;
+        ssize_t body = dw_seal_open(qp->rd->seal, pkt, len, &why);
+        if (body == -ENOKEY || body == -EKEYREJECTED) {
+                qp->ctr.rx_dropped_auth++;
+                dw_ud_rx_auth_fail(dev, qp, (int)body, from);
+                return true;
+        }
+        struct dw_dgram_hdr h;
+        ssize_t hl = body < 0 ? body : dw_dgram_decode_rd(pkt, (size_t)body, &h, &why);
+        if (hl < 0) {
+                dev->ctr.rx_dropped_malformed++;
+                dw_dbg("RC QP %#x over RD: malformed datagram from port %u dropped: %s", qp->qpn,
+                       ntohs(from->sin_port), why ? why : "?");
+                return true;
+        }
+        dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from);
+        return true;
+}
+
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
               const struct dw_dgram_hdr *h, const struct sockaddr_in *from)
 {
@@ -1080,7 +1108,9 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 return rd_direct_skip(d);
         struct dw_rd_qp *s = qp->rd;
         uint32_t src = rd_stream_ip(d, &h, &from);
-        if (!src || (s->ctok_rx && h.token != s->ctok_rx))
+        /* A connection's key (DIWARP_AUTH, only with a token) verifies
+         * before placing, as the device's does. */
+        if (!src || (s->ctok_rx && (h.token != s->ctok_rx || s->seal->mac)))
                 return rd_direct_skip(d); /* dw_rd_rx drops and counts it */
         struct dw_rd_peer *p = rd_peer_find(s, src, from.sin_port, h.src_qpn);
         bool read = d->rx_next.read;

@@ -306,16 +306,16 @@ static void rd_slot_for(struct rd_txslot *t, struct dw_rd_peer *p, uint32_t psn,
         t->cookie = cookie;
 }
 
-/* The datagram is t->hdr up to end: its trailer goes behind it (none with
- * DIWARP_RD_CRC=0), and it is sent as one iovec. */
-static void rd_slot_whole(struct dw_device *dev, struct rd_txslot *t, uint8_t *end)
+/* The datagram is t->hdr up to end: its trailer (the QP's seal s->seal)
+ * goes behind it (none with DIWARP_RD_CRC=0), and it is sent as one iovec. */
+static void rd_slot_whole(struct dw_seal *seal, struct rd_txslot *t, uint8_t *end)
 {
         size_t len = (size_t)(end - t->hdr);
         struct dw_seal_run run;
-        dw_seal_begin(&dev->seal, &run, t->hdr);
-        dw_seal_add(&dev->seal, &run, t->hdr, len);
+        dw_seal_begin(seal, &run, t->hdr);
+        dw_seal_add(seal, &run, t->hdr, len);
         t->iov[0].iov_base = t->hdr;
-        t->iov[0].iov_len = len + dw_seal_end(&dev->seal, &run, t->hdr, end);
+        t->iov[0].iov_len = len + dw_seal_end(seal, &run, t->hdr, end);
         t->iovcnt = 1;
         t->dlen = (uint32_t)t->iov[0].iov_len;
 }
@@ -397,7 +397,7 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         if (len)
                 memcpy(b, src, len);
         b += len;
-        rd_slot_whole(qp->dev, t, b);
+        rd_slot_whole(p->s->seal, t, b);
         rd_slot_for(t, p, psn, cookie, len);
         return true;
 }
@@ -434,7 +434,7 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
         dw_put_be32(b + 10, 1);
         dw_put_be32(b + 14, 0);
         dw_put_be32(b + 18, c->value);
-        rd_slot_whole(s->qp->dev, t, b + RD_CCTL_LEN);
+        rd_slot_whole(s->seal, t, b + RD_CCTL_LEN);
         rd_slot_for(t, p, psn, cookie, 0);
         return 0;
 }
@@ -619,7 +619,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
 
         size_t ddp_len = r.ddp.tagged ? DW_DGRAM_DDP_TAGGED_LEN : DW_DGRAM_DDP_UNTAGGED_LEN;
         size_t fixed = DW_DGRAM_HDR_LEN + ddp_len + extlen + plen +
-                       (imm ? DW_DGRAM_IMM_MSG_LEN : 0) + dw_seal_trailer_len(&dev->seal, nocrc) +
+                       (imm ? DW_DGRAM_IMM_MSG_LEN : 0) + dw_seal_trailer_len(s->seal, nocrc) +
                        ((xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0);
         uint32_t mtu = p->udp_mtu;
         struct dw_dgram_hdr h = {
@@ -661,7 +661,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                         memcpy(q, t->imm, sizeof(t->imm));
                         q += sizeof(t->imm);
                 }
-                rd_slot_whole(dev, t, q);
+                rd_slot_whole(s->seal, t, q);
                 goto filled;
         }
         int n = 0;
@@ -676,9 +676,9 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                 n++;
         }
         struct dw_seal_run run;
-        dw_seal_begin(&dev->seal, &run, t->hdr);
-        dw_seal_add_iov(&dev->seal, &run, t->iov, (size_t)n);
-        size_t tl = dw_seal_end(&dev->seal, &run, t->hdr, t->trl);
+        dw_seal_begin(s->seal, &run, t->hdr);
+        dw_seal_add_iov(s->seal, &run, t->iov, (size_t)n);
+        size_t tl = dw_seal_end(s->seal, &run, t->hdr, t->trl);
         if (tl) {
                 t->iov[n].iov_base = t->trl;
                 t->iov[n].iov_len = tl;
@@ -740,7 +740,7 @@ static int rd_send_ctrl(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
         ssize_t n = dw_dgram_encode(h, buf, sizeof(buf));
         if (n < 0)
                 return 0;
-        n = dw_seal_packet(&qp->dev->seal, buf, (size_t)n, sizeof(buf));
+        n = dw_seal_packet(p->s->seal, buf, (size_t)n, sizeof(buf));
         if (n < 0)
                 return 0;
         struct iovec iov = {buf, (size_t)n};

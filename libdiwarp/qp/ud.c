@@ -581,11 +581,22 @@ static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
         return true;
 }
 
-void dw_ud_rx_auth_fail(struct dw_device *dev, int e, const struct sockaddr_in *from)
+void dw_ud_rx_auth_fail(struct dw_device *dev, const struct dw_qp *qp, int e,
+                        const struct sockaddr_in *from)
 {
         char a[INET_ADDRSTRLEN];
         dev->ctr.rx_dropped_auth++;
         inet_ntop(AF_INET, &from->sin_addr, a, sizeof(a));
+        if (qp) {
+                dw_warn_limited(
+                    &dev->log_limit, "RC QP %#x over RD: datagram from %s:%u dropped: %s", qp->qpn,
+                    a, ntohs(from->sin_port),
+                    e == -ENOKEY ? "no authentication tag (DIWARP_AUTH: this connection "
+                                   "authenticates with its own key; the sender did not)"
+                                 : "authentication tag wrong (DIWARP_AUTH: not sealed with "
+                                   "this connection's key, or altered)");
+                return;
+        }
         dw_warn_limited(&dev->log_limit, "device port %u: datagram from %s:%u dropped: %s",
                         dev->port, a, ntohs(from->sin_port),
                         e == -ENOKEY ? "no authentication tag (DIWARP_AUTH is set here; the "
@@ -599,11 +610,15 @@ void dw_ud_rx_auth_fail(struct dw_device *dev, int e, const struct sockaddr_in *
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from)
 {
         const char *why = NULL;
+        /* RC over RD with its connection's key (DIWARP_AUTH): opened with
+         * that key (qp/rd_rx.c). */
+        if (__builtin_expect(dev->conn_keys != 0, 0) && dw_rd_rx_keyed(dev, pkt, len, from))
+                return;
         /* An RD datagram without CRC32c is taken only when DIWARP_RD_CRC=0
          * says so here too: integrity is this receiver's call. */
         ssize_t body = dw_seal_open(&dev->seal, pkt, len, &why);
         if (body == -ENOKEY || body == -EKEYREJECTED || body == -ENOPROTOOPT) {
-                dw_ud_rx_auth_fail(dev, (int)body, from);
+                dw_ud_rx_auth_fail(dev, NULL, (int)body, from);
                 return;
         }
         if (body == -EILSEQ) {

@@ -355,14 +355,19 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 cfg->cc_target_us = (uint32_t)u;
         }
         if ((v = var(env, "DIWARP_AUTH"))) {
+                cfg->auth_key_len = 0;
+                cfg->auth_conn = false;
                 if (strncmp(v, "file:", 5) == 0 && v[5]) {
                         int e = load_auth_key(cfg, v, v + 5);
                         if (e < 0)
                                 return e;
+                        cfg->auth_conn = true;
+                } else if (strcmp(v, "connection") == 0) {
+                        cfg->auth_conn = true;
                 } else if (strcmp(v, "off") != 0) {
                         return bad(cfg, "DIWARP_AUTH", v,
-                                   "expected off or file:PATH (a key file of 16 or 32 bytes, raw "
-                                   "or hex)");
+                                   "expected off, connection, or file:PATH (a key file of 16 or "
+                                   "32 bytes, raw or hex)");
                 }
         }
         if ((v = var(env, "DIWARP_RD_CRC"))) {

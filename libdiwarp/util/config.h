@@ -105,6 +105,10 @@ struct dw_config {
          * (16 or 32 bytes); auth_key_len 0: off (the default). */
         uint8_t auth_key[32];
         uint8_t auth_key_len;
+        /* DIWARP_AUTH=connection, or file:PATH: RC over RD connections
+         * authenticate their datagrams with a key of their own, derived from
+         * the connection's tokens (and the file key, when there is one). */
+        bool auth_conn;
         uint32_t pull_min;             /* DIWARP_RD_PULL_MIN: bytes; 0 = never pull */
         uint32_t pull_chunk;           /* DIWARP_RD_PULL_CHUNK: bytes per Read */
         uint32_t pull_depth;           /* DIWARP_RD_PULL_DEPTH: Reads outstanding */

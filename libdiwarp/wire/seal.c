@@ -6,7 +6,11 @@
 #include <errno.h>
 #include <string.h>
 
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
 
 #include "crc32c.h"
 
@@ -49,12 +53,49 @@ void dw_seal_fini(struct dw_seal *s)
         memset(s, 0, sizeof(*s));
 }
 
+int dw_seal_conn_key(uint64_t tok_a, uint64_t tok_b, const uint8_t *fkey, size_t fkeylen,
+                     uint8_t key[DW_SEAL_CONN_KEY_LEN], const char **why)
+{
+        static const char label[] = "diwarp RC over RD connection key v1";
+        if (!tok_a || !tok_b || (fkeylen && fkeylen != 16 && fkeylen != 32) || (fkeylen && !fkey))
+                return dw_wire_fail(why,
+                                    "auth: connection key needs two tokens and a file key of "
+                                    "16 or 32 bytes or none",
+                                    EINVAL);
+        uint8_t ikm[16 + DW_SEAL_KEY_MAX];
+        uint64_t lo = tok_a < tok_b ? tok_a : tok_b, hi = tok_a < tok_b ? tok_b : tok_a;
+        dw_put_be64(ikm, lo);
+        dw_put_be64(ikm + 8, hi);
+        if (fkeylen)
+                memcpy(ikm + 16, fkey, fkeylen);
+        EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+        EVP_KDF_CTX *kc = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
+        EVP_KDF_free(kdf);
+        OSSL_PARAM params[] = {
+            OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)"SHA256", 0),
+            OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, ikm, 16 + fkeylen),
+            OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, (void *)label,
+                                              sizeof(label) - 1),
+            OSSL_PARAM_construct_end(),
+        };
+        int ok = kc && EVP_KDF_derive(kc, key, DW_SEAL_CONN_KEY_LEN, params) == 1;
+        EVP_KDF_CTX_free(kc);
+        OPENSSL_cleanse(ikm, sizeof(ikm));
+        if (!ok) {
+                OPENSSL_cleanse(key, DW_SEAL_CONN_KEY_LEN);
+                return dw_wire_fail(why, "auth: libcrypto cannot derive the connection key (HKDF)",
+                                    ENOMEM);
+        }
+        return 0;
+}
+
 void dw_seal_begin(struct dw_seal *s, struct dw_seal_run *r, uint8_t *hdr)
 {
         r->crc = dw_crc32c_init();
         if (!s->mac)
                 return;
         hdr[0] = DW_DGRAM_VERSION2;
+        hdr[4] &= (uint8_t)~DW_DGRAM_X_NOCRC; /* the tag replaces the CRC */
         hdr[8] |= DW_DGRAM_X2_AUTH;
         memcpy(r->nonce, s->nonce, sizeof(r->nonce));
         /* The counter (bytes 4-11, big-endian) moves on whether or not this

@@ -83,9 +83,21 @@ static inline size_t dw_seal_trailer_len(const struct dw_seal *s, bool nocrc_hdr
         return nocrc_hdr ? 0 : DW_DGRAM_CRC_LEN;
 }
 
+/* RC over RD (DIWARP_AUTH, docs/SECURITY.md "Connection keys"): the key of
+ * one connection, HKDF-SHA256 (RFC 5869, libcrypto's EVP_KDF "HKDF") with
+ * input keying material the two connection tokens, the smaller first, then
+ * the file key (fkey, fkeylen 16 or 32; none: NULL, 0), no salt, and the
+ * info label "diwarp RC over RD connection key v1". Both ends derive the
+ * same DW_SEAL_CONN_KEY_LEN bytes into key. Returns 0, or -EINVAL (a token
+ * of 0, a file key of another length) or -ENOMEM (libcrypto) with *why. */
+#define DW_SEAL_CONN_KEY_LEN 32
+int dw_seal_conn_key(uint64_t tok_a, uint64_t tok_b, const uint8_t *fkey, size_t fkeylen,
+                     uint8_t key[DW_SEAL_CONN_KEY_LEN], const char **why);
+
 /* Sealing in pieces: begin over the encoded header hdr (at least
  * DW_DGRAM_HDR_LEN bytes, before any byte of it is added: with a key it
- * marks the header AUTH, version 2), add every byte of the datagram in order
+ * marks the header AUTH, version 2, and clears NOCRC: the tag replaces the
+ * CRC), add every byte of the datagram in order
  * (the header first), end. end writes the trailer for the datagram whose
  * header starts at hdr into trl (room for DW_SEAL_TRAILER_MAX) and returns
  * its length. With a key, one datagram at a time per seal. */

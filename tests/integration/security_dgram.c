@@ -60,6 +60,19 @@
  *                           only those, and its memory stays within the cap;
  *                           idle streams are freed after DIWARP_RD_IDLE_MS
  *                           and the legitimate peer's stream restarts
+ *   security_dgram auth     DIWARP_AUTH=file:PATH on RD QPs (case_auth)
+ *   security_dgram authconn RC over RD with the connection's key
+ *                           (DIWARP_AUTH=connection): the peer's next Write
+ *                           forged without a tag, with a made-up one and
+ *                           with a valid tag under another key: none lands,
+ *                           each counted in rx_dropped_auth, the peer's
+ *                           Writes land; file:PATH (the file key mixed in)
+ *                           works between two ends of one key, and a peer
+ *                           of another key file places nothing
+ *   security_dgram authmismatch  DIWARP_AUTH differing at the two ends of
+ *                           an RC-over-RD connection: refused at connect
+ *                           time (-EPROTO), one line naming the setting
+ *   security_dgram keyrun PROGRAM ARGS...  runs PROGRAM with a fresh key file
  *
  * Two devices in one process (the victim and the legitimate peer) and a plain
  * UDP socket on 127.0.0.9 (the stranger). Exit 0 pass, 1 fail, 77 skip (no
@@ -1066,6 +1079,32 @@ static unsigned count_lines(const char *path, const char *needle, const char *ne
         return n;
 }
 
+/* The process's stderr (the engine's log lines) goes to a fresh file until
+ * capture_end, which returns its path in path. */
+struct capture {
+        char path[64];
+        int fd, saved;
+};
+
+static void capture_begin(struct capture *c)
+{
+        snprintf(c->path, sizeof(c->path), "/tmp/diwarp-security-log-XXXXXX");
+        c->fd = mkstemp(c->path);
+        if (c->fd < 0)
+                die("log: mkstemp: %s", strerror(errno));
+        fflush(stderr);
+        c->saved = dup(STDERR_FILENO);
+        dup2(c->fd, STDERR_FILENO);
+}
+
+static void capture_end(struct capture *c)
+{
+        fflush(stderr);
+        dup2(c->saved, STDERR_FILENO);
+        close(c->saved);
+        close(c->fd);
+}
+
 #define LOG_FLOOD 300
 
 static int case_log(void)
@@ -1073,13 +1112,8 @@ static int case_log(void)
         struct side a, b;
         rd_pair(&a, &b, DIWARP_ACCESS_REMOTE_WRITE, true);
         int fd = stranger_socket("127.0.0.9");
-        char path[] = "/tmp/diwarp-security-log-XXXXXX";
-        int lf = mkstemp(path);
-        if (lf < 0)
-                die("log: mkstemp: %s", strerror(errno));
-        fflush(stderr);
-        int saved = dup(STDERR_FILENO);
-        dup2(lf, STDERR_FILENO);
+        struct capture cap;
+        capture_begin(&cap);
         /* Each forged Write opens a stream of its own (a refused PSN is never
          * accepted, so one stream would stop after its window), with an STag
          * no region has. */
@@ -1100,13 +1134,11 @@ static int case_log(void)
         stranger_open(&x, fd, &a, a.qpn, 0x0d0000 + LOG_FLOOD);
         stranger_write(&x, 0xdeadffffu, 0x1000, pay, sizeof(pay));
         drive(&a, NULL, 200);
-        fflush(stderr);
-        dup2(saved, STDERR_FILENO);
-        close(saved);
-        close(lf);
+        capture_end(&cap);
         unsigned sup;
-        unsigned lines = count_lines(path, "RDMA Write to STag", "similar lines suppressed", &sup);
-        unlink(path);
+        unsigned lines =
+            count_lines(cap.path, "RDMA Write to STag", "similar lines suppressed", &sup);
+        unlink(cap.path);
         struct diwarp_counters c;
         counters(&a, &c);
         if (c.rx_dropped_protection < LOG_FLOOD)
@@ -1222,14 +1254,54 @@ struct acc_arg {
         int result;
 };
 
+/* The responder: takes one request with a->qp; one it cannot accept is
+ * rejected, as an application would, so the initiator learns at once. */
 static void *acc_main(void *v)
 {
         struct acc_arg *a = v;
         struct diwarp_conn_request req;
         a->result = diwarp_listener_get_request(a->l, 5000, &req);
-        if (a->result == 0)
+        if (a->result == 0) {
                 a->result = diwarp_accept(a->l, req.id, a->qp, NULL);
+                if (a->result < 0)
+                        diwarp_reject(a->l, req.id, NULL, 0);
+        }
         return NULL;
+}
+
+/* RC over RD (DIWARP_RC_TRANSPORT=rd): p's RC QP connects natively to v's
+ * (its MPA exchange gives each end the other's token). Returns
+ * diwarp_connect's result; *accepted is diwarp_accept's; *l the listener. */
+static int rcrd_connect(struct side *v, struct side *p, struct diwarp_listener **l, int *accepted)
+{
+        struct acc_arg aa = {.qp = v->qp};
+        CHECK(diwarp_listen(v->dev, 0, 4, &aa.l));
+        struct sockaddr_in la;
+        socklen_t ll = sizeof(la);
+        if (getsockname(diwarp_listener_fd(aa.l), (struct sockaddr *)&la, &ll) < 0)
+                die("rcrd: getsockname: %s", strerror(errno));
+        pthread_t th;
+        pthread_create(&th, NULL, acc_main, &aa);
+        struct diwarp_conn_param cp = {.ird = 4, .ord = 4};
+        int r = diwarp_connect(p->qp, &v->gid, ntohs(la.sin_port), &cp, 5000, NULL, NULL);
+        pthread_join(th, NULL);
+        *accepted = aa.result;
+        *l = aa.l;
+        return r;
+}
+
+/* Two sides with an RC QP each (REMOTE_WRITE), p connected to v over RD. */
+static void rcrd_pair(struct side *v, struct side *p, struct diwarp_listener **l)
+{
+        side_open(v);
+        side_open(p);
+        v->qp = qp_new(v, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        p->qp = qp_new(p, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        v->qpn = diwarp_qp_num(v->qp);
+        p->qpn = diwarp_qp_num(p->qp);
+        int acc;
+        CHECK(rcrd_connect(v, p, l, &acc));
+        CHECK(acc);
 }
 
 /* b's RC QP Writes len bytes of b's buffer at off to a's at off. */
@@ -1260,24 +1332,8 @@ static void rc_write(struct side *b, struct side *a, uint64_t id, uint64_t off, 
 static int case_rcrd(void)
 {
         struct side v, p;
-        side_open(&v);
-        side_open(&p);
-        v.qp = qp_new(&v, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
-        p.qp = qp_new(&p, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
-        v.qpn = diwarp_qp_num(v.qp);
-        p.qpn = diwarp_qp_num(p.qp);
-        struct acc_arg aa = {.qp = v.qp};
-        CHECK(diwarp_listen(v.dev, 0, 4, &aa.l));
-        struct sockaddr_in la;
-        socklen_t ll = sizeof(la);
-        if (getsockname(diwarp_listener_fd(aa.l), (struct sockaddr *)&la, &ll) < 0)
-                die("rcrd: getsockname: %s", strerror(errno));
-        pthread_t th;
-        pthread_create(&th, NULL, acc_main, &aa);
-        struct diwarp_conn_param cp = {.ird = 4, .ord = 4};
-        CHECK(diwarp_connect(p.qp, &v.gid, ntohs(la.sin_port), &cp, 5000, NULL, NULL));
-        pthread_join(th, NULL);
-        CHECK(aa.result);
+        struct diwarp_listener *l;
+        rcrd_pair(&v, &p, &l);
         struct diwarp_qp_attr pa;
         struct diwarp_qp_init_attr pia;
         CHECK(diwarp_qp_query(p.qp, &pa, &pia));
@@ -1360,7 +1416,7 @@ static int case_rcrd(void)
                         : "from 127.0.0.9; raw sockets not allowed");
         close(xfd);
         CHECK(diwarp_disconnect(p.qp));
-        CHECK(diwarp_listener_destroy(aa.l));
+        CHECK(diwarp_listener_destroy(l));
         side_close(&p);
         side_close(&v);
         return 0;
@@ -1719,6 +1775,18 @@ static void auth_refused(struct side *a, struct side *b, const char *what)
                 (unsigned long long)(c.rx_dropped_auth - c0.rx_dropped_auth));
 }
 
+/* A forged datagram of n bytes (forge: CRC32c) claims AUTH instead, with a
+ * made-up nonce and tag; returns its new length (pkt has room). */
+static size_t made_up_tag(uint8_t *pkt, size_t n)
+{
+        n -= DW_DGRAM_CRC_LEN;
+        pkt[0] = DW_DGRAM_VERSION2;
+        pkt[8] |= DW_DGRAM_X2_AUTH;
+        for (size_t j = 0; j < DW_DGRAM_AUTH_LEN; j++)
+                pkt[n + j] = (uint8_t)rand();
+        return n + DW_DGRAM_AUTH_LEN;
+}
+
 static int case_auth(void)
 {
         char dir[] = "/tmp/diwarp-auth-XXXXXX";
@@ -1772,12 +1840,7 @@ static int case_auth(void)
                                          .start_msn = 100};
                 uint8_t pkt[512];
                 size_t n = forge(pkt, sizeof(pkt), &h, a.rkey, (uintptr_t)a.buf, pay, sizeof(pay));
-                n -= DW_DGRAM_CRC_LEN;
-                pkt[0] = DW_DGRAM_VERSION2;
-                pkt[8] |= DW_DGRAM_X2_AUTH;
-                for (size_t j = 0; j < DW_DGRAM_AUTH_LEN; j++)
-                        pkt[n + j] = (uint8_t)rand();
-                send_to(fd, pkt, n + DW_DGRAM_AUTH_LEN, a.port);
+                send_to(fd, pkt, made_up_tag(pkt, n), a.port);
         }
         drive(&a, NULL, 300);
         counters(&a, &c);
@@ -1826,6 +1889,249 @@ static int case_auth(void)
         return 0;
 }
 
+/* authconn: RC over RD with the connection's key (DIWARP_AUTH=connection
+ * at both ends). A connection that carried a Write; the stranger forges the
+ * peer's next Write (right QPNs, PSN and rkey; it cannot know the token)
+ * from 127.0.0.9 naming the peer by origin and, with a raw socket, from the
+ * peer's own address: without a tag, with a made-up tag, and sealed
+ * properly (a valid GMAC) under a key derived as the connection's is but
+ * from other tokens. None lands, each is counted in rx_dropped_auth (the
+ * tag is checked before the token: rx_dropped_token stays 0), the QP stays
+ * in RTS, and the peer's Writes land both ways. Then with file:PATH (the
+ * file key mixed in): two ends of one key connect and write; a peer with
+ * another key file connects (its setting is the same) but nothing of its
+ * Write lands, counted in rx_dropped_auth, and its WR fails. */
+static int case_authconn(void)
+{
+        setenv("DIWARP_AUTH", "connection", 1);
+        setenv("DIWARP_PEER_TIMEOUT_MS", "1500", 1);
+        struct side v, p;
+        struct diwarp_listener *l;
+        rcrd_pair(&v, &p, &l);
+        struct diwarp_qp_attr pa;
+        struct diwarp_qp_init_attr pia;
+        CHECK(diwarp_qp_query(p.qp, &pa, &pia));
+        memcpy(p.buf, "legitimate 1", 12);
+        rc_write(&p, &v, 1, 0, 12);
+        struct diwarp_counters c0, c;
+        counters(&v, &c0);
+        if (c0.rx_dropped_auth || c0.rx_dropped_token)
+                die("authconn: %llu datagrams of the connection dropped",
+                    (unsigned long long)(c0.rx_dropped_auth + c0.rx_dropped_token));
+        uint32_t psn = pa.sq_psn + 1;
+        uint32_t pip;
+        memcpy(&pip, p.gid.raw + 12, 4);
+        char pips[INET_ADDRSTRLEN], vips[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &pip, pips, sizeof(pips));
+        inet_ntop(AF_INET, v.gid.raw + 12, vips, sizeof(vips));
+        /* A key as the connection's is derived, from tokens the stranger
+         * made up: its tags are valid GMACs, under the wrong key. */
+        uint8_t wk[DW_SEAL_CONN_KEY_LEN], start[DW_DGRAM_AUTH_NONCE_LEN] = {1};
+        const char *why = NULL;
+        struct dw_seal wrong;
+        CHECK(dw_seal_conn_key(0x1111, 0x2222, NULL, 0, wk, &why));
+        CHECK(dw_seal_init(&wrong, false, wk, sizeof(wk), start, &why));
+        int xfd = stranger_socket("127.0.0.9");
+        static const char owned[] = "OWNED-by-a-stranger";
+        uint8_t pkt[512];
+        unsigned sent = 0;
+        bool spoofed = false, raw = true;
+        for (int k = 0; k < 6; k++) {
+                bool spoof = k >= 3;
+                if (spoof && !raw)
+                        break;
+                struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA,
+                                         .xflags = spoof ? 0 : DW_DGRAM_X_RAIL,
+                                         .xflags2 = DW_DGRAM_X2_TOKEN,
+                                         .dst_qpn = v.qpn,
+                                         .src_qpn = p.qpn,
+                                         .psn = psn,
+                                         .origin = spoof ? 0 : pip,
+                                         .token = 0x0123456789abcdefull + (uint64_t)k};
+                size_t n = forge(pkt, sizeof(pkt), &h, v.rkey, (uintptr_t)v.buf + 64, owned,
+                                 sizeof(owned));
+                if (k % 3 == 1) {
+                        n = made_up_tag(pkt, n);
+                } else if (k % 3 == 2) {
+                        ssize_t m = dw_seal_packet(&wrong, pkt, n - DW_DGRAM_CRC_LEN, sizeof(pkt));
+                        if (m < 0)
+                                die("authconn: seal: %s", strerror((int)-m));
+                        n = (size_t)m;
+                }
+                if (!spoof) {
+                        send_to(xfd, pkt, n, v.port);
+                } else {
+                        int e = spoof_to(pips, vips, p.port, v.port, pkt, n);
+                        if (e == -EPERM || e == -EACCES) {
+                                fprintf(stderr,
+                                        "authconn: no raw socket (%s): the spoofed "
+                                        "cases are skipped\n",
+                                        strerror(-e));
+                                raw = false;
+                                continue;
+                        }
+                        if (e < 0)
+                                die("authconn: spoofed send: %s", strerror(-e));
+                        spoofed = true;
+                }
+                sent++;
+        }
+        dw_seal_fini(&wrong);
+        drive(&v, NULL, 200);
+        if (memcmp(v.buf + 64, owned, 5) == 0)
+                die("authconn: a forged Write landed in the connection's memory");
+        if (diwarp_qp_state(v.qp) != DIWARP_QPS_RTS)
+                die("authconn: the forged datagrams moved the QP to state %d",
+                    diwarp_qp_state(v.qp));
+        counters(&v, &c);
+        if (c.rx_dropped_auth - c0.rx_dropped_auth != sent)
+                die("authconn: rx_dropped_auth grew by %llu for %u forged datagrams",
+                    (unsigned long long)(c.rx_dropped_auth - c0.rx_dropped_auth), sent);
+        if (c.rx_dropped_token != c0.rx_dropped_token)
+                die("authconn: a forged datagram reached the token check");
+        memcpy(p.buf + 64, "legitimate 2", 12);
+        rc_write(&p, &v, 2, 64, 12);
+        memcpy(v.buf + 128, "answer", 6);
+        rc_write(&v, &p, 3, 128, 6);
+        counters(&v, &c);
+        if (c.rx_dropped_auth - c0.rx_dropped_auth != sent)
+                die("authconn: the connection's own datagrams were dropped");
+        fprintf(stderr, "authconn ok: %u forged Writes (%s) dropped for want of the key\n", sent,
+                spoofed ? "3 from 127.0.0.9, 3 from the peer's own address"
+                        : "from 127.0.0.9; raw sockets not allowed");
+        close(xfd);
+        CHECK(diwarp_disconnect(p.qp));
+        CHECK(diwarp_listener_destroy(l));
+        side_close(&p);
+        side_close(&v);
+
+        /* file:PATH: the file key mixed in. */
+        char dir[] = "/tmp/diwarp-auth-XXXXXX";
+        if (!mkdtemp(dir))
+                die("authconn: mkdtemp: %s", strerror(errno));
+        char k1[200], k2[200];
+        srand(2);
+        key_file(k1, sizeof(k1), dir, "k1", 32, 0600);
+        key_file(k2, sizeof(k2), dir, "k2", 32, 0600);
+        auth_env(k1);
+        rcrd_pair(&v, &p, &l);
+        memcpy(p.buf, "file key 1", 10);
+        rc_write(&p, &v, 4, 0, 10);
+        memcpy(v.buf + 128, "file key 2", 10);
+        rc_write(&v, &p, 5, 128, 10);
+        counters(&v, &c);
+        if (c.rx_dropped_auth)
+                die("authconn: %llu datagrams dropped between two ends of one key file",
+                    (unsigned long long)c.rx_dropped_auth);
+        CHECK(diwarp_disconnect(p.qp));
+        CHECK(diwarp_listener_destroy(l));
+        side_close(&p);
+        side_close(&v);
+        /* A peer of another key file: the same setting, so it connects;
+         * nothing of its Write lands. */
+        side_open(&v);
+        auth_env(k2);
+        side_open(&p);
+        v.qp = qp_new(&v, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        p.qp = qp_new(&p, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        int acc;
+        CHECK(rcrd_connect(&v, &p, &l, &acc));
+        CHECK(acc);
+        counters(&v, &c0);
+        memset(p.buf, 0x5a, 4096);
+        memset(v.buf, 0, 4096);
+        struct diwarp_sge sge = {(uintptr_t)p.buf, 4096, p.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 6,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_RDMA_WRITE,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .wr.rdma = {(uintptr_t)v.buf, v.rkey}};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarp_post_send(p.qp, &wr, &bad));
+        struct diwarp_wc wc;
+        if (!poll_one(&p, &v, &wc, 60000))
+                die("authconn: the Write under another key file never completed");
+        if (wc.status == DIWARP_WC_SUCCESS)
+                die("authconn: a Write under another key file completed successfully");
+        if (!all_zero(v.buf, 4096))
+                die("authconn: a Write under another key file placed bytes");
+        counters(&v, &c);
+        if (c.rx_dropped_auth <= c0.rx_dropped_auth)
+                die("authconn: rx_dropped_auth did not grow for another key file");
+        fprintf(stderr,
+                "authconn ok: file key: one key works, another key file's Write refused "
+                "(%s, %llu datagrams dropped)\n",
+                diwarp_wc_status_str(wc.status),
+                (unsigned long long)(c.rx_dropped_auth - c0.rx_dropped_auth));
+        CHECK(diwarp_listener_destroy(l));
+        side_close(&p);
+        side_close(&v);
+        unlink(k1);
+        unlink(k2);
+        rmdir(dir);
+        return 0;
+}
+
+/* authmismatch: the two ends of an RC-over-RD connection run different
+ * DIWARP_AUTH settings (connection against off, off against connection,
+ * file:PATH against connection): the responder refuses the request at
+ * connect time with -EPROTO and one line naming DIWARP_AUTH and both
+ * settings; the initiator's connect fails (the request is rejected). */
+static int case_authmismatch(void)
+{
+        char dir[] = "/tmp/diwarp-auth-XXXXXX";
+        if (!mkdtemp(dir))
+                die("authmismatch: mkdtemp: %s", strerror(errno));
+        char k1[200], fk[220];
+        srand(3);
+        key_file(k1, sizeof(k1), dir, "k1", 16, 0600);
+        snprintf(fk, sizeof(fk), "file:%s", k1);
+        const char *pairs[3][2] = {
+            {"connection", "off"}, {"off", "connection"}, {fk, "connection"}};
+        const char *want[3] = {"the peer runs with off, this end with connection",
+                               "the peer runs with connection, this end with off",
+                               "the peer runs with connection, this end with file:PATH"};
+        for (int i = 0; i < 3; i++) {
+                struct side v, p;
+                setenv("DIWARP_AUTH", pairs[i][0], 1);
+                side_open(&v);
+                setenv("DIWARP_AUTH", pairs[i][1], 1);
+                side_open(&p);
+                v.qp = qp_new(&v, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+                p.qp = qp_new(&p, true, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+                struct capture cap;
+                capture_begin(&cap);
+                struct diwarp_listener *l;
+                int acc;
+                int r = rcrd_connect(&v, &p, &l, &acc);
+                capture_end(&cap);
+                unsigned other;
+                unsigned lines = count_lines(cap.path, "DIWARP_AUTH differs", want[i], &other);
+                unlink(cap.path);
+                if (r >= 0 || acc != -EPROTO)
+                        die("authmismatch: %s against %s: connect %d, accept %d (want a failed "
+                            "connect, accept -EPROTO)",
+                            pairs[i][1], pairs[i][0], r, acc);
+                if (lines != 1 || other != 1)
+                        die("authmismatch: %s against %s: %u lines naming DIWARP_AUTH, %u "
+                            "naming both settings (want 1, 1)",
+                            pairs[i][1], pairs[i][0], lines, other);
+                if (diwarp_qp_state(v.qp) == DIWARP_QPS_RTS ||
+                    diwarp_qp_state(p.qp) == DIWARP_QPS_RTS)
+                        die("authmismatch: a QP reached RTS");
+                fprintf(stderr, "authmismatch ok: initiator %s, responder %s: refused (%s)\n",
+                        pairs[i][1], pairs[i][0], strerror(-r));
+                CHECK(diwarp_listener_destroy(l));
+                side_close(&p);
+                side_close(&v);
+        }
+        unsetenv("DIWARP_AUTH");
+        unlink(k1);
+        rmdir(dir);
+        return 0;
+}
+
 /* keyrun PROGRAM ARGS...: runs PROGRAM with DIWARP_AUTH set to a fresh
  * key file (both ends of the examples and tests it runs share the key). */
 static int keyrun(char **argv)
@@ -1853,7 +2159,9 @@ static int keyrun(char **argv)
 int main(int argc, char **argv)
 {
         if (argc < 2)
-                die("usage: security_dgram access|stag|nak|isn|window [srq]|log|rcrd|rails|peers");
+                die("usage: security_dgram access|stag|nak|isn|window "
+                    "[srq]|log|rcrd|rails|peers|auth|"
+                    "authconn|authmismatch|keyrun PROGRAM ARGS...");
         alarm(120);
         setenv("DIWARP_PROGRESS", "app", 0);
         if (strcmp(argv[1], "access") == 0)
@@ -1876,6 +2184,10 @@ int main(int argc, char **argv)
                 return keyrun(argv + 2);
         if (strcmp(argv[1], "auth") == 0)
                 return case_auth();
+        if (strcmp(argv[1], "authconn") == 0 || strcmp(argv[1], "authmismatch") == 0) {
+                setenv("DIWARP_RC_TRANSPORT", "rd", 1);
+                return argv[1][4] == 'c' ? case_authconn() : case_authmismatch();
+        }
         if (strcmp(argv[1], "rails") == 0)
                 return case_rails();
         if (strcmp(argv[1], "peers") == 0) {

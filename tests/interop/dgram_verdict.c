@@ -4,7 +4,10 @@
  *   ok HDR_LEN            accepted (CRC or NOCRC, header, layout)
  *   bad ERRNO REASON      refused, with the decoder's reason
  * taking each as an RD receiver that accepts NOCRC datagrams would:
- * dw_dgram_packet_body, dw_dgram_decode, dw_dgram_layout. */
+ * dw_dgram_packet_body, dw_dgram_decode, dw_dgram_layout. A datagram with
+ * the X2-flag AUTH is taken as a keyed receiver takes it once its tag
+ * verified (the tag is not checked: there is no key here): the trailer of
+ * DW_DGRAM_AUTH_LEN bytes comes off, and the rest is decoded. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -39,7 +42,14 @@ int main(void)
                 const char *why = "";
                 struct dw_dgram_hdr h;
                 struct dw_dgram_layout lay;
-                ssize_t body = dw_dgram_packet_body(pkt, n, true, &why);
+                ssize_t body;
+                if (n >= DW_DGRAM_HDR_LEN && pkt[0] == DW_DGRAM_VERSION2 &&
+                    (pkt[8] & DW_DGRAM_X2_AUTH))
+                        body = n >= DW_DGRAM_HDR_LEN + DW_DGRAM_AUTH_LEN
+                                   ? (ssize_t)(n - DW_DGRAM_AUTH_LEN)
+                                   : dw_wire_fail(&why, "auth: shorter than header + tag", ENODATA);
+                else
+                        body = dw_dgram_packet_body(pkt, n, true, &why);
                 ssize_t hl = body < 0 ? body : dw_dgram_decode(pkt, (size_t)body, &h, &why);
                 int rc =
                     hl < 0 ? (int)hl : dw_dgram_layout(&h, (size_t)hl, (size_t)body, &lay, &why);

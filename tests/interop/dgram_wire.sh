@@ -147,6 +147,11 @@ echo "chunk=16384" >>"$cap/rd_pull.out"
 nocrc="DIWARP_RD_CRC=0 DIWARP_CC=off"
 pair rd_nocrc "$nocrc" "$nocrc" "$DIWARP_PINGPONG" --transport rd --op send --size 64 --iters 10
 pair rd_nocrc_write "$nocrc" "$nocrc" "$DIWARP_BW" --transport rd --op write --size 32768 --iters 4
+# DIWARP_AUTH: every datagram ends in the authentication trailer (nonce and
+# tag) instead of the CRC32c, GSO buffers included.
+head -c 32 /dev/urandom >"$TMPD/auth.key" && chmod 600 "$TMPD/auth.key"
+auth="DIWARP_AUTH=file:$TMPD/auth.key"
+pair rd_auth "$auth" "$auth" "$DIWARP_BW" --transport rd --op write --size 32768 --iters 4
 pair ud_pingpong "" "" "$DIWARP_PINGPONG" --transport ud --op send --size 512 --iters 10
 credit="DIWARP_CREDIT=static DIWARP_CREDIT_RING=256"
 pair rd_credit "$credit" "$credit" "$DIWARP_BW" --transport rd --op send --size 4000 --iters 300

@@ -5,8 +5,8 @@
       writes hand-made datagrams (what the engine never sends: credits, the
       NAK codes but RNR, ECE, a D-SACK with SACK blocks, a bad CRC, broken
       headers, a datagram on a port outside the registered range; and what
-      it sends only with several addresses: the multirail rail list and
-      origin);
+      it sends only with several addresses, the multirail rail list and
+      origin, or with DIWARP_AUTH, the authentication trailer);
   dgram_wire_check.py check DISSECTOR.lua CAPDIR [DGRAM_VERDICT]
       runs tshark with the dissector over the captures dgram_wire.sh left in
       CAPDIR and checks what it decodes against what the programs did (their
@@ -65,6 +65,15 @@ def ipv4_udp(payload, sport, dport):
 RD, ACK, SACK, CREDIT, ACKREQ, NAK, DATA, IMM = 1, 2, 4, 8, 0x10, 0x20, 0x40, 0x80
 X_NOCRC, X_PULL, X_PULLREQ, X_DSACK, X_ECE = 1, 2, 4, 8, 0x10
 X_CCTL, X_RAILS, X_RAIL = 0x20, 0x40, 0x80
+# X2-flags: byte 8 of version 2, the high byte of dgram()'s src.
+X2_START, X2_TOKEN, X2_CHALLENGE, X2_AUTH = 1, 2, 4, 8
+
+# The authentication trailer (X2-flag AUTH, docs/PROTOCOL.md "Authentication"):
+# nonce (salt 4, counter 8) and a 16-byte tag. The dissector has no key and
+# shows it unverified; dgram_verdict takes it as a keyed receiver whose tag
+# check passed would.
+AUTH_SALT, AUTH_COUNTER, AUTH_TAG = 0xA1B2C3D4, 0x0123456789ABCDEF, bytes(range(16))
+AUTH_TRAILER = struct.pack(">IQ", AUTH_SALT, AUTH_COUNTER) + AUTH_TAG
 
 
 def ip4(a):
@@ -122,9 +131,16 @@ BROKEN = [
                            tail=struct.pack(">II", 5, 5)), "xflags2: START without RD and DATA"),
     ("start_truncated", dgram(version=2, flags=RD | ACK, ack=1, src=0x01000002),
      "shorter than its header"),
-    # 0x08 is AUTH (the engine's decoder takes it); 0x10 is still reserved.
+    # 0x08 is AUTH (below); 0x10 is still reserved.
     ("x2_reserved", dgram(version=2, flags=RD | ACK, ack=1, src=0x10000002),
      "xflags2: unknown bits set"),
+    # AUTH: its trailer replaces the CRC, so never with NOCRC; a datagram
+    # too short for header and trailer.
+    ("auth_with_nocrc", dgram(version=2, xflags=X_NOCRC, flags=RD | ACK, ack=1,
+                              src=(X2_AUTH << 24) | 2, tail=AUTH_TRAILER, crc=False),
+     "AUTH with NOCRC"),
+    ("auth_truncated", dgram(version=2, flags=RD | ACK, ack=1, src=(X2_AUTH << 24) | 2,
+                             tail=AUTH_TRAILER[:20], crc=False), "shorter than"),
     ("nine_sacks", dgram(flags=RD | ACK | SACK, ack=1, sacks=[(3 + 2 * i, 4 + 2 * i) for i in range(9)]),
      "more than 8"),
     ("src_qpn_high", dgram(flags=RD | ACK, ack=1, src=0x01000002), "src_qpn: reserved"),
@@ -220,6 +236,22 @@ CRAFTED.append(("all_extensions",
                       crc=False),
                 17471, {"kind": "DATA", "crc": "3", "opcode": "0x03", "dsack": "1|0",
                         "rail_count": "3", "rails": "|".join(RAILS3), "origin": "10.0.0.1"}))
+# Authentication (X2-flag AUTH): an RD Send, a UD Send (version 2 with byte 8
+# = AUTH alone, byte 4 = 0) and RC over RD's ACK with its token, each ending in
+# the trailer instead of the CRC32c.
+AUTH_EXP = {"crc": "3", "auth": "1", "auth_salt": "0xa1b2c3d4",
+            "auth_counter": str(AUTH_COUNTER), "auth_tag": AUTH_TAG.hex()}
+CRAFTED.append(("auth_rd_send", dgram(version=2, flags=RD | DATA, psn=21, src=(X2_AUTH << 24) | 2,
+                                      qkey=0x1234, tail=SEND_SEG + AUTH_TRAILER, crc=False),
+                17471, dict(AUTH_EXP, kind="DATA", opcode="0x03")))
+CRAFTED.append(("auth_ud_send", dgram(version=2, flags=DATA, src=(X2_AUTH << 24) | 2,
+                                      qkey=0x1234, tail=SEND_SEG + AUTH_TRAILER, crc=False),
+                17471, dict(AUTH_EXP, kind="DATA", opcode="0x03")))
+CRAFTED.append(("auth_token_ack", dgram(version=2, flags=RD | ACK, ack=22,
+                                        src=((X2_TOKEN | X2_AUTH) << 24) | 2,
+                                        tail=struct.pack(">Q", 0x1122334455667788) + AUTH_TRAILER,
+                                        crc=False),
+                17471, dict(AUTH_EXP, kind="ACK", ack="22")))
 
 
 def craft(path):
@@ -243,6 +275,7 @@ FIELDS = ["frame.number", "udp.srcport", "udp.dstport", "diwarp.transport", "diw
           "diwarp.pull.pushed", "diwarp.imm.value", "diwarp.imm.word2", "diwarp.rnr_delay_us",
           "diwarp.cctl.type", "diwarp.cctl.value", "diwarp.xflags.rails", "diwarp.xflags.rail",
           "diwarp.rails.count", "diwarp.rails.addr", "diwarp.origin",
+          "diwarp.xflags2.auth", "diwarp.auth.salt", "diwarp.auth.counter", "diwarp.auth.tag",
           "iwarp_rdma.opcode", "iwarp_ddp.msn", "iwarp_ddp.qn", "iwarp_ddp.last_flag",
           "iwarp_rdma.rdmardsz", "iwarp_rdma.sinkstag", "iwarp_rdma.srcstag",
           "iwarp_rdma.srcto", "iwarp_rdma.atomic.add_data", "iwarp_rdma.atomic.swap_data",
@@ -573,6 +606,23 @@ def check_faults(lua, capdir):
         total = sum(payload(d) for d in unique(dg, src=writes[0]["src"]) if d["opcode"] == 0)
         check(total == int(res["size"]) * int(res["iters"]), f"rd_nocrc_write: {total} bytes")
 
+    # DIWARP_AUTH: AUTH on every datagram, its trailer shown, no CRC; GSO
+    # buffers split by the header rules.
+    res = result(capdir, "rd_auth")
+    frames, dg = decode(lua, f"{capdir}/rd_auth.pcapng")
+    common_checks("rd_auth", frames, dg, allow_nocrc=True)
+    check(all(d["diwarp.crc.status"] == "3" for d in dg), "rd_auth: a datagram with a CRC")
+    auth = [a for f in frames for a in f["diwarp.xflags2.auth"]]
+    check(len(auth) == len(dg) and all(a in ("1", "True") for a in auth),
+          f"rd_auth: {len(auth)} of {len(dg)} datagrams decoded with AUTH")
+    tags = [t for f in frames for t in f["diwarp.auth.tag"]]
+    check(len(tags) == len(dg), f"rd_auth: {len(tags)} tags shown for {len(dg)} datagrams")
+    check(any(len(f["diwarp.transport"]) > 1 for f in frames), "rd_auth: no GSO buffer")
+    writes = [d for d in dg if d.get("opcode") == 0]
+    if check(writes, "rd_auth: no RDMA Write"):
+        total = sum(payload(d) for d in unique(dg, src=writes[0]["src"]) if d["opcode"] == 0)
+        check(total == int(res["size"]) * int(res["iters"]), f"rd_auth: {total} bytes")
+
     res = result(capdir, "ud_pingpong")
     frames, dg = decode(lua, f"{capdir}/ud_pingpong.pcapng")
     common_checks("ud_pingpong", frames, dg)
@@ -689,7 +739,10 @@ def check_crafted(lua, capdir):
                "sack_start": f["diwarp.sack.start"], "sack_end": f["diwarp.sack.end"],
                "dsack": f["diwarp.sack.dsack"], "ece": f["diwarp.xflags.ece"],
                "opcode": f["iwarp_rdma.opcode"], "rail_count": f["diwarp.rails.count"],
-               "rails": f["diwarp.rails.addr"], "origin": f["diwarp.origin"]}
+               "rails": f["diwarp.rails.addr"], "origin": f["diwarp.origin"],
+               "auth": f["diwarp.xflags2.auth"], "auth_salt": f["diwarp.auth.salt"],
+               "auth_counter": f["diwarp.auth.counter"],
+               "auth_tag": [t.replace(":", "") for t in f["diwarp.auth.tag"]]}
         for k, v in exp.items():
             if k == "expert":
                 check(any(v in m for m in f["_ws.expert.message"]),

@@ -650,6 +650,13 @@ Test(config, auth)
         const char *why = NULL;
         cr_assert_eq(parse1(&c, "DIWARP_AUTH", "off", &why), 0);
         cr_assert_eq(c.auth_key_len, 0);
+        cr_assert(!c.auth_conn);
+        /* connection: RC over RD's connection keys, no file. */
+        cr_assert_eq(parse1(&c, "DIWARP_AUTH", "connection", &why), 0, "%s", why);
+        cr_assert_eq(c.auth_key_len, 0);
+        cr_assert(c.auth_conn);
+        cr_assert_eq(parse1(&c, "DIWARP_AUTH", "connections", &why), -EINVAL);
+        cr_assert(strstr(why, "connection"), "%s", why);
         char p[64];
         uint8_t raw[32];
         for (int i = 0; i < 32; i++)
@@ -658,6 +665,7 @@ Test(config, auth)
         cr_assert_eq(auth_parse(&c, p, &why), 0, "%s", why);
         cr_assert_eq(c.auth_key_len, 16);
         cr_assert_eq(memcmp(c.auth_key, raw, 16), 0);
+        cr_assert(c.auth_conn, "file:PATH keys RC over RD connections too");
         unlink(p);
         const char hex[] = "000102030405060708090a0b0c0d0e0f"
                            "101112131415161718191A1B1C1D1E1F\n";

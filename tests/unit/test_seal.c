@@ -180,3 +180,64 @@ Test(seal, rd_headers_with_auth)
         h.xflags = DW_DGRAM_X_NOCRC;
         cr_assert_eq(dw_dgram_encode(&h, b, sizeof(b)), -EINVAL);
 }
+
+/* RC over RD: the connection key. Both ends derive the same one whichever
+ * token is theirs; another token, or the file key mixed in, gives another;
+ * a datagram sealed under one opens only under it. A token of 0 and a file
+ * key of another length are refused. */
+Test(seal, conn_key)
+{
+        uint8_t a[DW_SEAL_CONN_KEY_LEN], b[DW_SEAL_CONN_KEY_LEN], c[DW_SEAL_CONN_KEY_LEN],
+            f[DW_SEAL_CONN_KEY_LEN], f2[DW_SEAL_CONN_KEY_LEN];
+        const char *why = NULL;
+        uint64_t t1 = 0x1122334455667788ull, t2 = 0x8877665544332211ull;
+        cr_assert_eq(dw_seal_conn_key(t1, t2, NULL, 0, a, &why), 0, "%s", why ? why : "");
+        cr_assert_eq(dw_seal_conn_key(t2, t1, NULL, 0, b, &why), 0);
+        cr_assert_eq(memcmp(a, b, sizeof(a)), 0, "the two ends derive different keys");
+        cr_assert_eq(dw_seal_conn_key(t1, t2 + 1, NULL, 0, c, &why), 0);
+        cr_assert_neq(memcmp(a, c, sizeof(a)), 0, "another token, the same key");
+        cr_assert_eq(dw_seal_conn_key(t1, t2, key1, 32, f, &why), 0);
+        cr_assert_neq(memcmp(a, f, sizeof(a)), 0, "the file key changes nothing");
+        cr_assert_eq(dw_seal_conn_key(t1, t2, key2, 16, f2, &why), 0);
+        cr_assert_neq(memcmp(f, f2, sizeof(f)), 0, "another file key, the same key");
+        /* A datagram of one connection key opens under it, not another. */
+        struct dw_seal s1, s2;
+        keyed(&s1, a, sizeof(a));
+        keyed(&s2, c, sizeof(c));
+        uint8_t pkt[256];
+        size_t len = ud_dgram(pkt);
+        ssize_t n = dw_seal_packet(&s1, pkt, len, sizeof(pkt));
+        cr_assert_eq(n, (ssize_t)(len + DW_DGRAM_AUTH_LEN));
+        cr_assert_eq(dw_seal_open(&s1, pkt, (size_t)n, NULL), (ssize_t)len);
+        cr_assert_eq(dw_seal_open(&s2, pkt, (size_t)n, NULL), -EKEYREJECTED);
+        dw_seal_fini(&s1);
+        dw_seal_fini(&s2);
+        cr_assert_eq(dw_seal_conn_key(0, t2, NULL, 0, c, &why), -EINVAL);
+        cr_assert(strstr(why, "connection key"), "%s", why);
+        cr_assert_eq(dw_seal_conn_key(t1, t2, key1, 20, c, &why), -EINVAL);
+}
+
+/* A keyed seal clears NOCRC in the header it marks AUTH: the tag replaces
+ * the CRC, and the decoder refuses the two together. */
+Test(seal, mac_clears_nocrc)
+{
+        struct dw_seal s;
+        keyed(&s, key1, 32);
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
+                                 .xflags = DW_DGRAM_X_NOCRC,
+                                 .dst_qpn = 5,
+                                 .src_qpn = 6,
+                                 .ack_psn = 9};
+        uint8_t pkt[128];
+        ssize_t n = dw_dgram_encode(&h, pkt, sizeof(pkt));
+        cr_assert_eq(n, DW_DGRAM_HDR_LEN);
+        cr_assert(pkt[4] & DW_DGRAM_X_NOCRC);
+        ssize_t m = dw_seal_packet(&s, pkt, (size_t)n, sizeof(pkt));
+        cr_assert_eq(m, n + DW_DGRAM_AUTH_LEN);
+        cr_assert_eq(pkt[4] & DW_DGRAM_X_NOCRC, 0);
+        cr_assert_eq(dw_seal_open(&s, pkt, (size_t)m, NULL), n);
+        struct dw_dgram_hdr g;
+        cr_assert_eq(dw_dgram_decode(pkt, (size_t)n, &g, NULL), n);
+        cr_assert(g.xflags2 & DW_DGRAM_X2_AUTH);
+        dw_seal_fini(&s);
+}

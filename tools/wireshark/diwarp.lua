@@ -7,6 +7,9 @@
 --             [+ 4 origin]) |
 --     DDP/RDMAP segment (DATA only) | [Immediate Data message, 26 (IMM)] |
 --     CRC32c (4, big-endian; absent on a version-2 RD datagram with NOCRC)
+--     or, with the X2-flag AUTH (DIWARP_AUTH), the authentication trailer:
+--     nonce (12: salt 4, counter 8) and AES-GMAC tag (16); the tag cannot
+--     be checked here (no key), so it is shown, not verified
 -- The DDP/RDMAP segment and the Immediate Data message are handed to
 -- Wireshark's own iWARP dissector ("iwarp_ddp_rdmap").
 --
@@ -49,9 +52,12 @@ local X_ALL = 0xFF
 local X2_START = 0x01 -- byte 8 of version 2: the start descriptor follows
 local X2_TOKEN = 0x02 -- the token follows (after the start descriptor)
 local X2_CHALLENGE = 0x04 -- a challenge follows (after the token)
-local X2_ALL = 0x07
+local X2_AUTH = 0x08 -- the authentication trailer replaces the CRC32c
+local X2_ALL = 0x0F
 local START_LEN = 8
 local TOKEN_LEN, CHALLENGE_LEN = 8, 8
+local AUTH_NONCE_LEN, AUTH_TAG_LEN = 12, 16
+local AUTH_LEN = AUTH_NONCE_LEN + AUTH_TAG_LEN
 
 local nak_names = {
         [0] = "none",
@@ -108,6 +114,12 @@ local pf = {
         x2_token = ProtoField.bool("diwarp.xflags2.token", "TOKEN (token follows)", 8, nil, X2_TOKEN),
         x2_challenge = ProtoField.bool("diwarp.xflags2.challenge", "CHALLENGE (challenge follows)", 8,
                                        nil, X2_CHALLENGE),
+        x2_auth = ProtoField.bool("diwarp.xflags2.auth", "AUTH (authentication trailer, no CRC32c)", 8,
+                                  nil, X2_AUTH),
+        auth = ProtoField.bytes("diwarp.auth", "Authentication trailer"),
+        auth_salt = ProtoField.uint32("diwarp.auth.salt", "Nonce salt", base.HEX),
+        auth_counter = ProtoField.uint64("diwarp.auth.counter", "Nonce counter", base.DEC),
+        auth_tag = ProtoField.bytes("diwarp.auth.tag", "AES-GMAC tag (not verified: no key)"),
         token = ProtoField.uint64("diwarp.token", "Token", base.HEX),
         challenge = ProtoField.uint64("diwarp.challenge", "Challenge", base.HEX),
         start = ProtoField.bytes("diwarp.start", "Start descriptor"),
@@ -299,6 +311,9 @@ local function check_rules(h)
         if band(h.xflags2, X2_TOKEN + X2_CHALLENGE) ~= 0 and band(f, F_RD) == 0 then
                 return "xflags2: TOKEN or CHALLENGE on a UD packet (RD only)"
         end
+        if band(h.xflags2, X2_AUTH) ~= 0 and band(x, X_NOCRC) ~= 0 then
+                return "xflags2: AUTH with NOCRC (the tag replaces the CRC)"
+        end
         if band(h.xflags2, X2_TOKEN) ~= 0 and h.token_zero then return "token: value 0" end
         if band(h.xflags2, X2_CHALLENGE) ~= 0 and h.challenge_zero then
                 return "challenge: value 0"
@@ -359,10 +374,13 @@ local function read_hdr(tvb)
         h.ack_psn = tvb(20, 4):uint()
         h.credits = tvb(24, 2):uint()
         h.rnr_delay = tvb(26, 2):uint()
-        -- The same three bytes dw_dgram_packet_body reads to decide on the trailer.
-        h.nocrc = h.version == 2 and band(h.flags, F_RD) ~= 0 and band(b4, X_NOCRC) ~= 0
-                and band(b4, 0xFF - X_ALL) == 0
-        h.body_len = h.nocrc and len or len - CRC_LEN
+        -- The bytes dw_seal_open reads to decide on the trailer: bytes 0 and
+        -- 8 (AUTH), else those dw_dgram_packet_body reads (0, 1, 4: NOCRC).
+        h.auth = h.version == 2 and band(b8, X2_AUTH) ~= 0
+        h.nocrc = not h.auth and h.version == 2 and band(h.flags, F_RD) ~= 0 and
+                band(b4, X_NOCRC) ~= 0 and band(b4, 0xFF - X_ALL) == 0
+        h.trailer_len = h.auth and AUTH_LEN or (h.nocrc and 0 or CRC_LEN)
+        h.body_len = len - h.trailer_len
         h.hdr_len = HDR_LEN + SACK_LEN * h.sack_count
         if band(h.xflags, X_PULL) ~= 0 then h.hdr_len = h.hdr_len + PULL_LEN end
         -- Multirail: the rail list's length comes from its count byte (as
@@ -486,6 +504,7 @@ local function dissect_one(tvb, pinfo, root, label)
                 x2:add(pf.x2_start, tvb(8, 1))
                 x2:add(pf.x2_token, tvb(8, 1))
                 x2:add(pf.x2_challenge, tvb(8, 1))
+                x2:add(pf.x2_auth, tvb(8, 1))
         else
                 tree:add(pf.reserved, tvb(8, 1))
         end
@@ -501,8 +520,8 @@ local function dissect_one(tvb, pinfo, root, label)
 
         local problem
         if h.hdr_len > h.body_len then
-                problem = string.format("datagram (%d bytes) shorter than its header (%d) and CRC",
-                                        len, h.hdr_len)
+                problem = string.format("datagram (%d bytes) shorter than its header (%d) and %s",
+                                        len, h.hdr_len, h.auth and "authentication trailer" or "CRC")
         end
         problem = problem or check_rules(h) or check_sacks(h)
         if not problem and band(f, F_DATA) == 0 and h.body_len > h.hdr_len then
@@ -573,8 +592,19 @@ local function dissect_one(tvb, pinfo, root, label)
         end
         tree:add(pf.hdr_len, h.hdr_len):set_generated()
 
-        -- CRC32c trailer.
-        if h.nocrc then
+        -- The trailer: CRC32c, none (NOCRC), or nonce and tag (AUTH).
+        if h.auth then
+                tree:add(pf.crc_status, CRC_ABSENT):set_generated()
+                if len >= HDR_LEN + AUTH_LEN then
+                        local o = len - AUTH_LEN
+                        local at = tree:add(pf.auth, tvb(o, AUTH_LEN))
+                        at:set_text(string.format("Authentication trailer: nonce salt 0x%08x, counter %s",
+                                                  tvb(o, 4):uint(), tostring(tvb(o + 4, 8):uint64())))
+                        at:add(pf.auth_salt, tvb(o, 4))
+                        at:add(pf.auth_counter, tvb(o + 4, 8))
+                        at:add(pf.auth_tag, tvb(o + AUTH_NONCE_LEN, AUTH_TAG_LEN))
+                end
+        elseif h.nocrc then
                 tree:add(pf.crc_status, CRC_ABSENT):set_generated()
         elseif len >= HDR_LEN + CRC_LEN then
                 local sent = tvb(len - CRC_LEN, 4):uint()
@@ -618,6 +648,7 @@ local function dissect_one(tvb, pinfo, root, label)
         end
         if band(x, X_RAIL) ~= 0 then info = info .. " RAIL" .. (h.origin and " origin=" .. ip_str(h.origin) or "") end
         if h.nocrc then info = info .. " NOCRC" end
+        if h.auth then info = info .. " AUTH" end
 
         if band(f, F_NAK) ~= 0 then
                 nt:add_proto_expert_info(ef.nak, "NAK " .. (nak_names[h.nak_code] or "?") .. " of PSN " .. h.ack_psn)
@@ -703,12 +734,12 @@ end
 -- source QPN: one QP's batch, to one peer device but maybe several of its
 -- QPs; the first may differ in version and X-flags, e.g. a PULL segment),
 -- a header that passes the rules starts every sz bytes,
--- and (unless NOCRC) the first datagram's CRC32c holds.
+-- and (unless NOCRC or AUTH) the first datagram's CRC32c holds.
 local function gso_size(tvb)
         local len = tvb:len()
         local h = read_hdr(tvb)
         if not h or band(h.flags, F_RD + F_DATA) ~= F_RD + F_DATA then return nil end
-        local min = h.hdr_len + DDP_TAGGED_LEN + (h.nocrc and 0 or CRC_LEN)
+        local min = h.hdr_len + DDP_TAGGED_LEN + h.trailer_len
         if len < 2 * min then return nil end
         local raw = tvb:raw()
         -- bytes 8-11: the reserved byte and the source QPN (one sending QP's
@@ -729,7 +760,7 @@ local function gso_size(tvb)
                                         break
                                 end
                         end
-                        if ok and not h.nocrc then
+                        if ok and h.trailer_len == CRC_LEN then
                                 ok = crc32c(raw:sub(1, sz - CRC_LEN)) == tvb(sz - CRC_LEN, 4):uint()
                         end
                         if ok then return sz end
@@ -768,8 +799,8 @@ function p.dissector(tvb, pinfo, root)
         return dissect(tvb, pinfo, root)
 end
 
--- Heuristic: the header rules plus a matching CRC32c (or, for a NOCRC
--- datagram, the rules alone); a GSO super-packet by its first datagram.
+-- Heuristic: the header rules plus a matching CRC32c (or, for a NOCRC or
+-- AUTH datagram, the rules alone); a GSO super-packet by its first datagram.
 local function heuristic(tvb, pinfo, root)
         if not p.prefs.heuristic then return false end
         local len = tvb:len()
@@ -777,7 +808,7 @@ local function heuristic(tvb, pinfo, root)
         local h = read_hdr(tvb)
         if not h or h.hdr_len > h.body_len then return false end
         if check_rules(h) or check_sacks(h) then return false end
-        if not h.nocrc then
+        if h.trailer_len == CRC_LEN then
                 if len < HDR_LEN + CRC_LEN then return false end
                 if crc32c(tvb:raw(0, len - CRC_LEN)) ~= tvb(len - CRC_LEN, 4):uint() and not gso_size(tvb) then
                         return false
