@@ -12,11 +12,11 @@
  *    and a peek at the next header. Small FPDUs (an Ethernet-sized MSS) are
  *    read many at a time into staging (64 KiB on such streams) and copied
  *    to their targets. CRC32c is computed over what was placed.
- * The hooks of dw.h (dw_rc_*) drive it; cm/ hands it established streams
+ * The hooks of dw.h (dw_rc_*) drive it; cm.c hands it established streams
  * through dw_rc_attach. The device lock is held for everything here.
  */
-#ifndef DIWARP_QP_RC_H
-#define DIWARP_QP_RC_H
+#ifndef DIWARP_RC_RC_H
+#define DIWARP_RC_RC_H
 
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -61,7 +61,7 @@ struct dw_mpa_conn;
 
 enum dw_rc_conn_state {
         DW_RC_IDLE,       /* no stream; IB-style: waiting for RTR */
-        DW_RC_CONNECTING, /* cm/ is setting the stream up */
+        DW_RC_CONNECTING, /* cm.c is setting the stream up */
         DW_RC_UP,         /* FPDU mode */
         DW_RC_CLOSING,    /* draining: last FPDUs / Terminate out, FIN sent, wait for EOF */
         DW_RC_CLOSED,     /* stream gone; the QP is in ERR (or RESET), or peer_closed */
@@ -179,7 +179,7 @@ struct dw_rc_conn {
 
         /* ---- timers / cm ---- */
         uint64_t deadline_ns; /* CLOSING: give up waiting for EOF; cm: connect deadline */
-        void *cm;             /* cm/: IB-style connect attempt in progress */
+        void *cm;             /* cm.c: IB-style connect attempt in progress */
         struct dw_rc_conn *tnext, *tprev; /* device list of conns with timers */
         bool on_timer_list;
         struct dw_rc_conn *lnext, *lprev; /* device list of conns with an open stream */
@@ -198,13 +198,13 @@ struct dw_rc_conn {
         uint32_t rx_fpdu_len; /* wire length of the data FPDU being placed */
 };
 
-/* cm/ -> rc: the MPA exchange on fd is DONE for qp; the stream is now the
+/* cm.c -> rc.c: the MPA exchange on fd is DONE for qp; the stream is now the
  * QP's (fd is closed by rc from here on, also on failure). Sends queued
  * before are transmitted. 0 or -errno. */
 int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                  const struct sockaddr_in *peer);
 
-/* cm/ -> rc: the stream on fd will be qp's (an accepted connect, before its
+/* cm.c -> rc.c: the stream on fd will be qp's (an accepted connect, before its
  * MPA reply goes out): its end is registered now (rc_local.h), so an
  * initiator in this process, which may attach and send as soon as it has
  * the reply, finds it. dw_rc_attach registers it otherwise. */
@@ -219,7 +219,7 @@ int dw_rc_disconnect(struct dw_qp *qp);
 uint16_t dw_rc_offer_ird(const struct dw_qp *qp);
 uint16_t dw_rc_offer_ord(const struct dw_qp *qp);
 
-/* Timer list of the device (cm/ uses it for its connect attempts too). */
+/* Timer list of the device (cm.c uses it for its connect attempts too). */
 void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadline_ns);
 void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c);
 

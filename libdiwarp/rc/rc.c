@@ -1,7 +1,7 @@
 /* RC transport: RDMAP over DDP over MPA over one TCP stream per QP.
- * See rc.h for the buffer layout and cm/README.md for the decisions. */
-#include "qp/rc.h"
-#include "qp/rc_local.h"
+ * See rc.h for the buffer layout and README.md for the decisions. */
+#include "rc/rc.h"
+#include "rc/rc_local.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cm/cm.h"
-#include "cm/mpa_conn.h"
+#include "rc/cm.h"
+#include "rc/mpa_conn.h"
 #include "llp/tcp.h"
 #include "progress/progress.h"
 #include "util/time.h"

@@ -1,6 +1,6 @@
 /* RC connection management: native CM calls and the IB-style connect.
  * See cm.h for the private data layout and README.md for the decisions. */
-#include "cm/cm.h"
+#include "rc/cm.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,11 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cm/mpa_conn.h"
+#include "rc/mpa_conn.h"
 #include "api/backend.h"
 #include "dw.h"
 #include "llp/tcp.h"
-#include "qp/rc.h"
+#include "rc/rc.h"
 #include "qp/rd.h"
 #include "util/keyhash.h"
 #include "util/time.h"
@@ -1249,7 +1249,7 @@ fail:
  * the wire exactly as given (an iWARP peer hands all of it to its ULP), so
  * dest_qp_num stays 0, as on an RNIC connected through the iWARP CM. All
  * under one hold of the device lock: no FPDU is processed while the QP is in
- * RTR, so a native connection never raises COMM_EST (cm/README.md). */
+ * RTR, so a native connection never raises COMM_EST (rc/README.md). */
 static int attach_native(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                          const struct sockaddr_in *peer)
 {
