@@ -74,6 +74,7 @@ static inline uint32_t dw_qpn_index(uint32_t qpn)
 struct dw_device;
 struct dw_qp;
 struct dw_rc_conn;  /* per-QP RC connection state (llp/tcp.h, rc/rc.c) */
+struct dw_rc_dev;   /* rc/cm.h: per-device RC/CM state */
 struct dw_rd_qp;    /* qp/rd.c: per-QP RD state (RD QPs, RC over RD) */
 struct dw_stat_dev; /* qp/stat_shm.h */
 
@@ -115,7 +116,7 @@ struct dw_device {
         /* The rate limit of the log lines a peer can cause per datagram
          * (util/log.h, dw_warn_limited). */
         struct dw_log_limit log_limit;
-        void *rc; /* device-wide RC/CM state (listeners, pending IB-style connects) */
+        struct dw_rc_dev *rc; /* rc/: device-wide RC/CM state (listeners, IB-style connects) */
         void *rd; /* qp/rd.c: device-wide RD state (active pseudo-streams, tx staging) */
         /* qp/stat_shm.c: this device as `diwarp stat` reads it (NULL: not
          * published) and its shm name. */

@@ -50,11 +50,6 @@ int dw_ibcm_pd_decode(const uint8_t *buf, size_t len, struct dw_ibcm_pd *out)
         return 0;
 }
 
-static struct dw_rc_dev *rcdev(struct dw_device *dev)
-{
-        return (struct dw_rc_dev *)dev->rc;
-}
-
 static bool is_rc(const struct dw_qp *qp)
 {
         return qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC;
@@ -117,7 +112,7 @@ static void pend_unwatch(struct dw_cm_pend *p)
 
 static void pend_free(struct dw_cm_pend *p, bool close_fd)
 {
-        struct dw_rc_dev *rd = rcdev(p->dev);
+        struct dw_rc_dev *rd = p->dev->rc;
 
         for (struct dw_cm_pend **pp = &rd->pend; *pp; pp = &(*pp)->next)
                 if (*pp == p) {
@@ -293,7 +288,7 @@ static int listen_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
 /* A QP reached RTR as the responder: a Request may already be waiting. */
 static void pend_match_qp(struct dw_device *dev, struct dw_qp *qp)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         for (struct dw_cm_pend *p = rd->pend, *n; p; p = n) {
                 n = p->next;
@@ -336,7 +331,7 @@ static void att_close_fd(struct dw_cm_att *a)
 
 static void att_free(struct dw_cm_att *a)
 {
-        struct dw_rc_dev *rd = rcdev(a->qp->dev);
+        struct dw_rc_dev *rd = a->qp->dev->rc;
 
         for (struct dw_cm_att **pp = &rd->atts; *pp; pp = &(*pp)->next)
                 if (*pp == a) {
@@ -519,7 +514,7 @@ static int self_connect(struct dw_qp *qp)
 int dw_cm_ib_connect(struct dw_qp *qp)
 {
         struct dw_device *dev = qp->dev;
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
         struct dw_rc_conn *c = qp->rc;
 
         if (!rd || !c)
@@ -663,7 +658,7 @@ static int rdcm_decode(const uint8_t *pd, uint16_t len, struct rdcm_blk *b, cons
 
 static struct dw_cm_rdch *rdch_of(const struct dw_qp *qp)
 {
-        struct dw_rc_dev *rd = rcdev(qp->dev);
+        struct dw_rc_dev *rd = qp->dev->rc;
         for (struct dw_cm_rdch *ch = rd ? rd->rdchs : NULL; ch; ch = ch->next)
                 if (ch->qp == qp)
                         return ch;
@@ -683,7 +678,7 @@ static void rdch_close_fd(struct dw_cm_rdch *ch)
 static void rdch_free(struct dw_cm_rdch *ch)
 {
         struct dw_device *dev = ch->qp->dev;
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         for (struct dw_cm_rdch **pp = &rd->rdchs; *pp; pp = &(*pp)->next)
                 if (*pp == ch) {
@@ -728,7 +723,7 @@ static int rdch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
         rdch_close_fd(ch);
         ch->end_err = err;
         ch->end_at = dw_now_ns() + RDCH_END_GRACE_NS;
-        rcdev(dev)->rdchs_ending++;
+        dev->rc->rdchs_ending++;
         dw_progress_timer(dev, ch->end_at);
         return 1;
 }
@@ -745,7 +740,7 @@ static int claim_rd(struct dw_qp *qp)
         struct dw_cm_rdch *ch = calloc(1, sizeof(*ch));
         if (!ch)
                 return -ENOMEM;
-        struct dw_rc_dev *rd = rcdev(qp->dev);
+        struct dw_rc_dev *rd = qp->dev->rc;
         ch->qp = qp;
         ch->fd = -1;
         ch->next = rd->rdchs;
@@ -755,12 +750,12 @@ static int claim_rd(struct dw_qp *qp)
 
 void dw_cm_qp_cancel(struct dw_qp *qp)
 {
-        struct dw_rc_dev *rd = rcdev(qp->dev);
+        struct dw_rc_dev *rd = qp->dev->rc;
 
         if (!rd)
                 return;
         if (qp->rc && qp->rc->cm) {
-                att_free((struct dw_cm_att *)qp->rc->cm);
+                att_free(qp->rc->cm);
                 if (qp->rc->state == DW_RC_CONNECTING)
                         qp->rc->state = DW_RC_IDLE;
         }
@@ -777,7 +772,7 @@ void dw_cm_qp_cancel(struct dw_qp *qp)
 
 int dw_cm_progress(struct dw_device *dev)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
         uint64_t now = dw_now_ns();
         int work = 0;
 
@@ -834,7 +829,7 @@ int dw_cm_progress(struct dw_device *dev)
 
 int dw_cm_dev_init(struct dw_device *dev)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         if (dev->tcp_listen_fd >= 0) {
                 int r = dw_progress_watch_fd(dev, dev->tcp_listen_fd, EPOLLIN, listen_cb, rd);
@@ -847,7 +842,7 @@ int dw_cm_dev_init(struct dw_device *dev)
 
 void dw_cm_dev_fini(struct dw_device *dev)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         if (!rd)
                 return;

@@ -44,11 +44,6 @@ static const char *peer_str(const struct dw_rc_conn *c, char *buf, size_t len)
         return dw_tcp_addr_str(&c->peer, buf, len);
 }
 
-static struct dw_rc_dev *rcdev(struct dw_device *dev)
-{
-        return (struct dw_rc_dev *)dev->rc;
-}
-
 static uint32_t ord_limit(const struct dw_rc_conn *c)
 {
         const struct dw_qp *qp = c->qp;
@@ -206,7 +201,7 @@ static void set_watch(struct dw_rc_conn *c, bool want_out)
 
 void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadline_ns)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         c->deadline_ns = deadline_ns;
         if (!c->on_timer_list && rd) {
@@ -222,7 +217,7 @@ void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadl
 
 void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         if (!c->on_timer_list || !rd)
                 return;
@@ -239,7 +234,7 @@ void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c)
 /* The live list: conns with an open stream, read directly by dw_rc_poll. */
 static void live_add(struct dw_rc_conn *c)
 {
-        struct dw_rc_dev *rd = rcdev(c->qp->dev);
+        struct dw_rc_dev *rd = c->qp->dev->rc;
 
         if (c->on_live_list || !rd)
                 return;
@@ -254,7 +249,7 @@ static void live_add(struct dw_rc_conn *c)
 
 static void live_del(struct dw_rc_conn *c)
 {
-        struct dw_rc_dev *rd = rcdev(c->qp->dev);
+        struct dw_rc_dev *rd = c->qp->dev->rc;
 
         if (!c->on_live_list || !rd)
                 return;
@@ -2367,7 +2362,7 @@ static __attribute__((noinline)) int rc_poll_live(struct dw_device *dev, struct 
 
 int dw_rc_poll(struct dw_device *dev, int budget)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         (void)budget;
         if (!rd || !rd->live)
@@ -2653,7 +2648,7 @@ static __attribute__((noinline)) int rc_progress_timed(struct dw_device *dev, st
 
 int dw_rc_progress(struct dw_device *dev, int budget)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         (void)budget;
         /* Nothing timed: no clock read (it costs ~200 ns on some VMs, and a
@@ -2680,7 +2675,7 @@ int dw_rc_dev_init(struct dw_device *dev)
 
 void dw_rc_dev_fini(struct dw_device *dev)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         if (!rd)
                 return;

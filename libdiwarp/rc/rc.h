@@ -29,6 +29,7 @@
 #include "wire/rdmap.h"
 
 struct dw_mpa_conn;
+struct dw_cm_att;
 
 /* FPDU size: every stream sizes its FPDUs from the TCP connection's effective
  * MSS (RFC 5044 MULPDU, dw_mpa_mulpdu), read at attach and again now and then
@@ -179,7 +180,7 @@ struct dw_rc_conn {
 
         /* ---- timers / cm ---- */
         uint64_t deadline_ns; /* CLOSING: give up waiting for EOF; cm: connect deadline */
-        void *cm;             /* cm.c: IB-style connect attempt in progress */
+        struct dw_cm_att *cm; /* cm.c: IB-style connect attempt in progress */
         struct dw_rc_conn *tnext, *tprev; /* device list of conns with timers */
         bool on_timer_list;
         struct dw_rc_conn *lnext, *lprev; /* device list of conns with an open stream */
