@@ -4,7 +4,7 @@
  *  - cm.c: the native CM calls of diwarp.h (diwarp_listen, *_get_request,
  *    accept, reject, connect, disconnect) and the IB-style connect that starts
  *    when an RC QP reaches RTR with DEST_QPN + AV (docs/PROTOCOL.md).
- * Established streams are handed to rc.c (dw_rc_attach).
+ * Established streams are handed to rc.c (dw_rc_handover).
  *
  * IB-style connect private data (MPA Request and Reply, 32 bytes, after the
  * RFC 6581 IRD/ORD block; see docs/PROTOCOL.md):

@@ -13,7 +13,7 @@
  *    read many at a time into staging (64 KiB on such streams) and copied
  *    to their targets. CRC32c is computed over what was placed.
  * The hooks of dw.h (dw_rc_*) drive it; cm.c hands it established streams
- * through dw_rc_attach. The device lock is held for everything here.
+ * through dw_rc_handover. The device lock is held for everything here.
  */
 #ifndef DIWARP_RC_RC_H
 #define DIWARP_RC_RC_H
@@ -199,16 +199,43 @@ struct dw_rc_conn {
         uint32_t rx_fpdu_len; /* wire length of the data FPDU being placed */
 };
 
-/* cm.c -> rc.c: the MPA exchange on fd is DONE for qp; the stream is now the
- * QP's (fd is closed by rc from here on, also on failure). Sends queued
- * before are transmitted. 0 or -errno. */
-int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
-                 const struct sockaddr_in *peer);
+/* The one writer of c->state: moves the connection to `to` if the RC state
+ * machine has that transition (rc.c, rc_state_next), else logs why was
+ * refused and leaves the state alone (false). Moving to the current state is
+ * no transition (true). */
+bool dw_rc_set_state(struct dw_rc_conn *c, enum dw_rc_conn_state to, const char *why);
+
+/* A stream cm.c set up: the finished MPA exchange on fd, with peer. */
+struct dw_rc_stream {
+        int fd;
+        const struct dw_mpa_conn *mc;
+        const struct sockaddr_in *peer;
+};
+
+/* How the stream was set up, which says what the QP does with it. */
+enum dw_rc_setup {
+        /* IB-style connect, either side: attached; a failure (or s NULL: the
+         * stream never came) moves the QP to ERR with QP_FATAL. */
+        DW_RC_SETUP_IB,
+        /* Attached as it is, nothing else: a failure is returned only. The
+         * connection to itself (RTR named the QP itself), whose failure
+         * fails the modify to RTR that started it. */
+        DW_RC_SETUP_ATTACH,
+        /* Native connect/accept: INIT -> RTR (the peer's address, the
+         * negotiated IRD), attached, -> RTS (the negotiated ORD); a failure
+         * moves a QP past INIT to ERR with QP_FATAL. */
+        DW_RC_SETUP_NATIVE,
+};
+
+/* cm.c -> the QP: the one hand-over of a set-up stream (s->fd is the QP's
+ * from here on: closed by rc.c, also on failure; sends queued before are
+ * transmitted), or, with s NULL, of a setup that failed. 0 or -errno. */
+int dw_rc_handover(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_setup how);
 
 /* cm.c -> rc.c: the stream on fd will be qp's (an accepted connect, before its
  * MPA reply goes out): its end is registered now (rc_local.h), so an
  * initiator in this process, which may attach and send as soon as it has
- * the reply, finds it. dw_rc_attach registers it otherwise. */
+ * the reply, finds it. dw_rc_handover registers it otherwise. */
 void dw_rc_register_end(struct dw_qp *qp, int fd);
 
 /* Graceful disconnect (diwarp_disconnect): what was handed to the socket

@@ -7,7 +7,7 @@
  * Atomic), one CQ. Per input: an RC QP (RTS, or RTR when bit 1 of the first byte is
  * set) with three receive WQEs, an RDMA Read and an Atomic Fetch-Add posted;
  * the stream is one end of a socketpair handed to the engine as rc/cm.c hands it
- * an accepted connection (dw_rc_attach), CRC on when bit 0 of the first byte
+ * an accepted connection (dw_rc_handover), CRC on when bit 0 of the first byte
  * is set. With bit 2 set too, the target first writes the right CRC into
  * every whole FPDU of the input (a mutated input rarely keeps a valid CRC,
  * and the paths behind the CRC check would go unexplored with CRC on). The
@@ -348,7 +348,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(1)};
         peer.sin_addr.s_addr = htonl(0x7f000001);
         pthread_mutex_lock(&dev->lock);
-        int r = dw_rc_attach(q, sv[0], &mc, &peer);
+        int r = dw_rc_handover(q, &(struct dw_rc_stream){.fd = sv[0], .mc = &mc, .peer = &peer},
+                               DW_RC_SETUP_ATTACH);
         pthread_mutex_unlock(&dev->lock);
         if (r < 0)
                 abort();
