@@ -1,6 +1,6 @@
 /* Internal umbrella header of the engine: the device, QP, AH and SRQ objects
  * and the functions the generic QP code exposes to the transports (UD here,
- * RC in qp/rc.c).
+ * RC in rc/rc.c).
  *
  * Public handles are the internal objects themselves: a struct diwarp_qp * is
  * a struct dw_qp * (see the dw_*_of / dw_*_pub converters below), so the public
@@ -73,7 +73,8 @@ static inline uint32_t dw_qpn_index(uint32_t qpn)
 
 struct dw_device;
 struct dw_qp;
-struct dw_rc_conn;  /* per-QP RC connection state (llp/tcp.h, qp/rc.c) */
+struct dw_rc_conn;  /* per-QP RC connection state (llp/tcp.h, rc/rc.c) */
+struct dw_rc_dev;   /* rc/cm.h: per-device RC/CM state */
 struct dw_rd_qp;    /* qp/rd.c: per-QP RD state (RD QPs, RC over RD) */
 struct dw_stat_dev; /* qp/stat_shm.h */
 
@@ -98,7 +99,7 @@ struct dw_device {
                 uint64_t tx_bytes, tx_packets, retransmits, downs;
         } rail[DIWARP_MAX_RAILS];
         struct dw_udp udp;
-        int tcp_listen_fd; /* instance TCP listener (IB-style RC connects, accepted by qp/rc.c) */
+        int tcp_listen_fd; /* instance TCP listener (IB-style RC connects, accepted by rc/cm.c) */
         struct dw_mr_table mrs;
         struct dw_async_queue async;
         struct dw_fault fault;
@@ -119,7 +120,7 @@ struct dw_device {
         /* The rate limit of the log lines a peer can cause per datagram
          * (util/log.h, dw_warn_limited). */
         struct dw_log_limit log_limit;
-        void *rc; /* device-wide RC/CM state (listeners, pending IB-style connects) */
+        struct dw_rc_dev *rc; /* rc/: device-wide RC/CM state (listeners, IB-style connects) */
         void *rd; /* qp/rd.c: device-wide RD state (active pseudo-streams, tx staging) */
         /* qp/stat_shm.c: this device as `diwarp stat` reads it (NULL: not
          * published) and its shm name. */
@@ -311,7 +312,7 @@ enum diwarp_wc_status dw_qp_run_local_wqe(struct dw_qp *qp, struct dw_wqe *w, ch
                                           size_t why_len);
 
 /* diwarp_qp_modify without taking the lock: the same checks, attribute
- * updates and transport side effects (dw_rc_qp_modify). cm/ moves natively
+ * updates and transport side effects (dw_rc_qp_modify). rc/cm.c moves natively
  * connected QPs through INIT -> RTR -> RTS with it. */
 int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, int mask);
 
@@ -383,7 +384,7 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
 void dw_ud_rx_auth_fail(struct dw_device *dev, const struct dw_qp *qp, int e,
                         const struct sockaddr_in *from);
 
-/* ---- hooks into the RC transport (implemented by qp/rc.c) ------------------
+/* ---- hooks into the RC transport (implemented by rc/rc.c) ------------------
  * The generic QP code calls these for RC (and UC) QPs only, lock held. */
 
 /* At create (RC QP, state RESET): allocate qp->rc. */
@@ -410,6 +411,10 @@ int dw_rc_progress(struct dw_device *dev, int budget);
  * each, no epoll). Returns work done, or -1 when there are more live streams
  * than it polls this way: the caller then looks at them through epoll. */
 int dw_rc_poll(struct dw_device *dev, int budget);
+/* Forgets connect attempts / pending requests of a QP (destroy, reset, error).
+ * RC over RD: also closes the QP's CM stream, which tells the peer (its QP
+ * goes to ERR: rdma_cm's DISCONNECTED). Implemented by rc/cm.c. */
+void dw_cm_qp_cancel(struct dw_qp *qp);
 /* Device open/close: RC/CM per-device state (dev->rc), e.g. the instance
  * TCP listener's accept handler through dw_progress_watch_fd. */
 int dw_rc_dev_init(struct dw_device *dev);

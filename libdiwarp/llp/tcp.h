@@ -1,8 +1,8 @@
 /* TCP lower layer for RC: non-blocking stream sockets and the socket options
  * that make a vanished peer an error in bounded time.
  *
- * Pure socket helpers: no device, no QP, no MPA. cm/ runs the MPA connection
- * setup on top of these; qp/rc.c moves FPDUs through dw_tcp_writev/readv.
+ * Pure socket helpers: no device, no QP, no MPA. rc/cm.c runs the MPA connection
+ * setup on top of these; rc/rc.c moves FPDUs through dw_tcp_writev/readv.
  * Every function returns >= 0 or a negative errno and never raises SIGPIPE.
  */
 #ifndef DIWARP_LLP_TCP_H

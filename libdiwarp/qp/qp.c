@@ -1,5 +1,5 @@
 /* Queue pairs: creation, the IB state machine, posting, completion and
- * flushing. Transport work is delegated: UD to qp/ud.c, RC/UC to qp/rc.c. */
+ * flushing. Transport work is delegated: UD to qp/ud.c, RC/UC to rc/rc.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +8,6 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "cm/cm.h"
 #include "api/backend.h"
 #include "dw.h"
 #include "qp/rd.h"

@@ -105,11 +105,11 @@ uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
 size_t dw_rd_peer_bytes(void);
 /* A first PSN for a stream of QP qpn (RD-served) to peer_qpn at
  * peer_ip:peer_port (network order; 0 when not known yet) from the device's
- * keyed hash and the clock (RFC 6528): what cm/ offers for a native RC
+ * keyed hash and the clock (RFC 6528): what rc/cm.c offers for a native RC
  * connection carried by RD. */
 uint32_t dw_rd_first_psn(struct dw_device *dev, uint32_t qpn, uint32_t peer_ip, uint16_t peer_port,
                          uint32_t peer_qpn);
-/* RC over RD connected by cm/ (device lock held, the QP in RTR): rx, the
+/* RC over RD connected by rc/cm.c (device lock held, the QP in RTR): rx, the
  * token every datagram of the connection must carry to us (any other is
  * dropped and counted in rx_dropped_token), tx, the one ours carry to the
  * peer; both from the MPA exchange on the connection's TCP stream; key, the

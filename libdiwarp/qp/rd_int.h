@@ -235,7 +235,7 @@ struct dw_rd_qp {
         struct dw_inflight_qp ifl;
         uint32_t admitted, starting, to_release;
         struct dw_rel_params params;
-        /* RC over RD connected through cm/: the token every datagram of the
+        /* RC over RD connected through rc/cm.c: the token every datagram of the
          * connection carries to us (ctok_rx; any other is dropped) and to
          * the peer (ctok_tx). 0: none (an IB-style connect). */
         uint64_t ctok_rx, ctok_tx;

@@ -1,4 +1,4 @@
-/* The RC receive path (qp/rc.c) fed an arbitrary byte stream as what the peer
+/* The RC receive path (rc/rc.c) fed an arbitrary byte stream as what the peer
  * sends on an established stream (MPA negotiated, FPDU mode).
  *
  * Set up once: a device, a PD, three MRs inside one arena with guard bytes
@@ -6,8 +6,8 @@
  * only; R3: local write only: receive buffers and the sinks of our Read and
  * Atomic), one CQ. Per input: an RC QP (RTS, or RTR when bit 1 of the first byte is
  * set) with three receive WQEs, an RDMA Read and an Atomic Fetch-Add posted;
- * the stream is one end of a socketpair handed to the engine as cm/ hands it
- * an accepted connection (dw_rc_attach), CRC on when bit 0 of the first byte
+ * the stream is one end of a socketpair handed to the engine as rc/cm.c hands it
+ * an accepted connection (dw_rc_handover), CRC on when bit 0 of the first byte
  * is set. With bit 2 set too, the target first writes the right CRC into
  * every whole FPDU of the input (a mutated input rarely keeps a valid CRC,
  * and the paths behind the CRC check would go unexplored with CRC on). The
@@ -40,9 +40,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "cm/mpa_conn.h"
+#include "rc/mpa_conn.h"
 #include "dw.h"
-#include "qp/rc.h"
+#include "rc/rc.h"
 #include "wire/crc32c.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -348,7 +348,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(1)};
         peer.sin_addr.s_addr = htonl(0x7f000001);
         pthread_mutex_lock(&dev->lock);
-        int r = dw_rc_attach(q, sv[0], &mc, &peer);
+        int r = dw_rc_handover(q, &(struct dw_rc_stream){.fd = sv[0], .mc = &mc, .peer = &peer},
+                               DW_RC_SETUP_ATTACH);
         pthread_mutex_unlock(&dev->lock);
         if (r < 0)
                 abort();

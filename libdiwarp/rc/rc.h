@@ -12,11 +12,11 @@
  *    and a peek at the next header. Small FPDUs (an Ethernet-sized MSS) are
  *    read many at a time into staging (64 KiB on such streams) and copied
  *    to their targets. CRC32c is computed over what was placed.
- * The hooks of dw.h (dw_rc_*) drive it; cm/ hands it established streams
- * through dw_rc_attach. The device lock is held for everything here.
+ * The hooks of dw.h (dw_rc_*) drive it; cm.c hands it established streams
+ * through dw_rc_handover. The device lock is held for everything here.
  */
-#ifndef DIWARP_QP_RC_H
-#define DIWARP_QP_RC_H
+#ifndef DIWARP_RC_RC_H
+#define DIWARP_RC_RC_H
 
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -29,6 +29,7 @@
 #include "wire/rdmap.h"
 
 struct dw_mpa_conn;
+struct dw_cm_att;
 
 /* FPDU size: every stream sizes its FPDUs from the TCP connection's effective
  * MSS (RFC 5044 MULPDU, dw_mpa_mulpdu), read at attach and again now and then
@@ -61,7 +62,7 @@ struct dw_mpa_conn;
 
 enum dw_rc_conn_state {
         DW_RC_IDLE,       /* no stream; IB-style: waiting for RTR */
-        DW_RC_CONNECTING, /* cm/ is setting the stream up */
+        DW_RC_CONNECTING, /* cm.c is setting the stream up */
         DW_RC_UP,         /* FPDU mode */
         DW_RC_CLOSING,    /* draining: last FPDUs / Terminate out, FIN sent, wait for EOF */
         DW_RC_CLOSED,     /* stream gone; the QP is in ERR (or RESET), or peer_closed */
@@ -179,7 +180,7 @@ struct dw_rc_conn {
 
         /* ---- timers / cm ---- */
         uint64_t deadline_ns; /* CLOSING: give up waiting for EOF; cm: connect deadline */
-        void *cm;             /* cm/: IB-style connect attempt in progress */
+        struct dw_cm_att *cm; /* cm.c: IB-style connect attempt in progress */
         struct dw_rc_conn *tnext, *tprev; /* device list of conns with timers */
         bool on_timer_list;
         struct dw_rc_conn *lnext, *lprev; /* device list of conns with an open stream */
@@ -198,16 +199,43 @@ struct dw_rc_conn {
         uint32_t rx_fpdu_len; /* wire length of the data FPDU being placed */
 };
 
-/* cm/ -> rc: the MPA exchange on fd is DONE for qp; the stream is now the
- * QP's (fd is closed by rc from here on, also on failure). Sends queued
- * before are transmitted. 0 or -errno. */
-int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
-                 const struct sockaddr_in *peer);
+/* The one writer of c->state: moves the connection to `to` if the RC state
+ * machine has that transition (rc.c, rc_state_next), else logs why was
+ * refused and leaves the state alone (false). Moving to the current state is
+ * no transition (true). */
+bool dw_rc_set_state(struct dw_rc_conn *c, enum dw_rc_conn_state to, const char *why);
 
-/* cm/ -> rc: the stream on fd will be qp's (an accepted connect, before its
+/* A stream cm.c set up: the finished MPA exchange on fd, with peer. */
+struct dw_rc_stream {
+        int fd;
+        const struct dw_mpa_conn *mc;
+        const struct sockaddr_in *peer;
+};
+
+/* How the stream was set up, which says what the QP does with it. */
+enum dw_rc_setup {
+        /* IB-style connect, either side: attached; a failure (or s NULL: the
+         * stream never came) moves the QP to ERR with QP_FATAL. */
+        DW_RC_SETUP_IB,
+        /* Attached as it is, nothing else: a failure is returned only. The
+         * connection to itself (RTR named the QP itself), whose failure
+         * fails the modify to RTR that started it. */
+        DW_RC_SETUP_ATTACH,
+        /* Native connect/accept: INIT -> RTR (the peer's address, the
+         * negotiated IRD), attached, -> RTS (the negotiated ORD); a failure
+         * moves a QP past INIT to ERR with QP_FATAL. */
+        DW_RC_SETUP_NATIVE,
+};
+
+/* cm.c -> the QP: the one hand-over of a set-up stream (s->fd is the QP's
+ * from here on: closed by rc.c, also on failure; sends queued before are
+ * transmitted), or, with s NULL, of a setup that failed. 0 or -errno. */
+int dw_rc_handover(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_setup how);
+
+/* cm.c -> rc.c: the stream on fd will be qp's (an accepted connect, before its
  * MPA reply goes out): its end is registered now (rc_local.h), so an
  * initiator in this process, which may attach and send as soon as it has
- * the reply, finds it. dw_rc_attach registers it otherwise. */
+ * the reply, finds it. dw_rc_handover registers it otherwise. */
 void dw_rc_register_end(struct dw_qp *qp, int fd);
 
 /* Graceful disconnect (diwarp_disconnect): what was handed to the socket
@@ -219,7 +247,7 @@ int dw_rc_disconnect(struct dw_qp *qp);
 uint16_t dw_rc_offer_ird(const struct dw_qp *qp);
 uint16_t dw_rc_offer_ord(const struct dw_qp *qp);
 
-/* Timer list of the device (cm/ uses it for its connect attempts too). */
+/* Timer list of the device (cm.c uses it for its connect attempts too). */
 void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadline_ns);
 void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c);
 

@@ -24,14 +24,14 @@
  *    ORD, initiator IRD); each side then uses ORD = min(own ORD, peer IRD).
  *  - Peer-to-peer mode (RFC 6581): we never ask for it. A responder that gets
  *    P2P accepts with a zero-length RDMA Write (or Read, or Send, in that order
- *    of preference) as the RTR message; rtr_* in the result tell qp/rc.c what
+ *    of preference) as the RTR message; rtr_* in the result tell rc.c what
  *    to expect (only a zero-length Send needs special handling: it must not
  *    consume a receive WQE).
  * Private data is limited to DW_MPA_PD_MAX - 4 = 508 bytes (the enhanced block
  * counts against PD_Length).
  */
-#ifndef DIWARP_CM_MPA_CONN_H
-#define DIWARP_CM_MPA_CONN_H
+#ifndef DIWARP_RC_MPA_CONN_H
+#define DIWARP_RC_MPA_CONN_H
 
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -65,7 +65,7 @@ struct dw_mpa_conn {
         uint8_t tx[DW_MPA_FRAME_HDR_LEN + DW_MPA_PD_MAX];
         uint16_t tx_len, tx_off;
         /* frame being read: exactly the frame's bytes, never beyond, so the
-         * first FPDU after it stays in the socket for qp/rc.c */
+         * first FPDU after it stays in the socket for rc.c */
         uint8_t rx[DW_MPA_FRAME_HDR_LEN + DW_MPA_PD_MAX];
         uint16_t rx_len;
         /* result (valid from REQUEST / DONE / REJECTED) */
@@ -107,7 +107,7 @@ short dw_mpa_poll_events(const struct dw_mpa_conn *c);
 int dw_mpa_respond(struct dw_mpa_conn *c, bool accept, uint16_t ird, uint16_t ord, const void *pd,
                    uint16_t pd_len);
 
-/* Negotiated values for qp/rc.c once DONE: ORD = min(own ORD, peer IRD). */
+/* Negotiated values for rc.c once DONE: ORD = min(own ORD, peer IRD). */
 static inline uint16_t dw_mpa_result_ord(const struct dw_mpa_conn *c)
 {
         return c->ord < c->peer_ird ? c->ord : c->peer_ird;

@@ -1,4 +1,4 @@
-#include "cm/mpa_conn.h"
+#include "rc/mpa_conn.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -1,7 +1,7 @@
 /* RC transport: RDMAP over DDP over MPA over one TCP stream per QP.
- * See rc.h for the buffer layout and cm/README.md for the decisions. */
-#include "qp/rc.h"
-#include "qp/rc_local.h"
+ * See rc.h for the buffer layout and README.md for the decisions. */
+#include "rc/rc.h"
+#include "rc/rc_local.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cm/cm.h"
-#include "cm/mpa_conn.h"
+#include "rc/cm.h"
+#include "rc/mpa_conn.h"
 #include "llp/tcp.h"
 #include "progress/progress.h"
 #include "util/time.h"
@@ -44,9 +44,41 @@ static const char *peer_str(const struct dw_rc_conn *c, char *buf, size_t len)
         return dw_tcp_addr_str(&c->peer, buf, len);
 }
 
-static struct dw_rc_dev *rcdev(struct dw_device *dev)
+/* ---------------------------------------------------------------- connection state */
+
+static const char *const rc_state_names[] = {
+    [DW_RC_IDLE] = "IDLE",       [DW_RC_CONNECTING] = "CONNECTING", [DW_RC_UP] = "UP",
+    [DW_RC_CLOSING] = "CLOSING", [DW_RC_CLOSED] = "CLOSED",
+};
+
+#define RC_TO(s) (1u << (s))
+/* The transitions of enum dw_rc_conn_state, by state: the states it may move
+ * to. A stream ends in CLOSED (RESET alone brings the QP back to IDLE); a
+ * connection being set up (CONNECTING) goes back to IDLE when it fails. */
+static const uint8_t rc_state_next[] = {
+    [DW_RC_IDLE] = RC_TO(DW_RC_CONNECTING) | RC_TO(DW_RC_UP),
+    [DW_RC_CONNECTING] = RC_TO(DW_RC_IDLE) | RC_TO(DW_RC_UP) | RC_TO(DW_RC_CLOSED),
+    [DW_RC_UP] = RC_TO(DW_RC_CLOSING) | RC_TO(DW_RC_CLOSED),
+    [DW_RC_CLOSING] = RC_TO(DW_RC_CLOSED),
+    [DW_RC_CLOSED] = RC_TO(DW_RC_IDLE),
+};
+
+bool dw_rc_set_state(struct dw_rc_conn *c, enum dw_rc_conn_state to, const char *why)
 {
-        return (struct dw_rc_dev *)dev->rc;
+        enum dw_rc_conn_state from = c->state;
+
+        if (from == to)
+                return true;
+        if (!(rc_state_next[from] & RC_TO(to))) {
+                dw_warn("RC QP %#x: connection state %s -> %s refused (%s): not a transition of "
+                        "the RC state machine",
+                        c->qp->qpn, rc_state_names[from], rc_state_names[to], why);
+                return false;
+        }
+        dw_dbg("RC QP %#x: connection %s -> %s (%s)", c->qp->qpn, rc_state_names[from],
+               rc_state_names[to], why);
+        c->state = to;
+        return true;
 }
 
 static uint32_t ord_limit(const struct dw_rc_conn *c)
@@ -206,7 +238,7 @@ static void set_watch(struct dw_rc_conn *c, bool want_out)
 
 void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadline_ns)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         c->deadline_ns = deadline_ns;
         if (!c->on_timer_list && rd) {
@@ -222,7 +254,7 @@ void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadl
 
 void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         if (!c->on_timer_list || !rd)
                 return;
@@ -239,7 +271,7 @@ void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c)
 /* The live list: conns with an open stream, read directly by dw_rc_poll. */
 static void live_add(struct dw_rc_conn *c)
 {
-        struct dw_rc_dev *rd = rcdev(c->qp->dev);
+        struct dw_rc_dev *rd = c->qp->dev->rc;
 
         if (c->on_live_list || !rd)
                 return;
@@ -254,7 +286,7 @@ static void live_add(struct dw_rc_conn *c)
 
 static void live_del(struct dw_rc_conn *c)
 {
-        struct dw_rc_dev *rd = rcdev(c->qp->dev);
+        struct dw_rc_dev *rd = c->qp->dev->rc;
 
         if (!c->on_live_list || !rd)
                 return;
@@ -317,7 +349,7 @@ static void rc_close_now(struct dw_rc_conn *c)
         c->watched = false;
         c->rx_state = DW_RC_RX_STOP;
         if (c->state != DW_RC_IDLE)
-                c->state = DW_RC_CLOSED;
+                dw_rc_set_state(c, DW_RC_CLOSED, "stream closed");
 }
 
 /* Forgets every reference to send/receive WQEs (they are about to be
@@ -1275,7 +1307,7 @@ static void batch_done(struct dw_rc_conn *c)
                 c->fin_after_batch = false;
                 c->term_pending = false;
                 if (c->state == DW_RC_UP)
-                        c->state = DW_RC_CLOSING;
+                        dw_rc_set_state(c, DW_RC_CLOSING, "FIN sent");
         }
 }
 
@@ -2367,7 +2399,7 @@ static __attribute__((noinline)) int rc_poll_live(struct dw_device *dev, struct 
 
 int dw_rc_poll(struct dw_device *dev, int budget)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         (void)budget;
         if (!rd || !rd->live)
@@ -2390,8 +2422,11 @@ void dw_rc_register_end(struct dw_qp *qp, int fd)
                 c->end_slot = dw_rc_end_register(qp->dev, c, &local, &remote);
 }
 
-int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
-                 const struct sockaddr_in *peer)
+/* The MPA exchange on fd is DONE for qp; the stream is now the QP's (fd is
+ * closed here from now on, also on failure). Sends queued before are
+ * transmitted. 0 or -errno. */
+static int rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
+                     const struct sockaddr_in *peer)
 {
         struct dw_rc_conn *c = qp->rc;
         char pb[32];
@@ -2433,13 +2468,13 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         if (tx_arrays(c, nb) < 0)
                 dw_warn("RC QP %#x peer %s: no memory for batches of %d FPDUs; %d per write",
                         qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), nb, c->slot_cap);
-        c->state = DW_RC_UP;
+        dw_rc_set_state(c, DW_RC_UP, "stream attached");
         c->watched = false;
         set_watch(c, false);
         if (!c->watched) {
                 dw_warn("RC QP %#x peer %s: cannot watch the stream socket", qp->qpn,
                         dw_tcp_addr_str(peer, pb, sizeof(pb)));
-                c->state = DW_RC_CLOSED;
+                dw_rc_set_state(c, DW_RC_CLOSED, "the stream socket cannot be watched");
                 close(fd);
                 c->fd = -1;
                 return -ENOSPC;
@@ -2452,6 +2487,99 @@ int dw_rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         rc_tx(c);
         dw_progress_wake(qp->dev);
         return 0;
+}
+
+/* Native connect/accept: the QP goes through the state machine as rdma_cm
+ * moves it (INIT -> RTR with the peer's address and the negotiated IRD, the
+ * stream attached, RTR -> RTS with the negotiated ORD), so every
+ * transition's checks and side effects apply and diwarp_qp_query reports
+ * the peer. The peer's QPN is not known: MPA carries none, and the
+ * application's private data goes on the wire exactly as given (an iWARP
+ * peer hands all of it to its ULP), so dest_qp_num stays 0, as on an RNIC
+ * connected through the iWARP CM. The caller holds the device lock through
+ * all of it: no FPDU is processed while the QP is in RTR, so a native
+ * connection never raises COMM_EST (README.md). */
+static int handover_native(struct dw_qp *qp, const struct dw_rc_stream *s)
+{
+        struct dw_rc_conn *c = qp->rc;
+        const struct dw_mpa_conn *mc = s->mc;
+        int fd = s->fd;
+        struct diwarp_qp_attr a;
+        char pb[32];
+        int r;
+
+        /* RTS: an external QP the program readied itself (cm.c, claim_qp). */
+        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR &&
+            qp->state != DIWARP_QPS_RTS) {
+                dw_warn("RC QP %#x peer %s: the QP left for state %d during connection setup",
+                        qp->qpn, dw_tcp_addr_str(s->peer, pb, sizeof(pb)), qp->state);
+                dw_rc_set_state(c, DW_RC_IDLE, "the QP left during connection setup");
+                close(fd);
+                return -EINVAL;
+        }
+        uint16_t ird = mc->ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : mc->ird;
+        uint16_t ord = dw_mpa_result_ord(mc);
+        if (ord > DW_RC_MAX_RD)
+                ord = DW_RC_MAX_RD;
+        memset(&a, 0, sizeof(a));
+        dw_ipv4_to_gid(s->peer->sin_addr, &a.dgid);
+        a.dest_qp_num = 0;
+        a.max_dest_rd_atomic = (uint8_t)ird;
+        a.max_rd_atomic = (uint8_t)ord;
+        int path = DIWARP_QP_AV | DIWARP_QP_DEST_QPN | DIWARP_QP_MAX_DEST_RD_ATOMIC;
+        /* Still DW_RC_CONNECTING here, so RTR with AV + DEST_QPN does not
+         * start an IB-style connect. */
+        if (qp->state == DIWARP_QPS_INIT) {
+                a.qp_state = DIWARP_QPS_RTR;
+                r = dw_qp_modify_internal(qp, &a, DIWARP_QP_STATE | path);
+                path = 0;
+                if (r < 0)
+                        goto fail;
+        }
+        r = rc_attach(qp, fd, mc, s->peer);
+        fd = -1; /* rc_attach owns it now, also on failure */
+        if (r < 0)
+                goto fail;
+        a.qp_state = DIWARP_QPS_RTS;
+        r = dw_qp_modify_internal(qp, &a, DIWARP_QP_STATE | DIWARP_QP_MAX_QP_RD_ATOMIC | path);
+        if (r < 0)
+                goto fail;
+        /* The AV gave the peer's instance address; the stream's is the truth. */
+        qp->peer = *s->peer;
+        return 0;
+
+fail:
+        dw_warn("RC QP %#x peer %s: native connection setup failed: %s", qp->qpn,
+                dw_tcp_addr_str(s->peer, pb, sizeof(pb)), strerror(-r));
+        if (fd >= 0)
+                close(fd);
+        if (c->state == DW_RC_CONNECTING)
+                dw_rc_set_state(c, DW_RC_IDLE, "native connection setup failed");
+        if (qp->state != DIWARP_QPS_INIT)
+                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+        return r;
+}
+
+int dw_rc_handover(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_setup how)
+{
+        struct dw_rc_conn *c = qp->rc;
+        int r = -ECONNABORTED;
+
+        if (how == DW_RC_SETUP_NATIVE)
+                return handover_native(qp, s);
+        if (s) {
+                if (how == DW_RC_SETUP_IB)
+                        c->ib_style = true;
+                r = rc_attach(qp, s->fd, s->mc, s->peer);
+                if (r == 0 || how == DW_RC_SETUP_ATTACH)
+                        return r;
+        }
+        /* IB-style: the stream never came, or cannot be used. */
+        if (c->state == DW_RC_CONNECTING)
+                dw_rc_set_state(c, DW_RC_IDLE, "IB-style connect failed");
+        if (qp->state != DIWARP_QPS_ERR)
+                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+        return r;
 }
 
 int dw_rc_disconnect(struct dw_qp *qp)
@@ -2485,7 +2613,7 @@ int dw_rc_qp_init(struct dw_qp *qp)
         c->fd = -1;
         c->end_slot = -1;
         c->mulpdu = DW_RC_MULPDU_DEFAULT;
-        c->state = DW_RC_IDLE;
+        c->state = DW_RC_IDLE; /* the initial state, not a transition */
         reset_stream(c);
         qp->rc = c;
         return 0;
@@ -2529,7 +2657,7 @@ int dw_rc_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old_state, int mask)
                 dw_cm_qp_cancel(qp);
                 rc_close_now(c);
                 reset_stream(c);
-                c->state = DW_RC_IDLE;
+                dw_rc_set_state(c, DW_RC_IDLE, "QP reset");
                 c->ib_style = false;
                 return 0;
         case DIWARP_QPS_RTR:
@@ -2596,7 +2724,7 @@ void dw_rc_qp_error(struct dw_qp *qp)
                  * framed), then the Terminate if one is due, then FIN. */
                 if (!c->term_pending)
                         c->fin_after_batch = true;
-                c->state = DW_RC_CLOSING;
+                dw_rc_set_state(c, DW_RC_CLOSING, "QP error");
                 c->rx_state = DW_RC_RX_STOP;
                 uint32_t ms = qp->dev->cfg.peer_timeout_ms ? qp->dev->cfg.peer_timeout_ms : 5000;
                 dw_rc_timer_add(qp->dev, c, dw_now_ns() + (uint64_t)ms * 1000000ull);
@@ -2653,7 +2781,7 @@ static __attribute__((noinline)) int rc_progress_timed(struct dw_device *dev, st
 
 int dw_rc_progress(struct dw_device *dev, int budget)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         (void)budget;
         /* Nothing timed: no clock read (it costs ~200 ns on some VMs, and a
@@ -2680,7 +2808,7 @@ int dw_rc_dev_init(struct dw_device *dev)
 
 void dw_rc_dev_fini(struct dw_device *dev)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         if (!rd)
                 return;

@@ -1,10 +1,10 @@
-/* cm/: RC connection management.
+/* rc/cm: RC connection management.
  *
  *  - mpa_conn.{c,h}: the MPA request/reply exchange on one socket.
  *  - cm.c: the native CM calls of diwarp.h (diwarp_listen, *_get_request,
  *    accept, reject, connect, disconnect) and the IB-style connect that starts
  *    when an RC QP reaches RTR with DEST_QPN + AV (docs/PROTOCOL.md).
- * Established streams are handed to qp/rc.c (dw_rc_attach).
+ * Established streams are handed to rc.c (dw_rc_handover).
  *
  * IB-style connect private data (MPA Request and Reply, 32 bytes, after the
  * RFC 6581 IRD/ORD block; see docs/PROTOCOL.md):
@@ -13,8 +13,8 @@
  *    12  responder QPN (32, BE) 16  sender's GID (16: initiator's in the
  *                                    Request, responder's in the Reply)
  */
-#ifndef DIWARP_CM_CM_H
-#define DIWARP_CM_CM_H
+#ifndef DIWARP_RC_CM_H
+#define DIWARP_RC_CM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -67,17 +67,13 @@ struct dw_rc_dev {
         uint32_t rdchs_ending;    /* of them, closed by the peer: their QPs end soon */
 };
 
-/* All below: device lock held. */
+/* All below: device lock held (dw_cm_qp_cancel: dw.h). */
 int dw_cm_dev_init(struct dw_device *dev);
 void dw_cm_dev_fini(struct dw_device *dev);
 /* The QP just reached RTR with DEST_QPN + AV: start (smaller (GID, QPN)) or
  * await (larger) the stream. 0 or -errno (-EINVAL: AV is not an IPv4 GID or
  * the QP names itself). */
 int dw_cm_ib_connect(struct dw_qp *qp);
-/* Forgets connect attempts / pending requests of a QP (destroy, reset, error).
- * RC over RD: also closes the QP's CM stream, which tells the peer (its QP
- * goes to ERR: rdma_cm's DISCONNECTED). */
-void dw_cm_qp_cancel(struct dw_qp *qp);
 /* Timers: retries, deadlines. Returns work done. */
 int dw_cm_progress(struct dw_device *dev);
 

@@ -1,4 +1,4 @@
-/* Both ends of an RC stream in this process (qp/rc_local.c).
+/* Both ends of an RC stream in this process (rc/rc_local.c).
  *
  * iWARP completes a Send or RDMA Write at the requester once the LLP has
  * taken it (RFC 5040 §5.4: completion does not mean placement). Programs
@@ -18,8 +18,8 @@
  * them. The table has its own mutex, taken with or without a device lock
  * held; nothing waits for a device lock while holding it (only trylock).
  */
-#ifndef DIWARP_QP_RC_LOCAL_H
-#define DIWARP_QP_RC_LOCAL_H
+#ifndef DIWARP_RC_RC_LOCAL_H
+#define DIWARP_RC_RC_LOCAL_H
 
 #include <netinet/in.h>
 #include <stdbool.h>

@@ -1,12 +1,12 @@
 /* Both ends of an RC stream in this process: see rc_local.h. */
-#include "qp/rc_local.h"
+#include "rc/rc_local.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 
 #include "dw.h"
-#include "qp/rc.h"
+#include "rc/rc.h"
 
 #define DW_RC_END_SLOTS 1024
 

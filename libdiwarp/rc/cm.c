@@ -1,6 +1,6 @@
 /* RC connection management: native CM calls and the IB-style connect.
  * See cm.h for the private data layout and README.md for the decisions. */
-#include "cm/cm.h"
+#include "rc/cm.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -12,11 +12,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cm/mpa_conn.h"
+#include "rc/mpa_conn.h"
 #include "api/backend.h"
 #include "dw.h"
 #include "llp/tcp.h"
-#include "qp/rc.h"
+#include "rc/rc.h"
 #include "qp/rd.h"
 #include "util/keyhash.h"
 #include "util/time.h"
@@ -49,11 +49,6 @@ int dw_ibcm_pd_decode(const uint8_t *buf, size_t len, struct dw_ibcm_pd *out)
         out->resp_qpn = dw_get_be32(buf + 12);
         memcpy(out->gid.raw, buf + 16, 16);
         return 0;
-}
-
-static struct dw_rc_dev *rcdev(struct dw_device *dev)
-{
-        return (struct dw_rc_dev *)dev->rc;
 }
 
 static bool is_rc(const struct dw_qp *qp)
@@ -118,7 +113,7 @@ static void pend_unwatch(struct dw_cm_pend *p)
 
 static void pend_free(struct dw_cm_pend *p, bool close_fd)
 {
-        struct dw_rc_dev *rd = rcdev(p->dev);
+        struct dw_rc_dev *rd = p->dev->rc;
 
         for (struct dw_cm_pend **pp = &rd->pend; *pp; pp = &(*pp)->next)
                 if (*pp == p) {
@@ -156,7 +151,7 @@ static void pend_reply(struct dw_cm_pend *p, struct dw_qp *qp, uint8_t reason)
         p->accepting = accept;
         p->qp = accept ? qp : NULL;
         if (accept)
-                qp->rc->state = DW_RC_CONNECTING;
+                dw_rc_set_state(qp->rc, DW_RC_CONNECTING, "IB-style Request accepted");
         pend_watch(p, EPOLLOUT);
         pend_cb(p->dev, p->fd, EPOLLOUT, p);
 }
@@ -231,9 +226,8 @@ static int pend_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
                 pend_unwatch(p);
                 p->fd = -1;
                 pend_free(p, false);
-                qp->rc->state = DW_RC_IDLE;
-                qp->rc->ib_style = true;
-                dw_rc_attach(qp, sfd, &mc, &peer);
+                dw_rc_handover(qp, &(struct dw_rc_stream){.fd = sfd, .mc = &mc, .peer = &peer},
+                               DW_RC_SETUP_IB);
                 return 1;
         }
         case DW_MPA_REJECTED:
@@ -244,7 +238,7 @@ static int pend_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
                         dw_tcp_addr_str(&p->peer, pb, sizeof(pb)),
                         p->mpa.why ? p->mpa.why : "MPA setup failed", strerror(-p->mpa.err));
                 if (p->state == PEND_REPLYING && p->accepting && p->qp && p->qp->rc)
-                        p->qp->rc->state = DW_RC_IDLE;
+                        dw_rc_set_state(p->qp->rc, DW_RC_IDLE, "IB-style Reply failed");
                 pend_free(p, true);
                 return 1;
         }
@@ -294,7 +288,7 @@ static int listen_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
 /* A QP reached RTR as the responder: a Request may already be waiting. */
 static void pend_match_qp(struct dw_device *dev, struct dw_qp *qp)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         for (struct dw_cm_pend *p = rd->pend, *n; p; p = n) {
                 n = p->next;
@@ -337,7 +331,7 @@ static void att_close_fd(struct dw_cm_att *a)
 
 static void att_free(struct dw_cm_att *a)
 {
-        struct dw_rc_dev *rd = rcdev(a->qp->dev);
+        struct dw_rc_dev *rd = a->qp->dev->rc;
 
         for (struct dw_cm_att **pp = &rd->atts; *pp; pp = &(*pp)->next)
                 if (*pp == a) {
@@ -359,9 +353,7 @@ static void att_fatal(struct dw_cm_att *a, const char *why, int err)
                 dw_tcp_addr_str(&qp->peer, pb, sizeof(pb)), qp->attr.dest_qp_num, why,
                 err ? ": " : "", err ? strerror(-err) : "");
         att_free(a);
-        qp->rc->state = DW_RC_IDLE;
-        if (qp->state != DIWARP_QPS_ERR)
-                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+        dw_rc_handover(qp, NULL, DW_RC_SETUP_IB);
 }
 
 static void att_watch(struct dw_cm_att *a)
@@ -452,9 +444,8 @@ static int att_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
                 a->watched = false;
                 a->fd = -1;
                 att_free(a);
-                qp->rc->state = DW_RC_IDLE;
-                if (dw_rc_attach(qp, sfd, &mc, &qp->peer) < 0 && qp->state != DIWARP_QPS_ERR)
-                        dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+                dw_rc_handover(qp, &(struct dw_rc_stream){.fd = sfd, .mc = &mc, .peer = &qp->peer},
+                               DW_RC_SETUP_IB);
                 return 1;
         }
         case DW_MPA_REJECTED: {
@@ -514,13 +505,14 @@ static int self_connect(struct dw_qp *qp)
         mc.peer_ird = mc.ird;
         mc.peer_ord = mc.ord;
         dw_dbg("RC QP %#x: connected to itself", qp->qpn);
-        return dw_rc_attach(qp, fd, &mc, &qp->peer);
+        return dw_rc_handover(qp, &(struct dw_rc_stream){.fd = fd, .mc = &mc, .peer = &qp->peer},
+                              DW_RC_SETUP_ATTACH);
 }
 
 int dw_cm_ib_connect(struct dw_qp *qp)
 {
         struct dw_device *dev = qp->dev;
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
         struct dw_rc_conn *c = qp->rc;
 
         if (!rd || !c)
@@ -548,7 +540,7 @@ int dw_cm_ib_connect(struct dw_qp *qp)
         a->next = rd->atts;
         rd->atts = a;
         c->cm = a;
-        c->state = DW_RC_CONNECTING;
+        dw_rc_set_state(c, DW_RC_CONNECTING, "IB-style connect started");
         dw_progress_timer(dev, a->deadline_ns);
         att_start(a);
         return 0;
@@ -714,7 +706,7 @@ static int rdcm_decode(const uint8_t *pd, uint16_t len, struct rdcm_blk *b, cons
 
 static struct dw_cm_rdch *rdch_of(const struct dw_qp *qp)
 {
-        struct dw_rc_dev *rd = rcdev(qp->dev);
+        struct dw_rc_dev *rd = qp->dev->rc;
         for (struct dw_cm_rdch *ch = rd ? rd->rdchs : NULL; ch; ch = ch->next)
                 if (ch->qp == qp)
                         return ch;
@@ -734,7 +726,7 @@ static void rdch_close_fd(struct dw_cm_rdch *ch)
 static void rdch_free(struct dw_cm_rdch *ch)
 {
         struct dw_device *dev = ch->qp->dev;
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         for (struct dw_cm_rdch **pp = &rd->rdchs; *pp; pp = &(*pp)->next)
                 if (*pp == ch) {
@@ -779,7 +771,7 @@ static int rdch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
         rdch_close_fd(ch);
         ch->end_err = err;
         ch->end_at = dw_now_ns() + RDCH_END_GRACE_NS;
-        rcdev(dev)->rdchs_ending++;
+        dev->rc->rdchs_ending++;
         dw_progress_timer(dev, ch->end_at);
         return 1;
 }
@@ -796,7 +788,7 @@ static int claim_rd(struct dw_qp *qp)
         struct dw_cm_rdch *ch = calloc(1, sizeof(*ch));
         if (!ch)
                 return -ENOMEM;
-        struct dw_rc_dev *rd = rcdev(qp->dev);
+        struct dw_rc_dev *rd = qp->dev->rc;
         ch->qp = qp;
         ch->fd = -1;
         ch->next = rd->rdchs;
@@ -806,20 +798,20 @@ static int claim_rd(struct dw_qp *qp)
 
 void dw_cm_qp_cancel(struct dw_qp *qp)
 {
-        struct dw_rc_dev *rd = rcdev(qp->dev);
+        struct dw_rc_dev *rd = qp->dev->rc;
 
         if (!rd)
                 return;
         if (qp->rc && qp->rc->cm) {
-                att_free((struct dw_cm_att *)qp->rc->cm);
+                att_free(qp->rc->cm);
                 if (qp->rc->state == DW_RC_CONNECTING)
-                        qp->rc->state = DW_RC_IDLE;
+                        dw_rc_set_state(qp->rc, DW_RC_IDLE, "connect cancelled");
         }
         for (struct dw_cm_pend *p = rd->pend, *n; p; p = n) {
                 n = p->next;
                 if (p->qp == qp) {
                         if (qp->rc && qp->rc->state == DW_RC_CONNECTING)
-                                qp->rc->state = DW_RC_IDLE;
+                                dw_rc_set_state(qp->rc, DW_RC_IDLE, "connect cancelled");
                         pend_free(p, true);
                 }
         }
@@ -828,7 +820,7 @@ void dw_cm_qp_cancel(struct dw_qp *qp)
 
 int dw_cm_progress(struct dw_device *dev)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
         uint64_t now = dw_now_ns();
         int work = 0;
 
@@ -850,7 +842,7 @@ int dw_cm_progress(struct dw_device *dev)
                         pend_reply(p, NULL, DW_IBCM_NOT_READY);
                 } else {
                         if (p->state == PEND_REPLYING && p->accepting && p->qp && p->qp->rc)
-                                p->qp->rc->state = DW_RC_IDLE;
+                                dw_rc_set_state(p->qp->rc, DW_RC_IDLE, "IB-style Reply timed out");
                         pend_free(p, true);
                 }
         }
@@ -885,7 +877,7 @@ int dw_cm_progress(struct dw_device *dev)
 
 int dw_cm_dev_init(struct dw_device *dev)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         if (dev->tcp_listen_fd >= 0) {
                 int r = dw_progress_watch_fd(dev, dev->tcp_listen_fd, EPOLLIN, listen_cb, rd);
@@ -898,7 +890,7 @@ int dw_cm_dev_init(struct dw_device *dev)
 
 void dw_cm_dev_fini(struct dw_device *dev)
 {
-        struct dw_rc_dev *rd = rcdev(dev);
+        struct dw_rc_dev *rd = dev->rc;
 
         if (!rd)
                 return;
@@ -1189,7 +1181,7 @@ static int claim_qp(struct dw_qp *qp)
         /* ib_style: RTR named a peer QP, the IB-style connect owns the QP. */
         if (qp->rc->state != DW_RC_IDLE || qp->rc->fd >= 0 || qp->rc->ib_style)
                 return -EISCONN;
-        qp->rc->state = DW_RC_CONNECTING;
+        dw_rc_set_state(qp->rc, DW_RC_CONNECTING, "native connect/accept");
         return 0;
 }
 
@@ -1201,7 +1193,7 @@ static void unclaim_qp(struct dw_qp *qp)
                 if (ch && ch->fd < 0)
                         rdch_free(ch);
         } else if (qp->rc && qp->rc->state == DW_RC_CONNECTING) {
-                qp->rc->state = DW_RC_IDLE;
+                dw_rc_set_state(qp->rc, DW_RC_IDLE, "native connect/accept abandoned");
         }
 }
 
@@ -1309,77 +1301,18 @@ fail:
         return r;
 }
 
-/* Stream established: the QP goes through the state machine as rdma_cm moves
- * it (INIT -> RTR with the peer's address and the negotiated IRD, the stream
- * attached, RTR -> RTS with the negotiated ORD), so every transition's checks
- * and side effects apply and diwarp_qp_query reports the peer. The peer's QPN
- * is not known: MPA carries none, and the application's private data goes on
- * the wire exactly as given (an iWARP peer hands all of it to its ULP), so
- * dest_qp_num stays 0, as on an RNIC connected through the iWARP CM. All
- * under one hold of the device lock: no FPDU is processed while the QP is in
- * RTR, so a native connection never raises COMM_EST (cm/README.md). */
+/* Stream established: rc.c takes it and moves the QP to RTS
+ * (DW_RC_SETUP_NATIVE), all under one hold of the device lock. */
 static int attach_native(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                          const struct sockaddr_in *peer)
 {
         struct dw_device *dev = qp->dev;
-        struct diwarp_qp_attr a;
-        char pb[32];
-        int r;
 
         pthread_mutex_lock(&dev->lock);
-        /* RTS: an external QP the program readied itself (claim_qp). */
-        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RTR &&
-            qp->state != DIWARP_QPS_RTS) {
-                dw_warn("RC QP %#x peer %s: the QP left for state %d during connection setup",
-                        qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->state);
-                qp->rc->state = DW_RC_IDLE;
-                pthread_mutex_unlock(&dev->lock);
-                close(fd);
-                return -EINVAL;
-        }
-        uint16_t ird = mc->ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : mc->ird;
-        uint16_t ord = dw_mpa_result_ord(mc);
-        if (ord > DW_RC_MAX_RD)
-                ord = DW_RC_MAX_RD;
-        memset(&a, 0, sizeof(a));
-        dw_ipv4_to_gid(peer->sin_addr, &a.dgid);
-        a.dest_qp_num = 0;
-        a.max_dest_rd_atomic = (uint8_t)ird;
-        a.max_rd_atomic = (uint8_t)ord;
-        int path = DIWARP_QP_AV | DIWARP_QP_DEST_QPN | DIWARP_QP_MAX_DEST_RD_ATOMIC;
-        /* Still DW_RC_CONNECTING here, so RTR with AV + DEST_QPN does not
-         * start an IB-style connect. */
-        if (qp->state == DIWARP_QPS_INIT) {
-                a.qp_state = DIWARP_QPS_RTR;
-                r = dw_qp_modify_internal(qp, &a, DIWARP_QP_STATE | path);
-                path = 0;
-                if (r < 0)
-                        goto fail;
-        }
-        qp->rc->state = DW_RC_IDLE;
-        r = dw_rc_attach(qp, fd, mc, peer);
-        fd = -1; /* rc.c owns it now, also on failure */
-        if (r < 0)
-                goto fail;
-        a.qp_state = DIWARP_QPS_RTS;
-        r = dw_qp_modify_internal(qp, &a, DIWARP_QP_STATE | DIWARP_QP_MAX_QP_RD_ATOMIC | path);
-        if (r < 0)
-                goto fail;
-        /* The AV gave the peer's instance address; the stream's is the truth. */
-        qp->peer = *peer;
-        dw_progress_step(dev, DW_PROGRESS_BUDGET);
-        pthread_mutex_unlock(&dev->lock);
-        return 0;
-
-fail:
-        dw_warn("RC QP %#x peer %s: native connection setup failed: %s", qp->qpn,
-                dw_tcp_addr_str(peer, pb, sizeof(pb)), strerror(-r));
-        if (fd >= 0)
-                close(fd);
-        if (qp->rc->state == DW_RC_CONNECTING)
-                qp->rc->state = DW_RC_IDLE;
-        if (qp->state != DIWARP_QPS_INIT)
-                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+        int r = dw_rc_handover(qp, &(struct dw_rc_stream){.fd = fd, .mc = mc, .peer = peer},
+                               DW_RC_SETUP_NATIVE);
+        if (r == 0)
+                dw_progress_step(dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return r;
 }
