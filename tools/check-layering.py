@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks libdiwarp's layering against the folders' own READMEs.
 
-    tools/check-layering.py SOURCE_ROOT BUILD_DIR
+    tools/check-layering.py SOURCE_ROOT BUILD_DIR [STAMP]
 
 Every folder of libdiwarp/ says in its README.md which folders it may use,
 on one line that starts with "May call:" (backticked names: `qp/`,
@@ -21,7 +21,9 @@ An arrow the README does not allow is an error unless
 tools/layering-exceptions.txt lists it ("FROM -> TO  why"): the arrows the
 tree still has and means to lose. A listed arrow the tree no longer has is
 an error too, so the list only shrinks. Exit 0 when everything holds, 1
-with one line per broken rule, 2 when the inputs are missing.
+with one line per broken rule, 2 when the inputs are missing. With STAMP
+(the build runs it so: libdiwarp/meson.build) the file STAMP is written
+when everything holds, and a broken rule fails the build.
 """
 import os
 import re
@@ -119,10 +121,11 @@ def call_arrows(objdir, folders):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     src, build = sys.argv[1], sys.argv[2]
+    stamp = sys.argv[3] if len(sys.argv) == 4 else None
     lib = os.path.join(src, "libdiwarp")
     objdir = os.path.join(build, "libdiwarp", "libdiwarp.a.p")
     if not os.path.isdir(lib) or not os.path.isdir(objdir):
@@ -166,6 +169,9 @@ def main():
         n = sum(len(a) - 1 for a in allowed.values())
         print(f"layering: {len(folders)} folders, {n} allowed arrows, "
               f"{len(exceptions)} listed exceptions: ok")
+        if stamp:
+            with open(stamp, "w") as f:
+                f.write("ok\n")
     return 1 if errors else 0
 
 
