@@ -21,7 +21,9 @@ right after:
 Stacks: rd-thread (RD Writes, the progress thread as it comes), rd-app
 (DIWARP_PROGRESS=app: the application alone drives progress, the old way),
 rcrd-thread and rcrd-app (diwarp-bw --transport rc with
-DIWARP_RC_TRANSPORT=rd: RC QPs carried by RD). --json FILE writes every
+DIWARP_RC_TRANSPORT=rd: RC QPs carried by RD), rd-daemon and rcrd-daemon
+(the same through one host daemon per namespace, `diwarpd`, every program
+its client: DIWARP_PROGRESS=daemon). --json FILE writes every
 result (case, stack, gbps, ratio, jain, retx_pct, takeovers, failed) for
 bench/run.py's `shared` group.
 
@@ -61,19 +63,69 @@ STACKS = {  # name -> (diwarp-bw --transport, extra environment)
     "rd-app": ("rd", {"DIWARP_PROGRESS": "app"}),
     "rcrd-thread": ("rc", {"DIWARP_RC_TRANSPORT": "rd"}),
     "rcrd-app": ("rc", {"DIWARP_RC_TRANSPORT": "rd", "DIWARP_PROGRESS": "app"}),
+    "rd-daemon": ("rd", {"DIWARP_PROGRESS": "daemon"}),
+    "rcrd-daemon": ("rc", {"DIWARP_RC_TRANSPORT": "rd", "DIWARP_PROGRESS": "daemon"}),
 }
+
+
+def daemons_start(a, name, env):
+    """One diwarpd in each of A and B (the engine settings of env); returns
+    (processes, {side: socket})."""
+    d = os.path.join("/tmp", f"diwarp-shared-{os.getpid()}")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    procs, socks = [], {}
+    for side in ("A", "B"):
+        sock = os.path.join(d, f"{name}-{side}.sock")
+        if os.path.exists(sock):
+            os.unlink(sock)
+        e = {k: v for k, v in env.items() if k != "DIWARP_PROGRESS"}
+        procs.append(subprocess.Popen([TOPO, "exec", name, side,
+                                       os.path.join(a.build, "daemon", "diwarpd"),
+                                       "--socket", sock], env=e,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        socks[side] = sock
+    deadline = time.monotonic() + 10
+    while not all(os.path.exists(s) for s in socks.values()):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            daemons_stop(procs)
+            raise RuntimeError("diwarpd did not start")
+        time.sleep(0.02)
+    return procs, socks
+
+
+def daemons_stop(procs):
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def run_pairs(a, name, b_addr, stack, n, port0):
     """n pairs at once of `stack` (a STACKS name, or "tcp"); the clients'
     RESULT lines, None for a pair that failed."""
-    bw = os.path.join(a.build, "examples", "diwarp-bw")
-    raw = os.path.join(a.build, "bench", "raw-sock")
     env = dict(os.environ)
     for k in ("DIWARP_PROGRESS", "DIWARP_RC_TRANSPORT"):
         env.pop(k, None)
     kind, extra = STACKS.get(stack, ("tcp", {}))
     env.update(extra)
+    envA, envB, daemons = env, env, []
+    if extra.get("DIWARP_PROGRESS") == "daemon":
+        daemons, socks = daemons_start(a, name, env)
+        envA = dict(env, DIWARP_DAEMON_SOCKET=socks["A"])
+        envB = dict(env, DIWARP_DAEMON_SOCKET=socks["B"])
+    try:
+        return run_pairs_in(a, name, b_addr, kind, n, port0, envA, envB)
+    finally:
+        daemons_stop(daemons)
+
+
+def run_pairs_in(a, name, b_addr, kind, n, port0, envA, envB):
+    bw = os.path.join(a.build, "examples", "diwarp-bw")
+    raw = os.path.join(a.build, "bench", "raw-sock")
     srv, cli = [], []
     for i in range(n):
         port = str(port0 + i)
@@ -83,7 +135,7 @@ def run_pairs(a, name, b_addr, stack, n, port0):
         else:
             s = [bw, "--transport", kind, "--op", "write", "--size", str(MiB), "--iters",
                  str(a.iters), "--port", port, "--timeout", "30000"]
-        srv.append(subprocess.Popen([TOPO, "exec", name, "B", *s], env=env,
+        srv.append(subprocess.Popen([TOPO, "exec", name, "B", *s], env=envB,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(0.5)
     for i in range(n):
@@ -94,7 +146,7 @@ def run_pairs(a, name, b_addr, stack, n, port0):
         else:
             c = [bw, "--transport", kind, "--op", "write", "--size", str(MiB), "--iters",
                  str(a.iters), "--port", port, "--timeout", "30000", b_addr]
-        cli.append(subprocess.Popen([TOPO, "exec", name, "A", *c], env=env,
+        cli.append(subprocess.Popen([TOPO, "exec", name, "A", *c], env=envA,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     out = []
     for i, p in enumerate(cli):
