@@ -3,7 +3,7 @@
 
     bench/run-shared.py [--build DIR] [--pairs 2,4,8] [--rates 1gbit,2gbit]
                         [--iters N] [--stacks rd-thread,rd-app,rcrd-thread]
-                        [--build-loop DIR] [--json FILE] [--quick]
+                        [--rails RATE] [--build-loop DIR] [--json FILE] [--quick]
 
 Each end of each pair is its own process, unpinned, as independent
 applications are (diwarp-bw --transport rd --op write 1 MiB against raw-sock
@@ -23,7 +23,14 @@ Stacks: rd-thread (RD Writes, the progress thread as it comes), rd-app
 rcrd-thread and rcrd-app (diwarp-bw --transport rc with
 DIWARP_RC_TRANSPORT=rd: RC QPs carried by RD), rd-daemon and rcrd-daemon
 (the same through one host daemon per namespace, `diwarpd`, every program
-its client: DIWARP_PROGRESS=daemon). --json FILE writes every
+its client: DIWARP_PROGRESS=daemon).
+
+--rails RATE runs the same cases once more on two rails instead of the
+router: A and B joined by two veth pairs, each with a tbf of RATE each way
+(bench/netns-topo.sh up NAME rails RATE,RATE), with the stack rd-2rail (RD
+Writes, the device of each end pinned to both of its rails: DIWARP_ADDR=
+rail1,rail2, every message striped) against TCP pairs spread over the rails
+(pair i on rail i mod 2). --json FILE writes every
 result (case, stack, gbps, ratio, jain, retx_pct, takeovers, failed) for
 bench/run.py's `shared` group.
 
@@ -65,6 +72,7 @@ STACKS = {  # name -> (diwarp-bw --transport, extra environment)
     "rcrd-app": ("rc", {"DIWARP_RC_TRANSPORT": "rd", "DIWARP_PROGRESS": "app"}),
     "rd-daemon": ("rd", {"DIWARP_PROGRESS": "daemon"}),
     "rcrd-daemon": ("rc", {"DIWARP_RC_TRANSPORT": "rd", "DIWARP_PROGRESS": "daemon"}),
+    "rd-2rail": ("rd", {"RAILS": "1"}),  # --rails only: both rails of each end
 }
 
 
@@ -104,26 +112,32 @@ def daemons_stop(procs):
             p.wait()
 
 
-def run_pairs(a, name, b_addr, stack, n, port0):
-    """n pairs at once of `stack` (a STACKS name, or "tcp"); the clients'
-    RESULT lines, None for a pair that failed."""
+def run_pairs(a, name, addrs, stack, n, port0):
+    """n pairs at once of `stack` (a STACKS name, or "tcp"); addrs: the
+    topology's {"b": [B's address per rail], "a": [A's]} (one entry without
+    rails); the clients' RESULT lines, None for a pair that failed."""
     env = dict(os.environ)
-    for k in ("DIWARP_PROGRESS", "DIWARP_RC_TRANSPORT"):
+    for k in ("DIWARP_PROGRESS", "DIWARP_RC_TRANSPORT", "DIWARP_ADDR"):
         env.pop(k, None)
     kind, extra = STACKS.get(stack, ("tcp", {}))
-    env.update(extra)
+    env.update({k: v for k, v in extra.items() if k != "RAILS"})
     envA, envB, daemons = env, env, []
+    if extra.get("RAILS"):
+        envA = dict(env, DIWARP_ADDR=",".join(addrs["a"]))
+        envB = dict(env, DIWARP_ADDR=",".join(addrs["b"]))
+    # TCP and single-rail stacks spread their pairs over the rails.
+    b_addrs = addrs["b"][:1] if extra.get("RAILS") else addrs["b"]
     if extra.get("DIWARP_PROGRESS") == "daemon":
         daemons, socks = daemons_start(a, name, env)
         envA = dict(env, DIWARP_DAEMON_SOCKET=socks["A"])
         envB = dict(env, DIWARP_DAEMON_SOCKET=socks["B"])
     try:
-        return run_pairs_in(a, name, b_addr, kind, n, port0, envA, envB)
+        return run_pairs_in(a, name, b_addrs, kind, n, port0, envA, envB)
     finally:
         daemons_stop(daemons)
 
 
-def run_pairs_in(a, name, b_addr, kind, n, port0, envA, envB):
+def run_pairs_in(a, name, b_addrs, kind, n, port0, envA, envB):
     bw = os.path.join(a.build, "examples", "diwarp-bw")
     raw = os.path.join(a.build, "bench", "raw-sock")
     srv, cli = [], []
@@ -140,6 +154,7 @@ def run_pairs_in(a, name, b_addr, kind, n, port0, envA, envB):
     time.sleep(0.5)
     for i in range(n):
         port = str(port0 + i)
+        b_addr = b_addrs[i % len(b_addrs)]
         if kind == "tcp":
             c = [raw, "--proto", "tcp", "--mode", "stream", "--size", str(MiB), "--iters",
                  str(a.iters), "--port", port, b_addr]
@@ -221,6 +236,8 @@ def main():
     ap.add_argument("--stacks", default="rd-thread,rd-app,rcrd-thread",
                     help="comma list of: " + ",".join(STACKS))
     ap.add_argument("--iters", type=int, default=400)
+    ap.add_argument("--rails", default="",
+                    help="also run the cases on two rails of this rate each (rd-2rail vs TCP)")
     ap.add_argument("--build-loop", default="")
     ap.add_argument("--json", default="", help="write the results to this file")
     ap.add_argument("--quick", action="store_true", help="pairs 2,4 at 2gbit, 150 MiB each")
@@ -232,6 +249,8 @@ def main():
     for s in stacks:
         if s not in STACKS:
             ap.error(f"unknown stack {s!r} (known: {', '.join(STACKS)})")
+        if STACKS[s][1].get("RAILS"):
+            ap.error(f"stack {s} runs with --rails RATE, on the rails topology")
     results = []
     cases = [("pairs", int(n)) for n in a.pairs.split(",") if n] + [("hog", 1)]
     if a.build_loop:
@@ -239,21 +258,30 @@ def main():
     failed = False
     print(f"{'case':<16} {'stack':<12} {'Gbit/s':>7} {'x TCP':>6} {'Jain':>5} "
           f"{'retx %':>7} {'takeovers':>9}")
-    for rate in a.rates.split(","):
+    # (label suffix, topology arguments, stacks) per topology
+    topos = [(rate, ["router", rate, "--both", "--latency", "3ms", "--burst", "64kb"],
+              [s for s in stacks if not STACKS[s][1].get("RAILS")])
+             for rate in a.rates.split(",")]
+    if a.rails:
+        topos.append((f"2x{a.rails}", ["rails", f"{a.rails},{a.rails}", "--latency", "3ms",
+                                        "--burst", "64kb"], ["rd-2rail"]))
+    for where, targs, tstacks in topos:
         name = f"sh{os.getpid() % 10000}"
-        info = topo("up", name, "router", rate, "--both", "--latency", "3ms", "--burst", "64kb")
-        b_addr = re.search(r" b=([0-9.]+)", info).group(1)
+        info = topo("up", name, *targs)
+        t = dict(kv.split("=", 1) for kv in info.split()[1:])
+        addrs = ({"a": t["a_rails"].split(","), "b": t["b_rails"].split(",")} if "a_rails" in t
+                 else {"a": [t["a"]], "b": [t["b"]]})
         try:
             port = 23000
             for kind, n in cases:
-                label = f"{kind}-{n}@{rate}" if kind == "pairs" else f"{kind}@{rate}"
+                label = f"{kind}-{n}@{where}" if kind == "pairs" else f"{kind}@{where}"
                 load = load_start(kind, a.build_loop) if kind != "pairs" else []
                 try:
                     res = {}
-                    for stack in stacks:
-                        res[stack] = summary(run_pairs(a, name, b_addr, stack, n, port))
+                    for stack in tstacks:
+                        res[stack] = summary(run_pairs(a, name, addrs, stack, n, port))
                         port += 16
-                    tcp = summary(run_pairs(a, name, b_addr, "tcp", n, port))
+                    tcp = summary(run_pairs(a, name, addrs, "tcp", n, port))
                     port += 16
                 finally:
                     load_stop(load)
