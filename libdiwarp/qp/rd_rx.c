@@ -211,16 +211,6 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
         }
 }
 
-/* The error NAK that refuses a failed remote-access check: the Terminate
- * RC would send for it, as a NAK code. */
-static uint8_t rd_prot_nak(enum dw_prot_status st, enum dw_prot_ctx ctx)
-{
-        struct dw_term_error te = {DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_PROTECTION,
-                                   DW_TERM_RDMAP_UNSPECIFIED};
-        dw_prot_status_to_term(st, ctx, &te);
-        return dw_rdmap_term_to_nak(te);
-}
-
 static struct dw_wqe *rd_orq_find(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn,
                                   bool atomic)
 {
@@ -415,7 +405,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                         dw_prot_status_str(st));
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
-                        *nak = rd_prot_nak(st, op->ctx);
+                        *nak = dw_rdmap_term_to_nak(dw_rdmap_prot_term(st, op->ctx));
                         return RV_NAK;
                 }
                 if (has_imm) {
@@ -446,22 +436,27 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
         case DW_RDMAP_READ_REQ: {
                 struct dw_rdmap_rreq rq;
-                if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
-                        *nak = dw_rdmap_term_to_nak(dw_rdmap_malformed_term(r.opcode));
-                        return RV_NAK;
-                }
-                if (h->xflags & DW_DGRAM_X_PULLREQ)
+                struct dw_rdmap_refusal ref;
+                if (h->xflags & DW_DGRAM_X_PULLREQ) {
+                        /* A Read of a receiver-paced Send: its source is the
+                         * sender's own SGEs, checked by rd_pull_serve. */
+                        if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
+                                *nak = dw_rdmap_term_to_nak(dw_rdmap_malformed_term(r.opcode));
+                                return RV_NAK;
+                        }
                         return rd_pull_serve(s, p, &r, &rq, nak);
-                enum dw_prot_status st = dw_rdmap_check_remote(
-                    qp, DIWARP_ACCESS_REMOTE_READ, rq.src_stag, rq.src_to, rq.rdma_rd_sz, NULL);
-                if (st != DW_PROT_OK) {
+                }
+                int rr = dw_rdmap_read_req_accept(qp, pay, plen, &rq, &ref);
+                if (rr == -EACCES) {
                         dw_warn_limited(&dev->log_limit,
                                         "RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s",
                                         qp->qpn, rq.src_stag, (unsigned long long)rq.src_to,
-                                        rq.rdma_rd_sz, dw_prot_status_str(st));
+                                        rq.rdma_rd_sz, ref.why);
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
-                        *nak = rd_prot_nak(st, op->ctx);
+                }
+                if (rr < 0) {
+                        *nak = dw_rdmap_term_to_nak(ref.te);
                         return RV_NAK;
                 }
                 int idx = rd_irq_alloc(s);
@@ -481,21 +476,18 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
         case DW_RDMAP_ATOMIC_REQ: {
                 struct dw_rdmap_atomic_req ar;
-                if (dw_rdmap_atomic_req_decode(pay, plen, &ar, &why) < 0) {
-                        *nak = dw_rdmap_term_to_nak(dw_rdmap_malformed_term(r.opcode));
-                        return RV_NAK;
-                }
+                struct dw_rdmap_refusal ref;
                 uint8_t *host = NULL;
-                enum dw_prot_status st = dw_rdmap_check_remote(
-                    qp, DIWARP_ACCESS_REMOTE_ATOMIC, ar.remote_stag, ar.remote_to, 8, &host);
-                if (st != DW_PROT_OK) {
+                int rr = dw_rdmap_atomic_req_accept(qp, pay, plen, &ar, &host, &ref);
+                if (rr == -EACCES) {
                         dw_warn_limited(&dev->log_limit,
                                         "RD QP %#x: Atomic on STag %#x TO %#llx: %s", qp->qpn,
-                                        ar.remote_stag, (unsigned long long)ar.remote_to,
-                                        dw_prot_status_str(st));
+                                        ar.remote_stag, (unsigned long long)ar.remote_to, ref.why);
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
-                        *nak = rd_prot_nak(st, op->ctx);
+                }
+                if (rr < 0) {
+                        *nak = dw_rdmap_term_to_nak(ref.te);
                         return RV_NAK;
                 }
                 int idx = rd_irq_alloc(s);

@@ -445,11 +445,9 @@ static void fail_with_term(struct dw_rc_conn *c, bool send_term, uint8_t layer, 
 static void fail_prot(struct dw_rc_conn *c, enum dw_prot_status st, enum dw_prot_ctx ctx,
                       const uint8_t *rdmap_hdr, const char *what)
 {
-        struct dw_term_error te = {DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_PROTECTION,
-                                   DW_TERM_RDMAP_UNSPECIFIED};
+        struct dw_term_error te = dw_rdmap_prot_term(st, ctx);
         char why[160];
 
-        dw_prot_status_to_term(st, ctx, &te);
         c->qp->ctr.rx_dropped_protection++;
         c->qp->dev->ctr.rx_dropped_protection++;
         snprintf(why, sizeof(why), "%s: %s", what, dw_prot_status_str(st));
@@ -1748,41 +1746,37 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                 struct dw_rc_irq *e = &c->irq[(c->irq_head + c->irq_count) % DW_RC_MAX_RD];
                 memset(e, 0, sizeof(*e));
                 memcpy(e->term_hdr, c->rh_raw, DW_DDP_UNTAGGED_HDR_LEN);
+                struct dw_rdmap_refusal ref;
+                int r;
                 if (!atomic) {
                         struct dw_rdmap_rreq rq;
-                        if (dw_rdmap_rreq_decode(ext, extlen, &rq, &why) < 0) {
-                                struct dw_term_error te = dw_rdmap_malformed_term(h->opcode);
-                                fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
-                                               DIWARP_EVENT_QP_REQ_ERR, why);
-                                return;
-                        }
-                        memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
-                        enum dw_prot_status st =
-                            dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_READ, rq.src_stag,
-                                                  rq.src_to, rq.rdma_rd_sz, NULL);
-                        if (st != DW_PROT_OK) {
-                                fail_prot(c, st, DW_PROT_CTX_READ_SOURCE, ext,
+                        r = dw_rdmap_read_req_accept(qp, ext, extlen, &rq, &ref);
+                        if (r == -EACCES) {
+                                fail_prot(c, ref.st, DW_PROT_CTX_READ_SOURCE, ext,
                                           "RDMA Read Request source");
                                 return;
                         }
+                        if (r < 0) {
+                                fail_with_term(c, true, ref.te.layer, ref.te.etype, ref.te.ecode,
+                                               true, NULL, DIWARP_EVENT_QP_REQ_ERR, ref.why);
+                                return;
+                        }
+                        memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
                         e->sink_stag = rq.sink_stag;
                         e->sink_to = rq.sink_to;
                         e->len = rq.rdma_rd_sz;
                         e->src_stag = rq.src_stag;
                         e->src_to = rq.src_to;
                 } else {
-                        if (dw_rdmap_atomic_req_decode(ext, extlen, &e->areq, &why) < 0) {
-                                struct dw_term_error te = dw_rdmap_malformed_term(h->opcode);
-                                fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
-                                               DIWARP_EVENT_QP_REQ_ERR, why);
+                        r = dw_rdmap_atomic_req_accept(qp, ext, extlen, &e->areq, NULL, &ref);
+                        if (r == -EACCES) {
+                                fail_prot(c, ref.st, DW_PROT_CTX_ATOMIC, NULL,
+                                          "Atomic Request target");
                                 return;
                         }
-                        /* Atomics need a naturally aligned 64-bit word. */
-                        enum dw_prot_status st =
-                            dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_ATOMIC,
-                                                  e->areq.remote_stag, e->areq.remote_to, 8, NULL);
-                        if (st != DW_PROT_OK) {
-                                fail_prot(c, st, DW_PROT_CTX_ATOMIC, NULL, "Atomic Request target");
+                        if (r < 0) {
+                                fail_with_term(c, true, ref.te.layer, ref.te.etype, ref.te.ecode,
+                                               true, NULL, DIWARP_EVENT_QP_REQ_ERR, ref.why);
                                 return;
                         }
                         e->atomic = true;

@@ -130,6 +130,14 @@ int dw_prot_status_to_term(enum dw_prot_status st, enum dw_prot_ctx ctx, struct 
         return -EINVAL;
 }
 
+struct dw_term_error dw_rdmap_prot_term(enum dw_prot_status st, enum dw_prot_ctx ctx)
+{
+        struct dw_term_error e =
+            term(DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_PROTECTION, DW_TERM_RDMAP_UNSPECIFIED);
+        dw_prot_status_to_term(st, ctx, &e);
+        return e;
+}
+
 struct dw_term_error dw_rdmap_recv_term(int err)
 {
         if (err == -EMSGSIZE)
@@ -196,4 +204,45 @@ enum diwarp_wc_status dw_rdmap_term_to_wc(struct dw_term_error t, int *event)
         if (event)
                 *event = ev;
         return st;
+}
+
+static int refuse(struct dw_rdmap_refusal *ref, enum dw_prot_status st, enum dw_prot_ctx ctx)
+{
+        ref->st = st;
+        ref->why = dw_prot_status_str(st);
+        ref->te = dw_rdmap_prot_term(st, ctx);
+        return -EACCES;
+}
+
+static int malformed(struct dw_rdmap_refusal *ref, uint8_t opcode, const char *why)
+{
+        ref->st = DW_PROT_OK;
+        ref->why = why;
+        ref->te = dw_rdmap_malformed_term(opcode);
+        return -EBADMSG;
+}
+
+int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+                             struct dw_rdmap_rreq *rq, struct dw_rdmap_refusal *ref)
+{
+        const char *why = NULL;
+
+        if (dw_rdmap_rreq_decode(ext, len, rq, &why) < 0)
+                return malformed(ref, DW_RDMAP_READ_REQ, why);
+        enum dw_prot_status st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_READ, rq->src_stag,
+                                                       rq->src_to, rq->rdma_rd_sz, NULL);
+        return st == DW_PROT_OK ? 0 : refuse(ref, st, DW_PROT_CTX_READ_SOURCE);
+}
+
+int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+                               struct dw_rdmap_atomic_req *ar, uint8_t **host,
+                               struct dw_rdmap_refusal *ref)
+{
+        const char *why = NULL;
+
+        if (dw_rdmap_atomic_req_decode(ext, len, ar, &why) < 0)
+                return malformed(ref, DW_RDMAP_ATOMIC_REQ, why);
+        enum dw_prot_status st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_ATOMIC,
+                                                       ar->remote_stag, ar->remote_to, 8, host);
+        return st == DW_PROT_OK ? 0 : refuse(ref, st, DW_PROT_CTX_ATOMIC);
 }

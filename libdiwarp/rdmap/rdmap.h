@@ -60,6 +60,14 @@ struct dw_rdmap_op {
 /* NULL for an opcode RDMAP does not define (RFC 5040 §4.2, RFC 7306). */
 const struct dw_rdmap_op *dw_rdmap_op(unsigned int opcode);
 
+/* Terminate error triple (enum dw_term_layer, per-layer type and code from
+ * wire/rdmap.h). */
+struct dw_term_error {
+        uint8_t layer;
+        uint8_t etype;
+        uint8_t ecode;
+};
+
 /* ---- Remote access (the responder) ---- */
 
 /* The QP's own remote rights (ibverbs qp_access_flags): none until the
@@ -95,6 +103,30 @@ static inline enum dw_prot_status dw_rdmap_check_remote(struct dw_qp *qp, int ac
                 *host = h;
         return st;
 }
+
+/* What the responder's check of a request refused: the protection status
+ * (DW_PROT_OK when the request did not decode), the Terminate error for it
+ * (RC sends it, RD turns it into its error NAK: dw_rdmap_term_to_nak) and
+ * the decoder's reason when it did not decode. */
+struct dw_rdmap_refusal {
+        enum dw_prot_status st;
+        struct dw_term_error te;
+        const char *why;
+};
+
+/* The responder's acceptance of an RDMA Read Request: its RDMAP header
+ * (ext, len: the bytes after the DDP header) decoded into *rq and its Data
+ * Source checked for REMOTE_READ (dw_rdmap_check_remote). Returns 0,
+ * -EBADMSG when it does not decode, -EACCES when the check fails; *ref
+ * says why. */
+int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+                             struct dw_rdmap_rreq *rq, struct dw_rdmap_refusal *ref);
+
+/* The same for an Atomic Request: decoded into *ar, its target checked for
+ * REMOTE_ATOMIC (an aligned 8-byte word), *host its address. */
+int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+                               struct dw_rdmap_atomic_req *ar, uint8_t **host,
+                               struct dw_rdmap_refusal *ref);
 
 /* ---- Atomics (RFC 7306) ---- */
 
@@ -166,17 +198,13 @@ static inline void dw_rdmap_atomic_req_build(const struct dw_wqe *w, uint32_t re
 
 /* ---- Error classification ---- */
 
-/* Terminate error triple (enum dw_term_layer, per-layer type and code from
- * wire/rdmap.h). */
-struct dw_term_error {
-        uint8_t layer;
-        uint8_t etype;
-        uint8_t ecode;
-};
-
 /* Maps a failed status to the Terminate error the Data Sink/Source sends.
  * Returns 0, or -EINVAL for DW_PROT_OK or an unknown status/context. */
 int dw_prot_status_to_term(enum dw_prot_status st, enum dw_prot_ctx ctx, struct dw_term_error *out);
+
+/* The same, never failing: a status or context it does not know is RDMAP
+ * Remote Protection, unspecified. */
+struct dw_term_error dw_rdmap_prot_term(enum dw_prot_status st, enum dw_prot_ctx ctx);
 
 /* A Send that cannot be placed in its receive WR: err is what the
  * scatter into the WR returned (-EMSGSIZE: longer than the WR, DDP

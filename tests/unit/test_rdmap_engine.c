@@ -181,6 +181,86 @@ Test(rdmap_access, atomic_alignment_and_length)
         cr_expect_eq(dw_rdmap_check_remote(&qp, RR, stag, IOVA + 5, 3, NULL), DW_PROT_OK);
 }
 
+/* A Read or Atomic Request as the responder gets it: decoded, its target
+ * checked, and what a refusal becomes. */
+Test(rdmap_access, read_request_accept)
+{
+        uint32_t stag = reg(&pd_a, ALL);
+        struct dw_rdmap_rreq in = {.sink_stag = 7,
+                                   .sink_to = 0x99,
+                                   .rdma_rd_sz = 100,
+                                   .src_stag = stag,
+                                   .src_to = IOVA + 8};
+        uint8_t b[DW_RDMAP_RREQ_HDR_LEN];
+        cr_assert_eq(dw_rdmap_rreq_encode(&in, b, sizeof(b)), DW_RDMAP_RREQ_HDR_LEN);
+        struct dw_rdmap_rreq rq;
+        struct dw_rdmap_refusal ref;
+
+        qp_rights(true, RR);
+        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), 0);
+        cr_expect(rq.src_stag == stag && rq.src_to == IOVA + 8 && rq.rdma_rd_sz == 100 &&
+                  rq.sink_stag == 7 && rq.sink_to == 0x99);
+
+        qp_rights(true, RW); /* no REMOTE_READ on the QP */
+        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), -EACCES);
+        cr_expect_eq(ref.st, DW_PROT_ACCESS);
+        cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP &&
+                  ref.te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
+                  ref.te.ecode == DW_TERM_RDMAP_ACCESS_RIGHTS);
+        cr_expect_not_null(ref.why);
+
+        qp_rights(true, RR);
+        in.rdma_rd_sz = BUFSZ; /* runs 8 bytes past the region */
+        dw_rdmap_rreq_encode(&in, b, sizeof(b));
+        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), -EACCES);
+        cr_expect_eq(ref.te.ecode, DW_TERM_RDMAP_BASE_BOUNDS);
+
+        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b) - 1, &rq, &ref), -EBADMSG);
+        cr_expect_eq(ref.st, DW_PROT_OK);
+        cr_expect(ref.te.etype == DW_TERM_RDMAP_REMOTE_OPERATION);
+        cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_INVALID);
+        cr_expect_not_null(ref.why);
+}
+
+Test(rdmap_access, atomic_request_accept)
+{
+        uint32_t stag = reg(&pd_a, ALL);
+        struct dw_rdmap_atomic_req in = {.aopcode = DW_ATOMIC_FETCH_ADD,
+                                         .req_id = 3,
+                                         .remote_stag = stag,
+                                         .remote_to = IOVA + 16,
+                                         .add_swap_data = 1};
+        uint8_t b[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+        cr_assert_eq(dw_rdmap_atomic_req_encode(&in, b, sizeof(b)), DW_RDMAP_ATOMIC_REQ_HDR_LEN);
+        struct dw_rdmap_atomic_req ar;
+        struct dw_rdmap_refusal ref;
+        uint8_t *host = NULL;
+
+        qp_rights(true, RA);
+        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), 0);
+        cr_expect_eq(host, (uint8_t *)&buf64[2]);
+        buf64[2] = 41;
+        cr_expect_eq(dw_rdmap_atomic_exec((uint64_t *)host, &ar), 41);
+        cr_expect_eq(buf64[2], 42);
+
+        in.remote_to = IOVA + 20; /* not an aligned word */
+        dw_rdmap_atomic_req_encode(&in, b, sizeof(b));
+        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EACCES);
+        cr_expect_eq(ref.st, DW_PROT_BOUNDS);
+        cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP && ref.te.ecode == DW_TERM_RDMAP_BASE_BOUNDS);
+        cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_REM_ACCESS);
+
+        qp_rights(false, 0);
+        in.remote_to = IOVA + 16;
+        dw_rdmap_atomic_req_encode(&in, b, sizeof(b));
+        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EACCES);
+        cr_expect_eq(ref.st, DW_PROT_ACCESS);
+
+        b[3] = 0x7; /* an AOpCode RFC 7306 does not define */
+        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EBADMSG);
+        cr_expect_eq(ref.te.ecode, DW_TERM_RDMAP_UNEXPECTED_OPCODE);
+}
+
 /* ---- atomics ----------------------------------------------------------- */
 
 /* Reference: add each field (a 1 in mask ends one) modulo its width. */
@@ -395,6 +475,16 @@ Test(rdmap_class, protection_is_rem_access_nak)
                         cr_expect_eq(dw_rdmap_nak_to_wc(dw_rdmap_term_to_nak(e)),
                                      DIWARP_WC_REM_ACCESS_ERR);
                 }
+}
+
+Test(rdmap_class, prot_term_never_fails)
+{
+        struct dw_term_error e = dw_rdmap_prot_term(DW_PROT_BOUNDS, DW_PROT_CTX_TAGGED_SINK);
+        cr_expect(e.layer == DW_TERM_LAYER_DDP && e.etype == DW_TERM_DDP_TAGGED &&
+                  e.ecode == DW_TERM_DDP_T_BASE_BOUNDS);
+        e = dw_rdmap_prot_term(DW_PROT_BOUNDS, DW_PROT_CTX_INVALIDATE); /* no mapping */
+        cr_expect(e.layer == DW_TERM_LAYER_RDMAP && e.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
+                  e.ecode == DW_TERM_RDMAP_UNSPECIFIED);
 }
 
 Test(rdmap_class, receive_and_malformed)
