@@ -9,7 +9,7 @@
 #define U DW_DDP_UNTAGGED_HDR_LEN
 
 /* RFC 5040 §4.2's opcodes and RFC 7306's, in wire order. */
-static const struct dw_rdmap_op ops[] = {
+const struct dw_rdmap_op dw_rdmap_ops[DW_RDMAP_NOPS] = {
     [DW_RDMAP_WRITE] = {DW_RDMAP_DIR_REQUEST, true, DIWARP_ACCESS_REMOTE_WRITE,
                         DW_PROT_CTX_TAGGED_SINK, T},
     [DW_RDMAP_READ_REQ] = {DW_RDMAP_DIR_REQUEST, false, DIWARP_ACCESS_REMOTE_READ,
@@ -33,13 +33,6 @@ static const struct dw_rdmap_op ops[] = {
 
 #undef T
 #undef U
-
-#define NOPS (sizeof(ops) / sizeof(ops[0]))
-
-const struct dw_rdmap_op *dw_rdmap_op(unsigned int opcode)
-{
-        return opcode < NOPS ? &ops[opcode] : NULL;
-}
 
 static struct dw_term_error term(uint8_t layer, uint8_t etype, uint8_t ecode)
 {

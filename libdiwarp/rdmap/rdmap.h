@@ -57,8 +57,16 @@ struct dw_rdmap_op {
         uint32_t hdr_len;     /* DDP + RDMAP header bytes (Terminate: the minimum) */
 };
 
-/* NULL for an opcode RDMAP does not define (RFC 5040 §4.2, RFC 7306). */
-const struct dw_rdmap_op *dw_rdmap_op(unsigned int opcode);
+#define DW_RDMAP_NOPS 12 /* RFC 5040 §4.2's opcodes and RFC 7306's: 0 to 0xb */
+
+extern const struct dw_rdmap_op dw_rdmap_ops[DW_RDMAP_NOPS];
+
+/* NULL for an opcode RDMAP does not define (RFC 5040 §4.2, RFC 7306).
+ * Inline: RD's receive asks it for every segment. */
+static inline const struct dw_rdmap_op *dw_rdmap_op(unsigned int opcode)
+{
+        return opcode < DW_RDMAP_NOPS ? &dw_rdmap_ops[opcode] : NULL;
+}
 
 /* Terminate error triple (enum dw_term_layer, per-layer type and code from
  * wire/rdmap.h). */
