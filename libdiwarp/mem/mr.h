@@ -23,8 +23,6 @@
 
 #include <diwarp/diwarp.h>
 
-#include "wire/rdmap.h"
-
 struct dw_device;
 
 /* A protection domain. The engine embeds it in its diwarp_pd object; mem/
@@ -294,32 +292,5 @@ const char *dw_prot_status_str(enum dw_prot_status st);
  * DIWARP_WC_REM_ACCESS_ERR; local = one of our own lkeys failed ->
  * DIWARP_WC_LOC_PROT_ERR. DW_PROT_OK -> DIWARP_WC_SUCCESS. */
 enum diwarp_wc_status dw_prot_status_to_wc(enum dw_prot_status st, bool remote);
-
-/* Where a failed check happened: decides which layer reports it in the
- * Terminate (RFC 5040 §4.8, RFC 5041 §7.2). */
-enum dw_prot_ctx {
-        DW_PROT_CTX_TAGGED_SINK, /* tagged DDP placement: RDMA Write, Read Response */
-        DW_PROT_CTX_READ_SOURCE, /* RDMA Read Request at the Data Source */
-        DW_PROT_CTX_ATOMIC,      /* RFC 7306 Atomic Request target */
-        DW_PROT_CTX_INVALIDATE,  /* Send with (SE and) Invalidate: the Invalidate STag */
-};
-
-/* Terminate error triple (enum dw_term_layer, per-layer type and code from
- * wire/rdmap.h). */
-struct dw_term_error {
-        uint8_t layer;
-        uint8_t etype;
-        uint8_t ecode;
-};
-
-/* Maps a failed status to the Terminate error the Data Sink/Source sends.
- * Returns 0, or -EINVAL for DW_PROT_OK or an unknown status/context. */
-int dw_prot_status_to_term(enum dw_prot_status st, enum dw_prot_ctx ctx, struct dw_term_error *out);
-
-/* diwarp_wc.vendor_err encoding of a Terminate error: layer << 12 | type << 8 | code. */
-static inline uint32_t dw_term_vendor_err(struct dw_term_error e)
-{
-        return (uint32_t)(e.layer & 0xf) << 12 | (uint32_t)(e.etype & 0xf) << 8 | e.ecode;
-}
 
 #endif

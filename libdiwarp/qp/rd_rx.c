@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <string.h>
 
+#include "rdmap/rdmap.h"
 #include "wire/rdmap.h"
 
 void dw_rd_rx_clock(struct dw_device *dev)
@@ -30,15 +31,6 @@ void dw_rd_rx_clock(struct dw_device *dev)
                 rd_clock(dev);
                 d->rx_clock = true;
         }
-}
-
-/* QP-level remote access rights: what the QP's access flags grant, nothing
- * when they were never set (ibverbs' default: qp_access_flags 0). */
-static bool qp_allows(const struct dw_qp *qp, int access)
-{
-        if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
-                return false;
-        return (qp->attr.qp_access_flags & access) == access;
 }
 
 /* Whether the ACK of a datagram whose Send rd_rx_fast completed may wait for
@@ -219,39 +211,6 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
         }
 }
 
-static uint64_t masked_add(uint64_t a, uint64_t b, uint64_t mask)
-{
-        /* RFC 7306 field-wise add: a 1 in the mask marks the top bit of a field,
-         * so carries stop there. */
-        uint64_t out = 0;
-        unsigned carry = 0;
-        for (unsigned i = 0; i < 64; i++) {
-                unsigned sum = (unsigned)((a >> i) & 1) + (unsigned)((b >> i) & 1) + carry;
-                out |= (uint64_t)(sum & 1) << i;
-                carry = (mask >> i) & 1 ? 0 : sum >> 1;
-        }
-        return out;
-}
-
-static uint64_t rd_atomic_exec(uint64_t *p, const struct dw_rdmap_atomic_req *a)
-{
-        uint64_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-        for (;;) {
-                uint64_t nv;
-                if (a->aopcode == DW_ATOMIC_FETCH_ADD)
-                        nv = a->add_swap_mask ? masked_add(old, a->add_swap_data, a->add_swap_mask)
-                                              : old + a->add_swap_data;
-                else if (a->aopcode == DW_ATOMIC_CMP_SWAP &&
-                         (old & a->compare_mask) != (a->compare_data & a->compare_mask))
-                        return old;
-                else
-                        nv = (old & ~a->add_swap_mask) | (a->add_swap_data & a->add_swap_mask);
-                if (__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST,
-                                                __ATOMIC_SEQ_CST))
-                        return old;
-        }
-}
-
 static struct dw_wqe *rd_orq_find(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn,
                                   bool atomic)
 {
@@ -297,7 +256,7 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                                 qp->qpn, (unsigned long long)w->total_len,
                                 (unsigned long long)w->wr_id);
                 rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
-                *nak = DW_DGRAM_NAK_INVALID;
+                *nak = dw_rdmap_term_to_nak(dw_rdmap_recv_term(e));
                 return -1;
         }
         if (e < 0) {
@@ -305,7 +264,7 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                                 "RD QP %#x: receive WR %#llx: local protection error (lkey)",
                                 qp->qpn, (unsigned long long)w->wr_id);
                 rd_recv_fail(s, p, w, DIWARP_WC_LOC_PROT_ERR);
-                *nak = DW_DGRAM_NAK_REM_OP;
+                *nak = dw_rdmap_term_to_nak(dw_rdmap_recv_term(e));
                 return -1;
         }
         /* Pushed bytes and the newest PSN of a Send that may turn out to be
@@ -365,8 +324,10 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
         /* Requests must carry our Q_Key on an RD QP; responses belong to a
          * stream we opened and carry none. */
-        bool request = r.opcode != DW_RDMAP_READ_RESP && r.opcode != DW_RDMAP_ATOMIC_RESP &&
-                       !(h->xflags & DW_DGRAM_X_PULLREQ);
+        const struct dw_rdmap_op *op = dw_rdmap_op(r.opcode);
+        if (!op)
+                return RV_DROP;
+        bool request = op->dir != DW_RDMAP_DIR_RESPONSE && !(h->xflags & DW_DGRAM_X_PULLREQ);
         /* The pull flags go with one opcode each (docs/PROTOCOL.md). */
         bool send = r.opcode == DW_RDMAP_SEND || r.opcode == DW_RDMAP_SEND_SE ||
                     r.opcode == DW_RDMAP_SEND_INVAL || r.opcode == DW_RDMAP_SEND_SE_INVAL;
@@ -435,12 +396,8 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                 return RV_WINDOW;
                 }
                 uint8_t *host = NULL;
-                enum dw_prot_status st = DW_PROT_OK;
-                if (plen && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
-                        st = DW_PROT_ACCESS;
-                else
-                        st = dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, qp->qpn,
-                                                DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to, plen, &host);
+                enum dw_prot_status st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_WRITE,
+                                                               r.ddp.stag, r.ddp.to, plen, &host);
                 if (st != DW_PROT_OK) {
                         dw_warn_limited(&dev->log_limit,
                                         "RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s",
@@ -448,7 +405,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                         dw_prot_status_str(st));
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
-                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                        *nak = dw_rdmap_term_to_nak(dw_rdmap_prot_term(st, op->ctx));
                         return RV_NAK;
                 }
                 if (has_imm) {
@@ -479,27 +436,27 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
         case DW_RDMAP_READ_REQ: {
                 struct dw_rdmap_rreq rq;
-                if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
-                        *nak = DW_DGRAM_NAK_INVALID;
-                        return RV_NAK;
-                }
-                if (h->xflags & DW_DGRAM_X_PULLREQ)
+                struct dw_rdmap_refusal ref;
+                if (h->xflags & DW_DGRAM_X_PULLREQ) {
+                        /* A Read of a receiver-paced Send: its source is the
+                         * sender's own SGEs, checked by rd_pull_serve. */
+                        if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
+                                *nak = dw_rdmap_term_to_nak(dw_rdmap_malformed_term(r.opcode));
+                                return RV_NAK;
+                        }
                         return rd_pull_serve(s, p, &r, &rq, nak);
-                enum dw_prot_status st = DW_PROT_OK;
-                if (rq.rdma_rd_sz && !qp_allows(qp, DIWARP_ACCESS_REMOTE_READ))
-                        st = DW_PROT_ACCESS;
-                else
-                        st = dw_mr_check_remote(&dev->mrs, rq.src_stag, qp->pd, qp->qpn,
-                                                DIWARP_ACCESS_REMOTE_READ, rq.src_to, rq.rdma_rd_sz,
-                                                NULL);
-                if (st != DW_PROT_OK) {
+                }
+                int rr = dw_rdmap_read_req_accept(qp, pay, plen, &rq, &ref);
+                if (rr == -EACCES) {
                         dw_warn_limited(&dev->log_limit,
                                         "RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s",
                                         qp->qpn, rq.src_stag, (unsigned long long)rq.src_to,
-                                        rq.rdma_rd_sz, dw_prot_status_str(st));
+                                        rq.rdma_rd_sz, ref.why);
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
-                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                }
+                if (rr < 0) {
+                        *nak = dw_rdmap_term_to_nak(ref.te);
                         return RV_NAK;
                 }
                 int idx = rd_irq_alloc(s);
@@ -519,28 +476,18 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
         case DW_RDMAP_ATOMIC_REQ: {
                 struct dw_rdmap_atomic_req ar;
-                if (dw_rdmap_atomic_req_decode(pay, plen, &ar, &why) < 0) {
-                        *nak = DW_DGRAM_NAK_INVALID;
-                        return RV_NAK;
-                }
+                struct dw_rdmap_refusal ref;
                 uint8_t *host = NULL;
-                enum dw_prot_status st = DW_PROT_OK;
-                if (!qp_allows(qp, DIWARP_ACCESS_REMOTE_ATOMIC))
-                        st = DW_PROT_ACCESS;
-                else
-                        st =
-                            dw_mr_check_remote(&dev->mrs, ar.remote_stag, qp->pd, qp->qpn,
-                                               DIWARP_ACCESS_REMOTE_ATOMIC, ar.remote_to, 8, &host);
-                if (st == DW_PROT_OK && ((uintptr_t)host & 7))
-                        st = DW_PROT_BOUNDS;
-                if (st != DW_PROT_OK) {
+                int rr = dw_rdmap_atomic_req_accept(qp, pay, plen, &ar, &host, &ref);
+                if (rr == -EACCES) {
                         dw_warn_limited(&dev->log_limit,
                                         "RD QP %#x: Atomic on STag %#x TO %#llx: %s", qp->qpn,
-                                        ar.remote_stag, (unsigned long long)ar.remote_to,
-                                        dw_prot_status_str(st));
+                                        ar.remote_stag, (unsigned long long)ar.remote_to, ref.why);
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
-                        *nak = DW_DGRAM_NAK_REM_ACCESS;
+                }
+                if (rr < 0) {
+                        *nak = dw_rdmap_term_to_nak(ref.te);
                         return RV_NAK;
                 }
                 int idx = rd_irq_alloc(s);
@@ -553,7 +500,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                      .atomic = true,
                                      .msn = r.ddp.msn,
                                      .req_id = ar.req_id,
-                                     .orig = rd_atomic_exec((uint64_t *)host, &ar),
+                                     .orig = dw_rdmap_atomic_exec((uint64_t *)host, &ar),
                                      .nseg = 1};
                 rd_irq_queue(s, idx);
                 return RV_ACCEPT;
@@ -653,9 +600,7 @@ static void rd_on_error_nak(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, 
                 return;
         }
         uint64_t cookie = r->ring[psn & r->ring_mask].cookie;
-        enum diwarp_wc_status st = h->nak_code == DW_DGRAM_NAK_REM_ACCESS ? DIWARP_WC_REM_ACCESS_ERR
-                                   : h->nak_code == DW_DGRAM_NAK_REM_OP   ? DIWARP_WC_REM_OP_ERR
-                                                                        : DIWARP_WC_REM_INV_REQ_ERR;
+        enum diwarp_wc_status st = dw_rdmap_nak_to_wc(h->nak_code);
         dw_warn_limited(&s->qp->dev->log_limit, "RD QP %#x peer %s: PSN %#x refused (NAK code %u)",
                         s->qp->qpn, rd_peer_str(p, pb, sizeof(pb)), psn, h->nak_code);
         if (ck_kind(cookie) == RD_CK_SQ) {
@@ -1131,7 +1076,8 @@ int dw_rd_rx_direct(struct dw_device *dev)
         size_t body = (size_t)len - tl;
         if (rl < 0 || r.opcode != (read ? DW_RDMAP_READ_RESP : DW_RDMAP_WRITE) ||
             body < (size_t)(hl + rl) + RD_DIRECT_MIN || r.ddp.stag != d->rx_next.stag ||
-            r.ddp.to != d->rx_next.to || (!read && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE)))
+            r.ddp.to != d->rx_next.to ||
+            (!read && !dw_rdmap_qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE)))
                 return rd_direct_skip(d);
         size_t plen = body - (size_t)(hl + rl);
         uint8_t *host = NULL;

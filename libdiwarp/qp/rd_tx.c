@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "util/log.h"
+#include "rdmap/rdmap.h"
 #include "wire/rdmap.h"
 
 /* ---------------------------------------------------------------- multirail */
@@ -529,17 +530,8 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                 }
                 case DIWARP_WR_ATOMIC_CMP_AND_SWP:
                 case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
-                        bool cas = w->opcode == DIWARP_WR_ATOMIC_CMP_AND_SWP;
-                        struct dw_rdmap_atomic_req ar = {
-                            .aopcode = cas ? DW_ATOMIC_CMP_SWAP : DW_ATOMIC_FETCH_ADD,
-                            .req_id = w->msn,
-                            .remote_stag = w->rkey,
-                            .remote_to = w->remote_addr,
-                            .add_swap_data = cas ? w->swap : w->compare_add,
-                            .add_swap_mask = cas ? ~0ull : 0,
-                            .compare_data = cas ? w->compare_add : 0,
-                            .compare_mask = cas ? ~0ull : 0,
-                        };
+                        struct dw_rdmap_atomic_req ar;
+                        dw_rdmap_atomic_req_build(w, w->msn, &ar);
                         dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_REQ);
                         r.ddp.msn = w->msn;
                         extlen = (size_t)dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));

@@ -16,6 +16,7 @@
 #include "rc/mpa_conn.h"
 #include "llp/tcp.h"
 #include "progress/progress.h"
+#include "rdmap/rdmap.h"
 #include "util/time.h"
 #include "wire/crc32c.h"
 
@@ -106,16 +107,6 @@ uint16_t dw_rc_offer_ord(const struct dw_qp *qp)
                 return qp->attr.max_rd_atomic < DW_RC_MAX_RD ? qp->attr.max_rd_atomic
                                                              : DW_RC_MAX_RD;
         return DW_RC_MAX_RD;
-}
-
-/* QP-level remote access rights (ibv qp_access_flags): none until the
- * application sets them, as in ibverbs (a QP moved to INIT without
- * IBV_QP_ACCESS_FLAGS has qp_access_flags 0), natively connected QPs too. */
-static bool qp_allows(const struct dw_qp *qp, int access)
-{
-        if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
-                return false;
-        return (qp->attr.qp_access_flags & access) == access;
 }
 
 /* iovecs for bytes [off, off+len) of a WQE's SGE list, every piece checked
@@ -454,11 +445,9 @@ static void fail_with_term(struct dw_rc_conn *c, bool send_term, uint8_t layer, 
 static void fail_prot(struct dw_rc_conn *c, enum dw_prot_status st, enum dw_prot_ctx ctx,
                       const uint8_t *rdmap_hdr, const char *what)
 {
-        struct dw_term_error te = {DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_PROTECTION,
-                                   DW_TERM_RDMAP_UNSPECIFIED};
+        struct dw_term_error te = dw_rdmap_prot_term(st, ctx);
         char why[160];
 
-        dw_prot_status_to_term(st, ctx, &te);
         c->qp->ctr.rx_dropped_protection++;
         c->qp->dev->ctr.rx_dropped_protection++;
         snprintf(why, sizeof(why), "%s: %s", what, dw_prot_status_str(st));
@@ -783,9 +772,8 @@ static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe
         bool write = w->opcode == DIWARP_WR_RDMA_WRITE;
         int access = write ? DIWARP_ACCESS_REMOTE_WRITE : DIWARP_ACCESS_REMOTE_READ;
         uint8_t *host = NULL;
-        if ((!write && !p->ird) || !qp_allows(pq, access) ||
-            dw_mr_check_remote(&pq->dev->mrs, w->rkey, pq->pd, pq->qpn, access, w->remote_addr,
-                               w->total_len, &host) != DW_PROT_OK)
+        if ((!write && !p->ird) || dw_rdmap_check_remote(pq, access, w->rkey, w->remote_addr,
+                                                         w->total_len, &host) != DW_PROT_OK)
                 return false;
         rx_comm_est(p);
         struct iovec mem = {host, w->total_len};
@@ -1052,17 +1040,8 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
         }
         case DIWARP_WR_ATOMIC_CMP_AND_SWP:
         case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
-                bool cas = w->opcode == DIWARP_WR_ATOMIC_CMP_AND_SWP;
-                struct dw_rdmap_atomic_req ar = {
-                    .aopcode = cas ? DW_ATOMIC_CMP_SWAP : DW_ATOMIC_FETCH_ADD,
-                    .req_id = ++c->atomic_req_id,
-                    .remote_stag = w->rkey,
-                    .remote_to = w->remote_addr,
-                    .add_swap_data = cas ? w->swap : w->compare_add,
-                    .add_swap_mask = cas ? ~0ull : 0,
-                    .compare_data = cas ? w->compare_add : 0,
-                    .compare_mask = cas ? ~0ull : 0,
-                };
+                struct dw_rdmap_atomic_req ar;
+                dw_rdmap_atomic_req_build(w, ++c->atomic_req_id, &ar);
                 uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
                 dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));
                 dw_rdmap_hdr_init(&h, DW_RDMAP_ATOMIC_REQ);
@@ -1080,49 +1059,6 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
         }
         (void)qp;
         return 0;
-}
-
-/* Field-wise add of RFC 7306 Fetch-and-Add: a 1 in mask ends a field, so no
- * carry crosses out of that bit. mask 0 is a plain 64-bit add. */
-static uint64_t masked_add(uint64_t a, uint64_t b, uint64_t mask)
-{
-        if (!mask)
-                return a + b;
-        uint64_t r = 0, carry = 0;
-        for (int i = 0; i < 64; i++) {
-                uint64_t s = ((a >> i) & 1) + ((b >> i) & 1) + carry;
-                r |= (s & 1) << i;
-                carry = ((mask >> i) & 1) ? 0 : s >> 1;
-        }
-        return r;
-}
-
-/* Executes an atomic on host memory (device lock held; __atomic so the
- * owner's own CPU accesses stay coherent). Returns the original value. */
-static uint64_t do_atomic(uint64_t *p, const struct dw_rdmap_atomic_req *a)
-{
-        uint64_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST), nv;
-
-        for (;;) {
-                switch (a->aopcode) {
-                case DW_ATOMIC_FETCH_ADD:
-                        if (!a->add_swap_mask)
-                                return __atomic_fetch_add(p, a->add_swap_data, __ATOMIC_SEQ_CST);
-                        nv = masked_add(old, a->add_swap_data, a->add_swap_mask);
-                        break;
-                case DW_ATOMIC_SWAP:
-                        nv = (old & ~a->add_swap_mask) | (a->add_swap_data & a->add_swap_mask);
-                        break;
-                default: /* CMP_SWAP */
-                        if ((old & a->compare_mask) != (a->compare_data & a->compare_mask))
-                                return old;
-                        nv = (old & ~a->add_swap_mask) | (a->add_swap_data & a->add_swap_mask);
-                        break;
-                }
-                if (__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST,
-                                                __ATOMIC_SEQ_CST))
-                        return old;
-        }
 }
 
 /* Next FPDU of the head IRQ entry (Read Response segment or Atomic Response). */
@@ -1144,7 +1080,8 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
                         return -1;
                 }
                 struct dw_rdmap_atomic_resp ar = {
-                    .req_id = e->areq.req_id, .orig_data = do_atomic((uint64_t *)host, &e->areq)};
+                    .req_id = e->areq.req_id,
+                    .orig_data = dw_rdmap_atomic_exec((uint64_t *)host, &e->areq)};
                 uint8_t ext[DW_RDMAP_ATOMIC_RESP_HDR_LEN];
                 dw_rdmap_atomic_resp_encode(&ar, ext, sizeof(ext));
                 dw_rdmap_hdr_init(&h, DW_RDMAP_ATOMIC_RESP);
@@ -1533,12 +1470,8 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                  * Immediate Data stood alone. */
                 if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
                         return -1;
-                if (payload && !qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE))
-                        st = DW_PROT_ACCESS;
-                else
-                        st = dw_mr_check_remote(&qp->dev->mrs, h->ddp.stag, qp->pd, qp->qpn,
-                                                DIWARP_ACCESS_REMOTE_WRITE, h->ddp.to, payload,
-                                                &host);
+                st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_WRITE, h->ddp.stag, h->ddp.to,
+                                           payload, &host);
                 if (st != DW_PROT_OK) {
                         char what[80];
                         snprintf(what, sizeof(what), "RDMA Write sink STag %#x TO %#llx len %zu",
@@ -1639,16 +1572,7 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
                         struct dw_wqe *w = c->rx_wqe;
                         bool too_long = n == -EMSGSIZE;
                         c->rx_wqe = NULL;
-                        struct dw_term_error te =
-                            too_long
-                                ? (struct dw_term_error){DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                                         DW_TERM_DDP_U_MSG_TOO_LONG}
-                                /* Our own receive buffer failed: to the peer a
-                                 * Remote Operation Error of this stream (RFC 5040
-                                 * §7.2; InfiniBand's Remote Operational Error). */
-                                : (struct dw_term_error){DW_TERM_LAYER_RDMAP,
-                                                         DW_TERM_RDMAP_REMOTE_OPERATION,
-                                                         DW_TERM_RDMAP_CATASTROPHIC_STREAM};
+                        struct dw_term_error te = dw_rdmap_recv_term(n);
                         rx_fail_recv(c, w,
                                      too_long ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR, te);
                         fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
@@ -1822,54 +1746,37 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                 struct dw_rc_irq *e = &c->irq[(c->irq_head + c->irq_count) % DW_RC_MAX_RD];
                 memset(e, 0, sizeof(*e));
                 memcpy(e->term_hdr, c->rh_raw, DW_DDP_UNTAGGED_HDR_LEN);
+                struct dw_rdmap_refusal ref;
+                int r;
                 if (!atomic) {
                         struct dw_rdmap_rreq rq;
-                        if (dw_rdmap_rreq_decode(ext, extlen, &rq, &why) < 0) {
-                                fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
-                                               DW_TERM_RDMAP_REMOTE_OPERATION,
-                                               DW_TERM_RDMAP_UNSPECIFIED, true, NULL,
-                                               DIWARP_EVENT_QP_REQ_ERR, why);
-                                return;
-                        }
-                        memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
-                        enum dw_prot_status st = DW_PROT_OK;
-                        if (rq.rdma_rd_sz && !qp_allows(qp, DIWARP_ACCESS_REMOTE_READ))
-                                st = DW_PROT_ACCESS;
-                        else
-                                st = dw_mr_check_remote(&qp->dev->mrs, rq.src_stag, qp->pd, qp->qpn,
-                                                        DIWARP_ACCESS_REMOTE_READ, rq.src_to,
-                                                        rq.rdma_rd_sz, NULL);
-                        if (st != DW_PROT_OK) {
-                                fail_prot(c, st, DW_PROT_CTX_READ_SOURCE, ext,
+                        r = dw_rdmap_read_req_accept(qp, ext, extlen, &rq, &ref);
+                        if (r == -EACCES) {
+                                fail_prot(c, ref.st, DW_PROT_CTX_READ_SOURCE, ext,
                                           "RDMA Read Request source");
                                 return;
                         }
+                        if (r < 0) {
+                                fail_with_term(c, true, ref.te.layer, ref.te.etype, ref.te.ecode,
+                                               true, NULL, DIWARP_EVENT_QP_REQ_ERR, ref.why);
+                                return;
+                        }
+                        memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
                         e->sink_stag = rq.sink_stag;
                         e->sink_to = rq.sink_to;
                         e->len = rq.rdma_rd_sz;
                         e->src_stag = rq.src_stag;
                         e->src_to = rq.src_to;
                 } else {
-                        if (dw_rdmap_atomic_req_decode(ext, extlen, &e->areq, &why) < 0) {
-                                fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
-                                               DW_TERM_RDMAP_REMOTE_OPERATION,
-                                               DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL,
-                                               DIWARP_EVENT_QP_REQ_ERR, why);
+                        r = dw_rdmap_atomic_req_accept(qp, ext, extlen, &e->areq, NULL, &ref);
+                        if (r == -EACCES) {
+                                fail_prot(c, ref.st, DW_PROT_CTX_ATOMIC, NULL,
+                                          "Atomic Request target");
                                 return;
                         }
-                        uint8_t *host = NULL;
-                        enum dw_prot_status st = DW_PROT_OK;
-                        if (!qp_allows(qp, DIWARP_ACCESS_REMOTE_ATOMIC))
-                                st = DW_PROT_ACCESS;
-                        else
-                                st = dw_mr_check_remote(&qp->dev->mrs, e->areq.remote_stag, qp->pd,
-                                                        qp->qpn, DIWARP_ACCESS_REMOTE_ATOMIC,
-                                                        e->areq.remote_to, 8, &host);
-                        /* Atomics need a naturally aligned 64-bit word. */
-                        if (st == DW_PROT_OK && ((uintptr_t)host & 7))
-                                st = DW_PROT_BOUNDS;
-                        if (st != DW_PROT_OK) {
-                                fail_prot(c, st, DW_PROT_CTX_ATOMIC, NULL, "Atomic Request target");
+                        if (r < 0) {
+                                fail_with_term(c, true, ref.te.layer, ref.te.etype, ref.te.ecode,
+                                               true, NULL, DIWARP_EVENT_QP_REQ_ERR, ref.why);
                                 return;
                         }
                         e->atomic = true;
@@ -1960,27 +1867,9 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
                 }
                 dw_warn("RC QP %#x peer %s: Terminate received (layer %u type %u code %#x)",
                         qp->qpn, peer_str(c, pb, sizeof(pb)), t.layer, t.etype, t.ecode);
-                enum diwarp_wc_status st = DIWARP_WC_REM_OP_ERR;
-                int ev = DIWARP_EVENT_QP_REQ_ERR;
-                if ((t.layer == DW_TERM_LAYER_RDMAP &&
-                     t.etype == DW_TERM_RDMAP_REMOTE_PROTECTION) ||
-                    (t.layer == DW_TERM_LAYER_DDP && t.etype == DW_TERM_DDP_TAGGED)) {
-                        st = DIWARP_WC_REM_ACCESS_ERR;
-                        ev = DIWARP_EVENT_QP_ACCESS_ERR;
-                } else if (t.layer == DW_TERM_LAYER_DDP && t.etype == DW_TERM_DDP_UNTAGGED) {
-                        if (t.ecode == DW_TERM_DDP_U_NO_BUFFER)
-                                st = DIWARP_WC_RNR_RETRY_EXC_ERR;
-                        else if (t.ecode == DW_TERM_DDP_U_MSG_TOO_LONG)
-                                st = DIWARP_WC_REM_INV_REQ_ERR;
-                } else if (t.layer == DW_TERM_LAYER_RDMAP &&
-                           t.ecode == DW_TERM_RDMAP_STAG_NOT_INVALIDATED) {
-                        st = DIWARP_WC_REM_INV_REQ_ERR;
-                } else if (t.layer == DW_TERM_LAYER_LLP ||
-                           (t.layer == DW_TERM_LAYER_RDMAP &&
-                            t.etype == DW_TERM_RDMAP_LOCAL_CATASTROPHIC)) {
-                        st = DIWARP_WC_REM_ABORT_ERR;
-                        ev = DIWARP_EVENT_QP_FATAL;
-                }
+                int ev;
+                enum diwarp_wc_status st =
+                    dw_rdmap_term_to_wc((struct dw_term_error){t.layer, t.etype, t.ecode}, &ev);
                 /* Which of our WRs caused it: the carried DDP header names it. */
                 struct dw_wqe *culprit = NULL;
                 struct dw_ddp_hdr dh;

@@ -1,0 +1,247 @@
+/* rdmap/: the RDMAP engine's transport-independent parts (RFC 5040, RFC 7306),
+ * shared by RC over TCP (qp/rc.c) and RD over UDP (qp/rd_rx.c, qp/rd_tx.c).
+ *
+ * What is here exists once for both transports: the opcode table (what
+ * each RDMAP message is to the engine), the responder's remote-access check
+ * (the QP's rights, the STag table, atomic alignment), the RFC 7306 atomic
+ * operations and the building of an Atomic Request from a WR, and the
+ * classification of errors: a failed check to the Terminate layer/type/code
+ * (RFC 5040 §7, RFC 5041 §7) that RC sends in a Terminate and RD turns into
+ * an error NAK, and a received Terminate or error NAK to the requester's
+ * completion status.
+ *
+ * No socket, no clock, no allocation, no logging. The hot-path helpers are
+ * static inline; the callers hold the device lock.
+ */
+#ifndef DIWARP_RDMAP_RDMAP_H
+#define DIWARP_RDMAP_RDMAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <diwarp/diwarp.h>
+
+#include "dw.h"
+#include "mem/mr.h"
+#include "queue/wq.h"
+#include "wire/dgram.h"
+#include "wire/rdmap.h"
+
+/* ---- Opcode table ---- */
+
+/* Which way a message goes between requester and responder. */
+enum dw_rdmap_dir {
+        DW_RDMAP_DIR_REQUEST,   /* requester to responder: Write, Read Request, Send*, Immediate,
+                                   Atomic Request */
+        DW_RDMAP_DIR_RESPONSE,  /* responder to requester: Read Response, Atomic Response */
+        DW_RDMAP_DIR_TERMINATE, /* either end, once: Terminate */
+};
+
+/* Where a failed check happened: decides which layer reports it in the
+ * Terminate (RFC 5040 §4.8, RFC 5041 §7.2). */
+enum dw_prot_ctx {
+        DW_PROT_CTX_TAGGED_SINK, /* tagged DDP placement: RDMA Write, Read Response */
+        DW_PROT_CTX_READ_SOURCE, /* RDMA Read Request at the Data Source */
+        DW_PROT_CTX_ATOMIC,      /* RFC 7306 Atomic Request target */
+        DW_PROT_CTX_INVALIDATE,  /* Send with (SE and) Invalidate: the Invalidate STag */
+};
+
+/* The engine's view of one RDMAP opcode. Its wire layout (T flag, QN, one
+ * segment or many, RDMAP header length) is wire/'s dw_rdmap_opinfo;
+ * hdr_len is the whole header before the payload that layout gives. */
+struct dw_rdmap_op {
+        enum dw_rdmap_dir dir;
+        bool payload; /* carries ULP payload after its headers */
+        int access;   /* the responder's remote right it needs (DIWARP_ACCESS_REMOTE_*), or 0 */
+        enum dw_prot_ctx ctx; /* how a failed check of that right is reported */
+        uint32_t hdr_len;     /* DDP + RDMAP header bytes (Terminate: the minimum) */
+};
+
+#define DW_RDMAP_NOPS 12 /* RFC 5040 §4.2's opcodes and RFC 7306's: 0 to 0xb */
+
+extern const struct dw_rdmap_op dw_rdmap_ops[DW_RDMAP_NOPS];
+
+/* NULL for an opcode RDMAP does not define (RFC 5040 §4.2, RFC 7306).
+ * Inline: RD's receive asks it for every segment. */
+static inline const struct dw_rdmap_op *dw_rdmap_op(unsigned int opcode)
+{
+        return opcode < DW_RDMAP_NOPS ? &dw_rdmap_ops[opcode] : NULL;
+}
+
+/* Terminate error triple (enum dw_term_layer, per-layer type and code from
+ * wire/rdmap.h). */
+struct dw_term_error {
+        uint8_t layer;
+        uint8_t etype;
+        uint8_t ecode;
+};
+
+/* ---- Remote access (the responder) ---- */
+
+/* The QP's own remote rights (ibverbs qp_access_flags): none until the
+ * application sets them, as in ibverbs (a QP moved to INIT without the
+ * access flags has qp_access_flags 0), natively connected QPs too. */
+static inline bool dw_rdmap_qp_allows(const struct dw_qp *qp, int access)
+{
+        if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
+                return false;
+        return (qp->attr.qp_access_flags & access) == access;
+}
+
+/* The responder's check of a remote access to [to, to + len) of STag stag
+ * with one DIWARP_ACCESS_REMOTE_* right: the QP's rights (a zero-length
+ * Write or Read needs none, an atomic always), then the STag table (key,
+ * PD, rights, bounds: mem/), then for an atomic a naturally aligned 64-bit
+ * word (len must be 8). *host (may be NULL) gets the host address. */
+static inline enum dw_prot_status dw_rdmap_check_remote(struct dw_qp *qp, int access, uint32_t stag,
+                                                        uint64_t to, uint64_t len, uint8_t **host)
+{
+        bool atomic = access == DIWARP_ACCESS_REMOTE_ATOMIC;
+        uint8_t *h = NULL;
+
+        if ((len || atomic) && !dw_rdmap_qp_allows(qp, access))
+                return DW_PROT_ACCESS;
+        if (atomic && len != 8)
+                return DW_PROT_BOUNDS;
+        enum dw_prot_status st =
+            dw_mr_check_remote(&qp->dev->mrs, stag, qp->pd, qp->qpn, access, to, len, &h);
+        if (st == DW_PROT_OK && atomic && ((uintptr_t)h & 7))
+                st = DW_PROT_BOUNDS;
+        if (host)
+                *host = h;
+        return st;
+}
+
+/* What the responder's check of a request refused: the protection status
+ * (DW_PROT_OK when the request did not decode), the Terminate error for it
+ * (RC sends it, RD turns it into its error NAK: dw_rdmap_term_to_nak) and
+ * the decoder's reason when it did not decode. */
+struct dw_rdmap_refusal {
+        enum dw_prot_status st;
+        struct dw_term_error te;
+        const char *why;
+};
+
+/* The responder's acceptance of an RDMA Read Request: its RDMAP header
+ * (ext, len: the bytes after the DDP header) decoded into *rq and its Data
+ * Source checked for REMOTE_READ (dw_rdmap_check_remote). Returns 0,
+ * -EBADMSG when it does not decode, -EACCES when the check fails; *ref
+ * says why. */
+int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+                             struct dw_rdmap_rreq *rq, struct dw_rdmap_refusal *ref);
+
+/* The same for an Atomic Request: decoded into *ar, its target checked for
+ * REMOTE_ATOMIC (an aligned 8-byte word), *host its address. */
+int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+                               struct dw_rdmap_atomic_req *ar, uint8_t **host,
+                               struct dw_rdmap_refusal *ref);
+
+/* ---- Atomics (RFC 7306) ---- */
+
+/* Field-wise add of Fetch-and-Add with an Add Mask: a 1 in mask marks the
+ * top bit of a field, so no carry leaves that bit. mask 0 is a plain 64-bit
+ * add. */
+static inline uint64_t dw_rdmap_masked_add(uint64_t a, uint64_t b, uint64_t mask)
+{
+        if (!mask)
+                return a + b;
+        uint64_t r = 0, carry = 0;
+        for (int i = 0; i < 64; i++) {
+                uint64_t s = ((a >> i) & 1) + ((b >> i) & 1) + carry;
+                r |= (s & 1) << i;
+                carry = ((mask >> i) & 1) ? 0 : s >> 1;
+        }
+        return r;
+}
+
+/* Executes a decoded Atomic Request on the naturally aligned word p
+ * (dw_rdmap_check_remote gave it) with __atomic operations, so the owner's
+ * own CPU accesses stay coherent. Returns the original value. Swap and
+ * Compare-and-Swap write only the bits of the Swap Mask; Compare-and-Swap
+ * compares only the bits of the Compare Mask. */
+static inline uint64_t dw_rdmap_atomic_exec(uint64_t *p, const struct dw_rdmap_atomic_req *a)
+{
+        uint64_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST), nv;
+
+        for (;;) {
+                switch (a->aopcode) {
+                case DW_ATOMIC_FETCH_ADD:
+                        if (!a->add_swap_mask)
+                                return __atomic_fetch_add(p, a->add_swap_data, __ATOMIC_SEQ_CST);
+                        nv = dw_rdmap_masked_add(old, a->add_swap_data, a->add_swap_mask);
+                        break;
+                case DW_ATOMIC_CMP_SWAP:
+                        if ((old & a->compare_mask) != (a->compare_data & a->compare_mask))
+                                return old;
+                        /* fall through */
+                default: /* DW_ATOMIC_SWAP (the decoder refuses other AOpCodes) */
+                        nv = (old & ~a->add_swap_mask) | (a->add_swap_data & a->add_swap_mask);
+                        break;
+                }
+                if (__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_SEQ_CST))
+                        return old;
+        }
+}
+
+/* The Atomic Request of an atomic send WR (DIWARP_WR_ATOMIC_CMP_AND_SWP or
+ * _FETCH_AND_ADD): the verbs' unmasked operations, so Compare-and-Swap
+ * compares and swaps all 64 bits and Fetch-and-Add adds without fields.
+ * req_id is the transport's Request Identifier. */
+static inline void dw_rdmap_atomic_req_build(const struct dw_wqe *w, uint32_t req_id,
+                                             struct dw_rdmap_atomic_req *out)
+{
+        bool cas = w->opcode == DIWARP_WR_ATOMIC_CMP_AND_SWP;
+        *out = (struct dw_rdmap_atomic_req){
+            .aopcode = cas ? DW_ATOMIC_CMP_SWAP : DW_ATOMIC_FETCH_ADD,
+            .req_id = req_id,
+            .remote_stag = w->rkey,
+            .remote_to = w->remote_addr,
+            .add_swap_data = cas ? w->swap : w->compare_add,
+            .add_swap_mask = cas ? ~0ull : 0,
+            .compare_data = cas ? w->compare_add : 0,
+            .compare_mask = cas ? ~0ull : 0,
+        };
+}
+
+/* ---- Error classification ---- */
+
+/* Maps a failed status to the Terminate error the Data Sink/Source sends.
+ * Returns 0, or -EINVAL for DW_PROT_OK or an unknown status/context. */
+int dw_prot_status_to_term(enum dw_prot_status st, enum dw_prot_ctx ctx, struct dw_term_error *out);
+
+/* The same, never failing: a status or context it does not know is RDMAP
+ * Remote Protection, unspecified. */
+struct dw_term_error dw_rdmap_prot_term(enum dw_prot_status st, enum dw_prot_ctx ctx);
+
+/* A Send that cannot be placed in its receive WR: err is what the
+ * scatter into the WR returned (-EMSGSIZE: longer than the WR, DDP
+ * "message too long"; anything else: the WR's own lkey failed, to the peer
+ * a Remote Operation Error of this stream, RFC 5040 §7.2, InfiniBand's
+ * Remote Operational Error). */
+struct dw_term_error dw_rdmap_recv_term(int err);
+
+/* A Read or Atomic Request whose RDMAP header does not decode. */
+struct dw_term_error dw_rdmap_malformed_term(uint8_t opcode);
+
+/* The RD error NAK code (wire/dgram.h) that carries a Terminate error:
+ * protection errors (RDMAP Remote Protection, DDP Tagged Buffer) are
+ * REM_ACCESS; untagged buffer errors and requests RDMAP could not parse
+ * (unexpected opcode, bad version, unspecified) are INVALID; any other
+ * error is REM_OP. */
+uint8_t dw_rdmap_term_to_nak(struct dw_term_error e);
+
+/* The requester's completion status for a received RD error NAK code. */
+enum diwarp_wc_status dw_rdmap_nak_to_wc(uint8_t nak_code);
+
+/* The requester's completion status and async event (*event) for a
+ * received Terminate. */
+enum diwarp_wc_status dw_rdmap_term_to_wc(struct dw_term_error e, int *event);
+
+/* diwarp_wc.vendor_err encoding of a Terminate error: layer << 12 | type << 8 | code. */
+static inline uint32_t dw_term_vendor_err(struct dw_term_error e)
+{
+        return (uint32_t)(e.layer & 0xf) << 12 | (uint32_t)(e.etype & 0xf) << 8 | e.ecode;
+}
+
+#endif

@@ -1,0 +1,558 @@
+/* Unit tests for rdmap/: the opcode table against wire/'s, the responder's
+ * remote-access check over a fake QP and STag table (no transport), the
+ * RFC 7306 atomics and the Atomic Request builder, and the error
+ * classification shared by RC's Terminate and RD's error NAK. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdmap/rdmap.h"
+#include "wire/ddp.h"
+
+#define NSLOTS 8
+#define BUFSZ  4096
+#define IOVA   0x10000ull
+
+#define RW  DIWARP_ACCESS_REMOTE_WRITE
+#define RR  DIWARP_ACCESS_REMOTE_READ
+#define RA  DIWARP_ACCESS_REMOTE_ATOMIC
+#define ALL (DIWARP_ACCESS_LOCAL_WRITE | RW | RR | RA)
+
+/* The fake transport's side: one device (its STag table), one QP on PD a. */
+static struct dw_device *dev;
+static struct dw_qp qp;
+static struct dw_pd pd_a, pd_b;
+static uint64_t buf64[BUFSZ / 8]; /* 8-aligned, so IOVA + 8k is an aligned word */
+
+static void setup(void)
+{
+        dev = calloc(1, sizeof(*dev));
+        cr_assert_not_null(dev);
+        cr_assert_eq(dw_mr_table_init(&dev->mrs, NSLOTS), 0);
+        dw_pd_init(&dev->mrs, &pd_a, NULL);
+        dw_pd_init(&dev->mrs, &pd_b, NULL);
+        memset(&qp, 0, sizeof(qp));
+        qp.dev = dev;
+        qp.pd = &pd_a;
+        qp.qpn = 0x1234;
+        memset(buf64, 0, sizeof(buf64));
+}
+
+static void teardown(void)
+{
+        dw_mr_table_destroy(&dev->mrs);
+        free(dev);
+}
+
+static uint32_t reg(struct dw_pd *pd, int access)
+{
+        struct dw_mr *mr = NULL;
+        cr_assert_eq(dw_mr_register(&dev->mrs, pd, buf64, BUFSZ, IOVA, access, &mr), 0);
+        return mr->stag;
+}
+
+static void qp_rights(bool set, int flags)
+{
+        qp.attr_mask_set = set ? DIWARP_QP_ACCESS_FLAGS : 0;
+        qp.attr.qp_access_flags = flags;
+}
+
+TestSuite(rdmap_access, .init = setup, .fini = teardown);
+
+/* ---- opcode table ------------------------------------------------------ */
+
+Test(rdmap_op, consistent_with_wire)
+{
+        for (unsigned op = 0; op < 300; op++) {
+                const struct dw_rdmap_op *o = dw_rdmap_op(op);
+                const struct dw_rdmap_opinfo *oi = dw_rdmap_opinfo(op);
+                cr_assert_eq(o != NULL, oi != NULL, "op %u: both tables define it or neither", op);
+                if (!o)
+                        continue;
+                size_t ddp = oi->tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
+                cr_expect_eq(o->hdr_len, ddp + oi->ulp_hdr_len, "op %u header length", op);
+                /* What dw_rdmap_encode writes is the DDP part of it. */
+                struct dw_rdmap_hdr h;
+                uint8_t b[DW_DDP_MAX_HDR_LEN];
+                cr_assert_eq(dw_rdmap_hdr_init(&h, op), 0);
+                cr_expect_eq(dw_rdmap_encode(&h, b, sizeof(b)), (ssize_t)ddp, "op %u", op);
+                /* Payload-carrying messages are the multi-segment ones. */
+                cr_expect_eq(o->payload, !oi->single_segment, "op %u payload", op);
+                /* Responses: Read Response (tagged, to the requester's sink)
+                 * and Atomic Response (its own queue). */
+                bool resp =
+                    op == DW_RDMAP_READ_RESP || (!oi->tagged && oi->qn == DW_RDMAP_QN_ATOMIC_RESP);
+                cr_expect_eq(o->dir == DW_RDMAP_DIR_RESPONSE, resp, "op %u direction", op);
+                cr_expect_eq(o->dir == DW_RDMAP_DIR_TERMINATE,
+                             !oi->tagged && oi->qn == DW_RDMAP_QN_TERMINATE, "op %u", op);
+        }
+        /* The three requests that touch the responder's memory. */
+        cr_expect_eq(dw_rdmap_op(DW_RDMAP_WRITE)->access, RW);
+        cr_expect_eq(dw_rdmap_op(DW_RDMAP_WRITE)->ctx, DW_PROT_CTX_TAGGED_SINK);
+        cr_expect_eq(dw_rdmap_op(DW_RDMAP_READ_REQ)->access, RR);
+        cr_expect_eq(dw_rdmap_op(DW_RDMAP_READ_REQ)->ctx, DW_PROT_CTX_READ_SOURCE);
+        cr_expect_eq(dw_rdmap_op(DW_RDMAP_ATOMIC_REQ)->access, RA);
+        cr_expect_eq(dw_rdmap_op(DW_RDMAP_ATOMIC_REQ)->ctx, DW_PROT_CTX_ATOMIC);
+        unsigned with_access = 0;
+        for (unsigned op = 0; dw_rdmap_op(op); op++)
+                with_access += dw_rdmap_op(op)->access != 0;
+        cr_expect_eq(with_access, 3);
+        cr_expect_eq(dw_rdmap_op(DW_RDMAP_SEND_INVAL)->ctx, DW_PROT_CTX_INVALIDATE);
+        cr_expect_eq(dw_rdmap_op(DW_RDMAP_SEND_SE_INVAL)->ctx, DW_PROT_CTX_INVALIDATE);
+}
+
+/* ---- remote access ----------------------------------------------------- */
+
+Test(rdmap_access, matrix)
+{
+        uint32_t stag = reg(&pd_a, ALL);
+        const int rights[] = {RW, RR, RA};
+        /* QP rights: never set, set to nothing, each one alone, all. */
+        const struct {
+                bool set;
+                int flags;
+        } qps[] = {{false, 0}, {false, RW | RR | RA}, {true, 0}, {true, RW}, {true, RR},
+                   {true, RA}, {true, RW | RR | RA}};
+        for (unsigned q = 0; q < sizeof(qps) / sizeof(qps[0]); q++) {
+                qp_rights(qps[q].set, qps[q].flags);
+                for (unsigned r = 0; r < 3; r++) {
+                        int acc = rights[r];
+                        bool atomic = acc == RA;
+                        bool granted = qps[q].set && (qps[q].flags & acc);
+                        for (uint64_t len = 0; len <= 8; len += 8) {
+                                uint8_t *host = NULL;
+                                enum dw_prot_status st =
+                                    dw_rdmap_check_remote(&qp, acc, stag, IOVA + 64, len, &host);
+                                /* a zero-length Write or Read needs no QP right */
+                                bool ok = granted || (len == 0 && !atomic);
+                                if (atomic && len != 8)
+                                        ok = false;
+                                cr_expect_eq(st == DW_PROT_OK, ok, "qp %u right %#x len %llu: %s",
+                                             q, acc, (unsigned long long)len,
+                                             dw_prot_status_str(st));
+                                if (st == DW_PROT_OK && len)
+                                        cr_expect_eq(host, (uint8_t *)buf64 + 64);
+                                if (!ok && !(atomic && len != 8))
+                                        cr_expect_eq(st, DW_PROT_ACCESS, "qp %u right %#x", q, acc);
+                        }
+                }
+                cr_expect_eq(dw_rdmap_qp_allows(&qp, RW | RR),
+                             qps[q].set && (qps[q].flags & (RW | RR)) == (RW | RR), "qp %u", q);
+        }
+}
+
+Test(rdmap_access, mr_rights_and_pd)
+{
+        qp_rights(true, RW | RR | RA);
+        uint32_t ro = reg(&pd_a, RR);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RR, ro, IOVA, 16, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, ro, IOVA, 16, NULL), DW_PROT_ACCESS);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, ro, IOVA, 8, NULL), DW_PROT_ACCESS);
+        uint32_t other = reg(&pd_b, ALL);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, other, IOVA, 16, NULL), DW_PROT_PD_MISMATCH);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, ro ^ 0xff, IOVA, 16, NULL),
+                     DW_PROT_INVALID_STAG);
+        /* bounds: the last byte is in, one more is not */
+        uint32_t all = reg(&pd_a, ALL);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, all, IOVA, BUFSZ, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, all, IOVA + 1, BUFSZ, NULL), DW_PROT_BOUNDS);
+}
+
+Test(rdmap_access, atomic_alignment_and_length)
+{
+        qp_rights(true, RA);
+        uint32_t stag = reg(&pd_a, ALL);
+        uint8_t *host = (uint8_t *)1;
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + 8, 8, &host), DW_PROT_OK);
+        cr_expect_eq(host, (uint8_t *)&buf64[1]);
+        for (unsigned mis = 1; mis < 8; mis++)
+                cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + 8 + mis, 8, NULL),
+                             DW_PROT_BOUNDS, "misaligned by %u", mis);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + 8, 4, NULL), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + 8, 16, NULL), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + BUFSZ - 8, 8, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + BUFSZ, 8, NULL), DW_PROT_BOUNDS);
+        /* Write and Read have no alignment rule */
+        qp_rights(true, RW | RR);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, stag, IOVA + 3, 8, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RR, stag, IOVA + 5, 3, NULL), DW_PROT_OK);
+}
+
+/* A Read or Atomic Request as the responder gets it: decoded, its target
+ * checked, and what a refusal becomes. */
+Test(rdmap_access, read_request_accept)
+{
+        uint32_t stag = reg(&pd_a, ALL);
+        struct dw_rdmap_rreq in = {.sink_stag = 7,
+                                   .sink_to = 0x99,
+                                   .rdma_rd_sz = 100,
+                                   .src_stag = stag,
+                                   .src_to = IOVA + 8};
+        uint8_t b[DW_RDMAP_RREQ_HDR_LEN];
+        cr_assert_eq(dw_rdmap_rreq_encode(&in, b, sizeof(b)), DW_RDMAP_RREQ_HDR_LEN);
+        struct dw_rdmap_rreq rq;
+        struct dw_rdmap_refusal ref;
+
+        qp_rights(true, RR);
+        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), 0);
+        cr_expect(rq.src_stag == stag && rq.src_to == IOVA + 8 && rq.rdma_rd_sz == 100 &&
+                  rq.sink_stag == 7 && rq.sink_to == 0x99);
+
+        qp_rights(true, RW); /* no REMOTE_READ on the QP */
+        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), -EACCES);
+        cr_expect_eq(ref.st, DW_PROT_ACCESS);
+        cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP &&
+                  ref.te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
+                  ref.te.ecode == DW_TERM_RDMAP_ACCESS_RIGHTS);
+        cr_expect_not_null(ref.why);
+
+        qp_rights(true, RR);
+        in.rdma_rd_sz = BUFSZ; /* runs 8 bytes past the region */
+        dw_rdmap_rreq_encode(&in, b, sizeof(b));
+        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), -EACCES);
+        cr_expect_eq(ref.te.ecode, DW_TERM_RDMAP_BASE_BOUNDS);
+
+        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b) - 1, &rq, &ref), -EBADMSG);
+        cr_expect_eq(ref.st, DW_PROT_OK);
+        cr_expect(ref.te.etype == DW_TERM_RDMAP_REMOTE_OPERATION);
+        cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_INVALID);
+        cr_expect_not_null(ref.why);
+}
+
+Test(rdmap_access, atomic_request_accept)
+{
+        uint32_t stag = reg(&pd_a, ALL);
+        struct dw_rdmap_atomic_req in = {.aopcode = DW_ATOMIC_FETCH_ADD,
+                                         .req_id = 3,
+                                         .remote_stag = stag,
+                                         .remote_to = IOVA + 16,
+                                         .add_swap_data = 1};
+        uint8_t b[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+        cr_assert_eq(dw_rdmap_atomic_req_encode(&in, b, sizeof(b)), DW_RDMAP_ATOMIC_REQ_HDR_LEN);
+        struct dw_rdmap_atomic_req ar;
+        struct dw_rdmap_refusal ref;
+        uint8_t *host = NULL;
+
+        qp_rights(true, RA);
+        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), 0);
+        cr_expect_eq(host, (uint8_t *)&buf64[2]);
+        buf64[2] = 41;
+        cr_expect_eq(dw_rdmap_atomic_exec((uint64_t *)host, &ar), 41);
+        cr_expect_eq(buf64[2], 42);
+
+        in.remote_to = IOVA + 20; /* not an aligned word */
+        dw_rdmap_atomic_req_encode(&in, b, sizeof(b));
+        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EACCES);
+        cr_expect_eq(ref.st, DW_PROT_BOUNDS);
+        cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP && ref.te.ecode == DW_TERM_RDMAP_BASE_BOUNDS);
+        cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_REM_ACCESS);
+
+        qp_rights(false, 0);
+        in.remote_to = IOVA + 16;
+        dw_rdmap_atomic_req_encode(&in, b, sizeof(b));
+        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EACCES);
+        cr_expect_eq(ref.st, DW_PROT_ACCESS);
+
+        b[3] = 0x7; /* an AOpCode RFC 7306 does not define */
+        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EBADMSG);
+        cr_expect_eq(ref.te.ecode, DW_TERM_RDMAP_UNEXPECTED_OPCODE);
+}
+
+/* ---- atomics ----------------------------------------------------------- */
+
+/* Reference: add each field (a 1 in mask ends one) modulo its width. */
+static uint64_t fields_add(uint64_t a, uint64_t b, uint64_t mask)
+{
+        uint64_t r = 0;
+        unsigned lo = 0;
+        for (unsigned i = 0; i < 64; i++) {
+                if (i == 63 || ((mask >> i) & 1)) {
+                        unsigned w = i - lo + 1;
+                        uint64_t m = w == 64 ? ~0ull : ((1ull << w) - 1);
+                        r |= ((((a >> lo) & m) + ((b >> lo) & m)) & m) << lo;
+                        lo = i + 1;
+                }
+        }
+        return r;
+}
+
+Test(rdmap_atomic, masked_add)
+{
+        cr_expect_eq(dw_rdmap_masked_add(5, 7, 0), 12);
+        cr_expect_eq(dw_rdmap_masked_add(~0ull, 1, 0), 0);
+        /* two 32-bit fields: the low one wraps without carrying */
+        cr_expect_eq(dw_rdmap_masked_add(0x00000001ffffffffull, 1, 0x8000000080000000ull),
+                     0x0000000100000000ull);
+        /* every bit its own field: XOR */
+        cr_expect_eq(dw_rdmap_masked_add(0xf0f0, 0xff00, ~0ull), 0xf0f0 ^ 0xff00);
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+        for (int i = 0; i < 2000; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                uint64_t a = x;
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                uint64_t b = x;
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                uint64_t m = x & x >> 3; /* sparse: fields of a few bits to dozens */
+                cr_assert_eq(dw_rdmap_masked_add(a, b, m), fields_add(a, b, m),
+                             "a %#llx b %#llx mask %#llx", (unsigned long long)a,
+                             (unsigned long long)b, (unsigned long long)m);
+        }
+}
+
+Test(rdmap_atomic, exec)
+{
+        uint64_t v = 100;
+        struct dw_rdmap_atomic_req fa = {.aopcode = DW_ATOMIC_FETCH_ADD, .add_swap_data = 5};
+        cr_expect_eq(dw_rdmap_atomic_exec(&v, &fa), 100);
+        cr_expect_eq(v, 105);
+        /* masked Fetch-and-Add: two 32-bit counters in one word */
+        v = 0x00000007ffffffffull;
+        fa = (struct dw_rdmap_atomic_req){.aopcode = DW_ATOMIC_FETCH_ADD,
+                                          .add_swap_data = 0x0000000100000001ull,
+                                          .add_swap_mask = 0x8000000080000000ull};
+        cr_expect_eq(dw_rdmap_atomic_exec(&v, &fa), 0x00000007ffffffffull);
+        cr_expect_eq(v, 0x0000000800000000ull);
+        /* Swap writes the bits of its mask only */
+        v = 0x1111111111111111ull;
+        struct dw_rdmap_atomic_req sw = {.aopcode = DW_ATOMIC_SWAP,
+                                         .add_swap_data = 0xaaaaaaaaaaaaaaaaull,
+                                         .add_swap_mask = 0x00000000ffffffffull};
+        cr_expect_eq(dw_rdmap_atomic_exec(&v, &sw), 0x1111111111111111ull);
+        cr_expect_eq(v, 0x11111111aaaaaaaaull);
+        /* Compare-and-Swap: compares under its mask, swaps under its own */
+        v = 0x1234;
+        struct dw_rdmap_atomic_req cs = {.aopcode = DW_ATOMIC_CMP_SWAP,
+                                         .add_swap_data = 0xbeef,
+                                         .add_swap_mask = ~0ull,
+                                         .compare_data = 0xff34,
+                                         .compare_mask = 0x00ff};
+        cr_expect_eq(dw_rdmap_atomic_exec(&v, &cs), 0x1234);
+        cr_expect_eq(v, 0xbeef, "the masked compare matched");
+        cs.compare_mask = 0xffff;
+        cr_expect_eq(dw_rdmap_atomic_exec(&v, &cs), 0xbeef);
+        cr_expect_eq(v, 0xbeef, "no match: unchanged");
+}
+
+Test(rdmap_atomic, request_from_wr)
+{
+        struct dw_wqe w = {.opcode = DIWARP_WR_ATOMIC_CMP_AND_SWP,
+                           .rkey = 0xabcd0001,
+                           .remote_addr = IOVA + 16,
+                           .compare_add = 7,
+                           .swap = 9};
+        struct dw_rdmap_atomic_req ar;
+        dw_rdmap_atomic_req_build(&w, 42, &ar);
+        cr_expect_eq(ar.aopcode, DW_ATOMIC_CMP_SWAP);
+        cr_expect_eq(ar.req_id, 42);
+        cr_expect_eq(ar.remote_stag, 0xabcd0001);
+        cr_expect_eq(ar.remote_to, IOVA + 16);
+        /* through the wire and executed: the verbs' semantics */
+        uint8_t b[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+        struct dw_rdmap_atomic_req back;
+        cr_assert_eq(dw_rdmap_atomic_req_encode(&ar, b, sizeof(b)), DW_RDMAP_ATOMIC_REQ_HDR_LEN);
+        cr_assert_eq(dw_rdmap_atomic_req_decode(b, sizeof(b), &back, NULL),
+                     DW_RDMAP_ATOMIC_REQ_HDR_LEN);
+        uint64_t v = 7;
+        cr_expect_eq(dw_rdmap_atomic_exec(&v, &back), 7);
+        cr_expect_eq(v, 9);
+        v = 0x8000000000000007ull; /* differs in bit 63: all 64 bits compared */
+        cr_expect_eq(dw_rdmap_atomic_exec(&v, &back), 0x8000000000000007ull);
+        cr_expect_eq(v, 0x8000000000000007ull);
+
+        w.opcode = DIWARP_WR_ATOMIC_FETCH_AND_ADD;
+        w.compare_add = 0x100000001ull;
+        dw_rdmap_atomic_req_build(&w, 43, &ar);
+        cr_expect_eq(ar.aopcode, DW_ATOMIC_FETCH_ADD);
+        cr_expect_eq(ar.add_swap_mask, 0, "verbs Fetch-and-Add has no fields");
+        v = 0xffffffffull;
+        cr_expect_eq(dw_rdmap_atomic_exec(&v, &ar), 0xffffffffull);
+        cr_expect_eq(v, 0x200000000ull, "the carry crosses bit 31");
+}
+
+/* ---- error classification ---------------------------------------------- */
+
+static const enum dw_prot_status all_fail[] = {
+    DW_PROT_INVALID_STAG,
+    DW_PROT_PD_MISMATCH,
+    DW_PROT_ACCESS,
+    DW_PROT_BOUNDS,
+    DW_PROT_INVALIDATED,
+    DW_PROT_TO_WRAP,
+    DW_PROT_NOT_INVALIDATABLE,
+};
+#define NFAIL (sizeof(all_fail) / sizeof(all_fail[0]))
+
+struct term_case {
+        enum dw_prot_status st;
+        enum dw_prot_ctx ctx;
+        uint8_t layer, etype, ecode;
+};
+
+Test(rdmap_class, terminate_errors)
+{
+        const struct term_case cases[] = {
+            /* tagged placement: DDP Tagged Buffer Error (RFC 5041) */
+            {DW_PROT_INVALID_STAG, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x00},
+            {DW_PROT_INVALIDATED, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x00},
+            {DW_PROT_BOUNDS, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x01},
+            {DW_PROT_PD_MISMATCH, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x02},
+            {DW_PROT_TO_WRAP, DW_PROT_CTX_TAGGED_SINK, 1, 1, 0x03},
+            /* no DDP code for rights: RDMAP Remote Protection / access */
+            {DW_PROT_ACCESS, DW_PROT_CTX_TAGGED_SINK, 0, 1, 0x02},
+            /* Read Request source: RDMAP Remote Protection Error */
+            {DW_PROT_INVALID_STAG, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x00},
+            {DW_PROT_INVALIDATED, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x00},
+            {DW_PROT_BOUNDS, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x01},
+            {DW_PROT_ACCESS, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x02},
+            {DW_PROT_PD_MISMATCH, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x03},
+            {DW_PROT_TO_WRAP, DW_PROT_CTX_READ_SOURCE, 0, 1, 0x04},
+            {DW_PROT_ACCESS, DW_PROT_CTX_ATOMIC, 0, 1, 0x02},
+            {DW_PROT_BOUNDS, DW_PROT_CTX_ATOMIC, 0, 1, 0x01},
+            {DW_PROT_INVALID_STAG, DW_PROT_CTX_ATOMIC, 0, 1, 0x00},
+            /* Send with Invalidate: STag cannot be invalidated */
+            {DW_PROT_INVALID_STAG, DW_PROT_CTX_INVALIDATE, 0, 1, 0x09},
+            {DW_PROT_INVALIDATED, DW_PROT_CTX_INVALIDATE, 0, 1, 0x09},
+            {DW_PROT_PD_MISMATCH, DW_PROT_CTX_INVALIDATE, 0, 1, 0x09},
+            {DW_PROT_NOT_INVALIDATABLE, DW_PROT_CTX_INVALIDATE, 0, 1, 0x09},
+        };
+        for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                struct dw_term_error e = {0xee, 0xee, 0xee};
+                cr_assert_eq(dw_prot_status_to_term(cases[i].st, cases[i].ctx, &e), 0, "case %u",
+                             i);
+                cr_expect_eq(e.layer, cases[i].layer, "case %u layer", i);
+                cr_expect_eq(e.etype, cases[i].etype, "case %u etype", i);
+                cr_expect_eq(e.ecode, cases[i].ecode, "case %u ecode", i);
+        }
+        /* every failing status maps in every access context */
+        const enum dw_prot_ctx ctxs[] = {DW_PROT_CTX_TAGGED_SINK, DW_PROT_CTX_READ_SOURCE,
+                                         DW_PROT_CTX_ATOMIC};
+        for (unsigned c = 0; c < 3; c++)
+                for (unsigned i = 0; i < NFAIL; i++) {
+                        struct dw_term_error e;
+                        cr_expect_eq(dw_prot_status_to_term(all_fail[i], ctxs[c], &e), 0);
+                }
+}
+
+Test(rdmap_class, terminate_rejects_nonsense)
+{
+        struct dw_term_error e;
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_OK, DW_PROT_CTX_TAGGED_SINK, &e), -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_ACCESS, DW_PROT_CTX_INVALIDATE, &e), -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_BOUNDS, DW_PROT_CTX_INVALIDATE, &e), -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_BOUNDS, (enum dw_prot_ctx)42, &e), -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term((enum dw_prot_status)77, DW_PROT_CTX_READ_SOURCE, &e),
+                     -EINVAL);
+        cr_expect_eq(dw_prot_status_to_term(DW_PROT_BOUNDS, DW_PROT_CTX_READ_SOURCE, NULL),
+                     -EINVAL);
+}
+
+Test(rdmap_class, vendor_err_encoding)
+{
+        struct dw_term_error e = {.layer = 1, .etype = 1, .ecode = 3};
+        cr_expect_eq(dw_term_vendor_err(e), 0x1103u);
+        struct dw_term_error f = {.layer = 0, .etype = 2, .ecode = 0xff};
+        cr_expect_eq(dw_term_vendor_err(f), 0x02ffu);
+}
+
+Test(rdmap_class, protection_is_rem_access_nak)
+{
+        /* Every failed remote-access check is REM_ACCESS for RD, as the
+         * Terminate RC sends for it is a protection error. */
+        const enum dw_prot_ctx ctxs[] = {DW_PROT_CTX_TAGGED_SINK, DW_PROT_CTX_READ_SOURCE,
+                                         DW_PROT_CTX_ATOMIC};
+        for (unsigned c = 0; c < 3; c++)
+                for (unsigned i = 0; i < NFAIL; i++) {
+                        struct dw_term_error e;
+                        cr_assert_eq(dw_prot_status_to_term(all_fail[i], ctxs[c], &e), 0);
+                        cr_expect_eq(dw_rdmap_term_to_nak(e), DW_DGRAM_NAK_REM_ACCESS,
+                                     "ctx %u status %u", c, i);
+                        int ev = -1;
+                        cr_expect_eq(dw_rdmap_term_to_wc(e, &ev), DIWARP_WC_REM_ACCESS_ERR);
+                        cr_expect_eq(ev, DIWARP_EVENT_QP_ACCESS_ERR);
+                        cr_expect_eq(dw_rdmap_nak_to_wc(dw_rdmap_term_to_nak(e)),
+                                     DIWARP_WC_REM_ACCESS_ERR);
+                }
+}
+
+Test(rdmap_class, prot_term_never_fails)
+{
+        struct dw_term_error e = dw_rdmap_prot_term(DW_PROT_BOUNDS, DW_PROT_CTX_TAGGED_SINK);
+        cr_expect(e.layer == DW_TERM_LAYER_DDP && e.etype == DW_TERM_DDP_TAGGED &&
+                  e.ecode == DW_TERM_DDP_T_BASE_BOUNDS);
+        e = dw_rdmap_prot_term(DW_PROT_BOUNDS, DW_PROT_CTX_INVALIDATE); /* no mapping */
+        cr_expect(e.layer == DW_TERM_LAYER_RDMAP && e.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
+                  e.ecode == DW_TERM_RDMAP_UNSPECIFIED);
+}
+
+Test(rdmap_class, receive_and_malformed)
+{
+        struct dw_term_error e = dw_rdmap_recv_term(-EMSGSIZE);
+        cr_expect(e.layer == DW_TERM_LAYER_DDP && e.etype == DW_TERM_DDP_UNTAGGED &&
+                  e.ecode == DW_TERM_DDP_U_MSG_TOO_LONG);
+        cr_expect_eq(dw_rdmap_term_to_nak(e), DW_DGRAM_NAK_INVALID);
+        cr_expect_eq(dw_rdmap_term_to_wc(e, NULL), DIWARP_WC_REM_INV_REQ_ERR);
+        cr_expect_eq(dw_rdmap_nak_to_wc(DW_DGRAM_NAK_INVALID), DIWARP_WC_REM_INV_REQ_ERR);
+
+        e = dw_rdmap_recv_term(-EACCES); /* the receive WR's own lkey */
+        cr_expect(e.layer == DW_TERM_LAYER_RDMAP && e.etype == DW_TERM_RDMAP_REMOTE_OPERATION &&
+                  e.ecode == DW_TERM_RDMAP_CATASTROPHIC_STREAM);
+        cr_expect_eq(dw_rdmap_term_to_nak(e), DW_DGRAM_NAK_REM_OP);
+        cr_expect_eq(dw_rdmap_term_to_wc(e, NULL), DIWARP_WC_REM_OP_ERR);
+        cr_expect_eq(dw_rdmap_nak_to_wc(DW_DGRAM_NAK_REM_OP), DIWARP_WC_REM_OP_ERR);
+
+        e = dw_rdmap_malformed_term(DW_RDMAP_READ_REQ);
+        cr_expect(e.layer == DW_TERM_LAYER_RDMAP && e.etype == DW_TERM_RDMAP_REMOTE_OPERATION &&
+                  e.ecode == DW_TERM_RDMAP_UNSPECIFIED);
+        cr_expect_eq(dw_rdmap_term_to_nak(e), DW_DGRAM_NAK_INVALID);
+        e = dw_rdmap_malformed_term(DW_RDMAP_ATOMIC_REQ);
+        cr_expect(e.layer == DW_TERM_LAYER_RDMAP && e.etype == DW_TERM_RDMAP_REMOTE_OPERATION &&
+                  e.ecode == DW_TERM_RDMAP_UNEXPECTED_OPCODE);
+        cr_expect_eq(dw_rdmap_term_to_nak(e), DW_DGRAM_NAK_INVALID);
+}
+
+Test(rdmap_class, received_terminate)
+{
+        const struct {
+                struct dw_term_error e;
+                enum diwarp_wc_status st;
+                int ev;
+        } cases[] = {
+            {{DW_TERM_LAYER_DDP, DW_TERM_DDP_TAGGED, DW_TERM_DDP_T_BASE_BOUNDS},
+             DIWARP_WC_REM_ACCESS_ERR,
+             DIWARP_EVENT_QP_ACCESS_ERR},
+            {{DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED, DW_TERM_DDP_U_NO_BUFFER},
+             DIWARP_WC_RNR_RETRY_EXC_ERR,
+             DIWARP_EVENT_QP_REQ_ERR},
+            {{DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED, DW_TERM_DDP_U_MSN_RANGE},
+             DIWARP_WC_REM_OP_ERR,
+             DIWARP_EVENT_QP_REQ_ERR},
+            {{DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_PROTECTION,
+              DW_TERM_RDMAP_STAG_NOT_INVALIDATED},
+             DIWARP_WC_REM_ACCESS_ERR,
+             DIWARP_EVENT_QP_ACCESS_ERR},
+            {{DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+              DW_TERM_RDMAP_STAG_NOT_INVALIDATED},
+             DIWARP_WC_REM_INV_REQ_ERR,
+             DIWARP_EVENT_QP_REQ_ERR},
+            {{DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION, DW_TERM_RDMAP_UNEXPECTED_OPCODE},
+             DIWARP_WC_REM_OP_ERR,
+             DIWARP_EVENT_QP_REQ_ERR},
+            {{DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+              DW_TERM_RDMAP_CATASTROPHIC_STREAM},
+             DIWARP_WC_REM_ABORT_ERR,
+             DIWARP_EVENT_QP_FATAL},
+            {{DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA, DW_TERM_LLP_CRC},
+             DIWARP_WC_REM_ABORT_ERR,
+             DIWARP_EVENT_QP_FATAL},
+        };
+        for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                int ev = -1;
+                cr_expect_eq(dw_rdmap_term_to_wc(cases[i].e, &ev), cases[i].st, "case %u", i);
+                cr_expect_eq(ev, cases[i].ev, "case %u event", i);
+        }
+        /* an RNR NAK or anything unknown as an error NAK: invalid request */
+        cr_expect_eq(dw_rdmap_nak_to_wc(DW_DGRAM_NAK_INVALID + 1), DIWARP_WC_REM_INV_REQ_ERR);
+}
