@@ -1845,6 +1845,7 @@ static struct ibv_qp *conn_qp(struct rdma_cm_id *id, const struct rdma_conn_para
 }
 
 struct rcm_job {
+        struct rcm_job *next; /* the connectors' queue */
         struct rcm_id *r;
         struct ibv_qp *qp;
         uint8_t pd[RCM_PD_MAX];
@@ -2009,12 +2010,86 @@ static int run_connect(struct rcm_job *j)
         return err;
 }
 
-static void *connect_thread(void *arg)
+/* The connects of asynchronous ids run on connector threads that, once
+ * started, stay for the life of the process and take the next job when idle:
+ * up to RCM_CONNECTORS at once, more jobs wait in the queue. A thread per
+ * connect would end after it posted the connect's event, at a moment the
+ * program does not see: glibc then madvise()s the thread's stack away
+ * (MADV_DONTNEED), and Open MPI's memory hooks turn that call into
+ * callbacks that are not safe against its own MPI_Finalize (the callback
+ * can run while Open MPI removes it and unloads its ofi components). A
+ * barrier just before MPI_Finalize makes the connections whose threads
+ * would end during it. */
+#define RCM_CONNECTORS 8
+
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t cond; /* a job was queued */
+        struct rcm_job *head, *tail;
+        int queued, idle, threads; /* jobs waiting, threads waiting for one, threads */
+        pid_t pid;                 /* the process the threads run in (not a forked child) */
+} conn_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static void *connector_main(void *arg)
 {
-        struct rcm_job *j = arg;
-        run_connect(j);
-        free(j);
+        (void)arg;
+        pthread_mutex_lock(&conn_pool.lock);
+        for (;;) {
+                while (!conn_pool.head) {
+                        conn_pool.idle++;
+                        pthread_cond_wait(&conn_pool.cond, &conn_pool.lock);
+                        conn_pool.idle--;
+                }
+                struct rcm_job *j = conn_pool.head;
+                conn_pool.head = j->next;
+                if (!conn_pool.head)
+                        conn_pool.tail = NULL;
+                conn_pool.queued--;
+                pthread_mutex_unlock(&conn_pool.lock);
+                run_connect(j);
+                free(j);
+                pthread_mutex_lock(&conn_pool.lock);
+        }
         return NULL;
+}
+
+/* Queues a connect for the connectors, starting one when none is idle (and
+ * fewer than RCM_CONNECTORS run). 0, or a positive errno when no connector
+ * runs and none could be started: the caller then connects itself. */
+static int connector_submit(struct rcm_job *j)
+{
+        pthread_mutex_lock(&conn_pool.lock);
+        if (conn_pool.pid != getpid()) {
+                /* A forked child has none of its parent's threads. */
+                conn_pool.pid = getpid();
+                conn_pool.head = conn_pool.tail = NULL;
+                conn_pool.queued = conn_pool.idle = conn_pool.threads = 0;
+        }
+        int err = 0;
+        if (conn_pool.queued + 1 > conn_pool.idle && conn_pool.threads < RCM_CONNECTORS) {
+                pthread_attr_t a;
+                pthread_attr_init(&a);
+                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+                pthread_t t;
+                err = pthread_create(&t, &a, connector_main, NULL);
+                pthread_attr_destroy(&a);
+                if (err == 0)
+                        conn_pool.threads++;
+                else if (conn_pool.threads > 0)
+                        err = 0; /* a running connector takes it later */
+        }
+        if (err == 0) {
+                j->next = NULL;
+                if (conn_pool.tail)
+                        conn_pool.tail->next = j;
+                else
+                        conn_pool.head = j;
+                conn_pool.tail = j;
+                conn_pool.queued++;
+                pthread_cond_signal(&conn_pool.cond);
+        }
+        pthread_mutex_unlock(&conn_pool.lock);
+        return err;
 }
 
 RCM_SYMVER(rcm_connect, rdma_connect, "RDMACM_1.0");
@@ -2066,15 +2141,10 @@ int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
                 free(j);
                 return sync_complete(r);
         }
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        pthread_t t;
-        err = pthread_create(&t, &a, connect_thread, j);
-        pthread_attr_destroy(&a);
+        err = connector_submit(j);
         if (err) {
                 /* No thread: connect here, the event still goes to the channel. */
-                dw_dbg("rdma_cm: rdma_connect: no helper thread (%s); connecting inline",
+                dw_dbg("rdma_cm: rdma_connect: no connector thread (%s); connecting inline",
                        strerror(err));
                 run_connect(j);
                 free(j);

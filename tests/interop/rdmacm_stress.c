@@ -6,12 +6,16 @@
  * and so is a disconnect behind a Send that waits for a receive at the server;
  * an event channel destroyed while a thread waits in rdma_get_cm_event (as a
  * program exiting without stopping its event thread does) leaves that thread
- * waiting, without an event and without touching freed memory (ASan).
+ * waiting, without an event and without touching freed memory (ASan);
+ * connects made one after another start no thread each: the connector
+ * threads are reused, so none ends behind the program's back (a thread's end
+ * madvise()s its stack, which MPI libraries' memory hooks intercept).
  * Exit 0 = all checks passed; each failure prints its line.
  */
 #include <rdma/rdma_cma.h>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -28,8 +32,24 @@
 #include "check.h"
 
 #define NCONN 16
+#define NSEQ  6
 
 static int server_established; /* ESTABLISHED events seen on the server's channel */
+
+/* Threads started in this process: the program exports its pthread_create
+ * (export_dynamic), so the preloaded provider's calls reach it first. */
+static int threads_started;
+
+int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+        static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+        if (!real)
+                *(void **)&real = dlsym(RTLD_NEXT, "pthread_create");
+        if (!real)
+                return EAGAIN;
+        __atomic_add_fetch(&threads_started, 1, __ATOMIC_RELAXED);
+        return real(t, a, fn, arg);
+}
 
 static long now_ms(void)
 {
@@ -328,6 +348,32 @@ int main(void)
                         CHECK(rdma_destroy_id(acc[i]) == 0);
                 }
         }
+
+        /* 1b. Connects one after another, each established before the next:
+         * the connector threads of part 1 take them, no thread starts (and
+         * so none ends later, behind the program's back). */
+        int started = __atomic_load_n(&threads_started, __ATOMIC_RELAXED);
+        CHECK(started > 0); /* the count sees the provider's threads */
+        struct rdma_cm_id *seq[NSEQ], *sacc[NCONN] = {0};
+        int seq_up = 0;
+        for (int i = 0; i < NSEQ; i++) {
+                seq[i] = start_connect(cch, port);
+                seq_up += drive(cch, sch, &spd, sacc + i, 1, now_ms() + 10000, NULL);
+        }
+        CHECK(seq_up == NSEQ);
+        int seq_started = __atomic_load_n(&threads_started, __ATOMIC_RELAXED) - started;
+        fprintf(stderr, "%d sequential connects started %d thread(s)\n", NSEQ, seq_started);
+        CHECK(seq_started == 0);
+        for (int i = 0; i < NSEQ; i++) {
+                rdma_destroy_qp(seq[i]);
+                CHECK(rdma_destroy_id(seq[i]) == 0);
+                if (sacc[i]) {
+                        rdma_destroy_qp(sacc[i]);
+                        CHECK(rdma_destroy_id(sacc[i]) == 0);
+                }
+        }
+        /* Their server side events (ESTABLISHED, DISCONNECTED) are dropped
+         * with the ids. */
 
         /* 2. A destroyed id handed back: EINVAL, no crash. */
         struct rdma_cm_id *stale = cid[0];
