@@ -48,10 +48,15 @@
 struct dw_seal {
         bool nocrc; /* accept RD datagrams without CRC32c (the sender's NOCRC) */
         bool mac;   /* keyed: AUTH trailer on every datagram, nothing else taken */
-        void *enc;  /* EVP_CIPHER_CTX (AES-GCM), keyed, for sealing */
-        void *dec;  /* the same for opening */
+        /* Keyed: libcrypto's GCM mode state (GCM128_CONTEXT), [DW_SEAL_ENC]
+         * for sealing, [DW_SEAL_DEC] for opening, each over its own AES
+         * block cipher (blk: an EVP_CIPHER_CTX, AES-ECB), set up once. */
+        void *gcm[2];
+        void *blk[2];
         uint8_t nonce[DW_DGRAM_AUTH_NONCE_LEN]; /* the next one: salt (4) || counter (8, BE) */
 };
+
+enum { DW_SEAL_ENC, DW_SEAL_DEC };
 
 /* One datagram being sealed: the running state over the bytes added so far.
  * Without a key, a run over a prefix may be kept and continued for several

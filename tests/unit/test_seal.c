@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "wire/dgram.h"
 #include "wire/rdmap.h"
 #include "wire/seal.h"
@@ -240,4 +242,124 @@ Test(seal, mac_clears_nocrc)
         cr_assert_eq(dw_dgram_decode(pkt, (size_t)n, &g, NULL), n);
         cr_assert(g.xflags2 & DW_DGRAM_X2_AUTH);
         dw_seal_fini(&s);
+}
+
+/* The reference: AES-GCM through libcrypto's EVP cipher, the bytes as
+ * additional data and nothing encrypted, under key and nonce. */
+static void evp_gmac(const uint8_t *key, size_t keylen, const uint8_t *nonce, const uint8_t *p,
+                     size_t n, uint8_t tag[DW_DGRAM_AUTH_TAG_LEN])
+{
+        EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+        uint8_t none[16];
+        int ol;
+        cr_assert(c);
+        cr_assert_eq(EVP_EncryptInit_ex(c, keylen == 16 ? EVP_aes_128_gcm() : EVP_aes_256_gcm(),
+                                        NULL, key, nonce),
+                     1);
+        cr_assert_eq(EVP_EncryptUpdate(c, NULL, &ol, p, (int)n), 1);
+        cr_assert_eq(EVP_EncryptFinal_ex(c, none, &ol), 1);
+        cr_assert_eq(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, DW_DGRAM_AUTH_TAG_LEN, tag), 1);
+        EVP_CIPHER_CTX_free(c);
+}
+
+/* A datagram of len bytes (len >= DW_DGRAM_HDR_LEN): a UD header and a
+ * pattern that differs with seed. */
+static void pattern_dgram(uint8_t *pkt, size_t len, unsigned seed)
+{
+        ud_dgram(pkt);
+        for (size_t i = DW_DGRAM_HDR_LEN; i < len; i++)
+                pkt[i] = (uint8_t)(i * 7 + seed * 13 + (i >> 8));
+}
+
+/* The tag on the wire is AES-GCM's (the additional data the datagram, no
+ * plaintext): the same as libcrypto's EVP AES-GCM computes, for both key
+ * lengths, lengths that end inside and on a 16-byte block, and one nonce
+ * after another. */
+Test(seal, tag_is_evp_aes_gcm)
+{
+        static const size_t lens[] = {DW_DGRAM_HDR_LEN, 31, 32, 33, 100, 1024, 4099, 65000};
+        static uint8_t pkt[65536];
+        for (int k = 0; k < 2; k++) {
+                const uint8_t *key = k ? key2 : key1;
+                size_t kl = k ? sizeof(key2) : sizeof(key1);
+                struct dw_seal s;
+                keyed(&s, key, kl);
+                for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+                        size_t len = lens[i];
+                        pattern_dgram(pkt, len, (unsigned)i);
+                        ssize_t n = dw_seal_packet(&s, pkt, len, sizeof(pkt));
+                        cr_assert_eq(n, (ssize_t)(len + DW_DGRAM_AUTH_LEN));
+                        uint8_t want[DW_DGRAM_AUTH_TAG_LEN];
+                        evp_gmac(key, kl, pkt + len, pkt, len, want);
+                        cr_assert_eq(
+                            memcmp(pkt + len + DW_DGRAM_AUTH_NONCE_LEN, want, sizeof(want)), 0,
+                            "key %zu bytes, datagram %zu bytes: tag differs from EVP's", kl, len);
+                        cr_assert_eq(dw_seal_open(&s, pkt, (size_t)n, NULL), (ssize_t)len);
+                }
+                dw_seal_fini(&s);
+        }
+}
+
+/* Splits a datagram of len bytes at cut points into iov (empty pieces
+ * included); returns the count. */
+static size_t split(uint8_t *p, size_t len, const size_t *cuts, size_t ncuts, struct iovec *iov)
+{
+        size_t k = 0, at = 0;
+        for (size_t i = 0; i <= ncuts; i++) {
+                size_t end = i < ncuts ? cuts[i] : len;
+                iov[k++] = (struct iovec){p + at, end - at};
+                at = end;
+        }
+        return k;
+}
+
+/* Sealed and opened in pieces, at any split (pieces of 1 byte, empty ones,
+ * cuts inside and on 16-byte blocks), the trailer equals the contiguous
+ * one; a flipped bit anywhere in the body or trailer, whatever piece holds
+ * it, is refused. */
+Test(seal, iov_equals_contiguous_and_every_bit_counts)
+{
+        enum { LEN = 300 };
+        static const size_t cut_sets[][6] = {
+            {DW_DGRAM_HDR_LEN, DW_DGRAM_HDR_LEN, 33, 34, 35, 299},
+            {DW_DGRAM_HDR_LEN, 48, 64, 128, 256, 257},
+            {DW_DGRAM_HDR_LEN + 1, 17 + DW_DGRAM_HDR_LEN, 100, 101, 200, 240},
+        };
+        struct dw_seal whole, parts;
+        keyed(&whole, key1, sizeof(key1));
+        keyed(&parts, key1, sizeof(key1));
+        for (size_t c = 0; c < sizeof(cut_sets) / sizeof(cut_sets[0]); c++) {
+                uint8_t a[LEN + DW_DGRAM_AUTH_LEN], b[LEN + DW_DGRAM_AUTH_LEN];
+                pattern_dgram(a, LEN, (unsigned)c);
+                pattern_dgram(b, LEN, (unsigned)c);
+                cr_assert_eq(dw_seal_packet(&whole, a, LEN, sizeof(a)), LEN + DW_DGRAM_AUTH_LEN);
+                struct iovec iov[8];
+                size_t n = split(b, LEN, cut_sets[c], 6, iov);
+                struct dw_seal_run r;
+                dw_seal_begin(&parts, &r, b);
+                dw_seal_add_iov(&parts, &r, iov, n);
+                cr_assert_eq(dw_seal_end(&parts, &r, b, b + LEN), DW_DGRAM_AUTH_LEN);
+                cr_assert_eq(memcmp(a, b, sizeof(a)), 0, "cut set %zu: pieces differ from whole",
+                             c);
+                const char *why = NULL;
+                cr_assert_eq(dw_seal_open_iov(&whole, iov, n, b + LEN, DW_DGRAM_AUTH_LEN, &why), 0,
+                             "%s", why ? why : "");
+                for (size_t byte = 0; byte < sizeof(b); byte++) {
+                        if (byte == 0 || byte == 8)
+                                continue; /* the AUTH marks: "no tag"
+                                             (mac_refuses_every_changed_byte) */
+                        for (int bit = 0; bit < 8; bit++) {
+                                b[byte] ^= (uint8_t)(1u << bit);
+                                cr_assert_eq(dw_seal_open_iov(&whole, iov, n, b + LEN,
+                                                              DW_DGRAM_AUTH_LEN, NULL),
+                                             -EKEYREJECTED, "cut set %zu, byte %zu bit %d", c, byte,
+                                             bit);
+                                b[byte] ^= (uint8_t)(1u << bit);
+                        }
+                }
+                cr_assert_eq(dw_seal_open_iov(&whole, iov, n, b + LEN, DW_DGRAM_AUTH_LEN, NULL), 0,
+                             "restored datagram refused");
+        }
+        dw_seal_fini(&whole);
+        dw_seal_fini(&parts);
 }
