@@ -6,9 +6,10 @@
  * (<openssl/modes.h>: set the nonce, hash each piece, take or check the
  * tag) with the block cipher an AES-ECB EVP context keyed once at init:
  * the only block it encrypts per datagram is the one the nonce makes. The
- * EVP AES-GCM cipher would compute the same tag, but each datagram would
- * cost it about 1.5 us of parameter lookups (nonce, tag) before a byte is
- * hashed; the tag equals EVP's (tests/unit/test_seal.c). */
+ * EVP AES-GCM cipher computes the same tag (tests/unit/test_seal.c), but
+ * its per-datagram nonce and tag calls go through parameter lookups that
+ * cost 0.2-0.3 us per seal and per open (bench-seal: 100 B sealed in 0.36
+ * against 0.11 us, opened in 0.30 against 0.08 us). */
 #include "seal.h"
 
 #include <errno.h>
