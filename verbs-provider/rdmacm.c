@@ -360,7 +360,7 @@ static void attach_device(struct rcm_id *r, struct in_addr src)
  * and the RNR retry count of its connection parameters, which says how
  * often a Send from the peer that finds no receive here may be retried. RC
  * over TCP holds its stream that long before it terminates
- * (libdiwarp/rc/rc.c, rx_wait_for_recv), so the count is this QP's own.
+ * (libdiwarp/rc/rc_rx.c, rx_wait_for_recv), so the count is this QP's own.
  * Fills `a`; returns the mask, 0 when the id set neither. */
 static int rts_attrs(const struct rcm_id *r, struct ibv_qp_attr *a)
 {

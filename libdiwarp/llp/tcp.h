@@ -2,7 +2,8 @@
  * that make a vanished peer an error in bounded time.
  *
  * Pure socket helpers: no device, no QP, no MPA. rc/cm.c runs the MPA connection
- * setup on top of these; rc/rc.c moves FPDUs through dw_tcp_writev/readv.
+ * setup on top of these; rc/rc_tx.c and rc/rc_rx.c move FPDUs through
+ * dw_tcp_writev/readv.
  * Every function returns >= 0 or a negative errno and never raises SIGPIPE.
  */
 #ifndef DIWARP_LLP_TCP_H

@@ -119,10 +119,10 @@ struct dw_rc_conn {
         /* IB-style stream ended by the peer in an orderly way (EOF at an FPDU
          * boundary: its QP was destroyed). As on IB, that does not touch this
          * QP: posted receives stay, Sends/Writes still go out while our half
-         * of the stream lasts; Reads/Atomics fail (see stream_failed). */
+         * of the stream lasts; Reads/Atomics fail (see rc_stream_failed). */
         bool peer_closed;
         bool initiator;
-        bool in_tx;    /* rc_tx/build_batch running: error paths must not re-enter */
+        bool in_tx;    /* rc_tx/rc_build_batch running: error paths must not re-enter */
         bool comm_est; /* first FPDU of this stream seen (COMM_EST if the QP was in RTR) */
 
         /* ---- transmit ---- */

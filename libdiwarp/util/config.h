@@ -123,7 +123,7 @@ struct dw_config {
         uint32_t credit_min_quota;     /* DIWARP_CREDIT_MIN_QUOTA: dynamic floor; 0 = cslots */
         bool credit_rc_park;           /* DIWARP_CREDIT_RC=park|rnr: RC over RD parks too */
         /* DIWARP_LOCAL_COPY=0|1: RC Writes and Reads between two ends in one
-         * process as one copy (rc/rc.c); -1 = unset: on in the host daemon,
+         * process as one copy (rc/rc_copy.c); -1 = unset: on in the host daemon,
          * off elsewhere. */
         int8_t local_copy;
         /* DIWARP_STRIPE_MIN: RD messages of at least this many bytes are

@@ -1,4 +1,4 @@
-/* The RC receive path (rc/rc.c) fed an arbitrary byte stream as what the peer
+/* The RC receive path (rc/rc_rx.c) fed an arbitrary byte stream as what the peer
  * sends on an established stream (MPA negotiated, FPDU mode).
  *
  * Set up once: a device, a PD, three MRs inside one arena with guard bytes
