@@ -516,6 +516,32 @@ void dw_rc_register_end(struct dw_qp *qp, int fd)
                 c->end_slot = dw_rc_end_register(qp->dev, c, &local, &remote);
 }
 
+/* Sizes a stream being attached from its MSS: the MULPDU, the FPDUs per
+ * batch and, for small FPDUs, a larger staging buffer (nothing is staged
+ * yet). Without memory for them the buffers stay as they were. */
+static void attach_size(struct dw_rc_conn *c, int fd, const struct sockaddr_in *peer)
+{
+        char pb[32];
+
+        c->mulpdu = rc_mulpdu(fd);
+        c->mss_age = 0;
+        int nb = (int)(DW_RC_TX_BATCH_BYTES / c->mulpdu);
+        nb = nb < DW_RC_TX_BATCH_MIN   ? DW_RC_TX_BATCH_MIN
+             : nb > DW_RC_TX_BATCH_MAX ? DW_RC_TX_BATCH_MAX
+                                       : nb;
+        if (c->mulpdu < DW_RC_RXBUF_SMALL && c->rxbuf_cap < DW_RC_RXBUF_BULK) {
+                uint8_t *b = malloc(DW_RC_RXBUF_BULK); /* nothing is staged yet */
+                if (b) {
+                        free(c->rxbuf);
+                        c->rxbuf = b;
+                        c->rxbuf_cap = DW_RC_RXBUF_BULK;
+                }
+        }
+        if (rc_tx_arrays(c, nb) < 0)
+                dw_warn("RC QP %#x peer %s: no memory for batches of %d FPDUs; %d per write",
+                        c->qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), nb, c->slot_cap);
+}
+
 /* The MPA exchange on fd is DONE for qp; the stream is now the QP's (fd is
  * closed here from now on, also on failure). Sends queued before are
  * transmitted. 0 or -errno. */
@@ -545,23 +571,7 @@ static int rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         if (r < 0)
                 dw_warn("RC QP %#x peer %s: TCP options: %s", qp->qpn,
                         dw_tcp_addr_str(peer, pb, sizeof(pb)), strerror(-r));
-        c->mulpdu = rc_mulpdu(fd);
-        c->mss_age = 0;
-        int nb = (int)(DW_RC_TX_BATCH_BYTES / c->mulpdu);
-        nb = nb < DW_RC_TX_BATCH_MIN   ? DW_RC_TX_BATCH_MIN
-             : nb > DW_RC_TX_BATCH_MAX ? DW_RC_TX_BATCH_MAX
-                                       : nb;
-        if (c->mulpdu < DW_RC_RXBUF_SMALL && c->rxbuf_cap < DW_RC_RXBUF_BULK) {
-                uint8_t *b = malloc(DW_RC_RXBUF_BULK); /* nothing is staged yet */
-                if (b) {
-                        free(c->rxbuf);
-                        c->rxbuf = b;
-                        c->rxbuf_cap = DW_RC_RXBUF_BULK;
-                }
-        }
-        if (rc_tx_arrays(c, nb) < 0)
-                dw_warn("RC QP %#x peer %s: no memory for batches of %d FPDUs; %d per write",
-                        qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), nb, c->slot_cap);
+        attach_size(c, fd, peer);
         dw_rc_set_state(c, DW_RC_UP, "stream attached");
         c->watched = false;
         rc_set_watch(c, false);

@@ -126,7 +126,8 @@ static int rx_wait_for_recv(struct dw_rc_conn *c)
                 return 0;
         } else if (!c->ib_style && dw_tcp_peer_closed(c->fd)) {
                 char pb[32];
-                dw_info("RC QP %#x peer %s: the peer closed the connection while its Send waited "
+                dw_info("RC QP %#x peer %s: the peer closed the connection while its Send "
+                        "waited "
                         "for a receive WQE; dropped",
                         qp->qpn, rc_peer_str(c, pb, sizeof(pb)));
                 rc_rx_wait_end(c);
@@ -140,141 +141,170 @@ static int rx_wait_for_recv(struct dw_rc_conn *c)
         return 1;
 }
 
+/* An RDMA Write segment (c->rh): its target in the STag's region. 0, or -1
+ * (failed; the Terminate is queued). */
+static int rx_resolve_write(struct dw_rc_conn *c, uint32_t payload)
+{
+        const struct dw_rdmap_hdr *h = &c->rh;
+        uint8_t *host = NULL;
+        enum dw_prot_status st = DW_PROT_OK;
+
+        /* diwarp puts nothing between its flagged Immediate Data and
+         * the Send: a Write there comes from an RFC 7306 peer, whose
+         * Immediate Data stood alone. */
+        if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
+                return -1;
+        st = dw_rdmap_check_remote(c->qp, DIWARP_ACCESS_REMOTE_WRITE, h->ddp.stag, h->ddp.to,
+                                   payload, &host);
+        if (st != DW_PROT_OK) {
+                char what[80];
+                snprintf(what, sizeof(what), "RDMA Write sink STag %#x TO %#llx len %zu",
+                         h->ddp.stag, (unsigned long long)h->ddp.to, (size_t)payload);
+                rc_fail_prot(c, st, DW_PROT_CTX_TAGGED_SINK, NULL, what);
+                return -1;
+        }
+        if (payload) {
+                c->tgt[0].iov_base = host;
+                c->tgt[0].iov_len = payload;
+                c->ntgt = 1;
+        }
+        c->rx_write_bytes += payload;
+        if (h->ddp.last) {
+                c->rx_write_len = c->rx_write_bytes;
+                c->rx_write_bytes = 0;
+        }
+        return 0;
+}
+
+/* An RDMA Read Response segment (c->rh): its target in the sink of the
+ * oldest outstanding Read, where it must fall. 0, or -1 (failed; the
+ * Terminate is queued). */
+static int rx_resolve_read_resp(struct dw_rc_conn *c, uint32_t payload)
+{
+        const struct dw_rdmap_hdr *h = &c->rh;
+        struct dw_rc_orq *o = &c->orq[c->orq_head];
+
+        if (!c->orq_count || o->atomic) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                  DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL,
+                                  DIWARP_EVENT_QP_REQ_ERR,
+                                  "RDMA Read Response without an outstanding Read");
+                return -1;
+        }
+        if (payload && h->ddp.stag != o->sink_stag) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_TAGGED,
+                                  DW_TERM_DDP_T_INVALID_STAG, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "RDMA Read Response names another sink STag");
+                return -1;
+        }
+        if ((payload && h->ddp.to != o->sink_to + o->done) || o->done + payload > o->len) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_TAGGED,
+                                  DW_TERM_DDP_T_BASE_BOUNDS, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "RDMA Read Response outside the requested range");
+                return -1;
+        }
+        int n = rc_sge_range_iov(c->qp, o->wqe, o->done, payload, DIWARP_ACCESS_LOCAL_WRITE, c->tgt,
+                                 DW_MAX_SGE);
+        if (n < 0) {
+                struct dw_wqe *w = o->wqe;
+                rc_drop_wqe_refs(c);
+                rc_complete_through(c, w, DIWARP_WC_LOC_PROT_ERR, 0);
+                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+                                  DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
+                                  "RDMA Read sink no longer registered");
+                return -1;
+        }
+        c->ntgt = n;
+        return 0;
+}
+
+/* The first segment of a Send message (c->rh, no receive WQE bound yet):
+ * binds the head receive WQE. 0, 1 (it waits for a receive WQE: nothing
+ * consumed), 2 (the RFC 6581 RTR zero-length Send: no receive WQE) or -1
+ * (failed; the Terminate is queued). */
+static int rx_send_start(struct dw_rc_conn *c, uint32_t payload)
+{
+        const struct dw_rdmap_hdr *h = &c->rh;
+
+        if (h->ddp.mo != 0) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                  DW_TERM_DDP_U_INVALID_MO, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "Send segment with MO != 0 starts a message");
+                return -1;
+        }
+        if (c->rtr_send_expected && payload == 0 && h->ddp.last) {
+                /* RFC 6581 RTR zero-length Send: no receive WQE. */
+                return 2;
+        }
+        if (!dw_qp_recv_head(c->qp)) {
+                int held = rx_wait_for_recv(c);
+                if (held)
+                        return held;
+        }
+        if (c->rx_wait_recv)
+                rc_rx_wait_end(c);
+        c->rx_wqe = rx_take_recv(c);
+        if (!c->rx_wqe)
+                return -1;
+        c->rx_msg_len = 0;
+        return 0;
+}
+
+/* A Send segment (any of the family; c->rh): its target in the receive WQE
+ * the message fills. 0, 1 (it waits for a receive WQE: nothing consumed)
+ * or -1 (failed; the Terminate is queued). */
+static int rx_resolve_send(struct dw_rc_conn *c, uint32_t payload)
+{
+        const struct dw_rdmap_hdr *h = &c->rh;
+
+        if (h->ddp.msn != c->msn_expect_send) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                  DW_TERM_DDP_U_MSN_RANGE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "Send with unexpected MSN");
+                return -1;
+        }
+        if (!c->rx_wqe) {
+                int r = rx_send_start(c, payload);
+                if (r != 0)
+                        return r == 2 ? 0 : r;
+        }
+        if (h->ddp.mo != c->rx_msg_len) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                  DW_TERM_DDP_U_INVALID_MO, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "Send segment out of order (MO)");
+                return -1;
+        }
+        int n = rc_sge_range_iov(c->qp, c->rx_wqe, c->rx_msg_len, payload,
+                                 DIWARP_ACCESS_LOCAL_WRITE, c->tgt, DW_MAX_SGE);
+        if (n < 0) {
+                struct dw_wqe *w = c->rx_wqe;
+                bool too_long = n == -EMSGSIZE;
+                c->rx_wqe = NULL;
+                struct dw_term_error te = dw_rdmap_recv_term(n);
+                rx_fail_recv(c, w, too_long ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR, te);
+                rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
+                                  too_long ? DIWARP_EVENT_QP_REQ_ERR : DIWARP_EVENT_QP_ACCESS_ERR,
+                                  too_long ? "Send longer than the receive WQE"
+                                           : "receive WQE SGE fails its lkey check");
+                return -1;
+        }
+        c->ntgt = n;
+        return 0;
+}
+
 /* Resolves where the payload of the data segment in c->rh goes. 0, 1 (a
  * Send waits for a receive WQE: nothing consumed) or -1 (failed; the
  * Terminate is queued). */
 static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
 {
-        struct dw_qp *qp = c->qp;
-        const struct dw_rdmap_hdr *h = &c->rh;
-        int n;
-
         c->ntgt = c->tgt_pos = 0;
-        switch (h->opcode) {
-        case DW_RDMAP_WRITE: {
-                uint8_t *host = NULL;
-                enum dw_prot_status st = DW_PROT_OK;
-                /* diwarp puts nothing between its flagged Immediate Data and
-                 * the Send: a Write there comes from an RFC 7306 peer, whose
-                 * Immediate Data stood alone. */
-                if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
-                        return -1;
-                st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_WRITE, h->ddp.stag, h->ddp.to,
-                                           payload, &host);
-                if (st != DW_PROT_OK) {
-                        char what[80];
-                        snprintf(what, sizeof(what), "RDMA Write sink STag %#x TO %#llx len %zu",
-                                 h->ddp.stag, (unsigned long long)h->ddp.to, (size_t)payload);
-                        rc_fail_prot(c, st, DW_PROT_CTX_TAGGED_SINK, NULL, what);
-                        return -1;
-                }
-                if (payload) {
-                        c->tgt[0].iov_base = host;
-                        c->tgt[0].iov_len = payload;
-                        c->ntgt = 1;
-                }
-                c->rx_write_bytes += payload;
-                if (h->ddp.last) {
-                        c->rx_write_len = c->rx_write_bytes;
-                        c->rx_write_bytes = 0;
-                }
-                return 0;
-        }
-        case DW_RDMAP_READ_RESP: {
-                struct dw_rc_orq *o = &c->orq[c->orq_head];
-                if (!c->orq_count || o->atomic) {
-                        rc_fail_with_term(
-                            c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
-                            DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
-                            "RDMA Read Response without an outstanding Read");
-                        return -1;
-                }
-                if (payload && h->ddp.stag != o->sink_stag) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_TAGGED,
-                                          DW_TERM_DDP_T_INVALID_STAG, true, NULL,
-                                          DIWARP_EVENT_QP_REQ_ERR,
-                                          "RDMA Read Response names another sink STag");
-                        return -1;
-                }
-                if ((payload && h->ddp.to != o->sink_to + o->done) || o->done + payload > o->len) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_TAGGED,
-                                          DW_TERM_DDP_T_BASE_BOUNDS, true, NULL,
-                                          DIWARP_EVENT_QP_REQ_ERR,
-                                          "RDMA Read Response outside the requested range");
-                        return -1;
-                }
-                n = rc_sge_range_iov(qp, o->wqe, o->done, payload, DIWARP_ACCESS_LOCAL_WRITE,
-                                     c->tgt, DW_MAX_SGE);
-                if (n < 0) {
-                        struct dw_wqe *w = o->wqe;
-                        rc_drop_wqe_refs(c);
-                        rc_complete_through(c, w, DIWARP_WC_LOC_PROT_ERR, 0);
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
-                                          DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
-                                          DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
-                                          "RDMA Read sink no longer registered");
-                        return -1;
-                }
-                c->ntgt = n;
-                return 0;
-        }
-        default: { /* Send family */
-                if (h->ddp.msn != c->msn_expect_send) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                          DW_TERM_DDP_U_MSN_RANGE, true, NULL,
-                                          DIWARP_EVENT_QP_REQ_ERR, "Send with unexpected MSN");
-                        return -1;
-                }
-                if (!c->rx_wqe) {
-                        if (h->ddp.mo != 0) {
-                                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                                  DW_TERM_DDP_U_INVALID_MO, true, NULL,
-                                                  DIWARP_EVENT_QP_REQ_ERR,
-                                                  "Send segment with MO != 0 starts a message");
-                                return -1;
-                        }
-                        if (c->rtr_send_expected && payload == 0 && h->ddp.last) {
-                                /* RFC 6581 RTR zero-length Send: no receive WQE. */
-                                return 0;
-                        }
-                        if (!dw_qp_recv_head(qp)) {
-                                int held = rx_wait_for_recv(c);
-                                if (held)
-                                        return held;
-                        }
-                        if (c->rx_wait_recv)
-                                rc_rx_wait_end(c);
-                        c->rx_wqe = rx_take_recv(c);
-                        if (!c->rx_wqe)
-                                return -1;
-                        c->rx_msg_len = 0;
-                }
-                if (h->ddp.mo != c->rx_msg_len) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                          DW_TERM_DDP_U_INVALID_MO, true, NULL,
-                                          DIWARP_EVENT_QP_REQ_ERR,
-                                          "Send segment out of order (MO)");
-                        return -1;
-                }
-                n = rc_sge_range_iov(qp, c->rx_wqe, c->rx_msg_len, payload,
-                                     DIWARP_ACCESS_LOCAL_WRITE, c->tgt, DW_MAX_SGE);
-                if (n < 0) {
-                        struct dw_wqe *w = c->rx_wqe;
-                        bool too_long = n == -EMSGSIZE;
-                        c->rx_wqe = NULL;
-                        struct dw_term_error te = dw_rdmap_recv_term(n);
-                        rx_fail_recv(c, w,
-                                     too_long ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR, te);
-                        rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
-                                          too_long ? DIWARP_EVENT_QP_REQ_ERR
-                                                   : DIWARP_EVENT_QP_ACCESS_ERR,
-                                          too_long ? "Send longer than the receive WQE"
-                                                   : "receive WQE SGE fails its lkey check");
-                        return -1;
-                }
-                c->ntgt = n;
-                return 0;
-        }
+        switch (c->rh.opcode) {
+        case DW_RDMAP_WRITE:
+                return rx_resolve_write(c, payload);
+        case DW_RDMAP_READ_RESP:
+                return rx_resolve_read_resp(c, payload);
+        default: /* Send family */
+                return rx_resolve_send(c, payload);
         }
 }
 
@@ -292,96 +322,113 @@ static void rx_data_end(struct dw_rc_conn *c)
         }
 }
 
-static void rx_data_place(struct dw_rc_conn *c)
+/* The CRC of the data FPDU just placed (over what was placed, then the pad)
+ * against its trailer: false (the Terminate is queued) on a mismatch. */
+static bool rx_crc_ok(struct dw_rc_conn *c)
+{
+        uint32_t pad = c->trl_len - DW_MPA_CRC_LEN;
+        uint32_t want = dw_crc32c_final(dw_crc32c_update(c->crc_state, c->trl, pad));
+        const uint8_t *p = c->trl + pad;
+        uint32_t got =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+
+        if (want == got)
+                return true;
+        c->qp->ctr.crc_errors++;
+        c->qp->dev->ctr.crc_errors++;
+        rc_fail_with_term(c, true, DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA, DW_TERM_LLP_CRC, true, NULL,
+                          DIWARP_EVENT_QP_FATAL, "MPA CRC mismatch");
+        return false;
+}
+
+/* A Read Response segment is placed: the last one completes the Read. */
+static void rx_read_resp_placed(struct dw_rc_conn *c)
+{
+        struct dw_rc_orq *o = &c->orq[c->orq_head];
+
+        o->done += c->rx_payload;
+        if (!c->rh.ddp.last)
+                return;
+        if (o->done != o->len) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                  DW_TERM_RDMAP_UNSPECIFIED, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "RDMA Read Response shorter than requested");
+                return;
+        }
+        o->wqe->status = DIWARP_WC_SUCCESS;
+        o->wqe->byte_len = (uint32_t)o->len;
+        o->wqe->flags |= DW_WQE_DONE;
+        c->orq_head = (c->orq_head + 1) % DW_RC_MAX_RD;
+        c->orq_count--;
+        rc_retire(c);
+}
+
+/* A Send segment is placed: the last one completes its receive WQE (with
+ * the STag invalidated, and the immediate of a Send with Immediate). */
+static void rx_send_placed(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
         const struct dw_rdmap_hdr *h = &c->rh;
-        uint32_t pad = c->trl_len - DW_MPA_CRC_LEN;
+        bool se = h->opcode == DW_RDMAP_SEND_SE || h->opcode == DW_RDMAP_SEND_SE_INVAL;
+        bool inv = h->opcode == DW_RDMAP_SEND_INVAL || h->opcode == DW_RDMAP_SEND_SE_INVAL;
+
+        if (!c->rx_wqe) { /* absorbed RTR Send */
+                c->rtr_send_expected = false;
+                c->msn_expect_send++;
+                return;
+        }
+        c->rx_msg_len += c->rx_payload;
+        if (!h->ddp.last)
+                return;
+        struct dw_wqe *w = c->rx_wqe;
+        unsigned flags = 0;
+        uint32_t imm = 0;
+        c->rx_wqe = NULL;
+        c->msn_expect_send++;
+        if (inv) {
+                enum dw_prot_status st =
+                    dw_mr_invalidate_status(&qp->dev->mrs, h->inval_stag, qp->pd, qp->qpn);
+                if (st != DW_PROT_OK) {
+                        struct dw_term_error te = {DW_TERM_LAYER_RDMAP,
+                                                   DW_TERM_RDMAP_REMOTE_OPERATION,
+                                                   DW_TERM_RDMAP_STAG_NOT_INVALIDATED};
+                        dw_prot_status_to_term(st, DW_PROT_CTX_INVALIDATE, &te);
+                        rx_fail_recv(c, w, DIWARP_WC_REM_INV_REQ_ERR, te);
+                        rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
+                                          DIWARP_EVENT_QP_ACCESS_ERR,
+                                          "Send with Invalidate of an STag that cannot be "
+                                          "invalidated");
+                        return;
+                }
+                flags |= DIWARP_WC_WITH_INV;
+        }
+        if (c->imm_pending) {
+                flags |= DIWARP_WC_WITH_IMM;
+                imm = c->imm_value;
+                c->imm_pending = false;
+        }
+        rc_rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV, (uint32_t)c->rx_msg_len, flags,
+                            imm, inv ? h->inval_stag : 0, se);
+}
+
+static void rx_data_place(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
 
         c->rx_state = DW_RC_RX_HDR;
-        if (c->crc) {
-                uint32_t want = dw_crc32c_final(dw_crc32c_update(c->crc_state, c->trl, pad));
-                const uint8_t *p = c->trl + pad;
-                uint32_t got = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                               (uint32_t)p[3] << 24;
-                if (want != got) {
-                        qp->ctr.crc_errors++;
-                        qp->dev->ctr.crc_errors++;
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA,
-                                          DW_TERM_LLP_CRC, true, NULL, DIWARP_EVENT_QP_FATAL,
-                                          "MPA CRC mismatch");
-                        return;
-                }
-        }
+        if (c->crc && !rx_crc_ok(c))
+                return;
         qp->ctr.rx_packets++;
         qp->ctr.rx_bytes += c->rx_payload;
-
-        switch (h->opcode) {
+        switch (c->rh.opcode) {
         case DW_RDMAP_WRITE:
                 return;
-        case DW_RDMAP_READ_RESP: {
-                struct dw_rc_orq *o = &c->orq[c->orq_head];
-                o->done += c->rx_payload;
-                if (!h->ddp.last)
-                        return;
-                if (o->done != o->len) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
-                                          DW_TERM_RDMAP_REMOTE_OPERATION, DW_TERM_RDMAP_UNSPECIFIED,
-                                          true, NULL, DIWARP_EVENT_QP_REQ_ERR,
-                                          "RDMA Read Response shorter than requested");
-                        return;
-                }
-                o->wqe->status = DIWARP_WC_SUCCESS;
-                o->wqe->byte_len = (uint32_t)o->len;
-                o->wqe->flags |= DW_WQE_DONE;
-                c->orq_head = (c->orq_head + 1) % DW_RC_MAX_RD;
-                c->orq_count--;
-                rc_retire(c);
+        case DW_RDMAP_READ_RESP:
+                rx_read_resp_placed(c);
                 return;
-        }
-        default: {
-                bool se = h->opcode == DW_RDMAP_SEND_SE || h->opcode == DW_RDMAP_SEND_SE_INVAL;
-                bool inv = h->opcode == DW_RDMAP_SEND_INVAL || h->opcode == DW_RDMAP_SEND_SE_INVAL;
-                if (!c->rx_wqe) { /* absorbed RTR Send */
-                        c->rtr_send_expected = false;
-                        c->msn_expect_send++;
-                        return;
-                }
-                c->rx_msg_len += c->rx_payload;
-                if (!h->ddp.last)
-                        return;
-                struct dw_wqe *w = c->rx_wqe;
-                unsigned flags = 0;
-                uint32_t imm = 0;
-                c->rx_wqe = NULL;
-                c->msn_expect_send++;
-                if (inv) {
-                        enum dw_prot_status st =
-                            dw_mr_invalidate_status(&qp->dev->mrs, h->inval_stag, qp->pd, qp->qpn);
-                        if (st != DW_PROT_OK) {
-                                struct dw_term_error te = {DW_TERM_LAYER_RDMAP,
-                                                           DW_TERM_RDMAP_REMOTE_OPERATION,
-                                                           DW_TERM_RDMAP_STAG_NOT_INVALIDATED};
-                                dw_prot_status_to_term(st, DW_PROT_CTX_INVALIDATE, &te);
-                                rx_fail_recv(c, w, DIWARP_WC_REM_INV_REQ_ERR, te);
-                                rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
-                                                  DIWARP_EVENT_QP_ACCESS_ERR,
-                                                  "Send with Invalidate of an STag that cannot be "
-                                                  "invalidated");
-                                return;
-                        }
-                        flags |= DIWARP_WC_WITH_INV;
-                }
-                if (c->imm_pending) {
-                        flags |= DIWARP_WC_WITH_IMM;
-                        imm = c->imm_value;
-                        c->imm_pending = false;
-                }
-                rc_rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV,
-                                    (uint32_t)c->rx_msg_len, flags, imm, inv ? h->inval_stag : 0,
-                                    se);
+        default:
+                rx_send_placed(c);
                 return;
-        }
         }
 }
 
@@ -412,200 +459,230 @@ static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se)
         return true;
 }
 
-static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
+/* A Read or Atomic Request (c->rh): accepted into the IRQ, whose responses
+ * rc_tx.c sends, or refused with a Terminate. */
+static void rx_irq_request(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
 {
         struct dw_qp *qp = c->qp;
-        const struct dw_rdmap_hdr *h = &c->rh;
-        const char *why = NULL;
+        bool atomic = c->rh.opcode == DW_RDMAP_ATOMIC_REQ;
+        struct dw_rdmap_refusal ref;
+        int r;
 
-        qp->ctr.rx_packets++;
-        switch (h->opcode) {
-        case DW_RDMAP_READ_REQ:
-        case DW_RDMAP_ATOMIC_REQ: {
-                bool atomic = h->opcode == DW_RDMAP_ATOMIC_REQ;
-                if (h->ddp.msn != c->msn_expect_rreq) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                          DW_TERM_DDP_U_MSN_RANGE, true, NULL,
-                                          DIWARP_EVENT_QP_REQ_ERR, "Read/Atomic Request MSN");
+        if (c->rh.ddp.msn != c->msn_expect_rreq) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                  DW_TERM_DDP_U_MSN_RANGE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "Read/Atomic Request MSN");
+                return;
+        }
+        if (c->irq_count >= c->ird || c->irq_count >= DW_RC_MAX_RD) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                  DW_TERM_DDP_U_NO_BUFFER, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "more Read/Atomic Requests outstanding than our IRD");
+                return;
+        }
+        struct dw_rc_irq *e = &c->irq[(c->irq_head + c->irq_count) % DW_RC_MAX_RD];
+        memset(e, 0, sizeof(*e));
+        memcpy(e->term_hdr, c->rh_raw, DW_DDP_UNTAGGED_HDR_LEN);
+        if (!atomic) {
+                struct dw_rdmap_rreq rq;
+                r = dw_rdmap_read_req_accept(qp, ext, extlen, &rq, &ref);
+                if (r == -EACCES) {
+                        rc_fail_prot(c, ref.st, DW_PROT_CTX_READ_SOURCE, ext,
+                                     "RDMA Read Request source");
                         return;
                 }
-                if (c->irq_count >= c->ird || c->irq_count >= DW_RC_MAX_RD) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                          DW_TERM_DDP_U_NO_BUFFER, true, NULL,
-                                          DIWARP_EVENT_QP_REQ_ERR,
-                                          "more Read/Atomic Requests outstanding than our IRD");
-                        return;
-                }
-                struct dw_rc_irq *e = &c->irq[(c->irq_head + c->irq_count) % DW_RC_MAX_RD];
-                memset(e, 0, sizeof(*e));
-                memcpy(e->term_hdr, c->rh_raw, DW_DDP_UNTAGGED_HDR_LEN);
-                struct dw_rdmap_refusal ref;
-                int r;
-                if (!atomic) {
-                        struct dw_rdmap_rreq rq;
-                        r = dw_rdmap_read_req_accept(qp, ext, extlen, &rq, &ref);
-                        if (r == -EACCES) {
-                                rc_fail_prot(c, ref.st, DW_PROT_CTX_READ_SOURCE, ext,
-                                             "RDMA Read Request source");
-                                return;
-                        }
-                        if (r < 0) {
-                                rc_fail_with_term(c, true, ref.te.layer, ref.te.etype, ref.te.ecode,
-                                                  true, NULL, DIWARP_EVENT_QP_REQ_ERR, ref.why);
-                                return;
-                        }
+                if (r >= 0) {
                         memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
                         e->sink_stag = rq.sink_stag;
                         e->sink_to = rq.sink_to;
                         e->len = rq.rdma_rd_sz;
                         e->src_stag = rq.src_stag;
                         e->src_to = rq.src_to;
-                } else {
-                        r = dw_rdmap_atomic_req_accept(qp, ext, extlen, &e->areq, NULL, &ref);
-                        if (r == -EACCES) {
-                                rc_fail_prot(c, ref.st, DW_PROT_CTX_ATOMIC, NULL,
-                                             "Atomic Request target");
-                                return;
-                        }
-                        if (r < 0) {
-                                rc_fail_with_term(c, true, ref.te.layer, ref.te.etype, ref.te.ecode,
-                                                  true, NULL, DIWARP_EVENT_QP_REQ_ERR, ref.why);
-                                return;
-                        }
-                        e->atomic = true;
                 }
-                c->msn_expect_rreq++;
-                c->irq_count++;
+        } else {
+                r = dw_rdmap_atomic_req_accept(qp, ext, extlen, &e->areq, NULL, &ref);
+                if (r == -EACCES) {
+                        rc_fail_prot(c, ref.st, DW_PROT_CTX_ATOMIC, NULL, "Atomic Request target");
+                        return;
+                }
+                e->atomic = r >= 0;
+        }
+        if (r < 0) {
+                rc_fail_with_term(c, true, ref.te.layer, ref.te.etype, ref.te.ecode, true, NULL,
+                                  DIWARP_EVENT_QP_REQ_ERR, ref.why);
                 return;
         }
-        case DW_RDMAP_ATOMIC_RESP: {
-                struct dw_rdmap_atomic_resp ar;
-                struct dw_rc_orq *o = &c->orq[c->orq_head];
-                if (h->ddp.msn != c->msn_expect_aresp ||
-                    dw_rdmap_atomic_resp_decode(ext, extlen, &ar, &why) < 0 || !c->orq_count ||
-                    !o->atomic || ar.req_id != (uint32_t)o->sink_to) {
-                        rc_fail_with_term(
-                            c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
-                            DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
-                            "Atomic Response that matches no outstanding request");
-                        return;
-                }
-                c->msn_expect_aresp++;
-                struct iovec iov[DW_MAX_SGE];
-                int n =
-                    rc_sge_range_iov(qp, o->wqe, 0, 8, DIWARP_ACCESS_LOCAL_WRITE, iov, DW_MAX_SGE);
-                struct dw_wqe *w = o->wqe;
-                if (n < 0) {
-                        rc_drop_wqe_refs(c);
-                        rc_complete_through(c, w, DIWARP_WC_LOC_PROT_ERR, 0);
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
-                                          DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
-                                          DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
-                                          "atomic result buffer no longer registered");
-                        return;
-                }
-                uint8_t val[8];
-                memcpy(val, &ar.orig_data, 8); /* host order, as ibverbs returns it */
-                size_t off = 0;
-                for (int i = 0; i < n; i++) {
-                        memcpy(iov[i].iov_base, val + off, iov[i].iov_len);
-                        off += iov[i].iov_len;
-                }
-                w->status = DIWARP_WC_SUCCESS;
-                w->byte_len = 8;
-                w->flags |= DW_WQE_DONE;
-                c->orq_head = (c->orq_head + 1) % DW_RC_MAX_RD;
-                c->orq_count--;
-                rc_retire(c);
+        c->msn_expect_rreq++;
+        c->irq_count++;
+}
+
+/* An Atomic Response (c->rh): the original value goes to the oldest ORQ
+ * entry's result buffer, which completes. */
+static void rx_atomic_resp(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
+{
+        struct dw_qp *qp = c->qp;
+        struct dw_rdmap_atomic_resp ar;
+        struct dw_rc_orq *o = &c->orq[c->orq_head];
+        const char *why = NULL;
+
+        if (c->rh.ddp.msn != c->msn_expect_aresp ||
+            dw_rdmap_atomic_resp_decode(ext, extlen, &ar, &why) < 0 || !c->orq_count ||
+            !o->atomic || ar.req_id != (uint32_t)o->sink_to) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                  DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL,
+                                  DIWARP_EVENT_QP_REQ_ERR,
+                                  "Atomic Response that matches no outstanding request");
                 return;
         }
-        case DW_RDMAP_IMM_DATA:
-        case DW_RDMAP_IMM_DATA_SE: {
-                struct dw_rdmap_imm im;
-                if (h->ddp.msn != c->msn_expect_send || c->rx_wqe ||
-                    dw_rdmap_imm_decode(ext, extlen, &im, &why) < 0) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                          DW_TERM_DDP_U_MSN_RANGE, true, NULL,
-                                          DIWARP_EVENT_QP_REQ_ERR,
-                                          "Immediate Data out of sequence");
-                        return;
-                }
-                uint32_t imm;
-                memcpy(&imm, im.data, 4);
-                c->msn_expect_send++;
-                /* An immediate held for a Send that another Immediate Data
-                 * followed instead: the peer is an RFC 7306 peer whose
-                 * bytes happened to look like diwarp's flag; it stands
-                 * alone, in order, before this one. */
-                if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
-                        return;
-                if (imm_with_send(h->opcode, &im)) {
-                        c->imm_pending = true;
-                        c->imm_value = imm;
-                        return;
-                }
-                rx_imm_alone(c, imm, h->opcode == DW_RDMAP_IMM_DATA_SE);
-                return;
-        }
-        case DW_RDMAP_TERMINATE: {
-                struct dw_rdmap_term t;
-                char pb[32];
-                qp->ctr.terminates_received++;
-                qp->dev->ctr.terminates_received++;
-                if (dw_rdmap_term_decode(ext, extlen, &t, &why) < 0) {
-                        dw_warn("RC QP %#x peer %s: malformed Terminate (%s)", qp->qpn,
-                                rc_peer_str(c, pb, sizeof(pb)), why);
-                        memset(&t, 0, sizeof(t));
-                        t.layer = DW_TERM_LAYER_RDMAP;
-                        t.etype = DW_TERM_RDMAP_REMOTE_OPERATION;
-                        t.ecode = DW_TERM_RDMAP_UNSPECIFIED;
-                }
-                dw_warn("RC QP %#x peer %s: Terminate received (layer %u type %u code %#x)",
-                        qp->qpn, rc_peer_str(c, pb, sizeof(pb)), t.layer, t.etype, t.ecode);
-                int ev;
-                enum diwarp_wc_status st =
-                    dw_rdmap_term_to_wc((struct dw_term_error){t.layer, t.etype, t.ecode}, &ev);
-                /* Which of our WRs caused it: the carried DDP header names it. */
-                struct dw_wqe *culprit = NULL;
-                struct dw_ddp_hdr dh;
-                if (t.has_ddp_hdr && dw_ddp_decode(t.ddp_hdr, t.ddp_hdr_len, &dh, NULL) > 0) {
-                        struct dw_wqe *w;
-                        if (!dh.tagged && dh.qn == DW_RDMAP_QN_READ_REQ) {
-                                for (uint32_t i = 0; i < c->orq_count; i++) {
-                                        struct dw_rc_orq *o =
-                                            &c->orq[(c->orq_head + i) % DW_RC_MAX_RD];
-                                        if (o->msn == dh.msn)
-                                                culprit = o->wqe;
-                                }
-                        }
-                        for (uint32_t i = 0; !culprit && (w = dw_wq_at(&qp->sq, i)); i++) {
-                                if (!(w->flags & DW_WQE_STARTED) || (w->flags & DW_WQE_DONE))
-                                        continue;
-                                bool send = w->opcode == DIWARP_WR_SEND ||
-                                            w->opcode == DIWARP_WR_SEND_WITH_IMM ||
-                                            w->opcode == DIWARP_WR_SEND_WITH_INV;
-                                bool write = w->opcode == DIWARP_WR_RDMA_WRITE ||
-                                             w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
-                                if ((!dh.tagged && dh.qn == DW_RDMAP_QN_SEND && send &&
-                                     w->msn == dh.msn) ||
-                                    (dh.tagged && write && w->rkey == dh.stag))
-                                        culprit = w;
-                        }
-                }
-                if (!culprit && c->orq_count)
-                        culprit = c->orq[c->orq_head].wqe;
-                if (!culprit)
-                        culprit = c->cur;
+        c->msn_expect_aresp++;
+        struct iovec iov[DW_MAX_SGE];
+        int n = rc_sge_range_iov(qp, o->wqe, 0, 8, DIWARP_ACCESS_LOCAL_WRITE, iov, DW_MAX_SGE);
+        struct dw_wqe *w = o->wqe;
+        if (n < 0) {
                 rc_drop_wqe_refs(c);
-                rc_complete_through(
-                    c, culprit, st,
-                    dw_term_vendor_err((struct dw_term_error){t.layer, t.etype, t.ecode}));
-                c->term_pending = false;
-                c->rx_state = DW_RC_RX_STOP;
-                if (qp->state != DIWARP_QPS_ERR)
-                        dw_qp_to_error(qp, ev);
+                rc_complete_through(c, w, DIWARP_WC_LOC_PROT_ERR, 0);
+                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
+                                  DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
+                                  "atomic result buffer no longer registered");
                 return;
         }
+        uint8_t val[8];
+        memcpy(val, &ar.orig_data, 8); /* host order, as ibverbs returns it */
+        size_t off = 0;
+        for (int i = 0; i < n; i++) {
+                memcpy(iov[i].iov_base, val + off, iov[i].iov_len);
+                off += iov[i].iov_len;
+        }
+        w->status = DIWARP_WC_SUCCESS;
+        w->byte_len = 8;
+        w->flags |= DW_WQE_DONE;
+        c->orq_head = (c->orq_head + 1) % DW_RC_MAX_RD;
+        c->orq_count--;
+        rc_retire(c);
+}
+
+/* An Immediate Data message (c->rh): held for the Send that follows it
+ * (diwarp's Send with Immediate), or completing a receive WQE alone. */
+static void rx_imm_data(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
+{
+        const struct dw_rdmap_hdr *h = &c->rh;
+        struct dw_rdmap_imm im;
+        const char *why = NULL;
+
+        if (h->ddp.msn != c->msn_expect_send || c->rx_wqe ||
+            dw_rdmap_imm_decode(ext, extlen, &im, &why) < 0) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                  DW_TERM_DDP_U_MSN_RANGE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                  "Immediate Data out of sequence");
+                return;
+        }
+        uint32_t imm;
+        memcpy(&imm, im.data, 4);
+        c->msn_expect_send++;
+        /* An immediate held for a Send that another Immediate Data
+         * followed instead: the peer is an RFC 7306 peer whose
+         * bytes happened to look like diwarp's flag; it stands
+         * alone, in order, before this one. */
+        if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
+                return;
+        if (imm_with_send(h->opcode, &im)) {
+                c->imm_pending = true;
+                c->imm_value = imm;
+                return;
+        }
+        rx_imm_alone(c, imm, h->opcode == DW_RDMAP_IMM_DATA_SE);
+}
+
+/* The WQE of ours a received Terminate names: the carried DDP header says
+ * which (a Read Request's MSN, a Send's MSN, a Write's STag); else the
+ * oldest outstanding Read or Atomic, else the WQE being sent. */
+static struct dw_wqe *term_culprit(struct dw_rc_conn *c, const struct dw_rdmap_term *t)
+{
+        struct dw_wqe *culprit = NULL;
+        struct dw_ddp_hdr dh;
+
+        if (t->has_ddp_hdr && dw_ddp_decode(t->ddp_hdr, t->ddp_hdr_len, &dh, NULL) > 0) {
+                struct dw_wqe *w;
+                if (!dh.tagged && dh.qn == DW_RDMAP_QN_READ_REQ) {
+                        for (uint32_t i = 0; i < c->orq_count; i++) {
+                                struct dw_rc_orq *o = &c->orq[(c->orq_head + i) % DW_RC_MAX_RD];
+                                if (o->msn == dh.msn)
+                                        culprit = o->wqe;
+                        }
+                }
+                for (uint32_t i = 0; !culprit && (w = dw_wq_at(&c->qp->sq, i)); i++) {
+                        if (!(w->flags & DW_WQE_STARTED) || (w->flags & DW_WQE_DONE))
+                                continue;
+                        bool send = w->opcode == DIWARP_WR_SEND ||
+                                    w->opcode == DIWARP_WR_SEND_WITH_IMM ||
+                                    w->opcode == DIWARP_WR_SEND_WITH_INV;
+                        bool write = w->opcode == DIWARP_WR_RDMA_WRITE ||
+                                     w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
+                        if ((!dh.tagged && dh.qn == DW_RDMAP_QN_SEND && send && w->msn == dh.msn) ||
+                            (dh.tagged && write && w->rkey == dh.stag))
+                                culprit = w;
+                }
+        }
+        if (!culprit && c->orq_count)
+                culprit = c->orq[c->orq_head].wqe;
+        if (!culprit)
+                culprit = c->cur;
+        return culprit;
+}
+
+/* A Terminate from the peer: the WR it names completes with its error, the
+ * QP goes to ERR. */
+static void rx_terminate(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
+{
+        struct dw_qp *qp = c->qp;
+        struct dw_rdmap_term t;
+        const char *why = NULL;
+        char pb[32];
+
+        qp->ctr.terminates_received++;
+        qp->dev->ctr.terminates_received++;
+        if (dw_rdmap_term_decode(ext, extlen, &t, &why) < 0) {
+                dw_warn("RC QP %#x peer %s: malformed Terminate (%s)", qp->qpn,
+                        rc_peer_str(c, pb, sizeof(pb)), why);
+                memset(&t, 0, sizeof(t));
+                t.layer = DW_TERM_LAYER_RDMAP;
+                t.etype = DW_TERM_RDMAP_REMOTE_OPERATION;
+                t.ecode = DW_TERM_RDMAP_UNSPECIFIED;
+        }
+        dw_warn("RC QP %#x peer %s: Terminate received (layer %u type %u code %#x)", qp->qpn,
+                rc_peer_str(c, pb, sizeof(pb)), t.layer, t.etype, t.ecode);
+        int ev;
+        struct dw_term_error te = {t.layer, t.etype, t.ecode};
+        enum diwarp_wc_status st = dw_rdmap_term_to_wc(te, &ev);
+        struct dw_wqe *culprit = term_culprit(c, &t);
+        rc_drop_wqe_refs(c);
+        rc_complete_through(c, culprit, st, dw_term_vendor_err(te));
+        c->term_pending = false;
+        c->rx_state = DW_RC_RX_STOP;
+        if (qp->state != DIWARP_QPS_ERR)
+                dw_qp_to_error(qp, ev);
+}
+
+/* A control message, whole in staging (c->rh; ext: what follows its
+ * DDP/RDMAP header). */
+static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
+{
+        c->qp->ctr.rx_packets++;
+        switch (c->rh.opcode) {
+        case DW_RDMAP_READ_REQ:
+        case DW_RDMAP_ATOMIC_REQ:
+                rx_irq_request(c, ext, extlen);
+                return;
+        case DW_RDMAP_ATOMIC_RESP:
+                rx_atomic_resp(c, ext, extlen);
+                return;
+        case DW_RDMAP_IMM_DATA:
+        case DW_RDMAP_IMM_DATA_SE:
+                rx_imm_data(c, ext, extlen);
+                return;
+        case DW_RDMAP_TERMINATE:
+                rx_terminate(c, ext, extlen);
+                return;
         default:
                 rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
                                   DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL,
@@ -648,143 +725,179 @@ static size_t tgt_left(const struct dw_rc_conn *c)
         return s;
 }
 
-/* Parses what is staged. 1: progress made, 0: need more bytes, -1: stopped. */
-static int rx_parse(struct dw_rc_conn *c)
+/* The DDP/RDMAP header of an FPDU that does not decode: the Terminate for
+ * what is wrong with it (DDP version, queue number, RDMAP version or
+ * opcode). p: the FPDU. */
+static void rx_hdr_fail(struct dw_rc_conn *c, const uint8_t *p, bool tagged, const char *why)
 {
-        uint32_t avail = c->rx_end - c->rx_start;
-        uint8_t *p = c->rxbuf + c->rx_start;
-        const char *why = NULL;
+        uint8_t dv = p[2] & DW_DDP_CTRL_DV, rv = (p[3] & DW_RDMAP_CTRL_RV) >> 6;
 
-        if (avail < DW_MPA_HDR_LEN + 1)
-                return 0;
+        if (dv != DW_DDP_VERSION)
+                rc_fail_with_term(
+                    c, true, DW_TERM_LAYER_DDP, tagged ? DW_TERM_DDP_TAGGED : DW_TERM_DDP_UNTAGGED,
+                    tagged ? DW_TERM_DDP_T_INVALID_VERSION : DW_TERM_DDP_U_INVALID_VERSION, true,
+                    NULL, DIWARP_EVENT_QP_FATAL, why);
+        else if (!tagged && dw_get_be32(p + 2 + 6) > DW_RDMAP_QN_ATOMIC_RESP)
+                rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
+                                  DW_TERM_DDP_U_INVALID_QN, true, NULL, DIWARP_EVENT_QP_FATAL, why);
+        else
+                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                  rv != DW_RDMAP_VERSION ? DW_TERM_RDMAP_INVALID_VERSION
+                                                         : DW_TERM_RDMAP_UNEXPECTED_OPCODE,
+                                  true, NULL, DIWARP_EVENT_QP_FATAL, why);
+}
+
+/* The MPA and DDP/RDMAP headers of the staged FPDU at p (avail bytes) into
+ * c->rx_ulen, c->rh_raw and c->rh; *dlen: the DDP/RDMAP header's length.
+ * 1: decoded, 0: need more bytes, -1: stopped (the Terminate is queued). */
+static int rx_parse_hdr(struct dw_rc_conn *c, const uint8_t *p, uint32_t avail, uint32_t *dlen)
+{
+        const char *why = NULL;
         uint16_t ulen = dw_get_be16(p);
-        c->rx_ulen = ulen;
         bool tagged = p[2] & DW_DDP_CTRL_T;
-        uint32_t dlen = tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
+        uint32_t dl = tagged ? DW_DDP_TAGGED_HDR_LEN : DW_DDP_UNTAGGED_HDR_LEN;
+
+        c->rx_ulen = ulen;
         memset(c->rh_raw, 0, sizeof(c->rh_raw));
-        if (ulen < dlen) {
-                memcpy(c->rh_raw, p + 2, avail - 2 < dlen ? avail - 2 : dlen);
+        if (ulen < dl) {
+                memcpy(c->rh_raw, p + 2, avail - 2 < dl ? avail - 2 : dl);
                 rc_fail_with_term(
                     c, true, DW_TERM_LAYER_DDP, tagged ? DW_TERM_DDP_TAGGED : DW_TERM_DDP_UNTAGGED,
                     tagged ? DW_TERM_DDP_T_INVALID_VERSION : DW_TERM_DDP_U_INVALID_VERSION, false,
                     NULL, DIWARP_EVENT_QP_FATAL, "MPA ULPDU shorter than a DDP header");
                 return -1;
         }
-        if (avail < DW_MPA_HDR_LEN + dlen)
+        if (avail < DW_MPA_HDR_LEN + dl)
                 return 0;
-        memcpy(c->rh_raw, p + 2, dlen);
-        ssize_t hr = dw_rdmap_decode(p + 2, dlen, &c->rh, &why);
-        if (hr < 0) {
-                uint8_t dv = p[2] & DW_DDP_CTRL_DV, rv = (p[3] & DW_RDMAP_CTRL_RV) >> 6;
-                if (dv != DW_DDP_VERSION)
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP,
-                                          tagged ? DW_TERM_DDP_TAGGED : DW_TERM_DDP_UNTAGGED,
-                                          tagged ? DW_TERM_DDP_T_INVALID_VERSION
-                                                 : DW_TERM_DDP_U_INVALID_VERSION,
-                                          true, NULL, DIWARP_EVENT_QP_FATAL, why);
-                else if (!tagged && dw_get_be32(p + 2 + 6) > DW_RDMAP_QN_ATOMIC_RESP)
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_DDP, DW_TERM_DDP_UNTAGGED,
-                                          DW_TERM_DDP_U_INVALID_QN, true, NULL,
-                                          DIWARP_EVENT_QP_FATAL, why);
-                else
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
-                                          DW_TERM_RDMAP_REMOTE_OPERATION,
-                                          rv != DW_RDMAP_VERSION ? DW_TERM_RDMAP_INVALID_VERSION
-                                                                 : DW_TERM_RDMAP_UNEXPECTED_OPCODE,
-                                          true, NULL, DIWARP_EVENT_QP_FATAL, why);
+        memcpy(c->rh_raw, p + 2, dl);
+        if (dw_rdmap_decode(p + 2, dl, &c->rh, &why) < 0) {
+                rx_hdr_fail(c, p, tagged, why);
                 return -1;
         }
-        rc_rx_comm_est(c);
+        *dlen = dl;
+        return 1;
+}
 
+/* A data FPDU (Write, Read Response, Send) whose headers are decoded: its
+ * target resolved, what is staged of it placed, the rest read directly
+ * (DW_RC_RX_DIRECT). p: the FPDU in staging. 1, 0 (held) or -1 as rx_parse. */
+static int rx_parse_data(struct dw_rc_conn *c, const uint8_t *p, uint32_t dlen)
+{
+        uint16_t ulen = c->rx_ulen;
+        uint32_t hl = DW_MPA_HDR_LEN + dlen;
+
+        c->rx_payload = ulen - dlen;
+        c->rx_fpdu_len = (uint32_t)dw_mpa_fpdu_len(ulen, c->crc);
+        c->crc_state = 0;
+        if (c->crc)
+                c->crc_state = dw_crc32c_update(dw_crc32c_init(), p, hl);
+        int rr = rx_resolve(c, c->rx_payload);
+        if (rr < 0)
+                return -1;
+        if (rr > 0)
+                return 0; /* held: the header stays staged */
+        c->rx_big = c->rx_payload > 4096;
+        c->rx_start += hl;
+        uint32_t have = c->rx_end - c->rx_start;
+        uint32_t take = have < c->rx_payload ? have : c->rx_payload;
+        if (c->ntgt)
+                tgt_consume(c, c->rxbuf + c->rx_start, take);
+        c->rx_start += take;
+        c->trl_len = (uint32_t)(dw_mpa_pad_len(ulen) + DW_MPA_CRC_LEN);
+        c->trl_have = 0;
+        have = c->rx_end - c->rx_start;
+        if (take == c->rx_payload) {
+                uint32_t t = have < c->trl_len ? have : c->trl_len;
+                memcpy(c->trl, c->rxbuf + c->rx_start, t);
+                c->trl_have = t;
+                c->rx_start += t;
+        }
+        if (take == c->rx_payload && c->trl_have == c->trl_len) {
+                rx_data_end(c);
+        } else {
+                c->rx_state = DW_RC_RX_DIRECT;
+                c->rx_start = c->rx_end = 0; /* all staged bytes were consumed */
+        }
+        return c->rx_state == DW_RC_RX_STOP ? -1 : 1;
+}
+
+/* A control FPDU whose headers are decoded: processed once it is whole in
+ * staging (p, avail bytes). 1, 0 (need more bytes, or held) or -1 as
+ * rx_parse. */
+static int rx_parse_control(struct dw_rc_conn *c, const uint8_t *p, uint32_t avail, uint32_t dlen)
+{
+        uint16_t ulen = c->rx_ulen;
+        const char *why = NULL;
+        /* Control messages are small and whole in staging. */
+        size_t fl = dw_mpa_fpdu_len(ulen, c->crc);
+
+        if (ulen > dlen + DW_RDMAP_ATOMIC_REQ_HDR_LEN + DW_RDMAP_TERM_MAX_LEN) {
+                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                                  DW_TERM_RDMAP_UNSPECIFIED, true, NULL, DIWARP_EVENT_QP_FATAL,
+                                  "control message too long");
+                return -1;
+        }
+        if (avail < fl)
+                return 0;
+        struct dw_mpa_fpdu f;
+        ssize_t r = dw_mpa_fpdu_decode(p, avail, c->crc, DW_MPA_ULPDU_MAX, &f, &why);
+        if (r < 0) {
+                if (r == -EILSEQ) {
+                        c->qp->ctr.crc_errors++;
+                        c->qp->dev->ctr.crc_errors++;
+                }
+                rc_fail_with_term(c, true, DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA, DW_TERM_LLP_CRC,
+                                  true, NULL, DIWARP_EVENT_QP_FATAL,
+                                  why ? why : "MPA CRC mismatch");
+                return -1;
+        }
+        /* An Immediate Data message that takes a receive WQE (a
+         * Write with Immediate's) waits for one as a Send does. */
+        struct dw_rdmap_imm im;
+        if ((c->rh.opcode == DW_RDMAP_IMM_DATA || c->rh.opcode == DW_RDMAP_IMM_DATA_SE) &&
+            !dw_qp_recv_head(c->qp) &&
+            dw_rdmap_imm_decode(p + 2 + dlen, ulen - dlen, &im, &why) >= 0 &&
+            (c->imm_pending || !imm_with_send(c->rh.opcode, &im))) {
+                int held = rx_wait_for_recv(c);
+                if (held)
+                        return held > 0 ? 0 : -1; /* held: the FPDU stays staged */
+        }
+        if (c->rx_wait_recv)
+                rc_rx_wait_end(c);
+        c->rx_start += (uint32_t)fl;
+        c->rx_big = false;
+        rx_control(c, p + 2 + dlen, ulen - dlen);
+        if (c->rx_state == DW_RC_RX_STOP)
+                return -1;
+        c->rx_done += fl;
+        if (c->end_slot >= 0)
+                dw_rc_end_consumed(c->end_slot, c->rx_done);
+        return 1;
+}
+
+/* Parses what is staged. 1: progress made, 0: need more bytes, -1: stopped. */
+static int rx_parse(struct dw_rc_conn *c)
+{
+        uint32_t avail = c->rx_end - c->rx_start;
+        uint8_t *p = c->rxbuf + c->rx_start;
+        uint32_t dlen = 0;
+
+        if (avail < DW_MPA_HDR_LEN + 1)
+                return 0;
+        int r = rx_parse_hdr(c, p, avail, &dlen);
+        if (r <= 0)
+                return r;
+        rc_rx_comm_est(c);
         switch (c->rh.opcode) {
         case DW_RDMAP_WRITE:
         case DW_RDMAP_READ_RESP:
         case DW_RDMAP_SEND:
         case DW_RDMAP_SEND_INVAL:
         case DW_RDMAP_SEND_SE:
-        case DW_RDMAP_SEND_SE_INVAL: {
-                uint32_t hl = DW_MPA_HDR_LEN + dlen;
-                c->rx_payload = ulen - dlen;
-                c->rx_fpdu_len = (uint32_t)dw_mpa_fpdu_len(ulen, c->crc);
-                c->crc_state = 0;
-                if (c->crc)
-                        c->crc_state = dw_crc32c_update(dw_crc32c_init(), p, hl);
-                int rr = rx_resolve(c, c->rx_payload);
-                if (rr < 0)
-                        return -1;
-                if (rr > 0)
-                        return 0; /* held: the header stays staged */
-                c->rx_big = c->rx_payload > 4096;
-                c->rx_start += hl;
-                uint32_t have = c->rx_end - c->rx_start;
-                uint32_t take = have < c->rx_payload ? have : c->rx_payload;
-                if (c->ntgt)
-                        tgt_consume(c, c->rxbuf + c->rx_start, take);
-                c->rx_start += take;
-                c->trl_len = (uint32_t)(dw_mpa_pad_len(ulen) + DW_MPA_CRC_LEN);
-                c->trl_have = 0;
-                have = c->rx_end - c->rx_start;
-                if (take == c->rx_payload) {
-                        uint32_t t = have < c->trl_len ? have : c->trl_len;
-                        memcpy(c->trl, c->rxbuf + c->rx_start, t);
-                        c->trl_have = t;
-                        c->rx_start += t;
-                }
-                if (take == c->rx_payload && c->trl_have == c->trl_len) {
-                        rx_data_end(c);
-                } else {
-                        c->rx_state = DW_RC_RX_DIRECT;
-                        c->rx_start = c->rx_end = 0; /* all staged bytes were consumed */
-                }
-                return c->rx_state == DW_RC_RX_STOP ? -1 : 1;
-        }
-        default: {
-                /* Control messages are small and whole in staging. */
-                size_t fl = dw_mpa_fpdu_len(ulen, c->crc);
-                if (ulen > dlen + DW_RDMAP_ATOMIC_REQ_HDR_LEN + DW_RDMAP_TERM_MAX_LEN) {
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
-                                          DW_TERM_RDMAP_REMOTE_OPERATION, DW_TERM_RDMAP_UNSPECIFIED,
-                                          true, NULL, DIWARP_EVENT_QP_FATAL,
-                                          "control message too long");
-                        return -1;
-                }
-                if (avail < fl)
-                        return 0;
-                struct dw_mpa_fpdu f;
-                ssize_t r = dw_mpa_fpdu_decode(p, avail, c->crc, DW_MPA_ULPDU_MAX, &f, &why);
-                if (r < 0) {
-                        if (r == -EILSEQ) {
-                                c->qp->ctr.crc_errors++;
-                                c->qp->dev->ctr.crc_errors++;
-                        }
-                        rc_fail_with_term(c, true, DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA,
-                                          DW_TERM_LLP_CRC, true, NULL, DIWARP_EVENT_QP_FATAL,
-                                          why ? why : "MPA CRC mismatch");
-                        return -1;
-                }
-                /* An Immediate Data message that takes a receive WQE (a
-                 * Write with Immediate's) waits for one as a Send does. */
-                struct dw_rdmap_imm im;
-                if ((c->rh.opcode == DW_RDMAP_IMM_DATA || c->rh.opcode == DW_RDMAP_IMM_DATA_SE) &&
-                    !dw_qp_recv_head(c->qp) &&
-                    dw_rdmap_imm_decode(p + 2 + dlen, ulen - dlen, &im, &why) >= 0 &&
-                    (c->imm_pending || !imm_with_send(c->rh.opcode, &im))) {
-                        int held = rx_wait_for_recv(c);
-                        if (held)
-                                return held > 0 ? 0 : -1; /* held: the FPDU stays staged */
-                }
-                if (c->rx_wait_recv)
-                        rc_rx_wait_end(c);
-                c->rx_start += (uint32_t)fl;
-                c->rx_big = false;
-                rx_control(c, p + 2 + dlen, ulen - dlen);
-                if (c->rx_state == DW_RC_RX_STOP)
-                        return -1;
-                c->rx_done += fl;
-                if (c->end_slot >= 0)
-                        dw_rc_end_consumed(c->end_slot, c->rx_done);
-                return 1;
-        }
+        case DW_RDMAP_SEND_SE_INVAL:
+                return rx_parse_data(c, p, dlen);
+        default:
+                return rx_parse_control(c, p, avail, dlen);
         }
 }
 

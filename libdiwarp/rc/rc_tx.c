@@ -201,6 +201,24 @@ static bool sq_ready(struct dw_rc_conn *c)
         return true;
 }
 
+/* A Local Invalidate or Bind Memory Window: done here, no FPDU. 0, or -1 on
+ * error (handled). */
+static int run_local_wqe(struct dw_rc_conn *c, struct dw_wqe *w)
+{
+        char why[160];
+        enum diwarp_wc_status st = dw_qp_run_local_wqe(c->qp, w, why, sizeof(why));
+
+        if (st != DIWARP_WC_SUCCESS) {
+                wqe_local_error(c, w, st, why);
+                return -1;
+        }
+        w->status = DIWARP_WC_SUCCESS;
+        w->byte_len = 0;
+        w->flags |= DW_WQE_DONE;
+        rc_retire(c);
+        return 0;
+}
+
 /* Starts the next SQ WQE. Returns 1 when it became c->cur, 0 when it finished
  * without an FPDU (Local Invalidate, Bind Memory Window, a local copy), -1
  * on error (handled). */
@@ -255,19 +273,8 @@ static int start_wqe(struct dw_rc_conn *c)
                 }
                 break;
         case DIWARP_WR_LOCAL_INV:
-        case DIWARP_WR_BIND_MW: {
-                char why[160];
-                enum diwarp_wc_status st = dw_qp_run_local_wqe(qp, w, why, sizeof(why));
-                if (st != DIWARP_WC_SUCCESS) {
-                        wqe_local_error(c, w, st, why);
-                        return -1;
-                }
-                w->status = DIWARP_WC_SUCCESS;
-                w->byte_len = 0;
-                w->flags |= DW_WQE_DONE;
-                rc_retire(c);
-                return 0;
-        }
+        case DIWARP_WR_BIND_MW:
+                return run_local_wqe(c, w);
         default:
                 wqe_local_error(c, w, DIWARP_WC_LOC_QP_OP_ERR, "opcode not supported on RC");
                 return -1;
@@ -292,12 +299,134 @@ static void build_imm(struct dw_rc_conn *c, struct dw_wqe *w, bool with_send)
         add_fpdu(c, &h, imm, sizeof(imm), NULL, 0, 0);
 }
 
+/* The next FPDU of a Send (any of the family; w is c->cur): an untagged
+ * segment of the Send queue. 1: FPDU added. */
+static int tx_send_fpdu(struct dw_rc_conn *c, struct dw_wqe *w)
+{
+        struct dw_rdmap_hdr h;
+        struct iovec pay[DW_MAX_SGE];
+        bool se = w->send_flags & DIWARP_SEND_SOLICITED;
+        bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
+        uint64_t seg = w->total_len - c->cur_off;
+
+        if (seg > seg_max(c, false))
+                seg = seg_max(c, false);
+        dw_rdmap_hdr_init(&h, inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
+                                  : (se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
+        if (inv)
+                h.inval_stag = w->invalidate_rkey;
+        if (c->cur_off == 0)
+                w->msn = c->msn_send;
+        h.ddp.msn = w->msn;
+        h.ddp.mo = (uint32_t)c->cur_off;
+        bool last = c->cur_off + seg == w->total_len;
+        h.ddp.last = last;
+        int np = gather_src(c, c->cur_off, seg, pay);
+        add_fpdu(c, &h, NULL, 0, pay, np, seg);
+        c->cur_off += seg;
+        if (last) {
+                c->msn_send++;
+                mark_sent(c, w);
+                c->cur = NULL;
+        }
+        return 1;
+}
+
+/* The next FPDU of an RDMA Write (w is c->cur): a tagged segment, or, after
+ * the last one of a Write with Immediate, its Immediate Data. 1: FPDU added. */
+static int tx_write_fpdu(struct dw_rc_conn *c, struct dw_wqe *w)
+{
+        struct dw_rdmap_hdr h;
+        struct iovec pay[DW_MAX_SGE];
+
+        if (c->cur_phase == 1) {
+                build_imm(c, w, false);
+                mark_sent(c, w);
+                c->cur = NULL;
+                return 1;
+        }
+        uint64_t seg = w->total_len - c->cur_off;
+        if (seg > seg_max(c, true))
+                seg = seg_max(c, true);
+        dw_rdmap_hdr_init(&h, DW_RDMAP_WRITE);
+        h.ddp.stag = w->rkey;
+        h.ddp.to = w->remote_addr + c->cur_off;
+        bool last = c->cur_off + seg == w->total_len;
+        h.ddp.last = last;
+        int np = gather_src(c, c->cur_off, seg, pay);
+        add_fpdu(c, &h, NULL, 0, pay, np, seg);
+        c->cur_off += seg;
+        if (last) {
+                if (w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM) {
+                        c->cur_phase = 1;
+                } else {
+                        mark_sent(c, w);
+                        c->cur = NULL;
+                }
+        }
+        return 1;
+}
+
+/* The ORQ entry of a Read or Atomic Request about to go out. */
+static struct dw_rc_orq *orq_push(struct dw_rc_conn *c)
+{
+        struct dw_rc_orq *o = &c->orq[(c->orq_head + c->orq_count) % DW_RC_MAX_RD];
+
+        c->orq_count++;
+        return o;
+}
+
+/* An RDMA Read Request for w (c->cur), outstanding in the ORQ until its
+ * Response. 1: FPDU added. */
+static int tx_read_req(struct dw_rc_conn *c, struct dw_wqe *w)
+{
+        struct dw_rdmap_hdr h;
+        struct dw_rdmap_rreq rq = {
+            .sink_stag = w->num_sge ? w->sge[0].lkey : 0,
+            .sink_to = w->num_sge ? w->sge[0].addr : 0,
+            .rdma_rd_sz = (uint32_t)w->total_len,
+            .src_stag = w->rkey,
+            .src_to = w->remote_addr,
+        };
+        uint8_t ext[DW_RDMAP_RREQ_HDR_LEN];
+
+        dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
+        dw_rdmap_hdr_init(&h, DW_RDMAP_READ_REQ);
+        h.ddp.msn = c->msn_rreq++;
+        *orq_push(c) = (struct dw_rc_orq){.wqe = w,
+                                          .atomic = false,
+                                          .msn = h.ddp.msn,
+                                          .sink_stag = rq.sink_stag,
+                                          .sink_to = rq.sink_to,
+                                          .len = w->total_len};
+        add_fpdu(c, &h, ext, sizeof(ext), NULL, 0, 0);
+        c->cur = NULL;
+        return 1;
+}
+
+/* An Atomic Request for w (c->cur), outstanding in the ORQ until its
+ * Response (sink_to holds its request identifier). 1: FPDU added. */
+static int tx_atomic_req(struct dw_rc_conn *c, struct dw_wqe *w)
+{
+        struct dw_rdmap_hdr h;
+        struct dw_rdmap_atomic_req ar;
+        uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+
+        dw_rdmap_atomic_req_build(w, ++c->atomic_req_id, &ar);
+        dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));
+        dw_rdmap_hdr_init(&h, DW_RDMAP_ATOMIC_REQ);
+        h.ddp.msn = c->msn_rreq++;
+        *orq_push(c) = (struct dw_rc_orq){
+            .wqe = w, .atomic = true, .msn = h.ddp.msn, .len = 8, .sink_to = ar.req_id};
+        add_fpdu(c, &h, ext, sizeof(ext), NULL, 0, 0);
+        c->cur = NULL;
+        return 1;
+}
+
 /* Emits the next FPDU of the current SQ WQE. 1: FPDU added, 0: nothing to do,
  * -1: error (handled). */
 static int tx_sq_fpdu(struct dw_rc_conn *c)
 {
-        struct dw_qp *qp = c->qp;
-
         while (!c->cur) {
                 int r = start_wqe(c);
                 if (r < 0)
@@ -309,8 +438,6 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
                 }
         }
         struct dw_wqe *w = c->cur;
-        struct dw_rdmap_hdr h;
-        struct iovec pay[DW_MAX_SGE];
 
         switch (w->opcode) {
         case DIWARP_WR_SEND_WITH_IMM:
@@ -321,109 +448,23 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
                 }
                 /* fall through */
         case DIWARP_WR_SEND:
-        case DIWARP_WR_SEND_WITH_INV: {
-                bool se = w->send_flags & DIWARP_SEND_SOLICITED;
-                bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
-                uint64_t seg = w->total_len - c->cur_off;
-                if (seg > seg_max(c, false))
-                        seg = seg_max(c, false);
-                dw_rdmap_hdr_init(&h, inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
-                                          : (se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
-                if (inv)
-                        h.inval_stag = w->invalidate_rkey;
-                if (c->cur_off == 0)
-                        w->msn = c->msn_send;
-                h.ddp.msn = w->msn;
-                h.ddp.mo = (uint32_t)c->cur_off;
-                bool last = c->cur_off + seg == w->total_len;
-                h.ddp.last = last;
-                int np = gather_src(c, c->cur_off, seg, pay);
-                add_fpdu(c, &h, NULL, 0, pay, np, seg);
-                c->cur_off += seg;
-                if (last) {
-                        c->msn_send++;
-                        mark_sent(c, w);
-                        c->cur = NULL;
-                }
-                return 1;
-        }
+        case DIWARP_WR_SEND_WITH_INV:
+                return tx_send_fpdu(c, w);
         case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM: {
-                if (c->cur_phase == 1) {
-                        build_imm(c, w, false);
-                        mark_sent(c, w);
-                        c->cur = NULL;
-                        return 1;
-                }
-                uint64_t seg = w->total_len - c->cur_off;
-                if (seg > seg_max(c, true))
-                        seg = seg_max(c, true);
-                dw_rdmap_hdr_init(&h, DW_RDMAP_WRITE);
-                h.ddp.stag = w->rkey;
-                h.ddp.to = w->remote_addr + c->cur_off;
-                bool last = c->cur_off + seg == w->total_len;
-                h.ddp.last = last;
-                int np = gather_src(c, c->cur_off, seg, pay);
-                add_fpdu(c, &h, NULL, 0, pay, np, seg);
-                c->cur_off += seg;
-                if (last) {
-                        if (w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM) {
-                                c->cur_phase = 1;
-                        } else {
-                                mark_sent(c, w);
-                                c->cur = NULL;
-                        }
-                }
-                return 1;
-        }
-        case DIWARP_WR_RDMA_READ: {
-                struct dw_rdmap_rreq rq = {
-                    .sink_stag = w->num_sge ? w->sge[0].lkey : 0,
-                    .sink_to = w->num_sge ? w->sge[0].addr : 0,
-                    .rdma_rd_sz = (uint32_t)w->total_len,
-                    .src_stag = w->rkey,
-                    .src_to = w->remote_addr,
-                };
-                uint8_t ext[DW_RDMAP_RREQ_HDR_LEN];
-                dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
-                dw_rdmap_hdr_init(&h, DW_RDMAP_READ_REQ);
-                h.ddp.msn = c->msn_rreq++;
-                struct dw_rc_orq *o = &c->orq[(c->orq_head + c->orq_count) % DW_RC_MAX_RD];
-                *o = (struct dw_rc_orq){.wqe = w,
-                                        .atomic = false,
-                                        .msn = h.ddp.msn,
-                                        .sink_stag = rq.sink_stag,
-                                        .sink_to = rq.sink_to,
-                                        .len = w->total_len};
-                c->orq_count++;
-                add_fpdu(c, &h, ext, sizeof(ext), NULL, 0, 0);
-                c->cur = NULL;
-                return 1;
-        }
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                return tx_write_fpdu(c, w);
+        case DIWARP_WR_RDMA_READ:
+                return tx_read_req(c, w);
         case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
-                struct dw_rdmap_atomic_req ar;
-                dw_rdmap_atomic_req_build(w, ++c->atomic_req_id, &ar);
-                uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
-                dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));
-                dw_rdmap_hdr_init(&h, DW_RDMAP_ATOMIC_REQ);
-                h.ddp.msn = c->msn_rreq++;
-                struct dw_rc_orq *o = &c->orq[(c->orq_head + c->orq_count) % DW_RC_MAX_RD];
-                *o = (struct dw_rc_orq){
-                    .wqe = w, .atomic = true, .msn = h.ddp.msn, .len = 8, .sink_to = ar.req_id};
-                c->orq_count++;
-                add_fpdu(c, &h, ext, sizeof(ext), NULL, 0, 0);
-                c->cur = NULL;
-                return 1;
-        }
+        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+                return tx_atomic_req(c, w);
         default:
-                break;
+                return 0;
         }
-        (void)qp;
-        return 0;
 }
 
-/* Next FPDU of the head IRQ entry (Read Response segment or Atomic Response). */
+/* Next FPDU of the head IRQ entry (Read Response segment or Atomic Response).
+ */
 static int tx_irq_fpdu(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
