@@ -260,6 +260,19 @@ void rc_drop_wqe_refs(struct dw_rc_conn *c)
         c->rx_wqe = NULL;
 }
 
+/* Completes SQ WQEs that are finished, in order. */
+void rc_retire(struct dw_rc_conn *c)
+{
+        struct dw_qp *qp = c->qp;
+        struct dw_wqe *w;
+
+        while ((w = dw_wq_head(&qp->sq)) && (w->flags & DW_WQE_DONE)) {
+                if (w == c->cur)
+                        c->cur = NULL;
+                dw_qp_complete_send(qp, (enum diwarp_wc_status)w->status, w->byte_len);
+        }
+}
+
 /* Completes the SQ from its head through culprit: earlier finished WQEs with
  * their status, unfinished ones flushed, culprit with status. Does nothing if
  * culprit is not (or no longer) in the SQ. References must be dropped first. */

@@ -47,19 +47,6 @@ static inline uint32_t rc_ord_limit(const struct dw_rc_conn *c)
         return o > DW_RC_MAX_RD ? DW_RC_MAX_RD : o;
 }
 
-/* Completes SQ WQEs that are finished, in order. */
-static inline void rc_retire(struct dw_rc_conn *c)
-{
-        struct dw_qp *qp = c->qp;
-        struct dw_wqe *w;
-
-        while ((w = dw_wq_head(&qp->sq)) && (w->flags & DW_WQE_DONE)) {
-                if (w == c->cur)
-                        c->cur = NULL;
-                dw_qp_complete_send(qp, (enum diwarp_wc_status)w->status, w->byte_len);
-        }
-}
-
 static inline bool rc_is_read_like(int op)
 {
         return op == DIWARP_WR_RDMA_READ || op == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
@@ -96,6 +83,8 @@ void rc_close_now(struct dw_rc_conn *c);
 /* Forgets every reference to send/receive WQEs (about to be completed or
  * flushed by the generic QP code). */
 void rc_drop_wqe_refs(struct dw_rc_conn *c);
+/* Completes SQ WQEs that are finished, in order. */
+void rc_retire(struct dw_rc_conn *c);
 /* Completes the SQ from its head through culprit (earlier finished WQEs with
  * their status, unfinished ones flushed, culprit with status). */
 void rc_complete_through(struct dw_rc_conn *c, struct dw_wqe *culprit, enum diwarp_wc_status status,

@@ -322,113 +322,98 @@ static void rx_data_end(struct dw_rc_conn *c)
         }
 }
 
-/* The CRC of the data FPDU just placed (over what was placed, then the pad)
- * against its trailer: false (the Terminate is queued) on a mismatch. */
-static bool rx_crc_ok(struct dw_rc_conn *c)
-{
-        uint32_t pad = c->trl_len - DW_MPA_CRC_LEN;
-        uint32_t want = dw_crc32c_final(dw_crc32c_update(c->crc_state, c->trl, pad));
-        const uint8_t *p = c->trl + pad;
-        uint32_t got =
-            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-
-        if (want == got)
-                return true;
-        c->qp->ctr.crc_errors++;
-        c->qp->dev->ctr.crc_errors++;
-        rc_fail_with_term(c, true, DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA, DW_TERM_LLP_CRC, true, NULL,
-                          DIWARP_EVENT_QP_FATAL, "MPA CRC mismatch");
-        return false;
-}
-
-/* A Read Response segment is placed: the last one completes the Read. */
-static void rx_read_resp_placed(struct dw_rc_conn *c)
-{
-        struct dw_rc_orq *o = &c->orq[c->orq_head];
-
-        o->done += c->rx_payload;
-        if (!c->rh.ddp.last)
-                return;
-        if (o->done != o->len) {
-                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
-                                  DW_TERM_RDMAP_UNSPECIFIED, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
-                                  "RDMA Read Response shorter than requested");
-                return;
-        }
-        o->wqe->status = DIWARP_WC_SUCCESS;
-        o->wqe->byte_len = (uint32_t)o->len;
-        o->wqe->flags |= DW_WQE_DONE;
-        c->orq_head = (c->orq_head + 1) % DW_RC_MAX_RD;
-        c->orq_count--;
-        rc_retire(c);
-}
-
-/* A Send segment is placed: the last one completes its receive WQE (with
- * the STag invalidated, and the immediate of a Send with Immediate). */
-static void rx_send_placed(struct dw_rc_conn *c)
-{
-        struct dw_qp *qp = c->qp;
-        const struct dw_rdmap_hdr *h = &c->rh;
-        bool se = h->opcode == DW_RDMAP_SEND_SE || h->opcode == DW_RDMAP_SEND_SE_INVAL;
-        bool inv = h->opcode == DW_RDMAP_SEND_INVAL || h->opcode == DW_RDMAP_SEND_SE_INVAL;
-
-        if (!c->rx_wqe) { /* absorbed RTR Send */
-                c->rtr_send_expected = false;
-                c->msn_expect_send++;
-                return;
-        }
-        c->rx_msg_len += c->rx_payload;
-        if (!h->ddp.last)
-                return;
-        struct dw_wqe *w = c->rx_wqe;
-        unsigned flags = 0;
-        uint32_t imm = 0;
-        c->rx_wqe = NULL;
-        c->msn_expect_send++;
-        if (inv) {
-                enum dw_prot_status st =
-                    dw_mr_invalidate_status(&qp->dev->mrs, h->inval_stag, qp->pd, qp->qpn);
-                if (st != DW_PROT_OK) {
-                        struct dw_term_error te = {DW_TERM_LAYER_RDMAP,
-                                                   DW_TERM_RDMAP_REMOTE_OPERATION,
-                                                   DW_TERM_RDMAP_STAG_NOT_INVALIDATED};
-                        dw_prot_status_to_term(st, DW_PROT_CTX_INVALIDATE, &te);
-                        rx_fail_recv(c, w, DIWARP_WC_REM_INV_REQ_ERR, te);
-                        rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
-                                          DIWARP_EVENT_QP_ACCESS_ERR,
-                                          "Send with Invalidate of an STag that cannot be "
-                                          "invalidated");
-                        return;
-                }
-                flags |= DIWARP_WC_WITH_INV;
-        }
-        if (c->imm_pending) {
-                flags |= DIWARP_WC_WITH_IMM;
-                imm = c->imm_value;
-                c->imm_pending = false;
-        }
-        rc_rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV, (uint32_t)c->rx_msg_len, flags,
-                            imm, inv ? h->inval_stag : 0, se);
-}
-
+/* One piece on purpose: split into helpers, GCC (release, -flto) no longer
+ * inlines rx_data_end into rc_rx, which costs a call per data FPDU. */
 static void rx_data_place(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
+        const struct dw_rdmap_hdr *h = &c->rh;
+        uint32_t pad = c->trl_len - DW_MPA_CRC_LEN;
 
         c->rx_state = DW_RC_RX_HDR;
-        if (c->crc && !rx_crc_ok(c))
-                return;
+        if (c->crc) {
+                uint32_t want = dw_crc32c_final(dw_crc32c_update(c->crc_state, c->trl, pad));
+                const uint8_t *p = c->trl + pad;
+                uint32_t got = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                               (uint32_t)p[3] << 24;
+                if (want != got) {
+                        qp->ctr.crc_errors++;
+                        qp->dev->ctr.crc_errors++;
+                        rc_fail_with_term(c, true, DW_TERM_LAYER_LLP, DW_TERM_LLP_MPA,
+                                          DW_TERM_LLP_CRC, true, NULL, DIWARP_EVENT_QP_FATAL,
+                                          "MPA CRC mismatch");
+                        return;
+                }
+        }
         qp->ctr.rx_packets++;
         qp->ctr.rx_bytes += c->rx_payload;
-        switch (c->rh.opcode) {
+
+        switch (h->opcode) {
         case DW_RDMAP_WRITE:
                 return;
-        case DW_RDMAP_READ_RESP:
-                rx_read_resp_placed(c);
+        case DW_RDMAP_READ_RESP: {
+                struct dw_rc_orq *o = &c->orq[c->orq_head];
+                o->done += c->rx_payload;
+                if (!h->ddp.last)
+                        return;
+                if (o->done != o->len) {
+                        rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP,
+                                          DW_TERM_RDMAP_REMOTE_OPERATION, DW_TERM_RDMAP_UNSPECIFIED,
+                                          true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                                          "RDMA Read Response shorter than requested");
+                        return;
+                }
+                o->wqe->status = DIWARP_WC_SUCCESS;
+                o->wqe->byte_len = (uint32_t)o->len;
+                o->wqe->flags |= DW_WQE_DONE;
+                c->orq_head = (c->orq_head + 1) % DW_RC_MAX_RD;
+                c->orq_count--;
+                rc_retire(c);
                 return;
-        default:
-                rx_send_placed(c);
+        }
+        default: {
+                bool se = h->opcode == DW_RDMAP_SEND_SE || h->opcode == DW_RDMAP_SEND_SE_INVAL;
+                bool inv = h->opcode == DW_RDMAP_SEND_INVAL || h->opcode == DW_RDMAP_SEND_SE_INVAL;
+                if (!c->rx_wqe) { /* absorbed RTR Send */
+                        c->rtr_send_expected = false;
+                        c->msn_expect_send++;
+                        return;
+                }
+                c->rx_msg_len += c->rx_payload;
+                if (!h->ddp.last)
+                        return;
+                struct dw_wqe *w = c->rx_wqe;
+                unsigned flags = 0;
+                uint32_t imm = 0;
+                c->rx_wqe = NULL;
+                c->msn_expect_send++;
+                if (inv) {
+                        enum dw_prot_status st =
+                            dw_mr_invalidate_status(&qp->dev->mrs, h->inval_stag, qp->pd, qp->qpn);
+                        if (st != DW_PROT_OK) {
+                                struct dw_term_error te = {DW_TERM_LAYER_RDMAP,
+                                                           DW_TERM_RDMAP_REMOTE_OPERATION,
+                                                           DW_TERM_RDMAP_STAG_NOT_INVALIDATED};
+                                dw_prot_status_to_term(st, DW_PROT_CTX_INVALIDATE, &te);
+                                rx_fail_recv(c, w, DIWARP_WC_REM_INV_REQ_ERR, te);
+                                rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
+                                                  DIWARP_EVENT_QP_ACCESS_ERR,
+                                                  "Send with Invalidate of an STag that cannot be "
+                                                  "invalidated");
+                                return;
+                        }
+                        flags |= DIWARP_WC_WITH_INV;
+                }
+                if (c->imm_pending) {
+                        flags |= DIWARP_WC_WITH_IMM;
+                        imm = c->imm_value;
+                        c->imm_pending = false;
+                }
+                rc_rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV,
+                                    (uint32_t)c->rx_msg_len, flags, imm, inv ? h->inval_stag : 0,
+                                    se);
                 return;
+        }
         }
 }
 
