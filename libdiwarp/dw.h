@@ -312,8 +312,8 @@ enum diwarp_wc_status dw_qp_run_local_wqe(struct dw_qp *qp, struct dw_wqe *w, ch
                                           size_t why_len);
 
 /* diwarp_qp_modify without taking the lock: the same checks, attribute
- * updates and transport side effects (dw_rc_qp_modify). rc/cm.c moves natively
- * connected QPs through INIT -> RTR -> RTS with it. */
+ * updates and transport side effects (dw_rc_qp_modify). rc/rc.c moves natively
+ * connected QPs through INIT -> RTR -> RTS with it (dw_rc_handover). */
 int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, int mask);
 
 /* Writes wc (qp_num is filled in) to the QP's receive CQ; solicited as the

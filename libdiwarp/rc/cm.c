@@ -857,7 +857,10 @@ int dw_cm_progress(struct dw_device *dev)
                 struct dw_qp *qp = ch->qp;
                 int err = ch->end_err;
                 rdch_free(ch);
-                dw_qp_to_error(qp, err ? DIWARP_EVENT_QP_FATAL : -1);
+                if (err)
+                        dw_rc_handover(qp, NULL, DW_RC_SETUP_RD);
+                else
+                        dw_rc_disconnect(qp);
                 work++;
         }
         for (struct dw_cm_att *a = rd->atts, *n; a; a = n) {
@@ -1202,11 +1205,10 @@ static void unclaim_qp(struct dw_qp *qp)
  * sends the Reply, as IB's passive side reaches RTR before its REP: the
  * initiator may send the moment the Reply arrives, and a datagram finds no
  * stream to wait in. Device lock held. */
-static int rd_to_rtr(struct dw_qp *qp, struct in_addr ip, const struct rdcm_blk *ours,
+static int rd_to_rtr(struct dw_qp *qp, const struct sockaddr_in *addr, const struct rdcm_blk *ours,
                      const struct rdcm_blk *peer, uint16_t ird)
 {
         struct dw_device *dev = qp->dev;
-        struct diwarp_qp_attr a;
 
         /* From here every datagram of the connection carries the peer's
          * token, and ours must carry our own; with DIWARP_AUTH each is
@@ -1226,15 +1228,9 @@ static int rd_to_rtr(struct dw_qp *qp, struct in_addr ip, const struct rdcm_blk 
                 dw_warn("RC QP %#x over RD: DIWARP_AUTH: %s", qp->qpn, why ? why : strerror(-r));
                 return r;
         }
-        memset(&a, 0, sizeof(a));
-        dw_ipv4_to_gid(ip, &a.dgid);
-        a.dest_qp_num = peer->qpn;
-        a.rq_psn = peer->psn;
-        a.max_dest_rd_atomic = (uint8_t)(ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : ird);
-        a.qp_state = DIWARP_QPS_RTR;
-        r = dw_qp_modify_internal(qp, &a,
-                                  DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
-                                      DIWARP_QP_RQ_PSN | DIWARP_QP_MAX_DEST_RD_ATOMIC);
+        struct dw_rc_rd_bind b = {.peer_qpn = peer->qpn, .peer_psn = peer->psn, .ird = ird};
+        r = dw_rc_handover(qp, &(struct dw_rc_stream){.fd = -1, .peer = addr, .rd = &b},
+                           DW_RC_SETUP_RD_BIND);
         if (r < 0)
                 dw_rd_qp_conn_token(qp, 0, 0, NULL);
         return r;
@@ -1248,7 +1244,6 @@ static int attach_rd(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                      const struct rdcm_blk *theirs)
 {
         struct dw_device *dev = qp->dev;
-        struct diwarp_qp_attr a;
         char pb[32];
         int r = 0;
 
@@ -1262,16 +1257,13 @@ static int attach_rd(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         if (ord > DW_RC_MAX_RD)
                 ord = DW_RC_MAX_RD;
         if (qp->state == DIWARP_QPS_INIT) {
-                r = rd_to_rtr(qp, peer->sin_addr, ours, theirs, mc->ird);
+                r = rd_to_rtr(qp, peer, ours, theirs, mc->ird);
                 if (r < 0)
                         goto fail;
         }
-        memset(&a, 0, sizeof(a));
-        a.qp_state = DIWARP_QPS_RTS;
-        a.sq_psn = ours->psn;
-        a.max_rd_atomic = (uint8_t)ord;
-        r = dw_qp_modify_internal(qp, &a,
-                                  DIWARP_QP_STATE | DIWARP_QP_SQ_PSN | DIWARP_QP_MAX_QP_RD_ATOMIC);
+        struct dw_rc_rd_bind b = {.sq_psn = ours->psn, .ord = ord};
+        r = dw_rc_handover(qp, &(struct dw_rc_stream){.fd = -1, .peer = peer, .rd = &b},
+                           DW_RC_SETUP_RD);
         if (r < 0)
                 goto fail;
         dw_tcp_configure(fd, dev->cfg.peer_timeout_ms);
@@ -1295,8 +1287,7 @@ fail:
                 close(fd);
         if (ch && rdch_of(qp) == ch)
                 rdch_free(ch);
-        if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RESET)
-                dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+        dw_rc_handover(qp, NULL, DW_RC_SETUP_RD);
         pthread_mutex_unlock(&dev->lock);
         return r;
 }
@@ -1354,7 +1345,7 @@ int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp 
                         dw_warn("RC QP %#x over RD: the connection request is refused: %s", qp->qpn,
                                 why);
                 if (r == 0)
-                        r = rd_to_rtr(qp, lc->peer.sin_addr, &ours, &theirs, ird);
+                        r = rd_to_rtr(qp, &lc->peer, &ours, &theirs, ird);
                 if (r < 0)
                         unclaim_qp(qp);
         } else if (r == 0) {
@@ -1380,7 +1371,7 @@ int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp 
                 pthread_mutex_lock(&qp->dev->lock);
                 unclaim_qp(qp);
                 if (rd && qp->state == DIWARP_QPS_RTR)
-                        dw_qp_to_error(qp, -1); /* bound to a peer that is gone */
+                        dw_rc_disconnect(qp); /* bound to a peer that is gone */
                 pthread_mutex_unlock(&qp->dev->lock);
                 lconn_drop(lc);
                 pthread_mutex_unlock(&l->lock);
@@ -1565,17 +1556,12 @@ int dwe_disconnect(struct diwarp_qp *q)
         if (!is_rc(qp))
                 return -EINVAL;
         pthread_mutex_lock(&qp->dev->lock);
-        int r = 0;
-        if (dw_qp_on_rd(qp)) {
-                /* Closing the CM stream is the disconnect notice; the ACKs
-                 * still owed go out first (dw_rd_qp_error), so the peer's
-                 * last sends complete. */
-                if (qp->state != DIWARP_QPS_ERR)
-                        dw_qp_to_error(qp, -1);
+        /* Over RD closing the CM stream is the disconnect notice; the ACKs
+         * still owed go out first (dw_rd_qp_error), so the peer's last
+         * sends complete. */
+        int r = dw_rc_disconnect(qp);
+        if (dw_qp_on_rd(qp))
                 rdch_drop(qp);
-        } else {
-                r = dw_rc_disconnect(qp);
-        }
         dw_progress_step(qp->dev, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&qp->dev->lock);
         return r;

@@ -20,6 +20,7 @@
 #include "rc/mpa_conn.h"
 #include "llp/tcp.h"
 #include "progress/progress.h"
+#include "qp/rd.h"
 #include "rdmap/rdmap.h"
 #include "util/time.h"
 
@@ -677,6 +678,39 @@ fail:
         return r;
 }
 
+/* RC over RD (DW_RC_SETUP_RD_BIND, DW_RC_SETUP_RD): the QP goes through the
+ * state machine as the native CM agreed, as handover_native moves a QP
+ * with a stream; its datagrams go over qp/rd, and the CM stream stays
+ * cm.c's. The connection token is cm.c's too (set before RTR: the stream
+ * RTR creates sizes its segments for the trailer). */
+static int handover_rd(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_setup how)
+{
+        struct diwarp_qp_attr a;
+
+        if (!s) {
+                if (qp->state != DIWARP_QPS_INIT && qp->state != DIWARP_QPS_RESET)
+                        dw_qp_to_error(qp, DIWARP_EVENT_QP_FATAL);
+                return -ECONNABORTED;
+        }
+        memset(&a, 0, sizeof(a));
+        if (how == DW_RC_SETUP_RD_BIND) {
+                dw_ipv4_to_gid(s->peer->sin_addr, &a.dgid);
+                a.dest_qp_num = s->rd->peer_qpn;
+                a.rq_psn = s->rd->peer_psn;
+                a.max_dest_rd_atomic =
+                    (uint8_t)(s->rd->ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : s->rd->ird);
+                a.qp_state = DIWARP_QPS_RTR;
+                return dw_qp_modify_internal(qp, &a,
+                                             DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
+                                                 DIWARP_QP_RQ_PSN | DIWARP_QP_MAX_DEST_RD_ATOMIC);
+        }
+        a.qp_state = DIWARP_QPS_RTS;
+        a.sq_psn = s->rd->sq_psn;
+        a.max_rd_atomic = (uint8_t)s->rd->ord;
+        return dw_qp_modify_internal(
+            qp, &a, DIWARP_QP_STATE | DIWARP_QP_SQ_PSN | DIWARP_QP_MAX_QP_RD_ATOMIC);
+}
+
 int dw_rc_handover(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_setup how)
 {
         struct dw_rc_conn *c = qp->rc;
@@ -684,6 +718,8 @@ int dw_rc_handover(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_se
 
         if (how == DW_RC_SETUP_NATIVE)
                 return handover_native(qp, s);
+        if (how == DW_RC_SETUP_RD_BIND || how == DW_RC_SETUP_RD)
+                return handover_rd(qp, s, how);
         if (s) {
                 if (how == DW_RC_SETUP_IB)
                         c->ib_style = true;
@@ -703,6 +739,11 @@ int dw_rc_disconnect(struct dw_qp *qp)
 {
         struct dw_rc_conn *c = qp->rc;
 
+        if (dw_qp_on_rd(qp)) {
+                if (qp->state != DIWARP_QPS_ERR)
+                        dw_qp_to_error(qp, -1);
+                return 0;
+        }
         if (!c)
                 return -EINVAL;
         if (c->state == DW_RC_UP)

@@ -205,11 +205,23 @@ struct dw_rc_conn {
  * no transition (true). */
 bool dw_rc_set_state(struct dw_rc_conn *c, enum dw_rc_conn_state to, const char *why);
 
-/* A stream cm.c set up: the finished MPA exchange on fd, with peer. */
+/* RC over RD (DW_RC_SETUP_RD*): what the native CM agreed for the QP. */
+struct dw_rc_rd_bind {
+        uint32_t peer_qpn; /* the peer QP */
+        uint32_t peer_psn; /* its first PSN */
+        uint32_t sq_psn;   /* ours */
+        uint16_t ird;      /* requests we accept at once */
+        uint16_t ord;      /* Reads/Atomics we issue at once (negotiated) */
+};
+
+/* A stream cm.c set up: the finished MPA exchange on fd, with peer. Over RD
+ * (rd set) the QP takes no stream: fd stays cm.c's idle CM channel, and mc
+ * is not read. */
 struct dw_rc_stream {
         int fd;
         const struct dw_mpa_conn *mc;
         const struct sockaddr_in *peer;
+        const struct dw_rc_rd_bind *rd;
 };
 
 /* How the stream was set up, which says what the QP does with it. */
@@ -225,6 +237,16 @@ enum dw_rc_setup {
          * negotiated IRD), attached, -> RTS (the negotiated ORD); a failure
          * moves a QP past INIT to ERR with QP_FATAL. */
         DW_RC_SETUP_NATIVE,
+        /* RC over RD, native connect/accept: INIT -> RTR with the peer's
+         * address, QPN and first PSN and our IRD (the responder before it
+         * sends its Reply, the initiator when the Reply arrives). A failure
+         * is returned only (the QP stays in INIT). */
+        DW_RC_SETUP_RD_BIND,
+        /* RC over RD: RTR -> RTS with our first PSN and the negotiated ORD.
+         * A failure is returned only. With s NULL: the setup failed, or the
+         * connection's CM stream broke: a QP past INIT (not RESET) moves to
+         * ERR with QP_FATAL. An orderly end is dw_rc_disconnect. */
+        DW_RC_SETUP_RD,
 };
 
 /* cm.c -> the QP: the one hand-over of a set-up stream (s->fd is the QP's
@@ -239,7 +261,10 @@ int dw_rc_handover(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_se
 void dw_rc_register_end(struct dw_qp *qp, int fd);
 
 /* Graceful disconnect (diwarp_disconnect): what was handed to the socket
- * still goes out, then FIN; the QP moves to ERR. */
+ * still goes out, then FIN; the QP moves to ERR. Over RD (no stream; also
+ * when the peer closed the CM stream, or is gone before the connection was
+ * up) the QP moves to ERR without an event, unless it is there already;
+ * closing the CM stream is cm.c's. */
 int dw_rc_disconnect(struct dw_qp *qp);
 
 /* IRD we offer in MPA for this QP (max_dest_rd_atomic or the device maximum),

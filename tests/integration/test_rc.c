@@ -1754,6 +1754,12 @@ Test(rc, native_connect_accept_over_rd)
         cr_assert_eq(w.status, DIWARP_WC_WR_FLUSH_ERR);
         wait_err(&A);
         wait_err(&B);
+        /* An orderly end, on both sides (A disconnected, B saw its CM stream
+         * close): ERR without an async event; QP_FATAL is for a CM stream
+         * that broke. */
+        enum diwarp_event_type ev[8];
+        cr_assert_eq(drain_async(&A, ev, 8), 0);
+        cr_assert_eq(drain_async(&B, ev, 8), 0);
         diwarp_listener_destroy(sa.l);
         side_fini(&A);
         side_fini(&B);
