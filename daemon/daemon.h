@@ -105,7 +105,7 @@ struct dd_dev {
         char addr[16];
         uint16_t port_base;
         struct diwarp_device *dev;
-        int prog_fd; /* the engine's epoll set (dw_progress_external) */
+        int prog_fd; /* the engine's epoll set (diwarpdv_external_progress) */
         int users;   /* clients that opened it: closed when the last one is freed */
         struct dd_obj *by_qpn[DD_QPN_SLOTS];
         struct dd_watch w_prog, w_async;

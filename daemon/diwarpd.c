@@ -283,7 +283,7 @@ int main(int argc, char **argv)
         if (lvl >= 0)
                 dw_log_set_level(lvl);
         /* Its servers drive its devices from their own loops
-         * (dw_progress_external): no progress thread, whatever the
+         * (diwarpdv_external_progress): no progress thread, whatever the
          * environment of the shell that started it says. */
         setenv("DIWARP_PROGRESS", "app", 1);
 

@@ -161,12 +161,13 @@ static struct dd_dev *dev_get(struct dd_client *c, const char *addr, uint16_t po
         }
         /* The server drives the device and sleeps on its epoll set: no
          * progress thread, so nothing but the server takes its lock. */
-        d->prog_fd = dw_progress_external(dw_dev_of(d->dev));
+        d->prog_fd = diwarpdv_external_progress(d->dev);
         if (d->prog_fd < 0) {
+                err = -d->prog_fd;
                 diwarp_device_close(d->dev);
                 free(d);
                 atomic_fetch_sub(&D->ndevs, 1);
-                errno = EIO;
+                errno = err;
                 return NULL;
         }
         /* Every client's regions are mapped here: RC and UD traffic

@@ -22,7 +22,6 @@
 
 #include "daemon/daemon.h"
 #include "dw.h"
-#include "progress/progress.h"
 #include "util/log.h"
 
 #define POST_BATCH 16
@@ -670,7 +669,7 @@ static void handle_events(struct dd_server *s, struct epoll_event *evs, int n)
                          * watch is freed, so stop here and look again. */
                         return;
                 case DD_W_DEV_PROGRESS:
-                        dw_progress_external_run(dw_dev_of(((struct dd_dev *)w->p)->dev));
+                        diwarpdv_external_run(((struct dd_dev *)w->p)->dev);
                         break;
                 case DD_W_DEV_ASYNC:
                         dev_async(s, w->p);
@@ -695,8 +694,8 @@ static int64_t sleep_ns(struct dd_server *s)
 {
         int64_t t = -1;
         for (struct dd_dev *d = s->devs; d; d = d->next) {
-                int64_t x = dw_progress_external_timeout(dw_dev_of(d->dev));
-                if (x >= 0 && (t < 0 || x < t))
+                int64_t x = -1;
+                if (diwarpdv_external_timeout(d->dev, &x) == 0 && x >= 0 && (t < 0 || x < t))
                         t = x;
         }
         return t;
@@ -706,7 +705,7 @@ static int64_t sleep_ns(struct dd_server *s)
 static void run_devs(struct dd_server *s)
 {
         for (struct dd_dev *d = s->devs; d; d = d->next)
-                dw_progress_external_run(dw_dev_of(d->dev));
+                diwarpdv_external_run(d->dev);
 }
 
 static int serve_all(struct dd_server *s)
@@ -724,7 +723,7 @@ static void *server_main(void *arg)
         uint64_t last_work = dd_now_ns();
         unsigned int turn = 0;
         struct epoll_event evs[32];
-        dw_progress_short_slice();
+        diwarpdv_short_time_slice();
         /* Its sleeps end at the engine's timers (delayed ACKs, pacing:
          * microseconds); the default 50 us slack would stretch each. */
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);

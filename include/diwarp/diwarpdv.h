@@ -144,6 +144,46 @@ int diwarpdv_mbox_release(struct diwarp_qp *qp, const void *msg);
 int diwarpdv_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,
                            struct diwarpdv_rd_path *out);
 
+/* ---- Driving a device from the caller's own loop -------------------------
+ *
+ * A program that sleeps in an epoll set of its own (diwarpd's servers) can
+ * drive a device itself instead of a progress thread and without a thread
+ * per device:
+ *
+ *   fd = diwarpdv_external_progress(dev);   once, before anything starts the
+ *        device's progress thread: the device's epoll set (its UDP socket,
+ *        RC streams, listeners, wake-ups), to watch for EPOLLIN from the
+ *        caller's set. From then on the device never gets a progress thread:
+ *        diwarp_progress_thread_start and diwarp_comp_channel_create answer
+ *        -EBUSY. The fd is the device's; do not close it.
+ *   before each sleep: diwarpdv_external_timeout(dev, &ns) bounds it by the
+ *        device's earliest timer (retransmissions, delayed ACKs, pacing:
+ *        ns from now, 0 = due; -1 = no timer).
+ *   when fd is ready or the time has come: diwarpdv_external_run(dev) handles
+ *        the set's ready events and the due timers (one step, no waiting).
+ *
+ * Each call takes the device lock, so other threads may use the device's
+ * objects meanwhile (diwarp_post_send, diwarp_cq_poll ...); drive a device
+ * from one loop. Errors: -EINVAL for a NULL device, and from _timeout and
+ * _run for a device diwarpdv_external_progress did not take;
+ * diwarpdv_external_progress: -EBUSY when the device's progress thread runs
+ * (DIWARP_PROGRESS=thread, a completion channel, diwarp_progress_thread_start);
+ * all three -EOPNOTSUPP in a daemon client's process (DIWARP_PROGRESS=daemon:
+ * the daemon drives its devices). */
+int diwarpdv_external_progress(struct diwarp_device *dev);
+int diwarpdv_external_timeout(struct diwarp_device *dev, int64_t *ns);
+/* Returns the number of the set's events handled (>= 0). */
+int diwarpdv_external_run(struct diwarp_device *dev);
+
+/* Asks the kernel for the shortest time slice (100 us) for the calling
+ * thread, so that its wake-ups preempt a busy-polling thread on its core at
+ * once (EEVDF's slices, Linux >= 6.12): for a thread that polls and then
+ * sleeps on a host with more busy threads than cores (the progress thread
+ * asks for it too). 0 when the kernel took the request (a kernel without
+ * slices may take it and ignore it), -EOPNOTSUPP when it has no such request
+ * or the thread's policy is not SCHED_OTHER; harmless either way. */
+int diwarpdv_short_time_slice(void);
+
 #ifdef __cplusplus
 }
 #endif

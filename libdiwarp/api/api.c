@@ -548,3 +548,24 @@ int diwarpdv_mbox_release(struct diwarp_qp *qp, const void *msg)
                 return -EINVAL;
         return BE()->mbox_release(qp, msg);
 }
+
+int diwarpdv_external_progress(struct diwarp_device *dev)
+{
+        if (!dev)
+                return -EINVAL;
+        return BE()->external_progress(dev);
+}
+
+int diwarpdv_external_timeout(struct diwarp_device *dev, int64_t *ns)
+{
+        if (!dev || !ns)
+                return -EINVAL;
+        return BE()->external_timeout(dev, ns);
+}
+
+int diwarpdv_external_run(struct diwarp_device *dev)
+{
+        if (!dev)
+                return -EINVAL;
+        return BE()->external_run(dev);
+}

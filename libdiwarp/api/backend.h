@@ -119,7 +119,10 @@
           (struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,                              \
            struct diwarpdv_rd_path *out))                                                          \
         X(int, mbox_open, (struct diwarp_qp *qp, struct diwarpdv_mbox *out))                       \
-        X(int, mbox_release, (struct diwarp_qp *qp, const void *msg))
+        X(int, mbox_release, (struct diwarp_qp *qp, const void *msg))                              \
+        X(int, external_progress, (struct diwarp_device *dev))                                     \
+        X(int, external_timeout, (struct diwarp_device *dev, int64_t *ns))                         \
+        X(int, external_run, (struct diwarp_device *dev))
 /* clang-format on */
 
 #define DW_BACKEND_FIELD(ret, name, params) ret(*name) params;

@@ -768,6 +768,21 @@ int dwe_progress_thread_start(struct diwarp_device *d)
         return dw_progress_start(dev);
 }
 
+int dwe_external_progress(struct diwarp_device *d)
+{
+        return dw_progress_external(dw_dev_of(d));
+}
+
+int dwe_external_timeout(struct diwarp_device *d, int64_t *ns)
+{
+        return dw_progress_external_timeout(dw_dev_of(d), ns);
+}
+
+int dwe_external_run(struct diwarp_device *d)
+{
+        return dw_progress_external_run(dw_dev_of(d));
+}
+
 int dwe_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
 {
         struct dw_device *dev = dw_dev_of(d);

@@ -93,7 +93,7 @@ static uint8_t next(struct cursor *c)
 static void setup(void)
 {
         dw_backend_engine_only();
-        /* The server drives its devices (dw_progress_external). */
+        /* The server drives its devices (diwarpdv_external_progress). */
         setenv("DIWARP_PROGRESS", "app", 1);
         signal(SIGPIPE, SIG_IGN);
         D.uid = (uint32_t)geteuid();
