@@ -11,7 +11,6 @@
 #include <diwarp/diwarp.h>
 #include <diwarp/diwarpdv.h>
 
-#include "api/backend.h"
 #include "ipc/ipc.h"
 
 #define DD_MAX_SERVERS 64

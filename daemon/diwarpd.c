@@ -278,7 +278,10 @@ static long env_long(const char *name, long dflt, long lo, long hi)
 int main(int argc, char **argv)
 {
         /* The engine this process runs is its own, never a client of itself. */
-        dw_backend_engine_only();
+        if (diwarpdv_engine_only() < 0) {
+                fprintf(stderr, "diwarpd: cannot run the engine: the process is a daemon client\n");
+                return 1;
+        }
         int lvl = dw_log_level_from_env();
         if (lvl >= 0)
                 dw_log_set_level(lvl);

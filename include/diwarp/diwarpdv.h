@@ -144,6 +144,19 @@ int diwarpdv_mbox_release(struct diwarp_qp *qp, const void *msg);
 int diwarpdv_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,
                            struct diwarpdv_rd_path *out);
 
+/* ---- Where the engine runs ------------------------------------------------
+ *
+ * A process's calls of the API run the engine in the process, or, with
+ * DIWARP_PROGRESS=daemon, go to the host daemon (diwarpd), which runs it for
+ * its clients; the choice is made once, at the process's first call.
+ * diwarpdv_engine_only makes it now, for the engine, whatever the environment
+ * says: for a program that runs the engine for others (diwarpd itself) and
+ * must never become a client of a daemon. Call it before any other call of
+ * the API; any thread. 0 when the process runs the engine (again: calling it
+ * twice is harmless), -EBUSY when an earlier call made the process a daemon
+ * client already (then it stays one). */
+int diwarpdv_engine_only(void);
+
 /* ---- Driving a device from the caller's own loop -------------------------
  *
  * A program that sleeps in an epoll set of its own (diwarpd's servers) can

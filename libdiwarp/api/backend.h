@@ -154,8 +154,4 @@ static inline const struct dw_backend *dw_backend_get(void)
         return __builtin_expect(b != NULL, 1) ? b : dw_backend_select();
 }
 
-/* The engine only, whatever the environment says: the daemon (which runs the
- * engine for its clients) calls this before its first call of the API. */
-void dw_backend_engine_only(void);
-
 #endif

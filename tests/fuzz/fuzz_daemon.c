@@ -40,7 +40,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/backend.h"
 #include "daemon/daemon.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -92,7 +91,7 @@ static uint8_t next(struct cursor *c)
 
 static void setup(void)
 {
-        dw_backend_engine_only();
+        diwarpdv_engine_only();
         /* The server drives its devices (diwarpdv_external_progress). */
         setenv("DIWARP_PROGRESS", "app", 1);
         signal(SIGPIPE, SIG_IGN);
