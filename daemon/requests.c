@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
-#include "dw.h"
 #include "util/log.h"
 
 static struct dd_obj *obj_get(struct dd_client *c, uint32_t h, enum dd_kind kind)
@@ -151,7 +150,11 @@ static struct dd_dev *dev_get(struct dd_client *c, const char *addr, uint16_t po
                 errno = ENOMEM;
                 return NULL;
         }
-        struct diwarp_open_opts o = {.addr = addr[0] ? addr : NULL, .port_base = port_base};
+        /* Every client's regions are mapped here: RC and UD traffic
+         * between two clients is one copy (DIWARP_LOCAL_COPY, unless the
+         * environment says 0). */
+        struct diwarp_open_opts o = {
+            .addr = addr[0] ? addr : NULL, .port_base = port_base, .flags = DIWARP_OPEN_LOCAL_COPY};
         int err = diwarp_device_open(&o, &d->dev);
         if (err < 0) {
                 free(d);
@@ -170,11 +173,6 @@ static struct dd_dev *dev_get(struct dd_client *c, const char *addr, uint16_t po
                 errno = err;
                 return NULL;
         }
-        /* Every client's regions are mapped here: RC and UD traffic
-         * between two clients is one copy (DIWARP_LOCAL_COPY). */
-        struct dw_device *engine = dw_dev_of(d->dev);
-        if (engine->cfg.local_copy < 0)
-                engine->cfg.local_copy = 1;
         int afd = diwarp_async_fd(d->dev);
         fcntl(afd, F_SETFL, fcntl(afd, F_GETFL) | O_NONBLOCK);
         dd_server_watch_dev(s, d);

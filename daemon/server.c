@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
-#include "dw.h"
 #include "util/log.h"
 
 #define POST_BATCH 16

@@ -20,7 +20,7 @@
 
 int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
 {
-        if (!out)
+        if (!out || (opts && (opts->flags & ~(uint32_t)DIWARP_OPEN_FLAGS)))
                 return -EINVAL;
         return BE()->device_open(opts, out);
 }

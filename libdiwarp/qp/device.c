@@ -481,6 +481,8 @@ int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
         }
         if (opts && opts->port_base)
                 dev->cfg.port_base = opts->port_base;
+        if (opts && (opts->flags & DIWARP_OPEN_LOCAL_COPY) && dev->cfg.local_copy < 0)
+                dev->cfg.local_copy = 1; /* DIWARP_LOCAL_COPY unset */
         err = dw_device_gids(dev);
         if (err < 0) {
                 free(dev);
