@@ -177,7 +177,6 @@ struct dd_daemon {
 };
 
 struct dd_daemon *dd_daemon(void);
-uint64_t dd_now_ns(void);
 
 int dd_server_start(struct dd_server *s, int id);
 /* What dd_server_start does but the thread: a server driven by its

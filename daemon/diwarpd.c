@@ -33,16 +33,8 @@
 #include <diwarp/diwarpdv.h>
 
 #include "daemon/daemon.h"
-#include "util/log.h"
 
 static struct dd_daemon D = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-uint64_t dd_now_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 struct dd_daemon *dd_daemon(void)
 {
@@ -192,10 +184,10 @@ static void refused(const struct ucred *cr)
 {
         static uint64_t t0;
         static unsigned n, dropped;
-        uint64_t now = dd_now_ns();
+        uint64_t now = diwarpdv_now_ns();
         if (now - t0 >= 10000000000ull) {
                 if (dropped)
-                        dw_warn("diwarpd: %u more connections refused", dropped);
+                        diwarpdv_warn("diwarpd: %u more connections refused", dropped);
                 t0 = now;
                 n = dropped = 0;
         }
@@ -204,13 +196,15 @@ static void refused(const struct ucred *cr)
                 return;
         }
         if (D.has_group)
-                dw_warn("diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
-                        "and group %u only",
-                        (int)cr->pid, (unsigned)cr->uid, D.uid, D.group);
+                diwarpdv_warn(
+                    "diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
+                    "and group %u only",
+                    (int)cr->pid, (unsigned)cr->uid, D.uid, D.group);
         else
-                dw_warn("diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
-                        "only (DIWARPD_GROUP or --group names a group to serve too)",
-                        (int)cr->pid, (unsigned)cr->uid, D.uid);
+                diwarpdv_warn(
+                    "diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
+                    "only (DIWARPD_GROUP or --group names a group to serve too)",
+                    (int)cr->pid, (unsigned)cr->uid, D.uid);
 }
 
 /* A group by name or number. */
@@ -282,9 +276,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "diwarpd: cannot run the engine: the process is a daemon client\n");
                 return 1;
         }
-        int lvl = dw_log_level_from_env();
-        if (lvl >= 0)
-                dw_log_set_level(lvl);
+        diwarpdv_log_from_env();
         /* Its servers drive its devices from their own loops
          * (diwarpdv_external_progress): no progress thread, whatever the
          * environment of the shell that started it says. */

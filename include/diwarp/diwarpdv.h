@@ -55,6 +55,9 @@
 #ifndef DIWARP_DIWARPDV_H
 #define DIWARP_DIWARPDV_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include <diwarp/diwarp.h>
 
 #ifdef __cplusplus
@@ -143,6 +146,70 @@ int diwarpdv_mbox_release(struct diwarp_qp *qp, const void *msg);
  * received from it), -EINVAL on bad arguments. */
 int diwarpdv_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,
                            struct diwarpdv_rd_path *out);
+
+/* ---- The library's log and clock ------------------------------------------
+ *
+ * diwarp writes what it has to say to stderr, one line each, "diwarp:
+ * <level>: <message>", with one write(2) (lines of several threads never
+ * mix; a message over 1 KiB is cut), for the levels up to the threshold
+ * DIWARP_LOG sets (error, warn: the default, info, debug; docs/USAGE.md). A
+ * program built on the library (its daemon, its verbs provider) writes its
+ * own lines through these calls, so that one setting governs them all. Any
+ * thread. */
+enum diwarpdv_log_level {
+        DIWARPDV_LOG_ERROR = 0,
+        DIWARPDV_LOG_WARN = 1,
+        DIWARPDV_LOG_INFO = 2,
+        DIWARPDV_LOG_DEBUG = 3,
+};
+/* Whether lines at level are written now. */
+bool diwarpdv_log_enabled(int level);
+/* Writes one line at level if lines at level are written (a level out of
+ * range counts as the nearest one). */
+void diwarpdv_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets the threshold from DIWARP_LOG now (a device's opening does too):
+ * 0, or -EINVAL for a value it does not know (the threshold unchanged). */
+int diwarpdv_log_from_env(void);
+
+/* A rate limit for lines that others can cause as often as they like (a
+ * peer's datagrams, a client's requests): the first DIWARPDV_LOG_LIMIT_BURST
+ * lines of each DIWARPDV_LOG_LIMIT_PERIOD_S seconds go out; the rest are
+ * counted, and the first line let through in a later period is preceded by
+ * one saying how many were suppressed. One limiter per kind of line, zeroed
+ * to start; the caller serializes the calls on one limiter. */
+#define DIWARPDV_LOG_LIMIT_BURST    10u
+#define DIWARPDV_LOG_LIMIT_PERIOD_S 5u
+struct diwarpdv_log_limit {
+        uint64_t period_start;     /* ns (diwarpdv_now_ns); 0: no line yet */
+        uint32_t passed;           /* lines let through in this period */
+        uint32_t suppressed;       /* lines held back since the last report */
+        uint64_t total_suppressed; /* lines held back in all */
+};
+/* Whether the next line may go out now (it is counted either way); writes
+ * the report of suppressed lines first, at level, when one is due. */
+bool diwarpdv_log_limit_pass(struct diwarpdv_log_limit *l, int level);
+
+/* Formats only lines that are written. */
+#define diwarpdv_log_at(level, ...)                                                                \
+        do {                                                                                       \
+                if (diwarpdv_log_enabled(level))                                                   \
+                        diwarpdv_log(level, __VA_ARGS__);                                          \
+        } while (0)
+#define diwarpdv_err(...)  diwarpdv_log_at(DIWARPDV_LOG_ERROR, __VA_ARGS__)
+#define diwarpdv_warn(...) diwarpdv_log_at(DIWARPDV_LOG_WARN, __VA_ARGS__)
+#define diwarpdv_info(...) diwarpdv_log_at(DIWARPDV_LOG_INFO, __VA_ARGS__)
+#define diwarpdv_dbg(...)  diwarpdv_log_at(DIWARPDV_LOG_DEBUG, __VA_ARGS__)
+/* diwarpdv_warn through a limiter; nothing is formatted for a line held back. */
+#define diwarpdv_warn_limited(limit, ...)                                                          \
+        do {                                                                                       \
+                if (diwarpdv_log_enabled(DIWARPDV_LOG_WARN) &&                                     \
+                    diwarpdv_log_limit_pass((limit), DIWARPDV_LOG_WARN))                           \
+                        diwarpdv_log(DIWARPDV_LOG_WARN, __VA_ARGS__);                              \
+        } while (0)
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of the library's timers and of
+ * completion timestamps (diwarp_wc.ts_ns). vDSO: no system call. */
+uint64_t diwarpdv_now_ns(void);
 
 /* ---- Where the engine runs ------------------------------------------------
  *

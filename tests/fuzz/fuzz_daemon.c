@@ -60,13 +60,6 @@ struct dd_daemon *dd_daemon(void)
         return &D;
 }
 
-uint64_t dd_now_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 struct fclient {
         int fd; /* our end; -1: hung up */
         void *map;
@@ -378,9 +371,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * requests ended (their timeouts are milliseconds). */
         for (int i = 0; i < nclients; i++)
                 hangup(i);
-        uint64_t end = dd_now_ns() + 5000000000ull;
+        uint64_t end = diwarpdv_now_ns() + 5000000000ull;
         while (S->clients || S->nhand) {
-                if (dd_now_ns() > end)
+                if (diwarpdv_now_ns() > end)
                         abort(); /* a client the daemon never let go */
                 turns(1, 1);
         }
