@@ -179,22 +179,12 @@ static bool peer_served(int fd, struct ucred *cr)
         return false;
 }
 
-/* The acceptor's refusals: at most 20 lines per 10 s. */
+/* The acceptor's refusals, rate-limited (acceptor thread only). */
 static void refused(const struct ucred *cr)
 {
-        static uint64_t t0;
-        static unsigned n, dropped;
-        uint64_t now = diwarpdv_now_ns();
-        if (now - t0 >= 10000000000ull) {
-                if (dropped)
-                        diwarpdv_warn("diwarpd: %u more connections refused", dropped);
-                t0 = now;
-                n = dropped = 0;
-        }
-        if (n++ >= 20) {
-                dropped++;
+        static struct diwarpdv_log_limit limit;
+        if (!diwarpdv_log_limit_pass(&limit, DIWARPDV_LOG_WARN))
                 return;
-        }
         if (D.has_group)
                 diwarpdv_warn(
                     "diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "

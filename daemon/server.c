@@ -50,22 +50,7 @@ void dd_client_active_del(struct dd_client *c, struct dd_obj *o)
 
 bool dd_client_log_ok(struct dd_client *c)
 {
-        uint64_t now = diwarpdv_now_ns();
-        if (now - c->log_t0 >= DD_LOG_WINDOW_NS) {
-                if (c->log_dropped)
-                        diwarpdv_warn(
-                            "diwarpd: client pid %d: %u more warnings about it were left out",
-                            c->pid, c->log_dropped);
-                c->log_t0 = now;
-                c->log_n = 0;
-                c->log_dropped = 0;
-        }
-        if (c->log_n < DD_LOG_BURST) {
-                c->log_n++;
-                return true;
-        }
-        c->log_dropped++;
-        return false;
+        return diwarpdv_log_limit_pass(&c->log_limit, DIWARPDV_LOG_WARN);
 }
 
 /* A ring index out of range: the client wrote over its rings. */
