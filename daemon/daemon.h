@@ -11,15 +11,10 @@
 #include <diwarp/diwarp.h>
 #include <diwarp/diwarpdv.h>
 
-#include "api/backend.h"
 #include "ipc/ipc.h"
 
 #define DD_MAX_SERVERS 64
-/* A client's warnings are rate-limited: this many per window, then one line
- * saying how many were left out. */
-#define DD_LOG_BURST     20
-#define DD_LOG_WINDOW_NS 10000000000ull
-#define DD_QPN_SLOTS     4096
+#define DD_QPN_SLOTS   4096
 
 enum dd_kind {
         DD_FREE = 0,
@@ -105,7 +100,7 @@ struct dd_dev {
         char addr[16];
         uint16_t port_base;
         struct diwarp_device *dev;
-        int prog_fd; /* the engine's epoll set (dw_progress_external) */
+        int prog_fd; /* the engine's epoll set (diwarpdv_external_progress) */
         int users;   /* clients that opened it: closed when the last one is freed */
         struct dd_obj *by_qpn[DD_QPN_SLOTS];
         struct dd_watch w_prog, w_async;
@@ -132,9 +127,8 @@ struct dd_client {
         struct dd_obj **active;
         uint32_t nactive, active_cap;
         uint64_t posted_send, posted_recv, completions;
-        /* Its warnings: at most DD_LOG_BURST per DD_LOG_WINDOW_NS. */
-        uint64_t log_t0;
-        uint32_t log_n, log_dropped;
+        /* Its warnings, rate-limited (dd_client_log_ok). */
+        struct diwarpdv_log_limit log_limit;
         struct dd_watch w;
         struct dd_client *next;
 };
@@ -178,7 +172,6 @@ struct dd_daemon {
 };
 
 struct dd_daemon *dd_daemon(void);
-uint64_t dd_now_ns(void);
 
 int dd_server_start(struct dd_server *s, int id);
 /* What dd_server_start does but the thread: a server driven by its
@@ -203,8 +196,8 @@ int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds);
 void dd_server_resume(struct dd_server *s);
 /* Stops and starts reading c's socket (EPOLLIN). */
 void dd_client_pause(struct dd_client *c, bool pause);
-/* Whether a warning about c may be logged now (DD_LOG_BURST per window);
- * the first one of a new window reports those left out before it. */
+/* Whether a warning about c may be logged now: the library's rate limit
+ * (diwarpdv_log_limit_pass), one limiter per client. */
 bool dd_client_log_ok(struct dd_client *c);
 /* Frees everything c holds. */
 void dd_client_free(struct dd_client *c);

@@ -33,16 +33,8 @@
 #include <diwarp/diwarpdv.h>
 
 #include "daemon/daemon.h"
-#include "util/log.h"
 
 static struct dd_daemon D = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-uint64_t dd_now_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 struct dd_daemon *dd_daemon(void)
 {
@@ -187,30 +179,22 @@ static bool peer_served(int fd, struct ucred *cr)
         return false;
 }
 
-/* The acceptor's refusals: at most 20 lines per 10 s. */
+/* The acceptor's refusals, rate-limited (acceptor thread only). */
 static void refused(const struct ucred *cr)
 {
-        static uint64_t t0;
-        static unsigned n, dropped;
-        uint64_t now = dd_now_ns();
-        if (now - t0 >= 10000000000ull) {
-                if (dropped)
-                        dw_warn("diwarpd: %u more connections refused", dropped);
-                t0 = now;
-                n = dropped = 0;
-        }
-        if (n++ >= 20) {
-                dropped++;
+        static struct diwarpdv_log_limit limit;
+        if (!diwarpdv_log_limit_pass(&limit, DIWARPDV_LOG_WARN))
                 return;
-        }
         if (D.has_group)
-                dw_warn("diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
-                        "and group %u only",
-                        (int)cr->pid, (unsigned)cr->uid, D.uid, D.group);
+                diwarpdv_warn(
+                    "diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
+                    "and group %u only",
+                    (int)cr->pid, (unsigned)cr->uid, D.uid, D.group);
         else
-                dw_warn("diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
-                        "only (DIWARPD_GROUP or --group names a group to serve too)",
-                        (int)cr->pid, (unsigned)cr->uid, D.uid);
+                diwarpdv_warn(
+                    "diwarpd: connection of pid %d (uid %u) refused: this daemon serves uid %u "
+                    "only (DIWARPD_GROUP or --group names a group to serve too)",
+                    (int)cr->pid, (unsigned)cr->uid, D.uid);
 }
 
 /* A group by name or number. */
@@ -278,12 +262,13 @@ static long env_long(const char *name, long dflt, long lo, long hi)
 int main(int argc, char **argv)
 {
         /* The engine this process runs is its own, never a client of itself. */
-        dw_backend_engine_only();
-        int lvl = dw_log_level_from_env();
-        if (lvl >= 0)
-                dw_log_set_level(lvl);
+        if (diwarpdv_engine_only() < 0) {
+                fprintf(stderr, "diwarpd: cannot run the engine: the process is a daemon client\n");
+                return 1;
+        }
+        diwarpdv_log_from_env();
         /* Its servers drive its devices from their own loops
-         * (dw_progress_external): no progress thread, whatever the
+         * (diwarpdv_external_progress): no progress thread, whatever the
          * environment of the shell that started it says. */
         setenv("DIWARP_PROGRESS", "app", 1);
 

@@ -15,8 +15,6 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
-#include "dw.h"
-#include "util/log.h"
 
 static struct dd_obj *obj_get(struct dd_client *c, uint32_t h, enum dd_kind kind)
 {
@@ -121,7 +119,7 @@ static struct dd_dev *dev_get(struct dd_client *c, const char *addr, uint16_t po
         pthread_mutex_unlock(&D->lock);
         if (mine > D->client_devs) {
                 if (dd_client_log_ok(c))
-                        dw_warn(
+                        diwarpdv_warn(
                             "diwarpd: client pid %d (uid %u): OPEN of a device at %s (port base "
                             "%u) refused: it would use %d devices, the most one client may "
                             "(DIWARPD_CLIENT_DEVICES, --client-devices: %d)",
@@ -136,7 +134,7 @@ static struct dd_dev *dev_get(struct dd_client *c, const char *addr, uint16_t po
         if (atomic_fetch_add(&D->ndevs, 1) >= D->max_devs) {
                 atomic_fetch_sub(&D->ndevs, 1);
                 if (dd_client_log_ok(c))
-                        dw_warn(
+                        diwarpdv_warn(
                             "diwarpd: client pid %d (uid %u): OPEN of a device at %s (port base "
                             "%u) refused: the daemon holds %d devices, its most "
                             "(DIWARPD_MAX_DEVICES, --max-devices)",
@@ -151,7 +149,11 @@ static struct dd_dev *dev_get(struct dd_client *c, const char *addr, uint16_t po
                 errno = ENOMEM;
                 return NULL;
         }
-        struct diwarp_open_opts o = {.addr = addr[0] ? addr : NULL, .port_base = port_base};
+        /* Every client's regions are mapped here: RC and UD traffic
+         * between two clients is one copy (DIWARP_LOCAL_COPY, unless the
+         * environment says 0). */
+        struct diwarp_open_opts o = {
+            .addr = addr[0] ? addr : NULL, .port_base = port_base, .flags = DIWARP_OPEN_LOCAL_COPY};
         int err = diwarp_device_open(&o, &d->dev);
         if (err < 0) {
                 free(d);
@@ -161,19 +163,15 @@ static struct dd_dev *dev_get(struct dd_client *c, const char *addr, uint16_t po
         }
         /* The server drives the device and sleeps on its epoll set: no
          * progress thread, so nothing but the server takes its lock. */
-        d->prog_fd = dw_progress_external(dw_dev_of(d->dev));
+        d->prog_fd = diwarpdv_external_progress(d->dev);
         if (d->prog_fd < 0) {
+                err = -d->prog_fd;
                 diwarp_device_close(d->dev);
                 free(d);
                 atomic_fetch_sub(&D->ndevs, 1);
-                errno = EIO;
+                errno = err;
                 return NULL;
         }
-        /* Every client's regions are mapped here: RC and UD traffic
-         * between two clients is one copy (DIWARP_LOCAL_COPY). */
-        struct dw_device *engine = dw_dev_of(d->dev);
-        if (engine->cfg.local_copy < 0)
-                engine->cfg.local_copy = 1;
         int afd = diwarp_async_fd(d->dev);
         fcntl(afd, F_SETFL, fcntl(afd, F_GETFL) | O_NONBLOCK);
         dd_server_watch_dev(s, d);
@@ -197,9 +195,9 @@ static int do_open(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ip
         if (!d) {
                 int err = -errno;
                 if (err != -EMFILE && err != -ENFILE && dd_client_log_ok(c))
-                        dw_warn("diwarpd: client pid %d: device at %s (port base %u): %s", c->pid,
-                                r->u.open.addr[0] ? r->u.open.addr : "every address",
-                                r->u.open.port_base, strerror(-err));
+                        diwarpdv_warn("diwarpd: client pid %d: device at %s (port base %u): %s",
+                                      c->pid, r->u.open.addr[0] ? r->u.open.addr : "every address",
+                                      r->u.open.port_base, strerror(-err));
                 return err;
         }
         int sp[2];
@@ -227,7 +225,8 @@ static int do_open(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ip
         fds[1] = c->srv->doorbell;
         fds[2] = c->srv->page_fd;
         *nfds = 3;
-        dw_info("diwarpd: client pid %d opened port %u (server %d)", c->pid, o->port, c->srv->id);
+        diwarpdv_info("diwarpd: client pid %d opened port %u (server %d)", c->pid, o->port,
+                      c->srv->id);
         return 0;
 }
 
@@ -238,9 +237,9 @@ static int do_seg_add(struct dd_client *c, const struct dw_ipc_req *r, int fd)
         struct stat st;
         if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 ||
             (uint64_t)st.st_size < g->len) {
-                dw_warn("diwarpd: client pid %d: segment [0x%" PRIx64 ", +%" PRIu64
-                        ") refused: not a sealed memfd of that size",
-                        c->pid, g->base, g->len);
+                diwarpdv_warn("diwarpd: client pid %d: segment [0x%" PRIx64 ", +%" PRIu64
+                              ") refused: not a sealed memfd of that size",
+                              c->pid, g->base, g->len);
                 return -EINVAL;
         }
         for (uint32_t i = 1; i < c->nobjs; i++)
@@ -261,10 +260,11 @@ static int do_seg_add(struct dd_client *c, const struct dw_ipc_req *r, int fd)
                 for (uint32_t j = 0; j < k; j++)
                         if (old[j] == old[k]) {
                                 if (dd_client_log_ok(c))
-                                        dw_warn("diwarpd: client pid %d: SEG_ADD of segment %u "
-                                                "refused: segment %u named twice in its replace "
-                                                "list",
-                                                c->pid, g->id, g->replace[k]);
+                                        diwarpdv_warn(
+                                            "diwarpd: client pid %d: SEG_ADD of segment %u "
+                                            "refused: segment %u named twice in its replace "
+                                            "list",
+                                            c->pid, g->id, g->replace[k]);
                                 return -EINVAL;
                         }
         }
@@ -291,9 +291,9 @@ static int do_seg_add(struct dd_client *c, const struct dw_ipc_req *r, int fd)
                         int err = diwarp_mr_rereg(m->u.mr.mr, DIWARP_REREG_TRANSLATION, NULL, at,
                                                   m->u.mr.len, m->u.mr.iova, m->u.mr.access);
                         if (err < 0)
-                                dw_warn("diwarpd: client pid %d: MR handle %u could not move "
-                                        "to its new segment: %s",
-                                        c->pid, m->h, strerror(-err));
+                                diwarpdv_warn("diwarpd: client pid %d: MR handle %u could not move "
+                                              "to its new segment: %s",
+                                              c->pid, m->h, strerror(-err));
                         m->u.mr.seg = s;
                         s->refs++;
                         old[k]->refs--;
@@ -329,9 +329,9 @@ static int do_mr_reg(struct dd_client *c, const struct dw_ipc_req *r, struct dw_
                  * or of another client is reachable through an STag. */
                 if (!seg || m->addr < seg->u.seg.base ||
                     m->addr + m->len > seg->u.seg.base + seg->u.seg.len) {
-                        dw_warn("diwarpd: client pid %d: MR [0x%" PRIx64 ", +%" PRIu64
-                                ") refused: outside the memory it shared",
-                                c->pid, m->addr, m->len);
+                        diwarpdv_warn("diwarpd: client pid %d: MR [0x%" PRIx64 ", +%" PRIu64
+                                      ") refused: outside the memory it shared",
+                                      c->pid, m->addr, m->len);
                         return -EFAULT;
                 }
                 at = seg->u.seg.map + (m->addr - seg->u.seg.base);
@@ -723,8 +723,8 @@ static void *slow_main(void *arg)
                                               diwarp_qp_state(w->qp->u.qp.qp),
                                               memory_order_release);
                 if (err < 0)
-                        dw_info("diwarpd: client pid %d: %s: %s", c->pid,
-                                dw_ipc_op_name(w->req.h.op), strerror(-err));
+                        diwarpdv_info("diwarpd: client pid %d: %s: %s", c->pid,
+                                      dw_ipc_op_name(w->req.h.op), strerror(-err));
                 rsp->h.magic = DW_IPC_MAGIC;
                 rsp->h.op = (uint16_t)(w->req.h.op | DW_IPC_RSP);
                 rsp->h.len = sizeof(*rsp);
@@ -870,9 +870,10 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
                 /* Every client's pids and counters, and the daemon's life:
                  * its own user's business, not a group member's. */
                 if (dd_client_log_ok(c))
-                        dw_warn("diwarpd: client pid %d (uid %u): %s refused: only the daemon's "
-                                "owner (uid %u) may ask",
-                                c->pid, c->uid, dw_ipc_op_name(r->h.op), dd_daemon()->uid);
+                        diwarpdv_warn(
+                            "diwarpd: client pid %d (uid %u): %s refused: only the daemon's "
+                            "owner (uid %u) may ask",
+                            c->pid, c->uid, dw_ipc_op_name(r->h.op), dd_daemon()->uid);
                 return -EPERM;
         }
         if (r->h.op == DW_IPC_STAT) {
@@ -884,7 +885,7 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
                 return 0;
         }
         if (r->h.op == DW_IPC_SHUTDOWN) {
-                dw_warn("diwarpd: stop asked by client pid %d (uid %u)", c->pid, c->uid);
+                diwarpdv_warn("diwarpd: stop asked by client pid %d (uid %u)", c->pid, c->uid);
                 atomic_store(&dd_daemon()->stop, true);
                 return 0;
         }
@@ -1012,8 +1013,8 @@ int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds)
         if (err < 0) {
                 atomic_fetch_add(&D->rejected, 1);
                 if (dd_client_log_ok(c))
-                        dw_warn("diwarpd: client pid %d: %s request rejected: %s", c->pid,
-                                dw_ipc_op_name(len >= sizeof(r->h) ? r->h.op : 0), why);
+                        diwarpdv_warn("diwarpd: client pid %d: %s request rejected: %s", c->pid,
+                                      dw_ipc_op_name(len >= sizeof(r->h) ? r->h.op : 0), why);
         } else {
                 err = run(c, r, rsp, fds, out, &nout);
                 if (err == 1) {
@@ -1025,8 +1026,8 @@ int dd_request(struct dd_client *c, void *msg, size_t len, int *fds, int nfds)
                         return 0;
                 }
                 if (err < 0 && err != -EBUSY && err != -EAGAIN)
-                        dw_info("diwarpd: client pid %d: %s (handle %u): %s", c->pid,
-                                dw_ipc_op_name(r->h.op), r->h.handle, strerror(-err));
+                        diwarpdv_info("diwarpd: client pid %d: %s (handle %u): %s", c->pid,
+                                      dw_ipc_op_name(r->h.op), r->h.handle, strerror(-err));
         }
         for (int i = 0; i < nfds; i++)
                 if (fds[i] >= 0)
@@ -1086,8 +1087,8 @@ void dd_client_free(struct dd_client *c)
                                 break;
                         }
                         if (err < 0)
-                                dw_warn("diwarpd: client pid %d: freeing handle %u: %s", c->pid, h,
-                                        strerror(-err));
+                                diwarpdv_warn("diwarpd: client pid %d: freeing handle %u: %s",
+                                              c->pid, h, strerror(-err));
                 }
         for (uint32_t h = 1; h < c->nobjs; h++)
                 if (c->objs[h] && c->objs[h]->kind == DD_SEG) {

@@ -21,9 +21,6 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
-#include "dw.h"
-#include "progress/progress.h"
-#include "util/log.h"
 
 #define POST_BATCH 16
 #define CQ_BATCH   32
@@ -53,21 +50,7 @@ void dd_client_active_del(struct dd_client *c, struct dd_obj *o)
 
 bool dd_client_log_ok(struct dd_client *c)
 {
-        uint64_t now = dd_now_ns();
-        if (now - c->log_t0 >= DD_LOG_WINDOW_NS) {
-                if (c->log_dropped)
-                        dw_warn("diwarpd: client pid %d: %u more warnings about it were left out",
-                                c->pid, c->log_dropped);
-                c->log_t0 = now;
-                c->log_n = 0;
-                c->log_dropped = 0;
-        }
-        if (c->log_n < DD_LOG_BURST) {
-                c->log_n++;
-                return true;
-        }
-        c->log_dropped++;
-        return false;
+        return diwarpdv_log_limit_pass(&c->log_limit, DIWARPDV_LOG_WARN);
 }
 
 /* A ring index out of range: the client wrote over its rings. */
@@ -76,9 +59,9 @@ static void client_broken(struct dd_client *c, const char *ring, uint32_t h, uin
         if (c->broken)
                 return;
         c->broken = true;
-        dw_warn("diwarpd: client pid %d: %s of handle %u: index %u beyond its entries; "
-                "dropping the client",
-                c->pid, ring, h, index);
+        diwarpdv_warn("diwarpd: client pid %d: %s of handle %u: index %u beyond its entries; "
+                      "dropping the client",
+                      c->pid, ring, h, index);
 }
 
 static void fire(struct dd_obj *cq)
@@ -108,7 +91,8 @@ void dd_cq_push(struct dd_obj *o, const struct diwarp_wc *wc)
 {
         if (!cq_room(o)) {
                 if (!o->u.cq.overflow_told)
-                        dw_warn("diwarpd: client pid %d: CQ handle %u overflows", o->c->pid, o->h);
+                        diwarpdv_warn("diwarpd: client pid %d: CQ handle %u overflows", o->c->pid,
+                                      o->h);
                 o->u.cq.overflow_told = true;
                 return;
         }
@@ -131,8 +115,8 @@ static void refuse(struct dd_obj *qp, struct dd_obj *cq, uint64_t wr_id, bool re
                                .status = DIWARP_WC_LOC_QP_OP_ERR,
                                .opcode = recv ? DIWARP_WC_RECV : DIWARP_WC_SEND,
                                .qp_num = qp->u.qp.qpn};
-        dw_warn("diwarpd: client pid %d: QP 0x%06x refused a %s WR (wr_id %" PRIu64 "): %s",
-                qp->c->pid, qp->u.qp.qpn, recv ? "receive" : "send", wr_id, strerror(-err));
+        diwarpdv_warn("diwarpd: client pid %d: QP 0x%06x refused a %s WR (wr_id %" PRIu64 "): %s",
+                      qp->c->pid, qp->u.qp.qpn, recv ? "receive" : "send", wr_id, strerror(-err));
         dd_cq_push(cq, &wc);
 }
 
@@ -343,9 +327,10 @@ static int serve_recv(struct dd_obj *owner, struct dw_ipc_ring *ring, uint32_t e
                                 if (qp)
                                         refuse(qp, qp->u.qp.rcq, wr[done].wr_id, true, err);
                                 else
-                                        dw_warn("diwarpd: client pid %d: SRQ handle %u refused "
-                                                "a receive WR: %s",
-                                                c->pid, owner->h, strerror(-err));
+                                        diwarpdv_warn(
+                                            "diwarpd: client pid %d: SRQ handle %u refused "
+                                            "a receive WR: %s",
+                                            c->pid, owner->h, strerror(-err));
                                 done++;
                                 bad_at = -1;
                         }
@@ -476,7 +461,7 @@ static void client_drop(struct dd_server *s, struct dd_client *c)
                 }
         s->nclients--;
         pthread_mutex_unlock(&D->lock);
-        dw_info("diwarpd: client pid %d left: freeing what it held", c->pid);
+        diwarpdv_info("diwarpd: client pid %d left: freeing what it held", c->pid);
         dd_client_free(c);
 }
 
@@ -523,9 +508,10 @@ static void client_readable(struct dd_server *s, struct dd_client *c)
                 if (n == -EMSGSIZE) {
                         atomic_fetch_add(&dd_daemon()->rejected, 1);
                         if (dd_client_log_ok(c))
-                                dw_warn("diwarpd: client pid %d: request rejected: longer than %u "
-                                        "bytes",
-                                        c->pid, DW_IPC_MAX_MSG);
+                                diwarpdv_warn(
+                                    "diwarpd: client pid %d: request rejected: longer than %u "
+                                    "bytes",
+                                    c->pid, DW_IPC_MAX_MSG);
                         continue;
                 }
                 if (n <= 0) {
@@ -633,11 +619,13 @@ void dd_server_dev_close(struct dd_server *s, struct dd_dev *d)
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, diwarp_async_fd(d->dev), NULL);
         int err = diwarp_device_close(d->dev);
         if (err < 0)
-                dw_warn("diwarpd: server %d: closing the device at %s (port base %u): %s", s->id,
-                        d->addr[0] ? d->addr : "every address", d->port_base, strerror(-err));
+                diwarpdv_warn("diwarpd: server %d: closing the device at %s (port base %u): %s",
+                              s->id, d->addr[0] ? d->addr : "every address", d->port_base,
+                              strerror(-err));
         else
-                dw_info("diwarpd: server %d: device at %s (port base %u) closed: no client uses it",
-                        s->id, d->addr[0] ? d->addr : "every address", d->port_base);
+                diwarpdv_info(
+                    "diwarpd: server %d: device at %s (port base %u) closed: no client uses it",
+                    s->id, d->addr[0] ? d->addr : "every address", d->port_base);
         free(d);
         atomic_fetch_sub(&dd_daemon()->ndevs, 1);
 }
@@ -670,7 +658,7 @@ static void handle_events(struct dd_server *s, struct epoll_event *evs, int n)
                          * watch is freed, so stop here and look again. */
                         return;
                 case DD_W_DEV_PROGRESS:
-                        dw_progress_external_run(dw_dev_of(((struct dd_dev *)w->p)->dev));
+                        diwarpdv_external_run(((struct dd_dev *)w->p)->dev);
                         break;
                 case DD_W_DEV_ASYNC:
                         dev_async(s, w->p);
@@ -695,8 +683,8 @@ static int64_t sleep_ns(struct dd_server *s)
 {
         int64_t t = -1;
         for (struct dd_dev *d = s->devs; d; d = d->next) {
-                int64_t x = dw_progress_external_timeout(dw_dev_of(d->dev));
-                if (x >= 0 && (t < 0 || x < t))
+                int64_t x = -1;
+                if (diwarpdv_external_timeout(d->dev, &x) == 0 && x >= 0 && (t < 0 || x < t))
                         t = x;
         }
         return t;
@@ -706,7 +694,7 @@ static int64_t sleep_ns(struct dd_server *s)
 static void run_devs(struct dd_server *s)
 {
         for (struct dd_dev *d = s->devs; d; d = d->next)
-                dw_progress_external_run(dw_dev_of(d->dev));
+                diwarpdv_external_run(d->dev);
 }
 
 static int serve_all(struct dd_server *s)
@@ -721,24 +709,24 @@ static void *server_main(void *arg)
 {
         struct dd_server *s = arg;
         struct dd_daemon *D = dd_daemon();
-        uint64_t last_work = dd_now_ns();
+        uint64_t last_work = diwarpdv_now_ns();
         unsigned int turn = 0;
         struct epoll_event evs[32];
-        dw_progress_short_slice();
+        diwarpdv_short_time_slice();
         /* Its sleeps end at the engine's timers (delayed ACKs, pacing:
          * microseconds); the default 50 us slack would stretch each. */
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
         while (!atomic_load(&s->stop)) {
                 int work = serve_all(s);
                 if (work > 0) {
-                        last_work = dd_now_ns();
+                        last_work = diwarpdv_now_ns();
                         if (++turn % LOOK_EVERY)
                                 continue;
                         handle_events(s, evs, epoll_wait(s->epfd, evs, 32, 0));
                         drop_broken(s);
                         continue;
                 }
-                uint64_t now = dd_now_ns();
+                uint64_t now = diwarpdv_now_ns();
                 if (now - last_work < D->spin_ns) {
                         /* Polling, not hogging: with more busy threads than
                          * cores the clients may need this core. */
@@ -765,7 +753,7 @@ static void *server_main(void *arg)
                 if (n > 0)
                         handle_events(s, evs, n);
                 drop_broken(s);
-                last_work = dd_now_ns();
+                last_work = diwarpdv_now_ns();
         }
         return NULL;
 }
@@ -815,7 +803,8 @@ void dd_server_hand(struct dd_server *s, int fd, int32_t pid, uint32_t uid)
         pthread_mutex_lock(&s->hand_lock);
         if (s->nhand == 64) {
                 pthread_mutex_unlock(&s->hand_lock);
-                dw_warn("diwarpd: server %d: too many connections waiting; one refused", s->id);
+                diwarpdv_warn("diwarpd: server %d: too many connections waiting; one refused",
+                              s->id);
                 close(fd);
                 return;
         }
@@ -849,9 +838,10 @@ void dd_server_stop(struct dd_server *s)
         for (struct dd_client *c = s->clients, *next; c; c = next) {
                 next = c->next;
                 if (atomic_load(&c->busy) > 0) {
-                        dw_warn("diwarpd: server %d: client pid %d: a connect still runs; its "
-                                "objects are left to the exit",
-                                s->id, c->pid);
+                        diwarpdv_warn(
+                            "diwarpd: server %d: client pid %d: a connect still runs; its "
+                            "objects are left to the exit",
+                            s->id, c->pid);
                         left = true;
                         continue;
                 }

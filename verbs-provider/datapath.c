@@ -45,9 +45,10 @@ static int dwv_conv_bind(struct ibv_qp *qp, const struct ibv_send_wr *s, struct 
         struct ibv_mw *mw = s->bind_mw.mw;
         struct ibv_mr *mr = s->bind_mw.bind_info.mr;
         if (!mw || mw->context != qp->context || (mr && mr->context != qp->context)) {
-                dw_warn("verbs: QP %#x: ibv_post_send: bind WR %#llx: memory window and region "
-                        "must be objects of this context",
-                        qp->qp_num, (unsigned long long)s->wr_id);
+                diwarpdv_warn(
+                    "verbs: QP %#x: ibv_post_send: bind WR %#llx: memory window and region "
+                    "must be objects of this context",
+                    qp->qp_num, (unsigned long long)s->wr_id);
                 return EINVAL;
         }
         d->num_sge = 0;
@@ -117,19 +118,20 @@ static void dwv_post_failed(struct ibv_qp *qp, const char *verb, uint64_t wr_id,
         const char *sn = (unsigned)s < sizeof(state) / sizeof(state[0]) ? state[s] : "?";
 
         if (err == -ENOMEM)
-                dw_dbg("verbs: QP %#x: %s: WR %#llx: queue full", qp->qp_num, verb,
-                       (unsigned long long)wr_id);
+                diwarpdv_dbg("verbs: QP %#x: %s: WR %#llx: queue full", qp->qp_num, verb,
+                             (unsigned long long)wr_id);
         else
-                dw_warn("verbs: QP %#x (%s): %s: WR %#llx refused: %s (bad opcode, SGE count, "
-                        "length or state)",
-                        qp->qp_num, sn, verb, (unsigned long long)wr_id, strerror(-err));
+                diwarpdv_warn(
+                    "verbs: QP %#x (%s): %s: WR %#llx refused: %s (bad opcode, SGE count, "
+                    "length or state)",
+                    qp->qp_num, sn, verb, (unsigned long long)wr_id, strerror(-err));
 }
 
 static int dwv_conv_failed(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr,
                            int err)
 {
         if (wr->opcode != IBV_WR_BIND_MW) /* dwv_conv_bind said why */
-                dw_warn(
+                diwarpdv_warn(
                     "verbs: QP %#x: ibv_post_send: WR %#llx: opcode %d without a valid AH of this "
                     "context (UD QPs take Sends only)",
                     qp->qp_num, (unsigned long long)wr->wr_id, wr->opcode);
@@ -221,10 +223,10 @@ int dwv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_re
         int err = diwarp_post_srq_recv(dwv_srq(srq)->d, (struct diwarp_recv_wr *)wr, &dbad);
         if (err < 0) {
                 if (err == -ENOMEM)
-                        dw_dbg("verbs: ibv_post_srq_recv: SRQ full");
+                        diwarpdv_dbg("verbs: ibv_post_srq_recv: SRQ full");
                 else
-                        dw_warn("verbs: ibv_post_srq_recv: WR refused: %s (bad SGE count?)",
-                                strerror(-err));
+                        diwarpdv_warn("verbs: ibv_post_srq_recv: WR refused: %s (bad SGE count?)",
+                                      strerror(-err));
                 if (bad_wr)
                         *bad_wr = dbad ? (struct ibv_recv_wr *)dbad : wr;
                 return -err;

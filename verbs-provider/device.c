@@ -41,14 +41,14 @@ void *dwv_real(const char *name, const char *version)
                 if (!h)
                         h = dlopen("libibverbs.so.1", RTLD_NOW);
                 if (!h) {
-                        dw_warn("verbs: cannot load libibverbs.so.1: %s", dlerror());
+                        diwarpdv_warn("verbs: cannot load libibverbs.so.1: %s", dlerror());
                         return NULL;
                 }
                 __atomic_store_n(&handle, h, __ATOMIC_RELEASE);
         }
         void *f = dlvsym(h, name, version);
         if (!f)
-                dw_warn("verbs: real %s@%s not found", name, version);
+                diwarpdv_warn("verbs: real %s@%s not found", name, version);
         return f;
 }
 
@@ -129,20 +129,23 @@ static void dwv_transport_init(void)
                 return;
         }
         if (forced && strcasecmp(t, "iwarp")) {
-                dw_warn("verbs: DIWARP_TRANSPORT=%s: not iwarp, ib or auto; taken as auto", t);
+                diwarpdv_warn("verbs: DIWARP_TRANSPORT=%s: not iwarp, ib or auto; taken as auto",
+                              t);
                 forced = false;
         }
         if (!dwv_ompi_mtl_ofi_present())
                 return;
         if (forced) {
-                dw_warn("verbs: DIWARP_TRANSPORT=iwarp under Open MPI's ofi MTL: libfabric offers "
-                        "no CQ data on iWARP and MPI_Ssend to ranks other than 0 will hang; "
-                        "use --transport ib (or leave it unset)");
+                diwarpdv_warn(
+                    "verbs: DIWARP_TRANSPORT=iwarp under Open MPI's ofi MTL: libfabric offers "
+                    "no CQ data on iWARP and MPI_Ssend to ranks other than 0 will hang; "
+                    "use --transport ib (or leave it unset)");
                 return;
         }
         dwv_as_ib = true;
-        dw_info("verbs: Open MPI's ofi MTL: diwarp0 reports InfiniBand transport on Ethernet so "
-                "that libfabric gives it remote CQ data (--transport iwarp to keep iWARP)");
+        diwarpdv_info(
+            "verbs: Open MPI's ofi MTL: diwarp0 reports InfiniBand transport on Ethernet so "
+            "that libfabric gives it remote CQ data (--transport iwarp to keep iWARP)");
 }
 
 static void dwv_device_init(void)
@@ -167,9 +170,7 @@ static void dwv_device_init(void)
 
         /* The engine applies DIWARP_LOG when a device opens; the report's
          * line comes earlier. */
-        int lvl = dw_log_level_from_env();
-        if (lvl >= 0)
-                dw_log_set_level(lvl);
+        diwarpdv_log_from_env();
         dwv_transport_init();
         struct ibv_device *d = &dwv_dev.device;
         d->node_type = dwv_as_ib ? IBV_NODE_CA : IBV_NODE_RNIC;
@@ -387,7 +388,7 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
         }
         int err = diwarp_device_open(NULL, &c->dev);
         if (err < 0) {
-                dw_warn("verbs: ibv_open_device(%s): %s", d->name, strerror(-err));
+                diwarpdv_warn("verbs: ibv_open_device(%s): %s", d->name, strerror(-err));
                 free(c);
                 errno = -err;
                 return NULL;
@@ -401,8 +402,8 @@ struct ibv_context *dwv_ibv_open_device(struct ibv_device *d)
         if (!pm || strcmp(pm, "app") != 0) {
                 err = diwarp_progress_thread_start(c->dev);
                 if (err < 0) {
-                        dw_warn("verbs: ibv_open_device(%s): progress thread: %s", d->name,
-                                strerror(-err));
+                        diwarpdv_warn("verbs: ibv_open_device(%s): progress thread: %s", d->name,
+                                      strerror(-err));
                         diwarp_device_close(c->dev);
                         free(c);
                         errno = -err;
@@ -457,12 +458,12 @@ int dwv_ibv_close_device(struct ibv_context *ctx)
          * (and ibv_close_device succeeds); so here. */
         int left = dwv_release_all(c);
         if (left)
-                dw_info("verbs: ibv_close_device: released %d object%s the program had not "
-                        "destroyed",
-                        left, left == 1 ? "" : "s");
+                diwarpdv_info("verbs: ibv_close_device: released %d object%s the program had not "
+                              "destroyed",
+                              left, left == 1 ? "" : "s");
         int err = diwarp_device_close(c->dev);
         if (err < 0) {
-                dw_warn("verbs: ibv_close_device: %s", strerror(-err));
+                diwarpdv_warn("verbs: ibv_close_device: %s", strerror(-err));
                 return dwv_errno(err);
         }
         if (ctx->cmd_fd >= 0)
@@ -574,7 +575,7 @@ int dwv_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_att
         if (!attr)
                 return EINVAL;
         if (port != 1) {
-                dw_warn("verbs: query_port: no port %u (diwarp0 has port 1)", port);
+                diwarpdv_warn("verbs: query_port: no port %u (diwarp0 has port 1)", port);
                 return EINVAL;
         }
         struct ibv_port_attr p;
@@ -791,7 +792,8 @@ int dwv_ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *eve
                         return 0;
                 /* The object is gone already (destroyed before the event was
                  * read): nothing to report for it. */
-                dw_dbg("verbs: dropping async event %d for a destroyed object", ev.event_type);
+                diwarpdv_dbg("verbs: dropping async event %d for a destroyed object",
+                             ev.event_type);
         }
 }
 

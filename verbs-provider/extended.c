@@ -343,9 +343,9 @@ static void dwv_wr_start(struct ibv_qp_ex *qpx)
         /* A second wr_start in the same thread would wait for itself
          * forever: the open batch is discarded and a new one starts. */
         if (dwv_section_mine(&x->open, &x->owner))
-                dw_warn("verbs: QP %#x: ibv_wr_start inside an open batch (no wr_complete or "
-                        "wr_abort): its %u WR%s discarded",
-                        qpx->qp_base.qp_num, x->n, x->n == 1 ? "" : "s");
+                diwarpdv_warn("verbs: QP %#x: ibv_wr_start inside an open batch (no wr_complete or "
+                              "wr_abort): its %u WR%s discarded",
+                              qpx->qp_base.qp_num, x->n, x->n == 1 ? "" : "s");
         else
                 dwv_section_enter(&x->lock, &x->open, &x->owner);
         x->n = 0;
@@ -358,30 +358,32 @@ static int dwv_wr_complete(struct ibv_qp_ex *qpx)
         struct dwv_qp *q = dwv_qpx(qpx);
         struct dwv_qp_ext *x = q->x;
         if (!dwv_section_mine(&x->open, &x->owner)) {
-                dw_warn("verbs: QP %#x: ibv_wr_complete without ibv_wr_start", qpx->qp_base.qp_num);
+                diwarpdv_warn("verbs: QP %#x: ibv_wr_complete without ibv_wr_start",
+                              qpx->qp_base.qp_num);
                 return EINVAL;
         }
         int err = x->err;
         if (err) {
-                dw_warn("verbs: QP %#x: ibv_wr_complete: WR %#llx: %s; the %u WR%s of the batch "
-                        "were not posted",
-                        qpx->qp_base.qp_num, (unsigned long long)x->err_wr_id, x->why, x->n,
-                        x->n == 1 ? "" : "s");
+                diwarpdv_warn(
+                    "verbs: QP %#x: ibv_wr_complete: WR %#llx: %s; the %u WR%s of the batch "
+                    "were not posted",
+                    qpx->qp_base.qp_num, (unsigned long long)x->err_wr_id, x->why, x->n,
+                    x->n == 1 ? "" : "s");
         } else if (x->n) {
                 struct diwarp_send_wr *bad = NULL;
                 int e = diwarp_post_send_all(q->d, x->wr, &bad);
                 if (e < 0) {
                         err = -e;
                         if (e == -ENOMEM)
-                                dw_dbg("verbs: QP %#x: ibv_wr_complete: send queue full",
-                                       qpx->qp_base.qp_num);
+                                diwarpdv_dbg("verbs: QP %#x: ibv_wr_complete: send queue full",
+                                             qpx->qp_base.qp_num);
                         else
-                                dw_warn("verbs: QP %#x: ibv_wr_complete: WR %#llx refused: %s "
-                                        "(QP state, opcode, length or address); the %u WR%s of "
-                                        "the batch were not posted",
-                                        qpx->qp_base.qp_num,
-                                        (unsigned long long)(bad ? bad->wr_id : 0), strerror(err),
-                                        x->n, x->n == 1 ? "" : "s");
+                                diwarpdv_warn(
+                                    "verbs: QP %#x: ibv_wr_complete: WR %#llx refused: %s "
+                                    "(QP state, opcode, length or address); the %u WR%s of "
+                                    "the batch were not posted",
+                                    qpx->qp_base.qp_num, (unsigned long long)(bad ? bad->wr_id : 0),
+                                    strerror(err), x->n, x->n == 1 ? "" : "s");
                 } else {
                         for (uint32_t i = 0; i < x->n; i++)
                                 if (x->wr[i].opcode == DIWARP_WR_BIND_MW)
@@ -400,7 +402,8 @@ static void dwv_wr_abort(struct ibv_qp_ex *qpx)
 {
         struct dwv_qp_ext *x = dwv_qpx(qpx)->x;
         if (!dwv_section_mine(&x->open, &x->owner)) {
-                dw_warn("verbs: QP %#x: ibv_wr_abort without ibv_wr_start", qpx->qp_base.qp_num);
+                diwarpdv_warn("verbs: QP %#x: ibv_wr_abort without ibv_wr_start",
+                              qpx->qp_base.qp_num);
                 return;
         }
         x->n = 0;
@@ -490,10 +493,11 @@ int dwv_send_ops_check(const char *verb, enum ibv_qp_type type, uint64_t ops)
                        : type == IBV_QPT_UD ? DWV_OPS_UD
                                             : 0;
         if (ops & ~can) {
-                dw_warn("verbs: %s: send_ops_flags %#llx: %#llx not offered on QP type %d (no "
-                        "TSO, flush or atomic write; RDMA Read, atomics and memory window bind "
-                        "on RC only; UD: Sends)",
-                        verb, (unsigned long long)ops, (unsigned long long)(ops & ~can), type);
+                diwarpdv_warn(
+                    "verbs: %s: send_ops_flags %#llx: %#llx not offered on QP type %d (no "
+                    "TSO, flush or atomic write; RDMA Read, atomics and memory window bind "
+                    "on RC only; UD: Sends)",
+                    verb, (unsigned long long)ops, (unsigned long long)(ops & ~can), type);
                 return EOPNOTSUPP;
         }
         return 0;
@@ -514,20 +518,23 @@ struct ibv_qp *dwv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr
         const uint32_t known =
             IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         if (attr->comp_mask & ~known) {
-                dw_warn("verbs: ibv_create_qp_ex: comp_mask %#x: diwarp0 offers no XRC, TSO or "
-                        "RSS QPs (PD, CREATE_FLAGS and SEND_OPS_FLAGS are known)",
-                        attr->comp_mask);
+                diwarpdv_warn(
+                    "verbs: ibv_create_qp_ex: comp_mask %#x: diwarp0 offers no XRC, TSO or "
+                    "RSS QPs (PD, CREATE_FLAGS and SEND_OPS_FLAGS are known)",
+                    attr->comp_mask);
                 errno = EOPNOTSUPP;
                 return NULL;
         }
         if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) {
-                dw_warn("verbs: ibv_create_qp_ex: create_flags %#x are not supported (none is)",
-                        attr->create_flags);
+                diwarpdv_warn(
+                    "verbs: ibv_create_qp_ex: create_flags %#x are not supported (none is)",
+                    attr->create_flags);
                 errno = EOPNOTSUPP;
                 return NULL;
         }
         if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != ctx) {
-                dw_warn("verbs: ibv_create_qp_ex: no PD of this context (IBV_QP_INIT_ATTR_PD)");
+                diwarpdv_warn(
+                    "verbs: ibv_create_qp_ex: no PD of this context (IBV_QP_INIT_ATTR_PD)");
                 errno = EINVAL;
                 return NULL;
         }
@@ -731,28 +738,31 @@ struct ibv_cq_ex *dwv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_a
                 return NULL;
         }
         if (attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) {
-                dw_warn("verbs: ibv_create_cq_ex: comp_mask %#x: parent domains are not offered",
-                        attr->comp_mask);
+                diwarpdv_warn(
+                    "verbs: ibv_create_cq_ex: comp_mask %#x: parent domains are not offered",
+                    attr->comp_mask);
                 errno = EOPNOTSUPP;
                 return NULL;
         }
         uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
         if (flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED) {
-                dw_warn("verbs: ibv_create_cq_ex: flags %#x: IGNORE_OVERRUN is not offered (an "
-                        "overrun CQ goes to error)",
-                        flags);
+                diwarpdv_warn(
+                    "verbs: ibv_create_cq_ex: flags %#x: IGNORE_OVERRUN is not offered (an "
+                    "overrun CQ goes to error)",
+                    flags);
                 errno = EOPNOTSUPP;
                 return NULL;
         }
         if (attr->wc_flags & ~DWV_WC_EX_FLAGS) {
-                dw_warn("verbs: ibv_create_cq_ex: wc_flags %#llx not offered (CVLAN, flow tag, "
-                        "tag matching); the standard ones and timestamps are",
-                        (unsigned long long)(attr->wc_flags & ~DWV_WC_EX_FLAGS));
+                diwarpdv_warn(
+                    "verbs: ibv_create_cq_ex: wc_flags %#llx not offered (CVLAN, flow tag, "
+                    "tag matching); the standard ones and timestamps are",
+                    (unsigned long long)(attr->wc_flags & ~DWV_WC_EX_FLAGS));
                 errno = EOPNOTSUPP;
                 return NULL;
         }
         if (attr->cqe > (uint32_t)INT32_MAX) {
-                dw_warn("verbs: ibv_create_cq_ex: cqe %u", attr->cqe);
+                diwarpdv_warn("verbs: ibv_create_cq_ex: cqe %u", attr->cqe);
                 errno = EINVAL;
                 return NULL;
         }

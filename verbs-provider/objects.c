@@ -7,7 +7,6 @@
  */
 #define _GNU_SOURCE
 #include "provider.h"
-#include "util/time.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -86,7 +85,7 @@ struct ibv_pd *dwv_ibv_alloc_pd(struct ibv_context *ctx)
                 return dwv_fail(-ENOMEM);
         int err = diwarp_pd_alloc(c->dev, &p->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_alloc_pd: %s", strerror(-err));
+                diwarpdv_warn("verbs: ibv_alloc_pd: %s", strerror(-err));
                 free(p);
                 return dwv_fail(err);
         }
@@ -151,15 +150,16 @@ static void dwv_warn_busy(struct dwv_context *c, const char *call, const char *w
                           uint32_t handle, const struct ibv_cq *cq, const struct ibv_pd *pd)
 {
         static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-        static struct dw_log_limit limit;
+        static struct diwarpdv_log_limit limit;
         char holders[160];
         dwv_holders(c, cq, pd, holders, sizeof(holders));
         pthread_mutex_lock(&lock);
-        dw_warn_limited(&limit,
-                        "verbs: %s: %s (handle %u) is still used by %s: not destroyed (EBUSY, as "
-                        "the kernel answers); destroy those first, or ibv_close_device releases "
-                        "them all",
-                        call, what, handle, holders);
+        diwarpdv_warn_limited(
+            &limit,
+            "verbs: %s: %s (handle %u) is still used by %s: not destroyed (EBUSY, as "
+            "the kernel answers); destroy those first, or ibv_close_device releases "
+            "them all",
+            call, what, handle, holders);
         pthread_mutex_unlock(&lock);
 }
 
@@ -174,7 +174,7 @@ int dwv_ibv_dealloc_pd(struct ibv_pd *pd)
                 return dwv_errno(err);
         }
         if (err < 0) {
-                dw_warn("verbs: ibv_dealloc_pd(handle %u): %s", pd->handle, strerror(-err));
+                diwarpdv_warn("verbs: ibv_dealloc_pd(handle %u): %s", pd->handle, strerror(-err));
                 return dwv_errno(err);
         }
         dwv_link_del(dwv_ctx(pd->context), &dwv_pd(pd)->link);
@@ -195,8 +195,8 @@ static struct ibv_mr *dwv_reg(struct ibv_pd *pd, void *addr, size_t length, uint
                               unsigned int access)
 {
         if (access & ~(unsigned)(DWV_ACCESS_NATIVE | DWV_ACCESS_IGNORED)) {
-                dw_warn("verbs: ibv_reg_mr: unsupported access flags %#x",
-                        access & ~(unsigned)(DWV_ACCESS_NATIVE | DWV_ACCESS_IGNORED));
+                diwarpdv_warn("verbs: ibv_reg_mr: unsupported access flags %#x",
+                              access & ~(unsigned)(DWV_ACCESS_NATIVE | DWV_ACCESS_IGNORED));
                 return dwv_fail(-EINVAL);
         }
         struct dwv_mr *m = calloc(1, sizeof(*m));
@@ -205,8 +205,8 @@ static struct ibv_mr *dwv_reg(struct ibv_pd *pd, void *addr, size_t length, uint
         int err = diwarp_mr_reg(dwv_pd(pd)->d, addr, length, iova,
                                 (int)(access & DWV_ACCESS_NATIVE), &m->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_reg_mr(%p, %zu, access %#x): %s", addr, length, access,
-                        strerror(-err));
+                diwarpdv_warn("verbs: ibv_reg_mr(%p, %zu, access %#x): %s", addr, length, access,
+                              strerror(-err));
                 free(m);
                 return dwv_fail(err);
         }
@@ -263,8 +263,8 @@ int dwv_ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr
             ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context)) ||
             ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
              (access & ~(DWV_ACCESS_NATIVE | DWV_ACCESS_IGNORED)))) {
-                dw_warn("verbs: ibv_rereg_mr(lkey %#x, flags %#x, access %#x): invalid input",
-                        mr->lkey, flags, access);
+                diwarpdv_warn("verbs: ibv_rereg_mr(lkey %#x, flags %#x, access %#x): invalid input",
+                              mr->lkey, flags, access);
                 errno = EINVAL;
                 return IBV_REREG_MR_ERR_INPUT;
         }
@@ -272,8 +272,8 @@ int dwv_ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr
             diwarp_mr_rereg(m->d, flags, (flags & IBV_REREG_MR_CHANGE_PD) ? dwv_pd(pd)->d : NULL,
                             addr, length, (uintptr_t)addr, access & DWV_ACCESS_NATIVE);
         if (err < 0) {
-                dw_warn("verbs: ibv_rereg_mr(lkey %#x, flags %#x, %p, %zu, access %#x): %s",
-                        mr->lkey, flags, addr, length, access, strerror(-err));
+                diwarpdv_warn("verbs: ibv_rereg_mr(lkey %#x, flags %#x, %p, %zu, access %#x): %s",
+                              mr->lkey, flags, addr, length, access, strerror(-err));
                 errno = -err;
                 return IBV_REREG_MR_ERR_INPUT;
         }
@@ -293,7 +293,7 @@ struct ibv_mr *dwv_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t 
         if (!pd || !dwv_ctx_is_ours(pd->context))
                 return real_ibv_reg_dmabuf_mr()(pd, offset, length, iova, fd, access);
         /* Device memory has no host address a socket could reach. */
-        dw_warn("verbs: ibv_reg_dmabuf_mr: dma-buf regions are not supported by diwarp");
+        diwarpdv_warn("verbs: ibv_reg_dmabuf_mr: dma-buf regions are not supported by diwarp");
         return dwv_fail(-EOPNOTSUPP);
 }
 
@@ -305,7 +305,7 @@ int dwv_ibv_dereg_mr(struct ibv_mr *mr)
         struct dwv_mr *m = (struct dwv_mr *)mr;
         int err = diwarp_mr_dereg(m->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_dereg_mr(lkey %#x): %s", mr->lkey, strerror(-err));
+                diwarpdv_warn("verbs: ibv_dereg_mr(lkey %#x): %s", mr->lkey, strerror(-err));
                 return dwv_errno(err);
         }
         dwv_link_del(dwv_ctx(mr->context), &m->link);
@@ -322,7 +322,7 @@ struct ibv_mw *dwv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
         if (!pd || !dwv_ctx_is_ours(pd->context))
                 return dwv_fail(-EINVAL);
         if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
-                dw_warn("verbs: ibv_alloc_mw: type %d: diwarp0 has types 1 and 2", (int)type);
+                diwarpdv_warn("verbs: ibv_alloc_mw: type %d: diwarp0 has types 1 and 2", (int)type);
                 return dwv_fail(-EINVAL);
         }
         struct dwv_mw *m = calloc(1, sizeof(*m));
@@ -333,7 +333,7 @@ struct ibv_mw *dwv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
         if (err == 0)
                 err = diwarp_mw_info(m->d, &info);
         if (err < 0) {
-                dw_warn("verbs: ibv_alloc_mw(type %d): %s", (int)type, strerror(-err));
+                diwarpdv_warn("verbs: ibv_alloc_mw(type %d): %s", (int)type, strerror(-err));
                 if (m->d)
                         diwarp_mw_dealloc(m->d);
                 free(m);
@@ -355,7 +355,7 @@ int dwv_dealloc_mw(struct ibv_mw *mw)
         struct dwv_mw *m = (struct dwv_mw *)mw;
         int err = diwarp_mw_dealloc(m->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_dealloc_mw(rkey %#x): %s", mw->rkey, strerror(-err));
+                diwarpdv_warn("verbs: ibv_dealloc_mw(rkey %#x): %s", mw->rkey, strerror(-err));
                 return dwv_errno(err);
         }
         dwv_link_del(dwv_ctx(mw->context), &m->link);
@@ -368,9 +368,10 @@ int dwv_post_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
 {
         if (!qp || !mw || !info || !dwv_ctx_is_ours(qp->context) || mw->context != qp->context ||
             (info->mr && info->mr->context != qp->context)) {
-                dw_warn("verbs: QP %#x: bind of memory window WR %#llx: window, QP and region "
-                        "must be objects of one diwarp0 context",
-                        qp ? qp->qp_num : 0, (unsigned long long)wr_id);
+                diwarpdv_warn(
+                    "verbs: QP %#x: bind of memory window WR %#llx: window, QP and region "
+                    "must be objects of one diwarp0 context",
+                    qp ? qp->qp_num : 0, (unsigned long long)wr_id);
                 return dwv_errno(-EINVAL);
         }
         struct diwarp_mw_bind_info b = {
@@ -396,10 +397,11 @@ int dwv_post_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
         }
         if (err < 0) {
                 if (err != -ENOMEM)
-                        dw_warn("verbs: QP %#x: bind of memory window rkey %#x (type %d) to "
-                                "[%#llx, +%llu): %s",
-                                qp->qp_num, mw->rkey, (int)mw->type, (unsigned long long)info->addr,
-                                (unsigned long long)info->length, strerror(-err));
+                        diwarpdv_warn("verbs: QP %#x: bind of memory window rkey %#x (type %d) to "
+                                      "[%#llx, +%llu): %s",
+                                      qp->qp_num, mw->rkey, (int)mw->type,
+                                      (unsigned long long)info->addr,
+                                      (unsigned long long)info->length, strerror(-err));
                 return dwv_errno(err);
         }
         /* The window's index with the new key byte: the rkey it has once the
@@ -431,7 +433,7 @@ struct ibv_comp_channel *dwv_ibv_create_comp_channel(struct ibv_context *ctx)
                 return dwv_fail(-ENOMEM);
         int err = diwarp_comp_channel_create(dwv_ctx(ctx)->dev, &ch->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_create_comp_channel: %s", strerror(-err));
+                diwarpdv_warn("verbs: ibv_create_comp_channel: %s", strerror(-err));
                 free(ch);
                 return dwv_fail(err);
         }
@@ -449,7 +451,8 @@ int dwv_ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
         struct dwv_channel *ch = (struct dwv_channel *)channel;
         int err = diwarp_comp_channel_destroy(ch->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_destroy_comp_channel(fd %d): %s", channel->fd, strerror(-err));
+                diwarpdv_warn("verbs: ibv_destroy_comp_channel(fd %d): %s", channel->fd,
+                              strerror(-err));
                 return dwv_errno(err);
         }
         dwv_link_del(dwv_ctx(channel->context), &ch->link);
@@ -474,12 +477,12 @@ struct dwv_cq *dwv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
 {
         struct dwv_context *c = dwv_ctx(ctx);
         if (channel && channel->context != ctx) {
-                dw_warn("verbs: ibv_create_cq: completion channel of another context");
+                diwarpdv_warn("verbs: ibv_create_cq: completion channel of another context");
                 return dwv_fail(-EINVAL);
         }
         if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
-                dw_warn("verbs: ibv_create_cq: comp_vector %d (the device has %d)", comp_vector,
-                        ctx->num_comp_vectors);
+                diwarpdv_warn("verbs: ibv_create_cq: comp_vector %d (the device has %d)",
+                              comp_vector, ctx->num_comp_vectors);
                 return dwv_fail(-EINVAL);
         }
         struct dwv_cq *cq = calloc(1, sizeof(*cq));
@@ -490,7 +493,7 @@ struct dwv_cq *dwv_cq_new(struct ibv_context *ctx, int cqe, void *cq_context,
         int err = diwarp_cq_create(c->dev, cqe, cq,
                                    channel ? ((struct dwv_channel *)channel)->d : NULL, &cq->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_create_cq(cqe %d): %s", cqe, strerror(-err));
+                diwarpdv_warn("verbs: ibv_create_cq(cqe %d): %s", cqe, strerror(-err));
                 free(cq);
                 return dwv_fail(err);
         }
@@ -513,14 +516,15 @@ int dwv_ibv_resize_cq(struct ibv_cq *cq, int cqe)
         if (!cq || !dwv_ctx_is_ours(cq->context))
                 return real_ibv_resize_cq()(cq, cqe);
         if (cqe < 1) {
-                dw_warn("verbs: ibv_resize_cq(%d): at least one entry", cqe);
+                diwarpdv_warn("verbs: ibv_resize_cq(%d): at least one entry", cqe);
                 return EINVAL;
         }
         int err = diwarp_cq_resize(dwv_cq(cq)->d, cqe);
         if (err < 0) {
-                dw_warn("verbs: ibv_resize_cq(%d): %s (more completions waiting, or above the "
-                        "device's max_cqe)",
-                        cqe, strerror(-err));
+                diwarpdv_warn(
+                    "verbs: ibv_resize_cq(%d): %s (more completions waiting, or above the "
+                    "device's max_cqe)",
+                    cqe, strerror(-err));
                 return -err;
         }
         cq->cqe = cqe;
@@ -540,7 +544,7 @@ int dwv_ibv_destroy_cq(struct ibv_cq *ibcq)
                 return dwv_errno(err);
         }
         if (err < 0) {
-                dw_warn("verbs: ibv_destroy_cq(handle %u): %s", ibcq->handle, strerror(-err));
+                diwarpdv_warn("verbs: ibv_destroy_cq(handle %u): %s", ibcq->handle, strerror(-err));
                 return dwv_errno(err);
         }
         if (ibcq->channel)
@@ -610,8 +614,8 @@ struct ibv_srq *dwv_ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *
         };
         int err = diwarp_srq_create(dwv_pd(pd)->d, &a, s, &s->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_create_srq(max_wr %u, max_sge %u): %s", init->attr.max_wr,
-                        init->attr.max_sge, strerror(-err));
+                diwarpdv_warn("verbs: ibv_create_srq(max_wr %u, max_sge %u): %s", init->attr.max_wr,
+                              init->attr.max_sge, strerror(-err));
                 free(s);
                 return dwv_fail(err);
         }
@@ -641,7 +645,7 @@ int dwv_ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
         };
         int err = diwarp_srq_modify(dwv_srq(srq)->d, &a, mask);
         if (err < 0) {
-                dw_warn("verbs: ibv_modify_srq(mask %#x): %s", mask, strerror(-err));
+                diwarpdv_warn("verbs: ibv_modify_srq(mask %#x): %s", mask, strerror(-err));
                 return -err;
         }
         return 0;
@@ -672,7 +676,7 @@ int dwv_ibv_destroy_srq(struct ibv_srq *srq)
         struct dwv_srq *s = dwv_srq(srq);
         int err = diwarp_srq_destroy(s->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_destroy_srq(handle %u): %s", srq->handle, strerror(-err));
+                diwarpdv_warn("verbs: ibv_destroy_srq(handle %u): %s", srq->handle, strerror(-err));
                 return dwv_errno(err);
         }
         dwv_link_del(dwv_ctx(srq->context), &s->link);
@@ -693,7 +697,7 @@ static struct ibv_ah *dwv_ah_create(struct ibv_pd *pd, const union ibv_gid *dgid
         memcpy(g.raw, dgid->raw, sizeof(g.raw));
         int err = diwarp_ah_create(dwv_pd(pd)->d, &g, &a->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_create_ah: %s", strerror(-err));
+                diwarpdv_warn("verbs: ibv_create_ah: %s", strerror(-err));
                 free(a);
                 return dwv_fail(err);
         }
@@ -730,7 +734,7 @@ struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
         if (!attr)
                 return dwv_fail(-EINVAL);
         if (attr->port_num != 1) {
-                dw_warn("verbs: ibv_create_ah: port %u (diwarp0 has port 1)", attr->port_num);
+                diwarpdv_warn("verbs: ibv_create_ah: port %u (diwarp0 has port 1)", attr->port_num);
                 return dwv_fail(-EINVAL);
         }
         if (!attr->is_global) {
@@ -740,16 +744,16 @@ struct ibv_ah *dwv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
                  * hands a datagram to its own QP with an AH naming our port's
                  * LID (0) and no GRH; for it LID 0 names this device. */
                 if (!dwv_called_from_librdmacm(__builtin_return_address(0)) || attr->dlid != 0) {
-                        dw_warn("verbs: ibv_create_ah: LID %u without GRH (is_global=0): %s",
-                                attr->dlid, DWV_NO_LID_UD);
+                        diwarpdv_warn("verbs: ibv_create_ah: LID %u without GRH (is_global=0): %s",
+                                      attr->dlid, DWV_NO_LID_UD);
                         return dwv_fail(-EINVAL);
                 }
                 union diwarp_gid self;
                 int err = diwarp_device_gid(dwv_ctx(pd->context)->dev, &self);
                 if (err < 0)
                         return dwv_fail(err);
-                dw_info("verbs: ibv_create_ah: no GRH, LID 0: addresses this device itself "
-                        "(name a peer by GID, e.g. pass -g 0)");
+                diwarpdv_info("verbs: ibv_create_ah: no GRH, LID 0: addresses this device itself "
+                              "(name a peer by GID, e.g. pass -g 0)");
                 union ibv_gid own;
                 memcpy(own.raw, self.raw, sizeof(own.raw));
                 return dwv_ah_create(pd, &own);
@@ -764,7 +768,7 @@ struct ibv_ah *dwv_ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, s
         if (!pd || !dwv_ctx_is_ours(pd->context))
                 return real_ibv_create_ah_from_wc()(pd, wc, grh, port_num);
         if (!wc || !grh || !(wc->wc_flags & IBV_WC_GRH)) {
-                dw_warn("verbs: ibv_create_ah_from_wc: completion without GRH");
+                diwarpdv_warn("verbs: ibv_create_ah_from_wc: completion without GRH");
                 return dwv_fail(-EINVAL);
         }
         /* The sender is the GRH's source GID. */
@@ -778,7 +782,7 @@ int dwv_ibv_destroy_ah(struct ibv_ah *ah)
                 return real_ibv_destroy_ah()(ah);
         int err = diwarp_ah_destroy(dwv_ah(ah)->d);
         if (err < 0) {
-                dw_warn("verbs: ibv_destroy_ah(handle %u): %s", ah->handle, strerror(-err));
+                diwarpdv_warn("verbs: ibv_destroy_ah(handle %u): %s", ah->handle, strerror(-err));
                 return dwv_errno(err);
         }
         dwv_link_del(dwv_ctx(ah->context), &dwv_ah(ah)->link);
@@ -804,16 +808,17 @@ struct ibv_qp *dwv_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ini
                 return dwv_fail(-EINVAL);
         if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC &&
             init->qp_type != IBV_QPT_UD) {
-                dw_warn("verbs: ibv_create_qp: QP type %d is not supported (RC, UC, UD are)",
-                        init->qp_type);
+                diwarpdv_warn("verbs: ibv_create_qp: QP type %d is not supported (RC, UC, UD are)",
+                              init->qp_type);
                 return dwv_fail(-EOPNOTSUPP);
         }
         if (!dwv_cq_ok(ctx, init->send_cq) || !dwv_cq_ok(ctx, init->recv_cq)) {
-                dw_warn("verbs: ibv_create_qp: send_cq and recv_cq must be CQs of this context");
+                diwarpdv_warn(
+                    "verbs: ibv_create_qp: send_cq and recv_cq must be CQs of this context");
                 return dwv_fail(-EINVAL);
         }
         if (init->srq && init->srq->context != ctx) {
-                dw_warn("verbs: ibv_create_qp: SRQ of another context");
+                diwarpdv_warn("verbs: ibv_create_qp: SRQ of another context");
                 return dwv_fail(-EINVAL);
         }
         struct dwv_qp *q = calloc(1, sizeof(*q));
@@ -842,12 +847,13 @@ struct ibv_qp *dwv_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ini
                 struct diwarp_device_attr da;
                 bool probe = err == -EINVAL && diwarp_device_query(dwv_ctx(ctx)->dev, &da) == 0 &&
                              init->cap.max_inline_data > da.max_inline_data;
-                dw_log_at(probe ? DW_LOG_DEBUG : DW_LOG_WARN,
-                          "verbs: ibv_create_qp(type %d, send_wr %u, recv_wr %u, send_sge %u, "
-                          "recv_sge %u, inline %u): %s%s",
-                          init->qp_type, init->cap.max_send_wr, init->cap.max_recv_wr,
-                          init->cap.max_send_sge, init->cap.max_recv_sge, init->cap.max_inline_data,
-                          strerror(-err), probe ? " (inline data above the device's limit)" : "");
+                diwarpdv_log_at(
+                    probe ? DIWARPDV_LOG_DEBUG : DIWARPDV_LOG_WARN,
+                    "verbs: ibv_create_qp(type %d, send_wr %u, recv_wr %u, send_sge %u, "
+                    "recv_sge %u, inline %u): %s%s",
+                    init->qp_type, init->cap.max_send_wr, init->cap.max_recv_wr,
+                    init->cap.max_send_sge, init->cap.max_recv_sge, init->cap.max_inline_data,
+                    strerror(-err), probe ? " (inline data above the device's limit)" : "");
                 free(q);
                 return dwv_fail(err);
         }
@@ -879,7 +885,8 @@ struct ibv_qp *dwv_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ini
                     (init->qp_type == IBV_QPT_UD ? DIWARP_QP_QKEY : 0);
         err = diwarp_qp_modify(q->d, &ia, imask);
         if (err < 0) {
-                dw_warn("verbs: ibv_create_qp: QP %#x to INIT: %s", qp->qp_num, strerror(-err));
+                diwarpdv_warn("verbs: ibv_create_qp: QP %#x to INIT: %s", qp->qp_num,
+                              strerror(-err));
                 diwarp_qp_destroy(q->d);
                 free(q);
                 return dwv_fail(err);
@@ -971,16 +978,16 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
         if (mask & IBV_QP_PATH_MTU) {
                 a.path_mtu = dwv_mtu_bytes(attr->path_mtu);
                 if (!a.path_mtu) {
-                        dw_warn("verbs: QP %#x: modify: invalid path_mtu %d", qp->qp_num,
-                                attr->path_mtu);
+                        diwarpdv_warn("verbs: QP %#x: modify: invalid path_mtu %d", qp->qp_num,
+                                      attr->path_mtu);
                         return EINVAL;
                 }
         }
         if (mask & IBV_QP_AV) {
                 if (!attr->ah_attr.is_global) {
-                        dw_warn("verbs: QP %#x: modify: ah_attr names LID %u without GRH "
-                                "(is_global=0): %s",
-                                qp->qp_num, attr->ah_attr.dlid, DWV_NO_LID_RC);
+                        diwarpdv_warn("verbs: QP %#x: modify: ah_attr names LID %u without GRH "
+                                      "(is_global=0): %s",
+                                      qp->qp_num, attr->ah_attr.dlid, DWV_NO_LID_RC);
                         return EINVAL;
                 }
                 memcpy(a.dgid.raw, attr->ah_attr.grh.dgid.raw, sizeof(a.dgid.raw));
@@ -993,8 +1000,8 @@ int dwv_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
                 a.cur_qp_state = DIWARP_QPS_INIT;
         int err = diwarp_qp_modify(dwv_qp(qp)->d, &a, dmask);
         if (err < 0) {
-                dw_warn("verbs: QP %#x: ibv_modify_qp(mask %#x, state %d): %s", qp->qp_num, mask,
-                        attr->qp_state, strerror(-err));
+                diwarpdv_warn("verbs: QP %#x: ibv_modify_qp(mask %#x, state %d): %s", qp->qp_num,
+                              mask, attr->qp_state, strerror(-err));
                 return -err;
         }
         dwv_qp(qp)->idle = false;
@@ -1074,7 +1081,7 @@ int dwv_ibv_destroy_qp(struct ibv_qp *qp)
         dwv_link_del(dwv_ctx(qp->context), &q->link);
         int err = diwarp_qp_destroy(q->d);
         if (err < 0) {
-                dw_warn("verbs: QP %#x: ibv_destroy_qp: %s", qp->qp_num, strerror(-err));
+                diwarpdv_warn("verbs: QP %#x: ibv_destroy_qp: %s", qp->qp_num, strerror(-err));
                 dwv_link_add(dwv_ctx(qp->context), &dwv_ctx(qp->context)->qps, &q->link);
                 return dwv_errno(err);
         }
@@ -1145,9 +1152,9 @@ struct ibv_context *dwv_ibv_import_device(int cmd_fd)
 {
         struct stat st;
         if (fstat(cmd_fd, &st) == 0 && !S_ISCHR(st.st_mode)) {
-                dw_warn("verbs: ibv_import_device(fd %d): not a kernel device's command FD "
-                        "(diwarp0 has no kernel objects to import)",
-                        cmd_fd);
+                diwarpdv_warn("verbs: ibv_import_device(fd %d): not a kernel device's command FD "
+                              "(diwarp0 has no kernel objects to import)",
+                              cmd_fd);
                 return dwv_fail(-EOPNOTSUPP);
         }
         return real_ibv_import_device()(cmd_fd);
@@ -1158,7 +1165,7 @@ struct ibv_pd *dwv_ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
 {
         if (!dwv_ctx_is_ours(ctx))
                 return real_ibv_import_pd()(ctx, handle);
-        dw_warn("verbs: ibv_import_pd: diwarp0 has no kernel objects to import");
+        diwarpdv_warn("verbs: ibv_import_pd: diwarp0 has no kernel objects to import");
         return dwv_fail(-EOPNOTSUPP);
 }
 
@@ -1167,7 +1174,7 @@ struct ibv_mr *dwv_ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
 {
         if (!pd || !dwv_ctx_is_ours(pd->context))
                 return real_ibv_import_mr()(pd, handle);
-        dw_warn("verbs: ibv_import_mr: diwarp0 has no kernel objects to import");
+        diwarpdv_warn("verbs: ibv_import_mr: diwarp0 has no kernel objects to import");
         return dwv_fail(-EOPNOTSUPP);
 }
 
@@ -1176,7 +1183,7 @@ struct ibv_dm *dwv_ibv_import_dm(struct ibv_context *ctx, uint32_t handle)
 {
         if (!dwv_ctx_is_ours(ctx))
                 return real_ibv_import_dm()(ctx, handle);
-        dw_warn("verbs: ibv_import_dm: diwarp0 has no kernel objects to import");
+        diwarpdv_warn("verbs: ibv_import_dm: diwarp0 has no kernel objects to import");
         return dwv_fail(-EOPNOTSUPP);
 }
 
@@ -1187,8 +1194,9 @@ void dwv_ibv_unimport_pd(struct ibv_pd *pd)
                 real_ibv_unimport_pd()(pd);
                 return;
         }
-        dw_warn("verbs: ibv_unimport_pd: PD handle %u was not imported (ibv_dealloc_pd frees it)",
-                pd->handle);
+        diwarpdv_warn(
+            "verbs: ibv_unimport_pd: PD handle %u was not imported (ibv_dealloc_pd frees it)",
+            pd->handle);
 }
 
 DWV_SYMVER(dwv_ibv_unimport_mr, ibv_unimport_mr, "IBVERBS_1.10");
@@ -1198,8 +1206,8 @@ void dwv_ibv_unimport_mr(struct ibv_mr *mr)
                 real_ibv_unimport_mr()(mr);
                 return;
         }
-        dw_warn("verbs: ibv_unimport_mr: lkey %#x was not imported (ibv_dereg_mr frees it)",
-                mr->lkey);
+        diwarpdv_warn("verbs: ibv_unimport_mr: lkey %#x was not imported (ibv_dereg_mr frees it)",
+                      mr->lkey);
 }
 
 DWV_SYMVER(dwv_ibv_unimport_dm, ibv_unimport_dm, "IBVERBS_1.13");
@@ -1209,7 +1217,7 @@ void dwv_ibv_unimport_dm(struct ibv_dm *dm)
                 real_ibv_unimport_dm()(dm);
                 return;
         }
-        dw_warn("verbs: ibv_unimport_dm: diwarp0 has no device memory");
+        diwarpdv_warn("verbs: ibv_unimport_dm: diwarp0 has no device memory");
 }
 
 DWV_SYMVER(dwv_ibv_attach_mcast, ibv_attach_mcast, "IBVERBS_1.1");
@@ -1217,7 +1225,7 @@ int dwv_ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t l
 {
         if (!qp || !dwv_ctx_is_ours(qp->context))
                 return real_ibv_attach_mcast()(qp, gid, lid);
-        dw_warn("verbs: QP %#x: multicast is not supported (as on iWARP RNICs)", qp->qp_num);
+        diwarpdv_warn("verbs: QP %#x: multicast is not supported (as on iWARP RNICs)", qp->qp_num);
         return EOPNOTSUPP;
 }
 

@@ -12,14 +12,13 @@
 #define DWV_PROVIDER_H
 
 #include <diwarp/diwarp.h>
+#include <diwarp/diwarpdv.h>
 #include <infiniband/verbs.h>
 
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include "util/log.h"
 
 /* Binds the C function impl to the exported name@@version (the default
  * version, the one new links and LD_PRELOAD interposition resolve to). The

@@ -176,9 +176,10 @@ static struct rcm_id *live_rid(struct rdma_cm_id *id, const char *verb)
                         found = r;
         pthread_mutex_unlock(&g.lock);
         if (!found)
-                dw_warn("rdma_cm: %s: %p is not a live rdma_cm id of this process (destroyed, "
-                        "or never created)",
-                        verb, (void *)id);
+                diwarpdv_warn(
+                    "rdma_cm: %s: %p is not a live rdma_cm id of this process (destroyed, "
+                    "or never created)",
+                    verb, (void *)id);
         return found;
 }
 
@@ -385,8 +386,8 @@ static void apply_rts_attrs(const struct rcm_id *r, struct ibv_qp *qp)
                 return;
         int err = ibv_modify_qp(qp, &a, mask);
         if (err)
-                dw_warn("rdma_cm: QP %#x: ACK timeout %d, RNR retry %d: %s", qp->qp_num,
-                        r->ack_timeout, r->rnr_retry, strerror(err));
+                diwarpdv_warn("rdma_cm: QP %#x: ACK timeout %d, RNR retry %d: %s", qp->qp_num,
+                              r->ack_timeout, r->rnr_retry, strerror(err));
 }
 
 /* ---- ids, events, channels ----------------------------------------------- */
@@ -416,7 +417,7 @@ static struct rcm_evt *post_locked(struct rcm_chan *chan, struct rcm_id *owner,
                 return NULL;
         struct rcm_evt *e = calloc(1, sizeof(*e));
         if (!e) {
-                dw_warn("rdma_cm: out of memory queueing %s", rdma_event_str(type));
+                diwarpdv_warn("rdma_cm: out of memory queueing %s", rdma_event_str(type));
                 return NULL;
         }
         if (pd_len > RCM_PD_MAX)
@@ -441,9 +442,9 @@ static struct rcm_evt *post_locked(struct rcm_chan *chan, struct rcm_id *owner,
         chan->tail = e;
         uint64_t one = 1;
         if (write(chan->ch.fd, &one, sizeof(one)) != sizeof(one))
-                dw_warn("rdma_cm: event channel fd %d: %s", chan->ch.fd, strerror(errno));
-        dw_dbg("rdma_cm[%d]: id %p: %s status %d", (int)getpid(), (void *)&owner->id,
-               rdma_event_str(type), status);
+                diwarpdv_warn("rdma_cm: event channel fd %d: %s", chan->ch.fd, strerror(errno));
+        diwarpdv_dbg("rdma_cm[%d]: id %p: %s status %d", (int)getpid(), (void *)&owner->id,
+                     rdma_event_str(type), status);
         return e;
 }
 
@@ -829,7 +830,7 @@ struct rcm_ud_pending {
 };
 
 static struct rcm_ud_pending ud_pend[RCM_UD_PENDING];
-static struct dw_log_limit ud_log_limit; /* helper thread only */
+static struct diwarpdv_log_limit ud_log_limit; /* helper thread only */
 
 static void ud_pending_init(void)
 {
@@ -841,7 +842,7 @@ static void ud_pending_drop(struct rcm_ud_pending *p, const char *why)
 {
         if (why) {
                 char a[INET_ADDRSTRLEN];
-                dw_warn_limited(
+                diwarpdv_warn_limited(
                     &ud_log_limit, "rdma_cm: UD listener port %u: request from %s:%u: %s",
                     ntohs(src_port_be(p->lr)), inet_ntop(AF_INET, &p->peer.sin_addr, a, sizeof(a)),
                     ntohs(p->peer.sin_port), why);
@@ -934,8 +935,8 @@ static void ud_accept(struct rcm_id *lr)
         *p = (struct rcm_ud_pending){.fd = s,
                                      .lr = lr,
                                      .peer = peer,
-                                     .deadline_ns =
-                                         dw_now_ns() + (uint64_t)RCM_UD_REQ_TIMEOUT_MS * 1000000u};
+                                     .deadline_ns = diwarpdv_now_ns() +
+                                                    (uint64_t)RCM_UD_REQ_TIMEOUT_MS * 1000000u};
 }
 
 /* Reads what a pending request's socket holds; a whole request goes on. */
@@ -1029,7 +1030,7 @@ static void *worker_main(void *arg)
                                 ud_accept(lr);
                         }
                 }
-                uint64_t now = dw_now_ns();
+                uint64_t now = diwarpdv_now_ns();
                 for (int i = 0; i < RCM_UD_PENDING; i++) {
                         struct rcm_ud_pending *p = &ud_pend[i];
                         if (p->fd < 0)
@@ -1232,7 +1233,7 @@ int rcm_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, vo
         if (!id)
                 return fail(EINVAL);
         if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB && ps != RDMA_PS_IPOIB) {
-                dw_warn("rdma_cm: rdma_create_id: port space %#x not supported", ps);
+                diwarpdv_warn("rdma_cm: rdma_create_id: port space %#x not supported", ps);
                 return fail(EINVAL);
         }
         pthread_mutex_lock(&g.lock);
@@ -1280,13 +1281,13 @@ int rcm_destroy_id(struct rdma_cm_id *id)
                        pthread_cond_timedwait(&g.cond, &g.lock, &until) != ETIMEDOUT)
                         ;
                 if (r->events_out > 0)
-                        dw_warn("rdma_cm: rdma_destroy_id: %d event(s) of the id never acked "
-                                "(rdma_ack_cm_event) after %d s; destroying it anyway",
-                                r->events_out, RCM_DESTROY_WAIT_S);
+                        diwarpdv_warn("rdma_cm: rdma_destroy_id: %d event(s) of the id never acked "
+                                      "(rdma_ack_cm_event) after %d s; destroying it anyway",
+                                      r->events_out, RCM_DESTROY_WAIT_S);
         }
         r->destroyed = true;
-        dw_dbg("rdma_cm[%d]: id %p: rdma_destroy_id in state %d", (int)getpid(), (void *)id,
-               (int)r->state);
+        diwarpdv_dbg("rdma_cm[%d]: id %p: rdma_destroy_id in state %d", (int)getpid(), (void *)id,
+                     (int)r->state);
         /* A request never answered: refuse it so the peer does not wait. */
         if (r->state == RCM_REQ && r->parent) {
                 if (r->parent->l)
@@ -1366,7 +1367,8 @@ int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
         uint16_t port;
         int err = sa_ipv4(addr, &a, &port);
         if (err < 0) {
-                dw_dbg("rdma_cm: rdma_bind_addr: address family %d not supported", addr->sa_family);
+                diwarpdv_dbg("rdma_cm: rdma_bind_addr: address family %d not supported",
+                             addr->sa_family);
                 return fail(-err);
         }
         pthread_mutex_lock(&g.lock);
@@ -1395,24 +1397,24 @@ int rcm_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
                 /* As the kernel: a specific address with no RDMA device on it. */
                 pthread_mutex_unlock(&g.lock);
                 char b[INET_ADDRSTRLEN], d[INET_ADDRSTRLEN];
-                dw_dbg("rdma_cm: rdma_bind_addr %s: not an address of diwarp0 (GID 0 %s, %d "
-                       "GIDs)",
-                       inet_ntop(AF_INET, &a, b, sizeof(b)),
-                       inet_ntop(AF_INET, &g.addr, d, sizeof(d)), g.ngid);
+                diwarpdv_dbg("rdma_cm: rdma_bind_addr %s: not an address of diwarp0 (GID 0 %s, %d "
+                             "GIDs)",
+                             inet_ntop(AF_INET, &a, b, sizeof(b)),
+                             inet_ntop(AF_INET, &g.addr, d, sizeof(d)), g.ngid);
                 return fail(ENODEV);
         }
         if (!port) {
                 err = reserve_port(r, &port);
                 if (err < 0) {
                         pthread_mutex_unlock(&g.lock);
-                        dw_warn("rdma_cm: rdma_bind_addr: no free port: %s", strerror(-err));
+                        diwarpdv_warn("rdma_cm: rdma_bind_addr: no free port: %s", strerror(-err));
                         return fail(-err);
                 }
         }
         if (local.s_addr != a.s_addr) {
                 /* A loopback address the device has not: the kernel binds it
                  * to the first RDMA device, whose loopback address it takes. */
-                dw_dbg("rdma_cm: rdma_bind_addr: loopback address taken as the device's");
+                diwarpdv_dbg("rdma_cm: rdma_bind_addr: loopback address taken as the device's");
                 set_sin(&id->route.addr.src_storage, local, port);
                 attach_device(r, local);
                 r->state = RCM_BOUND;
@@ -1445,7 +1447,7 @@ int rcm_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct so
         if (err == 0 && src_addr)
                 err = sa_ipv4(src_addr, &src, &sport);
         if (err < 0) {
-                dw_warn("rdma_cm: rdma_resolve_addr: only IPv4 addresses are supported");
+                diwarpdv_warn("rdma_cm: rdma_resolve_addr: only IPv4 addresses are supported");
                 return fail(-err);
         }
         pthread_mutex_lock(&g.lock);
@@ -1463,9 +1465,10 @@ int rcm_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct so
                 if (local.s_addr == INADDR_NONE) {
                         pthread_mutex_unlock(&g.lock);
                         char b[INET_ADDRSTRLEN];
-                        dw_warn("rdma_cm: rdma_resolve_addr: source address %s is not an address "
-                                "of diwarp0",
-                                inet_ntop(AF_INET, &src, b, sizeof(b)));
+                        diwarpdv_warn(
+                            "rdma_cm: rdma_resolve_addr: source address %s is not an address "
+                            "of diwarp0",
+                            inet_ntop(AF_INET, &src, b, sizeof(b)));
                         return fail(ENODEV);
                 }
         } else if (r->state == RCM_BOUND) {
@@ -1528,7 +1531,7 @@ int rcm_listen(struct rdma_cm_id *id, int backlog)
         pthread_mutex_lock(&g.lock);
         if (r->state != RCM_BOUND) {
                 pthread_mutex_unlock(&g.lock);
-                dw_warn("rdma_cm: rdma_listen: the id is not bound (rdma_bind_addr first)");
+                diwarpdv_warn("rdma_cm: rdma_listen: the id is not bound (rdma_bind_addr first)");
                 return fail(EINVAL);
         }
         uint16_t port = ntohs(src_port_be(r));
@@ -1565,7 +1568,7 @@ int rcm_listen(struct rdma_cm_id *id, int backlog)
         }
         if (err < 0) {
                 pthread_mutex_unlock(&g.lock);
-                dw_warn("rdma_cm: rdma_listen on port %u: %s", port, strerror(-err));
+                diwarpdv_warn("rdma_cm: rdma_listen on port %u: %s", port, strerror(-err));
                 return fail(-err);
         }
         set_src_port_be(r, htons(port));
@@ -1666,8 +1669,8 @@ int rcm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_a
         if (!id->verbs && pd->context == g.ctx)
                 id->verbs = g.ctx; /* bound to a wildcard address */
         if (pd->context != id->verbs) {
-                dw_warn("rdma_cm: rdma_create_qp: the PD belongs to another device context "
-                        "than id->verbs");
+                diwarpdv_warn("rdma_cm: rdma_create_qp: the PD belongs to another device context "
+                              "than id->verbs");
                 return fail(EINVAL);
         }
         if (id->qp)
@@ -1710,10 +1713,11 @@ int rcm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_a
                 rid_of(id)->own_cqs = false;
                 return fail(-err);
         }
-        dw_dbg("rdma_cm: id %p: QP %#x (type %d): send_wr %u recv_wr %u send_sge %u recv_sge %u "
-               "inline %u",
-               (void *)id, qp->qp_num, qp->qp_type, a.cap.max_send_wr, a.cap.max_recv_wr,
-               a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data);
+        diwarpdv_dbg(
+            "rdma_cm: id %p: QP %#x (type %d): send_wr %u recv_wr %u send_sge %u recv_sge %u "
+            "inline %u",
+            (void *)id, qp->qp_num, qp->qp_type, a.cap.max_send_wr, a.cap.max_recv_wr,
+            a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data);
         attr->cap = a.cap; /* the granted capabilities */
         id->qp = qp;
         id->pd = pd;
@@ -1728,9 +1732,9 @@ int rcm_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *ax)
         if (!id || !ax)
                 return fail(EINVAL);
         if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
-                dw_warn("rdma_cm: rdma_create_qp_ex: comp_mask %#x not supported (PD and "
-                        "SEND_OPS_FLAGS only)",
-                        ax->comp_mask);
+                diwarpdv_warn("rdma_cm: rdma_create_qp_ex: comp_mask %#x not supported (PD and "
+                              "SEND_OPS_FLAGS only)",
+                              ax->comp_mask);
                 return fail(EOPNOTSUPP);
         }
         bool ex = ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
@@ -1801,7 +1805,7 @@ int rcm_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *ax)
         if (!id || !ax)
                 return fail(EINVAL);
         if ((ax->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && ax->srq_type != IBV_SRQT_BASIC) {
-                dw_warn("rdma_cm: rdma_create_srq_ex: only basic SRQs (no XRC/tag matching)");
+                diwarpdv_warn("rdma_cm: rdma_create_srq_ex: only basic SRQs (no XRC/tag matching)");
                 return fail(EOPNOTSUPP);
         }
         struct ibv_srq_init_attr a = {.srq_context = ax->srq_context, .attr = ax->attr};
@@ -2117,7 +2121,8 @@ int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
         if (r->state != RCM_ROUTE && r->state != RCM_ADDR)
                 err = EINVAL;
         else if (!is_ud(r) && !j->qp) {
-                dw_warn("rdma_cm: rdma_connect: no QP (rdma_create_qp, or conn_param->qp_num)");
+                diwarpdv_warn(
+                    "rdma_cm: rdma_connect: no QP (rdma_create_qp, or conn_param->qp_num)");
                 err = EINVAL;
         }
         if (err) {
@@ -2128,8 +2133,8 @@ int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
         r->state = RCM_CONNECTING;
         r->busy++;
         r->refs++;
-        dw_dbg("rdma_cm[%d]: id %p: rdma_connect QP %#x to port %u", (int)getpid(), (void *)id,
-               j->qp ? j->qp->qp_num : 0, ntohs(dst_port_be(r)));
+        diwarpdv_dbg("rdma_cm[%d]: id %p: rdma_connect QP %#x to port %u", (int)getpid(),
+                     (void *)id, j->qp ? j->qp->qp_num : 0, ntohs(dst_port_be(r)));
         pthread_mutex_unlock(&g.lock);
 
         /* A synchronous id connects here, unless its channel is non-blocking
@@ -2144,8 +2149,8 @@ int rcm_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
         err = connector_submit(j);
         if (err) {
                 /* No thread: connect here, the event still goes to the channel. */
-                dw_dbg("rdma_cm: rdma_connect: no connector thread (%s); connecting inline",
-                       strerror(err));
+                diwarpdv_dbg("rdma_cm: rdma_connect: no connector thread (%s); connecting inline",
+                             strerror(err));
                 run_connect(j);
                 free(j);
         }
@@ -2190,7 +2195,7 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
         pthread_mutex_lock(&g.lock);
         if (r->state != RCM_REQ || !r->parent) {
                 pthread_mutex_unlock(&g.lock);
-                dw_warn("rdma_cm: rdma_accept: the id is not a pending connection request");
+                diwarpdv_warn("rdma_cm: rdma_accept: the id is not a pending connection request");
                 return fail(EINVAL);
         }
         r->state = RCM_CONNECTING;
@@ -2207,7 +2212,8 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
                 uint32_t qpn = qp ? qp->qp_num : (param ? param->qp_num : 0);
                 err = ud_reply(r, RCM_UD_ACCEPT, qpn, pd, pd_len);
         } else if (!qp) {
-                dw_warn("rdma_cm: rdma_accept: no QP (rdma_create_qp, or conn_param->qp_num)");
+                diwarpdv_warn(
+                    "rdma_cm: rdma_accept: no QP (rdma_create_qp, or conn_param->qp_num)");
                 err = -EINVAL;
         } else {
                 struct diwarp_conn_param p = {
@@ -2222,8 +2228,8 @@ int rcm_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
                         apply_rts_attrs(r, qp);
                 }
         }
-        dw_dbg("rdma_cm[%d]: id %p: rdma_accept QP %#x: %d", (int)getpid(), (void *)id,
-               qp ? qp->qp_num : 0, err);
+        diwarpdv_dbg("rdma_cm[%d]: id %p: rdma_accept QP %#x: %d", (int)getpid(), (void *)id,
+                     qp ? qp->qp_num : 0, err);
         pthread_mutex_lock(&g.lock);
         r->busy--;
         pthread_cond_broadcast(&g.cond);
@@ -2267,7 +2273,7 @@ int rcm_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_
         }
         r->state = RCM_IDLE;
         drop_req_event_locked(r);
-        dw_dbg("rdma_cm[%d]: id %p: rdma_reject", (int)getpid(), (void *)id);
+        diwarpdv_dbg("rdma_cm[%d]: id %p: rdma_reject", (int)getpid(), (void *)id);
         uint8_t len = private_data ? private_data_len : 0;
         int err = is_ud(r) ? ud_reply(r, RCM_UD_REJECT, 0, private_data, len)
                            : diwarp_reject(r->parent->l, r->req_id, private_data, len);
@@ -2308,7 +2314,8 @@ int rcm_establish(struct rdma_cm_id *id)
         bool ok = r->state == RCM_CONNECTED;
         pthread_mutex_unlock(&g.lock);
         if (!ok) {
-                dw_warn("rdma_cm: rdma_establish: the id is not connected (no CONNECT_RESPONSE)");
+                diwarpdv_warn(
+                    "rdma_cm: rdma_establish: the id is not connected (no CONNECT_RESPONSE)");
                 return fail(EINVAL);
         }
         return 0;
@@ -2364,8 +2371,8 @@ int rcm_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
         if (!lr)
                 return fail(EINVAL);
         if (!lr->lib.sync) {
-                dw_warn("rdma_cm: rdma_get_request: the listener has an event channel "
-                        "(rdma_get_cm_event gives its requests)");
+                diwarpdv_warn("rdma_cm: rdma_get_request: the listener has an event channel "
+                              "(rdma_get_cm_event gives its requests)");
                 return fail(EINVAL);
         }
         for (;;) {
@@ -2514,8 +2521,8 @@ int rcm_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, 
         }
         /* TOS, REUSEADDR, AFONLY and IB path records have no meaning (or no
          * effect worth emulating) for diwarp's TCP/UDP. */
-        dw_dbg("rdma_cm: rdma_set_option(level %d, option %d) accepted and ignored", level,
-               optname);
+        diwarpdv_dbg("rdma_cm: rdma_set_option(level %d, option %d) accepted and ignored", level,
+                     optname);
         return 0;
 }
 
@@ -2584,7 +2591,7 @@ int rcm_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *conte
         (void)id;
         (void)addr;
         (void)context;
-        dw_warn("rdma_cm: rdma_join_multicast: multicast is not supported (iWARP)");
+        diwarpdv_warn("rdma_cm: rdma_join_multicast: multicast is not supported (iWARP)");
         return fail(EOPNOTSUPP);
 }
 

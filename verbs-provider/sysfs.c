@@ -255,8 +255,8 @@ static void clean_stale(void)
         }
         closedir(d);
         if (removed)
-                dw_info("verbs: removed %d sysfs tree%s of processes that are gone from %s",
-                        removed, removed == 1 ? "" : "s", base);
+                diwarpdv_info("verbs: removed %d sysfs tree%s of processes that are gone from %s",
+                              removed, removed == 1 ? "" : "s", base);
 }
 
 static pthread_once_t dwv_clean_once = PTHREAD_ONCE_INIT;
@@ -343,8 +343,8 @@ static void tree_make(void)
         char top[240], root[256];
         int n = snprintf(top, sizeof(top), "%s/diwarp-sysfs-%d-XXXXXX", base, (int)getpid());
         if (n < 0 || (size_t)n >= sizeof(top) || !mkdtemp(top)) {
-                dw_warn("verbs: cannot create the sysfs tree of diwarp0 under %s: %s", base,
-                        strerror(errno));
+                diwarpdv_warn("verbs: cannot create the sysfs tree of diwarp0 under %s: %s", base,
+                              strerror(errno));
                 return;
         }
         snprintf(dwv_top, sizeof(dwv_top), "%s", top);
@@ -355,8 +355,8 @@ static void tree_make(void)
         atexit(tree_remove);
         snprintf(root, sizeof(root), "%s/diwarp0", top);
         if (mkdir(root, 0755) < 0 || tree_fill(root) < 0) {
-                dw_warn("verbs: cannot write the sysfs tree of diwarp0 in %s: %s", top,
-                        strerror(errno));
+                diwarpdv_warn("verbs: cannot write the sysfs tree of diwarp0 in %s: %s", top,
+                              strerror(errno));
                 return;
         }
         snprintf(dwv_root, sizeof(dwv_root), "%s", root);

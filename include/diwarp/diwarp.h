@@ -73,7 +73,17 @@ struct diwarp_open_opts {
         const char *addr;
         /* First UDP/TCP port tried; 0: DIWARP_PORT_BASE or the built-in default. */
         uint16_t port_base;
+        /* DIWARP_OPEN_* flags; 0: none. An unknown flag: -EINVAL. */
+        uint32_t flags;
 };
+
+/* Host-local traffic is one copy (as DIWARP_LOCAL_COPY=1 makes it:
+ * docs/USAGE.md) on this device unless the environment sets
+ * DIWARP_LOCAL_COPY, which wins: for a process that holds both ends of much
+ * of its traffic (the host daemon). A daemon client's device ignores it: the
+ * daemon's devices decide. */
+#define DIWARP_OPEN_LOCAL_COPY (1u << 0)
+#define DIWARP_OPEN_FLAGS      DIWARP_OPEN_LOCAL_COPY /* every flag */
 
 /* Opens a device instance: binds one UDP socket and one TCP listener on the
  * first free port at or above the port base. opts may be NULL. */

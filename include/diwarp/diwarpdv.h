@@ -55,6 +55,9 @@
 #ifndef DIWARP_DIWARPDV_H
 #define DIWARP_DIWARPDV_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include <diwarp/diwarp.h>
 
 #ifdef __cplusplus
@@ -143,6 +146,123 @@ int diwarpdv_mbox_release(struct diwarp_qp *qp, const void *msg);
  * received from it), -EINVAL on bad arguments. */
 int diwarpdv_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,
                            struct diwarpdv_rd_path *out);
+
+/* ---- The library's log and clock ------------------------------------------
+ *
+ * diwarp writes what it has to say to stderr, one line each, "diwarp:
+ * <level>: <message>", with one write(2) (lines of several threads never
+ * mix; a message over 1 KiB is cut), for the levels up to the threshold
+ * DIWARP_LOG sets (error, warn: the default, info, debug; docs/USAGE.md). A
+ * program built on the library (its daemon, its verbs provider) writes its
+ * own lines through these calls, so that one setting governs them all. Any
+ * thread. */
+enum diwarpdv_log_level {
+        DIWARPDV_LOG_ERROR = 0,
+        DIWARPDV_LOG_WARN = 1,
+        DIWARPDV_LOG_INFO = 2,
+        DIWARPDV_LOG_DEBUG = 3,
+};
+/* Whether lines at level are written now. */
+bool diwarpdv_log_enabled(int level);
+/* Writes one line at level if lines at level are written (a level out of
+ * range counts as the nearest one). */
+void diwarpdv_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets the threshold from DIWARP_LOG now (a device's opening does too):
+ * 0, or -EINVAL for a value it does not know (the threshold unchanged). */
+int diwarpdv_log_from_env(void);
+
+/* A rate limit for lines that others can cause as often as they like (a
+ * peer's datagrams, a client's requests): the first DIWARPDV_LOG_LIMIT_BURST
+ * lines of each DIWARPDV_LOG_LIMIT_PERIOD_S seconds go out; the rest are
+ * counted, and the first line let through in a later period is preceded by
+ * one saying how many were suppressed. One limiter per kind of line, zeroed
+ * to start; the caller serializes the calls on one limiter. */
+#define DIWARPDV_LOG_LIMIT_BURST    10u
+#define DIWARPDV_LOG_LIMIT_PERIOD_S 5u
+struct diwarpdv_log_limit {
+        uint64_t period_start;     /* ns (diwarpdv_now_ns); 0: no line yet */
+        uint32_t passed;           /* lines let through in this period */
+        uint32_t suppressed;       /* lines held back since the last report */
+        uint64_t total_suppressed; /* lines held back in all */
+};
+/* Whether the next line may go out now (it is counted either way); writes
+ * the report of suppressed lines first, at level, when one is due. */
+bool diwarpdv_log_limit_pass(struct diwarpdv_log_limit *l, int level);
+
+/* Formats only lines that are written. */
+#define diwarpdv_log_at(level, ...)                                                                \
+        do {                                                                                       \
+                if (diwarpdv_log_enabled(level))                                                   \
+                        diwarpdv_log(level, __VA_ARGS__);                                          \
+        } while (0)
+#define diwarpdv_err(...)  diwarpdv_log_at(DIWARPDV_LOG_ERROR, __VA_ARGS__)
+#define diwarpdv_warn(...) diwarpdv_log_at(DIWARPDV_LOG_WARN, __VA_ARGS__)
+#define diwarpdv_info(...) diwarpdv_log_at(DIWARPDV_LOG_INFO, __VA_ARGS__)
+#define diwarpdv_dbg(...)  diwarpdv_log_at(DIWARPDV_LOG_DEBUG, __VA_ARGS__)
+/* diwarpdv_warn through a limiter; nothing is formatted for a line held back. */
+#define diwarpdv_warn_limited(limit, ...)                                                          \
+        do {                                                                                       \
+                if (diwarpdv_log_enabled(DIWARPDV_LOG_WARN) &&                                     \
+                    diwarpdv_log_limit_pass((limit), DIWARPDV_LOG_WARN))                           \
+                        diwarpdv_log(DIWARPDV_LOG_WARN, __VA_ARGS__);                              \
+        } while (0)
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of the library's timers and of
+ * completion timestamps (diwarp_wc.ts_ns). vDSO: no system call. */
+uint64_t diwarpdv_now_ns(void);
+
+/* ---- Where the engine runs ------------------------------------------------
+ *
+ * A process's calls of the API run the engine in the process, or, with
+ * DIWARP_PROGRESS=daemon, go to the host daemon (diwarpd), which runs it for
+ * its clients; the choice is made once, at the process's first call.
+ * diwarpdv_engine_only makes it now, for the engine, whatever the environment
+ * says: for a program that runs the engine for others (diwarpd itself) and
+ * must never become a client of a daemon. Call it before any other call of
+ * the API; any thread. 0 when the process runs the engine (again: calling it
+ * twice is harmless), -EBUSY when an earlier call made the process a daemon
+ * client already (then it stays one). */
+int diwarpdv_engine_only(void);
+
+/* ---- Driving a device from the caller's own loop -------------------------
+ *
+ * A program that sleeps in an epoll set of its own (diwarpd's servers) can
+ * drive a device itself instead of a progress thread and without a thread
+ * per device:
+ *
+ *   fd = diwarpdv_external_progress(dev);   once, before anything starts the
+ *        device's progress thread: the device's epoll set (its UDP socket,
+ *        RC streams, listeners, wake-ups), to watch for EPOLLIN from the
+ *        caller's set. From then on the device never gets a progress thread:
+ *        diwarp_progress_thread_start and diwarp_comp_channel_create answer
+ *        -EBUSY. The fd is the device's; do not close it.
+ *   before each sleep: diwarpdv_external_timeout(dev, &ns) bounds it by the
+ *        device's earliest timer (retransmissions, delayed ACKs, pacing:
+ *        ns from now, 0 = due; -1 = no timer).
+ *   when fd is ready or the time has come: diwarpdv_external_run(dev) handles
+ *        the set's ready events and the due timers (one step, no waiting).
+ *
+ * Each call takes the device lock, so other threads may use the device's
+ * objects meanwhile (diwarp_post_send, diwarp_cq_poll ...); drive a device
+ * from one loop. Errors: -EINVAL for a NULL device, and from _timeout and
+ * _run for a device diwarpdv_external_progress did not take;
+ * diwarpdv_external_progress: -EBUSY when the device's progress thread runs
+ * (DIWARP_PROGRESS=thread, a completion channel, diwarp_progress_thread_start);
+ * all three -EOPNOTSUPP in a daemon client's process (DIWARP_PROGRESS=daemon:
+ * the daemon drives its devices). */
+int diwarpdv_external_progress(struct diwarp_device *dev);
+int diwarpdv_external_timeout(struct diwarp_device *dev, int64_t *ns);
+/* Returns the number of the set's events handled (>= 0). */
+int diwarpdv_external_run(struct diwarp_device *dev);
+
+/* Asks the kernel for the shortest time slice (100 us) for the calling
+ * thread, so that its wake-ups preempt a busy-polling thread on its core at
+ * once (EEVDF's slices, Linux >= 6.12): for a thread that polls and then
+ * sleeps on a host with more busy threads than cores (the progress thread
+ * asks for it too). 0 when the kernel took the request (a kernel without
+ * slices may take it and ignore it), -EOPNOTSUPP when it has no such request
+ * or the thread's policy is not SCHED_OTHER; harmless either way. */
+int diwarpdv_short_time_slice(void);
 
 #ifdef __cplusplus
 }

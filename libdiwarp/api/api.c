@@ -20,7 +20,7 @@
 
 int diwarp_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
 {
-        if (!out)
+        if (!out || (opts && (opts->flags & ~(uint32_t)DIWARP_OPEN_FLAGS)))
                 return -EINVAL;
         return BE()->device_open(opts, out);
 }
@@ -547,4 +547,25 @@ int diwarpdv_mbox_release(struct diwarp_qp *qp, const void *msg)
         if (!qp || !msg)
                 return -EINVAL;
         return BE()->mbox_release(qp, msg);
+}
+
+int diwarpdv_external_progress(struct diwarp_device *dev)
+{
+        if (!dev)
+                return -EINVAL;
+        return BE()->external_progress(dev);
+}
+
+int diwarpdv_external_timeout(struct diwarp_device *dev, int64_t *ns)
+{
+        if (!dev || !ns)
+                return -EINVAL;
+        return BE()->external_timeout(dev, ns);
+}
+
+int diwarpdv_external_run(struct diwarp_device *dev)
+{
+        if (!dev)
+                return -EINVAL;
+        return BE()->external_run(dev);
 }

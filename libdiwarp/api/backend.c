@@ -1,6 +1,7 @@
 /* The backend tables and the process's choice between them (api/backend.h). */
 #include "api/backend.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@ static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 static _Atomic int engine_only;
 
 /* Client mode is the process's: DIWARP_PROGRESS=daemon, read once, at the
- * first call of the API, unless the process is the daemon. */
+ * first call of the API (or diwarpdv_engine_only's), unless the process asked
+ * for the engine (diwarpdv_engine_only: the daemon). */
 static void choose(void)
 {
         const char *p = getenv("DIWARP_PROGRESS");
@@ -36,7 +38,8 @@ const struct dw_backend *dw_backend_select(void)
         return atomic_load_explicit(&dw_backend_chosen, memory_order_acquire);
 }
 
-void dw_backend_engine_only(void)
+int diwarpdv_engine_only(void)
 {
         atomic_store(&engine_only, 1);
+        return dw_backend_select() == &dw_engine_backend ? 0 : -EBUSY;
 }

@@ -119,7 +119,10 @@
           (struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,                              \
            struct diwarpdv_rd_path *out))                                                          \
         X(int, mbox_open, (struct diwarp_qp *qp, struct diwarpdv_mbox *out))                       \
-        X(int, mbox_release, (struct diwarp_qp *qp, const void *msg))
+        X(int, mbox_release, (struct diwarp_qp *qp, const void *msg))                              \
+        X(int, external_progress, (struct diwarp_device *dev))                                     \
+        X(int, external_timeout, (struct diwarp_device *dev, int64_t *ns))                         \
+        X(int, external_run, (struct diwarp_device *dev))
 /* clang-format on */
 
 #define DW_BACKEND_FIELD(ret, name, params) ret(*name) params;
@@ -150,9 +153,5 @@ static inline const struct dw_backend *dw_backend_get(void)
         const struct dw_backend *b = atomic_load_explicit(&dw_backend_chosen, memory_order_acquire);
         return __builtin_expect(b != NULL, 1) ? b : dw_backend_select();
 }
-
-/* The engine only, whatever the environment says: the daemon (which runs the
- * engine for its clients) calls this before its first call of the API. */
-void dw_backend_engine_only(void);
 
 #endif

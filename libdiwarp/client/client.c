@@ -1986,6 +1986,24 @@ int dwc_mbox_open(struct diwarp_qp *qp, struct diwarpdv_mbox *out)
         return unsupported("the application mailbox");
 }
 
+int dwc_external_progress(struct diwarp_device *dev)
+{
+        (void)dev;
+        return unsupported("diwarpdv_external_progress");
+}
+
+int dwc_external_timeout(struct diwarp_device *dev, int64_t *ns)
+{
+        (void)dev, (void)ns;
+        return unsupported("diwarpdv_external_timeout");
+}
+
+int dwc_external_run(struct diwarp_device *dev)
+{
+        (void)dev;
+        return unsupported("diwarpdv_external_run");
+}
+
 int dwc_mbox_release(struct diwarp_qp *qp, const void *msg)
 {
         (void)qp, (void)msg;

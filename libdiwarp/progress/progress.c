@@ -15,6 +15,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <diwarp/diwarpdv.h>
+
 #include "dw.h"
 #include "util/time.h"
 
@@ -627,19 +629,32 @@ struct dw_sched_attr {
         uint64_t sched_runtime, sched_deadline, sched_period;
 };
 
-void dw_progress_short_slice(void)
+int dw_progress_short_slice(void)
 {
 #if defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
         struct dw_sched_attr a;
         memset(&a, 0, sizeof(a));
-        if (syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0) != 0 || a.sched_policy != SCHED_OTHER)
-                return;
+        if (syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0) != 0)
+                return -errno;
+        if (a.sched_policy != SCHED_OTHER)
+                return -EOPNOTSUPP;
         a.size = sizeof(a);
         a.sched_flags = 0;
         a.sched_runtime = 100000;
-        if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
-                dw_dbg("progress thread: short time slice not available: %s", strerror(errno));
+        if (syscall(SYS_sched_setattr, 0, &a, 0) != 0) {
+                int err = errno;
+                dw_dbg("short time slice not available: %s", strerror(err));
+                return err == EINVAL || err == E2BIG ? -EOPNOTSUPP : -err;
+        }
+        return 0;
+#else
+        return -EOPNOTSUPP;
 #endif
+}
+
+int diwarpdv_short_time_slice(void)
+{
+        return dw_progress_short_slice();
 }
 
 /* DIWARP_FAULT=slowrx: while the throttle holds reading back, the socket's
@@ -1161,20 +1176,26 @@ int dw_progress_external(struct dw_device *dev)
 {
         pthread_mutex_lock(&dev->lock);
         int err = dev->prog.started ? -EBUSY : dw_progress_udp_watch(dev);
+        if (err == 0)
+                __atomic_store_n(&dev->prog.external, true, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&dev->lock);
         return err < 0 ? err : dev->prog.epfd;
 }
 
-int64_t dw_progress_external_timeout(struct dw_device *dev)
+int dw_progress_external_timeout(struct dw_device *dev, int64_t *ns)
 {
         pthread_mutex_lock(&dev->lock);
-        int64_t t = dw_progress_timeout_ns(dev);
+        int err = dev->prog.external ? 0 : -EINVAL;
+        if (err == 0)
+                *ns = dw_progress_timeout_ns(dev);
         pthread_mutex_unlock(&dev->lock);
-        return t;
+        return err;
 }
 
 int dw_progress_external_run(struct dw_device *dev)
 {
+        if (!__atomic_load_n(&dev->prog.external, __ATOMIC_RELAXED))
+                return -EINVAL;
         struct epoll_event evs[DW_MAX_EVENTS];
         int n = epoll_wait(dev->prog.epfd, evs, DW_MAX_EVENTS, 0);
         if (n < 0)
@@ -1189,6 +1210,12 @@ int dw_progress_start(struct dw_device *dev)
         if (dev->prog.started) {
                 pthread_mutex_unlock(&dev->lock);
                 return 0;
+        }
+        if (dev->prog.external) {
+                /* Its owner drives it (dw_progress_external): a thread
+                 * beside it would take the set's events from it. */
+                pthread_mutex_unlock(&dev->lock);
+                return -EBUSY;
         }
         int werr = dw_progress_udp_watch(dev);
         if (werr < 0) {

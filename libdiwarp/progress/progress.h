@@ -88,6 +88,7 @@ struct dw_progress {
         bool thread_mode; /* the progress thread runs (or is asked to) */
         bool stop;        /* asks the thread to exit */
         bool started;
+        bool external; /* driven from its owner's loop (dw_progress_external): no thread */
         pthread_t thread;
         int epfd;               /* epoll: wake eventfd, watched fds, UDP fd (see udp_in_epoll) */
         int wake_fd;            /* eventfd written by dw_progress_wake */
@@ -240,20 +241,24 @@ void dw_progress_fini(struct dw_device *dev);
 
 /* Asks the kernel for the shortest time slice (100 us) for the calling
  * thread, so its wake-ups preempt a busy-polling thread on its core at once
- * (EEVDF, Linux >= 6.12; ignored elsewhere). The progress thread and the
- * daemon's servers call it. */
-void dw_progress_short_slice(void);
+ * (EEVDF, Linux >= 6.12). 0 when granted, -EOPNOTSUPP where the kernel or the
+ * thread's policy has none (harmless: the thread runs as before). The
+ * progress thread calls it; diwarpdv_short_time_slice is the same for the
+ * callers of the public API. */
+int dw_progress_short_slice(void);
 
 /* A process that drives the device from its own loop and sleeps on its own
- * epoll set (the daemon's servers), instead of a progress thread:
- * dw_progress_external puts the UDP socket in the device's epoll set and
- * returns that set's fd, which the caller watches from its own set (-EBUSY
- * when a progress thread runs); before it sleeps it bounds the sleep by
- * dw_progress_external_timeout (ns, -1: none); when the set is ready or the
- * time has come, dw_progress_external_run runs one step with the set's
- * ready events. Each takes the device lock. */
+ * epoll set (diwarpdv_external_progress, which the daemon's servers use),
+ * instead of a progress thread: dw_progress_external puts the UDP socket in
+ * the device's epoll set, marks the device external (dw_progress_start then
+ * refuses with -EBUSY) and returns that set's fd, which the caller watches
+ * from its own set (-EBUSY when a progress thread runs); before it sleeps it
+ * bounds the sleep by dw_progress_external_timeout (ns, -1: none); when the
+ * set is ready or the time has come, dw_progress_external_run runs one step
+ * with the set's ready events. The last two answer -EINVAL on a device that
+ * is not external. Each takes the device lock. */
 int dw_progress_external(struct dw_device *dev);
-int64_t dw_progress_external_timeout(struct dw_device *dev);
+int dw_progress_external_timeout(struct dw_device *dev, int64_t *ns);
 int dw_progress_external_run(struct dw_device *dev);
 
 #endif

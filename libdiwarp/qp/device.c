@@ -481,6 +481,8 @@ int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
         }
         if (opts && opts->port_base)
                 dev->cfg.port_base = opts->port_base;
+        if (opts && (opts->flags & DIWARP_OPEN_LOCAL_COPY) && dev->cfg.local_copy < 0)
+                dev->cfg.local_copy = 1; /* DIWARP_LOCAL_COPY unset */
         err = dw_device_gids(dev);
         if (err < 0) {
                 free(dev);
@@ -766,6 +768,21 @@ int dwe_progress_thread_start(struct diwarp_device *d)
 {
         struct dw_device *dev = dw_dev_of(d);
         return dw_progress_start(dev);
+}
+
+int dwe_external_progress(struct diwarp_device *d)
+{
+        return dw_progress_external(dw_dev_of(d));
+}
+
+int dwe_external_timeout(struct diwarp_device *d, int64_t *ns)
+{
+        return dw_progress_external_timeout(dw_dev_of(d), ns);
+}
+
+int dwe_external_run(struct diwarp_device *d)
+{
+        return dw_progress_external_run(dw_dev_of(d));
 }
 
 int dwe_device_counters(struct diwarp_device *d, struct diwarp_counters *out)

@@ -56,10 +56,9 @@ int dw_log_level_from_env(void)
         return dw_log_level_parse(v);
 }
 
-void dw_log(int level, const char *fmt, ...)
+static void dw_vlog(int level, const char *fmt, va_list ap)
 {
         char line[1024];
-        va_list ap;
         int n, m;
 
         if (level < DW_LOG_ERROR)
@@ -67,9 +66,7 @@ void dw_log(int level, const char *fmt, ...)
         if (level > DW_LOG_DEBUG)
                 level = DW_LOG_DEBUG;
         n = snprintf(line, sizeof(line), "diwarp: %s: ", level_names[level]);
-        va_start(ap, fmt);
         m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-        va_end(ap);
         if (m < 0)
                 m = 0;
         n += m;
@@ -86,7 +83,15 @@ void dw_log(int level, const char *fmt, ...)
         (void)w;
 }
 
-bool dw_log_limit_pass(struct dw_log_limit *l, int level, uint64_t now_ns)
+void dw_log(int level, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        dw_vlog(level, fmt, ap);
+        va_end(ap);
+}
+
+static bool limit_pass(struct diwarpdv_log_limit *l, int level, uint64_t now_ns)
 {
         if (!l)
                 return true;
@@ -110,4 +115,46 @@ bool dw_log_limit_pass(struct dw_log_limit *l, int level, uint64_t now_ns)
         l->suppressed++;
         l->total_suppressed++;
         return false;
+}
+
+bool dw_log_limit_pass(struct dw_log_limit *l, int level, uint64_t now_ns)
+{
+        return limit_pass(l ? &l->s : NULL, level, now_ns);
+}
+
+/* ---- the public calls (diwarpdv.h) ---- */
+
+static int clamp(int level)
+{
+        return level < DW_LOG_ERROR ? DW_LOG_ERROR : level > DW_LOG_DEBUG ? DW_LOG_DEBUG : level;
+}
+
+bool diwarpdv_log_enabled(int level)
+{
+        return dw_log_enabled(clamp(level));
+}
+
+void diwarpdv_log(int level, const char *fmt, ...)
+{
+        level = clamp(level);
+        if (!dw_log_enabled(level))
+                return;
+        va_list ap;
+        va_start(ap, fmt);
+        dw_vlog(level, fmt, ap);
+        va_end(ap);
+}
+
+int diwarpdv_log_from_env(void)
+{
+        int lvl = dw_log_level_from_env();
+        if (lvl < 0)
+                return lvl;
+        dw_log_set_level(lvl);
+        return 0;
+}
+
+bool diwarpdv_log_limit_pass(struct diwarpdv_log_limit *l, int level)
+{
+        return limit_pass(l, level, dw_now_ns());
 }

@@ -5,13 +5,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <diwarp/diwarpdv.h>
+
 #include "util/time.h"
 
+/* The levels and the rate limiter are the public ones (diwarpdv.h's
+ * diwarpdv_log*, which are these functions for programs on the library). */
 enum dw_log_level {
-        DW_LOG_ERROR = 0,
-        DW_LOG_WARN = 1,
-        DW_LOG_INFO = 2,
-        DW_LOG_DEBUG = 3,
+        DW_LOG_ERROR = DIWARPDV_LOG_ERROR,
+        DW_LOG_WARN = DIWARPDV_LOG_WARN,
+        DW_LOG_INFO = DIWARPDV_LOG_INFO,
+        DW_LOG_DEBUG = DIWARPDV_LOG_DEBUG,
 };
 
 #define DW_LOG_DEFAULT DW_LOG_WARN
@@ -60,14 +64,11 @@ void dw_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * let through in a later period is preceded by one line saying how many
  * were suppressed. One state per device (struct dw_device.log_limit), under
  * the device lock, for every such line of that device; zeroed is ready. */
-#define DW_LOG_LIMIT_BURST     10u
-#define DW_LOG_LIMIT_PERIOD_NS (5ull * 1000 * 1000 * 1000)
+#define DW_LOG_LIMIT_BURST     DIWARPDV_LOG_LIMIT_BURST
+#define DW_LOG_LIMIT_PERIOD_NS (DIWARPDV_LOG_LIMIT_PERIOD_S * 1000000000ull)
 
 struct dw_log_limit {
-        uint64_t period_start; /* ns; 0: no line yet */
-        uint32_t passed;       /* lines let through in this period */
-        uint32_t suppressed;   /* lines held back since the last report */
-        uint64_t total_suppressed;
+        struct diwarpdv_log_limit s;
 };
 
 /* Whether the next line may go out at now_ns (it is counted either way).

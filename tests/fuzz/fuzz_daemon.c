@@ -40,7 +40,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/backend.h"
 #include "daemon/daemon.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -59,13 +58,6 @@ static uint16_t silent_port;
 struct dd_daemon *dd_daemon(void)
 {
         return &D;
-}
-
-uint64_t dd_now_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 struct fclient {
@@ -92,8 +84,8 @@ static uint8_t next(struct cursor *c)
 
 static void setup(void)
 {
-        dw_backend_engine_only();
-        /* The server drives its devices (dw_progress_external). */
+        diwarpdv_engine_only();
+        /* The server drives its devices (diwarpdv_external_progress). */
         setenv("DIWARP_PROGRESS", "app", 1);
         signal(SIGPIPE, SIG_IGN);
         D.uid = (uint32_t)geteuid();
@@ -379,9 +371,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * requests ended (their timeouts are milliseconds). */
         for (int i = 0; i < nclients; i++)
                 hangup(i);
-        uint64_t end = dd_now_ns() + 5000000000ull;
+        uint64_t end = diwarpdv_now_ns() + 5000000000ull;
         while (S->clients || S->nhand) {
-                if (dd_now_ns() > end)
+                if (diwarpdv_now_ns() > end)
                         abort(); /* a client the daemon never let go */
                 turns(1, 1);
         }

@@ -45,10 +45,14 @@ __attribute__((constructor)) static void app_driven_progress(void)
         setenv("DIWARP_PROGRESS", "app", 0);
 }
 
+/* diwarp_open_opts.flags of the devices side_open opens. */
+static uint32_t open_flags;
+
 static void side_open(struct side *s)
 {
         memset(s, 0, sizeof(*s));
-        cr_assert_eq(diwarp_device_open(NULL, &s->dev), 0);
+        struct diwarp_open_opts o = {.flags = open_flags};
+        cr_assert_eq(diwarp_device_open(&o, &s->dev), 0);
         cr_assert_eq(diwarp_pd_alloc(s->dev, &s->pd), 0);
         cr_assert_eq(diwarp_cq_create(s->dev, 4 * NMSG, NULL, NULL, &s->cq), 0);
         struct diwarp_qp_init_attr ia = {
@@ -183,15 +187,19 @@ static void check(struct side *s, struct side *other, int nsend, int nrecv, stru
 static uint64_t counter_of(struct side *s, size_t off);
 #define CTR(s, f) counter_of(s, offsetof(struct diwarp_counters, f))
 
-/* copy: the sender's device copies to the receiver's (DIWARP_LOCAL_COPY):
- * every message is a copy, none crosses the socket. */
-static void batch_one_way(const char *io, const char *progress, bool copy)
+/* copy_env: DIWARP_LOCAL_COPY's value ("": unset; NULL: as the test's
+ * environment says). copies 1: the sender's device copies to the receiver's,
+ * every message is a copy, none crosses the socket; 0: every message crosses
+ * the socket; -1: not checked. */
+static void one_way(const char *io, const char *progress, const char *copy_env, int copies)
 {
         setenv("DIWARP_IO", io, 1);
         if (progress)
                 setenv("DIWARP_PROGRESS", progress, 1);
-        if (copy)
-                setenv("DIWARP_LOCAL_COPY", "1", 1);
+        if (copy_env && *copy_env)
+                setenv("DIWARP_LOCAL_COPY", copy_env, 1);
+        else if (copy_env)
+                unsetenv("DIWARP_LOCAL_COPY");
         struct side a, b;
         side_open(&a);
         side_open(&b);
@@ -202,14 +210,21 @@ static void batch_one_way(const char *io, const char *progress, bool copy)
         post_recvs(&b);
         post_list(&a, &b, ah, 7);
         check(&a, &b, NMSG, 0, NULL, 0);
-        if (copy) {
+        if (copies == 1) {
                 cr_assert_eq(CTR(&a, local_copies), NMSG);
                 cr_assert_eq(CTR(&b, rx_packets), NMSG);
+        } else if (copies == 0) {
+                cr_assert_eq(CTR(&a, local_copies), 0);
         }
         check(&b, &a, 0, NMSG, &a, 7);
         cr_expect_eq(diwarp_ah_destroy(ah), 0);
         side_close(&a);
         side_close(&b);
+}
+
+static void batch_one_way(const char *io, const char *progress, bool copy)
+{
+        one_way(io, progress, copy ? "1" : NULL, copy ? 1 : -1);
 }
 
 /* Both directions at once, so one side's sends wait on io_uring completions
@@ -281,6 +296,36 @@ Test(ud_io, batched_list_uring_progress_thread)
 Test(ud_io, local_copy_batched_list)
 {
         batch_one_way("plain", NULL, true);
+}
+
+/* DIWARP_OPEN_LOCAL_COPY: copies unless DIWARP_LOCAL_COPY says otherwise
+ * (the environment wins); without the flag and the variable, none. */
+Test(ud_io, open_flag_local_copy)
+{
+        open_flags = DIWARP_OPEN_LOCAL_COPY;
+        one_way("plain", NULL, "", 1);
+}
+
+Test(ud_io, open_flag_local_copy_env_off)
+{
+        open_flags = DIWARP_OPEN_LOCAL_COPY;
+        one_way("plain", NULL, "0", 0);
+}
+
+Test(ud_io, no_open_flag_no_local_copy)
+{
+        one_way("plain", NULL, "", 0);
+}
+
+Test(ud_io, open_flag_unknown)
+{
+        struct diwarp_device *dev = NULL;
+        struct diwarp_open_opts o = {.flags = DIWARP_OPEN_LOCAL_COPY << 1};
+        cr_assert_eq(diwarp_device_open(&o, &dev), -EINVAL);
+        cr_assert_null(dev);
+        o.flags = ~0u;
+        cr_assert_eq(diwarp_device_open(&o, &dev), -EINVAL);
+        cr_assert_null(dev);
 }
 
 Test(ud_io, both_ways_plain)
