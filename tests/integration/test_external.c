@@ -16,6 +16,7 @@
 
 #include <diwarp/diwarp.h>
 #include <diwarp/diwarpdv.h>
+#include "ud_rts.h"
 
 #define QKEY 0x3131u
 #define GRH  40
@@ -118,15 +119,7 @@ static void side_open(struct side *s)
         struct diwarp_mr_info mi;
         cr_assert_eq(diwarp_mr_info(s->mr, &mi), 0);
         s->lkey = mi.lkey;
-        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .port_num = 1};
-        cr_assert_eq(diwarp_qp_modify(s->qp, &a,
-                                      DIWARP_QP_STATE | DIWARP_QP_QKEY | DIWARP_QP_PKEY_INDEX |
-                                          DIWARP_QP_PORT),
-                     0);
-        a.qp_state = DIWARP_QPS_RTR;
-        cr_assert_eq(diwarp_qp_modify(s->qp, &a, DIWARP_QP_STATE), 0);
-        a.qp_state = DIWARP_QPS_RTS;
-        cr_assert_eq(diwarp_qp_modify(s->qp, &a, DIWARP_QP_STATE | DIWARP_QP_SQ_PSN), 0);
+        ud_qp_to_rts(s->qp, QKEY);
 }
 
 static void side_close(struct side *s)

@@ -19,6 +19,7 @@
 #include <diwarp/diwarp.h>
 
 #include "wire/dgram.h"
+#include "ud_rts.h"
 
 #define QKEY  0x2222u
 #define NMSG  48
@@ -71,15 +72,7 @@ static void side_open(struct side *s)
         struct diwarp_mr_info mi;
         diwarp_mr_info(s->mr, &mi);
         s->lkey = mi.lkey;
-        struct diwarp_qp_attr a = {.qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .port_num = 1};
-        cr_assert_eq(diwarp_qp_modify(s->qp, &a,
-                                      DIWARP_QP_STATE | DIWARP_QP_QKEY | DIWARP_QP_PKEY_INDEX |
-                                          DIWARP_QP_PORT),
-                     0);
-        a.qp_state = DIWARP_QPS_RTR;
-        cr_assert_eq(diwarp_qp_modify(s->qp, &a, DIWARP_QP_STATE), 0);
-        a.qp_state = DIWARP_QPS_RTS;
-        cr_assert_eq(diwarp_qp_modify(s->qp, &a, DIWARP_QP_STATE | DIWARP_QP_SQ_PSN), 0);
+        ud_qp_to_rts(s->qp, QKEY);
 }
 
 static void side_close(struct side *s)
