@@ -90,6 +90,12 @@
  *                          window and RTTs and the device's cc_* counters
  *                          equal its one path's; DIWARP_CC=off: no congestion
  *                          event, no pacing rate; under drops: a decrease
+ *   rd_test dereg  rd|rc   both ways at once, under DIWARP_FAULT: Writes from
+ *                          regions registered per message and deregistered
+ *                          at the Write's completion, Reads of regions
+ *                          deregistered when the reader's FIN arrives: every
+ *                          completion succeeds, byte-exact (DR_MESSAGES:
+ *                          how many of each, default 1500)
  *
  * Two devices in one process (two instances, two UDP sockets) except for
  * vanish and hostcap, which fork. Exit 0 pass, 1 fail; alarm() bounds each
@@ -3201,6 +3207,290 @@ static int case_cc(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- dereg */
+
+/* Memory handed back the moment its use completed, as an MPI library's
+ * registration cache does: every Write's source and every region a peer
+ * Reads is a region registered for that one message and deregistered as
+ * soon as its completion says the device is done with it (the Write's send
+ * completion; for a Read source, the reader's FIN Send that follows the
+ * Read's completion). Both sides at once, under DIWARP_FAULT. A
+ * retransmission must never read such memory again: every completion
+ * succeeds, and every byte arrives. */
+#define DR_SLOTS 8u
+#define DR_MAXL  (96u << 10)
+#define DR_RECVS 64u
+#define DR_MSG   32u
+enum { DR_WRITE = 1, DR_FINW, DR_DONEW, DR_RTS, DR_READ, DR_FINR };
+
+struct dr_msg {
+        uint32_t type, slot, seq, len;
+        uint64_t addr;
+        uint32_t rkey, pad;
+};
+
+struct dr_side {
+        struct side *s, *peer;
+        struct dr_side *other;
+        /* write slots: the source region (registered per message) and the
+         * peer's target slot; busy until the Write completed and the peer
+         * said it checked the bytes (DONEW) */
+        struct diwarp_mr *wmr[DR_SLOTS];
+        uint32_t wseq[DR_SLOTS], wlen[DR_SLOTS];
+        bool wbusy[DR_SLOTS], wdone[DR_SLOTS], wchecked[DR_SLOTS];
+        /* regions the peer Reads: registered for one Read, deregistered at
+         * its FIN */
+        struct diwarp_mr *rmr[DR_SLOTS];
+        uint32_t rseq[DR_SLOTS];
+        bool rbusy[DR_SLOTS];
+        uint32_t writes, reads; /* started */
+        uint32_t writes_done, reads_done, reads_served;
+        uint32_t n;
+};
+
+static uint8_t *dr_src(struct side *s, unsigned slot)
+{
+        return s->buf + (uint64_t)slot * DR_MAXL;
+}
+static uint8_t *dr_exp(struct side *s, unsigned slot)
+{
+        return s->buf + (uint64_t)(DR_SLOTS + slot) * DR_MAXL;
+}
+static uint8_t *dr_tgt(struct side *s, unsigned slot)
+{
+        return s->buf + (uint64_t)(2 * DR_SLOTS + slot) * DR_MAXL;
+}
+static uint8_t *dr_sink(struct side *s, unsigned slot)
+{
+        return s->buf + (uint64_t)(3 * DR_SLOTS + slot) * DR_MAXL;
+}
+static uint64_t dr_recv_off(unsigned i)
+{
+        return (uint64_t)4 * DR_SLOTS * DR_MAXL + (uint64_t)i * DR_MSG;
+}
+
+static uint32_t dr_len(uint32_t seq, bool read)
+{
+        /* mostly multi-datagram messages, some of one datagram */
+        uint32_t x = seq * 2654435761u + (read ? 77u : 0u);
+        return (x >> 8) % 4 == 0 ? 1 + (x >> 12) % 1024 : 1 + (x >> 12) % DR_MAXL;
+}
+
+static struct diwarp_mr *dr_reg(struct side *s, uint8_t *p, uint32_t len, int access)
+{
+        struct diwarp_mr *mr;
+        CHECK(diwarp_mr_reg(s->pd, p, len, (uintptr_t)p, access, &mr));
+        return mr;
+}
+
+static uint32_t dr_key(struct diwarp_mr *mr, bool remote)
+{
+        struct diwarp_mr_info mi;
+        CHECK(diwarp_mr_info(mr, &mi));
+        return remote ? mi.rkey : mi.lkey;
+}
+
+static void dr_post(struct dr_side *d, enum diwarp_wr_opcode op, uint64_t id, uint8_t *addr,
+                    uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, unsigned flags)
+{
+        struct diwarp_sge sge = {(uintptr_t)addr, len, lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = op,
+                                    .send_flags = DIWARP_SEND_SIGNALED | flags};
+        wr.wr.rdma.remote_addr = raddr;
+        wr.wr.rdma.rkey = rkey;
+        post(d->s, d->peer, &wr);
+}
+
+static void dr_msg_send(struct dr_side *d, const struct dr_msg *m)
+{
+        dr_post(d, DIWARP_WR_SEND, (uint64_t)m->type << 32 | m->slot, (uint8_t *)m, sizeof(*m), 0,
+                0, 0, DIWARP_SEND_INLINE);
+}
+
+static uint64_t dr_id(unsigned kind, unsigned slot)
+{
+        return (uint64_t)kind << 32 | slot;
+}
+
+/* Starts what the side may start: a Write (source registered now) with its
+ * FIN, and a Read offer (the region registered now) to the peer. */
+static void dr_start(struct dr_side *d)
+{
+        struct side *s = d->s;
+        for (unsigned k = 0; k < DR_SLOTS && d->writes < d->n; k++) {
+                if (d->wbusy[k])
+                        continue;
+                uint32_t seq = d->writes++, len = dr_len(seq, false);
+                fill(dr_src(s, k), len, seq);
+                d->wmr[k] = dr_reg(s, dr_src(s, k), len, 0);
+                d->wseq[k] = seq;
+                d->wlen[k] = len;
+                d->wbusy[k] = true;
+                d->wdone[k] = d->wchecked[k] = false;
+                dr_post(d, DIWARP_WR_RDMA_WRITE, dr_id(DR_WRITE, k), dr_src(s, k), len,
+                        dr_key(d->wmr[k], false), (uintptr_t)dr_tgt(d->peer, k), d->peer->rkey, 0);
+                struct dr_msg m = {.type = DR_FINW, .slot = k, .seq = seq, .len = len};
+                dr_msg_send(d, &m);
+        }
+        for (unsigned k = 0; k < DR_SLOTS && d->reads < d->n; k++) {
+                if (d->rbusy[k])
+                        continue;
+                uint32_t seq = d->reads++, len = dr_len(seq, true);
+                fill(dr_exp(s, k), len, seq ^ 0x5a5a5a5au);
+                d->rmr[k] = dr_reg(s, dr_exp(s, k), len, DIWARP_ACCESS_REMOTE_READ);
+                d->rseq[k] = seq;
+                d->rbusy[k] = true;
+                struct dr_msg m = {.type = DR_RTS,
+                                   .slot = k,
+                                   .seq = seq,
+                                   .len = len,
+                                   .addr = (uintptr_t)dr_exp(s, k),
+                                   .rkey = dr_key(d->rmr[k], true)};
+                dr_msg_send(d, &m);
+        }
+}
+
+static void dr_free_w(struct dr_side *d, unsigned k)
+{
+        if (d->wdone[k] && d->wchecked[k]) {
+                d->wbusy[k] = false;
+                d->writes_done++;
+        }
+}
+
+static uint8_t dr_ref[DR_MAXL];
+static struct dr_msg dr_pending[2][DR_SLOTS]; /* the RTS each Read answers */
+
+static void dr_handle(struct dr_side *d, struct diwarp_wc *wc, int idx)
+{
+        struct side *s = d->s;
+        if (wc->status != DIWARP_WC_SUCCESS)
+                die("dereg: side %d wc wr_id %#llx opcode %d status %d (%s) after %u writes, "
+                    "%u reads",
+                    idx, (unsigned long long)wc->wr_id, wc->opcode, wc->status,
+                    diwarp_wc_status_str(wc->status), d->writes_done, d->reads_done);
+        unsigned kind = (unsigned)(wc->wr_id >> 32), k = (unsigned)(wc->wr_id & 0xffff);
+        if (wc->opcode == DIWARP_WC_RECV) {
+                struct dr_msg m;
+                memcpy(&m, s->buf + dr_recv_off(k), sizeof(m));
+                post_recv(s, k, dr_recv_off(k), DR_MSG);
+                if (m.slot >= DR_SLOTS || m.len > DR_MAXL)
+                        die("dereg: bad message type %u slot %u", m.type, m.slot);
+                switch (m.type) {
+                case DR_FINW: {
+                        /* The Write before it is placed: check, then say so. */
+                        fill(dr_ref, m.len, m.seq);
+                        verify(dr_tgt(s, m.slot), dr_ref, m.len, "dereg write", m.len);
+                        struct dr_msg r = {.type = DR_DONEW, .slot = m.slot, .seq = m.seq};
+                        dr_msg_send(d, &r);
+                        break;
+                }
+                case DR_DONEW:
+                        if (!d->wbusy[m.slot] || d->wseq[m.slot] != m.seq)
+                                die("dereg: DONEW for slot %u seq %u", m.slot, m.seq);
+                        d->wchecked[m.slot] = true;
+                        dr_free_w(d, m.slot);
+                        break;
+                case DR_RTS:
+                        dr_pending[idx][m.slot] = m;
+                        dr_post(d, DIWARP_WR_RDMA_READ, dr_id(DR_READ, m.slot), dr_sink(s, m.slot),
+                                m.len, s->lkey, m.addr, m.rkey, 0);
+                        break;
+                case DR_FINR:
+                        /* The peer has the bytes: the region goes at once. */
+                        if (!d->rbusy[m.slot] || d->rseq[m.slot] != m.seq)
+                                die("dereg: FINR for slot %u seq %u", m.slot, m.seq);
+                        CHECK(diwarp_mr_dereg(d->rmr[m.slot]));
+                        d->rbusy[m.slot] = false;
+                        d->reads_served++;
+                        break;
+                default:
+                        die("dereg: bad message type %u", m.type);
+                }
+                return;
+        }
+        switch (kind) {
+        case DR_WRITE:
+                /* The device is done with the source: it goes at once. */
+                CHECK(diwarp_mr_dereg(d->wmr[k]));
+                d->wmr[k] = NULL;
+                d->wdone[k] = true;
+                dr_free_w(d, k);
+                break;
+        case DR_READ: {
+                struct dr_msg *m = &dr_pending[idx][k];
+                fill(dr_ref, m->len, m->seq ^ 0x5a5a5a5au);
+                verify(dr_sink(s, k), dr_ref, m->len, "dereg read", m->len);
+                struct dr_msg r = {.type = DR_FINR, .slot = k, .seq = m->seq};
+                dr_msg_send(d, &r);
+                d->reads_done++;
+                break;
+        }
+        case DR_FINW:
+        case DR_DONEW:
+        case DR_RTS:
+        case DR_FINR:
+                break;
+        default:
+                die("dereg: unknown completion %#llx", (unsigned long long)wc->wr_id);
+        }
+}
+
+static int case_dereg(void)
+{
+        struct side a, b;
+        buf_len = (size_t)4 * DR_SLOTS * DR_MAXL + 4096; /* + the receive buffers */
+        int all =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        pair_open(&a, &b, all);
+        struct dr_side d[2] = {{.s = &a, .peer = &b}, {.s = &b, .peer = &a}};
+        uint32_t n = 1500;
+        const char *e = getenv("DR_MESSAGES");
+        if (e)
+                n = (uint32_t)strtoul(e, NULL, 0);
+        for (int i = 0; i < 2; i++) {
+                d[i].n = n;
+                for (unsigned k = 0; k < DR_RECVS; k++)
+                        post_recv(d[i].s, k, dr_recv_off(k), DR_MSG);
+        }
+        uint64_t t0 = now_ms(), end = t0 + 200000;
+        struct diwarp_wc wc[16];
+        for (;;) {
+                bool all_done = true;
+                for (int i = 0; i < 2; i++) {
+                        struct dr_side *x = &d[i];
+                        dr_start(x);
+                        int m = diwarp_cq_poll(x->s->cq, 16, wc);
+                        if (m < 0)
+                                die("cq_poll: %s", strerror(-m));
+                        for (int j = 0; j < m; j++)
+                                dr_handle(x, &wc[j], i);
+                        if (x->writes_done < n || x->reads_done < n || x->reads_served < n)
+                                all_done = false;
+                }
+                if (all_done)
+                        break;
+                if (now_ms() > end)
+                        die("dereg: timeout: writes %u/%u, reads %u/%u", d[0].writes_done,
+                            d[1].writes_done, d[0].reads_done, d[1].reads_done);
+        }
+        struct diwarp_counters ca, cb;
+        CHECK(diwarp_device_counters(a.dev, &ca));
+        CHECK(diwarp_device_counters(b.dev, &cb));
+        fprintf(stderr,
+                "dereg ok: %u Writes and %u Reads each way from regions deregistered at "
+                "completion, %llu ms; retransmits %llu + %llu, drops %llu + %llu\n",
+                n, n, (unsigned long long)(now_ms() - t0), (unsigned long long)ca.retransmits,
+                (unsigned long long)cb.retransmits, (unsigned long long)ca.fault_dropped,
+                (unsigned long long)cb.fault_dropped);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
@@ -3255,6 +3545,8 @@ int main(int argc, char **argv)
                 return case_slowrx(argc > 3 ? argv[3] : NULL);
         if (!strcmp(argv[1], "cc"))
                 return case_cc();
+        if (!strcmp(argv[1], "dereg"))
+                return case_dereg();
         die("unknown case %s", argv[1]);
         return 1;
 }
