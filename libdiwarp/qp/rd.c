@@ -734,7 +734,7 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                                                                      : DIWARP_WC_LOC_PROT_ERR;
                         /* Marks the QP's peers dead; they leave the list as the
                          * walk meets them, so nx stays valid. */
-                        char why[96];
+                        char why[160];
                         snprintf(why, sizeof(why), "retransmission failed: %s%s", strerror(-r),
                                  r == -EACCES ? " (a local SGE of the message is no longer "
                                                 "in a valid memory region)"
