@@ -812,6 +812,27 @@ static inline size_t rd_hdr_start(const struct dw_rd_peer *p, struct dw_dgram_hd
         return DW_DGRAM_START_LEN;
 }
 
+/* The ACK fields of a data datagram to p: the owed ACK (up to max_sack SACK
+ * blocks), else the cumulative ACK point again (dw_rel_ack_repeat), so a
+ * lost ACK cannot let the peer hear of a completion here (the reader's FIN
+ * after its Read) while it still resends what we hold: the resend would read
+ * memory the peer's application may have deregistered since. An RD QP's
+ * stream repeats it only while it is in use (a datagram from the peer within
+ * a quarter of the idle time, and no restart of ours pending): the peer may
+ * have started its stream over after an idle time, and the old cursor would
+ * then name its new PSNs. */
+static inline void rd_hdr_ack(struct dw_rd_peer *p, struct dw_dgram_hdr *h, unsigned max_sack)
+{
+        if (dw_rel_ack_owed(&p->rel)) {
+                dw_rel_build_ack(&p->rel, h, max_sack);
+                return;
+        }
+        const struct dw_rd_dev *d = rdd(p->s->qp->dev);
+        if (p->s->rc ||
+            (p->tx_synced && !p->rx_resync && rd_idle(p, d->step_now) < d->idle_ticks / 4))
+                dw_rel_ack_repeat(&p->rel, h);
+}
+
 static inline struct dw_rd_peer *rd_peer_find(struct dw_rd_qp *s, uint32_t ip, uint16_t port,
                                               uint32_t qpn)
 {

@@ -353,8 +353,7 @@ static bool rd_build_small(struct dw_rd_peer *p, struct dw_wqe *w, uint64_t cook
         h.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (ackreq ? DW_DGRAM_F_ACKREQ : 0);
         h.ack_psn = 0;
         h.credits = 0;
-        if (dw_rel_ack_owed(&p->rel))
-                dw_rel_build_ack(&p->rel, &h, 0); /* no holes: no SACK block */
+        rd_hdr_ack(p, &h, 0); /* no holes: no SACK block */
         rd_mbox_hdr(p, &h, true);
         bool nocrc = rdd(qp->dev)->nocrc;
         uint64_t tok = p->s->ctok_tx;
@@ -422,8 +421,7 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
         rd_hdr_rails(p, ck_rail(cookie), &h);
         rd_hdr_start(p, &h);
         rd_hdr_token(p, &h);
-        if (dw_rel_ack_owed(&p->rel))
-                dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
+        rd_hdr_ack(p, &h, DW_DGRAM_MAX_SACK);
         ssize_t hl = dw_dgram_encode(&h, t->hdr, sizeof(t->hdr));
         if (hl < 0)
                 return -EINVAL;
@@ -440,8 +438,8 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
         return 0;
 }
 
-/* Builds the datagram for cookie with PSN psn into t (and piggybacks an
- * owed ACK). 0, or -EACCES (a local key or the Read source failed), -EINVAL. */
+/* Builds the datagram for cookie with PSN psn into t (with the ACK fields of
+ * rd_hdr_ack). 0, or -EACCES (a local key or the Read source failed), -EINVAL. */
 static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
                     struct rd_txslot *t)
 {
@@ -629,11 +627,8 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         fixed += rd_hdr_rails(p, ck_rail(cookie), &h);
         fixed += rd_hdr_start(p, &h);
         fixed += rd_hdr_token(p, &h);
-        if (dw_rel_ack_owed(&p->rel)) {
-                size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
-                dw_rel_build_ack(&p->rel, &h,
-                                 room > DW_DGRAM_MAX_SACK ? DW_DGRAM_MAX_SACK : (unsigned)room);
-        }
+        size_t room = mtu > fixed ? (mtu - fixed) / DW_DGRAM_SACK_LEN : 0;
+        rd_hdr_ack(p, &h, room > DW_DGRAM_MAX_SACK ? DW_DGRAM_MAX_SACK : (unsigned)room);
         ssize_t hl =
             h.sack_count || (h.xflags & ~DW_DGRAM_X_NOCRC) || (h.xflags2 & ~DW_DGRAM_X2_TOKEN)
                 ? dw_dgram_encode(&h, t->hdr, sizeof(t->hdr))

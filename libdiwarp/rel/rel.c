@@ -74,7 +74,7 @@ void dw_rel_rx_start(struct dw_rel_peer *r, uint32_t rx_psn)
         r->rx_unacked = 0;
         r->ack_deadline = 0;
         r->flags &= (uint8_t) ~(DW_REL_F_ACK_NOW | DW_REL_F_REQ_SEEN);
-        r->flags2 &= (uint8_t)~DW_REL_F2_DSACK;
+        r->flags2 &= (uint8_t) ~(DW_REL_F2_DSACK | DW_REL_F2_ACKED);
 }
 
 int dw_rel_tx_start(struct dw_rel_peer *r, uint32_t tx_psn)
@@ -654,6 +654,7 @@ int dw_rel_build_ack(struct dw_rel_peer *r, struct dw_dgram_hdr *h, unsigned max
         if (n)
                 h->flags |= DW_DGRAM_F_SACK;
         r->flags &= (uint8_t)~DW_REL_F_ACK_NOW;
+        r->flags2 |= DW_REL_F2_ACKED;
         r->ack_deadline = 0;
         r->rx_unacked = 0;
         r->stats.acks_built++;

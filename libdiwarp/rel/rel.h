@@ -124,6 +124,7 @@ enum {
 enum {
         DW_REL_F2_TLP = 0x01,   /* the probe episode is a tail loss probe's, no RTO fired */
         DW_REL_F2_DSACK = 0x02, /* a duplicate arrived: the next ACK reports it (dsack_psn) */
+        DW_REL_F2_ACKED = 0x04, /* an ACK was built since the receive side (re)started */
 };
 
 /* Per-pseudo-stream state. Fields are readable (tests, counters); change them
@@ -324,6 +325,21 @@ bool dw_rel_ack_owed(const struct dw_rel_peer *r);
  * which must not carry a NAK. Clears the owed ACK. Returns the blocks written
  * or -EINVAL. */
 int dw_rel_build_ack(struct dw_rel_peer *r, struct dw_dgram_hdr *h, unsigned max_sack);
+/* With no ACK owed: the cumulative ACK point again (ACK, ack_psn = cursor, no
+ * SACK block), for a data packet that goes anyway, once an ACK was built
+ * since the receive side (re)started (before that the cursor may not be the
+ * peer's). An ACK lost on the way is so repaired by our next packet, before
+ * the peer learns anything else from us: the peer's application can never
+ * hear from ours that data arrived (a Read completed) while the peer still
+ * resends that data. True when h got it; the owed-ACK state is untouched. */
+static inline bool dw_rel_ack_repeat(const struct dw_rel_peer *r, struct dw_dgram_hdr *h)
+{
+        if (!(r->flags2 & DW_REL_F2_ACKED) || (h->flags & DW_DGRAM_F_NAK))
+                return false;
+        h->flags |= DW_DGRAM_F_RD | DW_DGRAM_F_ACK;
+        h->ack_psn = r->rcv_nxt;
+        return true;
+}
 /* Turns h into an RNR NAK refusing psn; delay_us is rounded up to the 10 µs
  * unit (0 = let the sender pick its own back-off). */
 void dw_rel_build_rnr_nak(struct dw_dgram_hdr *h, uint32_t psn, uint32_t delay_us);

@@ -1553,3 +1553,45 @@ Test(rel, rx_start_moves_the_receive_side)
         /* The send side is untouched. */
         cr_assert_eq(dw_rel_tx_next_psn(&r), 500);
 }
+
+/* A data packet sent while no ACK is owed repeats the cumulative point, but
+ * only once an ACK was built since the receive side (re)started, never with
+ * SACK blocks, and without touching the owed-ACK state. */
+Test(rel, ack_repeat_after_first_ack)
+{
+        struct dw_rel_params p;
+        struct dw_rel_txent ring[8];
+        struct dw_rel_peer r;
+        dw_rel_params_default(&p);
+        cr_assert_eq(dw_rel_peer_init(&r, &p, ring, 8, 0, 500), 0);
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA};
+        cr_assert_not(dw_rel_ack_repeat(&r, &h), "no ACK built yet: the cursor is unproven");
+        cr_assert_eq(h.flags, DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        cr_assert_eq(dw_rel_rx_data(&r, 500, false, 1000, NULL), 1u);
+        cr_assert_eq(dw_rel_rx_data(&r, 502, false, 1000, NULL), 0u); /* a hole at 501 */
+        cr_assert(dw_rel_ack_owed(&r));
+        struct dw_dgram_hdr a = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA};
+        cr_assert_eq(dw_rel_build_ack(&r, &a, DW_DGRAM_MAX_SACK), 1);
+        cr_assert_not(dw_rel_ack_owed(&r));
+        uint32_t built = r.stats.acks_built;
+        h = (struct dw_dgram_hdr){.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA};
+        cr_assert(dw_rel_ack_repeat(&r, &h));
+        cr_assert_eq(h.flags, DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK);
+        cr_assert_eq(h.ack_psn, 501u);
+        cr_assert_eq(h.sack_count, 0);
+        cr_assert_not(dw_rel_ack_owed(&r), "a repeat leaves the owed-ACK state alone");
+        cr_assert_eq(r.stats.acks_built, built);
+        /* A NAK is not an ACK. */
+        struct dw_dgram_hdr n = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_NAK, .ack_psn = 7};
+        cr_assert_not(dw_rel_ack_repeat(&r, &n));
+        cr_assert_eq(n.ack_psn, 7u);
+        /* The peer's stream starts over: nothing is repeated until an ACK of
+         * the new start was built. */
+        dw_rel_rx_start(&r, 9000);
+        h = (struct dw_dgram_hdr){.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA};
+        cr_assert_not(dw_rel_ack_repeat(&r, &h));
+        cr_assert_eq(dw_rel_rx_data(&r, 9000, false, 2000, NULL), 1u);
+        dw_rel_build_ack(&r, &a, 0);
+        cr_assert(dw_rel_ack_repeat(&r, &h));
+        cr_assert_eq(h.ack_psn, 9001u);
+}
