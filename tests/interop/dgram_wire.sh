@@ -168,7 +168,7 @@ corrupt="DIWARP_FAULT=corrupt:20% DIWARP_FAULT_SEED=1 DIWARP_CC=off" # CC: see n
 pair rd_corrupt "$corrupt" "$corrupt" "$DIWARP_PINGPONG" --transport rd --op send --size 64 --iters 20
 
 # Hand-made datagrams (a pcap written by the checker).
-/usr/bin/python3 "$here/dgram_wire_check.py" craft "$cap/crafted.pcap" || fail "crafting failed"
+/usr/bin/python3 "$here/dgram_wire_check.py" craft "$cap/crafted.pcap" "$cap/crafted_gso.pcap" || fail "crafting failed"
 
 # 2. RC over TCP (MPA) with Wireshark's own dissectors.
 cap_start "$cap/rc_tcp.pcapng" tcp

@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """The decode half of dgram_wire.sh.
 
-  dgram_wire_check.py craft FILE.pcap
+  dgram_wire_check.py craft FILE.pcap GSO.pcap
       writes hand-made datagrams (what the engine never sends: credits, the
       NAK codes but RNR, ECE, a D-SACK with SACK blocks, a bad CRC, broken
       headers, a datagram on a port outside the registered range; and what
       it sends only with several addresses, the multirail rail list and
-      origin, or with DIWARP_AUTH, the authentication trailer);
+      origin, or with DIWARP_AUTH, the authentication trailer) into FILE,
+      and into GSO.pcap UDP GSO buffers whose datagrams' headers differ as
+      they do when one QP's batch goes to several streams of a peer device
+      (a timing the live captures hit only now and then);
   dgram_wire_check.py check DISSECTOR.lua CAPDIR [DGRAM_VERDICT]
       runs tshark with the dissector over the captures dgram_wire.sh left in
       CAPDIR and checks what it decodes against what the programs did (their
@@ -254,13 +257,77 @@ CRAFTED.append(("auth_token_ack", dgram(version=2, flags=RD | ACK, ack=22,
                 17471, dict(AUTH_EXP, kind="ACK", ack="22")))
 
 
-def craft(path):
+# UDP GSO buffers (several datagrams of one size, the last maybe shorter, as
+# one frame: what a capture on loopback sees of rd_send_batch) whose headers
+# differ as one QP's batch to several QPs of one peer device makes them
+# differ: the X2-flag START (byte 8) on one stream and not on the next, SACK
+# blocks on the first and a last datagram no longer than a credit control
+# segment. name -> (datagrams, expected decode, one value per datagram).
+def cctl_seg(typ, value):
+    """A credit control segment (X-flag CCTL): untagged DDP header on queue 3
+    with the type in its first RsvdULP byte, MSN 1, MO 0, then the value."""
+    return bytes([0x41, typ]) + bytes(4) + struct.pack(">III", 3, 1, 0) + struct.pack(">I", value)
+
+
+def send_seg(msn, n):
+    return bytes([0x41, 0x43]) + bytes(4) + struct.pack(">III", 0, msn, 0) + bytes(range(n))
+
+
+def start_desc(psn):
+    return struct.pack(">II", psn, psn)
+
+
+GSO_SRC = 0x3007
+CRAFTED_GSO = [
+    ("gso_cctl_start_then_synced",
+     [dgram(version=2, xflags=X_CCTL, flags=RD | DATA | ACKREQ, dst=0x1010,
+            src=(X2_START << 24) | GSO_SRC, psn=500, tail=start_desc(500) + cctl_seg(2, 3)),
+      dgram(version=2, xflags=X_CCTL, flags=RD | DATA | ACKREQ, dst=0x1011, src=GSO_SRC,
+            psn=601, tail=cctl_seg(2, 5))],
+     {"kind": "CCTL|CCTL", "crc": "1|1"}),
+    ("gso_cctl_sacks_then_plain",
+     [dgram(version=2, xflags=X_CCTL, flags=RD | ACK | SACK | DATA | ACKREQ, dst=0x1012,
+            src=GSO_SRC, psn=700, ack=40, sacks=[(42, 43), (45, 47)], tail=cctl_seg(1, 0)),
+      dgram(version=2, xflags=X_CCTL, flags=RD | DATA | ACKREQ, dst=0x1013, src=GSO_SRC,
+            psn=801, tail=cctl_seg(1, 0))],
+     {"kind": "CCTL|CCTL", "crc": "1|1"}),
+    ("gso_send_start_then_synced",
+     [dgram(version=2, flags=RD | DATA, dst=0x1014, src=(X2_START << 24) | GSO_SRC, psn=900,
+            tail=start_desc(900) + send_seg(900, 64)),
+      dgram(flags=RD | DATA, dst=0x1015, src=GSO_SRC, psn=1001, tail=send_seg(1001, 72)),
+      dgram(flags=RD | DATA, dst=0x1015, src=GSO_SRC, psn=1002, tail=send_seg(1002, 10))],
+     {"kind": "DATA|DATA|DATA", "crc": "1|1|1", "opcode": "0x03|0x03|0x03"}),
+    ("gso_nocrc_start_then_synced",
+     [dgram(version=2, xflags=X_CCTL | X_NOCRC, flags=RD | DATA | ACKREQ, dst=0x1016,
+            src=(X2_START << 24) | GSO_SRC, psn=1100, tail=start_desc(1100) + cctl_seg(2, 1),
+            crc=False),
+      dgram(version=2, xflags=X_CCTL | X_NOCRC, flags=RD | DATA | ACKREQ, dst=0x1017,
+            src=GSO_SRC, psn=1201, tail=cctl_seg(2, 2), crc=False)],
+     {"kind": "CCTL|CCTL", "crc": "3|3"}),
+    # Split, a datagram with a bad CRC still shows as one.
+    ("gso_second_bad_crc",
+     [dgram(flags=RD | DATA, dst=0x1018, src=GSO_SRC, psn=1300, tail=send_seg(1300, 40)),
+      dgram(flags=RD | DATA, dst=0x1018, src=GSO_SRC, psn=1301, tail=send_seg(1301, 40),
+            bad_crc=True)],
+     {"kind": "DATA|DATA", "crc": "1|0", "expert": "Bad CRC32c"}),
+]
+
+
+def write_pcap(path, payloads):
     with open(path, "wb") as f:
         f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 101))  # LINKTYPE_RAW
-        for i, (_, d, port, _) in enumerate(CRAFTED):
-            # Outside the registered range both ways: only the heuristic can take it.
-            pkt = ipv4_udp(d, 17472 if port == 17471 else 40002, port)
+        for i, (d, sport, dport) in enumerate(payloads):
+            pkt = ipv4_udp(d, sport, dport)
             f.write(struct.pack("<IIII", 1000 + i, 0, len(pkt), len(pkt)) + pkt)
+
+
+def craft(path, gso_path):
+    # Outside the registered range both ways: only the heuristic can take it.
+    write_pcap(path, [(d, 17472 if port == 17471 else 40002, port)
+                      for _, d, port, _ in CRAFTED])
+    for _, ds, _ in CRAFTED_GSO:
+        assert all(len(d) == len(ds[0]) for d in ds[:-1]) and len(ds[-1]) <= len(ds[0])
+    write_pcap(gso_path, [(b"".join(ds), 17472, 17471) for _, ds, _ in CRAFTED_GSO])
 
 
 # --------------------------------------------------------------- decoding
@@ -280,7 +347,7 @@ FIELDS = ["frame.number", "udp.srcport", "udp.dstport", "diwarp.transport", "diw
           "iwarp_rdma.rdmardsz", "iwarp_rdma.sinkstag", "iwarp_rdma.srcstag",
           "iwarp_rdma.srcto", "iwarp_rdma.atomic.add_data", "iwarp_rdma.atomic.swap_data",
           "iwarp_rdma.atomic.compare_data", "iwarp_rdma.atomic.original_remote_data_value",
-          "_ws.malformed", "_ws.expert.message"]
+          "diwarp.gso.segments", "diwarp.gso.size", "_ws.malformed", "_ws.expert.message"]
 
 # Per datagram (one value each, in order, for every diwarp datagram of a frame).
 PER_DGRAM = ["diwarp.transport", "diwarp.kind", "diwarp.version", "diwarp.flags",
@@ -757,6 +824,42 @@ def check_crafted(lua, capdir):
                   f"crafted {name}: unexpected expert {f['_ws.expert.message']}")
 
 
+def check_crafted_gso(lua, capdir, verdict=None):
+    """Each GSO buffer is split into its datagrams, each decoded with its own
+    header and CRC; the engine takes each datagram as the kernel cuts it."""
+    frames, _ = decode(lua, f"{capdir}/crafted_gso.pcap", strict=False)
+    if not check(len(frames) == len(CRAFTED_GSO), f"crafted GSO: {len(frames)} frames"):
+        return
+    for (name, ds, exp), f in zip(CRAFTED_GSO, frames):
+        check(f["diwarp.gso.segments"] == [str(len(ds))] and
+              f["diwarp.gso.size"] == [str(len(ds[0]))],
+              f"crafted {name}: GSO {f['diwarp.gso.segments']} x {f['diwarp.gso.size']}, "
+              f"expected {len(ds)} x {len(ds[0])}")
+        got = {"kind": f["diwarp.kind"], "crc": f["diwarp.crc.status"],
+               "opcode": f["iwarp_rdma.opcode"]}
+        for k, v in exp.items():
+            if k == "expert":
+                continue
+            check(got[k] == v.split("|"), f"crafted {name}: {k} = {got[k]}, expected {v}")
+        want = [exp["expert"]] if "expert" in exp else []
+        bad = [m for m in f["_ws.expert.message"] if "Retransmission" not in m]
+        check(bad == want and not f["_ws.malformed"], f"crafted {name}: expert {bad}, "
+              f"expected {want}")
+    if not verdict:
+        return
+    # The engine's decoder on each datagram: taken, but the one with the bad CRC.
+    flat = [(name, d, "expert" in exp and i == len(ds) - 1)
+            for name, ds, exp in CRAFTED_GSO for i, d in enumerate(ds)]
+    r = subprocess.run([verdict], input="".join(d.hex() + "\n" for _, d, _ in flat),
+                       stdout=subprocess.PIPE, text=True, timeout=30)
+    lines = r.stdout.splitlines()
+    if not check(r.returncode == 0 and len(lines) == len(flat),
+                 f"dgram_verdict (GSO): exit {r.returncode}, {len(lines)} verdicts"):
+        return
+    for (name, _, bad), v in zip(flat, lines):
+        check(v.startswith("bad") == bad, f"crafted {name}: engine says '{v}'")
+
+
 def check_verdicts(lua, capdir, verdict):
     # The engine's decoder and the dissector agree on every crafted datagram.
     hexes = "".join(d.hex() + "\n" for _, d, _, _ in CRAFTED)
@@ -796,10 +899,11 @@ def check_rc_tcp(lua, capdir):
 
 def main():
     if sys.argv[1] == "craft":
-        craft(sys.argv[2])
+        craft(sys.argv[2], sys.argv[3])
         return 0
     lua, capdir = sys.argv[2], sys.argv[3]
     check_crafted(lua, capdir)
+    check_crafted_gso(lua, capdir, sys.argv[4] if len(sys.argv) > 4 else None)
     if len(sys.argv) > 4:
         check_verdicts(lua, capdir, sys.argv[4])
     check_traffic(lua, capdir)

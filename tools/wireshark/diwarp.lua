@@ -730,41 +730,47 @@ end
 -- UDP GSO: a sender may hand the kernel one buffer of several datagrams of
 -- one size, the last possibly shorter (UDP_SEGMENT), and a capture on
 -- loopback or on a veth sees that super-packet before it is cut. Returns the
--- datagram size when tvb is one: the next header repeats bytes 8-11 (the
+-- datagram size when tvb is one: the next header repeats bytes 9-11 (the
 -- source QPN: one QP's batch, to one peer device but maybe several of its
--- QPs; the first may differ in version and X-flags, e.g. a PULL segment),
--- a header that passes the rules starts every sz bytes,
--- and (unless NOCRC or AUTH) the first datagram's CRC32c holds.
+-- QPs, so the rest of each header is that datagram's own: version, X-flags,
+-- SACK blocks, and byte 8's X2-flags, e.g. START on a stream the peer has
+-- not acknowledged yet next to one it has), at every multiple of sz a
+-- header starts that passes the rules, is RD DATA (a batch holds segments
+-- only) and fits in its datagram with its DDP header and trailer (the last
+-- datagram may be as short as a credit control segment), and (unless NOCRC
+-- or AUTH) the first datagram's CRC32c holds.
+local function gso_part_ok(tvb)
+        local h = read_hdr(tvb)
+        return h ~= nil and band(h.flags, F_RD + F_DATA) == F_RD + F_DATA and
+                h.hdr_len + DDP_TAGGED_LEN + h.trailer_len <= tvb:len() and
+                not check_rules(h) and not check_sacks(h)
+end
+
 local function gso_size(tvb)
         local len = tvb:len()
         local h = read_hdr(tvb)
         if not h or band(h.flags, F_RD + F_DATA) ~= F_RD + F_DATA then return nil end
         local min = h.hdr_len + DDP_TAGGED_LEN + h.trailer_len
-        if len < 2 * min then return nil end
+        -- the shortest datagram after the first: a header without extensions
+        if len < min + HDR_LEN + DDP_TAGGED_LEN then return nil end
         local raw = tvb:raw()
-        -- bytes 8-11: the reserved byte and the source QPN (one sending QP's
-        -- batch; its datagrams may go to several QPs of the peer device)
-        local pat = raw:sub(9, 12)
-        local init = min + 9
+        local pat = raw:sub(10, 12) -- bytes 9-11: the source QPN
+        local init = min + 10
         while true do
                 local q = raw:find(pat, init, true)
                 if not q then return nil end
-                local sz = q - 9
-                local last = len % sz
-                if sz >= min and (last == 0 or last >= min) then
-                        local ok = true
-                        for o = sz, len - 1, sz do
-                                local hi = read_hdr(tvb(o, math.min(sz, len - o)):tvb())
-                                if not hi or check_rules(hi) or check_sacks(hi) then
-                                        ok = false
-                                        break
-                                end
+                local sz = q - 10
+                local ok = true
+                for o = sz, len - 1, sz do
+                        if not gso_part_ok(tvb(o, math.min(sz, len - o)):tvb()) then
+                                ok = false
+                                break
                         end
-                        if ok and h.trailer_len == CRC_LEN then
-                                ok = crc32c(raw:sub(1, sz - CRC_LEN)) == tvb(sz - CRC_LEN, 4):uint()
-                        end
-                        if ok then return sz end
                 end
+                if ok and h.trailer_len == CRC_LEN then
+                        ok = crc32c(raw:sub(1, sz - CRC_LEN)) == tvb(sz - CRC_LEN, 4):uint()
+                end
+                if ok then return sz end
                 init = q + 1
         end
 end
