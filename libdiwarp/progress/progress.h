@@ -163,6 +163,16 @@ struct dw_progress {
          * (lock held): the application's next reading step does not read
          * them again (dw_progress_run). */
         bool drained;
+        /* The driver's spin before it sleeps (dw_progress_wait_spin):
+         * spin_trust, how far recent spins ended in a completion (full
+         * DW_SPIN_TRUST, halved by a spin that ended asleep; 0: waits do not
+         * spin but for a probe every DW_SPIN_PROBE_EVERY, counted in
+         * spin_probe). Lock held. */
+        unsigned spin_trust;
+        unsigned spin_probe;
+        /* ... and no spin before spin_off_until: the core was taken from a
+         * spin at spin_stolen_at; spin_off_ns, the current off period. */
+        uint64_t spin_off_until, spin_off_ns, spin_stolen_at;
         pthread_mutex_t yield_lock;
         pthread_cond_t yield_cond;
         bool yield_kick;

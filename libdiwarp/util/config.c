@@ -52,6 +52,7 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->rd_max_peers = DW_CONFIG_DEFAULT_RD_MAX_PEERS;
         cfg->rd_dev_peers = DW_CONFIG_DEFAULT_RD_DEV_PEERS;
         cfg->rd_idle_ms = DW_CONFIG_DEFAULT_RD_IDLE_MS;
+        cfg->wait_spin_us = DW_CONFIG_DEFAULT_WAIT_SPIN_US;
         cfg->credit_cslots = DW_CONFIG_DEFAULT_CREDIT_CSLOTS;
         cfg->local_copy = -1;
         cfg->stripe_min = DW_CONFIG_DEFAULT_STRIPE_MIN;
@@ -271,6 +272,12 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                 if (i < 0)
                         return bad(cfg, "DIWARP_PROGRESS", v, "expected app, thread or daemon");
                 cfg->progress_thread = i == 1;
+        }
+        if ((v = var(env, "DIWARP_WAIT_SPIN_US"))) {
+                if (!parse_u64(v, 10, 0, DW_CONFIG_MAX_WAIT_SPIN_US, &u))
+                        return bad(cfg, "DIWARP_WAIT_SPIN_US", v,
+                                   "expected microseconds 0..10000 (0: never spin)");
+                cfg->wait_spin_us = (uint32_t)u;
         }
         if ((v = var(env, "DIWARP_IO"))) {
                 static const char *const names[] = {"plain", "uring"};

@@ -63,6 +63,8 @@ enum dw_rc_transport {
 #define DW_CONFIG_DEFAULT_RD_DEV_PEERS 16384u
 #define DW_CONFIG_MAX_RD_PEERS         1000000u
 #define DW_CONFIG_DEFAULT_RD_IDLE_MS   10000u
+#define DW_CONFIG_DEFAULT_WAIT_SPIN_US 50u
+#define DW_CONFIG_MAX_WAIT_SPIN_US     10000u
 #define DW_CONFIG_MIN_RD_IDLE_MS       100u
 
 enum dw_credit_setting {
@@ -83,6 +85,7 @@ struct dw_config {
         uint16_t port_base;           /* DIWARP_PORT_BASE */
         int log_level;                /* DIWARP_LOG, enum dw_log_level */
         bool progress_thread;         /* DIWARP_PROGRESS=thread (the default) or app */
+        uint32_t wait_spin_us;        /* DIWARP_WAIT_SPIN_US: completion-channel waits spin first */
         enum dw_io_backend io;        /* DIWARP_IO=plain|uring */
         bool rc_crc;                  /* DIWARP_RC_CRC=0|1 */
         bool rd_direct;               /* DIWARP_RD_DIRECT=0|1: continuations placed first */

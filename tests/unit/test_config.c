@@ -40,7 +40,8 @@ static void assert_defaults(const struct dw_config *c)
         cr_assert_str_eq(c->addr, ""); /* not pinned: every host address */
         cr_assert_eq(c->port_base, 17471);
         cr_assert_eq(c->log_level, DW_LOG_WARN);
-        cr_assert(c->progress_thread); /* independent progress, as an RNIC */
+        cr_assert(c->progress_thread);     /* independent progress, as an RNIC */
+        cr_assert_eq(c->wait_spin_us, 50); /* completion-channel waits spin briefly */
         cr_assert_eq(c->io, DW_IO_PLAIN);
         cr_assert(c->rc_crc);
         cr_assert(c->rd_direct);
@@ -164,6 +165,10 @@ Test(config, alternative_spellings)
         cr_assert_eq(c.inflight_qp, 1000000);
         cr_assert_eq(parse1(&c, "DIWARP_INFLIGHT_SHM", "/mypool", NULL), 0);
         cr_assert_str_eq(c.inflight_shm, "/mypool");
+        cr_assert_eq(parse1(&c, "DIWARP_WAIT_SPIN_US", "0", NULL), 0);
+        cr_assert_eq(c.wait_spin_us, 0);
+        cr_assert_eq(parse1(&c, "DIWARP_WAIT_SPIN_US", "10000", NULL), 0);
+        cr_assert_eq(c.wait_spin_us, 10000);
 }
 
 Test(config, bad_values_rejected_with_reason)
@@ -182,6 +187,9 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_LOG", "verbose"},
             {"DIWARP_LOG", "4"},
             {"DIWARP_PROGRESS", "threads"},
+            {"DIWARP_WAIT_SPIN_US", "10001"},
+            {"DIWARP_WAIT_SPIN_US", "-1"},
+            {"DIWARP_WAIT_SPIN_US", "50us"},
             {"DIWARP_IO", "epoll"},
             {"DIWARP_RC_CRC", "yes"},
             {"DIWARP_RC_CRC", "2"},
