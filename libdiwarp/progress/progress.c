@@ -830,7 +830,7 @@ static int dw_progress_wait_beside(struct dw_progress *p, int fd)
 
 /* Lock not held. >0: a fd is ready, 0: the spin ended (until passed),
  * -EBUSY: the core was taken from the spinner, -errno. */
-static int dw_progress_wait_spin(struct pollfd *pfd, uint64_t until)
+static int dw_progress_spin_loop(struct pollfd *pfd, uint64_t until)
 {
         static const struct timespec zero = {0, 0};
         uint64_t last = dw_now_ns();
@@ -847,6 +847,17 @@ static int dw_progress_wait_spin(struct pollfd *pfd, uint64_t until)
                 sched_yield();
                 last = now;
         }
+}
+
+/* The spin, as dw_progress_spin_loop. ppoll is a cancellation point: a
+ * driver cancelled there leaves no role behind, as in its sleep. */
+static int dw_progress_wait_spin(struct dw_progress *p, struct pollfd *pfd, uint64_t until)
+{
+        int r;
+        pthread_cleanup_push(dw_progress_driver_cancelled, p);
+        r = dw_progress_spin_loop(pfd, until);
+        pthread_cleanup_pop(0);
+        return r;
 }
 
 /* The core was taken from a spin: no spin for a while. Lock held. */
@@ -935,7 +946,8 @@ int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void
                          * armed meanwhile writes the wake eventfd, which
                          * the spin sees in the set): a step for it, and the
                          * spin goes on. */
-                        n = dw_progress_wait_spin(pfd, spin_until < wake_at ? spin_until : wake_at);
+                        n = dw_progress_wait_spin(p, pfd,
+                                                  spin_until < wake_at ? spin_until : wake_at);
                         uint64_t now = dw_now_ns();
                         if (n == -EBUSY) {
                                 n = 0;
