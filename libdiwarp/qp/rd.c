@@ -613,6 +613,50 @@ void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event,
         dw_qp_to_error(qp, event);
 }
 
+/* When p, silent, fails a Read or Atomic of ours that waits for its
+ * response (ns; UINT64_MAX: none waits). Once the request is acknowledged
+ * nothing of ours is in flight to p, so no retransmission timer would ever
+ * notice a responder that stopped (its QP went to error, its process died):
+ * the wait would never end. As for data in flight, the peer's silence for
+ * DIWARP_PEER_TIMEOUT_MS ends it; every datagram of the response restarts
+ * the count (last_tick). */
+static uint64_t rd_read_deadline(const struct dw_rd_peer *p)
+{
+        const struct dw_rd_qp *s = p->s;
+        for (uint32_t i = 0; i < s->norq; i++)
+                if (s->orq[i]->priv == p)
+                        return ((uint64_t)p->last_tick << RD_TICK_SHIFT) +
+                               (uint64_t)s->params.peer_timeout_ms * 1000000u;
+        return UINT64_MAX;
+}
+
+/* p's timers are all done (none due, nothing in flight): the stream may
+ * leave the active list, unless a Read of ours waits for p's response
+ * (rd_read_deadline). Returns that deadline, UINT64_MAX when p left; when it
+ * has passed p is failed (and left). */
+static uint64_t rd_peer_quiet(struct dw_rd_dev *d, struct dw_rd_peer *p, uint64_t now)
+{
+        uint64_t rdl = rd_read_deadline(p);
+        if (rdl != UINT64_MAX && now < rdl)
+                return rdl;
+        if (rdl != UINT64_MAX) {
+                char why[96];
+                snprintf(why, sizeof(why), "silent for %u ms while a Read waits for its response",
+                         p->s->params.peer_timeout_ms);
+                rd_peer_fail(p, DIWARP_WC_RETRY_EXC_ERR, DIWARP_EVENT_QP_FATAL, why);
+        }
+        rd_deactivate(p);
+        rd_ring_idle(d, p);
+        return UINT64_MAX;
+}
+
+void rd_read_source_gone(struct dw_rd_peer *p)
+{
+        rd_peer_fail(p, DIWARP_WC_WR_FLUSH_ERR, DIWARP_EVENT_QP_ACCESS_ERR,
+                     "the region a peer's RDMA Read names is no longer accessible (deregistered "
+                     "or invalidated while the Read was served)");
+}
+
 /* ---------------------------------------------------------------- progress */
 
 static void rd_tx_wait(struct dw_device *dev, bool wait)
@@ -705,12 +749,10 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                 struct dw_rd_peer *t = d->touched;
                 uint64_t dl = dw_rel_next_deadline(&t->rel);
                 d->touched = NULL;
+                if (dl == UINT64_MAX && dw_rel_tx_inflight(&t->rel) == 0)
+                        dl = rd_peer_quiet(d, t, now);
                 if (dl < d->timers_at)
                         d->timers_at = dl;
-                else if (dl == UINT64_MAX && dw_rel_tx_inflight(&t->rel) == 0) {
-                        rd_deactivate(t);
-                        rd_ring_idle(d, t);
-                }
         }
         if (!d->timers_dirty && now < d->timers_at) {
                 if (d->timers_at != UINT64_MAX) /* each step asks anew */
@@ -728,6 +770,11 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                         continue;
                 }
                 int r = dw_rel_timers(&p->rel, now, &rd_ops, p);
+                if (r == -EFAULT) {
+                        rd_read_source_gone(p);
+                        rd_deactivate(p);
+                        continue;
+                }
                 if (r < 0 && !rd_backpressure(r)) {
                         enum diwarp_wc_status st = r == -EREMOTEIO   ? DIWARP_WC_RNR_RETRY_EXC_ERR
                                                    : r == -ETIMEDOUT ? DIWARP_WC_RETRY_EXC_ERR
@@ -746,10 +793,9 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                         continue;
                 }
                 uint64_t dl = dw_rel_next_deadline(&p->rel);
-                if (dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0) {
-                        rd_deactivate(p);
-                        rd_ring_idle(d, p);
-                } else if (dl < next)
+                if (dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0)
+                        dl = rd_peer_quiet(d, p, now);
+                if (dl < next)
                         next = dl;
                 work++;
         }

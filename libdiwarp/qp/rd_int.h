@@ -500,6 +500,12 @@ void rd_retire(struct dw_rd_qp *s);
 void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w);
 void rd_complete_through(struct dw_rd_qp *s, struct dw_wqe *w, enum diwarp_wc_status status);
 void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event, const char *why);
+/* A Read Response cannot be (re)sent: the region the peer's Read names was
+ * deregistered or invalidated while the Read was served. The QP goes to
+ * error with IBV_EVENT_QP_ACCESS_ERR (a responder's access error); no WR of
+ * ours is at fault, so every one is flushed (WR_FLUSH_ERR), none reported as
+ * a local protection error. */
+void rd_read_source_gone(struct dw_rd_peer *p);
 
 /* rd_tx.c */
 extern const struct dw_rel_ops rd_ops;

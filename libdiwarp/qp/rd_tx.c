@@ -439,7 +439,8 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
 }
 
 /* Builds the datagram for cookie with PSN psn into t (with the ACK fields of
- * rd_hdr_ack). 0, or -EACCES (a local key or the Read source failed), -EINVAL. */
+ * rd_hdr_ack). 0, or -EACCES (a local key failed), -EFAULT (the region a
+ * peer's Read names is no longer accessible), -EINVAL. */
 static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
                     struct rd_txslot *t)
 {
@@ -589,11 +590,12 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                                         return -EACCES;
                         } else {
                                 uint8_t *host = NULL;
-                                /* Checked per segment: the region may have gone since. */
+                                /* Checked per segment: the region may have gone since
+                                 * (rd_read_source_gone). */
                                 if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd, qp->qpn,
                                                        DIWARP_ACCESS_REMOTE_READ, e->src_to + off,
                                                        plen, &host) != DW_PROT_OK)
-                                        return -EACCES;
+                                        return -EFAULT;
                                 if (plen) {
                                         pay[0].iov_base = host;
                                         pay[0].iov_len = plen;
@@ -1247,8 +1249,12 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                               dw_cc_full_after(&f->cc, f->pending + ccb);
                 int r = rd_build(p, cookie, psn, ackreq, t);
                 if (r < 0) {
-                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, DIWARP_EVENT_QP_ACCESS_ERR,
-                                     "RDMA Read source no longer accessible");
+                        if (r == -EFAULT)
+                                rd_read_source_gone(p);
+                        else
+                                rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, DIWARP_EVENT_QP_ACCESS_ERR,
+                                             "a local SGE of a receiver-paced Send is no longer "
+                                             "in a valid memory region");
                         return -1;
                 }
                 t->save_idx = idx;

@@ -3439,6 +3439,85 @@ static void dr_handle(struct dr_side *d, struct diwarp_wc *wc, int idx)
         }
 }
 
+/* The responder deregisters the region a peer's RDMA Read names while the
+ * Read is served (DIWARP_FAULT=slowrx at the reader keeps it under way for
+ * a while). The responder cannot send the rest of the response: its QP goes
+ * to error with QP_ACCESS_ERR (a responder's access error), and none of its
+ * own WRs is blamed (its posted receive is flushed, nothing completes with
+ * LOC_PROT_ERR); the reader's Read never completes successfully. */
+#define RG_LEN (8u * MiB)
+
+static int case_readgone(void)
+{
+        struct side a, b;
+        buf_len = RG_LEN + 4096;
+        int all =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        pair_open(&a, &b, all);
+        uint8_t *src = aligned_alloc(4096, RG_LEN);
+        if (!src)
+                die("no memory");
+        fill(src, RG_LEN, 41);
+        struct diwarp_mr *mr;
+        CHECK(diwarp_mr_reg(b.pd, src, RG_LEN, (uintptr_t)src,
+                            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_READ, &mr));
+        struct diwarp_mr_info mi;
+        diwarp_mr_info(mr, &mi);
+        post_recv(&b, 0x77, 0, 64);
+        post_one(&a, &b, DIWARP_WR_RDMA_READ, 9, 0, RG_LEN, (uintptr_t)src, mi.rkey);
+        uint64_t t0 = now_ms();
+        while (now_ms() < t0 + 50) {
+                struct diwarp_wc wc;
+                if (diwarp_cq_poll(a.cq, 1, &wc) == 1)
+                        die("readgone: the Read completed (%d) before the region went: slowrx "
+                            "did not slow it",
+                            (int)wc.status);
+                if (diwarp_cq_poll(b.cq, 1, &wc) == 1)
+                        die("readgone: responder completion %#llx (%d) before the region went",
+                            (unsigned long long)wc.wr_id, (int)wc.status);
+                usleep(1000);
+        }
+        CHECK(diwarp_mr_dereg(mr));
+        bool read_done = false, recv_flushed = false;
+        uint64_t end = now_ms() + 60000;
+        while (!read_done || !recv_flushed) {
+                struct diwarp_wc wc;
+                if (diwarp_cq_poll(a.cq, 1, &wc) == 1) {
+                        if (wc.wr_id != 9 || wc.status == DIWARP_WC_SUCCESS)
+                                die("readgone: reader completion %#llx status %d",
+                                    (unsigned long long)wc.wr_id, (int)wc.status);
+                        read_done = true;
+                }
+                if (diwarp_cq_poll(b.cq, 1, &wc) == 1) {
+                        if (wc.wr_id != 0x77 || wc.status != DIWARP_WC_WR_FLUSH_ERR)
+                                die("readgone: responder completion %#llx status %d (want its "
+                                    "receive flushed, WR_FLUSH_ERR %d)",
+                                    (unsigned long long)wc.wr_id, (int)wc.status,
+                                    (int)DIWARP_WC_WR_FLUSH_ERR);
+                        recv_flushed = true;
+                }
+                if (now_ms() > end)
+                        die("readgone: after 60 s: reader done %d, responder's receive flushed %d",
+                            read_done, recv_flushed);
+                usleep(1000);
+        }
+        if (diwarp_qp_state(b.qp) != DIWARP_QPS_ERR)
+                die("readgone: responder QP not in ERR");
+        struct diwarp_async_event ev;
+        int fl = diwarp_get_async_event(b.dev, &ev);
+        if (fl < 0 || ev.event_type != DIWARP_EVENT_QP_ACCESS_ERR)
+                die("readgone: responder's async event %d (%d), want QP_ACCESS_ERR %d",
+                    fl < 0 ? -1 : (int)ev.event_type, fl, (int)DIWARP_EVENT_QP_ACCESS_ERR);
+        fprintf(stderr,
+                "readgone ok: responder QP_ACCESS_ERR, its receive flushed, the Read "
+                "failed, %llu ms\n",
+                (unsigned long long)(now_ms() - t0));
+        free(src);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 static int case_dereg(void)
 {
         struct side a, b;
@@ -3547,6 +3626,8 @@ int main(int argc, char **argv)
                 return case_cc();
         if (!strcmp(argv[1], "dereg"))
                 return case_dereg();
+        if (!strcmp(argv[1], "readgone"))
+                return case_readgone();
         die("unknown case %s", argv[1]);
         return 1;
 }
