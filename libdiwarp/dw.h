@@ -351,8 +351,19 @@ void dw_async_cq(struct dw_device *dev, struct dw_cq *cq, enum diwarp_event_type
 void dw_async_srq(struct dw_device *dev, struct dw_srq_obj *srq, enum diwarp_event_type type);
 void dw_async_dev(struct dw_device *dev, enum diwarp_event_type type);
 
+/* Host iovecs for bytes [off, off + len) of a WQE's SGE list (a send WQE
+ * posted inline, read with access 0: its inline area), each piece checked
+ * against its lkey in pd for access (0: local read). The one walk of an SGE
+ * list that both transports' placement (receive WQEs, Read sinks, atomic
+ * results) and sources use. Returns the count (0 for len 0), -EMSGSIZE when
+ * the range runs past the SGEs or needs more than max iovecs, -EACCES on a
+ * protection failure. */
+int dw_qp_sge_iov(struct dw_qp *qp, const struct dw_pd *pd, const struct dw_wqe *w, uint64_t off,
+                  uint64_t len, int access, struct iovec *iov, int max);
+
 /* Scatters len bytes of src into the WQE's SGE list at byte offset off,
- * checking each SGE for LOCAL_WRITE access in the QP's PD. Returns 0,
+ * checking each SGE for LOCAL_WRITE access in the QP's PD (the SRQ's when
+ * the QP has one). Returns 0,
  * -EMSGSIZE (does not fit) or -EACCES (protection: nothing written). */
 int dw_qp_scatter(struct dw_qp *qp, const struct dw_wqe *wqe, size_t off, const void *src,
                   size_t len);

@@ -209,42 +209,63 @@ static void dw_qp_reset_queues(struct dw_qp *qp)
 
 /* ---- data movement helpers -------------------------------------------------- */
 
+int dw_qp_sge_iov(struct dw_qp *qp, const struct dw_pd *pd, const struct dw_wqe *w, uint64_t off,
+                  uint64_t len, int access, struct iovec *iov, int max)
+{
+        int n = 0;
+
+        if (len == 0)
+                return 0;
+        if ((w->flags & DW_WQE_INLINE) && access == 0) {
+                if (off + len > w->sge[0].length)
+                        return -EMSGSIZE;
+                iov[0].iov_base = (uint8_t *)(uintptr_t)w->sge[0].addr + off;
+                iov[0].iov_len = len;
+                return 1;
+        }
+        for (uint32_t i = 0; i < w->num_sge && len; i++) {
+                const struct diwarp_sge *s = &w->sge[i];
+                if (off >= s->length) {
+                        off -= s->length;
+                        continue;
+                }
+                uint64_t piece = s->length - off;
+                if (piece > len)
+                        piece = len;
+                uint8_t *host = NULL;
+                if (dw_mr_check_local(&qp->dev->mrs, s->lkey, pd, access, s->addr + off, piece,
+                                      &host) != DW_PROT_OK)
+                        return -EACCES;
+                if (n == max)
+                        return -EMSGSIZE;
+                iov[n].iov_base = host;
+                iov[n].iov_len = piece;
+                n++;
+                len -= piece;
+                off = 0;
+        }
+        return len ? -EMSGSIZE : n;
+}
+
 int dw_qp_scatter(struct dw_qp *qp, const struct dw_wqe *wqe, size_t off, const void *src,
                   size_t len)
 {
-        uint8_t *dst[DW_MAX_SGE];
-        size_t cnt[DW_MAX_SGE];
+        struct iovec dst[DW_MAX_SGE];
         const struct dw_pd *pd = qp->srq ? qp->srq->pd : qp->pd;
-        size_t skip = off, left = len;
-        unsigned n = 0;
 
         if (len == 0)
                 return 0;
         if (off > wqe->total_len || len > wqe->total_len - off)
                 return -EMSGSIZE;
-        /* Check every piece before writing any, so a protection failure never
-         * leaves a partial write behind. */
-        for (uint32_t i = 0; i < wqe->num_sge && left; i++) {
-                const struct diwarp_sge *s = &wqe->sge[i];
-                if (skip >= s->length) {
-                        skip -= s->length;
-                        continue;
-                }
-                size_t take = s->length - skip < left ? s->length - skip : left;
-                uint8_t *h = NULL;
-                if (dw_mr_check_local(&qp->dev->mrs, s->lkey, pd, DIWARP_ACCESS_LOCAL_WRITE,
-                                      s->addr + skip, take, &h) != DW_PROT_OK)
-                        return -EACCES;
-                dst[n] = h;
-                cnt[n] = take;
-                n++;
-                left -= take;
-                skip = 0;
-        }
+        /* Every piece is checked before any is written, so a protection
+         * failure never leaves a partial write behind. */
+        int n = dw_qp_sge_iov(qp, pd, wqe, off, len, DIWARP_ACCESS_LOCAL_WRITE, dst, DW_MAX_SGE);
+        if (n < 0)
+                return n;
         const uint8_t *p = src;
-        for (unsigned i = 0; i < n; i++) {
-                memcpy(dst[i], p, cnt[i]);
-                p += cnt[i];
+        for (int i = 0; i < n; i++) {
+                memcpy(dst[i].iov_base, p, dst[i].iov_len);
+                p += dst[i].iov_len;
         }
         return 0;
 }

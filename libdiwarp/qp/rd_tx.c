@@ -216,40 +216,6 @@ static void rd_rail_neterr(struct dw_rd_peer *p, unsigned rail, int err, uint64_
 
 /* ---------------------------------------------------------------- packet build */
 
-/* iovecs for bytes [off, off+len) of a send WQE's SGEs (lkeys checked). */
-static int rd_src_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, uint64_t len,
-                      struct iovec *iov)
-{
-        int n = 0;
-        if (len == 0)
-                return 0;
-        if (w->flags & DW_WQE_INLINE) {
-                if (off + len > w->inline_len)
-                        return -EMSGSIZE;
-                iov[0].iov_base = w->inline_buf + off;
-                iov[0].iov_len = len;
-                return 1;
-        }
-        for (uint32_t i = 0; i < w->num_sge && len; i++) {
-                const struct diwarp_sge *g = &w->sge[i];
-                if (off >= g->length) {
-                        off -= g->length;
-                        continue;
-                }
-                uint64_t piece = g->length - off < len ? g->length - off : len;
-                uint8_t *host = NULL;
-                if (dw_mr_check_local(&qp->dev->mrs, g->lkey, qp->pd, 0, g->addr + off, piece,
-                                      &host) != DW_PROT_OK)
-                        return -EACCES;
-                iov[n].iov_base = host;
-                iov[n].iov_len = piece;
-                n++;
-                len -= piece;
-                off = 0;
-        }
-        return len ? -EMSGSIZE : n;
-}
-
 /* dw_dgram_encode of a header without SACK blocks that rd_build made (valid
  * by construction: flags DATA with ACK/ACKREQ/IMM, 24-bit QPNs, no X-flag
  * but NOCRC, no X2-flag but TOKEN), minus the checks. */
@@ -540,7 +506,7 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                         return -EINVAL;
                 }
                 if (plen) {
-                        npay = rd_src_iov(qp, w, off, plen, pay);
+                        npay = dw_qp_sge_iov(qp, qp->pd, w, off, plen, 0, pay, DW_MAX_SGE);
                         if (npay < 0)
                                 return -EACCES;
                 }
@@ -584,8 +550,8 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                         plen = e->len - off < S ? e->len - off : S;
                         if (e->pull) {
                                 /* From the Send's own SGEs (lkeys checked). */
-                                npay = rd_src_iov(qp, &qp->sq.ring[e->wslot], e->src_to + off, plen,
-                                                  pay);
+                                npay = dw_qp_sge_iov(qp, qp->pd, &qp->sq.ring[e->wslot],
+                                                     e->src_to + off, plen, 0, pay, DW_MAX_SGE);
                                 if (npay < 0)
                                         return -EACCES;
                         } else {

@@ -75,47 +75,6 @@ uint16_t dw_rc_offer_ord(const struct dw_qp *qp)
         return DW_RC_MAX_RD;
 }
 
-/* iovecs for bytes [off, off+len) of a WQE's SGE list, every piece checked
- * against its lkey with the given access. Returns the count, -EMSGSIZE when
- * the range runs past the SGEs, -EACCES on a protection failure. */
-int rc_sge_range_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, uint64_t len,
-                     int access, struct iovec *iov, int max)
-{
-        int n = 0;
-
-        if (len == 0)
-                return 0;
-        if ((w->flags & DW_WQE_INLINE) && access == 0) {
-                if (off + len > w->sge[0].length)
-                        return -EMSGSIZE;
-                iov[0].iov_base = (uint8_t *)(uintptr_t)w->sge[0].addr + off;
-                iov[0].iov_len = len;
-                return 1;
-        }
-        for (uint32_t i = 0; i < w->num_sge && len; i++) {
-                const struct diwarp_sge *s = &w->sge[i];
-                if (off >= s->length) {
-                        off -= s->length;
-                        continue;
-                }
-                uint64_t piece = s->length - off;
-                if (piece > len)
-                        piece = len;
-                uint8_t *host = NULL;
-                if (dw_mr_check_local(&qp->dev->mrs, s->lkey, qp->pd, access, s->addr + off, piece,
-                                      &host) != DW_PROT_OK)
-                        return -EACCES;
-                if (n == max)
-                        return -EMSGSIZE;
-                iov[n].iov_base = host;
-                iov[n].iov_len = piece;
-                n++;
-                len -= piece;
-                off = 0;
-        }
-        return len ? -EMSGSIZE : n;
-}
-
 static int rc_watch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx);
 
 void rc_set_watch(struct dw_rc_conn *c, bool want_out)

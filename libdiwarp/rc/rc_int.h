@@ -103,9 +103,12 @@ void rc_peer_gone_fail(struct dw_rc_conn *c);
  * Terminate. */
 void rc_stream_failed(struct dw_rc_conn *c, int err);
 /* iovecs for bytes [off, off+len) of a WQE's SGE list, each checked against
- * its lkey: the count, -EMSGSIZE or -EACCES. */
-int rc_sge_range_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off, uint64_t len,
-                     int access, struct iovec *iov, int max);
+ * its lkey in the QP's PD (dw_qp_sge_iov): the count, -EMSGSIZE or -EACCES. */
+static inline int rc_sge_range_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off,
+                                   uint64_t len, int access, struct iovec *iov, int max)
+{
+        return dw_qp_sge_iov(qp, qp->pd, w, off, len, access, iov, max);
+}
 
 /* ---- rc_tx.c: FPDU building, batching and the writes */
 
