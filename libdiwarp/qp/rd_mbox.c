@@ -33,6 +33,7 @@
 
 #include <diwarp/diwarpdv.h>
 
+#include "rdmap/rdmap.h"
 #include "util/log.h"
 
 #define RD_CREDIT_PROBE_NS (2ull * 1000 * 1000)
@@ -477,8 +478,7 @@ void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                                 wc.wc_flags |= DIWARP_WC_WITH_IMM;
                                 wc.imm_data = e->g.imm;
                         }
-                        bool se = e->g.opcode == DW_RDMAP_SEND_SE ||
-                                  e->g.opcode == DW_RDMAP_SEND_SE_INVAL || e->g.imm_se;
+                        bool se = dw_rdmap_send_se(e->g.opcode) || e->g.imm_se;
                         e->delivered = true;
                         p->rx_done++;
                         p->rx_bind = p->rx_done;

@@ -21,6 +21,8 @@
 
 #include <string.h>
 
+#include "rdmap/rdmap.h"
+
 /* ---------------------------------------------------------------- receiver */
 
 void rd_pull_free(struct dw_rd_qp *s, struct rd_pull *pl)
@@ -95,9 +97,9 @@ enum rd_verdict rd_pull_start(struct dw_rd_qp *s, struct dw_rd_peer *p, struct d
         w->flags |= RD_W_PULL;
         w->pull_pushed = h->pull_pushed;
         w->byte_len = h->pull_len;
-        if (r->opcode == DW_RDMAP_SEND_SE || r->opcode == DW_RDMAP_SEND_SE_INVAL)
+        if (dw_rdmap_send_se(r->opcode))
                 w->flags |= RD_W_SE;
-        if (r->opcode == DW_RDMAP_SEND_INVAL || r->opcode == DW_RDMAP_SEND_SE_INVAL) {
+        if (dw_rdmap_send_inval(r->opcode)) {
                 w->flags |= RD_W_INV;
                 w->invalidate_rkey = r->inval_stag;
         }

@@ -185,12 +185,10 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                         wc.imm_data = w->imm_data;
                 }
                 if (w->flags & RD_W_INV) {
-                        if (dw_mr_invalidate_status(&qp->dev->mrs, w->invalidate_rkey, qp->pd,
-                                                    qp->qpn) == DW_PROT_OK) {
+                        wc.status = dw_rdmap_send_invalidate(qp, w->invalidate_rkey, NULL);
+                        if (wc.status == DIWARP_WC_SUCCESS) {
                                 wc.wc_flags |= DIWARP_WC_WITH_INV;
                                 wc.invalidated_rkey = w->invalidate_rkey;
-                        } else {
-                                wc.status = DIWARP_WC_REM_INV_REQ_ERR;
                         }
                 }
                 w->flags |= DW_WQE_DONE;
@@ -255,15 +253,13 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                                 "RD QP %#x: Send of more than the %llu-byte receive WR %#llx",
                                 qp->qpn, (unsigned long long)w->total_len,
                                 (unsigned long long)w->wr_id);
-                rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
-                *nak = dw_rdmap_term_to_nak(dw_rdmap_recv_term(e));
-                return -1;
-        }
-        if (e < 0) {
+        } else if (e < 0) {
                 dw_warn_limited(&qp->dev->log_limit,
                                 "RD QP %#x: receive WR %#llx: local protection error (lkey)",
                                 qp->qpn, (unsigned long long)w->wr_id);
-                rd_recv_fail(s, p, w, DIWARP_WC_LOC_PROT_ERR);
+        }
+        if (e < 0) {
+                rd_recv_fail(s, p, w, dw_rdmap_recv_wc(e));
                 *nak = dw_rdmap_term_to_nak(dw_rdmap_recv_term(e));
                 return -1;
         }
@@ -278,9 +274,9 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                 w->psn = g->psn;
                 w->byte_len = g->mo + g->len;
                 w->flags |= RD_W_LAST;
-                if (g->opcode == DW_RDMAP_SEND_SE || g->opcode == DW_RDMAP_SEND_SE_INVAL)
+                if (dw_rdmap_send_se(g->opcode))
                         w->flags |= RD_W_SE;
-                if (g->opcode == DW_RDMAP_SEND_INVAL || g->opcode == DW_RDMAP_SEND_SE_INVAL) {
+                if (dw_rdmap_send_inval(g->opcode)) {
                         w->flags |= RD_W_INV;
                         w->invalidate_rkey = g->inval_stag;
                 }
@@ -329,9 +325,7 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 return RV_DROP;
         bool request = op->dir != DW_RDMAP_DIR_RESPONSE && !(h->xflags & DW_DGRAM_X_PULLREQ);
         /* The pull flags go with one opcode each (docs/PROTOCOL.md). */
-        bool send = r.opcode == DW_RDMAP_SEND || r.opcode == DW_RDMAP_SEND_SE ||
-                    r.opcode == DW_RDMAP_SEND_INVAL || r.opcode == DW_RDMAP_SEND_SE_INVAL;
-        if (((h->xflags & DW_DGRAM_X_PULL) && (!send || has_imm)) ||
+        if (((h->xflags & DW_DGRAM_X_PULL) && (!dw_rdmap_is_send(r.opcode) || has_imm)) ||
             ((h->xflags & DW_DGRAM_X_PULLREQ) && r.opcode != DW_RDMAP_READ_REQ))
                 return RV_DROP;
         if (!s->rc && request && h->qkey != qp->attr.qkey) {

@@ -281,7 +281,7 @@ static int rx_resolve_send(struct dw_rc_conn *c, uint32_t payload)
                 bool too_long = n == -EMSGSIZE;
                 c->rx_wqe = NULL;
                 struct dw_term_error te = dw_rdmap_recv_term(n);
-                rx_fail_recv(c, w, too_long ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR, te);
+                rx_fail_recv(c, w, dw_rdmap_recv_wc(n), te);
                 rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
                                   too_long ? DIWARP_EVENT_QP_REQ_ERR : DIWARP_EVENT_QP_ACCESS_ERR,
                                   too_long ? "Send longer than the receive WQE"
@@ -372,8 +372,8 @@ static void rx_data_place(struct dw_rc_conn *c)
                 return;
         }
         default: {
-                bool se = h->opcode == DW_RDMAP_SEND_SE || h->opcode == DW_RDMAP_SEND_SE_INVAL;
-                bool inv = h->opcode == DW_RDMAP_SEND_INVAL || h->opcode == DW_RDMAP_SEND_SE_INVAL;
+                bool se = dw_rdmap_send_se(h->opcode);
+                bool inv = dw_rdmap_send_inval(h->opcode);
                 if (!c->rx_wqe) { /* absorbed RTR Send */
                         c->rtr_send_expected = false;
                         c->msn_expect_send++;
@@ -388,14 +388,10 @@ static void rx_data_place(struct dw_rc_conn *c)
                 c->rx_wqe = NULL;
                 c->msn_expect_send++;
                 if (inv) {
-                        enum dw_prot_status st =
-                            dw_mr_invalidate_status(&qp->dev->mrs, h->inval_stag, qp->pd, qp->qpn);
-                        if (st != DW_PROT_OK) {
-                                struct dw_term_error te = {DW_TERM_LAYER_RDMAP,
-                                                           DW_TERM_RDMAP_REMOTE_OPERATION,
-                                                           DW_TERM_RDMAP_STAG_NOT_INVALIDATED};
-                                dw_prot_status_to_term(st, DW_PROT_CTX_INVALIDATE, &te);
-                                rx_fail_recv(c, w, DIWARP_WC_REM_INV_REQ_ERR, te);
+                        struct dw_term_error te;
+                        enum diwarp_wc_status ws = dw_rdmap_send_invalidate(qp, h->inval_stag, &te);
+                        if (ws != DIWARP_WC_SUCCESS) {
+                                rx_fail_recv(c, w, ws, te);
                                 rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
                                                   DIWARP_EVENT_QP_ACCESS_ERR,
                                                   "Send with Invalidate of an STag that cannot be "

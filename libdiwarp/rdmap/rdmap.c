@@ -199,6 +199,18 @@ enum diwarp_wc_status dw_rdmap_term_to_wc(struct dw_term_error t, int *event)
         return st;
 }
 
+enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_qp *qp, uint32_t stag,
+                                               struct dw_term_error *te)
+{
+        enum dw_prot_status st = dw_mr_invalidate_status(&qp->dev->mrs, stag, qp->pd, qp->qpn);
+
+        if (st == DW_PROT_OK)
+                return DIWARP_WC_SUCCESS;
+        if (te)
+                *te = dw_rdmap_prot_term(st, DW_PROT_CTX_INVALIDATE);
+        return DIWARP_WC_REM_INV_REQ_ERR;
+}
+
 static int refuse(struct dw_rdmap_refusal *ref, enum dw_prot_status st, enum dw_prot_ctx ctx)
 {
         ref->st = st;

@@ -17,6 +17,7 @@
 #ifndef DIWARP_RDMAP_RDMAP_H
 #define DIWARP_RDMAP_RDMAP_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -67,6 +68,27 @@ extern const struct dw_rdmap_op dw_rdmap_ops[DW_RDMAP_NOPS];
 static inline const struct dw_rdmap_op *dw_rdmap_op(unsigned int opcode)
 {
         return opcode < DW_RDMAP_NOPS ? &dw_rdmap_ops[opcode] : NULL;
+}
+
+/* The Send family (Send, Send with SE, with Invalidate, with SE and
+ * Invalidate: RFC 5040 §4.2): untagged, queue 0, each message fills one
+ * receive WR. */
+static inline bool dw_rdmap_is_send(unsigned int opcode)
+{
+        return opcode == DW_RDMAP_SEND || opcode == DW_RDMAP_SEND_SE ||
+               opcode == DW_RDMAP_SEND_INVAL || opcode == DW_RDMAP_SEND_SE_INVAL;
+}
+
+/* A Send that asks for a solicited event at its receive completion. */
+static inline bool dw_rdmap_send_se(unsigned int opcode)
+{
+        return opcode == DW_RDMAP_SEND_SE || opcode == DW_RDMAP_SEND_SE_INVAL;
+}
+
+/* A Send that carries an Invalidate STag. */
+static inline bool dw_rdmap_send_inval(unsigned int opcode)
+{
+        return opcode == DW_RDMAP_SEND_INVAL || opcode == DW_RDMAP_SEND_SE_INVAL;
 }
 
 /* Terminate error triple (enum dw_term_layer, per-layer type and code from
@@ -136,6 +158,26 @@ int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
 int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
                                struct dw_rdmap_atomic_req *ar, uint8_t **host,
                                struct dw_rdmap_refusal *ref);
+
+/* ---- Send placement (the responder's receive WR) ---- */
+
+/* The Invalidate of a Send with Invalidate, as its message completes
+ * (RFC 5040 §6.10): the STag, of the stream's PD (a type 2 window: bound on
+ * this QP), is invalidated (mem/). DIWARP_WC_SUCCESS, or
+ * DIWARP_WC_REM_INV_REQ_ERR for the receive WR with *te (may be NULL) the
+ * Terminate error: Remote Protection, "STag cannot be invalidated". */
+enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_qp *qp, uint32_t stag,
+                                               struct dw_term_error *te);
+
+/* The receive WR's completion status when a Send cannot be placed in it:
+ * err is what the scatter into the WR returned (dw_qp_scatter,
+ * dw_qp_sge_iov): -EMSGSIZE, longer than the WR, is LOC_LEN_ERR; any
+ * other (the WR's own lkey failed) LOC_PROT_ERR. The peer's error is
+ * dw_rdmap_recv_term(err). */
+static inline enum diwarp_wc_status dw_rdmap_recv_wc(int err)
+{
+        return err == -EMSGSIZE ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR;
+}
 
 /* ---- Atomics (RFC 7306) ---- */
 

@@ -556,3 +556,157 @@ Test(rdmap_class, received_terminate)
         /* an RNR NAK or anything unknown as an error NAK: invalid request */
         cr_expect_eq(dw_rdmap_nak_to_wc(DW_DGRAM_NAK_INVALID + 1), DIWARP_WC_REM_INV_REQ_ERR);
 }
+
+/* ---- Send placement ---------------------------------------------------- */
+
+/* The opcodes of the Send family are the untagged, queue-0 messages that
+ * carry payload; SE and Invalidate as the opcode's name says, the
+ * Invalidate ones exactly those whose RsvdULP word is an STag. */
+Test(rdmap_op, send_family)
+{
+        unsigned sends = 0, se = 0;
+        for (unsigned op = 0; op < 300; op++) {
+                const struct dw_rdmap_opinfo *oi = dw_rdmap_opinfo(op);
+                bool send = oi && !oi->tagged && oi->qn == DW_RDMAP_QN_SEND && !oi->single_segment;
+                cr_expect_eq(dw_rdmap_is_send(op), send, "op %u", op);
+                cr_expect_eq(dw_rdmap_send_inval(op), oi && oi->inval_stag, "op %u", op);
+                cr_expect(!dw_rdmap_send_se(op) || send, "op %u: SE only on a Send", op);
+                sends += send;
+                se += dw_rdmap_send_se(op);
+        }
+        cr_expect_eq(sends, 4);
+        cr_expect_eq(se, 2);
+        cr_expect(dw_rdmap_send_se(DW_RDMAP_SEND_SE) && dw_rdmap_send_se(DW_RDMAP_SEND_SE_INVAL));
+}
+
+/* A receive WR of two SGEs (32 + 32 bytes) at buf64 + 64 and + 256. */
+static void recv_wr(struct dw_wqe *w, uint32_t lkey)
+{
+        memset(w, 0, sizeof(*w));
+        w->num_sge = 2;
+        w->sge[0] = (struct diwarp_sge){.addr = IOVA + 64, .length = 32, .lkey = lkey};
+        w->sge[1] = (struct diwarp_sge){.addr = IOVA + 256, .length = 32, .lkey = lkey};
+        w->total_len = 64;
+}
+
+static bool untouched(size_t from, size_t len)
+{
+        const uint8_t *b = (const uint8_t *)buf64;
+        for (size_t i = from; i < from + len; i++)
+                if (b[i])
+                        return false;
+        return true;
+}
+
+/* A Send's payload lands across the WR's SGEs at its offset (MO). */
+Test(rdmap_access, send_scatter_across_sges)
+{
+        uint32_t lkey = reg(&pd_a, DIWARP_ACCESS_LOCAL_WRITE);
+        struct dw_wqe w;
+        recv_wr(&w, lkey);
+        uint8_t src[40];
+        for (unsigned i = 0; i < sizeof(src); i++)
+                src[i] = (uint8_t)(i + 1);
+        cr_assert_eq(dw_qp_scatter(&qp, &w, 16, src, sizeof(src)), 0);
+        const uint8_t *b = (const uint8_t *)buf64;
+        cr_expect_eq(memcmp(b + 64 + 16, src, 16), 0, "first SGE from offset 16");
+        cr_expect_eq(memcmp(b + 256, src + 16, 24), 0, "the rest at the second SGE");
+        cr_expect(untouched(64, 16) && untouched(256 + 24, 8) && untouched(96, 160));
+        /* the same walk as iovecs (RC reads the payload into them) */
+        struct iovec iov[DW_MAX_SGE];
+        cr_expect_eq(
+            dw_qp_sge_iov(&qp, qp.pd, &w, 16, 40, DIWARP_ACCESS_LOCAL_WRITE, iov, DW_MAX_SGE), 2);
+        cr_expect(iov[0].iov_base == b + 80 && iov[0].iov_len == 16);
+        cr_expect(iov[1].iov_base == b + 256 && iov[1].iov_len == 24);
+        cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 16, 40, DIWARP_ACCESS_LOCAL_WRITE, iov, 1),
+                     -EMSGSIZE, "more pieces than iovecs");
+        cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 0, 0, DIWARP_ACCESS_LOCAL_WRITE, iov, 1), 0);
+}
+
+/* A Send longer than its receive WR (or whose MO runs past it) is refused
+ * before a byte lands: LOC_LEN_ERR, and DDP "message too long" to the peer
+ * (RD: error NAK INVALID). */
+Test(rdmap_access, send_longer_than_wr)
+{
+        uint32_t lkey = reg(&pd_a, DIWARP_ACCESS_LOCAL_WRITE);
+        struct dw_wqe w;
+        recv_wr(&w, lkey);
+        uint8_t src[65];
+        memset(src, 0xab, sizeof(src));
+        int e = dw_qp_scatter(&qp, &w, 0, src, 65);
+        cr_expect_eq(e, -EMSGSIZE);
+        cr_expect_eq(dw_qp_scatter(&qp, &w, 60, src, 8), -EMSGSIZE, "MO + length past the WR");
+        cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 60, 8, DIWARP_ACCESS_LOCAL_WRITE,
+                                   (struct iovec[DW_MAX_SGE]){0}, DW_MAX_SGE),
+                     -EMSGSIZE);
+        cr_expect(untouched(0, BUFSZ), "nothing placed");
+        cr_expect_eq(dw_rdmap_recv_wc(e), DIWARP_WC_LOC_LEN_ERR);
+        struct dw_term_error te = dw_rdmap_recv_term(e);
+        cr_expect(te.layer == DW_TERM_LAYER_DDP && te.etype == DW_TERM_DDP_UNTAGGED &&
+                  te.ecode == DW_TERM_DDP_U_MSG_TOO_LONG);
+        cr_expect_eq(dw_rdmap_term_to_nak(te), DW_DGRAM_NAK_INVALID);
+        /* exactly its length fits */
+        cr_expect_eq(dw_qp_scatter(&qp, &w, 0, src, 64), 0);
+}
+
+/* A receive WR whose own lkey fails (another PD, no LOCAL_WRITE) is the
+ * responder's fault: LOC_PROT_ERR, a Remote Operation Error to the peer
+ * (RD: REM_OP), and nothing written, not even into an SGE that passes. */
+Test(rdmap_access, send_into_bad_lkey)
+{
+        uint32_t good = reg(&pd_a, DIWARP_ACCESS_LOCAL_WRITE);
+        uint32_t other_pd = reg(&pd_b, DIWARP_ACCESS_LOCAL_WRITE);
+        uint32_t read_only = reg(&pd_a, 0);
+        uint8_t src[64];
+        memset(src, 0xcd, sizeof(src));
+        const uint32_t bad[] = {other_pd, read_only, good ^ 0xff};
+        for (unsigned i = 0; i < 3; i++) {
+                struct dw_wqe w;
+                recv_wr(&w, good);
+                w.sge[1].lkey = bad[i];
+                int e = dw_qp_scatter(&qp, &w, 0, src, 64);
+                cr_expect_eq(e, -EACCES, "case %u", i);
+                cr_expect(untouched(0, BUFSZ), "case %u: nothing placed", i);
+                cr_expect_eq(dw_rdmap_recv_wc(e), DIWARP_WC_LOC_PROT_ERR);
+                struct dw_term_error te = dw_rdmap_recv_term(e);
+                cr_expect(te.layer == DW_TERM_LAYER_RDMAP &&
+                          te.etype == DW_TERM_RDMAP_REMOTE_OPERATION &&
+                          te.ecode == DW_TERM_RDMAP_CATASTROPHIC_STREAM);
+                cr_expect_eq(dw_rdmap_term_to_nak(te), DW_DGRAM_NAK_REM_OP);
+                /* a source is read with access 0: any registration of the PD */
+                struct iovec iov[DW_MAX_SGE];
+                cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 0, 64, 0, iov, DW_MAX_SGE),
+                             bad[i] == read_only ? 2 : -EACCES, "case %u as a source", i);
+        }
+}
+
+/* A Send with Invalidate: the STag of the QP's PD is invalidated (a Write
+ * to it is then refused); one that cannot be (another PD's, unknown, already
+ * invalid) fails the receive WR with REM_INV_REQ_ERR and Remote Protection
+ * "STag cannot be invalidated", and stays as it was. */
+Test(rdmap_access, send_with_invalidate)
+{
+        qp_rights(true, RW);
+        uint32_t mine = reg(&pd_a, ALL);
+        uint32_t theirs = reg(&pd_b, ALL);
+        struct dw_term_error te = {0};
+
+        cr_expect_eq(dw_rdmap_send_invalidate(&qp, mine, &te), DIWARP_WC_SUCCESS);
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, mine, IOVA, 8, NULL), DW_PROT_INVALIDATED);
+
+        const uint32_t refused[] = {mine, theirs, 0x7f7f7f00};
+        for (unsigned i = 0; i < 3; i++) {
+                memset(&te, 0, sizeof(te));
+                cr_expect_eq(dw_rdmap_send_invalidate(&qp, refused[i], &te),
+                             DIWARP_WC_REM_INV_REQ_ERR, "case %u", i);
+                cr_expect(te.layer == DW_TERM_LAYER_RDMAP &&
+                              te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
+                              te.ecode == DW_TERM_RDMAP_STAG_NOT_INVALIDATED,
+                          "case %u", i);
+                cr_expect_eq(dw_rdmap_send_invalidate(&qp, refused[i], NULL),
+                             DIWARP_WC_REM_INV_REQ_ERR);
+        }
+        uint8_t *host = NULL;
+        cr_expect_eq(dw_mr_check_remote(&dev->mrs, theirs, &pd_b, 0, RW, IOVA, 8, &host),
+                     DW_PROT_OK, "another PD's STag stays valid");
+}
