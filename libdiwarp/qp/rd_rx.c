@@ -390,16 +390,15 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                 return RV_WINDOW;
                 }
                 uint8_t *host = NULL;
-                enum dw_prot_status st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_WRITE,
-                                                               r.ddp.stag, r.ddp.to, plen, &host);
-                if (st != DW_PROT_OK) {
+                struct dw_rdmap_refusal ref;
+                if (dw_rdmap_write_accept(qp, r.ddp.stag, r.ddp.to, plen, &host, &ref) < 0) {
                         dw_warn_limited(&dev->log_limit,
                                         "RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s",
                                         qp->qpn, r.ddp.stag, (unsigned long long)r.ddp.to, plen,
-                                        dw_prot_status_str(st));
+                                        ref.why);
                         dev->ctr.rx_dropped_protection++;
                         qp->ctr.rx_dropped_protection++;
-                        *nak = dw_rdmap_term_to_nak(dw_rdmap_prot_term(st, op->ctx));
+                        *nak = dw_rdmap_term_to_nak(ref.te);
                         return RV_NAK;
                 }
                 if (has_imm) {
@@ -1070,8 +1069,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
         size_t body = (size_t)len - tl;
         if (rl < 0 || r.opcode != (read ? DW_RDMAP_READ_RESP : DW_RDMAP_WRITE) ||
             body < (size_t)(hl + rl) + RD_DIRECT_MIN || r.ddp.stag != d->rx_next.stag ||
-            r.ddp.to != d->rx_next.to ||
-            (!read && !dw_rdmap_qp_allows(qp, DIWARP_ACCESS_REMOTE_WRITE)))
+            r.ddp.to != d->rx_next.to)
                 return rd_direct_skip(d);
         size_t plen = body - (size_t)(hl + rl);
         uint8_t *host = NULL;
@@ -1083,9 +1081,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
                     dw_mr_check_local(&dev->mrs, w->sge[0].lkey, qp->pd, DIWARP_ACCESS_LOCAL_WRITE,
                                       w->sge[0].addr + r.ddp.to, plen, &host) != DW_PROT_OK)
                         return rd_direct_skip(d);
-        } else if (dw_mr_check_remote(&dev->mrs, r.ddp.stag, qp->pd, qp->qpn,
-                                      DIWARP_ACCESS_REMOTE_WRITE, r.ddp.to, plen,
-                                      &host) != DW_PROT_OK) {
+        } else if (dw_rdmap_write_accept(qp, r.ddp.stag, r.ddp.to, plen, &host, NULL) < 0) {
                 return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
         }
         uint8_t trl[DW_SEAL_TRAILER_MAX];

@@ -309,17 +309,25 @@ void rc_fail_with_term(struct dw_rc_conn *c, bool send_term, uint8_t layer, uint
                 dw_rc_qp_error(qp);
 }
 
-void rc_fail_prot(struct dw_rc_conn *c, enum dw_prot_status st, enum dw_prot_ctx ctx,
-                  const uint8_t *rdmap_hdr, const char *what)
+void rc_fail_refused(struct dw_rc_conn *c, const struct dw_rdmap_refusal *ref,
+                     const uint8_t *rdmap_hdr, const char *what)
 {
-        struct dw_term_error te = dw_rdmap_prot_term(st, ctx);
         char why[160];
 
         c->qp->ctr.rx_dropped_protection++;
         c->qp->dev->ctr.rx_dropped_protection++;
-        snprintf(why, sizeof(why), "%s: %s", what, dw_prot_status_str(st));
-        rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, rdmap_hdr,
+        snprintf(why, sizeof(why), "%s: %s", what, ref->why);
+        rc_fail_with_term(c, true, ref->te.layer, ref->te.etype, ref->te.ecode, true, rdmap_hdr,
                           DIWARP_EVENT_QP_ACCESS_ERR, why);
+}
+
+void rc_fail_prot(struct dw_rc_conn *c, enum dw_prot_status st, enum dw_prot_ctx ctx,
+                  const uint8_t *rdmap_hdr, const char *what)
+{
+        struct dw_rdmap_refusal ref;
+
+        dw_rdmap_refuse(&ref, st, ctx);
+        rc_fail_refused(c, &ref, rdmap_hdr, what);
 }
 
 /* The peer of an IB-style stream is gone (it closed in order) and work needs

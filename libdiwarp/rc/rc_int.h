@@ -94,7 +94,13 @@ void rc_complete_through(struct dw_rc_conn *c, struct dw_wqe *culprit, enum diwa
 void rc_fail_with_term(struct dw_rc_conn *c, bool send_term, uint8_t layer, uint8_t etype,
                        uint8_t ecode, bool with_hdr, const uint8_t *rdmap_hdr, int event,
                        const char *why);
-/* A failed protection check: its Terminate (dw_rdmap_prot_term), QP_ACCESS_ERR. */
+/* A request rdmap/ refused (dw_rdmap_write_accept, _read_req_accept,
+ * _atomic_req_accept): its Terminate (ref->te, with the offending DDP
+ * header and rdmap_hdr when not NULL), QP_ACCESS_ERR, counted in
+ * rx_dropped_protection; what names the check for the log line. */
+void rc_fail_refused(struct dw_rc_conn *c, const struct dw_rdmap_refusal *ref,
+                     const uint8_t *rdmap_hdr, const char *what);
+/* The same for a failed check st in context ctx (dw_rdmap_refuse). */
 void rc_fail_prot(struct dw_rc_conn *c, enum dw_prot_status st, enum dw_prot_ctx ctx,
                   const uint8_t *rdmap_hdr, const char *what);
 /* The peer of an IB-style stream closed and work needs it: RETRY_EXC_ERR. */

@@ -146,21 +146,19 @@ static int rx_wait_for_recv(struct dw_rc_conn *c)
 static int rx_resolve_write(struct dw_rc_conn *c, uint32_t payload)
 {
         const struct dw_rdmap_hdr *h = &c->rh;
+        struct dw_rdmap_refusal ref;
         uint8_t *host = NULL;
-        enum dw_prot_status st = DW_PROT_OK;
 
         /* diwarp puts nothing between its flagged Immediate Data and
          * the Send: a Write there comes from an RFC 7306 peer, whose
          * Immediate Data stood alone. */
         if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
                 return -1;
-        st = dw_rdmap_check_remote(c->qp, DIWARP_ACCESS_REMOTE_WRITE, h->ddp.stag, h->ddp.to,
-                                   payload, &host);
-        if (st != DW_PROT_OK) {
+        if (dw_rdmap_write_accept(c->qp, h->ddp.stag, h->ddp.to, payload, &host, &ref) < 0) {
                 char what[80];
                 snprintf(what, sizeof(what), "RDMA Write sink STag %#x TO %#llx len %zu",
                          h->ddp.stag, (unsigned long long)h->ddp.to, (size_t)payload);
-                rc_fail_prot(c, st, DW_PROT_CTX_TAGGED_SINK, NULL, what);
+                rc_fail_refused(c, &ref, NULL, what);
                 return -1;
         }
         if (payload) {
@@ -468,8 +466,7 @@ static void rx_irq_request(struct dw_rc_conn *c, const uint8_t *ext, size_t extl
                 struct dw_rdmap_rreq rq;
                 r = dw_rdmap_read_req_accept(qp, ext, extlen, &rq, &ref);
                 if (r == -EACCES) {
-                        rc_fail_prot(c, ref.st, DW_PROT_CTX_READ_SOURCE, ext,
-                                     "RDMA Read Request source");
+                        rc_fail_refused(c, &ref, ext, "RDMA Read Request source");
                         return;
                 }
                 if (r >= 0) {
@@ -483,7 +480,7 @@ static void rx_irq_request(struct dw_rc_conn *c, const uint8_t *ext, size_t extl
         } else {
                 r = dw_rdmap_atomic_req_accept(qp, ext, extlen, &e->areq, NULL, &ref);
                 if (r == -EACCES) {
-                        rc_fail_prot(c, ref.st, DW_PROT_CTX_ATOMIC, NULL, "Atomic Request target");
+                        rc_fail_refused(c, &ref, NULL, "Atomic Request target");
                         return;
                 }
                 e->atomic = r >= 0;

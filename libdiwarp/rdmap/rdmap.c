@@ -211,11 +211,13 @@ enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_qp *qp, uint32_t stag,
         return DIWARP_WC_REM_INV_REQ_ERR;
 }
 
-static int refuse(struct dw_rdmap_refusal *ref, enum dw_prot_status st, enum dw_prot_ctx ctx)
+int dw_rdmap_refuse(struct dw_rdmap_refusal *ref, enum dw_prot_status st, enum dw_prot_ctx ctx)
 {
-        ref->st = st;
-        ref->why = dw_prot_status_str(st);
-        ref->te = dw_rdmap_prot_term(st, ctx);
+        if (ref) {
+                ref->st = st;
+                ref->why = dw_prot_status_str(st);
+                ref->te = dw_rdmap_prot_term(st, ctx);
+        }
         return -EACCES;
 }
 
@@ -236,7 +238,7 @@ int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
                 return malformed(ref, DW_RDMAP_READ_REQ, why);
         enum dw_prot_status st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_READ, rq->src_stag,
                                                        rq->src_to, rq->rdma_rd_sz, NULL);
-        return st == DW_PROT_OK ? 0 : refuse(ref, st, DW_PROT_CTX_READ_SOURCE);
+        return st == DW_PROT_OK ? 0 : dw_rdmap_refuse(ref, st, DW_PROT_CTX_READ_SOURCE);
 }
 
 int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
@@ -249,5 +251,5 @@ int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
                 return malformed(ref, DW_RDMAP_ATOMIC_REQ, why);
         enum dw_prot_status st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_ATOMIC,
                                                        ar->remote_stag, ar->remote_to, 8, host);
-        return st == DW_PROT_OK ? 0 : refuse(ref, st, DW_PROT_CTX_ATOMIC);
+        return st == DW_PROT_OK ? 0 : dw_rdmap_refuse(ref, st, DW_PROT_CTX_ATOMIC);
 }

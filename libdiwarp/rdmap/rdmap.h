@@ -145,6 +145,28 @@ struct dw_rdmap_refusal {
         const char *why;
 };
 
+/* Fills *ref (may be NULL) for a failed check st in context ctx: its
+ * status, Terminate error (dw_rdmap_prot_term) and reason. Returns
+ * -EACCES. */
+int dw_rdmap_refuse(struct dw_rdmap_refusal *ref, enum dw_prot_status st, enum dw_prot_ctx ctx);
+
+/* The Data Sink's acceptance of a tagged RDMA Write segment: len bytes at
+ * TO to of STag stag, checked for REMOTE_WRITE (dw_rdmap_check_remote: a
+ * zero-length segment needs no right). Returns 0 with *host (may be NULL)
+ * its place, or -EACCES with *ref (may be NULL) saying why: DDP Tagged
+ * Buffer errors (invalid STag, bounds, PD, TO wrap), a missing right RDMAP
+ * Remote Protection "access rights". Inline: RC and RD call it for every
+ * Write segment. */
+static inline int dw_rdmap_write_accept(struct dw_qp *qp, uint32_t stag, uint64_t to, uint64_t len,
+                                        uint8_t **host, struct dw_rdmap_refusal *ref)
+{
+        enum dw_prot_status st =
+            dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_WRITE, stag, to, len, host);
+        if (__builtin_expect(st == DW_PROT_OK, 1))
+                return 0;
+        return dw_rdmap_refuse(ref, st, DW_PROT_CTX_TAGGED_SINK);
+}
+
 /* The responder's acceptance of an RDMA Read Request: its RDMAP header
  * (ext, len: the bytes after the DDP header) decoded into *rq and its Data
  * Source checked for REMOTE_READ (dw_rdmap_check_remote). Returns 0,

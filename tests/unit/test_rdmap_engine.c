@@ -710,3 +710,76 @@ Test(rdmap_access, send_with_invalidate)
         cr_expect_eq(dw_mr_check_remote(&dev->mrs, theirs, &pd_b, 0, RW, IOVA, 8, &host),
                      DW_PROT_OK, "another PD's STag stays valid");
 }
+
+/* ---- Tagged placement -------------------------------------------------- */
+
+/* Terminate errors of a tagged sink: DDP Tagged Buffer, RDMAP Remote
+ * Protection. */
+/* clang-format off */
+#define TB(c) {DW_TERM_LAYER_DDP, DW_TERM_DDP_TAGGED, c}
+#define RP(c) {DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_PROTECTION, c}
+/* clang-format on */
+
+/* An RDMA Write segment at the Data Sink: placed inside its region, or
+ * refused with the Terminate error of its reason: DDP Tagged Buffer errors
+ * for STag, bounds, PD and TO wrap, RDMAP "access rights" for a right the
+ * QP or the region lacks; all of them REM_ACCESS as an RD error NAK. */
+Test(rdmap_access, write_segment_accept)
+{
+        uint32_t stag = reg(&pd_a, ALL);
+        uint32_t ro = reg(&pd_a, RR);
+        uint32_t other = reg(&pd_b, ALL);
+        struct dw_rdmap_refusal ref;
+        uint8_t *host = NULL;
+
+        qp_rights(true, RW);
+        cr_expect_eq(dw_rdmap_write_accept(&qp, stag, IOVA + 100, 28, &host, &ref), 0);
+        cr_expect_eq(host, (uint8_t *)buf64 + 100);
+        cr_expect_eq(dw_rdmap_write_accept(&qp, stag, IOVA + BUFSZ - 28, 28, NULL, NULL), 0,
+                     "the region's last bytes");
+
+        const struct {
+                uint32_t stag;
+                uint64_t to, len;
+                bool qp_rw;
+                enum dw_prot_status st;
+                struct dw_term_error te;
+        } cases[] = {
+            /* clang-format off */
+            {stag, IOVA + BUFSZ - 27, 28, true, DW_PROT_BOUNDS, TB(DW_TERM_DDP_T_BASE_BOUNDS)},
+            {stag, IOVA - 1, 2, true, DW_PROT_BOUNDS, TB(DW_TERM_DDP_T_BASE_BOUNDS)},
+            {stag, UINT64_MAX - 3, 8, true, DW_PROT_TO_WRAP, TB(DW_TERM_DDP_T_TO_WRAP)},
+            {stag ^ 0xff, IOVA, 8, true, DW_PROT_INVALID_STAG, TB(DW_TERM_DDP_T_INVALID_STAG)},
+            {other, IOVA, 8, true, DW_PROT_PD_MISMATCH, TB(DW_TERM_DDP_T_STAG_NOT_ON_STREAM)},
+            {ro, IOVA, 8, true, DW_PROT_ACCESS, RP(DW_TERM_RDMAP_ACCESS_RIGHTS)},
+            {stag, IOVA, 8, false, DW_PROT_ACCESS, RP(DW_TERM_RDMAP_ACCESS_RIGHTS)},
+            /* clang-format on */
+        };
+        for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                qp_rights(true, cases[i].qp_rw ? RW : RR);
+                memset(&ref, 0, sizeof(ref));
+                cr_expect_eq(dw_rdmap_write_accept(&qp, cases[i].stag, cases[i].to, cases[i].len,
+                                                   NULL, &ref),
+                             -EACCES, "case %u", i);
+                cr_expect_eq(ref.st, cases[i].st, "case %u", i);
+                cr_expect(ref.te.layer == cases[i].te.layer && ref.te.etype == cases[i].te.etype &&
+                              ref.te.ecode == cases[i].te.ecode,
+                          "case %u: %u/%u/%#x", i, ref.te.layer, ref.te.etype, ref.te.ecode);
+                cr_expect_str_eq(ref.why, dw_prot_status_str(cases[i].st));
+                cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_REM_ACCESS);
+                cr_expect_eq(dw_rdmap_term_to_wc(ref.te, NULL), DIWARP_WC_REM_ACCESS_ERR);
+                cr_expect_eq(dw_rdmap_write_accept(&qp, cases[i].stag, cases[i].to, cases[i].len,
+                                                   NULL, NULL),
+                             -EACCES, "case %u without a refusal to fill", i);
+        }
+        /* A zero-length Write needs no right of the QP (the RFC 6581 RTR
+         * message may be one). */
+        qp_rights(false, 0);
+        cr_expect_eq(dw_rdmap_write_accept(&qp, stag, IOVA, 0, NULL, &ref), 0);
+        /* an invalidated region refuses as an invalid STag */
+        qp_rights(true, RW);
+        cr_assert_eq(dw_rdmap_send_invalidate(&qp, stag, NULL), DIWARP_WC_SUCCESS);
+        cr_expect_eq(dw_rdmap_write_accept(&qp, stag, IOVA, 8, NULL, &ref), -EACCES);
+        cr_expect(ref.st == DW_PROT_INVALIDATED && ref.te.layer == DW_TERM_LAYER_DDP &&
+                  ref.te.ecode == DW_TERM_DDP_T_INVALID_STAG);
+}
