@@ -4,7 +4,9 @@
  *
  * What is here exists once for both transports: the opcode table (what
  * each RDMAP message is to the engine), the responder's remote-access check
- * (the QP's rights, the STag table, atomic alignment), the RFC 7306 atomic
+ * (the QP's rights, the STag table, atomic alignment) and its acceptance of
+ * a Write segment or a Read or Atomic Request, the Send rules of placement
+ * (SE, Invalidate, a Send that does not fit its receive WR), the RFC 7306 atomic
  * operations and the building of an Atomic Request from a WR, and the
  * classification of errors: a failed check to the Terminate layer/type/code
  * (RFC 5040 §7, RFC 5041 §7) that RC sends in a Terminate and RD turns into
