@@ -50,18 +50,8 @@ static void side_open(struct side *s, bool channel)
         if (channel)
                 cr_assert_eq(diwarp_comp_channel_create(s->dev, &s->ch), 0);
         cr_assert_eq(diwarp_cq_create(s->dev, 16, NULL, s->ch, &s->cq), 0);
-        struct diwarp_qp_init_attr ia = {
-            .send_cq = s->cq,
-            .recv_cq = s->cq,
-            .qp_type = DIWARP_QPT_UD,
-            .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-        cr_assert_eq(diwarp_qp_create(s->pd, &ia, &s->qp), 0);
-        cr_assert_eq(diwarp_mr_reg(s->pd, s->buf, sizeof(s->buf), (uintptr_t)s->buf,
-                                   DIWARP_ACCESS_LOCAL_WRITE, &s->mr),
-                     0);
-        struct diwarp_mr_info mi;
-        diwarp_mr_info(s->mr, &mi);
-        s->lkey = mi.lkey;
+        s->qp = ud_qp_make(s->pd, s->cq, 4, 1);
+        s->lkey = ud_mr_local(s->pd, s->buf, sizeof(s->buf), &s->mr);
         ud_qp_to_rts(s->qp, QKEY);
 }
 

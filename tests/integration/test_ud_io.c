@@ -56,22 +56,11 @@ static void side_open(struct side *s)
         cr_assert_eq(diwarp_device_open(&o, &s->dev), 0);
         cr_assert_eq(diwarp_pd_alloc(s->dev, &s->pd), 0);
         cr_assert_eq(diwarp_cq_create(s->dev, 4 * NMSG, NULL, NULL, &s->cq), 0);
-        struct diwarp_qp_init_attr ia = {
-            .send_cq = s->cq,
-            .recv_cq = s->cq,
-            .qp_type = DIWARP_QPT_UD,
-            .cap = {
-                .max_send_wr = NMSG, .max_recv_wr = NMSG, .max_send_sge = 2, .max_recv_sge = 1}};
-        cr_assert_eq(diwarp_qp_create(s->pd, &ia, &s->qp), 0);
+        s->qp = ud_qp_make(s->pd, s->cq, NMSG, 2);
         size_t len = (size_t)NMSG * (SLOT + RSLOT);
         s->buf = calloc(1, len);
         cr_assert_not_null(s->buf);
-        cr_assert_eq(
-            diwarp_mr_reg(s->pd, s->buf, len, (uintptr_t)s->buf, DIWARP_ACCESS_LOCAL_WRITE, &s->mr),
-            0);
-        struct diwarp_mr_info mi;
-        diwarp_mr_info(s->mr, &mi);
-        s->lkey = mi.lkey;
+        s->lkey = ud_mr_local(s->pd, s->buf, len, &s->mr);
         ud_qp_to_rts(s->qp, QKEY);
 }
 
