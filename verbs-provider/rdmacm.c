@@ -70,6 +70,7 @@ struct rcm_chan {
          * marked dead and freed by the last one out (g.lock). */
         int readers;
         bool dead;
+        struct rcm_chan *live_next; /* g.chans: not destroyed yet */
 };
 
 struct rcm_id;
@@ -139,6 +140,10 @@ static struct {
         pthread_mutex_t lock;
         pthread_cond_t cond; /* busy counts dropped */
         struct rcm_id *ids;
+        /* Channels not destroyed yet: rdma_get_cm_event looks its argument up
+         * here before touching it (a program's event thread may call it once
+         * more after rdma_destroy_event_channel freed the channel). */
+        struct rcm_chan *chans;
         bool worker_started;
         int wake_fd;
         struct ibv_context *ctx; /* the one diwarp0 context rdma_cm uses */
@@ -504,6 +509,7 @@ static void chan_purge_locked(struct rcm_chan *c, struct rcm_id *r, struct rcm_c
         }
 }
 
+/* A new channel, on g.chans. g.lock held. */
 static struct rcm_chan *chan_new(bool internal)
 {
         struct rcm_chan *c = calloc(1, sizeof(*c));
@@ -537,7 +543,18 @@ static struct rcm_chan *chan_new(bool internal)
                         c->ch.fd = hi;
                 }
         }
+        c->live_next = g.chans;
+        g.chans = c;
         return c;
+}
+
+/* Is c a channel not destroyed yet? g.lock held. */
+static bool chan_live_locked(const struct rcm_chan *c)
+{
+        for (const struct rcm_chan *x = g.chans; x; x = x->live_next)
+                if (x == c)
+                        return true;
+        return false;
 }
 
 static void chan_free_locked(struct rcm_chan *c)
@@ -556,6 +573,11 @@ static void chan_free_locked(struct rcm_chan *c)
  * channel alone from then on and the last one out frees it. g.lock held. */
 static void chan_destroy_locked(struct rcm_chan *c)
 {
+        for (struct rcm_chan **pp = &g.chans; *pp; pp = &(*pp)->live_next)
+                if (*pp == c) {
+                        *pp = c->live_next;
+                        break;
+                }
         if (c->readers > 0) {
                 c->dead = true;
                 uint64_t one = 1;
@@ -1079,7 +1101,9 @@ struct rdma_event_channel *rcm_create_event_channel(void)
 {
         if (!rcm_ctx())
                 return NULL;
+        pthread_mutex_lock(&g.lock);
         struct rcm_chan *c = chan_new(false);
+        pthread_mutex_unlock(&g.lock);
         return c ? &c->ch : NULL;
 }
 
@@ -1105,6 +1129,15 @@ int rcm_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **
                 return fail(EINVAL);
         struct rcm_chan *c = (struct rcm_chan *)channel;
         pthread_mutex_lock(&g.lock);
+        if (!chan_live_locked(c)) {
+                /* Destroyed before this call (MVAPICH2's event thread asks
+                 * once more while MPI_Finalize destroys the channel): the
+                 * kernel's librdmacm would read the closed fd, a cancellation
+                 * point, and fail with EBADF. */
+                pthread_mutex_unlock(&g.lock);
+                pthread_testcancel();
+                return fail(EBADF);
+        }
         c->readers++;
         int fd = c->ch.fd;
         pthread_mutex_unlock(&g.lock);

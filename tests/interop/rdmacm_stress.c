@@ -6,7 +6,9 @@
  * and so is a disconnect behind a Send that waits for a receive at the server;
  * an event channel destroyed while a thread waits in rdma_get_cm_event (as a
  * program exiting without stopping its event thread does) leaves that thread
- * waiting, without an event and without touching freed memory (ASan);
+ * waiting, without an event and without touching freed memory (ASan), and
+ * one that asks after the channel was destroyed gets EBADF, as well without
+ * touching it;
  * connects made one after another start no thread each: the connector
  * threads are reused, so none ends behind the program's back (a thread's end
  * madvise()s its stack, which MPI libraries' memory hooks intercept).
@@ -264,6 +266,21 @@ static void destroyed_under_waiter(int rounds)
         }
 }
 
+/* rdma_get_cm_event on a channel destroyed before the call (MVAPICH2's
+ * event thread asks once more while MPI_Finalize destroys the channel):
+ * -1/EBADF, as the kernel's librdmacm gives on the closed fd, without
+ * touching the freed channel (ASan). */
+static void called_after_destroy(void)
+{
+        struct rdma_event_channel *ch = rdma_create_event_channel();
+        REQUIRE(ch);
+        rdma_destroy_event_channel(ch);
+        struct rdma_cm_event *e = NULL;
+        errno = 0;
+        CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EBADF);
+        CHECK(e == NULL);
+}
+
 static pid_t vanishing_server(int fd)
 {
         fflush(NULL);
@@ -466,6 +483,7 @@ int main(void)
 
         /* 6. Channels destroyed under waiting threads. */
         destroyed_under_waiter(64);
+        called_after_destroy();
 
         if (failures) {
                 fprintf(stderr, "%d check(s) failed\n", failures);
