@@ -163,10 +163,19 @@ PY
         }
         # iperf3 reports getsockopt(TCP_INFO) failures (rsockets has none)
         # on stderr, outside its JSON.
-        plain=$(PRELOAD= iperf) || fail "plain iperf3: $plain"
-        rs=$(PRELOAD=$rspreload iperf) || fail "iperf3 over rsockets: $rs"
+        # The best of three interleaved rounds of each: one round of a
+        # loaded (CI) host can lose a whole scheduler slice or more.
+        best() { [ -z "$1" ] && echo "$2" || echo "$1 $2" | awk '{ print ($2 > $4 ? $1 " " $2 : $3 " " $4) }'; }
+        plain= rs=
+        for round in 1 2 3; do
+                p=$(PRELOAD= iperf) || fail "plain iperf3: $p"
+                r=$(PRELOAD=$rspreload iperf) || fail "iperf3 over rsockets: $r"
+                echo "round $round: plain TCP $p; rsockets $r (bytes Gb/s)"
+                plain=$(best "$plain" "$p")
+                rs=$(best "$rs" "$r")
+        done
         rsr=$(PRELOAD=$rspreload iperf -R) || fail "iperf3 -R over rsockets: $rsr"
-        echo "iperf3 $n B: plain TCP $plain; rsockets $rs; rsockets -R $rsr (bytes Gb/s)"
+        echo "iperf3 $n B, best of 3: plain TCP $plain; rsockets $rs; rsockets -R $rsr (bytes Gb/s)"
         ratio=$(echo "${rs#* } ${plain#* }" | awk '{ printf "%.2f", ($2 > 0 ? $1 / $2 : 0) }')
         echo "iperf3 rsockets/plain: $ratio"
         awk -v r="$ratio" 'BEGIN { exit !(r >= 0.05) }' ||
