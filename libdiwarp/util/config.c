@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,261 +215,193 @@ static const char *var(const struct env_view *env, const char *name)
         return v && *v ? v : NULL;
 }
 
-/* An in-flight cap in messages; 0 means no cap at that level. */
-static int parse_cap(struct dw_config *cfg, const struct env_view *env, const char *name,
-                     uint32_t *out)
-{
-        const char *v = var(env, name);
-        uint64_t u;
+/* One DIWARP_* variable: its name, the function that reads its value, and
+ * what that function needs (the field of struct dw_config it sets, a
+ * number's range, a choice's words and the values they stand for, and the
+ * expectation an error names). parse_all reads the variables in table
+ * order, so the first bad one is the one reported; an entry without a name
+ * is a check across the settings above it. */
+struct setting {
+        const char *name;
+        int (*parse)(struct dw_config *cfg, const struct setting *s, const char *v);
+        size_t off, size; /* the field (SET_FIELD) */
+        uint64_t lo, hi;  /* a number's range */
+        const char *const *words;
+        const uint8_t *values; /* words[i] stores values[i] */
+        int nwords;
+        const char *expect;
+};
 
-        if (!v)
-                return 0;
-        if (!parse_u64(v, 10, 0, DW_CONFIG_MAX_INFLIGHT, &u))
-                return bad(cfg, name, v, "expected messages 0..1000000 (0 = no cap)");
-        *out = (uint32_t)u;
+#define SET_FIELD(f)                                                                               \
+        .off = offsetof(struct dw_config, f), .size = sizeof(((struct dw_config *)0)->f)
+#define SET_WORDS(w, vals) .words = w, .values = vals, .nwords = (int)(sizeof(w) / sizeof(w[0]))
+
+/* Stores v into the setting's field, whatever its width (bool, int8_t,
+ * uint16_t, uint32_t, int or enum, uint64_t). */
+static void store(struct dw_config *cfg, const struct setting *s, uint64_t v)
+{
+        char *field = (char *)cfg + s->off;
+        uint8_t u8 = (uint8_t)v;
+        uint16_t u16 = (uint16_t)v;
+        uint32_t u32 = (uint32_t)v;
+
+        switch (s->size) {
+        case 1:
+                memcpy(field, &u8, 1);
+                break;
+        case 2:
+                memcpy(field, &u16, 2);
+                break;
+        case 4:
+                memcpy(field, &u32, 4);
+                break;
+        default:
+                memcpy(field, &v, sizeof(v));
+                break;
+        }
+}
+
+/* A decimal number in [lo, hi] into *u, or the setting's error. */
+static int read_number(struct dw_config *cfg, const struct setting *s, const char *v, uint64_t *u)
+{
+        if (!parse_u64(v, 10, s->lo, s->hi, u))
+                return bad(cfg, s->name, v, s->expect);
         return 0;
 }
 
-static int parse_all(struct dw_config *cfg, const struct env_view *env)
+/* A decimal number in [lo, hi], stored as it is. */
+static int set_number(struct dw_config *cfg, const struct setting *s, const char *v)
 {
-        const char *v;
         uint64_t u;
-        int i, rc;
+        int rc = read_number(cfg, s, v, &u);
 
-        if ((v = var(env, "DIWARP_ADDR"))) {
-                struct in_addr a[DW_CONFIG_MAX_RAILS];
-                const char *why = NULL;
+        if (!rc)
+                store(cfg, s, u);
+        return rc;
+}
 
-                if (strlen(v) >= sizeof(cfg->addr))
-                        return bad(cfg, "DIWARP_ADDR", v,
-                                   "expected at most 4 dotted IPv4 addresses (rails)");
-                if (dw_config_parse_addrs(v, a, &why) < 0)
-                        return bad(cfg, "DIWARP_ADDR", v, why);
-                snprintf(cfg->addr, sizeof(cfg->addr), "%s", v);
-        }
-        if ((v = var(env, "DIWARP_STRIPE_MIN"))) {
-                if (!parse_u64(v, 10, 0, DW_MAX_MSG_PULL, &u))
-                        return bad(cfg, "DIWARP_STRIPE_MIN", v,
-                                   "expected bytes 0..2147483648 (0: never stripe)");
-                cfg->stripe_min = u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_PORT_BASE"))) {
-                if (!parse_u64(v, 10, 1, 65535, &u))
-                        return bad(cfg, "DIWARP_PORT_BASE", v, "expected a port 1..65535");
-                cfg->port_base = (uint16_t)u;
-        }
-        if ((v = var(env, "DIWARP_LOG"))) {
-                i = dw_log_level_parse(v);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_LOG", v, "expected error, warn, info or debug");
-                cfg->log_level = i;
-        }
-        if ((v = var(env, "DIWARP_PROGRESS"))) {
-                /* daemon: client mode (client/), decided before any engine
-                 * device opens; an engine that reads it is the daemon's own. */
-                static const char *const names[] = {"app", "thread", "daemon"};
+/* One of the setting's words (any case), stored as the value it stands for. */
+static int set_choice(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        int i = parse_choice(v, s->words, s->nwords);
 
-                i = parse_choice(v, names, 3);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_PROGRESS", v, "expected app, thread or daemon");
-                cfg->progress_thread = i == 1;
-        }
-        if ((v = var(env, "DIWARP_WAIT_SPIN_US"))) {
-                if (!parse_u64(v, 10, 0, DW_CONFIG_MAX_WAIT_SPIN_US, &u))
-                        return bad(cfg, "DIWARP_WAIT_SPIN_US", v,
-                                   "expected microseconds 0..10000 (0: never spin)");
-                cfg->wait_spin_us = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_IO"))) {
-                static const char *const names[] = {"plain", "uring"};
+        if (i < 0)
+                return bad(cfg, s->name, v, s->expect);
+        store(cfg, s, s->values[i]);
+        return 0;
+}
 
-                i = parse_choice(v, names, 2);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_IO", v, "expected plain or uring");
-                cfg->io = i == 1 ? DW_IO_URING : DW_IO_PLAIN;
-        }
-        if ((v = var(env, "DIWARP_RC_CRC"))) {
-                static const char *const names[] = {"0", "1"};
+static int set_addr(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        struct in_addr a[DW_CONFIG_MAX_RAILS];
+        const char *why = NULL;
 
-                i = parse_choice(v, names, 2);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_RC_CRC", v, "expected 0 or 1");
-                cfg->rc_crc = i == 1;
-        }
-        if ((v = var(env, "DIWARP_RD_DIRECT"))) {
-                static const char *const names[] = {"0", "1"};
+        if (strlen(v) >= sizeof(cfg->addr))
+                return bad(cfg, s->name, v, "expected at most 4 dotted IPv4 addresses (rails)");
+        if (dw_config_parse_addrs(v, a, &why) < 0)
+                return bad(cfg, s->name, v, why);
+        snprintf(cfg->addr, sizeof(cfg->addr), "%s", v);
+        return 0;
+}
 
-                i = parse_choice(v, names, 2);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_RD_DIRECT", v, "expected 0 or 1");
-                cfg->rd_direct = i == 1;
-        }
-        if ((v = var(env, "DIWARP_RC_TRANSPORT"))) {
-                static const char *const names[] = {"tcp", "rd"};
+static int set_log(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        int i = dw_log_level_parse(v);
 
-                i = parse_choice(v, names, 2);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_RC_TRANSPORT", v, "expected tcp or rd");
-                cfg->rc_transport = i == 1 ? DW_RC_RD : DW_RC_TCP;
-        }
-        if ((v = var(env, "DIWARP_PEER_TIMEOUT_MS"))) {
-                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_TIMEOUT_MS, &u))
-                        return bad(cfg, "DIWARP_PEER_TIMEOUT_MS", v,
-                                   "expected milliseconds 1..3600000");
-                cfg->peer_timeout_ms = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_CONNECT_TIMEOUT_MS"))) {
-                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_TIMEOUT_MS, &u))
-                        return bad(cfg, "DIWARP_CONNECT_TIMEOUT_MS", v,
-                                   "expected milliseconds 1..3600000");
-                cfg->connect_timeout_ms = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_UDP_MTU"))) {
-                if (!parse_u64(v, 10, DW_CONFIG_MIN_UDP_MTU, DW_CONFIG_MAX_UDP_MTU, &u))
-                        return bad(cfg, "DIWARP_UDP_MTU", v, "expected bytes 512..65507");
-                cfg->udp_mtu = (uint32_t)u;
-        }
-        if ((rc = parse_cap(cfg, env, "DIWARP_INFLIGHT_QP", &cfg->inflight_qp)) ||
-            (rc = parse_cap(cfg, env, "DIWARP_INFLIGHT_PROC", &cfg->inflight_proc)) ||
-            (rc = parse_cap(cfg, env, "DIWARP_INFLIGHT_HOST", &cfg->inflight_host)))
-                return rc;
-        if ((v = var(env, "DIWARP_INFLIGHT_SHM"))) {
-                if (!valid_shm_name(v))
-                        return bad(cfg, "DIWARP_INFLIGHT_SHM", v,
-                                   "expected a shm name of 1..100 characters A-Z a-z 0-9 . _ - "
-                                   "(one leading / allowed)");
-                snprintf(cfg->inflight_shm, sizeof(cfg->inflight_shm), "/%s", v + (*v == '/'));
-        }
-        if ((v = var(env, "DIWARP_CC"))) {
-                static const char *const names[] = {"off", "on", "0", "1"};
+        if (i < 0)
+                return bad(cfg, s->name, v, "expected error, warn, info or debug");
+        cfg->log_level = i;
+        return 0;
+}
 
-                i = parse_choice(v, names, 4);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_CC", v, "expected on or off");
-                cfg->cc = i & 1;
-        }
-        if ((v = var(env, "DIWARP_CC_PACING"))) {
-                static const char *const names[] = {"0", "1"};
+static int set_inflight_shm(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        if (!valid_shm_name(v))
+                return bad(cfg, s->name, v,
+                           "expected a shm name of 1..100 characters A-Z a-z 0-9 . _ - "
+                           "(one leading / allowed)");
+        snprintf(cfg->inflight_shm, sizeof(cfg->inflight_shm), "/%s", v + (*v == '/'));
+        return 0;
+}
 
-                i = parse_choice(v, names, 2);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_CC_PACING", v, "expected 0 or 1");
-                cfg->cc_pacing = i == 1;
+static int set_auth(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        cfg->auth_key_len = 0;
+        cfg->auth_conn = false;
+        if (strncmp(v, "file:", 5) == 0 && v[5]) {
+                int e = load_auth_key(cfg, v, v + 5);
+                if (e < 0)
+                        return e;
+                cfg->auth_conn = true;
+        } else if (strcmp(v, "connection") == 0) {
+                cfg->auth_conn = true;
+        } else if (strcmp(v, "off") != 0) {
+                return bad(cfg, s->name, v,
+                           "expected off, connection, or file:PATH (a key file of 16 or "
+                           "32 bytes, raw or hex)");
         }
-        if ((v = var(env, "DIWARP_CC_TARGET_US"))) {
-                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_CC_TARGET_US, &u))
-                        return bad(cfg, "DIWARP_CC_TARGET_US", v,
-                                   "expected microseconds 1..1000000");
-                cfg->cc_target_us = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_AUTH"))) {
-                cfg->auth_key_len = 0;
-                cfg->auth_conn = false;
-                if (strncmp(v, "file:", 5) == 0 && v[5]) {
-                        int e = load_auth_key(cfg, v, v + 5);
-                        if (e < 0)
-                                return e;
-                        cfg->auth_conn = true;
-                } else if (strcmp(v, "connection") == 0) {
-                        cfg->auth_conn = true;
-                } else if (strcmp(v, "off") != 0) {
-                        return bad(cfg, "DIWARP_AUTH", v,
-                                   "expected off, connection, or file:PATH (a key file of 16 or "
-                                   "32 bytes, raw or hex)");
-                }
-        }
-        if ((v = var(env, "DIWARP_RD_CRC"))) {
-                static const char *const names[] = {"0", "1"};
+        return 0;
+}
 
-                i = parse_choice(v, names, 2);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_RD_CRC", v, "expected 0 or 1");
-                cfg->rd_crc = i == 1;
-        }
-        if ((v = var(env, "DIWARP_RD_PULL_MIN"))) {
-                if (!parse_u64(v, 10, 0, DW_MAX_MSG_PULL, &u))
-                        return bad(cfg, "DIWARP_RD_PULL_MIN", v,
-                                   "expected bytes 0..2147483648 (0: Sends are never pulled)");
+/* The largest message itself cannot be pulled: the threshold is one below. */
+static int set_pull_min(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        uint64_t u;
+        int rc = read_number(cfg, s, v, &u);
+
+        if (!rc)
                 cfg->pull_min = (uint32_t)(u == DW_MAX_MSG_PULL ? u - 1 : u);
-        }
-        if ((v = var(env, "DIWARP_RD_PULL_CHUNK"))) {
-                if (!parse_u64(v, 10, DW_CONFIG_MIN_PULL_CHUNK, DW_CONFIG_MAX_PULL_CHUNK, &u))
-                        return bad(cfg, "DIWARP_RD_PULL_CHUNK", v, "expected bytes 1024..67108864");
-                cfg->pull_chunk = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_RD_PULL_DEPTH"))) {
-                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_PULL_DEPTH, &u))
-                        return bad(cfg, "DIWARP_RD_PULL_DEPTH", v, "expected Reads 1..8");
-                cfg->pull_depth = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_CREDIT"))) {
-                static const char *const names[] = {"off", "static", "dynamic"};
+        return rc;
+}
 
-                i = parse_choice(v, names, 3);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_CREDIT", v, "expected static, dynamic or off");
-                cfg->credit = (enum dw_credit_setting)i;
-        }
-        if ((v = var(env, "DIWARP_CREDIT_SLOT"))) {
-                if (!parse_u64(v, 10, 64, 65536, &u) || (u & (u - 1)))
-                        return bad(cfg, "DIWARP_CREDIT_SLOT", v,
-                                   "expected bytes, a power of two 64..65536");
+static int set_credit_slot(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        uint64_t u;
+        int rc = read_number(cfg, s, v, &u);
+
+        if (!rc && (u & (u - 1)))
+                rc = bad(cfg, s->name, v, s->expect);
+        if (!rc)
                 cfg->credit_slot = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_CREDIT_RING"))) {
-                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_CREDIT_RING, &u))
-                        return bad(cfg, "DIWARP_CREDIT_RING", v, "expected slots 1..32767");
-                cfg->credit_ring = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_CREDIT_PEERS"))) {
-                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_CREDIT_RING, &u))
-                        return bad(cfg, "DIWARP_CREDIT_PEERS", v, "expected senders 1..32767");
-                cfg->credit_peers = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_RD_MAX_PEERS"))) {
-                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_RD_PEERS, &u))
-                        return bad(cfg, "DIWARP_RD_MAX_PEERS", v, "expected streams 1..1000000");
-                cfg->rd_max_peers = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_RD_DEV_PEERS"))) {
-                if (!parse_u64(v, 10, 1, DW_CONFIG_MAX_RD_PEERS, &u))
-                        return bad(cfg, "DIWARP_RD_DEV_PEERS", v, "expected streams 1..1000000");
-                cfg->rd_dev_peers = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_RD_IDLE_MS"))) {
-                if (!parse_u64(v, 10, DW_CONFIG_MIN_RD_IDLE_MS, DW_CONFIG_MAX_TIMEOUT_MS, &u))
-                        return bad(cfg, "DIWARP_RD_IDLE_MS", v,
-                                   "expected milliseconds 100..3600000");
-                cfg->rd_idle_ms = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_CREDIT_CSLOTS"))) {
-                if (!parse_u64(v, 10, 1, 64, &u))
-                        return bad(cfg, "DIWARP_CREDIT_CSLOTS", v, "expected entries 1..64");
-                cfg->credit_cslots = (uint32_t)u;
-        }
-        if ((v = var(env, "DIWARP_CREDIT_RC"))) {
-                static const char *const names[] = {"rnr", "park"};
+        return rc;
+}
 
-                i = parse_choice(v, names, 2);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_CREDIT_RC", v, "expected rnr or park");
-                cfg->credit_rc_park = i == 1;
-        }
-        if ((v = var(env, "DIWARP_LOCAL_COPY"))) {
-                static const char *const names[] = {"0", "1"};
+/* Base 0: decimal, or 0x-prefixed hex as seeds are often printed. */
+static int set_fault_seed(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        uint64_t u;
 
-                i = parse_choice(v, names, 2);
-                if (i < 0)
-                        return bad(cfg, "DIWARP_LOCAL_COPY", v, "expected 0 or 1");
-                cfg->local_copy = (int8_t)i;
-        }
-        if ((v = var(env, "DIWARP_CREDIT_MIN_QUOTA"))) {
-                if (!parse_u64(v, 10, 0, DW_CONFIG_MAX_CREDIT_RING, &u))
-                        return bad(cfg, "DIWARP_CREDIT_MIN_QUOTA", v,
-                                   "expected slots 0..32767 (0: DIWARP_CREDIT_CSLOTS)");
-                cfg->credit_min_quota = (uint32_t)u;
-        }
+        if (!parse_u64(v, 0, 0, UINT64_MAX, &u))
+                return bad(cfg, s->name, v,
+                           "expected an unsigned 64-bit integer (decimal or 0x hex)");
+        cfg->fault_seed = u;
+        return 0;
+}
+
+static int set_fault(struct dw_config *cfg, const struct setting *s, const char *v)
+{
+        struct dw_fault_params p;
+        char reason[160];
+
+        if (strlen(v) >= sizeof(cfg->fault_spec))
+                return bad(cfg, s->name, v, "spec longer than 255 characters");
+        /* Validate now so a typo fails at device open, not silently later. */
+        if (dw_fault_parse(v, &p, reason, sizeof(reason)) < 0)
+                return bad(cfg, s->name, v,
+                           reason + (strncmp(reason, "DIWARP_FAULT: ", 14) ? 0 : 14));
+        snprintf(cfg->fault_spec, sizeof(cfg->fault_spec), "%s", v);
+        return 0;
+}
+
+/* The credit settings checked together, once each one has been read alone
+ * (an entry of the table without a name: it runs whatever is set). */
+static int check_credit(struct dw_config *cfg, const struct setting *s, const char *v)
+{
         uint32_t floor = cfg->credit_min_quota ? cfg->credit_min_quota : cfg->credit_cslots;
+
+        (void)s;
+        (void)v;
+
         if (cfg->credit == DW_CREDIT_ON_DYNAMIC &&
             (uint64_t)floor * cfg->credit_peers > cfg->credit_ring) {
                 snprintf(cfg->why_buf, sizeof(cfg->why_buf),
@@ -485,24 +418,117 @@ static int parse_all(struct dw_config *cfg, const struct env_view *env)
                          cfg->credit_ring, cfg->credit_peers);
                 return -EINVAL;
         }
-        if ((v = var(env, "DIWARP_FAULT_SEED"))) {
-                /* Base 0: decimal, or 0x-prefixed hex as seeds are often printed. */
-                if (!parse_u64(v, 0, 0, UINT64_MAX, &u))
-                        return bad(cfg, "DIWARP_FAULT_SEED", v,
-                                   "expected an unsigned 64-bit integer (decimal or 0x hex)");
-                cfg->fault_seed = u;
-        }
-        if ((v = var(env, "DIWARP_FAULT"))) {
-                struct dw_fault_params p;
-                char reason[160];
+        return 0;
+}
 
-                if (strlen(v) >= sizeof(cfg->fault_spec))
-                        return bad(cfg, "DIWARP_FAULT", v, "spec longer than 255 characters");
-                /* Validate now so a typo fails at device open, not silently later. */
-                if (dw_fault_parse(v, &p, reason, sizeof(reason)) < 0)
-                        return bad(cfg, "DIWARP_FAULT", v,
-                                   reason + (strncmp(reason, "DIWARP_FAULT: ", 14) ? 0 : 14));
-                snprintf(cfg->fault_spec, sizeof(cfg->fault_spec), "%s", v);
+static const char *const zero_one[] = {"0", "1"};
+static const uint8_t zero_one_v[] = {0, 1};
+/* daemon: client mode (client/), decided before any engine device opens; an
+ * engine that reads it is the daemon's own. */
+static const char *const progress_w[] = {"app", "thread", "daemon"};
+static const uint8_t progress_v[] = {0, 1, 0};
+static const char *const io_w[] = {"plain", "uring"};
+static const uint8_t io_v[] = {DW_IO_PLAIN, DW_IO_URING};
+static const char *const rc_transport_w[] = {"tcp", "rd"};
+static const uint8_t rc_transport_v[] = {DW_RC_TCP, DW_RC_RD};
+static const char *const cc_w[] = {"off", "on", "0", "1"};
+static const uint8_t cc_v[] = {0, 1, 0, 1};
+static const char *const credit_w[] = {"off", "static", "dynamic"};
+static const uint8_t credit_v[] = {DW_CREDIT_OFF, DW_CREDIT_ON_STATIC, DW_CREDIT_ON_DYNAMIC};
+static const char *const credit_rc_w[] = {"rnr", "park"};
+
+#define INFLIGHT_EXPECT "expected messages 0..1000000 (0 = no cap)"
+
+/* The table's entries, by the function that reads them: */
+#define NUMBER(var, f, min, max, why)                                                              \
+        {                                                                                          \
+                .name = var, .parse = set_number, SET_FIELD(f), .lo = min, .hi = max,              \
+                .expect = why                                                                      \
+        }
+#define CHOICE(var, f, w, vals, why)                                                               \
+        {                                                                                          \
+                .name = var, .parse = set_choice, SET_FIELD(f), SET_WORDS(w, vals), .expect = why  \
+        }
+#define CUSTOM(var, fn, min, max, why)                                                             \
+        {                                                                                          \
+                .name = var, .parse = fn, .lo = min, .hi = max, .expect = why                      \
+        }
+#define CHECK(fn)                                                                                  \
+        {                                                                                          \
+                .parse = fn                                                                        \
+        }
+
+static const struct setting settings[] = {
+    CUSTOM("DIWARP_ADDR", set_addr, 0, 0, NULL),
+    NUMBER("DIWARP_STRIPE_MIN", stripe_min, 0, DW_MAX_MSG_PULL,
+           "expected bytes 0..2147483648 (0: never stripe)"),
+    NUMBER("DIWARP_PORT_BASE", port_base, 1, 65535, "expected a port 1..65535"),
+    CUSTOM("DIWARP_LOG", set_log, 0, 0, NULL),
+    CHOICE("DIWARP_PROGRESS", progress_thread, progress_w, progress_v,
+           "expected app, thread or daemon"),
+    NUMBER("DIWARP_WAIT_SPIN_US", wait_spin_us, 0, DW_CONFIG_MAX_WAIT_SPIN_US,
+           "expected microseconds 0..10000 (0: never spin)"),
+    CHOICE("DIWARP_IO", io, io_w, io_v, "expected plain or uring"),
+    CHOICE("DIWARP_RC_CRC", rc_crc, zero_one, zero_one_v, "expected 0 or 1"),
+    CHOICE("DIWARP_RD_DIRECT", rd_direct, zero_one, zero_one_v, "expected 0 or 1"),
+    CHOICE("DIWARP_RC_TRANSPORT", rc_transport, rc_transport_w, rc_transport_v,
+           "expected tcp or rd"),
+    NUMBER("DIWARP_PEER_TIMEOUT_MS", peer_timeout_ms, 1, DW_CONFIG_MAX_TIMEOUT_MS,
+           "expected milliseconds 1..3600000"),
+    NUMBER("DIWARP_CONNECT_TIMEOUT_MS", connect_timeout_ms, 1, DW_CONFIG_MAX_TIMEOUT_MS,
+           "expected milliseconds 1..3600000"),
+    NUMBER("DIWARP_UDP_MTU", udp_mtu, DW_CONFIG_MIN_UDP_MTU, DW_CONFIG_MAX_UDP_MTU,
+           "expected bytes 512..65507"),
+    /* In-flight caps in messages; 0 means no cap at that level. */
+    NUMBER("DIWARP_INFLIGHT_QP", inflight_qp, 0, DW_CONFIG_MAX_INFLIGHT, INFLIGHT_EXPECT),
+    NUMBER("DIWARP_INFLIGHT_PROC", inflight_proc, 0, DW_CONFIG_MAX_INFLIGHT, INFLIGHT_EXPECT),
+    NUMBER("DIWARP_INFLIGHT_HOST", inflight_host, 0, DW_CONFIG_MAX_INFLIGHT, INFLIGHT_EXPECT),
+    CUSTOM("DIWARP_INFLIGHT_SHM", set_inflight_shm, 0, 0, NULL),
+    CHOICE("DIWARP_CC", cc, cc_w, cc_v, "expected on or off"),
+    CHOICE("DIWARP_CC_PACING", cc_pacing, zero_one, zero_one_v, "expected 0 or 1"),
+    NUMBER("DIWARP_CC_TARGET_US", cc_target_us, 1, DW_CONFIG_MAX_CC_TARGET_US,
+           "expected microseconds 1..1000000"),
+    CUSTOM("DIWARP_AUTH", set_auth, 0, 0, NULL),
+    CHOICE("DIWARP_RD_CRC", rd_crc, zero_one, zero_one_v, "expected 0 or 1"),
+    CUSTOM("DIWARP_RD_PULL_MIN", set_pull_min, 0, DW_MAX_MSG_PULL,
+           "expected bytes 0..2147483648 (0: Sends are never pulled)"),
+    NUMBER("DIWARP_RD_PULL_CHUNK", pull_chunk, DW_CONFIG_MIN_PULL_CHUNK, DW_CONFIG_MAX_PULL_CHUNK,
+           "expected bytes 1024..67108864"),
+    NUMBER("DIWARP_RD_PULL_DEPTH", pull_depth, 1, DW_CONFIG_MAX_PULL_DEPTH, "expected Reads 1..8"),
+    CHOICE("DIWARP_CREDIT", credit, credit_w, credit_v, "expected static, dynamic or off"),
+    CUSTOM("DIWARP_CREDIT_SLOT", set_credit_slot, 64, 65536,
+           "expected bytes, a power of two 64..65536"),
+    NUMBER("DIWARP_CREDIT_RING", credit_ring, 1, DW_CONFIG_MAX_CREDIT_RING,
+           "expected slots 1..32767"),
+    NUMBER("DIWARP_CREDIT_PEERS", credit_peers, 1, DW_CONFIG_MAX_CREDIT_RING,
+           "expected senders 1..32767"),
+    NUMBER("DIWARP_RD_MAX_PEERS", rd_max_peers, 1, DW_CONFIG_MAX_RD_PEERS,
+           "expected streams 1..1000000"),
+    NUMBER("DIWARP_RD_DEV_PEERS", rd_dev_peers, 1, DW_CONFIG_MAX_RD_PEERS,
+           "expected streams 1..1000000"),
+    NUMBER("DIWARP_RD_IDLE_MS", rd_idle_ms, DW_CONFIG_MIN_RD_IDLE_MS, DW_CONFIG_MAX_TIMEOUT_MS,
+           "expected milliseconds 100..3600000"),
+    NUMBER("DIWARP_CREDIT_CSLOTS", credit_cslots, 1, 64, "expected entries 1..64"),
+    CHOICE("DIWARP_CREDIT_RC", credit_rc_park, credit_rc_w, zero_one_v, "expected rnr or park"),
+    CHOICE("DIWARP_LOCAL_COPY", local_copy, zero_one, zero_one_v, "expected 0 or 1"),
+    NUMBER("DIWARP_CREDIT_MIN_QUOTA", credit_min_quota, 0, DW_CONFIG_MAX_CREDIT_RING,
+           "expected slots 0..32767 (0: DIWARP_CREDIT_CSLOTS)"),
+    CHECK(check_credit),
+    CUSTOM("DIWARP_FAULT_SEED", set_fault_seed, 0, 0, NULL),
+    CUSTOM("DIWARP_FAULT", set_fault, 0, 0, NULL),
+};
+
+/* Every setting that is set, and the checks across settings, in table
+ * order. */
+static int parse_all(struct dw_config *cfg, const struct env_view *env)
+{
+        for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+                const struct setting *s = &settings[i];
+                const char *v = s->name ? var(env, s->name) : NULL;
+                int rc = v || !s->name ? s->parse(cfg, s, v) : 0;
+
+                if (rc)
+                        return rc;
         }
         return 0;
 }
