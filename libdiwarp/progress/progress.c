@@ -1127,166 +1127,238 @@ static void dw_progress_set_shared(struct dw_device *dev, bool on)
                   : "the application has a core: it makes progress itself");
 }
 
+/* The progress thread's state from one turn of its loop to the next. It is
+ * in one of three states: running (it sleeps on the device's set and runs
+ * the steps), parked (the application polls: it leaves the data and the
+ * timers to it) or yielded (an application thread drives from its waits). */
+struct dw_progress_turns {
+        struct dw_device *dev;
+        uint64_t seen;        /* app_reads at the last look */
+        uint64_t seen_drives; /* drives at the last look */
+        bool parked, yielded;
+        long park_ns;
+        struct dw_app_watch watch;
+        unsigned calm; /* shared: windows in a row the poller did not wait */
+        struct epoll_event evs[DW_MAX_EVENTS];
+};
+
+/* The next sleep of a parked or yielded thread: twice the last, up to the cap. */
+static inline void dw_turns_back_off(struct dw_progress_turns *t)
+{
+        if (t->park_ns < DW_PARK_MAX_NS)
+                t->park_ns = t->park_ns * 2 < DW_PARK_MAX_NS ? t->park_ns * 2 : DW_PARK_MAX_NS;
+}
+
+/* Leaves the device to the thread that drives it. */
+static inline void dw_turns_yield(struct dw_progress_turns *t)
+{
+        t->parked = false;
+        t->yielded = true;
+        t->park_ns = DW_PARK_MIN_NS;
+}
+
+/* Yielded: an application thread drives from its waits (dw_progress_wait):
+ * the data set, the wake eventfd and the timers are the driver's. Back to
+ * them once an interval passed in which no wait began and nobody drives, or
+ * at once when a driver left threads waiting beside it (it kicks). False:
+ * the thread stops. */
+static bool dw_turns_yielded(struct dw_progress_turns *t)
+{
+        struct dw_progress *p = &t->dev->prog;
+
+        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+                return false;
+        dw_progress_yield_sleep(p, t->park_ns);
+        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+                return false;
+        if (!dw_progress_driven(p, &t->seen_drives)) {
+                t->yielded = false;
+                t->seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
+        } else {
+                dw_turns_back_off(t);
+        }
+        return true;
+}
+
+/* Parked: timers are the application's too while it drives (each of its
+ * steps runs the transports' timers): waking for them would take the lock
+ * from it on every delayed ACK. Back on the data fds, a timer still due is
+ * served at once. Parked, the thread takes the device lock only for a
+ * wake-up: the polling application holds it most of the time. False: the
+ * thread stops. */
+static bool dw_turns_parked(struct dw_progress_turns *t)
+{
+        struct dw_device *dev = t->dev;
+        struct dw_progress *p = &dev->prog;
+
+        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+                return false;
+        struct timespec ts = {0, t->park_ns};
+        struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
+        int r = ppoll(&pfd, 1, &ts, NULL);
+        if (atomic_load(&p->driver) || atomic_load(&p->drives) != t->seen_drives) {
+                /* It waits for events now: yield (the driver already put the
+                 * UDP socket back). */
+                t->seen_drives = atomic_load(&p->drives);
+                dw_turns_yield(t);
+                return true;
+        }
+        uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
+        if (c - t->seen < DW_PARK_READS) {
+                t->parked = false; /* it stopped: back to the data fds */
+        } else if (dw_app_waits(p, &t->watch)) {
+                t->parked = false;
+                t->calm = 0;
+                dw_progress_set_shared(dev, true);
+        } else {
+                dw_turns_back_off(t);
+        }
+        t->seen = c;
+        if (!t->parked)
+                dw_progress_udp_park(dev, false);
+        if (r > 0) {
+                /* A wake-up: one step, as unparked. */
+                struct epoll_event wake = {.events = EPOLLIN,
+                                           .data.u64 = dw_ev_data(p->wake_fd, DW_TAG_WAKE)};
+                if (!dw_progress_locked_run(dev, &wake, 1))
+                        dw_turns_yield(t);
+        }
+        return true;
+}
+
+#define DW_TURN_STOP  (-1) /* the device stops (or epoll failed) */
+#define DW_TURN_AGAIN (-2) /* a signal cut the sleep short */
+
+/* Running: sleeps on the device's set until the next timer (a window at
+ * most while the thread shares the work, to see the poller calm down),
+ * unless a driver has it. Returns the events (0 when driven), or
+ * DW_TURN_STOP or DW_TURN_AGAIN; *shared and *driven as they were before
+ * the sleep. */
+static int dw_turns_sleep(struct dw_progress_turns *t, bool *shared, bool *driven)
+{
+        struct dw_device *dev = t->dev;
+        struct dw_progress *p = &dev->prog;
+
+        pthread_mutex_lock(&dev->lock);
+        bool stop = p->stop;
+        int64_t timeout = dw_progress_sleep_prepare(dev);
+        *shared = atomic_load_explicit(&p->shared, memory_order_relaxed);
+        if (*shared && (timeout < 0 || timeout > (int64_t)DW_WAIT_WINDOW_NS))
+                timeout = DW_WAIT_WINDOW_NS;
+        *driven = atomic_load(&p->driver) != 0;
+        if (!*driven)
+                atomic_store_explicit(&p->thread_sleep_until,
+                                      timeout < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)timeout,
+                                      memory_order_relaxed);
+        pthread_mutex_unlock(&dev->lock);
+        if (stop)
+                return DW_TURN_STOP;
+        int n = *driven ? 0 : dw_progress_epoll(p, t->evs, timeout);
+        atomic_store_explicit(&p->thread_sleep_until, 0, memory_order_relaxed);
+        if (n < 0) {
+                if (errno == EINTR)
+                        return DW_TURN_AGAIN;
+                dw_err("device port %u: progress thread epoll_wait: %s", dev->port,
+                       strerror(errno));
+                return DW_TURN_STOP;
+        }
+        return n;
+}
+
+/* Running, after a sleep that brought n events: does the application poll,
+ * and does it wait for a core to do so? True: the thread runs the step.
+ * False: it parked (or yielded to a driver that came), leaving the data and
+ * the timers to the application that reads them. */
+static bool dw_turns_watch_app(struct dw_progress_turns *t, bool shared, int n)
+{
+        struct dw_progress *p = &t->dev->prog;
+        uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
+        bool polled = c - t->seen >= DW_PARK_READS;
+
+        if (shared) {
+                /* Back to the application once it polls with a core of its
+                 * own, window after window. */
+                if (t->watch.at_ns && dw_now_ns() - t->watch.at_ns >= DW_WAIT_WINDOW_NS) {
+                        if (!polled || dw_app_waits(p, &t->watch))
+                                t->calm = 0;
+                        else if (++t->calm >= DW_SHARED_CALM_LOOKS)
+                                dw_progress_set_shared(t->dev, false);
+                        t->seen = c;
+                } else if (!t->watch.at_ns) {
+                        dw_app_waits(p, &t->watch); /* a baseline */
+                }
+                return true;
+        }
+        if (polled) {
+                bool wake = false;
+                for (int i = 0; i < n; i++)
+                        if ((uint32_t)t->evs[i].data.u64 == DW_TAG_WAKE)
+                                wake = true;
+                if (dw_app_waits(p, &t->watch)) {
+                        t->calm = 0;
+                        dw_progress_set_shared(t->dev, true);
+                } else if (!wake) {
+                        t->seen = c;
+                        t->seen_drives = atomic_load(&p->drives);
+                        t->park_ns = DW_PARK_MIN_NS;
+                        if (dw_progress_udp_park(t->dev, true))
+                                t->parked = true;
+                        else
+                                t->yielded = true; /* a driver came */
+                        return false;
+                }
+        }
+        t->seen = c;
+        return true;
+}
+
+/* Running: one sleep, then the step over what woke the thread. False: the
+ * thread stops. */
+static bool dw_turns_run(struct dw_progress_turns *t)
+{
+        struct dw_progress *p = &t->dev->prog;
+        bool shared, driven;
+        int n = dw_turns_sleep(t, &shared, &driven);
+
+        if (n == DW_TURN_STOP)
+                return false;
+        if (n == DW_TURN_AGAIN)
+                return true;
+        if (driven || atomic_load(&p->driver)) {
+                /* The wake-up (data, a timer, the eventfd) is the driver's:
+                 * it sleeps on the same set. */
+                t->seen_drives = atomic_load(&p->drives);
+                dw_turns_yield(t);
+                t->calm = 0;
+                dw_progress_set_shared(t->dev, false);
+                return true;
+        }
+        if (dw_turns_watch_app(t, shared, n) && !dw_progress_locked_run(t->dev, t->evs, n))
+                dw_turns_yield(t);
+        return true;
+}
+
 static void *dw_progress_thread(void *arg)
 {
         struct dw_device *dev = arg;
-        struct dw_progress *p = &dev->prog;
-        struct epoll_event evs[DW_MAX_EVENTS];
-        uint64_t seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
-        uint64_t seen_drives = atomic_load(&p->drives);
-        bool parked = false, yielded = false;
-        long park_ns = DW_PARK_MIN_NS;
-        struct dw_app_watch watch = {0};
-        unsigned calm = 0; /* shared: windows in a row the poller did not wait */
+        struct dw_progress_turns t = {
+            .dev = dev,
+            .seen = atomic_load_explicit(&dev->prog.app_reads, memory_order_relaxed),
+            .seen_drives = atomic_load(&dev->prog.drives),
+            .park_ns = DW_PARK_MIN_NS,
+        };
 
         dw_progress_short_slice();
         for (;;) {
-                if (yielded) {
-                        /* An application thread drives from its waits
-                         * (dw_progress_wait): the data set, the wake eventfd
-                         * and the timers are the driver's. Back to them once
-                         * an interval passed in which no wait began and
-                         * nobody drives, or at once when a driver left
-                         * threads waiting beside it (it kicks). */
-                        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
-                                break;
-                        dw_progress_yield_sleep(p, park_ns);
-                        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
-                                break;
-                        if (!dw_progress_driven(p, &seen_drives)) {
-                                yielded = false;
-                                seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
-                        } else if (park_ns < DW_PARK_MAX_NS) {
-                                park_ns =
-                                    park_ns * 2 < DW_PARK_MAX_NS ? park_ns * 2 : DW_PARK_MAX_NS;
-                        }
-                        continue;
-                }
-                if (parked) {
-                        /* Timers are the application's too while it drives
-                         * (each of its steps runs the transports' timers):
-                         * waking for them would take the lock from it on
-                         * every delayed ACK. Back on the data fds, a timer
-                         * still due is served at once. Parked, the thread
-                         * takes the device lock only for a wake-up: the
-                         * polling application holds it most of the time. */
-                        if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
-                                break;
-                        struct timespec ts = {0, park_ns};
-                        struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
-                        int r = ppoll(&pfd, 1, &ts, NULL);
-                        if (atomic_load(&p->driver) || atomic_load(&p->drives) != seen_drives) {
-                                /* It waits for events now: yield (the driver
-                                 * already put the UDP socket back). */
-                                seen_drives = atomic_load(&p->drives);
-                                parked = false;
-                                yielded = true;
-                                park_ns = DW_PARK_MIN_NS;
-                                continue;
-                        }
-                        uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
-                        if (c - seen < DW_PARK_READS) {
-                                parked = false; /* it stopped: back to the data fds */
-                        } else if (dw_app_waits(p, &watch)) {
-                                parked = false;
-                                calm = 0;
-                                dw_progress_set_shared(dev, true);
-                        } else if (park_ns < DW_PARK_MAX_NS) {
-                                park_ns =
-                                    park_ns * 2 < DW_PARK_MAX_NS ? park_ns * 2 : DW_PARK_MAX_NS;
-                        }
-                        seen = c;
-                        if (!parked)
-                                dw_progress_udp_park(dev, false);
-                        if (r > 0) {
-                                /* A wake-up: one step, as unparked. */
-                                struct epoll_event wake = {.events = EPOLLIN,
-                                                           .data.u64 =
-                                                               dw_ev_data(p->wake_fd, DW_TAG_WAKE)};
-                                if (!dw_progress_locked_run(dev, &wake, 1)) {
-                                        parked = false;
-                                        yielded = true;
-                                        park_ns = DW_PARK_MIN_NS;
-                                }
-                        }
-                        continue;
-                }
-                pthread_mutex_lock(&dev->lock);
-                bool stop = p->stop;
-                int64_t timeout = dw_progress_sleep_prepare(dev);
-                bool shared = atomic_load_explicit(&p->shared, memory_order_relaxed);
-                if (shared && (timeout < 0 || timeout > (int64_t)DW_WAIT_WINDOW_NS))
-                        timeout = DW_WAIT_WINDOW_NS; /* to see the poller calm down */
-                bool driven = atomic_load(&p->driver) != 0;
-                if (!driven)
-                        atomic_store_explicit(&p->thread_sleep_until,
-                                              timeout < 0 ? UINT64_MAX
-                                                          : dw_now_ns() + (uint64_t)timeout,
-                                              memory_order_relaxed);
-                pthread_mutex_unlock(&dev->lock);
-                if (stop)
+                bool go;
+                if (t.yielded)
+                        go = dw_turns_yielded(&t);
+                else if (t.parked)
+                        go = dw_turns_parked(&t);
+                else
+                        go = dw_turns_run(&t);
+                if (!go)
                         break;
-                int n = driven ? 0 : dw_progress_epoll(p, evs, timeout);
-                atomic_store_explicit(&p->thread_sleep_until, 0, memory_order_relaxed);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        dw_err("device port %u: progress thread epoll_wait: %s", dev->port,
-                               strerror(errno));
-                        break;
-                }
-                if (driven || atomic_load(&p->driver)) {
-                        /* The wake-up (data, a timer, the eventfd) is the
-                         * driver's: it sleeps on the same set. */
-                        seen_drives = atomic_load(&p->drives);
-                        yielded = true;
-                        park_ns = DW_PARK_MIN_NS;
-                        calm = 0;
-                        dw_progress_set_shared(dev, false);
-                        continue;
-                }
-                uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
-                bool polled = c - seen >= DW_PARK_READS;
-                if (shared) {
-                        /* Back to the application once it polls with a core
-                         * of its own, window after window. */
-                        if (watch.at_ns && dw_now_ns() - watch.at_ns >= DW_WAIT_WINDOW_NS) {
-                                if (!polled || dw_app_waits(p, &watch))
-                                        calm = 0;
-                                else if (++calm >= DW_SHARED_CALM_LOOKS)
-                                        dw_progress_set_shared(dev, false);
-                                seen = c;
-                        } else if (!watch.at_ns) {
-                                dw_app_waits(p, &watch); /* a baseline */
-                        }
-                } else if (polled) {
-                        bool wake = false;
-                        for (int i = 0; i < n; i++)
-                                if ((uint32_t)evs[i].data.u64 == DW_TAG_WAKE)
-                                        wake = true;
-                        if (dw_app_waits(p, &watch)) {
-                                calm = 0;
-                                dw_progress_set_shared(dev, true);
-                        } else if (!wake) {
-                                /* The application reads; leave the data and
-                                 * the timers (n == 0) to it. */
-                                seen = c;
-                                seen_drives = atomic_load(&p->drives);
-                                park_ns = DW_PARK_MIN_NS;
-                                if (dw_progress_udp_park(dev, true))
-                                        parked = true;
-                                else
-                                        yielded = true; /* a driver came */
-                                continue;
-                        }
-                        seen = c;
-                } else {
-                        seen = c;
-                }
-                if (!dw_progress_locked_run(dev, evs, n)) {
-                        yielded = true;
-                        park_ns = DW_PARK_MIN_NS;
-                }
         }
         return NULL;
 }
