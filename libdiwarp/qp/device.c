@@ -453,45 +453,38 @@ static const struct dw_transport_ops *const dw_transports[] = {
     &dw_rd_transport,
 };
 
-int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
+/* The device's settings: DIWARP_* from the environment, then what the
+ * caller's options override. */
+static int dw_device_settings(struct dw_device *dev, const struct diwarp_open_opts *opts)
 {
         const char *why = NULL;
-        int err;
+        int err = dw_config_from_env(&dev->cfg, &why);
 
-        struct dw_device *dev = calloc(1, sizeof(*dev));
-        if (!dev)
-                return -ENOMEM;
-        dev->udp.fd = -1;
-        dev->tcp_listen_fd = -1;
-        dev->prog.epfd = -1;
-        dev->prog.wake_fd = -1;
-        err = dw_config_from_env(&dev->cfg, &why);
         if (err < 0) {
                 dw_err("device open: bad configuration: %s", why ? why : "?");
-                free(dev);
                 return err;
         }
         dw_log_set_level(dev->cfg.log_level);
         if (opts && opts->addr) {
-                if (strlen(opts->addr) >= sizeof(dev->cfg.addr)) {
-                        free(dev);
+                if (strlen(opts->addr) >= sizeof(dev->cfg.addr))
                         return -EINVAL;
-                }
                 strcpy(dev->cfg.addr, opts->addr);
         }
         if (opts && opts->port_base)
                 dev->cfg.port_base = opts->port_base;
         if (opts && (opts->flags & DIWARP_OPEN_LOCAL_COPY) && dev->cfg.local_copy < 0)
                 dev->cfg.local_copy = 1; /* DIWARP_LOCAL_COPY unset */
-        err = dw_device_gids(dev);
-        if (err < 0) {
-                free(dev);
-                return err;
-        }
+        return 0;
+}
 
-        pthread_mutex_init(&dev->lock, NULL);
+/* The UDP socket and the TCP listener on one port (dw_device_bind), with
+ * io_uring under the socket when DIWARP_IO asks for it. On failure, says
+ * why and leaves no socket open. */
+static int dw_device_sockets(struct dw_device *dev)
+{
         const char *where = dev->cfg.addr[0] ? dev->cfg.addr : "0.0.0.0";
-        err = dw_device_bind(dev);
+        int err = dw_device_bind(dev);
+
         if (err < 0) {
                 if (err == -EADDRNOTAVAIL)
                         /* Not a port problem: bind() cannot use an address no
@@ -505,31 +498,37 @@ int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
                 else
                         dw_err("device open: cannot bind UDP+TCP port %u on %s: %s",
                                dev->cfg.port_base, where, strerror(-err));
-                goto fail_lock;
+                return err;
         }
-        if (dev->cfg.io == DW_IO_URING) {
-                err = dw_udp_enable_uring(&dev->udp);
-                if (err == -ENOTSUP) {
-                        dw_err("device open: DIWARP_IO=uring, but this libdiwarp was built "
-                               "without liburing (install liburing-dev and rebuild, or use "
-                               "DIWARP_IO=plain)");
-                        goto fail_sock;
-                }
-                if (err < 0)
-                        dw_warn("device port %u: io_uring unavailable (%s); using the plain "
-                                "sendmmsg/recvmmsg backend",
-                                dev->port, strerror(-err));
+        if (dev->cfg.io != DW_IO_URING)
+                return 0;
+        err = dw_udp_enable_uring(&dev->udp);
+        if (err == -ENOTSUP) {
+                dw_err("device open: DIWARP_IO=uring, but this libdiwarp was built "
+                       "without liburing (install liburing-dev and rebuild, or use "
+                       "DIWARP_IO=plain)");
+                dw_udp_close(&dev->udp);
+                close(dev->tcp_listen_fd);
+                return err;
         }
-        err = dw_mr_table_init(&dev->mrs, DW_MAX_MR);
         if (err < 0)
-                goto fail_sock;
-        err = dw_async_queue_init(&dev->async, 0);
-        if (err < 0)
-                goto fail_mr;
-        err = dw_fault_init(&dev->fault, dev->cfg.fault_spec, dev->cfg.fault_seed, &why);
+                dw_warn("device port %u: io_uring unavailable (%s); using the plain "
+                        "sendmmsg/recvmmsg backend",
+                        dev->port, strerror(-err));
+        return 0;
+}
+
+/* What the device does to its datagrams besides sending them: fault
+ * injection (DIWARP_FAULT) and the seal (CRC32c, DIWARP_AUTH's AES-GMAC).
+ * On failure, says why and leaves neither. */
+static int dw_device_guards(struct dw_device *dev)
+{
+        const char *why = NULL;
+        int err = dw_fault_init(&dev->fault, dev->cfg.fault_spec, dev->cfg.fault_seed, &why);
+
         if (err < 0) {
                 dw_err("device open: DIWARP_FAULT: %s", why ? why : "?");
-                goto fail_async;
+                return err;
         }
         dev->fault_on = dw_fault_enabled(&dev->fault);
         /* DIWARP_AUTH: the first nonce is random (wire/seal.h says why). */
@@ -549,9 +548,23 @@ int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
                 dw_err("device open: DIWARP_AUTH: %s", why ? why : "?");
                 goto fail_fault;
         }
-        err = dw_progress_init(dev);
+        return 0;
+
+fail_fault:
+        dw_fault_destroy(&dev->fault);
+        return err;
+}
+
+/* What runs the device: the progress engine with the transports' hooks,
+ * the host's shared state (in-flight caps), RC's listener, and the
+ * progress thread when DIWARP_PROGRESS asks for it. On failure, leaves
+ * none of them. */
+static int dw_device_engine(struct dw_device *dev)
+{
+        int err = dw_progress_init(dev);
+
         if (err < 0)
-                goto fail_seal;
+                return err;
         for (size_t i = 0; i < sizeof(dw_transports) / sizeof(dw_transports[0]) && err >= 0; i++)
                 err = dw_progress_add_transport(dev, dw_transports[i]);
         if (err < 0)
@@ -570,20 +583,6 @@ int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **
                 if (err < 0)
                         goto fail_rc;
         }
-        dw_registry_add(dev);
-        pthread_mutex_lock(&dev->lock);
-        dw_stat_shm_open(dev);
-        pthread_mutex_unlock(&dev->lock);
-        char a0[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &dev->addr, a0, sizeof(a0));
-        dw_info(
-            "device open: %s (%s, %d GIDs) port %u instance %u, %s I/O%s%s", a0,
-            dev->nrails > 1    ? "multirail"
-            : dev->cfg.addr[0] ? "pinned"
-                               : "every host address",
-            dev->ngid, dev->port, dev->instance, dw_udp_uring_on(&dev->udp) ? "io_uring" : "plain",
-            dev->fault_on ? ", fault injection " : "", dev->fault_on ? dev->cfg.fault_spec : "");
-        *out = dw_dev_pub(dev);
         return 0;
 
 fail_rc:
@@ -594,10 +593,71 @@ fail_host:
         dw_host_detach();
 fail_prog:
         dw_progress_fini(dev);
-fail_seal:
+        return err;
+}
+
+/* The open device becomes visible: in the registry, in its statistics
+ * object, and in one line of the log. */
+static void dw_device_announce(struct dw_device *dev)
+{
+        char a0[INET_ADDRSTRLEN];
+
+        dw_registry_add(dev);
+        pthread_mutex_lock(&dev->lock);
+        dw_stat_shm_open(dev);
+        pthread_mutex_unlock(&dev->lock);
+        inet_ntop(AF_INET, &dev->addr, a0, sizeof(a0));
+        dw_info(
+            "device open: %s (%s, %d GIDs) port %u instance %u, %s I/O%s%s", a0,
+            dev->nrails > 1    ? "multirail"
+            : dev->cfg.addr[0] ? "pinned"
+                               : "every host address",
+            dev->ngid, dev->port, dev->instance, dw_udp_uring_on(&dev->udp) ? "io_uring" : "plain",
+            dev->fault_on ? ", fault injection " : "", dev->fault_on ? dev->cfg.fault_spec : "");
+}
+
+int dwe_device_open(const struct diwarp_open_opts *opts, struct diwarp_device **out)
+{
+        int err;
+
+        struct dw_device *dev = calloc(1, sizeof(*dev));
+        if (!dev)
+                return -ENOMEM;
+        dev->udp.fd = -1;
+        dev->tcp_listen_fd = -1;
+        dev->prog.epfd = -1;
+        dev->prog.wake_fd = -1;
+        err = dw_device_settings(dev, opts);
+        if (err >= 0)
+                err = dw_device_gids(dev);
+        if (err < 0) {
+                free(dev);
+                return err;
+        }
+
+        pthread_mutex_init(&dev->lock, NULL);
+        err = dw_device_sockets(dev);
+        if (err < 0)
+                goto fail_lock;
+        err = dw_mr_table_init(&dev->mrs, DW_MAX_MR);
+        if (err < 0)
+                goto fail_sock;
+        err = dw_async_queue_init(&dev->async, 0);
+        if (err < 0)
+                goto fail_mr;
+        err = dw_device_guards(dev);
+        if (err < 0)
+                goto fail_async;
+        err = dw_device_engine(dev);
+        if (err < 0)
+                goto fail_guards;
+        dw_device_announce(dev);
+        *out = dw_dev_pub(dev);
+        return 0;
+
+fail_guards:
         dw_seal_fini(&dev->seal);
         memset(dev->cfg.auth_key, 0, sizeof(dev->cfg.auth_key));
-fail_fault:
         dw_fault_destroy(&dev->fault);
 fail_async:
         dw_async_queue_fini(&dev->async);
