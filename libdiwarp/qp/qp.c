@@ -550,11 +550,12 @@ static int dw_qp_sq_state_allowed(const struct dw_qp *qp, enum diwarp_qp_state c
          DIWARP_QP_MAX_DEST_RD_ATOMIC | DIWARP_QP_CAP | DIWARP_QP_DEST_QPN |                       \
          DIWARP_QP_EN_SQD_ASYNC_NOTIFY)
 
-static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a, int mask)
+/* The transition and the attribute mask against the QP's state: a known
+ * mask, a transition the state diagram has, the attributes that
+ * transition may and must carry. */
+static int dw_qp_modify_check_mask(const struct dw_qp *qp, const struct diwarp_qp_attr *a, int mask,
+                                   enum diwarp_qp_state cur, enum diwarp_qp_state next)
 {
-        enum diwarp_qp_state cur = qp->state;
-        enum diwarp_qp_state next = (mask & DIWARP_QP_STATE) ? a->qp_state : cur;
-
         if (mask & ~DW_QP_KNOWN_MASK) {
                 dw_warn("QP %#x: modify with unknown mask bits %#x", qp->qpn,
                         mask & ~DW_QP_KNOWN_MASK);
@@ -606,7 +607,15 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                 dw_warn("QP %#x: RTR needs both AV and DEST_QPN, or neither (CM connect)", qp->qpn);
                 return -EINVAL;
         }
+        return 0;
+}
+
+/* The values of the attributes the mask names, before any is applied. */
+static int dw_qp_modify_check_values(const struct dw_qp *qp, const struct diwarp_qp_attr *a,
+                                     int mask)
+{
         struct in_addr ip;
+
         if ((mask & DIWARP_QP_AV) && dw_gid_to_ipv4(&a->dgid, &ip) < 0) {
                 dw_warn("QP %#x: AV GID is not an IPv4-mapped address", qp->qpn);
                 return -EINVAL;
@@ -624,19 +633,13 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                 return -EINVAL;
         if ((mask & DIWARP_QP_PORT) && a->port_num != 1)
                 return -EINVAL;
+        return 0;
+}
 
-        if (next == DIWARP_QPS_ERR) {
-                dw_qp_to_error(qp, -1);
-                return 0;
-        }
-        struct diwarp_qp_attr saved = qp->attr;
-        int saved_mask = qp->attr_mask_set;
-        struct sockaddr_in saved_peer = qp->peer;
-        if (next == DIWARP_QPS_RESET) {
-                dw_qp_reset_queues(qp);
-                memset(&qp->attr, 0, sizeof(qp->attr));
-                memset(&qp->peer, 0, sizeof(qp->peer));
-        }
+/* Copies the attributes the mask names into the QP (the AV also sets the
+ * peer's address). */
+static void dw_qp_modify_apply(struct dw_qp *qp, const struct diwarp_qp_attr *a, int mask)
+{
         if (mask & DIWARP_QP_ACCESS_FLAGS)
                 qp->attr.qp_access_flags = a->qp_access_flags;
         if (mask & DIWARP_QP_PKEY_INDEX)
@@ -648,6 +651,7 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
         if (mask & DIWARP_QP_AV) {
                 qp->attr.dgid = a->dgid;
                 qp->attr.sgid_index = a->sgid_index;
+                struct in_addr ip;
                 dw_gid_to_ipv4(&a->dgid, &ip);
                 qp->peer.sin_family = AF_INET;
                 qp->peer.sin_addr = ip;
@@ -674,21 +678,13 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                 qp->attr.max_dest_rd_atomic = a->max_dest_rd_atomic;
         if (mask & DIWARP_QP_MIN_RNR_TIMER)
                 qp->attr.min_rnr_timer = a->min_rnr_timer;
-        qp->attr_mask_set |= mask & ~DIWARP_QP_EN_SQD_ASYNC_NOTIFY;
-        qp->state = next;
-        if (dw_qp_on_rd(qp) || dw_qp_is_rc(qp)) {
-                int err = dw_qp_on_rd(qp) ? dw_rd_qp_modify(qp, cur, mask)
-                                          : dw_rc_qp_modify(qp, cur, mask);
-                if (err < 0) {
-                        qp->state = cur;
-                        qp->attr = saved;
-                        qp->attr_mask_set = saved_mask;
-                        qp->peer = saved_peer;
-                        return err;
-                }
-                if (next == DIWARP_QPS_RESET && dw_qp_on_rd(qp))
-                        dw_cm_qp_cancel(qp);
-        }
+}
+
+/* Entering SQD, or leaving SQD or SQE for RTS: the send queue drains, or
+ * starts again. */
+static void dw_qp_modify_sq(struct dw_qp *qp, const struct diwarp_qp_attr *a, int mask,
+                            enum diwarp_qp_state cur, enum diwarp_qp_state next)
+{
         if (next == DIWARP_QPS_SQD && cur != DIWARP_QPS_SQD) {
                 /* WQEs under way finish; the transports start no new one. */
                 qp->sq_draining = true;
@@ -699,6 +695,48 @@ static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a,
                 if (qp->type == DIWARP_QPT_UD && !qp->tx_pending)
                         dw_ud_tx(qp, DW_PROGRESS_BUDGET);
         }
+}
+
+static int dw_qp_modify_locked(struct dw_qp *qp, const struct diwarp_qp_attr *a, int mask)
+{
+        enum diwarp_qp_state cur = qp->state;
+        enum diwarp_qp_state next = (mask & DIWARP_QP_STATE) ? a->qp_state : cur;
+        int err = dw_qp_modify_check_mask(qp, a, mask, cur, next);
+
+        if (!err)
+                err = dw_qp_modify_check_values(qp, a, mask);
+        if (err)
+                return err;
+        if (next == DIWARP_QPS_ERR) {
+                dw_qp_to_error(qp, -1);
+                return 0;
+        }
+        struct diwarp_qp_attr saved = qp->attr;
+        int saved_mask = qp->attr_mask_set;
+        struct sockaddr_in saved_peer = qp->peer;
+        if (next == DIWARP_QPS_RESET) {
+                dw_qp_reset_queues(qp);
+                memset(&qp->attr, 0, sizeof(qp->attr));
+                memset(&qp->peer, 0, sizeof(qp->peer));
+        }
+        dw_qp_modify_apply(qp, a, mask);
+        qp->attr_mask_set |= mask & ~DIWARP_QP_EN_SQD_ASYNC_NOTIFY;
+        qp->state = next;
+        if (dw_qp_on_rd(qp) || dw_qp_is_rc(qp)) {
+                /* The transport takes the new state, or the QP is as it was. */
+                err = dw_qp_on_rd(qp) ? dw_rd_qp_modify(qp, cur, mask)
+                                      : dw_rc_qp_modify(qp, cur, mask);
+                if (err < 0) {
+                        qp->state = cur;
+                        qp->attr = saved;
+                        qp->attr_mask_set = saved_mask;
+                        qp->peer = saved_peer;
+                        return err;
+                }
+                if (next == DIWARP_QPS_RESET && dw_qp_on_rd(qp))
+                        dw_cm_qp_cancel(qp);
+        }
+        dw_qp_modify_sq(qp, a, mask, cur, next);
         dw_dbg("QP %#x: state %d -> %d", qp->qpn, cur, next);
         return 0;
 }
