@@ -259,6 +259,156 @@ static long env_long(const char *name, long dflt, long lo, long hi)
         return x;
 }
 
+/* What the daemon is told to do: the environment, then the command line. */
+struct dd_options {
+        char path[108];
+        long servers, spin, max_devs, client_devs;
+        const char *group;
+};
+
+/* Reads the options into *o. Returns -1 to go on, else the exit code
+ * (0 after --help, 2 for a bad option, the reason printed). */
+static int parse_options(int argc, char **argv, struct dd_options *o)
+{
+        if (dw_ipc_socket_path(o->path, sizeof(o->path)) < 0) {
+                fprintf(stderr, "diwarpd: socket path too long\n");
+                return 2;
+        }
+        o->servers = env_long("DIWARPD_SERVERS", 1, 1, DD_MAX_SERVERS);
+        o->spin = env_long("DIWARPD_SPIN_US", 50, 0, 1000000);
+        o->group = getenv("DIWARPD_GROUP");
+        o->max_devs = env_long("DIWARPD_MAX_DEVICES", 16, 1, 4096);
+        o->client_devs = env_long("DIWARPD_CLIENT_DEVICES", 4, 1, 4096);
+        static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
+                                             {"servers", required_argument, NULL, 'n'},
+                                             {"spin-us", required_argument, NULL, 'p'},
+                                             {"group", required_argument, NULL, 'g'},
+                                             {"max-devices", required_argument, NULL, 'm'},
+                                             {"client-devices", required_argument, NULL, 'c'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+        int c;
+        while ((c = getopt_long(argc, argv, "s:n:p:g:m:c:h", opts, NULL)) != -1) {
+                char *end;
+                switch (c) {
+                case 's':
+                        snprintf(o->path, sizeof(o->path), "%s", optarg);
+                        break;
+                case 'n':
+                        o->servers = strtol(optarg, &end, 10);
+                        if (*end || o->servers < 1 || o->servers > DD_MAX_SERVERS) {
+                                fprintf(stderr, "diwarpd: --servers: 1..%d\n", DD_MAX_SERVERS);
+                                return 2;
+                        }
+                        break;
+                case 'p':
+                        o->spin = strtol(optarg, &end, 10);
+                        if (*end || o->spin < 0 || o->spin > 1000000) {
+                                fprintf(stderr, "diwarpd: --spin-us: 0..1000000\n");
+                                return 2;
+                        }
+                        break;
+                case 'g':
+                        o->group = optarg;
+                        break;
+                case 'm':
+                case 'c': {
+                        long v = strtol(optarg, &end, 10);
+                        if (*end || v < 1 || v > 4096) {
+                                fprintf(stderr, "diwarpd: --%s: 1..4096\n",
+                                        c == 'm' ? "max-devices" : "client-devices");
+                                return 2;
+                        }
+                        *(c == 'm' ? &o->max_devs : &o->client_devs) = v;
+                        break;
+                }
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        return -1;
+}
+
+/* Who is served (the daemon's uid, and the group named) and the limits on
+ * devices. Returns -1 to go on, else the exit code. */
+static int apply_options(const struct dd_options *o)
+{
+        D.uid = (uint32_t)geteuid();
+        D.max_devs = (int)o->max_devs;
+        D.client_devs = (int)o->client_devs;
+        if (o->group && *o->group) {
+                if (group_of(o->group, &D.group) < 0) {
+                        fprintf(stderr,
+                                "diwarpd: group '%s' (DIWARPD_GROUP, --group): no such "
+                                "group\n",
+                                o->group);
+                        return 2;
+                }
+                D.has_group = true;
+        }
+        return -1;
+}
+
+/* SIGTERM, SIGINT and SIGHUP arrive on the descriptor returned (the main
+ * loop stops on them); blocked before the servers start, so they inherit
+ * the mask and never take one. */
+static int signals_fd(void)
+{
+        signal(SIGPIPE, SIG_IGN);
+        sigset_t sigs;
+        sigemptyset(&sigs);
+        sigaddset(&sigs, SIGTERM);
+        sigaddset(&sigs, SIGINT);
+        sigaddset(&sigs, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+        return signalfd(-1, &sigs, SFD_CLOEXEC);
+}
+
+/* Every connection waiting on the listener: handed to the least loaded
+ * server, or refused (peer_served says who is served). */
+static void accept_all(int ls)
+{
+        for (;;) {
+                int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (c < 0)
+                        break;
+                struct ucred cr = {0};
+                if (!peer_served(c, &cr)) {
+                        refused(&cr);
+                        close(c);
+                        continue;
+                }
+                dd_server_hand(least_loaded(), c, (int32_t)cr.pid, (uint32_t)cr.uid);
+        }
+}
+
+/* The main thread's loop: connections to accept, until a signal stops it. */
+static void accept_until_signal(int ls, int sfd)
+{
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = ls};
+        epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev);
+        ev.data.fd = sfd;
+        epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
+        while (!atomic_load(&D.stop)) {
+                struct epoll_event evs[4];
+                int n = epoll_wait(ep, evs, 4, 500);
+                for (int i = 0; i < n; i++) {
+                        if (evs[i].data.fd == sfd) {
+                                struct signalfd_siginfo si;
+                                if (read(sfd, &si, sizeof(si)) > 0)
+                                        atomic_store(&D.stop, true);
+                                continue;
+                        }
+                        accept_all(ls);
+                }
+        }
+}
+
 int main(int argc, char **argv)
 {
         /* The engine this process runs is its own, never a client of itself. */
@@ -272,142 +422,37 @@ int main(int argc, char **argv)
          * environment of the shell that started it says. */
         setenv("DIWARP_PROGRESS", "app", 1);
 
-        char path[108];
-        if (dw_ipc_socket_path(path, sizeof(path)) < 0) {
-                fprintf(stderr, "diwarpd: socket path too long\n");
-                return 2;
-        }
-        long servers = env_long("DIWARPD_SERVERS", 1, 1, DD_MAX_SERVERS);
-        long spin = env_long("DIWARPD_SPIN_US", 50, 0, 1000000);
-        const char *group = getenv("DIWARPD_GROUP");
-        long max_devs = env_long("DIWARPD_MAX_DEVICES", 16, 1, 4096);
-        long client_devs = env_long("DIWARPD_CLIENT_DEVICES", 4, 1, 4096);
-        static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
-                                             {"servers", required_argument, NULL, 'n'},
-                                             {"spin-us", required_argument, NULL, 'p'},
-                                             {"group", required_argument, NULL, 'g'},
-                                             {"max-devices", required_argument, NULL, 'm'},
-                                             {"client-devices", required_argument, NULL, 'c'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-        int o;
-        while ((o = getopt_long(argc, argv, "s:n:p:g:m:c:h", opts, NULL)) != -1) {
-                char *end;
-                switch (o) {
-                case 's':
-                        snprintf(path, sizeof(path), "%s", optarg);
-                        break;
-                case 'n':
-                        servers = strtol(optarg, &end, 10);
-                        if (*end || servers < 1 || servers > DD_MAX_SERVERS) {
-                                fprintf(stderr, "diwarpd: --servers: 1..%d\n", DD_MAX_SERVERS);
-                                return 2;
-                        }
-                        break;
-                case 'p':
-                        spin = strtol(optarg, &end, 10);
-                        if (*end || spin < 0 || spin > 1000000) {
-                                fprintf(stderr, "diwarpd: --spin-us: 0..1000000\n");
-                                return 2;
-                        }
-                        break;
-                case 'g':
-                        group = optarg;
-                        break;
-                case 'm':
-                case 'c': {
-                        long v = strtol(optarg, &end, 10);
-                        if (*end || v < 1 || v > 4096) {
-                                fprintf(stderr, "diwarpd: --%s: 1..4096\n",
-                                        o == 'm' ? "max-devices" : "client-devices");
-                                return 2;
-                        }
-                        *(o == 'm' ? &max_devs : &client_devs) = v;
-                        break;
-                }
-                case 'h':
-                        usage(stdout);
-                        return 0;
-                default:
-                        usage(stderr);
-                        return 2;
-                }
-        }
-        D.uid = (uint32_t)geteuid();
-        D.max_devs = (int)max_devs;
-        D.client_devs = (int)client_devs;
-        if (group && *group) {
-                if (group_of(group, &D.group) < 0) {
-                        fprintf(stderr,
-                                "diwarpd: group '%s' (DIWARPD_GROUP, --group): no such "
-                                "group\n",
-                                group);
-                        return 2;
-                }
-                D.has_group = true;
-        }
-        signal(SIGPIPE, SIG_IGN);
-        sigset_t sigs;
-        sigemptyset(&sigs);
-        sigaddset(&sigs, SIGTERM);
-        sigaddset(&sigs, SIGINT);
-        sigaddset(&sigs, SIGHUP);
-        pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* the servers inherit it */
-        int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
-
-        int ls = listen_socket(path);
+        struct dd_options o = {0};
+        int code = parse_options(argc, argv, &o);
+        if (code < 0)
+                code = apply_options(&o);
+        if (code >= 0)
+                return code;
+        int sfd = signals_fd();
+        int ls = listen_socket(o.path);
         if (ls < 0)
                 return ls == -2 ? 3 : 1;
-        D.spin_ns = (uint64_t)spin * 1000;
-        D.nservers = (int)servers;
+        D.spin_ns = (uint64_t)o.spin * 1000;
+        D.nservers = (int)o.servers;
         for (int i = 0; i < D.nservers; i++)
                 if (dd_server_start(&D.servers[i], i) < 0) {
                         fprintf(stderr, "diwarpd: cannot start server %d\n", i);
-                        socket_remove(path);
+                        socket_remove(o.path);
                         return 1;
                 }
-        int ep = epoll_create1(EPOLL_CLOEXEC);
-        struct epoll_event ev = {.events = EPOLLIN, .data.fd = ls};
-        epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev);
-        ev.data.fd = sfd;
-        epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
         if (D.has_group)
                 printf("diwarpd: listening on %s (%d server%s, spin %ld us; uid %u and group %u)\n",
-                       path, D.nservers, D.nservers > 1 ? "s" : "", spin, D.uid, D.group);
+                       o.path, D.nservers, D.nservers > 1 ? "s" : "", o.spin, D.uid, D.group);
         else
-                printf("diwarpd: listening on %s (%d server%s, spin %ld us; uid %u only)\n", path,
-                       D.nservers, D.nservers > 1 ? "s" : "", spin, D.uid);
+                printf("diwarpd: listening on %s (%d server%s, spin %ld us; uid %u only)\n", o.path,
+                       D.nservers, D.nservers > 1 ? "s" : "", o.spin, D.uid);
         fflush(stdout);
-        while (!atomic_load(&D.stop)) {
-                struct epoll_event evs[4];
-                int n = epoll_wait(ep, evs, 4, 500);
-                for (int i = 0; i < n; i++) {
-                        if (evs[i].data.fd == sfd) {
-                                struct signalfd_siginfo si;
-                                if (read(sfd, &si, sizeof(si)) > 0)
-                                        atomic_store(&D.stop, true);
-                                continue;
-                        }
-                        for (;;) {
-                                int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                                if (c < 0)
-                                        break;
-                                struct ucred cr = {0};
-                                if (!peer_served(c, &cr)) {
-                                        refused(&cr);
-                                        close(c);
-                                        continue;
-                                }
-                                dd_server_hand(least_loaded(), c, (int32_t)cr.pid,
-                                               (uint32_t)cr.uid);
-                        }
-                }
-        }
+        accept_until_signal(ls, sfd);
         printf("diwarpd: stopping\n");
         fflush(stdout);
         for (int i = 0; i < D.nservers; i++)
                 dd_server_stop(&D.servers[i]);
         close(ls);
-        socket_remove(path);
+        socket_remove(o.path);
         return 0;
 }
