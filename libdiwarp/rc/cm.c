@@ -1409,84 +1409,92 @@ int dwe_reject(struct diwarp_listener *l, uint64_t request_id, const void *priva
         return r;
 }
 
-int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port,
-                const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
-                uint16_t *reply_pd_len)
-{
-        struct dw_qp *qp = dw_qp_of(q);
-        struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(port)};
-        /* No reply yet: a failure before the peer's MPA reply carries no
-         * private data (the caller's buffer stays unread). */
-        uint16_t reply_cap = reply_pd_len ? *reply_pd_len : 0;
-        if (reply_pd_len)
-                *reply_pd_len = 0;
+/* An active connect's settings, taken under the device lock when the QP is
+ * claimed. */
+struct connect_plan {
+        struct sockaddr_in dst;
+        struct in_addr src; /* the wildcard: the route picks */
+        uint16_t ird, ord;
+        bool crc, rd;
+        uint32_t tmo;
+        struct rdcm_blk ours, theirs; /* RC over RD: the CM blocks of both ends */
+};
 
-        if (dw_gid_to_ipv4(dgid, &dst.sin_addr) < 0)
-                return -EINVAL;
-        if (param && param->private_data_len > DW_MPA_ULP_PD_MAX)
-                return -EINVAL;
+/* The source address param->sgid names, when it is one of the device's. */
+static int connect_source(struct dw_qp *qp, const struct diwarp_conn_param *param,
+                          struct in_addr *src)
+{
         struct dw_device *dev = qp->dev;
+        struct in_addr s = {0};
+        bool found = false;
+
+        if (dw_gid_to_ipv4(param->sgid, &s) == 0)
+                for (int i = 0; i < dev->ngid && !found; i++)
+                        found = dev->gids[i].addr == s.s_addr;
+        if (!found) {
+                char b[INET_ADDRSTRLEN];
+                dw_warn("diwarp_connect: RC QP %#x: source %s is not an address of the device",
+                        qp->qpn, inet_ntop(AF_INET, &s, b, sizeof(b)));
+                return -EINVAL;
+        }
+        *src = s;
+        return 0;
+}
+
+/* Claims the QP for the connect and fills the plan: source address, IRD and
+ * ORD offered, CRC, timeout, and over RD our CM block (which must fit in the
+ * private data beside the caller's). On failure the QP is not claimed. */
+static int connect_claim(struct dw_qp *qp, const struct diwarp_conn_param *param, int timeout_ms,
+                         struct connect_plan *plan)
+{
+        struct dw_device *dev = qp->dev;
+
         pthread_mutex_lock(&dev->lock);
         int r = claim_qp(qp);
-        uint16_t ird = param_or(param ? param->ird : 0, dw_rc_offer_ird(qp));
-        uint16_t ord = param_or(param ? param->ord : 0, dw_rc_offer_ord(qp));
-        bool crc = dev->cfg.rc_crc;
-        struct in_addr src = dev->bind_addr; /* the wildcard: the route picks */
-        if (r == 0 && param && param->sgid) {
-                struct in_addr s = {0};
-                bool found = false;
-                if (dw_gid_to_ipv4(param->sgid, &s) == 0)
-                        for (int i = 0; i < dev->ngid && !found; i++)
-                                found = dev->gids[i].addr == s.s_addr;
-                if (found) {
-                        src = s;
-                } else {
-                        char b[INET_ADDRSTRLEN];
-                        dw_warn("diwarp_connect: RC QP %#x: source %s is not an address of the "
-                                "device",
-                                qp->qpn, inet_ntop(AF_INET, &s, b, sizeof(b)));
-                        unclaim_qp(qp);
-                        r = -EINVAL;
-                }
-        }
-        uint32_t tmo = timeout_ms < 0 ? connect_timeout_ms(dev) : (uint32_t)timeout_ms;
-        bool rd = dw_qp_on_rd(qp);
-        struct rdcm_blk ours = {0}, theirs = {0};
-        if (r == 0 && rd && param && param->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN) {
-                unclaim_qp(qp);
+        bool claimed = r == 0;
+        plan->ird = param_or(param ? param->ird : 0, dw_rc_offer_ird(qp));
+        plan->ord = param_or(param ? param->ord : 0, dw_rc_offer_ord(qp));
+        plan->crc = dev->cfg.rc_crc;
+        plan->src = dev->bind_addr;
+        plan->tmo = timeout_ms < 0 ? connect_timeout_ms(dev) : (uint32_t)timeout_ms;
+        plan->rd = dw_qp_on_rd(qp);
+        if (r == 0 && param && param->sgid)
+                r = connect_source(qp, param, &plan->src);
+        if (r == 0 && plan->rd && param &&
+            param->private_data_len > DW_MPA_ULP_PD_MAX - DW_RDCM_LEN)
                 r = -EINVAL;
-        }
-        if (r == 0 && rd && rdcm_ours(qp, &ours) < 0) {
-                unclaim_qp(qp);
+        if (r == 0 && plan->rd && rdcm_ours(qp, &plan->ours) < 0)
                 r = -EIO;
-        }
+        if (r < 0 && claimed)
+                unclaim_qp(qp);
         pthread_mutex_unlock(&dev->lock);
-        if (r < 0)
-                return r;
-        uint8_t rpd[DW_MPA_ULP_PD_MAX];
-        const void *pd = param ? param->private_data : NULL;
-        uint16_t pd_len = param ? param->private_data_len : 0;
-        if (rd)
-                rdcm_wrap(rpd, &ours, &pd, &pd_len);
+        return r;
+}
 
-        struct dw_mpa_conn *mc = malloc(sizeof(*mc));
+/* The TCP connect and the MPA exchange, as initiator, into *mc. A peer
+ * program that re-creates its listener right after a message exchange
+ * (perftest -R: one connection for its parameters, then the test's) may not
+ * listen yet when our connect arrives, over TCP as over RD (there a Send
+ * completes only once the peer ACKs it, so later still); on loopback about
+ * every other run. A refused TCP connect is retried for a short grace
+ * (RDCM_REFUSED_GRACE_MS) before it is reported; an MPA reject is reported
+ * at once. Returns 0 (the exchange done) or a negative errno; *fd is the
+ * stream, or negative when none is open. */
+static int connect_exchange(struct dw_qp *qp, const struct connect_plan *plan,
+                            struct dw_mpa_conn *mc, const void *pd, uint16_t pd_len, int *fd)
+{
         bool inprog = false;
         uint64_t t0 = dw_now_ns();
-        int fd;
-        /* A peer program that re-creates its listener right after a message
-         * exchange (perftest -R: one connection for its parameters, then the
-         * test's) may not listen yet when our connect arrives, over TCP as
-         * over RD (there a Send completes only once the peer ACKs it, so
-         * later still); on loopback about every other run. A refused TCP
-         * connect is retried for a short grace (RDCM_REFUSED_GRACE_MS)
-         * before it is reported; an MPA reject is reported at once. */
+        int r;
+
         for (uint32_t backoff_us = 500;; backoff_us *= 2) {
-                fd = mc ? dw_tcp_connect_start(src, &dst, &inprog) : -ENOMEM;
-                r = fd;
-                if (fd >= 0) {
-                        r = dw_mpa_init_initiator(mc, fd, inprog, crc, ird, ord, pd, pd_len);
+                *fd = mc ? dw_tcp_connect_start(plan->src, &plan->dst, &inprog) : -ENOMEM;
+                r = *fd;
+                if (*fd >= 0) {
+                        r = dw_mpa_init_initiator(mc, *fd, inprog, plan->crc, plan->ird, plan->ord,
+                                                  pd, pd_len);
                         if (r == 0)
-                                r = dw_mpa_run(mc, ms_from_now(tmo));
+                                r = dw_mpa_run(mc, ms_from_now(plan->tmo));
                         if (r >= 0) {
                                 if (mc->state == DW_MPA_DONE)
                                         r = 0;
@@ -1496,55 +1504,96 @@ int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port
                                         r = mc->err ? mc->err : -EIO;
                         }
                 }
-                bool refused = r == -ECONNREFUSED && (fd < 0 || mc->state != DW_MPA_REJECTED);
-                uint32_t grace_ms = tmo < RDCM_REFUSED_GRACE_MS ? tmo : RDCM_REFUSED_GRACE_MS;
+                bool refused = r == -ECONNREFUSED && (*fd < 0 || mc->state != DW_MPA_REJECTED);
+                uint32_t grace_ms =
+                    plan->tmo < RDCM_REFUSED_GRACE_MS ? plan->tmo : RDCM_REFUSED_GRACE_MS;
                 if (!refused || dw_now_ns() - t0 + backoff_us * 1000ull > grace_ms * 1000000ull)
-                        break;
-                if (fd >= 0)
-                        close(fd);
+                        return r;
+                if (*fd >= 0)
+                        close(*fd);
                 dw_dbg("RC QP %#x: connect refused, retrying in %u us", qp->qpn, backoff_us);
                 usleep(backoff_us);
         }
-        if (fd >= 0) {
-                const uint8_t *reply = mc->pd;
-                uint16_t n = mc->pd_len;
-                if (rd && mc->state == DW_MPA_DONE) {
-                        const char *why = NULL;
-                        if (rdcm_decode(mc->pd, mc->pd_len, &theirs, &why) == 0 &&
-                            rdcm_auth_check(dev, &theirs, &why) == 0) {
-                                reply += DW_RDCM_LEN;
-                                n -= DW_RDCM_LEN;
-                        } else {
-                                r = -EPROTO;
-                                mc->why = why;
-                        }
+}
+
+/* The peer's reply (accepted or rejected): over RD, its CM block first
+ * (decoded into plan->theirs and authenticated), then the private data,
+ * copied to the caller's buffer (reply_cap bytes at most). Returns r, or
+ * -EPROTO when the CM block is bad. */
+static int connect_reply(struct dw_qp *qp, struct connect_plan *plan, struct dw_mpa_conn *mc, int r,
+                         void *reply_pd, uint16_t *reply_pd_len, uint16_t reply_cap)
+{
+        const uint8_t *reply = mc->pd;
+        uint16_t n = mc->pd_len;
+
+        if (plan->rd && mc->state == DW_MPA_DONE) {
+                const char *why = NULL;
+                if (rdcm_decode(mc->pd, mc->pd_len, &plan->theirs, &why) == 0 &&
+                    rdcm_auth_check(qp->dev, &plan->theirs, &why) == 0) {
+                        reply += DW_RDCM_LEN;
+                        n -= DW_RDCM_LEN;
+                } else {
+                        r = -EPROTO;
+                        mc->why = why;
                 }
-                if (mc->state == DW_MPA_DONE || mc->state == DW_MPA_REJECTED) {
-                        if (reply_pd_len) {
-                                if (n > reply_cap)
-                                        n = reply_cap;
-                                *reply_pd_len = n;
-                        }
-                        if (reply_pd && reply_pd_len && n)
-                                memcpy(reply_pd, reply, n);
-                }
-        } else {
-                r = fd;
         }
+        if (mc->state == DW_MPA_DONE || mc->state == DW_MPA_REJECTED) {
+                if (reply_pd_len) {
+                        if (n > reply_cap)
+                                n = reply_cap;
+                        *reply_pd_len = n;
+                }
+                if (reply_pd && reply_pd_len && n)
+                        memcpy(reply_pd, reply, n);
+        }
+        return r;
+}
+
+int dwe_connect(struct diwarp_qp *q, const union diwarp_gid *dgid, uint16_t port,
+                const struct diwarp_conn_param *param, int timeout_ms, void *reply_pd,
+                uint16_t *reply_pd_len)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        struct connect_plan plan = {.dst = {.sin_family = AF_INET, .sin_port = htons(port)}};
+        /* No reply yet: a failure before the peer's MPA reply carries no
+         * private data (the caller's buffer stays unread). */
+        uint16_t reply_cap = reply_pd_len ? *reply_pd_len : 0;
+        if (reply_pd_len)
+                *reply_pd_len = 0;
+
+        if (dw_gid_to_ipv4(dgid, &plan.dst.sin_addr) < 0)
+                return -EINVAL;
+        if (param && param->private_data_len > DW_MPA_ULP_PD_MAX)
+                return -EINVAL;
+        int r = connect_claim(qp, param, timeout_ms, &plan);
+        if (r < 0)
+                return r;
+        uint8_t rpd[DW_MPA_ULP_PD_MAX];
+        const void *pd = param ? param->private_data : NULL;
+        uint16_t pd_len = param ? param->private_data_len : 0;
+        if (plan.rd)
+                rdcm_wrap(rpd, &plan.ours, &pd, &pd_len);
+
+        struct dw_mpa_conn *mc = malloc(sizeof(*mc));
+        int fd;
+        r = connect_exchange(qp, &plan, mc, pd, pd_len, &fd);
+        if (fd >= 0)
+                r = connect_reply(qp, &plan, mc, r, reply_pd, reply_pd_len, reply_cap);
         if (r < 0) {
                 char pb[32];
                 dw_info("RC QP %#x: connect to %s: %s%s%s", qp->qpn,
-                        dw_tcp_addr_str(&dst, pb, sizeof(pb)), strerror(-r),
+                        dw_tcp_addr_str(&plan.dst, pb, sizeof(pb)), strerror(-r),
                         mc && mc->why ? " — " : "", mc && mc->why ? mc->why : "");
                 if (fd >= 0)
                         close(fd);
                 free(mc);
-                pthread_mutex_lock(&dev->lock);
+                pthread_mutex_lock(&qp->dev->lock);
                 unclaim_qp(qp);
-                pthread_mutex_unlock(&dev->lock);
+                pthread_mutex_unlock(&qp->dev->lock);
                 return r;
         }
-        r = rd ? attach_rd(qp, fd, mc, &dst, &ours, &theirs) : attach_native(qp, fd, mc, &dst);
+        r = plan.rd ? attach_rd(qp, fd, mc, &plan.dst, &plan.ours, &plan.theirs)
+                    : attach_native(qp, fd, mc, &plan.dst);
         free(mc);
         return r;
 }
