@@ -291,7 +291,291 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
         return 0;
 }
 
-/* One NEW DATA segment: check, place. */
+/* A NEW DATA segment decoded by rd_rx_segment, for its opcode's step. */
+struct rd_rx_seg {
+        struct dw_rdmap_hdr r;  /* the segment's RDMAP header */
+        struct dw_rdmap_hdr ri; /* the Immediate's (has_imm) */
+        uint8_t *pay;           /* the payload, plen bytes */
+        size_t plen;
+        uint32_t imm_val, imm_len;
+        bool has_imm;
+};
+
+/* A Send segment: bound to its receive WQE (or parked in the mailbox, or
+ * pulled by the receiver) and placed. */
+static inline enum rd_verdict rd_rx_send(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                         const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                         uint8_t *nak)
+{
+        const struct dw_rdmap_hdr *r = &x->r;
+        const struct dw_rdmap_hdr *ri = &x->ri;
+        uint8_t *pay = x->pay;
+        size_t plen = x->plen;
+        bool has_imm = x->has_imm;
+
+        if (dw_psn_before(r->ddp.msn, p->rx_done))
+                return RV_DROP;
+        if (!rd_msn_in_window(s, p, r->ddp.msn))
+                return RV_WINDOW;
+        struct rd_seg g = {.msn = r->ddp.msn,
+                           .mo = r->ddp.mo,
+                           .psn = h->psn,
+                           .len = (uint32_t)plen,
+                           .inval_stag = r->inval_stag,
+                           .imm = x->imm_val,
+                           .opcode = r->opcode,
+                           .last = r->ddp.last,
+                           .has_imm = has_imm,
+                           .imm_se = has_imm && ri->opcode == DW_RDMAP_IMM_DATA_SE};
+        /* No receive WQE for it yet, or older Sends are parked ahead
+         * of it: into the mailbox (a receiver-paced Send's first
+         * segment needs its WQE: RNR). */
+        bool pull_seg = h->xflags & DW_DGRAM_X_PULL;
+        if (s->mbox_app)
+                return rd_mbox_app_rx(p, &g, pay, pull_seg, nak);
+        bool unbound = dw_psn_diff(r->ddp.msn, p->rx_bind) >= 0;
+        if (s->mb && unbound && s->mb->ent_count)
+                return pull_seg ? RV_RNR : rd_mbox_park(p, &g, pay);
+        struct dw_wqe *w = rd_rx_bind(s, p, r->ddp.msn);
+        if (!w)
+                return s->mb && unbound && !pull_seg ? rd_mbox_park(p, &g, pay) : RV_RNR;
+        int pull = -1;
+        if (pull_seg) {
+                /* Before the placement: a refusal (no entry free: RNR)
+                 * must leave nothing behind. */
+                enum rd_verdict v = rd_pull_start(s, p, w, r, h, &pull, nak);
+                if (v != RV_ACCEPT)
+                        return v;
+        }
+        /* -2: the first segment of a receiver-paced Send waiting for
+         * a pull entry. */
+        if (pull_seg && pull < 0)
+                pull = -2;
+        int e = rd_send_place(s, p, w, &g, pay, NULL, (uint32_t)plen, pull, nak);
+        rd_mbox_account(p, (uint32_t)plen);
+        return e < 0 ? RV_NAK : RV_ACCEPT;
+}
+
+/* An RDMA Write segment: checked against its STag and placed; with
+ * Immediate, it consumes a receive WQE. A large segment that is not the
+ * last names where its successor goes (direct placement). */
+static inline enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                          const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                          uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        const struct dw_rdmap_hdr *r = &x->r;
+        const struct dw_rdmap_hdr *ri = &x->ri;
+        uint8_t *pay = x->pay;
+        size_t plen = x->plen;
+        bool has_imm = x->has_imm;
+
+        struct dw_wqe *w = NULL;
+        if (has_imm) {
+                if (dw_psn_before(ri->ddp.msn, p->rx_done))
+                        return RV_DROP;
+                if (!rd_msn_in_window(s, p, ri->ddp.msn))
+                        return RV_WINDOW;
+        }
+        uint8_t *host = NULL;
+        struct dw_rdmap_refusal ref;
+        if (dw_rdmap_write_accept(qp, r->ddp.stag, r->ddp.to, plen, &host, &ref) < 0) {
+                dw_warn_limited(&dev->log_limit,
+                                "RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s", qp->qpn,
+                                r->ddp.stag, (unsigned long long)r->ddp.to, plen, ref.why);
+                dev->ctr.rx_dropped_protection++;
+                qp->ctr.rx_dropped_protection++;
+                *nak = dw_rdmap_term_to_nak(ref.te);
+                return RV_NAK;
+        }
+        if (has_imm) {
+                w = rd_rx_bind(s, p, ri->ddp.msn);
+                if (!w)
+                        return RV_RNR;
+        }
+        struct dw_rd_dev *d = rdd(dev);
+        if (plen >= RD_DIRECT_MIN && !r->ddp.last && !has_imm) {
+                d->rx_big = true;
+                d->rx_next =
+                    (struct rd_rx_next){p, h->psn + 1, r->ddp.stag, r->ddp.to + plen, false};
+        } else if (d->rx_next.peer == p) {
+                d->rx_next.peer = NULL;
+        }
+        if (plen && !d->rx_placed)
+                memcpy(host, pay, plen);
+        if (w) {
+                w->psn = h->psn;
+                w->byte_len = x->imm_len;
+                w->imm_data = x->imm_val;
+                w->flags |= RD_W_LAST | RD_W_IMM | RD_W_WIMM;
+                if (ri->opcode == DW_RDMAP_IMM_DATA_SE)
+                        w->flags |= RD_W_SE;
+        }
+        qp->ctr.rx_bytes += plen;
+        return RV_ACCEPT;
+}
+
+/* An RDMA Read Request: checked, then queued for the responder (or a Read
+ * of a receiver-paced Send, served from the sender's SGEs). */
+static inline enum rd_verdict rd_rx_read_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                             const struct dw_dgram_hdr *h,
+                                             const struct rd_rx_seg *x, uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        const char *why = NULL;
+        const struct dw_rdmap_hdr *r = &x->r;
+        uint8_t *pay = x->pay;
+        size_t plen = x->plen;
+
+        struct dw_rdmap_rreq rq;
+        struct dw_rdmap_refusal ref;
+        if (h->xflags & DW_DGRAM_X_PULLREQ) {
+                /* A Read of a receiver-paced Send: its source is the
+                 * sender's own SGEs, checked by rd_pull_serve. */
+                if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
+                        *nak = dw_rdmap_term_to_nak(dw_rdmap_malformed_term(r->opcode));
+                        return RV_NAK;
+                }
+                return rd_pull_serve(s, p, r, &rq, nak);
+        }
+        int rr = dw_rdmap_read_req_accept(qp, pay, plen, &rq, &ref);
+        if (rr == -EACCES) {
+                dw_warn_limited(&dev->log_limit,
+                                "RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s", qp->qpn,
+                                rq.src_stag, (unsigned long long)rq.src_to, rq.rdma_rd_sz, ref.why);
+                dev->ctr.rx_dropped_protection++;
+                qp->ctr.rx_dropped_protection++;
+        }
+        if (rr < 0) {
+                *nak = dw_rdmap_term_to_nak(ref.te);
+                return RV_NAK;
+        }
+        int idx = rd_irq_alloc(s);
+        if (idx < 0)
+                return RV_RNR;
+        struct rd_irq *e = &s->irq[idx];
+        *e = (struct rd_irq){.peer = p,
+                             .msn = r->ddp.msn,
+                             .sink_stag = rq.sink_stag,
+                             .sink_to = rq.sink_to,
+                             .len = rq.rdma_rd_sz,
+                             .src_stag = rq.src_stag,
+                             .src_to = rq.src_to,
+                             .nseg = (uint32_t)rd_nseg(rq.rdma_rd_sz, rd_peer_seg(p))};
+        rd_irq_queue(s, idx);
+        return RV_ACCEPT;
+}
+
+/* An Atomic request: checked, executed once, and its response queued. */
+static inline enum rd_verdict rd_rx_atomic_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                               const struct dw_dgram_hdr *h,
+                                               const struct rd_rx_seg *x, uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        const struct dw_rdmap_hdr *r = &x->r;
+        uint8_t *pay = x->pay;
+        size_t plen = x->plen;
+
+        struct dw_rdmap_atomic_req ar;
+        struct dw_rdmap_refusal ref;
+        uint8_t *host = NULL;
+        int rr = dw_rdmap_atomic_req_accept(qp, pay, plen, &ar, &host, &ref);
+        if (rr == -EACCES) {
+                dw_warn_limited(&dev->log_limit, "RD QP %#x: Atomic on STag %#x TO %#llx: %s",
+                                qp->qpn, ar.remote_stag, (unsigned long long)ar.remote_to, ref.why);
+                dev->ctr.rx_dropped_protection++;
+                qp->ctr.rx_dropped_protection++;
+        }
+        if (rr < 0) {
+                *nak = dw_rdmap_term_to_nak(ref.te);
+                return RV_NAK;
+        }
+        int idx = rd_irq_alloc(s);
+        if (idx < 0)
+                return RV_RNR;
+        struct rd_irq *e = &s->irq[idx];
+        /* Executed once, here: rel/ accepts each PSN once, and a
+         * retransmitted response carries the value kept in e. */
+        *e = (struct rd_irq){.peer = p,
+                             .atomic = true,
+                             .msn = r->ddp.msn,
+                             .req_id = ar.req_id,
+                             .orig = dw_rdmap_atomic_exec((uint64_t *)host, &ar),
+                             .nseg = 1};
+        rd_irq_queue(s, idx);
+        return RV_ACCEPT;
+}
+
+/* An RDMA Read Response segment: placed into the Read's sink (or a pull's). */
+static inline enum rd_verdict rd_rx_read_resp(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                              const struct dw_dgram_hdr *h,
+                                              const struct rd_rx_seg *x, uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        struct dw_device *dev = qp->dev;
+        const struct dw_rdmap_hdr *r = &x->r;
+        uint8_t *pay = x->pay;
+        size_t plen = x->plen;
+
+        if (s->npull) {
+                enum rd_verdict v = rd_pull_response(s, p, h, r, pay, plen);
+                if (v != RV_DROP)
+                        return v;
+        }
+        struct dw_wqe *w = rd_orq_find(s, p, r->ddp.stag, false);
+        if (!w || r->ddp.to > w->total_len || plen > w->total_len - r->ddp.to)
+                return RV_DROP;
+        struct dw_rd_dev *d = rdd(dev);
+        if (!d->rx_placed && dw_qp_scatter(qp, w, r->ddp.to, pay, plen) < 0) {
+                rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1, "RDMA Read sink fails its lkey check");
+                return RV_GONE;
+        }
+        if (plen >= RD_DIRECT_MIN && !r->ddp.last && w->num_sge == 1) {
+                d->rx_big = true;
+                d->rx_next =
+                    (struct rd_rx_next){p, h->psn + 1, r->ddp.stag, r->ddp.to + plen, true};
+        } else if (d->rx_next.peer == p) {
+                d->rx_next.peer = NULL;
+        }
+        if (r->ddp.last) {
+                w->psn = h->psn;
+                w->flags |= RD_W_LAST;
+        }
+        qp->ctr.rx_bytes += plen;
+        return RV_ACCEPT;
+}
+
+/* An Atomic response: its original value into the WQE's buffer. */
+static inline enum rd_verdict rd_rx_atomic_resp(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                                const struct dw_dgram_hdr *h,
+                                                const struct rd_rx_seg *x, uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        const char *why = NULL;
+        uint8_t *pay = x->pay;
+        size_t plen = x->plen;
+
+        struct dw_rdmap_atomic_resp ar;
+        if (dw_rdmap_atomic_resp_decode(pay, plen, &ar, &why) < 0)
+                return RV_DROP;
+        struct dw_wqe *w = rd_orq_find(s, p, ar.req_id, true);
+        if (!w)
+                return RV_DROP;
+        uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
+        if (dw_qp_scatter(qp, w, 0, &v, 8) < 0) {
+                rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
+                             "atomic result buffer fails its lkey check");
+                return RV_GONE;
+        }
+        w->psn = h->psn;
+        w->flags |= RD_W_LAST;
+        return RV_ACCEPT;
+}
+
+/* One NEW DATA segment: decode and check it, then its opcode's step places it. */
 static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                      const struct dw_dgram_hdr *h, uint8_t *pkt,
                                      const struct dw_dgram_layout *lay, uint8_t *nak)
@@ -301,32 +585,31 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
         const char *why = NULL;
         if (h->xflags & DW_DGRAM_X_CCTL)
                 return rd_mbox_cctl_rx(p, pkt + lay->seg_off, lay->seg_len);
-        struct dw_rdmap_hdr r;
-        ssize_t rl = dw_rdmap_decode(pkt + lay->seg_off, lay->seg_len, &r, &why);
+        struct rd_rx_seg x;
+        ssize_t rl = dw_rdmap_decode(pkt + lay->seg_off, lay->seg_len, &x.r, &why);
         if (rl < 0)
                 return RV_DROP;
-        uint8_t *pay = pkt + lay->seg_off + rl;
-        size_t plen = lay->seg_len - (size_t)rl;
-        bool has_imm = h->flags & DW_DGRAM_F_IMM;
-        struct dw_rdmap_hdr ri;
-        uint32_t imm_val = 0, imm_len = 0;
-        if (has_imm) {
-                if (dw_rdmap_decode(pkt + lay->imm_off, DW_DGRAM_IMM_MSG_LEN, &ri, &why) < 0 ||
-                    (ri.opcode != DW_RDMAP_IMM_DATA && ri.opcode != DW_RDMAP_IMM_DATA_SE) ||
-                    !r.ddp.last)
+        x.pay = pkt + lay->seg_off + rl;
+        x.plen = lay->seg_len - (size_t)rl;
+        x.has_imm = h->flags & DW_DGRAM_F_IMM;
+        x.imm_val = x.imm_len = 0;
+        if (x.has_imm) {
+                if (dw_rdmap_decode(pkt + lay->imm_off, DW_DGRAM_IMM_MSG_LEN, &x.ri, &why) < 0 ||
+                    (x.ri.opcode != DW_RDMAP_IMM_DATA && x.ri.opcode != DW_RDMAP_IMM_DATA_SE) ||
+                    !x.r.ddp.last)
                         return RV_DROP;
-                memcpy(&imm_val, pkt + lay->imm_off + DW_DGRAM_DDP_UNTAGGED_LEN, 4);
-                imm_len = dw_get_be32(pkt + lay->imm_off + DW_DGRAM_DDP_UNTAGGED_LEN + 4);
+                memcpy(&x.imm_val, pkt + lay->imm_off + DW_DGRAM_DDP_UNTAGGED_LEN, 4);
+                x.imm_len = dw_get_be32(pkt + lay->imm_off + DW_DGRAM_DDP_UNTAGGED_LEN + 4);
         }
         /* Requests must carry our Q_Key on an RD QP; responses belong to a
          * stream we opened and carry none. */
-        const struct dw_rdmap_op *op = dw_rdmap_op(r.opcode);
+        const struct dw_rdmap_op *op = dw_rdmap_op(x.r.opcode);
         if (!op)
                 return RV_DROP;
         bool request = op->dir != DW_RDMAP_DIR_RESPONSE && !(h->xflags & DW_DGRAM_X_PULLREQ);
         /* The pull flags go with one opcode each (docs/PROTOCOL.md). */
-        if (((h->xflags & DW_DGRAM_X_PULL) && (!dw_rdmap_is_send(r.opcode) || has_imm)) ||
-            ((h->xflags & DW_DGRAM_X_PULLREQ) && r.opcode != DW_RDMAP_READ_REQ))
+        if (((h->xflags & DW_DGRAM_X_PULL) && (!dw_rdmap_is_send(x.r.opcode) || x.has_imm)) ||
+            ((h->xflags & DW_DGRAM_X_PULLREQ) && x.r.opcode != DW_RDMAP_READ_REQ))
                 return RV_DROP;
         if (!s->rc && request && h->qkey != qp->attr.qkey) {
                 dev->ctr.rx_dropped_qkey++;
@@ -334,216 +617,22 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 return RV_DROP;
         }
 
-        switch (r.opcode) {
+        switch (x.r.opcode) {
         case DW_RDMAP_SEND:
         case DW_RDMAP_SEND_SE:
         case DW_RDMAP_SEND_INVAL:
-        case DW_RDMAP_SEND_SE_INVAL: {
-                if (dw_psn_before(r.ddp.msn, p->rx_done))
-                        return RV_DROP;
-                if (!rd_msn_in_window(s, p, r.ddp.msn))
-                        return RV_WINDOW;
-                struct rd_seg g = {.msn = r.ddp.msn,
-                                   .mo = r.ddp.mo,
-                                   .psn = h->psn,
-                                   .len = (uint32_t)plen,
-                                   .inval_stag = r.inval_stag,
-                                   .imm = imm_val,
-                                   .opcode = r.opcode,
-                                   .last = r.ddp.last,
-                                   .has_imm = has_imm,
-                                   .imm_se = has_imm && ri.opcode == DW_RDMAP_IMM_DATA_SE};
-                /* No receive WQE for it yet, or older Sends are parked ahead
-                 * of it: into the mailbox (a receiver-paced Send's first
-                 * segment needs its WQE: RNR). */
-                bool pull_seg = h->xflags & DW_DGRAM_X_PULL;
-                if (s->mbox_app)
-                        return rd_mbox_app_rx(p, &g, pay, pull_seg, nak);
-                bool unbound = dw_psn_diff(r.ddp.msn, p->rx_bind) >= 0;
-                if (s->mb && unbound && s->mb->ent_count)
-                        return pull_seg ? RV_RNR : rd_mbox_park(p, &g, pay);
-                struct dw_wqe *w = rd_rx_bind(s, p, r.ddp.msn);
-                if (!w)
-                        return s->mb && unbound && !pull_seg ? rd_mbox_park(p, &g, pay) : RV_RNR;
-                int pull = -1;
-                if (pull_seg) {
-                        /* Before the placement: a refusal (no entry free: RNR)
-                         * must leave nothing behind. */
-                        enum rd_verdict v = rd_pull_start(s, p, w, &r, h, &pull, nak);
-                        if (v != RV_ACCEPT)
-                                return v;
-                }
-                /* -2: the first segment of a receiver-paced Send waiting for
-                 * a pull entry. */
-                if (pull_seg && pull < 0)
-                        pull = -2;
-                int e = rd_send_place(s, p, w, &g, pay, NULL, (uint32_t)plen, pull, nak);
-                rd_mbox_account(p, (uint32_t)plen);
-                return e < 0 ? RV_NAK : RV_ACCEPT;
-        }
-        case DW_RDMAP_WRITE: {
-                struct dw_wqe *w = NULL;
-                if (has_imm) {
-                        if (dw_psn_before(ri.ddp.msn, p->rx_done))
-                                return RV_DROP;
-                        if (!rd_msn_in_window(s, p, ri.ddp.msn))
-                                return RV_WINDOW;
-                }
-                uint8_t *host = NULL;
-                struct dw_rdmap_refusal ref;
-                if (dw_rdmap_write_accept(qp, r.ddp.stag, r.ddp.to, plen, &host, &ref) < 0) {
-                        dw_warn_limited(&dev->log_limit,
-                                        "RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s",
-                                        qp->qpn, r.ddp.stag, (unsigned long long)r.ddp.to, plen,
-                                        ref.why);
-                        dev->ctr.rx_dropped_protection++;
-                        qp->ctr.rx_dropped_protection++;
-                        *nak = dw_rdmap_term_to_nak(ref.te);
-                        return RV_NAK;
-                }
-                if (has_imm) {
-                        w = rd_rx_bind(s, p, ri.ddp.msn);
-                        if (!w)
-                                return RV_RNR;
-                }
-                struct dw_rd_dev *d = rdd(dev);
-                if (plen >= RD_DIRECT_MIN && !r.ddp.last && !has_imm) {
-                        d->rx_big = true;
-                        d->rx_next =
-                            (struct rd_rx_next){p, h->psn + 1, r.ddp.stag, r.ddp.to + plen, false};
-                } else if (d->rx_next.peer == p) {
-                        d->rx_next.peer = NULL;
-                }
-                if (plen && !d->rx_placed)
-                        memcpy(host, pay, plen);
-                if (w) {
-                        w->psn = h->psn;
-                        w->byte_len = imm_len;
-                        w->imm_data = imm_val;
-                        w->flags |= RD_W_LAST | RD_W_IMM | RD_W_WIMM;
-                        if (ri.opcode == DW_RDMAP_IMM_DATA_SE)
-                                w->flags |= RD_W_SE;
-                }
-                qp->ctr.rx_bytes += plen;
-                return RV_ACCEPT;
-        }
-        case DW_RDMAP_READ_REQ: {
-                struct dw_rdmap_rreq rq;
-                struct dw_rdmap_refusal ref;
-                if (h->xflags & DW_DGRAM_X_PULLREQ) {
-                        /* A Read of a receiver-paced Send: its source is the
-                         * sender's own SGEs, checked by rd_pull_serve. */
-                        if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
-                                *nak = dw_rdmap_term_to_nak(dw_rdmap_malformed_term(r.opcode));
-                                return RV_NAK;
-                        }
-                        return rd_pull_serve(s, p, &r, &rq, nak);
-                }
-                int rr = dw_rdmap_read_req_accept(qp, pay, plen, &rq, &ref);
-                if (rr == -EACCES) {
-                        dw_warn_limited(&dev->log_limit,
-                                        "RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s",
-                                        qp->qpn, rq.src_stag, (unsigned long long)rq.src_to,
-                                        rq.rdma_rd_sz, ref.why);
-                        dev->ctr.rx_dropped_protection++;
-                        qp->ctr.rx_dropped_protection++;
-                }
-                if (rr < 0) {
-                        *nak = dw_rdmap_term_to_nak(ref.te);
-                        return RV_NAK;
-                }
-                int idx = rd_irq_alloc(s);
-                if (idx < 0)
-                        return RV_RNR;
-                struct rd_irq *e = &s->irq[idx];
-                *e = (struct rd_irq){.peer = p,
-                                     .msn = r.ddp.msn,
-                                     .sink_stag = rq.sink_stag,
-                                     .sink_to = rq.sink_to,
-                                     .len = rq.rdma_rd_sz,
-                                     .src_stag = rq.src_stag,
-                                     .src_to = rq.src_to,
-                                     .nseg = (uint32_t)rd_nseg(rq.rdma_rd_sz, rd_peer_seg(p))};
-                rd_irq_queue(s, idx);
-                return RV_ACCEPT;
-        }
-        case DW_RDMAP_ATOMIC_REQ: {
-                struct dw_rdmap_atomic_req ar;
-                struct dw_rdmap_refusal ref;
-                uint8_t *host = NULL;
-                int rr = dw_rdmap_atomic_req_accept(qp, pay, plen, &ar, &host, &ref);
-                if (rr == -EACCES) {
-                        dw_warn_limited(&dev->log_limit,
-                                        "RD QP %#x: Atomic on STag %#x TO %#llx: %s", qp->qpn,
-                                        ar.remote_stag, (unsigned long long)ar.remote_to, ref.why);
-                        dev->ctr.rx_dropped_protection++;
-                        qp->ctr.rx_dropped_protection++;
-                }
-                if (rr < 0) {
-                        *nak = dw_rdmap_term_to_nak(ref.te);
-                        return RV_NAK;
-                }
-                int idx = rd_irq_alloc(s);
-                if (idx < 0)
-                        return RV_RNR;
-                struct rd_irq *e = &s->irq[idx];
-                /* Executed once, here: rel/ accepts each PSN once, and a
-                 * retransmitted response carries the value kept in e. */
-                *e = (struct rd_irq){.peer = p,
-                                     .atomic = true,
-                                     .msn = r.ddp.msn,
-                                     .req_id = ar.req_id,
-                                     .orig = dw_rdmap_atomic_exec((uint64_t *)host, &ar),
-                                     .nseg = 1};
-                rd_irq_queue(s, idx);
-                return RV_ACCEPT;
-        }
-        case DW_RDMAP_READ_RESP: {
-                if (s->npull) {
-                        enum rd_verdict v = rd_pull_response(s, p, h, &r, pay, plen);
-                        if (v != RV_DROP)
-                                return v;
-                }
-                struct dw_wqe *w = rd_orq_find(s, p, r.ddp.stag, false);
-                if (!w || r.ddp.to > w->total_len || plen > w->total_len - r.ddp.to)
-                        return RV_DROP;
-                struct dw_rd_dev *d = rdd(dev);
-                if (!d->rx_placed && dw_qp_scatter(qp, w, r.ddp.to, pay, plen) < 0) {
-                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
-                                     "RDMA Read sink fails its lkey check");
-                        return RV_GONE;
-                }
-                if (plen >= RD_DIRECT_MIN && !r.ddp.last && w->num_sge == 1) {
-                        d->rx_big = true;
-                        d->rx_next =
-                            (struct rd_rx_next){p, h->psn + 1, r.ddp.stag, r.ddp.to + plen, true};
-                } else if (d->rx_next.peer == p) {
-                        d->rx_next.peer = NULL;
-                }
-                if (r.ddp.last) {
-                        w->psn = h->psn;
-                        w->flags |= RD_W_LAST;
-                }
-                qp->ctr.rx_bytes += plen;
-                return RV_ACCEPT;
-        }
-        case DW_RDMAP_ATOMIC_RESP: {
-                struct dw_rdmap_atomic_resp ar;
-                if (dw_rdmap_atomic_resp_decode(pay, plen, &ar, &why) < 0)
-                        return RV_DROP;
-                struct dw_wqe *w = rd_orq_find(s, p, ar.req_id, true);
-                if (!w)
-                        return RV_DROP;
-                uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
-                if (dw_qp_scatter(qp, w, 0, &v, 8) < 0) {
-                        rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
-                                     "atomic result buffer fails its lkey check");
-                        return RV_GONE;
-                }
-                w->psn = h->psn;
-                w->flags |= RD_W_LAST;
-                return RV_ACCEPT;
-        }
+        case DW_RDMAP_SEND_SE_INVAL:
+                return rd_rx_send(s, p, h, &x, nak);
+        case DW_RDMAP_WRITE:
+                return rd_rx_write(s, p, h, &x, nak);
+        case DW_RDMAP_READ_REQ:
+                return rd_rx_read_req(s, p, h, &x, nak);
+        case DW_RDMAP_ATOMIC_REQ:
+                return rd_rx_atomic_req(s, p, h, &x, nak);
+        case DW_RDMAP_READ_RESP:
+                return rd_rx_read_resp(s, p, h, &x, nak);
+        case DW_RDMAP_ATOMIC_RESP:
+                return rd_rx_atomic_resp(s, p, h, &x, nak);
         default:
                 return RV_DROP;
         }
@@ -811,6 +900,166 @@ bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len, const struc
         return true;
 }
 
+/* The peer's stream for a datagram that passed the QP's checks: a new one
+ * for a stranger that starts its stream (RD only, while there is room), or
+ * the known one with its receive side started or started again. NULL: the
+ * datagram is dropped (counted). */
+static inline struct dw_rd_peer *rd_rx_peer(struct dw_qp *qp, struct dw_rd_peer *p,
+                                            const struct dw_dgram_hdr *h,
+                                            const struct sockaddr_in *from, uint32_t src,
+                                            uint64_t now)
+{
+        struct dw_device *dev = qp->dev;
+        struct dw_rd_qp *s = qp->rd;
+        bool data = h->flags & DW_DGRAM_F_DATA;
+
+        if (!p) {
+                /* First use: only a request from a stranger that starts its
+                 * stream (X2-flag START: its first PSN and MSN) opens one
+                 * (RC over RD knows its one peer from RTR), and only while
+                 * the QP and the device have room for another: nothing is
+                 * answered to a source that does not get a stream. */
+                if (s->rc || !data || h->qkey != qp->attr.qkey ||
+                    (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) ||
+                    !(h->xflags2 & DW_DGRAM_X2_START)) {
+                        dev->ctr.rx_dropped_no_qp++;
+                        return NULL;
+                }
+                if (!rd_peer_room(s, now)) {
+                        rd_drop_peers(s, from);
+                        return NULL;
+                }
+                p = rd_peer_new_rd(s, src, from->sin_port, h->src_qpn, h);
+                if (!p) {
+                        dev->ctr.rx_dropped_no_qp++;
+                        return NULL;
+                }
+        } else if (data && !p->rx_sync) {
+                /* Our stream to the peer came first: its own starts with the
+                 * first datagram that says where (every one does until we
+                 * acknowledge its first PSN). Data before that has no place. */
+                if (!(h->xflags2 & DW_DGRAM_X2_START)) {
+                        dev->ctr.rx_dropped_no_qp++;
+                        return NULL;
+                }
+                rd_peer_rx_start(p, h);
+        } else if (data && (h->xflags2 & DW_DGRAM_X2_START)) {
+                /* A known start is kept, unless the stream was idle (the
+                 * peer may have freed it and started anew) or we started
+                 * ours over. */
+                rd_peer_resync(p, h, now);
+        } else if (data && p->rx_resync) {
+                p->rx_resync = false; /* the peer goes on where it was */
+        }
+        return p;
+}
+
+/* The ACK or NAK a datagram carries (after a Send the fast path placed).
+ * True: the datagram is done with (an error NAK, an ACK held for the
+ * application's next call, or the stream failed). */
+static inline bool rd_rx_acks(struct dw_qp *qp, struct dw_rd_peer *p, const struct dw_dgram_hdr *h,
+                              const struct sockaddr_in *from, bool placed, uint64_t now)
+{
+        struct dw_device *dev = qp->dev;
+        struct dw_rd_dev *d = rdd(dev);
+
+        if ((h->flags & DW_DGRAM_F_NAK) && h->nak_code >= DW_DGRAM_NAK_REM_ACCESS) {
+                rd_on_error_nak(p, h, from->sin_addr.s_addr);
+                return true;
+        }
+        if (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) {
+                if (h->flags & DW_DGRAM_F_NAK && h->nak_code == DW_DGRAM_NAK_RNR) {
+                        dev->ctr.rnr_naks++;
+                        qp->ctr.rnr_naks++;
+                }
+                if (placed && rd_ack_holdable(&p->rel, h)) {
+                        /* The application answers the Send first; the ACK
+                         * waits for its next call, as its completions would
+                         * (rd_retire_held). */
+                        d->hack = (struct rd_held_ack){p, h->ack_psn, now};
+                        if (!d->held_step)
+                                d->held_step = dev->prog.steps;
+                        return true;
+                }
+                d->hold_retire = placed;
+                int r = rd_on_ack(p, h, now);
+                d->hold_retire = false;
+                if (qp->state == DIWARP_QPS_ERR)
+                        return true;
+                /* A drained window keeps its ring while the peer has timers
+                 * (an exchange goes on); rd_progress_busy takes it back once
+                 * the peer is idle. */
+                if (r == -EREMOTEIO || r == -ETIMEDOUT) {
+                        rd_peer_fail(p,
+                                     r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR
+                                                     : DIWARP_WC_RETRY_EXC_ERR,
+                                     DIWARP_EVENT_QP_FATAL, dw_rel_fatal_str(&p->rel));
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* A data segment the fast path did not take: classified against the
+ * stream's window, then placed (rd_rx_segment) and acknowledged, or
+ * refused with the NAK its verdict calls for. */
+static inline void rd_rx_data(struct dw_qp *qp, struct dw_rd_peer *p, const struct dw_dgram_hdr *h,
+                              uint8_t *pkt, const struct dw_dgram_layout *lay, uint64_t now)
+{
+        struct dw_device *dev = qp->dev;
+        struct dw_rd_qp *s = qp->rd;
+
+        enum dw_rel_verdict v = dw_rel_rx_classify(&p->rel, h->psn);
+        if (v != DW_REL_NEW) {
+                if (v == DW_REL_DUPLICATE) {
+                        dev->ctr.rx_dropped_duplicate++;
+                        qp->ctr.rx_dropped_duplicate++;
+                        dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
+                }
+                return;
+        }
+        uint8_t nak = 0;
+        enum rd_verdict rv = rd_rx_segment(s, p, h, pkt, lay, &nak);
+        switch (rv) {
+        case RV_ACCEPT: {
+                dev->ctr.rx_packets++;
+                qp->ctr.rx_packets++;
+                uint32_t adv =
+                    dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
+                if (adv)
+                        rd_rx_complete(s, p);
+                return;
+        }
+        case RV_RNR:
+                dev->ctr.rx_dropped_no_recv++;
+                qp->ctr.rx_dropped_no_recv++;
+                rd_send_nak(p, h->psn, DW_DGRAM_NAK_RNR);
+                return;
+        case RV_NAK:
+                p->nak_psn = h->psn;
+                p->nak_code = nak;
+                rd_send_nak(p, h->psn, nak);
+                /* RC semantics: the responder's stream ends too; an RD QP keeps
+                 * serving its other peers. */
+                if (s->rc && qp->state != DIWARP_QPS_ERR)
+                        dw_qp_to_error(qp, nak == DW_DGRAM_NAK_REM_ACCESS
+                                               ? DIWARP_EVENT_QP_ACCESS_ERR
+                                               : DIWARP_EVENT_QP_REQ_ERR);
+                return;
+        case RV_DROP:
+                dev->ctr.rx_dropped_malformed++;
+                return;
+        case RV_WINDOW:
+                /* Not accepted: a real one is sent again once the window
+                 * moved. */
+                dev->ctr.rx_dropped_msn++;
+                qp->ctr.rx_dropped_msn++;
+                return;
+        case RV_GONE:
+                return;
+        }
+}
+
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
               const struct dw_dgram_hdr *h, const struct sockaddr_in *from)
 {
@@ -854,44 +1103,9 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         struct dw_rd_dev *d = rdd(dev);
         uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
         d->rx_clock = false;
-        if (!p) {
-                /* First use: only a request from a stranger that starts its
-                 * stream (X2-flag START: its first PSN and MSN) opens one
-                 * (RC over RD knows its one peer from RTR), and only while
-                 * the QP and the device have room for another: nothing is
-                 * answered to a source that does not get a stream. */
-                if (s->rc || !data || h->qkey != qp->attr.qkey ||
-                    (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) ||
-                    !(h->xflags2 & DW_DGRAM_X2_START)) {
-                        dev->ctr.rx_dropped_no_qp++;
-                        return;
-                }
-                if (!rd_peer_room(s, now)) {
-                        rd_drop_peers(s, from);
-                        return;
-                }
-                p = rd_peer_new_rd(s, src, from->sin_port, h->src_qpn, h);
-                if (!p) {
-                        dev->ctr.rx_dropped_no_qp++;
-                        return;
-                }
-        } else if (data && !p->rx_sync) {
-                /* Our stream to the peer came first: its own starts with the
-                 * first datagram that says where (every one does until we
-                 * acknowledge its first PSN). Data before that has no place. */
-                if (!(h->xflags2 & DW_DGRAM_X2_START)) {
-                        dev->ctr.rx_dropped_no_qp++;
-                        return;
-                }
-                rd_peer_rx_start(p, h);
-        } else if (data && (h->xflags2 & DW_DGRAM_X2_START)) {
-                /* A known start is kept, unless the stream was idle (the
-                 * peer may have freed it and started anew) or we started
-                 * ours over. */
-                rd_peer_resync(p, h, now);
-        } else if (data && p->rx_resync) {
-                p->rx_resync = false; /* the peer goes on where it was */
-        }
+        p = rd_rx_peer(qp, p, h, from, src, now);
+        if (!p)
+                return;
         p->last_tick = rd_tick(now);
         if (dev->nrails > 1)
                 rd_rx_rails(p, h, from->sin_addr.s_addr, now);
@@ -902,91 +1116,10 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
          * carries is handled: its receive completion then comes before the send
          * completion that ACK brings, so a ping-pong finds it with one poll. */
         bool placed = data && rd_rx_fast(s, p, h, pkt, &lay, now);
-        if ((h->flags & DW_DGRAM_F_NAK) && h->nak_code >= DW_DGRAM_NAK_REM_ACCESS) {
-                rd_on_error_nak(p, h, from->sin_addr.s_addr);
+        if (rd_rx_acks(qp, p, h, from, placed, now))
                 return;
-        }
-        if (h->flags & (DW_DGRAM_F_ACK | DW_DGRAM_F_NAK)) {
-                if (h->flags & DW_DGRAM_F_NAK && h->nak_code == DW_DGRAM_NAK_RNR) {
-                        dev->ctr.rnr_naks++;
-                        qp->ctr.rnr_naks++;
-                }
-                if (placed && rd_ack_holdable(&p->rel, h)) {
-                        /* The application answers the Send first; the ACK
-                         * waits for its next call, as its completions would
-                         * (rd_retire_held). */
-                        d->hack = (struct rd_held_ack){p, h->ack_psn, now};
-                        if (!d->held_step)
-                                d->held_step = dev->prog.steps;
-                        return;
-                }
-                d->hold_retire = placed;
-                int r = rd_on_ack(p, h, now);
-                d->hold_retire = false;
-                if (qp->state == DIWARP_QPS_ERR)
-                        return;
-                /* A drained window keeps its ring while the peer has timers
-                 * (an exchange goes on); rd_progress_busy takes it back once
-                 * the peer is idle. */
-                if (r == -EREMOTEIO || r == -ETIMEDOUT) {
-                        rd_peer_fail(p,
-                                     r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR
-                                                     : DIWARP_WC_RETRY_EXC_ERR,
-                                     DIWARP_EVENT_QP_FATAL, dw_rel_fatal_str(&p->rel));
-                        return;
-                }
-        }
-        if (!data || placed)
-                return;
-        enum dw_rel_verdict v = dw_rel_rx_classify(&p->rel, h->psn);
-        if (v != DW_REL_NEW) {
-                if (v == DW_REL_DUPLICATE) {
-                        dev->ctr.rx_dropped_duplicate++;
-                        qp->ctr.rx_dropped_duplicate++;
-                        dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
-                }
-                return;
-        }
-        uint8_t nak = 0;
-        enum rd_verdict rv = rd_rx_segment(s, p, h, pkt, &lay, &nak);
-        switch (rv) {
-        case RV_ACCEPT: {
-                dev->ctr.rx_packets++;
-                qp->ctr.rx_packets++;
-                uint32_t adv =
-                    dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
-                if (adv)
-                        rd_rx_complete(s, p);
-                return;
-        }
-        case RV_RNR:
-                dev->ctr.rx_dropped_no_recv++;
-                qp->ctr.rx_dropped_no_recv++;
-                rd_send_nak(p, h->psn, DW_DGRAM_NAK_RNR);
-                return;
-        case RV_NAK:
-                p->nak_psn = h->psn;
-                p->nak_code = nak;
-                rd_send_nak(p, h->psn, nak);
-                /* RC semantics: the responder's stream ends too; an RD QP keeps
-                 * serving its other peers. */
-                if (s->rc && qp->state != DIWARP_QPS_ERR)
-                        dw_qp_to_error(qp, nak == DW_DGRAM_NAK_REM_ACCESS
-                                               ? DIWARP_EVENT_QP_ACCESS_ERR
-                                               : DIWARP_EVENT_QP_REQ_ERR);
-                return;
-        case RV_DROP:
-                dev->ctr.rx_dropped_malformed++;
-                return;
-        case RV_WINDOW:
-                /* Not accepted: a real one is sent again once the window
-                 * moved. */
-                dev->ctr.rx_dropped_msn++;
-                qp->ctr.rx_dropped_msn++;
-                return;
-        case RV_GONE:
-                return;
-        }
+        if (data && !placed)
+                rd_rx_data(qp, p, h, pkt, &lay, now);
 }
 
 /* The datagram peeked at is not for direct placement: read it alone (a
