@@ -404,192 +404,212 @@ static int rd_build_cctl(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bo
         return 0;
 }
 
-/* Builds the datagram for cookie with PSN psn into t (with the ACK fields of
- * rd_hdr_ack). 0, or -EACCES (a local key failed), -EFAULT (the region a
- * peer's Read names is no longer accessible), -EINVAL. */
-static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
-                    struct rd_txslot *t)
+/* What one datagram of a message carries, as the step for its kind of
+ * cookie fills it in for rd_build_frame. */
+struct rd_seg_out {
+        struct dw_rdmap_hdr r;                    /* the segment's RDMAP header */
+        uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN]; /* after it: a request's or response's fields */
+        size_t extlen;
+        struct iovec pay[DW_MAX_SGE]; /* the payload, plen bytes */
+        int npay;
+        uint64_t plen;
+        bool imm; /* t->imm holds the Immediate Data message */
+        uint32_t qkey;
+        uint8_t xflags;
+        uint32_t pull_len, pull_pushed; /* X-flag PULL: the Send's descriptor */
+};
+
+/* Segment seg of a send-queue WQE (S bytes each, a Send's own size aside):
+ * a Send's, a Write's, a Read Request, an Atomic request. */
+static inline int rd_build_sq(struct dw_rd_peer *p, uint64_t cookie, uint32_t seg, uint32_t S,
+                              struct rd_txslot *t, struct rd_seg_out *o)
+{
+        struct dw_qp *qp = p->s->qp;
+
+        struct dw_wqe *w = &qp->sq.ring[ck_slot(cookie)];
+        if (rd_is_send(w->opcode))
+                S = rd_send_seg(p);
+        uint64_t off = (uint64_t)seg * S;
+        bool se = w->send_flags & DIWARP_SEND_SOLICITED;
+        o->qkey = w->remote_qkey;
+        switch (w->opcode) {
+        case DIWARP_WR_SEND:
+        case DIWARP_WR_SEND_WITH_IMM:
+        case DIWARP_WR_SEND_WITH_INV: {
+                bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
+                bool wimm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+                /* A receiver-paced Send pushes its first chunk only,
+                 * none of it its last segment; the first carries the
+                 * pull descriptor. */
+                bool pull = w->flags & RD_W_PULL;
+                uint64_t end = pull ? w->pull_pushed : w->total_len;
+                o->plen = end - off < S ? end - off : S;
+                bool last = !pull && off + o->plen == w->total_len;
+                if (pull && seg == 0) {
+                        o->xflags |= DW_DGRAM_X_PULL;
+                        o->pull_len = (uint32_t)w->total_len;
+                        o->pull_pushed = w->pull_pushed;
+                }
+                /* With immediate data the SE bit rides on the Immediate
+                 * Data message, as on UD. */
+                dw_rdmap_hdr_init(&o->r, inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
+                                             : (se && !wimm ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
+                if (inv)
+                        o->r.inval_stag = w->invalidate_rkey;
+                o->r.ddp.msn = w->msn;
+                o->r.ddp.mo = (uint32_t)off;
+                o->r.ddp.last = last;
+                o->imm = wimm && last;
+                break;
+        }
+        case DIWARP_WR_RDMA_WRITE:
+        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+                o->plen = w->total_len - off < S ? w->total_len - off : S;
+                dw_rdmap_hdr_init(&o->r, DW_RDMAP_WRITE);
+                o->r.ddp.stag = w->rkey;
+                o->r.ddp.to = w->remote_addr + off;
+                o->r.ddp.last = off + o->plen == w->total_len;
+                o->imm = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM && o->r.ddp.last;
+                break;
+        case DIWARP_WR_RDMA_READ: {
+                /* The Data Sink STag names the request (its queue-1 MSN)
+                 * and the sink TO counts from 0: the requester places
+                 * responses by offset into its SGE list. */
+                struct dw_rdmap_rreq rq = {.sink_stag = w->msn,
+                                           .sink_to = 0,
+                                           .rdma_rd_sz = (uint32_t)w->total_len,
+                                           .src_stag = w->rkey,
+                                           .src_to = w->remote_addr};
+                dw_rdmap_hdr_init(&o->r, DW_RDMAP_READ_REQ);
+                o->r.ddp.msn = w->msn;
+                o->extlen = (size_t)dw_rdmap_rreq_encode(&rq, o->ext, sizeof(o->ext));
+                break;
+        }
+        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
+        case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
+                struct dw_rdmap_atomic_req ar;
+                dw_rdmap_atomic_req_build(w, w->msn, &ar);
+                dw_rdmap_hdr_init(&o->r, DW_RDMAP_ATOMIC_REQ);
+                o->r.ddp.msn = w->msn;
+                o->extlen = (size_t)dw_rdmap_atomic_req_encode(&ar, o->ext, sizeof(o->ext));
+                break;
+        }
+        default:
+                return -EINVAL;
+        }
+        if (o->plen) {
+                o->npay = dw_qp_sge_iov(qp, qp->pd, w, off, o->plen, 0, o->pay, DW_MAX_SGE);
+                if (o->npay < 0)
+                        return -EACCES;
+        }
+        if (o->imm) {
+                struct dw_rdmap_hdr ri;
+                bool wr = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
+                dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA);
+                ri.ddp.msn = w->msn;
+                ssize_t k = dw_rdmap_encode(&ri, t->imm, sizeof(t->imm));
+                if (k != DW_DGRAM_DDP_UNTAGGED_LEN)
+                        return -EINVAL;
+                /* Bytes 0-3: the verbs immediate (network order); bytes
+                 * 4-7: with a Write, its length (the receiver's byte_len). */
+                memcpy(t->imm + k, &w->imm_data, 4);
+                dw_put_be32(t->imm + k + 4, wr ? (uint32_t)w->total_len : 0);
+        }
+        return 0;
+}
+
+/* A Read Request of our pull of a receiver-paced Send. */
+static inline void rd_build_pull_req(struct dw_rd_qp *s, uint64_t cookie, uint32_t seg,
+                                     struct rd_seg_out *o)
+{
+        /* A Read of a receiver-paced Send we are receiving: its Data
+         * Source STag names the Send (its MSN), the TO the offset. */
+        const struct rd_pull *pl = &s->pull[ck_slot(cookie)];
+        const struct rd_pull_read *rr = &pl->rd[seg];
+        struct dw_rdmap_rreq rq = {.sink_stag = rr->msn,
+                                   .sink_to = 0,
+                                   .rdma_rd_sz = rr->len,
+                                   .src_stag = pl->send_msn,
+                                   .src_to = rr->off};
+        dw_rdmap_hdr_init(&o->r, DW_RDMAP_READ_REQ);
+        o->r.ddp.msn = rr->msn;
+        o->extlen = (size_t)dw_rdmap_rreq_encode(&rq, o->ext, sizeof(o->ext));
+        o->xflags |= DW_DGRAM_X_PULLREQ;
+}
+
+/* Segment seg of a response to the peer's request: an Atomic response, or
+ * a Read Response's data (from a registered region, or from the Send a
+ * pull reads). */
+static inline int rd_build_response(struct dw_rd_peer *p, uint64_t cookie, uint32_t seg, uint32_t S,
+                                    struct rd_seg_out *o)
 {
         struct dw_rd_qp *s = p->s;
         struct dw_qp *qp = s->qp;
         struct dw_device *dev = qp->dev;
-        uint32_t S = rd_peer_seg(p);
-        struct dw_rdmap_hdr r;
-        uint8_t ext[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
-        size_t extlen = 0;
-        struct iovec pay[DW_MAX_SGE];
-        int npay = 0;
-        uint64_t plen = 0;
-        bool imm = false;
-        uint32_t qkey = 0;
-        uint32_t seg = ck_seg(cookie);
-        bool nocrc = rdd(dev)->nocrc;
-        uint8_t xflags = nocrc ? DW_DGRAM_X_NOCRC : 0;
-        uint32_t pull_len = 0, pull_pushed = 0;
 
-        if (ck_kind(cookie) == RD_CK_CCTL)
-                return rd_build_cctl(p, cookie, psn, ackreq, t);
-        if (ck_kind(cookie) == RD_CK_SQ && seg == 0 &&
-            rd_build_small(p, &qp->sq.ring[ck_slot(cookie)], cookie, psn, ackreq, t))
-                return 0;
-        if (ck_kind(cookie) == RD_CK_SQ) {
-                struct dw_wqe *w = &qp->sq.ring[ck_slot(cookie)];
-                if (rd_is_send(w->opcode))
-                        S = rd_send_seg(p);
-                uint64_t off = (uint64_t)seg * S;
-                bool se = w->send_flags & DIWARP_SEND_SOLICITED;
-                qkey = w->remote_qkey;
-                switch (w->opcode) {
-                case DIWARP_WR_SEND:
-                case DIWARP_WR_SEND_WITH_IMM:
-                case DIWARP_WR_SEND_WITH_INV: {
-                        bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
-                        bool wimm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
-                        /* A receiver-paced Send pushes its first chunk only,
-                         * none of it its last segment; the first carries the
-                         * pull descriptor. */
-                        bool pull = w->flags & RD_W_PULL;
-                        uint64_t end = pull ? w->pull_pushed : w->total_len;
-                        plen = end - off < S ? end - off : S;
-                        bool last = !pull && off + plen == w->total_len;
-                        if (pull && seg == 0) {
-                                xflags |= DW_DGRAM_X_PULL;
-                                pull_len = (uint32_t)w->total_len;
-                                pull_pushed = w->pull_pushed;
-                        }
-                        /* With immediate data the SE bit rides on the Immediate
-                         * Data message, as on UD. */
-                        dw_rdmap_hdr_init(&r,
-                                          inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
-                                              : (se && !wimm ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
-                        if (inv)
-                                r.inval_stag = w->invalidate_rkey;
-                        r.ddp.msn = w->msn;
-                        r.ddp.mo = (uint32_t)off;
-                        r.ddp.last = last;
-                        imm = wimm && last;
-                        break;
-                }
-                case DIWARP_WR_RDMA_WRITE:
-                case DIWARP_WR_RDMA_WRITE_WITH_IMM:
-                        plen = w->total_len - off < S ? w->total_len - off : S;
-                        dw_rdmap_hdr_init(&r, DW_RDMAP_WRITE);
-                        r.ddp.stag = w->rkey;
-                        r.ddp.to = w->remote_addr + off;
-                        r.ddp.last = off + plen == w->total_len;
-                        imm = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM && r.ddp.last;
-                        break;
-                case DIWARP_WR_RDMA_READ: {
-                        /* The Data Sink STag names the request (its queue-1 MSN)
-                         * and the sink TO counts from 0: the requester places
-                         * responses by offset into its SGE list. */
-                        struct dw_rdmap_rreq rq = {.sink_stag = w->msn,
-                                                   .sink_to = 0,
-                                                   .rdma_rd_sz = (uint32_t)w->total_len,
-                                                   .src_stag = w->rkey,
-                                                   .src_to = w->remote_addr};
-                        dw_rdmap_hdr_init(&r, DW_RDMAP_READ_REQ);
-                        r.ddp.msn = w->msn;
-                        extlen = (size_t)dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
-                        break;
-                }
-                case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-                case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
-                        struct dw_rdmap_atomic_req ar;
-                        dw_rdmap_atomic_req_build(w, w->msn, &ar);
-                        dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_REQ);
-                        r.ddp.msn = w->msn;
-                        extlen = (size_t)dw_rdmap_atomic_req_encode(&ar, ext, sizeof(ext));
-                        break;
-                }
-                default:
-                        return -EINVAL;
-                }
-                if (plen) {
-                        npay = dw_qp_sge_iov(qp, qp->pd, w, off, plen, 0, pay, DW_MAX_SGE);
-                        if (npay < 0)
-                                return -EACCES;
-                }
-                if (imm) {
-                        struct dw_rdmap_hdr ri;
-                        bool wr = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
-                        dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA);
-                        ri.ddp.msn = w->msn;
-                        ssize_t k = dw_rdmap_encode(&ri, t->imm, sizeof(t->imm));
-                        if (k != DW_DGRAM_DDP_UNTAGGED_LEN)
-                                return -EINVAL;
-                        /* Bytes 0-3: the verbs immediate (network order); bytes
-                         * 4-7: with a Write, its length (the receiver's byte_len). */
-                        memcpy(t->imm + k, &w->imm_data, 4);
-                        dw_put_be32(t->imm + k + 4, wr ? (uint32_t)w->total_len : 0);
-                }
-        } else if (ck_kind(cookie) == RD_CK_PULL) {
-                /* A Read of a receiver-paced Send we are receiving: its Data
-                 * Source STag names the Send (its MSN), the TO the offset. */
-                const struct rd_pull *pl = &s->pull[ck_slot(cookie)];
-                const struct rd_pull_read *rr = &pl->rd[seg];
-                struct dw_rdmap_rreq rq = {.sink_stag = rr->msn,
-                                           .sink_to = 0,
-                                           .rdma_rd_sz = rr->len,
-                                           .src_stag = pl->send_msn,
-                                           .src_to = rr->off};
-                dw_rdmap_hdr_init(&r, DW_RDMAP_READ_REQ);
-                r.ddp.msn = rr->msn;
-                extlen = (size_t)dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
-                xflags |= DW_DGRAM_X_PULLREQ;
+        struct rd_irq *e = &s->irq[ck_slot(cookie)];
+        if (e->atomic) {
+                struct dw_rdmap_atomic_resp ar = {.req_id = e->req_id, .orig_data = e->orig};
+                dw_rdmap_hdr_init(&o->r, DW_RDMAP_ATOMIC_RESP);
+                o->r.ddp.msn = e->msn;
+                o->extlen = (size_t)dw_rdmap_atomic_resp_encode(&ar, o->ext, sizeof(o->ext));
         } else {
-                struct rd_irq *e = &s->irq[ck_slot(cookie)];
-                if (e->atomic) {
-                        struct dw_rdmap_atomic_resp ar = {.req_id = e->req_id,
-                                                          .orig_data = e->orig};
-                        dw_rdmap_hdr_init(&r, DW_RDMAP_ATOMIC_RESP);
-                        r.ddp.msn = e->msn;
-                        extlen = (size_t)dw_rdmap_atomic_resp_encode(&ar, ext, sizeof(ext));
+                uint64_t off = (uint64_t)seg * S;
+                o->plen = e->len - off < S ? e->len - off : S;
+                if (e->pull) {
+                        /* From the Send's own SGEs (lkeys checked). */
+                        o->npay = dw_qp_sge_iov(qp, qp->pd, &qp->sq.ring[e->wslot], e->src_to + off,
+                                                o->plen, 0, o->pay, DW_MAX_SGE);
+                        if (o->npay < 0)
+                                return -EACCES;
                 } else {
-                        uint64_t off = (uint64_t)seg * S;
-                        plen = e->len - off < S ? e->len - off : S;
-                        if (e->pull) {
-                                /* From the Send's own SGEs (lkeys checked). */
-                                npay = dw_qp_sge_iov(qp, qp->pd, &qp->sq.ring[e->wslot],
-                                                     e->src_to + off, plen, 0, pay, DW_MAX_SGE);
-                                if (npay < 0)
-                                        return -EACCES;
-                        } else {
-                                uint8_t *host = NULL;
-                                /* Checked per segment: the region may have gone since
-                                 * (rd_read_source_gone). */
-                                if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd, qp->qpn,
-                                                       DIWARP_ACCESS_REMOTE_READ, e->src_to + off,
-                                                       plen, &host) != DW_PROT_OK)
-                                        return -EFAULT;
-                                if (plen) {
-                                        pay[0].iov_base = host;
-                                        pay[0].iov_len = plen;
-                                        npay = 1;
-                                }
+                        uint8_t *host = NULL;
+                        /* Checked per segment: the region may have gone since
+                         * (rd_read_source_gone). */
+                        if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd, qp->qpn,
+                                               DIWARP_ACCESS_REMOTE_READ, e->src_to + off, o->plen,
+                                               &host) != DW_PROT_OK)
+                                return -EFAULT;
+                        if (o->plen) {
+                                o->pay[0].iov_base = host;
+                                o->pay[0].iov_len = o->plen;
+                                o->npay = 1;
                         }
-                        dw_rdmap_hdr_init(&r, DW_RDMAP_READ_RESP);
-                        r.ddp.stag = e->sink_stag;
-                        r.ddp.to = e->sink_to + off;
-                        r.ddp.last = off + plen == e->len;
                 }
+                dw_rdmap_hdr_init(&o->r, DW_RDMAP_READ_RESP);
+                o->r.ddp.stag = e->sink_stag;
+                o->r.ddp.to = e->sink_to + off;
+                o->r.ddp.last = off + o->plen == e->len;
         }
+        return 0;
+}
 
-        size_t ddp_len = r.ddp.tagged ? DW_DGRAM_DDP_TAGGED_LEN : DW_DGRAM_DDP_UNTAGGED_LEN;
-        size_t fixed = DW_DGRAM_HDR_LEN + ddp_len + extlen + plen +
-                       (imm ? DW_DGRAM_IMM_MSG_LEN : 0) + dw_seal_trailer_len(s->seal, nocrc) +
-                       ((xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0);
+/* The datagram itself, into t: the datagram header (with as many SACK
+ * blocks as the MTU leaves room for), the DDP/RDMAP header and fields, then
+ * the payload and the Immediate, copied behind the header when small,
+ * else gathered; sealed. */
+static inline int rd_build_frame(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
+                                 struct rd_txslot *t, const struct rd_seg_out *o)
+{
+        struct dw_rd_qp *s = p->s;
+        struct dw_qp *qp = s->qp;
+        bool nocrc = rdd(qp->dev)->nocrc;
+
+        size_t ddp_len = o->r.ddp.tagged ? DW_DGRAM_DDP_TAGGED_LEN : DW_DGRAM_DDP_UNTAGGED_LEN;
+        size_t fixed = DW_DGRAM_HDR_LEN + ddp_len + o->extlen + o->plen +
+                       (o->imm ? DW_DGRAM_IMM_MSG_LEN : 0) + dw_seal_trailer_len(s->seal, nocrc) +
+                       ((o->xflags & DW_DGRAM_X_PULL) ? DW_DGRAM_PULL_LEN : 0);
         uint32_t mtu = p->udp_mtu;
         struct dw_dgram_hdr h = {
-            .flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (imm ? DW_DGRAM_F_IMM : 0) |
+            .flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | (o->imm ? DW_DGRAM_F_IMM : 0) |
                      (ackreq ? DW_DGRAM_F_ACKREQ : 0),
-            .xflags = xflags,
+            .xflags = o->xflags,
             .dst_qpn = p->rqpn,
             .src_qpn = qp->qpn,
-            .qkey = qkey,
+            .qkey = o->qkey,
             .psn = psn,
-            .pull_len = pull_len,
-            .pull_pushed = pull_pushed,
+            .pull_len = o->pull_len,
+            .pull_pushed = o->pull_pushed,
         };
         rd_mbox_hdr(p, &h, true);
         fixed += rd_hdr_rails(p, ck_rail(cookie), &h);
@@ -603,16 +623,16 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
                 : rd_put_hdr(&h, t->hdr);
         if (hl < 0)
                 return -EINVAL;
-        ssize_t dl = rd_put_ddp(&r, t->hdr + hl);
-        memcpy(t->hdr + hl + dl, ext, extlen);
-        size_t hlen = (size_t)hl + (size_t)dl + extlen;
-        if (plen <= RD_COPY_MAX && hlen <= RD_HDR_CAP) {
+        ssize_t dl = rd_put_ddp(&o->r, t->hdr + hl);
+        memcpy(t->hdr + hl + dl, o->ext, o->extlen);
+        size_t hlen = (size_t)hl + (size_t)dl + o->extlen;
+        if (o->plen <= RD_COPY_MAX && hlen <= RD_HDR_CAP) {
                 uint8_t *q = t->hdr + hlen;
-                for (int i = 0; i < npay; i++) {
-                        memcpy(q, pay[i].iov_base, pay[i].iov_len);
-                        q += pay[i].iov_len;
+                for (int i = 0; i < o->npay; i++) {
+                        memcpy(q, o->pay[i].iov_base, o->pay[i].iov_len);
+                        q += o->pay[i].iov_len;
                 }
-                if (imm) {
+                if (o->imm) {
                         memcpy(q, t->imm, sizeof(t->imm));
                         q += sizeof(t->imm);
                 }
@@ -623,9 +643,9 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         t->iov[n].iov_base = t->hdr;
         t->iov[n].iov_len = hlen;
         n++;
-        for (int i = 0; i < npay; i++)
-                t->iov[n++] = pay[i];
-        if (imm) {
+        for (int i = 0; i < o->npay; i++)
+                t->iov[n++] = o->pay[i];
+        if (o->imm) {
                 t->iov[n].iov_base = t->imm;
                 t->iov[n].iov_len = sizeof(t->imm);
                 n++;
@@ -644,8 +664,40 @@ static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ac
         for (int i = 0; i < n; i++)
                 t->dlen += (uint32_t)t->iov[i].iov_len;
 filled:
-        rd_slot_for(t, p, psn, cookie, (uint32_t)plen);
+        rd_slot_for(t, p, psn, cookie, (uint32_t)o->plen);
         return 0;
+}
+
+/* Builds the datagram for cookie with PSN psn into t (with the ACK fields of
+ * rd_hdr_ack). 0, or -EACCES (a local key failed), -EFAULT (the region a
+ * peer's Read names is no longer accessible), -EINVAL. */
+static int rd_build(struct dw_rd_peer *p, uint64_t cookie, uint32_t psn, bool ackreq,
+                    struct rd_txslot *t)
+{
+        struct dw_qp *qp = p->s->qp;
+        uint32_t seg = ck_seg(cookie);
+        struct rd_seg_out o; /* not zeroed whole: r and pay are written before use */
+        int err = 0;
+
+        if (ck_kind(cookie) == RD_CK_CCTL)
+                return rd_build_cctl(p, cookie, psn, ackreq, t);
+        if (ck_kind(cookie) == RD_CK_SQ && seg == 0 &&
+            rd_build_small(p, &qp->sq.ring[ck_slot(cookie)], cookie, psn, ackreq, t))
+                return 0;
+        o.extlen = 0;
+        o.npay = 0;
+        o.plen = 0;
+        o.imm = false;
+        o.qkey = 0;
+        o.xflags = rdd(qp->dev)->nocrc ? DW_DGRAM_X_NOCRC : 0;
+        o.pull_len = o.pull_pushed = 0;
+        if (ck_kind(cookie) == RD_CK_SQ)
+                err = rd_build_sq(p, cookie, seg, rd_peer_seg(p), t, &o);
+        else if (ck_kind(cookie) == RD_CK_PULL)
+                rd_build_pull_req(p->s, cookie, seg, &o);
+        else
+                err = rd_build_response(p, cookie, seg, rd_peer_seg(p), &o);
+        return err < 0 ? err : rd_build_frame(p, cookie, psn, ackreq, t, &o);
 }
 
 /* Sends one datagram (fault hook when on). Network errors (ICMP) count as
