@@ -1064,7 +1064,14 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
               const struct dw_dgram_hdr *h, const struct sockaddr_in *from)
 {
         const char *why = NULL;
-        rd_ack_flush(rdd(dev)); /* ACKs reach rel/ in arrival order */
+        struct dw_rd_dev *d = rdd(dev);
+        if (!d) {
+                /* No RD QP was ever made here (the RD state is made with the
+                 * first): a stray or forged RD datagram has nothing to reach. */
+                dev->ctr.rx_dropped_no_qp++;
+                return;
+        }
+        rd_ack_flush(d); /* ACKs reach rel/ in arrival order */
         struct dw_qp *qp = dw_qp_lookup(dev, h->dst_qpn);
         if (!qp || !qp->rd) {
                 dev->ctr.rx_dropped_no_qp++;
@@ -1076,7 +1083,7 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                 return;
         }
         bool data = h->flags & DW_DGRAM_F_DATA;
-        uint32_t src = rd_stream_ip(rdd(dev), h, from);
+        uint32_t src = rd_stream_ip(d, h, from);
         if (!src) {
                 rd_drop_rail(s, h, from);
                 return;
@@ -1100,7 +1107,6 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         }
         /* The first datagram of a step uses the clock read as the step began
          * (dw_rd_rx_clock), the others read it anew. */
-        struct dw_rd_dev *d = rdd(dev);
         uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
         d->rx_clock = false;
         p = rd_rx_peer(qp, p, h, from, src, now);

@@ -14,6 +14,11 @@
  *                           guessing the STags an index counting from 1
  *                           gave (handles 1..4, every key): none lands; the
  *                           legitimate peer's Write with the real rkey does
+ *   security_dgram nord     RD datagrams (a Write, a bare ACK) from a
+ *                           stranger to a device that never made an RD QP:
+ *                           dropped and counted (rx_dropped_no_qp), no crash,
+ *                           nothing written; its first RD QP then serves its
+ *                           peer
  *   security_dgram nak      error NAKs for a PSN in flight from the victim to a
  *                           silent peer: one from 127.0.0.9 naming the peer's
  *                           stream by a forged origin (X-flag RAIL:
@@ -667,6 +672,76 @@ static int case_stag(void)
         fprintf(stderr, "stag ok: %u guesses refused (rkey %#x), the legitimate Write landed\n",
                 STAG_GUESSES, a.rkey);
         close(fd);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- nord */
+
+/* A device that never made an RD QP keeps no RD state (it is made with the
+ * first RD QP), while a UD QP has it read its datagrams: RD datagrams from a
+ * stranger, a Write and a bare ACK, are dropped and counted there, and the
+ * device's first RD QP afterwards serves its peer. */
+static int case_nord(void)
+{
+        struct side a, b;
+        side_open(&a);
+        side_open(&b);
+        struct diwarp_qp_init_attr ia = {
+            .send_cq = a.cq,
+            .recv_cq = a.cq,
+            .qp_type = DIWARP_QPT_UD,
+            .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
+        struct diwarp_qp *ud;
+        CHECK(diwarp_qp_create(a.pd, &ia, &ud));
+        struct diwarp_qp_attr ua = {.qp_state = DIWARP_QPS_INIT, .qkey = QKEY, .port_num = 1};
+        CHECK(diwarp_qp_modify(ud, &ua, DIWARP_QP_STATE | DIWARP_QP_QKEY | DIWARP_QP_PORT));
+        ua.qp_state = DIWARP_QPS_RTR;
+        CHECK(diwarp_qp_modify(ud, &ua, DIWARP_QP_STATE));
+        ua.qp_state = DIWARP_QPS_RTS;
+        CHECK(diwarp_qp_modify(ud, &ua, DIWARP_QP_STATE | DIWARP_QP_SQ_PSN));
+        post_recv(&a, ud, 0x99, 0, 4096);
+        int fd = stranger_socket("127.0.0.9");
+        uint8_t pay[64];
+        memset(pay, 0xee, sizeof(pay));
+        struct stranger x;
+        stranger_open(&x, fd, &a, 0x000102, 0x0f0001);
+        stranger_write(&x, a.rkey, (uintptr_t)a.buf, pay, sizeof(pay));
+        uint8_t pkt[256];
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
+                                 .dst_qpn = 0x000102,
+                                 .src_qpn = 0x0f0001,
+                                 .qkey = QKEY,
+                                 .ack_psn = x.isn + 1};
+        ssize_t n = dw_dgram_encode(&h, pkt, sizeof(pkt));
+        if (n < 0 || (n = dw_dgram_packet_seal(pkt, (size_t)n, sizeof(pkt))) < 0)
+                die("nord: cannot build the ACK");
+        if (sendto(fd, pkt, (size_t)n, 0, (struct sockaddr *)&x.to, sizeof(x.to)) != n)
+                die("nord: sendto: %s", strerror(errno));
+        drive(&a, NULL, 300);
+        struct diwarp_counters c;
+        counters(&a, &c);
+        if (c.rx_dropped_no_qp < 2)
+                die("nord: %llu of the 2 RD datagrams counted as for no QP",
+                    (unsigned long long)c.rx_dropped_no_qp);
+        if (!all_zero(a.buf, BUF_LEN))
+                die("nord: the stranger's Write wrote into the victim's MR");
+        a.qp = qp_new(&a, false, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        b.qp = qp_new(&b, false, true, DIWARP_ACCESS_REMOTE_WRITE, NULL);
+        a.qpn = diwarp_qp_num(a.qp);
+        b.qpn = diwarp_qp_num(b.qp);
+        qp_up(a.qp, false, NULL, 0, 0, 0);
+        qp_up(b.qp, false, NULL, 0, 0, 0);
+        CHECK(diwarp_ah_create(a.pd, &b.gid, &a.ah));
+        CHECK(diwarp_ah_create(b.pd, &a.gid, &b.ah));
+        legit_send(&a, &b, 0x51, "nord: the first RD QP's Send");
+        fprintf(stderr,
+                "nord ok: %llu RD datagrams to a device without RD dropped, then its "
+                "first RD QP served its peer\n",
+                (unsigned long long)c.rx_dropped_no_qp);
+        close(fd);
+        CHECK(diwarp_qp_destroy(ud));
         side_close(&a);
         side_close(&b);
         return 0;
@@ -2168,6 +2243,8 @@ int main(int argc, char **argv)
                 return case_access();
         if (strcmp(argv[1], "stag") == 0)
                 return case_stag();
+        if (strcmp(argv[1], "nord") == 0)
+                return case_nord();
         if (strcmp(argv[1], "nak") == 0)
                 return case_nak();
         if (strcmp(argv[1], "isn") == 0)
