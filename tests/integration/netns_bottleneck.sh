@@ -266,7 +266,7 @@ PY
 # so no core is spun) in A, each with its own server in B, share a host pool
 # of 4 tokens (DIWARP_INFLIGHT_HOST) named for this run only.
 hostpool() {
-        local s run dur cpids=() spids=() env
+        local s run dur d cpids=() spids=() env
         up "$NAME" direct 1gbit
         # the pools of earlier runs that were killed outright
         for f in /dev/shm/diwarp-test-pool-*; do
@@ -285,24 +285,38 @@ hostpool() {
                 done
                 for s in 0 1 2; do
                         # the one killed must not give up on its stopped
-                        # server before it is killed
+                        # server before it is killed, nor end its run before
+                        # the server is stopped (a busy host may start it late)
+                        d=$dur
+                        [ $run = kill ] && [ $s -eq 2 ] && d=30000
                         client cli-$run-$s "${env[@]}" DIWARP_PEER_TIMEOUT_MS=30000 -- --block \
                                 --port $((18600 + 2 * s)) --transport rd --op send --validate --flows 2 \
-                                --devices 2 --size 128k --duration-ms "$dur" \
+                                --devices 2 --size 128k --duration-ms "$d" \
                                 --warmup-ms 200 "$B:$((18600 + 2 * s))"
                         cpids+=("$CPID")
                 done
                 if [ $run = kill ]; then
-                        # Client 2 holds tokens for good once its server stops
-                        # answering: its messages never complete. Then it dies.
-                        # The server stops only once client 2 runs its traffic
-                        # (it held a token): on a busy host a fixed delay could
-                        # stop it before the client had connected.
-                        pool hold "${cpids[2]}" 30 >"$TMPD/pool-start" ||
-                                { cat "$TMPD/pool-start"; show; fail "client 2 never started its traffic"; }
-                        kill -STOP "${spids[2]}"
-                        pool hold "${cpids[2]}" 2 >"$TMPD/pool-kill" ||
-                                { cat "$TMPD/pool-kill"; show; fail "client 2 never held a token"; }
+                        # Client 2 dies holding tokens. It is stopped at a
+                        # moment it holds one (a stopped process gives none
+                        # back) and killed; a moment it held none after all
+                        # (it gave it back before the stop arrived) lets it
+                        # run on and try again. Waiting on its traffic, not a
+                        # fixed delay: a busy host may start it late, and
+                        # whether it holds a token at a given moment depends
+                        # on its credits and its window as much as its server.
+                        caught=
+                        for try in $(seq 1 100); do
+                                pool hold "${cpids[2]}" 30 >"$TMPD/pool-start" ||
+                                        { cat "$TMPD/pool-start"; show; fail "client 2 never started its traffic"; }
+                                kill -STOP "${cpids[2]}"
+                                if pool hold "${cpids[2]}" 0 >"$TMPD/pool-kill"; then
+                                        caught=$try
+                                        break
+                                fi
+                                kill -CONT "${cpids[2]}"
+                        done
+                        [ -n "$caught" ] ||
+                                { cat "$TMPD/pool-kill"; show; fail "client 2 never held a token while stopped (100 tries)"; }
                         kill -9 "${cpids[2]}"
                         cat "$TMPD/pool-kill"
                         held=$(sed -n 's/^HELD //p' "$TMPD/pool-kill")
