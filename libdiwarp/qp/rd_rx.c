@@ -241,9 +241,10 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   int pull, uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
-        int e = dw_qp_scatter(qp, w, g->mo, pay, len1);
+        const struct dw_pd *pd = dw_qp_recv_pd(qp);
+        int e = dw_qp_scatter(qp, pd, w, g->mo, pay, len1);
         if (e == 0 && g->len > len1)
-                e = dw_qp_scatter(qp, w, (size_t)g->mo + len1, pay2, g->len - len1);
+                e = dw_qp_scatter(qp, pd, w, (size_t)g->mo + len1, pay2, g->len - len1);
         if (e < 0 && pull >= 0)
                 rd_pull_free(s, &s->pull[pull]);
         else if (e < 0 && pull == -2 && s->pull_waiting)
@@ -529,7 +530,7 @@ static inline enum rd_verdict rd_rx_read_resp(struct dw_rd_qp *s, struct dw_rd_p
         if (!w || r->ddp.to > w->total_len || plen > w->total_len - r->ddp.to)
                 return RV_DROP;
         struct dw_rd_dev *d = rdd(dev);
-        if (!d->rx_placed && dw_qp_scatter(qp, w, r->ddp.to, pay, plen) < 0) {
+        if (!d->rx_placed && dw_qp_scatter(qp, qp->pd, w, r->ddp.to, pay, plen) < 0) {
                 rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1, "RDMA Read sink fails its lkey check");
                 return RV_GONE;
         }
@@ -565,7 +566,7 @@ static inline enum rd_verdict rd_rx_atomic_resp(struct dw_rd_qp *s, struct dw_rd
         if (!w)
                 return RV_DROP;
         uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
-        if (dw_qp_scatter(qp, w, 0, &v, 8) < 0) {
+        if (dw_qp_scatter(qp, qp->pd, w, 0, &v, 8) < 0) {
                 rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
                              "atomic result buffer fails its lkey check");
                 return RV_GONE;
@@ -732,10 +733,11 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         if (plen) {
                 /* dw_qp_scatter at offset 0, the single-SGE case inline */
                 uint8_t *host;
-                if (w->num_sge != 1 || dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd,
-                                                         DIWARP_ACCESS_LOCAL_WRITE, w->sge[0].addr,
-                                                         plen, &host) != DW_PROT_OK) {
-                        if (dw_qp_scatter(qp, w, 0, pay, plen) < 0)
+                const struct dw_pd *pd = dw_qp_recv_pd(qp);
+                if (w->num_sge != 1 ||
+                    dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, pd, DIWARP_ACCESS_LOCAL_WRITE,
+                                      w->sge[0].addr, plen, &host) != DW_PROT_OK) {
+                        if (dw_qp_scatter(qp, pd, w, 0, pay, plen) < 0)
                                 return false;
                 } else {
                         memcpy(host, pay, plen);

@@ -607,7 +607,7 @@ Test(rdmap_access, send_scatter_across_sges)
         uint8_t src[40];
         for (unsigned i = 0; i < sizeof(src); i++)
                 src[i] = (uint8_t)(i + 1);
-        cr_assert_eq(dw_qp_scatter(&qp, &w, 16, src, sizeof(src)), 0);
+        cr_assert_eq(dw_qp_scatter(&qp, qp.pd, &w, 16, src, sizeof(src)), 0);
         const uint8_t *b = (const uint8_t *)buf64;
         cr_expect_eq(memcmp(b + 64 + 16, src, 16), 0, "first SGE from offset 16");
         cr_expect_eq(memcmp(b + 256, src + 16, 24), 0, "the rest at the second SGE");
@@ -633,9 +633,10 @@ Test(rdmap_access, send_longer_than_wr)
         recv_wr(&w, lkey);
         uint8_t src[65];
         memset(src, 0xab, sizeof(src));
-        int e = dw_qp_scatter(&qp, &w, 0, src, 65);
+        int e = dw_qp_scatter(&qp, qp.pd, &w, 0, src, 65);
         cr_expect_eq(e, -EMSGSIZE);
-        cr_expect_eq(dw_qp_scatter(&qp, &w, 60, src, 8), -EMSGSIZE, "MO + length past the WR");
+        cr_expect_eq(dw_qp_scatter(&qp, qp.pd, &w, 60, src, 8), -EMSGSIZE,
+                     "MO + length past the WR");
         cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 60, 8, DIWARP_ACCESS_LOCAL_WRITE,
                                    (struct iovec[DW_MAX_SGE]){0}, DW_MAX_SGE),
                      -EMSGSIZE);
@@ -646,7 +647,7 @@ Test(rdmap_access, send_longer_than_wr)
                   te.ecode == DW_TERM_DDP_U_MSG_TOO_LONG);
         cr_expect_eq(dw_rdmap_term_to_nak(te), DW_DGRAM_NAK_INVALID);
         /* exactly its length fits */
-        cr_expect_eq(dw_qp_scatter(&qp, &w, 0, src, 64), 0);
+        cr_expect_eq(dw_qp_scatter(&qp, qp.pd, &w, 0, src, 64), 0);
 }
 
 /* A receive WR whose own lkey fails (another PD, no LOCAL_WRITE) is the
@@ -664,7 +665,7 @@ Test(rdmap_access, send_into_bad_lkey)
                 struct dw_wqe w;
                 recv_wr(&w, good);
                 w.sge[1].lkey = bad[i];
-                int e = dw_qp_scatter(&qp, &w, 0, src, 64);
+                int e = dw_qp_scatter(&qp, qp.pd, &w, 0, src, 64);
                 cr_expect_eq(e, -EACCES, "case %u", i);
                 cr_expect(untouched(0, BUFSZ), "case %u: nothing placed", i);
                 cr_expect_eq(dw_rdmap_recv_wc(e), DIWARP_WC_LOC_PROT_ERR);
