@@ -42,6 +42,11 @@
  *                          the QP's PD fails with LOC_PROT_ERR (sender
  *                          REM_OP_ERR, states as for any lkey failure); the
  *                          QP's own Read lands in memory of the QP's PD
+ *   rd_test invfail rd|rc  Send with Invalidate of an STag the receiver cannot
+ *                          invalidate (another PD, type 1 window, none):
+ *                          REM_INV_REQ_ERR at the receiver, REM_ACCESS_ERR at
+ *                          the sender (error NAK), sender QP in ERR,
+ *                          receiver in RTS serving another peer (RD) or ERR
  *   rd_test fds            one UDP socket per device for 64 QPs x 64 peers
  *   rd_test heap           10 000 pseudo-streams per device: idle peer state
  *                          <= 256 bytes, heap growth per pseudo-stream
@@ -1911,6 +1916,115 @@ static int case_srqpd(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- invfail */
+
+/* Posts a's signaled Send with Invalidate of stag to b. */
+static void inv_send(struct side *a, struct side *b, uint64_t id, uint32_t stag)
+{
+        struct diwarp_sge sge = {(uintptr_t)a->buf, 8, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND_WITH_INV,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .invalidate_rkey = stag};
+        wr.wr.ud.ah = a->ah;
+        wr.wr.ud.remote_qpn = b->qpn;
+        wr.wr.ud.remote_qkey = QKEY;
+        struct diwarp_send_wr *bad;
+        CHECK(diwarp_post_send(a->qp, &wr, &bad));
+}
+
+/* A Send with Invalidate of an STag b cannot invalidate (a region of another
+ * PD of its device, a type 1 window, an STag that names nothing) is refused
+ * with an error NAK before it is acknowledged: a's WR completes with
+ * REM_ACCESS_ERR (what RC over TCP's Terminate, Remote Protection "STag
+ * cannot be invalidated", gives) and a's QP is in ERR, b's receive WR
+ * completes with REM_INV_REQ_ERR, b's QP is in RTS (RD) or in ERR (RC over
+ * RD), as for any other refused request, and the STag still works. First, as
+ * a control, one that b can invalidate succeeds. */
+static int case_invfail(void)
+{
+        struct side a, b;
+        struct diwarp_wc wc;
+        buf_len = 1 * MiB;
+        const int qacc =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        const char *what[3] = {"a region of another PD", "a type 1 window", "no such STag"};
+        for (int k = 0; k < 3; k++) {
+                pair_open(&a, &b, qacc);
+                uint8_t *xbuf = b.buf + buf_len / 2;
+                struct diwarp_pd *opd = NULL;
+                struct diwarp_mr *xmr = NULL;
+                struct diwarp_mw *mw = NULL;
+                struct diwarp_mr_info xi;
+                uint32_t stag;
+                if (k == 0) {
+                        /* The control: b's own region of the QP's PD. */
+                        struct diwarp_mr *own;
+                        CHECK(diwarp_mr_reg(b.pd, xbuf, 4096, (uintptr_t)xbuf, qacc, &own));
+                        CHECK(diwarp_mr_info(own, &xi));
+                        post_recv(&b, 0x70, 0, 64);
+                        inv_send(&a, &b, 1, xi.rkey);
+                        if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                                die("invfail: no receive for the control");
+                        expect_wc(&wc, 0x70, DIWARP_WC_SUCCESS, "invfail: control receive");
+                        if (!(wc.wc_flags & DIWARP_WC_WITH_INV) || wc.invalidated_rkey != xi.rkey)
+                                die("invfail: control receive flags %#x rkey %#x", wc.wc_flags,
+                                    wc.invalidated_rkey);
+                        if (poll_until(&a, &b, &wc, 1, 10000) != 1)
+                                die("invfail: no send completion for the control");
+                        expect_wc(&wc, 1, DIWARP_WC_SUCCESS, "invfail: control send");
+                        CHECK(diwarp_mr_dereg(own));
+
+                        CHECK(diwarp_pd_alloc(b.dev, &opd));
+                        CHECK(diwarp_mr_reg(opd, xbuf, 4096, (uintptr_t)xbuf, qacc, &xmr));
+                        CHECK(diwarp_mr_info(xmr, &xi));
+                        stag = xi.rkey;
+                } else if (k == 1) {
+                        CHECK(diwarp_mw_alloc(b.pd, DIWARP_MW_TYPE_1, &mw));
+                        stag = mw_rkey(mw);
+                } else {
+                        stag = b.rkey ^ 0x5a;
+                }
+                post_recv(&b, 0x71, 64, 64);
+                inv_send(&a, &b, 2, stag);
+                if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                        die("invfail %s: no receive completion", what[k]);
+                expect_wc(&wc, 0x71, DIWARP_WC_REM_INV_REQ_ERR, what[k]);
+                if (poll_until(&a, &b, &wc, 1, 10000) != 1)
+                        die("invfail %s: no send completion", what[k]);
+                expect_wc(&wc, 2, DIWARP_WC_REM_ACCESS_ERR, what[k]);
+                if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                        die("invfail %s: requester QP not in ERR", what[k]);
+                if (diwarp_qp_state(b.qp) != (rc_mode ? DIWARP_QPS_ERR : DIWARP_QPS_RTS))
+                        die("invfail %s: responder QP in state %d", what[k], diwarp_qp_state(b.qp));
+                if (!rc_mode) {
+                        /* b serves on: another peer's Write lands. */
+                        struct side c;
+                        side_open(&c, qacc);
+                        qp_make(&c, qacc);
+                        qp_connect(&c, &b, b.qpn);
+                        fill(c.buf, 4096, 11);
+                        wc = mw_rdma(&c, &b, DIWARP_WR_RDMA_WRITE, 3, (uintptr_t)b.buf + 8192, 4096,
+                                     b.rkey);
+                        expect_wc(&wc, 3, DIWARP_WC_SUCCESS, "invfail: a Write of another peer");
+                        verify(c.buf, b.buf + 8192, 4096, "invfail write", 4096);
+                        side_close(&c);
+                }
+                if (mw)
+                        CHECK(diwarp_mw_dealloc(mw));
+                if (xmr)
+                        CHECK(diwarp_mr_dereg(xmr));
+                if (opd)
+                        CHECK(diwarp_pd_dealloc(opd));
+                side_close(&a);
+                side_close(&b);
+        }
+        fprintf(stderr, "invfail ok\n");
+        return 0;
+}
+
 /* ---------------------------------------------------------------- fds */
 
 static int count_fds(void)
@@ -3706,6 +3820,8 @@ int main(int argc, char **argv)
                 return case_srq();
         if (!strcmp(argv[1], "srqpd"))
                 return case_srqpd();
+        if (!strcmp(argv[1], "invfail"))
+                return case_invfail();
         if (!strcmp(argv[1], "fds"))
                 return case_fds(false);
         if (!strcmp(argv[1], "heap"))

@@ -712,6 +712,44 @@ Test(rdmap_access, send_with_invalidate)
                      DW_PROT_OK, "another PD's STag stays valid");
 }
 
+/* The check RD makes of each segment of a Send with Invalidate as it
+ * arrives: the rule of dw_rdmap_send_invalidate, changing nothing; a refusal
+ * is Remote Protection "STag cannot be invalidated", RD's error NAK
+ * REM_ACCESS, REM_ACCESS_ERR at the sender (as RC's Terminate gives). */
+Test(rdmap_access, send_inval_accept)
+{
+        qp_rights(true, RW);
+        uint32_t mine = reg(&pd_a, ALL);
+        uint32_t theirs = reg(&pd_b, ALL);
+        struct dw_rdmap_refusal ref;
+
+        cr_expect_eq(dw_rdmap_send_inval_accept(&qp, mine, &ref), 0);
+        cr_expect_eq(dw_rdmap_send_inval_accept(&qp, mine, NULL), 0, "the check changed nothing");
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, mine, IOVA, 8, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_send_invalidate(&qp, mine, NULL), DIWARP_WC_SUCCESS);
+
+        const uint32_t refused[] = {mine, theirs, 0x7f7f7f00};
+        const enum dw_prot_status st[] = {DW_PROT_INVALIDATED, DW_PROT_PD_MISMATCH,
+                                          DW_PROT_INVALID_STAG};
+        for (unsigned i = 0; i < 3; i++) {
+                memset(&ref, 0, sizeof(ref));
+                cr_expect_eq(dw_rdmap_send_inval_accept(&qp, refused[i], &ref), -EACCES, "case %u",
+                             i);
+                cr_expect_eq(ref.st, st[i], "case %u", i);
+                cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP &&
+                              ref.te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
+                              ref.te.ecode == DW_TERM_RDMAP_STAG_NOT_INVALIDATED,
+                          "case %u", i);
+                cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_REM_ACCESS);
+                cr_expect_eq(dw_rdmap_nak_to_wc(dw_rdmap_term_to_nak(ref.te)),
+                             DIWARP_WC_REM_ACCESS_ERR);
+                cr_expect_eq(dw_rdmap_term_to_wc(ref.te, NULL), DIWARP_WC_REM_ACCESS_ERR);
+        }
+        uint8_t *host = NULL;
+        cr_expect_eq(dw_mr_check_remote(&dev->mrs, theirs, &pd_b, 0, RW, IOVA, 8, &host),
+                     DW_PROT_OK, "a refused STag stays valid");
+}
+
 /* ---- Tagged placement -------------------------------------------------- */
 
 /* Terminate errors of a tagged sink: DDP Tagged Buffer, RDMAP Remote
