@@ -212,6 +212,16 @@ struct dw_qp {
         struct dw_rd_qp *rd;   /* qp/rd.c: RD QPs and RC over RD; NULL otherwise */
 };
 
+/* The PD a receive WR's lkeys are checked in: a receive WR posted to an SRQ
+ * is validated with the SRQ's PD, whatever the QP's (InfiniBand: the QP and
+ * its SRQ may be in different PDs); one posted to the QP's own RQ with the
+ * QP's. Every transport's placement into a receive WR takes its PD from
+ * here; a send WR's SGEs (sources, Read sinks, atomic results) are the QP's. */
+static inline const struct dw_pd *dw_qp_recv_pd(const struct dw_qp *qp)
+{
+        return qp->srq ? qp->srq->pd : qp->pd;
+}
+
 /* ---- converters between public handles and engine objects -------------- */
 
 static inline struct dw_device *dw_dev_of(struct diwarp_device *d)
@@ -362,11 +372,11 @@ int dw_qp_sge_iov(struct dw_qp *qp, const struct dw_pd *pd, const struct dw_wqe 
                   uint64_t len, int access, struct iovec *iov, int max);
 
 /* Scatters len bytes of src into the WQE's SGE list at byte offset off,
- * checking each SGE for LOCAL_WRITE access in the QP's PD (the SRQ's when
- * the QP has one). Returns 0,
+ * checking each SGE for LOCAL_WRITE access in pd (a receive WQE:
+ * dw_qp_recv_pd; a Read sink or atomic result: the QP's). Returns 0,
  * -EMSGSIZE (does not fit) or -EACCES (protection: nothing written). */
-int dw_qp_scatter(struct dw_qp *qp, const struct dw_wqe *wqe, size_t off, const void *src,
-                  size_t len);
+int dw_qp_scatter(struct dw_qp *qp, const struct dw_pd *pd, const struct dw_wqe *wqe, size_t off,
+                  const void *src, size_t len);
 
 /* Fills iov[] with the host addresses of a send WQE's SGEs (inline data
  * included), checking lkeys. Returns the iovec count, or -EACCES. */

@@ -428,8 +428,8 @@ static void window_unbind(struct dw_mr_table *t, struct dw_mr *mw)
         mw->access = 0;
 }
 
-enum dw_prot_status dw_mr_invalidate_status(struct dw_mr_table *t, uint32_t stag,
-                                            const struct dw_pd *pd, uint32_t qpn)
+enum dw_prot_status dw_mr_invalidate_check(struct dw_mr_table *t, uint32_t stag,
+                                           const struct dw_pd *pd, uint32_t qpn)
 {
         struct dw_mr *mr = dw_mr_lookup(t, stag);
 
@@ -447,6 +447,17 @@ enum dw_prot_status dw_mr_invalidate_status(struct dw_mr_table *t, uint32_t stag
          * the one QP it was bound on. */
         if (mr->pd != pd || (mr->kind == DW_STAG_MW2 && mr->qpn != qpn))
                 return DW_PROT_PD_MISMATCH;
+        return DW_PROT_OK;
+}
+
+enum dw_prot_status dw_mr_invalidate_status(struct dw_mr_table *t, uint32_t stag,
+                                            const struct dw_pd *pd, uint32_t qpn)
+{
+        enum dw_prot_status st = dw_mr_invalidate_check(t, stag, pd, qpn);
+
+        if (st != DW_PROT_OK)
+                return st;
+        struct dw_mr *mr = dw_mr_lookup(t, stag);
         if (mr->kind == DW_STAG_MW2)
                 window_unbind(t, mr);
         else

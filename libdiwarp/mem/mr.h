@@ -240,6 +240,9 @@ static inline enum dw_prot_status dw_mr_check_local(struct dw_mr_table *t, uint3
  * PD, or a type 2 window bound on another QP); nothing changes on failure. */
 enum dw_prot_status dw_mr_invalidate_status(struct dw_mr_table *t, uint32_t stag,
                                             const struct dw_pd *pd, uint32_t qpn);
+/* The status dw_mr_invalidate_status would give now, changing nothing. */
+enum dw_prot_status dw_mr_invalidate_check(struct dw_mr_table *t, uint32_t stag,
+                                           const struct dw_pd *pd, uint32_t qpn);
 /* Same, as an errno: 0, -EINVAL (no such STag, or already invalidated),
  * -EACCES (another PD or QP), -EPERM (type 1 window). */
 int dw_mr_invalidate(struct dw_mr_table *t, uint32_t stag, const struct dw_pd *pd, uint32_t qpn);

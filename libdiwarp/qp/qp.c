@@ -247,11 +247,10 @@ int dw_qp_sge_iov(struct dw_qp *qp, const struct dw_pd *pd, const struct dw_wqe 
         return len ? -EMSGSIZE : n;
 }
 
-int dw_qp_scatter(struct dw_qp *qp, const struct dw_wqe *wqe, size_t off, const void *src,
-                  size_t len)
+int dw_qp_scatter(struct dw_qp *qp, const struct dw_pd *pd, const struct dw_wqe *wqe, size_t off,
+                  const void *src, size_t len)
 {
         struct iovec dst[DW_MAX_SGE];
-        const struct dw_pd *pd = qp->srq ? qp->srq->pd : qp->pd;
 
         if (len == 0)
                 return 0;

@@ -241,9 +241,10 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   int pull, uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
-        int e = dw_qp_scatter(qp, w, g->mo, pay, len1);
+        const struct dw_pd *pd = dw_qp_recv_pd(qp);
+        int e = dw_qp_scatter(qp, pd, w, g->mo, pay, len1);
         if (e == 0 && g->len > len1)
-                e = dw_qp_scatter(qp, w, (size_t)g->mo + len1, pay2, g->len - len1);
+                e = dw_qp_scatter(qp, pd, w, (size_t)g->mo + len1, pay2, g->len - len1);
         if (e < 0 && pull >= 0)
                 rd_pull_free(s, &s->pull[pull]);
         else if (e < 0 && pull == -2 && s->pull_waiting)
@@ -291,6 +292,34 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
         return 0;
 }
 
+/* A segment of a Send with Invalidate whose STag cannot be invalidated
+ * (dw_rdmap_send_inval_accept): refused with the error NAK of its refusal,
+ * as a Write to a bad STag is, so the sender's WR fails instead of being
+ * acknowledged. The message's receive WR, when one is bound to it or can be
+ * bound now, completes with REM_INV_REQ_ERR (the status the Invalidate at
+ * completion gives); one a receiver-paced Send already pulls into is left to
+ * its pull. */
+static enum rd_verdict rd_inval_refused(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                        const struct dw_rdmap_hdr *r,
+                                        const struct dw_rdmap_refusal *ref, uint8_t *nak)
+{
+        struct dw_qp *qp = s->qp;
+        char pb[64];
+        dw_warn_limited(&qp->dev->log_limit,
+                        "RD QP %#x peer %s: Send with Invalidate (MSN %u) of STag %#x: %s", qp->qpn,
+                        rd_peer_str(p, pb, sizeof(pb)), r->ddp.msn, r->inval_stag, ref->why);
+        qp->dev->ctr.rx_dropped_protection++;
+        qp->ctr.rx_dropped_protection++;
+        bool unbound = dw_psn_diff(r->ddp.msn, p->rx_bind) >= 0;
+        struct dw_wqe *w = NULL;
+        if (!s->mbox_app && !(unbound && s->mb && s->mb->ent_count))
+                w = rd_rx_bind(s, p, r->ddp.msn);
+        if (w && !(w->flags & RD_W_PULL))
+                rd_recv_fail(s, p, w, DIWARP_WC_REM_INV_REQ_ERR);
+        *nak = dw_rdmap_term_to_nak(ref->te);
+        return RV_NAK;
+}
+
 /* A NEW DATA segment decoded by rd_rx_segment, for its opcode's step. */
 struct rd_rx_seg {
         struct dw_rdmap_hdr r;  /* the segment's RDMAP header */
@@ -317,6 +346,12 @@ static inline enum rd_verdict rd_rx_send(struct dw_rd_qp *s, struct dw_rd_peer *
                 return RV_DROP;
         if (!rd_msn_in_window(s, p, r->ddp.msn))
                 return RV_WINDOW;
+        /* Each segment, before it is accepted: the Invalidate itself comes as
+         * the message completes, in order (rd_rx_complete). */
+        struct dw_rdmap_refusal ref;
+        if (dw_rdmap_send_inval(r->opcode) &&
+            dw_rdmap_send_inval_accept(s->qp, r->inval_stag, &ref) < 0)
+                return rd_inval_refused(s, p, r, &ref, nak);
         struct rd_seg g = {.msn = r->ddp.msn,
                            .mo = r->ddp.mo,
                            .psn = h->psn,
@@ -529,7 +564,7 @@ static inline enum rd_verdict rd_rx_read_resp(struct dw_rd_qp *s, struct dw_rd_p
         if (!w || r->ddp.to > w->total_len || plen > w->total_len - r->ddp.to)
                 return RV_DROP;
         struct dw_rd_dev *d = rdd(dev);
-        if (!d->rx_placed && dw_qp_scatter(qp, w, r->ddp.to, pay, plen) < 0) {
+        if (!d->rx_placed && dw_qp_scatter(qp, qp->pd, w, r->ddp.to, pay, plen) < 0) {
                 rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1, "RDMA Read sink fails its lkey check");
                 return RV_GONE;
         }
@@ -565,7 +600,7 @@ static inline enum rd_verdict rd_rx_atomic_resp(struct dw_rd_qp *s, struct dw_rd
         if (!w)
                 return RV_DROP;
         uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
-        if (dw_qp_scatter(qp, w, 0, &v, 8) < 0) {
+        if (dw_qp_scatter(qp, qp->pd, w, 0, &v, 8) < 0) {
                 rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
                              "atomic result buffer fails its lkey check");
                 return RV_GONE;
@@ -732,10 +767,11 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         if (plen) {
                 /* dw_qp_scatter at offset 0, the single-SGE case inline */
                 uint8_t *host;
-                if (w->num_sge != 1 || dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd,
-                                                         DIWARP_ACCESS_LOCAL_WRITE, w->sge[0].addr,
-                                                         plen, &host) != DW_PROT_OK) {
-                        if (dw_qp_scatter(qp, w, 0, pay, plen) < 0)
+                const struct dw_pd *pd = dw_qp_recv_pd(qp);
+                if (w->num_sge != 1 ||
+                    dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, pd, DIWARP_ACCESS_LOCAL_WRITE,
+                                      w->sge[0].addr, plen, &host) != DW_PROT_OK) {
+                        if (dw_qp_scatter(qp, pd, w, 0, pay, plen) < 0)
                                 return false;
                 } else {
                         memcpy(host, pay, plen);

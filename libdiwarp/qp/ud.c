@@ -148,15 +148,15 @@ static inline int dw_ud_place(struct dw_qp *qp, const struct dw_wqe *w, const ui
                               size_t len)
 {
         if (w->num_sge == 1 && len <= w->sge[0].length) {
-                const struct dw_pd *pd = qp->srq ? qp->srq->pd : qp->pd;
                 uint8_t *h;
-                if (dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, pd, DIWARP_ACCESS_LOCAL_WRITE,
-                                      w->sge[0].addr, len, &h) != DW_PROT_OK)
+                if (dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, dw_qp_recv_pd(qp),
+                                      DIWARP_ACCESS_LOCAL_WRITE, w->sge[0].addr, len,
+                                      &h) != DW_PROT_OK)
                         return -EACCES;
                 memcpy(h, src, len);
                 return 0;
         }
-        return dw_qp_scatter(qp, w, 0, src, len);
+        return dw_qp_scatter(qp, dw_qp_recv_pd(qp), w, 0, src, len);
 }
 
 /* One datagram being built: headers, trailer and the iovecs gathering
@@ -561,9 +561,10 @@ static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
                 uint8_t grh[DW_GRH_LEN];
                 size_t off = DW_GRH_LEN;
                 dw_ud_grh(grh, &sgid, &dev->gid, (uint32_t)plen);
-                sr = dw_qp_scatter(qp, w, 0, grh, DW_GRH_LEN);
+                sr = dw_qp_scatter(qp, dw_qp_recv_pd(qp), w, 0, grh, DW_GRH_LEN);
                 for (int i = 0; i < npay && sr == 0; off += pay[i].iov_len, i++)
-                        sr = dw_qp_scatter(qp, w, off, pay[i].iov_base, pay[i].iov_len);
+                        sr = dw_qp_scatter(qp, dw_qp_recv_pd(qp), w, off, pay[i].iov_base,
+                                           pay[i].iov_len);
         }
         if (sr < 0) {
                 dw_warn_limited(&qp->dev->log_limit,

@@ -272,8 +272,7 @@ static int rx_resolve_send(struct dw_rc_conn *c, uint32_t payload)
                                   "Send segment out of order (MO)");
                 return -1;
         }
-        int n = rc_sge_range_iov(c->qp, c->rx_wqe, c->rx_msg_len, payload,
-                                 DIWARP_ACCESS_LOCAL_WRITE, c->tgt, DW_MAX_SGE);
+        int n = rc_recv_range_iov(c->qp, c->rx_wqe, c->rx_msg_len, payload, c->tgt, DW_MAX_SGE);
         if (n < 0) {
                 struct dw_wqe *w = c->rx_wqe;
                 bool too_long = n == -EMSGSIZE;

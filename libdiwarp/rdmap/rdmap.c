@@ -221,6 +221,15 @@ int dw_rdmap_refuse(struct dw_rdmap_refusal *ref, enum dw_prot_status st, enum d
         return -EACCES;
 }
 
+int dw_rdmap_send_inval_accept(struct dw_qp *qp, uint32_t stag, struct dw_rdmap_refusal *ref)
+{
+        enum dw_prot_status st = dw_mr_invalidate_check(&qp->dev->mrs, stag, qp->pd, qp->qpn);
+
+        if (st == DW_PROT_OK)
+                return 0;
+        return dw_rdmap_refuse(ref, st, DW_PROT_CTX_INVALIDATE);
+}
+
 static int malformed(struct dw_rdmap_refusal *ref, uint8_t opcode, const char *why)
 {
         ref->st = DW_PROT_OK;

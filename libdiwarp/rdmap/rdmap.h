@@ -192,6 +192,13 @@ int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
  * Terminate error: Remote Protection, "STag cannot be invalidated". */
 enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_qp *qp, uint32_t stag,
                                                struct dw_term_error *te);
+/* Whether that Invalidate would succeed now, changing nothing: 0, or
+ * -EACCES with *ref (may be NULL) its refusal (Remote Protection, "STag
+ * cannot be invalidated"). For a transport that acknowledges a segment of
+ * the message before the message completes (RD): it checks each segment of
+ * a Send with Invalidate as it arrives, so that a refusal reaches the sender
+ * (its error NAK) instead of the segment's acknowledgment. */
+int dw_rdmap_send_inval_accept(struct dw_qp *qp, uint32_t stag, struct dw_rdmap_refusal *ref);
 
 /* The receive WR's completion status when a Send cannot be placed in it:
  * err is what the scatter into the WR returned (dw_qp_scatter,

@@ -37,6 +37,16 @@
  *   rd_test srq    rd|rc   3 QPs on one SRQ, 3 peers: RNR while the SRQ is
  *                          empty, the limit event, then every message
  *                          exactly once, in order per stream, byte-exact
+ *   rd_test srqpd  rd|rc   a QP in one PD on an SRQ in another: a receive
+ *                          registered in the SRQ's PD takes a Send, one in
+ *                          the QP's PD fails with LOC_PROT_ERR (sender
+ *                          REM_OP_ERR, states as for any lkey failure); the
+ *                          QP's own Read lands in memory of the QP's PD
+ *   rd_test invfail rd|rc  Send with Invalidate of an STag the receiver cannot
+ *                          invalidate (another PD, type 1 window, none):
+ *                          REM_INV_REQ_ERR at the receiver, REM_ACCESS_ERR at
+ *                          the sender (error NAK), sender QP in ERR,
+ *                          receiver in RTS serving another peer (RD) or ERR
  *   rd_test fds            one UDP socket per device for 64 QPs x 64 peers
  *   rd_test heap           10 000 pseudo-streams per device: idle peer state
  *                          <= 256 bytes, heap growth per pseudo-stream
@@ -323,7 +333,8 @@ static void side_close(struct side *s)
 {
         if (s->ah)
                 CHECK(diwarp_ah_destroy(s->ah));
-        CHECK(diwarp_qp_destroy(s->qp));
+        if (s->qp)
+                CHECK(diwarp_qp_destroy(s->qp));
         CHECK(diwarp_mr_dereg(s->mr));
         CHECK(diwarp_cq_destroy(s->cq));
         if (s->ch)
@@ -1806,6 +1817,211 @@ static int case_srq(void)
         free(rx[0].buf);
         for (unsigned s = 0; s < SRQ_NQ; s++)
                 side_close(&tx[s]);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- srqpd */
+
+/* Receive WRs posted to an SRQ are checked in the SRQ's PD, not the QP's:
+ * b's QP is in one PD, its SRQ in another. b's own RDMA Read lands in memory
+ * of the QP's PD (a send WR's SGEs are the QP's); a receive whose buffer is
+ * registered in the SRQ's PD takes a's Send; one registered in the QP's PD
+ * completes with LOC_PROT_ERR and nothing written, a's Send with REM_OP_ERR
+ * (the error NAK of a receive WR that fails its lkey), a's QP in ERR, b's
+ * QP in RTS (RD: it serves its other peers) or in ERR (RC over RD). */
+static int case_srqpd(void)
+{
+        struct side a, b;
+        struct diwarp_wc wc;
+        buf_len = 1 * MiB;
+        int acc = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        side_open(&a, acc);
+        side_open(&b, acc);
+        struct diwarp_pd *spd;
+        struct diwarp_mr *smr;
+        struct diwarp_srq *srq;
+        uint8_t *sbuf = b.buf + buf_len / 2;
+        CHECK(diwarp_pd_alloc(b.dev, &spd));
+        CHECK(diwarp_mr_reg(spd, sbuf, buf_len / 2, (uintptr_t)sbuf, DIWARP_ACCESS_LOCAL_WRITE,
+                            &smr));
+        struct diwarp_mr_info mi;
+        CHECK(diwarp_mr_info(smr, &mi));
+        struct diwarp_srq_attr sa = {.max_wr = 16, .max_sge = 1};
+        CHECK(diwarp_srq_create(spd, &sa, NULL, &srq));
+        make_srq = srq;
+        qp_make(&b, acc);
+        make_srq = NULL;
+        qp_make(&a, acc);
+        qp_connect(&a, &b, b.qpn);
+        qp_connect(&b, &a, a.qpn);
+
+        fill(a.buf, 4096, 5);
+        wc = mw_rdma(&b, &a, DIWARP_WR_RDMA_READ, 1, (uintptr_t)a.buf, 4096, a.rkey);
+        expect_wc(&wc, 1, DIWARP_WC_SUCCESS, "srqpd: Read into the QP's PD");
+        verify(a.buf, b.buf, 4096, "srqpd read", 4096);
+
+        struct diwarp_sge rs = {(uintptr_t)sbuf, 4096, mi.lkey};
+        struct diwarp_recv_wr rwr = {.wr_id = 0x51, .sg_list = &rs, .num_sge = 1}, *rbad;
+        CHECK(diwarp_post_srq_recv(srq, &rwr, &rbad));
+        fill(a.buf, 1000, 9);
+        struct diwarp_sge sge = {(uintptr_t)a.buf, 1000, a.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 2,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        post(&a, &b, &wr);
+        if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                die("srqpd: no receive in the SRQ's PD");
+        expect_wc(&wc, 0x51, DIWARP_WC_SUCCESS, "srqpd: receive in the SRQ's PD");
+        if (wc.byte_len != 1000)
+                die("srqpd: received %u bytes, want 1000", wc.byte_len);
+        verify(a.buf, sbuf, 1000, "srqpd send", 1000);
+        if (poll_until(&a, &b, &wc, 1, 10000) != 1)
+                die("srqpd: no send completion");
+        expect_wc(&wc, 2, DIWARP_WC_SUCCESS, "srqpd: Send into the SRQ's PD");
+
+        /* b's own region is in the QP's PD, which does not apply. */
+        memset(b.buf, 0, 8192);
+        rs = (struct diwarp_sge){(uintptr_t)b.buf + 4096, 4096, b.lkey};
+        rwr.wr_id = 0x52;
+        CHECK(diwarp_post_srq_recv(srq, &rwr, &rbad));
+        wr.wr_id = 3;
+        post(&a, &b, &wr);
+        if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                die("srqpd: no receive in the QP's PD");
+        expect_wc(&wc, 0x52, DIWARP_WC_LOC_PROT_ERR, "srqpd: receive in the QP's PD");
+        for (size_t i = 0; i < 8192; i++)
+                if (b.buf[i])
+                        die("srqpd: a refused receive wrote byte %zu", i);
+        if (poll_until(&a, &b, &wc, 1, 10000) != 1)
+                die("srqpd: no completion of the refused Send");
+        expect_wc(&wc, 3, DIWARP_WC_REM_OP_ERR, "srqpd: Send into the QP's PD");
+        if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                die("srqpd: requester QP not in ERR after REM_OP_ERR");
+        if (diwarp_qp_state(b.qp) != (rc_mode ? DIWARP_QPS_ERR : DIWARP_QPS_RTS))
+                die("srqpd: responder QP in state %d", diwarp_qp_state(b.qp));
+
+        if (b.ah)
+                CHECK(diwarp_ah_destroy(b.ah));
+        CHECK(diwarp_qp_destroy(b.qp));
+        b.ah = NULL;
+        b.qp = NULL;
+        CHECK(diwarp_srq_destroy(srq));
+        CHECK(diwarp_mr_dereg(smr));
+        CHECK(diwarp_pd_dealloc(spd));
+        side_close(&a);
+        side_close(&b);
+        fprintf(stderr, "srqpd ok\n");
+        return 0;
+}
+
+/* ---------------------------------------------------------------- invfail */
+
+/* Posts a's signaled Send with Invalidate of stag to b. */
+static void inv_send(struct side *a, struct side *b, uint64_t id, uint32_t stag)
+{
+        struct diwarp_sge sge = {(uintptr_t)a->buf, 8, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND_WITH_INV,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .invalidate_rkey = stag};
+        wr.wr.ud.ah = a->ah;
+        wr.wr.ud.remote_qpn = b->qpn;
+        wr.wr.ud.remote_qkey = QKEY;
+        struct diwarp_send_wr *bad;
+        CHECK(diwarp_post_send(a->qp, &wr, &bad));
+}
+
+/* A Send with Invalidate of an STag b cannot invalidate (a region of another
+ * PD of its device, a type 1 window, an STag that names nothing) is refused
+ * with an error NAK before it is acknowledged: a's WR completes with
+ * REM_ACCESS_ERR (what RC over TCP's Terminate, Remote Protection "STag
+ * cannot be invalidated", gives) and a's QP is in ERR, b's receive WR
+ * completes with REM_INV_REQ_ERR, b's QP is in RTS (RD) or in ERR (RC over
+ * RD), as for any other refused request, and the STag still works. First, as
+ * a control, one that b can invalidate succeeds. */
+static int case_invfail(void)
+{
+        struct side a, b;
+        struct diwarp_wc wc;
+        buf_len = 1 * MiB;
+        const int qacc =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        const char *what[3] = {"a region of another PD", "a type 1 window", "no such STag"};
+        for (int k = 0; k < 3; k++) {
+                pair_open(&a, &b, qacc);
+                uint8_t *xbuf = b.buf + buf_len / 2;
+                struct diwarp_pd *opd = NULL;
+                struct diwarp_mr *xmr = NULL;
+                struct diwarp_mw *mw = NULL;
+                struct diwarp_mr_info xi;
+                uint32_t stag;
+                if (k == 0) {
+                        /* The control: b's own region of the QP's PD. */
+                        struct diwarp_mr *own;
+                        CHECK(diwarp_mr_reg(b.pd, xbuf, 4096, (uintptr_t)xbuf, qacc, &own));
+                        CHECK(diwarp_mr_info(own, &xi));
+                        post_recv(&b, 0x70, 0, 64);
+                        inv_send(&a, &b, 1, xi.rkey);
+                        if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                                die("invfail: no receive for the control");
+                        expect_wc(&wc, 0x70, DIWARP_WC_SUCCESS, "invfail: control receive");
+                        if (!(wc.wc_flags & DIWARP_WC_WITH_INV) || wc.invalidated_rkey != xi.rkey)
+                                die("invfail: control receive flags %#x rkey %#x", wc.wc_flags,
+                                    wc.invalidated_rkey);
+                        if (poll_until(&a, &b, &wc, 1, 10000) != 1)
+                                die("invfail: no send completion for the control");
+                        expect_wc(&wc, 1, DIWARP_WC_SUCCESS, "invfail: control send");
+                        CHECK(diwarp_mr_dereg(own));
+
+                        CHECK(diwarp_pd_alloc(b.dev, &opd));
+                        CHECK(diwarp_mr_reg(opd, xbuf, 4096, (uintptr_t)xbuf, qacc, &xmr));
+                        CHECK(diwarp_mr_info(xmr, &xi));
+                        stag = xi.rkey;
+                } else if (k == 1) {
+                        CHECK(diwarp_mw_alloc(b.pd, DIWARP_MW_TYPE_1, &mw));
+                        stag = mw_rkey(mw);
+                } else {
+                        stag = b.rkey ^ 0x5a;
+                }
+                post_recv(&b, 0x71, 64, 64);
+                inv_send(&a, &b, 2, stag);
+                if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                        die("invfail %s: no receive completion", what[k]);
+                expect_wc(&wc, 0x71, DIWARP_WC_REM_INV_REQ_ERR, what[k]);
+                if (poll_until(&a, &b, &wc, 1, 10000) != 1)
+                        die("invfail %s: no send completion", what[k]);
+                expect_wc(&wc, 2, DIWARP_WC_REM_ACCESS_ERR, what[k]);
+                if (diwarp_qp_state(a.qp) != DIWARP_QPS_ERR)
+                        die("invfail %s: requester QP not in ERR", what[k]);
+                if (diwarp_qp_state(b.qp) != (rc_mode ? DIWARP_QPS_ERR : DIWARP_QPS_RTS))
+                        die("invfail %s: responder QP in state %d", what[k], diwarp_qp_state(b.qp));
+                if (!rc_mode) {
+                        /* b serves on: another peer's Write lands. */
+                        struct side c;
+                        side_open(&c, qacc);
+                        qp_make(&c, qacc);
+                        qp_connect(&c, &b, b.qpn);
+                        fill(c.buf, 4096, 11);
+                        wc = mw_rdma(&c, &b, DIWARP_WR_RDMA_WRITE, 3, (uintptr_t)b.buf + 8192, 4096,
+                                     b.rkey);
+                        expect_wc(&wc, 3, DIWARP_WC_SUCCESS, "invfail: a Write of another peer");
+                        verify(c.buf, b.buf + 8192, 4096, "invfail write", 4096);
+                        side_close(&c);
+                }
+                if (mw)
+                        CHECK(diwarp_mw_dealloc(mw));
+                if (xmr)
+                        CHECK(diwarp_mr_dereg(xmr));
+                if (opd)
+                        CHECK(diwarp_pd_dealloc(opd));
+                side_close(&a);
+                side_close(&b);
+        }
+        fprintf(stderr, "invfail ok\n");
         return 0;
 }
 
@@ -3602,6 +3818,10 @@ int main(int argc, char **argv)
                 return case_path();
         if (!strcmp(argv[1], "srq"))
                 return case_srq();
+        if (!strcmp(argv[1], "srqpd"))
+                return case_srqpd();
+        if (!strcmp(argv[1], "invfail"))
+                return case_invfail();
         if (!strcmp(argv[1], "fds"))
                 return case_fds(false);
         if (!strcmp(argv[1], "heap"))

@@ -39,9 +39,14 @@ struct side {
         bool mapped;                    /* buf is an mmap (pages touched only as used) */
         struct diwarp_comp_channel *ch; /* side_init_ex with a channel */
         uint32_t lkey, rkey;
+        struct diwarp_pd *srq_pd; /* side_srq: a PD of its own, */
+        struct diwarp_srq *srq;   /* the SRQ in it that the QP receives from */
+        struct diwarp_mr *srq_mr; /* and a region of it, if the test makes one */
 };
 
 static struct side A, B;
+/* Set: side_init_ex gives the QP an SRQ, in a second PD of the device. */
+static bool side_srq;
 
 static uint64_t now_ms(void)
 {
@@ -69,6 +74,12 @@ static void side_init_ex(struct side *s, size_t len, int access, bool with_chann
                                                  .max_send_sge = 4,
                                                  .max_recv_sge = 4,
                                                  .max_inline_data = 64}};
+        if (side_srq) {
+                struct diwarp_srq_attr sa = {.max_wr = 16, .max_sge = 1};
+                cr_assert_eq(diwarp_pd_alloc(s->dev, &s->srq_pd), 0);
+                cr_assert_eq(diwarp_srq_create(s->srq_pd, &sa, NULL, &s->srq), 0);
+                ia.srq = s->srq;
+        }
         cr_assert_eq(diwarp_qp_create(s->pd, &ia, &s->qp), 0);
         s->len = len;
         s->mapped = mapped;
@@ -98,6 +109,12 @@ static void side_fini(struct side *s)
         if (!s->dev)
                 return;
         cr_expect_eq(diwarp_qp_destroy(s->qp), 0);
+        if (s->srq) {
+                if (s->srq_mr)
+                        cr_expect_eq(diwarp_mr_dereg(s->srq_mr), 0);
+                cr_expect_eq(diwarp_srq_destroy(s->srq), 0);
+                cr_expect_eq(diwarp_pd_dealloc(s->srq_pd), 0);
+        }
         cr_expect_eq(diwarp_mr_dereg(s->mr), 0);
         cr_expect_eq(diwarp_cq_destroy(s->cq), 0);
         if (s->ch)
@@ -742,6 +759,65 @@ Test(rc, local_protection_error)
         struct diwarp_wc w = wait_wc(&A, 5000);
         cr_assert_eq(w.wr_id, 9);
         cr_assert_eq(w.status, DIWARP_WC_LOC_PROT_ERR);
+        check_dead();
+}
+
+/* A receive WR posted to an SRQ is checked in the SRQ's PD, not the QP's: B's
+ * QP is in one PD, its SRQ in another. A receive whose buffer is registered
+ * in the SRQ's PD takes A's Send; one registered in the QP's PD completes
+ * with LOC_PROT_ERR and nothing written, and the connection ends as for any
+ * receive WR that fails its lkey (Terminate, QP_ACCESS_ERR, both QPs in
+ * ERR). */
+Test(rc, srq_receive_checked_in_srq_pd)
+{
+        side_init(&A, 1 << 16, ALL_ACCESS);
+        side_srq = true;
+        side_init(&B, 1 << 16, ALL_ACCESS);
+        side_srq = false;
+        to_init(&A);
+        to_init(&B);
+        to_rtr_rts(&A, &B);
+        to_rtr_rts(&B, &A);
+        to_rts(&A);
+        to_rts(&B);
+        uint8_t *sbuf = B.buf + 32768;
+        cr_assert_eq(diwarp_mr_reg(B.srq_pd, sbuf, 16384, (uintptr_t)sbuf,
+                                   DIWARP_ACCESS_LOCAL_WRITE, &B.srq_mr),
+                     0);
+        struct diwarp_mr_info mi;
+        cr_assert_eq(diwarp_mr_info(B.srq_mr, &mi), 0);
+        struct diwarp_sge sge = {(uintptr_t)sbuf, 4096, mi.lkey};
+        struct diwarp_recv_wr rwr = {.wr_id = 5, .sg_list = &sge, .num_sge = 1}, *rbad;
+        cr_assert_eq(diwarp_post_srq_recv(B.srq, &rwr, &rbad), 0);
+        fill(A.buf, 100, 3);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 1, 0, 100, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 5);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "receive in the SRQ's PD: %s",
+                     diwarp_wc_status_str(w.status));
+        cr_assert_eq(w.byte_len, 100);
+        cr_assert_eq(memcmp(sbuf, A.buf, 100), 0);
+        w = wait_wc(&A, 5000);
+        cr_assert_eq(w.wr_id, 1);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS);
+
+        /* B's own MR is in the QP's PD, which does not apply. */
+        memset(B.buf, 0, 4096);
+        sge = (struct diwarp_sge){(uintptr_t)B.buf, 4096, B.lkey};
+        rwr.wr_id = 6;
+        cr_assert_eq(diwarp_post_srq_recv(B.srq, &rwr, &rbad), 0);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 2, 0, 100, 0, 0, 0), 0);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 6);
+        cr_assert_eq(w.status, DIWARP_WC_LOC_PROT_ERR, "receive in the QP's PD: %s",
+                     diwarp_wc_status_str(w.status));
+        for (unsigned i = 0; i < 4096; i++)
+                cr_assert_eq(B.buf[i], 0, "byte %u written by a refused receive", i);
+        w = wait_wc(&A, 5000);
+        cr_assert_eq(w.wr_id, 2);
+        cr_assert(w.status == DIWARP_WC_SUCCESS || w.status == DIWARP_WC_REM_OP_ERR, "%s",
+                  diwarp_wc_status_str(w.status));
+        cr_assert(got_async(&B, DIWARP_EVENT_QP_ACCESS_ERR, 3000));
         check_dead();
 }
 

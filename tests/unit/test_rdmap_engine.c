@@ -607,7 +607,7 @@ Test(rdmap_access, send_scatter_across_sges)
         uint8_t src[40];
         for (unsigned i = 0; i < sizeof(src); i++)
                 src[i] = (uint8_t)(i + 1);
-        cr_assert_eq(dw_qp_scatter(&qp, &w, 16, src, sizeof(src)), 0);
+        cr_assert_eq(dw_qp_scatter(&qp, qp.pd, &w, 16, src, sizeof(src)), 0);
         const uint8_t *b = (const uint8_t *)buf64;
         cr_expect_eq(memcmp(b + 64 + 16, src, 16), 0, "first SGE from offset 16");
         cr_expect_eq(memcmp(b + 256, src + 16, 24), 0, "the rest at the second SGE");
@@ -633,9 +633,10 @@ Test(rdmap_access, send_longer_than_wr)
         recv_wr(&w, lkey);
         uint8_t src[65];
         memset(src, 0xab, sizeof(src));
-        int e = dw_qp_scatter(&qp, &w, 0, src, 65);
+        int e = dw_qp_scatter(&qp, qp.pd, &w, 0, src, 65);
         cr_expect_eq(e, -EMSGSIZE);
-        cr_expect_eq(dw_qp_scatter(&qp, &w, 60, src, 8), -EMSGSIZE, "MO + length past the WR");
+        cr_expect_eq(dw_qp_scatter(&qp, qp.pd, &w, 60, src, 8), -EMSGSIZE,
+                     "MO + length past the WR");
         cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 60, 8, DIWARP_ACCESS_LOCAL_WRITE,
                                    (struct iovec[DW_MAX_SGE]){0}, DW_MAX_SGE),
                      -EMSGSIZE);
@@ -646,7 +647,7 @@ Test(rdmap_access, send_longer_than_wr)
                   te.ecode == DW_TERM_DDP_U_MSG_TOO_LONG);
         cr_expect_eq(dw_rdmap_term_to_nak(te), DW_DGRAM_NAK_INVALID);
         /* exactly its length fits */
-        cr_expect_eq(dw_qp_scatter(&qp, &w, 0, src, 64), 0);
+        cr_expect_eq(dw_qp_scatter(&qp, qp.pd, &w, 0, src, 64), 0);
 }
 
 /* A receive WR whose own lkey fails (another PD, no LOCAL_WRITE) is the
@@ -664,7 +665,7 @@ Test(rdmap_access, send_into_bad_lkey)
                 struct dw_wqe w;
                 recv_wr(&w, good);
                 w.sge[1].lkey = bad[i];
-                int e = dw_qp_scatter(&qp, &w, 0, src, 64);
+                int e = dw_qp_scatter(&qp, qp.pd, &w, 0, src, 64);
                 cr_expect_eq(e, -EACCES, "case %u", i);
                 cr_expect(untouched(0, BUFSZ), "case %u: nothing placed", i);
                 cr_expect_eq(dw_rdmap_recv_wc(e), DIWARP_WC_LOC_PROT_ERR);
@@ -709,6 +710,44 @@ Test(rdmap_access, send_with_invalidate)
         uint8_t *host = NULL;
         cr_expect_eq(dw_mr_check_remote(&dev->mrs, theirs, &pd_b, 0, RW, IOVA, 8, &host),
                      DW_PROT_OK, "another PD's STag stays valid");
+}
+
+/* The check RD makes of each segment of a Send with Invalidate as it
+ * arrives: the rule of dw_rdmap_send_invalidate, changing nothing; a refusal
+ * is Remote Protection "STag cannot be invalidated", RD's error NAK
+ * REM_ACCESS, REM_ACCESS_ERR at the sender (as RC's Terminate gives). */
+Test(rdmap_access, send_inval_accept)
+{
+        qp_rights(true, RW);
+        uint32_t mine = reg(&pd_a, ALL);
+        uint32_t theirs = reg(&pd_b, ALL);
+        struct dw_rdmap_refusal ref;
+
+        cr_expect_eq(dw_rdmap_send_inval_accept(&qp, mine, &ref), 0);
+        cr_expect_eq(dw_rdmap_send_inval_accept(&qp, mine, NULL), 0, "the check changed nothing");
+        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, mine, IOVA, 8, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_send_invalidate(&qp, mine, NULL), DIWARP_WC_SUCCESS);
+
+        const uint32_t refused[] = {mine, theirs, 0x7f7f7f00};
+        const enum dw_prot_status st[] = {DW_PROT_INVALIDATED, DW_PROT_PD_MISMATCH,
+                                          DW_PROT_INVALID_STAG};
+        for (unsigned i = 0; i < 3; i++) {
+                memset(&ref, 0, sizeof(ref));
+                cr_expect_eq(dw_rdmap_send_inval_accept(&qp, refused[i], &ref), -EACCES, "case %u",
+                             i);
+                cr_expect_eq(ref.st, st[i], "case %u", i);
+                cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP &&
+                              ref.te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
+                              ref.te.ecode == DW_TERM_RDMAP_STAG_NOT_INVALIDATED,
+                          "case %u", i);
+                cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_REM_ACCESS);
+                cr_expect_eq(dw_rdmap_nak_to_wc(dw_rdmap_term_to_nak(ref.te)),
+                             DIWARP_WC_REM_ACCESS_ERR);
+                cr_expect_eq(dw_rdmap_term_to_wc(ref.te, NULL), DIWARP_WC_REM_ACCESS_ERR);
+        }
+        uint8_t *host = NULL;
+        cr_expect_eq(dw_mr_check_remote(&dev->mrs, theirs, &pd_b, 0, RW, IOVA, 8, &host),
+                     DW_PROT_OK, "a refused STag stays valid");
 }
 
 /* ---- Tagged placement -------------------------------------------------- */
