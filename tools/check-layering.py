@@ -4,15 +4,16 @@
     tools/check-layering.py SOURCE_ROOT BUILD_DIR [STAMP]
 
 Every folder of libdiwarp/ says in its README.md which folders it may use,
-on one line that starts with "May call:" (backticked names: `qp/`,
-`llp/tcp.h`, `dw.h`; anything else on the line, such as libc, is not a
-folder of the engine). This script checks both ways a folder can reach
-another one:
+on one line that starts with "May call:" (read by tools/layering.py, as the
+build's include trees are: tools/include-trees.py). This script checks both
+ways a folder can reach another one:
 
   includes  every #include "X/..." (and "dw.h", the engine's core header at
-            the root of libdiwarp/) in the folder's .c and .h files;
+            the root of libdiwarp/) in the folder's .c and .h files, and
+            dw.h's own as qp/'s (the header is qp/'s);
   calls     every global symbol a folder's objects use and another folder's
-            objects define (nm on BUILD_DIR/libdiwarp/libdiwarp.a.p).
+            objects define (nm on the objects of each folder's library,
+            BUILD_DIR/libdiwarp/libdiwarp-FOLDER.a.p).
 
 The daemon (daemon/) and the verbs provider (verbs-provider/) are programs
 on the engine: they may include the public headers (include/diwarp/) only.
@@ -31,42 +32,21 @@ import shutil
 import subprocess
 import sys
 
-ROOT_HEADER = "dw.h"  # libdiwarp/dw.h: the engine's core (device, QP) structures
-
-
-def readme_allows(lib, folders):
-    """folder -> set of folders (and "dw.h") its README lets it use."""
-    allowed, missing = {}, []
-    for f in folders:
-        path = os.path.join(lib, f, "README.md")
-        text = open(path).read() if os.path.exists(path) else ""
-        m = re.search(r"^(?:- )?May call:?(.*?)(?:\n\s*\n|\n- |\Z)", text, re.M | re.S)
-        if not m:
-            missing.append(f)
-            continue
-        names = set()
-        for tok in re.findall(r"`([^`]+)`", m.group(1)):
-            tok = tok.strip()
-            if tok == ROOT_HEADER:
-                names.add(ROOT_HEADER)
-                continue
-            head = tok.split("/")[0]
-            if "/" in tok and head in folders:
-                names.add(head)
-        allowed[f] = names | {f}
-    if "qp" in allowed:
-        allowed["qp"].add(ROOT_HEADER)  # the core header is qp/'s own (device, QP)
-    return allowed, missing
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from layering import ROOT_HEADER, ROOT_OWNER, exceptions as read_exceptions, folders as \
+    engine_folders, readme_allows  # noqa: E402
 
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 OUTER = ("daemon", "verbs-provider")  # programs on the engine: public headers only
 
 
-def includes(d):
+def includes(d, only=None):
     """(file name, included name, engine folder or dw.h it names) for every
-    quoted #include of the .c and .h files of directory d."""
-    for name in sorted(os.listdir(d)):
+    quoted #include of the .c and .h files of directory d (or of its file
+    named only)."""
+    for name in [only] if only else sorted(os.listdir(d)):
         if name.endswith((".c", ".h")):
             for m in INCLUDE.finditer(open(os.path.join(d, name)).read()):
                 target = m.group(1)
@@ -79,9 +59,13 @@ def include_arrows(src, lib, folders):
     include (they may use include/diwarp/ only)."""
     arrows = {}
     for f in folders:
-        for name, target, to in includes(os.path.join(lib, f)):
-            if to != f and (to == ROOT_HEADER or to in folders):
-                arrows.setdefault((f, to), f"{f}/{name} includes {target}")
+        sources = [(os.path.join(lib, f), None, f"{f}/")]
+        if f == ROOT_OWNER:
+            sources.append((lib, ROOT_HEADER, ""))
+        for d, only, shown in sources:
+            for name, target, to in includes(d, only):
+                if to != f and (to == ROOT_HEADER or to in folders):
+                    arrows.setdefault((f, to), f"{shown}{name} includes {target}")
     for o in OUTER:
         if os.path.isdir(os.path.join(src, o)):
             for name, target, to in includes(os.path.join(src, o)):
@@ -90,17 +74,14 @@ def include_arrows(src, lib, folders):
     return arrows
 
 
-def call_arrows(objdir, folders):
-    """{(from, to): "symbol"} for symbols a folder's objects take from another's."""
+def call_arrows(objdirs):
+    """{(from, to): "symbol"} for symbols a folder's objects take from another's
+    (objdirs: folder -> the directory of its library's objects)."""
     nm = shutil.which("gcc-nm") or shutil.which("nm")
     defined, used = {}, {}
-    for obj in sorted(os.listdir(objdir)):
-        if not obj.endswith(".o"):
-            continue
-        folder = obj.split("_", 1)[0]
-        if folder not in folders:
-            continue  # version.c and the like, at the root
-        out = subprocess.run([nm, "-P", os.path.join(objdir, obj)], capture_output=True,
+    objs = sorted((f, o) for f, d in objdirs.items() for o in os.listdir(d) if o.endswith(".o"))
+    for folder, obj in objs:
+        out = subprocess.run([nm, "-P", os.path.join(objdirs[folder], obj)], capture_output=True,
                              text=True).stdout
         for line in out.splitlines():
             parts = line.split()
@@ -127,28 +108,25 @@ def main():
     src, build = sys.argv[1], sys.argv[2]
     stamp = sys.argv[3] if len(sys.argv) == 4 else None
     lib = os.path.join(src, "libdiwarp")
-    objdir = os.path.join(build, "libdiwarp", "libdiwarp.a.p")
-    if not os.path.isdir(lib) or not os.path.isdir(objdir):
-        print(f"check-layering: need {lib} and {objdir}", file=sys.stderr)
+    if not os.path.isdir(lib):
+        print(f"check-layering: need {lib}", file=sys.stderr)
         return 2
-    folders = sorted(d for d in os.listdir(lib) if os.path.isdir(os.path.join(lib, d)))
+    folders = engine_folders(lib)
+    objdirs = {f: os.path.join(build, "libdiwarp", f"libdiwarp-{f}.a.p") for f in folders}
+    absent = [d for d in objdirs.values() if not os.path.isdir(d)]
+    if absent:
+        print(f"check-layering: need {', '.join(absent)} (each folder is a library of "
+              "libdiwarp/meson.build's layers)", file=sys.stderr)
+        return 2
     allowed, missing = readme_allows(lib, folders)
     errors = [f"libdiwarp/{f}/README.md: no 'May call:' line" for f in missing]
 
-    exceptions = {}
-    exc_path = os.path.join(src, "tools", "layering-exceptions.txt")
-    for n, line in enumerate(open(exc_path), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        m = re.match(r"(\S+)\s*->\s*(\S+)\s+(\S.*)$", line)
-        if not m:
-            errors.append(f"{exc_path}:{n}: expected 'FROM -> TO  why'")
-            continue
-        exceptions[(m.group(1), m.group(2))] = False
+    listed, exc_errors = read_exceptions(os.path.join(src, "tools", "layering-exceptions.txt"))
+    errors += exc_errors
+    exceptions = {arrow: False for arrow in listed}
 
     for kind, arrows in (("includes", include_arrows(src, lib, folders)),
-                         ("calls", call_arrows(objdir, folders))):
+                         ("calls", call_arrows(objdirs))):
         for (f, to), where in sorted(arrows.items()):
             if f not in OUTER and (f not in allowed or to in allowed[f]):
                 continue
