@@ -163,7 +163,7 @@ static int load_auth_key(struct dw_config *cfg, const char *v, const char *path)
         return 0;
 }
 
-/* Decimal unsigned in [lo, hi]; no sign, no trailing junk. */
+/* An unsigned number in base `base` (0: C prefixes) in [lo, hi]; no sign, no trailing junk. */
 static bool parse_u64(const char *s, int base, uint64_t lo, uint64_t hi, uint64_t *out)
 {
         char *end;
