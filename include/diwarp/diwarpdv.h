@@ -120,7 +120,10 @@ struct diwarpdv_rd_path {
  * contiguous in memory even across the end of the ring (the ring is mapped
  * twice in a row). Its receive completion carries wr_id = the message's
  * address (a uint8_t * inside [out->ring, out->ring + 2 * out->len)),
- * byte_len, src_qp and Immediate Data, in order per sender. The application
+ * byte_len, src_qp and Immediate Data, in order per sender. A Send with
+ * Invalidate invalidates its STag as it completes: DIWARP_WC_WITH_INV and
+ * invalidated_rkey (DIWARP_WC_REM_INV_REQ_ERR if the STag can no longer be
+ * invalidated; the message is still to be released). The application
  * reads it in place, then gives its slots back with diwarpdv_mbox_release:
  * slots return to the senders as credits in ring order, so a message never
  * released holds back the slots behind it.

@@ -478,6 +478,8 @@ void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                                 wc.wc_flags |= DIWARP_WC_WITH_IMM;
                                 wc.imm_data = e->g.imm;
                         }
+                        if (dw_rdmap_send_inval(e->g.opcode))
+                                rd_recv_invalidate(s->qp, &wc, e->g.inval_stag);
                         bool se = dw_rdmap_send_se(e->g.opcode) || e->g.imm_se;
                         e->delivered = true;
                         p->rx_done++;

@@ -156,6 +156,15 @@ void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
         rd_rq_pop_done(s);
 }
 
+void rd_recv_invalidate(struct dw_qp *qp, struct diwarp_wc *wc, uint32_t stag)
+{
+        wc->status = dw_rdmap_send_invalidate(qp, stag, NULL);
+        if (wc->status == DIWARP_WC_SUCCESS) {
+                wc->wc_flags |= DIWARP_WC_WITH_INV;
+                wc->invalidated_rkey = stag;
+        }
+}
+
 /* Completes, in order, every message of p whose last PSN is below the cursor. */
 void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
 {
@@ -184,13 +193,8 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                         wc.wc_flags |= DIWARP_WC_WITH_IMM;
                         wc.imm_data = w->imm_data;
                 }
-                if (w->flags & RD_W_INV) {
-                        wc.status = dw_rdmap_send_invalidate(qp, w->invalidate_rkey, NULL);
-                        if (wc.status == DIWARP_WC_SUCCESS) {
-                                wc.wc_flags |= DIWARP_WC_WITH_INV;
-                                wc.invalidated_rkey = w->invalidate_rkey;
-                        }
-                }
+                if (w->flags & RD_W_INV)
+                        rd_recv_invalidate(qp, &wc, w->invalidate_rkey);
                 w->flags |= DW_WQE_DONE;
                 p->rx_done++;
                 dw_qp_complete_recv(qp, &wc, (w->flags & RD_W_SE) != 0);
