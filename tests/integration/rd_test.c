@@ -47,6 +47,10 @@
  *                          REM_INV_REQ_ERR at the receiver, REM_ACCESS_ERR at
  *                          the sender (error NAK), sender QP in ERR,
  *                          receiver in RTS serving another peer (RD) or ERR
+ *   rd_test mboxinv rd     Send with Invalidate into an application mailbox
+ *                          (a region of the QP's PD, a type 2 window): the
+ *                          receive reports WITH_INV and the STag, a Write
+ *                          through it is then refused (REM_ACCESS_ERR)
  *   rd_test fds            one UDP socket per device for 64 QPs x 64 peers
  *   rd_test heap           10 000 pseudo-streams per device: idle peer state
  *                          <= 256 bytes, heap growth per pseudo-stream
@@ -2025,6 +2029,115 @@ static int case_invfail(void)
         return 0;
 }
 
+/* ---------------------------------------------------------------- mboxinv */
+
+/* A Send with Invalidate delivered through an application mailbox
+ * (diwarpdv_mbox_open) performs its Invalidate as the message completes, as
+ * one into a receive WR does: the receive completion carries WITH_INV and the
+ * STag, and a's Write through that STag, accepted just before, is then
+ * refused (REM_ACCESS_ERR) and writes nothing. Round 0: a region of b's PD
+ * (invfail's control); round 1: a type 2 window bound on b's QP. A plain Send
+ * before it completes without WITH_INV. */
+static int case_mboxinv(void)
+{
+        if (rc_mode) {
+                fprintf(stderr, "mboxinv: RD only\n");
+                return 77;
+        }
+        struct side a, b;
+        struct diwarp_wc wc;
+        buf_len = 1 * MiB;
+        const int qacc =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        const int wacc = DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        const char *what[2] = {"a region of the QP's PD", "a type 2 window"};
+        for (int k = 0; k < 2; k++) {
+                side_open(&a, qacc);
+                side_open(&b, qacc);
+                qp_make(&a, qacc);
+                qp_make(&b, qacc);
+                struct diwarpdv_mbox mb;
+                CHECK(diwarpdv_mbox_open(b.qp, &mb));
+                qp_connect(&a, &b, b.qpn);
+                qp_connect(&b, &a, a.qpn);
+                const uint8_t *ring = mb.ring;
+                uint8_t *xbuf = b.buf + buf_len / 2;
+                struct diwarp_mr *xmr = NULL;
+                struct diwarp_mw *mw = NULL;
+                uint32_t stag;
+                if (k == 0) {
+                        struct diwarp_mr_info xi;
+                        CHECK(diwarp_mr_reg(b.pd, xbuf, 4096, (uintptr_t)xbuf, qacc, &xmr));
+                        CHECK(diwarp_mr_info(xmr, &xi));
+                        stag = xi.rkey;
+                } else {
+                        CHECK(diwarp_mr_reg(b.pd, b.buf, buf_len, (uintptr_t)b.buf,
+                                            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_MW_BIND,
+                                            &xmr));
+                        CHECK(diwarp_mw_alloc(b.pd, DIWARP_MW_TYPE_2, &mw));
+                        stag = inc_key(mw_rkey(mw));
+                        wc = mw_bind2(&b, &a, mw, stag, xmr, (uintptr_t)xbuf, 4096, wacc);
+                        expect_wc(&wc, 0xb2, DIWARP_WC_SUCCESS, "mboxinv: type 2 bind");
+                }
+                /* The STag serves a Write before the Invalidate. */
+                fill(a.buf, 4096, 21);
+                wc = mw_rdma(&a, &b, DIWARP_WR_RDMA_WRITE, 1, (uintptr_t)xbuf, 4096, stag);
+                expect_wc(&wc, 1, DIWARP_WC_SUCCESS, what[k]);
+                verify(a.buf, xbuf, 4096, "mboxinv write", 4096);
+
+                /* A plain Send, then the Send with Invalidate: both into the
+                 * mailbox, in order, only the second with WITH_INV. */
+                for (int s = 0; s < 2; s++) {
+                        fill(a.buf, 8, 40 + s);
+                        if (s) {
+                                inv_send(&a, &b, 3, stag);
+                        } else {
+                                struct diwarp_sge sge = {(uintptr_t)a.buf, 8, a.lkey};
+                                struct diwarp_send_wr wr = {.wr_id = 2,
+                                                            .sg_list = &sge,
+                                                            .num_sge = 1,
+                                                            .opcode = DIWARP_WR_SEND,
+                                                            .send_flags = DIWARP_SEND_SIGNALED};
+                                post(&a, &b, &wr);
+                        }
+                        if (poll_until(&b, &a, &wc, 1, 10000) != 1)
+                                die("mboxinv %s: no receive for Send %d", what[k], s);
+                        expect_wc(&wc, wc.wr_id, DIWARP_WC_SUCCESS, what[k]);
+                        const uint8_t *m = (const uint8_t *)(uintptr_t)wc.wr_id;
+                        if (m < ring || m >= ring + mb.len || wc.opcode != DIWARP_WC_RECV ||
+                            wc.byte_len != 8 || wc.src_qp != a.qpn)
+                                die("mboxinv %s: Send %d received at %p (ring %p + %zu), opcode "
+                                    "%d, %u bytes from %#x",
+                                    what[k], s, (const void *)m, (const void *)ring, mb.len,
+                                    wc.opcode, wc.byte_len, wc.src_qp);
+                        verify(a.buf, m, 8, "mboxinv message", 8);
+                        bool inv = (wc.wc_flags & DIWARP_WC_WITH_INV) != 0;
+                        if (inv != (s == 1) || (s == 1 && wc.invalidated_rkey != stag))
+                                die("mboxinv %s: Send %d receive flags %#x rkey %#x, want %s %#x",
+                                    what[k], s, wc.wc_flags, wc.invalidated_rkey,
+                                    s ? "WITH_INV" : "no WITH_INV", s ? stag : 0);
+                        CHECK(diwarpdv_mbox_release(b.qp, m));
+                        if (poll_until(&a, &b, &wc, 1, 10000) != 1)
+                                die("mboxinv %s: no completion for Send %d", what[k], s);
+                        expect_wc(&wc, 2 + (uint64_t)s, DIWARP_WC_SUCCESS, what[k]);
+                }
+
+                /* The STag is gone: a's Write is refused, nothing written. */
+                fill(a.buf, 4096, 99);
+                wc = mw_rdma(&a, &b, DIWARP_WR_RDMA_WRITE, 4, (uintptr_t)xbuf, 4096, stag);
+                expect_wc(&wc, 4, DIWARP_WC_REM_ACCESS_ERR, what[k]);
+                fill(a.buf, 4096, 21);
+                verify(a.buf, xbuf, 4096, "mboxinv: memory after the refused Write", 4096);
+                if (mw)
+                        CHECK(diwarp_mw_dealloc(mw));
+                CHECK(diwarp_mr_dereg(xmr));
+                side_close(&a);
+                side_close(&b);
+        }
+        fprintf(stderr, "mboxinv ok\n");
+        return 0;
+}
+
 /* ---------------------------------------------------------------- fds */
 
 static int count_fds(void)
@@ -3822,6 +3935,8 @@ int main(int argc, char **argv)
                 return case_srqpd();
         if (!strcmp(argv[1], "invfail"))
                 return case_invfail();
+        if (!strcmp(argv[1], "mboxinv"))
+                return case_mboxinv();
         if (!strcmp(argv[1], "fds"))
                 return case_fds(false);
         if (!strcmp(argv[1], "heap"))
