@@ -378,69 +378,69 @@ static int on_nak(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
         return 0;
 }
 
-int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now,
-                  const struct dw_rel_ops *ops, void *ctx)
+/* The SACK blocks of h an ACK may carry, checked before anything changes:
+ * the count taken (at most DW_DGRAM_MAX_SACK), or -EBADMSG for an ACK of
+ * PSNs never sent or an empty block. */
+static int ack_check(const struct dw_rel_peer *r, const struct dw_dgram_hdr *h)
 {
-        unsigned nsack = 0, i;
-        bool progress = false, sacked_new = false, have_sample = false, orig_held = false;
-        bool sack_full;
-        uint32_t best_sent = 0, now_us = to_us(now);
-
-        if (r->fatal)
-                return r->fatal;
-        if (h->flags & DW_DGRAM_F_NAK)
-                return on_nak(r, h, now);
-        if (!(h->flags & DW_DGRAM_F_ACK))
-                return 0;
-
-        /* Validate everything before changing anything. */
+        unsigned nsack = 0;
         if (dw_psn_before(r->snd_nxt, h->ack_psn))
                 return -EBADMSG;
         if (h->flags & DW_DGRAM_F_SACK)
                 nsack = h->sack_count < DW_DGRAM_MAX_SACK ? h->sack_count : DW_DGRAM_MAX_SACK;
-        for (i = 0; i < nsack; i++)
+        for (unsigned i = 0; i < nsack; i++)
                 if (!dw_psn_before(h->sack[i].start, h->sack[i].end) ||
                     dw_psn_before(r->snd_nxt, h->sack[i].end))
                         return -EBADMSG;
-        /* A D-SACK block names a duplicate the peer received, not data it
-         * holds beyond the cumulative point: it is evidence, not a SACK. */
-        unsigned first = 0;
-        bool dsack = false;
-        if ((h->xflags & DW_DGRAM_X_DSACK) && nsack) {
-                dsack = true;
-                first = 1;
+        return (int)nsack;
+}
+
+/* What one ACK's walk over the packets it newly holds found. */
+struct ack_scan {
+        const struct dw_rel_ops *ops;
+        void *ctx;
+        uint32_t best_sent, best_psn; /* the RTT sample's packet */
+        bool have_sample;
+        bool orig_held; /* a packet sent once before the RTO got through */
+        bool progress;  /* the cumulative point moved */
+        bool sacked_new;
+};
+
+/* Packet psn (entry e) is newly held by the peer, cumulatively or SACKed. */
+static inline void ack_held(struct dw_rel_peer *r, struct ack_scan *a, uint32_t psn,
+                            struct dw_rel_txent *e)
+{
+        e->flags |= DW_REL_TXF_SACKED;
+        if ((int32_t)(e->sent_us - r->rack_us) > 0)
+                r->rack_us = e->sent_us;
+        if (a->ops && a->ops->acked)
+                a->ops->acked(a->ctx, psn, e->cookie);
+        /* Karn: only packets sent once; the newest one has the least
+         * coalescing delay in its sample. */
+        if (e->retx == 0 && (!a->have_sample || (int32_t)(e->sent_us - a->best_sent) > 0)) {
+                a->best_sent = e->sent_us;
+                a->best_psn = psn;
+                a->have_sample = true;
         }
+        /* F-RTO: a packet sent only once before the RTO got through. */
+        if (e->retx == 0 && dw_psn_before(psn, r->rto_recover))
+                a->orig_held = true;
+}
 
-        uint32_t old_high = r->sack_high, best_psn = 0;
-
-#define NEWLY_HELD(psn, e)                                                                         \
-        do {                                                                                       \
-                (e)->flags |= DW_REL_TXF_SACKED;                                                   \
-                if ((int32_t)((e)->sent_us - r->rack_us) > 0)                                      \
-                        r->rack_us = (e)->sent_us;                                                 \
-                if (ops && ops->acked)                                                             \
-                        ops->acked(ctx, (psn), (e)->cookie);                                       \
-                /* Karn: only packets sent once; the newest one has the least                      \
-                 * coalescing delay in its sample. */                                              \
-                if ((e)->retx == 0 && (!have_sample || (int32_t)((e)->sent_us - best_sent) > 0)) { \
-                        best_sent = (e)->sent_us;                                                  \
-                        best_psn = (psn);                                                          \
-                        have_sample = true;                                                        \
-                }                                                                                  \
-                /* F-RTO: a packet sent only once before the RTO got through. */                   \
-                if ((e)->retx == 0 && dw_psn_before((psn), r->rto_recover))                        \
-                        orig_held = true;                                                          \
-        } while (0)
-
+/* Walks what h newly holds: the cumulative point, then the SACK blocks from
+ * index first (a D-SACK block, index 0, names a duplicate, not data held). */
+static void ack_scan(struct dw_rel_peer *r, struct ack_scan *a, const struct dw_dgram_hdr *h,
+                     unsigned first, unsigned nsack)
+{
         while (dw_psn_before(r->snd_una, h->ack_psn)) {
                 struct dw_rel_txent *e = ent(r, r->snd_una);
 
                 if (!(e->flags & DW_REL_TXF_SACKED))
-                        NEWLY_HELD(r->snd_una, e);
+                        ack_held(r, a, r->snd_una, e);
                 r->snd_una++;
-                progress = true;
+                a->progress = true;
         }
-        for (i = first; i < nsack; i++) {
+        for (unsigned i = first; i < nsack; i++) {
                 uint32_t psn = h->sack[i].start, end = h->sack[i].end;
 
                 if (dw_psn_before(psn, r->snd_una))
@@ -449,23 +449,25 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                         struct dw_rel_txent *e = ent(r, psn);
 
                         if (!(e->flags & DW_REL_TXF_SACKED)) {
-                                NEWLY_HELD(psn, e);
-                                sacked_new = true;
+                                ack_held(r, a, psn, e);
+                                a->sacked_new = true;
                         }
                 }
                 if (dw_psn_before(r->sack_high, end))
                         r->sack_high = end;
         }
-#undef NEWLY_HELD
         if (dw_psn_before(r->sack_high, r->snd_una))
                 r->sack_high = r->snd_una;
-        sack_full = r->flags & DW_REL_F_SACK_FULL;
-        /* As many blocks as fit: runs above the last one may exist unreported. */
-        if (nsack >= DW_DGRAM_MAX_SACK)
-                r->flags |= DW_REL_F_SACK_FULL;
-        else
-                r->flags &= (uint8_t)~DW_REL_F_SACK_FULL;
+}
 
+/* The RTT sample of an ACK, if it may give one. old_high: sack_high before
+ * the ACK; truncated: this ACK or the one before carried as many blocks as
+ * fit. */
+static void ack_sample(struct dw_rel_peer *r, const struct ack_scan *a, uint32_t old_high,
+                       bool truncated, uint64_t now)
+{
+        if (!a->have_sample)
+                return;
         /* A sample only from a packet no earlier ACK could have reported
          * (at or above the old sack_high), from ACKs that are not possibly
          * truncated, and not from the ACK that ends a probe episode: otherwise
@@ -477,32 +479,72 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
          * late, not lost, and how late is what the path takes (a receiver
          * that places data slowly). Without it the RTO would stay below the
          * path's real RTT and every packet would time out once. */
-        bool spurious_end = (r->flags & DW_REL_F_RTO_PROBE) && orig_held;
-        if (have_sample && !dw_psn_before(best_psn, old_high) && nsack < DW_DGRAM_MAX_SACK &&
-            !sack_full && (!(r->flags & DW_REL_F_RTO_PROBE) || spurious_end)) {
-                uint64_t rtt = (uint64_t)(uint32_t)(now_us - best_sent) * NS_PER_US;
-                dw_rel_rtt_sample(r, rtt);
-                if (ops && ops->rtt)
-                        ops->rtt(ctx, best_psn, ent(r, best_psn)->cookie,
-                                 rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt, now);
-        } else if (have_sample)
+        bool spurious_end = (r->flags & DW_REL_F_RTO_PROBE) && a->orig_held;
+        if (dw_psn_before(a->best_psn, old_high) || truncated ||
+            ((r->flags & DW_REL_F_RTO_PROBE) && !spurious_end)) {
                 r->backoff = 0; /* Karn: a packet sent once got through, the path works */
-        if (progress || sacked_new) {
-                r->retries = 0;
-                r->flags &= (uint8_t)~DW_REL_F_TLP_DONE;
-                r->last_progress = now;
-                if (r->pto_shift && ++r->pto_calm >= DW_REL_PTO_CALM) {
-                        r->pto_shift--;
-                        r->pto_calm = 0;
-                }
-                if (r->rnr_retries &&
-                    (!in_flight(r, r->rnr_psn) || (ent(r, r->rnr_psn)->flags & DW_REL_TXF_SACKED)))
-                        r->rnr_retries = 0; /* the refused PSN got through */
-                /* RFC 6298 (5.2)/(5.3) */
-                r->rto_deadline = outstanding(r) ? now + dw_rel_rto_ns(r) : 0;
-                if (!outstanding(r))
-                        r->rnr_until = 0;
+                return;
         }
+        uint64_t rtt = (uint64_t)(uint32_t)(to_us(now) - a->best_sent) * NS_PER_US;
+        dw_rel_rtt_sample(r, rtt);
+        if (a->ops && a->ops->rtt)
+                a->ops->rtt(a->ctx, a->best_psn, ent(r, a->best_psn)->cookie,
+                            rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt, now);
+}
+
+/* The ACK moved something: the retry count, tail-loss probe, probe
+ * timeout's back-off, RNR wait and RTO timer follow. */
+static void ack_progress(struct dw_rel_peer *r, uint64_t now)
+{
+        r->retries = 0;
+        r->flags &= (uint8_t)~DW_REL_F_TLP_DONE;
+        r->last_progress = now;
+        if (r->pto_shift && ++r->pto_calm >= DW_REL_PTO_CALM) {
+                r->pto_shift--;
+                r->pto_calm = 0;
+        }
+        if (r->rnr_retries &&
+            (!in_flight(r, r->rnr_psn) || (ent(r, r->rnr_psn)->flags & DW_REL_TXF_SACKED)))
+                r->rnr_retries = 0; /* the refused PSN got through */
+        /* RFC 6298 (5.2)/(5.3) */
+        r->rto_deadline = outstanding(r) ? now + dw_rel_rto_ns(r) : 0;
+        if (!outstanding(r))
+                r->rnr_until = 0;
+}
+
+int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now,
+                  const struct dw_rel_ops *ops, void *ctx)
+{
+        if (r->fatal)
+                return r->fatal;
+        if (h->flags & DW_DGRAM_F_NAK)
+                return on_nak(r, h, now);
+        if (!(h->flags & DW_DGRAM_F_ACK))
+                return 0;
+
+        /* Validate everything before changing anything. */
+        int checked = ack_check(r, h);
+        if (checked < 0)
+                return checked;
+        unsigned nsack = (unsigned)checked;
+        /* A D-SACK block names a duplicate the peer received, not data it
+         * holds beyond the cumulative point: it is evidence, not a SACK. */
+        bool dsack = (h->xflags & DW_DGRAM_X_DSACK) && nsack;
+
+        uint32_t old_high = r->sack_high;
+        struct ack_scan a = {.ops = ops, .ctx = ctx};
+        ack_scan(r, &a, h, dsack ? 1 : 0, nsack);
+        bool sack_full = r->flags & DW_REL_F_SACK_FULL;
+        /* As many blocks as fit: runs above the last one may exist unreported. */
+        if (nsack >= DW_DGRAM_MAX_SACK)
+                r->flags |= DW_REL_F_SACK_FULL;
+        else
+                r->flags &= (uint8_t)~DW_REL_F_SACK_FULL;
+
+        ack_sample(r, &a, old_high, nsack >= DW_DGRAM_MAX_SACK || sack_full, now);
+        bool moved = a.progress || a.sacked_new;
+        if (moved)
+                ack_progress(r, now);
         /* A duplicate of something sent before the probe episode began: the
          * probe (or the packet it duplicated) had arrived, the timer fired
          * for a late ACK, not a loss. */
@@ -511,10 +553,9 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 r->stats.spurious++;
                 rto_verdict(r, true, now, ops, ctx);
         }
-        if ((r->flags & DW_REL_F_RTO_PROBE) && (progress || sacked_new))
-                rto_verdict(r, orig_held, now, ops, ctx);
-        if ((progress || sacked_new) && r->sack_high != r->snd_una && mark_lost(r) && ops &&
-            ops->lost)
+        if ((r->flags & DW_REL_F_RTO_PROBE) && moved)
+                rto_verdict(r, a.orig_held, now, ops, ctx);
+        if (moved && r->sack_high != r->snd_una && mark_lost(r) && ops && ops->lost)
                 ops->lost(ctx, DW_REL_LOSS_SACK, now);
         return 0;
 }
