@@ -280,64 +280,68 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
         return n;
 }
 
-ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out, const char **why)
+/* The 28-byte fixed header (len checked by the caller); a version-2
+ * header without an extension flag is refused. */
+static int decode_fixed(const uint8_t *buf, struct dw_dgram_hdr *h, const char **why)
 {
-        struct dw_dgram_hdr h;
-
-        if (len < 1)
-                return dw_wire_fail(why, "version: datagram is empty", ENODATA);
-        /* Version first: another version may have another length, and the
-         * receiver counts it as "unknown version", not as "truncated". */
-        if (buf[0] != DW_DGRAM_VERSION && buf[0] != DW_DGRAM_VERSION2)
-                return dw_wire_fail(why, "version: neither 1 nor 2", EPROTO);
-        if (len < DW_DGRAM_HDR_LEN)
-                return dw_wire_fail(why, "header: shorter than the 28-byte fixed header", ENODATA);
-
-        memset(&h, 0, sizeof(h));
-        h.flags = buf[1];
-        h.sack_count = buf[2];
-        h.nak_code = buf[3];
-        h.dst_qpn = dw_get_be32(buf + 4); /* version 1: byte 4 is validated as reserved */
-        h.src_qpn = dw_get_be32(buf + 8); /* version 1: byte 8 is validated as reserved */
+        memset(h, 0, sizeof(*h));
+        h->flags = buf[1];
+        h->sack_count = buf[2];
+        h->nak_code = buf[3];
+        h->dst_qpn = dw_get_be32(buf + 4); /* version 1: byte 4 is validated as reserved */
+        h->src_qpn = dw_get_be32(buf + 8); /* version 1: byte 8 is validated as reserved */
         if (buf[0] == DW_DGRAM_VERSION2) {
-                h.xflags = buf[4];
-                h.dst_qpn &= DW_DGRAM_QPN_MASK;
-                h.xflags2 = buf[8];
-                h.src_qpn &= DW_DGRAM_QPN_MASK;
+                h->xflags = buf[4];
+                h->dst_qpn &= DW_DGRAM_QPN_MASK;
+                h->xflags2 = buf[8];
+                h->src_qpn &= DW_DGRAM_QPN_MASK;
                 /* One encoding per header: without an extension flag it is
                  * version 1. */
-                if (h.xflags == 0 && h.xflags2 == 0)
+                if (h->xflags == 0 && h->xflags2 == 0)
                         return dw_wire_fail(why, "xflags: none set in a version-2 header", EBADMSG);
         }
-        h.qkey = dw_get_be32(buf + 12);
-        h.psn = dw_get_be32(buf + 16);
-        h.ack_psn = dw_get_be32(buf + 20);
-        h.credits = dw_get_be16(buf + 24);
-        h.rnr_delay = dw_get_be16(buf + 26);
+        h->qkey = dw_get_be32(buf + 12);
+        h->psn = dw_get_be32(buf + 16);
+        h->ack_psn = dw_get_be32(buf + 20);
+        h->credits = dw_get_be16(buf + 24);
+        h->rnr_delay = dw_get_be16(buf + 26);
+        return 0;
+}
 
-        if (h.sack_count > DW_DGRAM_MAX_SACK)
+/* The SACK blocks after the fixed header: the offset past them. */
+static ssize_t decode_sack(const uint8_t *buf, size_t len, struct dw_dgram_hdr *h, const char **why)
+{
+        if (h->sack_count > DW_DGRAM_MAX_SACK)
                 return dw_wire_fail(why, "sack_count: more than DW_DGRAM_MAX_SACK (8) blocks",
                                     EMSGSIZE);
-        size_t n = DW_DGRAM_HDR_LEN + (size_t)h.sack_count * DW_DGRAM_SACK_LEN;
+        size_t n = DW_DGRAM_HDR_LEN + (size_t)h->sack_count * DW_DGRAM_SACK_LEN;
         if (len < n)
                 return dw_wire_fail(why, "sack: blocks announced by sack_count are truncated",
                                     ENODATA);
-        for (unsigned i = 0; i < h.sack_count; i++) {
+        for (unsigned i = 0; i < h->sack_count; i++) {
                 const uint8_t *p = buf + DW_DGRAM_HDR_LEN + i * DW_DGRAM_SACK_LEN;
-                h.sack[i].start = dw_get_be32(p);
-                h.sack[i].end = dw_get_be32(p + 4);
+                h->sack[i].start = dw_get_be32(p);
+                h->sack[i].end = dw_get_be32(p + 4);
         }
-        if (h.xflags & DW_DGRAM_X_PULL) {
+        return (ssize_t)n;
+}
+
+/* The extensions the X-flags announce, in wire order from offset n: the
+ * offset past them. */
+static ssize_t decode_ext(const uint8_t *buf, size_t len, size_t n, struct dw_dgram_hdr *h,
+                          const char **why)
+{
+        if (h->xflags & DW_DGRAM_X_PULL) {
                 if (len - n < DW_DGRAM_PULL_LEN)
                         return dw_wire_fail(
                             why, "pull: descriptor announced by the PULL flag is truncated",
                             ENODATA);
-                h.pull_len = dw_get_be32(buf + n);
-                h.pull_pushed = dw_get_be32(buf + n + 4);
+                h->pull_len = dw_get_be32(buf + n);
+                h->pull_pushed = dw_get_be32(buf + n + 4);
                 n += DW_DGRAM_PULL_LEN;
         }
-        if (h.xflags & DW_DGRAM_X_RAILS) {
-                if (!(h.flags & DW_DGRAM_F_RD))
+        if (h->xflags & DW_DGRAM_X_RAILS) {
+                if (!(h->flags & DW_DGRAM_F_RD))
                         return dw_wire_fail(why, "xflags: RAILS or RAIL on a UD packet (RD only)",
                                             EBADMSG);
                 if (len - n < 4)
@@ -350,47 +354,71 @@ ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out
                 if (len - n < (size_t)DW_DGRAM_RAILS_LEN(buf[n]))
                         return dw_wire_fail(
                             why, "rails: list announced by the RAILS flag is truncated", ENODATA);
-                h.rail_count = buf[n];
-                memcpy(h.rails, buf + n + 4, 4u * h.rail_count);
-                n += DW_DGRAM_RAILS_LEN(h.rail_count);
+                h->rail_count = buf[n];
+                memcpy(h->rails, buf + n + 4, 4u * h->rail_count);
+                n += DW_DGRAM_RAILS_LEN(h->rail_count);
         }
-        if (h.xflags & DW_DGRAM_X_RAIL) {
+        if (h->xflags & DW_DGRAM_X_RAIL) {
                 if (len - n < DW_DGRAM_RAIL_LEN)
                         return dw_wire_fail(
                             why, "rail: origin announced by the RAIL flag is truncated", ENODATA);
-                memcpy(&h.origin, buf + n, DW_DGRAM_RAIL_LEN);
+                memcpy(&h->origin, buf + n, DW_DGRAM_RAIL_LEN);
                 n += DW_DGRAM_RAIL_LEN;
         }
-        if (h.xflags2 & DW_DGRAM_X2_START) {
+        if (h->xflags2 & DW_DGRAM_X2_START) {
                 if (len - n < DW_DGRAM_START_LEN)
                         return dw_wire_fail(
                             why, "start: descriptor announced by the START flag is truncated",
                             ENODATA);
-                h.start_psn = dw_get_be32(buf + n);
-                h.start_msn = dw_get_be32(buf + n + 4);
+                h->start_psn = dw_get_be32(buf + n);
+                h->start_msn = dw_get_be32(buf + n + 4);
                 n += DW_DGRAM_START_LEN;
         }
-        if (h.xflags2 & DW_DGRAM_X2_TOKEN) {
+        if (h->xflags2 & DW_DGRAM_X2_TOKEN) {
                 if (len - n < DW_DGRAM_TOKEN_LEN)
                         return dw_wire_fail(
                             why, "token: value announced by the TOKEN flag is truncated", ENODATA);
-                h.token = dw_get_be64(buf + n);
+                h->token = dw_get_be64(buf + n);
                 n += DW_DGRAM_TOKEN_LEN;
         }
-        if (h.xflags2 & DW_DGRAM_X2_CHALLENGE) {
+        if (h->xflags2 & DW_DGRAM_X2_CHALLENGE) {
                 if (len - n < DW_DGRAM_CHALLENGE_LEN)
                         return dw_wire_fail(
                             why, "challenge: value announced by the CHALLENGE flag is truncated",
                             ENODATA);
-                h.challenge = dw_get_be64(buf + n);
+                h->challenge = dw_get_be64(buf + n);
                 n += DW_DGRAM_CHALLENGE_LEN;
         }
 
-        int rc = dw_dgram_hdr_validate(&h, why);
+        return (ssize_t)n;
+}
+
+ssize_t dw_dgram_decode(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out, const char **why)
+{
+        struct dw_dgram_hdr h;
+
+        if (len < 1)
+                return dw_wire_fail(why, "version: datagram is empty", ENODATA);
+        /* Version first: another version may have another length, and the
+         * receiver counts it as "unknown version", not as "truncated". */
+        if (buf[0] != DW_DGRAM_VERSION && buf[0] != DW_DGRAM_VERSION2)
+                return dw_wire_fail(why, "version: neither 1 nor 2", EPROTO);
+        if (len < DW_DGRAM_HDR_LEN)
+                return dw_wire_fail(why, "header: shorter than the 28-byte fixed header", ENODATA);
+        int rc = decode_fixed(buf, &h, why);
+        if (rc < 0)
+                return rc;
+        ssize_t n = decode_sack(buf, len, &h, why);
+        if (n < 0)
+                return n;
+        n = decode_ext(buf, len, (size_t)n, &h, why);
+        if (n < 0)
+                return n;
+        rc = dw_dgram_hdr_validate(&h, why);
         if (rc != 0)
                 return rc;
         *out = h;
-        return (ssize_t)n;
+        return n;
 }
 
 ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *out,
