@@ -860,13 +860,10 @@ static void stat_qps(uint32_t first, struct dw_ipc_stat_qps_rsp *out)
         pthread_mutex_unlock(&D->lock);
 }
 
-static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp, int *in,
-               int *out, int *nout)
+/* STAT, STAT_QPS and SHUTDOWN: the daemon's owner only. */
+static int run_owner_op(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp)
 {
-        uint32_t h = r->h.handle;
-        struct dd_obj *o;
-        if ((r->h.op == DW_IPC_STAT || r->h.op == DW_IPC_STAT_QPS || r->h.op == DW_IPC_SHUTDOWN) &&
-            !c->owner) {
+        if (!c->owner) {
                 /* Every client's pids and counters, and the daemon's life:
                  * its own user's business, not a group member's. */
                 if (dd_client_log_ok(c))
@@ -881,14 +878,59 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
                 return 0;
         }
         if (r->h.op == DW_IPC_STAT_QPS) {
-                stat_qps(h, &rsp->u.qps);
+                stat_qps(r->h.handle, &rsp->u.qps);
                 return 0;
         }
-        if (r->h.op == DW_IPC_SHUTDOWN) {
-                diwarpdv_warn("diwarpd: stop asked by client pid %d (uid %u)", c->pid, c->uid);
-                atomic_store(&dd_daemon()->stop, true);
-                return 0;
-        }
+        diwarpdv_warn("diwarpd: stop asked by client pid %d (uid %u)", c->pid, c->uid);
+        atomic_store(&dd_daemon()->stop, true);
+        return 0;
+}
+
+static int do_qp_modify(struct dd_client *c, const struct dw_ipc_req *r)
+{
+        struct dd_obj *o = obj_get(c, r->h.handle, DD_QP);
+        if (!o)
+                return -EINVAL;
+        int err = diwarp_qp_modify(o->u.qp.qp, &r->u.qpm.attr, r->u.qpm.mask);
+        atomic_store_explicit(&o->u.qp.sq->qp_state, diwarp_qp_state(o->u.qp.qp),
+                              memory_order_release);
+        return err;
+}
+
+static int do_qp_query(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp)
+{
+        struct dd_obj *o = obj_get(c, r->h.handle, DD_QP);
+        if (!o)
+                return -EINVAL;
+        struct diwarp_qp_init_attr ia;
+        int err = diwarp_qp_query(o->u.qp.qp, &rsp->u.qpq.attr, &ia);
+        rsp->u.qpq.cap = ia.cap;
+        rsp->u.qpq.state = diwarp_qp_state(o->u.qp.qp);
+        rsp->u.qpq.data_in_order = diwarp_qp_data_in_order(o->u.qp.qp);
+        return err;
+}
+
+static int do_rd_path(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp)
+{
+        struct dd_obj *o = obj_get(c, r->h.handle, DD_QP);
+        if (!o)
+                return -EINVAL;
+        struct dd_obj *ah = r->u.path.ah ? obj_get(c, r->u.path.ah, DD_AH) : NULL;
+        if (r->u.path.ah && !ah)
+                return -EINVAL;
+        struct diwarpdv_rd_dest dest = {.ah = ah ? ah->u.ah.ah : NULL,
+                                        .remote_qpn = r->u.path.remote_qpn,
+                                        .remote_qkey = r->u.path.remote_qkey};
+        return diwarpdv_query_rd_path(o->u.qp.qp, ah ? &dest : NULL, &rsp->u.path);
+}
+
+static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rsp *rsp, int *in,
+               int *out, int *nout)
+{
+        uint32_t h = r->h.handle;
+        struct dd_obj *o;
+        if (r->h.op == DW_IPC_STAT || r->h.op == DW_IPC_STAT_QPS || r->h.op == DW_IPC_SHUTDOWN)
+                return run_owner_op(c, r, rsp);
         if (r->h.op == DW_IPC_OPEN)
                 return do_open(c, r, rsp, out, nout);
         if (!c->opened)
@@ -927,24 +969,10 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
                 return do_qp_create(c, r, rsp, out, nout);
         case DW_IPC_QP_DESTROY:
                 return (o = obj_get(c, h, DD_QP)) ? qp_destroy(o) : -EINVAL;
-        case DW_IPC_QP_MODIFY: {
-                if (!(o = obj_get(c, h, DD_QP)))
-                        return -EINVAL;
-                int err = diwarp_qp_modify(o->u.qp.qp, &r->u.qpm.attr, r->u.qpm.mask);
-                atomic_store_explicit(&o->u.qp.sq->qp_state, diwarp_qp_state(o->u.qp.qp),
-                                      memory_order_release);
-                return err;
-        }
-        case DW_IPC_QP_QUERY: {
-                if (!(o = obj_get(c, h, DD_QP)))
-                        return -EINVAL;
-                struct diwarp_qp_init_attr ia;
-                int err = diwarp_qp_query(o->u.qp.qp, &rsp->u.qpq.attr, &ia);
-                rsp->u.qpq.cap = ia.cap;
-                rsp->u.qpq.state = diwarp_qp_state(o->u.qp.qp);
-                rsp->u.qpq.data_in_order = diwarp_qp_data_in_order(o->u.qp.qp);
-                return err;
-        }
+        case DW_IPC_QP_MODIFY:
+                return do_qp_modify(c, r);
+        case DW_IPC_QP_QUERY:
+                return do_qp_query(c, r, rsp);
         case DW_IPC_SRQ_CREATE:
                 return do_srq_create(c, r, rsp, out, nout);
         case DW_IPC_SRQ_DESTROY:
@@ -983,17 +1011,8 @@ static int run(struct dd_client *c, const struct dw_ipc_req *r, struct dw_ipc_rs
                 if (!(o = obj_get(c, h, DD_QP)))
                         return -EINVAL;
                 return diwarp_disconnect(o->u.qp.qp);
-        case DW_IPC_RD_PATH: {
-                if (!(o = obj_get(c, h, DD_QP)))
-                        return -EINVAL;
-                struct dd_obj *ah = r->u.path.ah ? obj_get(c, r->u.path.ah, DD_AH) : NULL;
-                if (r->u.path.ah && !ah)
-                        return -EINVAL;
-                struct diwarpdv_rd_dest dest = {.ah = ah ? ah->u.ah.ah : NULL,
-                                                .remote_qpn = r->u.path.remote_qpn,
-                                                .remote_qkey = r->u.path.remote_qkey};
-                return diwarpdv_query_rd_path(o->u.qp.qp, ah ? &dest : NULL, &rsp->u.path);
-        }
+        case DW_IPC_RD_PATH:
+                return do_rd_path(c, r, rsp);
         default:
                 return -EPROTO;
         }

@@ -141,6 +141,66 @@ static uint32_t ring_avail(struct dd_client *c, struct dw_ipc_ring *ring, uint32
         return avail;
 }
 
+/* The WR a send ring entry (e, read once into x) asks for, into w, with
+ * its SGEs in sge and its inline data copied to inl; xd: its RD
+ * destination. -EINVAL for an entry the engine must not see (more SGEs or
+ * inline bytes than the QP has, an AH handle that names none, a memory
+ * window bind). */
+static int swr_from_ring(struct dd_obj *o, const struct dw_ipc_swr *e, const struct dw_ipc_swr *x,
+                         const struct diwarpdv_rd_dest *xd, struct diwarp_send_wr *w,
+                         struct diwarp_sge *sge, uint8_t *inl)
+{
+        struct dd_client *c = o->c;
+        bool x_rd = x->rd != 0;
+        memset(w, 0, sizeof(*w));
+        w->wr_id = x->wr_id;
+        w->opcode = (enum diwarp_wr_opcode)x->opcode;
+        w->send_flags = x->send_flags;
+        w->imm_data = x->imm_data;
+        w->invalidate_rkey = x->invalidate_rkey;
+        if (x->opcode == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
+            x->opcode == DIWARP_WR_ATOMIC_FETCH_AND_ADD) {
+                w->wr.atomic.remote_addr = x->remote_addr;
+                w->wr.atomic.compare_add = x->compare_add;
+                w->wr.atomic.swap = x->swap;
+                w->wr.atomic.rkey = x->rkey;
+        } else if (o->u.qp.type == DIWARP_QPT_UD ||
+                   (o->u.qp.type == DIWARP_QPT_RD && !x_rd && dw_ipc_send_op(x->opcode))) {
+                /* The engine reads wr.ud here: the AH is ours, looked up in
+                 * the client's table (NULL when the handle names none:
+                 * refused below). */
+                w->wr.ud.ah = ah_of(c, x->ah);
+                w->wr.ud.remote_qpn = x->remote_qpn;
+                w->wr.ud.remote_qkey = x->remote_qkey;
+        } else {
+                w->wr.rdma.remote_addr = x->remote_addr;
+                w->wr.rdma.rkey = x->rkey;
+        }
+        w->sg_list = sge;
+        if (x->send_flags & DIWARP_SEND_INLINE) {
+                uint32_t len = x->inline_len;
+                if (len > o->u.qp.cap.max_inline_data || len > DW_IPC_MAX_INLINE_COPY)
+                        return -EINVAL;
+                const uint8_t *src = (const uint8_t *)(dw_ipc_swr_sges((struct dw_ipc_swr *)e) +
+                                                       o->u.qp.cap.max_send_sge);
+                memcpy(inl, src, len);
+                sge[0] = (struct diwarp_sge){(uintptr_t)inl, len, 0};
+                w->num_sge = len ? 1 : 0;
+        } else {
+                if (x->num_sge > o->u.qp.cap.max_send_sge || x->num_sge > 8)
+                        return -EINVAL;
+                memcpy(sge, dw_ipc_swr_sges((struct dw_ipc_swr *)e),
+                       x->num_sge * sizeof(struct diwarp_sge));
+                w->num_sge = (int)x->num_sge;
+        }
+        /* BIND_MW names a window by pointer: never from a client (client
+         * mode has no windows). */
+        if ((o->u.qp.type == DIWARP_QPT_UD && !w->wr.ud.ah) || (x_rd && x->ah && !xd->ah) ||
+            x->opcode == DIWARP_WR_BIND_MW)
+                return -EINVAL;
+        return 0;
+}
+
 /* Posts what the SQ ring holds. */
 static int serve_sq(struct dd_obj *o)
 {
@@ -173,64 +233,10 @@ static int serve_sq(struct dd_obj *o)
                         rd = x_rd;
                         dest = xd;
                         struct diwarp_send_wr *w = &wr[n];
-                        memset(w, 0, sizeof(*w));
-                        w->wr_id = x.wr_id;
-                        w->opcode = (enum diwarp_wr_opcode)x.opcode;
-                        w->send_flags = x.send_flags;
-                        w->imm_data = x.imm_data;
-                        w->invalidate_rkey = x.invalidate_rkey;
-                        if (x.opcode == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
-                            x.opcode == DIWARP_WR_ATOMIC_FETCH_AND_ADD) {
-                                w->wr.atomic.remote_addr = x.remote_addr;
-                                w->wr.atomic.compare_add = x.compare_add;
-                                w->wr.atomic.swap = x.swap;
-                                w->wr.atomic.rkey = x.rkey;
-                        } else if (o->u.qp.type == DIWARP_QPT_UD ||
-                                   (o->u.qp.type == DIWARP_QPT_RD && !x_rd &&
-                                    dw_ipc_send_op(x.opcode))) {
-                                /* The engine reads wr.ud here: the AH is ours,
-                                 * looked up in the client's table (NULL when
-                                 * the handle names none: refused below). */
-                                w->wr.ud.ah = ah_of(c, x.ah);
-                                w->wr.ud.remote_qpn = x.remote_qpn;
-                                w->wr.ud.remote_qkey = x.remote_qkey;
-                        } else {
-                                w->wr.rdma.remote_addr = x.remote_addr;
-                                w->wr.rdma.rkey = x.rkey;
-                        }
-                        w->sg_list = sge[n];
-                        if (x.send_flags & DIWARP_SEND_INLINE) {
-                                uint32_t len = x.inline_len;
-                                if (len > o->u.qp.cap.max_inline_data ||
-                                    len > DW_IPC_MAX_INLINE_COPY) {
-                                        bad_at = (int)n;
-                                        bad_err = -EINVAL;
-                                        n++;
-                                        break;
-                                }
-                                const uint8_t *src =
-                                    (const uint8_t *)(dw_ipc_swr_sges((struct dw_ipc_swr *)e) +
-                                                      o->u.qp.cap.max_send_sge);
-                                memcpy(inl[n], src, len);
-                                sge[n][0] = (struct diwarp_sge){(uintptr_t)inl[n], len, 0};
-                                w->num_sge = len ? 1 : 0;
-                        } else {
-                                if (x.num_sge > o->u.qp.cap.max_send_sge || x.num_sge > 8) {
-                                        bad_at = (int)n;
-                                        bad_err = -EINVAL;
-                                        n++;
-                                        break;
-                                }
-                                memcpy(sge[n], dw_ipc_swr_sges((struct dw_ipc_swr *)e),
-                                       x.num_sge * sizeof(struct diwarp_sge));
-                                w->num_sge = (int)x.num_sge;
-                        }
-                        /* BIND_MW names a window by pointer: never from a
-                         * client (client mode has no windows). */
-                        if ((o->u.qp.type == DIWARP_QPT_UD && !w->wr.ud.ah) ||
-                            (x_rd && x.ah && !xd.ah) || x.opcode == DIWARP_WR_BIND_MW) {
+                        int err = swr_from_ring(o, e, &x, &xd, w, sge[n], inl[n]);
+                        if (err < 0) {
                                 bad_at = (int)n;
-                                bad_err = -EINVAL;
+                                bad_err = err;
                                 n++;
                                 break;
                         }
