@@ -617,17 +617,14 @@ static int range_ok(uint64_t base, uint64_t len, bool *writable)
         return at >= end ? 0 : err;
 }
 
-/* Puts [b, e) of this process in one sealed memfd shared with the daemon,
- * merging the segments it overlaps; d->lock held. */
-static int seg_share(struct dwc_dev *d, uint64_t b, uint64_t e, struct dwc_seg **out)
+/* Segments one registration may join: the length of SEG_ADD's replace list. */
+#define SEG_MERGE_MAX (sizeof(((struct dw_ipc_req *)0)->u.seg.replace) / sizeof(uint32_t))
+
+/* Widens [*b, *e) to its union with every segment of d it overlaps, until
+ * nothing more joins; old[] gets those segments. Their count, or -ENOMEM
+ * beyond SEG_MERGE_MAX. */
+static int seg_union(struct dwc_dev *d, uint64_t *b, uint64_t *e, struct dwc_seg **old)
 {
-        for (struct dwc_seg *s = d->segs; s; s = s->next)
-                if (s->base <= b && e <= s->base + s->len) {
-                        *out = s;
-                        return 0;
-                }
-        /* The union with every segment it overlaps, until nothing more joins. */
-        struct dwc_seg *old[16];
         uint32_t nold = 0;
         bool grew = true;
         while (grew) {
@@ -636,23 +633,29 @@ static int seg_share(struct dwc_dev *d, uint64_t b, uint64_t e, struct dwc_seg *
                         bool in = false;
                         for (uint32_t i = 0; i < nold; i++)
                                 in |= old[i] == s;
-                        if (in || s->base >= e || s->base + s->len <= b)
+                        if (in || s->base >= *e || s->base + s->len <= *b)
                                 continue;
-                        if (nold == 16)
+                        if (nold == SEG_MERGE_MAX)
                                 return -ENOMEM;
                         old[nold++] = s;
-                        b = s->base < b ? s->base : b;
-                        e = s->base + s->len > e ? s->base + s->len : e;
+                        *b = s->base < *b ? s->base : *b;
+                        *e = s->base + s->len > *e ? s->base + s->len : *e;
                         grew = true;
                 }
         }
-        uint64_t len = e - b;
+        return (int)nold;
+}
+
+/* Moves [b, b + len) of this process into a new sealed memfd mapped at the
+ * same addresses: the fd, or a negative errno. */
+static int seg_memfd(uint64_t b, uint64_t len)
+{
         bool writable = true;
         int err = range_ok(b, len, &writable);
         if (err < 0) {
                 dw_err("memory registration through the daemon: [0x%" PRIx64 ", 0x%" PRIx64
                        ") is %s",
-                       b, e,
+                       b, b + len,
                        err == -EOPNOTSUPP ? "a shared mapping of a file (not supported)"
                                           : "not readable memory of this process");
                 return err;
@@ -685,6 +688,31 @@ static int seg_share(struct dwc_dev *d, uint64_t b, uint64_t e, struct dwc_seg *
                 goto fail_errno;
         if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
                 goto fail_errno;
+        return fd;
+fail_errno:
+        err = -errno;
+        close(fd);
+        return err;
+}
+
+/* Puts [b, e) of this process in one sealed memfd shared with the daemon,
+ * merging the segments it overlaps; d->lock held. */
+static int seg_share(struct dwc_dev *d, uint64_t b, uint64_t e, struct dwc_seg **out)
+{
+        for (struct dwc_seg *s = d->segs; s; s = s->next)
+                if (s->base <= b && e <= s->base + s->len) {
+                        *out = s;
+                        return 0;
+                }
+        struct dwc_seg *old[SEG_MERGE_MAX];
+        int merged = seg_union(d, &b, &e, old);
+        if (merged < 0)
+                return merged;
+        uint32_t nold = (uint32_t)merged;
+        uint64_t len = e - b;
+        int fd = seg_memfd(b, len);
+        if (fd < 0)
+                return fd;
         struct dwc_seg *s = calloc(1, sizeof(*s));
         if (!s) {
                 close(fd);
@@ -702,12 +730,15 @@ static int seg_share(struct dwc_dev *d, uint64_t b, uint64_t e, struct dwc_seg *
         req.u.seg.nreplace = nold;
         for (uint32_t i = 0; i < nold; i++)
                 req.u.seg.replace[i] = old[i]->id;
-        err = rpc_locked(d, &req, &fd, 1, &rsp, NULL, NULL);
+        int err = rpc_locked(d, &req, &fd, 1, &rsp, NULL, NULL);
         close(fd);
         if (err < 0) {
                 free(s);
                 return err;
         }
+        /* The new segment replaces the old ones: it takes over their
+         * regions' references (an MR finds its segment by address at
+         * deregistration, so nothing points at the old objects). */
         for (uint32_t i = 0; i < nold; i++) {
                 s->refs += old[i]->refs;
                 for (struct dwc_seg **pp = &d->segs; *pp; pp = &(*pp)->next)
@@ -715,22 +746,12 @@ static int seg_share(struct dwc_dev *d, uint64_t b, uint64_t e, struct dwc_seg *
                                 *pp = old[i]->next;
                                 break;
                         }
-                /* MRs on it now live in s (dereg finds a segment by address). */
-                old[i]->id = s->id;
-                old[i]->next = NULL;
+                free(old[i]);
         }
         s->next = d->segs;
         d->segs = s;
-        /* The old segment objects stay for the MRs that point at them, as
-         * forwarders: the MR's segment is looked up by id at deregistration. */
-        for (uint32_t i = 0; i < nold; i++)
-                free(old[i]);
         *out = s;
         return 0;
-fail_errno:
-        err = -errno;
-        close(fd);
-        return err;
 }
 
 static struct dwc_seg *seg_by_id(struct dwc_dev *d, uint32_t id)

@@ -17,6 +17,7 @@
 #                                  frees it within a second, a ping-pong of two
 #                                  other clients goes on untouched
 #   daemon.sh hostile              malformed and hostile requests (daemon_fault)
+#   daemon.sh merge                overlapping registrations merge the client's segments
 # Needs DIWARP (tools/diwarp of the build), DAEMON_FAULT, DAEMON_FATAL_VERBS,
 # DIWARP_PINGPONG and DIWARP_BW (set by meson).
 . "$(dirname "$0")/lib.sh"
@@ -211,6 +212,14 @@ hostile)
         expect "$TMPD/hostile" '^OK hostile' "every hostile request refused"
         expect "$TMPD/diwarpd.log" 'request rejected: ' "rejections are logged with a reason"
         grep '^OK' "$TMPD/hostile"
+        ;;
+merge)
+        : "${DAEMON_FAULT:?}"
+        start_daemon
+        DIWARP_PROGRESS=daemon timeout 30 "$DAEMON_FAULT" merge >"$TMPD/merge" 2>&1 ||
+                { cat "$TMPD/merge" >&2; fail "overlapping registrations"; }
+        expect "$TMPD/merge" '^OK merge' "merged segments kept their contents and carried messages"
+        grep '^OK' "$TMPD/merge"
         ;;
 *)
         fail "unknown case $case"

@@ -5,6 +5,8 @@
  *   daemon_fault fatal_poll  the same found by a client that only busy-polls
  *   daemon_fault reopen      a device opens and moves a message (after a restart)
  *   daemon_fault holder      holds a QP, CQ and MR until killed
+ *   daemon_fault merge       overlapping registrations: the client's memory
+ *                            segments merge, contents and messages survive
  *   daemon_fault hostile     malformed and hostile requests on the socket: each
  *                            refused, the daemon and another client unharmed
  *
@@ -208,6 +210,90 @@ static int run_reopen(void)
         CHECK(diwarp_ah_destroy(ah) == 0, "ah destroy");
         ud_teardown(&u);
         printf("OK reopen\n");
+        return 0;
+}
+
+/* Sends len bytes at src (in mr_src) to a receive at dst (in mr_dst) over
+ * u's own UD QP and waits for both completions; the bytes must arrive. */
+static void ud_loop(struct ud *u, struct diwarp_ah *ah, uint8_t *src, struct diwarp_mr *mr_src,
+                    uint8_t *dst, struct diwarp_mr *mr_dst, uint32_t len)
+{
+        struct diwarp_mr_info ms, md;
+        diwarp_mr_info(mr_src, &ms);
+        diwarp_mr_info(mr_dst, &md);
+        struct diwarp_sge rs = {(uintptr_t)dst, len + 40, md.lkey};
+        struct diwarp_recv_wr rwr = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+        struct diwarp_recv_wr *rbad;
+        CHECK(diwarp_post_recv(u->qp, &rwr, &rbad) == 0, "post recv");
+        struct diwarp_sge ss = {(uintptr_t)src, len, ms.lkey};
+        struct diwarp_send_wr wr = {.wr_id = 2,
+                                    .sg_list = &ss,
+                                    .num_sge = 1,
+                                    .opcode = DIWARP_WR_SEND,
+                                    .send_flags = DIWARP_SEND_SIGNALED,
+                                    .wr.ud = {ah, diwarp_qp_num(u->qp), 7}};
+        struct diwarp_send_wr *bad;
+        CHECK(diwarp_post_send(u->qp, &wr, &bad) == 0, "post send");
+        double deadline = now_s() + 10;
+        for (int got = 0; got < 2;) {
+                struct diwarp_wc wc;
+                int n = diwarp_cq_poll(u->cq, 1, &wc);
+                CHECK(n >= 0 && now_s() < deadline, "no completion (%d of 2)", got);
+                if (n == 0)
+                        continue;
+                CHECK(wc.status == DIWARP_WC_SUCCESS, "wr_id %llu status %d",
+                      (unsigned long long)wc.wr_id, wc.status);
+                got++;
+        }
+        CHECK(!memcmp(dst + 40, src, len), "payload differs");
+}
+
+/* Registrations through the daemon share memory in segments, one memfd
+ * each; a registration that overlaps segments merges them into one
+ * (client.c, seg_share). Pages [0, 2) and [3, 5) of an area are registered,
+ * then [1, 4), which joins both; every byte written before must still be
+ * there, and a message moves between the parts. Deregistered in another
+ * order, the pages stay the program's, and registering again works. */
+static int run_merge(void)
+{
+        struct ud u;
+        ud_setup(&u);
+        const size_t pg = 4096;
+        uint8_t *a = mmap(NULL, 6 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(a != MAP_FAILED, "mmap");
+        for (size_t i = 0; i < 6 * pg; i++)
+                a[i] = (uint8_t)(i * 7 + 3);
+        struct diwarp_mr *m[3];
+        const size_t at[3] = {0, 3 * pg, 1 * pg}, len[3] = {2 * pg, 2 * pg, 3 * pg};
+        for (int i = 0; i < 3; i++) {
+                int err = diwarp_mr_reg(u.pd, a + at[i], len[i], (uintptr_t)(a + at[i]),
+                                        DIWARP_ACCESS_LOCAL_WRITE, &m[i]);
+                CHECK(err == 0, "register pages [%zu, %zu): %s", at[i] / pg, (at[i] + len[i]) / pg,
+                      strerror(-err));
+        }
+        for (size_t i = 0; i < 6 * pg; i++)
+                CHECK(a[i] == (uint8_t)(i * 7 + 3), "byte %zu changed by the registrations", i);
+        union diwarp_gid gid;
+        CHECK(diwarp_device_gid(u.dev, &gid) == 0, "gid");
+        struct diwarp_ah *ah;
+        CHECK(diwarp_ah_create(u.pd, &gid, &ah) == 0, "ah");
+        /* From the first registration's pages into the second's, then from
+         * the merged one's middle into the first's. */
+        ud_loop(&u, ah, a + 100, m[0], a + 3 * pg, m[1], 1000);
+        ud_loop(&u, ah, a + 2 * pg + 10, m[2], a + pg, m[0], 2000);
+        CHECK(diwarp_mr_dereg(m[2]) == 0, "dereg the merged registration");
+        CHECK(diwarp_mr_dereg(m[0]) == 0, "dereg the first");
+        a[5 * pg - 1] = 0x5a; /* still the program's memory */
+        CHECK(diwarp_mr_dereg(m[1]) == 0, "dereg the second");
+        CHECK(a[5 * pg - 1] == 0x5a && a[10] == (uint8_t)(10 * 7 + 3), "contents after dereg");
+        CHECK(diwarp_mr_reg(u.pd, a, 6 * pg, (uintptr_t)a, DIWARP_ACCESS_LOCAL_WRITE, &m[0]) == 0,
+              "register the whole area again");
+        ud_loop(&u, ah, a + 5 * pg, m[0], a, m[0], 500);
+        CHECK(diwarp_mr_dereg(m[0]) == 0, "dereg");
+        CHECK(diwarp_ah_destroy(ah) == 0, "ah destroy");
+        ud_teardown(&u);
+        munmap(a, 6 * pg);
+        printf("OK merge\n");
         return 0;
 }
 
@@ -468,6 +554,8 @@ int main(int argc, char **argv)
                 return run_holder();
         if (!strcmp(m, "hostile"))
                 return run_hostile();
-        fprintf(stderr, "usage: daemon_fault fatal|fatal_poll|reopen|holder|hostile\n");
+        if (!strcmp(m, "merge"))
+                return run_merge();
+        fprintf(stderr, "usage: daemon_fault fatal|fatal_poll|reopen|holder|hostile|merge\n");
         return 2;
 }
