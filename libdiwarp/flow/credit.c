@@ -142,11 +142,11 @@ static void enqueue(struct dw_credit *c, uint32_t s)
 
 /* ---- init ---------------------------------------------------------------------- */
 
-int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *why, size_t whylen)
+/* The configuration's rules: 0, or -EINVAL with the reason in why. */
+static int cfg_check(const struct dw_credit_cfg *cfg, char *why, size_t whylen)
 {
         uint32_t n = cfg->npeers, ring = cfg->ring_slots, cs = cfg->credit_slots;
 
-        memset(c, 0, sizeof(*c));
         if (cfg->mode != DW_CREDIT_STATIC && cfg->mode != DW_CREDIT_DYNAMIC)
                 return dw_why(why, whylen, -EINVAL,
                               "credit ring: mode %d is neither static nor dynamic", (int)cfg->mode);
@@ -199,6 +199,45 @@ int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *w
                                       "credit ring: maximum quota %u below the even share of %u",
                                       cfg->max_quota, quota + (ring % n != 0));
         }
+        return 0;
+}
+
+/* Every peer's starting state: the credits each end holds in the other's
+ * ring, the intended quotas, and (dynamic) the activity lists and FIFOs. */
+static void peers_init(struct dw_credit *c)
+{
+        const struct dw_credit_cfg *cfg = &c->cfg;
+        uint32_t n = cfg->npeers, ring = cfg->ring_slots, cs = cfg->credit_slots;
+        uint32_t quota = ring / n;
+        uint32_t start = cfg->mode == DW_CREDIT_STATIC ? quota : floor_of(c);
+        uint32_t tx0 = cfg->init_credits ? cfg->init_credits : start;
+        for (uint32_t i = 0; i < n; i++) {
+                struct dw_credit_peer *p = &c->peer[i];
+                p->tx_limit = tx0;
+                p->rx_granted = start;
+                p->intended = quota;
+                p->q_next = NONE;
+                if (cfg->mode == DW_CREDIT_DYNAMIC) {
+                        c->dyn[i].prev = c->dyn[i].next = NONE;
+                        /* The leftover of the even split goes to the first
+                         * peers: the intended quotas add up to the ring. */
+                        if (i < ring % n)
+                                p->intended++;
+                        for (uint32_t k = 0; k <= cs; k++)
+                                c->fifo[(size_t)i * (cs + 1) + k] = 1;
+                        list_push(c, c->role[DW_CREDIT_LOW], i, false);
+                }
+        }
+}
+
+int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *why, size_t whylen)
+{
+        uint32_t n = cfg->npeers, ring = cfg->ring_slots, cs = cfg->credit_slots;
+
+        memset(c, 0, sizeof(*c));
+        int err = cfg_check(cfg, why, whylen);
+        if (err < 0)
+                return err;
         c->cfg = *cfg;
         c->peer = calloc(n, sizeof(*c->peer));
         c->slot = calloc(ring, sizeof(*c->slot));
@@ -221,25 +260,7 @@ int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *w
                 c->lhead[l] = c->ltail[l] = NONE;
                 c->role[l] = (uint8_t)l;
         }
-        uint32_t start = cfg->mode == DW_CREDIT_STATIC ? quota : floor_of(c);
-        uint32_t tx0 = cfg->init_credits ? cfg->init_credits : start;
-        for (uint32_t i = 0; i < n; i++) {
-                struct dw_credit_peer *p = &c->peer[i];
-                p->tx_limit = tx0;
-                p->rx_granted = start;
-                p->intended = quota;
-                p->q_next = NONE;
-                if (cfg->mode == DW_CREDIT_DYNAMIC) {
-                        c->dyn[i].prev = c->dyn[i].next = NONE;
-                        /* The leftover of the even split goes to the first
-                         * peers: the intended quotas add up to the ring. */
-                        if (i < ring % n)
-                                p->intended++;
-                        for (uint32_t k = 0; k <= cs; k++)
-                                c->fifo[(size_t)i * (cs + 1) + k] = 1;
-                        list_push(c, c->role[DW_CREDIT_LOW], i, false);
-                }
-        }
+        peers_init(c);
         if (cfg->mode == DW_CREDIT_DYNAMIC)
                 c->available = ring - n * floor_of(c);
         return 0;
