@@ -992,35 +992,114 @@ static void ud_pending_step(struct rcm_ud_pending *p, uint64_t now)
 
 #define RCM_WATCH_MAX 256
 
+/* The listeners to watch, held (refs, polling) until worker_release:
+ * their count; *conns: some RC id is connected (its close must be seen). */
+static int worker_collect(struct rcm_id **lst, struct pollfd *pfd, bool *conns,
+                          struct diwarp_device **dev)
+{
+        int n = 0;
+        *conns = false;
+        pthread_mutex_lock(&g.lock);
+        for (struct rcm_id *r = g.ids; r; r = r->next) {
+                if (r->destroyed)
+                        continue;
+                if (r->state == RCM_LISTEN && n < RCM_WATCH_MAX) {
+                        r->refs++;
+                        r->polling = true;
+                        lst[n] = r;
+                        pfd[n].fd = r->l ? diwarp_listener_fd(r->l) : r->ud_lfd;
+                        pfd[n].events = POLLIN;
+                        pfd[n].revents = 0;
+                        n++;
+                } else if (r->state == RCM_CONNECTED && !is_ud(r)) {
+                        *conns = true;
+                }
+        }
+        *dev = g.ctx ? dwv_ctx(g.ctx)->dev : NULL;
+        pthread_mutex_unlock(&g.lock);
+        return n;
+}
+
+/* Takes what the n listeners hold: RC connection requests, UD first
+ * datagrams. */
+static void worker_listeners(struct rcm_id **lst, const struct pollfd *pfd, int n)
+{
+        for (int i = 0; i < n; i++) {
+                struct rcm_id *lr = lst[i];
+                bool ready = pfd[i].revents & POLLIN;
+                if (lr->l) {
+                        /* The MPA Request follows the TCP connect at once:
+                         * wait a little for it when the listener fired,
+                         * else just step the pending sockets. */
+                        int tmo = ready ? RCM_REQ_WAIT_MS : 0;
+                        for (;;) {
+                                struct diwarp_conn_request req;
+                                if (lr->destroyed ||
+                                    diwarp_listener_get_request(lr->l, tmo, &req) < 0)
+                                        break;
+                                rc_request(lr, &req);
+                                tmo = 0;
+                        }
+                } else if (ready && !lr->destroyed) {
+                        ud_accept(lr);
+                }
+        }
+}
+
+/* Steps the UD handshakes under way; drops those whose listener went. */
+static void worker_ud_pending(void)
+{
+        uint64_t now = diwarpdv_now_ns();
+        for (int i = 0; i < RCM_UD_PENDING; i++) {
+                struct rcm_ud_pending *p = &ud_pend[i];
+                if (p->fd < 0)
+                        continue;
+                pthread_mutex_lock(&g.lock);
+                bool gone = p->lr->destroyed || p->lr->state != RCM_LISTEN;
+                pthread_mutex_unlock(&g.lock);
+                if (gone)
+                        ud_pending_drop(p, NULL);
+                else
+                        ud_pending_step(p, now);
+        }
+}
+
+/* Lets the n listeners go, and posts DISCONNECTED for every RC id whose QP
+ * failed: a peer's close (or a fatal error) moves the QP to ERR. */
+static void worker_release(struct rcm_id **lst, int n)
+{
+        pthread_mutex_lock(&g.lock);
+        for (int i = 0; i < n; i++) {
+                lst[i]->polling = false;
+                put_locked(lst[i]);
+        }
+        pthread_cond_broadcast(&g.cond);
+        for (struct rcm_id *r = g.ids; r; r = r->next) {
+                if (r->destroyed || r->state != RCM_CONNECTED || is_ud(r))
+                        continue;
+                if (with_qp(r->qpn, qp_failed, NULL) == 0)
+                        continue; /* up; -ENOENT: destroyed, as good as closed */
+                r->state = RCM_DISCONNECTED;
+                if (!r->disc_posted) {
+                        r->disc_posted = true;
+                        post_locked(chan_of(r), r, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
+                }
+        }
+        pthread_mutex_unlock(&g.lock);
+}
+
 static void *worker_main(void *arg)
 {
         (void)arg;
         struct rcm_id *lst[RCM_WATCH_MAX];
-        struct pollfd pfd[RCM_WATCH_MAX + 1 + RCM_UD_PENDING];
+        /* The wake eventfd, the listeners, the UD handshakes. */
+        struct pollfd pfd[1 + RCM_WATCH_MAX + RCM_UD_PENDING];
 
         ud_pending_init();
         for (;;) {
-                int n = 0;
-                bool conns = false;
-                pthread_mutex_lock(&g.lock);
-                for (struct rcm_id *r = g.ids; r; r = r->next) {
-                        if (r->destroyed)
-                                continue;
-                        if (r->state == RCM_LISTEN && n < RCM_WATCH_MAX) {
-                                r->refs++;
-                                r->polling = true;
-                                lst[n] = r;
-                                pfd[n + 1].fd = r->l ? diwarp_listener_fd(r->l) : r->ud_lfd;
-                                pfd[n + 1].events = POLLIN;
-                                pfd[n + 1].revents = 0;
-                                n++;
-                        } else if (r->state == RCM_CONNECTED && !is_ud(r)) {
-                                conns = true;
-                        }
-                }
-                struct diwarp_device *dev = g.ctx ? dwv_ctx(g.ctx)->dev : NULL;
-                pthread_mutex_unlock(&g.lock);
-
+                bool conns;
+                struct diwarp_device *dev;
+                int n = worker_collect(lst, pfd + 1, &conns, &dev);
                 pfd[0] = (struct pollfd){.fd = g.wake_fd, .events = POLLIN};
                 int np = 0;
                 for (int i = 0; i < RCM_UD_PENDING; i++) {
@@ -1032,64 +1111,13 @@ static void *worker_main(void *arg)
                 uint64_t v;
                 (void)!read(g.wake_fd, &v, sizeof(v));
 
-                for (int i = 0; i < n; i++) {
-                        struct rcm_id *lr = lst[i];
-                        bool ready = pfd[i + 1].revents & POLLIN;
-                        if (lr->l) {
-                                /* The MPA Request follows the TCP connect at once:
-                                 * wait a little for it when the listener fired,
-                                 * else just step the pending sockets. */
-                                int tmo = ready ? RCM_REQ_WAIT_MS : 0;
-                                for (;;) {
-                                        struct diwarp_conn_request req;
-                                        if (lr->destroyed ||
-                                            diwarp_listener_get_request(lr->l, tmo, &req) < 0)
-                                                break;
-                                        rc_request(lr, &req);
-                                        tmo = 0;
-                                }
-                        } else if (ready && !lr->destroyed) {
-                                ud_accept(lr);
-                        }
-                }
-                uint64_t now = diwarpdv_now_ns();
-                for (int i = 0; i < RCM_UD_PENDING; i++) {
-                        struct rcm_ud_pending *p = &ud_pend[i];
-                        if (p->fd < 0)
-                                continue;
-                        pthread_mutex_lock(&g.lock);
-                        bool gone = p->lr->destroyed || p->lr->state != RCM_LISTEN;
-                        pthread_mutex_unlock(&g.lock);
-                        if (gone)
-                                ud_pending_drop(p, NULL);
-                        else
-                                ud_pending_step(p, now);
-                }
-
+                worker_listeners(lst, pfd + 1, n);
+                worker_ud_pending();
                 /* Also drives the engine under DIWARP_PROGRESS=app, so a
                  * peer's close is seen while the program sleeps on events. */
                 if (conns && dev)
                         diwarp_progress(dev, 0);
-                pthread_mutex_lock(&g.lock);
-                for (int i = 0; i < n; i++) {
-                        lst[i]->polling = false;
-                        put_locked(lst[i]);
-                }
-                pthread_cond_broadcast(&g.cond);
-                /* A peer's close (or a fatal error) moves the QP to ERR. */
-                for (struct rcm_id *r = g.ids; r; r = r->next) {
-                        if (r->destroyed || r->state != RCM_CONNECTED || is_ud(r))
-                                continue;
-                        if (with_qp(r->qpn, qp_failed, NULL) == 0)
-                                continue; /* up; -ENOENT: destroyed, as good as closed */
-                        r->state = RCM_DISCONNECTED;
-                        if (!r->disc_posted) {
-                                r->disc_posted = true;
-                                post_locked(chan_of(r), r, NULL, RDMA_CM_EVENT_DISCONNECTED, 0,
-                                            NULL, 0);
-                        }
-                }
-                pthread_mutex_unlock(&g.lock);
+                worker_release(lst, n);
         }
         return NULL;
 }
