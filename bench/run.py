@@ -70,7 +70,7 @@ CONT_SIZE = MiB         # message size of every flow through the bottleneck
 CONT_MTU = 1500
 ETH_HDR, IP_HDR, UDP_HDR = 14, 20, 8
 TCP_HDR = 20 + 12       # with timestamps (Linux's default): MSS 1448 at MTU 1500
-# RD (libdiwarp/wire/dgram.h; rd_seg_payload in libdiwarp/qp/rd_int.h): a
+# RD (libdiwarp/wire/dgram.h; rd_seg_payload in libdiwarp/rd/rd_int.h): a
 # segment carries at most MTU - IP - UDP - (28 fixed header + 18 untagged DDP +
 # 26 Immediate Data message + 8 stream-start descriptor + 4 CRC) bytes of
 # payload, whatever the opcode; an

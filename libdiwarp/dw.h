@@ -1,6 +1,6 @@
 /* Internal umbrella header of the engine: the device, QP, AH and SRQ objects
- * and the functions the generic QP code exposes to the transports (UD here,
- * RC in rc/rc.c).
+ * and the functions the generic QP code exposes to the transports (UD in
+ * ud/, RD in rd/, RC in rc/).
  *
  * Public handles are the internal objects themselves: a struct diwarp_qp * is
  * a struct dw_qp * (see the dw_*_of / dw_*_pub converters below), so the public
@@ -75,7 +75,7 @@ struct dw_device;
 struct dw_qp;
 struct dw_rc_conn;  /* per-QP RC connection state (llp/tcp.h, rc/rc.c) */
 struct dw_rc_dev;   /* rc/cm.h: per-device RC/CM state */
-struct dw_rd_qp;    /* qp/rd.c: per-QP RD state (RD QPs, RC over RD) */
+struct dw_rd_qp;    /* rd/rd.c: per-QP RD state (RD QPs, RC over RD) */
 struct dw_stat_dev; /* qp/stat_shm.h */
 
 /* ---- device ----------------------------------------------------------- */
@@ -107,7 +107,7 @@ struct dw_device {
         /* Every datagram's trailer is written and checked through this
          * (wire/seal.h): CRC32c, or none on RD with DIWARP_RD_CRC=0. */
         struct dw_seal seal;
-        /* RC QPs over RD whose datagrams use their connection's key (qp/rd,
+        /* RC QPs over RD whose datagrams use their connection's key (rd/,
          * DIWARP_AUTH): while any, dw_ud_rx opens an RD datagram to one of
          * them with that key instead. */
         uint32_t conn_keys;
@@ -121,7 +121,7 @@ struct dw_device {
          * (util/log.h, dw_warn_limited). */
         struct dw_log_limit log_limit;
         struct dw_rc_dev *rc; /* rc/: device-wide RC/CM state (listeners, IB-style connects) */
-        void *rd; /* qp/rd.c: device-wide RD state (active pseudo-streams, tx staging) */
+        void *rd; /* rd/rd.c: device-wide RD state (active pseudo-streams, tx staging) */
         /* qp/stat_shm.c: this device as `diwarp stat` reads it (NULL: not
          * published) and its shm name. */
         struct dw_stat_dev *stat;
@@ -198,18 +198,18 @@ struct dw_qp {
         bool sqd_notify;            /* SQD: raise SQ_DRAINED when sq_draining clears */
         /* UD transmit: the headers (datagram + DDP/RDMAP Send) of the last
          * message, reused with only the MSN rewritten while destination QPN,
-         * qkey and opcode repeat (qp/ud.c). ud_hdr_op 0: empty. */
+         * qkey and opcode repeat (ud/ud.c). ud_hdr_op 0: empty. */
         uint8_t ud_hdr[48];
         uint8_t ud_hdr_len, ud_hdr_op;
         uint32_t ud_hdr_dst, ud_hdr_qkey;
-        struct dw_seal_run ud_hdr_run; /* seal state over ud_hdr up to the MSN (qp/ud.c) */
+        struct dw_seal_run ud_hdr_run; /* seal state over ud_hdr up to the MSN (ud/ud.c) */
         /* SRQ QPs: the receive WQE taken from the SRQ for the message being
          * placed (dw_qp_recv_head), so the transports see one API for RQ and SRQ. */
         struct dw_wqe srq_cur;
         bool srq_cur_valid;
         struct diwarp_counters ctr;
         struct dw_rc_conn *rc; /* RC connection state, NULL until dw_rc_qp_init sets it */
-        struct dw_rd_qp *rd;   /* qp/rd.c: RD QPs and RC over RD; NULL otherwise */
+        struct dw_rd_qp *rd;   /* rd/rd.c: RD QPs and RC over RD; NULL otherwise */
 };
 
 /* The PD a receive WR's lkeys are checked in: a receive WR posted to an SRQ
@@ -392,7 +392,7 @@ void dw_ipv4_to_gid(struct in_addr ip, union diwarp_gid *gid);
  * device's table) once it has one, else GID index 0. */
 struct in_addr dw_qp_src_addr(const struct dw_qp *qp);
 
-/* ---- UD (qp/ud.c) --------------------------------------------------------- */
+/* ---- UD (ud/ud.c) --------------------------------------------------------- */
 
 /* Transmits queued UD sends of qp until the SQ is empty or the socket pushes
  * back. Returns work done. */
@@ -401,7 +401,8 @@ int dw_ud_tx(struct dw_qp *qp, int budget);
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from);
 /* Counts and logs (rate-limited) a datagram dw_seal_open refused for
  * DIWARP_AUTH (e: -ENOKEY, -EKEYREJECTED or -ENOPROTOOPT): under the
- * device's key (qp NULL), or under the connection key of the RC QP qp. */
+ * device's key (qp NULL), or under the connection key of the RC QP qp
+ * (rd/'s dw_rd_rx_keyed). */
 void dw_ud_rx_auth_fail(struct dw_device *dev, const struct dw_qp *qp, int e,
                         const struct sockaddr_in *from);
 

@@ -2,7 +2,7 @@
  *
  * Every public diwarp_* / diwarpdv_* function that depends on where the
  * work is done (api/api.c) checks its arguments and calls one entry of
- * struct dw_backend: the engine's (dwe_*, in qp/ and rc/) or the daemon
+ * struct dw_backend: the engine's (dwe_*, in qp/, rd/ and rc/) or the daemon
  * client's (dwc_*, in client/). The backend is chosen once per process
  * (dw_backend_get). Both backends include this header, so the compiler
  * checks their functions against the table.

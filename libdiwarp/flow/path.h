@@ -1,7 +1,7 @@
 /* Paths: the congestion-control unit of a device, one per peer device
  * address (IPv4 + UDP port). Every pseudo-stream to that address shares it,
  * since they share the network path and the peer's socket buffer. A
- * per-device hash table of reference-counted entries; the caller (qp/rd)
+ * per-device hash table of reference-counted entries; the caller (rd/)
  * holds a reference per pseudo-stream and the device lock. */
 #ifndef DW_FLOW_PATH_H
 #define DW_FLOW_PATH_H

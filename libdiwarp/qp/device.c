@@ -16,8 +16,8 @@
 #include "api/backend.h"
 #include "dw.h"
 #include "llp/netif.h"
-#include "qp/rd.h"
 #include "qp/stat_shm.h"
+#include "rd/rd.h"
 #include "wire/dgram.h"
 
 /* ---- registry: the one global besides the log level ------------------- */

@@ -1,5 +1,6 @@
 /* Queue pairs: creation, the IB state machine, posting, completion and
- * flushing. Transport work is delegated: UD to qp/ud.c, RC/UC to rc/rc.c. */
+ * flushing. Transport work is delegated: UD to ud/ud.c, RD to rd/,
+ * RC/UC to rc/rc.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +11,7 @@
 
 #include "api/backend.h"
 #include "dw.h"
-#include "qp/rd.h"
+#include "rd/rd.h"
 #include "wire/dgram.h"
 
 static bool dw_qp_is_rc(const struct dw_qp *qp)
@@ -330,7 +331,7 @@ int dwe_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
         case DIWARP_QPT_UC:
         case DIWARP_QPT_UD:
                 break;
-        case DIWARP_QPT_RD: /* qp/rd.c (diwarpdv_create_qp) */
+        case DIWARP_QPT_RD: /* rd/rd.c (diwarpdv_create_qp) */
                 break;
         default:
                 return -EINVAL;

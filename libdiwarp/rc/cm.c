@@ -17,7 +17,7 @@
 #include "dw.h"
 #include "llp/tcp.h"
 #include "rc/rc.h"
-#include "qp/rd.h"
+#include "rd/rd.h"
 #include "util/keyhash.h"
 #include "util/time.h"
 
@@ -553,7 +553,7 @@ int dw_cm_ib_connect(struct dw_qp *qp)
  * (docs/PROTOCOL.md): magic "DWR2", the sender's QPN (BE32), its flags (one
  * byte: which DIWARP_AUTH it runs) and first PSN (BE24), and its token
  * (BE64): the random value every datagram of the connection must carry to
- * it (the receiver drops any other, qp/rd). With DIWARP_AUTH=connection or
+ * it (the receiver drops any other, rd/). With DIWARP_AUTH=connection or
  * file:PATH both ends derive the connection's key from the two tokens (and
  * the file key: wire/seal.h, dw_seal_conn_key) and seal every datagram of
  * the connection with it; both ends must run the same setting, which the

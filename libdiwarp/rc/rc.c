@@ -20,7 +20,7 @@
 #include "rc/mpa_conn.h"
 #include "llp/tcp.h"
 #include "progress/progress.h"
-#include "qp/rd.h"
+#include "rd/rd.h"
 #include "rdmap/rdmap.h"
 #include "util/time.h"
 
@@ -647,7 +647,7 @@ fail:
 
 /* RC over RD (DW_RC_SETUP_RD_BIND, DW_RC_SETUP_RD): the QP goes through the
  * state machine as the native CM agreed, as handover_native moves a QP
- * with a stream; its datagrams go over qp/rd, and the CM stream stays
+ * with a stream; its datagrams go over rd/, and the CM stream stays
  * cm.c's. The connection token is cm.c's too (set before RTR: the stream
  * RTR creates sizes its segments for the trailer). */
 static int handover_rd(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_setup how)

@@ -1,6 +1,6 @@
 /* rdmap/: the RDMAP engine's transport-independent parts (RFC 5040, RFC 7306),
- * shared by RC over TCP (rc/rc_tx.c, rc/rc_rx.c) and RD over UDP (qp/rd_rx.c,
- * qp/rd_tx.c).
+ * shared by RC over TCP (rc/rc_tx.c, rc/rc_rx.c) and RD over UDP (rd/rd_rx.c,
+ * rd/rd_tx.c).
  *
  * What is here exists once for both transports: the opcode table (what
  * each RDMAP message is to the engine), the responder's remote-access check

@@ -346,7 +346,7 @@ static int on_nak(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
                 return 0;
         }
         if (h->nak_code != DW_DGRAM_NAK_RNR)
-                return 0; /* access/operation errors: qp/ completes the WQE in error */
+                return 0; /* access/operation errors: rd/ completes the WQE in error */
 
         r->stats.rnr_naks++;
         r->last_progress = now; /* the peer is alive, just out of receives */

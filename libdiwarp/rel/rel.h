@@ -4,7 +4,7 @@
  * exponential backoff and a retry limit, duplicate suppression, coalesced and
  * piggybacked ACKs, RNR back-off, and a bound on a silent peer.
  *
- * Nothing here sends, allocates, logs or reads a clock: the caller (qp/) passes
+ * Nothing here sends, allocates, logs or reads a clock: the caller (rd/) passes
  * `now` (dw_now_ns()) and gets work back through struct dw_rel_ops. The caller
  * holds the device lock. See rel/README.md and docs/PROTOCOL.md ("RD
  * reliability: timers and defaults").
@@ -264,11 +264,11 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
 
 /* ---- receive side ---- */
 
-/* Classifies a DATA PSN without changing state: qp/ uses it to answer RNR
+/* Classifies a DATA PSN without changing state: rd/ uses it to answer RNR
  * before accepting (an RNR-refused PSN must stay NEW for its retry). */
 enum dw_rel_verdict dw_rel_rx_classify(const struct dw_rel_peer *r, uint32_t psn);
 /* Accepts a DATA PSN. Returns how far the in-order cursor (dw_rel_rx_cursor)
- * advanced: every PSN before the cursor has been received, so qp/ completes
+ * advanced: every PSN before the cursor has been received, so rd/ completes
  * messages up to it in order. ack_req: the packet had DW_DGRAM_F_ACKREQ; its
  * ACK is immediate unless our data has been answering the peer's requests
  * within the ACK delay (DW_REL_F_INTERACTIVE, learnt in dw_rel_tx_sent), in

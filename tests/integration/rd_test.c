@@ -1,4 +1,4 @@
-/* RD transport end to end (qp/rd.c): RD QPs made with diwarpdv_create_qp and
+/* RD transport end to end (rd/rd.c): RD QPs made with diwarpdv_create_qp and
  * RC QPs carried by RD (DIWARP_RC_TRANSPORT=rd).
  *
  *   rd_test ops    rd|rc   every operation, sizes 0 .. 64 MiB, byte-exact
@@ -60,7 +60,7 @@
  *                          completion in order, byte-exact
  *   rd_test vanish rd|rc kill|stop   peer process killed / stopped: the WR
  *                          fails with RETRY_EXC_ERR within the peer timeout
- *   rd_test pull   rd|rc   receiver-paced Sends (qp/rd_pull.c): 256 KiB - 1,
+ *   rd_test pull   rd|rc   receiver-paced Sends (rd/rd_pull.c): 256 KiB - 1,
  *                          256 KiB, 1 MiB + 17 and 8 MiB, 1 or 3 SGEs on
  *                          either side, plain / Solicited Event (a solicited-
  *                          only CQ fires for those only) / Invalidate (the
@@ -145,7 +145,7 @@
 #include "wire/crc32c.h"
 #include "wire/dgram.h"
 
-/* Engine-internal (qp/rd.h): per-peer state size, reported by the fds case. */
+/* Engine-internal (rd/rd.h): per-peer state size, reported by the fds case. */
 size_t dw_rd_peer_bytes(void);
 
 #define QKEY 0x11223344u

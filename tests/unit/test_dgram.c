@@ -771,7 +771,7 @@ Test(dgram, crc_check_too_short)
 
 /* ---- UD fast-path decoder (dw_dgram_decode_ud) against the strict route ---- */
 
-/* A UD datagram as qp/ud.c sends it (without the CRC): header, Send (or Send
+/* A UD datagram as ud/ud.c sends it (without the CRC): header, Send (or Send
  * with SE) with MSN msn and plen payload bytes, and with imm_op (an RDMAP
  * Immediate Data opcode, or 0) the Immediate Data message. Returns the length. */
 static size_t build_ud(uint8_t *buf, size_t cap, unsigned send_op, uint32_t msn, size_t plen,

@@ -14,7 +14,7 @@
  * with rel/ only for those the socket took, and the cursors roll back to the
  * first one it refused (local back-pressure costs no PSN and no retry).
  */
-#include "qp/rd_int.h"
+#include "rd/rd_int.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

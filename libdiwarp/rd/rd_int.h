@@ -1,20 +1,20 @@
 /* Internal to the RD transport: what rd.c, rd_tx.c and rd_rx.c share (the
  * per-device, per-QP and per-pseudo-stream state, the segment cookie, the
  * engine's WQE flags) and the helpers each calls in the others. Nothing
- * outside qp/rd*.c includes it: the rest of the engine reaches RD through
+ * outside rd/rd*.c includes it: the rest of the engine reaches RD through
  * rd.h. Helpers a datagram's path calls (transmit, receive) are static inline
  * here, so splitting the transport into files costs no call on that path.
  *
  * Every function expects the device lock held.
  */
-#ifndef DIWARP_QP_RD_INT_H
-#define DIWARP_QP_RD_INT_H
+#ifndef DIWARP_RD_RD_INT_H
+#define DIWARP_RD_RD_INT_H
 
 #include <errno.h>
 
 #include "flow/credit.h"
 #include "flow/path.h"
-#include "qp/rd.h"
+#include "rd/rd.h"
 #include "wire/rdmap.h"
 #include "util/keyhash.h"
 #include "util/time.h"

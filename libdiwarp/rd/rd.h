@@ -12,13 +12,13 @@
  * QPN). Messages are cut into segments of at most the path MTU (cfg.udp_mtu);
  * each carries its DDP offset (MO untagged, TO tagged) and is placed directly
  * into the target buffer in any order; completions follow the rel/ in-order
- * cursor. See qp/README.md ("RD") and docs/PROTOCOL.md ("RD over UDP: packet
- * types as used").
+ * cursor. See rd/README.md and docs/PROTOCOL.md ("RD over UDP: packet types
+ * as used").
  *
  * Every function expects the device lock held.
  */
-#ifndef DIWARP_QP_RD_H
-#define DIWARP_QP_RD_H
+#ifndef DIWARP_RD_RD_H
+#define DIWARP_RD_RD_H
 
 #include <netinet/in.h>
 #include <stdbool.h>

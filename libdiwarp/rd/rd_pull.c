@@ -17,7 +17,7 @@
  * order as any Send. The transmit side of the Reads (rd_next_pull) is in
  * rd_tx.c; docs/PROTOCOL.md has the wire rules.
  */
-#include "qp/rd_int.h"
+#include "rd/rd_int.h"
 
 #include <string.h>
 

@@ -24,7 +24,7 @@
  */
 #define _GNU_SOURCE
 #include "api/backend.h"
-#include "qp/rd_int.h"
+#include "rd/rd_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "dw.h"
-#include "qp/rd.h"
+#include "rd/rd.h"
 #include "util/time.h"
 #include "wire/dgram.h"
 #include "wire/rdmap.h"
@@ -612,7 +612,7 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
 {
         const char *why = NULL;
         /* RC over RD with its connection's key (DIWARP_AUTH): opened with
-         * that key (qp/rd_rx.c). */
+         * that key (rd/rd_rx.c). */
         if (__builtin_expect(dev->conn_keys != 0, 0) && dw_rd_rx_keyed(dev, pkt, len, from))
                 return;
         /* An RD datagram without CRC32c is taken only when DIWARP_RD_CRC=0
@@ -644,7 +644,7 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
                 ssize_t hl = dw_dgram_decode_rd(pkt, (size_t)body, &h, &why);
                 if (hl < 0)
                         goto malformed;
-                dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from); /* qp/rd_rx.c */
+                dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from); /* rd/rd_rx.c */
                 return;
         }
         struct dw_dgram_ud u;

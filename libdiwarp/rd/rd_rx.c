@@ -16,7 +16,7 @@
  * peers share the RQ: a WQE completes when its message does and leaves the
  * ring once every older WQE has completed too.
  */
-#include "qp/rd_int.h"
+#include "rd/rd_int.h"
 
 #include <arpa/inet.h>
 #include <string.h>

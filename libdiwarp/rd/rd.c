@@ -1,6 +1,6 @@
 /* RD transport: RDMAP over DDP over the rel/ reliable-datagram sublayer, on
- * the device's one UDP socket. See rd.h for the model and qp/README.md (RD)
- * for the decisions.
+ * the device's one UDP socket. See rd.h for the model and README.md for the
+ * decisions.
  *
  * This file keeps the pseudo-streams (per-QP peer hash, the device's list of
  * active peers, the cache of send-window rings, route MTUs), the QP hooks of
@@ -10,7 +10,7 @@
  * receiving and placing them is rd_rx.c; rd_int.h holds what they share.
  */
 #include "api/backend.h"
-#include "qp/rd_int.h"
+#include "rd/rd_int.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
