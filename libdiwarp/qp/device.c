@@ -17,7 +17,6 @@
 #include "dw.h"
 #include "llp/netif.h"
 #include "qp/stat_shm.h"
-#include "rd/rd.h"
 #include "wire/dgram.h"
 
 /* ---- registry: the one global besides the log level ------------------- */

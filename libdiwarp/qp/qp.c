@@ -11,7 +11,6 @@
 
 #include "api/backend.h"
 #include "dw.h"
-#include "rd/rd.h"
 #include "wire/dgram.h"
 
 static bool dw_qp_is_rc(const struct dw_qp *qp)
