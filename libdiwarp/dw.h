@@ -54,7 +54,6 @@
 #define DW_MAX_MSG_RC      (1u << 31)
 #define DW_GRH_LEN         40 /* UD receives start with a GRH, as on IB/RoCE */
 #define DW_UD_DEFAULT_QKEY 0
-#define DW_PROGRESS_BUDGET 64 /* work units of the step post_* and cq_poll run */
 
 static inline uint32_t dw_qpn_make(uint16_t instance, uint32_t index)
 {
@@ -114,6 +113,7 @@ struct dw_device {
         struct dw_progress prog;
         struct dw_qp *qps[DW_MAX_QP]; /* by QPN index; [0], [1] stay NULL */
         uint32_t next_qp_index;       /* allocation cursor */
+        unsigned tx_rr;               /* where dw_ud_tx_waiting resumes in qps[] (round-robin) */
         int nqp, npd, ncq, nsrq, nah, nchannel;
         uint32_t next_pd_handle;
         struct diwarp_counters ctr;
@@ -397,6 +397,10 @@ struct in_addr dw_qp_src_addr(const struct dw_qp *qp);
 /* Transmits queued UD sends of qp until the SQ is empty or the socket pushes
  * back. Returns work done. */
 int dw_ud_tx(struct dw_qp *qp, int budget);
+/* The sends of the QPs that wait for socket room (qp->tx_pending):
+ * round-robin over them, resuming after the last QP served, each with a
+ * fair share of the budget (the UD transport's tx hook). Work done. */
+int dw_ud_tx_waiting(struct dw_device *dev, int budget);
 /* Handles one received datagram (CRC not yet checked). */
 void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from);
 /* Counts and logs (rate-limited) a datagram dw_seal_open refused for

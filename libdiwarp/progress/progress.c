@@ -17,7 +17,10 @@
 
 #include <diwarp/diwarpdv.h>
 
-#include "dw.h"
+#include "progress/progress.h"
+#include "llp/udp.h"
+#include "util/fault.h"
+#include "util/log.h"
 #include "util/time.h"
 
 /* epoll data: low 32 bits a tag, high 32 bits the fd (to spot a slot reused
@@ -38,9 +41,9 @@ static uint64_t dw_ev_data(int fd, uint32_t tag)
         return (uint64_t)(uint32_t)fd << 32 | tag;
 }
 
-int dw_progress_init(struct dw_device *dev)
+int dw_progress_init(struct dw_progress *p, const struct dw_progress_dev *dev)
 {
-        struct dw_progress *p = &dev->prog;
+        p->dev = *dev;
         p->epfd = -1;
         p->wake_fd = -1;
         p->deadline_ns = UINT64_MAX;
@@ -68,8 +71,8 @@ int dw_progress_init(struct dw_device *dev)
          * directly, and a socket in an epoll set costs every datagram that
          * arrives an epoll callback in the sender's delivery path. */
         struct epoll_event ev = {.events = EPOLLIN};
-        if (dw_udp_uring_on(&dev->udp)) {
-                int rx_fd = dw_udp_poll_fd(&dev->udp);
+        if (dw_udp_uring_on(p->dev.udp)) {
+                int rx_fd = dw_udp_poll_fd(p->dev.udp);
                 ev.data.u64 = dw_ev_data(rx_fd, DW_TAG_UDP);
                 if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, rx_fd, &ev) < 0)
                         goto fail;
@@ -80,22 +83,20 @@ int dw_progress_init(struct dw_device *dev)
         return 0;
 fail:;
         int err = -errno;
-        dw_progress_fini(dev);
+        dw_progress_fini(p);
         return err ? err : -ENOMEM;
 }
 
-int dw_progress_add_transport(struct dw_device *dev, const struct dw_transport_ops *ops)
+int dw_progress_add_transport(struct dw_progress *p, const struct dw_transport_ops *ops)
 {
-        struct dw_progress *p = &dev->prog;
         if (p->ntransport >= DW_MAX_TRANSPORT)
                 return -ENOSPC;
         p->transport[p->ntransport++] = ops;
         return 0;
 }
 
-void dw_progress_fini(struct dw_device *dev)
+void dw_progress_fini(struct dw_progress *p)
 {
-        struct dw_progress *p = &dev->prog;
         if (p->epfd >= 0)
                 close(p->epfd);
         if (p->wake_fd >= 0)
@@ -110,17 +111,16 @@ void dw_progress_fini(struct dw_device *dev)
         }
 }
 
-void dw_progress_wake(struct dw_device *dev)
+void dw_progress_wake(struct dw_progress *p)
 {
         uint64_t one = 1;
-        if (dev->prog.wake_fd >= 0 && write(dev->prog.wake_fd, &one, sizeof(one)) < 0) {
+        if (p->wake_fd >= 0 && write(p->wake_fd, &one, sizeof(one)) < 0) {
                 /* EAGAIN: the counter is already non-zero, the thread will wake. */
         }
 }
 
-void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns)
+void dw_progress_timer(struct dw_progress *p, uint64_t abs_ns)
 {
-        struct dw_progress *p = &dev->prog;
         if (abs_ns >= p->deadline_ns)
                 return;
         p->deadline_ns = abs_ns;
@@ -135,7 +135,7 @@ void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns)
                 wake = true;
         }
         if (wake)
-                dw_progress_wake(dev);
+                dw_progress_wake(p);
 }
 
 /* Does the epoll set watch the plain UDP socket for EPOLLIN? Only while
@@ -145,41 +145,39 @@ void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns)
  * polling application reads the socket itself, and a socket in an epoll set
  * costs every arriving datagram an epoll callback on the ping-pong's
  * critical path). */
-static bool dw_progress_udp_wants_in(const struct dw_device *dev)
+static bool dw_progress_udp_wants_in(const struct dw_progress *p)
 {
-        const struct dw_progress *p = &dev->prog;
-        return !dw_udp_uring_on(&dev->udp) && p->udp_in_epoll && !p->udp_in_held &&
+        return !dw_udp_uring_on(p->dev.udp) && p->udp_in_epoll && !p->udp_in_held &&
                !p->udp_in_parked;
 }
 
 /* Puts the UDP socket's registration in the epoll set in line with what is
  * wanted (EPOLLIN above, EPOLLOUT while a send waits for room): added,
  * changed or removed. Lock held. */
-static int dw_progress_udp_sync(struct dw_device *dev)
+static int dw_progress_udp_sync(struct dw_progress *p)
 {
-        struct dw_progress *p = &dev->prog;
-        bool in = dw_progress_udp_wants_in(dev), out = p->udp_wants_out;
+        bool in = dw_progress_udp_wants_in(p), out = p->udp_wants_out;
         uint32_t events = (in ? EPOLLIN : 0) | (out ? EPOLLOUT : 0);
         if (events == p->udp_events)
                 return 0;
-        struct epoll_event ev = {.events = events, .data.u64 = dw_ev_data(dev->udp.fd, DW_TAG_UDP)};
+        struct epoll_event ev = {.events = events,
+                                 .data.u64 = dw_ev_data(p->dev.udp->fd, DW_TAG_UDP)};
         int op = !p->udp_events ? EPOLL_CTL_ADD : events ? EPOLL_CTL_MOD : EPOLL_CTL_DEL;
-        if (epoll_ctl(p->epfd, op, dev->udp.fd, &ev) < 0)
+        if (epoll_ctl(p->epfd, op, p->dev.udp->fd, &ev) < 0)
                 return -errno;
         p->udp_events = events;
         return 0;
 }
 
-void dw_progress_tx_wait(struct dw_device *dev, bool wait)
+void dw_progress_tx_wait(struct dw_progress *p, bool wait)
 {
-        struct dw_progress *p = &dev->prog;
         if (wait)
                 p->ntx_pending++;
         else if (p->ntx_pending > 0)
                 p->ntx_pending--;
         /* The thread sleeps until the socket has room again. */
         p->udp_wants_out = p->ntx_pending > 0;
-        dw_progress_udp_sync(dev);
+        dw_progress_udp_sync(p);
 }
 
 /* ---- watched fds --------------------------------------------------------- */
@@ -192,9 +190,8 @@ static int dw_watch_find(struct dw_progress *p, int fd)
         return -1;
 }
 
-int dw_progress_watch_fd(struct dw_device *dev, int fd, uint32_t events, dw_watch_fn fn, void *ctx)
+int dw_progress_watch_fd(struct dw_progress *p, int fd, uint32_t events, dw_watch_fn fn, void *ctx)
 {
-        struct dw_progress *p = &dev->prog;
         if (fd < 0 || !fn)
                 return -EINVAL;
         if (dw_watch_find(p, fd) >= 0)
@@ -213,9 +210,8 @@ int dw_progress_watch_fd(struct dw_device *dev, int fd, uint32_t events, dw_watc
         return 0;
 }
 
-int dw_progress_modify_fd(struct dw_device *dev, int fd, uint32_t events)
+int dw_progress_modify_fd(struct dw_progress *p, int fd, uint32_t events)
 {
-        struct dw_progress *p = &dev->prog;
         int slot = dw_watch_find(p, fd);
         if (slot < 0)
                 return -ENOENT;
@@ -233,9 +229,8 @@ int dw_progress_modify_fd(struct dw_device *dev, int fd, uint32_t events)
         return 0;
 }
 
-int dw_progress_unwatch_fd(struct dw_device *dev, int fd)
+int dw_progress_unwatch_fd(struct dw_progress *p, int fd)
 {
-        struct dw_progress *p = &dev->prog;
         int slot = dw_watch_find(p, fd);
         if (slot < 0)
                 return -ENOENT;
@@ -250,20 +245,20 @@ int dw_progress_unwatch_fd(struct dw_device *dev, int fd)
 
 /* ---- the step --------------------------------------------------------------- */
 
-static int dw_progress_rx_direct(struct dw_device *dev)
+static int dw_progress_rx_direct(struct dw_progress *p)
 {
-        struct dw_progress *p = &dev->prog;
         for (unsigned t = 0; t < p->ntransport; t++) {
-                int dr = p->transport[t]->rx_direct ? p->transport[t]->rx_direct(dev) : 0;
+                int dr = p->transport[t]->rx_direct ? p->transport[t]->rx_direct(p->dev.handle) : 0;
                 if (dr != 0)
                         return dr;
         }
         return 0;
 }
 
-static int dw_progress_rx(struct dw_device *dev, int budget)
+static int dw_progress_rx(struct dw_progress *p, int budget)
 {
-        struct dw_progress *p = &dev->prog;
+        struct dw_device *dev = p->dev.handle;
+        struct dw_udp *udp = p->dev.udp;
         void (*rx_dgram)(struct dw_device *, uint8_t *, size_t, const struct sockaddr_in *) = NULL;
         int work = 0;
         for (unsigned t = 0; t < p->ntransport; t++) {
@@ -278,17 +273,17 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
          * leaves it in the socket, as a slow NVM target stalls its NIC; the
          * direct placement path, which reads one datagram of unknown size at
          * a time, stays out of it. */
-        bool slow = dw_fault_rx_throttled(&dev->fault);
+        bool slow = dw_fault_rx_throttled(p->dev.fault);
         while (work < budget) {
                 if (slow) {
-                        uint64_t now = dw_now_ns(), at = dw_fault_rx_wait(&dev->fault, now);
+                        uint64_t now = dw_now_ns(), at = dw_fault_rx_wait(p->dev.fault, now);
                         if (at) {
-                                dev->ctr.fault_slowrx_waits++;
-                                dw_progress_timer(dev, at);
+                                (*p->dev.fault_slowrx_waits)++;
+                                dw_progress_timer(p, at);
                                 break;
                         }
                 }
-                int dr = slow ? 0 : dw_progress_rx_direct(dev);
+                int dr = slow ? 0 : dw_progress_rx_direct(p);
                 if (dr == 1) {
                         work++;
                         continue;
@@ -300,22 +295,22 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
                         want = 1;
                 if (slow && want > DW_FAULT_SLOWRX_BATCH)
                         want = DW_FAULT_SLOWRX_BATCH;
-                int n = dw_udp_recv_batch(&dev->udp, want);
+                int n = dw_udp_recv_batch(udp, want);
                 if (n <= 0)
                         break;
                 uint64_t bytes = 0;
                 for (int i = 0; i < n; i++) {
-                        if (dw_udp_rx_truncated(&dev->udp, i)) {
-                                dev->ctr.rx_dropped_malformed++;
+                        if (dw_udp_rx_truncated(udp, i)) {
+                                (*p->dev.rx_dropped_malformed)++;
                                 continue;
                         }
-                        bytes += dw_udp_rx_len(&dev->udp, i);
-                        rx_dgram(dev, dw_udp_rx_pkt(&dev->udp, i), dw_udp_rx_len(&dev->udp, i),
-                                 &dev->udp.rx_addr[i]);
+                        bytes += dw_udp_rx_len(udp, i);
+                        rx_dgram(dev, dw_udp_rx_pkt(udp, i), dw_udp_rx_len(udp, i),
+                                 &udp->rx_addr[i]);
                 }
                 if (slow)
-                        dw_fault_rx_took(&dev->fault, bytes, dw_now_ns());
-                dw_udp_rx_done(&dev->udp);
+                        dw_fault_rx_took(p->dev.fault, bytes, dw_now_ns());
+                dw_udp_rx_done(udp);
                 work += n;
                 if (n < want)
                         break; /* socket drained */
@@ -323,30 +318,17 @@ static int dw_progress_rx(struct dw_device *dev, int budget)
         return work;
 }
 
-/* Round-robin over QPs waiting to transmit, resuming where the last step
- * stopped, so one busy QP cannot starve the others. */
-static int dw_progress_tx(struct dw_device *dev, int budget)
+/* Sends that wait for socket room: the first transport with a tx hook
+ * serves its waiting QPs (round-robin, so one busy QP cannot starve the
+ * others). */
+static int dw_progress_tx(struct dw_progress *p, int budget)
 {
-        struct dw_progress *p = &dev->prog;
-        int (*tx_qp)(struct dw_qp *, int) = NULL;
-        int work = 0;
         if (p->ntx_pending == 0)
                 return 0;
-        for (unsigned t = 0; t < p->ntransport && !tx_qp; t++)
-                tx_qp = p->transport[t]->tx_qp;
-        if (!tx_qp)
-                return 0;
-        for (unsigned k = 0; k < DW_MAX_QP && work < budget && p->ntx_pending; k++) {
-                unsigned idx = (p->rr_qp + k) % DW_MAX_QP;
-                struct dw_qp *qp = dev->qps[idx];
-                if (!qp || !qp->tx_pending)
-                        continue;
-                /* Each QP gets a share so the budget spreads over the pending ones. */
-                int share = (budget - work) / (int)p->ntx_pending;
-                work += tx_qp(qp, share > 0 ? share : 1);
-                p->rr_qp = idx + 1;
-        }
-        return work;
+        for (unsigned t = 0; t < p->ntransport; t++)
+                if (p->transport[t]->tx)
+                        return p->transport[t]->tx(p->dev.handle, budget);
+        return 0;
 }
 
 /* looked: the application's own epoll look found evs. The wake eventfd is
@@ -355,10 +337,9 @@ static int dw_progress_tx(struct dw_device *dev, int budget)
  * timeout it computed before the wake-up (a timer armed since, the one the
  * wake-up was for, would never be served while the application blocks on
  * its completion channel). */
-static int dw_progress_watch_events(struct dw_device *dev, const struct epoll_event *evs, int n,
+static int dw_progress_watch_events(struct dw_progress *p, const struct epoll_event *evs, int n,
                                     bool looked)
 {
-        struct dw_progress *p = &dev->prog;
         int work = 0;
         for (int i = 0; i < n; i++) {
                 uint32_t tag = (uint32_t)evs[i].data.u64;
@@ -377,7 +358,7 @@ static int dw_progress_watch_events(struct dw_device *dev, const struct epoll_ev
                 uint32_t slot = tag - DW_TAG_WATCH;
                 if (slot >= DW_MAX_WATCH || p->watch[slot].fd != fd || !p->watch[slot].fn)
                         continue; /* unwatched since epoll_wait */
-                int r = p->watch[slot].fn(dev, fd, evs[i].events, p->watch[slot].ctx);
+                int r = p->watch[slot].fn(p->dev.handle, fd, evs[i].events, p->watch[slot].ctx);
                 if (r > 0)
                         work += r;
         }
@@ -418,11 +399,10 @@ static bool dw_progress_epoll_due(struct dw_progress *p)
  * sleeps on the set (a driver, dw_progress_wait), so the wake eventfd is its
  * to read. Out of line: the event array and the loops stay out of the
  * busy-polling step that does not look. */
-static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
+static __attribute__((noinline)) int dw_progress_events(struct dw_progress *p,
                                                         const struct epoll_event *evs, int nev,
                                                         bool look, bool own, bool *udp_ready)
 {
-        struct dw_progress *p = &dev->prog;
         struct epoll_event local[DW_MAX_EVENTS];
         int64_t tick = 0;
         if (look || p->housekeeping) {
@@ -438,9 +418,9 @@ static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
         }
         if (p->housekeeping && tick - p->housekeeping_tick >= DW_PROGRESS_HOUSEKEEPING_NS) {
                 p->housekeeping_tick = tick;
-                p->housekeeping(dev);
+                p->housekeeping(p->dev.handle);
         }
-        if (!dw_udp_uring_on(&dev->udp) && !(p->udp_events & EPOLLIN)) {
+        if (!dw_udp_uring_on(p->dev.udp) && !(p->udp_events & EPOLLIN)) {
                 /* The set does not watch the socket (no thread runs, or it is
                  * parked): a look reads it, also from the step of post_*, so
                  * an application that only posts still receives. */
@@ -455,7 +435,7 @@ static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
                             (evs[i].events & (EPOLLIN | EPOLLERR)))
                                 *udp_ready = true;
         }
-        return nev > 0 ? dw_progress_watch_events(dev, evs, nev, look && !own) : 0;
+        return nev > 0 ? dw_progress_watch_events(p, evs, nev, look && !own) : 0;
 }
 
 /* How a step runs (dw_progress_run's how): */
@@ -467,10 +447,9 @@ static __attribute__((noinline)) int dw_progress_events(struct dw_device *dev,
 /* evs: the events the caller's epoll_wait returned (the thread, an external
  * loop); NULL: an application-driven step, which reads the sockets directly
  * (DW_RUN_READ) and looks at the set when due. */
-static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll_event *evs,
+static int dw_progress_run(struct dw_progress *p, int budget, const struct epoll_event *evs,
                            int nev, unsigned how)
 {
-        struct dw_progress *p = &dev->prog;
         int work = 0;
         bool read = how & DW_RUN_READ;
 
@@ -504,7 +483,7 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
                 for (unsigned t = 0; t < p->ntransport; t++) {
                         if (!p->transport[t]->poll)
                                 continue;
-                        int r = p->transport[t]->poll(dev, budget);
+                        int r = p->transport[t]->poll(p->dev.handle, budget);
                         if (r < 0)
                                 look = p->nwatch > 0;
                         else
@@ -515,38 +494,39 @@ static int dw_progress_run(struct dw_device *dev, int budget, const struct epoll
          * exist (or nothing else is watched, as before). */
         bool udp_ready = read && (p->ndgram > 0 || p->nwatch == 0);
         if (look || evs)
-                work += dw_progress_events(dev, evs, nev, look, how & DW_RUN_OWN, &udp_ready);
+                work += dw_progress_events(p, evs, nev, look, how & DW_RUN_OWN, &udp_ready);
         /* io_uring: receive completions reaped while the sends waited. */
-        bool uring = dw_udp_uring_on(&dev->udp);
-        if (uring && dw_udp_rx_stashed(&dev->udp))
+        bool uring = dw_udp_uring_on(p->dev.udp);
+        if (uring && dw_udp_rx_stashed(p->dev.udp))
                 udp_ready = true;
         if (udp_ready)
-                work += dw_progress_rx(dev, budget);
-        if (dev->fault_on && dw_fault_held_count(&dev->fault) > 0) {
-                int r = dw_fault_flush_due(&dev->fault, dw_now_ns(), dw_udp_send_fn, &dev->udp);
+                work += dw_progress_rx(p, budget);
+        if (p->dev.fault_on && dw_fault_held_count(p->dev.fault) > 0) {
+                int r = dw_fault_flush_due(p->dev.fault, dw_now_ns(), dw_udp_send_fn, p->dev.udp);
                 if (r > 0)
                         work += r;
         }
-        work += dw_progress_tx(dev, budget);
-        if (uring && dw_udp_rx_stashed(&dev->udp))
-                work += dw_progress_rx(dev, budget);
+        work += dw_progress_tx(p, budget);
+        if (uring && dw_udp_rx_stashed(p->dev.udp))
+                work += dw_progress_rx(p, budget);
         /* Each asks for a step at its next deadline through dw_progress_timer. */
         for (unsigned t = 0; t < p->ntransport; t++) {
-                int r = p->transport[t]->progress ? p->transport[t]->progress(dev, budget) : 0;
+                int r = p->transport[t]->progress ? p->transport[t]->progress(p->dev.handle, budget)
+                                                  : 0;
                 if (r > 0)
                         work += r;
         }
         return work;
 }
 
-int dw_progress_step(struct dw_device *dev, int budget)
+int dw_progress_step(struct dw_progress *p, int budget)
 {
-        return dw_progress_run(dev, budget, NULL, 0, DW_RUN_READ | DW_RUN_COUNT);
+        return dw_progress_run(p, budget, NULL, 0, DW_RUN_READ | DW_RUN_COUNT);
 }
 
-int dw_progress_step_post(struct dw_device *dev, int budget)
+int dw_progress_step_post(struct dw_progress *p, int budget)
 {
-        return dw_progress_run(dev, budget, NULL, 0, 0);
+        return dw_progress_run(p, budget, NULL, 0, 0);
 }
 
 /* ---- the progress thread ------------------------------------------------------ */
@@ -555,20 +535,20 @@ int dw_progress_step_post(struct dw_device *dev, int budget)
  * timers are µs-scale (delayed ACKs, pacing, tail loss probes): the sleep
  * keeps nanosecond resolution (epoll_pwait2), a millisecond round-up would
  * hold every delayed ACK of a passive target a whole millisecond. */
-static int64_t dw_progress_timeout_ns(struct dw_device *dev)
+static int64_t dw_progress_timeout_ns(struct dw_progress *p)
 {
-        uint64_t due = dev->prog.deadline_ns;
-        if (dev->fault_on && dw_fault_held_count(&dev->fault) > 0) {
-                uint64_t f = dw_fault_next_due_ns(&dev->fault);
+        uint64_t due = p->deadline_ns;
+        if (p->dev.fault_on && dw_fault_held_count(p->dev.fault) > 0) {
+                uint64_t f = dw_fault_next_due_ns(p->dev.fault);
                 if (f < due)
                         due = f;
         }
-        if (dw_udp_rx_stashed(&dev->udp))
+        if (dw_udp_rx_stashed(p->dev.udp))
                 return 0;
-        if (dev->prog.udp_in_held) {
+        if (p->udp_in_held) {
                 /* Until the throttle lets reading resume (now 0: its time even
                  * when that has just passed), the socket cannot wake us. */
-                uint64_t f = dw_fault_rx_wait(&dev->fault, 0);
+                uint64_t f = dw_fault_rx_wait(p->dev.fault, 0);
                 if (f < due)
                         due = f;
         }
@@ -668,37 +648,35 @@ int diwarpdv_short_time_slice(void)
  * readiness (level-triggered) must not wake the thread, which would spin
  * until the throttle's time (dw_progress_timeout_ns) and take the core from
  * the processes beside it. */
-static void dw_progress_udp_hold(struct dw_device *dev, bool hold)
+static void dw_progress_udp_hold(struct dw_progress *p, bool hold)
 {
-        struct dw_progress *p = &dev->prog;
         p->udp_in_held = hold;
-        dw_progress_udp_sync(dev);
+        dw_progress_udp_sync(p);
 }
 
 /* The thread parks (stops watching the data) or comes back to it. A driver
  * (dw_progress_wait) sleeps on the set for the datagrams: the thread does
  * not take the UDP socket out of it then, and says so (false). */
-static bool dw_progress_udp_park(struct dw_device *dev, bool park)
+static bool dw_progress_udp_park(struct dw_progress *p, bool park)
 {
-        struct dw_progress *p = &dev->prog;
-        pthread_mutex_lock(&dev->lock);
+        pthread_mutex_lock(p->dev.lock);
         bool ok = !park || !atomic_load(&p->driver);
         if (ok) {
                 p->udp_in_parked = park;
-                dw_progress_udp_sync(dev);
+                dw_progress_udp_sync(p);
         }
-        pthread_mutex_unlock(&dev->lock);
+        pthread_mutex_unlock(p->dev.lock);
         return ok;
 }
 
 /* Before whoever sleeps on the set (the thread, a driver) sleeps: the
  * DIWARP_FAULT=slowrx throttle's hold on the UDP socket, and how long it
  * may sleep (ns, -1: until a fd is ready). Lock held. */
-static int64_t dw_progress_sleep_prepare(struct dw_device *dev)
+static int64_t dw_progress_sleep_prepare(struct dw_progress *p)
 {
-        if (dw_fault_rx_throttled(&dev->fault))
-                dw_progress_udp_hold(dev, dw_fault_rx_wait(&dev->fault, dw_now_ns()) != 0);
-        return dw_progress_timeout_ns(dev);
+        if (dw_fault_rx_throttled(p->dev.fault))
+                dw_progress_udp_hold(p, dw_fault_rx_wait(p->dev.fault, dw_now_ns()) != 0);
+        return dw_progress_timeout_ns(p);
 }
 
 /* The thread's (or an external loop's) step for the events its epoll_wait
@@ -706,19 +684,19 @@ static int64_t dw_progress_sleep_prepare(struct dw_device *dev)
  * registers before it takes the lock): the wake eventfd among the events is
  * then the driver's, and reading it could take a timer's wake-up from it.
  * false: a driver drives, nothing was done. */
-static bool dw_progress_locked_run(struct dw_device *dev, const struct epoll_event *evs, int n)
+static bool dw_progress_locked_run(struct dw_progress *p, const struct epoll_event *evs, int n)
 {
-        pthread_mutex_lock(&dev->lock);
-        bool driven = atomic_load(&dev->prog.driver) != 0;
-        if (!dev->prog.stop && !driven)
-                dw_progress_run(dev, DW_PROGRESS_BUDGET * 4, evs, n, DW_RUN_READ);
-        pthread_mutex_unlock(&dev->lock);
+        pthread_mutex_lock(p->dev.lock);
+        bool driven = atomic_load(&p->driver) != 0;
+        if (!p->stop && !driven)
+                dw_progress_run(p, DW_PROGRESS_BUDGET * 4, evs, n, DW_RUN_READ);
+        pthread_mutex_unlock(p->dev.lock);
         return !driven;
 }
 
 /* ---- event-driven waits ------------------------------------------------------ */
 
-static int dw_progress_udp_watch(struct dw_device *dev);
+static int dw_progress_udp_watch(struct dw_progress *p);
 
 /* Wakes a yielded thread (see dw_progress_thread). Any thread. */
 static void dw_progress_kick(struct dw_progress *p)
@@ -887,10 +865,9 @@ static int dw_progress_driver_sleep(struct dw_progress *p, struct pollfd *pfd, i
 }
 
 /* How long this wait may spin (ns; 0: not at all). Lock held. */
-static uint64_t dw_progress_spin_budget(struct dw_device *dev)
+static uint64_t dw_progress_spin_budget(struct dw_progress *p)
 {
-        struct dw_progress *p = &dev->prog;
-        uint64_t ns = (uint64_t)dev->cfg.wait_spin_us * 1000u;
+        uint64_t ns = (uint64_t)p->dev.wait_spin_us * 1000u;
         if (!ns || (p->spin_off_until && dw_now_ns() < p->spin_off_until))
                 return 0;
         if (p->spin_trust == 0 && ++p->spin_probe % DW_SPIN_PROBE_EVERY != 0)
@@ -898,9 +875,8 @@ static uint64_t dw_progress_spin_budget(struct dw_device *dev)
         return ns;
 }
 
-int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void *ctx)
+int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void *ctx)
 {
-        struct dw_progress *p = &dev->prog;
         pid_t self = dw_progress_tid();
         int r;
         for (;;) {
@@ -918,27 +894,27 @@ int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void
          * eventfd (a timer armed for earlier than this sleep's end). */
         struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = p->epfd, .events = POLLIN}};
         bool stepped = false; /* the last thing done was this thread's step */
-        pthread_mutex_lock(&dev->lock);
-        uint64_t spin_ns = dw_progress_spin_budget(dev);
+        pthread_mutex_lock(p->dev.lock);
+        uint64_t spin_ns = dw_progress_spin_budget(p);
         uint64_t spin_until = spin_ns ? dw_now_ns() + spin_ns : 0;
         bool slept = false;
         if (!p->udp_in_epoll) {
-                dw_progress_udp_watch(dev); /* no thread started yet */
+                dw_progress_udp_watch(p); /* no thread started yet */
         } else if (p->udp_in_parked) {
                 /* A parked thread left the UDP socket out; it is the
                  * driver's now (the thread yields as soon as it looks). */
                 p->udp_in_parked = false;
-                dw_progress_udp_sync(dev);
+                dw_progress_udp_sync(p);
         }
         for (;;) {
                 /* Data already waiting keeps the set readable: no step
                  * before the first sleep. */
                 if ((r = done(ctx)) != 0)
                         break;
-                int64_t t = dw_progress_sleep_prepare(dev);
+                int64_t t = dw_progress_sleep_prepare(p);
                 uint64_t wake_at = t < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)t;
                 atomic_store_explicit(&p->driver_sleep_until, wake_at, memory_order_relaxed);
-                pthread_mutex_unlock(&dev->lock);
+                pthread_mutex_unlock(p->dev.lock);
                 int n = 0;
                 bool timer_due = false;
                 if (spin_until) {
@@ -951,9 +927,9 @@ int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void
                         uint64_t now = dw_now_ns();
                         if (n == -EBUSY) {
                                 n = 0;
-                                pthread_mutex_lock(&dev->lock);
+                                pthread_mutex_lock(p->dev.lock);
                                 dw_progress_spin_stolen(p, now);
-                                pthread_mutex_unlock(&dev->lock);
+                                pthread_mutex_unlock(p->dev.lock);
                                 spin_until = 0;
                                 if (t >= 0)
                                         t = wake_at > now ? (int64_t)(wake_at - now) : 0;
@@ -971,7 +947,7 @@ int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void
                 }
                 r = n < 0 ? -errno : 0;
                 atomic_store_explicit(&p->driver_sleep_until, 0, memory_order_relaxed);
-                pthread_mutex_lock(&dev->lock);
+                pthread_mutex_lock(p->dev.lock);
                 stepped = false;
                 if (r < 0)
                         break; /* -EINTR lets a signal interrupt the wait */
@@ -981,9 +957,9 @@ int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void
                  * message needs: one receive); when that found nothing, the
                  * set's readiness is something else (a listener, more
                  * streams than are read directly, the wake eventfd): a look. */
-                int w = dw_progress_run(dev, DW_PROGRESS_BUDGET, NULL, 0, DW_RUN_READ | DW_RUN_OWN);
+                int w = dw_progress_run(p, DW_PROGRESS_BUDGET, NULL, 0, DW_RUN_READ | DW_RUN_OWN);
                 if (w == 0 && pfd[1].revents)
-                        dw_progress_run(dev, DW_PROGRESS_BUDGET, NULL, 0,
+                        dw_progress_run(p, DW_PROGRESS_BUDGET, NULL, 0,
                                         DW_RUN_READ | DW_RUN_OWN | DW_RUN_LOOK);
                 stepped = true;
         }
@@ -1003,9 +979,9 @@ int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void
         uint64_t t = atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed);
         if (t && p->deadline_ns < t) {
                 atomic_store_explicit(&p->thread_sleep_until, p->deadline_ns, memory_order_relaxed);
-                dw_progress_wake(dev);
+                dw_progress_wake(p);
         }
-        pthread_mutex_unlock(&dev->lock);
+        pthread_mutex_unlock(p->dev.lock);
         if (kick)
                 dw_progress_kick(p);
         return r;
@@ -1112,9 +1088,8 @@ static bool dw_app_waits(struct dw_progress *p, struct dw_app_watch *w)
         return w->waits;
 }
 
-static void dw_progress_set_shared(struct dw_device *dev, bool on)
+static void dw_progress_set_shared(struct dw_progress *p, bool on)
 {
-        struct dw_progress *p = &dev->prog;
         if (atomic_load_explicit(&p->shared, memory_order_relaxed) == on)
                 return;
         atomic_store_explicit(&p->shared, on, memory_order_relaxed);
@@ -1122,7 +1097,7 @@ static void dw_progress_set_shared(struct dw_device *dev, bool on)
                 atomic_store_explicit(&p->takeovers,
                                       atomic_load_explicit(&p->takeovers, memory_order_relaxed) + 1,
                                       memory_order_relaxed);
-        dw_dbg("device port %u: %s", dev->port,
+        dw_dbg("device port %u: %s", p->dev.port,
                on ? "the application waits for a core: the progress thread makes progress"
                   : "the application has a core: it makes progress itself");
 }
@@ -1132,7 +1107,7 @@ static void dw_progress_set_shared(struct dw_device *dev, bool on)
  * the steps), parked (the application polls: it leaves the data and the
  * timers to it) or yielded (an application thread drives from its waits). */
 struct dw_progress_turns {
-        struct dw_device *dev;
+        struct dw_progress *p;
         uint64_t seen;        /* app_reads at the last look */
         uint64_t seen_drives; /* drives at the last look */
         bool parked, yielded;
@@ -1164,7 +1139,7 @@ static inline void dw_turns_yield(struct dw_progress_turns *t)
  * the thread stops. */
 static bool dw_turns_yielded(struct dw_progress_turns *t)
 {
-        struct dw_progress *p = &t->dev->prog;
+        struct dw_progress *p = t->p;
 
         if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
                 return false;
@@ -1188,8 +1163,7 @@ static bool dw_turns_yielded(struct dw_progress_turns *t)
  * thread stops. */
 static bool dw_turns_parked(struct dw_progress_turns *t)
 {
-        struct dw_device *dev = t->dev;
-        struct dw_progress *p = &dev->prog;
+        struct dw_progress *p = t->p;
 
         if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
                 return false;
@@ -1209,18 +1183,18 @@ static bool dw_turns_parked(struct dw_progress_turns *t)
         } else if (dw_app_waits(p, &t->watch)) {
                 t->parked = false;
                 t->calm = 0;
-                dw_progress_set_shared(dev, true);
+                dw_progress_set_shared(p, true);
         } else {
                 dw_turns_back_off(t);
         }
         t->seen = c;
         if (!t->parked)
-                dw_progress_udp_park(dev, false);
+                dw_progress_udp_park(p, false);
         if (r > 0) {
                 /* A wake-up: one step, as unparked. */
                 struct epoll_event wake = {.events = EPOLLIN,
                                            .data.u64 = dw_ev_data(p->wake_fd, DW_TAG_WAKE)};
-                if (!dw_progress_locked_run(dev, &wake, 1))
+                if (!dw_progress_locked_run(p, &wake, 1))
                         dw_turns_yield(t);
         }
         return true;
@@ -1236,12 +1210,11 @@ static bool dw_turns_parked(struct dw_progress_turns *t)
  * the sleep. */
 static int dw_turns_sleep(struct dw_progress_turns *t, bool *shared, bool *driven)
 {
-        struct dw_device *dev = t->dev;
-        struct dw_progress *p = &dev->prog;
+        struct dw_progress *p = t->p;
 
-        pthread_mutex_lock(&dev->lock);
+        pthread_mutex_lock(p->dev.lock);
         bool stop = p->stop;
-        int64_t timeout = dw_progress_sleep_prepare(dev);
+        int64_t timeout = dw_progress_sleep_prepare(p);
         *shared = atomic_load_explicit(&p->shared, memory_order_relaxed);
         if (*shared && (timeout < 0 || timeout > (int64_t)DW_WAIT_WINDOW_NS))
                 timeout = DW_WAIT_WINDOW_NS;
@@ -1250,7 +1223,7 @@ static int dw_turns_sleep(struct dw_progress_turns *t, bool *shared, bool *drive
                 atomic_store_explicit(&p->thread_sleep_until,
                                       timeout < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)timeout,
                                       memory_order_relaxed);
-        pthread_mutex_unlock(&dev->lock);
+        pthread_mutex_unlock(p->dev.lock);
         if (stop)
                 return DW_TURN_STOP;
         int n = *driven ? 0 : dw_progress_epoll(p, t->evs, timeout);
@@ -1258,7 +1231,7 @@ static int dw_turns_sleep(struct dw_progress_turns *t, bool *shared, bool *drive
         if (n < 0) {
                 if (errno == EINTR)
                         return DW_TURN_AGAIN;
-                dw_err("device port %u: progress thread epoll_wait: %s", dev->port,
+                dw_err("device port %u: progress thread epoll_wait: %s", p->dev.port,
                        strerror(errno));
                 return DW_TURN_STOP;
         }
@@ -1271,7 +1244,7 @@ static int dw_turns_sleep(struct dw_progress_turns *t, bool *shared, bool *drive
  * the timers to the application that reads them. */
 static bool dw_turns_watch_app(struct dw_progress_turns *t, bool shared, int n)
 {
-        struct dw_progress *p = &t->dev->prog;
+        struct dw_progress *p = t->p;
         uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
         bool polled = c - t->seen >= DW_PARK_READS;
 
@@ -1282,7 +1255,7 @@ static bool dw_turns_watch_app(struct dw_progress_turns *t, bool shared, int n)
                         if (!polled || dw_app_waits(p, &t->watch))
                                 t->calm = 0;
                         else if (++t->calm >= DW_SHARED_CALM_LOOKS)
-                                dw_progress_set_shared(t->dev, false);
+                                dw_progress_set_shared(t->p, false);
                         t->seen = c;
                 } else if (!t->watch.at_ns) {
                         dw_app_waits(p, &t->watch); /* a baseline */
@@ -1296,12 +1269,12 @@ static bool dw_turns_watch_app(struct dw_progress_turns *t, bool shared, int n)
                                 wake = true;
                 if (dw_app_waits(p, &t->watch)) {
                         t->calm = 0;
-                        dw_progress_set_shared(t->dev, true);
+                        dw_progress_set_shared(t->p, true);
                 } else if (!wake) {
                         t->seen = c;
                         t->seen_drives = atomic_load(&p->drives);
                         t->park_ns = DW_PARK_MIN_NS;
-                        if (dw_progress_udp_park(t->dev, true))
+                        if (dw_progress_udp_park(t->p, true))
                                 t->parked = true;
                         else
                                 t->yielded = true; /* a driver came */
@@ -1316,7 +1289,7 @@ static bool dw_turns_watch_app(struct dw_progress_turns *t, bool shared, int n)
  * thread stops. */
 static bool dw_turns_run(struct dw_progress_turns *t)
 {
-        struct dw_progress *p = &t->dev->prog;
+        struct dw_progress *p = t->p;
         bool shared, driven;
         int n = dw_turns_sleep(t, &shared, &driven);
 
@@ -1330,21 +1303,21 @@ static bool dw_turns_run(struct dw_progress_turns *t)
                 t->seen_drives = atomic_load(&p->drives);
                 dw_turns_yield(t);
                 t->calm = 0;
-                dw_progress_set_shared(t->dev, false);
+                dw_progress_set_shared(t->p, false);
                 return true;
         }
-        if (dw_turns_watch_app(t, shared, n) && !dw_progress_locked_run(t->dev, t->evs, n))
+        if (dw_turns_watch_app(t, shared, n) && !dw_progress_locked_run(t->p, t->evs, n))
                 dw_turns_yield(t);
         return true;
 }
 
 static void *dw_progress_thread(void *arg)
 {
-        struct dw_device *dev = arg;
+        struct dw_progress *p = arg;
         struct dw_progress_turns t = {
-            .dev = dev,
-            .seen = atomic_load_explicit(&dev->prog.app_reads, memory_order_relaxed),
-            .seen_drives = atomic_load(&dev->prog.drives),
+            .p = p,
+            .seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed),
+            .seen_drives = atomic_load(&p->drives),
             .park_ns = DW_PARK_MIN_NS,
         };
 
@@ -1366,101 +1339,100 @@ static void *dw_progress_thread(void *arg)
 /* The socket's datagrams must wake whoever sleeps on the set: the progress
  * thread, or a process that drives the device itself (dw_progress_external).
  * Lock held. */
-static int dw_progress_udp_watch(struct dw_device *dev)
+static int dw_progress_udp_watch(struct dw_progress *p)
 {
-        struct dw_progress *p = &dev->prog;
-        if (dw_udp_uring_on(&dev->udp) || p->udp_in_epoll)
+        if (dw_udp_uring_on(p->dev.udp) || p->udp_in_epoll)
                 return 0;
         p->udp_in_epoll = true;
-        int err = dw_progress_udp_sync(dev);
+        int err = dw_progress_udp_sync(p);
         if (err < 0) {
                 p->udp_in_epoll = false;
-                dw_err("device port %u: cannot watch the UDP socket: %s", dev->port,
+                dw_err("device port %u: cannot watch the UDP socket: %s", p->dev.port,
                        strerror(-err));
         }
         return err;
 }
 
-int dw_progress_external(struct dw_device *dev)
+int dw_progress_external(struct dw_progress *p)
 {
-        pthread_mutex_lock(&dev->lock);
-        int err = dev->prog.started ? -EBUSY : dw_progress_udp_watch(dev);
+        pthread_mutex_lock(p->dev.lock);
+        int err = p->started ? -EBUSY : dw_progress_udp_watch(p);
         if (err == 0)
-                __atomic_store_n(&dev->prog.external, true, __ATOMIC_RELAXED);
-        pthread_mutex_unlock(&dev->lock);
-        return err < 0 ? err : dev->prog.epfd;
+                __atomic_store_n(&p->external, true, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(p->dev.lock);
+        return err < 0 ? err : p->epfd;
 }
 
-int dw_progress_external_timeout(struct dw_device *dev, int64_t *ns)
+int dw_progress_external_timeout(struct dw_progress *p, int64_t *ns)
 {
-        pthread_mutex_lock(&dev->lock);
-        int err = dev->prog.external ? 0 : -EINVAL;
+        pthread_mutex_lock(p->dev.lock);
+        int err = p->external ? 0 : -EINVAL;
         if (err == 0)
-                *ns = dw_progress_timeout_ns(dev);
-        pthread_mutex_unlock(&dev->lock);
+                *ns = dw_progress_timeout_ns(p);
+        pthread_mutex_unlock(p->dev.lock);
         return err;
 }
 
-int dw_progress_external_run(struct dw_device *dev)
+int dw_progress_external_run(struct dw_progress *p)
 {
-        if (!__atomic_load_n(&dev->prog.external, __ATOMIC_RELAXED))
+        if (!__atomic_load_n(&p->external, __ATOMIC_RELAXED))
                 return -EINVAL;
         struct epoll_event evs[DW_MAX_EVENTS];
-        int n = epoll_wait(dev->prog.epfd, evs, DW_MAX_EVENTS, 0);
+        int n = epoll_wait(p->epfd, evs, DW_MAX_EVENTS, 0);
         if (n < 0)
                 n = 0;
-        dw_progress_locked_run(dev, evs, n);
+        dw_progress_locked_run(p, evs, n);
         return n;
 }
 
-int dw_progress_start(struct dw_device *dev)
+int dw_progress_start(struct dw_progress *p)
 {
-        pthread_mutex_lock(&dev->lock);
-        if (dev->prog.started) {
-                pthread_mutex_unlock(&dev->lock);
+        pthread_mutex_lock(p->dev.lock);
+        if (p->started) {
+                pthread_mutex_unlock(p->dev.lock);
                 return 0;
         }
-        if (dev->prog.external) {
+        if (p->external) {
                 /* Its owner drives it (dw_progress_external): a thread
                  * beside it would take the set's events from it. */
-                pthread_mutex_unlock(&dev->lock);
+                pthread_mutex_unlock(p->dev.lock);
                 return -EBUSY;
         }
-        int werr = dw_progress_udp_watch(dev);
+        int werr = dw_progress_udp_watch(p);
         if (werr < 0) {
-                pthread_mutex_unlock(&dev->lock);
+                pthread_mutex_unlock(p->dev.lock);
                 return werr;
         }
-        dev->prog.started = true;
-        dev->prog.thread_mode = true;
-        __atomic_store_n(&dev->prog.stop, false, __ATOMIC_RELAXED);
-        int err = pthread_create(&dev->prog.thread, NULL, dw_progress_thread, dev);
+        p->started = true;
+        p->thread_mode = true;
+        __atomic_store_n(&p->stop, false, __ATOMIC_RELAXED);
+        int err = pthread_create(&p->thread, NULL, dw_progress_thread, p);
         if (err) {
-                dev->prog.started = false;
-                dev->prog.thread_mode = false;
+                p->started = false;
+                p->thread_mode = false;
         }
-        pthread_mutex_unlock(&dev->lock);
+        pthread_mutex_unlock(p->dev.lock);
         if (err)
-                dw_err("device port %u: cannot start the progress thread: %s", dev->port,
+                dw_err("device port %u: cannot start the progress thread: %s", p->dev.port,
                        strerror(err));
         return -err;
 }
 
-void dw_progress_stop(struct dw_device *dev)
+void dw_progress_stop(struct dw_progress *p)
 {
-        pthread_mutex_lock(&dev->lock);
-        bool started = dev->prog.started;
-        __atomic_store_n(&dev->prog.stop, true, __ATOMIC_RELAXED);
-        pthread_mutex_unlock(&dev->lock);
+        pthread_mutex_lock(p->dev.lock);
+        bool started = p->started;
+        __atomic_store_n(&p->stop, true, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(p->dev.lock);
         if (!started)
                 return;
-        dw_progress_wake(dev);
-        dw_progress_kick(&dev->prog);
-        pthread_join(dev->prog.thread, NULL);
-        pthread_mutex_lock(&dev->lock);
-        dev->prog.udp_in_parked = false;
-        dw_progress_udp_hold(dev, false); /* application steps look at the set */
-        dev->prog.started = false;
-        dev->prog.thread_mode = false;
-        pthread_mutex_unlock(&dev->lock);
+        dw_progress_wake(p);
+        dw_progress_kick(p);
+        pthread_join(p->thread, NULL);
+        pthread_mutex_lock(p->dev.lock);
+        p->udp_in_parked = false;
+        dw_progress_udp_hold(p, false); /* application steps look at the set */
+        p->started = false;
+        p->thread_mode = false;
+        pthread_mutex_unlock(p->dev.lock);
 }

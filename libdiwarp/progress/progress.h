@@ -31,9 +31,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct dw_device;
-struct dw_qp;
+struct dw_device; /* opaque here: handed back to the hooks and watch callbacks */
+struct dw_fault;
+struct dw_udp;
 struct sockaddr_in;
+
+#define DW_PROGRESS_BUDGET 64 /* work units of the step post_* and cq_poll run */
 
 /* Called from a step (device lock held) when a watched fd is ready; events
  * are EPOLLIN/EPOLLOUT/EPOLLERR/EPOLLHUP bits. Returns work done (>= 0).
@@ -46,7 +49,7 @@ typedef int (*dw_watch_fn)(struct dw_device *dev, int fd, uint32_t events, void 
  * transport: qp/ registers a table per transport at device open
  * (dw_progress_add_transport). A step calls each hook where README.md's
  * order of a step puts it, for every table that has it in registration
- * order (rx_dgram and tx_qp: for the first one only); NULL: the transport
+ * order (rx_dgram and tx: for the first one only); NULL: the transport
  * has no such work. Lock held. */
 struct dw_transport_ops {
         /* Application-driven steps: reads the transport's streams directly
@@ -65,9 +68,11 @@ struct dw_transport_ops {
          * hands RD's on). */
         void (*rx_dgram)(struct dw_device *dev, uint8_t *pkt, size_t len,
                          const struct sockaddr_in *from);
-        /* Sends of qp that waited for socket room (qp->tx_pending, which
-         * only the transport with rx_dgram sets). Work done. */
-        int (*tx_qp)(struct dw_qp *qp, int budget);
+        /* Sends that waited for socket room, while any QP waits
+         * (dw_progress_tx_wait; only the transport with rx_dgram makes one
+         * wait): round-robin over those QPs, each with a fair share of the
+         * budget. Work done. */
+        int (*tx)(struct dw_device *dev, int budget);
         /* The transport's own progress (timers, backlogs); it asks for its
          * next deadline with dw_progress_timer. Work done. */
         int (*progress)(struct dw_device *dev, int budget);
@@ -84,7 +89,22 @@ struct dw_watch {
 
 #define DW_PROGRESS_HOUSEKEEPING_NS (250ll * 1000 * 1000)
 
+/* What the device hands its progress engine at init (dw_progress_init):
+ * progress/ reaches the device through these only. */
+struct dw_progress_dev {
+        struct dw_device *handle;       /* opaque: passed to the hooks and watch callbacks */
+        pthread_mutex_t *lock;          /* the device lock */
+        struct dw_udp *udp;             /* its UDP socket (llp/udp.h) */
+        struct dw_fault *fault;         /* its fault injector (util/fault.h) */
+        bool fault_on;                  /* ... injects something (DIWARP_FAULT) */
+        uint64_t *rx_dropped_malformed; /* its counters (struct diwarp_counters) */
+        uint64_t *fault_slowrx_waits;
+        uint16_t port;         /* names the device in log lines */
+        uint32_t wait_spin_us; /* DIWARP_WAIT_SPIN_US (dw_progress_wait) */
+};
+
 struct dw_progress {
+        struct dw_progress_dev dev;
         bool thread_mode; /* the progress thread runs (or is asked to) */
         bool stop;        /* asks the thread to exit */
         bool started;
@@ -98,8 +118,7 @@ struct dw_progress {
         bool udp_in_parked;     /* ... and left out while the thread is parked */
         uint32_t udp_events;    /* what the set watches of the UDP fd now (0: not in it) */
         bool no_pwait2;         /* the kernel lacks epoll_pwait2: millisecond sleeps */
-        unsigned rr_qp;         /* round-robin cursor over QP indices (transmit) */
-        unsigned ntx_pending;   /* QPs with tx_pending set */
+        unsigned ntx_pending;   /* QPs whose sends wait for socket room (dw_progress_tx_wait) */
         struct dw_watch *watch; /* DW_MAX_WATCH slots, allocated at init */
         unsigned nwatch;
         uint64_t deadline_ns; /* earliest timer asked for by dw_progress_timer; UINT64_MAX none */
@@ -203,7 +222,7 @@ static inline bool dw_progress_app_poll(struct dw_progress *p)
 }
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
-int dw_progress_step(struct dw_device *dev, int budget);
+int dw_progress_step(struct dw_progress *p, int budget);
 
 /* Blocks the calling application thread until done(ctx) returns nonzero,
  * and returns that value (-errno: the wait failed; -EINTR: a signal). fd
@@ -218,36 +237,39 @@ int dw_progress_step(struct dw_device *dev, int budget);
  * the progress thread once the driver is gone. done runs with or without
  * the device lock held (it takes only locks ordered after it). Call
  * without the device lock. */
-int dw_progress_wait(struct dw_device *dev, int fd, int (*done)(void *ctx), void *ctx);
+int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void *ctx);
 /* The step of post_send / post_recv: the same, except that the data sockets
  * are not read directly (the work just posted needs no receive, and a
  * busy-polling application reads them in its next poll anyway); they are read
  * when the periodic epoll look reports them, so an application that only
  * posts still makes receive progress. */
-int dw_progress_step_post(struct dw_device *dev, int budget);
+int dw_progress_step_post(struct dw_progress *p, int budget);
 
 /* Watches fd; fn runs from a step when it is ready. Lock held. -ENOSPC, -EEXIST. */
-int dw_progress_watch_fd(struct dw_device *dev, int fd, uint32_t events, dw_watch_fn fn, void *ctx);
+int dw_progress_watch_fd(struct dw_progress *p, int fd, uint32_t events, dw_watch_fn fn, void *ctx);
 /* Changes the events of a watched fd (e.g. add EPOLLOUT while a send backlog exists). */
-int dw_progress_modify_fd(struct dw_device *dev, int fd, uint32_t events);
-int dw_progress_unwatch_fd(struct dw_device *dev, int fd);
+int dw_progress_modify_fd(struct dw_progress *p, int fd, uint32_t events);
+int dw_progress_unwatch_fd(struct dw_progress *p, int fd);
 /* Asks for a step no later than abs_ns (CLOCK_MONOTONIC, dw_now_ns): the thread
  * bounds its sleep by it. Transports call it from their progress for their
  * retransmit / keepalive timers; it is cleared before each step. Lock held. */
-void dw_progress_timer(struct dw_device *dev, uint64_t abs_ns);
+void dw_progress_timer(struct dw_progress *p, uint64_t abs_ns);
 /* Wakes the progress thread (new work to do). Any thread, lock not needed. */
-void dw_progress_wake(struct dw_device *dev);
-/* Marks the UD transmit of a QP as waiting for socket room / done waiting. */
-void dw_progress_tx_wait(struct dw_device *dev, bool wait);
+void dw_progress_wake(struct dw_progress *p);
+/* A QP's sends wait for socket room / no longer wait: while any waits, the
+ * thread watches the UDP socket for room and a step calls the tx hook. */
+void dw_progress_tx_wait(struct dw_progress *p, bool wait);
 
-int dw_progress_init(struct dw_device *dev);
+/* Sets up the engine of the device dev describes (copied: its pointers must
+ * stay valid until dw_progress_fini). */
+int dw_progress_init(struct dw_progress *p, const struct dw_progress_dev *dev);
 /* Adds a transport's hooks after those registered before it. -ENOSPC. */
-int dw_progress_add_transport(struct dw_device *dev, const struct dw_transport_ops *ops);
+int dw_progress_add_transport(struct dw_progress *p, const struct dw_transport_ops *ops);
 /* Starts the thread if not running; call WITHOUT the device lock. */
-int dw_progress_start(struct dw_device *dev);
+int dw_progress_start(struct dw_progress *p);
 /* Stops and joins the thread; call WITHOUT the device lock. */
-void dw_progress_stop(struct dw_device *dev);
-void dw_progress_fini(struct dw_device *dev);
+void dw_progress_stop(struct dw_progress *p);
+void dw_progress_fini(struct dw_progress *p);
 
 /* Asks the kernel for the shortest time slice (100 us) for the calling
  * thread, so its wake-ups preempt a busy-polling thread on its core at once
@@ -267,8 +289,8 @@ int dw_progress_short_slice(void);
  * set is ready or the time has come, dw_progress_external_run runs one step
  * with the set's ready events. The last two answer -EINVAL on a device that
  * is not external. Each takes the device lock. */
-int dw_progress_external(struct dw_device *dev);
-int dw_progress_external_timeout(struct dw_device *dev, int64_t *ns);
-int dw_progress_external_run(struct dw_device *dev);
+int dw_progress_external(struct dw_progress *p);
+int dw_progress_external_timeout(struct dw_progress *p, int64_t *ns);
+int dw_progress_external_run(struct dw_progress *p);
 
 #endif

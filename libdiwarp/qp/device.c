@@ -435,7 +435,7 @@ static int dw_device_bind(struct dw_device *dev)
  * progress runs before RD's. */
 static const struct dw_transport_ops dw_ud_transport = {
     .rx_dgram = dw_ud_rx,
-    .tx_qp = dw_ud_tx,
+    .tx = dw_ud_tx_waiting,
 };
 static const struct dw_transport_ops dw_rc_transport = {
     .poll = dw_rc_poll,
@@ -560,12 +560,25 @@ fail_fault:
  * none of them. */
 static int dw_device_engine(struct dw_device *dev)
 {
-        int err = dw_progress_init(dev);
+        /* What the progress engine reaches of the device (progress/ does not
+         * include dw.h): set before it runs, fixed while the device is open. */
+        const struct dw_progress_dev prog = {
+            .handle = dev,
+            .lock = &dev->lock,
+            .udp = &dev->udp,
+            .fault = &dev->fault,
+            .fault_on = dev->fault_on,
+            .rx_dropped_malformed = &dev->ctr.rx_dropped_malformed,
+            .fault_slowrx_waits = &dev->ctr.fault_slowrx_waits,
+            .port = dev->port,
+            .wait_spin_us = dev->cfg.wait_spin_us,
+        };
+        int err = dw_progress_init(&dev->prog, &prog);
 
         if (err < 0)
                 return err;
         for (size_t i = 0; i < sizeof(dw_transports) / sizeof(dw_transports[0]) && err >= 0; i++)
-                err = dw_progress_add_transport(dev, dw_transports[i]);
+                err = dw_progress_add_transport(&dev->prog, dw_transports[i]);
         if (err < 0)
                 goto fail_prog;
         dev->next_qp_index = DW_FIRST_QP_INDEX;
@@ -578,7 +591,7 @@ static int dw_device_engine(struct dw_device *dev)
         if (err < 0)
                 goto fail_host;
         if (dev->cfg.progress_thread) {
-                err = dw_progress_start(dev);
+                err = dw_progress_start(&dev->prog);
                 if (err < 0)
                         goto fail_rc;
         }
@@ -591,7 +604,7 @@ fail_rc:
 fail_host:
         dw_host_detach();
 fail_prog:
-        dw_progress_fini(dev);
+        dw_progress_fini(&dev->prog);
         return err;
 }
 
@@ -686,7 +699,7 @@ int dwe_device_close(struct diwarp_device *d)
         dw_stat_shm_close(dev);
         pthread_mutex_unlock(&dev->lock);
         dw_registry_remove(dev);
-        dw_progress_stop(dev);
+        dw_progress_stop(&dev->prog);
         pthread_mutex_lock(&dev->lock);
         dw_rc_dev_fini(dev);
         dw_rd_dev_fini(dev);
@@ -696,7 +709,7 @@ int dwe_device_close(struct diwarp_device *d)
                 dw_fault_flush_all(&dev->fault, dw_udp_send_fn, &dev->udp);
         pthread_mutex_unlock(&dev->lock);
         dw_host_detach();
-        dw_progress_fini(dev);
+        dw_progress_fini(&dev->prog);
         dw_seal_fini(&dev->seal);
         memset(dev->cfg.auth_key, 0, sizeof(dev->cfg.auth_key));
         dw_fault_destroy(&dev->fault);
@@ -818,7 +831,7 @@ int dwe_progress(struct diwarp_device *d, int budget)
         if (dw_progress_app_poll(&dev->prog))
                 return 0;
         pthread_mutex_lock(&dev->lock);
-        int n = dw_progress_step(dev, budget ? budget : DW_PROGRESS_BUDGET);
+        int n = dw_progress_step(&dev->prog, budget ? budget : DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return n;
 }
@@ -826,22 +839,22 @@ int dwe_progress(struct diwarp_device *d, int budget)
 int dwe_progress_thread_start(struct diwarp_device *d)
 {
         struct dw_device *dev = dw_dev_of(d);
-        return dw_progress_start(dev);
+        return dw_progress_start(&dev->prog);
 }
 
 int dwe_external_progress(struct diwarp_device *d)
 {
-        return dw_progress_external(dw_dev_of(d));
+        return dw_progress_external(&dw_dev_of(d)->prog);
 }
 
 int dwe_external_timeout(struct diwarp_device *d, int64_t *ns)
 {
-        return dw_progress_external_timeout(dw_dev_of(d), ns);
+        return dw_progress_external_timeout(&dw_dev_of(d)->prog, ns);
 }
 
 int dwe_external_run(struct diwarp_device *d)
 {
-        return dw_progress_external_run(dw_dev_of(d));
+        return dw_progress_external_run(&dw_dev_of(d)->prog);
 }
 
 int dwe_device_counters(struct diwarp_device *d, struct diwarp_counters *out)
@@ -1020,7 +1033,7 @@ int dwe_comp_channel_create(struct diwarp_device *d, struct diwarp_comp_channel 
         ch->dev = dev;
         /* An application that sleeps on a channel fd calls nothing that could
          * drive progress, so a channel brings the progress thread up. */
-        err = dw_progress_start(dev);
+        err = dw_progress_start(&dev->prog);
         if (err < 0) {
                 dw_comp_channel_fini(&ch->ch);
                 free(ch);
@@ -1089,7 +1102,7 @@ int dwe_comp_channel_get_event(struct diwarp_comp_channel *c, struct diwarp_cq *
                         struct dw_channel_take t = {.ch = &ch->ch};
                         dw_comp_channel_quiet(&ch->ch, true);
                         pthread_cleanup_push(dw_channel_unquiet, &ch->ch);
-                        err = dw_progress_wait(ch->dev, dw_comp_channel_fd(&ch->ch),
+                        err = dw_progress_wait(&ch->dev->prog, dw_comp_channel_fd(&ch->ch),
                                                dw_channel_take_done, &t);
                         pthread_cleanup_pop(1);
                         q = t.cq;
@@ -1177,7 +1190,7 @@ int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
                 return 0;
         pthread_mutex_lock(&dev->lock);
         if (!shared && dw_cq_count(&cq->cq) < (uint32_t)n)
-                dw_progress_step(dev, DW_PROGRESS_BUDGET);
+                dw_progress_step(&dev->prog, DW_PROGRESS_BUDGET);
         int got = dw_cq_pop(&cq->cq, n, wc);
         pthread_mutex_unlock(&dev->lock);
         return got;
@@ -1377,7 +1390,7 @@ int dwe_post_srq_recv(struct diwarp_srq *s, struct diwarp_recv_wr *wr,
         if (err < 0 && bad_wr)
                 *bad_wr = wr;
         dw_rd_srq_posted(dev, srq);
-        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        dw_progress_step(&dev->prog, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;
 }

@@ -107,7 +107,7 @@ static void dw_qp_flush_sq(struct dw_qp *qp)
         }
         if (qp->tx_pending) {
                 qp->tx_pending = false;
-                dw_progress_tx_wait(qp->dev, false);
+                dw_progress_tx_wait(&qp->dev->prog, false);
         }
 }
 
@@ -198,7 +198,7 @@ static void dw_qp_reset_queues(struct dw_qp *qp)
                 dw_cq_purge_qp(qp->recv_cq, qp->qpn);
         if (qp->tx_pending) {
                 qp->tx_pending = false;
-                dw_progress_tx_wait(qp->dev, false);
+                dw_progress_tx_wait(&qp->dev->prog, false);
         }
         qp->sq_draining = qp->sqd_notify = false;
         qp->ud_msn = dw_random_msn(qp);
@@ -444,7 +444,7 @@ int dwe_qp_destroy(struct diwarp_qp *q)
                 dw_rc_qp_fini(qp);
         }
         if (qp->tx_pending)
-                dw_progress_tx_wait(dev, false);
+                dw_progress_tx_wait(&dev->prog, false);
         dev->qps[dw_qpn_index(qp->qpn)] = NULL;
         dev->nqp--;
         dw_mw_qp_gone(&dev->mrs, qp->qpn);
@@ -1004,7 +1004,7 @@ static int dw_post_send_locked(struct dw_qp *qp, struct diwarp_send_wr *wr,
                 dw_ud_tx(qp, DW_PROGRESS_BUDGET);
         else if (dw_qp_on_rd(qp))
                 dw_rd_tx_posted(qp);
-        dw_progress_step_post(dev, DW_PROGRESS_BUDGET);
+        dw_progress_step_post(&dev->prog, DW_PROGRESS_BUDGET);
         return err;
 }
 
@@ -1108,7 +1108,7 @@ int dwe_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_
         }
         if (err < 0 && bad_wr)
                 *bad_wr = wr;
-        dw_progress_step_post(dev, DW_PROGRESS_BUDGET);
+        dw_progress_step_post(&dev->prog, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;
 }

@@ -95,11 +95,11 @@ static int pend_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx);
 static void pend_watch(struct dw_cm_pend *p, uint32_t ev)
 {
         if (!p->watched) {
-                if (dw_progress_watch_fd(p->dev, p->fd, ev, pend_cb, p) == 0) {
+                if (dw_progress_watch_fd(&p->dev->prog, p->fd, ev, pend_cb, p) == 0) {
                         p->watched = true;
                         p->events = ev;
                 }
-        } else if (ev != p->events && dw_progress_modify_fd(p->dev, p->fd, ev) == 0) {
+        } else if (ev != p->events && dw_progress_modify_fd(&p->dev->prog, p->fd, ev) == 0) {
                 p->events = ev;
         }
 }
@@ -107,7 +107,7 @@ static void pend_watch(struct dw_cm_pend *p, uint32_t ev)
 static void pend_unwatch(struct dw_cm_pend *p)
 {
         if (p->watched)
-                dw_progress_unwatch_fd(p->dev, p->fd);
+                dw_progress_unwatch_fd(&p->dev->prog, p->fd);
         p->watched = false;
 }
 
@@ -278,7 +278,7 @@ static int listen_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
                 p->next = rd->pend;
                 rd->pend = p;
                 rd->npend++;
-                dw_progress_timer(dev, p->deadline_ns);
+                dw_progress_timer(&dev->prog, p->deadline_ns);
                 pend_watch(p, EPOLLIN);
                 pend_cb(dev, s, EPOLLIN, p);
         }
@@ -323,7 +323,7 @@ static void att_close_fd(struct dw_cm_att *a)
         if (a->fd < 0)
                 return;
         if (a->watched)
-                dw_progress_unwatch_fd(a->qp->dev, a->fd);
+                dw_progress_unwatch_fd(&a->qp->dev->prog, a->fd);
         a->watched = false;
         close(a->fd);
         a->fd = -1;
@@ -361,11 +361,11 @@ static void att_watch(struct dw_cm_att *a)
         uint32_t ev = dw_mpa_poll_events(&a->mpa) == POLLOUT ? EPOLLOUT : EPOLLIN;
 
         if (!a->watched) {
-                if (dw_progress_watch_fd(a->qp->dev, a->fd, ev, att_cb, a) == 0) {
+                if (dw_progress_watch_fd(&a->qp->dev->prog, a->fd, ev, att_cb, a) == 0) {
                         a->watched = true;
                         a->events = ev;
                 }
-        } else if (ev != a->events && dw_progress_modify_fd(a->qp->dev, a->fd, ev) == 0) {
+        } else if (ev != a->events && dw_progress_modify_fd(&a->qp->dev->prog, a->fd, ev) == 0) {
                 a->events = ev;
         }
 }
@@ -386,7 +386,7 @@ static void att_retry_later(struct dw_cm_att *a, int err, const char *why)
         if (a->retry_ns > a->deadline_ns)
                 a->retry_ns = a->deadline_ns;
         a->backoff_ms = a->backoff_ms * 2 > 500 ? 500 : a->backoff_ms * 2;
-        dw_progress_timer(qp->dev, a->retry_ns);
+        dw_progress_timer(&qp->dev->prog, a->retry_ns);
 }
 
 static void att_start(struct dw_cm_att *a)
@@ -440,7 +440,7 @@ static int att_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
                 struct dw_mpa_conn mc = a->mpa;
                 int sfd = a->fd;
                 if (a->watched)
-                        dw_progress_unwatch_fd(qp->dev, a->fd);
+                        dw_progress_unwatch_fd(&qp->dev->prog, a->fd);
                 a->watched = false;
                 a->fd = -1;
                 att_free(a);
@@ -541,7 +541,7 @@ int dw_cm_ib_connect(struct dw_qp *qp)
         rd->atts = a;
         c->cm = a;
         dw_rc_set_state(c, DW_RC_CONNECTING, "IB-style connect started");
-        dw_progress_timer(dev, a->deadline_ns);
+        dw_progress_timer(&dev->prog, a->deadline_ns);
         att_start(a);
         return 0;
 }
@@ -716,7 +716,7 @@ static struct dw_cm_rdch *rdch_of(const struct dw_qp *qp)
 static void rdch_close_fd(struct dw_cm_rdch *ch)
 {
         if (ch->watched)
-                dw_progress_unwatch_fd(ch->qp->dev, ch->fd);
+                dw_progress_unwatch_fd(&ch->qp->dev->prog, ch->fd);
         ch->watched = false;
         if (ch->fd >= 0)
                 close(ch->fd);
@@ -772,7 +772,7 @@ static int rdch_cb(struct dw_device *dev, int fd, uint32_t events, void *ctx)
         ch->end_err = err;
         ch->end_at = dw_now_ns() + RDCH_END_GRACE_NS;
         dev->rc->rdchs_ending++;
-        dw_progress_timer(dev, ch->end_at);
+        dw_progress_timer(&dev->prog, ch->end_at);
         return 1;
 }
 
@@ -829,7 +829,7 @@ int dw_cm_progress(struct dw_device *dev)
         for (struct dw_cm_pend *p = rd->pend, *n; p; p = n) {
                 n = p->next;
                 if (now < p->deadline_ns) {
-                        dw_progress_timer(dev, p->deadline_ns);
+                        dw_progress_timer(&dev->prog, p->deadline_ns);
                         continue;
                 }
                 work++;
@@ -851,7 +851,7 @@ int dw_cm_progress(struct dw_device *dev)
                 if (!ch->end_at)
                         continue;
                 if (now < ch->end_at) {
-                        dw_progress_timer(dev, ch->end_at);
+                        dw_progress_timer(&dev->prog, ch->end_at);
                         continue;
                 }
                 struct dw_qp *qp = ch->qp;
@@ -872,7 +872,7 @@ int dw_cm_progress(struct dw_device *dev)
                         work++;
                         att_fatal(a, "no MPA Reply in time", -ETIMEDOUT);
                 } else {
-                        dw_progress_timer(dev, a->fd < 0 ? a->retry_ns : a->deadline_ns);
+                        dw_progress_timer(&dev->prog, a->fd < 0 ? a->retry_ns : a->deadline_ns);
                 }
         }
         return work;
@@ -883,7 +883,8 @@ int dw_cm_dev_init(struct dw_device *dev)
         struct dw_rc_dev *rd = dev->rc;
 
         if (dev->tcp_listen_fd >= 0) {
-                int r = dw_progress_watch_fd(dev, dev->tcp_listen_fd, EPOLLIN, listen_cb, rd);
+                int r =
+                    dw_progress_watch_fd(&dev->prog, dev->tcp_listen_fd, EPOLLIN, listen_cb, rd);
                 if (r < 0)
                         return r;
                 rd->listen_watched = true;
@@ -902,7 +903,7 @@ void dw_cm_dev_fini(struct dw_device *dev)
         while (rd->atts)
                 att_free(rd->atts);
         if (rd->listen_watched)
-                dw_progress_unwatch_fd(dev, dev->tcp_listen_fd);
+                dw_progress_unwatch_fd(&dev->prog, dev->tcp_listen_fd);
         rd->listen_watched = false;
 }
 
@@ -1269,7 +1270,7 @@ static int attach_rd(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         dw_tcp_configure(fd, dev->cfg.peer_timeout_ms);
         ch->fd = fd;
         fd = -1;
-        r = dw_progress_watch_fd(dev, ch->fd, EPOLLIN | EPOLLRDHUP, rdch_cb, ch);
+        r = dw_progress_watch_fd(&dev->prog, ch->fd, EPOLLIN | EPOLLRDHUP, rdch_cb, ch);
         if (r < 0)
                 goto fail;
         ch->watched = true;
@@ -1303,7 +1304,7 @@ static int attach_native(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
         int r = dw_rc_handover(qp, &(struct dw_rc_stream){.fd = fd, .mc = mc, .peer = peer},
                                DW_RC_SETUP_NATIVE);
         if (r == 0)
-                dw_progress_step(dev, DW_PROGRESS_BUDGET);
+                dw_progress_step(&dev->prog, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return r;
 }
@@ -1611,7 +1612,7 @@ int dwe_disconnect(struct diwarp_qp *q)
         int r = dw_rc_disconnect(qp);
         if (dw_qp_on_rd(qp))
                 rdch_drop(qp);
-        dw_progress_step(qp->dev, DW_PROGRESS_BUDGET);
+        dw_progress_step(&qp->dev->prog, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&qp->dev->lock);
         return r;
 }

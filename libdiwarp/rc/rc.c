@@ -86,13 +86,13 @@ void rc_set_watch(struct dw_rc_conn *c, bool want_out)
          * anyway. */
         uint32_t ev = (c->peer_closed || c->rx_wait_recv ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0);
         if (!c->watched) {
-                if (dw_progress_watch_fd(c->qp->dev, c->fd, ev, rc_watch_cb, c) == 0) {
+                if (dw_progress_watch_fd(&c->qp->dev->prog, c->fd, ev, rc_watch_cb, c) == 0) {
                         c->watched = true;
                         c->watch_events = ev;
                 }
                 return;
         }
-        if (ev != c->watch_events && dw_progress_modify_fd(c->qp->dev, c->fd, ev) == 0)
+        if (ev != c->watch_events && dw_progress_modify_fd(&c->qp->dev->prog, c->fd, ev) == 0)
                 c->watch_events = ev;
 }
 
@@ -109,7 +109,7 @@ void dw_rc_timer_add(struct dw_device *dev, struct dw_rc_conn *c, uint64_t deadl
                 rd->timers = c;
                 c->on_timer_list = true;
         }
-        dw_progress_timer(dev, deadline_ns);
+        dw_progress_timer(&dev->prog, deadline_ns);
 }
 
 void dw_rc_timer_del(struct dw_device *dev, struct dw_rc_conn *c)
@@ -200,7 +200,7 @@ void rc_close_now(struct dw_rc_conn *c)
         c->end_slot = -1;
         if (c->fd >= 0) {
                 if (c->watched)
-                        dw_progress_unwatch_fd(dev, c->fd);
+                        dw_progress_unwatch_fd(&dev->prog, c->fd);
                 close(c->fd);
         }
         c->fd = -1;
@@ -570,7 +570,7 @@ static int rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                 qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num,
                 c->crc ? "on" : "off", c->ird, rc_ord_limit(c), c->mulpdu);
         rc_tx(c);
-        dw_progress_wake(qp->dev);
+        dw_progress_wake(&qp->dev->prog);
         return 0;
 }
 
@@ -880,7 +880,7 @@ static __attribute__((noinline)) int rc_progress_timed(struct dw_device *dev, st
         for (; c; c = next) {
                 next = c->tnext;
                 if (c->deadline_ns > now) {
-                        dw_progress_timer(dev, c->deadline_ns);
+                        dw_progress_timer(&dev->prog, c->deadline_ns);
                         continue;
                 }
                 if (c->state == DW_RC_CLOSING) {

@@ -147,7 +147,7 @@ bool rc_local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iovec *l
         bool done = p->rx_done == c->tx_sent && local_take(c, p, w, loc, nloc);
         /* A receive completed on a device another loop drives: wake it. */
         if (done && locked && w->opcode == DIWARP_WR_SEND)
-                dw_progress_wake(p->qp->dev);
+                dw_progress_wake(&p->qp->dev->prog);
         dw_rc_end_unlock_peer(p, locked);
         if (!done)
                 return false;

@@ -665,7 +665,7 @@ static void rd_tx_wait(struct dw_device *dev, bool wait)
         if (d->tx_wait == wait)
                 return;
         d->tx_wait = wait;
-        dw_progress_tx_wait(dev, wait);
+        dw_progress_tx_wait(&dev->prog, wait);
 }
 
 /* Out of line: without RD QPs or active peers a step pays only the test in
@@ -681,7 +681,7 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                  * thread) reports them. */
                 if (d->held_step == dev->prog.steps) {
                         held_now = true;
-                        dw_progress_timer(dev, 0);
+                        dw_progress_timer(&dev->prog, 0);
                 } else {
                         d->held_step = 0;
                         rd_ack_flush(d);
@@ -724,11 +724,11 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                 uint64_t now =
                     d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
                 dw_host_poll(now);
-                dw_progress_timer(dev, now + RD_TOKEN_RETRY_NS);
+                dw_progress_timer(&dev->prog, now + RD_TOKEN_RETRY_NS);
         }
         if (d->pace_wake) {
                 /* A send waits for pacing: a step then, also for a thread. */
-                dw_progress_timer(dev, d->pace_wake);
+                dw_progress_timer(&dev->prog, d->pace_wake);
                 d->pace_wake = 0;
         }
         /* The step that delivered a ping-pong's receive ends here, for the
@@ -756,7 +756,7 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
         }
         if (!d->timers_dirty && now < d->timers_at) {
                 if (d->timers_at != UINT64_MAX) /* each step asks anew */
-                        dw_progress_timer(dev, d->timers_at);
+                        dw_progress_timer(&dev->prog, d->timers_at);
                 return work;
         }
         d->timers_dirty = false;
@@ -801,7 +801,7 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
         }
         d->timers_at = next;
         if (next != UINT64_MAX)
-                dw_progress_timer(dev, next);
+                dw_progress_timer(&dev->prog, next);
         return work;
 }
 
@@ -1314,7 +1314,7 @@ int dwe_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
         if (err < 0 && bad_wr)
                 *bad_wr = wr;
         dw_rd_tx_posted(qp);
-        dw_progress_step(dev, DW_PROGRESS_BUDGET);
+        dw_progress_step(&dev->prog, DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
         return err;
 }

@@ -187,7 +187,7 @@ int rd_mbox_tx_take(struct dw_rd_peer *p, uint32_t len, uint64_t now)
                 qp->dev->ctr.credit_probes++;
                 m->probe_at = now + RD_CREDIT_PROBE_NS;
         }
-        dw_progress_timer(qp->dev, m->probe_at);
+        dw_progress_timer(&qp->dev->prog, m->probe_at);
         return -1;
 }
 

@@ -35,7 +35,7 @@ static void dw_ud_set_pending(struct dw_qp *qp, bool pending)
         if (qp->tx_pending == pending)
                 return;
         qp->tx_pending = pending;
-        dw_progress_tx_wait(qp->dev, pending);
+        dw_progress_tx_wait(&qp->dev->prog, pending);
 }
 
 /* MSN of an untagged DDP header (RFC 5041 §4.3: control, RsvdULP 8 + 32 bits,
@@ -328,7 +328,7 @@ static int ud_tx_local(struct dw_qp *qp)
         /* A receive completed on a device another loop drives: wake it. */
         if (locked) {
                 if (taken)
-                        dw_progress_wake(to);
+                        dw_progress_wake(&to->prog);
                 pthread_mutex_unlock(&to->lock);
         }
         if (!taken) {
@@ -448,6 +448,23 @@ int dw_ud_tx(struct dw_qp *qp, int budget)
                 dw_ud_set_pending(qp, false);
         else if (work >= budget)
                 dw_ud_set_pending(qp, true); /* more to send: the next step continues */
+        return work;
+}
+
+int dw_ud_tx_waiting(struct dw_device *dev, int budget)
+{
+        const struct dw_progress *p = &dev->prog;
+        int work = 0;
+        for (unsigned k = 0; k < DW_MAX_QP && work < budget && p->ntx_pending; k++) {
+                unsigned idx = (dev->tx_rr + k) % DW_MAX_QP;
+                struct dw_qp *qp = dev->qps[idx];
+                if (!qp || !qp->tx_pending)
+                        continue;
+                /* Each QP gets a share so the budget spreads over the pending ones. */
+                int share = (budget - work) / (int)p->ntx_pending;
+                work += dw_ud_tx(qp, share > 0 ? share : 1);
+                dev->tx_rr = idx + 1;
+        }
         return work;
 }
 
