@@ -2,6 +2,10 @@
  * batched transmit (a posted list of UD sends goes out with sendmmsg, or
  * linked sendmsg SQEs with io_uring) checked end to end: every message
  * arrives byte for byte, send and receive completions come in posting order.
+ * A list is longer than two steps' budget: the step of post_send sends the
+ * first DW_PROGRESS_BUDGET, and the rest waits (tx_pending) for the later
+ * steps, which send it through the UD transport's tx hook (the QPs that wait,
+ * round-robin), or never when that hook does not run.
  * Each test sets DIWARP_IO before opening its devices (criterion runs every
  * test in its own process). */
 #include <criterion/criterion.h>
@@ -18,14 +22,16 @@
 
 #include <diwarp/diwarp.h>
 
+#include "progress/progress.h"
 #include "wire/dgram.h"
 #include "ud_rts.h"
 
 #define QKEY  0x2222u
-#define NMSG  48
+#define NMSG  150
 #define SLOT  4096
 #define GRH   40
 #define RSLOT (SLOT + GRH)
+_Static_assert(NMSG > 2 * DW_PROGRESS_BUDGET, "a posted list outlasts a step's budget");
 
 struct side {
         struct diwarp_device *dev;
