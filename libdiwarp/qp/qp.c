@@ -315,11 +315,99 @@ static int dw_qp_alloc_index(struct dw_device *dev)
         return -ENOMEM;
 }
 
+/* The capabilities asked for, within the device's limits; a 0 becomes 1. */
+static int qp_cap_check(struct diwarp_qp_cap *cap)
+{
+        if (cap->max_send_wr > DW_MAX_QP_WR || cap->max_recv_wr > DW_MAX_QP_WR ||
+            cap->max_send_sge > DW_MAX_SGE || cap->max_recv_sge > DW_MAX_SGE ||
+            cap->max_inline_data > DW_MAX_INLINE)
+                return -EINVAL;
+        if (cap->max_send_wr == 0)
+                cap->max_send_wr = 1;
+        if (cap->max_recv_wr == 0)
+                cap->max_recv_wr = 1;
+        if (cap->max_send_sge == 0)
+                cap->max_send_sge = 1;
+        if (cap->max_recv_sge == 0)
+                cap->max_recv_sge = 1;
+        return 0;
+}
+
+/* Frees what qp_queues_init made. */
+static void qp_queues_fini(struct dw_qp *qp)
+{
+        free(qp->ud_seen);
+        qp->ud_seen = NULL;
+        if (!qp->srq)
+                dw_wq_fini(&qp->rq);
+        dw_wq_fini(&qp->sq);
+}
+
+/* The QP's own memory: its queues (no receive queue with an SRQ: *cap then
+ * says 0 receive WRs) and a UD QP's duplicate filter. */
+static int qp_queues_init(struct dw_qp *qp, struct diwarp_qp_cap *cap)
+{
+        int err = dw_wq_init(&qp->sq, cap->max_send_wr, cap->max_send_sge, cap->max_inline_data);
+        if (err < 0)
+                return err;
+        if (qp->srq) {
+                cap->max_recv_wr = 0;
+                cap->max_recv_sge = 0;
+        } else {
+                err = dw_wq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge, 0);
+                if (err < 0) {
+                        dw_wq_fini(&qp->sq);
+                        return err;
+                }
+        }
+        qp->cap = *cap;
+        if (qp->type == DIWARP_QPT_UD) {
+                qp->ud_seen = calloc(DW_UD_SEEN_SLOTS, sizeof(*qp->ud_seen));
+                if (!qp->ud_seen) {
+                        qp_queues_fini(qp);
+                        return -ENOMEM;
+                }
+                qp->ud_msn = dw_random_msn(qp);
+        }
+        return 0;
+}
+
+/* Gives qp its QPN and its transport's state, puts it in the device's
+ * table and takes its references on the PD, CQs and SRQ. */
+static int qp_register(struct dw_qp *qp)
+{
+        struct dw_device *dev = qp->dev;
+        int err = 0;
+        pthread_mutex_lock(&dev->lock);
+        int idx = dw_qp_alloc_index(dev);
+        if (idx < 0) {
+                err = idx;
+                goto out;
+        }
+        qp->qpn = dw_qpn_make(dev->instance, (uint32_t)idx);
+        if (dw_rd_wanted(dev, qp->type))
+                err = dw_rd_qp_init(qp);
+        else if (dw_qp_is_rc(qp))
+                err = dw_rc_qp_init(qp);
+        if (err < 0)
+                goto out;
+        dev->qps[idx] = qp;
+        dev->nqp++;
+        if (dw_qp_uses_udp(qp))
+                dev->prog.ndgram++; /* app-driven steps read the UDP socket */
+        dw_pd_get(qp->pd);
+        qp->send_cq->use_count++;
+        qp->recv_cq->use_count++;
+        if (qp->srq)
+                qp->srq->q.use_count++;
+out:
+        pthread_mutex_unlock(&dev->lock);
+        return err;
+}
+
 int dwe_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct diwarp_qp **out)
 {
         struct dw_pd *pd = dw_pd_of(p);
-        int err;
-
         struct dw_device *dev = pd->dev;
         struct dw_cq_obj *scq = dw_cq_of(attr->send_cq), *rcq = dw_cq_of(attr->recv_cq);
         struct dw_srq_obj *srq = attr->srq ? dw_srq_of(attr->srq) : NULL;
@@ -336,18 +424,9 @@ int dwe_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
                 return -EINVAL;
         }
         struct diwarp_qp_cap cap = attr->cap;
-        if (cap.max_send_wr > DW_MAX_QP_WR || cap.max_recv_wr > DW_MAX_QP_WR ||
-            cap.max_send_sge > DW_MAX_SGE || cap.max_recv_sge > DW_MAX_SGE ||
-            cap.max_inline_data > DW_MAX_INLINE)
-                return -EINVAL;
-        if (cap.max_send_wr == 0)
-                cap.max_send_wr = 1;
-        if (cap.max_recv_wr == 0)
-                cap.max_recv_wr = 1;
-        if (cap.max_send_sge == 0)
-                cap.max_send_sge = 1;
-        if (cap.max_recv_sge == 0)
-                cap.max_recv_sge = 1;
+        int err = qp_cap_check(&cap);
+        if (err < 0)
+                return err;
 
         struct dw_qp *qp = calloc(1, sizeof(*qp));
         if (!qp)
@@ -361,73 +440,22 @@ int dwe_qp_create(struct diwarp_pd *p, struct diwarp_qp_init_attr *attr, struct 
         qp->recv_cq = &rcq->cq;
         qp->srq = srq;
         qp->sq_sig_all = attr->sq_sig_all;
-        err = dw_wq_init(&qp->sq, cap.max_send_wr, cap.max_send_sge, cap.max_inline_data);
-        if (err < 0)
-                goto fail;
-        if (srq) {
-                cap.max_recv_wr = 0;
-                cap.max_recv_sge = 0;
-        } else {
-                err = dw_wq_init(&qp->rq, cap.max_recv_wr, cap.max_recv_sge, 0);
-                if (err < 0)
-                        goto fail_sq;
-        }
-        qp->cap = cap;
         qp->attr.qkey = DW_UD_DEFAULT_QKEY;
-        if (qp->type == DIWARP_QPT_UD) {
-                qp->ud_seen = calloc(DW_UD_SEEN_SLOTS, sizeof(*qp->ud_seen));
-                if (!qp->ud_seen) {
-                        err = -ENOMEM;
-                        goto fail_rq;
-                }
-                qp->ud_msn = dw_random_msn(qp);
+        err = qp_queues_init(qp, &cap);
+        if (err < 0) {
+                free(qp);
+                return err;
         }
-
-        pthread_mutex_lock(&dev->lock);
-        int idx = dw_qp_alloc_index(dev);
-        if (idx < 0) {
-                pthread_mutex_unlock(&dev->lock);
-                err = idx;
-                goto fail_rq;
+        err = qp_register(qp);
+        if (err < 0) {
+                qp_queues_fini(qp);
+                free(qp);
+                return err;
         }
-        qp->qpn = dw_qpn_make(dev->instance, (uint32_t)idx);
-        if (dw_rd_wanted(dev, qp->type)) {
-                err = dw_rd_qp_init(qp);
-                if (err < 0) {
-                        pthread_mutex_unlock(&dev->lock);
-                        goto fail_rq;
-                }
-        } else if (dw_qp_is_rc(qp)) {
-                err = dw_rc_qp_init(qp);
-                if (err < 0) {
-                        pthread_mutex_unlock(&dev->lock);
-                        goto fail_rq;
-                }
-        }
-        dev->qps[idx] = qp;
-        dev->nqp++;
-        if (dw_qp_uses_udp(qp))
-                dev->prog.ndgram++; /* app-driven steps read the UDP socket */
-        dw_pd_get(pd);
-        qp->send_cq->use_count++;
-        qp->recv_cq->use_count++;
-        if (srq)
-                srq->q.use_count++;
-        pthread_mutex_unlock(&dev->lock);
         attr->cap = cap;
         dw_dbg("QP %#x created (type %d)", qp->qpn, qp->type);
         *out = dw_qp_pub(qp);
         return 0;
-
-fail_rq:
-        free(qp->ud_seen);
-        if (!srq)
-                dw_wq_fini(&qp->rq);
-fail_sq:
-        dw_wq_fini(&qp->sq);
-fail:
-        free(qp);
-        return err;
 }
 
 int dwe_qp_destroy(struct diwarp_qp *q)
@@ -455,10 +483,7 @@ int dwe_qp_destroy(struct diwarp_qp *q)
                 qp->srq->q.use_count--;
         dw_async_queue_purge(&dev->async, q);
         pthread_mutex_unlock(&dev->lock);
-        dw_wq_fini(&qp->sq);
-        if (!qp->srq)
-                dw_wq_fini(&qp->rq);
-        free(qp->ud_seen);
+        qp_queues_fini(qp);
         free(qp);
         return 0;
 }
