@@ -668,29 +668,31 @@ static void rd_tx_wait(struct dw_device *dev, bool wait)
         dw_progress_tx_wait(&dev->prog, wait);
 }
 
-/* Out of line: without RD QPs or active peers a step pays only the test in
- * dw_rd_progress, not this function's register saves. */
-static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, struct dw_rd_dev *d,
-                                                      int budget)
+/* Receives held in an earlier step are reported now (with the ACKs they
+ * owe); true when they were held in this very step, whose end then comes
+ * at once (the timers wait for the next step). */
+static bool rd_step_held(struct dw_device *dev, struct dw_rd_dev *d)
 {
-        int work = 0;
-        bool blocked = false;
-        bool held_now = false;
-        if (d->held_step) {
+        if (!d->held_step)
+                return false;
+        if (d->held_step == dev->prog.steps) {
                 /* Held in this step: the next one (at once for a progress
                  * thread) reports them. */
-                if (d->held_step == dev->prog.steps) {
-                        held_now = true;
-                        dw_progress_timer(&dev->prog, 0);
-                } else {
-                        d->held_step = 0;
-                        rd_ack_flush(d);
-                        for (struct dw_rd_qp *s = d->qps; s; s = s->next)
-                                rd_retire_held(s);
-                }
+                dw_progress_timer(&dev->prog, 0);
+                return true;
         }
-        /* In-flight caps: the tokens of retired WQEs go back before anyone
-         * asks for new ones (a QP held back asks again as it transmits). */
+        d->held_step = 0;
+        rd_ack_flush(d);
+        for (struct dw_rd_qp *s = d->qps; s; s = s->next)
+                rd_retire_held(s);
+        return false;
+}
+
+/* In-flight caps: the tokens of retired WQEs go back before anyone asks
+ * for new ones (a QP held back asks again as it transmits); the mailboxes'
+ * credit datagrams go. True when a QP waits for a token. */
+static bool rd_step_tokens(struct dw_rd_dev *d)
+{
         bool token_wait = false;
         for (struct dw_rd_qp *s = d->qps; s; s = s->next) {
                 if (s->mb && s->mb->ctl)
@@ -701,6 +703,14 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
                 }
                 token_wait |= s->token_wait;
         }
+        return token_wait;
+}
+
+/* Every QP with something to send transmits, until the socket refuses. */
+static int rd_step_tx(struct dw_device *dev, struct dw_rd_dev *d, int budget)
+{
+        int work = 0;
+        bool blocked = false;
         /* Each step starts with the next QP: when the paths' windows are the
          * limit, the first QP served would otherwise take every opening. */
         struct dw_rd_qp *start = d->tx_rr ? d->tx_rr : d->qps;
@@ -714,32 +724,58 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
         }
         d->tx_rr = start && start->next ? start->next : NULL;
         rd_tx_wait(dev, blocked);
-        if (token_wait) {
-                /* Tokens freed by another process wake nobody here: a QP
-                 * waiting for one asks again every RD_TOKEN_RETRY_NS, whether
-                 * or not this process stands in the pool's line (a token the
-                 * line gave it may have gone to another QP of the process,
-                 * and an application that makes no steps of its own, its
-                 * progress thread serving it, must not wait for ever). */
-                uint64_t now =
-                    d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
-                dw_host_poll(now);
-                dw_progress_timer(&dev->prog, now + RD_TOKEN_RETRY_NS);
-        }
-        if (d->pace_wake) {
-                /* A send waits for pacing: a step then, also for a thread. */
-                dw_progress_timer(&dev->prog, d->pace_wake);
-                d->pace_wake = 0;
-        }
-        /* The step that delivered a ping-pong's receive ends here, for the
-         * application to answer sooner; the timers wait for the next step. */
-        if (held_now)
-                return work;
+        return work;
+}
 
-        /* The latest clock read of this step, if it made one (a receive or a
-         * transmit): every stamp rel/ took in it is at or before it. */
-        uint64_t now = d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
-        uint64_t next = UINT64_MAX;
+/* The clock of this step: its latest read if it made one (a receive or a
+ * transmit: every stamp rel/ took in it is at or before it), else now. */
+static uint64_t rd_step_clock(const struct dw_device *dev, const struct dw_rd_dev *d)
+{
+        return d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
+}
+
+/* rel/'s timers of an active peer: false when it left the active list
+ * (dead, its QP in error, or failed now), else true with its next deadline
+ * in *dl. */
+static bool rd_peer_timers(struct dw_rd_dev *d, struct dw_rd_peer *p, uint64_t now, uint64_t *dl)
+{
+        if (p->dead || p->s->qp->state == DIWARP_QPS_ERR) {
+                rd_deactivate(p);
+                return false;
+        }
+        int r = dw_rel_timers(&p->rel, now, &rd_ops, p);
+        if (r == -EFAULT) {
+                rd_read_source_gone(p);
+                rd_deactivate(p);
+                return false;
+        }
+        if (r < 0 && !rd_backpressure(r)) {
+                enum diwarp_wc_status st = r == -EREMOTEIO   ? DIWARP_WC_RNR_RETRY_EXC_ERR
+                                           : r == -ETIMEDOUT ? DIWARP_WC_RETRY_EXC_ERR
+                                                             : DIWARP_WC_LOC_PROT_ERR;
+                /* Marks the QP's peers dead; they leave the list as the
+                 * walk meets them, so the walk's next pointer stays valid. */
+                char why[160];
+                snprintf(why, sizeof(why), "retransmission failed: %s%s", strerror(-r),
+                         r == -EACCES ? " (a local SGE of the message is no longer "
+                                        "in a valid memory region)"
+                                      : "");
+                rd_peer_fail(p, st, DIWARP_EVENT_QP_FATAL,
+                             r == -ETIMEDOUT || r == -EREMOTEIO ? dw_rel_fatal_str(&p->rel) : why);
+                rd_deactivate(p);
+                return false;
+        }
+        *dl = dw_rel_next_deadline(&p->rel);
+        if (*dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0)
+                *dl = rd_peer_quiet(d, p, now);
+        return true;
+}
+
+/* The timers: the idle sweep when due, then the walk over the active
+ * peers when the earliest deadline known has come or peers changed. */
+static int rd_step_timers(struct dw_device *dev, struct dw_rd_dev *d)
+{
+        uint64_t now = rd_step_clock(dev, d);
         /* Idle streams of RD QPs go (rd_sweep_qp), looked for by the steps
          * that come: no timer of its own wakes a progress thread for it (a
          * device nobody uses keeps them, within the caps, until it is used). */
@@ -757,44 +793,18 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
         if (!d->timers_dirty && now < d->timers_at) {
                 if (d->timers_at != UINT64_MAX) /* each step asks anew */
                         dw_progress_timer(&dev->prog, d->timers_at);
-                return work;
+                return 0;
         }
         d->timers_dirty = false;
         d->touched = NULL;
         d->ctl_sent = 0;
-        struct dw_rd_peer *p = d->active, *nx;
-        for (; p; p = nx) {
+        int work = 0;
+        uint64_t next = UINT64_MAX;
+        for (struct dw_rd_peer *p = d->active, *nx; p; p = nx) {
                 nx = p->anext;
-                if (p->dead || p->s->qp->state == DIWARP_QPS_ERR) {
-                        rd_deactivate(p);
+                uint64_t dl;
+                if (!rd_peer_timers(d, p, now, &dl))
                         continue;
-                }
-                int r = dw_rel_timers(&p->rel, now, &rd_ops, p);
-                if (r == -EFAULT) {
-                        rd_read_source_gone(p);
-                        rd_deactivate(p);
-                        continue;
-                }
-                if (r < 0 && !rd_backpressure(r)) {
-                        enum diwarp_wc_status st = r == -EREMOTEIO   ? DIWARP_WC_RNR_RETRY_EXC_ERR
-                                                   : r == -ETIMEDOUT ? DIWARP_WC_RETRY_EXC_ERR
-                                                                     : DIWARP_WC_LOC_PROT_ERR;
-                        /* Marks the QP's peers dead; they leave the list as the
-                         * walk meets them, so nx stays valid. */
-                        char why[160];
-                        snprintf(why, sizeof(why), "retransmission failed: %s%s", strerror(-r),
-                                 r == -EACCES ? " (a local SGE of the message is no longer "
-                                                "in a valid memory region)"
-                                              : "");
-                        rd_peer_fail(p, st, DIWARP_EVENT_QP_FATAL,
-                                     r == -ETIMEDOUT || r == -EREMOTEIO ? dw_rel_fatal_str(&p->rel)
-                                                                        : why);
-                        rd_deactivate(p);
-                        continue;
-                }
-                uint64_t dl = dw_rel_next_deadline(&p->rel);
-                if (dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0)
-                        dl = rd_peer_quiet(d, p, now);
                 if (dl < next)
                         next = dl;
                 work++;
@@ -803,6 +813,37 @@ static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, str
         if (next != UINT64_MAX)
                 dw_progress_timer(&dev->prog, next);
         return work;
+}
+
+/* Out of line: without RD QPs or active peers a step pays only the test in
+ * dw_rd_progress, not this function's register saves. */
+static __attribute__((noinline)) int rd_progress_busy(struct dw_device *dev, struct dw_rd_dev *d,
+                                                      int budget)
+{
+        bool held_now = rd_step_held(dev, d);
+        bool token_wait = rd_step_tokens(d);
+        int work = rd_step_tx(dev, d, budget);
+        if (token_wait) {
+                /* Tokens freed by another process wake nobody here: a QP
+                 * waiting for one asks again every RD_TOKEN_RETRY_NS, whether
+                 * or not this process stands in the pool's line (a token the
+                 * line gave it may have gone to another QP of the process,
+                 * and an application that makes no steps of its own, its
+                 * progress thread serving it, must not wait for ever). */
+                uint64_t now = rd_step_clock(dev, d);
+                dw_host_poll(now);
+                dw_progress_timer(&dev->prog, now + RD_TOKEN_RETRY_NS);
+        }
+        if (d->pace_wake) {
+                /* A send waits for pacing: a step then, also for a thread. */
+                dw_progress_timer(&dev->prog, d->pace_wake);
+                d->pace_wake = 0;
+        }
+        /* The step that delivered a ping-pong's receive ends here, for the
+         * application to answer sooner; the timers wait for the next step. */
+        if (held_now)
+                return work;
+        return work + rd_step_timers(dev, d);
 }
 
 int dw_rd_progress(struct dw_device *dev, int budget)
