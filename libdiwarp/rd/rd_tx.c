@@ -1420,6 +1420,126 @@ static int rd_send_batch(struct dw_device *dev, struct dw_rd_dev *d, int n)
 
 /* Transmits new segments of one QP. Returns work; *blocked when the socket
  * pushed back. */
+/* Builds the next batch into the device's slots: credit control first,
+ * then pull requests, then the SQ and the responder's queue in turns. The
+ * datagrams built, or -1 when the QP failed while building; *work counts
+ * WRs finished without a datagram. */
+static int rd_tx_build(struct dw_rd_qp *s, uint64_t now, int *work)
+{
+        struct dw_device *dev = s->qp->dev;
+        struct dw_rd_dev *d = rdd(dev);
+        int n = 0;
+        uint32_t bytes = 0;
+        bool sq_off = false, irq_off = s->fifo_count == 0, pull_off = s->npull == 0;
+        s->orq_building = 0;
+        s->starting = 0;
+        /* With GSO a step builds up to 64 datagrams (a few super-
+         * datagrams' worth), fewer when they are large. */
+        int nmax = !dev->fault_on && dw_udp_gso_on(&dev->udp) ? RD_BATCH : DW_UDP_TX_BATCH;
+        /* Credit control first: a blocked sender waits for it. */
+        while (n < nmax && s->mb && s->mb->cctl_unsent && rd_next_cctl(s, now, &d->slot[n]) == 1) {
+                bytes += d->slot[n].dlen;
+                n++;
+        }
+        while (n < nmax && bytes < RD_BATCH_BYTES && !(sq_off && irq_off && pull_off)) {
+                /* Pull requests first: small, and each one unlocks a chunk
+                 * of data. */
+                if (!pull_off) {
+                        int r = rd_next_pull(s, now, &d->slot[n]);
+                        if (r == 1) {
+                                bytes += d->slot[n].dlen;
+                                n++;
+                                continue;
+                        }
+                        pull_off = true;
+                        if (sq_off && irq_off)
+                                break;
+                }
+                bool use_irq = !irq_off && (s->irq_turn || sq_off);
+                int r =
+                    use_irq ? rd_next_irq(s, now, &d->slot[n]) : rd_next_sq(s, now, n, &d->slot[n]);
+                if (r < 0)
+                        return -1;
+                if (r == 0) {
+                        if (use_irq)
+                                irq_off = true;
+                        else
+                                sq_off = true;
+                        continue;
+                }
+                if (r == 2) {
+                        (*work)++;
+                        continue;
+                }
+                s->irq_turn = !use_irq;
+                bytes += d->slot[n].dlen;
+                n++;
+        }
+        return n;
+}
+
+/* The QP failed while building: the batch is forgotten. */
+static void rd_tx_forget(struct dw_rd_dev *d)
+{
+        for (int i = 0; i < RD_BATCH; i++) {
+                if (d->slot[i].peer) {
+                        rd_pending_clear(d->slot[i].peer);
+                        d->slot[i].peer->batch = 0;
+                        rd_ring_idle(d, d->slot[i].peer);
+                }
+                d->slot[i].peer = NULL;
+        }
+}
+
+/* Hands the n datagrams built to the socket: how many it took. */
+static int rd_tx_send(struct dw_device *dev, struct dw_rd_dev *d, int n, uint64_t now)
+{
+        if (!dev->fault_on && n > 1)
+                return rd_send_batch(dev, d, n);
+        int sent = 0;
+        for (; sent < n; sent++) {
+                struct rd_txslot *t = &d->slot[sent];
+                d->tx_neterr = 0;
+                if (rd_send_one(dev, t->iov, t->iovcnt, &t->dst) < 0)
+                        break;
+                if (d->tx_neterr)
+                        rd_rail_neterr(t->peer, t->rail, d->tx_neterr, now);
+        }
+        return sent;
+}
+
+/* The socket took sent of the n datagrams: those are committed to rel/,
+ * and the cursors roll back to the first one it refused. */
+static void rd_tx_settle(struct dw_rd_qp *s, struct dw_rd_dev *d, int n, int sent, uint64_t now)
+{
+        for (int i = 0; i < n; i++) {
+                d->slot[i].peer->batch = 0;
+                rd_pending_clear(d->slot[i].peer);
+        }
+        for (int i = 0; i < sent; i++)
+                rd_commit(s, &d->slot[i], now);
+        for (int i = n - 1; i >= sent; i--) {
+                struct rd_txslot *t = &d->slot[i];
+                if (ck_kind(t->cookie) == RD_CK_CCTL) {
+                        s->mb->cctl[t->save_idx].sent = false;
+                        s->mb->cctl_unsent++;
+                } else if (ck_kind(t->cookie) == RD_CK_PULL) {
+                        /* rd_next_pull offers it again */
+                        s->pull[t->save_idx].rd[t->save_seg].sent = false;
+                } else if (ck_kind(t->cookie) == RD_CK_SQ) {
+                        s->tx_idx = t->save_idx;
+                        s->tx_seg = t->save_seg;
+                        rd_mbox_tx_untake(t->peer, t->cr_slots);
+                } else {
+                        s->irq[t->save_idx].next_seg = t->save_seg;
+                }
+        }
+        for (int i = sent; i < n; i++)
+                rd_ring_idle(d, d->slot[i].peer); /* refused: maybe nothing in flight */
+        for (int i = 0; i < n; i++)
+                d->slot[i].peer = NULL;
+}
+
 int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
 {
         struct dw_qp *qp = s->qp;
@@ -1437,110 +1557,15 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked)
                     !(s->mb && s->mb->cctl_unsent))
                         return work;
                 uint64_t now = rd_clock(dev);
-                int n = 0;
-                uint32_t bytes = 0;
-                bool sq_off = false, irq_off = s->fifo_count == 0, pull_off = s->npull == 0;
-                s->orq_building = 0;
-                s->starting = 0;
-                /* With GSO a step builds up to 64 datagrams (a few super-
-                 * datagrams' worth), fewer when they are large. */
-                int nmax = !dev->fault_on && dw_udp_gso_on(&dev->udp) ? RD_BATCH : DW_UDP_TX_BATCH;
-                /* Credit control first: a blocked sender waits for it. */
-                while (n < nmax && s->mb && s->mb->cctl_unsent &&
-                       rd_next_cctl(s, now, &d->slot[n]) == 1) {
-                        bytes += d->slot[n].dlen;
-                        n++;
-                }
-                while (n < nmax && bytes < RD_BATCH_BYTES && !(sq_off && irq_off && pull_off)) {
-                        /* Pull requests first: small, and each one unlocks a
-                         * chunk of data. */
-                        if (!pull_off) {
-                                int r = rd_next_pull(s, now, &d->slot[n]);
-                                if (r == 1) {
-                                        bytes += d->slot[n].dlen;
-                                        n++;
-                                        continue;
-                                }
-                                pull_off = true;
-                                if (sq_off && irq_off)
-                                        break;
-                        }
-                        bool use_irq = !irq_off && (s->irq_turn || sq_off);
-                        int r = use_irq ? rd_next_irq(s, now, &d->slot[n])
-                                        : rd_next_sq(s, now, n, &d->slot[n]);
-                        if (r < 0) {
-                                n = -1;
-                                break;
-                        }
-                        if (r == 0) {
-                                if (use_irq)
-                                        irq_off = true;
-                                else
-                                        sq_off = true;
-                                continue;
-                        }
-                        if (r == 2) {
-                                work++;
-                                continue;
-                        }
-                        s->irq_turn = !use_irq;
-                        bytes += d->slot[n].dlen;
-                        n++;
-                }
+                int n = rd_tx_build(s, now, &work);
                 if (n < 0) {
-                        /* The QP failed while building: forget the batch. */
-                        for (int i = 0; i < RD_BATCH; i++) {
-                                if (d->slot[i].peer) {
-                                        rd_pending_clear(d->slot[i].peer);
-                                        d->slot[i].peer->batch = 0;
-                                        rd_ring_idle(d, d->slot[i].peer);
-                                }
-                                d->slot[i].peer = NULL;
-                        }
+                        rd_tx_forget(d);
                         return work + 1;
                 }
                 if (n == 0)
                         break;
-                int sent = 0;
-                if (dev->fault_on || n == 1) {
-                        for (; sent < n; sent++) {
-                                struct rd_txslot *t = &d->slot[sent];
-                                d->tx_neterr = 0;
-                                if (rd_send_one(dev, t->iov, t->iovcnt, &t->dst) < 0)
-                                        break;
-                                if (d->tx_neterr)
-                                        rd_rail_neterr(t->peer, t->rail, d->tx_neterr, now);
-                        }
-                } else {
-                        sent = rd_send_batch(dev, d, n);
-                }
-                for (int i = 0; i < n; i++) {
-                        d->slot[i].peer->batch = 0;
-                        rd_pending_clear(d->slot[i].peer);
-                }
-                for (int i = 0; i < sent; i++)
-                        rd_commit(s, &d->slot[i], now);
-                /* Roll the cursors back to the first datagram the socket refused. */
-                for (int i = n - 1; i >= sent; i--) {
-                        struct rd_txslot *t = &d->slot[i];
-                        if (ck_kind(t->cookie) == RD_CK_CCTL) {
-                                s->mb->cctl[t->save_idx].sent = false;
-                                s->mb->cctl_unsent++;
-                        } else if (ck_kind(t->cookie) == RD_CK_PULL) {
-                                /* rd_next_pull offers it again */
-                                s->pull[t->save_idx].rd[t->save_seg].sent = false;
-                        } else if (ck_kind(t->cookie) == RD_CK_SQ) {
-                                s->tx_idx = t->save_idx;
-                                s->tx_seg = t->save_seg;
-                                rd_mbox_tx_untake(t->peer, t->cr_slots);
-                        } else {
-                                s->irq[t->save_idx].next_seg = t->save_seg;
-                        }
-                }
-                for (int i = sent; i < n; i++)
-                        rd_ring_idle(d, d->slot[i].peer); /* refused: maybe nothing in flight */
-                for (int i = 0; i < n; i++)
-                        d->slot[i].peer = NULL;
+                int sent = rd_tx_send(dev, d, n, now);
+                rd_tx_settle(s, d, n, sent, now);
                 work += sent;
                 if (sent < n) {
                         qp->ctr.tx_backpressure++;
