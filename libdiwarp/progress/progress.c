@@ -875,6 +875,65 @@ static uint64_t dw_progress_spin_budget(struct dw_progress *p)
         return ns;
 }
 
+/* One pause of the driver, lock released: spins while its spin lasts (not
+ * past the transports' next timer at wake_at; t: ns to it, -1 none), else
+ * sleeps. What ppoll returns, 0 when a timer came due while spinning;
+ * *spin_until goes to 0 once the spin is over, *slept says it slept. */
+static int dw_progress_driver_pause(struct dw_progress *p, struct pollfd *pfd, uint64_t *spin_until,
+                                    int64_t t, uint64_t wake_at, bool *slept)
+{
+        int n = 0;
+        if (*spin_until) {
+                /* A timer armed meanwhile writes the wake eventfd, which the
+                 * spin sees in the set: a step for it, and the spin goes on. */
+                n = dw_progress_wait_spin(p, pfd, *spin_until < wake_at ? *spin_until : wake_at);
+                uint64_t now = dw_now_ns();
+                if (n == 0 && now < *spin_until)
+                        return 0; /* the timer is due */
+                if (n == -EBUSY) {
+                        n = 0;
+                        pthread_mutex_lock(p->dev.lock);
+                        dw_progress_spin_stolen(p, now);
+                        pthread_mutex_unlock(p->dev.lock);
+                }
+                if (n == 0) {
+                        *spin_until = 0; /* spent or stolen: sleep from now on */
+                        if (t >= 0)
+                                t = wake_at > now ? (int64_t)(wake_at - now) : 0;
+                }
+        }
+        if (n == 0) {
+                n = dw_progress_driver_sleep(p, pfd, t);
+                *slept = true;
+        }
+        return n;
+}
+
+/* The driver leaves: the spin's trust follows whether it slept, threads
+ * that wait beside go to the progress thread, and a thread asleep on the
+ * set with an older timeout (its wake-up for a timer may have been read by
+ * this driver's look) is woken for the transports' next deadline. Lock
+ * held; released. */
+static void dw_progress_driver_leave(struct dw_progress *p, uint64_t spin_ns, bool slept)
+{
+        if (spin_ns) {
+                if (!slept)
+                        p->spin_trust = DW_SPIN_TRUST;
+                else
+                        p->spin_trust /= 2;
+        }
+        atomic_store(&p->driver, 0);
+        bool kick = atomic_load(&p->waiters) > 0;
+        uint64_t t = atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed);
+        if (t && p->deadline_ns < t) {
+                atomic_store_explicit(&p->thread_sleep_until, p->deadline_ns, memory_order_relaxed);
+                dw_progress_wake(p);
+        }
+        pthread_mutex_unlock(p->dev.lock);
+        if (kick)
+                dw_progress_kick(p);
+}
+
 int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void *ctx)
 {
         pid_t self = dw_progress_tid();
@@ -915,36 +974,7 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
                 uint64_t wake_at = t < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)t;
                 atomic_store_explicit(&p->driver_sleep_until, wake_at, memory_order_relaxed);
                 pthread_mutex_unlock(p->dev.lock);
-                int n = 0;
-                bool timer_due = false;
-                if (spin_until) {
-                        /* Not past the transports' next timer (a timer
-                         * armed meanwhile writes the wake eventfd, which
-                         * the spin sees in the set): a step for it, and the
-                         * spin goes on. */
-                        n = dw_progress_wait_spin(p, pfd,
-                                                  spin_until < wake_at ? spin_until : wake_at);
-                        uint64_t now = dw_now_ns();
-                        if (n == -EBUSY) {
-                                n = 0;
-                                pthread_mutex_lock(p->dev.lock);
-                                dw_progress_spin_stolen(p, now);
-                                pthread_mutex_unlock(p->dev.lock);
-                                spin_until = 0;
-                                if (t >= 0)
-                                        t = wake_at > now ? (int64_t)(wake_at - now) : 0;
-                        } else if (n == 0 && now < spin_until) {
-                                timer_due = true;
-                        } else if (n == 0) {
-                                spin_until = 0; /* spent: sleep from now on */
-                                if (t >= 0)
-                                        t = wake_at > now ? (int64_t)(wake_at - now) : 0;
-                        }
-                }
-                if (n == 0 && !timer_due) {
-                        n = dw_progress_driver_sleep(p, pfd, t);
-                        slept = true;
-                }
+                int n = dw_progress_driver_pause(p, pfd, &spin_until, t, wake_at, &slept);
                 r = n < 0 ? -errno : 0;
                 atomic_store_explicit(&p->driver_sleep_until, 0, memory_order_relaxed);
                 pthread_mutex_lock(p->dev.lock);
@@ -964,26 +994,7 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
                 stepped = true;
         }
         p->drained = r > 0 && stepped;
-        if (spin_ns) {
-                if (!slept)
-                        p->spin_trust = DW_SPIN_TRUST;
-                else
-                        p->spin_trust /= 2;
-        }
-        /* Leaving. Threads that wait beside go to the progress thread. A
-         * thread asleep on the set with an older timeout (its wake-up for a
-         * timer may have been read by this driver's look) is woken for the
-         * transports' next deadline. */
-        atomic_store(&p->driver, 0);
-        bool kick = atomic_load(&p->waiters) > 0;
-        uint64_t t = atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed);
-        if (t && p->deadline_ns < t) {
-                atomic_store_explicit(&p->thread_sleep_until, p->deadline_ns, memory_order_relaxed);
-                dw_progress_wake(p);
-        }
-        pthread_mutex_unlock(p->dev.lock);
-        if (kick)
-                dw_progress_kick(p);
+        dw_progress_driver_leave(p, spin_ns, slept);
         return r;
 }
 
