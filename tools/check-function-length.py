@@ -4,7 +4,7 @@
     tools/check-function-length.py SOURCE_ROOT [--max N] [--list]
     tools/check-function-length.py --self-test
 
-The project keeps functions mostly under 60 lines and none over 150
+The project keeps functions mostly under 60 lines and none over 100
 (--max) unless the function says why it must be one piece: the comment
 block right above it (or the line right above it) holds the marker
 "one piece:" followed by the reason. This script reads every .c and .h
@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 FOLDERS = ("libdiwarp", "verbs-provider", "daemon", "tools")
-DEFAULT_MAX = 150
+DEFAULT_MAX = 100
 MARKER = re.compile(r"one piece:\s*\S")
 CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
 NOT_NAMES = {"__attribute__", "__declspec", "if", "while", "for", "switch", "sizeof"}
