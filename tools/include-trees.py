@@ -19,7 +19,7 @@ include path, among the includer's: a header is held to its own folder's
 arrows alone where its own folder's sources include it, and in every case
 by tools/check-layering.py). dw.h belongs to qp/: OUTDIR/qp/dw.h links
 to it, and another folder allowed dw.h gets a one-line dw.h that includes
-"../qp/dw.h", so that dw.h's own includes are qp/'s.
+OUTDIR/qp/dw.h (by absolute path), so that dw.h's own includes are qp/'s.
 
 OUTDIR is made afresh on each run; LISTING gets one line per folder with
 what its tree reaches (meson runs this at configure time, and again when a
@@ -59,8 +59,14 @@ def main():
             os.symlink(os.path.join(lib, ROOT_HEADER), os.path.join(tree, ROOT_HEADER))
         elif ROOT_HEADER in reach:
             with open(os.path.join(tree, ROOT_HEADER), "w") as h:
+                # By absolute path: a header reached through a folder's
+                # link to itself (OUTDIR/F/F/h.h) would make "../" name
+                # OUTDIR/F/ROOT_OWNER/, which exists only physically, and
+                # ninja, which reads the dependency paths as written, would
+                # take the missing file for a change and rebuild every time.
+                owner = os.path.join(os.path.abspath(out), ROOT_OWNER, ROOT_HEADER)
                 h.write(f'/* {ROOT_HEADER} is {ROOT_OWNER}/\'s: its includes are {ROOT_OWNER}/\'s '
-                        f'(tools/include-trees.py) */\n#include "../{ROOT_OWNER}/{ROOT_HEADER}"\n')
+                        f'(tools/include-trees.py) */\n#include "{owner}"\n')
         lines.append(f"{f}: " + " ".join(sorted(reach)))
     with open(listing, "w") as f:
         f.write("\n".join(lines) + "\n")
