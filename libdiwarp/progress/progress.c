@@ -1007,8 +1007,9 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
  * collapses, where TCP's ACKs and timers run in the kernel whoever has the
  * core. So when the thread finds that the application's poller spends more
  * than 1/DW_WAIT_SHARE of its time runnable but without a core (the kernel's
- * run-queue delay of that thread, /proc/self/task/TID/schedstat, over at
- * least DW_WAIT_WINDOW_NS), the device turns *shared*: the thread, which the
+ * run-queue delay of that thread, /proc/self/task/TID/schedstat, over
+ * windows of at least DW_WAIT_WINDOW_NS, DW_SHARED_WAIT_LOOKS of them in a
+ * row), the device turns *shared*: the thread, which the
  * kernel wakes as soon as a datagram or a timer is due, makes all the
  * progress, and the application's cq_poll only takes what the CQ holds
  * (dw_progress_app_poll: no device lock while the CQ is empty, no receive
@@ -1027,6 +1028,7 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
  * with its vCPU adds nothing. */
 #define DW_WAIT_WINDOW_NS    10000000u
 #define DW_SHARED_CALM_LOOKS 10u
+#define DW_SHARED_WAIT_LOOKS 2u
 
 pid_t dw_progress_tid(void)
 {
@@ -1043,6 +1045,7 @@ struct dw_app_watch {
         uint64_t delay_ns, at_ns;
         uint64_t self_ns; /* the thread's own CPU time at the window's start */
         bool waits;       /* the last window's verdict */
+        unsigned streak;  /* windows in a row, up to the last, that waited */
 };
 
 /* The calling thread's CPU time (ns). */
@@ -1085,6 +1088,7 @@ static bool dw_app_waits(struct dw_progress *p, struct dw_app_watch *w)
         uint64_t d = tid > 0 ? dw_app_delay(tid) : UINT64_MAX;
         if (d == UINT64_MAX) {
                 w->waits = false;
+                w->streak = 0;
                 w->at_ns = 0;
                 return false;
         }
@@ -1093,10 +1097,21 @@ static bool dw_app_waits(struct dw_progress *p, struct dw_app_watch *w)
         uint64_t self = dw_self_cpu_ns(), waited = d - w->delay_ns, own = self - w->self_ns;
         waited = waited > own ? waited - own : 0;
         w->waits = !fresh && waited * DW_WAIT_SHARE >= now - w->at_ns;
+        w->streak = w->waits ? w->streak + 1 : 0;
         w->delay_ns = d;
         w->self_ns = self;
         w->at_ns = now;
         return w->waits;
+}
+
+/* Does the poller keep waiting for a core: DW_SHARED_WAIT_LOOKS windows in
+ * a row? One window is not enough: the first ones after a connection came
+ * up saw 3 ms of 11 waited by a pinned, idle ping-pong's server (work of
+ * the start-up beside it on its core), and the device then stayed shared
+ * for the ten calm windows it takes to turn back, most of a short run. */
+static bool dw_app_keeps_waiting(struct dw_progress *p, struct dw_app_watch *w)
+{
+        return dw_app_waits(p, w) && w->streak >= DW_SHARED_WAIT_LOOKS;
 }
 
 static void dw_progress_set_shared(struct dw_progress *p, bool on)
@@ -1191,7 +1206,7 @@ static bool dw_turns_parked(struct dw_progress_turns *t)
         uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
         if (c - t->seen < DW_PARK_READS) {
                 t->parked = false; /* it stopped: back to the data fds */
-        } else if (dw_app_waits(p, &t->watch)) {
+        } else if (dw_app_keeps_waiting(p, &t->watch)) {
                 t->parked = false;
                 t->calm = 0;
                 dw_progress_set_shared(p, true);
@@ -1278,7 +1293,7 @@ static bool dw_turns_watch_app(struct dw_progress_turns *t, bool shared, int n)
                 for (int i = 0; i < n; i++)
                         if ((uint32_t)t->evs[i].data.u64 == DW_TAG_WAKE)
                                 wake = true;
-                if (dw_app_waits(p, &t->watch)) {
+                if (dw_app_keeps_waiting(p, &t->watch)) {
                         t->calm = 0;
                         dw_progress_set_shared(t->p, true);
                 } else if (!wake) {
