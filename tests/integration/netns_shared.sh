@@ -106,6 +106,12 @@ busy)
         up "$NAME" router 200mbit --both --latency 3ms --burst 64kb
         hogs_start
         rd=$(run_pairs rd 1 120) || exit 1
+        # Beside a hog per core the pollers wait for their cores window after
+        # window: at least one end's device must have turned shared
+        # (libdiwarp/progress/README.md, "Shared hosts").
+        t=$(cat "$TMPD/rd-cli1" "$TMPD/rd-srv1" | sed -n 's/^RESULT .* takeovers=\([0-9]*\).*/\1/p' |
+                awk '{ s += $1 } END { print s + 0 }')
+        [ "$t" -ge 1 ] || fail "beside CPU hogs neither end's device turned shared (takeovers $t)"
         tcp=$(run_pairs tcp 1 120) || exit 1
         check_ratio "1 pair beside a CPU hog per core" "$rd" "$tcp"
         ;;
