@@ -11,6 +11,7 @@
 
 #include "progress/progress.h"
 #include "rdmap/rdmap.h"
+#include "util/copy.h"
 
 /* The last byte of an iovec list (NULL when it has none). */
 static uint8_t *iov_last_byte(const struct iovec *v, int n)
@@ -56,8 +57,7 @@ static void copy_iov(const struct iovec *dst, int nd, const struct iovec *src, i
                         soff = 0;
                 }
         }
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        *(volatile uint8_t *)dlast = *slast;
+        dw_store_last_byte(dlast, *slast);
 }
 
 /* The responder p takes the WQE as if it had come in FPDUs: a Write or Read

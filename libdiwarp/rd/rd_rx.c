@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "rdmap/rdmap.h"
+#include "util/copy.h"
 #include "wire/rdmap.h"
 
 void dw_rd_rx_clock(struct dw_device *dev)
@@ -441,8 +442,14 @@ static inline enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer 
         } else if (d->rx_next.peer == p) {
                 d->rx_next.peer = NULL;
         }
-        if (plen && !d->rx_placed)
-                memcpy(host, pay, plen);
+        /* The segment that ends the Write stores its last byte last: a
+         * program polling it finds the rest of the segment in place. */
+        if (plen && !d->rx_placed) {
+                if (r->ddp.last)
+                        dw_copy_last_byte_last(host, pay, plen);
+                else
+                        memcpy(host, pay, plen);
+        }
         if (w) {
                 w->psn = h->psn;
                 w->byte_len = x->imm_len;
