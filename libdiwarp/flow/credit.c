@@ -10,6 +10,9 @@
 #include <string.h>
 
 #define NONE UINT32_MAX
+/* c->slot[] of a message whose sender started over (dw_credit_peer_reset):
+ * its slots leave the ring in order but credit nobody. */
+#define ORPHAN UINT32_MAX
 
 uint32_t dw_credit_threshold(uint32_t quota, uint32_t credit_slots)
 {
@@ -279,6 +282,36 @@ void dw_credit_fini(struct dw_credit *c)
         c->slot_done = NULL;
 }
 
+int dw_credit_peer_reset(struct dw_credit *c, uint32_t peer)
+{
+        const struct dw_credit_cfg *cfg = &c->cfg;
+        if (peer >= cfg->npeers)
+                return -EINVAL;
+        if (cfg->mode != DW_CREDIT_STATIC)
+                return -EOPNOTSUPP;
+        /* Its messages still in the ring (parked, or released behind an
+         * earlier one) stay until they leave in order; the credits they
+         * took belong to the counters that end here. */
+        for (uint32_t at = c->tail; at != c->head;) {
+                uint32_t t = at % cfg->ring_slots;
+                if (c->slot[t] == peer + 1)
+                        c->slot[t] = ORPHAN;
+                at += c->slot_len[t];
+        }
+        struct dw_credit_peer *p = &c->peer[peer];
+        uint32_t start = cfg->ring_slots / cfg->npeers;
+        uint8_t queued = p->flags & DW_CREDIT_F_QUEUED;
+        uint32_t q_next = p->q_next;
+        *p = (struct dw_credit_peer){
+            .tx_limit = cfg->init_credits ? cfg->init_credits : start,
+            .rx_granted = start,
+            .intended = start,
+            .q_next = q_next,
+            .flags = queued, /* stays linked: a credit message then says the new limit */
+        };
+        return 0;
+}
+
 uint32_t dw_credit_slots_for(const struct dw_credit *c, uint64_t bytes)
 {
         uint64_t n = (bytes + c->cfg.slot_size - 1) / c->cfg.slot_size;
@@ -505,11 +538,12 @@ int dw_credit_rx_release(struct dw_credit *c, uint32_t pos, uint32_t nslots)
                 uint32_t t = c->tail % ring;
                 if (!c->slot[t] || !c->slot_done[t])
                         break;
-                uint32_t s = c->slot[t] - 1, n = c->slot_len[t];
+                uint32_t owner = c->slot[t], n = c->slot_len[t];
                 c->slot[t] = 0;
                 c->slot_done[t] = 0;
                 c->tail += n;
-                retire(c, s, n);
+                if (owner != ORPHAN)
+                        retire(c, owner - 1, n);
         }
         return 0;
 }

@@ -214,6 +214,14 @@ void dw_credit_cfg_default(struct dw_credit_cfg *cfg, enum dw_credit_mode mode, 
 int dw_credit_init(struct dw_credit *c, const struct dw_credit_cfg *cfg, char *why, size_t whylen);
 void dw_credit_fini(struct dw_credit *c);
 
+/* The peer's counters start over, both roles (static protocol only): as
+ * after dw_credit_init, for a stream that the two ends start over together
+ * (RD's stream restart, docs/PROTOCOL.md "Credits"), or for an index handed
+ * to a new peer. Its messages still in the ring leave it in order without
+ * crediting anyone. -EINVAL no such peer, -EOPNOTSUPP the dynamic protocol,
+ * whose quotas other peers hold shares of. */
+int dw_credit_peer_reset(struct dw_credit *c, uint32_t peer);
+
 /* Slots a message of `bytes` takes (at least 1). */
 uint32_t dw_credit_slots_for(const struct dw_credit *c, uint64_t bytes);
 /* Per-peer state in bytes (the struct plus the dynamic FIFO). */

@@ -252,6 +252,7 @@ static void rd_peer_free(struct dw_rd_peer *p)
         *pp = p->hnext;
         rd_deactivate(p);
         rd_path_forget(p);
+        rd_mbox_peer_gone(p, false);
         dw_flow_path_put(&d->paths, p->path);
         if (s->last_tx == p)
                 s->last_tx = NULL;
@@ -269,9 +270,11 @@ static void rd_mark(const struct dw_rd_qp *s, struct dw_rd_peer *p)
 
 /* Frees the streams of RD QP s that are idle (no datagram for
  * DIWARP_RD_IDLE_MS) and hold nothing: no PSN in flight or timer, no
- * receive under way, no credit index, and nothing of the QP or device
+ * receive under way, and nothing of the QP or device
  * refers to them (send and bound receive WQEs, responder, pull and credit
- * control entries, parked segments, the receive path's memory). A peer
+ * control entries, parked segments, the receive path's memory); a credit
+ * index goes back to the QP with its stream (not with the dynamic
+ * protocol, where such a stream stays: rd_mbox_peer_gone). A peer
  * that comes back finds the stream gone and starts a new one: its side
  * restarts with START after half the idle time (rd_peer_restart). Returns
  * how many went. */
@@ -305,10 +308,10 @@ static uint32_t rd_sweep_qp(struct dw_rd_qp *s, uint64_t now)
                 struct dw_rd_peer *p = s->htab[b], *nx;
                 for (; p; p = nx) {
                         nx = p->hnext;
-                        if (p->used || p->active || p->rel.ring || p->batch || p->cr_idx ||
-                            p->rel.snd_nxt != p->rel.snd_una || p->rx_bind != p->rx_done ||
-                            (p->rel.rx_map[0] | p->rel.rx_map[1]) || p->rel.ack_deadline ||
-                            rd_idle(p, now) < d->idle_ticks) {
+                        if (p->used || p->active || p->rel.ring || p->batch ||
+                            !rd_mbox_peer_gone(p, true) || p->rel.snd_nxt != p->rel.snd_una ||
+                            p->rx_bind != p->rx_done || (p->rel.rx_map[0] | p->rel.rx_map[1]) ||
+                            p->rel.ack_deadline || rd_idle(p, now) < d->idle_ticks) {
                                 p->used = false;
                                 continue;
                         }
@@ -373,14 +376,15 @@ static bool rd_tx_restartable(struct dw_rd_peer *p, uint32_t *msn)
 /* Our side of p starts over (docs/PROTOCOL.md "Stream start": after an
  * idle time the peer may have freed the stream): its next PSN is its next
  * queue-0 MSN, told by START again, and the peer's next START is taken. */
-static void rd_peer_restart(struct dw_rd_peer *p)
+static bool rd_peer_restart(struct dw_rd_peer *p)
 {
         uint32_t msn;
         if (p->s->rc || !p->tx_synced || !rd_tx_restartable(p, &msn))
-                return;
+                return false;
         dw_rel_tx_start(&p->rel, msn);
         p->tx_synced = false;
         p->rx_resync = true;
+        return true;
 }
 
 bool rd_peer_resync(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
@@ -393,9 +397,27 @@ bool rd_peer_resync(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t
                 p->rx_resync = false; /* the same place: nothing moves */
                 return true;
         }
+        uint32_t old_bind = p->rx_bind;
         rd_peer_rx_start(p, h);
-        p->rx_resync = false;
+        /* Sends of the old start still parked here are the peer's too, sent
+         * and acknowledged before: they come first (docs/PROTOCOL.md,
+         * "Stream start"). */
+        uint32_t first = rd_mbox_restart_parked(p, old_bind, h->start_msn, h->start_psn);
+        if (first != h->start_msn) {
+                p->rx_bind = p->rx_done = first;
+                p->rx_old = true;
+        }
+        /* A start the peer began (not its answer to ours, which found our
+         * credit counters started over already): both ends' counters start
+         * over with it, as the peer's did (docs/PROTOCOL.md "Credits"). */
+        if (!p->rx_resync)
+                rd_mbox_peer_restart(p);
         rd_peer_restart(p);
+        /* Our side follows the peer's start, which was just taken: no
+         * other START answers it. A later one at another place is the
+         * peer's next start (after an idle time, by the rule above), and
+         * its credit counters start over with it. */
+        p->rx_resync = false;
         return true;
 }
 
@@ -443,6 +465,7 @@ void rd_peer_rx_start(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
         dw_rel_rx_start(&p->rel, h->start_psn);
         p->rx_bind = p->rx_done = h->start_msn;
         p->rx_sync = true;
+        p->rx_old = false;
 }
 
 struct dw_rd_peer *rd_peer_new_rd(struct dw_rd_qp *s, uint32_t ip, uint16_t port, uint32_t qpn,
@@ -1171,8 +1194,9 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
                  * stream: ours starts over, told by START (a no-op for a
                  * peer that kept it). */
                 uint64_t now = dw_now_ns();
-                if (p->tx_synced && rd_idle(p, now) >= rdd(qp->dev)->idle_ticks / 2)
-                        rd_peer_restart(p);
+                if (p->tx_synced && rd_idle(p, now) >= rdd(qp->dev)->idle_ticks / 2 &&
+                    rd_peer_restart(p))
+                        rd_mbox_peer_restart(p); /* the peer's start over with ours */
                 /* IB rule: a remote qkey with the high bit set means "use the QP's own". */
                 if (w->remote_qkey & 0x80000000u)
                         w->remote_qkey = qp->attr.qkey;

@@ -194,6 +194,11 @@ struct dw_rd_peer {
          * rx_resync, we started our side over after an idle time
          * (rd_peer_restart): the peer's next START is taken too. */
         bool rx_sync : 1, tx_synced : 1, rx_resync : 1;
+        /* rx_old: Sends of the stream before it started over are still
+         * parked (rd_mbox_restart_parked); their MSNs were moved to just
+         * before the new start's first (rd_mbox_new_msn), and the receive
+         * window of the new ones counts from there until they are through. */
+        bool rx_old : 1;
         bool used : 1; /* rd_sweep_qp: something refers to the stream */
         /* Largest UDP payload to this peer (rd_udp_mtu), fixed for the
          * stream's life: segment k of a message always covers the same bytes,
@@ -325,8 +330,10 @@ struct rd_mbox {
         uint32_t late;                /* of them, parked while their stream had holes */
         uint32_t *ent_at;             /* application mailbox: per slot, its message's entry + 1 */
         struct dw_rd_peer **idx_peer; /* npeers: the stream holding each index */
-        uint32_t next_idx;            /* indices handed out so far */
-        bool ctl;                     /* a credit message may be due */
+        uint32_t *idx_new; /* npeers: with the stream's rx_old, its new start's first MSN */
+        uint32_t next_idx; /* indices handed out so far (the highest + 1) */
+        uint32_t idx_free; /* of them, given back by freed streams */
+        bool ctl;          /* a credit message may be due */
         /* Application mailbox (diwarpdv_mbox_open): buf is mapped twice in a
          * row, so a message is contiguous across the end of the ring; parked
          * entries complete to the CQ and stay until released. */
@@ -565,6 +572,23 @@ void rd_mbox_fini(struct dw_rd_qp *s);
 /* The peers went (reset, RTR of RC over RD): credits start over. */
 int rd_mbox_reset(struct dw_rd_qp *s);
 void rd_mbox_peer_new(struct dw_rd_qp *s, struct dw_rd_peer *p);
+/* p's credit index goes back to the QP (p is being freed); false: the
+ * index cannot be reclaimed (dynamic protocol), keep p. */
+bool rd_mbox_peer_gone(struct dw_rd_peer *p, bool check_only);
+/* p's stream starts over at both ends: so do its credit counters. */
+void rd_mbox_peer_restart(struct dw_rd_peer *p);
+/* p's receive side starts over at MSN start and PSN start_psn while Sends
+ * of the old start (MSNs from old_bind on, none bound) may be parked: they
+ * move to the k MSNs before start, in their order, so they bind before the
+ * new ones, and to a PSN behind the new cursor (they arrived whole).
+ * Returns the first MSN to bind: start - k. */
+uint32_t rd_mbox_restart_parked(struct dw_rd_peer *p, uint32_t old_bind, uint32_t start,
+                                uint32_t start_psn);
+/* With p->rx_old: the first MSN of p's new start. */
+static inline uint32_t rd_mbox_new_msn(const struct dw_rd_peer *p)
+{
+        return p->s->mb->idx_new[p->cr_idx - 1];
+}
 /* Sender: the credits the Send segment of len bytes to p takes now (0: it
  * goes uncharged), or -1: it waits for credits (counted; probes the peer
  * now and then); and giving them back when the socket refused it. */

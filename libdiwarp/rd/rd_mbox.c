@@ -110,13 +110,15 @@ int rd_mbox_init(struct dw_rd_qp *s)
                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         m->ent = calloc(cc.ring_slots, sizeof(*m->ent));
         m->idx_peer = calloc(npeers, sizeof(*m->idx_peer));
+        m->idx_new = calloc(npeers, sizeof(*m->idx_new));
         if (m->app)
                 m->ent_at = calloc(cc.ring_slots, sizeof(*m->ent_at));
-        if (b == MAP_FAILED || !m->ent || !m->idx_peer || (m->app && !m->ent_at)) {
+        if (b == MAP_FAILED || !m->ent || !m->idx_peer || !m->idx_new || (m->app && !m->ent_at)) {
                 if (b != MAP_FAILED)
                         munmap(b, m->app ? 2 * m->buf_len : m->buf_len);
                 free(m->ent);
                 free(m->idx_peer);
+                free(m->idx_new);
                 free(m->ent_at);
                 dw_credit_fini(&m->cr);
                 free(m);
@@ -135,6 +137,7 @@ void rd_mbox_fini(struct dw_rd_qp *s)
         munmap(m->buf, m->app ? 2 * m->buf_len : m->buf_len);
         free(m->ent);
         free(m->idx_peer);
+        free(m->idx_new);
         free(m->ent_at);
         dw_credit_fini(&m->cr);
         free(m);
@@ -152,10 +155,79 @@ int rd_mbox_reset(struct dw_rd_qp *s)
 void rd_mbox_peer_new(struct dw_rd_qp *s, struct dw_rd_peer *p)
 {
         struct rd_mbox *m = s->mb;
-        if (!m || m->next_idx >= m->cr.cfg.npeers)
+        if (!m)
+                return;
+        uint32_t idx = m->next_idx;
+        if (m->idx_free) {
+                /* An index a freed stream gave back: its counters start
+                 * afresh (rd_mbox_peer_gone), as the peer's do for a new
+                 * stream. */
+                for (idx = 0; m->idx_peer[idx]; idx++)
+                        ;
+                m->idx_free--;
+        } else if (idx >= m->cr.cfg.npeers) {
                 return; /* runs without credits */
-        m->idx_peer[m->next_idx] = p;
-        p->cr_idx = ++m->next_idx;
+        } else {
+                m->next_idx++;
+        }
+        m->idx_peer[idx] = p;
+        p->cr_idx = (uint16_t)(idx + 1);
+}
+
+bool rd_mbox_peer_gone(struct dw_rd_peer *p, bool check_only)
+{
+        struct rd_mbox *m = p->s->mb;
+        if (!m || !p->cr_idx)
+                return true;
+        if (m->cr.cfg.mode != DW_CREDIT_STATIC)
+                return false;
+        if (check_only)
+                return true;
+        uint32_t idx = p->cr_idx - 1;
+        dw_credit_peer_reset(&m->cr, idx);
+        m->idx_peer[idx] = NULL;
+        m->idx_free++;
+        p->cr_idx = 0;
+        return true;
+}
+
+uint32_t rd_mbox_restart_parked(struct dw_rd_peer *p, uint32_t old_bind, uint32_t start,
+                                uint32_t start_psn)
+{
+        struct rd_mbox *m = p->s->mb;
+        if (!m || m->app)
+                return start;
+        /* Nothing was under way (rd_peer_resync): every parked Send of p is
+         * whole and unbound, its MSNs old_bind, old_bind + 1, ... */
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < m->ent_count; i++) {
+                const struct rd_mb_ent *e = &m->ent[(m->ent_head + i) % m->ring_slots];
+                int32_t d = dw_psn_diff(e->g.msn, old_bind);
+                if (e->peer == p && d >= 0 && (uint32_t)d + 1 > k)
+                        k = (uint32_t)d + 1;
+        }
+        uint32_t first = start - k;
+        if (k)
+                m->idx_new[p->cr_idx - 1] = start; /* a parked Send has an index */
+        for (uint32_t i = 0; k && i < m->ent_count; i++) {
+                struct rd_mb_ent *e = &m->ent[(m->ent_head + i) % m->ring_slots];
+                if (e->peer == p) {
+                        e->g.msn = e->g.msn - old_bind + first;
+                        /* Received whole before the start: its last PSN is
+                         * behind the new cursor, so it completes once placed. */
+                        e->g.psn = start_psn - 1;
+                }
+        }
+        return first;
+}
+
+void rd_mbox_peer_restart(struct dw_rd_peer *p)
+{
+        struct rd_mbox *m = p->s->mb;
+        if (!m || !p->cr_idx || dw_credit_peer_reset(&m->cr, p->cr_idx - 1) < 0)
+                return;
+        p->cr_wait = false;
+        m->ctl = true;
 }
 
 static uint32_t slots_for(const struct rd_mbox *m, uint32_t len)

@@ -100,11 +100,20 @@ static bool rd_rq_have(struct dw_rd_qp *s, uint32_t need)
  * not yet arrived holds at least one credit). A message beyond it would
  * bind the receive WQEs of every MSN before it at once, to messages that
  * may never come: a forged one could take a whole RQ (or SRQ). */
-static bool rd_msn_in_window(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t msn)
+static bool rd_msn_in_window(const struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn)
 {
         int32_t ahead = dw_psn_diff(msn, p->rx_done);
         if (ahead < 0)
                 return false;
+        if (p->rx_old) {
+                /* The old start's parked Sends sit before the new start:
+                 * the new ones' window begins after them. */
+                int32_t old = dw_psn_diff(rd_mbox_new_msn(p), p->rx_done);
+                if (old > 0)
+                        ahead = ahead < old ? 0 : ahead - old;
+                else
+                        p->rx_old = false; /* they are through */
+        }
         if ((uint32_t)ahead < RD_MSN_WINDOW)
                 return true;
         struct dw_credit_view v;

@@ -1780,6 +1780,189 @@ static int case_peers(void)
         return 0;
 }
 
+/* Sends n Sends of 256 bytes from b to a, each with a receive posted first,
+ * and waits for all: more than the ring's quota per peer (CREDITS_RING /
+ * CREDITS_PEERS slots), so the credits must come back for the last ones. */
+static void legit_sends(struct side *a, struct side *b, uint64_t id, unsigned n, const char *what)
+{
+        for (unsigned i = 0; i < n; i++)
+                legit_send(a, b, id + i, what);
+}
+
+/* A Send from c to a with no receive posted at a: parked in a's ring when
+ * c's stream holds a credit index there, else refused with an RNR NAK until
+ * the receive comes. Returns whether it was parked. */
+static bool unexpected_send(struct side *a, struct side *c, uint64_t id, const char *what)
+{
+        struct diwarp_counters ca, cc;
+        counters(a, &ca);
+        counters(c, &cc);
+        for (unsigned i = 0; i < 256; i++)
+                c->buf[BUF_LEN / 2 + i] = (uint8_t)(id * 3 + i);
+        rd_send(c, a, id, BUF_LEN / 2, 256);
+        uint64_t end = now_ms() + 300;
+        while (now_ms() < end) {
+                diwarp_progress(a->dev, 64);
+                diwarp_progress(c->dev, 64);
+        }
+        struct diwarp_counters ca2, cc2;
+        counters(a, &ca2);
+        counters(c, &cc2);
+        bool parked = ca2.mbox_parked > ca.mbox_parked;
+        bool refused = cc2.rnr_naks > cc.rnr_naks;
+        if (parked == refused)
+                die("%s: parked %llu, RNR NAKs %llu: want exactly one of them", what,
+                    (unsigned long long)(ca2.mbox_parked - ca.mbox_parked),
+                    (unsigned long long)(cc2.rnr_naks - cc.rnr_naks));
+        post_recv(a, a->qp, id, BUF_LEN / 2, 4096);
+        expect_wc(a, c, id, DIWARP_WC_SUCCESS, what);
+        expect_wc(c, a, id, DIWARP_WC_SUCCESS, what);
+        if (memcmp(a->buf + BUF_LEN / 2, c->buf + BUF_LEN / 2, 256) != 0)
+                die("%s: the Send's bytes differ", what);
+        return parked;
+}
+
+/* Sends from src to dst's QP, without a receive posted at dst, n Sends of
+ * 256 bytes from src's buffer at BUF_LEN / 4 + k * 4096 (a pattern of
+ * id + k); drives both ends for 300 ms and returns how many dst parked
+ * (the others got RNR NAKs and wait for their receives). */
+static unsigned park_sends(struct side *dst, struct side *src, uint64_t id, unsigned n,
+                           const char *what)
+{
+        struct diwarp_counters cd, cd2;
+        counters(dst, &cd);
+        for (unsigned k = 0; k < n; k++) {
+                uint64_t off = BUF_LEN / 4 + (uint64_t)k * 4096;
+                for (unsigned i = 0; i < 256; i++)
+                        src->buf[off + i] = (uint8_t)(id + k + i);
+                rd_send(src, dst, id + k, off, 256);
+        }
+        uint64_t end = now_ms() + 300;
+        while (now_ms() < end) {
+                diwarp_progress(dst->dev, 64);
+                diwarp_progress(src->dev, 64);
+        }
+        counters(dst, &cd2);
+        fprintf(stderr, "%s: %llu of %u parked\n", what,
+                (unsigned long long)(cd2.mbox_parked - cd.mbox_parked), n);
+        return (unsigned)(cd2.mbox_parked - cd.mbox_parked);
+}
+
+/* Posts n receives at dst for the Sends park_sends(dst, src, id, n) left,
+ * oldest first, checks each one's bytes, then reaps src's completions of
+ * them from the src_done-th on. */
+static void take_sends(struct side *dst, struct side *src, uint64_t id, unsigned n,
+                       unsigned src_done, const char *what)
+{
+        for (unsigned k = 0; k < n; k++) {
+                uint64_t off = BUF_LEN / 4 + (uint64_t)k * 4096;
+                post_recv(dst, dst->qp, id + k, off, 4096);
+                expect_wc(dst, src, id + k, DIWARP_WC_SUCCESS, what);
+                for (unsigned i = 0; i < 256; i++)
+                        if (dst->buf[off + i] != (uint8_t)(id + k + i))
+                                die("%s: Send %u: byte %u differs (%#x, want %#x)", what, k, i,
+                                    dst->buf[off + i], (uint8_t)(id + k + i));
+        }
+        for (unsigned k = src_done; k < n; k++)
+                expect_wc(src, dst, id + k, DIWARP_WC_SUCCESS, what);
+}
+
+static void idle_for(struct side *a, struct side *b, struct side *c, unsigned ms)
+{
+        uint64_t end = now_ms() + ms;
+        while (now_ms() < end) {
+                diwarp_progress(a->dev, 64);
+                diwarp_progress(b->dev, 64);
+                diwarp_progress(c->dev, 64);
+                usleep(1000);
+        }
+}
+
+#define CREDITS_PEERS "4"
+#define CREDITS_RING  "16"
+
+/* a's Send parked at b over an idle time of `ms`, then a quota of a's
+ * Sends (CREDITS_RING / CREDITS_PEERS slots, as many as a's credits allow)
+ * parked beside it: b takes a's START as a new start, the parked Send of
+ * the old start is delivered first, and the quota parks whole, so both
+ * ends' credit counters started over together (docs/PROTOCOL.md, "Stream
+ * start" and "Credits"). */
+static void park_over_idle(struct side *a, struct side *b, struct side *c, uint64_t id, unsigned ms,
+                           const char *what)
+{
+        char w[160];
+        snprintf(w, sizeof(w), "credits: a's Send parked at b %s", what);
+        if (park_sends(b, a, id, 1, w) != 1)
+                die("%s: not parked", w);
+        expect_wc(a, b, id, DIWARP_WC_SUCCESS, w);
+        idle_for(a, b, c, ms);
+        unsigned quota = (unsigned)(atoi(CREDITS_RING) / atoi(CREDITS_PEERS));
+        snprintf(w, sizeof(w), "credits: a's Sends to b %s", what);
+        unsigned parked = park_sends(b, a, id + 0x10, quota, w);
+        if (parked != quota)
+                die("%s: %u of %u parked: the two ends' credit counters differ", w, parked, quota);
+        take_sends(b, a, id, 1, 1, w);
+        take_sends(b, a, id + 0x10, quota, 0, w);
+}
+
+/* Credit indices come back with idle streams (docs/PROTOCOL.md, "Credits"):
+ * strangers' streams take every credit index of a's QP (CREDITS_PEERS), so
+ * a new legitimate peer c gets none (its Send to a without a receive posted
+ * is refused with an RNR NAK, not parked); once the strangers' streams are
+ * idle for DIWARP_RD_IDLE_MS they go with their indices, and c's next such
+ * Send is parked. Meanwhile a Send of a's waits parked at b: b keeps its
+ * stream of a, a frees its stream of b, and a's next Sends start a new one
+ * (park_over_idle). The same after an idle time of about half
+ * DIWARP_RD_IDLE_MS, when both ends keep their streams and start them
+ * over. Between them b and a exchange more Sends than a quota holds:
+ * counters that disagreed would stall them. */
+static int case_credits(void)
+{
+        struct side a, b, c;
+        rd_pair(&a, &b, DIWARP_ACCESS_REMOTE_WRITE, true);
+        side_open(&c);
+        c.qp = qp_new(&c, false, true, 0, NULL);
+        c.qpn = diwarp_qp_num(c.qp);
+        qp_up(c.qp, false, NULL, 0, 0, 0);
+        CHECK(diwarp_ah_create(c.pd, &a.gid, &c.ah));
+        legit_sends(&a, &b, 0x100, 12, "credits: b to a");
+        legit_sends(&b, &a, 0x200, 12, "credits: a to b");
+        int xfd = stranger_socket("127.0.0.9");
+        for (uint32_t i = 0; i < 6; i++) {
+                struct stranger x;
+                stranger_open(&x, xfd, &a, a.qpn, 0x0c0000 + i);
+                stranger_write(&x, a.rkey, (uintptr_t)a.buf + 4096, "", 0);
+                drive(&a, &x, 20);
+        }
+        if (unexpected_send(&a, &c, 0x300, "credits: c's Send while strangers hold the indices"))
+                die("credits: c's Send was parked: a stranger's stream left a credit index free");
+        park_over_idle(&a, &b, &c, 0x400, 1200, "over the idle time");
+        struct diwarp_counters ca;
+        counters(&a, &ca);
+        if (ca.rd_peers_reclaimed < 6)
+                die("credits: %llu streams freed after the idle time, want at least the 6 "
+                    "strangers'",
+                    (unsigned long long)ca.rd_peers_reclaimed);
+        if (!unexpected_send(&a, &c, 0x500, "credits: c's Send after the strangers' streams went"))
+                die("credits: c's Send was refused: the freed streams' credit indices did not "
+                    "come back");
+        legit_sends(&a, &b, 0x600, 12, "credits: b to a after the idle time");
+        legit_sends(&b, &a, 0x700, 12, "credits: a to b after the idle time");
+        /* park_sends drove 300 ms: with 0 more, about half the idle time. */
+        park_over_idle(&a, &b, &c, 0x800, 0, "over half the idle time");
+        legit_sends(&a, &b, 0x900, 12, "credits: b to a after half the idle time");
+        legit_sends(&b, &a, 0xa00, 12, "credits: a to b after half the idle time");
+        counters(&a, &ca);
+        fprintf(stderr, "credits ok: %llu streams freed, %llu parked, %llu credit stalls at a\n",
+                (unsigned long long)ca.rd_peers_reclaimed, (unsigned long long)ca.mbox_parked,
+                (unsigned long long)ca.credit_stalls);
+        close(xfd);
+        side_close(&c);
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 /* ---------------------------------------------------------------- auth */
@@ -2276,6 +2459,13 @@ int main(int argc, char **argv)
                  * too, and the restart is tested. */
                 setenv("DIWARP_CREDIT", "off", 1);
                 return case_peers();
+        }
+        if (strcmp(argv[1], "credits") == 0) {
+                setenv("DIWARP_RD_IDLE_MS", "500", 1);
+                setenv("DIWARP_CREDIT", "static", 1);
+                setenv("DIWARP_CREDIT_PEERS", CREDITS_PEERS, 1);
+                setenv("DIWARP_CREDIT_RING", CREDITS_RING, 1);
+                return case_credits();
         }
         die("unknown case %s", argv[1]);
         return 1;

@@ -448,6 +448,50 @@ Test(credit_static, multi_slot_messages_wrap_and_free_in_ring_order)
         dw_credit_fini(&rx);
 }
 
+/* A stream that starts over (RD's stream restart, or a freed stream's
+ * index handed to a new one): the peer's counters are as after init, its
+ * messages still in the ring leave it in order without crediting anyone,
+ * and the other peers' are untouched. The dynamic protocol refuses. */
+Test(credit_static, peer_reset_starts_over_and_orphans_its_ring_slots)
+{
+        struct dw_credit rx;
+        uint32_t a, b, c, d;
+        struct dw_credit_view v;
+
+        init_ok(&rx, DW_CREDIT_STATIC, 2, 10, 1);            /* quota 5, threshold 3 */
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 1, 2, &a), 0); /* holds the tail */
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 2, &b), 0);
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 1, &c), 0);
+        cr_assert_eq(dw_credit_rx_release(&rx, b, 2), 0); /* done, behind peer 1's */
+        cr_assert_eq(dw_credit_tx_take(&rx, 0, 4), 4);
+        cr_assert_eq(dw_credit_peer_reset(&rx, 0), 0);
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.rx_inring, 0);
+        cr_assert_eq(v.tx_credits, 5, "our credits in its ring: the quota again");
+        cr_assert_eq(dw_credit_limit(&rx, 0), 5);
+        /* The new start may use its whole quota beside the old slots. */
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 5, &d), 0);
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 1, NULL), -EPROTO, "quota 5");
+        /* The old messages leave in order and credit nobody; peer 1's do. */
+        cr_assert_eq(dw_credit_rx_release(&rx, a, 2), 0);
+        cr_assert_eq(dw_credit_rx_release(&rx, c, 1), 0);
+        cr_assert_eq(rx.tail, 5);
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.rx_inring, 5, "only the new start's slots are its own");
+        cr_assert_eq(dw_credit_limit(&rx, 0), 5, "the old slots returned nothing");
+        cr_assert_eq(dw_credit_view(&rx, 1, &v), 0);
+        cr_assert_eq(v.rx_inring, 0);
+        cr_assert_eq(dw_credit_rx_release(&rx, d, 5), 0);
+        cr_assert_eq(rx.head, rx.tail);
+        cr_assert_eq(dw_credit_limit(&rx, 0), 8, "its own 5 slots: one threshold of 3");
+        cr_assert_eq(dw_credit_peer_reset(&rx, 2), -EINVAL);
+        dw_credit_fini(&rx);
+
+        init_ok(&rx, DW_CREDIT_DYNAMIC, 2, 16, 2);
+        cr_assert_eq(dw_credit_peer_reset(&rx, 0), -EOPNOTSUPP);
+        dw_credit_fini(&rx);
+}
+
 /* The 16-bit credit field of the datagram header: a value widens to the
  * 32-bit limit nearest the newest one known, across the wrap of either, and
  * credits taken for a datagram that never left come back. */
