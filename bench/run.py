@@ -1834,6 +1834,8 @@ class Harness:
     MV2_STACKS = [
         ("mv2-ob1-tcp", "Open MPI ob1 + tcp btl", "ompi", {}),
         ("mv2-diwarp-rc", "MVAPICH2, diwarp RC", "mv2", {}),
+        ("mv2-diwarp-rc-fpdu", "MVAPICH2, diwarp RC, `DIWARP_RC_FPDU=16384`", "mv2",
+         {"DIWARP_RC_FPDU": "16384"}),
         ("mv2-diwarp-rc-rd", "MVAPICH2, diwarp RC over RD (`DIWARP_RC_TRANSPORT=rd`)", "mv2",
          {"DIWARP_RC_TRANSPORT": "rd"}),
     ]

@@ -504,13 +504,16 @@ static void attach_size(struct dw_rc_conn *c, int fd, const struct sockaddr_in *
 {
         char pb[32];
 
-        c->mulpdu = rc_mulpdu(fd);
+        c->mulpdu = rc_mulpdu(fd, c->qp->dev->cfg.rc_fpdu);
         c->mss_age = 0;
         int nb = (int)(DW_RC_TX_BATCH_BYTES / c->mulpdu);
         nb = nb < DW_RC_TX_BATCH_MIN   ? DW_RC_TX_BATCH_MIN
              : nb > DW_RC_TX_BATCH_MAX ? DW_RC_TX_BATCH_MAX
                                        : nb;
-        if (c->mulpdu < DW_RC_RXBUF_SMALL && c->rxbuf_cap < DW_RC_RXBUF_BULK) {
+        /* By the segment size, not DIWARP_RC_FPDU: small messages still come
+         * in small FPDUs, many per read. */
+        uint32_t seg = c->qp->dev->cfg.rc_fpdu ? rc_mulpdu(fd, 0) : c->mulpdu;
+        if (seg < DW_RC_RXBUF_SMALL && c->rxbuf_cap < DW_RC_RXBUF_BULK) {
                 uint8_t *b = malloc(DW_RC_RXBUF_BULK); /* nothing is staged yet */
                 if (b) {
                         free(c->rxbuf);

@@ -128,7 +128,7 @@ static inline int rc_recv_range_iov(struct dw_qp *qp, const struct dw_wqe *w, ui
 /* ---- rc_tx.c: FPDU building, batching and the writes */
 
 /* MULPDU of the stream from its current effective MSS. */
-uint32_t rc_mulpdu(int fd);
+uint32_t rc_mulpdu(int fd, uint32_t fpdu);
 /* Grows the transmit arrays to batches of n FPDUs: 0 or -ENOMEM. */
 int rc_tx_arrays(struct dw_rc_conn *c, int n);
 /* Builds the next batch of FPDUs (Terminate first when one is due). */

@@ -21,11 +21,17 @@
 
 #define DW_RC_IOV_MAX 1024 /* Linux UIO_MAXIOV */
 
-/* MULPDU of the stream from its current effective MSS. */
-uint32_t rc_mulpdu(int fd)
+/* MULPDU of the stream from its current effective MSS (RFC 5044: an FPDU
+ * fills one TCP segment), or from DIWARP_RC_FPDU (fpdu bytes) when that is
+ * larger: an FPDU then spans several segments, which cuts the per-FPDU
+ * costs (header, CRC call, read) on an Ethernet-sized MSS. */
+uint32_t rc_mulpdu(int fd, uint32_t fpdu)
 {
         int mss = dw_tcp_mss(fd);
         uint32_t u = mss > 0 ? dw_mpa_mulpdu((uint32_t)mss) : DW_RC_MULPDU_DEFAULT;
+        uint32_t f = fpdu ? dw_mpa_mulpdu(fpdu) : 0;
+        if (f > u)
+                u = f;
         return u < DW_RC_MULPDU_MIN ? DW_RC_MULPDU_MIN : u;
 }
 
@@ -562,7 +568,7 @@ void rc_build_batch(struct dw_rc_conn *c)
         if (c->batch_bytes >= DW_RC_MSS_BULK &&
             (c->mss_age += (uint32_t)c->nslot) >= DW_RC_MSS_RECHECK) {
                 c->mss_age = 0;
-                c->mulpdu = rc_mulpdu(c->fd);
+                c->mulpdu = rc_mulpdu(c->fd, c->qp->dev->cfg.rc_fpdu);
         }
 }
 

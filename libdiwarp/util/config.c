@@ -470,6 +470,8 @@ static const struct setting settings[] = {
            "expected microseconds 0..10000 (0: never spin)"),
     CHOICE("DIWARP_IO", io, io_w, io_v, "expected plain or uring"),
     CHOICE("DIWARP_RC_CRC", rc_crc, zero_one, zero_one_v, "expected 0 or 1"),
+    NUMBER("DIWARP_RC_FPDU", rc_fpdu, 0, 65535,
+           "expected bytes 0..65535 (0: an FPDU fills one TCP segment)"),
     CHOICE("DIWARP_RD_DIRECT", rd_direct, zero_one, zero_one_v, "expected 0 or 1"),
     CHOICE("DIWARP_RC_TRANSPORT", rc_transport, rc_transport_w, rc_transport_v,
            "expected tcp or rd"),

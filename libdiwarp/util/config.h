@@ -88,6 +88,7 @@ struct dw_config {
         uint32_t wait_spin_us;        /* DIWARP_WAIT_SPIN_US: completion-channel waits spin first */
         enum dw_io_backend io;        /* DIWARP_IO=plain|uring */
         bool rc_crc;                  /* DIWARP_RC_CRC=0|1 */
+        uint32_t rc_fpdu;             /* DIWARP_RC_FPDU: 0 (one TCP segment) or bytes */
         bool rd_direct;               /* DIWARP_RD_DIRECT=0|1: continuations placed first */
         enum dw_rc_transport rc_transport; /* DIWARP_RC_TRANSPORT=tcp|rd */
         uint32_t peer_timeout_ms;          /* DIWARP_PEER_TIMEOUT_MS */
