@@ -523,6 +523,23 @@ int dw_credit_rx_arrive(struct dw_credit *c, uint32_t peer, uint32_t nslots, uin
         return 0;
 }
 
+int dw_credit_rx_pass(struct dw_credit *c, uint32_t peer, uint32_t nslots)
+{
+        if (peer >= c->cfg.npeers || nslots == 0 || nslots > c->cfg.ring_slots)
+                return -EINVAL;
+        struct dw_credit_peer *p = &c->peer[peer];
+        uint32_t left = p->rx_granted - p->rx_arrived - p->rx_skip;
+        if (left > c->cfg.ring_slots || left < nslots) {
+                c->stats.refused++;
+                return -EPROTO;
+        }
+        p->rx_arrived += nslots;
+        c->stats.arrivals++;
+        c->stats.slots_in += nslots;
+        retire(c, peer, nslots);
+        return 0;
+}
+
 int dw_credit_rx_release(struct dw_credit *c, uint32_t pos, uint32_t nslots)
 {
         uint32_t ring = c->cfg.ring_slots;

@@ -267,6 +267,13 @@ int dw_credit_on_request(struct dw_credit *c, uint32_t peer);
  * the ring; it wraps). -EINVAL bad peer or nslots (0 or above the ring),
  * -EPROTO the peer had no credit for it (nothing changes). */
 int dw_credit_rx_arrive(struct dw_credit *c, uint32_t peer, uint32_t nslots, uint32_t *pos);
+/* A message of nslots from peer that took its credits and was placed
+ * straight into a receive WR, when dw_credit_rx_arrive found no room in the
+ * ring for it (the slots of a restarted peer's old messages, still there,
+ * may fill it: dw_credit_peer_reset): counted as arrived and retrieved at
+ * once, so the sender gets its credits back. -EINVAL bad peer or nslots,
+ * -EPROTO the peer had no credit for it (nothing changes). */
+int dw_credit_rx_pass(struct dw_credit *c, uint32_t peer, uint32_t nslots);
 /* The consumer is done with the message at pos (nslots must be its size).
  * Its slots go back in ring order (decision 3), which may reach thresholds
  * and queue credit messages. -EINVAL pos is not an unreleased message's

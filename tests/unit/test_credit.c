@@ -492,6 +492,35 @@ Test(credit_static, peer_reset_starts_over_and_orphans_its_ring_slots)
         dw_credit_fini(&rx);
 }
 
+/* After a reset the old messages may fill the ring: a message the peer had
+ * credits for, placed without a slot, still counts and gives its credits
+ * back; one beyond its credits is refused as ever. */
+Test(credit_static, pass_counts_a_message_the_full_ring_has_no_room_for)
+{
+        struct dw_credit rx;
+        uint32_t a, b;
+        struct dw_credit_view v;
+
+        init_ok(&rx, DW_CREDIT_STATIC, 2, 10, 1);            /* quota 5, threshold 3 */
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 4, &a), 0); /* parked, old start */
+        cr_assert_eq(dw_credit_peer_reset(&rx, 0), 0);
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 1, 5, &b), 0);
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 0, 2, NULL), -EPROTO, "1 slot free of 10");
+        cr_assert_eq(dw_credit_rx_pass(&rx, 0, 2), 0);
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.rx_inring, 0, "passed, not in the ring");
+        cr_assert_eq(v.rx_retrieved, 2, "below the threshold of 3: kept for now");
+        cr_assert_eq(dw_credit_rx_pass(&rx, 0, 3), 0, "its last 3 credits");
+        cr_assert_eq(dw_credit_limit(&rx, 0), 8, "5 retrieved: one threshold back");
+        cr_assert_eq(dw_credit_rx_pass(&rx, 0, 4), -EPROTO, "3 credits, not 4");
+        cr_assert_eq(dw_credit_rx_pass(&rx, 2, 1), -EINVAL);
+        cr_assert_eq(dw_credit_rx_pass(&rx, 0, 0), -EINVAL);
+        cr_assert_eq(dw_credit_rx_release(&rx, a, 4), 0);
+        cr_assert_eq(dw_credit_rx_release(&rx, b, 5), 0);
+        cr_assert_eq(rx.head, rx.tail);
+        dw_credit_fini(&rx);
+}
+
 /* The 16-bit credit field of the datagram header: a value widens to the
  * 32-bit limit nearest the newest one known, across the wrap of either, and
  * credits taken for a datagram that never left come back. */
