@@ -54,8 +54,13 @@ struct dw_cm_att;
  * every payload through staging: a larger buffer reads more of them per
  * syscall. Grown at attach when the own MULPDU is below DW_RC_RXBUF_SMALL
  * (both ends of a path usually see the same MSS). */
-#define DW_RC_RXBUF_BULK    (64u << 10)
-#define DW_RC_RXBUF_SMALL   8192u
+#define DW_RC_RXBUF_BULK  (64u << 10)
+#define DW_RC_RXBUF_SMALL 8192u
+/* A payload read straight into its target keeps its last bytes (at most
+ * this many) back in the trailer until the FPDU's CRC is verified: a program
+ * that polls the last byte may change its buffer as soon as it sees it,
+ * and the CRC must be over the bytes that came (rc_rx.c, rx_direct). */
+#define DW_RC_RX_HOLD       64u
 #define DW_RC_MAX_RD        DW_MAX_RD_ATOM
 #define DW_RC_RX_STEP_BYTES (4u << 20) /* bytes read per callback before yielding */
 #define DW_RC_TX_STEP_BYTES (8u << 20) /* bytes written per call before yielding */
@@ -165,8 +170,9 @@ struct dw_rc_conn {
         uint32_t rx_payload;          /* payload bytes of this segment */
         struct iovec tgt[DW_MAX_SGE]; /* placement target of the remainder */
         int ntgt, tgt_pos;
-        uint8_t trl[DW_MPA_TRAILER_MAX + 1];
+        uint8_t trl[DW_RC_RX_HOLD + DW_MPA_TRAILER_MAX + 1]; /* held payload, pad, CRC */
         uint32_t trl_len, trl_have;
+        uint32_t trl_hold; /* payload bytes held at the start of trl (DW_RC_RX_HOLD) */
         uint32_t crc_state;
         struct dw_wqe *rx_wqe; /* receive WQE the current Send message fills */
         uint64_t rx_msg_len;   /* bytes of the current untagged message so far */

@@ -17,6 +17,7 @@
 #include "progress/progress.h"
 #include "rdmap/rdmap.h"
 #include "util/time.h"
+#include "util/copy.h"
 #include "wire/crc32c.h"
 
 static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se);
@@ -308,6 +309,27 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
 /* The whole data segment (payload + trailer) is in: check CRC, then apply. */
 static void rx_data_place(struct dw_rc_conn *c);
 
+/* The payload's last n bytes, held in the trailer while the rest was read
+ * straight into the target (rx_direct), go to their place once the CRC
+ * is verified: the target's remaining n bytes, the last one stored last. */
+static void tgt_place_held(struct dw_rc_conn *c, const uint8_t *src, size_t n)
+{
+        while (n && c->tgt_pos < c->ntgt) {
+                struct iovec *t = &c->tgt[c->tgt_pos];
+                size_t k = t->iov_len < n ? t->iov_len : n;
+                if (k == n)
+                        dw_copy_last_byte_last(t->iov_base, src, k);
+                else
+                        memcpy(t->iov_base, src, k);
+                src += k;
+                t->iov_base = (uint8_t *)t->iov_base + k;
+                t->iov_len -= k;
+                n -= k;
+                if (t->iov_len == 0)
+                        c->tgt_pos++;
+        }
+}
+
 /* A data FPDU is whole: placed, and counted as consumed unless it failed. */
 static void rx_data_end(struct dw_rc_conn *c)
 {
@@ -325,12 +347,13 @@ static void rx_data_place(struct dw_rc_conn *c)
 {
         struct dw_qp *qp = c->qp;
         const struct dw_rdmap_hdr *h = &c->rh;
-        uint32_t pad = c->trl_len - DW_MPA_CRC_LEN;
+        uint32_t hold = c->trl_hold;
+        uint32_t pad = c->trl_len - DW_MPA_CRC_LEN - hold;
 
         c->rx_state = DW_RC_RX_HDR;
         if (c->crc) {
-                uint32_t want = dw_crc32c_final(dw_crc32c_update(c->crc_state, c->trl, pad));
-                const uint8_t *p = c->trl + pad;
+                uint32_t want = dw_crc32c_final(dw_crc32c_update(c->crc_state, c->trl, hold + pad));
+                const uint8_t *p = c->trl + hold + pad;
                 uint32_t got = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                                (uint32_t)p[3] << 24;
                 if (want != got) {
@@ -341,6 +364,10 @@ static void rx_data_place(struct dw_rc_conn *c)
                                           "MPA CRC mismatch");
                         return;
                 }
+        }
+        if (hold) {
+                tgt_place_held(c, c->trl, hold);
+                c->trl_hold = 0;
         }
         qp->ctr.rx_packets++;
         qp->ctr.rx_bytes += c->rx_payload;
@@ -780,7 +807,12 @@ static int rx_parse_data(struct dw_rc_conn *c, const uint8_t *p, uint32_t dlen)
         if (c->ntgt)
                 tgt_consume(c, c->rxbuf + c->rx_start, take);
         c->rx_start += take;
-        c->trl_len = (uint32_t)(dw_mpa_pad_len(ulen) + DW_MPA_CRC_LEN);
+        /* What is read straight into the target keeps its last bytes back
+         * until the CRC is verified (DW_RC_RX_HOLD); a staged payload is
+         * checked in staging. */
+        uint32_t rest = c->rx_payload - take;
+        c->trl_hold = c->crc && c->ntgt ? (rest < DW_RC_RX_HOLD ? rest : DW_RC_RX_HOLD) : 0;
+        c->trl_len = (uint32_t)(c->trl_hold + dw_mpa_pad_len(ulen) + DW_MPA_CRC_LEN);
         c->trl_have = 0;
         have = c->rx_end - c->rx_start;
         if (take == c->rx_payload) {
@@ -895,9 +927,15 @@ static ssize_t rx_direct(struct dw_rc_conn *c)
         struct iovec iov[DW_MAX_SGE + 2];
         int n = 0;
 
-        for (int i = c->tgt_pos; i < c->ntgt; i++)
-                iov[n++] = c->tgt[i];
-        size_t pay_left = tgt_left(c);
+        /* The target up to the held bytes, which the trailer's iovec takes. */
+        size_t pay_left = tgt_left(c) - c->trl_hold;
+        for (int i = c->tgt_pos, want = 0; i < c->ntgt && (size_t)want < pay_left; i++) {
+                iov[n] = c->tgt[i];
+                if (iov[n].iov_len > pay_left - (size_t)want)
+                        iov[n].iov_len = pay_left - (size_t)want;
+                want += (int)iov[n].iov_len;
+                n++;
+        }
         size_t trl_left = c->trl_len - c->trl_have;
         iov[n].iov_base = c->trl + c->trl_have;
         iov[n].iov_len = trl_left;
@@ -926,7 +964,7 @@ static ssize_t rx_direct(struct dw_rc_conn *c)
                 got -= t;
                 c->rx_end += (uint32_t)got;
         }
-        if (tgt_left(c) == 0 && c->trl_have == c->trl_len)
+        if (tgt_left(c) == c->trl_hold && c->trl_have == c->trl_len)
                 rx_data_end(c);
         return r;
 }

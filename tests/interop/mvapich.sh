@@ -4,6 +4,8 @@
 # MODE: rc  RC over TCP, MVAPICH2's librdmacm connection setup
 #           (MV2_USE_RDMA_CM=1 MV2_USE_IWARP_MODE=1);
 #       rd  the same over RC over RD (DIWARP_RC_TRANSPORT=rd);
+#       fpdu  as rc, with FPDUs of up to 16 KiB that span TCP segments
+#           (DIWARP_RC_FPDU=16384; the veth's MTU is 1500);
 #       ib  RC over TCP, MVAPICH2's default, InfiniBand-style setup
 #           (MV2_USE_RDMA_CM=0: QP numbers and GIDs exchanged through the
 #           process manager, then ibv_modify_qp; it also connects one QP of
@@ -28,12 +30,14 @@
 # Exit 77 (skipped, with the reason) without root / ip netns, or without
 # MVAPICH2 and its OSU benchmarks in the prefix.
 . "$(dirname "$0")/lib.sh"
-mode=${1:?usage: mvapich.sh rc|rd|ib}
+mode=${1:?usage: mvapich.sh rc|rd|ib|fpdu}
+fpdu=0
 case $mode in
 rc) rc_transport=tcp use_cm=1 ;;
 rd) rc_transport=rd use_cm=1 ;;
 ib) rc_transport=tcp use_cm=0 ;;
-*) fail "unknown mode '$mode' (rc, rd or ib)" ;;
+fpdu) rc_transport=tcp use_cm=1 fpdu=16384 ;;
+*) fail "unknown mode '$mode' (rc, rd, ib or fpdu)" ;;
 esac
 
 skip() {
@@ -130,7 +134,7 @@ mv2_A() {
                 sh -c 'hostname "$1" && shift && cd "$TMPDIR" && exec "$@"' sh "$nsA" \
                 env -u DIWARP_ADDR DIWARP_MPI_HOSTS="$TMPD/hosts" DIWARP_LOG=info \
                 MV2_RDMA_CM_CONF_FILE_PATH="$TMPD/$nsA" \
-                DIWARP_RC_TRANSPORT=$rc_transport "${pre[@]}" \
+                DIWARP_RC_TRANSPORT=$rc_transport DIWARP_RC_FPDU=$fpdu "${pre[@]}" \
                 "$prefix/bin/mpiexec.hydra" -launcher rsh -launcher-exec "$agent" -genvnone \
                 -hosts "$A:1,$B:1" -n 2 "$@" >"$out" 2>&1
 }
@@ -184,6 +188,10 @@ for pinned in $pins; do
                         expect "$out" "RC QP 0x[0-9a-f]+ connected to $A:" \
                                 "$1 ($tag): a QP of B connects to A over diwarp"
                         ! grep -q "connected over RD" "$out" || fail "RC over TCP mode connected over RD"
+                        [ $mode != fpdu ] || expect "$out" "RC QP 0x[0-9a-f]+ connected to $B:.*MULPDU 16378\)" \
+                                "$1 ($tag): A's QP to B sends FPDUs of 16 KiB (DIWARP_RC_FPDU)"
+                        [ $mode != fpdu ] || expect "$out" "RC QP 0x[0-9a-f]+ connected to $A:.*MULPDU 16378\)" \
+                                "$1 ($tag): B's QP to A sends FPDUs of 16 KiB (DIWARP_RC_FPDU)"
                 fi
         done
 done

@@ -69,6 +69,19 @@ for t in rc_bw rc_rdma_write_bw rc_rdma_read_bw; do
         awk -v r="$r" 'BEGIN { exit !(r >= 0.02) }' || fail "$t is $r x tcp_bw (bound 0.02)"
 done
 
+# A Write large enough to be read straight into its target (64 KiB, one FPDU
+# on loopback) that the other end polls by its last byte and writes over at
+# once (rc_rdma_write_poll_lat): the receiver must verify the CRC over the
+# bytes that came, not over the target after the program changed it (a
+# "MPA CRC mismatch" ended such runs: libdiwarp/rc/README.md, rc_rx.c).
+q -t 1 -cm1 -m 64K rc_rdma_write_poll_lat >"$TMPD/poll64" 2>&1 ||
+        { cat "$TMPD/poll64" "$srv" >&2; fail "rc_rdma_write_poll_lat of 64 KiB exited non-zero"; }
+cat "$TMPD/poll64"
+! grep -Eqi 'failed|error|CRC mismatch' "$TMPD/poll64" ||
+        fail "rc_rdma_write_poll_lat of 64 KiB reported a failure"
+grep -Eq 'latency += +[0-9.]+ ' "$TMPD/poll64" ||
+        fail "rc_rdma_write_poll_lat of 64 KiB printed no latency"
+
 # Addressing by LID: a refusal naming the way out, not a hang. The end that
 # gets there first refuses and qperf hands its error to the other, so the
 # line is in the client's or the server's output.
