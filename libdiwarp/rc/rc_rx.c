@@ -309,26 +309,7 @@ static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
 /* The whole data segment (payload + trailer) is in: check CRC, then apply. */
 static void rx_data_place(struct dw_rc_conn *c);
 
-/* The payload's last n bytes, held in the trailer while the rest was read
- * straight into the target (rx_direct), go to their place once the CRC
- * is verified: the target's remaining n bytes, the last one stored last. */
-static void tgt_place_held(struct dw_rc_conn *c, const uint8_t *src, size_t n)
-{
-        while (n && c->tgt_pos < c->ntgt) {
-                struct iovec *t = &c->tgt[c->tgt_pos];
-                size_t k = t->iov_len < n ? t->iov_len : n;
-                if (k == n)
-                        dw_copy_last_byte_last(t->iov_base, src, k);
-                else
-                        memcpy(t->iov_base, src, k);
-                src += k;
-                t->iov_base = (uint8_t *)t->iov_base + k;
-                t->iov_len -= k;
-                n -= k;
-                if (t->iov_len == 0)
-                        c->tgt_pos++;
-        }
-}
+static void tgt_walk(struct dw_rc_conn *c, const uint8_t *src, size_t n, bool held);
 
 /* A data FPDU is whole: placed, and counted as consumed unless it failed. */
 static void rx_data_end(struct dw_rc_conn *c)
@@ -366,7 +347,7 @@ static void rx_data_place(struct dw_rc_conn *c)
                 }
         }
         if (hold) {
-                tgt_place_held(c, c->trl, hold);
+                tgt_walk(c, c->trl, hold, true);
                 c->trl_hold = 0;
         }
         qp->ctr.rx_packets++;
@@ -696,29 +677,37 @@ static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
 }
 
 /* Places n bytes into the target iovecs (CRC over them), advancing. */
-static void tgt_consume(struct dw_rc_conn *c, const uint8_t *src, size_t n)
+/* Moves the target on by n bytes: copied from src (staged) or already read
+ * into it by the kernel (src NULL). The CRC runs over the staged copy, not
+ * the target: the program may change its memory as soon as the bytes land
+ * (qperf's rc_rdma_write_poll_lat writes its last byte back once it sees
+ * it). held: src is the payload's last bytes, kept in the trailer until the
+ * CRC was verified (rx_direct): not counted again, the last byte stored
+ * last. */
+static void tgt_walk(struct dw_rc_conn *c, const uint8_t *src, size_t n, bool held)
 {
         while (n && c->tgt_pos < c->ntgt) {
                 struct iovec *t = &c->tgt[c->tgt_pos];
                 size_t k = t->iov_len < n ? t->iov_len : n;
-                if (src) {
+                if (held && k == n)
+                        dw_copy_last_byte_last(t->iov_base, src, k);
+                else if (src)
                         memcpy(t->iov_base, src, k);
-                        /* The CRC over the staged copy, not the target: the
-                         * program may change its memory as soon as the
-                         * bytes land (qperf's rc_rdma_write_poll_lat writes
-                         * its last byte back once it sees it). */
-                        if (c->crc)
-                                c->crc_state = dw_crc32c_update(c->crc_state, src, k);
+                if (c->crc && !held)
+                        c->crc_state = dw_crc32c_update(c->crc_state, src ? src : t->iov_base, k);
+                if (src)
                         src += k;
-                } else if (c->crc) {
-                        c->crc_state = dw_crc32c_update(c->crc_state, t->iov_base, k);
-                }
                 t->iov_base = (uint8_t *)t->iov_base + k;
                 t->iov_len -= k;
                 n -= k;
                 if (t->iov_len == 0)
                         c->tgt_pos++;
         }
+}
+
+static void tgt_consume(struct dw_rc_conn *c, const uint8_t *src, size_t n)
+{
+        tgt_walk(c, src, n, false);
 }
 
 static size_t tgt_left(const struct dw_rc_conn *c)
@@ -928,12 +917,12 @@ static ssize_t rx_direct(struct dw_rc_conn *c)
         int n = 0;
 
         /* The target up to the held bytes, which the trailer's iovec takes. */
-        size_t pay_left = tgt_left(c) - c->trl_hold;
-        for (int i = c->tgt_pos, want = 0; i < c->ntgt && (size_t)want < pay_left; i++) {
+        size_t pay_left = tgt_left(c) - c->trl_hold, want = 0;
+        for (int i = c->tgt_pos; i < c->ntgt && want < pay_left; i++) {
                 iov[n] = c->tgt[i];
-                if (iov[n].iov_len > pay_left - (size_t)want)
-                        iov[n].iov_len = pay_left - (size_t)want;
-                want += (int)iov[n].iov_len;
+                if (iov[n].iov_len > pay_left - want)
+                        iov[n].iov_len = pay_left - want;
+                want += iov[n].iov_len;
                 n++;
         }
         size_t trl_left = c->trl_len - c->trl_have;
