@@ -18,7 +18,7 @@ right after:
                  (--build-loop DIR: a configured meson build directory of
                  this tree, cleaned and rebuilt over and over)
 
-Stacks: rd-thread (RD Writes, the progress thread as it comes), rd-app
+Stacks: rc (RC over TCP as it comes, for comparison), rd-thread (RD Writes, the progress thread as it comes), rd-app
 (DIWARP_PROGRESS=app: the application alone drives progress, the old way),
 rcrd-thread and rcrd-app (diwarp-bw --transport rc with
 DIWARP_RC_TRANSPORT=rd: RC QPs carried by RD), rd-daemon and rcrd-daemon
@@ -66,6 +66,7 @@ def kv(line, key):
 
 
 STACKS = {  # name -> (diwarp-bw --transport, extra environment)
+    "rc": ("rc", {}),
     "rd-thread": ("rd", {}),
     "rd-app": ("rd", {"DIWARP_PROGRESS": "app"}),
     "rcrd-thread": ("rc", {"DIWARP_RC_TRANSPORT": "rd"}),

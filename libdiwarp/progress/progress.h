@@ -162,6 +162,15 @@ struct dw_progress {
          * syscall by its state (/proc/self/task/TID/stat). */
         _Atomic pid_t app_tid;
         _Atomic uint64_t takeovers; /* times the device turned shared (written by the thread) */
+        /* Shared: a poll that finds its CQ empty naps (dw_progress_nap) on
+         * nap_gen instead of spinning, so that the core goes to whoever has
+         * work; nappers counts the pollers asleep there. cq_pushes counts
+         * the completions pushed to the device's CQs (dw_cq_push, lock
+         * held); a thread step that pushed some while pollers nap bumps
+         * nap_gen and wakes them (dw_progress_nap_wake). */
+        _Atomic uint32_t nap_gen;
+        _Atomic unsigned nappers;
+        uint32_t cq_pushes, cq_pushes_seen;
         /* Event-driven waits (dw_progress_wait). driver: the application
          * thread that drives the device while it waits (its tid; 0: none),
          * set and cleared by that thread, cleared under the device lock.
@@ -213,13 +222,29 @@ static inline bool dw_progress_app_poll(struct dw_progress *p)
                               atomic_load_explicit(&p->app_reads, memory_order_relaxed) + 1,
                               memory_order_relaxed);
         atomic_store_explicit(&p->app_tid, dw_progress_tid(), memory_order_relaxed);
-        /* The CQ is empty (or about to be popped): give the core to whoever
-         * has work, this device's progress thread first among them (it may
-         * share the poller's core, and its wake-up would otherwise wait for
-         * the poller's slice). Alone on a core, the call returns at once. */
-        sched_yield();
         return true;
 }
+
+/* A shared device's poll found its CQ empty: it naps (dw_progress_nap)
+ * rather than spin. Begin counts the caller among the nappers and returns
+ * the generation to sleep on; the caller then looks at its CQ once more
+ * (a completion pushed before the count rose wakes nobody) and either
+ * naps or cancels. */
+static inline uint32_t dw_progress_nap_begin(struct dw_progress *p)
+{
+        atomic_fetch_add(&p->nappers, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+        return atomic_load(&p->nap_gen);
+}
+
+static inline void dw_progress_nap_cancel(struct dw_progress *p)
+{
+        atomic_fetch_sub(&p->nappers, 1);
+}
+
+/* Sleeps until the thread pushes a completion (nap_gen moves from gen) or
+ * DW_SHARED_NAP_NS passed, then leaves the nappers. */
+void dw_progress_nap(struct dw_progress *p, uint32_t gen);
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
 int dw_progress_step(struct dw_progress *p, int budget);

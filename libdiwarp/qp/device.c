@@ -828,8 +828,11 @@ int dwe_progress(struct diwarp_device *d, int budget)
         struct dw_device *dev = dw_dev_of(d);
         /* On a shared host the progress thread makes the progress (see
          * diwarp_cq_poll). */
-        if (dw_progress_app_poll(&dev->prog))
+        if (dw_progress_app_poll(&dev->prog)) {
+                /* The core goes to whoever has work, the thread first. */
+                sched_yield();
                 return 0;
+        }
         pthread_mutex_lock(&dev->lock);
         int n = dw_progress_step(&dev->prog, budget ? budget : DW_PROGRESS_BUDGET);
         pthread_mutex_unlock(&dev->lock);
@@ -1136,8 +1139,10 @@ int dwe_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
         /* The max_cq the device reports (diwarp_device_query) is enforced. */
         int err = dev->ncq >= DW_MAX_CQ ? -ENOMEM
                                         : dw_cq_init(&cq->cq, cqe, ch ? &ch->ch : NULL, cq_context);
-        if (err == 0)
+        if (err == 0) {
                 dev->ncq++;
+                cq->cq.pushes = &dev->prog.cq_pushes;
+        }
         pthread_mutex_unlock(&dev->lock);
         if (err < 0) {
                 free(cq);
@@ -1184,10 +1189,19 @@ int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
         struct dw_device *dev = cq->dev;
         bool shared = dw_progress_app_poll(&dev->prog);
         /* On a shared host the progress thread makes the progress; the lock
-         * is taken only to pop, so a poller descheduled while it spins on an
-         * empty CQ holds nothing the thread needs. */
-        if (shared && dw_cq_count_peek(&cq->cq) == 0)
-                return 0;
+         * is taken only to pop, so a poller descheduled while it polls an
+         * empty CQ holds nothing the thread needs, and it naps until the
+         * thread pushes a completion (or a bound passed). */
+        if (shared && dw_cq_count_peek(&cq->cq) == 0) {
+                uint32_t gen = dw_progress_nap_begin(&dev->prog);
+                if (dw_cq_count_peek(&cq->cq) != 0) {
+                        dw_progress_nap_cancel(&dev->prog);
+                } else {
+                        dw_progress_nap(&dev->prog, gen);
+                        if (dw_cq_count_peek(&cq->cq) == 0)
+                                return 0;
+                }
+        }
         pthread_mutex_lock(&dev->lock);
         if (!shared && dw_cq_count(&cq->cq) < (uint32_t)n)
                 dw_progress_step(&dev->prog, DW_PROGRESS_BUDGET);

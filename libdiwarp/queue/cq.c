@@ -266,6 +266,8 @@ int dw_cq_push(struct dw_cq *cq, const struct diwarp_wc *wc, bool solicited)
         cq->ring[tail].ts_ns = __builtin_expect(cq->timestamps, 0) ? dw_now_ns() : 0;
         cq->tail = tail + 1 == cq->cqe ? 0 : tail + 1;
         cq->count++;
+        if (cq->pushes)
+                ++*cq->pushes;
         if (cq->armed)
                 cq_armed_push(cq, wc, solicited);
         return 0;

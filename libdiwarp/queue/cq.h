@@ -72,6 +72,10 @@ struct dw_cq {
         unsigned events_reported;  /* handed out by dw_comp_channel_get_event */
         unsigned events_completed; /* acknowledged by dw_cq_ack_events */
         int use_count;             /* QPs/SRQs using it; maintained by qp/ */
+        /* Counted up by each push (lock held) when set: its owner's count of
+         * completions over all its CQs (the device's, to wake pollers that
+         * nap on a shared host). */
+        uint32_t *pushes;
 };
 
 /* ---- completion channel ---- */

@@ -12,7 +12,12 @@
 #           thread took over from a descheduled poller, RD reached 0.09.
 #   busy    one RD Write pair while a nice-0 CPU hog (`yes`) runs per core,
 #           then one TCP pair under the same hogs, through a 200 Mbit/s tbf:
-#           RD at least RATIO of TCP.
+#           RD at least BUSY_RATIO (0.8) of TCP, some end's device turned
+#           shared, and it did not flip back and forth (at most 8 take-overs
+#           over both ends). With pollers that spun (sched_yield) while the
+#           thread made the progress, RD reached 0.71-0.80 here under
+#           AddressSanitizer; with pollers that nap but turned back after
+#           every 10 calm windows, 10-24 take-overs.
 # Every diwarp run: exit 0, status=ok on both sides, no sanitizer report.
 # Skipped (77) without root, ip, tc or tbf.
 set -u
@@ -21,6 +26,7 @@ bw=${2:?usage}
 raw=${3:?usage}
 case=${4:?usage}
 RATIO=${SHARED_RATIO:-0.5}
+BUSY_RATIO=${SHARED_BUSY_RATIO:-0.8}
 NAME=ns${case}$$
 hogs=()
 # shellcheck source=tests/integration/netns_lib.sh
@@ -112,8 +118,10 @@ busy)
         t=$(cat "$TMPD/rd-cli1" "$TMPD/rd-srv1" | sed -n 's/^RESULT .* takeovers=\([0-9]*\).*/\1/p' |
                 awk '{ s += $1 } END { print s + 0 }')
         [ "$t" -ge 1 ] || fail "beside CPU hogs neither end's device turned shared (takeovers $t)"
+        [ "$t" -le 8 ] ||
+                fail "beside CPU hogs the devices turned shared $t times: they flip back and forth"
         tcp=$(run_pairs tcp 1 120) || exit 1
-        check_ratio "1 pair beside a CPU hog per core" "$rd" "$tcp"
+        RATIO=$BUSY_RATIO check_ratio "1 pair beside a CPU hog per core" "$rd" "$tcp"
         ;;
 *)
         echo "netns_shared.sh: unknown case $case" >&2
