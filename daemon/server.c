@@ -98,6 +98,7 @@ void dd_cq_push(struct dd_obj *o, const struct diwarp_wc *wc)
         }
         cq_put(o, wc);
         atomic_store_explicit(&o->u.cq.ring->prod, o->u.cq.prod, memory_order_release);
+        dw_ipc_cq_published(o->u.cq.ring);
         if (o->u.cq.armed)
                 fire(o);
 }
@@ -388,6 +389,7 @@ static int serve_cq(struct dd_obj *o)
                 }
         }
         atomic_store_explicit(&o->u.cq.ring->prod, o->u.cq.prod, memory_order_release);
+        dw_ipc_cq_published(o->u.cq.ring);
         o->c->completions += (uint64_t)n;
         if (o->u.cq.armed)
                 fire(o);

@@ -43,6 +43,15 @@
 /* Empty polls of a CQ after which each further one yields the core: the
  * daemon's server may need it (more busy threads than cores). */
 #define YIELD_AFTER 32
+/* ... and after which each further one naps on the ring (dw_ipc_cq_nap)
+ * until the daemon publishes a completion, NAP_NS at most: a poller that
+ * spins, even yielding, stays runnable and takes its share of a core the
+ * daemon needs beside CPU hogs. 256 yielding polls alone on a core take
+ * 50-130 us, longer than a ping-pong's round trip through the daemon, so an
+ * exchange in progress keeps spinning; a bulk transfer waiting for its
+ * window naps. */
+#define NAP_AFTER 256
+#define NAP_NS    100000L
 
 /* What client mode does not offer yet: a warning naming it, -EOPNOTSUPP. */
 static int unsupported(const char *what)
@@ -1088,7 +1097,9 @@ int dwc_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
         else if (n > 0)
                 empty = ++cq->empty;
         pthread_mutex_unlock(&cq->lock);
-        if (empty > YIELD_AFTER)
+        if (empty > NAP_AFTER)
+                dw_ipc_cq_nap(cq->ring, prod, NAP_NS);
+        else if (empty > YIELD_AFTER)
                 sched_yield();
         if (empty && empty % EMPTY_POLL_CHECK == 0 && !atomic_load(&cq->dev->dead) &&
             daemon_gone(cq->dev)) {

@@ -3,11 +3,15 @@
 #include "ipc/ipc.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PAGE 4096u
@@ -322,4 +326,26 @@ ssize_t dw_ipc_recv(int sock, void *msg, size_t len, int *fds, int *nfds)
                 return n == 0 ? 0 : -EMSGSIZE;
         }
         return n;
+}
+
+/* The word is prod itself, in the page both processes map (a shared, not a
+ * private, futex). The napper counts itself before its last look at prod and
+ * the daemon looks at the count after it stored prod, each behind a full
+ * fence: one of the two sees the other. */
+void dw_ipc_cq_nap(struct dw_ipc_ring *r, uint32_t seen_prod, long ns)
+{
+        atomic_fetch_add(&r->nappers, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&r->prod, memory_order_relaxed) == seen_prod) {
+                struct timespec ts = {0, ns};
+                syscall(SYS_futex, &r->prod, FUTEX_WAIT, seen_prod, &ts, NULL, 0);
+        }
+        atomic_fetch_sub(&r->nappers, 1);
+}
+
+void dw_ipc_cq_published(struct dw_ipc_ring *r)
+{
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&r->nappers, memory_order_relaxed))
+                syscall(SYS_futex, &r->prod, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }

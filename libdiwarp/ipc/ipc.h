@@ -332,8 +332,22 @@ struct dw_ipc_ring {
         /* SQ/RQ rings: WRs the daemon posted that the engine took; the QP's
          * state as the daemon last saw it. */
         _Atomic uint32_t qp_state;
+        /* CQ rings: client threads asleep on prod (a futex on the shared
+         * page, dw_ipc_cq_nap) after a long run of empty polls; the daemon
+         * wakes them when it moves prod while this is non-zero. Only a hint
+         * to the daemon: it wakes, nothing else. */
+        _Alignas(64) _Atomic uint32_t nappers;
 };
 #define DW_IPC_RING_HDR 256u
+_Static_assert(sizeof(struct dw_ipc_ring) <= DW_IPC_RING_HDR, "ring header");
+
+/* A client thread that found its CQ ring empty for a long run of polls
+ * sleeps until the daemon moves prod from seen_prod, or ns passed. */
+void dw_ipc_cq_nap(struct dw_ipc_ring *r, uint32_t seen_prod, long ns);
+
+/* The daemon moved a CQ ring's prod: wakes the client threads napping on it
+ * (one syscall, only while some nap). */
+void dw_ipc_cq_published(struct dw_ipc_ring *r);
 
 static inline void *dw_ipc_ring_entry(struct dw_ipc_ring *r, uint32_t entry_size, uint32_t entries,
                                       uint32_t i)
