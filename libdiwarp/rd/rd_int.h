@@ -228,6 +228,26 @@ static_assert(DW_REL_DEF_WINDOW <= 255, "a batch's segment count fits a byte");
 static_assert(DW_CONFIG_MAX_CREDIT_RING <= 65535,
               "a credit index (< DIWARP_CREDIT_PEERS) fits 16 bits");
 
+/* The last bytes of a message-ending RDMA Write segment (rd_rx_write) are
+ * placed, last byte last, only once every earlier PSN of the stream is in
+ * and the segment's CRC is verified, so that a program polling a message's
+ * last byte (RC semantics over RD: qperf's rc_rdma_write_poll_lat,
+ * MVAPICH2's RDMA fast path) finds the whole message in place. A segment
+ * that comes before an earlier PSN of its stream keeps them in one of the
+ * QP's RD_TAILS slots until the stream's receive cursor passes it
+ * (rd_tails_flush); with none free it is not accepted (the sender resends
+ * it). */
+#define RD_TAIL_HOLD 64u
+#define RD_TAILS     8u
+
+struct rd_tail {
+        struct dw_rd_peer *peer;
+        uint32_t psn, stag;
+        uint64_t to;
+        uint32_t len;
+        uint8_t bytes[RD_TAIL_HOLD];
+};
+
 struct dw_rd_qp {
         struct dw_qp *qp;
         bool rc; /* RC/UC carried by RD */
@@ -281,6 +301,10 @@ struct dw_rd_qp {
         /* Send WQEs completed (DW_WQE_DONE) by the ACK a ping-pong's incoming
          * Send carried, not retired to the CQ yet (rd_retire_held). */
         bool retire_held;
+        /* Message-ending Write segments' tails held for earlier PSNs
+         * (RD_TAIL_HOLD). */
+        uint32_t ntails;
+        struct rd_tail tails[RD_TAILS];
         struct dw_rd_qp *next, *prev; /* device list of RD QPs */
 };
 
@@ -434,6 +458,9 @@ struct dw_rd_dev {
         bool rx_big, rx_placed;
         uint8_t rx_small; /* datagrams in a row not placed directly */
         uint8_t rx_hdr[RD_PEEK_LEN];
+        /* The held tail (RD_TAIL_HOLD) of a message-ending segment the
+         * direct path read, for rd_rx_write to place. */
+        uint8_t rx_tail[RD_TAIL_HOLD];
         /* The segment that continues the last CRC-verified, non-last large
          * RDMA Write segment, or Read Response segment into a one-SGE sink,
          * received: the only one placed before its CRC is known, since a
@@ -547,6 +574,9 @@ void rd_irq_queue(struct dw_rd_qp *s, int idx);
 /* rd_rx.c, for the mailbox */
 struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn);
 void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p);
+/* Places, in PSN order, the held tails (RD_TAIL_HOLD) of p that the
+ * stream's receive cursor passed, or all of p's (the stream goes). */
+void rd_tails_flush(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all);
 /* Places a Send segment in receive WQE w bound to it: g->len bytes, the
  * first len1 of them at pay and the rest at pay2 (a segment parked across
  * the end of the ring); pull, the rd_pull entry rd_pull_start gave it (-1:

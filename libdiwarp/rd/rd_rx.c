@@ -175,11 +175,36 @@ void rd_recv_invalidate(struct dw_qp *qp, struct diwarp_wc *wc, uint32_t stag)
         }
 }
 
-/* Completes, in order, every message of p whose last PSN is below the cursor. */
+void rd_tails_flush(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all)
+{
+        uint32_t cur = dw_rel_rx_cursor(&p->rel);
+        for (;;) {
+                struct rd_tail *t = NULL;
+                for (uint32_t i = 0; i < s->ntails; i++) {
+                        struct rd_tail *x = &s->tails[i];
+                        if (x->peer == p && (all || dw_psn_before(x->psn, cur)) &&
+                            (!t || dw_psn_before(x->psn, t->psn)))
+                                t = x;
+                }
+                if (!t)
+                        return;
+                /* The region may have gone since the segment was checked:
+                 * checked again, and the bytes dropped if it did. */
+                uint8_t *host;
+                if (dw_rdmap_write_accept(s->qp, t->stag, t->to, t->len, &host, NULL) == 0)
+                        dw_copy_last_byte_last(host, t->bytes, t->len);
+                *t = s->tails[--s->ntails];
+        }
+}
+
+/* Completes, in order, every message of p whose last PSN is below the cursor
+ * (after the held tails of its Writes are in place). */
 void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
 {
         struct dw_qp *qp = s->qp;
         uint32_t cur = dw_rel_rx_cursor(&p->rel);
+        if (s->ntails)
+                rd_tails_flush(s, p, false);
         if (s->mbox_app)
                 rd_mbox_app_complete(s, p);
         for (;;) {
@@ -421,6 +446,12 @@ static inline enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer 
         bool has_imm = x->has_imm;
 
         struct dw_wqe *w = NULL;
+        /* The message's last segment ahead of an earlier PSN of the stream:
+         * its tail waits in a slot (RD_TAIL_HOLD), refused while none is
+         * free, before anything is placed. */
+        bool tail_late = r->ddp.last && plen && h->psn != dw_rel_rx_cursor(&p->rel);
+        if (tail_late && s->ntails == RD_TAILS)
+                return RV_WINDOW;
         if (has_imm) {
                 if (dw_psn_before(ri->ddp.msn, p->rx_done))
                         return RV_DROP;
@@ -451,13 +482,27 @@ static inline enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer 
         } else if (d->rx_next.peer == p) {
                 d->rx_next.peer = NULL;
         }
-        /* The segment that ends the Write stores its last byte last: a
-         * program polling it finds the rest of the segment in place. */
-        if (plen && !d->rx_placed) {
-                if (r->ddp.last)
-                        dw_copy_last_byte_last(host, pay, plen);
-                else
-                        memcpy(host, pay, plen);
+        /* The segment that ends the Write stores its tail last, last byte
+         * last, and only once every earlier PSN of the stream is in: a
+         * program polling the message's last byte then finds the rest of it
+         * in place. The direct path read the tail aside (d->rx_tail). */
+        if (plen) {
+                uint32_t tail =
+                    r->ddp.last ? (plen < RD_TAIL_HOLD ? (uint32_t)plen : RD_TAIL_HOLD) : 0;
+                const uint8_t *src = d->rx_placed ? d->rx_tail : pay + plen - tail;
+                if (!d->rx_placed)
+                        memcpy(host, pay, plen - tail);
+                if (tail_late) {
+                        struct rd_tail *t = &s->tails[s->ntails++];
+                        t->peer = p;
+                        t->psn = h->psn;
+                        t->stag = r->ddp.stag;
+                        t->to = r->ddp.to + plen - tail;
+                        t->len = tail;
+                        memcpy(t->bytes, src, tail);
+                } else if (tail) {
+                        dw_copy_last_byte_last(host + plen - tail, src, tail);
+                }
         }
         if (w) {
                 w->psn = h->psn;
@@ -1279,9 +1324,16 @@ int dw_rd_rx_direct(struct dw_device *dev)
         } else if (dw_rdmap_write_accept(qp, r.ddp.stag, r.ddp.to, plen, &host, NULL) < 0) {
                 return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
         }
+        /* A Write's last segment keeps its tail out of the target until the
+         * CRC is verified (rd_rx_write places it); one ahead of an earlier
+         * PSN needs a free tail slot. */
+        uint32_t tail = !read && r.ddp.last ? RD_TAIL_HOLD : 0;
+        if (tail && h.psn != dw_rel_rx_cursor(&p->rel) && s->ntails == RD_TAILS)
+                return rd_direct_skip(d);
         uint8_t trl[DW_SEAL_TRAILER_MAX];
-        struct iovec iov[3] = {{hb, (size_t)(hl + rl)}, {host, plen}, {trl, tl}};
-        int n = dw_udp_recv_iov(&dev->udp, iov, tl ? 3 : 2);
+        struct iovec iov[4] = {
+            {hb, (size_t)(hl + rl)}, {host, plen - tail}, {d->rx_tail, tail}, {trl, tl}};
+        int n = dw_udp_recv_iov(&dev->udp, iov, tl ? 4 : 3);
         if (n < 0)
                 return n == -EAGAIN ? -1 : 0;
         if (n != len) {
@@ -1290,7 +1342,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
                 dev->ctr.rx_dropped_malformed++;
                 return 1;
         }
-        if (dw_seal_open_iov(&dev->seal, iov, 2, trl, tl, &why) < 0) {
+        if (dw_seal_open_iov(&dev->seal, iov, 3, trl, tl, &why) < 0) {
                 dev->ctr.crc_errors++;
                 return 1;
         }

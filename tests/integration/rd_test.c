@@ -862,12 +862,45 @@ static uint32_t guard_size(unsigned i)
         return pick[i % 6];
 }
 
+/* A program polling the last byte of an RDMA Write's target (RC semantics,
+ * which RC over RD keeps) must find the whole message in place once that
+ * byte shows, whatever was lost, reordered or damaged on the way: the
+ * receiver places a message's tail only once every earlier PSN of its
+ * stream is in and verified. Checked for each slot not yet seen complete;
+ * returns how many were seen so (their last byte differs from GUARD_BYTE). */
+static unsigned guard_poll_last(const struct side *a, const struct side *b, unsigned posted,
+                                bool *seen, const char *what)
+{
+        unsigned n = 0;
+        for (unsigned i = 0; i < posted; i++) {
+                uint64_t off = (uint64_t)i * GUARD_SLOT + GUARD_OFF, sz = guard_size(i);
+                const volatile uint8_t *last = b->buf + off + sz - 1;
+                if (seen[i] || a->buf[off + sz - 1] == GUARD_BYTE || *last != a->buf[off + sz - 1])
+                        continue;
+                __atomic_thread_fence(__ATOMIC_ACQUIRE);
+                if (memcmp(a->buf + off, b->buf + off, sz) != 0) {
+                        uint64_t k = 0;
+                        while (k < sz - 1 && a->buf[off + k] == b->buf[off + k])
+                                k++; /* (the rest may land while this looks) */
+                        die("%s: slot %u's last byte is in place, byte %llu of %llu is not (%#x "
+                            "for %#x): a message's tail was placed before the rest of it",
+                            what, i, (unsigned long long)k, (unsigned long long)sz, b->buf[off + k],
+                            a->buf[off + k]);
+                }
+                seen[i] = true;
+                n++;
+        }
+        return n;
+}
+
 /* Posts one `op` (RDMA Write or Read) per slot from a to b, the local and
  * remote range [GUARD_OFF, GUARD_OFF + size) of each slot, six at a time, and
- * waits for every completion in order. */
+ * waits for every completion in order. Writes: the target's last byte is
+ * polled meanwhile (guard_poll_last). */
 static void guard_run(struct side *a, struct side *b, enum diwarp_wr_opcode op, const char *what)
 {
-        unsigned posted = 0, done = 0;
+        unsigned posted = 0, done = 0, early = 0;
+        bool seen[GUARD_N] = {false};
         struct diwarp_wc wc[16];
         uint64_t end = now_ms() + 150000;
         while (done < GUARD_N) {
@@ -891,9 +924,14 @@ static void guard_run(struct side *a, struct side *b, enum diwarp_wr_opcode op, 
                         done++;
                 }
                 diwarp_progress(b->dev, 64);
+                if (op == DIWARP_WR_RDMA_WRITE)
+                        early += guard_poll_last(a, b, posted, seen, what);
                 if (now_ms() > end)
                         die("%s: timeout, %u/%u done", what, done, GUARD_N);
         }
+        if (op == DIWARP_WR_RDMA_WRITE)
+                fprintf(stderr, "%s: %u of %u targets seen whole once their last byte showed\n",
+                        what, early, GUARD_N);
 }
 
 /* Every slot of dst holds src's bytes in its target range and GUARD_BYTE
