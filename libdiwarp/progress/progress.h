@@ -243,7 +243,8 @@ static inline void dw_progress_nap_cancel(struct dw_progress *p)
 }
 
 /* Sleeps until the thread pushes a completion (nap_gen moves from gen) or
- * DW_SHARED_NAP_NS passed, then leaves the nappers. */
+ * the calling thread's bound passed (DW_SHARED_NAP_NS, doubled by each nap
+ * that ran out, up to DW_SHARED_NAP_MAX_NS), then leaves the nappers. */
 void dw_progress_nap(struct dw_progress *p, uint32_t gen);
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
