@@ -89,10 +89,11 @@
  *                          DIWARP_INFLIGHT_QP or _PROC meson sets: all
  *                          complete in order, byte-exact, inflight_waits > 0
  *   rd_test hostcap rd|rc  DIWARP_INFLIGHT_HOST=3 on a private pool shared by
- *                          forked processes: 3 streamers complete; a process
- *                          holding every token (RNR for ever) blocks 2 more
- *                          until SIGKILLed, then they complete and its tokens
- *                          are reclaimed, while a live process whose waiting
+ *                          forked processes: 3 streamers complete, between
+ *                          them waiting for tokens; a process holding every
+ *                          token (RNR for ever) blocks 2 more until
+ *                          SIGKILLed, then they complete and its tokens are
+ *                          reclaimed, while a live process whose waiting
  *                          QP went to error holds and waits for nothing; the
  *                          pool's name is unlinked
  *   rd_test slowrx rd|rc [write|send]   a receiver at DIWARP_FAULT=slowrx:
@@ -3198,9 +3199,13 @@ static void hostcap_unlink(void)
 
 /* A child: a pair of its own devices streaming through the host pool. It
  * starts streaming when go, a pipe's read end whose write end go_w it
- * closes, sees EOF (-1: at once), so that
- * streamers forked together overlap and each must wait for tokens. */
-static pid_t hostcap_streamer(int go, int go_w)
+ * closes, sees EOF (-1: at once), so that streamers forked together
+ * overlap. With report >= 0 it writes its count of waits for a token there
+ * and the parent judges the sum: whether one of several overlapping
+ * streamers waits depends on how the scheduler interleaves them (its ACKs
+ * may always come back before it asks again). With report < 0 it was
+ * started while another process holds every token, so it must wait. */
+static pid_t hostcap_streamer(int go, int go_w, int report)
 {
         fflush(NULL);
         pid_t pid = fork();
@@ -3218,8 +3223,14 @@ static pid_t hostcap_streamer(int go, int go_w)
                         ;
         }
         uint64_t waits = caps_stream(&a, &b);
-        if (!waits)
-                die("hostcap streamer %d: never waited for a token of a 3-token pool", getpid());
+        if (report >= 0) {
+                if (write(report, &waits, sizeof(waits)) != (ssize_t)sizeof(waits))
+                        die("hostcap streamer %d: report: %s", getpid(), strerror(errno));
+        } else if (!waits) {
+                die("hostcap streamer %d: never waited although another process held every "
+                    "token of the 3-token pool",
+                    getpid());
+        }
         side_close(&a);
         side_close(&b);
         fprintf(stderr, "hostcap streamer %d ok (%llu waits)\n", getpid(),
@@ -3359,14 +3370,28 @@ static int case_hostcap(void)
         setenv("DIWARP_INFLIGHT_HOST", "3", 1);
         setenv("DIWARP_INFLIGHT_SHM", hostcap_shm, 1);
         pid_t pids[3];
-        int go[2];
-        if (pipe(go) != 0)
+        int go[2], report[2];
+        if (pipe(go) != 0 || pipe(report) != 0)
                 die("pipe: %s", strerror(errno));
         for (int i = 0; i < 3; i++)
-                pids[i] = hostcap_streamer(go[0], go[1]);
+                pids[i] = hostcap_streamer(go[0], go[1], report[1]);
         close(go[0]);
         close(go[1]); /* all three start together */
+        close(report[1]);
         hostcap_reap(pids, 3, now_ms() + 60000, "hostcap streamers");
+        uint64_t waits_sum = 0, waits;
+        for (int i = 0; i < 3; i++) {
+                if (read(report[0], &waits, sizeof(waits)) != (ssize_t)sizeof(waits))
+                        die("hostcap: streamer %d of 3 reported no count of waits", i + 1);
+                waits_sum += waits;
+        }
+        close(report[0]);
+        /* Three streamers of 100 messages each against 3 tokens, started
+         * together: the first to ask takes every token, so another that asks
+         * before it returns them waits. One streamer may never wait (the
+         * line hands it tokens before it asks again); all three, no. */
+        if (!waits_sum)
+                die("hostcap: 3 overlapping streamers never waited for a token of a 3-token pool");
         const struct dw_inflight_shm *m = hostcap_map(1000);
         if (m->capacity != 3 || m->free != 3 || m->qlen != 0)
                 die("hostcap: pool capacity %u, %lld free, %u waiting after the streamers",
@@ -3399,7 +3424,7 @@ static int case_hostcap(void)
         }
         close(qfd[0]);
         for (int i = 0; i < 2; i++)
-                pids[i] = hostcap_streamer(-1, -1);
+                pids[i] = hostcap_streamer(-1, -1, -1);
         usleep(500000);
         for (int i = 0; i < 2; i++)
                 if (waitpid(pids[i], NULL, WNOHANG) != 0) {
