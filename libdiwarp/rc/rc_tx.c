@@ -577,9 +577,8 @@ void rc_build_batch(struct dw_rc_conn *c)
  * idle, for at most DW_RC_LOCAL_WAIT_NS (only a responder that makes no
  * progress, e.g. its thread descheduled on a loaded machine, takes that
  * long), and not while it holds a Send for want of a receive WQE for ever
- * (rnr_retry 7). Returns
- * the offset where it
- * terminated the stream, or DW_RC_END_NONE. */
+ * (rnr_retry 7). Returns the offset where it terminated the stream, or
+ * DW_RC_END_NONE. */
 #define DW_RC_LOCAL_WAIT_NS (1000u * 1000 * 1000)
 static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
 {
@@ -607,10 +606,19 @@ static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
                 if (held)
                         break;
                 uint64_t now = dw_now_ns();
-                if (!deadline)
+                if (!deadline) {
                         deadline = now + DW_RC_LOCAL_WAIT_NS;
-                else if (now > deadline)
+                } else if (now > deadline) {
+                        /* Seen once in CI on a loaded host: say so, so the
+                         * late placement a program may see has a reason. */
+                        dw_warn_limited(&c->qp->dev->log_limit,
+                                        "RC QP %#x: the other end (in this process) consumed "
+                                        "%llu of %llu stream bytes in %u ms; the WR completes "
+                                        "before its data is placed",
+                                        c->qp->qpn, (unsigned long long)consumed,
+                                        (unsigned long long)upto, DW_RC_LOCAL_WAIT_NS / 1000000u);
                         break;
+                }
                 if (!peer)
                         sched_yield();
         }
