@@ -123,6 +123,8 @@ static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe
  * WQE's checked local SGEs (the source of a Send or Write, the sink of a
  * Read). true: the WQE completed. */
 
+#define DW_RC_LOCAL_DRAIN_READS 4
+
 bool rc_local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iovec *loc, int nloc)
 {
         bool locked;
@@ -140,10 +142,19 @@ bool rc_local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iovec *l
          * as consumed. What this end sent before is in its socket: it reads
          * it now (only reads, as local_peer_wait has it do), so a Write
          * posted right behind a Send need not join the stream, and a stream
-         * that carried a few does not keep every WQE behind on it. A
-         * terminated end fails local_take's state checks. */
-        if (p->rx_done != c->tx_sent)
+         * that carried a few does not keep every WQE behind on it. Up to
+         * DW_RC_LOCAL_DRAIN_READS reads of at most DW_RC_RX_STEP_BYTES: a
+         * deep queue of 1 MiB Writes that went by the stream once (the
+         * other end's lock was busy) leaves more in the socket than one
+         * read takes, and a program that keeps the queue full would
+         * otherwise keep every later Write on the stream. A terminated end
+         * fails local_take's state checks. */
+        for (int i = 0; i < DW_RC_LOCAL_DRAIN_READS && p->rx_done != c->tx_sent; i++) {
+                uint64_t before = p->rx_done;
                 rc_rx(p);
+                if (p->rx_done == before)
+                        break;
+        }
         bool done = p->rx_done == c->tx_sent && local_take(c, p, w, loc, nloc);
         /* A receive completed on a device another loop drives: wake it. */
         if (done && locked && w->opcode == DIWARP_WR_SEND)
