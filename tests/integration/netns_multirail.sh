@@ -80,9 +80,26 @@ tbf_delta() {
                 $1 == s { print $3 - b[$1 " " $2] }' "$TMPD/tbf0-$1" "$TMPD/tbf1-$1"
 }
 
-# tbf_now SIDE RAIL: SIDE's tbf counter of RAIL now.
+# tbf_now SIDE RAIL: SIDE's tbf counter of RAIL now. A read that gives no
+# number is tried again (5 times, 0.1 s apart), its error shown; then it
+# returns 1 with nothing printed, for the caller to fail naming what it read.
 tbf_now() {
-        "$topo" stats "$NAME" | sed -n "s/.* ns=[^ ]*-$1 dev=[^ ]* rail=$2 .* sent_bytes=\([0-9]*\) .*/\1/p"
+        local v err i
+        for i in 1 2 3 4 5; do
+                err=$("$topo" stats "$NAME" 2>&1 >"$TMPD/tbf-now")
+                v=$(sed -n "s/.* ns=[^ ]*-$1 dev=[^ ]* rail=$2 .* sent_bytes=\([0-9]*\) .*/\1/p" "$TMPD/tbf-now")
+                case $v in
+                '' | *[!0-9]*)
+                        echo "tbf_now $1 $2: no byte count (try $i): ${err:-no error} $(tr '\n' ' ' <"$TMPD/tbf-now")" >&2
+                        sleep 0.1
+                        ;;
+                *)
+                        echo "$v"
+                        return 0
+                        ;;
+                esac
+        done
+        return 1
 }
 
 # rail FILE INDEX KEY: KEY of the RAIL line of rail INDEX (0-based) in FILE.
@@ -272,18 +289,20 @@ linkdown | peerdown)
         # tens of seconds under ASan. The rail goes down once it carried
         # 4 MiB of this run (mid-transfer, whatever the speed), for 2 s.
         iters=64
-        t0=$(tbf_now A 2)
+        t0=$(tbf_now A 2) || fail "no tbf byte count of A's rail 2 before the run"
         bw_start long write $((4 * MiB)) $iters
-        while [ $(($(tbf_now A 2) - t0)) -lt $((4 * MiB)) ]; do
+        while :; do
+                now=$(tbf_now A 2) || fail "no tbf byte count of A's rail 2 during the run"
+                [ $((now - t0)) -lt $((4 * MiB)) ] || break
                 kill -0 "$CPID" 2>/dev/null ||
-                        { bw_finish long $iters; fail "the run ended before rail 2 carried 4 MiB"; }
+                        { bw_finish long $iters; fail "the run ended before rail 2 carried 4 MiB (A's rail2 tbf: $((now - t0)) bytes of it)"; }
                 sleep 0.1
         done
-        t_down=$(tbf_now A 2)
+        t_down=$(tbf_now A 2) || fail "no tbf byte count of A's rail 2 before it went down"
         ip -n "$NAME-$side" link set rail2 down || fail "ip link set rail2 down in $NAME-$side"
         echo "$(date +%T.%N | cut -c1-12) $NAME-$side rail2 down (A's rail2 tbf: $((t_down - t0)) bytes of this run)"
         sleep 2
-        t_mid=$(tbf_now A 2)
+        t_mid=$(tbf_now A 2) || fail "no tbf byte count of A's rail 2 while it was down"
         ip -n "$NAME-$side" link set rail2 up || fail "ip link set rail2 up in $NAME-$side"
         echo "$(date +%T.%N | cut -c1-12) $NAME-$side rail2 up (A's rail2 tbf: $((t_mid - t0)) bytes of this run)"
         kill -0 "$CPID" 2>/dev/null ||
@@ -291,7 +310,7 @@ linkdown | peerdown)
         t_up=$(date +%s%N)
         reused=
         while kill -0 "$CPID" 2>/dev/null; do
-                now=$(tbf_now A 2)
+                now=$(tbf_now A 2) || fail "no tbf byte count of A's rail 2 after it came up"
                 if [ -z "$reused" ] && [ $((now - t_mid)) -ge $MiB ]; then
                         reused=$((($(date +%s%N) - t_up) / 1000000))
                         echo "rail 2 carries data again $reused ms after it came up"
