@@ -267,6 +267,15 @@ int diwarpdv_external_run(struct diwarp_device *dev);
  * or the thread's policy is not SCHED_OTHER; harmless either way. */
 int diwarpdv_short_time_slice(void);
 
+/* How long the calling thread has waited for a core so far, in ns: the
+ * kernel's run-queue delay (/proc/thread-self/schedstat), which grows only
+ * while the thread was runnable and another ran in its place. A thread
+ * that compares it over a window with the window's length sees whether it
+ * shares its core with busy threads (the progress thread watches an
+ * application's poller this way; the daemon's servers stop spinning
+ * while theirs grows). -errno when the kernel does not say. */
+int64_t diwarpdv_thread_run_delay_ns(void);
+
 #ifdef __cplusplus
 }
 #endif

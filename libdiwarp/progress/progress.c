@@ -1129,6 +1129,12 @@ static uint64_t dw_app_delay(pid_t tid)
         return sscanf(buf, "%llu %llu", &run, &delay) == 2 ? delay : UINT64_MAX;
 }
 
+int64_t diwarpdv_thread_run_delay_ns(void)
+{
+        uint64_t d = dw_app_delay(dw_progress_tid());
+        return d == UINT64_MAX ? -ENOENT : (int64_t)d;
+}
+
 /* Does the poller wait for a core (see above)? Judged over a window of at
  * least DW_WAIT_WINDOW_NS; before the window is full, the last verdict. */
 static bool dw_app_waits(struct dw_progress *p, struct dw_app_watch *w)
