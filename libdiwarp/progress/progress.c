@@ -699,7 +699,7 @@ static int64_t dw_progress_sleep_prepare(struct dw_progress *p)
 #define DW_SHARED_NAP_NS     100000L
 #define DW_SHARED_NAP_MAX_NS 1000000L
 
-void dw_progress_nap(struct dw_progress *p, uint32_t gen)
+void dw_progress_nap(struct dw_progress *p, uint32_t gen, bool for_work)
 {
         /* Per polling thread: DW_SHARED_NAP_NS after a nap a completion
          * ended, doubled by each that ran out, up to DW_SHARED_NAP_MAX_NS. */
@@ -708,23 +708,25 @@ void dw_progress_nap(struct dw_progress *p, uint32_t gen)
                 nap_ns = DW_SHARED_NAP_NS;
         struct timespec ts = {0, nap_ns};
         syscall(SYS_futex, &p->nap_gen, FUTEX_WAIT_PRIVATE, gen, &ts, NULL, 0);
-        atomic_fetch_sub(&p->nappers, 1);
+        dw_progress_nap_cancel(p, for_work);
         if (atomic_load(&p->nap_gen) != gen)
                 nap_ns = DW_SHARED_NAP_NS;
         else if (nap_ns < DW_SHARED_NAP_MAX_NS)
                 nap_ns = nap_ns * 2 < DW_SHARED_NAP_MAX_NS ? nap_ns * 2 : DW_SHARED_NAP_MAX_NS;
 }
 
-/* After a thread step (lock held): completions were pushed and pollers nap:
- * wake them. The fence orders the pushes before the look at nappers, as the
- * napper's count orders itself before its last look at its CQ. */
-static void dw_progress_nap_wake(struct dw_progress *p)
+/* After a thread step that did work (lock held): completions were pushed
+ * and pollers nap, or diwarp_progress callers nap: wake them. The fence
+ * orders the pushes before the look at nappers, as the napper's count
+ * orders itself before its last look at its CQ. */
+static void dw_progress_nap_wake(struct dw_progress *p, int work)
 {
-        if (p->cq_pushes == p->cq_pushes_seen)
+        bool pushed = p->cq_pushes != p->cq_pushes_seen;
+        if (!pushed && work <= 0)
                 return;
         p->cq_pushes_seen = p->cq_pushes;
         atomic_thread_fence(memory_order_seq_cst);
-        if (!atomic_load_explicit(&p->nappers, memory_order_relaxed))
+        if (!atomic_load_explicit(pushed ? &p->nappers : &p->work_nappers, memory_order_relaxed))
                 return;
         atomic_fetch_add(&p->nap_gen, 1);
         syscall(SYS_futex, &p->nap_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
@@ -740,8 +742,8 @@ static bool dw_progress_locked_run(struct dw_progress *p, const struct epoll_eve
         pthread_mutex_lock(p->dev.lock);
         bool driven = atomic_load(&p->driver) != 0;
         if (!p->stop && !driven) {
-                dw_progress_run(p, DW_PROGRESS_BUDGET * 4, evs, n, DW_RUN_READ);
-                dw_progress_nap_wake(p);
+                int work = dw_progress_run(p, DW_PROGRESS_BUDGET * 4, evs, n, DW_RUN_READ);
+                dw_progress_nap_wake(p, work);
         }
         pthread_mutex_unlock(p->dev.lock);
         return !driven;

@@ -167,9 +167,12 @@ struct dw_progress {
          * work; nappers counts the pollers asleep there. cq_pushes counts
          * the completions pushed to the device's CQs (dw_cq_push, lock
          * held); a thread step that pushed some while pollers nap bumps
-         * nap_gen and wakes them (dw_progress_nap_wake). */
+         * nap_gen and wakes them (dw_progress_nap_wake). work_nappers
+         * counts those among them that wait for any work, not only a
+         * completion: diwarp_progress callers (a program that watches its
+         * memory for Writes), woken by every thread step that did work. */
         _Atomic uint32_t nap_gen;
-        _Atomic unsigned nappers;
+        _Atomic unsigned nappers, work_nappers;
         uint32_t cq_pushes, cq_pushes_seen;
         /* Event-driven waits (dw_progress_wait). driver: the application
          * thread that drives the device while it waits (its tid; 0: none),
@@ -226,26 +229,32 @@ static inline bool dw_progress_app_poll(struct dw_progress *p)
 }
 
 /* A shared device's poll found its CQ empty: it naps (dw_progress_nap)
- * rather than spin. Begin counts the caller among the nappers and returns
- * the generation to sleep on; the caller then looks at its CQ once more
- * (a completion pushed before the count rose wakes nobody) and either
- * naps or cancels. */
-static inline uint32_t dw_progress_nap_begin(struct dw_progress *p)
+ * rather than spin. Begin counts the caller among the nappers (with
+ * for_work, among those woken by any work too) and returns the generation
+ * to sleep on; the caller then looks at its CQ once more (a completion
+ * pushed before the count rose wakes nobody) and either naps or cancels
+ * (with the same for_work). */
+static inline uint32_t dw_progress_nap_begin(struct dw_progress *p, bool for_work)
 {
+        if (for_work)
+                atomic_fetch_add(&p->work_nappers, 1);
         atomic_fetch_add(&p->nappers, 1);
         atomic_thread_fence(memory_order_seq_cst);
         return atomic_load(&p->nap_gen);
 }
 
-static inline void dw_progress_nap_cancel(struct dw_progress *p)
+static inline void dw_progress_nap_cancel(struct dw_progress *p, bool for_work)
 {
         atomic_fetch_sub(&p->nappers, 1);
+        if (for_work)
+                atomic_fetch_sub(&p->work_nappers, 1);
 }
 
-/* Sleeps until the thread pushes a completion (nap_gen moves from gen) or
- * the calling thread's bound passed (DW_SHARED_NAP_NS, doubled by each nap
- * that ran out, up to DW_SHARED_NAP_MAX_NS), then leaves the nappers. */
-void dw_progress_nap(struct dw_progress *p, uint32_t gen);
+/* Sleeps until the thread pushes a completion, or with for_work does any
+ * work (nap_gen moves from gen), or the calling thread's bound passed
+ * (DW_SHARED_NAP_NS, doubled by each nap that ran out, up to
+ * DW_SHARED_NAP_MAX_NS), then leaves the nappers. */
+void dw_progress_nap(struct dw_progress *p, uint32_t gen, bool for_work);
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
 int dw_progress_step(struct dw_progress *p, int budget);
