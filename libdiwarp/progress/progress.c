@@ -715,19 +715,23 @@ void dw_progress_nap(struct dw_progress *p, uint32_t gen, bool for_work)
                 nap_ns = nap_ns * 2 < DW_SHARED_NAP_MAX_NS ? nap_ns * 2 : DW_SHARED_NAP_MAX_NS;
 }
 
-/* After a thread step that did work (lock held): completions were pushed
- * and pollers nap, or diwarp_progress callers nap: wake them. The fence
- * orders the pushes before the look at nappers, as the napper's count
- * orders itself before its last look at its CQ. */
+/* After a thread step (lock held): completions were pushed and pollers nap,
+ * or the step did work and diwarp_progress callers nap: wake them. The
+ * fence orders the pushes before the look at nappers, as the napper's count
+ * orders itself before its last look at its CQ. A diwarp_progress napper
+ * has nothing to look at before it sleeps, so its case takes no fence (a
+ * step that did work pays one relaxed load): a wake-up it misses ends with
+ * its bound. */
 static void dw_progress_nap_wake(struct dw_progress *p, int work)
 {
-        bool pushed = p->cq_pushes != p->cq_pushes_seen;
-        if (!pushed && work <= 0)
+        if (p->cq_pushes != p->cq_pushes_seen) {
+                p->cq_pushes_seen = p->cq_pushes;
+                atomic_thread_fence(memory_order_seq_cst);
+                if (!atomic_load_explicit(&p->nappers, memory_order_relaxed))
+                        return;
+        } else if (work <= 0 || !atomic_load_explicit(&p->work_nappers, memory_order_relaxed)) {
                 return;
-        p->cq_pushes_seen = p->cq_pushes;
-        atomic_thread_fence(memory_order_seq_cst);
-        if (!atomic_load_explicit(pushed ? &p->nappers : &p->work_nappers, memory_order_relaxed))
-                return;
+        }
         atomic_fetch_add(&p->nap_gen, 1);
         syscall(SYS_futex, &p->nap_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
