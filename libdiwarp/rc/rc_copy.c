@@ -125,15 +125,21 @@ static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe
 
 #define DW_RC_LOCAL_DRAIN_READS 4
 
+bool rc_local_copy_candidate(const struct dw_rc_conn *c, const struct dw_wqe *w)
+{
+        return c->qp->dev->cfg.local_copy == 1 && c->end_slot >= 0 &&
+               dw_rc_end_linked(c->end_slot) &&
+               (w->opcode == DIWARP_WR_SEND ||
+                ((w->opcode == DIWARP_WR_RDMA_WRITE || w->opcode == DIWARP_WR_RDMA_READ) &&
+                 w->total_len));
+}
+
 bool rc_local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iovec *loc, int nloc)
 {
         bool locked;
 
-        if (c->qp->dev->cfg.local_copy != 1 || c->end_slot < 0 || c->state != DW_RC_UP ||
-            c->nslot || c->term_pending || c->orq_count || c->irq_count ||
-            (w->opcode != DIWARP_WR_SEND && !w->total_len) ||
-            (w->opcode != DIWARP_WR_SEND && w->opcode != DIWARP_WR_RDMA_WRITE &&
-             w->opcode != DIWARP_WR_RDMA_READ))
+        if (!rc_local_copy_candidate(c, w) || c->state != DW_RC_UP || c->nslot || c->term_pending ||
+            c->orq_count || c->irq_count)
                 return false;
         struct dw_rc_conn *p = dw_rc_end_lock_peer(c->end_slot, c->qp->dev, &locked);
         if (!p)

@@ -152,5 +152,8 @@ void rc_rx_wait_end(struct dw_rc_conn *c);
 /* A WQE whose other end is in this process, done as one copy: true when
  * it completed (DIWARP_LOCAL_COPY). */
 bool rc_local_copy(struct dw_rc_conn *c, struct dw_wqe *w, const struct iovec *loc, int nloc);
+/* w could be done as one copy if the stream were idle: the batch being
+ * built ends before it rather than carry it (rc_build_batch). */
+bool rc_local_copy_candidate(const struct dw_rc_conn *c, const struct dw_wqe *w);
 
 #endif

@@ -553,6 +553,13 @@ void rc_build_batch(struct dw_rc_conn *c)
                 if (!irq && !sq)
                         break;
                 bool use_irq = irq && (!sq || c->irq_turn);
+                /* A WQE that may be one copy starts a batch of its own: in
+                 * a batch behind FPDUs of the WQE before it, it would have
+                 * to go on the stream, and so would every WQE of a queue
+                 * kept full behind it (rc_copy.c). */
+                if (!use_irq && !c->cur && c->nslot &&
+                    rc_local_copy_candidate(c, dw_wq_next(&c->qp->sq)))
+                        break;
                 c->irq_turn = !use_irq;
                 int r = use_irq ? tx_irq_fpdu(c) : tx_sq_fpdu(c);
                 if (r <= 0 || c->term_pending)

@@ -2456,6 +2456,61 @@ Test(rc, local_copy_keeps_the_stream_order)
         cr_assert_geq(local_copies(&A), base + 2, "the Write and the Send behind it");
 }
 
+/* A program that keeps its queue full of 1 MiB Writes (diwarp-bw, perftest)
+ * has them copied again once one of them went on the stream: a WQE that
+ * could be a copy does not start in a batch that still holds the FPDUs of
+ * the WQE before it. Here a Send that B holds (no receive WQE yet) puts
+ * the first window of Writes on the stream. */
+Test(rc, local_copy_resumes_behind_the_stream)
+{
+        setenv("DIWARP_LOCAL_COPY", "1", 1);
+        pair_ib(4 << 20);
+        /* B holds a Send that finds no receive WQE (rnr_retry 7) until one
+         * is posted, as an InfiniBand requester would retry it. */
+        struct diwarp_qp_attr ra = {.qp_state = DIWARP_QPS_RTS, .rnr_retry = 7};
+        cr_assert_eq(diwarp_qp_modify(B.qp, &ra, DIWARP_QP_STATE | DIWARP_QP_RNR_RETRY), 0);
+        exchange_one_send();
+        uint64_t base = local_copies(&A);
+        size_t n = (1 << 20) + 1000;
+        const int writes = 64, window = 8;
+        fill(A.buf, n, 51);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 801, 0, 8, 0, 0, 0), 0);
+        int posted = 0, done = 0;
+        bool received = false;
+        while (done < writes) {
+                for (; posted < writes && posted - done < window; posted++) {
+                        struct diwarp_sge one = {(uintptr_t)A.buf, (uint32_t)n, A.lkey};
+                        cr_assert_eq(post_rdma_sges(&A, DIWARP_WR_RDMA_WRITE, 810 + posted, &one, 1,
+                                                    (uintptr_t)B.buf + n, B.rkey,
+                                                    DIWARP_SEND_SIGNALED),
+                                     0);
+                }
+                if (!received) {
+                        /* Meanwhile the first Writes went on the stream,
+                         * behind the Send B holds. */
+                        for (int i = 0; i < 16; i++)
+                                diwarp_progress(A.dev, 64);
+                        post_recv(&B, 800, 0, 64);
+                        received = true;
+                }
+                struct diwarp_wc w = wait_wc_a_only(5000);
+                if (w.wr_id == 801)
+                        w = wait_wc_a_only(5000);
+                cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "%s", diwarp_wc_status_str(w.status));
+                cr_assert_eq(w.wr_id, (uint64_t)(810 + done), "Writes complete in order");
+                done++;
+        }
+        cr_assert_eq(memcmp(B.buf + n, A.buf, n), 0, "the Writes' target differs");
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 800);
+        /* At most the first window of Writes went on the stream: once B
+         * has consumed them, every later Write is a copy, though the queue
+         * never empties. */
+        cr_assert_geq(local_copies(&A), base + (uint64_t)(writes - window),
+                      "%llu of %d Writes were copies",
+                      (unsigned long long)(local_copies(&A) - base), writes);
+}
+
 /* A Send into a receive WQE of several SGEs, with only A's device driven;
  * one longer than the receive WQE is not a copy: it goes on the stream and
  * B terminates it as on the wire. */
