@@ -78,6 +78,18 @@ struct dw_udp {
         /* The kernel takes UDP_SEGMENT on this socket (probed at open; cleared
          * for good when a GSO send fails with EINVAL/EIO/ENOPROTOOPT). */
         bool gso;
+        /* Receive timestamps on (dw_udp_enable_stamps, plain backend): the
+         * kernel's arrival time of datagram i is rx_stamp[i], of the one
+         * dw_udp_peek saw peek_stamp (CLOCK_MONOTONIC ns; 0: unknown). */
+        bool stamps;
+        /* Timestamps are to come on (dw_udp_want_stamps); stamp_calm: lone
+         * receives in a row while on, none after the thread was away. */
+        bool stamps_wanted;
+        uint16_t stamp_calm;
+        /* The next lone receive takes its stamp too (dw_udp_stamp_lone). */
+        bool stamp_lone;
+        uint64_t peek_stamp;
+        uint64_t rx_stamp[DW_UDP_RX_MAX];
 };
 
 /* Creates the socket bound to addr:port (non-blocking, CLOEXEC, IP_RECVERR,
@@ -110,6 +122,37 @@ static inline void dw_udp_want_gro(struct dw_udp *u)
 {
         if (!u->gro)
                 u->gro_wanted = true;
+}
+/* Turns on kernel receive timestamps (SO_TIMESTAMPNS) now: the RD engine
+ * times the network with them, not the moment its thread got a core to read
+ * the socket (dw_udp_rx_stamp). A datagram read by io_uring, or by the lone
+ * recvfrom of a ping-pong (see dw_udp_stamp_lone), has none. 0 or -errno
+ * (then none are taken). */
+int dw_udp_enable_stamps(struct dw_udp *u);
+/* Asks for timestamps when the traffic calls for them: on with a backlog of
+ * DW_UDP_GRO_BACKLOG datagrams, or when the caller says its thread was away
+ * from the socket (dw_udp_stamp_lone); off again after DW_UDP_GRO_LONE lone
+ * receives in a row without such a word (a busy-polling ping-pong, whose
+ * every datagram the kernel would otherwise stamp). */
+static inline void dw_udp_want_stamps(struct dw_udp *u)
+{
+        if (!u->stamps)
+                u->stamps_wanted = true;
+}
+/* A batch (recvmmsg, GRO) and a peek always take their stamps; the lone
+ * receive of a busy-polling ping-pong (recvfrom, the cheapest) takes one
+ * only when the caller asks for it, before a receive that may find a
+ * datagram that waited: its thread was away from the socket for a while.
+ * Wanted timestamps come on then too. */
+void dw_udp_stamp_lone(struct dw_udp *u);
+/* The caller's traffic is bulk (a window of datagrams in flight): wanted
+ * timestamps come on, and lone receives do not turn them off. */
+void dw_udp_stamps_on_wanted(struct dw_udp *u);
+static inline void dw_udp_stamps_busy(struct dw_udp *u)
+{
+        u->stamp_calm = 0;
+        if (__builtin_expect(u->stamps_wanted && !u->stamps, 0))
+                dw_udp_stamps_on_wanted(u);
 }
 static inline bool dw_udp_uring_on(const struct dw_udp *u)
 {
@@ -183,6 +226,17 @@ static inline bool dw_udp_rx_truncated(const struct dw_udp *u, int i)
 static inline uint8_t *dw_udp_rx_pkt(struct dw_udp *u, int i)
 {
         return u->rx_pkt[i];
+}
+/* When the kernel received the datagram dw_udp_peek saw (0: unknown). */
+static inline uint64_t dw_udp_rx_peek_stamp(const struct dw_udp *u)
+{
+        return u->stamps && !u->ur ? u->peek_stamp : 0;
+}
+/* When the kernel received datagram i of the last batch (CLOCK_MONOTONIC
+ * ns), 0 when unknown (timestamps off, io_uring). */
+static inline uint64_t dw_udp_rx_stamp(const struct dw_udp *u, int i)
+{
+        return u->stamps && !u->ur ? u->rx_stamp[i] : 0;
 }
 
 /* For llp/uring.c: reads and counts every queued ICMP error; tells whether an

@@ -1,7 +1,8 @@
 /* Unit tests of llp/udp: GRO asked for with dw_udp_want_gro stays off while
  * datagrams come one at a time (a ping-pong), comes on with a backlog and
  * goes off again when a ping-pong follows, with every datagram delivered
- * intact across the switches; a destination
+ * intact across the switches; kernel receive timestamps, when asked for,
+ * are the arrival time in every receive mode; a destination
  * with no route is reported as such, not as back-pressure. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -11,6 +12,7 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "llp/udp.h"
@@ -88,6 +90,143 @@ Test(udp, gro_waits_for_a_backlog)
                 send_seq(&tx, &dst, (uint8_t)(50 + i));
         recv_seq(&rx, 50, 12);
         cr_assert(rx.gro, "a backlog after a ping-pong turns GRO on again");
+        dw_udp_close(&tx);
+        dw_udp_close(&rx);
+}
+
+static uint64_t mono_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A datagram left 20 ms in the socket carries the kernel's arrival time, on
+ * the engine's clock, in every receive mode: the lone recvmsg of a
+ * ping-pong, a batch, a batch with GRO, and a peek. */
+static void expect_stamp(uint64_t stamp, uint64_t sent_before, uint64_t read_after,
+                         const char *mode)
+{
+        cr_assert_neq(stamp, 0, "%s: no stamp", mode);
+        cr_assert_geq(stamp, sent_before, "%s: stamp before the send", mode);
+        cr_assert_leq(stamp + 15000000ull, read_after,
+                      "%s: stamp %llu ns before the read, not the arrival", mode,
+                      (unsigned long long)(read_after - stamp));
+}
+
+Test(udp, stamps_are_the_arrival_time)
+{
+        struct dw_udp tx, rx;
+        open_lo(&tx);
+        struct sockaddr_in dst = open_lo(&rx);
+        cr_assert(!rx.stamps);
+        cr_assert_eq(dw_udp_enable_stamps(&rx), 0);
+        for (int round = 0; round < 3; round++) {
+                const char *mode = round == 0 ? "lone" : round == 1 ? "batch" : "gro";
+                if (round == 2)
+                        cr_assert_eq(dw_udp_enable_gro(&rx), 0);
+                int count = round == 0 ? 1 : 6;
+                uint64_t t0 = mono_ns();
+                for (int i = 0; i < count; i++)
+                        send_seq(&tx, &dst, (uint8_t)(10 * round + i));
+                usleep(20000);
+                if (round == 0) {
+                        rx.rx_single = true;    /* the lone receive */
+                        dw_udp_stamp_lone(&rx); /* after the thread was away */
+                }
+                if (round == 1)
+                        rx.rx_single = false; /* a batch, not the lone receive */
+                int got = 0;
+                for (int tries = 0; got < count && tries < 1000; tries++) {
+                        int n = dw_udp_recv_batch(&rx, DW_UDP_RX_BATCH);
+                        cr_assert_geq(n, 0);
+                        uint64_t t1 = mono_ns();
+                        for (int i = 0; i < n; i++, got++) {
+                                cr_assert_eq(dw_udp_rx_pkt(&rx, i)[0], (uint8_t)(10 * round + got));
+                                expect_stamp(dw_udp_rx_stamp(&rx, i), t0, t1, mode);
+                        }
+                        dw_udp_rx_done(&rx);
+                }
+                cr_assert_eq(got, count, "%s", mode);
+        }
+        uint64_t t0 = mono_ns();
+        send_seq(&tx, &dst, 99);
+        usleep(20000);
+        uint8_t hb[16];
+        struct sockaddr_in from;
+        bool train;
+        cr_assert_eq(dw_udp_peek(&rx, hb, sizeof(hb), &from, &train), 64);
+        expect_stamp(dw_udp_rx_peek_stamp(&rx), t0, mono_ns(), "peek");
+        recv_seq(&rx, 99, 1);
+        dw_udp_close(&tx);
+        dw_udp_close(&rx);
+}
+
+/* Wanted timestamps come on with a backlog or when the caller says its
+ * thread was away; a lone receive is stamped only then; DW_UDP_GRO_LONE lone
+ * receives in a row with neither turn them off again, bulk traffic
+ * (dw_udp_stamps_busy) keeps them on. */
+Test(udp, stamps_follow_the_traffic)
+{
+        struct dw_udp tx, rx;
+        open_lo(&tx);
+        struct sockaddr_in dst = open_lo(&rx);
+        dw_udp_want_stamps(&rx);
+        for (uint8_t i = 0; i < 4; i++) {
+                send_seq(&tx, &dst, i);
+                recv_seq(&rx, i, 1);
+        }
+        cr_assert(!rx.stamps, "a ping-pong does not turn them on");
+        for (uint8_t i = 0; i < 6; i++)
+                send_seq(&tx, &dst, (uint8_t)(20 + i));
+        usleep(1000);
+        recv_seq(&rx, 20, 6);
+        cr_assert(rx.stamps, "a backlog turns them on");
+        /* A lone receive: stamped only after the word. */
+        rx.rx_single = true;
+        send_seq(&tx, &dst, 40);
+        usleep(1000);
+        cr_assert_eq(dw_udp_recv_batch(&rx, DW_UDP_RX_BATCH), 1);
+        cr_assert_eq(dw_udp_rx_stamp(&rx, 0), 0, "a lone receive without the word");
+        rx.rx_single = true;
+        uint64_t t0 = mono_ns();
+        send_seq(&tx, &dst, 41);
+        usleep(20000);
+        dw_udp_stamp_lone(&rx);
+        cr_assert_eq(dw_udp_recv_batch(&rx, DW_UDP_RX_BATCH), 1);
+        expect_stamp(dw_udp_rx_stamp(&rx, 0), t0, mono_ns(), "lone after the word");
+        /* Bulk traffic keeps them on through lone receives. */
+        for (int i = 0; i < 2 * DW_UDP_GRO_LONE; i++) {
+                dw_udp_stamps_busy(&rx);
+                rx.rx_single = true;
+                send_seq(&tx, &dst, (uint8_t)i);
+                recv_seq(&rx, (uint8_t)i, 1);
+        }
+        cr_assert(rx.stamps, "bulk traffic turned them off");
+        /* A busy-polling ping-pong turns them off, still wanted. */
+        for (int i = 0; i < DW_UDP_GRO_LONE; i++) {
+                rx.rx_single = true;
+                send_seq(&tx, &dst, (uint8_t)i);
+                recv_seq(&rx, (uint8_t)i, 1);
+        }
+        cr_assert(!rx.stamps, "%d lone receives in a row keep them on", DW_UDP_GRO_LONE);
+        cr_assert(rx.stamps_wanted);
+        dw_udp_stamp_lone(&rx);
+        cr_assert(rx.stamps, "the thread was away: on again");
+        dw_udp_close(&tx);
+        dw_udp_close(&rx);
+}
+
+/* Timestamps off: no stamp, whatever the mode. */
+Test(udp, no_stamps_unless_asked)
+{
+        struct dw_udp tx, rx;
+        open_lo(&tx);
+        struct sockaddr_in dst = open_lo(&rx);
+        send_seq(&tx, &dst, 1);
+        usleep(1000);
+        cr_assert_eq(dw_udp_recv_batch(&rx, DW_UDP_RX_BATCH), 1);
+        cr_assert_eq(dw_udp_rx_stamp(&rx, 0), 0);
         dw_udp_close(&tx);
         dw_udp_close(&rx);
 }
