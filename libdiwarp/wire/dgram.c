@@ -143,6 +143,12 @@ static int check_xflags(const struct dw_dgram_hdr *h, const char **why)
                                         ? "challenge: value 0"
                                         : "challenge: non-zero without the CHALLENGE flag",
                                     EBADMSG);
+        if (h->xflags2 & DW_DGRAM_X2_ACKDELAY) {
+                if ((f & (DW_DGRAM_F_RD | DW_DGRAM_F_ACK)) != (DW_DGRAM_F_RD | DW_DGRAM_F_ACK))
+                        return dw_wire_fail(why, "xflags2: ACKDELAY without RD and ACK", EBADMSG);
+        } else if (h->ack_delay_us != 0) {
+                return dw_wire_fail(why, "ack delay: non-zero without the ACKDELAY flag", EBADMSG);
+        }
         return 0;
 }
 
@@ -218,7 +224,8 @@ ssize_t dw_dgram_hdr_len(const struct dw_dgram_hdr *h)
                ((h->xflags & DW_DGRAM_X_RAIL) ? DW_DGRAM_RAIL_LEN : 0) +
                ((h->xflags2 & DW_DGRAM_X2_START) ? DW_DGRAM_START_LEN : 0) +
                ((h->xflags2 & DW_DGRAM_X2_TOKEN) ? DW_DGRAM_TOKEN_LEN : 0) +
-               ((h->xflags2 & DW_DGRAM_X2_CHALLENGE) ? DW_DGRAM_CHALLENGE_LEN : 0);
+               ((h->xflags2 & DW_DGRAM_X2_CHALLENGE) ? DW_DGRAM_CHALLENGE_LEN : 0) +
+               ((h->xflags2 & DW_DGRAM_X2_ACKDELAY) ? DW_DGRAM_ACK_DELAY_LEN : 0);
 }
 
 ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
@@ -275,8 +282,12 @@ ssize_t dw_dgram_encode(const struct dw_dgram_hdr *h, uint8_t *buf, size_t cap)
                 dw_put_be64(p, h->token);
                 p += DW_DGRAM_TOKEN_LEN;
         }
-        if (h->xflags2 & DW_DGRAM_X2_CHALLENGE)
+        if (h->xflags2 & DW_DGRAM_X2_CHALLENGE) {
                 dw_put_be64(p, h->challenge);
+                p += DW_DGRAM_CHALLENGE_LEN;
+        }
+        if (h->xflags2 & DW_DGRAM_X2_ACKDELAY)
+                dw_put_be32(p, h->ack_delay_us);
         return n;
 }
 
@@ -389,6 +400,14 @@ static ssize_t decode_ext(const uint8_t *buf, size_t len, size_t n, struct dw_dg
                 h->challenge = dw_get_be64(buf + n);
                 n += DW_DGRAM_CHALLENGE_LEN;
         }
+        if (h->xflags2 & DW_DGRAM_X2_ACKDELAY) {
+                if (len - n < DW_DGRAM_ACK_DELAY_LEN)
+                        return dw_wire_fail(
+                            why, "ack delay: value announced by the ACKDELAY flag is truncated",
+                            ENODATA);
+                h->ack_delay_us = dw_get_be32(buf + n);
+                n += DW_DGRAM_ACK_DELAY_LEN;
+        }
 
         return (ssize_t)n;
 }
@@ -459,6 +478,7 @@ ssize_t dw_dgram_decode_rd(const uint8_t *buf, size_t len, struct dw_dgram_hdr *
         out->start_msn = 0;
         out->token = token;
         out->challenge = 0;
+        out->ack_delay_us = 0;
         out->sack_count = 0;
         out->nak_code = 0;
         out->dst_qpn = dw_get_be32(buf + 4) & DW_DGRAM_QPN_MASK;

@@ -39,10 +39,12 @@
 /* Token (X2-flag TOKEN) and challenge (X2-flag CHALLENGE): 8 bytes each. */
 #define DW_DGRAM_TOKEN_LEN     8
 #define DW_DGRAM_CHALLENGE_LEN 8
+/* ACK delay (X2-flag ACKDELAY): 4 bytes, microseconds. */
+#define DW_DGRAM_ACK_DELAY_LEN 4
 #define DW_DGRAM_HDR_MAX_LEN                                                                       \
         (DW_DGRAM_HDR_LEN + DW_DGRAM_MAX_SACK * DW_DGRAM_SACK_LEN + DW_DGRAM_PULL_LEN +            \
          DW_DGRAM_MULTIRAIL_MAX + DW_DGRAM_START_LEN + DW_DGRAM_TOKEN_LEN +                        \
-         DW_DGRAM_CHALLENGE_LEN) /* 148 */
+         DW_DGRAM_CHALLENGE_LEN + DW_DGRAM_ACK_DELAY_LEN) /* 152 */
 #define DW_DGRAM_CRC_LEN   4
 #define DW_UDP_MAX_PAYLOAD 65507 /* 65535 - 20 (IPv4) - 8 (UDP) */
 
@@ -106,8 +108,17 @@
  * NOCRC. Set by the sender's seal (wire/seal.h, DIWARP_AUTH).
  * docs/PROTOCOL.md "Authentication". */
 #define DW_DGRAM_X2_AUTH 0x08
+/* RD, with ACK: the ACK delay follows (after the challenge): how long, in
+ * microseconds, the newest datagram this ACK reports waited in the
+ * receiver's host (its socket, a descheduled thread) before the ACK went.
+ * The sender takes it out of the delay its congestion control sees.
+ * docs/PROTOCOL.md "ACK delay". */
+#define DW_DGRAM_X2_ACKDELAY 0x10
+/* The largest ACK delay a sender reports (1 s). */
+#define DW_DGRAM_ACK_DELAY_MAX_US 1000000u
 #define DW_DGRAM_X2_ALL                                                                            \
-        (DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE | DW_DGRAM_X2_AUTH)
+        (DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE | DW_DGRAM_X2_AUTH |        \
+         DW_DGRAM_X2_ACKDELAY)
 /* The authentication trailer: a 12-byte GCM nonce (4-byte salt, 8-byte
  * counter), then the 16-byte tag. */
 #define DW_DGRAM_AUTH_NONCE_LEN 12
@@ -171,6 +182,8 @@ struct dw_dgram_hdr {
          * the flag): 64 bits, big-endian on the wire. */
         uint64_t token;
         uint64_t challenge;
+        /* With DW_DGRAM_X2_ACKDELAY (0 otherwise): microseconds. */
+        uint32_t ack_delay_us;
         struct dw_dgram_sack sack[DW_DGRAM_MAX_SACK];
 };
 

@@ -69,7 +69,7 @@ RD, ACK, SACK, CREDIT, ACKREQ, NAK, DATA, IMM = 1, 2, 4, 8, 0x10, 0x20, 0x40, 0x
 X_NOCRC, X_PULL, X_PULLREQ, X_DSACK, X_ECE = 1, 2, 4, 8, 0x10
 X_CCTL, X_RAILS, X_RAIL = 0x20, 0x40, 0x80
 # X2-flags: byte 8 of version 2, the high byte of dgram()'s src.
-X2_START, X2_TOKEN, X2_CHALLENGE, X2_AUTH = 1, 2, 4, 8
+X2_START, X2_TOKEN, X2_CHALLENGE, X2_AUTH, X2_ACKDELAY = 1, 2, 4, 8, 0x10
 
 # The authentication trailer (X2-flag AUTH, docs/PROTOCOL.md "Authentication"):
 # nonce (salt 4, counter 8) and a 16-byte tag. The dissector has no key and
@@ -134,8 +134,8 @@ BROKEN = [
                            tail=struct.pack(">II", 5, 5)), "xflags2: START without RD and DATA"),
     ("start_truncated", dgram(version=2, flags=RD | ACK, ack=1, src=0x01000002),
      "shorter than its header"),
-    # 0x08 is AUTH (below); 0x10 is still reserved.
-    ("x2_reserved", dgram(version=2, flags=RD | ACK, ack=1, src=0x10000002),
+    # 0x08 is AUTH, 0x10 ACKDELAY (below); 0x20 is still reserved.
+    ("x2_reserved", dgram(version=2, flags=RD | ACK, ack=1, src=0x20000002),
      "xflags2: unknown bits set"),
     # AUTH: its trailer replaces the CRC, so never with NOCRC; a datagram
     # too short for header and trailer.
@@ -144,6 +144,19 @@ BROKEN = [
      "AUTH with NOCRC"),
     ("auth_truncated", dgram(version=2, flags=RD | ACK, ack=1, src=(X2_AUTH << 24) | 2,
                              tail=AUTH_TRAILER[:20], crc=False), "shorter than"),
+    # ACK delay (X2-flag ACKDELAY): RD with ACK only (DATA, CREDIT or a UD
+    # Send without ACK has none to delay); its 4-byte value must be there.
+    ("ackdelay_on_data", dgram(version=2, flags=RD | DATA, psn=7, src=(X2_ACKDELAY << 24) | 2,
+                               tail=struct.pack(">I", 40) + SEND_SEG),
+     "xflags2: ACKDELAY without RD and ACK"),
+    ("ackdelay_on_credit", dgram(version=2, flags=RD | CREDIT, credits=3,
+                                 src=(X2_ACKDELAY << 24) | 2, tail=struct.pack(">I", 40)),
+     "xflags2: ACKDELAY without RD and ACK"),
+    ("ackdelay_on_ud", dgram(version=2, flags=DATA, qkey=0x1234, src=(X2_ACKDELAY << 24) | 2,
+                             tail=struct.pack(">I", 40) + SEND_SEG),
+     "xflags2: ACKDELAY without RD and ACK"),
+    ("ackdelay_truncated", dgram(version=2, flags=RD | ACK, ack=1, src=(X2_ACKDELAY << 24) | 2,
+                                 tail=b"\0\0"), "shorter than its header"),
     ("nine_sacks", dgram(flags=RD | ACK | SACK, ack=1, sacks=[(3 + 2 * i, 4 + 2 * i) for i in range(9)]),
      "more than 8"),
     ("src_qpn_high", dgram(flags=RD | ACK, ack=1, src=0x01000002), "src_qpn: reserved"),
@@ -255,6 +268,38 @@ CRAFTED.append(("auth_token_ack", dgram(version=2, flags=RD | ACK, ack=22,
                                         tail=struct.pack(">Q", 0x1122334455667788) + AUTH_TRAILER,
                                         crc=False),
                 17471, dict(AUTH_EXP, kind="ACK", ack="22")))
+# ACK delay (docs/PROTOCOL.md, "ACK delay"): X2-flag ACKDELAY on an RD ACK,
+# its 4-byte value (microseconds) the last extension, after the SACK blocks,
+# token and challenge, before the CRC32c or the authentication trailer. A
+# sender reports at most 1 s; a receiver takes any value, and the flag on an
+# ACK that DATA carries too (a sender sets it only on a control-only ACK).
+ACK_TOKEN, ACK_CHALLENGE = 0x1122334455667788, 0x99AABBCCDDEEFF01
+CRAFTED.append(("ackdelay_ack", dgram(version=2, flags=RD | ACK, ack=5, src=(X2_ACKDELAY << 24) | 2,
+                                      tail=struct.pack(">I", 250)),
+                17471, {"kind": "ACK", "crc": "1", "ack": "5", "ack_delay": "250"}))
+CRAFTED.append(("ackdelay_sack_token_challenge",
+                dgram(version=2, flags=RD | ACK | SACK, ack=10, sacks=[(12, 14), (16, 17)],
+                      src=((X2_TOKEN | X2_CHALLENGE | X2_ACKDELAY) << 24) | 2,
+                      tail=struct.pack(">QQI", ACK_TOKEN, ACK_CHALLENGE, 1000)),
+                17471, {"kind": "ACK", "crc": "1", "ack": "10", "sack_start": "12|16",
+                        "sack_end": "14|17", "ack_delay": "1000"}))
+CRAFTED.append(("ackdelay_over_cap", dgram(version=2, flags=RD | ACK, ack=6,
+                                           src=(X2_ACKDELAY << 24) | 2,
+                                           tail=struct.pack(">I", 0xFFFFFFFF)),
+                17471, {"kind": "ACK", "crc": "1", "ack": "6", "ack_delay": str(0xFFFFFFFF)}))
+CRAFTED.append(("ackdelay_with_data", dgram(version=2, flags=RD | ACK | DATA, ack=7, psn=13,
+                                            src=(X2_ACKDELAY << 24) | 2,
+                                            tail=struct.pack(">I", 40) + SEND_SEG),
+                17471, {"kind": "DATA", "crc": "1", "ack": "7", "opcode": "0x03",
+                        "ack_delay": "40"}))
+CRAFTED.append(("ackdelay_nocrc", dgram(version=2, xflags=X_NOCRC, flags=RD | ACK, ack=8,
+                                        src=(X2_ACKDELAY << 24) | 2, tail=struct.pack(">I", 77),
+                                        crc=False),
+                17471, {"kind": "ACK", "crc": "3", "ack": "8", "ack_delay": "77"}))
+CRAFTED.append(("ackdelay_auth", dgram(version=2, flags=RD | ACK, ack=9,
+                                       src=((X2_ACKDELAY | X2_AUTH) << 24) | 2,
+                                       tail=struct.pack(">I", 99) + AUTH_TRAILER, crc=False),
+                17471, dict(AUTH_EXP, kind="ACK", ack="9", ack_delay="99")))
 
 
 # UDP GSO buffers (several datagrams of one size, the last maybe shorter, as
@@ -343,6 +388,7 @@ FIELDS = ["frame.number", "udp.srcport", "udp.dstport", "diwarp.transport", "diw
           "diwarp.cctl.type", "diwarp.cctl.value", "diwarp.xflags.rails", "diwarp.xflags.rail",
           "diwarp.rails.count", "diwarp.rails.addr", "diwarp.origin",
           "diwarp.xflags2.auth", "diwarp.auth.salt", "diwarp.auth.counter", "diwarp.auth.tag",
+          "diwarp.ack_delay",
           "iwarp_rdma.opcode", "iwarp_ddp.msn", "iwarp_ddp.qn", "iwarp_ddp.last_flag",
           "iwarp_rdma.rdmardsz", "iwarp_rdma.sinkstag", "iwarp_rdma.srcstag",
           "iwarp_rdma.srcto", "iwarp_rdma.atomic.add_data", "iwarp_rdma.atomic.swap_data",
@@ -809,7 +855,8 @@ def check_crafted(lua, capdir):
                "rails": f["diwarp.rails.addr"], "origin": f["diwarp.origin"],
                "auth": f["diwarp.xflags2.auth"], "auth_salt": f["diwarp.auth.salt"],
                "auth_counter": f["diwarp.auth.counter"],
-               "auth_tag": [t.replace(":", "") for t in f["diwarp.auth.tag"]]}
+               "auth_tag": [t.replace(":", "") for t in f["diwarp.auth.tag"]],
+               "ack_delay": f["diwarp.ack_delay"]}
         for k, v in exp.items():
             if k == "expert":
                 check(any(v in m for m in f["_ws.expert.message"]),

@@ -139,8 +139,9 @@ Test(dgram, constants)
         cr_assert_eq(DW_DGRAM_RAIL_LEN, 4);
         cr_assert_eq(DW_DGRAM_MULTIRAIL_MAX, 24);
         /* 28 + 8 SACK blocks (64) + pull descriptor (8) + 4 rails (20) + origin (4)
-         * + start descriptor (8) + token (8) + challenge (8) */
-        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 148);
+         * + start descriptor (8) + token (8) + challenge (8) + ACK delay (4) */
+        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 152);
+        cr_assert_eq(DW_DGRAM_ACK_DELAY_LEN, 4);
         cr_assert_eq(DW_DGRAM_START_LEN, 8);
         cr_assert_eq(DW_DGRAM_TOKEN_LEN, 8);
         cr_assert_eq(DW_DGRAM_CHALLENGE_LEN, 8);
@@ -1416,7 +1417,7 @@ Test(dgram, v2_reject_empty_xflags_and_unannounced_extensions)
         expect_mut_why(&h, 8, DW_DGRAM_X2_START, ENODATA, "start: descriptor announced");
         expect_mut_why(&h, 8, DW_DGRAM_X2_TOKEN, ENODATA, "token: value announced");
         expect_mut_why(&h, 8, DW_DGRAM_X2_CHALLENGE, ENODATA, "challenge: value announced");
-        expect_mut_why(&h, 8, 0x10, EBADMSG, "xflags2: unknown bits set");
+        expect_mut_why(&h, 8, 0x20, EBADMSG, "xflags2: unknown bits set");
         /* In version 1, byte 4 is still the reserved high byte of dst_qpn. */
         struct dw_dgram_hdr v1 = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
         expect_mut_why(&v1, 4, DW_DGRAM_X_NOCRC, EBADMSG, "dst_qpn");
@@ -1627,11 +1628,13 @@ Test(dgram, v2_dsack_blocks)
 Test(dgram, v2_max_len_and_nospace)
 {
         /* Every extension at its largest: 8 SACK blocks, the pull
-         * descriptor, 4 rails, the origin, the start descriptor, the token
-         * and the challenge. */
+         * descriptor, 4 rails, the origin, the start descriptor, the token,
+         * the challenge and the ACK delay. */
         struct dw_dgram_hdr h =
             v2_hdr(DW_DGRAM_X_PULL | DW_DGRAM_X_DSACK | DW_DGRAM_X_RAILS | DW_DGRAM_X_RAIL, true);
-        h.xflags2 = DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE;
+        h.xflags2 =
+            DW_DGRAM_X2_START | DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE | DW_DGRAM_X2_ACKDELAY;
+        h.ack_delay_us = 77;
         h.start_psn = h.psn;
         h.start_msn = 1;
         h.token = 0x1122334455667788ull;
@@ -2295,11 +2298,12 @@ Test(dgram, v2_start_after_every_extension)
                 h.sack[i] = (struct dw_dgram_sack){100 + 3 * i, 101 + 3 * i};
         h.rail_count = 4;
         h.rails[3] = ip4(10, 0, 3, 1);
-        h.xflags2 |= DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE;
+        h.xflags2 |= DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE | DW_DGRAM_X2_ACKDELAY;
         h.token = 1;
         h.challenge = 2;
+        h.ack_delay_us = 3;
         cr_assert_eq(dw_dgram_hdr_len(&h), DW_DGRAM_HDR_MAX_LEN);
-        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 148);
+        cr_assert_eq(DW_DGRAM_HDR_MAX_LEN, 152);
 }
 
 Test(dgram, v2_start_rules)
@@ -2314,7 +2318,7 @@ Test(dgram, v2_start_rules)
         h.start_psn = 1;
         expect_invalid_why(&h, EBADMSG, "start: descriptor non-zero without the START flag");
         h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
-        h.xflags2 = 0x10;
+        h.xflags2 = 0x20;
         expect_invalid_why(&h, EBADMSG, "xflags2: unknown bits set");
 
         /* On the wire: a reserved X2 bit, START on an ACK, and a version-1
@@ -2326,7 +2330,7 @@ Test(dgram, v2_start_rules)
         uint8_t buf[64];
         ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
         cr_assert_eq(n, 36);
-        buf[8] = 0x11;
+        buf[8] = 0x21;
         expect_reject_why(buf, (size_t)n, EBADMSG, "xflags2: unknown bits set");
         buf[8] = 0x01;
         buf[1] = DW_DGRAM_F_RD | DW_DGRAM_F_ACK;
@@ -2410,6 +2414,54 @@ Test(dgram, v2_token_challenge_rules)
         memset(buf + 28, 0, 8);
         expect_reject_why(buf, 44, EBADMSG, "token: value 0");
         cr_assert_eq(rd_both(buf, 44, "token 0", 0, 0), -1);
+}
+
+/* The ACK delay: the last extension, after the challenge; RD ACKs only. */
+Test(dgram, v2_ack_delay)
+{
+        struct dw_dgram_hdr h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK), o;
+        h.xflags2 = DW_DGRAM_X2_ACKDELAY;
+        h.ack_psn = 0x10;
+        h.ack_delay_us = 0x01020304;
+        static const uint8_t exp[32] = {
+            0x02, 0x03, 0x00, 0x00, /* version 2, flags RD|ACK */
+            0x00, 0x12, 0x34, 0x56, /* no X-flag, dst_qpn */
+            0x10, 0xAB, 0xCD, 0xEF, /* X2-flag ACKDELAY, src_qpn */
+            0x00, 0x00, 0x00, 0x00, /* qkey */
+            0x00, 0x00, 0x00, 0x00, /* psn */
+            0x00, 0x00, 0x00, 0x10, /* ack_psn */
+            0x00, 0x00, 0x00, 0x00, /* credits, rnr_delay */
+            0x01, 0x02, 0x03, 0x04, /* 28: ACK delay */
+        };
+        check_bytes(&h, exp, sizeof(exp));
+        /* Through the RD decoder too (it hands it to the full one). */
+        uint8_t buf[DW_DGRAM_HDR_MAX_LEN];
+        cr_assert_eq(dw_dgram_encode(&h, buf, sizeof(buf)), 32);
+        cr_assert_eq(dw_dgram_decode_rd(buf, 32, &o, NULL), 32);
+        cr_assert_eq(o.ack_delay_us, 0x01020304);
+        cr_assert_eq(o.xflags2, DW_DGRAM_X2_ACKDELAY);
+        /* After a SACK block, the token and the challenge. */
+        h.flags |= DW_DGRAM_F_SACK;
+        h.sack_count = 1;
+        h.sack[0] = (struct dw_dgram_sack){0x12, 0x14};
+        h.xflags2 |= DW_DGRAM_X2_TOKEN | DW_DGRAM_X2_CHALLENGE;
+        h.token = 7;
+        h.challenge = 9;
+        ssize_t n = dw_dgram_encode(&h, buf, sizeof(buf));
+        cr_assert_eq(n, 28 + 8 + 8 + 8 + 4);
+        static const uint8_t delay[4] = {0x01, 0x02, 0x03, 0x04};
+        cr_assert_arr_eq(buf + 52, delay, 4);
+        cr_assert_eq(dw_dgram_decode(buf, (size_t)n, &o, NULL), n);
+        assert_same(&h, &o);
+        expect_reject_why(buf, (size_t)n - 1, ENODATA,
+                          "ack delay: value announced by the ACKDELAY flag is truncated");
+        /* RD and ACK only; no value without the flag. */
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_DATA);
+        h.xflags2 = DW_DGRAM_X2_ACKDELAY;
+        expect_invalid_why(&h, EBADMSG, "xflags2: ACKDELAY without RD and ACK");
+        h = hdr(DW_DGRAM_F_RD | DW_DGRAM_F_ACK);
+        h.ack_delay_us = 5;
+        expect_invalid_why(&h, EBADMSG, "ack delay: non-zero without the ACKDELAY flag");
 }
 
 /* The RD fast decoder takes the token of RC over RD (no other X2-flag, no

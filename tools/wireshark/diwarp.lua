@@ -4,7 +4,8 @@
 -- Layout and rules: docs/PROTOCOL.md, section "Datagram header". One UDP
 -- payload is
 --     header (28 + 8*SACK Count [+ 8 pull descriptor] [+ 4 + 4*n rail list]
---             [+ 4 origin]) |
+--             [+ 4 origin] [+ 8 start descriptor] [+ 8 token]
+--             [+ 8 challenge] [+ 4 ACK delay]) |
 --     DDP/RDMAP segment (DATA only) | [Immediate Data message, 26 (IMM)] |
 --     CRC32c (4, big-endian; absent on a version-2 RD datagram with NOCRC)
 --     or, with the X2-flag AUTH (DIWARP_AUTH), the authentication trailer:
@@ -53,9 +54,12 @@ local X2_START = 0x01 -- byte 8 of version 2: the start descriptor follows
 local X2_TOKEN = 0x02 -- the token follows (after the start descriptor)
 local X2_CHALLENGE = 0x04 -- a challenge follows (after the token)
 local X2_AUTH = 0x08 -- the authentication trailer replaces the CRC32c
-local X2_ALL = 0x0F
+local X2_ACKDELAY = 0x10 -- RD ACK: the ACK delay follows (after the challenge)
+local X2_ALL = 0x1F
 local START_LEN = 8
 local TOKEN_LEN, CHALLENGE_LEN = 8, 8
+local ACK_DELAY_LEN = 4
+local ACK_DELAY_MAX_US = 1000000 -- the most a sender reports (1 s)
 local AUTH_NONCE_LEN, AUTH_TAG_LEN = 12, 16
 local AUTH_LEN = AUTH_NONCE_LEN + AUTH_TAG_LEN
 
@@ -116,12 +120,15 @@ local pf = {
                                        nil, X2_CHALLENGE),
         x2_auth = ProtoField.bool("diwarp.xflags2.auth", "AUTH (authentication trailer, no CRC32c)", 8,
                                   nil, X2_AUTH),
+        x2_ackdelay = ProtoField.bool("diwarp.xflags2.ackdelay", "ACKDELAY (ACK delay follows)", 8,
+                                      nil, X2_ACKDELAY),
         auth = ProtoField.bytes("diwarp.auth", "Authentication trailer"),
         auth_salt = ProtoField.uint32("diwarp.auth.salt", "Nonce salt", base.HEX),
         auth_counter = ProtoField.uint64("diwarp.auth.counter", "Nonce counter", base.DEC),
         auth_tag = ProtoField.bytes("diwarp.auth.tag", "AES-GMAC tag (not verified: no key)"),
         token = ProtoField.uint64("diwarp.token", "Token", base.HEX),
         challenge = ProtoField.uint64("diwarp.challenge", "Challenge", base.HEX),
+        ack_delay = ProtoField.uint32("diwarp.ack_delay", "ACK Delay (us)", base.DEC),
         start = ProtoField.bytes("diwarp.start", "Start descriptor"),
         start_psn = ProtoField.uint32("diwarp.start.psn", "First PSN", base.DEC),
         start_msn = ProtoField.uint32("diwarp.start.msn", "First MSN", base.DEC),
@@ -253,6 +260,9 @@ local function check_rules(h)
         if band(h.xflags2, X2_CHALLENGE) ~= 0 and h.challenge_zero == nil then
                 return "challenge: value announced by the CHALLENGE flag is truncated"
         end
+        if band(h.xflags2, X2_ACKDELAY) ~= 0 and h.ack_delay == nil then
+                return "ack delay: value announced by the ACKDELAY flag is truncated"
+        end
         if h.rsvd4 ~= 0 then return "dst_qpn: reserved high 8 bits set" end
         if h.rsvd8 ~= 0 then return "src_qpn: reserved high 8 bits set" end
         if band(f, F_RD) == 0 then
@@ -317,6 +327,9 @@ local function check_rules(h)
         if band(h.xflags2, X2_TOKEN) ~= 0 and h.token_zero then return "token: value 0" end
         if band(h.xflags2, X2_CHALLENGE) ~= 0 and h.challenge_zero then
                 return "challenge: value 0"
+        end
+        if band(h.xflags2, X2_ACKDELAY) ~= 0 and band(f, F_RD + F_ACK) ~= F_RD + F_ACK then
+                return "xflags2: ACKDELAY without RD and ACK"
         end
         return nil
 end
@@ -407,6 +420,10 @@ local function read_hdr(tvb)
                 h.challenge_off = h.hdr_len
                 h.hdr_len = h.hdr_len + CHALLENGE_LEN
         end
+        if band(h.xflags2, X2_ACKDELAY) ~= 0 then
+                h.ack_delay_off = h.hdr_len
+                h.hdr_len = h.hdr_len + ACK_DELAY_LEN
+        end
         h.sack = {}
         if h.hdr_len <= h.body_len then
                 for i = 1, h.sack_count do
@@ -431,6 +448,7 @@ local function read_hdr(tvb)
                         h.challenge_zero = (tvb(h.challenge_off, 4):uint() +
                                             tvb(h.challenge_off + 4, 4):uint()) == 0
                 end
+                if h.ack_delay_off then h.ack_delay = tvb(h.ack_delay_off, 4):uint() end
         end
         return h
 end
@@ -505,6 +523,7 @@ local function dissect_one(tvb, pinfo, root, label)
                 x2:add(pf.x2_token, tvb(8, 1))
                 x2:add(pf.x2_challenge, tvb(8, 1))
                 x2:add(pf.x2_auth, tvb(8, 1))
+                x2:add(pf.x2_ackdelay, tvb(8, 1))
         else
                 tree:add(pf.reserved, tvb(8, 1))
         end
@@ -589,6 +608,12 @@ local function dissect_one(tvb, pinfo, root, label)
                         tree:add(pf.challenge, tvb(h.challenge_off, CHALLENGE_LEN)):append_text(
                                 " (to be echoed as the token of the receiver's rail lists)")
                 end
+                if h.ack_delay_off then
+                        -- Any value is taken; a sender reports at most 1 s.
+                        local t = " (the newest datagram acknowledged waited this long in the receiver's host"
+                        if h.ack_delay > ACK_DELAY_MAX_US then t = t .. "; above the 1 s a sender reports" end
+                        tree:add(pf.ack_delay, tvb(h.ack_delay_off, ACK_DELAY_LEN)):append_text(t .. ")")
+                end
         end
         tree:add(pf.hdr_len, h.hdr_len):set_generated()
 
@@ -641,6 +666,7 @@ local function dissect_one(tvb, pinfo, root, label)
         if band(x, X_PULL) ~= 0 then info = info .. " PULL" end
         if band(x, X_PULLREQ) ~= 0 then info = info .. " PULLREQ" end
         if band(x, X_ECE) ~= 0 then info = info .. " ECE" end
+        if h.ack_delay then info = info .. " AckDelay=" .. h.ack_delay .. "us" end
         if band(x, X_RAILS) ~= 0 then
                 local names = {}
                 for i = 1, #h.rails do names[i] = ip_str(h.rails[i]) end
