@@ -402,7 +402,8 @@ int dw_ud_tx(struct dw_qp *qp, int budget);
  * fair share of the budget (the UD transport's tx hook). Work done. */
 int dw_ud_tx_waiting(struct dw_device *dev, int budget);
 /* Handles one received datagram (CRC not yet checked). */
-void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from);
+void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from,
+              uint64_t stamp);
 /* Counts and logs (rate-limited) a datagram dw_seal_open refused for
  * DIWARP_AUTH (e: -ENOKEY, -EKEYREJECTED or -ENOPROTOOPT): under the
  * device's key (qp NULL), or under the connection key of the RC QP qp

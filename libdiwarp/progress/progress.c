@@ -261,7 +261,8 @@ static int dw_progress_rx(struct dw_progress *p, int budget)
 {
         struct dw_device *dev = p->dev.handle;
         struct dw_udp *udp = p->dev.udp;
-        void (*rx_dgram)(struct dw_device *, uint8_t *, size_t, const struct sockaddr_in *) = NULL;
+        void (*rx_dgram)(struct dw_device *, uint8_t *, size_t, const struct sockaddr_in *,
+                         uint64_t) = NULL;
         int work = 0;
         for (unsigned t = 0; t < p->ntransport; t++) {
                 if (p->transport[t]->rx_begin)
@@ -308,7 +309,7 @@ static int dw_progress_rx(struct dw_progress *p, int budget)
                         }
                         bytes += dw_udp_rx_len(udp, i);
                         rx_dgram(dev, dw_udp_rx_pkt(udp, i), dw_udp_rx_len(udp, i),
-                                 &udp->rx_addr[i]);
+                                 &udp->rx_addr[i], dw_udp_rx_stamp(udp, i));
                 }
                 if (slow)
                         dw_fault_rx_took(p->dev.fault, bytes, dw_now_ns());

@@ -65,9 +65,10 @@ struct dw_transport_ops {
         int (*rx_direct)(struct dw_device *dev);
         /* One datagram from the UDP socket (CRC not yet checked), for the
          * transport that demultiplexes the socket's datagrams (UD, which
-         * hands RD's on). */
+         * hands RD's on); stamp: when the kernel received it (CLOCK_MONOTONIC
+         * ns, 0: unknown; dw_udp_rx_stamp). */
         void (*rx_dgram)(struct dw_device *dev, uint8_t *pkt, size_t len,
-                         const struct sockaddr_in *from);
+                         const struct sockaddr_in *from, uint64_t stamp);
         /* Sends that waited for socket room, while any QP waits
          * (dw_progress_tx_wait; only the transport with rx_dgram makes one
          * wait): round-robin over those QPs, each with a fair share of the

@@ -1007,6 +1007,11 @@ int dw_rd_qp_init(struct dw_qp *qp)
          * turned GRO on (before, the kernel splits them: slower, still
          * correct); a ping-pong keeps it off, as GRO costs every receive. */
         dw_udp_want_gro(&dev->udp);
+        /* RTT samples and ACK delays go by the kernel's receive time: on a
+         * busy host the thread may read a datagram long after it came. On
+         * with bulk traffic, as GRO; without (a ping-pong, an old kernel)
+         * they go by the reading time. */
+        dw_udp_want_stamps(&dev->udp);
         return 0;
 }
 

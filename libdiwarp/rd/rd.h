@@ -40,9 +40,10 @@ struct dw_rd_peer;
  * dw_rd_dev_fini (dw.h) frees it at close. */
 int dw_rd_dev_init(struct dw_device *dev);
 /* One received RD datagram: CRC verified, header decoded (hl bytes), body is
- * the length without the CRC. */
+ * the length without the CRC; stamp: when the kernel received it (ns, 0:
+ * unknown), the time its RTT sample and ACK delay go by. */
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
-              const struct dw_dgram_hdr *h, const struct sockaddr_in *from);
+              const struct dw_dgram_hdr *h, const struct sockaddr_in *from, uint64_t stamp);
 /* Payload bytes per segment for a given UDP MTU (see rd_int.h). */
 uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
 /* sizeof(struct dw_rd_peer): an idle pseudo-stream (≤ 256 bytes). A peer with
@@ -67,7 +68,7 @@ int dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx, const uint8_
 /* dw_ud_rx, while dev->conn_keys: an RD datagram (len bytes with its
  * trailer) to a QP with its connection's key is opened with that key and
  * handled (true); any other is left to the device's seal (false). */
-bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len,
-                    const struct sockaddr_in *from);
+bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from,
+                    uint64_t stamp);
 
 #endif

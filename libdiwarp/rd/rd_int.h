@@ -448,7 +448,8 @@ struct dw_rd_dev {
         struct rd_held_ack {
                 struct dw_rd_peer *peer;
                 uint32_t ack_psn;
-                uint64_t now; /* its arrival */
+                uint64_t now;     /* when it was read */
+                uint64_t arrived; /* when the kernel received it */
         } hack;
         uint32_t ctl_sent;  /* retransmissions and ACK-only datagrams of this walk */
         uint32_t dgram_max; /* largest datagram sent (diwarpdv_query_rd_path) */
@@ -549,7 +550,8 @@ void rd_path_forget(struct dw_rd_peer *p);
 void rd_rail_down(struct dw_rd_peer *p, unsigned rail, uint64_t now, const char *why);
 void rd_rail_up(struct dw_rd_peer *p, unsigned rail);
 /* dw_rel_on_ack with rd_ops, then the path's window learns what it acked. */
-int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now);
+/* arrived: when the kernel received the ACK (≤ now; now when unknown). */
+int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now, uint64_t arrived);
 void rd_send_nak(struct dw_rd_peer *p, uint32_t psn, uint8_t code);
 int rd_send_ack(struct dw_rd_peer *p);
 /* A control datagram carrying our credit value (and an owed ACK); probe:

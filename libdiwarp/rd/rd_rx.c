@@ -25,11 +25,19 @@
 #include "util/copy.h"
 #include "wire/rdmap.h"
 
+/* A thread away from the socket this long (descheduled, or asleep in
+ * epoll) may find datagrams that waited: even a lone one is read with its
+ * kernel stamp then. A busy-polling ping-pong comes back sooner and keeps
+ * the cheaper receive. */
+#define RD_STAMP_GAP_NS (20u * 1000u)
+
 void dw_rd_rx_clock(struct dw_device *dev)
 {
         struct dw_rd_dev *d = rdd(dev);
         if (d && (d->qps || d->active)) {
-                rd_clock(dev);
+                uint64_t before = d->step_now;
+                if (rd_clock(dev) - before > RD_STAMP_GAP_NS)
+                        dw_udp_stamp_lone(&dev->udp);
                 d->rx_clock = true;
         }
 }
@@ -55,7 +63,7 @@ void rd_ack_flush(struct dw_rd_dev *d)
         d->hack.peer = NULL;
         struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_ACK,
                                  .ack_psn = d->hack.ack_psn};
-        int r = rd_on_ack(p, &h, d->hack.now);
+        int r = rd_on_ack(p, &h, d->hack.now, d->hack.arrived);
         if ((r == -EREMOTEIO || r == -ETIMEDOUT) && p->s->qp->state != DIWARP_QPS_ERR)
                 rd_peer_fail(
                     p, r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR : DIWARP_WC_RETRY_EXC_ERR,
@@ -973,7 +981,8 @@ static __attribute__((noinline)) void rd_drop_rail(struct dw_rd_qp *s, const str
                         ntohs(from->sin_port), inet_ntop(AF_INET, &o, og, sizeof(og)));
 }
 
-bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from)
+bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from,
+                    uint64_t stamp)
 {
         if (len < DW_DGRAM_HDR_LEN || !(pkt[1] & DW_DGRAM_F_RD))
                 return false;
@@ -997,7 +1006,7 @@ bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len, const struc
                        ntohs(from->sin_port), why ? why : "?");
                 return true;
         }
-        dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from);
+        dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from, stamp);
         return true;
 }
 
@@ -1059,7 +1068,8 @@ static inline struct dw_rd_peer *rd_rx_peer(struct dw_qp *qp, struct dw_rd_peer 
  * True: the datagram is done with (an error NAK, an ACK held for the
  * application's next call, or the stream failed). */
 static inline bool rd_rx_acks(struct dw_qp *qp, struct dw_rd_peer *p, const struct dw_dgram_hdr *h,
-                              const struct sockaddr_in *from, bool placed, uint64_t now)
+                              const struct sockaddr_in *from, bool placed, uint64_t now,
+                              uint64_t arrived)
 {
         struct dw_device *dev = qp->dev;
         struct dw_rd_dev *d = rdd(dev);
@@ -1077,13 +1087,13 @@ static inline bool rd_rx_acks(struct dw_qp *qp, struct dw_rd_peer *p, const stru
                         /* The application answers the Send first; the ACK
                          * waits for its next call, as its completions would
                          * (rd_retire_held). */
-                        d->hack = (struct rd_held_ack){p, h->ack_psn, now};
+                        d->hack = (struct rd_held_ack){p, h->ack_psn, now, arrived};
                         if (!d->held_step)
                                 d->held_step = dev->prog.steps;
                         return true;
                 }
                 d->hold_retire = placed;
-                int r = rd_on_ack(p, h, now);
+                int r = rd_on_ack(p, h, now, arrived);
                 d->hold_retire = false;
                 if (qp->state == DIWARP_QPS_ERR)
                         return true;
@@ -1162,7 +1172,7 @@ static inline void rd_rx_data(struct dw_qp *qp, struct dw_rd_peer *p, const stru
 }
 
 void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
-              const struct dw_dgram_hdr *h, const struct sockaddr_in *from)
+              const struct dw_dgram_hdr *h, const struct sockaddr_in *from, uint64_t stamp)
 {
         const char *why = NULL;
         struct dw_rd_dev *d = rdd(dev);
@@ -1210,6 +1220,9 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
          * (dw_rd_rx_clock), the others read it anew. */
         uint64_t now = d->rx_clock && d->step_no == dev->prog.steps ? d->step_now : rd_clock(dev);
         d->rx_clock = false;
+        /* The kernel's receive time, when known: what the thread's own wait
+         * for a core added is not the network's. */
+        uint64_t arrived = stamp && stamp < now ? stamp : now;
         p = rd_rx_peer(qp, p, h, from, src, now);
         if (!p)
                 return;
@@ -1222,11 +1235,21 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         /* A Send the fast path takes is placed and completed before the ACK it
          * carries is handled: its receive completion then comes before the send
          * completion that ACK brings, so a ping-pong finds it with one poll. */
+        bool fresh = data && dw_rel_rx_classify(&p->rel, h->psn) == DW_REL_NEW;
         bool placed = data && rd_rx_fast(s, p, h, pkt, &lay, now);
-        if (rd_rx_acks(qp, p, h, from, placed, now))
+        if (placed)
+                dw_rel_rx_arrived(&p->rel, h->psn, arrived);
+        /* Data that comes faster than answers go back: a window, not a
+         * ping-pong; its arrivals are timed by the kernel's stamps. */
+        if (data && p->rel.rx_unacked >= 2)
+                dw_udp_stamps_busy(&dev->udp);
+        if (rd_rx_acks(qp, p, h, from, placed, now, arrived))
                 return;
-        if (data && !placed)
+        if (data && !placed) {
                 rd_rx_data(qp, p, h, pkt, &lay, now);
+                if (fresh && dw_rel_rx_classify(&p->rel, h->psn) == DW_REL_DUPLICATE)
+                        dw_rel_rx_arrived(&p->rel, h->psn, arrived);
+        }
 }
 
 /* The datagram peeked at is not for direct placement: read it alone (a
@@ -1349,7 +1372,7 @@ int dw_rd_rx_direct(struct dw_device *dev)
         dev->ctr.rx_placed_direct++;
         qp->ctr.rx_placed_direct++;
         d->rx_placed = true;
-        dw_rd_rx(dev, hb, body, (size_t)hl, &h, &from);
+        dw_rd_rx(dev, hb, body, (size_t)hl, &h, &from, dw_udp_rx_peek_stamp(&dev->udp));
         d->rx_placed = false;
         d->rx_small = 0;
         return 1;

@@ -908,19 +908,28 @@ static int ops_retransmit(void *ctx, uint32_t psn, uint64_t cookie)
         return 0;
 }
 
+/* An ACK that goes alone says how long the packet it reports waited here
+ * (DW_DGRAM_X2_ACKDELAY): the sender's congestion control then sees the
+ * network's delay, not this thread's wait for a core. */
+static void rd_build_lone_ack(struct dw_rd_peer *p, struct dw_dgram_hdr *h)
+{
+        dw_rel_build_ack(&p->rel, h, DW_DGRAM_MAX_SACK);
+        dw_rel_ack_delay(&p->rel, h, rd_clock(p->s->qp->dev));
+}
+
 int rd_send_credit(struct dw_rd_peer *p, bool probe)
 {
         struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | (probe ? DW_DGRAM_F_ACKREQ : 0),
                                  .psn = p->rel.snd_nxt};
         if (dw_rel_ack_owed(&p->rel))
-                dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
+                rd_build_lone_ack(p, &h);
         return rd_send_ctrl(p, &h);
 }
 
 int rd_send_ack(struct dw_rd_peer *p)
 {
         struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD, .psn = p->rel.snd_nxt};
-        dw_rel_build_ack(&p->rel, &h, DW_DGRAM_MAX_SACK);
+        rd_build_lone_ack(p, &h);
         return rd_send_ctrl(p, &h);
 }
 
@@ -963,7 +972,7 @@ const struct dw_rel_ops rd_ops = {
     .lost = ops_lost,
 };
 
-int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
+int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now, uint64_t arrived)
 {
         struct dw_rd_dev *d = rdd(p->s->qp->dev);
         d->cc_acked = 0;
@@ -971,7 +980,7 @@ int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
         if (rails)
                 memset(d->cc_acked_rail, 0, sizeof(d->cc_acked_rail));
         uint32_t una = p->rel.snd_una;
-        int r = dw_rel_on_ack(&p->rel, h, now, &rd_ops, p);
+        int r = dw_rel_on_ack_at(&p->rel, h, now, arrived, &rd_ops, p);
         /* Our first PSN acknowledged: the peer knows where the stream
          * starts, and our datagrams stop saying it. */
         if (p->rel.snd_una != una)
@@ -1286,11 +1295,19 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
         return 0;
 }
 
+/* Packets in flight to one peer that make a window, not a ping-pong (whose
+ * next message may leave before the ACK of the last one is handled). */
+#define RD_STAMP_WINDOW 4
+
 static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
 {
         struct dw_rd_peer *p = t->peer;
         struct dw_qp *qp = s->qp;
         dw_rel_tx_sent(&p->rel, t->psn, t->cookie, now);
+        /* A window, not a ping-pong: the ACKs coming back are timed by the
+         * kernel's stamps (dw_udp_stamps_busy). */
+        if (dw_rel_tx_inflight(&p->rel) >= RD_STAMP_WINDOW)
+                dw_udp_stamps_busy(&qp->dev->udp);
         if (t->rail)
                 dw_rel_tx_rename(&p->rel, t->psn, t->cookie, t->rail);
         dw_cc_sent(&rd_rail_path(p, t->rail)->cc, t->cc_bytes, false, now);

@@ -464,7 +464,7 @@ static void ack_scan(struct dw_rel_peer *r, struct ack_scan *a, const struct dw_
  * the ACK; truncated: this ACK or the one before carried as many blocks as
  * fit. */
 static void ack_sample(struct dw_rel_peer *r, const struct ack_scan *a, uint32_t old_high,
-                       bool truncated, uint64_t now)
+                       bool truncated, uint64_t now, uint64_t cc_rtt_end)
 {
         if (!a->have_sample)
                 return;
@@ -487,9 +487,16 @@ static void ack_sample(struct dw_rel_peer *r, const struct ack_scan *a, uint32_t
         }
         uint64_t rtt = (uint64_t)(uint32_t)(to_us(now) - a->best_sent) * NS_PER_US;
         dw_rel_rtt_sample(r, rtt);
-        if (a->ops && a->ops->rtt)
+        if (a->ops && a->ops->rtt) {
+                /* cc_rtt_end: the ACK's arrival less the receiver's delay;
+                 * never before the packet left, never past now. */
+                uint64_t cc = rtt;
+                int32_t d = (int32_t)(to_us(cc_rtt_end) - a->best_sent);
+                if (cc_rtt_end < now && d > 0)
+                        cc = (uint64_t)d * NS_PER_US;
                 a->ops->rtt(a->ctx, a->best_psn, ent(r, a->best_psn)->cookie,
-                            rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt, now);
+                            cc > UINT32_MAX ? UINT32_MAX : (uint32_t)cc, now);
+        }
 }
 
 /* The ACK moved something: the retry count, tail-loss probe, probe
@@ -512,8 +519,51 @@ static void ack_progress(struct dw_rel_peer *r, uint64_t now)
                 r->rnr_until = 0;
 }
 
+uint32_t dw_rel_rx_highest(const struct dw_rel_peer *r)
+{
+        if (!(r->rx_map[0] | r->rx_map[1]))
+                return r->rcv_nxt - 1;
+        /* Rotated so that bit i is rcv_nxt + i, as dw_rel_build_ack does. */
+        unsigned __int128 m = ((unsigned __int128)r->rx_map[1] << 64) | r->rx_map[0];
+        unsigned s = r->rcv_nxt & (DW_REL_RX_WINDOW - 1);
+        if (s)
+                m = (m >> s) | (m << (DW_REL_RX_WINDOW - s));
+        uint64_t hi = (uint64_t)(m >> 64), lo = (uint64_t)m;
+        unsigned top =
+            hi ? 127u - (unsigned)__builtin_clzll(hi) : 63u - (unsigned)__builtin_clzll(lo);
+        return r->rcv_nxt + top;
+}
+
+uint32_t dw_rel_ack_top(const struct dw_dgram_hdr *h)
+{
+        uint32_t top = h->ack_psn - 1;
+        unsigned first = (h->xflags & DW_DGRAM_X_DSACK) && h->sack_count ? 1 : 0;
+        for (unsigned i = first; i < h->sack_count; i++)
+                if (dw_psn_before(top, h->sack[i].end - 1))
+                        top = h->sack[i].end - 1;
+        return top;
+}
+
+void dw_rel_ack_delay(const struct dw_rel_peer *r, struct dw_dgram_hdr *h, uint64_t now)
+{
+        if (!(r->flags2 & DW_REL_F2_RX_HIGH) || !(h->flags & DW_DGRAM_F_ACK) ||
+            (h->flags & DW_DGRAM_F_NAK) || dw_rel_ack_top(h) != dw_rel_rx_highest(r))
+                return;
+        uint32_t us = (uint32_t)(uint16_t)((uint16_t)(now / 16000u) - r->rx_high_t16) * 16u;
+        if (us < DW_REL_ACK_DELAY_MIN_US)
+                return;
+        h->xflags2 |= DW_DGRAM_X2_ACKDELAY;
+        h->ack_delay_us = us > DW_DGRAM_ACK_DELAY_MAX_US ? DW_DGRAM_ACK_DELAY_MAX_US : us;
+}
+
 int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now,
                   const struct dw_rel_ops *ops, void *ctx)
+{
+        return dw_rel_on_ack_at(r, h, now, now, ops, ctx);
+}
+
+int dw_rel_on_ack_at(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now,
+                     uint64_t arrived, const struct dw_rel_ops *ops, void *ctx)
 {
         if (r->fatal)
                 return r->fatal;
@@ -541,7 +591,15 @@ int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t 
         else
                 r->flags &= (uint8_t)~DW_REL_F_SACK_FULL;
 
-        ack_sample(r, &a, old_high, nsack >= DW_DGRAM_MAX_SACK || sack_full, now);
+        /* The receiver's delay counts for the packet it names: the highest
+         * this ACK reports, which is the sample's when it is new. */
+        uint64_t cc_end = arrived < now ? arrived : now;
+        if ((h->xflags2 & DW_DGRAM_X2_ACKDELAY) && a.have_sample &&
+            a.best_psn == dw_rel_ack_top(h)) {
+                uint64_t d = (uint64_t)h->ack_delay_us * NS_PER_US;
+                cc_end = cc_end > d ? cc_end - d : 0;
+        }
+        ack_sample(r, &a, old_high, nsack >= DW_DGRAM_MAX_SACK || sack_full, now, cc_end);
         bool moved = a.progress || a.sacked_new;
         if (moved)
                 ack_progress(r, now);

@@ -122,9 +122,10 @@ enum {
 };
 
 enum {
-        DW_REL_F2_TLP = 0x01,   /* the probe episode is a tail loss probe's, no RTO fired */
-        DW_REL_F2_DSACK = 0x02, /* a duplicate arrived: the next ACK reports it (dsack_psn) */
-        DW_REL_F2_ACKED = 0x04, /* an ACK was built since the receive side (re)started */
+        DW_REL_F2_TLP = 0x01,     /* the probe episode is a tail loss probe's, no RTO fired */
+        DW_REL_F2_DSACK = 0x02,   /* a duplicate arrived: the next ACK reports it (dsack_psn) */
+        DW_REL_F2_ACKED = 0x04,   /* an ACK was built since the receive side (re)started */
+        DW_REL_F2_RX_HIGH = 0x08, /* rx_high_t16 holds the highest PSN's arrival */
 };
 
 /* Per-pseudo-stream state. Fields are readable (tests, counters); change them
@@ -169,6 +170,11 @@ struct dw_rel_peer {
          * needless one, and 128 of it take a doubling back. */
         uint8_t pto_shift;
         uint8_t pto_calm;
+        /* When the highest PSN received arrived, in 16 µs units mod 2^16
+         * (the kernel's receive time when the caller knows it;
+         * DW_REL_F2_RX_HIGH: one did): an ACK that reports that PSN says how
+         * long it waited (dw_rel_ack_delay; a wait past 1.05 s reads short). */
+        uint16_t rx_high_t16;
 };
 static_assert(sizeof(struct dw_rel_peer) <= 256, "per-peer reliability state stays ≤ 256 bytes");
 
@@ -261,6 +267,15 @@ bool dw_rel_tx_want_ackreq(const struct dw_rel_peer *r);
  * exceeded; the fatal errno once fatal. */
 int dw_rel_on_ack(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now,
                   const struct dw_rel_ops *ops, void *ctx);
+/* dw_rel_on_ack for an ACK the kernel received at `arrived` (≤ now; the
+ * caller's thread may have read it later): the RTT sample congestion control
+ * gets (ops->rtt) runs from the packet's sending to `arrived`, less the ACK
+ * delay the receiver reported for that packet (DW_DGRAM_X2_ACKDELAY): the
+ * network's round trip, not the time either host's thread waited for a core.
+ * The RTO estimator keeps the whole sample up to now: a retransmission timer
+ * must cover a late ACK however it came to be late. */
+int dw_rel_on_ack_at(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64_t now,
+                     uint64_t arrived, const struct dw_rel_ops *ops, void *ctx);
 
 /* ---- receive side ---- */
 
@@ -311,6 +326,18 @@ static inline bool dw_rel_rx_next(struct dw_rel_peer *r, bool ack_req, uint64_t 
         dw_rel_rx_ack_in_order(r, ack_req, now);
         return true;
 }
+/* A NEW DATA packet psn, accepted (dw_rel_rx_data / dw_rel_rx_next), arrived
+ * at `at` (ns; the kernel's receive time when known, else when it was read):
+ * the highest PSN's is kept for the ACK delay. dw_rel_rx_highest: the
+ * highest PSN received. */
+uint32_t dw_rel_rx_highest(const struct dw_rel_peer *r);
+static inline void dw_rel_rx_arrived(struct dw_rel_peer *r, uint32_t psn, uint64_t at)
+{
+        if ((r->rx_map[0] | r->rx_map[1]) ? psn == dw_rel_rx_highest(r) : psn == r->rcv_nxt - 1) {
+                r->flags2 |= DW_REL_F2_RX_HIGH;
+                r->rx_high_t16 = (uint16_t)(at / 16000u);
+        }
+}
 static inline uint32_t dw_rel_rx_cursor(const struct dw_rel_peer *r)
 {
         return r->rcv_nxt;
@@ -325,6 +352,17 @@ bool dw_rel_ack_owed(const struct dw_rel_peer *r);
  * which must not carry a NAK. Clears the owed ACK. Returns the blocks written
  * or -EINVAL. */
 int dw_rel_build_ack(struct dw_rel_peer *r, struct dw_dgram_hdr *h, unsigned max_sack);
+/* An ACK delay below this is not reported: it is within what the sender's
+ * own delay target allows, and the ACK stays a version-1 header. */
+#define DW_REL_ACK_DELAY_MIN_US 16
+/* For an ACK built into h (dw_rel_build_ack) that goes now, alone: when the
+ * highest PSN it reports is the newest received (the one whose RTT sample the
+ * sender takes), adds how long that packet waited here since it arrived
+ * (DW_DGRAM_X2_ACKDELAY, µs, capped), if at least DW_REL_ACK_DELAY_MIN_US. */
+void dw_rel_ack_delay(const struct dw_rel_peer *r, struct dw_dgram_hdr *h, uint64_t now);
+/* The highest PSN an ACK header reports held (cumulatively or by a SACK
+ * block; a D-SACK block is not one). */
+uint32_t dw_rel_ack_top(const struct dw_dgram_hdr *h);
 /* With no ACK owed: the cumulative ACK point again (ACK, ack_psn = cursor, no
  * SACK block), for a data packet that goes anyway, once an ACK was built
  * since the receive side (re)started (before that the cursor may not be the

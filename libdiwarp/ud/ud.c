@@ -625,12 +625,13 @@ void dw_ud_rx_auth_fail(struct dw_device *dev, const struct dw_qp *qp, int e,
                             : "it carries an authentication tag and DIWARP_AUTH is off here");
 }
 
-void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from)
+void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from,
+              uint64_t stamp)
 {
         const char *why = NULL;
         /* RC over RD with its connection's key (DIWARP_AUTH): opened with
          * that key (rd/rd_rx.c). */
-        if (__builtin_expect(dev->conn_keys != 0, 0) && dw_rd_rx_keyed(dev, pkt, len, from))
+        if (__builtin_expect(dev->conn_keys != 0, 0) && dw_rd_rx_keyed(dev, pkt, len, from, stamp))
                 return;
         /* An RD datagram without CRC32c is taken only when DIWARP_RD_CRC=0
          * says so here too: integrity is this receiver's call. */
@@ -661,7 +662,7 @@ void dw_ud_rx(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sock
                 ssize_t hl = dw_dgram_decode_rd(pkt, (size_t)body, &h, &why);
                 if (hl < 0)
                         goto malformed;
-                dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from); /* rd/rd_rx.c */
+                dw_rd_rx(dev, pkt, (size_t)body, (size_t)hl, &h, from, stamp); /* rd/rd_rx.c */
                 return;
         }
         struct dw_dgram_ud u;

@@ -886,6 +886,101 @@ Test(rel, rtt_callback_names_the_sampled_packet)
         cr_assert_eq(cc.rtt_cookie, 0xC05);
 }
 
+/* Congestion control times the network: the sample runs to the ACK's
+ * kernel arrival, less the receiver's reported ACK delay, for the packet that
+ * delay names; the RTO estimator keeps the whole sample to now. */
+Test(rel, cc_sample_goes_by_arrival_and_ack_delay)
+{
+        struct dw_rel_params p = test_params();
+        struct dw_rel_peer tx;
+        struct dw_rel_txent ring[16];
+        struct cc_rec cc = {0};
+        struct rec rc = {0};
+        rc.peer = &tx;
+        rc.cc = &cc;
+        dw_rel_peer_init(&tx, &p, ring, 16, 10, 0);
+        for (uint32_t i = 0; i < 2; i++)
+                cr_assert_eq(dw_rel_tx_sent(&tx, 10 + i, i, T0 + i * US), 0);
+        /* Read 5 ms after it came (this thread waited for a core), 300 µs
+         * of which the receiver held the newest packet (11). */
+        struct dw_dgram_hdr h = ack_hdr(12, 0, NULL);
+        h.xflags2 = DW_DGRAM_X2_ACKDELAY;
+        h.ack_delay_us = 300;
+        cr_assert_eq(dw_rel_on_ack_at(&tx, &h, T0 + 6 * MS, T0 + 1 * MS, &cc_ops, &rc), 0);
+        cr_assert_eq(cc.nrtt, 1);
+        cr_assert_eq(cc.rtt_psn, 11);
+        cr_assert_eq(cc.rtt, 699 * US, "cc sample %u ns", cc.rtt);
+        cr_assert_eq(tx.srtt_ns, 6 * MS - 1 * US, "the RTO estimator keeps the whole sample");
+        /* A delay for a packet the sample is not (the ACK reports 14, the
+         * newest packet sent once is 13: 14 was resent) is not subtracted. */
+        uint64_t t = T0 + 10 * MS;
+        for (uint32_t i = 2; i < 5; i++)
+                cr_assert_eq(dw_rel_tx_sent(&tx, 10 + i, i, t + i * US), 0);
+        tx.ring[14 & tx.ring_mask].retx = 1;
+        h = ack_hdr(15, 0, NULL);
+        h.xflags2 = DW_DGRAM_X2_ACKDELAY;
+        h.ack_delay_us = 300;
+        cr_assert_eq(dw_rel_on_ack_at(&tx, &h, t + 2 * MS, t + 1 * MS, &cc_ops, &rc), 0);
+        cr_assert_eq(cc.nrtt, 2);
+        cr_assert_eq(cc.rtt_psn, 13);
+        cr_assert_eq(cc.rtt, 997 * US, "cc sample %u ns", cc.rtt);
+        /* A delay longer than the sample (clocks disagree) is not taken. */
+        t = T0 + 20 * MS;
+        cr_assert_eq(dw_rel_tx_sent(&tx, 15, 5, t), 0);
+        h = ack_hdr(16, 0, NULL);
+        h.xflags2 = DW_DGRAM_X2_ACKDELAY;
+        h.ack_delay_us = 900;
+        cr_assert_eq(dw_rel_on_ack_at(&tx, &h, t + 500 * US, t + 400 * US, &cc_ops, &rc), 0);
+        cr_assert_eq(cc.rtt, 500 * US);
+}
+
+/* The receiver reports how long the newest packet it acknowledges waited,
+ * only for that packet and only when it is worth a version-2 header. */
+Test(rel, ack_delay_names_the_newest_packet)
+{
+        struct dw_rel_params p = test_params();
+        struct dw_rel_peer rx;
+        struct dw_dgram_hdr h, out;
+        enum dw_rel_verdict v;
+        dw_rel_peer_init(&rx, &p, NULL, 8, 0, 40);
+        /* Nothing received yet: no delay. */
+        memset(&h, 0, sizeof(h));
+        dw_rel_build_ack(&rx, &h, DW_DGRAM_MAX_SACK);
+        dw_rel_ack_delay(&rx, &h, T0);
+        cr_assert_eq(h.xflags2, 0);
+        dw_rel_rx_data(&rx, 40, false, T0, &v);
+        dw_rel_rx_arrived(&rx, 40, T0);
+        dw_rel_rx_data(&rx, 41, false, T0, &v);
+        dw_rel_rx_arrived(&rx, 41, T0 + 100 * US);
+        memset(&h, 0, sizeof(h));
+        dw_rel_build_ack(&rx, &h, DW_DGRAM_MAX_SACK);
+        dw_rel_ack_delay(&rx, &h, T0 + 110 * US);
+        cr_assert_eq(h.xflags2, 0, "10 µs is below DW_REL_ACK_DELAY_MIN_US");
+        dw_rel_ack_delay(&rx, &h, T0 + 2100 * US);
+        cr_assert_eq(h.xflags2, DW_DGRAM_X2_ACKDELAY);
+        cr_assert(h.ack_delay_us >= 1984 && h.ack_delay_us <= 2016, "%u", h.ack_delay_us);
+        wire_roundtrip(&h, &out);
+        cr_assert_eq(out.ack_delay_us, h.ack_delay_us);
+        /* Out of order: 44 beyond a hole is the newest; an ACK that reports
+         * it names its arrival, a late 42 does not move it. */
+        dw_rel_rx_data(&rx, 44, false, T0 + 3 * MS, &v);
+        dw_rel_rx_arrived(&rx, 44, T0 + 3 * MS);
+        dw_rel_rx_data(&rx, 42, false, T0 + 4 * MS, &v);
+        dw_rel_rx_arrived(&rx, 42, T0 + 4 * MS);
+        cr_assert_eq(dw_rel_rx_highest(&rx), 44);
+        memset(&h, 0, sizeof(h));
+        dw_rel_build_ack(&rx, &h, DW_DGRAM_MAX_SACK);
+        cr_assert_eq(dw_rel_ack_top(&h), 44);
+        dw_rel_ack_delay(&rx, &h, T0 + 5 * MS);
+        cr_assert(h.ack_delay_us >= 1984 && h.ack_delay_us <= 2016, "%u", h.ack_delay_us);
+        /* An ACK that cannot report it (no SACK room) says nothing. */
+        memset(&h, 0, sizeof(h));
+        dw_rel_build_ack(&rx, &h, 0);
+        dw_rel_ack_delay(&rx, &h, T0 + 5 * MS);
+        cr_assert_eq(h.xflags2, 0);
+        cr_assert_eq(h.ack_delay_us, 0);
+}
+
 /* A duplicate is reported once, first among the SACK blocks (RFC 2883), and
  * a D-SACK for a packet sent before a probe episode ends it as spurious: no
  * loss reported, the backoff undone. */
