@@ -1115,7 +1115,8 @@ static inline bool rd_rx_acks(struct dw_qp *qp, struct dw_rd_peer *p, const stru
  * stream's window, then placed (rd_rx_segment) and acknowledged, or
  * refused with the NAK its verdict calls for. */
 static inline void rd_rx_data(struct dw_qp *qp, struct dw_rd_peer *p, const struct dw_dgram_hdr *h,
-                              uint8_t *pkt, const struct dw_dgram_layout *lay, uint64_t now)
+                              uint8_t *pkt, const struct dw_dgram_layout *lay, uint64_t now,
+                              uint64_t arrived)
 {
         struct dw_device *dev = qp->dev;
         struct dw_rd_qp *s = qp->rd;
@@ -1137,6 +1138,7 @@ static inline void rd_rx_data(struct dw_qp *qp, struct dw_rd_peer *p, const stru
                 qp->ctr.rx_packets++;
                 uint32_t adv =
                     dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
+                dw_rel_rx_arrived(&p->rel, h->psn, arrived);
                 if (adv)
                         rd_rx_complete(s, p);
                 return;
@@ -1235,7 +1237,6 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         /* A Send the fast path takes is placed and completed before the ACK it
          * carries is handled: its receive completion then comes before the send
          * completion that ACK brings, so a ping-pong finds it with one poll. */
-        bool fresh = data && dw_rel_rx_classify(&p->rel, h->psn) == DW_REL_NEW;
         bool placed = data && rd_rx_fast(s, p, h, pkt, &lay, now);
         if (placed)
                 dw_rel_rx_arrived(&p->rel, h->psn, arrived);
@@ -1245,11 +1246,8 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
                 dw_udp_stamps_busy(&dev->udp);
         if (rd_rx_acks(qp, p, h, from, placed, now, arrived))
                 return;
-        if (data && !placed) {
-                rd_rx_data(qp, p, h, pkt, &lay, now);
-                if (fresh && dw_rel_rx_classify(&p->rel, h->psn) == DW_REL_DUPLICATE)
-                        dw_rel_rx_arrived(&p->rel, h->psn, arrived);
-        }
+        if (data && !placed)
+                rd_rx_data(qp, p, h, pkt, &lay, now, arrived);
 }
 
 /* The datagram peeked at is not for direct placement: read it alone (a
