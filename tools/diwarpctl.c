@@ -60,6 +60,7 @@ static const struct {
     {"local_copies", offsetof(struct diwarp_counters, local_copies)},
     {"local_copy_bytes", offsetof(struct diwarp_counters, local_copy_bytes)},
     {"progress_takeovers", offsetof(struct diwarp_counters, progress_takeovers)},
+    {"progress_park_wakes", offsetof(struct diwarp_counters, progress_park_wakes)},
     {"rx_dropped_token", offsetof(struct diwarp_counters, rx_dropped_token)},
     {"rx_dropped_rail", offsetof(struct diwarp_counters, rx_dropped_rail)},
     {"rx_dropped_peers", offsetof(struct diwarp_counters, rx_dropped_peers)},

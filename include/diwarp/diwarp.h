@@ -687,6 +687,9 @@ struct diwarp_counters {
          * those without a tag or whose tag does not verify; without one,
          * those that carry a tag. */
         uint64_t rx_dropped_auth;
+        /* Times the parked progress thread woke to look whether the
+         * application still polls (docs/USAGE.md, "Progress"). */
+        uint64_t progress_park_wakes;
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

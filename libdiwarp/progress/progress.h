@@ -162,7 +162,8 @@ struct dw_progress {
          * tells a poller that waits for a core from one blocked in a
          * syscall by its state (/proc/self/task/TID/stat). */
         _Atomic pid_t app_tid;
-        _Atomic uint64_t takeovers; /* times the device turned shared (written by the thread) */
+        _Atomic uint64_t takeovers;  /* times the device turned shared (written by the thread) */
+        _Atomic uint64_t park_wakes; /* the parked thread's looks (written by the thread) */
         /* Shared: a poll that finds its CQ empty naps (dw_progress_nap) on
          * nap_gen instead of spinning, so that the core goes to whoever has
          * work; nappers counts the pollers asleep there. cq_pushes counts

@@ -877,6 +877,8 @@ void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *ou
 {
         *out = dev->ctr;
         out->progress_takeovers = atomic_load_explicit(&dev->prog.takeovers, memory_order_relaxed);
+        out->progress_park_wakes =
+            atomic_load_explicit(&dev->prog.park_wakes, memory_order_relaxed);
         dw_rd_dev_counters(dev, out);
 }
 

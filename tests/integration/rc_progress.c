@@ -9,6 +9,15 @@
  *   rc_progress app      target without the progress thread: the Read cannot
  *                        complete and the Write is not placed until the target
  *                        calls into diwarp again (after the compute ends).
+ *   rc_progress parked   as thread, but the target first busy-polls its CQ
+ *                        for Sends that come HELLO_GAP_MS apart until its
+ *                        thread parked and looked at it twice
+ *                        (progress_park_wakes), HELLO_PHASE_MS at most;
+ *                        that thread must notice within PARKED_NOTICE_MS
+ *                        that the target stopped polling. On a busy host
+ *                        the device may turn shared instead (the thread
+ *                        takes all progress over, progress_takeovers):
+ *                        that passes too, and says so.
  *
  * CLOCK_MONOTONIC is one clock for both processes, so their timestamps
  * compare directly. Exit status: 0 pass, 1 fail. An alarm ends a hung run.
@@ -36,6 +45,13 @@
 #define COMPUTE_MS 3000
 /* thread mode: everything must be done this long before the compute ends */
 #define MARGIN_MS 1000
+/* parked: the receive WRs kept posted for the Sends the target polls for
+ * before it computes, their spacing, and how long it polls at most */
+#define HELLOS         16
+#define HELLO_GAP_MS   3
+#define HELLO_PHASE_MS 5000
+/* ... and everything must be done this soon after it began to compute */
+#define PARKED_NOTICE_MS 250
 
 static uint64_t word(size_t i, uint64_t seed)
 {
@@ -87,7 +103,8 @@ static void side_open(struct side *s, struct info *me)
             .send_cq = s->cq,
             .recv_cq = s->cq,
             .qp_type = DIWARP_QPT_RC,
-            .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
+            .cap = {
+                .max_send_wr = 16, .max_recv_wr = HELLOS, .max_send_sge = 1, .max_recv_sge = 1}};
         CHECK(diwarp_qp_create(s->pd, &ia, &s->qp));
         s->buf = mmap(NULL, 2 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (s->buf == MAP_FAILED)
@@ -140,10 +157,20 @@ static struct diwarp_wc wait_wc(struct side *s, uint64_t deadline_us, const char
 /* Target -> initiator after the compute. */
 struct report {
         uint64_t t_start, t_end;
-        uint64_t t_placed; /* Write data seen complete in memory (0: not during compute) */
+        uint64_t t_placed;   /* Write data seen complete in memory (0: not during compute) */
+        uint64_t park_wakes; /* the target's parked thread's looks before the compute */
+        uint64_t takeovers;  /* ... and the times its device turned shared */
 };
 
-static int target(int rfd, int wfd, bool thread)
+static void post_hello_recv(struct side *s, int i)
+{
+        struct diwarp_sge sge = {(uintptr_t)s->buf + MIB + 64 * (size_t)(i % HELLOS), 64, s->lkey};
+        struct diwarp_recv_wr rwr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1};
+        struct diwarp_recv_wr *rbad;
+        CHECK(diwarp_post_recv(s->qp, &rwr, &rbad));
+}
+
+static int target(int rfd, int wfd, bool thread, bool parked)
 {
         who = "rc_progress target";
         alarm(60); /* not inherited across fork */
@@ -153,18 +180,30 @@ static int target(int rfd, int wfd, bool thread)
         struct info me, peer;
         side_open(&s, &me);
         fill(s.buf, MIB, SEED_READ);
-        struct diwarp_sge sge = {(uintptr_t)s.buf + MIB, 64, s.lkey};
-        struct diwarp_recv_wr rwr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1};
-        struct diwarp_recv_wr *rbad;
-        CHECK(diwarp_post_recv(s.qp, &rwr, &rbad));
+        for (int i = 0; i < HELLOS; i++)
+                post_hello_recv(&s, i);
         xwrite(wfd, &me, sizeof(me));
         xread(rfd, &peer, sizeof(peer));
         side_connect(&s, &peer);
-        /* The initiator's hello Send: the stream is up (we drove progress). */
-        wait_wc(&s, now_us() + 20000000, "hello receive");
+        /* The initiator's hello Sends: the stream is up (we drove progress,
+         * busy-polling, beside the thread). Parked: until the thread parked
+         * (Sends that come after we stop land in the WRs still posted,
+         * ahead of the Write in the stream's order). */
+        uint64_t phase_end = now_us() + HELLO_PHASE_MS * 1000ull;
+        struct diwarp_counters ctr;
+        for (int i = 0;; i++) {
+                wait_wc(&s, now_us() + 20000000, "hello receive");
+                post_hello_recv(&s, i);
+                CHECK(diwarp_device_counters(s.dev, &ctr));
+                if (!parked || ctr.progress_park_wakes >= 2 || ctr.progress_takeovers ||
+                    now_us() > phase_end)
+                        break;
+        }
         memset(s.buf + MIB, 0, MIB);
 
-        struct report rep = {.t_start = now_us()};
+        struct report rep = {.t_start = now_us(),
+                             .park_wakes = ctr.progress_park_wakes,
+                             .takeovers = ctr.progress_takeovers};
         xwrite(wfd, &rep.t_start, sizeof(rep.t_start));
         /* Compute: no diwarp call. Only looks at its own memory. */
         uint64_t end = rep.t_start + COMPUTE_MS * 1000ull;
@@ -203,8 +242,9 @@ static int target(int rfd, int wfd, bool thread)
         return 0;
 }
 
-static int initiator(int rfd, int wfd, bool thread, pid_t child)
+static int initiator(int rfd, int wfd, const char *mode, bool parked, pid_t child)
 {
+        bool thread = strcmp(mode, "app") != 0;
         struct side s;
         struct info me, peer;
         side_open(&s, &me);
@@ -219,8 +259,15 @@ static int initiator(int rfd, int wfd, bool thread, pid_t child)
                                     .opcode = DIWARP_WR_SEND,
                                     .send_flags = DIWARP_SEND_SIGNALED};
         struct diwarp_send_wr *bad;
-        CHECK(diwarp_post_send(s.qp, &wr, &bad));
-        wait_wc(&s, now_us() + 20000000, "hello send");
+        /* Parked: a Send every HELLO_GAP_MS until the target starts to
+         * compute (its start time comes through the pipe). */
+        for (int i = 0; i == 0 || parked; i++) {
+                struct pollfd p = {.fd = rfd, .events = POLLIN};
+                if (i && poll(&p, 1, HELLO_GAP_MS) == 1)
+                        break;
+                CHECK(diwarp_post_send(s.qp, &wr, &bad));
+                wait_wc(&s, now_us() + 20000000, "hello send");
+        }
 
         uint64_t t_start;
         xread(rfd, &t_start, sizeof(t_start));
@@ -269,15 +316,31 @@ static int initiator(int rfd, int wfd, bool thread, pid_t child)
 
 #define REL(t) ((t) ? (long long)((int64_t)(t) - (int64_t)rep.t_start) / 1000 : -1ll)
         printf("%s: target computes [0, %lld] ms; posted at %lld ms; Write completed %lld ms, "
-               "placed %lld ms (-1: not during the compute); Read completed %lld ms\n",
-               thread ? "thread" : "app", REL(rep.t_end), REL(t_post), REL(t_done[2]),
-               REL(rep.t_placed), REL(t_done[3]));
+               "placed %lld ms (-1: not during the compute); Read completed %lld ms; before, "
+               "the target's parked thread looked %llu times and its device turned shared "
+               "%llu times\n",
+               mode, REL(rep.t_end), REL(t_post), REL(t_done[2]), REL(rep.t_placed), REL(t_done[3]),
+               (unsigned long long)rep.park_wakes, (unsigned long long)rep.takeovers);
+        if (parked && rep.park_wakes < 2 && !rep.takeovers)
+                die("the target's progress thread neither parked (looked at the application "
+                    "twice) nor took over while the target busy-polled for %d ms",
+                    HELLO_PHASE_MS);
+        if (parked && rep.park_wakes < 2)
+                printf("%s: busy host: the device turned shared before the thread parked; "
+                       "the shared path served the compute\n",
+                       mode);
         uint64_t limit = rep.t_end - MARGIN_MS * 1000ull;
         if (rep.t_end - rep.t_start < COMPUTE_MS * 1000ull)
                 die("the target computed less than %d ms", COMPUTE_MS);
+        if (parked) {
+                /* A parked thread looks once per park interval plus its
+                 * timer slack (a few ms): it must notice the stop soon. */
+                limit = rep.t_start + PARKED_NOTICE_MS * 1000ull;
+        }
         if (thread) {
                 /* The progress thread placed and answered while the target
-                 * computed, with a margin of a second. */
+                 * computed, with a margin of a second (parked: within
+                 * PARKED_NOTICE_MS of the start). */
                 if (!t_done[3] || t_done[3] > limit)
                         die("RDMA Read completed at %lld ms, not during the compute",
                             REL(t_done[3]));
@@ -298,18 +361,20 @@ static int initiator(int rfd, int wfd, bool thread, pid_t child)
                 if (rep.t_placed)
                         die("the Write was placed during the compute without a progress thread");
         }
-        printf("%s: ok\n", thread ? "thread" : "app");
+        printf("%s: ok\n", mode);
         return 0;
 }
 
 int main(int argc, char **argv)
 {
         who = "rc_progress";
-        if (argc != 2 || (strcmp(argv[1], "thread") && strcmp(argv[1], "app"))) {
-                fprintf(stderr, "usage: %s thread|app\n", argv[0]);
+        if (argc != 2 ||
+            (strcmp(argv[1], "thread") && strcmp(argv[1], "app") && strcmp(argv[1], "parked"))) {
+                fprintf(stderr, "usage: %s thread|app|parked\n", argv[0]);
                 return 2;
         }
-        bool thread = strcmp(argv[1], "thread") == 0;
+        bool thread = strcmp(argv[1], "app") != 0;
+        bool parked = strcmp(argv[1], "parked") == 0;
         alarm(60);
         int t2i[2], i2t[2];
         if (pipe(t2i) || pipe(i2t))
@@ -321,12 +386,12 @@ int main(int argc, char **argv)
         if (pid == 0) {
                 close(t2i[0]);
                 close(i2t[1]);
-                _exit(target(i2t[0], t2i[1], thread));
+                _exit(target(i2t[0], t2i[1], thread, parked));
         }
         child_pid = pid;
         close(t2i[1]);
         close(i2t[0]);
         setenv("DIWARP_PROGRESS", "app", 1);
-        int r = initiator(t2i[0], i2t[1], thread, pid);
+        int r = initiator(t2i[0], i2t[1], argv[1], parked, pid);
         return r;
 }
