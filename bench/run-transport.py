@@ -23,7 +23,7 @@ busy-poll. The device runs as it comes (DIWARP_PROGRESS=thread, its default:
 a progress thread that parks while the program polls); --progress app
 measures application-driven progress alone, the arrangement these numbers
 were taken in before 2026-11-30 (0.3-0.45 us faster a half round trip than
-the thread's 1 ms looks then cost; docs/PERFORMANCE.md). Every run must
+the thread's 1 ms looks cost; docs/PERFORMANCE.md). Every run must
 exit 0 and print `status=ok` (client and server); otherwise the script stops
 with a message and a non-zero status and reports no number. The ratio is
 the median of the per-round

@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -599,25 +598,22 @@ static int dw_progress_epoll(struct dw_progress *p, struct epoll_event *evs, int
  * DW_PARK_READS reading steps. A program that polls memory or computes makes
  * no reading steps (post_* steps do not count: they do not read the sockets),
  * so the thread serves it at once; one that switches from polling its CQ to
- * computing waits for the thread's second look, once. Parked, the thread
- * costs one wake-up per scheduler tick or DW_PARK_MAX_NS; idle, none.
+ * computing waits at most DW_PARK_MAX_NS once. Parked, the thread costs one
+ * wake-up per DW_PARK_MAX_NS; idle, none.
  *
- * The parked sleep carries DW_PARK_SLACK times its length in timer slack:
- * once the interval reached DW_PARK_MAX_NS, its look may wait for the next
- * scheduler tick (4 ms at HZ=250, 1 ms at HZ=1000), which a core running a
- * poller takes anyway, instead of a timer interrupt of its own. On a 2-core
- * VM that interrupt was most of what a look cost: pinned 64 B ping-pongs
- * lost 0.3 µs (UD) and 0.45 µs (RD) a half round trip to 1 ms looks against
- * the same build without the thread, 0.1-0.25 µs with the slack; a stopped
- * poller is noticed 5-9 ms after it stopped instead of 1-5 ms
- * (docs/PERFORMANCE.md, "The parked thread's look"). Pushing the thread's
- * timeout ahead from the poller's steps instead (a timerfd, so that it
- * never rings while the poller polls) was slower still: each push
- * reprograms a timer, 2.3 µs a call there. */
+ * That wake-up is not free where the thread shares the poller's core: on a
+ * 2-core VM, pinned 64 B ping-pongs lost 0.3 µs (UD) and 0.45 µs (RD) a
+ * half round trip to it against DIWARP_PROGRESS=app, mostly for the timer
+ * interrupt each look programs. Two cures were measured and dropped
+ * (docs/PERFORMANCE.md, "The parked thread's look"): timer slack, which
+ * lets a look wait for the scheduler tick, won the latency back but made
+ * programs that poll and then sleep in their own poll(2) on the channel fd
+ * wait for the later look (iperf3 over rsockets 1.2-1.7 -> 0.8-1.0 Gbit/s
+ * beside a build loop); a timerfd the poller's steps push ahead cost more
+ * than it saved (each push reprograms a timer, 2.3 µs a call there). */
 #define DW_PARK_READS  4u
 #define DW_PARK_MIN_NS 100000L
 #define DW_PARK_MAX_NS 1000000L
-#define DW_PARK_SLACK  4ul
 
 /* EEVDF (Linux >= 6.12) lets a task with a shorter slice preempt the running
  * one when it wakes. The thread runs in short bursts; with the default slice
@@ -1311,9 +1307,7 @@ static bool dw_turns_parked(struct dw_progress_turns *t)
                 return false;
         struct timespec ts = {0, t->park_ns};
         struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
-        prctl(PR_SET_TIMERSLACK, (unsigned long)t->park_ns * DW_PARK_SLACK);
         int r = ppoll(&pfd, 1, &ts, NULL);
-        prctl(PR_SET_TIMERSLACK, 0ul); /* the default again: µs timers follow */
         atomic_store_explicit(&p->park_wakes,
                               atomic_load_explicit(&p->park_wakes, memory_order_relaxed) + 1,
                               memory_order_relaxed);
