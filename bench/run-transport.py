@@ -22,8 +22,9 @@ Server and client are pinned to different cores (taskset -c, --cpus) and both
 busy-poll. The device runs as it comes (DIWARP_PROGRESS=thread, its default:
 a progress thread that parks while the program polls); --progress app
 measures application-driven progress alone, the arrangement these numbers
-were taken in before 2026-11-30 (0.3-0.45 us faster a half round trip than
-the thread's 1 ms looks cost; docs/PERFORMANCE.md). Every run must
+were taken in before 2026-11-30: it leaves out the 0.3-0.45 us a half round
+trip that the parked thread's looks cost a pinned ping-pong
+(docs/PERFORMANCE.md, "The parked thread's look"). Every run must
 exit 0 and print `status=ok` (client and server); otherwise the script stops
 with a message and a non-zero status and reports no number. The ratio is
 the median of the per-round

@@ -719,11 +719,11 @@ static int serve_all(struct dd_server *s)
  * hog's slice (perf sched: up to 4 ms), long enough for the peer's RTO to
  * fire: one RD Write pair through the daemons beside a nice-0 `yes` per core
  * made x0.26-0.50 of TCP spinning 50 us, x0.40-0.74 not spinning. So the
- * server watches its own run-queue delay over windows of SPIN_WINDOW_NS; a
- * window in which it waited 1/8 of the time or more turns the spin off for
+ * server watches its own run-queue delay over windows of
+ * DIWARPDV_CORE_WINDOW_NS; a window in which it waited for its core (the
+ * engine's rule, diwarpdv_waited_for_core) turns the spin off for
  * SPIN_OFF_NS. */
-#define SPIN_WINDOW_NS 10000000ull
-#define SPIN_OFF_NS    100000000ull
+#define SPIN_OFF_NS 100000000ull
 
 struct spin_watch {
         uint64_t at_ns, off_until;
@@ -733,9 +733,10 @@ struct spin_watch {
 /* Whether the server may spin at now. */
 static bool spin_allowed(struct spin_watch *w, uint64_t now)
 {
-        if (now - w->at_ns >= SPIN_WINDOW_NS) {
+        if (now - w->at_ns >= DIWARPDV_CORE_WINDOW_NS) {
                 int64_t d = diwarpdv_thread_run_delay_ns();
-                if (d >= 0 && w->delay_ns >= 0 && (uint64_t)(d - w->delay_ns) * 8 >= now - w->at_ns)
+                if (d >= 0 && w->delay_ns >= 0 &&
+                    diwarpdv_waited_for_core((uint64_t)(d - w->delay_ns), now - w->at_ns))
                         w->off_until = now + SPIN_OFF_NS;
                 w->delay_ns = d;
                 w->at_ns = now;

@@ -276,6 +276,18 @@ int diwarpdv_short_time_slice(void);
  * while theirs grows). -errno when the kernel does not say. */
 int64_t diwarpdv_thread_run_delay_ns(void);
 
+/* How the engine and the daemon judge that delay: over a window of at least
+ * DIWARPDV_CORE_WINDOW_NS, a thread whose run-queue delay grew by
+ * 1/DIWARPDV_CORE_WAIT_SHARE of the window or more (12.5 %) waits for its
+ * core. Shorter windows mislead on a VM, whose vCPU stalls of 0.1-0.2 ms
+ * look like waits. */
+#define DIWARPDV_CORE_WINDOW_NS  10000000ull
+#define DIWARPDV_CORE_WAIT_SHARE 8u
+static inline bool diwarpdv_waited_for_core(uint64_t waited_ns, uint64_t window_ns)
+{
+        return waited_ns * DIWARPDV_CORE_WAIT_SHARE >= window_ns;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,9 +31,6 @@
 #define DW_TAG_WAKE   1u
 #define DW_TAG_WATCH  2u /* + slot index */
 #define DW_MAX_EVENTS 64
-/* A thread that waits for a core 1/DW_WAIT_SHARE of its time shares it
- * (12.5 %): the shared-host rule and the driver's spin. */
-#define DW_WAIT_SHARE 8u
 /* The driver's spin (dw_progress_wait_spin). */
 #define DW_SPIN_TRUST       8u
 #define DW_SPIN_PROBE_EVERY 16u
@@ -1077,8 +1074,9 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
  * data to acknowledge) then wait, the peer's RTO fires and the window
  * collapses, where TCP's ACKs and timers run in the kernel whoever has the
  * core. So when the thread finds that the application's poller spends more
- * than 1/DW_WAIT_SHARE of its time runnable but without a core (the kernel's
- * run-queue delay of that thread, /proc/self/task/TID/schedstat, over
+ * than 1/DIWARPDV_CORE_WAIT_SHARE of its time runnable but without a core
+ * (diwarpdv_waited_for_core: the kernel's run-queue delay of that thread,
+ * /proc/self/task/TID/schedstat, over
  * windows of at least DW_WAIT_WINDOW_NS, DW_SHARED_WAIT_LOOKS of them in a
  * row), the device turns *shared*: the thread, which the
  * kernel wakes as soon as a datagram or a timer is due, makes all the
@@ -1097,7 +1095,7 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
  * made short looks take over on an idle host. The delay counts exactly the
  * waiting: a poller blocked in a syscall, computing on its core or stalled
  * with its vCPU adds nothing. */
-#define DW_WAIT_WINDOW_NS    10000000u
+#define DW_WAIT_WINDOW_NS    DIWARPDV_CORE_WINDOW_NS
 #define DW_SHARED_CALM_LOOKS 10u
 #define DW_SHARED_WAIT_LOOKS 2u
 
@@ -1183,7 +1181,7 @@ static bool dw_app_waits(struct dw_progress *p, struct dw_app_watch *w)
             w->thr_delay_ns && thr >= w->thr_delay_ns)
                 waited += thr - w->thr_delay_ns;
         w->thr_delay_ns = thr == UINT64_MAX ? 0 : thr;
-        w->waits = !fresh && waited * DW_WAIT_SHARE >= now - w->at_ns;
+        w->waits = !fresh && diwarpdv_waited_for_core(waited, now - w->at_ns);
         w->streak = w->waits ? w->streak + 1 : 0;
         w->delay_ns = d;
         w->self_ns = self;
