@@ -1420,7 +1420,7 @@ static int post_send(struct diwarp_qp *q, struct diwarp_send_wr *wr,
                 if (err < 0)
                         break;
                 t->wr_id[t->posted & t->mask] = wr->wr_id;
-                t->op[t->posted & t->mask] = (uint8_t)dw_wc_opcode_of(wr->opcode);
+                t->op[t->posted & t->mask] = (uint8_t)dw_wr_op(wr->opcode)->wc;
                 t->posted++;
         }
         if (err < 0) {

@@ -50,7 +50,7 @@ void dw_qp_complete_send_ve(struct dw_qp *qp, enum diwarp_wc_status status, uint
                 struct diwarp_wc wc = {
                     .wr_id = w->wr_id,
                     .status = status,
-                    .opcode = dw_wc_opcode_of(w->opcode),
+                    .opcode = dw_wr_op(w->opcode)->wc,
                     .byte_len = byte_len,
                     .qp_num = qp->qpn,
                     .vendor_err = status != DIWARP_WC_SUCCESS ? vendor_err : 0,
@@ -100,7 +100,7 @@ static void dw_qp_flush_sq(struct dw_qp *qp)
         while ((w = dw_wq_head(&qp->sq))) {
                 struct diwarp_wc wc = {.wr_id = w->wr_id,
                                        .status = DIWARP_WC_WR_FLUSH_ERR,
-                                       .opcode = dw_wc_opcode_of(w->opcode),
+                                       .opcode = dw_wr_op(w->opcode)->wc,
                                        .qp_num = qp->qpn};
                 dw_cq_complete(qp->dev, qp->send_cq, &wc, false);
                 dw_wq_pop(&qp->sq);
@@ -819,19 +819,19 @@ int dwe_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
 
 /* ---- posting ---------------------------------------------------------------------- */
 
+/* UD sends only (with Immediate, never Invalidate); UC has no Read or
+ * Atomic (no responder answers); RC and RD take every send WR. */
 static bool dw_opcode_ok(enum diwarp_qp_type type, int op)
 {
+        const struct dw_wr_op *o = dw_wr_op(op);
         switch (type) {
         case DIWARP_QPT_UD:
-                return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM;
+                return o->kind == DW_WR_SEND && !o->inval;
         case DIWARP_QPT_UC:
-                return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM ||
-                       op == DIWARP_WR_RDMA_WRITE || op == DIWARP_WR_RDMA_WRITE_WITH_IMM ||
-                       op == DIWARP_WR_SEND_WITH_INV || op == DIWARP_WR_LOCAL_INV ||
-                       op == DIWARP_WR_BIND_MW;
+                return o->kind != DW_WR_INVALID && !o->response;
         case DIWARP_QPT_RC:
         case DIWARP_QPT_RD:
-                return (op >= DIWARP_WR_RDMA_WRITE && op <= DIWARP_WR_SEND_WITH_INV);
+                return o->kind != DW_WR_INVALID;
         default:
                 return false;
         }
@@ -889,8 +889,8 @@ static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr, i
                         return -EINVAL;
                 if (wr->wr.ud.remote_qpn & ~DW_DGRAM_QPN_MASK)
                         return -EINVAL;
-                uint64_t max = wr->opcode == DIWARP_WR_SEND_WITH_IMM ? DW_DGRAM_MAX_UD_MSG_IMM
-                                                                     : DW_DGRAM_MAX_UD_MSG;
+                uint64_t max =
+                    dw_wr_op(wr->opcode)->imm ? DW_DGRAM_MAX_UD_MSG_IMM : DW_DGRAM_MAX_UD_MSG;
                 if (qp->dev->seal.mac) /* DIWARP_AUTH: a longer trailer */
                         max -= DW_DGRAM_AUTH_LEN - DW_DGRAM_CRC_LEN;
                 if (total > max)
@@ -898,9 +898,8 @@ static int dw_check_send_wr(struct dw_qp *qp, const struct diwarp_send_wr *wr, i
         } else if (qp->type == DIWARP_QPT_RD) {
                 /* Send-type WRs carry their destination in wr.ud; RDMA and atomic
                  * WRs go through diwarpdv_post_send_rd (wr.wr is a union). */
-                bool send = wr->opcode == DIWARP_WR_SEND || wr->opcode == DIWARP_WR_SEND_WITH_IMM ||
-                            wr->opcode == DIWARP_WR_SEND_WITH_INV;
-                if (wr->opcode != DIWARP_WR_LOCAL_INV && wr->opcode != DIWARP_WR_BIND_MW && !send)
+                bool send = dw_wr_is_send(wr->opcode);
+                if (dw_wr_op(wr->opcode)->kind != DW_WR_LOCAL && !send)
                         return -EINVAL;
                 struct dw_ah *ah = wr->wr.ud.ah ? dw_ah_of(wr->wr.ud.ah) : NULL;
                 if (send &&

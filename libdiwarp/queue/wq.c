@@ -117,12 +117,39 @@ int dw_wqe_set_inline(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_
         return 0;
 }
 
-static bool opcode_carries_payload(int op)
-{
-        return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM ||
-               op == DIWARP_WR_SEND_WITH_INV || op == DIWARP_WR_RDMA_WRITE ||
-               op == DIWARP_WR_RDMA_WRITE_WITH_IMM;
-}
+const struct dw_wr_op dw_wr_ops[DW_WR_NOPS + 1] = {
+    [DIWARP_WR_RDMA_WRITE] = {.kind = DW_WR_WRITE, .payload = true, .wc = DIWARP_WC_RDMA_WRITE},
+    [DIWARP_WR_RDMA_WRITE_WITH_IMM] = {.kind = DW_WR_WRITE,
+                                       .payload = true,
+                                       .imm = true,
+                                       .consumes_recv = true,
+                                       .wc = DIWARP_WC_RDMA_WRITE},
+    [DIWARP_WR_SEND] = {.kind = DW_WR_SEND,
+                        .payload = true,
+                        .consumes_recv = true,
+                        .wc = DIWARP_WC_SEND},
+    [DIWARP_WR_SEND_WITH_IMM] = {.kind = DW_WR_SEND,
+                                 .payload = true,
+                                 .imm = true,
+                                 .consumes_recv = true,
+                                 .wc = DIWARP_WC_SEND},
+    [DIWARP_WR_RDMA_READ] = {.kind = DW_WR_READ, .response = true, .wc = DIWARP_WC_RDMA_READ},
+    [DIWARP_WR_ATOMIC_CMP_AND_SWP] = {.kind = DW_WR_ATOMIC,
+                                      .response = true,
+                                      .wc = DIWARP_WC_COMP_SWAP},
+    [DIWARP_WR_ATOMIC_FETCH_AND_ADD] = {.kind = DW_WR_ATOMIC,
+                                        .response = true,
+                                        .wc = DIWARP_WC_FETCH_ADD},
+    [DIWARP_WR_LOCAL_INV] = {.kind = DW_WR_LOCAL, .wc = DIWARP_WC_LOCAL_INV},
+    [DIWARP_WR_BIND_MW] = {.kind = DW_WR_LOCAL, .wc = DIWARP_WC_BIND_MW},
+    [DIWARP_WR_SEND_WITH_INV] = {.kind = DW_WR_SEND,
+                                 .payload = true,
+                                 .inval = true,
+                                 .consumes_recv = true,
+                                 .wc = DIWARP_WC_SEND},
+    /* Any other value: refused at post time; a flush completes it as a Send. */
+    [DW_WR_NOPS] = {.kind = DW_WR_INVALID, .wc = DIWARP_WC_SEND},
+};
 
 int dw_wqe_from_send_wr(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_send_wr *wr)
 {
@@ -135,23 +162,19 @@ int dw_wqe_from_send_wr(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwar
         wqe->invalidate_rkey = wr->invalidate_rkey;
         /* The union is interpreted by opcode; UD/RD address fields ride with
          * sends (the QP type decides whether they mean anything). */
-        switch (wr->opcode) {
-        case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
-        case DIWARP_WR_RDMA_READ:
+        switch (dw_wr_op(wr->opcode)->kind) {
+        case DW_WR_WRITE:
+        case DW_WR_READ:
                 wqe->remote_addr = wr->wr.rdma.remote_addr;
                 wqe->rkey = wr->wr.rdma.rkey;
                 break;
-        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+        case DW_WR_ATOMIC:
                 wqe->remote_addr = wr->wr.atomic.remote_addr;
                 wqe->rkey = wr->wr.atomic.rkey;
                 wqe->compare_add = wr->wr.atomic.compare_add;
                 wqe->swap = wr->wr.atomic.swap;
                 break;
-        case DIWARP_WR_SEND:
-        case DIWARP_WR_SEND_WITH_IMM:
-        case DIWARP_WR_SEND_WITH_INV:
+        case DW_WR_SEND:
                 wqe->ah = wr->wr.ud.ah;
                 wqe->remote_qpn = wr->wr.ud.remote_qpn;
                 wqe->remote_qkey = wr->wr.ud.remote_qkey;
@@ -159,7 +182,7 @@ int dw_wqe_from_send_wr(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwar
         default:
                 break;
         }
-        if ((wr->send_flags & DIWARP_SEND_INLINE) && opcode_carries_payload(wr->opcode))
+        if ((wr->send_flags & DIWARP_SEND_INLINE) && dw_wr_op(wr->opcode)->payload)
                 rc = dw_wqe_set_inline(wq, wqe, wr->sg_list, wr->num_sge);
         else
                 rc = copy_sges(wq, wqe, wr->sg_list, wr->num_sge);

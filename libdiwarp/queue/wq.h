@@ -174,26 +174,48 @@ int dw_srq_arm_limit(struct dw_srq *srq, uint32_t limit);
  * caller raises DIWARP_EVENT_SRQ_LIMIT_REACHED. */
 int dw_srq_take(struct dw_srq *srq, struct dw_wqe *out, bool *limit_event);
 
-/* The completion opcode of a send WR's opcode (enum diwarp_wr_opcode). */
-static inline enum diwarp_wc_opcode dw_wc_opcode_of(int wr_opcode)
+/* ---- The send WR opcode table ----
+ * What each send WR opcode (enum diwarp_wr_opcode) asks of the engine,
+ * written once: post-time checks (qp/), RC's and RD's requesters, the local
+ * copy and the daemon client classify a WR here, never by a list of opcodes
+ * of their own. Which RDMAP message a WR becomes is rdmap/'s
+ * (dw_rdmap_send_opcode). */
+enum dw_wr_kind {
+        DW_WR_INVALID = 0, /* not a send WR opcode */
+        DW_WR_SEND,        /* Send, Send with Immediate, Send with Invalidate */
+        DW_WR_WRITE,       /* RDMA Write, RDMA Write with Immediate */
+        DW_WR_READ,        /* RDMA Read */
+        DW_WR_ATOMIC,      /* Compare-and-Swap, Fetch-and-Add (RFC 7306) */
+        DW_WR_LOCAL,       /* Local Invalidate, Bind Memory Window: no message */
+};
+
+struct dw_wr_op {
+        uint8_t kind;             /* enum dw_wr_kind */
+        bool payload;             /* its SGEs are the message's source (inline allowed) */
+        bool response;            /* the responder answers (Read, Atomic): an ORQ slot, and the
+                                     answer lands in its SGEs (local write access) */
+        bool imm;                 /* carries Immediate Data */
+        bool inval;               /* Send with Invalidate: carries an STag to invalidate */
+        bool consumes_recv;       /* takes a receive WR at the peer (a Send MSN): the Send
+                                     family and RDMA Write with Immediate */
+        enum diwarp_wc_opcode wc; /* its completion's opcode */
+};
+
+#define DW_WR_NOPS 10 /* DIWARP_WR_RDMA_WRITE (0) to DIWARP_WR_SEND_WITH_INV (9) */
+
+/* Indexed by opcode; entry DW_WR_NOPS is every other value (DW_WR_INVALID). */
+extern const struct dw_wr_op dw_wr_ops[DW_WR_NOPS + 1];
+
+/* Never NULL: an opcode outside the table gets the DW_WR_INVALID entry.
+ * Inline: the send paths ask it per WR. */
+static inline const struct dw_wr_op *dw_wr_op(int opcode)
 {
-        switch (wr_opcode) {
-        case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
-                return DIWARP_WC_RDMA_WRITE;
-        case DIWARP_WR_RDMA_READ:
-                return DIWARP_WC_RDMA_READ;
-        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-                return DIWARP_WC_COMP_SWAP;
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
-                return DIWARP_WC_FETCH_ADD;
-        case DIWARP_WR_LOCAL_INV:
-                return DIWARP_WC_LOCAL_INV;
-        case DIWARP_WR_BIND_MW:
-                return DIWARP_WC_BIND_MW;
-        default:
-                return DIWARP_WC_SEND;
-        }
+        return &dw_wr_ops[(unsigned int)opcode < DW_WR_NOPS ? (unsigned int)opcode : DW_WR_NOPS];
+}
+
+static inline bool dw_wr_is_send(int opcode)
+{
+        return dw_wr_op(opcode)->kind == DW_WR_SEND;
 }
 
 #endif

@@ -815,7 +815,7 @@ int dw_rc_post_send(struct dw_qp *qp, struct dw_wqe *wqe)
         (void)wqe;
         if (!c)
                 return -EINVAL;
-        if (c->peer_closed && (c->fd < 0 || rc_is_read_like(wqe->opcode))) {
+        if (c->peer_closed && (c->fd < 0 || dw_wr_op(wqe->opcode)->response)) {
                 rc_peer_gone_fail(c);
                 return 0;
         }

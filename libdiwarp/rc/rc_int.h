@@ -47,12 +47,6 @@ static inline uint32_t rc_ord_limit(const struct dw_rc_conn *c)
         return o > DW_RC_MAX_RD ? DW_RC_MAX_RD : o;
 }
 
-static inline bool rc_is_read_like(int op)
-{
-        return op == DIWARP_WR_RDMA_READ || op == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
-               op == DIWARP_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 /* Anything for rc_tx to do: responses, a Terminate, a batch or WQE under
  * way, or SQ WQEs not started yet. */
 static inline bool rc_tx_has_work(struct dw_rc_conn *c)

@@ -598,11 +598,8 @@ static struct dw_wqe *term_culprit(struct dw_rc_conn *c, const struct dw_rdmap_t
                 for (uint32_t i = 0; !culprit && (w = dw_wq_at(&c->qp->sq, i)); i++) {
                         if (!(w->flags & DW_WQE_STARTED) || (w->flags & DW_WQE_DONE))
                                 continue;
-                        bool send = w->opcode == DIWARP_WR_SEND ||
-                                    w->opcode == DIWARP_WR_SEND_WITH_IMM ||
-                                    w->opcode == DIWARP_WR_SEND_WITH_INV;
-                        bool write = w->opcode == DIWARP_WR_RDMA_WRITE ||
-                                     w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
+                        bool send = dw_wr_op(w->opcode)->kind == DW_WR_SEND;
+                        bool write = dw_wr_op(w->opcode)->kind == DW_WR_WRITE;
                         if ((!dh.tagged && dh.qn == DW_RDMAP_QN_SEND && send && w->msn == dh.msn) ||
                             (dh.tagged && write && w->rkey == dh.stag))
                                 culprit = w;

@@ -202,7 +202,7 @@ static bool sq_ready(struct dw_rc_conn *c)
         if ((w->send_flags & DIWARP_SEND_FENCE) && c->orq_count)
                 return false;
         /* ORD: excess Reads / Atomics wait here, in order. */
-        if (rc_is_read_like(w->opcode) && c->orq_count >= rc_ord_limit(c))
+        if (dw_wr_op(w->opcode)->response && c->orq_count >= rc_ord_limit(c))
                 return false;
         return true;
 }
@@ -237,12 +237,10 @@ static int start_wqe(struct dw_rc_conn *c)
 
         dw_wq_advance(&qp->sq);
         w->bytes_done = 0;
-        switch (w->opcode) {
-        case DIWARP_WR_SEND:
-        case DIWARP_WR_SEND_WITH_IMM:
-        case DIWARP_WR_SEND_WITH_INV:
-        case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+        const struct dw_wr_op *op = dw_wr_op(w->opcode);
+        switch (op->kind) {
+        case DW_WR_SEND:
+        case DW_WR_WRITE:
                 n = rc_sge_range_iov(qp, w, 0, w->total_len, 0, c->src, DW_MAX_SGE);
                 if (n < 0) {
                         wqe_local_error(c, w, DIWARP_WC_LOC_PROT_ERR,
@@ -253,7 +251,7 @@ static int start_wqe(struct dw_rc_conn *c)
                 if (rc_local_copy(c, w, c->src, n))
                         return 0;
                 break;
-        case DIWARP_WR_RDMA_READ:
+        case DW_WR_READ:
                 if (w->total_len > UINT32_MAX) {
                         wqe_local_error(c, w, DIWARP_WC_LOC_LEN_ERR, "RDMA Read longer than 4 GiB");
                         return -1;
@@ -268,8 +266,7 @@ static int start_wqe(struct dw_rc_conn *c)
                 if (rc_local_copy(c, w, tmp, n))
                         return 0;
                 break;
-        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+        case DW_WR_ATOMIC:
                 n = rc_sge_range_iov(qp, w, 0, 8, DIWARP_ACCESS_LOCAL_WRITE, tmp, DW_MAX_SGE);
                 if (n < 0) {
                         wqe_local_error(
@@ -278,8 +275,7 @@ static int start_wqe(struct dw_rc_conn *c)
                         return -1;
                 }
                 break;
-        case DIWARP_WR_LOCAL_INV:
-        case DIWARP_WR_BIND_MW:
+        case DW_WR_LOCAL:
                 return run_local_wqe(c, w);
         default:
                 wqe_local_error(c, w, DIWARP_WC_LOC_QP_OP_ERR, "opcode not supported on RC");
@@ -287,7 +283,8 @@ static int start_wqe(struct dw_rc_conn *c)
         }
         c->cur = w;
         c->cur_off = 0;
-        c->cur_phase = (w->opcode == DIWARP_WR_SEND_WITH_IMM) ? 1 : 0;
+        /* A Send with Immediate Data sends its Immediate Data message first. */
+        c->cur_phase = op->kind == DW_WR_SEND && op->imm;
         return 1;
 }
 
@@ -312,14 +309,12 @@ static int tx_send_fpdu(struct dw_rc_conn *c, struct dw_wqe *w)
         struct dw_rdmap_hdr h;
         struct iovec pay[DW_MAX_SGE];
         bool se = w->send_flags & DIWARP_SEND_SOLICITED;
-        bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
         uint64_t seg = w->total_len - c->cur_off;
 
         if (seg > seg_max(c, false))
                 seg = seg_max(c, false);
-        dw_rdmap_hdr_init(&h, inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
-                                  : (se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
-        if (inv)
+        dw_rdmap_hdr_init(&h, dw_rdmap_send_opcode(w, se));
+        if (dw_wr_op(w->opcode)->inval)
                 h.inval_stag = w->invalidate_rkey;
         if (c->cur_off == 0)
                 w->msn = c->msn_send;
@@ -363,7 +358,7 @@ static int tx_write_fpdu(struct dw_rc_conn *c, struct dw_wqe *w)
         add_fpdu(c, &h, NULL, 0, pay, np, seg);
         c->cur_off += seg;
         if (last) {
-                if (w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM) {
+                if (dw_wr_op(w->opcode)->imm) {
                         c->cur_phase = 1;
                 } else {
                         mark_sent(c, w);
@@ -445,24 +440,19 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
         }
         struct dw_wqe *w = c->cur;
 
-        switch (w->opcode) {
-        case DIWARP_WR_SEND_WITH_IMM:
-                if (c->cur_phase == 1) {
+        switch (dw_wr_op(w->opcode)->kind) {
+        case DW_WR_SEND:
+                if (c->cur_phase == 1) { /* start_wqe: Immediate Data first */
                         build_imm(c, w, true);
                         c->cur_phase = 0;
                         return 1;
                 }
-                /* fall through */
-        case DIWARP_WR_SEND:
-        case DIWARP_WR_SEND_WITH_INV:
                 return tx_send_fpdu(c, w);
-        case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+        case DW_WR_WRITE:
                 return tx_write_fpdu(c, w);
-        case DIWARP_WR_RDMA_READ:
+        case DW_WR_READ:
                 return tx_read_req(c, w);
-        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+        case DW_WR_ATOMIC:
                 return tx_atomic_req(c, w);
         default:
                 return 0;

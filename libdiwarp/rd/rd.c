@@ -367,8 +367,7 @@ static bool rd_tx_restartable(struct dw_rd_peer *p, uint32_t *msn)
                 if (i < s->tx_idx || (i == s->tx_idx && s->tx_seg) ||
                     (w->flags & (RD_W_INORQ | RD_W_TXALL)))
                         return false;
-                if ((rd_is_send(w->opcode) || w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM) &&
-                    dw_psn_before(w->msn, first))
+                if (dw_wr_op(w->opcode)->consumes_recv && dw_psn_before(w->msn, first))
                         first = w->msn;
         }
         *msn = first;
@@ -551,7 +550,7 @@ void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w)
 {
         if ((w->flags & DW_WQE_DONE) || !(w->flags & RD_W_TXALL))
                 return;
-        if (is_read_like(w->opcode)) {
+        if (dw_wr_op(w->opcode)->response) {
                 if (!(w->flags & RD_W_RESP) || w->bytes_acked < 1)
                         return;
                 w->byte_len = (uint32_t)w->total_len;
@@ -1179,7 +1178,7 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
                 if (!p)
                         return -ENOTCONN;
                 w->remote_qkey = 0;
-        } else if (w->opcode == DIWARP_WR_LOCAL_INV || w->opcode == DIWARP_WR_BIND_MW) {
+        } else if (dw_wr_op(w->opcode)->kind == DW_WR_LOCAL) {
                 p = NULL;
         } else {
                 struct dw_ah *ah = w->ah;
@@ -1210,37 +1209,30 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
         }
         w->priv = p;
         /* Fixed here, with the stream's segment size, for every copy. */
-        w->ts_ns = rd_nseg(w->total_len, !p                      ? 1
-                                         : rd_is_send(w->opcode) ? rd_send_seg(p)
-                                                                 : rd_peer_seg(p));
-        if (is_read_like(w->opcode))
+        w->ts_ns = rd_nseg(w->total_len, !p                         ? 1
+                                         : dw_wr_is_send(w->opcode) ? rd_send_seg(p)
+                                                                    : rd_peer_seg(p));
+        if (dw_wr_op(w->opcode)->response)
                 w->ts_ns = 1;
         /* A large Send is receiver-paced: it pushes its first chunk and the
          * receiver pulls the rest (rd_pull.c). Not with Immediate Data, which
          * would need a segment's room beside the pull descriptor. */
         struct dw_rd_dev *d = rdd(qp->dev);
         if (p && d->pull_min && w->total_len >= d->pull_min && w->total_len > d->pull_chunk &&
-            (w->opcode == DIWARP_WR_SEND || w->opcode == DIWARP_WR_SEND_WITH_INV)) {
+            dw_wr_is_send(w->opcode) && !dw_wr_op(w->opcode)->imm) {
                 w->flags |= RD_W_PULL;
                 w->pull_pushed = d->pull_chunk;
                 w->ts_ns = rd_nseg(w->pull_pushed, rd_send_seg(p));
         }
-        switch (w->opcode) {
-        case DIWARP_WR_SEND:
-        case DIWARP_WR_SEND_WITH_IMM:
-        case DIWARP_WR_SEND_WITH_INV:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+        /* A message that consumes a receive WR counts in the Send queue's
+         * MSNs, a request answered by a response in the Read queue's. */
+        const struct dw_wr_op *op = dw_wr_op(w->opcode);
+        if (op->consumes_recv) {
                 w->msn = p->tx_msn++;
-                break;
-        case DIWARP_WR_RDMA_READ:
-        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD:
+        } else if (op->response) {
                 if (w->total_len > UINT32_MAX)
                         return -EMSGSIZE;
                 w->msn = p->tx_rreq++;
-                break;
-        default:
-                break;
         }
         w->flags |= RD_W_QUEUED;
         return 0;
@@ -1346,7 +1338,8 @@ int dwe_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
                      qp->state != DIWARP_QPS_ERR) ||
                     wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge ||
                     (wr->num_sge > 0 && !wr->sg_list) ||
-                    (wr->opcode > DIWARP_WR_LOCAL_INV && wr->opcode != DIWARP_WR_SEND_WITH_INV)) {
+                    dw_wr_op(wr->opcode)->kind == DW_WR_INVALID ||
+                    wr->opcode == DIWARP_WR_BIND_MW) { /* windows bind through post_send */
                         err = -EINVAL;
                         break;
                 }

@@ -724,18 +724,6 @@ static inline uint64_t rd_nseg(uint64_t len, uint32_t seg)
         return len <= seg ? 1 : (len + seg - 1) / seg; /* no division for the common case */
 }
 
-static inline bool rd_is_send(int op)
-{
-        return op == DIWARP_WR_SEND || op == DIWARP_WR_SEND_WITH_IMM ||
-               op == DIWARP_WR_SEND_WITH_INV;
-}
-
-static inline bool is_read_like(int op)
-{
-        return op == DIWARP_WR_RDMA_READ || op == DIWARP_WR_ATOMIC_CMP_AND_SWP ||
-               op == DIWARP_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 /* The datagram a cookie names, in the bytes congestion control counts: the
  * same value when it leaves and when it is acknowledged, whatever ACK fields
  * rode on it. */
@@ -745,12 +733,12 @@ static inline uint32_t rd_cc_bytes(const struct dw_rd_peer *p, uint64_t cookie)
         uint64_t S = rd_peer_seg(p), off = (uint64_t)ck_seg(cookie) * S, len = 0;
         if (ck_kind(cookie) == RD_CK_SQ) {
                 const struct dw_wqe *w = &s->qp->sq.ring[ck_slot(cookie)];
-                if (rd_is_send(w->opcode)) {
+                if (dw_wr_is_send(w->opcode)) {
                         S = rd_send_seg(p);
                         off = (uint64_t)ck_seg(cookie) * S;
                 }
                 uint64_t end = (w->flags & RD_W_PULL) ? w->pull_pushed : w->total_len;
-                if (is_read_like(w->opcode))
+                if (dw_wr_op(w->opcode)->response)
                         len = DW_RDMAP_ATOMIC_REQ_HDR_LEN;
                 else if (end > off)
                         len = end - off;

@@ -261,7 +261,8 @@ static struct dw_wqe *rd_orq_find(struct dw_rd_qp *s, struct dw_rd_peer *p, uint
 {
         for (uint32_t i = 0; i < s->norq; i++) {
                 struct dw_wqe *w = s->orq[i];
-                if (w->priv == p && w->msn == msn && (w->opcode != DIWARP_WR_RDMA_READ) == atomic)
+                if (w->priv == p && w->msn == msn &&
+                    (dw_wr_op(w->opcode)->kind == DW_WR_ATOMIC) == atomic)
                         return w;
         }
         return NULL;

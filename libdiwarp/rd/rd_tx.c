@@ -427,17 +427,14 @@ static inline int rd_build_sq(struct dw_rd_peer *p, uint64_t cookie, uint32_t se
         struct dw_qp *qp = p->s->qp;
 
         struct dw_wqe *w = &qp->sq.ring[ck_slot(cookie)];
-        if (rd_is_send(w->opcode))
+        if (dw_wr_is_send(w->opcode))
                 S = rd_send_seg(p);
         uint64_t off = (uint64_t)seg * S;
         bool se = w->send_flags & DIWARP_SEND_SOLICITED;
         o->qkey = w->remote_qkey;
-        switch (w->opcode) {
-        case DIWARP_WR_SEND:
-        case DIWARP_WR_SEND_WITH_IMM:
-        case DIWARP_WR_SEND_WITH_INV: {
-                bool inv = w->opcode == DIWARP_WR_SEND_WITH_INV;
-                bool wimm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+        const struct dw_wr_op *op = dw_wr_op(w->opcode);
+        switch (op->kind) {
+        case DW_WR_SEND: {
                 /* A receiver-paced Send pushes its first chunk only,
                  * none of it its last segment; the first carries the
                  * pull descriptor. */
@@ -452,26 +449,24 @@ static inline int rd_build_sq(struct dw_rd_peer *p, uint64_t cookie, uint32_t se
                 }
                 /* With immediate data the SE bit rides on the Immediate
                  * Data message, as on UD. */
-                dw_rdmap_hdr_init(&o->r, inv ? (se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL)
-                                             : (se && !wimm ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND));
-                if (inv)
+                dw_rdmap_hdr_init(&o->r, dw_rdmap_send_opcode(w, se && !op->imm));
+                if (op->inval)
                         o->r.inval_stag = w->invalidate_rkey;
                 o->r.ddp.msn = w->msn;
                 o->r.ddp.mo = (uint32_t)off;
                 o->r.ddp.last = last;
-                o->imm = wimm && last;
+                o->imm = op->imm && last;
                 break;
         }
-        case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
+        case DW_WR_WRITE:
                 o->plen = w->total_len - off < S ? w->total_len - off : S;
                 dw_rdmap_hdr_init(&o->r, DW_RDMAP_WRITE);
                 o->r.ddp.stag = w->rkey;
                 o->r.ddp.to = w->remote_addr + off;
                 o->r.ddp.last = off + o->plen == w->total_len;
-                o->imm = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM && o->r.ddp.last;
+                o->imm = op->imm && o->r.ddp.last;
                 break;
-        case DIWARP_WR_RDMA_READ: {
+        case DW_WR_READ: {
                 /* The Data Sink STag names the request (its queue-1 MSN)
                  * and the sink TO counts from 0: the requester places
                  * responses by offset into its SGE list. */
@@ -485,8 +480,7 @@ static inline int rd_build_sq(struct dw_rd_peer *p, uint64_t cookie, uint32_t se
                 o->extlen = (size_t)dw_rdmap_rreq_encode(&rq, o->ext, sizeof(o->ext));
                 break;
         }
-        case DIWARP_WR_ATOMIC_CMP_AND_SWP:
-        case DIWARP_WR_ATOMIC_FETCH_AND_ADD: {
+        case DW_WR_ATOMIC: {
                 struct dw_rdmap_atomic_req ar;
                 dw_rdmap_atomic_req_build(w, w->msn, &ar);
                 dw_rdmap_hdr_init(&o->r, DW_RDMAP_ATOMIC_REQ);
@@ -504,7 +498,7 @@ static inline int rd_build_sq(struct dw_rd_peer *p, uint64_t cookie, uint32_t se
         }
         if (o->imm) {
                 struct dw_rdmap_hdr ri;
-                bool wr = w->opcode == DIWARP_WR_RDMA_WRITE_WITH_IMM;
+                bool wr = op->kind == DW_WR_WRITE;
                 dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA);
                 ri.ddp.msn = w->msn;
                 ssize_t k = dw_rdmap_encode(&ri, t->imm, sizeof(t->imm));
@@ -1054,7 +1048,7 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         struct dw_wqe *w = dw_wq_at(&qp->sq, s->tx_idx);
         if (!w)
                 return 0;
-        if (w->opcode == DIWARP_WR_LOCAL_INV || w->opcode == DIWARP_WR_BIND_MW) {
+        if (dw_wr_op(w->opcode)->kind == DW_WR_LOCAL) {
                 if (nbuilt)
                         return 0;
                 char why[160];
@@ -1083,7 +1077,7 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         if (s->tx_seg == 0) {
                 if ((w->send_flags & DIWARP_SEND_FENCE) && s->norq + s->orq_building)
                         return 0;
-                if (is_read_like(w->opcode) && s->norq + s->orq_building >= rd_ord(s))
+                if (dw_wr_op(w->opcode)->response && s->norq + s->orq_building >= rd_ord(s))
                         return 0;
         }
         uint32_t slot = (uint32_t)(w - qp->sq.ring);
@@ -1099,7 +1093,7 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         if (s->capped && s->tx_seg == 0 && !(w->flags & RD_W_TOKEN) && !rd_token(s, now))
                 return 0;
         int cr = 0;
-        if (s->mb && rd_is_send(w->opcode)) {
+        if (s->mb && dw_wr_is_send(w->opcode)) {
                 /* Credits in the peer's mailbox, one per slot the segment fills. */
                 cr = rd_mbox_tx_take(p, rd_send_seg_len(p, w, s->tx_seg), now);
                 if (cr < 0)
@@ -1124,7 +1118,7 @@ static int rd_next_sq(struct dw_rd_qp *s, uint64_t now, int nbuilt, struct rd_tx
         t->cc_bytes = ccb;
         f->pending += ccb;
         p->batch++;
-        if (is_read_like(w->opcode) && s->tx_seg == 0)
+        if (dw_wr_op(w->opcode)->response && s->tx_seg == 0)
                 s->orq_building++;
         if (last_seg) {
                 s->tx_idx++;
@@ -1329,7 +1323,8 @@ static void rd_commit(struct dw_rd_qp *s, struct rd_txslot *t, uint64_t now)
                         w->flags |= RD_W_TOKEN;
                         s->admitted--;
                 }
-                if (is_read_like(w->opcode) && !(w->flags & RD_W_INORQ) && s->norq < RD_MAX_ORQ) {
+                if (dw_wr_op(w->opcode)->response && !(w->flags & RD_W_INORQ) &&
+                    s->norq < RD_MAX_ORQ) {
                         s->orq[s->norq++] = w;
                         w->flags |= RD_W_INORQ;
                 }
@@ -1609,16 +1604,8 @@ static void rd_tx_now(struct dw_rd_qp *s)
         struct dw_rd_peer *p = w->priv;
         if (!p || w->ts_ns != 1 || ((w->send_flags & DIWARP_SEND_FENCE) && s->norq))
                 return;
-        switch (w->opcode) {
-        case DIWARP_WR_SEND:
-        case DIWARP_WR_SEND_WITH_IMM:
-        case DIWARP_WR_SEND_WITH_INV:
-        case DIWARP_WR_RDMA_WRITE:
-        case DIWARP_WR_RDMA_WRITE_WITH_IMM:
-                break;
-        default:
-                return; /* Reads and Atomics take an ORQ slot: rd_tx_qp */
-        }
+        if (dw_wr_op(w->opcode)->kind != DW_WR_SEND && dw_wr_op(w->opcode)->kind != DW_WR_WRITE)
+                return; /* Reads and Atomics take an ORQ slot, local WRs run in order: rd_tx_qp */
         /* The clock is read after the send, off the latency path: before it,
          * only an RNR back-off would need it, and that is left to the step. */
         uint32_t slot = (uint32_t)(w - qp->sq.ring);
@@ -1634,7 +1621,7 @@ static void rd_tx_now(struct dw_rd_qp *s)
         /* A one-segment Send takes its credits here; none left: the step
          * waits for them. */
         int cr = 0;
-        if (s->mb && rd_is_send(w->opcode)) {
+        if (s->mb && dw_wr_is_send(w->opcode)) {
                 cr = rd_mbox_tx_take(p, rd_send_seg_len(p, w, 0), d->step_now);
                 if (cr < 0)
                         return;

@@ -258,6 +258,19 @@ static inline uint64_t dw_rdmap_atomic_exec(uint64_t *p, const struct dw_rdmap_a
         }
 }
 
+/* ---- The requester ---- */
+
+/* The RDMAP opcode of a Send WR's segments (queue/'s DW_WR_SEND: RFC 5040
+ * §4.2): Send with Invalidate for DIWARP_WR_SEND_WITH_INV, the Solicited
+ * Event variant when se. se is the transport's: RC sets it from the WR,
+ * RD leaves it to the Immediate Data message when the Send carries one. */
+static inline uint8_t dw_rdmap_send_opcode(const struct dw_wqe *w, bool se)
+{
+        if (dw_wr_op(w->opcode)->inval)
+                return se ? DW_RDMAP_SEND_SE_INVAL : DW_RDMAP_SEND_INVAL;
+        return se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND;
+}
+
 /* The Atomic Request of an atomic send WR (DIWARP_WR_ATOMIC_CMP_AND_SWP or
  * _FETCH_AND_ADD): the verbs' unmasked operations, so Compare-and-Swap
  * compares and swaps all 64 bits and Fetch-and-Add adds without fields.

@@ -199,7 +199,7 @@ static int dw_ud_iov_tail(struct dw_seal *seal, struct dw_ud_txm *m, ssize_t hl,
  * or the completion status that fails the WQE (negative: -1 encode, -2 lkey). */
 static int dw_ud_build(struct dw_qp *qp, const struct dw_wqe *w, uint32_t msn, struct dw_ud_txm *m)
 {
-        bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+        bool with_imm = dw_wr_op(w->opcode)->imm;
         struct dw_seal *seal = &qp->dev->seal;
         struct dw_seal_run run;
         size_t pre;
@@ -304,7 +304,7 @@ static int ud_tx_local(struct dw_qp *qp)
                         pthread_mutex_unlock(&to->lock);
                 return 0;
         }
-        bool with_imm = w->opcode == DIWARP_WR_SEND_WITH_IMM;
+        bool with_imm = dw_wr_op(w->opcode)->imm;
         struct dw_dgram_ud u = {
             .dst_qpn = w->remote_qpn,
             .src_qpn = qp->qpn,

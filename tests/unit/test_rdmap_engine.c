@@ -372,6 +372,31 @@ Test(rdmap_atomic, request_from_wr)
         cr_expect_eq(v, 0x200000000ull, "the carry crosses bit 31");
 }
 
+/* The Send family's RDMAP opcode from a WR (RFC 5040 §4.2): Invalidate from
+ * the WR's opcode, SE from the transport's choice. */
+Test(rdmap_requester, send_opcode)
+{
+        struct dw_wqe w = {.opcode = DIWARP_WR_SEND};
+        cr_expect_eq(dw_rdmap_send_opcode(&w, false), DW_RDMAP_SEND);
+        cr_expect_eq(dw_rdmap_send_opcode(&w, true), DW_RDMAP_SEND_SE);
+        w.opcode = DIWARP_WR_SEND_WITH_IMM;
+        cr_expect_eq(dw_rdmap_send_opcode(&w, false), DW_RDMAP_SEND);
+        cr_expect_eq(dw_rdmap_send_opcode(&w, true), DW_RDMAP_SEND_SE);
+        w.opcode = DIWARP_WR_SEND_WITH_INV;
+        cr_expect_eq(dw_rdmap_send_opcode(&w, false), DW_RDMAP_SEND_INVAL);
+        cr_expect_eq(dw_rdmap_send_opcode(&w, true), DW_RDMAP_SEND_SE_INVAL);
+        /* each is the Send family, and its SE and Invalidate read back */
+        const int sends[] = {DIWARP_WR_SEND, DIWARP_WR_SEND_WITH_IMM, DIWARP_WR_SEND_WITH_INV};
+        for (int se = 0; se < 2; se++)
+                for (size_t i = 0; i < sizeof(sends) / sizeof(sends[0]); i++) {
+                        w.opcode = sends[i];
+                        uint8_t o = dw_rdmap_send_opcode(&w, se);
+                        cr_expect(dw_rdmap_is_send(o));
+                        cr_expect_eq(dw_rdmap_send_se(o), se);
+                        cr_expect_eq(dw_rdmap_send_inval(o), sends[i] == DIWARP_WR_SEND_WITH_INV);
+                }
+}
+
 /* ---- error classification ---------------------------------------------- */
 
 static const enum dw_prot_status all_fail[] = {

@@ -364,3 +364,51 @@ Test(srq, take_copies_so_slot_can_be_reused)
         cr_assert_eq(out.total_len, 64);
         dw_srq_fini(&srq);
 }
+
+/* The send WR opcode table: every verbs opcode classified once, as the RC,
+ * RD and UD send paths and the post-time checks read it. */
+Test(wq, send_wr_opcode_table)
+{
+        struct expect {
+                int opcode;
+                enum dw_wr_kind kind;
+                bool payload, response, imm, inval, consumes_recv;
+                enum diwarp_wc_opcode wc;
+        } e[] = {
+            {DIWARP_WR_RDMA_WRITE, DW_WR_WRITE, true, false, false, false, false,
+             DIWARP_WC_RDMA_WRITE},
+            {DIWARP_WR_RDMA_WRITE_WITH_IMM, DW_WR_WRITE, true, false, true, false, true,
+             DIWARP_WC_RDMA_WRITE},
+            {DIWARP_WR_SEND, DW_WR_SEND, true, false, false, false, true, DIWARP_WC_SEND},
+            {DIWARP_WR_SEND_WITH_IMM, DW_WR_SEND, true, false, true, false, true, DIWARP_WC_SEND},
+            {DIWARP_WR_SEND_WITH_INV, DW_WR_SEND, true, false, false, true, true, DIWARP_WC_SEND},
+            {DIWARP_WR_RDMA_READ, DW_WR_READ, false, true, false, false, false,
+             DIWARP_WC_RDMA_READ},
+            {DIWARP_WR_ATOMIC_CMP_AND_SWP, DW_WR_ATOMIC, false, true, false, false, false,
+             DIWARP_WC_COMP_SWAP},
+            {DIWARP_WR_ATOMIC_FETCH_AND_ADD, DW_WR_ATOMIC, false, true, false, false, false,
+             DIWARP_WC_FETCH_ADD},
+            {DIWARP_WR_LOCAL_INV, DW_WR_LOCAL, false, false, false, false, false,
+             DIWARP_WC_LOCAL_INV},
+            {DIWARP_WR_BIND_MW, DW_WR_LOCAL, false, false, false, false, false, DIWARP_WC_BIND_MW},
+        };
+        cr_assert_eq(sizeof(e) / sizeof(e[0]), DW_WR_NOPS, "every opcode has a row");
+        for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
+                const struct dw_wr_op *o = dw_wr_op(e[i].opcode);
+                cr_expect_eq(o->kind, e[i].kind, "opcode %d: kind", e[i].opcode);
+                cr_expect_eq(o->payload, e[i].payload, "opcode %d: payload", e[i].opcode);
+                cr_expect_eq(o->response, e[i].response, "opcode %d: response", e[i].opcode);
+                cr_expect_eq(o->imm, e[i].imm, "opcode %d: imm", e[i].opcode);
+                cr_expect_eq(o->inval, e[i].inval, "opcode %d: inval", e[i].opcode);
+                cr_expect_eq(o->consumes_recv, e[i].consumes_recv, "opcode %d: consumes_recv",
+                             e[i].opcode);
+                cr_expect_eq(o->wc, e[i].wc, "opcode %d: completion opcode", e[i].opcode);
+                cr_expect_eq(dw_wr_is_send(e[i].opcode), e[i].kind == DW_WR_SEND);
+        }
+        /* Values outside the enum: invalid, never an out-of-bounds read. */
+        int bad[] = {-1, DW_WR_NOPS, 0x7fffffff, (int)0x80000000u};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                cr_expect_eq(dw_wr_op(bad[i])->kind, DW_WR_INVALID, "opcode %d", bad[i]);
+                cr_expect_not(dw_wr_is_send(bad[i]));
+        }
+}
