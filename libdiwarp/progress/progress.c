@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -595,22 +596,31 @@ static int dw_progress_epoll(struct dw_progress *p, struct epoll_event *evs, int
  * DW_PARK_READS reading steps. A program that polls memory or computes makes
  * no reading steps (post_* steps do not count: they do not read the sockets),
  * so the thread serves it at once; one that switches from polling its CQ to
- * computing waits at most DW_PARK_MAX_NS once. Parked, the thread costs one
- * wake-up per DW_PARK_MAX_NS; idle, none.
+ * computing waits for the thread's next look but one, once. Parked, the
+ * thread costs one wake-up per look; idle, none.
  *
  * That wake-up is not free where the thread shares the poller's core: on a
  * 2-core VM, pinned 64 B ping-pongs lost 0.3 µs (UD) and 0.45 µs (RD) a
- * half round trip to it against DIWARP_PROGRESS=app, mostly for the timer
- * interrupt each look programs. Two cures were measured and dropped
- * (docs/PERFORMANCE.md, "The parked thread's look"): timer slack, which
- * lets a look wait for the scheduler tick, won the latency back but made
- * programs that poll and then sleep in their own poll(2) on the channel fd
- * wait for the later look (iperf3 over rsockets 1.2-1.7 -> 0.8-1.0 Gbit/s
- * beside a build loop); a timerfd the poller's steps push ahead cost more
- * than it saved (each push reprograms a timer, 2.3 µs a call there). */
+ * half round trip to 1 ms looks against DIWARP_PROGRESS=app, mostly for the
+ * timer interrupt each look programs. So a look at the full interval,
+ * begun while no CQ of the device is armed, carries DW_PARK_SLACK times
+ * its length in timer slack: it may wait for the scheduler tick that a
+ * core running a poller takes anyway (4 ms at HZ=250). A program about to
+ * sleep on its completion channel arms a CQ first (ibv_req_notify_cq, as
+ * rsockets' rpoll does before its own poll(2) on the channel fd): that
+ * arm wakes a thread in such a sleep at once (dwe_cq_req_notify,
+ * dw_progress_parked_late), and while any CQ is armed the looks keep to
+ * the interval without slack. Only a program that stops polling without
+ * arming (it computes) waits for the later look: 4-15 ms instead of 1-5
+ * (rc_progress_parked). Slack alone, without the arm's wake-up, slowed
+ * iperf3 over rsockets from 1.2-1.7 to 0.8-1.0 Gbit/s beside a build loop;
+ * a timerfd the poller's steps push ahead cost more than it saved (each
+ * push reprograms a timer, 2.3 µs a call there): docs/PERFORMANCE.md,
+ * "The parked thread's look". */
 #define DW_PARK_READS  4u
 #define DW_PARK_MIN_NS 100000L
 #define DW_PARK_MAX_NS 1000000L
+#define DW_PARK_SLACK  4ul
 
 /* EEVDF (Linux >= 6.12) lets a task with a shorter slice preempt the running
  * one when it wakes. The thread runs in short bursts; with the default slice
@@ -1305,7 +1315,22 @@ static bool dw_turns_parked(struct dw_progress_turns *t)
                 return false;
         struct timespec ts = {0, t->park_ns};
         struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
+        /* With no CQ armed, a look at the full interval may wait for the
+         * scheduler tick: an arm wakes it (dwe_cq_req_notify). */
+        bool late =
+            t->park_ns >= DW_PARK_MAX_NS && !__atomic_load_n(&p->armed_cqs, __ATOMIC_RELAXED);
+        if (late) {
+                atomic_store(&p->parked_late, true); /* seq_cst: before the look below */
+                prctl(PR_SET_TIMERSLACK, (unsigned long)t->park_ns * DW_PARK_SLACK);
+                /* An arm between the check and the flag would not wake us. */
+                if (__atomic_load_n(&p->armed_cqs, __ATOMIC_SEQ_CST))
+                        ts.tv_nsec = 0;
+        }
         int r = ppoll(&pfd, 1, &ts, NULL);
+        if (late) {
+                prctl(PR_SET_TIMERSLACK, 0ul); /* the default again: µs timers follow */
+                atomic_store_explicit(&p->parked_late, false, memory_order_relaxed);
+        }
         atomic_store_explicit(&p->park_wakes,
                               atomic_load_explicit(&p->park_wakes, memory_order_relaxed) + 1,
                               memory_order_relaxed);

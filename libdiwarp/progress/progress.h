@@ -176,6 +176,12 @@ struct dw_progress {
         _Atomic uint32_t nap_gen;
         _Atomic unsigned nappers, work_nappers;
         uint32_t cq_pushes, cq_pushes_seen;
+        /* CQs of the device armed for an event and not fired yet (queue/'s
+         * armed_count, lock held; the parked thread reads it without). While
+         * none is, the parked thread's look may wait for the scheduler tick
+         * (parked_late, set by the thread around that sleep). */
+        uint32_t armed_cqs;
+        _Atomic bool parked_late;
         /* Event-driven waits (dw_progress_wait). driver: the application
          * thread that drives the device while it waits (its tid; 0: none),
          * set and cleared by that thread, cleared under the device lock.
@@ -293,6 +299,15 @@ int dw_progress_unwatch_fd(struct dw_progress *p, int fd);
 void dw_progress_timer(struct dw_progress *p, uint64_t abs_ns);
 /* Wakes the progress thread (new work to do). Any thread, lock not needed. */
 void dw_progress_wake(struct dw_progress *p);
+/* The thread is parked in a sleep whose end may wait for the scheduler tick
+ * (no CQ was armed when it began): an arm should wake it. */
+static inline bool dw_progress_parked_late(struct dw_progress *p)
+{
+        /* Orders the caller's arm before this load; the thread orders its
+         * flag before its look at armed_cqs: one of the two sees the other. */
+        atomic_thread_fence(memory_order_seq_cst);
+        return atomic_load_explicit(&p->parked_late, memory_order_relaxed);
+}
 /* A QP's sends wait for socket room / no longer wait: while any waits, the
  * thread watches the UDP socket for room and a step calls the tx hook. */
 void dw_progress_tx_wait(struct dw_progress *p, bool wait);

@@ -1148,6 +1148,7 @@ int dwe_cq_create(struct diwarp_device *d, int cqe, void *cq_context,
         if (err == 0) {
                 dev->ncq++;
                 cq->cq.pushes = &dev->prog.cq_pushes;
+                cq->cq.armed_count = &dev->prog.armed_cqs;
         }
         pthread_mutex_unlock(&dev->lock);
         if (err < 0) {
@@ -1170,6 +1171,10 @@ int dwe_cq_destroy(struct diwarp_cq *c)
         }
         dev->ncq--;
         dw_async_queue_purge(&dev->async, c);
+        if (cq->cq.armed) { /* an arm that never fired counts no more */
+                cq->cq.armed = false;
+                dev->prog.armed_cqs--;
+        }
         pthread_mutex_unlock(&dev->lock);
         /* Without the lock: dw_cq_fini waits until every delivered channel
          * event was acknowledged, which another thread may still be doing. */
@@ -1228,8 +1233,14 @@ int dwe_cq_set_timestamps(struct diwarp_cq *c, bool on)
 int dwe_cq_req_notify(struct diwarp_cq *c, bool solicited_only)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);
+        struct dw_progress *p = &cq->dev->prog;
         pthread_mutex_lock(&cq->dev->lock);
+        uint32_t armed = p->armed_cqs;
         int err = dw_cq_arm(&cq->cq, solicited_only);
+        /* The first armed CQ: a program that sleeps on its channel next
+         * needs the parked thread's look now, not at the scheduler tick. */
+        if (!armed && p->armed_cqs && dw_progress_parked_late(p))
+                dw_progress_wake(p);
         pthread_mutex_unlock(&cq->dev->lock);
         return err;
 }

@@ -249,6 +249,8 @@ __attribute__((noinline)) static void cq_armed_push(struct dw_cq *cq, const stru
         if (fire) {
                 cq->armed = false;
                 cq->armed_solicited_only = false;
+                if (cq->armed_count)
+                        --*cq->armed_count;
                 if (cq->channel)
                         channel_notify(cq->channel, cq);
         }
@@ -334,10 +336,13 @@ int dw_cq_arm(struct dw_cq *cq, bool solicited_only)
         /* Arming for "next completion" while already armed for solicited only
          * widens the request, as ibverbs allows; the converse keeps the wider
          * one. */
-        if (cq->armed)
+        if (cq->armed) {
                 cq->armed_solicited_only = cq->armed_solicited_only && solicited_only;
-        else
+        } else {
                 cq->armed_solicited_only = solicited_only;
+                if (cq->armed_count)
+                        ++*cq->armed_count;
+        }
         cq->armed = true;
         return 0;
 }

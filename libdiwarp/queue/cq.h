@@ -76,6 +76,11 @@ struct dw_cq {
          * completions over all its CQs (the device's, to wake pollers that
          * nap on a shared host). */
         uint32_t *pushes;
+        /* Counted up when the CQ becomes armed, down when the arm fires or
+         * the CQ goes (lock held), when set: its owner's count of armed CQs
+         * (the device's: a program that armed one may sleep on its channel
+         * next, so the progress thread keeps its looks prompt). */
+        uint32_t *armed_count;
 };
 
 /* ---- completion channel ---- */

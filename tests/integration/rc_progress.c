@@ -333,9 +333,10 @@ static int initiator(int rfd, int wfd, const char *mode, bool parked, pid_t chil
         if (rep.t_end - rep.t_start < COMPUTE_MS * 1000ull)
                 die("the target computed less than %d ms", COMPUTE_MS);
         if (parked) {
-                /* A parked thread looks once per park interval (1 ms at
-                 * most) and unparks at its second look after the stop: it
-                 * must notice the stop soon. */
+                /* A parked thread looks once per park interval (1 ms, or
+                 * the scheduler tick while no CQ is armed: 4 ms at HZ=250)
+                 * and unparks at its second look after the stop: it must
+                 * notice the stop soon. */
                 limit = rep.t_start + PARKED_NOTICE_MS * 1000ull;
         }
         if (thread) {

@@ -679,3 +679,58 @@ Test(cq, channel_quiet_for_its_own_thread_only)
         dw_cq_fini(&b);
         cr_assert_eq(dw_comp_channel_fini(&ch), 0);
 }
+
+/* The owner's count of armed CQs (the device's, which tells its parked
+ * progress thread whether a program may be about to sleep on a channel):
+ * up once per arm of an unarmed CQ, down when the arm fires; a widened or
+ * repeated arm, and a completion that does not fire a solicited-only arm,
+ * leave it alone. */
+Test(cq, armed_count_follows_arm_and_fire)
+{
+        struct dw_comp_channel ch;
+        struct dw_cq a, b;
+        uint32_t armed = 0;
+
+        cr_assert_eq(dw_comp_channel_init(&ch), 0);
+        set_nonblock(dw_comp_channel_fd(&ch));
+        cr_assert_eq(dw_cq_init(&a, 16, &ch, NULL), 0);
+        cr_assert_eq(dw_cq_init(&b, 16, &ch, NULL), 0);
+        a.armed_count = b.armed_count = &armed;
+
+        cr_assert_eq(dw_cq_arm(&a, true), 0);
+        cr_expect_eq(armed, 1);
+        cr_assert_eq(dw_cq_arm(&a, false), 0); /* widened: still one arm */
+        cr_assert_eq(dw_cq_arm(&a, false), 0);
+        cr_expect_eq(armed, 1);
+        cr_assert_eq(dw_cq_arm(&b, true), 0);
+        cr_expect_eq(armed, 2);
+
+        /* b is solicited-only: a plain successful send completion does not
+         * fire it. */
+        struct diwarp_wc wc = mkwc(1, DIWARP_WC_SEND, DIWARP_WC_SUCCESS);
+        cr_assert_eq(dw_cq_push(&b, &wc, false), 0);
+        cr_expect_eq(armed, 2);
+        cr_assert_eq(push_ok(&a, 2), 0); /* fires a */
+        cr_expect_eq(armed, 1);
+        cr_assert_eq(push_ok(&a, 3), 0); /* a is no longer armed */
+        cr_expect_eq(armed, 1);
+        wc = mkwc(4, DIWARP_WC_RECV, DIWARP_WC_SUCCESS);
+        cr_assert_eq(dw_cq_push(&b, &wc, true), 0); /* a solicited receive fires b */
+        cr_expect_eq(armed, 0);
+        cr_assert_eq(dw_cq_arm(&a, false), 0);
+        cr_expect_eq(armed, 1, "re-armed");
+
+        /* One event each, a's first; the CQs can then go. */
+        struct dw_cq *got;
+        void *ctx;
+        cr_assert_eq(dw_comp_channel_get_event(&ch, &got, &ctx), 0);
+        cr_expect_eq(got, &a);
+        dw_cq_ack_events(got, 1);
+        cr_assert_eq(dw_comp_channel_get_event(&ch, &got, &ctx), 0);
+        cr_expect_eq(got, &b);
+        dw_cq_ack_events(got, 1);
+        cr_expect_eq(dw_comp_channel_get_event(&ch, &got, &ctx), -EAGAIN);
+        dw_cq_fini(&a);
+        dw_cq_fini(&b);
+        cr_assert_eq(dw_comp_channel_fini(&ch), 0);
+}
