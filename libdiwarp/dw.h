@@ -330,6 +330,42 @@ int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, i
  * message's SE bit says. Raises CQ_ERR on overflow. */
 void dw_qp_complete_recv(struct dw_qp *qp, struct diwarp_wc *wc, bool solicited);
 
+/* What a message that consumed a receive WR delivered, as RC and RD report
+ * it: the one place its receive completion is made of (dw_qp_recv_done). */
+struct dw_recv_done {
+        enum diwarp_wc_status status;
+        uint32_t byte_len;
+        uint32_t src_qp;
+        bool write_imm; /* an RDMA Write with Immediate Data, or an Immediate Data
+                           message on its own: RECV_RDMA_WITH_IMM (else RECV) */
+        bool has_imm;   /* WITH_IMM, imm_data = imm */
+        uint32_t imm;
+        bool inval; /* WITH_INV, invalidated_rkey = inval_rkey (a Send with
+                       Invalidate whose Invalidate was carried out) */
+        uint32_t inval_rkey;
+        uint32_t vendor_err; /* of an error: the Terminate error that says why */
+};
+
+/* Completes receive WR wr_id with what d says (dw_qp_complete_recv). The
+ * caller pops the WR. Inline: RD's fast receive path calls it per message. */
+static inline void dw_qp_recv_done(struct dw_qp *qp, uint64_t wr_id, const struct dw_recv_done *d,
+                                   bool solicited)
+{
+        struct diwarp_wc wc = {
+            .wr_id = wr_id,
+            .status = d->status,
+            .opcode = d->write_imm ? DIWARP_WC_RECV_RDMA_WITH_IMM : DIWARP_WC_RECV,
+            .byte_len = d->byte_len,
+            .imm_data = d->has_imm ? d->imm : 0,
+            .invalidated_rkey = d->inval ? d->inval_rkey : 0,
+            .wc_flags =
+                (d->has_imm ? DIWARP_WC_WITH_IMM : 0u) | (d->inval ? DIWARP_WC_WITH_INV : 0u),
+            .src_qp = d->src_qp,
+            .vendor_err = d->vendor_err,
+        };
+        dw_qp_complete_recv(qp, &wc, solicited);
+}
+
 /* Head receive WQE, or NULL when none is posted. With an SRQ the WQE is taken
  * from the SRQ into qp->srq_cur on the first call (firing SRQ_LIMIT_REACHED if
  * due) and stays there until dw_qp_recv_pop, so a multi-segment message can

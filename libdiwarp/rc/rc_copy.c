@@ -88,8 +88,9 @@ static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe
                 copy_iov(tgt, n, loc, nloc);
                 c->msn_send++;
                 p->msn_expect_send++;
-                rc_rx_complete_recv(p, rw, DIWARP_WC_SUCCESS, DIWARP_WC_RECV,
-                                    (uint32_t)w->total_len, 0, 0, 0,
+                rc_rx_complete_recv(p, rw,
+                                    (struct dw_recv_done){.status = DIWARP_WC_SUCCESS,
+                                                          .byte_len = (uint32_t)w->total_len},
                                     (w->send_flags & DIWARP_SEND_SOLICITED) != 0);
                 return true;
         }

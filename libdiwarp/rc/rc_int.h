@@ -134,10 +134,10 @@ int rc_tx(struct dw_rc_conn *c);
 
 /* Reads and processes what the stream holds, up to a step's bytes: the work done. */
 int rc_rx(struct dw_rc_conn *c);
-/* Completes the head receive WQE w. */
-void rc_rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
-                         enum diwarp_wc_opcode op, uint32_t len, unsigned flags, uint32_t imm,
-                         uint32_t inv, bool solicited);
+/* Completes the head receive WQE w with d (its src_qp is the stream's peer
+ * QP) and pops it. */
+void rc_rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, struct dw_recv_done d,
+                         bool solicited);
 /* A Send held for want of a receive WQE is no longer held. */
 void rc_rx_wait_end(struct dw_rc_conn *c);
 

@@ -22,21 +22,11 @@
 
 static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se);
 
-void rc_rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
-                         enum diwarp_wc_opcode op, uint32_t len, unsigned flags, uint32_t imm,
-                         uint32_t inv, bool solicited)
+void rc_rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, struct dw_recv_done d,
+                         bool solicited)
 {
-        struct diwarp_wc wc = {
-            .wr_id = w->wr_id,
-            .status = st,
-            .opcode = op,
-            .byte_len = len,
-            .imm_data = imm,
-            .invalidated_rkey = inv,
-            .wc_flags = flags,
-            .src_qp = c->qp->attr.dest_qp_num,
-        };
-        dw_qp_complete_recv(c->qp, &wc, solicited);
+        d.src_qp = c->qp->attr.dest_qp_num;
+        dw_qp_recv_done(c->qp, w->wr_id, &d, solicited);
         dw_qp_recv_pop(c->qp);
 }
 
@@ -45,15 +35,8 @@ void rc_rx_complete_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_
 static void rx_fail_recv(struct dw_rc_conn *c, struct dw_wqe *w, enum diwarp_wc_status st,
                          struct dw_term_error te)
 {
-        struct diwarp_wc wc = {
-            .wr_id = w->wr_id,
-            .status = st,
-            .opcode = DIWARP_WC_RECV,
-            .vendor_err = dw_term_vendor_err(te),
-            .src_qp = c->qp->attr.dest_qp_num,
-        };
-        dw_qp_complete_recv(c->qp, &wc, false);
-        dw_qp_recv_pop(c->qp);
+        rc_rx_complete_recv(
+            c, w, (struct dw_recv_done){.status = st, .vendor_err = dw_term_vendor_err(te)}, false);
 }
 
 static struct dw_wqe *rx_take_recv(struct dw_rc_conn *c)
@@ -388,8 +371,10 @@ static void rx_data_place(struct dw_rc_conn *c)
                 if (!h->ddp.last)
                         return;
                 struct dw_wqe *w = c->rx_wqe;
-                unsigned flags = 0;
-                uint32_t imm = 0;
+                struct dw_recv_done d = {.status = DIWARP_WC_SUCCESS,
+                                         .byte_len = (uint32_t)c->rx_msg_len,
+                                         .inval = inv,
+                                         .inval_rkey = h->inval_stag};
                 c->rx_wqe = NULL;
                 c->msn_expect_send++;
                 if (inv) {
@@ -403,16 +388,13 @@ static void rx_data_place(struct dw_rc_conn *c)
                                                   "invalidated");
                                 return;
                         }
-                        flags |= DIWARP_WC_WITH_INV;
                 }
                 if (c->imm_pending) {
-                        flags |= DIWARP_WC_WITH_IMM;
-                        imm = c->imm_value;
+                        d.has_imm = true;
+                        d.imm = c->imm_value;
                         c->imm_pending = false;
                 }
-                rc_rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV,
-                                    (uint32_t)c->rx_msg_len, flags, imm, inv ? h->inval_stag : 0,
-                                    se);
+                rc_rx_complete_recv(c, w, d, se);
                 return;
         }
         }
@@ -440,8 +422,13 @@ static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se)
                 return false;
         uint32_t len = (uint32_t)c->rx_write_len;
         c->rx_write_len = 0;
-        rc_rx_complete_recv(c, w, DIWARP_WC_SUCCESS, DIWARP_WC_RECV_RDMA_WITH_IMM, len,
-                            DIWARP_WC_WITH_IMM, imm, 0, se);
+        rc_rx_complete_recv(c, w,
+                            (struct dw_recv_done){.status = DIWARP_WC_SUCCESS,
+                                                  .byte_len = len,
+                                                  .write_imm = true,
+                                                  .has_imm = true,
+                                                  .imm = imm},
+                            se);
         return true;
 }
 

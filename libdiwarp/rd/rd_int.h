@@ -565,9 +565,9 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
 enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE, RV_WINDOW };
 void rd_ack_flush(struct dw_rd_dev *d);
 /* The Invalidate of a Send with Invalidate as its receive completes (into a
- * receive WR or the application mailbox): dw_rdmap_send_invalidate, then wc
+ * receive WR or the application mailbox): dw_rdmap_send_invalidate, then d
  * reports WITH_INV and the STag, or the status of the refusal. */
-void rd_recv_invalidate(struct dw_qp *qp, struct diwarp_wc *wc, uint32_t stag);
+void rd_recv_invalidate(struct dw_qp *qp, struct dw_recv_done *d, uint32_t stag);
 void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   enum diwarp_wc_status st);
 int rd_irq_alloc(struct dw_rd_qp *s);

@@ -543,24 +543,22 @@ void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                                 continue;
                         if (!dw_psn_before(e->g.psn, cur))
                                 return;
-                        struct diwarp_wc wc = {
-                            .wr_id = (uintptr_t)(m->buf + (size_t)e->pos * m->slot_size),
+                        struct dw_recv_done d = {
                             .status = DIWARP_WC_SUCCESS,
-                            .opcode = DIWARP_WC_RECV,
                             .byte_len = e->g.len,
                             .src_qp = p->rqpn,
+                            .has_imm = e->g.has_imm,
+                            .imm = e->g.imm,
                         };
-                        if (e->g.has_imm) {
-                                wc.wc_flags |= DIWARP_WC_WITH_IMM;
-                                wc.imm_data = e->g.imm;
-                        }
                         if (dw_rdmap_send_inval(e->g.opcode))
-                                rd_recv_invalidate(s->qp, &wc, e->g.inval_stag);
+                                rd_recv_invalidate(s->qp, &d, e->g.inval_stag);
                         bool se = dw_rdmap_send_se(e->g.opcode) || e->g.imm_se;
                         e->delivered = true;
                         p->rx_done++;
                         p->rx_bind = p->rx_done;
-                        dw_qp_complete_recv(s->qp, &wc, se);
+                        /* The mailbox slot's address is its wr_id. */
+                        dw_qp_recv_done(s->qp, (uintptr_t)(m->buf + (size_t)e->pos * m->slot_size),
+                                        &d, se);
                         more = true;
                         break;
                 }

@@ -167,20 +167,17 @@ static void rd_rq_pop_done(struct dw_rd_qp *s)
 void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   enum diwarp_wc_status st)
 {
-        struct diwarp_wc wc = {
-            .wr_id = w->wr_id, .status = st, .opcode = DIWARP_WC_RECV, .src_qp = p->rqpn};
         w->flags |= DW_WQE_DONE;
-        dw_qp_complete_recv(s->qp, &wc, false);
+        dw_qp_recv_done(s->qp, w->wr_id, &(struct dw_recv_done){.status = st, .src_qp = p->rqpn},
+                        false);
         rd_rq_pop_done(s);
 }
 
-void rd_recv_invalidate(struct dw_qp *qp, struct diwarp_wc *wc, uint32_t stag)
+void rd_recv_invalidate(struct dw_qp *qp, struct dw_recv_done *d, uint32_t stag)
 {
-        wc->status = dw_rdmap_send_invalidate(qp, stag, NULL);
-        if (wc->status == DIWARP_WC_SUCCESS) {
-                wc->wc_flags |= DIWARP_WC_WITH_INV;
-                wc->invalidated_rkey = stag;
-        }
+        d->status = dw_rdmap_send_invalidate(qp, stag, NULL);
+        d->inval = d->status == DIWARP_WC_SUCCESS;
+        d->inval_rkey = stag;
 }
 
 void rd_tails_flush(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all)
@@ -224,23 +221,19 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                         }
                 if (!w || !(w->flags & RD_W_LAST) || !dw_psn_before(w->psn, cur))
                         break;
-                struct diwarp_wc wc = {
-                    .wr_id = w->wr_id,
+                struct dw_recv_done d = {
                     .status = DIWARP_WC_SUCCESS,
-                    .opcode =
-                        (w->flags & RD_W_WIMM) ? DIWARP_WC_RECV_RDMA_WITH_IMM : DIWARP_WC_RECV,
                     .byte_len = w->byte_len,
                     .src_qp = p->rqpn,
+                    .write_imm = (w->flags & RD_W_WIMM) != 0,
+                    .has_imm = (w->flags & RD_W_IMM) != 0,
+                    .imm = w->imm_data,
                 };
-                if (w->flags & RD_W_IMM) {
-                        wc.wc_flags |= DIWARP_WC_WITH_IMM;
-                        wc.imm_data = w->imm_data;
-                }
                 if (w->flags & RD_W_INV)
-                        rd_recv_invalidate(qp, &wc, w->invalidate_rkey);
+                        rd_recv_invalidate(qp, &d, w->invalidate_rkey);
                 w->flags |= DW_WQE_DONE;
                 p->rx_done++;
-                dw_qp_complete_recv(qp, &wc, (w->flags & RD_W_SE) != 0);
+                dw_qp_recv_done(qp, w->wr_id, &d, (w->flags & RD_W_SE) != 0);
         }
         rd_rq_pop_done(s);
         for (uint32_t i = 0; i < s->norq;) {
@@ -858,15 +851,12 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         rd_mbox_account(p, (uint32_t)plen);
         p->rx_bind++;
         p->rx_done++;
-        struct diwarp_wc wc = {
-            .wr_id = w->wr_id,
-            .status = DIWARP_WC_SUCCESS,
-            .opcode = DIWARP_WC_RECV,
-            .byte_len = (uint32_t)plen,
-            .src_qp = p->rqpn,
-        };
         w->flags |= DW_WQE_DONE;
-        dw_qp_complete_recv(qp, &wc, c == RD_MSG1(DW_RDMAP_SEND_SE));
+        dw_qp_recv_done(qp, w->wr_id,
+                        &(struct dw_recv_done){.status = DIWARP_WC_SUCCESS,
+                                               .byte_len = (uint32_t)plen,
+                                               .src_qp = p->rqpn},
+                        c == RD_MSG1(DW_RDMAP_SEND_SE));
         dw_wq_pop(&qp->rq);
         return true;
 }
