@@ -611,9 +611,10 @@ static int dw_progress_epoll(struct dw_progress *p, struct epoll_event *evs, int
  * arm wakes a thread in such a sleep at once (dwe_cq_req_notify,
  * dw_progress_parked_late), and while any CQ is armed the looks keep to
  * the interval without slack. Only a program that stops polling without
- * arming (it computes) waits for the later look: 4-15 ms instead of 1-5
- * (rc_progress_parked). Slack alone, without the arm's wake-up, slowed
- * iperf3 over rsockets from 1.2-1.7 to 0.8-1.0 Gbit/s beside a build loop;
+ * arming (it computes) waits for the later look: 5-9 ms instead of 1-5
+ * (rc_progress_parked; 15 ms beside a build loop). Slack alone, without
+ * the arm's wake-up, slowed iperf3 over rsockets from 1.2-1.7 to 0.8-1.0
+ * Gbit/s beside a build loop;
  * a timerfd the poller's steps push ahead cost more than it saved (each
  * push reprograms a timer, 2.3 µs a call there): docs/PERFORMANCE.md,
  * "The parked thread's look". */

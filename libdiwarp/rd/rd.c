@@ -1172,13 +1172,14 @@ int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
 int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
 {
         struct dw_rd_qp *s = qp->rd;
+        const struct dw_wr_op *op = dw_wr_op(w->opcode);
         struct dw_rd_peer *p;
         if (s->rc) {
                 p = s->rc_peer;
                 if (!p)
                         return -ENOTCONN;
                 w->remote_qkey = 0;
-        } else if (dw_wr_op(w->opcode)->kind == DW_WR_LOCAL) {
+        } else if (op->kind == DW_WR_LOCAL) {
                 p = NULL;
         } else {
                 struct dw_ah *ah = w->ah;
@@ -1209,24 +1210,23 @@ int dw_rd_post_send(struct dw_qp *qp, struct dw_wqe *w)
         }
         w->priv = p;
         /* Fixed here, with the stream's segment size, for every copy. */
-        w->ts_ns = rd_nseg(w->total_len, !p                         ? 1
-                                         : dw_wr_is_send(w->opcode) ? rd_send_seg(p)
-                                                                    : rd_peer_seg(p));
-        if (dw_wr_op(w->opcode)->response)
+        w->ts_ns = rd_nseg(w->total_len, !p                       ? 1
+                                         : op->kind == DW_WR_SEND ? rd_send_seg(p)
+                                                                  : rd_peer_seg(p));
+        if (op->response)
                 w->ts_ns = 1;
         /* A large Send is receiver-paced: it pushes its first chunk and the
          * receiver pulls the rest (rd_pull.c). Not with Immediate Data, which
          * would need a segment's room beside the pull descriptor. */
         struct dw_rd_dev *d = rdd(qp->dev);
         if (p && d->pull_min && w->total_len >= d->pull_min && w->total_len > d->pull_chunk &&
-            dw_wr_is_send(w->opcode) && !dw_wr_op(w->opcode)->imm) {
+            op->kind == DW_WR_SEND && !op->imm) {
                 w->flags |= RD_W_PULL;
                 w->pull_pushed = d->pull_chunk;
                 w->ts_ns = rd_nseg(w->pull_pushed, rd_send_seg(p));
         }
         /* A message that consumes a receive WR counts in the Send queue's
          * MSNs, a request answered by a response in the Read queue's. */
-        const struct dw_wr_op *op = dw_wr_op(w->opcode);
         if (op->consumes_recv) {
                 w->msn = p->tx_msn++;
         } else if (op->response) {

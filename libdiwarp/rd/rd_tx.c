@@ -1604,7 +1604,8 @@ static void rd_tx_now(struct dw_rd_qp *s)
         struct dw_rd_peer *p = w->priv;
         if (!p || w->ts_ns != 1 || ((w->send_flags & DIWARP_SEND_FENCE) && s->norq))
                 return;
-        if (dw_wr_op(w->opcode)->kind != DW_WR_SEND && dw_wr_op(w->opcode)->kind != DW_WR_WRITE)
+        uint8_t kind = dw_wr_op(w->opcode)->kind;
+        if (kind != DW_WR_SEND && kind != DW_WR_WRITE)
                 return; /* Reads and Atomics take an ORQ slot, local WRs run in order: rd_tx_qp */
         /* The clock is read after the send, off the latency path: before it,
          * only an RNR back-off would need it, and that is left to the step. */
