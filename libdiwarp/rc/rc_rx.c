@@ -273,20 +273,24 @@ static int rx_resolve_send(struct dw_rc_conn *c, uint32_t payload)
         return 0;
 }
 
+/* The resolver of each kind of message that carries payload (rdmap/'s
+ * opcode table). */
+typedef int rx_resolve_fn(struct dw_rc_conn *c, uint32_t payload);
+static rx_resolve_fn *const rx_resolve_by_kind[DW_RDMAP_RX_NKINDS] = {
+    [DW_RDMAP_RX_WRITE] = rx_resolve_write,
+    [DW_RDMAP_RX_READ_RESP] = rx_resolve_read_resp,
+    [DW_RDMAP_RX_SEND] = rx_resolve_send,
+};
+
 /* Resolves where the payload of the data segment in c->rh goes. 0, 1 (a
  * Send waits for a receive WQE: nothing consumed) or -1 (failed; the
  * Terminate is queued). */
 static int rx_resolve(struct dw_rc_conn *c, uint32_t payload)
 {
         c->ntgt = c->tgt_pos = 0;
-        switch (c->rh.opcode) {
-        case DW_RDMAP_WRITE:
-                return rx_resolve_write(c, payload);
-        case DW_RDMAP_READ_RESP:
-                return rx_resolve_read_resp(c, payload);
-        default: /* Send family */
-                return rx_resolve_send(c, payload);
-        }
+        /* rx_parse sends only the opcodes that carry payload here: each has
+         * its resolver. */
+        return rx_resolve_by_kind[dw_rdmap_op(c->rh.opcode)->rx](c, payload);
 }
 
 /* The whole data segment (payload + trailer) is in: check CRC, then apply. */
@@ -507,23 +511,15 @@ static void rx_atomic_resp(struct dw_rc_conn *c, const uint8_t *ext, size_t extl
                 return;
         }
         c->msn_expect_aresp++;
-        struct iovec iov[DW_MAX_SGE];
-        int n = rc_sge_range_iov(qp, o->wqe, 0, 8, DIWARP_ACCESS_LOCAL_WRITE, iov, DW_MAX_SGE);
         struct dw_wqe *w = o->wqe;
-        if (n < 0) {
+        uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
+        if (dw_qp_scatter(qp, qp->pd, w, 0, &v, 8) < 0) {
                 rc_drop_wqe_refs(c);
                 rc_complete_through(c, w, DIWARP_WC_LOC_PROT_ERR, 0);
                 rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_LOCAL_CATASTROPHIC,
                                   DW_TERM_RDMAP_CATASTROPHIC_STREAM, false, NULL, -1,
                                   "atomic result buffer no longer registered");
                 return;
-        }
-        uint8_t val[8];
-        memcpy(val, &ar.orig_data, 8); /* host order, as ibverbs returns it */
-        size_t off = 0;
-        for (int i = 0; i < n; i++) {
-                memcpy(iov[i].iov_base, val + off, iov[i].iov_len);
-                off += iov[i].iov_len;
         }
         w->status = DIWARP_WC_SUCCESS;
         w->byte_len = 8;
@@ -632,32 +628,29 @@ static void rx_terminate(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen
                 dw_qp_to_error(qp, ev);
 }
 
+/* The handler of each kind of control message (rdmap/'s opcode table): a
+ * Read or Atomic Request joins the IRQ, an Atomic Response completes its
+ * WR, Immediate Data and a Terminate as their functions say. */
+typedef void rx_control_fn(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen);
+static rx_control_fn *const rx_control_by_kind[DW_RDMAP_RX_NKINDS] = {
+    [DW_RDMAP_RX_READ_REQ] = rx_irq_request,    [DW_RDMAP_RX_ATOMIC_REQ] = rx_irq_request,
+    [DW_RDMAP_RX_ATOMIC_RESP] = rx_atomic_resp, [DW_RDMAP_RX_IMM] = rx_imm_data,
+    [DW_RDMAP_RX_TERMINATE] = rx_terminate,
+};
+
 /* A control message, whole in staging (c->rh; ext: what follows its
  * DDP/RDMAP header). */
 static void rx_control(struct dw_rc_conn *c, const uint8_t *ext, size_t extlen)
 {
+        const struct dw_rdmap_op *op = dw_rdmap_op(c->rh.opcode);
         c->qp->ctr.rx_packets++;
-        switch (c->rh.opcode) {
-        case DW_RDMAP_READ_REQ:
-        case DW_RDMAP_ATOMIC_REQ:
-                rx_irq_request(c, ext, extlen);
-                return;
-        case DW_RDMAP_ATOMIC_RESP:
-                rx_atomic_resp(c, ext, extlen);
-                return;
-        case DW_RDMAP_IMM_DATA:
-        case DW_RDMAP_IMM_DATA_SE:
-                rx_imm_data(c, ext, extlen);
-                return;
-        case DW_RDMAP_TERMINATE:
-                rx_terminate(c, ext, extlen);
-                return;
-        default:
-                rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
-                                  DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL,
-                                  DIWARP_EVENT_QP_REQ_ERR, "unexpected RDMAP opcode");
+        if (op && rx_control_by_kind[op->rx]) {
+                rx_control_by_kind[op->rx](c, ext, extlen);
                 return;
         }
+        rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_REMOTE_OPERATION,
+                          DW_TERM_RDMAP_UNEXPECTED_OPCODE, true, NULL, DIWARP_EVENT_QP_REQ_ERR,
+                          "unexpected RDMAP opcode");
 }
 
 /* Places n bytes into the target iovecs (CRC over them), advancing. */
@@ -870,17 +863,12 @@ static int rx_parse(struct dw_rc_conn *c)
         if (r <= 0)
                 return r;
         rc_rx_comm_est(c);
-        switch (c->rh.opcode) {
-        case DW_RDMAP_WRITE:
-        case DW_RDMAP_READ_RESP:
-        case DW_RDMAP_SEND:
-        case DW_RDMAP_SEND_INVAL:
-        case DW_RDMAP_SEND_SE:
-        case DW_RDMAP_SEND_SE_INVAL:
+        /* Payload (Write, Read Response, the Sends) is placed as it streams
+         * in; a control message is handled once it is whole in staging.
+         * The decoder let only RDMAP's opcodes through. */
+        if (dw_rdmap_op(c->rh.opcode)->payload)
                 return rx_parse_data(c, p, dlen);
-        default:
-                return rx_parse_control(c, p, avail, dlen);
-        }
+        return rx_parse_control(c, p, avail, dlen);
 }
 
 /* Staging bytes to read after a large payload: exactly the header of a next

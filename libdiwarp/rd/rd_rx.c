@@ -19,6 +19,8 @@
 #include "rd/rd_int.h"
 
 #include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rdmap/rdmap.h"
@@ -333,6 +335,34 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
         return 0;
 }
 
+/* A request the responder refused (rdmap/'s refusal ref): a protection
+ * failure is counted and logged, rate-limited (nothing is formatted for a
+ * line held back), with the peer and what the request asked for (fmt); one
+ * that did not decode only gets its NAK. The sender's WR fails with the
+ * error NAK of the refusal's Terminate error. */
+static __attribute__((format(printf, 5, 6))) enum rd_verdict
+rd_refuse(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw_rdmap_refusal *ref,
+          uint8_t *nak, const char *fmt, ...)
+{
+        struct dw_qp *qp = s->qp;
+        if (ref->st != DW_PROT_OK) {
+                qp->dev->ctr.rx_dropped_protection++;
+                qp->ctr.rx_dropped_protection++;
+                if (dw_log_enabled(DW_LOG_WARN) &&
+                    dw_log_limit_pass(&qp->dev->log_limit, DW_LOG_WARN, dw_now_ns())) {
+                        char what[96], pb[64];
+                        va_list ap;
+                        va_start(ap, fmt);
+                        vsnprintf(what, sizeof(what), fmt, ap);
+                        va_end(ap);
+                        dw_log(DW_LOG_WARN, "RD QP %#x peer %s: %s: %s", qp->qpn,
+                               rd_peer_str(p, pb, sizeof(pb)), what, ref->why);
+                }
+        }
+        *nak = dw_rdmap_term_to_nak(ref->te);
+        return RV_NAK;
+}
+
 /* A segment of a Send with Invalidate whose STag cannot be invalidated
  * (dw_rdmap_send_inval_accept): refused with the error NAK of its refusal,
  * as a Write to a bad STag is, so the sender's WR fails instead of being
@@ -344,21 +374,15 @@ static enum rd_verdict rd_inval_refused(struct dw_rd_qp *s, struct dw_rd_peer *p
                                         const struct dw_rdmap_hdr *r,
                                         const struct dw_rdmap_refusal *ref, uint8_t *nak)
 {
-        struct dw_qp *qp = s->qp;
-        char pb[64];
-        dw_warn_limited(&qp->dev->log_limit,
-                        "RD QP %#x peer %s: Send with Invalidate (MSN %u) of STag %#x: %s", qp->qpn,
-                        rd_peer_str(p, pb, sizeof(pb)), r->ddp.msn, r->inval_stag, ref->why);
-        qp->dev->ctr.rx_dropped_protection++;
-        qp->ctr.rx_dropped_protection++;
+        enum rd_verdict v = rd_refuse(s, p, ref, nak, "Send with Invalidate (MSN %u) of STag %#x",
+                                      r->ddp.msn, r->inval_stag);
         bool unbound = dw_psn_diff(r->ddp.msn, p->rx_bind) >= 0;
         struct dw_wqe *w = NULL;
         if (!s->mbox_app && !(unbound && s->mb && s->mb->ent_count))
                 w = rd_rx_bind(s, p, r->ddp.msn);
         if (w && !(w->flags & RD_W_PULL))
                 rd_recv_fail(s, p, w, DIWARP_WC_REM_INV_REQ_ERR);
-        *nak = dw_rdmap_term_to_nak(ref->te);
-        return RV_NAK;
+        return v;
 }
 
 /* A NEW DATA segment decoded by rd_rx_segment, for its opcode's step. */
@@ -373,9 +397,9 @@ struct rd_rx_seg {
 
 /* A Send segment: bound to its receive WQE (or parked in the mailbox, or
  * pulled by the receiver) and placed. */
-static inline enum rd_verdict rd_rx_send(struct dw_rd_qp *s, struct dw_rd_peer *p,
-                                         const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
-                                         uint8_t *nak)
+static enum rd_verdict rd_rx_send(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                  const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                  uint8_t *nak)
 {
         const struct dw_rdmap_hdr *r = &x->r;
         const struct dw_rdmap_hdr *ri = &x->ri;
@@ -435,9 +459,9 @@ static inline enum rd_verdict rd_rx_send(struct dw_rd_qp *s, struct dw_rd_peer *
 /* An RDMA Write segment: checked against its STag and placed; with
  * Immediate, it consumes a receive WQE. A large segment that is not the
  * last names where its successor goes (direct placement). */
-static inline enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
-                                          const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
-                                          uint8_t *nak)
+static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                   const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                   uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
         struct dw_device *dev = qp->dev;
@@ -462,15 +486,9 @@ static inline enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer 
         }
         uint8_t *host = NULL;
         struct dw_rdmap_refusal ref;
-        if (dw_rdmap_write_accept(qp, r->ddp.stag, r->ddp.to, plen, &host, &ref) < 0) {
-                dw_warn_limited(&dev->log_limit,
-                                "RD QP %#x: RDMA Write to STag %#x TO %#llx len %zu: %s", qp->qpn,
-                                r->ddp.stag, (unsigned long long)r->ddp.to, plen, ref.why);
-                dev->ctr.rx_dropped_protection++;
-                qp->ctr.rx_dropped_protection++;
-                *nak = dw_rdmap_term_to_nak(ref.te);
-                return RV_NAK;
-        }
+        if (dw_rdmap_write_accept(qp, r->ddp.stag, r->ddp.to, plen, &host, &ref) < 0)
+                return rd_refuse(s, p, &ref, nak, "RDMA Write to STag %#x TO %#llx len %zu",
+                                 r->ddp.stag, (unsigned long long)r->ddp.to, plen);
         if (has_imm) {
                 w = rd_rx_bind(s, p, ri->ddp.msn);
                 if (!w)
@@ -520,12 +538,11 @@ static inline enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer 
 
 /* An RDMA Read Request: checked, then queued for the responder (or a Read
  * of a receiver-paced Send, served from the sender's SGEs). */
-static inline enum rd_verdict rd_rx_read_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
-                                             const struct dw_dgram_hdr *h,
-                                             const struct rd_rx_seg *x, uint8_t *nak)
+static enum rd_verdict rd_rx_read_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                      const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                      uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
-        struct dw_device *dev = qp->dev;
         const char *why = NULL;
         const struct dw_rdmap_hdr *r = &x->r;
         uint8_t *pay = x->pay;
@@ -542,18 +559,9 @@ static inline enum rd_verdict rd_rx_read_req(struct dw_rd_qp *s, struct dw_rd_pe
                 }
                 return rd_pull_serve(s, p, r, &rq, nak);
         }
-        int rr = dw_rdmap_read_req_accept(qp, pay, plen, &rq, &ref);
-        if (rr == -EACCES) {
-                dw_warn_limited(&dev->log_limit,
-                                "RD QP %#x: RDMA Read of STag %#x TO %#llx len %u: %s", qp->qpn,
-                                rq.src_stag, (unsigned long long)rq.src_to, rq.rdma_rd_sz, ref.why);
-                dev->ctr.rx_dropped_protection++;
-                qp->ctr.rx_dropped_protection++;
-        }
-        if (rr < 0) {
-                *nak = dw_rdmap_term_to_nak(ref.te);
-                return RV_NAK;
-        }
+        if (dw_rdmap_read_req_accept(qp, pay, plen, &rq, &ref) < 0)
+                return rd_refuse(s, p, &ref, nak, "RDMA Read of STag %#x TO %#llx len %u",
+                                 rq.src_stag, (unsigned long long)rq.src_to, rq.rdma_rd_sz);
         int idx = rd_irq_alloc(s);
         if (idx < 0)
                 return RV_RNR;
@@ -571,12 +579,11 @@ static inline enum rd_verdict rd_rx_read_req(struct dw_rd_qp *s, struct dw_rd_pe
 }
 
 /* An Atomic request: checked, executed once, and its response queued. */
-static inline enum rd_verdict rd_rx_atomic_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
-                                               const struct dw_dgram_hdr *h,
-                                               const struct rd_rx_seg *x, uint8_t *nak)
+static enum rd_verdict rd_rx_atomic_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                        const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                        uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
-        struct dw_device *dev = qp->dev;
         const struct dw_rdmap_hdr *r = &x->r;
         uint8_t *pay = x->pay;
         size_t plen = x->plen;
@@ -584,16 +591,9 @@ static inline enum rd_verdict rd_rx_atomic_req(struct dw_rd_qp *s, struct dw_rd_
         struct dw_rdmap_atomic_req ar;
         struct dw_rdmap_refusal ref;
         uint8_t *host = NULL;
-        int rr = dw_rdmap_atomic_req_accept(qp, pay, plen, &ar, &host, &ref);
-        if (rr == -EACCES) {
-                dw_warn_limited(&dev->log_limit, "RD QP %#x: Atomic on STag %#x TO %#llx: %s",
-                                qp->qpn, ar.remote_stag, (unsigned long long)ar.remote_to, ref.why);
-                dev->ctr.rx_dropped_protection++;
-                qp->ctr.rx_dropped_protection++;
-        }
-        if (rr < 0) {
-                *nak = dw_rdmap_term_to_nak(ref.te);
-                return RV_NAK;
+        if (dw_rdmap_atomic_req_accept(qp, pay, plen, &ar, &host, &ref) < 0) {
+                return rd_refuse(s, p, &ref, nak, "Atomic on STag %#x TO %#llx", ar.remote_stag,
+                                 (unsigned long long)ar.remote_to);
         }
         int idx = rd_irq_alloc(s);
         if (idx < 0)
@@ -612,9 +612,9 @@ static inline enum rd_verdict rd_rx_atomic_req(struct dw_rd_qp *s, struct dw_rd_
 }
 
 /* An RDMA Read Response segment: placed into the Read's sink (or a pull's). */
-static inline enum rd_verdict rd_rx_read_resp(struct dw_rd_qp *s, struct dw_rd_peer *p,
-                                              const struct dw_dgram_hdr *h,
-                                              const struct rd_rx_seg *x, uint8_t *nak)
+static enum rd_verdict rd_rx_read_resp(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                       const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                       uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
         struct dw_device *dev = qp->dev;
@@ -651,9 +651,9 @@ static inline enum rd_verdict rd_rx_read_resp(struct dw_rd_qp *s, struct dw_rd_p
 }
 
 /* An Atomic response: its original value into the WQE's buffer. */
-static inline enum rd_verdict rd_rx_atomic_resp(struct dw_rd_qp *s, struct dw_rd_peer *p,
-                                                const struct dw_dgram_hdr *h,
-                                                const struct rd_rx_seg *x, uint8_t *nak)
+static enum rd_verdict rd_rx_atomic_resp(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                         const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                         uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
         const char *why = NULL;
@@ -676,6 +676,19 @@ static inline enum rd_verdict rd_rx_atomic_resp(struct dw_rd_qp *s, struct dw_rd
         w->flags |= RD_W_LAST;
         return RV_ACCEPT;
 }
+
+/* The handler of each kind of message (rdmap/'s opcode table): RD carries
+ * no Terminate (an error NAK reports an error) and no Immediate Data
+ * message of its own (it rides in the datagram of a message's last
+ * segment), so a datagram that holds one is dropped. */
+typedef enum rd_verdict rd_rx_fn(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                 const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                 uint8_t *nak);
+static rd_rx_fn *const rd_rx_by_kind[DW_RDMAP_RX_NKINDS] = {
+    [DW_RDMAP_RX_SEND] = rd_rx_send,           [DW_RDMAP_RX_WRITE] = rd_rx_write,
+    [DW_RDMAP_RX_READ_REQ] = rd_rx_read_req,   [DW_RDMAP_RX_ATOMIC_REQ] = rd_rx_atomic_req,
+    [DW_RDMAP_RX_READ_RESP] = rd_rx_read_resp, [DW_RDMAP_RX_ATOMIC_RESP] = rd_rx_atomic_resp,
+};
 
 /* One NEW DATA segment: decode and check it, then its opcode's step places it. */
 static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
@@ -719,25 +732,8 @@ static enum rd_verdict rd_rx_segment(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 return RV_DROP;
         }
 
-        switch (x.r.opcode) {
-        case DW_RDMAP_SEND:
-        case DW_RDMAP_SEND_SE:
-        case DW_RDMAP_SEND_INVAL:
-        case DW_RDMAP_SEND_SE_INVAL:
-                return rd_rx_send(s, p, h, &x, nak);
-        case DW_RDMAP_WRITE:
-                return rd_rx_write(s, p, h, &x, nak);
-        case DW_RDMAP_READ_REQ:
-                return rd_rx_read_req(s, p, h, &x, nak);
-        case DW_RDMAP_ATOMIC_REQ:
-                return rd_rx_atomic_req(s, p, h, &x, nak);
-        case DW_RDMAP_READ_RESP:
-                return rd_rx_read_resp(s, p, h, &x, nak);
-        case DW_RDMAP_ATOMIC_RESP:
-                return rd_rx_atomic_resp(s, p, h, &x, nak);
-        default:
-                return RV_DROP;
-        }
+        rd_rx_fn *fn = rd_rx_by_kind[op->rx];
+        return fn ? fn(s, p, h, &x, nak) : RV_DROP;
 }
 
 /* Whether an error NAK can be the peer's answer to one of our datagrams: it

@@ -539,7 +539,6 @@ static inline int rd_build_response(struct dw_rd_peer *p, uint64_t cookie, uint3
 {
         struct dw_rd_qp *s = p->s;
         struct dw_qp *qp = s->qp;
-        struct dw_device *dev = qp->dev;
 
         struct rd_irq *e = &s->irq[ck_slot(cookie)];
         if (e->atomic) {
@@ -560,9 +559,8 @@ static inline int rd_build_response(struct dw_rd_peer *p, uint64_t cookie, uint3
                         uint8_t *host = NULL;
                         /* Checked per segment: the region may have gone since
                          * (rd_read_source_gone). */
-                        if (dw_mr_check_remote(&dev->mrs, e->src_stag, qp->pd, qp->qpn,
-                                               DIWARP_ACCESS_REMOTE_READ, e->src_to + off, o->plen,
-                                               &host) != DW_PROT_OK)
+                        if (dw_rdmap_read_source(qp, e->src_stag, e->src_to + off, o->plen,
+                                                 &host) != DW_PROT_OK)
                                 return -EFAULT;
                         if (o->plen) {
                                 o->pay[0].iov_base = host;

@@ -10,25 +10,28 @@
 
 /* RFC 5040 §4.2's opcodes and RFC 7306's, in wire order. */
 const struct dw_rdmap_op dw_rdmap_ops[DW_RDMAP_NOPS] = {
-    [DW_RDMAP_WRITE] = {DW_RDMAP_DIR_REQUEST, true, DIWARP_ACCESS_REMOTE_WRITE,
-                        DW_PROT_CTX_TAGGED_SINK, T},
-    [DW_RDMAP_READ_REQ] = {DW_RDMAP_DIR_REQUEST, false, DIWARP_ACCESS_REMOTE_READ,
-                           DW_PROT_CTX_READ_SOURCE, U + DW_RDMAP_RREQ_HDR_LEN},
-    [DW_RDMAP_READ_RESP] = {DW_RDMAP_DIR_RESPONSE, true, 0, DW_PROT_CTX_TAGGED_SINK, T},
-    [DW_RDMAP_SEND] = {DW_RDMAP_DIR_REQUEST, true, 0, DW_PROT_CTX_INVALIDATE, U},
-    [DW_RDMAP_SEND_INVAL] = {DW_RDMAP_DIR_REQUEST, true, 0, DW_PROT_CTX_INVALIDATE, U},
-    [DW_RDMAP_SEND_SE] = {DW_RDMAP_DIR_REQUEST, true, 0, DW_PROT_CTX_INVALIDATE, U},
-    [DW_RDMAP_SEND_SE_INVAL] = {DW_RDMAP_DIR_REQUEST, true, 0, DW_PROT_CTX_INVALIDATE, U},
-    [DW_RDMAP_TERMINATE] = {DW_RDMAP_DIR_TERMINATE, false, 0, DW_PROT_CTX_TAGGED_SINK,
-                            U + DW_RDMAP_TERM_CTRL_LEN},
-    [DW_RDMAP_IMM_DATA] = {DW_RDMAP_DIR_REQUEST, false, 0, DW_PROT_CTX_TAGGED_SINK,
-                           U + DW_RDMAP_IMM_HDR_LEN},
-    [DW_RDMAP_IMM_DATA_SE] = {DW_RDMAP_DIR_REQUEST, false, 0, DW_PROT_CTX_TAGGED_SINK,
-                              U + DW_RDMAP_IMM_HDR_LEN},
-    [DW_RDMAP_ATOMIC_REQ] = {DW_RDMAP_DIR_REQUEST, false, DIWARP_ACCESS_REMOTE_ATOMIC,
-                             DW_PROT_CTX_ATOMIC, U + DW_RDMAP_ATOMIC_REQ_HDR_LEN},
-    [DW_RDMAP_ATOMIC_RESP] = {DW_RDMAP_DIR_RESPONSE, false, 0, DW_PROT_CTX_ATOMIC,
-                              U + DW_RDMAP_ATOMIC_RESP_HDR_LEN},
+#define OP(d, pay, acc, cx, len, kind)                                                             \
+        {                                                                                          \
+                .dir = DW_RDMAP_DIR_##d, .payload = pay, .access = acc, .ctx = DW_PROT_CTX_##cx,   \
+                .hdr_len = len, .rx = DW_RDMAP_RX_##kind                                           \
+        }
+    [DW_RDMAP_WRITE] = OP(REQUEST, true, DIWARP_ACCESS_REMOTE_WRITE, TAGGED_SINK, T, WRITE),
+    [DW_RDMAP_READ_REQ] = OP(REQUEST, false, DIWARP_ACCESS_REMOTE_READ, READ_SOURCE,
+                             U + DW_RDMAP_RREQ_HDR_LEN, READ_REQ),
+    [DW_RDMAP_READ_RESP] = OP(RESPONSE, true, 0, TAGGED_SINK, T, READ_RESP),
+    [DW_RDMAP_SEND] = OP(REQUEST, true, 0, INVALIDATE, U, SEND),
+    [DW_RDMAP_SEND_INVAL] = OP(REQUEST, true, 0, INVALIDATE, U, SEND),
+    [DW_RDMAP_SEND_SE] = OP(REQUEST, true, 0, INVALIDATE, U, SEND),
+    [DW_RDMAP_SEND_SE_INVAL] = OP(REQUEST, true, 0, INVALIDATE, U, SEND),
+    [DW_RDMAP_TERMINATE] =
+        OP(TERMINATE, false, 0, TAGGED_SINK, U + DW_RDMAP_TERM_CTRL_LEN, TERMINATE),
+    [DW_RDMAP_IMM_DATA] = OP(REQUEST, false, 0, TAGGED_SINK, U + DW_RDMAP_IMM_HDR_LEN, IMM),
+    [DW_RDMAP_IMM_DATA_SE] = OP(REQUEST, false, 0, TAGGED_SINK, U + DW_RDMAP_IMM_HDR_LEN, IMM),
+    [DW_RDMAP_ATOMIC_REQ] = OP(REQUEST, false, DIWARP_ACCESS_REMOTE_ATOMIC, ATOMIC,
+                               U + DW_RDMAP_ATOMIC_REQ_HDR_LEN, ATOMIC_REQ),
+    [DW_RDMAP_ATOMIC_RESP] =
+        OP(RESPONSE, false, 0, ATOMIC, U + DW_RDMAP_ATOMIC_RESP_HDR_LEN, ATOMIC_RESP),
+#undef OP
 };
 
 #undef T
@@ -245,8 +248,8 @@ int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
 
         if (dw_rdmap_rreq_decode(ext, len, rq, &why) < 0)
                 return malformed(ref, DW_RDMAP_READ_REQ, why);
-        enum dw_prot_status st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_READ, rq->src_stag,
-                                                       rq->src_to, rq->rdma_rd_sz, NULL);
+        enum dw_prot_status st =
+            dw_rdmap_read_source(qp, rq->src_stag, rq->src_to, rq->rdma_rd_sz, NULL);
         return st == DW_PROT_OK ? 0 : dw_rdmap_refuse(ref, st, DW_PROT_CTX_READ_SOURCE);
 }
 
@@ -258,7 +261,6 @@ int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
 
         if (dw_rdmap_atomic_req_decode(ext, len, ar, &why) < 0)
                 return malformed(ref, DW_RDMAP_ATOMIC_REQ, why);
-        enum dw_prot_status st = dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_ATOMIC,
-                                                       ar->remote_stag, ar->remote_to, 8, host);
+        enum dw_prot_status st = dw_rdmap_atomic_target(qp, ar, host);
         return st == DW_PROT_OK ? 0 : dw_rdmap_refuse(ref, st, DW_PROT_CTX_ATOMIC);
 }

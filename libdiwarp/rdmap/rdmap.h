@@ -50,6 +50,21 @@ enum dw_prot_ctx {
         DW_PROT_CTX_INVALIDATE,  /* Send with (SE and) Invalidate: the Invalidate STag */
 };
 
+/* What the responder does with a message: the receive handler each
+ * transport keeps per kind, indexed by the opcode table's rx (RFC 5040
+ * §4.2 groups the four Sends and the two Immediate Data messages). */
+enum dw_rdmap_rx {
+        DW_RDMAP_RX_WRITE,       /* tagged placement at the Data Sink */
+        DW_RDMAP_RX_READ_REQ,    /* a Read Request: queued for the Read Response */
+        DW_RDMAP_RX_READ_RESP,   /* tagged placement into the requester's Read sink */
+        DW_RDMAP_RX_SEND,        /* the Send family: placed into a receive WR */
+        DW_RDMAP_RX_TERMINATE,   /* the peer's Terminate */
+        DW_RDMAP_RX_IMM,         /* Immediate Data (with or without SE) */
+        DW_RDMAP_RX_ATOMIC_REQ,  /* an Atomic Request: queued for its Atomic Response */
+        DW_RDMAP_RX_ATOMIC_RESP, /* an Atomic Response: the original value to its WR */
+        DW_RDMAP_RX_NKINDS,
+};
+
 /* The engine's view of one RDMAP opcode. Its wire layout (T flag, QN, one
  * segment or many, RDMAP header length) is wire/'s dw_rdmap_opinfo;
  * hdr_len is the whole header before the payload that layout gives. */
@@ -59,6 +74,7 @@ struct dw_rdmap_op {
         int access;   /* the responder's remote right it needs (DIWARP_ACCESS_REMOTE_*), or 0 */
         enum dw_prot_ctx ctx; /* how a failed check of that right is reported */
         uint32_t hdr_len;     /* DDP + RDMAP header bytes (Terminate: the minimum) */
+        enum dw_rdmap_rx rx;  /* the responder's handler of it */
 };
 
 #define DW_RDMAP_NOPS 12 /* RFC 5040 §4.2's opcodes and RFC 7306's: 0 to 0xb */
@@ -135,6 +151,28 @@ static inline enum dw_prot_status dw_rdmap_check_remote(struct dw_qp *qp, int ac
         if (host)
                 *host = h;
         return st;
+}
+
+/* The Data Source's check of len bytes at to of a Read's source STag: the
+ * whole source as a Read Request is accepted (dw_rdmap_read_req_accept),
+ * then each Read Response segment again as it is built, since the region
+ * may have been deregistered or invalidated in between. *host (may be
+ * NULL) gets the segment's address. */
+static inline enum dw_prot_status dw_rdmap_read_source(struct dw_qp *qp, uint32_t stag, uint64_t to,
+                                                       uint64_t len, uint8_t **host)
+{
+        return dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_READ, stag, to, len, host);
+}
+
+/* The same for an Atomic Request's target: an aligned 8-byte word with
+ * REMOTE_ATOMIC, checked as the request is accepted
+ * (dw_rdmap_atomic_req_accept) and again by a transport that executes it
+ * later (RC: as it builds the Atomic Response). */
+static inline enum dw_prot_status
+dw_rdmap_atomic_target(struct dw_qp *qp, const struct dw_rdmap_atomic_req *ar, uint8_t **host)
+{
+        return dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_ATOMIC, ar->remote_stag,
+                                     ar->remote_to, 8, host);
 }
 
 /* What the responder's check of a request refused: the protection status

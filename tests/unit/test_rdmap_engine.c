@@ -104,7 +104,71 @@ Test(rdmap_op, consistent_with_wire)
         cr_expect_eq(dw_rdmap_op(DW_RDMAP_SEND_SE_INVAL)->ctx, DW_PROT_CTX_INVALIDATE);
 }
 
+/* Each opcode's receive handler kind: the Sends are one kind, the two
+ * Immediate Data messages one, and the kinds that carry payload are the
+ * opcodes that do (a transport resolves their target as they stream in). */
+Test(rdmap_op, receive_kinds)
+{
+        static const enum dw_rdmap_rx want[DW_RDMAP_NOPS] = {
+            [DW_RDMAP_WRITE] = DW_RDMAP_RX_WRITE,
+            [DW_RDMAP_READ_REQ] = DW_RDMAP_RX_READ_REQ,
+            [DW_RDMAP_READ_RESP] = DW_RDMAP_RX_READ_RESP,
+            [DW_RDMAP_SEND] = DW_RDMAP_RX_SEND,
+            [DW_RDMAP_SEND_INVAL] = DW_RDMAP_RX_SEND,
+            [DW_RDMAP_SEND_SE] = DW_RDMAP_RX_SEND,
+            [DW_RDMAP_SEND_SE_INVAL] = DW_RDMAP_RX_SEND,
+            [DW_RDMAP_TERMINATE] = DW_RDMAP_RX_TERMINATE,
+            [DW_RDMAP_IMM_DATA] = DW_RDMAP_RX_IMM,
+            [DW_RDMAP_IMM_DATA_SE] = DW_RDMAP_RX_IMM,
+            [DW_RDMAP_ATOMIC_REQ] = DW_RDMAP_RX_ATOMIC_REQ,
+            [DW_RDMAP_ATOMIC_RESP] = DW_RDMAP_RX_ATOMIC_RESP,
+        };
+        unsigned seen[DW_RDMAP_RX_NKINDS] = {0};
+        for (unsigned op = 0; op < DW_RDMAP_NOPS; op++) {
+                enum dw_rdmap_rx k = dw_rdmap_op(op)->rx;
+                cr_assert_lt((unsigned)k, DW_RDMAP_RX_NKINDS, "op %u", op);
+                cr_expect_eq(k, want[op], "op %u kind %d", op, k);
+                cr_expect_eq(k == DW_RDMAP_RX_SEND, dw_rdmap_is_send(op), "op %u", op);
+                bool data =
+                    k == DW_RDMAP_RX_WRITE || k == DW_RDMAP_RX_READ_RESP || k == DW_RDMAP_RX_SEND;
+                cr_expect_eq(dw_rdmap_op(op)->payload, data, "op %u", op);
+                seen[k]++;
+        }
+        for (unsigned k = 0; k < DW_RDMAP_RX_NKINDS; k++)
+                cr_expect_gt(seen[k], 0, "kind %u has an opcode", k);
+        cr_expect_null(dw_rdmap_op(DW_RDMAP_NOPS));
+}
+
 /* ---- remote access ----------------------------------------------------- */
+
+/* A Read's source and an atomic target are checked again as their
+ * responses are built: a region deregistered since the request was
+ * accepted refuses the next segment. */
+Test(rdmap_access, response_time_recheck)
+{
+        struct dw_mr *mr = NULL;
+        cr_assert_eq(dw_mr_register(&dev->mrs, &pd_a, buf64, BUFSZ, IOVA, ALL, &mr), 0);
+        uint32_t stag = mr->stag;
+        uint8_t *host = NULL;
+        struct dw_rdmap_atomic_req ar = {.remote_stag = stag, .remote_to = IOVA + 16};
+
+        qp_rights(true, RR | RA);
+        cr_expect_eq(dw_rdmap_read_source(&qp, stag, IOVA + 100, 200, &host), DW_PROT_OK);
+        cr_expect_eq(host, (uint8_t *)buf64 + 100);
+        cr_expect_eq(dw_rdmap_atomic_target(&qp, &ar, &host), DW_PROT_OK);
+        cr_expect_eq(host, (uint8_t *)buf64 + 16);
+        ar.remote_to = IOVA + 12; /* not a naturally aligned word */
+        cr_expect_eq(dw_rdmap_atomic_target(&qp, &ar, &host), DW_PROT_BOUNDS);
+        ar.remote_to = IOVA + 16;
+        cr_expect_eq(dw_rdmap_read_source(&qp, stag, IOVA + BUFSZ - 8, 16, &host), DW_PROT_BOUNDS);
+        qp_rights(true, RW); /* the QP's rights were taken away */
+        cr_expect_eq(dw_rdmap_read_source(&qp, stag, IOVA, 8, &host), DW_PROT_ACCESS);
+        cr_expect_eq(dw_rdmap_atomic_target(&qp, &ar, &host), DW_PROT_ACCESS);
+        qp_rights(true, RR | RA);
+        cr_assert_eq(dw_mr_deregister(&dev->mrs, mr), 0);
+        cr_expect_neq(dw_rdmap_read_source(&qp, stag, IOVA, 8, &host), DW_PROT_OK);
+        cr_expect_neq(dw_rdmap_atomic_target(&qp, &ar, &host), DW_PROT_OK);
+}
 
 Test(rdmap_access, matrix)
 {
