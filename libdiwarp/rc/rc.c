@@ -20,7 +20,6 @@
 #include "rc/mpa_conn.h"
 #include "llp/tcp.h"
 #include "progress/progress.h"
-#include "rd/rd.h"
 #include "rdmap/rdmap.h"
 #include "util/time.h"
 
