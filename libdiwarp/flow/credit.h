@@ -274,6 +274,15 @@ int dw_credit_rx_arrive(struct dw_credit *c, uint32_t peer, uint32_t nslots, uin
  * once, so the sender gets its credits back. -EINVAL bad peer or nslots,
  * -EPROTO the peer had no credit for it (nothing changes). */
 int dw_credit_rx_pass(struct dw_credit *c, uint32_t peer, uint32_t nslots);
+/* A message of nslots from peer placed straight into a receive WR: it
+ * arrives and is consumed at once. Its credits come back in ring order:
+ * at once when the ring holds no older message (the common case, and the
+ * cheap one: no slot is written), else through the ring behind the older
+ * ones (a slot taken and freed: dw_credit_rx_arrive, dw_credit_rx_release),
+ * or passed (dw_credit_rx_pass) when the ring has no room for it. 0,
+ * -EINVAL bad peer or nslots, -EPROTO the peer had no credit for it
+ * (nothing changes). */
+int dw_credit_rx_consumed(struct dw_credit *c, uint32_t peer, uint32_t nslots);
 /* The consumer is done with the message at pos (nslots must be its size).
  * Its slots go back in ring order (decision 3), which may reach thresholds
  * and queue credit messages. -EINVAL pos is not an unreleased message's

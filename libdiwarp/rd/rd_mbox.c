@@ -319,17 +319,10 @@ void rd_mbox_account(struct dw_rd_peer *p, uint32_t len)
         struct rd_mbox *m = p->s->mb;
         if (!m || !p->cr_idx)
                 return;
-        uint32_t n = slots_for(m, len), pos;
         /* A sender without credits for it (it runs without them) is not
-         * counted: nothing was taken, nothing is owed back. One with credits
-         * that finds the ring full (old slots of a restart still in it) is
-         * counted without a slot: it needs none, and its credits come back. */
-        if (dw_credit_rx_arrive(&m->cr, p->cr_idx - 1, n, &pos) == 0) {
-                dw_credit_rx_release(&m->cr, pos, n);
+         * counted: nothing was taken, nothing is owed back. */
+        if (dw_credit_rx_consumed(&m->cr, p->cr_idx - 1, slots_for(m, len)) == 0)
                 m->ctl = true;
-        } else if (dw_credit_rx_pass(&m->cr, p->cr_idx - 1, n) == 0) {
-                m->ctl = true;
-        }
 }
 
 enum rd_verdict rd_mbox_park(struct dw_rd_peer *p, const struct rd_seg *g, const uint8_t *pay)

@@ -521,6 +521,54 @@ Test(credit_static, pass_counts_a_message_the_full_ring_has_no_room_for)
         dw_credit_fini(&rx);
 }
 
+/* A message placed straight into a receive WR: its credits come back at
+ * once when nothing older is in the ring, behind the older messages when
+ * something is, and passed when the ring is full. */
+Test(credit_static, consumed_returns_credits_in_ring_order)
+{
+        struct dw_credit rx;
+        uint32_t a;
+        struct dw_credit_view v;
+
+        init_ok(&rx, DW_CREDIT_STATIC, 2, 10, 1); /* quota 5, threshold 3 */
+        uint32_t head = rx.head;
+        cr_assert_eq(dw_credit_rx_consumed(&rx, 0, 3), 0);
+        cr_assert_eq(rx.head, head, "an empty ring: no slot written");
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.rx_inring, 0);
+        cr_assert_eq(dw_credit_limit(&rx, 0), 8, "3 retrieved: one threshold back");
+        /* An older message of peer 1 is parked: peer 0's next one waits
+         * behind it for its credits. */
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 1, 2, &a), 0);
+        cr_assert_eq(dw_credit_rx_consumed(&rx, 0, 2), 0);
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.rx_inring, 2, "in the ring behind peer 1's message");
+        cr_assert_eq(v.rx_retrieved, 0);
+        cr_assert_eq(dw_credit_rx_release(&rx, a, 2), 0);
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.rx_inring, 0, "retired with the older message");
+        cr_assert_eq(v.rx_retrieved, 2);
+        cr_assert_eq(rx.head, rx.tail);
+        /* No credit for it: refused, nothing changes. */
+        cr_assert_eq(dw_credit_rx_consumed(&rx, 0, 4), -EPROTO, "3 credits left, not 4");
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.rx_retrieved, 2);
+        cr_assert_eq(dw_credit_rx_consumed(&rx, 2, 1), -EINVAL);
+        cr_assert_eq(dw_credit_rx_consumed(&rx, 0, 0), -EINVAL);
+        /* A full ring (a restarted peer's old slots): passed. */
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 1, 3, &a), 0);
+        cr_assert_eq(dw_credit_peer_reset(&rx, 1), 0);
+        uint32_t b;
+        cr_assert_eq(dw_credit_rx_arrive(&rx, 1, 5, &b), 0);
+        cr_assert_eq(dw_credit_rx_consumed(&rx, 0, 3), 0, "2 slots free of 10, passed");
+        cr_assert_eq(dw_credit_view(&rx, 0, &v), 0);
+        cr_assert_eq(v.rx_inring, 0);
+        cr_assert_eq(dw_credit_rx_release(&rx, a, 3), 0);
+        cr_assert_eq(dw_credit_rx_release(&rx, b, 5), 0);
+        cr_assert_eq(rx.head, rx.tail);
+        dw_credit_fini(&rx);
+}
+
 /* The 16-bit credit field of the datagram header: a value widens to the
  * 32-bit limit nearest the newest one known, across the wrap of either, and
  * credits taken for a datagram that never left come back. */
