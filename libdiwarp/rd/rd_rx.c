@@ -1102,8 +1102,7 @@ static inline bool rd_rx_acks(struct dw_qp *qp, struct dw_rd_peer *p, const stru
  * stream's window, then placed (rd_rx_segment) and acknowledged, or
  * refused with the NAK its verdict calls for. */
 static inline void rd_rx_data(struct dw_qp *qp, struct dw_rd_peer *p, const struct dw_dgram_hdr *h,
-                              uint8_t *pkt, const struct dw_dgram_layout *lay, uint64_t now,
-                              uint64_t arrived)
+                              uint8_t *pkt, const struct dw_dgram_layout *lay, uint64_t now)
 {
         struct dw_device *dev = qp->dev;
         struct dw_rd_qp *s = qp->rd;
@@ -1125,7 +1124,7 @@ static inline void rd_rx_data(struct dw_qp *qp, struct dw_rd_peer *p, const stru
                 qp->ctr.rx_packets++;
                 uint32_t adv =
                     dw_rel_rx_data(&p->rel, h->psn, h->flags & DW_DGRAM_F_ACKREQ, now, &v);
-                dw_rel_rx_arrived(&p->rel, h->psn, arrived);
+                dw_rel_rx_arrived(&p->rel, h->psn, now);
                 if (adv)
                         rd_rx_complete(s, p);
                 return;
@@ -1226,7 +1225,7 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
          * completion that ACK brings, so a ping-pong finds it with one poll. */
         bool placed = data && rd_rx_fast(s, p, h, pkt, &lay, now);
         if (placed)
-                dw_rel_rx_arrived(&p->rel, h->psn, arrived);
+                dw_rel_rx_arrived(&p->rel, h->psn, now);
         /* Data that comes faster than answers go back: a window, not a
          * ping-pong; its arrivals are timed by the kernel's stamps. */
         if (data && p->rel.rx_unacked >= 2)
@@ -1234,7 +1233,7 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         if (rd_rx_acks(qp, p, h, from, placed, now, arrived))
                 return;
         if (data && !placed)
-                rd_rx_data(qp, p, h, pkt, &lay, now, arrived);
+                rd_rx_data(qp, p, h, pkt, &lay, now);
 }
 
 /* The datagram peeked at is not for direct placement: read it alone (a

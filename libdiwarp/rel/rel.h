@@ -327,7 +327,8 @@ static inline bool dw_rel_rx_next(struct dw_rel_peer *r, bool ack_req, uint64_t 
         return true;
 }
 /* A NEW DATA packet psn, accepted (dw_rel_rx_data / dw_rel_rx_next), arrived
- * at `at` (ns; the kernel's receive time when known, else when it was read):
+ * (read by the receiving thread) at `at` (ns; not the kernel's receive
+ * time: the wait in the socket is backlog the sender must see, not a hold):
  * the highest PSN's is kept for the ACK delay. dw_rel_rx_highest: the
  * highest PSN received. */
 uint32_t dw_rel_rx_highest(const struct dw_rel_peer *r);
