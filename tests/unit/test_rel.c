@@ -934,7 +934,8 @@ Test(rel, cc_sample_goes_by_arrival_and_ack_delay)
         cr_assert_eq(cc.rtt, 500 * US);
 }
 
-/* The receiver reports how long the newest packet it acknowledges waited,
+/* The receiver reports how long it held the ACK of the newest packet it
+ * acknowledges since it read it (rd/ gives dw_rel_rx_arrived its read clock),
  * only for that packet and only when it is worth a version-2 header. */
 Test(rel, ack_delay_names_the_newest_packet)
 {
