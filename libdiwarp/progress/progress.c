@@ -622,6 +622,7 @@ static int dw_progress_epoll(struct dw_progress *p, struct epoll_event *evs, int
 #define DW_PARK_MIN_NS 100000L
 #define DW_PARK_MAX_NS 1000000L
 #define DW_PARK_SLACK  4ul
+#define DW_RUN_LOOKS   2u
 
 /* EEVDF (Linux >= 6.12) lets a task with a shorter slice preempt the running
  * one when it wakes. The thread runs in short bursts; with the default slice
@@ -1233,6 +1234,9 @@ struct dw_progress_turns {
         uint64_t seen;        /* app_reads at the last look */
         uint64_t seen_drives; /* drives at the last look */
         bool parked, yielded;
+        /* Running: sleeps left that end within a park interval, to see
+         * whether the application polls (dw_turns_watch_app). */
+        unsigned looks;
         long park_ns;
         struct dw_app_watch watch;
         unsigned calm; /* shared: windows in a row the poller did not wait */
@@ -1345,6 +1349,7 @@ static bool dw_turns_parked(struct dw_progress_turns *t)
         uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
         if (c - t->seen < DW_PARK_READS) {
                 t->parked = false; /* it stopped: back to the data fds */
+                t->looks = DW_RUN_LOOKS;
         } else if (dw_app_keeps_waiting(p, &t->watch)) {
                 t->parked = false;
                 dw_turns_take_over(t);
@@ -1382,6 +1387,8 @@ static int dw_turns_sleep(struct dw_progress_turns *t, bool *shared, bool *drive
         *shared = atomic_load_explicit(&p->shared, memory_order_relaxed);
         if (*shared && (timeout < 0 || timeout > (int64_t)DW_WAIT_WINDOW_NS))
                 timeout = DW_WAIT_WINDOW_NS;
+        else if (t->looks && (timeout < 0 || timeout > DW_PARK_MAX_NS))
+                timeout = DW_PARK_MAX_NS;
         *driven = atomic_load(&p->driver) != 0;
         if (!*driven)
                 atomic_store_explicit(&p->thread_sleep_until,
@@ -1412,6 +1419,16 @@ static bool dw_turns_watch_app(struct dw_progress_turns *t, bool shared, int n)
         uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
         bool polled = c - t->seen >= DW_PARK_READS;
 
+        /* A thread asleep in epoll_wait wakes only for data still unread
+         * when it gets a core: an application that polls on another core
+         * may read everything first, and the thread would never see that
+         * it polls. So after data, and after it unparked, its next sleeps
+         * are looks; DW_RUN_LOOKS of them that find the application idle
+         * end them. */
+        if (n > 0)
+                t->looks = DW_RUN_LOOKS;
+        else if (!polled && t->looks)
+                t->looks--;
         if (shared) {
                 /* Back to the application once it polls with a core of its
                  * own, window after window. */
@@ -1484,6 +1501,7 @@ static void *dw_progress_thread(void *arg)
             .seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed),
             .seen_drives = atomic_load(&p->drives),
             .park_ns = DW_PARK_MIN_NS,
+            .looks = DW_RUN_LOOKS,
         };
 
         dw_progress_short_slice();
