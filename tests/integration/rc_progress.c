@@ -13,7 +13,11 @@
  *                        for Sends that come HELLO_GAP_MS apart until its
  *                        thread parked and looked at it twice
  *                        (progress_park_wakes), HELLO_PHASE_MS at most;
- *                        that thread must notice within PARKED_NOTICE_MS
+ *                        a thread that runs wakes only for data the
+ *                        target has not read first, so after STILL_HELLOS
+ *                        hellos without a look the target pauses for a
+ *                        hello (see hello_pause); that thread must notice
+ *                        within PARKED_NOTICE_MS
  *                        that the target stopped polling. On a busy host
  *                        the device may turn shared instead (the thread
  *                        takes all progress over, progress_takeovers):
@@ -50,6 +54,9 @@
 #define HELLOS         16
 #define HELLO_GAP_MS   3
 #define HELLO_PHASE_MS 5000
+/* hellos in a row without a look of a parked thread before the target
+ * pauses (a parked thread looks every 5 ms at most: 3 hellos) */
+#define STILL_HELLOS 5
 /* ... and everything must be done this soon after it began to compute */
 #define PARKED_NOTICE_MS 250
 
@@ -160,7 +167,22 @@ struct report {
         uint64_t t_placed;   /* Write data seen complete in memory (0: not during compute) */
         uint64_t park_wakes; /* the target's parked thread's looks before the compute */
         uint64_t takeovers;  /* ... and the times its device turned shared */
+        uint64_t hellos;     /* hellos the target received */
+        uint64_t pauses;     /* ... and the pauses it made for the thread */
 };
+
+/* The thread parks when it wakes (for data, or for a look: progress/
+ * README.md, "The running thread's looks") and sees that the target polled
+ * since. Should its looks all find the target idle (a busy host took the
+ * target's core for their 2 ms), it sleeps until data wakes it, and a
+ * target busy-polling on the other core may read every hello first. Once
+ * the target stops polling for two hello gaps, the next hello is the
+ * thread's, and the target polled before it: it parks. */
+static void hello_pause(void)
+{
+        struct timespec ts = {0, 2 * HELLO_GAP_MS * 1000000L};
+        nanosleep(&ts, NULL);
+}
 
 static void post_hello_recv(struct side *s, int i)
 {
@@ -191,19 +213,30 @@ static int target(int rfd, int wfd, bool thread, bool parked)
          * ahead of the Write in the stream's order). */
         uint64_t phase_end = now_us() + HELLO_PHASE_MS * 1000ull;
         struct diwarp_counters ctr;
-        for (int i = 0;; i++) {
+        uint64_t hellos = 0, pauses = 0, looks = 0;
+        for (int still = 0;; hellos++) {
                 wait_wc(&s, now_us() + 20000000, "hello receive");
-                post_hello_recv(&s, i);
+                post_hello_recv(&s, (int)hellos);
                 CHECK(diwarp_device_counters(s.dev, &ctr));
                 if (!parked || ctr.progress_park_wakes >= 2 || ctr.progress_takeovers ||
                     now_us() > phase_end)
                         break;
+                if (ctr.progress_park_wakes != looks) {
+                        looks = ctr.progress_park_wakes;
+                        still = 0;
+                } else if (++still >= STILL_HELLOS) {
+                        still = 0;
+                        pauses++;
+                        hello_pause();
+                }
         }
         memset(s.buf + MIB, 0, MIB);
 
         struct report rep = {.t_start = now_us(),
                              .park_wakes = ctr.progress_park_wakes,
-                             .takeovers = ctr.progress_takeovers};
+                             .takeovers = ctr.progress_takeovers,
+                             .hellos = hellos + 1,
+                             .pauses = pauses};
         xwrite(wfd, &rep.t_start, sizeof(rep.t_start));
         /* Compute: no diwarp call. Only looks at its own memory. */
         uint64_t end = rep.t_start + COMPUTE_MS * 1000ull;
@@ -318,13 +351,15 @@ static int initiator(int rfd, int wfd, const char *mode, bool parked, pid_t chil
         printf("%s: target computes [0, %lld] ms; posted at %lld ms; Write completed %lld ms, "
                "placed %lld ms (-1: not during the compute); Read completed %lld ms; before, "
                "the target's parked thread looked %llu times and its device turned shared "
-               "%llu times\n",
+               "%llu times (%llu hellos, %llu pauses)\n",
                mode, REL(rep.t_end), REL(t_post), REL(t_done[2]), REL(rep.t_placed), REL(t_done[3]),
-               (unsigned long long)rep.park_wakes, (unsigned long long)rep.takeovers);
+               (unsigned long long)rep.park_wakes, (unsigned long long)rep.takeovers,
+               (unsigned long long)rep.hellos, (unsigned long long)rep.pauses);
         if (parked && rep.park_wakes < 2 && !rep.takeovers)
                 die("the target's progress thread neither parked (looked at the application "
-                    "twice) nor took over while the target busy-polled for %d ms",
-                    HELLO_PHASE_MS);
+                    "twice) nor took over while the target busy-polled for %d ms (%llu hellos, "
+                    "%llu pauses for the thread)",
+                    HELLO_PHASE_MS, (unsigned long long)rep.hellos, (unsigned long long)rep.pauses);
         if (parked && rep.park_wakes < 2)
                 printf("%s: busy host: the device turned shared before the thread parked; "
                        "the shared path served the compute\n",
