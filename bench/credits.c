@@ -18,8 +18,10 @@
  * The parent prints one line:
  *   RESULT eps=P procs=K msgs=M size=B rq=R active=A dests=D ms=T rate=MSG_PER_S
  *          rnr=.. retx=.. parked=.. credit_msgs=.. credit_stalls=.. probes=..
- *          tx_packets=.. rx_dropped=..
- * the counters summed over every device.
+ *          tx_packets=.. rx_dropped=.. dups=.. rtos=.. loss_cuts=..
+ * the counters summed over every device (dups: datagrams the receivers
+ * already held, so every resend they count was needless; rtos and
+ * loss_cuts: congestion-window collapses and loss cuts).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -398,17 +400,21 @@ int main(int argc, char **argv)
                 t.credit_probes += sh->ctr[p].credit_probes;
                 t.tx_packets += sh->ctr[p].tx_packets;
                 t.rx_dropped_no_recv += sh->ctr[p].rx_dropped_no_recv;
+                t.rx_dropped_duplicate += sh->ctr[p].rx_dropped_duplicate;
+                t.cc_rto += sh->ctr[p].cc_rto;
+                t.cc_decrease_loss += sh->ctr[p].cc_decrease_loss;
         }
         double ms = (double)(end - sh->start_ns) / 1e6;
         uint64_t total = (uint64_t)o.active * o.dests * o.msgs;
         printf("RESULT eps=%u procs=%u msgs=%u size=%u rq=%u active=%u dests=%u ms=%.2f rate=%.0f "
                "rnr=%llu retx=%llu parked=%llu credit_msgs=%llu credit_stalls=%llu probes=%llu "
-               "tx_packets=%llu rx_dropped=%llu\n",
+               "tx_packets=%llu rx_dropped=%llu dups=%llu rtos=%llu loss_cuts=%llu\n",
                o.eps, o.procs, o.msgs, o.size, o.rq, o.active, o.dests, ms,
                (double)total / (ms / 1e3), (unsigned long long)t.rnr_naks,
                (unsigned long long)t.retransmits, (unsigned long long)t.mbox_parked,
                (unsigned long long)t.credit_msgs, (unsigned long long)t.credit_stalls,
                (unsigned long long)t.credit_probes, (unsigned long long)t.tx_packets,
-               (unsigned long long)t.rx_dropped_no_recv);
+               (unsigned long long)t.rx_dropped_no_recv, (unsigned long long)t.rx_dropped_duplicate,
+               (unsigned long long)t.cc_rto, (unsigned long long)t.cc_decrease_loss);
         return 0;
 }
