@@ -348,8 +348,7 @@ rd_refuse(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw_rdmap_refusa
         if (ref->st != DW_PROT_OK) {
                 qp->dev->ctr.rx_dropped_protection++;
                 qp->ctr.rx_dropped_protection++;
-                if (dw_log_enabled(DW_LOG_WARN) &&
-                    dw_log_limit_pass(&qp->dev->log_limit, DW_LOG_WARN, dw_now_ns())) {
+                if (dw_warn_limit_pass(&qp->dev->log_limit)) {
                         char what[96], pb[64];
                         va_list ap;
                         va_start(ap, fmt);

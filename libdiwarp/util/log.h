@@ -76,11 +76,18 @@ struct dw_log_limit {
  * (at level). */
 bool dw_log_limit_pass(struct dw_log_limit *l, int level, uint64_t now_ns);
 
+/* Whether a warning through this limiter goes out now: the level is on and
+ * the limiter lets it through. A caller that builds its line in pieces
+ * formats them only when this said yes. */
+static inline bool dw_warn_limit_pass(struct dw_log_limit *l)
+{
+        return dw_log_enabled(DW_LOG_WARN) && dw_log_limit_pass(l, DW_LOG_WARN, dw_now_ns());
+}
+
 /* dw_warn through a limiter; nothing is formatted for a line held back. */
 #define dw_warn_limited(limit, ...)                                                                \
         do {                                                                                       \
-                if (dw_log_enabled(DW_LOG_WARN) &&                                                 \
-                    dw_log_limit_pass((limit), DW_LOG_WARN, dw_now_ns()))                          \
+                if (dw_warn_limit_pass(limit))                                                     \
                         dw_log(DW_LOG_WARN, __VA_ARGS__);                                          \
         } while (0)
 
