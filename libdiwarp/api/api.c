@@ -267,10 +267,49 @@ int diwarp_cq_poll(struct diwarp_cq *cq, int n, struct diwarp_wc *wc)
         return BE()->cq_poll(cq, n, wc);
 }
 
+/* Whether a thread that arms a CQ asks for the short time slice
+ * (DIWARP_WAITER_SLICE, read once: 1 by default, 0 leaves the thread's
+ * scheduling alone). */
+static bool dw_waiter_slice_wanted(void)
+{
+        static int wanted = -1; /* -1: not read yet */
+        int w = __atomic_load_n(&wanted, __ATOMIC_RELAXED);
+        if (w < 0) {
+                const char *v = getenv("DIWARP_WAITER_SLICE");
+                w = 1;
+                if (v && !strcmp(v, "0"))
+                        w = 0;
+                else if (v && strcmp(v, "1"))
+                        dw_warn("DIWARP_WAITER_SLICE=%s: expected 0 or 1; using 1", v);
+                __atomic_store_n(&wanted, w, __ATOMIC_RELAXED);
+        }
+        return w;
+}
+
+/* A thread that arms a CQ is about to sleep on its completion channel, and
+ * its wake-up is the second of two: the progress thread (or the daemon) is
+ * woken by the data and then wakes it. A kernel wakes a socket's reader
+ * directly, and the woken reader preempts a busy core at once; our second
+ * wake-up waited for a CPU hog's time slice (event-driven ping-pongs beside
+ * a `yes` per core: 3-4 times a blocking TCP ping-pong). So the thread asks
+ * once for the short time slice, as the progress thread does
+ * (diwarpdv_short_time_slice; docs/PERFORMANCE.md, "Event-driven programs
+ * on a busy host"). */
+static void dw_waiter_slice(void)
+{
+        static __thread bool asked;
+        if (asked)
+                return;
+        asked = true;
+        if (dw_waiter_slice_wanted())
+                diwarpdv_short_time_slice();
+}
+
 int diwarp_cq_req_notify(struct diwarp_cq *cq, bool solicited_only)
 {
         if (!cq)
                 return -EINVAL;
+        dw_waiter_slice();
         return BE()->cq_req_notify(cq, solicited_only);
 }
 

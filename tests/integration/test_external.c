@@ -3,7 +3,8 @@
  * state checks, and a UD Send between two devices that only
  * diwarpdv_external_run drives (no progress thread exists, and no call here
  * but diwarpdv_external_run makes progress before the completion is
- * polled). Criterion runs each test in a process of its own. */
+ * polled); and the time slice a thread that arms a CQ asks for.
+ * Criterion runs each test in a process of its own. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -12,7 +13,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <diwarp/diwarp.h>
 #include <diwarp/diwarpdv.h>
@@ -190,4 +193,71 @@ Test(external, short_time_slice)
         struct sched_param sp = {0};
         cr_assert_eq(sched_setscheduler(0, SCHED_BATCH, &sp), 0);
         cr_assert_eq(diwarpdv_short_time_slice(), -EOPNOTSUPP);
+}
+
+/* The calling thread's scheduling attributes (sched_getattr(2)). */
+struct thread_sched {
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+};
+
+/* The time slice the calling thread asked for (ns; 0: none reported). */
+static uint64_t thread_slice(void)
+{
+        struct thread_sched a;
+        memset(&a, 0, sizeof(a));
+        cr_assert_eq(syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0), 0);
+        return a.runtime;
+}
+
+/* False when this kernel keeps no slice for a SCHED_OTHER thread. */
+static bool set_thread_slice(uint64_t ns)
+{
+        struct thread_sched a;
+        memset(&a, 0, sizeof(a));
+        cr_assert_eq(syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0), 0);
+        a.size = sizeof(a);
+        a.flags = 0;
+        a.runtime = ns;
+        return syscall(SYS_sched_setattr, 0, &a, 0) == 0 && thread_slice() == ns;
+}
+
+/* What a thread does before it sleeps on its completion channel. */
+static void arm_a_cq(void)
+{
+        struct diwarp_device *dev;
+        struct diwarp_comp_channel *ch;
+        struct diwarp_cq *cq;
+        cr_assert_eq(diwarp_device_open(NULL, &dev), 0);
+        cr_assert_eq(diwarp_comp_channel_create(dev, &ch), 0);
+        cr_assert_eq(diwarp_cq_create(dev, 8, NULL, ch, &cq), 0);
+        cr_assert_eq(diwarp_cq_req_notify(cq, false), 0);
+        cr_assert_eq(diwarp_cq_destroy(cq), 0);
+        cr_assert_eq(diwarp_comp_channel_destroy(ch), 0);
+        cr_assert_eq(diwarp_device_close(dev), 0);
+}
+
+/* A thread that arms a CQ asks for the short time slice, so that its
+ * wake-up from the channel preempts a busy core (libdiwarp/api/README.md). */
+Test(external, arm_asks_short_slice)
+{
+        if (!set_thread_slice(3000000))
+                cr_skip_test("this kernel keeps no time slice for a SCHED_OTHER thread");
+        arm_a_cq();
+        cr_assert_eq(thread_slice(), 100000, "the arming thread's slice is %llu ns",
+                     (unsigned long long)thread_slice());
+}
+
+/* DIWARP_WAITER_SLICE=0: the application's threads are left alone. */
+Test(external, arm_slice_left_alone)
+{
+        setenv("DIWARP_WAITER_SLICE", "0", 1);
+        if (!set_thread_slice(3000000))
+                cr_skip_test("this kernel keeps no time slice for a SCHED_OTHER thread");
+        arm_a_cq();
+        cr_assert_eq(thread_slice(), 3000000, "the arming thread's slice is %llu ns",
+                     (unsigned long long)thread_slice());
 }
