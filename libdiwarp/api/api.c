@@ -286,15 +286,14 @@ static bool dw_waiter_slice_wanted(void)
         return w;
 }
 
-/* A thread that arms a CQ is about to sleep on its completion channel, and
- * its wake-up is the second of two: the progress thread (or the daemon) is
- * woken by the data and then wakes it. A kernel wakes a socket's reader
- * directly, and the woken reader preempts a busy core at once; our second
- * wake-up waited for a CPU hog's time slice (event-driven ping-pongs beside
- * a `yes` per core: 3-4 times a blocking TCP ping-pong). So the thread asks
- * once for the short time slice, as the progress thread does
- * (diwarpdv_short_time_slice; docs/PERFORMANCE.md, "Event-driven programs
- * on a busy host"). */
+/* A thread that arms a CQ is about to sleep on its completion channel.
+ * Beside CPU hogs its wake-up (by the kernel, for the data it sleeps on in
+ * ibv_get_cq_event; by the progress thread, when it polls the channel fd
+ * itself) waited for a hog's time slice, where a blocking socket reader's
+ * did not: event-driven ping-pongs took 3-4 times a blocking TCP
+ * ping-pong. So the thread asks once for the short time slice, as the
+ * progress thread does (diwarpdv_short_time_slice; docs/PERFORMANCE.md,
+ * "Event-driven programs on a busy host"). */
 static void dw_waiter_slice(void)
 {
         static __thread bool asked;
