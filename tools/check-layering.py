@@ -13,7 +13,9 @@ ways a folder can reach another one:
             dw.h's own as qp/'s (the header is qp/'s);
   calls     every global symbol a folder's objects use and another folder's
             objects define (nm on the objects of each folder's library,
-            BUILD_DIR/libdiwarp/libdiwarp-FOLDER.a.p).
+            BUILD_DIR/libdiwarp/libdiwarp-FOLDER.a.p); where the README
+            narrows an arrow to named calls ("`rd/` only through
+            `dw_rd_rc_attach`"), any other symbol of that folder is an error.
 
 The daemon (daemon/) and the verbs provider (verbs-provider/) are programs
 on the engine: they may include the public headers (include/diwarp/) only.
@@ -35,7 +37,7 @@ import sys
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from layering import ROOT_HEADER, ROOT_OWNER, exceptions as read_exceptions, folders as \
-    engine_folders, readme_allows  # noqa: E402
+    engine_folders, readme_allows, readme_narrow  # noqa: E402
 
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -75,8 +77,8 @@ def include_arrows(src, lib, folders):
 
 
 def call_arrows(objdirs):
-    """{(from, to): "symbol"} for symbols a folder's objects take from another's
-    (objdirs: folder -> the directory of its library's objects)."""
+    """{(from, to): [symbols]} for symbols a folder's objects take from another's
+    (objdirs: folder -> the directory of its library's objects), sorted."""
     nm = shutil.which("gcc-nm") or shutil.which("nm")
     defined, used = {}, {}
     objs = sorted((f, o) for f, d in objdirs.items() for o in os.listdir(d) if o.endswith(".o"))
@@ -97,7 +99,7 @@ def call_arrows(objdirs):
         for s in sorted(syms):
             to = defined.get(s)
             if to and to != f:
-                arrows.setdefault((f, to), s)
+                arrows.setdefault((f, to), []).append(s)
     return arrows
 
 
@@ -125,8 +127,14 @@ def main():
     errors += exc_errors
     exceptions = {arrow: False for arrow in listed}
 
+    calls = call_arrows(objdirs)
+    for (f, to), only in sorted(readme_narrow(lib, folders).items()):
+        beyond = [s for s in calls.get((f, to), []) if s not in only]
+        if beyond:
+            errors.append(f"{f}/ -> {to}/ (calls: {', '.join(beyond)}): libdiwarp/{f}/README.md "
+                          f"allows only {', '.join(sorted(only))}")
     for kind, arrows in (("includes", include_arrows(src, lib, folders)),
-                         ("calls", call_arrows(objdirs))):
+                         ("calls", {a: syms[0] for a, syms in calls.items()})):
         for (f, to), where in sorted(arrows.items()):
             if f not in OUTER and (f not in allowed or to in allowed[f]):
                 continue

@@ -11,6 +11,8 @@ on one line that starts with "May call:" (backticked names: `qp/`,
 folder of the engine). The line ends at its paragraph, or earlier where it
 goes on to say what the folder may not use or who calls it ("Never ...",
 "Nothing ...", "Called by: ..."): the names there are not allowed.
+An allowed folder followed by "only through" and backticked function names
+("`rd/` only through `dw_rd_rc_attach`") narrows the arrow to those calls.
 tools/layering-exceptions.txt lists the arrows the tree still has against
 those lines ("FROM -> TO  why").
 """
@@ -53,6 +55,23 @@ def readme_allows(lib, names):
     if ROOT_OWNER in allowed:
         allowed[ROOT_OWNER].add(ROOT_HEADER)  # the core header is qp/'s own (device, QP)
     return allowed, missing
+
+
+NARROW = re.compile(r"`(\w+)/[^`]*`\s+only through\s+((?:`\w+`(?:\s*,\s*|\s+and\s+)?)+)")
+
+
+def readme_narrow(lib, names):
+    """{(folder, to): the only symbols of to it may call} for the arrows a
+    README narrows to named calls ("`rd/` only through `dw_rd_rc_attach`"
+    on its "May call:" line)."""
+    narrow = {}
+    for f in names:
+        path = os.path.join(lib, f, "README.md")
+        text = open(path).read() if os.path.exists(path) else ""
+        m = re.search(r"^(?:- )?May call:?(.*?)(?:\n\s*\n|\n- |\Z)", text, re.M | re.S)
+        for n in NARROW.finditer(m.group(1) if m else ""):
+            narrow[(f, n.group(1))] = set(re.findall(r"`(\w+)`", n.group(2)))
+    return narrow
 
 
 def exceptions(path):

@@ -17,7 +17,6 @@
 #include "dw.h"
 #include "llp/tcp.h"
 #include "rc/rc.h"
-#include "rd/rd.h"
 #include "util/keyhash.h"
 #include "util/time.h"
 
@@ -594,15 +593,6 @@ static bool rc_on_rd(const struct dw_device *dev)
         return dev->cfg.rc_transport == DW_RC_RD;
 }
 
-/* A fresh first PSN per connection (IB's CM picks one at random too), so a
- * stale segment of an earlier connection of the same QP pair is not taken
- * for new data, and unpredictable (the device's keyed hash of the QPN and
- * the clock, RFC 6528), so a stranger cannot aim datagrams at the stream. */
-static uint32_t rdcm_psn(struct dw_qp *qp)
-{
-        return dw_rd_first_psn(qp->dev, qp->qpn, 0, 0, 0) & 0xffffff;
-}
-
 /* The flags byte of the block (byte 8): DIWARP_AUTH. */
 #define RDCM_F_AUTH      0x01 /* connection key (DIWARP_AUTH=connection or file:PATH) */
 #define RDCM_F_AUTH_FILE 0x02 /* ... with the file key mixed in (file:PATH) */
@@ -639,11 +629,19 @@ static void rdcm_encode(uint8_t *buf, const struct rdcm_blk *b)
         dw_put_be64(buf + 12, b->token);
 }
 
-/* Our block for qp: a fresh first PSN and token. 0 or -EIO. */
+/* Our block for qp: a fresh first PSN and token, both from getrandom.
+ * The PSN is fresh per connection (IB's CM picks one at random too) and
+ * unpredictable, so a stranger cannot aim datagrams at the stream's window;
+ * a stale segment of an earlier connection of the same QP pair is dropped
+ * anyway, for it carries that connection's token. 0 or -EIO. */
 static int rdcm_ours(struct dw_qp *qp, struct rdcm_blk *b)
 {
+        uint32_t psn;
+        int r = dw_random(&psn, sizeof(psn));
+        if (r < 0)
+                return r;
         b->qpn = qp->qpn;
-        b->psn = rdcm_psn(qp);
+        b->psn = psn & 0xffffff;
         b->flags = rdcm_flags(qp->dev);
         return dw_random64(&b->token);
 }
@@ -1202,7 +1200,8 @@ static void unclaim_qp(struct dw_qp *qp)
 }
 
 /* RC over RD: binds the QP to the peer's QPN (INIT -> RTR with the peer's
- * address, QPN, first PSN and our IRD). The responder does it before it
+ * address, QPN, first PSN and our IRD, and from there on the connection's
+ * tokens and, with DIWARP_AUTH, its key). The responder does it before it
  * sends the Reply, as IB's passive side reaches RTR before its REP: the
  * initiator may send the moment the Reply arrives, and a datagram finds no
  * stream to wait in. Device lock held. */
@@ -1210,30 +1209,25 @@ static int rd_to_rtr(struct dw_qp *qp, const struct sockaddr_in *addr, const str
                      const struct rdcm_blk *peer, uint16_t ird)
 {
         struct dw_device *dev = qp->dev;
-
-        /* From here every datagram of the connection carries the peer's
-         * token, and ours must carry our own; with DIWARP_AUTH each is
-         * sealed with the connection's key. Set before RTR: the stream RTR
-         * creates sizes its segments for the trailer. */
         uint8_t key[DW_SEAL_CONN_KEY_LEN];
         const char *why = NULL;
         int r = 0;
         if (dev->cfg.auth_conn)
                 r = dw_seal_conn_key(ours->token, peer->token, dev->cfg.auth_key,
                                      dev->cfg.auth_key_len, key, &why);
-        if (r == 0)
-                r = dw_rd_qp_conn_token(qp, ours->token, peer->token,
-                                        dev->cfg.auth_conn ? key : NULL);
-        explicit_bzero(key, sizeof(key));
         if (r < 0) {
                 dw_warn("RC QP %#x over RD: DIWARP_AUTH: %s", qp->qpn, why ? why : strerror(-r));
                 return r;
         }
-        struct dw_rc_rd_bind b = {.peer_qpn = peer->qpn, .peer_psn = peer->psn, .ird = ird};
+        struct dw_rc_rd_bind b = {.peer_qpn = peer->qpn,
+                                  .peer_psn = peer->psn,
+                                  .ird = ird,
+                                  .rx_token = ours->token,
+                                  .tx_token = peer->token,
+                                  .conn_key = dev->cfg.auth_conn ? key : NULL};
         r = dw_rc_handover(qp, &(struct dw_rc_stream){.fd = -1, .peer = addr, .rd = &b},
                            DW_RC_SETUP_RD_BIND);
-        if (r < 0)
-                dw_rd_qp_conn_token(qp, 0, 0, NULL);
+        explicit_bzero(key, sizeof(key));
         return r;
 }
 

@@ -20,6 +20,7 @@
 #include "rc/mpa_conn.h"
 #include "llp/tcp.h"
 #include "progress/progress.h"
+#include "rd/rd.h"
 #include "rdmap/rdmap.h"
 #include "util/time.h"
 
@@ -650,8 +651,9 @@ fail:
 /* RC over RD (DW_RC_SETUP_RD_BIND, DW_RC_SETUP_RD): the QP goes through the
  * state machine as the native CM agreed, as handover_native moves a QP
  * with a stream; its datagrams go over rd/, and the CM stream stays
- * cm.c's. The connection token is cm.c's too (set before RTR: the stream
- * RTR creates sizes its segments for the trailer). */
+ * cm.c's. The bind gives rd/ the connection's tokens and key first, in
+ * rc/'s one call into rd/ (dw_rd_rc_attach): before RTR, for the stream
+ * RTR creates sizes its segments for the trailer. */
 static int handover_rd(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_setup how)
 {
         struct diwarp_qp_attr a;
@@ -669,9 +671,15 @@ static int handover_rd(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_r
                 a.max_dest_rd_atomic =
                     (uint8_t)(s->rd->ird > DW_RC_MAX_RD ? DW_RC_MAX_RD : s->rd->ird);
                 a.qp_state = DIWARP_QPS_RTR;
-                return dw_qp_modify_internal(qp, &a,
-                                             DIWARP_QP_STATE | DIWARP_QP_AV | DIWARP_QP_DEST_QPN |
-                                                 DIWARP_QP_RQ_PSN | DIWARP_QP_MAX_DEST_RD_ATOMIC);
+                int r = dw_rd_rc_attach(qp, s->rd->rx_token, s->rd->tx_token, s->rd->conn_key);
+                if (r == 0)
+                        r = dw_qp_modify_internal(qp, &a,
+                                                  DIWARP_QP_STATE | DIWARP_QP_AV |
+                                                      DIWARP_QP_DEST_QPN | DIWARP_QP_RQ_PSN |
+                                                      DIWARP_QP_MAX_DEST_RD_ATOMIC);
+                if (r < 0)
+                        dw_rd_rc_attach(qp, 0, 0, NULL);
+                return r;
         }
         a.qp_state = DIWARP_QPS_RTS;
         a.sq_psn = s->rd->sq_psn;

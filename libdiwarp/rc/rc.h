@@ -218,6 +218,12 @@ struct dw_rc_rd_bind {
         uint32_t sq_psn;   /* ours */
         uint16_t ird;      /* requests we accept at once */
         uint16_t ord;      /* Reads/Atomics we issue at once (negotiated) */
+        /* DW_RC_SETUP_RD_BIND: the token every datagram of the connection
+         * carries to us (rx) and to the peer (tx), both from the MPA
+         * exchange, and the connection's key (DW_SEAL_CONN_KEY_LEN bytes,
+         * DIWARP_AUTH) or NULL; handed to rd/ (dw_rd_rc_attach). */
+        uint64_t rx_token, tx_token;
+        const uint8_t *conn_key;
 };
 
 /* A stream cm.c set up: the finished MPA exchange on fd, with peer. Over RD

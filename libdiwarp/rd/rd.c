@@ -448,19 +448,6 @@ static int rd_stream_secret(struct dw_device *dev, uint32_t qpn, uint32_t ip, ui
         return 0;
 }
 
-uint32_t dw_rd_first_psn(struct dw_device *dev, uint32_t qpn, uint32_t peer_ip, uint16_t peer_port,
-                         uint32_t peer_qpn)
-{
-        uint32_t v[2] = {0, 0};
-        if (!rdd(dev) || rd_stream_secret(dev, qpn, peer_ip, peer_port, peer_qpn, v) < 0) {
-                /* Not reached with an RD-served QP (its device has the key);
-                 * the clock still makes a fresh value. */
-                uint64_t k = dw_now_ns() * 0x9e3779b97f4a7c15ull;
-                return (uint32_t)(k >> 32);
-        }
-        return v[0];
-}
-
 void rd_peer_rx_start(struct dw_rd_peer *p, const struct dw_dgram_hdr *h)
 {
         dw_rel_rx_start(&p->rel, h->start_psn);
@@ -1100,7 +1087,7 @@ static void rd_conn_key_drop(struct dw_rd_qp *s)
         s->qp->dev->conn_keys--;
 }
 
-int dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx, const uint8_t *key)
+int dw_rd_rc_attach(struct dw_qp *qp, uint64_t rx, uint64_t tx, const uint8_t *key)
 {
         struct dw_rd_qp *s = qp->rd;
         rd_conn_key_drop(s);

@@ -50,21 +50,17 @@ uint32_t dw_rd_seg_payload(uint32_t udp_mtu);
  * PSNs in flight also borrows a send-window ring of DW_REL_DEF_WINDOW × 16
  * bytes from a per-device cache. For reports and tests. */
 size_t dw_rd_peer_bytes(void);
-/* A first PSN for a stream of QP qpn (RD-served) to peer_qpn at
- * peer_ip:peer_port (network order; 0 when not known yet) from the device's
- * keyed hash and the clock (RFC 6528): what rc/cm.c offers for a native RC
- * connection carried by RD. */
-uint32_t dw_rd_first_psn(struct dw_device *dev, uint32_t qpn, uint32_t peer_ip, uint16_t peer_port,
-                         uint32_t peer_qpn);
-/* RC over RD connected by rc/cm.c (device lock held, the QP in RTR): rx, the
- * token every datagram of the connection must carry to us (any other is
- * dropped and counted in rx_dropped_token), tx, the one ours carry to the
- * peer; both from the MPA exchange on the connection's TCP stream; key, the
+/* RC over RD connected by rc/cm.c, rc/'s one call into rd/ (rc.c binds the
+ * QP with it as it moves it to RTR; device lock held): rx, the token every
+ * datagram of the connection must carry to us (any other is dropped and
+ * counted in rx_dropped_token), tx, the one ours carry to the peer; both
+ * from the MPA exchange on the connection's TCP stream; key, the
  * connection's AES-GMAC key (DW_SEAL_CONN_KEY_LEN bytes, dw_seal_conn_key)
  * when DIWARP_AUTH asks for one, or NULL: every datagram of the QP is then
- * sealed and opened with it. A reset forgets them; an IB-style connect has
- * none. 0, or a negative errno (libcrypto, getrandom) with nothing set. */
-int dw_rd_qp_conn_token(struct dw_qp *qp, uint64_t rx, uint64_t tx, const uint8_t *key);
+ * sealed and opened with it. All zero (0, 0, NULL) forgets them, as a reset
+ * does; an IB-style connect has none. 0, or a negative errno (libcrypto,
+ * getrandom) with nothing set. */
+int dw_rd_rc_attach(struct dw_qp *qp, uint64_t rx, uint64_t tx, const uint8_t *key);
 /* dw_ud_rx, while dev->conn_keys: an RD datagram (len bytes with its
  * trailer) to a QP with its connection's key is opened with that key and
  * handled (true); any other is left to the device's seal (false). */

@@ -266,7 +266,7 @@ struct dw_rd_qp {
         uint64_t ctok_rx, ctok_tx;
         /* The trailer of this QP's datagrams (wire/seal.h): the device's
          * seal, or cseal, the connection's own key (DIWARP_AUTH, RC over RD
-         * connected through cm/: dw_rd_qp_conn_token). */
+         * connected through rc/cm.c: dw_rd_rc_attach). */
         struct dw_seal *seal;
         struct dw_seal cseal;
         struct dw_rd_peer *rc_peer;
