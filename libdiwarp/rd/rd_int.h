@@ -260,6 +260,10 @@ struct dw_rd_qp {
         struct dw_inflight_qp ifl;
         uint32_t admitted, starting, to_release;
         struct dw_rel_params params;
+        /* The late ACKs every stream of the QP learned to wait for
+         * (params.stall): the peers of one QP are mostly the same few
+         * programs, and one that is not scheduled is late to every stream. */
+        struct dw_rel_stall stall;
         /* RC over RD connected through rc/cm.c: the token every datagram of the
          * connection carries to us (ctok_rx; any other is dropped) and to
          * the peer (ctok_tx). 0: none (an IB-style connect). */

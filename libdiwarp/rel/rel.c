@@ -149,6 +149,35 @@ uint64_t dw_rel_rto_ns(const struct dw_rel_peer *r)
         return rto < max ? rto : max;
 }
 
+/* The late ACK the streams of r's params learned to wait for (struct
+ * dw_rel_stall), as of t: halved for every DW_REL_STALL_HALF_MS, or 64
+ * times the wait if that is longer, since it was last seen (a path that
+ * is slow to answer answers seldom: a second is a few dozen of its ACKs). */
+static uint64_t stall_wait(const struct dw_rel_peer *r, uint64_t t)
+{
+        const struct dw_rel_stall *s = r->p->stall;
+        if (!s || !s->wait_ns || t <= s->seen_at)
+                return s ? s->wait_ns : 0;
+        uint64_t half = (uint64_t)DW_REL_STALL_HALF_MS * NS_PER_MS;
+        if (half < 64 * s->wait_ns)
+                half = 64 * s->wait_ns;
+        uint64_t halves = (t - s->seen_at) / half;
+        return halves >= 64 ? 0 : s->wait_ns >> halves;
+}
+
+/* A needless probe or RTO: ACK progress came `wait` after the last. */
+static void stall_seen(struct dw_rel_peer *r, uint64_t wait, uint64_t now)
+{
+        struct dw_rel_stall *s = r->p->stall;
+        if (!s)
+                return;
+        if (wait > (uint64_t)r->p->rto_max_us * NS_PER_US)
+                wait = (uint64_t)r->p->rto_max_us * NS_PER_US;
+        uint64_t held = stall_wait(r, now);
+        s->wait_ns = wait > held ? wait : held;
+        s->seen_at = now;
+}
+
 void dw_rel_rtt_sample(struct dw_rel_peer *r, uint64_t rtt)
 {
         const struct dw_rel_params *p = r->p;
@@ -284,22 +313,21 @@ static unsigned mark_lost(struct dw_rel_peer *r)
  * microsecond RTT): the RTO was spurious, its backoff is undone and SACK
  * recovery carries on. Otherwise only the probe got through: every un-SACKed
  * PSN sent before the RTO is lost and goes again now. */
-static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t now,
+static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t quiet, uint64_t now,
                         const struct dw_rel_ops *ops, void *ctx)
 {
         r->flags &= (uint8_t)~DW_REL_F_RTO_PROBE;
         if (orig_held) {
                 r->backoff = r->rto_undo_backoff;
-                /* The path is slower to answer than 2 SRTT at times: probe
-                 * later from now on (RFC 8985 widens its reordering window
-                 * on D-SACK for the same reason). */
-                if (r->pto_shift < DW_REL_MAX_PTO_SHIFT)
-                        r->pto_shift++;
-                r->pto_calm = 0;
+                /* The peer is slower to answer than the timers thought at
+                 * times, by `quiet` since the last ACK progress: every
+                 * stream of the QP waits that long before it probes from
+                 * now on (RFC 8985 widens its reordering window on D-SACK
+                 * for the same reason). A peer's program that is not
+                 * scheduled is late to all of its streams at once. */
+                stall_seen(r, quiet, now);
                 return;
         }
-        if (r->pto_shift)
-                r->pto_shift--; /* a real loss: probing early pays again */
         /* Congestion control collapses only after a real timeout; what a
          * tail loss probe finds lost is a tail of losses, as SACK finds.
          * With a single packet outstanding the verdict proves nothing: the
@@ -506,10 +534,6 @@ static void ack_progress(struct dw_rel_peer *r, uint64_t now)
         r->retries = 0;
         r->flags &= (uint8_t)~DW_REL_F_TLP_DONE;
         r->last_progress = now;
-        if (r->pto_shift && ++r->pto_calm >= DW_REL_PTO_CALM) {
-                r->pto_shift--;
-                r->pto_calm = 0;
-        }
         if (r->rnr_retries &&
             (!in_flight(r, r->rnr_psn) || (ent(r, r->rnr_psn)->flags & DW_REL_TXF_SACKED)))
                 r->rnr_retries = 0; /* the refused PSN got through */
@@ -600,6 +624,7 @@ int dw_rel_on_ack_at(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64
                 cc_end = cc_end > d ? cc_end - d : 0;
         }
         ack_sample(r, &a, old_high, nsack >= DW_DGRAM_MAX_SACK || sack_full, now, cc_end);
+        uint64_t quiet = now > r->last_progress ? now - r->last_progress : 0;
         bool moved = a.progress || a.sacked_new;
         if (moved)
                 ack_progress(r, now);
@@ -609,10 +634,10 @@ int dw_rel_on_ack_at(struct dw_rel_peer *r, const struct dw_dgram_hdr *h, uint64
         if (dsack && (r->flags & DW_REL_F_RTO_PROBE) &&
             dw_psn_before(h->sack[0].start, r->rto_recover)) {
                 r->stats.spurious++;
-                rto_verdict(r, true, now, ops, ctx);
+                rto_verdict(r, true, quiet, now, ops, ctx);
         }
         if ((r->flags & DW_REL_F_RTO_PROBE) && moved)
-                rto_verdict(r, a.orig_held, now, ops, ctx);
+                rto_verdict(r, a.orig_held, quiet, now, ops, ctx);
         if (moved && r->sack_high != r->snd_una && mark_lost(r) && ops && ops->lost)
                 ops->lost(ctx, DW_REL_LOSS_SACK, now);
         return 0;
@@ -792,7 +817,9 @@ static uint64_t tlp_at(const struct dw_rel_peer *r)
         uint64_t pto = 2ull * r->srtt_ns + (uint64_t)r->p->ack_delay_us * NS_PER_US;
         if (pto < DW_REL_MIN_PTO_US * NS_PER_US)
                 pto = DW_REL_MIN_PTO_US * NS_PER_US;
-        pto <<= r->pto_shift;
+        uint64_t late = stall_wait(r, r->last_progress);
+        if (pto < late + late / 4)
+                pto = late + late / 4;
         uint64_t t = r->last_progress + pto;
         return r->rto_deadline && t >= r->rto_deadline ? UINT64_MAX : t;
 }

@@ -40,11 +40,27 @@
 #define DW_REL_CLOCK_G_NS          1000u /* RFC 6298 G: send times are kept in µs */
 #define DW_REL_MIN_REORDER_US      10u   /* floor of the reordering window (SRTT/4) */
 #define DW_REL_MIN_PTO_US          100u  /* floor of the tail loss probe timeout */
-#define DW_REL_MAX_PTO_SHIFT       4u    /* needless probes stretch the timeout up to 16x */
-#define DW_REL_PTO_CALM            128u  /* ACK progress that takes one stretch back */
+#define DW_REL_STALL_HALF_MS       1000u /* a learned late ACK halves every second (at least) */
 
-/* Shared, read-only tuning; one per QP or device, outlives its peers. */
+/* What the streams of one QP learned together about late ACKs: the longest
+ * wait for ACK progress that a needless probe or RTO proved (the peer's
+ * program was not scheduled, or placed data slowly; at most the RTO's
+ * maximum) and when it was last seen. Every stream of the QP then sends
+ * its tail loss probe no earlier than 5/4 of that wait after its last ACK
+ * progress (its RTO is left alone), the wait halved for every
+ * DW_REL_STALL_HALF_MS, or 64 times the wait if longer, since it was seen
+ * (rel/README.md, "Late ACKs are learned per QP"). Owned by the caller,
+ * written by rel through the params that point to it. */
+struct dw_rel_stall {
+        uint64_t wait_ns;
+        uint64_t seen_at; /* ns */
+};
+
+/* Shared tuning; one per QP or device, outlives its peers. */
 struct dw_rel_params {
+        /* The late ACKs learned for every stream of these params, or NULL
+         * (none learned: each stream probes at 2 SRTT + the ACK delay). */
+        struct dw_rel_stall *stall;
         uint32_t rto_init_us;
         uint32_t rto_min_us;
         uint32_t rto_max_us; /* ≤ 4 s: estimator state is 32-bit ns */
@@ -164,12 +180,6 @@ struct dw_rel_peer {
         uint64_t ack_deadline; /* ns; 0 = no delayed ACK owed */
         struct dw_rel_stats stats;
         uint32_t dsack_psn; /* the duplicate to report (DW_REL_F2_DSACK) */
-        /* Tail loss probes found needless (a late ACK: a receiver that was not
-         * scheduled, or that places data slowly) wait 2^pto_shift times
-         * longer, up to 16; pto_calm counts ACK progress since the last
-         * needless one, and 128 of it take a doubling back. */
-        uint8_t pto_shift;
-        uint8_t pto_calm;
         /* When the highest PSN received arrived, in 16 µs units mod 2^16
          * (the kernel's receive time when the caller knows it;
          * DW_REL_F2_RX_HIGH: one did): an ACK that reports that PSN says how

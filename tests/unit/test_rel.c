@@ -754,7 +754,7 @@ Test(rel, spurious_rto_one_probe)
         cr_assert_eq(rc.nretx, 9, "the 7 others, each once");
         for (uint32_t i = 0; i < 7; i++)
                 cr_assert_eq(rc.retx_psn[2 + i], 133 + i);
-        cr_assert_eq(tx.stats.rto_expiries, 2);
+        cr_assert_eq(tx.stats.rto_expiries + tx.stats.tail_probes, 2, "two probe episodes");
 }
 
 /* What congestion control hears: one RTT callback per sample the RTO
@@ -1039,17 +1039,40 @@ Test(rel, dsack_reports_a_duplicate_and_ends_a_spurious_probe)
         cr_assert_eq(dw_rel_tx_inflight(&tx), 0);
 }
 
-/* A path slower than 2 SRTT at times (a receiver that places data slowly):
- * the ACK that shows a probe was needless gives an RTT sample (how late the
- * original was), and needless probes wait longer from then on. */
-Test(rel, late_acks_teach_the_timers)
+/* A fresh stream of params p: one packet sent at t and acknowledged 100 µs
+ * later (SRTT 100 µs), then one sent at t + 200 µs that stays unanswered. */
+static void quiet_after_one_sample(struct dw_rel_peer *r, const struct dw_rel_params *p,
+                                   struct dw_rel_txent ring[16], uint64_t t)
 {
+        struct rec rc = {0};
+        rc.peer = r;
+        dw_rel_peer_init(r, p, ring, 16, 0, 0);
+        dw_rel_tx_sent(r, 0, 0, t);
+        struct dw_dgram_hdr a = ack_hdr(1, 0, NULL);
+        dw_rel_on_ack(r, &a, t + 100 * US, &rec_ops, &rc);
+        cr_assert_eq(r->srtt_ns, 100 * US);
+        dw_rel_tx_sent(r, 1, 1, t + 200 * US);
+}
+
+/* A peer slower than 2 SRTT at times (a program that is not scheduled, or
+ * places data slowly): the ACK that shows a probe was needless gives an RTT
+ * sample (how late the original was), and teaches every stream of the same
+ * params to wait that long: the next stream to go quiet probes no earlier
+ * than 5/4 of it (its RTO stays its own: an RTO due earlier goes first); a
+ * second later half of it is left. The RTO minimum is 50 ms here, so that
+ * the probes are what the timers do. */
+Test(rel, late_acks_teach_every_stream)
+{
+        struct dw_rel_stall stall = {0};
         struct dw_rel_params p = test_params();
-        struct dw_rel_peer tx;
-        struct dw_rel_txent ring[16];
+        p.stall = &stall;
+        p.rto_min_us = 50000;
+        struct dw_rel_peer tx, other;
+        struct dw_rel_txent ring[16], ring2[16];
         struct rec rc = {0};
         rc.peer = &tx;
         dw_rel_peer_init(&tx, &p, ring, 16, 0, 0);
+        dw_rel_peer_init(&other, &p, ring2, 16, 0, 0);
         dw_rel_tx_sent(&tx, 0, 0, T0);
         struct dw_dgram_hdr a = ack_hdr(1, 0, NULL);
         dw_rel_on_ack(&tx, &a, T0 + 100 * US, &rec_ops, &rc); /* SRTT 100 µs */
@@ -1068,11 +1091,41 @@ Test(rel, late_acks_teach_the_timers)
         cr_assert_not(tx.flags & DW_REL_F_RTO_PROBE);
         cr_assert_gt(tx.srtt_ns, 100 * US + (5 * MS - 100 * US) / 8 - 1 * US, "srtt %u",
                      tx.srtt_ns);
-        cr_assert_eq(tx.pto_shift, 1);
-        uint64_t t2 = t + 6 * MS;
-        dw_rel_tx_sent(&tx, 4, 4, t2);
-        uint64_t pto = 2ull * tx.srtt_ns + p.ack_delay_us * US;
-        cr_assert_eq(dw_rel_next_deadline(&tx) - t2, 2 * pto, "twice as patient");
+        cr_assert_eq(stall.wait_ns, 5 * MS, "the wait since the last ACK progress is learned");
+        cr_assert_eq(stall.seen_at, t + 5 * MS);
+
+        /* Another stream of the same params, which never probed: one RTT
+         * sample of 100 µs, then a packet that goes unanswered. */
+        dw_rel_tx_sent(&other, 0, 0, t + 6 * MS);
+        a = ack_hdr(1, 0, NULL);
+        dw_rel_on_ack(&other, &a, t + 6 * MS + 100 * US, &rec_ops, &rc);
+        uint64_t t2 = t + 7 * MS;
+        dw_rel_tx_sent(&other, 1, 1, t2);
+        cr_assert_eq(other.rto_deadline, t2 + 50 * MS, "the RTO is the stream's own");
+        cr_assert_eq(dw_rel_next_deadline(&other) - t2, 5 * MS + 5 * MS / 4,
+                     "probe at 5/4 of the wait");
+
+        /* A second after it was seen, half the wait is left. */
+        a = ack_hdr(2, 0, NULL);
+        dw_rel_on_ack(&other, &a, t2 + 100 * US, &rec_ops, &rc);
+        cr_assert_eq(other.srtt_ns, 100 * US);
+        uint64_t t3 = t + 5 * MS + 1000 * MS;
+        dw_rel_tx_sent(&other, 2, 2, t3);
+        cr_assert_eq(dw_rel_next_deadline(&other) - t3, 5 * MS / 2 + 5 * MS / 8);
+
+        /* A stream whose RTO comes before the learned probe: the RTO goes
+         * first (at 1 ms), the probe does not go before it. */
+        p.rto_min_us = 1000;
+        struct dw_rel_peer quick, lone;
+        struct dw_rel_txent ring3[16], ring4[16];
+        quiet_after_one_sample(&quick, &p, ring4, t3);
+        cr_assert_eq(quick.rto_deadline, t3 + 200 * US + 1 * MS);
+        cr_assert_eq(dw_rel_next_deadline(&quick), quick.rto_deadline);
+
+        /* Without a shared record nothing is learned: each stream alone. */
+        p.stall = NULL;
+        quiet_after_one_sample(&lone, &p, ring3, t3);
+        cr_assert_eq(dw_rel_next_deadline(&lone), t3 + 200 * US + 250 * US);
 }
 
 /* ------------------------------------------------------- ACK coalescing */
