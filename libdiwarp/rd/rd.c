@@ -922,7 +922,7 @@ static void rd_params(struct dw_rd_qp *s)
         struct dw_qp *qp = s->qp;
         dw_rel_params_default(&s->params);
         s->params.peer_timeout_ms = qp->dev->cfg.peer_timeout_ms;
-        s->params.stall = &s->stall; /* kept over a modify, forgotten at a reset */
+        s->params.stall = &rdd(qp->dev)->stall;
         if (!s->rc) {
                 /* RD QPs: a Send waits for its receive WR as long as the peer
                  * answers (RNR forever); a silent peer still ends it. */
@@ -1124,7 +1124,6 @@ int dw_rd_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old, int mask)
                 rd_tokens_drop(s);
                 rd_peers_free(s);
                 rd_reset_state(s);
-                s->stall = (struct dw_rel_stall){0};
                 return rd_mbox_reset(s);
         }
         rd_params(s);

@@ -260,10 +260,6 @@ struct dw_rd_qp {
         struct dw_inflight_qp ifl;
         uint32_t admitted, starting, to_release;
         struct dw_rel_params params;
-        /* The late ACKs every stream of the QP learned to wait for
-         * (params.stall): the peers of one QP are mostly the same few
-         * programs, and one that is not scheduled is late to every stream. */
-        struct dw_rel_stall stall;
         /* RC over RD connected through rc/cm.c: the token every datagram of the
          * connection carries to us (ctok_rx; any other is dropped) and to
          * the peer (ctok_tx). 0: none (an IB-style connect). */
@@ -413,6 +409,11 @@ struct dw_rd_dev {
         struct dw_keyhash isn_key;
         struct dw_rd_qp *tx_rr; /* the QP the next transmit pass starts with */
         struct dw_flow_paths paths;
+        /* The late ACKs every stream of the device learned to wait for (its
+         * QPs' params.stall; rel/README.md, "Late ACKs are learned together"):
+         * a peer's program that is not scheduled is late to every stream it
+         * has with us, over every QP. */
+        struct dw_rel_stall stall;
         uint64_t pace_wake; /* earliest pacing deadline a held send waits for (0: none) */
         /* From the configuration: no CRC32c on RD datagrams (DIWARP_RD_CRC=0),
          * and the receiver-paced Send thresholds (DIWARP_RD_PULL_*). */

@@ -42,14 +42,15 @@
 #define DW_REL_MIN_PTO_US          100u  /* floor of the tail loss probe timeout */
 #define DW_REL_STALL_HALF_MS       1000u /* a learned late ACK halves every second (at least) */
 
-/* What the streams of one QP learned together about late ACKs: the longest
+/* What streams learned together about late ACKs (rd/: every stream of a
+ * device, through each QP's params): the longest
  * wait for ACK progress that a needless probe or RTO proved (the peer's
  * program was not scheduled, or placed data slowly; at most the RTO's
- * maximum) and when it was last seen. Every stream of the QP then sends
+ * maximum) and when it was last seen. Every one of them then sends
  * its tail loss probe no earlier than 5/4 of that wait after its last ACK
  * progress (its RTO is left alone), the wait halved for every
  * DW_REL_STALL_HALF_MS, or 64 times the wait if longer, since it was seen
- * (rel/README.md, "Late ACKs are learned per QP"). Owned by the caller,
+ * (rel/README.md, "Late ACKs are learned together"). Owned by the caller,
  * written by rel through the params that point to it. */
 struct dw_rel_stall {
         uint64_t wait_ns;
