@@ -321,8 +321,9 @@ static void rto_verdict(struct dw_rel_peer *r, bool orig_held, uint64_t quiet, u
                 r->backoff = r->rto_undo_backoff;
                 /* The peer is slower to answer than the timers thought at
                  * times, by `quiet` since the last ACK progress: every
-                 * stream of the QP waits that long before it probes from
-                 * now on (RFC 8985 widens its reordering window on D-SACK
+                 * stream sharing the params' stall record (rd/: every
+                 * stream of the device) waits that long before it probes
+                 * from now on (RFC 8985 widens its reordering window on D-SACK
                  * for the same reason). A peer's program that is not
                  * scheduled is late to all of its streams at once. */
                 stall_seen(r, quiet, now);
