@@ -123,6 +123,58 @@ udp_bound() {
                 /proc/net/udp /proc/net/udp6 2>/dev/null
 }
 
+# skip REASON: the test cannot run here (exit 77: meson counts it skipped).
+skip() {
+        echo "SKIP: $*" >&2
+        exit 77
+}
+
+# ns_require WHAT: root and iproute2 for namespace hosts, else WHAT is skipped.
+ns_require() {
+        [ "$(id -u)" -eq 0 ] || skip "$1: root needed (ip netns + veth)"
+        command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+}
+
+# exit_traps: a signal (meson's timeout sends SIGTERM) leaves through the
+# script's EXIT trap, which cleans up.
+exit_traps() {
+        trap 'exit 143' TERM
+        trap 'exit 130' INT
+        trap 'exit 129' HUP
+}
+
+# ns_finish RC NS...: the end of a namespace test (its EXIT trap): deletes
+# NS... with whatever still runs in them, fails on a sanitizer report, removes
+# $TMPD and exits RC (1 after a report).
+ns_finish() {
+        local rc=$1
+        shift
+        ns_teardown "$@"
+        sanitizer_check || rc=1
+        rm -rf "$TMPD"
+        exit "$rc"
+}
+
+# ns_pair NS_A NS_B ADDR_A ADDR_B: two network namespaces standing for two
+# hosts, joined by a veth pair (vethA in NS_A with ADDR_A/24, vethB in NS_B
+# with ADDR_B/24), loopback up in both. Nonzero, with the error on stderr,
+# where namespaces or veth pairs cannot be made.
+ns_pair() {
+        ip netns add "$1" && ip netns add "$2" &&
+                ip link add name vethA netns "$1" type veth peer name vethB netns "$2" &&
+                ip -n "$1" addr add "$3/24" dev vethA && ip -n "$2" addr add "$4/24" dev vethB &&
+                ip -n "$1" link set lo up && ip -n "$2" link set lo up &&
+                ip -n "$1" link set vethA up && ip -n "$2" link set vethB up
+}
+
+# ns_listening NS PORT: a TCP socket listens on PORT inside NS.
+ns_listening() {
+        hex=$(printf '%04X' "$2")
+        ip netns exec "$1" awk -v p=":$hex" \
+                '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+                /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
 # ns_reap_stale REGEX: deletes the namespaces of earlier runs that were
 # killed outright (SIGKILL skips their trap): names matching REGEX that end
 # in a PID which no longer exists.

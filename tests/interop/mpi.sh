@@ -44,12 +44,7 @@ rd) rc_transport=rd ;;
 *) fail "unknown mode '$mode' (rc, rd or nic)" ;;
 esac
 
-skip() {
-        echo "SKIP: $*" >&2
-        exit 77
-}
-[ "$(id -u)" -eq 0 ] || skip "MPI namespace test needs root (ip netns + veth)"
-command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+ns_require "MPI namespace test" # lib.sh
 command -v unshare >/dev/null 2>&1 || skip "unshare (util-linux) not installed"
 need mpirun
 need NPopenmpi
@@ -67,28 +62,15 @@ B=10.79.$X.2
 
 cleanup() {
         rc=$?
-        ns_teardown "$nsA" "$nsB" # lib.sh
-        sanitizer_check || rc=1 # lib.sh
-        rm -rf "$TMPD"
-        exit $rc
+        ns_finish $rc "$nsA" "$nsB" # lib.sh
 }
 trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
+exit_traps # lib.sh
 
 # Namespaces of earlier runs killed outright (SIGKILL skips the trap).
 ns_reap_stale '^diwarp-mpi[AB]-[0-9]+$' # lib.sh
 
-setup() {
-        ip netns add "$nsA" && ip netns add "$nsB" &&
-                ip link add name vethA netns "$nsA" type veth peer name vethB netns "$nsB" &&
-                ip -n "$nsA" addr add "$A/24" dev vethA &&
-                ip -n "$nsB" addr add "$B/24" dev vethB &&
-                ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
-                ip -n "$nsA" link set vethA up && ip -n "$nsB" link set vethB up
-}
-setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
+ns_pair "$nsA" "$nsB" "$A" "$B" 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
 
 export DIWARP_MPI_HOSTS=$TMPD/hosts OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ $mode = nic ]; then

@@ -40,10 +40,6 @@ fpdu) rc_transport=tcp use_cm=1 fpdu=16384 ;;
 *) fail "unknown mode '$mode' (rc, rd, ib or fpdu)" ;;
 esac
 
-skip() {
-        echo "SKIP: $*" >&2
-        exit 77
-}
 prefix=${MVAPICH2_PREFIX:-/opt/mvapich2}
 osu=$prefix/libexec/osu-micro-benchmarks/mpi/pt2pt
 [ -x "$prefix/bin/mpiexec.hydra" ] ||
@@ -51,8 +47,7 @@ osu=$prefix/libexec/osu-micro-benchmarks/mpi/pt2pt
 for b in osu_latency osu_bw osu_bibw; do
         [ -x "$osu/$b" ] || skip "no $b in $osu (tools/build-mvapich2.sh builds the OSU benchmarks)"
 done
-[ "$(id -u)" -eq 0 ] || skip "MVAPICH2 namespace test needs root (ip netns + veth)"
-command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+ns_require "MVAPICH2 namespace test" # lib.sh
 command -v unshare >/dev/null 2>&1 || skip "unshare (util-linux) not installed"
 top=$(cd "$(dirname "$0")/../.." && pwd)
 agent=$top/tools/mpi-netns-agent
@@ -66,16 +61,11 @@ B=10.78.$X.2
 
 cleanup() {
         rc=$?
-        ns_teardown "$nsA" "$nsB" # lib.sh
         rm -rf "/etc/netns/$nsA" "/etc/netns/$nsB"
-        sanitizer_check || rc=1 # lib.sh
-        rm -rf "$TMPD"
-        exit $rc
+        ns_finish $rc "$nsA" "$nsB" # lib.sh
 }
 trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
+exit_traps # lib.sh
 
 # Namespaces (and their /etc/netns files) of earlier runs killed outright.
 ns_reap_stale '^diwarp-mv2[AB]-[0-9]+$' # lib.sh
@@ -83,15 +73,7 @@ for d in /etc/netns/diwarp-mv2[AB]-*; do
         [ -d "$d" ] && ! kill -0 "${d##*-}" 2>/dev/null && rm -rf "$d"
 done
 
-setup() {
-        ip netns add "$nsA" && ip netns add "$nsB" &&
-                ip link add name vethA netns "$nsA" type veth peer name vethB netns "$nsB" &&
-                ip -n "$nsA" addr add "$A/24" dev vethA &&
-                ip -n "$nsB" addr add "$B/24" dev vethB &&
-                ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
-                ip -n "$nsA" link set vethA up && ip -n "$nsB" link set vethB up
-}
-setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
+ns_pair "$nsA" "$nsB" "$A" "$B" 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
 for h in "$nsA $A" "$nsB $B"; do
         set -- $h
         mkdir -p "/etc/netns/$1"

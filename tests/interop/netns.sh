@@ -23,12 +23,7 @@
 . "$(dirname "$0")/lib.sh"
 case=${1:?usage: netns.sh CASE}
 
-skip() {
-        echo "SKIP: $*" >&2
-        exit 77
-}
-[ "$(id -u)" -eq 0 ] || skip "netns tests need root (ip netns + veth)"
-command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+ns_require "netns test" # lib.sh
 
 nsA=diwarp-A-$$
 nsB=diwarp-B-$$
@@ -43,38 +38,16 @@ cleanup() {
         for p in $spid $cpid; do
                 kill -9 "$p" 2>/dev/null
         done
-        ns_teardown "$nsA" "$nsB" # lib.sh
-        sanitizer_check || rc=1 # lib.sh
-        rm -rf "$TMPD"
-        exit $rc
+        ns_finish $rc "$nsA" "$nsB" # lib.sh
 }
 trap cleanup EXIT
-# A signal (meson's timeout sends SIGTERM) leaves through the EXIT trap.
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
+exit_traps # lib.sh
 
 # Namespaces of earlier runs that were killed outright (SIGKILL skips the
 # trap): named by a PID that no longer exists.
 ns_reap_stale '^diwarp-[AB]-[0-9]+$' # lib.sh
 
-setup() {
-        ip netns add "$nsA" && ip netns add "$nsB" &&
-                ip link add name vethA netns "$nsA" type veth peer name vethB netns "$nsB" &&
-                ip -n "$nsA" addr add "$A/24" dev vethA &&
-                ip -n "$nsB" addr add "$B/24" dev vethB &&
-                ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
-                ip -n "$nsA" link set vethA mtu 1500 up && ip -n "$nsB" link set vethB mtu 1500 up
-}
-setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
-
-# ns_listening NS PORT: a TCP socket listens on PORT inside NS.
-ns_listening() {
-        hex=$(printf '%04X' "$2")
-        ip netns exec "$1" awk -v p=":$hex" \
-                '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-                /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
+ns_pair "$nsA" "$nsB" "$A" "$B" 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
 
 # ns_udp_bound NS PORT: a UDP socket is bound to PORT inside NS (a datagram
 # server has no listening TCP socket).

@@ -27,12 +27,7 @@
 . "$(dirname "$0")/lib.sh"
 case=${1:?usage: netns_nic.sh CASE}
 
-skip() {
-        echo "SKIP: $*" >&2
-        exit 77
-}
-[ "$(id -u)" -eq 0 ] || skip "netns tests need root (ip netns + veth)"
-command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+ns_require "netns test" # lib.sh
 
 nsA=diwarp-nicA-$$
 nsB=diwarp-nicB-$$
@@ -51,15 +46,10 @@ cleanup() {
         for p in $spid $cpid; do
                 kill -9 "$p" 2>/dev/null
         done
-        ns_teardown "$nsA" "$nsB" "$nsC" "$nsD" # lib.sh
-        sanitizer_check || rc=1 # lib.sh
-        rm -rf "$TMPD"
-        exit $rc
+        ns_finish $rc "$nsA" "$nsB" "$nsC" "$nsD" # lib.sh
 }
 trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
+exit_traps # lib.sh
 
 # Namespaces of earlier runs killed outright: named by a PID that is gone.
 ns_reap_stale '^diwarp-nic[A-D]-[0-9]+$' # lib.sh
@@ -79,13 +69,6 @@ setup() {
                 ip -n "$nsB" route add default via "$A" dev vB
 }
 setup 2>"$TMPD/setup" || { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
-
-ns_listening() {
-        hex=$(printf '%04X' "$2")
-        ip netns exec "$1" awk -v p=":$hex" \
-                '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-                /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
 
 # in_ns NS CMD...: CMD under diwarp run inside NS (no --addr), bounded.
 in_ns() {
