@@ -236,6 +236,33 @@ static inline bool dw_progress_app_poll(struct dw_progress *p)
         return true;
 }
 
+/* Programs drain a CQ in a loop and act on what they popped only after the
+ * poll that finds it empty; an MPI library goes round its progress engine a
+ * few more times before it sends the reply. A nap in those polls held the
+ * reply back until the nap's bound (Open MPI's NetPIPE, 4 ranks on the 2
+ * cores, RC over RD: 260-800 us a one-way trip, where the first empty poll
+ * alone exempt still left 260 and the first 4 gave 40; progress/README.md,
+ * "Shared hosts"). So the first DW_SHARED_NAP_AFTER empty polls of a thread
+ * after the last one that popped a completion return at once; later ones
+ * nap. Per thread: the polls of one program thread follow each other. */
+#define DW_SHARED_NAP_AFTER 4u
+extern __thread unsigned dw_progress_empty_polls;
+
+/* A shared device's poll popped completions: the caller acts on them next. */
+static inline void dw_progress_poll_got(void)
+{
+        dw_progress_empty_polls = 0;
+}
+
+/* A shared device's poll found its CQ empty: may it nap now? */
+static inline bool dw_progress_poll_may_nap(void)
+{
+        if (dw_progress_empty_polls >= DW_SHARED_NAP_AFTER)
+                return true;
+        dw_progress_empty_polls++;
+        return false;
+}
+
 /* A shared device's poll found its CQ empty: it naps (dw_progress_nap)
  * rather than spin. Begin counts the caller among the nappers (with
  * for_work, among those woken by any work too) and returns the generation

@@ -1202,8 +1202,12 @@ int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
         /* On a shared host the progress thread makes the progress; the lock
          * is taken only to pop, so a poller descheduled while it polls an
          * empty CQ holds nothing the thread needs, and it naps until the
-         * thread pushes a completion (or a bound passed). */
+         * thread pushes a completion (or a bound passed); not in the first
+         * empty polls after one that popped something, which a program makes
+         * before it acts on what it popped (dw_progress_poll_may_nap). */
         if (shared && dw_cq_count_peek(&cq->cq) == 0) {
+                if (!dw_progress_poll_may_nap())
+                        return 0;
                 uint32_t gen = dw_progress_nap_begin(&dev->prog, false);
                 if (dw_cq_count_peek(&cq->cq) != 0) {
                         dw_progress_nap_cancel(&dev->prog, false);
@@ -1218,6 +1222,8 @@ int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
                 dw_progress_step(&dev->prog, DW_PROGRESS_BUDGET);
         int got = dw_cq_pop(&cq->cq, n, wc);
         pthread_mutex_unlock(&dev->lock);
+        if (shared && got > 0)
+                dw_progress_poll_got();
         return got;
 }
 
