@@ -2377,7 +2377,10 @@ Test(rc, local_copy_write_and_read)
         w = wait_wc_a_only(5000);
         cr_assert_eq(w.wr_id, 17);
         cr_assert_eq(memcmp(A.buf, B.buf, 8 * 4096), 0);
-        cr_assert_eq(local_copies(&A), base + 10);
+        /* A copy takes B's device lock with a trylock; while B's progress
+         * thread holds it the Write goes on the stream instead, as it may on
+         * a busy host (one of the eight did in a run beside a compile). */
+        cr_assert_geq(local_copies(&A), base + 9);
 }
 
 /* A Write behind a Send the responder has not taken yet stays behind it: it
@@ -2503,10 +2506,14 @@ Test(rc, local_copy_resumes_behind_the_stream)
         cr_assert_eq(memcmp(B.buf + n, A.buf, n), 0, "the Writes' target differs");
         struct diwarp_wc w = wait_wc(&B, 5000);
         cr_assert_eq(w.wr_id, 800);
-        /* At most the first window of Writes went on the stream: once B
-         * has consumed them, every later Write is a copy, though the queue
-         * never empties. */
-        cr_assert_geq(local_copies(&A), base + (uint64_t)(writes - window),
+        /* The first window of Writes went on the stream: once B has
+         * consumed them, later Writes are copies, though the queue never
+         * empties. Two windows at most: B's thread, waiting for a core on a
+         * busy host, may read the first window late, and a copy that finds
+         * B's device lock held goes on the stream (53 of 64 were copies in
+         * a CI run beside other tests; when copies did not resume behind the
+         * stream, all 64 went on it). */
+        cr_assert_geq(local_copies(&A), base + (uint64_t)(writes - 2 * window),
                       "%llu of %d Writes were copies",
                       (unsigned long long)(local_copies(&A) - base), writes);
 }
