@@ -1565,13 +1565,18 @@ static int case_rnr(void)
                 expect_wc(wc, 12, DIWARP_WC_SUCCESS, "rnr send");
         }
         CHECK(diwarp_device_counters(a.dev, &c));
-        if (credits && (c.rnr_naks != 0 || c.retransmits != 0))
-                die("rnr: %llu RNR NAKs and %llu retransmissions with credits on",
-                    (unsigned long long)c.rnr_naks, (unsigned long long)c.retransmits);
-        if (!credits && c.rnr_naks == 0)
-                die("rnr: no RNR NAK counted");
         struct diwarp_counters cb;
         CHECK(diwarp_device_counters(b.dev, &cb));
+        /* With credits nothing is refused, so nothing is sent again but
+         * what a timer resends on a busy host: a datagram the receiver
+         * already held (one such in a CI run beside a build loop). */
+        if (credits && (c.rnr_naks != 0 || c.retransmits > cb.rx_dropped_duplicate))
+                die("rnr: %llu RNR NAKs and %llu retransmissions (%llu of them duplicates at "
+                    "the receiver) with credits on",
+                    (unsigned long long)c.rnr_naks, (unsigned long long)c.retransmits,
+                    (unsigned long long)cb.rx_dropped_duplicate);
+        if (!credits && c.rnr_naks == 0)
+                die("rnr: no RNR NAK counted");
         fprintf(stderr, "rnr ok (%llu RNR NAKs, %llu segments parked)\n",
                 (unsigned long long)c.rnr_naks, (unsigned long long)cb.mbox_parked);
         side_close(&a);
