@@ -519,8 +519,13 @@ void dw_rd_rails_down(struct dw_device *dev, bool down[DIWARP_MAX_RAILS]);
 
 /* At create (RC QP, state RESET): allocate qp->rc. */
 int dw_rc_qp_init(struct dw_qp *qp);
-/* At destroy: close the connection, free qp->rc. */
-void dw_rc_qp_fini(struct dw_qp *qp);
+/* At destroy: free qp->rc and end the connection. Returns the socket of a
+ * stream that was up or closing (else -1), for dw_rc_close_lingering once
+ * the device lock is released. */
+int dw_rc_qp_fini(struct dw_qp *qp);
+/* Closes that socket in order (no lock held): FIN, and what the peer still
+ * sends is read away until it has taken what we sent (bounded). */
+void dw_rc_close_lingering(int fd);
 /* After a successful state change (qp->state already = new state, qp->attr
  * updated). E.g. RTR with DEST_QPN + AV starts the IB-style connect. A
  * negative return fails the modify (the state is restored by the caller). */

@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -163,6 +165,46 @@ bool dw_tcp_peer_closed(int fd)
 {
         struct pollfd p = {.fd = fd, .events = POLLRDHUP};
         return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Reads away what the socket holds. False: the peer's end is closed or
+ * reset (nothing more to wait for). */
+static bool tcp_discard_input(int fd)
+{
+        uint8_t sink[4096];
+        for (;;) {
+                ssize_t r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+                if (r > 0)
+                        continue;
+                if (r < 0 && errno == EINTR)
+                        continue;
+                return r < 0 && errno == EAGAIN;
+        }
+}
+
+void dw_tcp_close_lingering(int fd, uint32_t stall_ms, uint32_t total_ms)
+{
+        if (fd < 0)
+                return;
+        shutdown(fd, SHUT_WR);
+        uint64_t start = dw_now_ns(), moved = start;
+        int last = -1;
+        while (tcp_discard_input(fd)) {
+                int unacked;
+                if (ioctl(fd, SIOCOUTQ, &unacked) < 0 || unacked == 0)
+                        break;
+                uint64_t now = dw_now_ns();
+                if (unacked != last) {
+                        last = unacked;
+                        moved = now;
+                }
+                if (now - moved >= (uint64_t)stall_ms * 1000000u ||
+                    now - start >= (uint64_t)total_ms * 1000000u)
+                        break;
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                poll(&p, 1, 1);
+        }
+        close(fd);
 }
 
 ssize_t dw_tcp_writev(int fd, const struct iovec *iov, int iovcnt)

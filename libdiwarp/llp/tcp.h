@@ -58,6 +58,15 @@ int dw_tcp_mss(int fd);
  * with data of it still unread: POLLRDHUP, one poll without waiting. */
 bool dw_tcp_peer_closed(int fd);
 
+/* Closes a stream without losing what was sent on it. close() of a TCP
+ * socket with unread data resets the connection, and the reset throws away
+ * what the socket still holds to send: the peer never gets data whose Sends
+ * completed here. So: FIN after what is queued, then read away whatever
+ * arrives until the peer has acknowledged everything (SIOCOUTQ 0), its end
+ * closed or reset, it acknowledged nothing for stall_ms, or total_ms passed;
+ * then close. Blocks (poll, 1 ms at a time): call without the device lock. */
+void dw_tcp_close_lingering(int fd, uint32_t stall_ms, uint32_t total_ms);
+
 /* writev with MSG_NOSIGNAL|MSG_DONTWAIT. Returns bytes written (may be short),
  * -EAGAIN when the socket buffer is full, or -errno (-EPIPE, -ECONNRESET,
  * -EFAULT for an unmapped source buffer...). */

@@ -462,6 +462,7 @@ int dwe_qp_destroy(struct diwarp_qp *q)
 {
         struct dw_qp *qp = dw_qp_of(q);
         struct dw_device *dev = qp->dev;
+        int linger_fd = -1;
         pthread_mutex_lock(&dev->lock);
         if (dw_qp_uses_udp(qp))
                 dev->prog.ndgram--;
@@ -469,7 +470,7 @@ int dwe_qp_destroy(struct diwarp_qp *q)
                 dw_cm_qp_cancel(qp);
                 dw_rd_qp_fini(qp);
         } else if (dw_qp_is_rc(qp)) {
-                dw_rc_qp_fini(qp);
+                linger_fd = dw_rc_qp_fini(qp);
         }
         if (qp->tx_pending)
                 dw_progress_tx_wait(&dev->prog, false);
@@ -483,6 +484,7 @@ int dwe_qp_destroy(struct diwarp_qp *q)
                 qp->srq->q.use_count--;
         dw_async_queue_purge(&dev->async, q);
         pthread_mutex_unlock(&dev->lock);
+        dw_rc_close_lingering(linger_fd);
         qp_queues_fini(qp);
         free(qp);
         return 0;

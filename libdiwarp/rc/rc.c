@@ -190,6 +190,18 @@ static void reset_stream(struct dw_rc_conn *c)
         c->rx_wait_recv = false;
 }
 
+/* The stream's socket, out of the progress engine's set and no longer the
+ * connection's: the caller closes it. */
+static int rc_release_fd(struct dw_rc_conn *c)
+{
+        int fd = c->fd;
+        if (fd >= 0 && c->watched)
+                dw_progress_unwatch_fd(&c->qp->dev->prog, fd);
+        c->fd = -1;
+        c->watched = false;
+        return fd;
+}
+
 void rc_close_now(struct dw_rc_conn *c)
 {
         struct dw_device *dev = c->qp->dev;
@@ -198,13 +210,9 @@ void rc_close_now(struct dw_rc_conn *c)
         live_del(c);
         dw_rc_end_unregister(c->end_slot);
         c->end_slot = -1;
-        if (c->fd >= 0) {
-                if (c->watched)
-                        dw_progress_unwatch_fd(&dev->prog, c->fd);
-                close(c->fd);
-        }
-        c->fd = -1;
-        c->watched = false;
+        int fd = rc_release_fd(c);
+        if (fd >= 0)
+                close(fd);
         c->rx_state = DW_RC_RX_STOP;
         if (c->state != DW_RC_IDLE)
                 dw_rc_set_state(c, DW_RC_CLOSED, "stream closed");
@@ -754,22 +762,23 @@ int dw_rc_qp_init(struct dw_qp *qp)
         return 0;
 }
 
-void dw_rc_qp_fini(struct dw_qp *qp)
+int dw_rc_qp_fini(struct dw_qp *qp)
 {
         struct dw_rc_conn *c = qp->rc;
 
         if (!c)
-                return;
+                return -1;
         dw_cm_qp_cancel(qp);
-        if (c->fd >= 0 && c->ib_style && c->state == DW_RC_UP) {
-                /* Destroying an IB-style QP is an orderly close for the peer
-                 * (see rc_stream_failed): FIN first, and what already arrived is
-                 * read away, so the close does not turn into a reset. */
-                shutdown(c->fd, SHUT_WR);
-                uint8_t sink[4096];
-                for (int i = 0; i < 256 && recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
-                        ;
-        }
+        /* A stream that is up or closing is closed in order once the device
+         * lock is released (dw_rc_close_lingering): a plain close with the
+         * peer's data unread resets the connection, and the reset throws away
+         * what our socket still held of Sends that completed here (rsockets'
+         * rstream lost its last echo so when the peer's reader lagged beside
+         * a compile). For an IB-style QP the FIN is also the orderly end its
+         * peer expects (see rc_stream_failed). */
+        int linger_fd = -1;
+        if (c->state == DW_RC_UP || c->state == DW_RC_CLOSING)
+                linger_fd = rc_release_fd(c);
         rc_close_now(c);
         free(c->rxbuf);
         free(c->iov);
@@ -778,6 +787,17 @@ void dw_rc_qp_fini(struct dw_qp *qp)
         free(c->done_end);
         free(c);
         qp->rc = NULL;
+        return linger_fd;
+}
+
+/* A destroyed QP's stream waits at most this long for its peer to take what
+ * it sent, and gives up sooner when the peer stops acknowledging. */
+#define DW_RC_LINGER_MS       2000u
+#define DW_RC_LINGER_STALL_MS 250u
+
+void dw_rc_close_lingering(int fd)
+{
+        dw_tcp_close_lingering(fd, DW_RC_LINGER_STALL_MS, DW_RC_LINGER_MS);
 }
 
 int dw_rc_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old_state, int mask)

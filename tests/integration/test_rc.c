@@ -108,7 +108,8 @@ static void side_fini(struct side *s)
 {
         if (!s->dev)
                 return;
-        cr_expect_eq(diwarp_qp_destroy(s->qp), 0);
+        if (s->qp)
+                cr_expect_eq(diwarp_qp_destroy(s->qp), 0);
         if (s->srq) {
                 if (s->srq_mr)
                         cr_expect_eq(diwarp_mr_dereg(s->srq_mr), 0);
@@ -1215,8 +1216,9 @@ Test(rc, crc_error_from_raw_peer)
 /* ---- what RC puts on the wire, byte by byte, against a raw MPA peer ---- */
 
 /* A raw MPA peer connected to B's listener (B accepts into its QP). CRC is
- * asked for; *crc says whether B's Reply kept it. */
-static int raw_peer_connect_mss(struct accept_arg *t, bool *crc, int mss)
+ * asked for; *crc says whether B's Reply kept it. mss, rcvbuf: the peer
+ * socket's TCP_MAXSEG and SO_RCVBUF when not 0. */
+static int raw_peer_connect_opts(struct accept_arg *t, bool *crc, int mss, int rcvbuf)
 {
         cr_assert_eq(diwarp_listen(B.dev, 0, 8, &t->l), 0);
         uint16_t port = listener_port(t->l);
@@ -1226,6 +1228,9 @@ static int raw_peer_connect_mss(struct accept_arg *t, bool *crc, int mss)
         /* The MSS our SYN announces bounds what B may send in a segment. */
         if (mss)
                 cr_assert_eq(setsockopt(s, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss)), 0);
+        /* Before connect: the window the SYN announces follows it. */
+        if (rcvbuf)
+                cr_assert_eq(setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
         struct sockaddr_in sa = {.sin_family = AF_INET,
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                                  .sin_port = htons(port)};
@@ -1245,6 +1250,11 @@ static int raw_peer_connect_mss(struct accept_arg *t, bool *crc, int mss)
         pthread_join(th, NULL);
         cr_assert_eq(t->r, 0);
         return s;
+}
+
+static int raw_peer_connect_mss(struct accept_arg *t, bool *crc, int mss)
+{
+        return raw_peer_connect_opts(t, crc, mss, 0);
 }
 
 static int raw_peer_connect(struct accept_arg *t, bool *crc)
@@ -1498,6 +1508,71 @@ Test(rc, fpdus_fill_the_segments_of_the_stream_mss)
         cr_assert_leq(whole, 1000);
         cr_assert_geq(whole, 1000 - 44, "FPDU of %zu bytes for MSS 1000", whole);
         cr_assert_eq(n, (int)((10000 + first - 14 - 1) / (first - 14)), "%d FPDUs", n);
+        close(s);
+        diwarp_listener_destroy(t.l);
+}
+
+/* The peer's reader, late: it starts after delay_ms and reads the stream to
+ * its end; got counts the bytes, err the errno that ended it (0: EOF). */
+struct late_reader {
+        int s;
+        int delay_ms;
+        size_t got;
+        int err;
+};
+
+static void *late_reader_main(void *p)
+{
+        struct late_reader *r = p;
+        uint8_t buf[16384];
+        usleep((useconds_t)r->delay_ms * 1000);
+        struct pollfd pfd = {.fd = r->s, .events = POLLIN};
+        while (poll(&pfd, 1, 5000) == 1) {
+                ssize_t n = read(r->s, buf, sizeof(buf));
+                if (n <= 0) {
+                        r->err = n < 0 ? errno : 0;
+                        return NULL;
+                }
+                r->got += (size_t)n;
+        }
+        r->err = ETIMEDOUT;
+        return NULL;
+}
+
+/* A QP destroyed right after its disconnect, while its peer is slow to read
+ * (a small receive window: part of a completed Send still waits in B's
+ * socket) and has sent bytes B never read: the peer still gets the whole
+ * Send, then B's FIN. A plain close with unread data resets the connection,
+ * and the reset throws away what B's socket had not sent yet (rsockets'
+ * rstream lost its last echo so beside a compile). */
+Test(rc, destroy_after_disconnect_delivers_completed_sends)
+{
+        /* No progress thread: nothing reads B's socket but the test's calls. */
+        setenv("DIWARP_PROGRESS", "app", 1);
+        side_init(&B, 65536, ALL_ACCESS);
+        unsetenv("DIWARP_PROGRESS");
+        to_init(&B);
+        struct accept_arg t = {0};
+        bool crc;
+        int s = raw_peer_connect_opts(&t, &crc, 0, 4096);
+        const size_t len = 12288;
+        fill(B.buf, len, 5);
+        cr_assert_eq(post_send(&B, DIWARP_WR_SEND, 1, 0, len, 0, 0, 0), 0);
+        /* Complete: all of it is in B's socket or the peer's. */
+        cr_assert_eq(wait_wc(&B, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(diwarp_disconnect(B.qp), 0);
+        cr_assert_eq(write(s, "unread", 6), 6);
+        usleep(20000); /* the bytes reach B's socket; B reads nothing now */
+        struct late_reader r = {.s = s, .delay_ms = 100};
+        pthread_t th;
+        pthread_create(&th, NULL, late_reader_main, &r);
+        cr_assert_eq(diwarp_qp_destroy(B.qp), 0);
+        B.qp = NULL;
+        pthread_join(th, NULL);
+        /* The Send's FPDUs: each ULPDU has an 18-byte header, each FPDU 2
+         * bytes of length, pad and the CRC (4, whether used or not). */
+        cr_assert_eq(r.err, 0, "the stream ended with %s after %zu bytes", strerror(r.err), r.got);
+        cr_assert_geq(r.got, len + 18, "the peer got %zu bytes of a %zu-byte Send", r.got, len);
         close(s);
         diwarp_listener_destroy(t.l);
 }
