@@ -659,6 +659,26 @@ static void batch_done(struct dw_rc_conn *c)
 
 static int rc_tx_locked(struct dw_rc_conn *c, size_t *writtenp);
 
+/* Reads of the stream a failed write makes before the stream fails (each
+ * rc_rx reads up to DW_RC_RX_STEP_BYTES). */
+#define DW_RC_TX_FAIL_DRAIN_STEPS 64
+
+/* A write failed because the peer's end is gone: its reset, after its FIN
+ * (EPIPE) or not. What the peer sent before that may still sit unread in
+ * our socket, its last messages among it (an RNIC would have placed them as
+ * they came): they are read and delivered first, so that their receive
+ * completions come before the flushes the failure brings (rsockets' rstream
+ * saw "Broken pipe" instead of its last echo). Then the stream fails,
+ * unless reading met its end first and failed it already. */
+static void rc_tx_failed(struct dw_rc_conn *c, int err)
+{
+        if (err == -EPIPE || err == -ECONNRESET)
+                for (int i = 0; i < DW_RC_TX_FAIL_DRAIN_STEPS && c->fd >= 0 && rc_rx(c) > 0; i++)
+                        ;
+        if (c->fd >= 0)
+                rc_stream_failed(c, err);
+}
+
 int rc_tx(struct dw_rc_conn *c)
 {
         size_t written = 0;
@@ -704,7 +724,7 @@ static int rc_tx_locked(struct dw_rc_conn *c, size_t *writtenp)
                         return work;
                 }
                 if (n < 0) {
-                        rc_stream_failed(c, (int)n);
+                        rc_tx_failed(c, (int)n);
                         return work;
                 }
                 struct iovec *p = c->iov + c->iov_pos;

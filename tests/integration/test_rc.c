@@ -1512,6 +1512,42 @@ Test(rc, fpdus_fill_the_segments_of_the_stream_mss)
         diwarp_listener_destroy(t.l);
 }
 
+/* The peer sends a Send and resets the connection before B has read it; B's
+ * next Send finds the stream gone (ECONNRESET). The peer's Send still
+ * arrives: the kernel keeps what came before the reset readable, and B
+ * reads it before the stream fails, as an RNIC has placed what arrived
+ * before a reset. Before, the write's failure flushed the receive. */
+Test(rc, send_that_meets_a_reset_first_delivers_what_arrived)
+{
+        setenv("DIWARP_PROGRESS", "app", 1);
+        side_init(&B, 65536, ALL_ACCESS);
+        unsetenv("DIWARP_PROGRESS");
+        to_init(&B);
+        post_recv(&B, 1, 0, 256);
+        struct accept_arg t = {0};
+        bool crc;
+        int s = raw_peer_connect(&t, &crc);
+        uint8_t u[18 + 6];
+        untagged_hdr(u, 0x3, 0, 1);
+        memcpy(u + 18, "abcdef", 6);
+        raw_send(s, crc, u, sizeof(u));
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        cr_assert_eq(setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+        close(s);
+        usleep(20000); /* the Send and the reset reach B's socket; B reads nothing */
+        cr_assert_eq(post_send(&B, DIWARP_WR_SEND, 2, 1024, 16, 0, 0, 0), 0);
+        struct diwarp_wc w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 1, "first completion: wr %llu", (unsigned long long)w.wr_id);
+        cr_assert_eq(w.status, DIWARP_WC_SUCCESS, "the peer's Send: status %d", w.status);
+        cr_assert_eq(w.byte_len, 6);
+        cr_assert_eq(memcmp(B.buf, "abcdef", 6), 0);
+        w = wait_wc(&B, 5000);
+        cr_assert_eq(w.wr_id, 2);
+        cr_assert_neq(w.status, DIWARP_WC_SUCCESS, "B's Send after the reset");
+        wait_err(&B);
+        diwarp_listener_destroy(t.l);
+}
+
 /* The peer's reader, late: it starts after delay_ms and reads the stream to
  * its end; got counts the bytes, err the errno that ended it (0: EOF). */
 struct late_reader {
