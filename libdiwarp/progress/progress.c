@@ -439,6 +439,22 @@ static __attribute__((noinline)) int dw_progress_events(struct dw_progress *p,
         return nev > 0 ? dw_progress_watch_events(p, evs, nev, look && !own) : 0;
 }
 
+/* The application polls while the thread sleeps on the set without end (no
+ * timer due, its looks spent: the program was idle). Data that comes now is
+ * read by the poller before the thread gets a core, and the kernel puts the
+ * thread back to sleep without returning to it, so it never learns that the
+ * program polls, nor, on a shared host, that the poller waits for its core:
+ * beside three more fi_pingpong processes on one core, the devices turned
+ * shared 145-275 ms after their first poll, where the two windows it takes
+ * are 20-30 ms. So the first such step wakes the thread for a look (one
+ * eventfd write): it parks, and its parked looks watch the poller. Lock
+ * held. */
+static void dw_progress_thread_look(struct dw_progress *p)
+{
+        atomic_store_explicit(&p->thread_sleep_until, 0, memory_order_relaxed);
+        dw_progress_wake(p);
+}
+
 /* How a step runs (dw_progress_run's how): */
 #define DW_RUN_READ  1u /* read the data sockets directly (not the steps of post_*) */
 #define DW_RUN_COUNT 2u /* an application's reading step: counted in app_reads */
@@ -459,6 +475,9 @@ static int dw_progress_run(struct dw_progress *p, int budget, const struct epoll
         if (budget <= 0)
                 budget = DW_PROGRESS_BUDGET;
         bool app = evs == NULL;
+        if (app && (how & DW_RUN_COUNT) &&
+            atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed) == UINT64_MAX)
+                dw_progress_thread_look(p);
         if (app && (how & DW_RUN_COUNT)) { /* single writer (lock held); the thread only loads it */
                 atomic_store_explicit(&p->app_reads,
                                       atomic_load_explicit(&p->app_reads, memory_order_relaxed) + 1,

@@ -1512,6 +1512,35 @@ Test(rc, fpdus_fill_the_segments_of_the_stream_mss)
         diwarp_listener_destroy(t.l);
 }
 
+/* A program that starts to poll while the progress thread sleeps without
+ * end (nothing came since its looks after the device opened ran out): the
+ * first poll wakes the thread, which parks and looks at the poller. Before,
+ * nothing woke it but data or a timer, and data a busy poller reads first
+ * never returns the thread from its sleep: on a shared core the devices of
+ * fi_pingpong pairs turned shared 145-275 ms after their first poll, where
+ * the two windows it takes are 20-30 ms (progress/README.md). */
+Test(rc, polling_wakes_a_progress_thread_asleep_without_end)
+{
+        setenv("DIWARP_PROGRESS", "thread", 1);
+        side_init(&B, 4096, ALL_ACCESS);
+        unsetenv("DIWARP_PROGRESS");
+        to_init(&B);
+        usleep(50000); /* the thread's looks after the device opened are spent */
+        struct diwarp_counters c0, c1;
+        cr_assert_eq(diwarp_device_counters(B.dev, &c0), 0);
+        struct diwarp_wc wc;
+        uint64_t end = now_ms() + 200;
+        while (now_ms() < end)
+                cr_assert_eq(diwarp_cq_poll(B.cq, 1, &wc), 0);
+        cr_assert_eq(diwarp_device_counters(B.dev, &c1), 0);
+        /* On a busy host the thread may take the progress over instead
+         * (the poller waits for its core): it looked then too. */
+        cr_assert(c1.progress_park_wakes - c0.progress_park_wakes >= 2 ||
+                      c1.progress_takeovers > c0.progress_takeovers,
+                  "the thread looked at the poller %llu times in 200 ms of polling",
+                  (unsigned long long)(c1.progress_park_wakes - c0.progress_park_wakes));
+}
+
 /* The peer sends a Send and resets the connection before B has read it; B's
  * next Send finds the stream gone (ECONNRESET). The peer's Send still
  * arrives: the kernel keeps what came before the reset readable, and B
