@@ -524,8 +524,9 @@ int dw_rc_qp_init(struct dw_qp *qp);
  * the device lock is released. */
 int dw_rc_qp_fini(struct dw_qp *qp);
 /* Closes that socket in order (no lock held): FIN, and what the peer still
- * sends is read away until it has taken what we sent (bounded). */
-void dw_rc_close_lingering(int fd);
+ * sends is read away until it has taken what we sent (bounded: 2 s, 50 ms
+ * on an external device, a daemon's). */
+void dw_rc_close_lingering(int fd, bool external);
 /* After a successful state change (qp->state already = new state, qp->attr
  * updated). E.g. RTR with DEST_QPN + AV starts the IB-style connect. A
  * negative return fails the modify (the state is restored by the caller). */

@@ -484,7 +484,7 @@ int dwe_qp_destroy(struct diwarp_qp *q)
                 qp->srq->q.use_count--;
         dw_async_queue_purge(&dev->async, q);
         pthread_mutex_unlock(&dev->lock);
-        dw_rc_close_lingering(linger_fd);
+        dw_rc_close_lingering(linger_fd, dev->prog.external);
         qp_queues_fini(qp);
         free(qp);
         return 0;

@@ -791,13 +791,22 @@ int dw_rc_qp_fini(struct dw_qp *qp)
 }
 
 /* A destroyed QP's stream waits at most this long for its peer to take what
- * it sent, and gives up sooner when the peer stops acknowledging. */
-#define DW_RC_LINGER_MS       2000u
-#define DW_RC_LINGER_STALL_MS 250u
+ * it sent, and gives up sooner when the peer stops acknowledging. A device
+ * driven from its owner's loop (the host daemon, which serves other clients
+ * from the thread that waits) waits far less: a client whose peer never
+ * reads must not hold the daemon for seconds a QP. */
+#define DW_RC_LINGER_MS                2000u
+#define DW_RC_LINGER_STALL_MS          250u
+#define DW_RC_LINGER_EXTERNAL_MS       50u
+#define DW_RC_LINGER_EXTERNAL_STALL_MS 20u
 
-void dw_rc_close_lingering(int fd)
+void dw_rc_close_lingering(int fd, bool external)
 {
-        dw_tcp_close_lingering(fd, DW_RC_LINGER_STALL_MS, DW_RC_LINGER_MS);
+        if (external)
+                dw_tcp_close_lingering(fd, DW_RC_LINGER_EXTERNAL_STALL_MS,
+                                       DW_RC_LINGER_EXTERNAL_MS);
+        else
+                dw_tcp_close_lingering(fd, DW_RC_LINGER_STALL_MS, DW_RC_LINGER_MS);
 }
 
 int dw_rc_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old_state, int mask)
