@@ -1628,7 +1628,7 @@ Test(rc, destroy_after_disconnect_delivers_completed_sends)
         cr_assert_eq(diwarp_disconnect(B.qp), 0);
         cr_assert_eq(write(s, "unread", 6), 6);
         usleep(20000); /* the bytes reach B's socket; B reads nothing now */
-        struct late_reader r = {.s = s, .delay_ms = 100};
+        struct late_reader r = {.s = s, .delay_ms = 20};
         pthread_t th;
         pthread_create(&th, NULL, late_reader_main, &r);
         cr_assert_eq(diwarp_qp_destroy(B.qp), 0);
