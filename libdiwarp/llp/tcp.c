@@ -167,19 +167,23 @@ bool dw_tcp_peer_closed(int fd)
         return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Reads away what the socket holds. False: the peer's end is closed or
- * reset (nothing more to wait for). */
+/* Reads away what the socket holds, 1 MiB at most a call (a peer that
+ * keeps sending must not hold the caller past its deadline). False: the
+ * peer's end is closed or reset (nothing more to wait for). */
 static bool tcp_discard_input(int fd)
 {
         uint8_t sink[4096];
-        for (;;) {
+        for (int i = 0; i < 256;) {
                 ssize_t r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
-                if (r > 0)
+                if (r > 0) {
+                        i++;
                         continue;
+                }
                 if (r < 0 && errno == EINTR)
                         continue;
                 return r < 0 && errno == EAGAIN;
         }
+        return true;
 }
 
 void dw_tcp_close_lingering(int fd, uint32_t stall_ms, uint32_t total_ms)

@@ -475,10 +475,10 @@ static int dw_progress_run(struct dw_progress *p, int budget, const struct epoll
         if (budget <= 0)
                 budget = DW_PROGRESS_BUDGET;
         bool app = evs == NULL;
-        if (app && (how & DW_RUN_COUNT) &&
-            atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed) == UINT64_MAX)
-                dw_progress_thread_look(p);
         if (app && (how & DW_RUN_COUNT)) { /* single writer (lock held); the thread only loads it */
+                if (atomic_load_explicit(&p->thread_sleep_until, memory_order_relaxed) ==
+                    UINT64_MAX)
+                        dw_progress_thread_look(p);
                 atomic_store_explicit(&p->app_reads,
                                       atomic_load_explicit(&p->app_reads, memory_order_relaxed) + 1,
                                       memory_order_relaxed);

@@ -667,9 +667,9 @@ static int rc_tx_locked(struct dw_rc_conn *c, size_t *writtenp);
  * (EPIPE) or not. What the peer sent before that may still sit unread in
  * our socket, its last messages among it (an RNIC would have placed them as
  * they came): they are read and delivered first, so that their receive
- * completions come before the flushes the failure brings (rsockets' rstream
- * saw "Broken pipe" instead of its last echo). Then the stream fails,
- * unless reading met its end first and failed it already. */
+ * completions come before the flushes the failure brings (test_rc
+ * send_that_meets_a_reset_first_delivers_what_arrived). Then the stream
+ * fails, unless reading met its end first and failed it already. */
 static void rc_tx_failed(struct dw_rc_conn *c, int err)
 {
         if (err == -EPIPE || err == -ECONNRESET)
