@@ -758,23 +758,34 @@ void dw_progress_nap(struct dw_progress *p, uint32_t gen, bool for_work)
 }
 
 /* After a thread step (lock held): completions were pushed and pollers nap,
- * or the step did work and diwarp_progress callers nap: wake them. The
- * fence orders the pushes before the look at nappers, as the napper's count
+ * or the step did work and diwarp_progress callers nap: true if they are to
+ * be woken (dw_progress_nap_wake, once the lock is released). The fence
+ * orders the pushes before the look at nappers, as the napper's count
  * orders itself before its last look at its CQ. A diwarp_progress napper
  * has nothing to look at before it sleeps, so its case takes no fence (a
  * step that did work pays one relaxed load): a wake-up it misses ends with
  * its bound. */
-static void dw_progress_nap_wake(struct dw_progress *p, int work)
+static bool dw_progress_nap_due(struct dw_progress *p, int work)
 {
         if (p->cq_pushes != p->cq_pushes_seen) {
                 p->cq_pushes_seen = p->cq_pushes;
                 atomic_thread_fence(memory_order_seq_cst);
                 if (!atomic_load_explicit(&p->nappers, memory_order_relaxed))
-                        return;
+                        return false;
         } else if (work <= 0 || !atomic_load_explicit(&p->work_nappers, memory_order_relaxed)) {
-                return;
+                return false;
         }
         atomic_fetch_add(&p->nap_gen, 1);
+        return true;
+}
+
+/* Wakes the nappers after the device lock is released: a napper woken on
+ * the waker's core runs at once (wake-up preemption) and its first act is
+ * to take the lock (to pop, to post the reply); woken under the lock it
+ * blocks on it and the core goes back to the waker only to release it,
+ * two context switches more per message. */
+static void dw_progress_nap_wake(struct dw_progress *p)
+{
         syscall(SYS_futex, &p->nap_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
@@ -785,13 +796,16 @@ static void dw_progress_nap_wake(struct dw_progress *p, int work)
  * false: a driver drives, nothing was done. */
 static bool dw_progress_locked_run(struct dw_progress *p, const struct epoll_event *evs, int n)
 {
+        bool wake = false;
         pthread_mutex_lock(p->dev.lock);
         bool driven = atomic_load(&p->driver) != 0;
         if (!p->stop && !driven) {
                 int work = dw_progress_run(p, DW_PROGRESS_BUDGET * 4, evs, n, DW_RUN_READ);
-                dw_progress_nap_wake(p, work);
+                wake = dw_progress_nap_due(p, work);
         }
         pthread_mutex_unlock(p->dev.lock);
+        if (wake)
+                dw_progress_nap_wake(p);
         return !driven;
 }
 
