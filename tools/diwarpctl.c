@@ -61,6 +61,7 @@ static const struct {
     {"local_copy_bytes", offsetof(struct diwarp_counters, local_copy_bytes)},
     {"progress_takeovers", offsetof(struct diwarp_counters, progress_takeovers)},
     {"progress_park_wakes", offsetof(struct diwarp_counters, progress_park_wakes)},
+    {"progress_nap_drives", offsetof(struct diwarp_counters, progress_nap_drives)},
     {"rx_dropped_token", offsetof(struct diwarp_counters, rx_dropped_token)},
     {"rx_dropped_rail", offsetof(struct diwarp_counters, rx_dropped_rail)},
     {"rx_dropped_peers", offsetof(struct diwarp_counters, rx_dropped_peers)},

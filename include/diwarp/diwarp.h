@@ -690,6 +690,10 @@ struct diwarp_counters {
         /* Times the parked progress thread woke to look whether the
          * application still polls (docs/USAGE.md, "Progress"). */
         uint64_t progress_park_wakes;
+        /* Naps of a poller on a shared device that drove the device (slept
+         * on its sockets and read what came itself) instead of waiting for
+         * the progress thread (docs/USAGE.md, "Progress"). */
+        uint64_t progress_nap_drives;
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

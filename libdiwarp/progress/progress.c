@@ -1049,27 +1049,32 @@ static void dw_progress_driver_leave(struct dw_progress *p, uint64_t spin_ns, bo
                 dw_progress_kick(p);
 }
 
-int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void *ctx)
+/* What a driver waits for: fd turning readable (-1: none) or done(ctx)
+ * turning nonzero, until deadline (ns; 0: none). A napping poller's drive
+ * (nap) does not spin: it drives only on a shared device, whose cores are
+ * wanted by others. */
+struct dw_drive {
+        int fd;
+        int (*done)(void *ctx);
+        void *ctx;
+        uint64_t deadline;
+        bool nap;
+};
+
+/* The driver's sleeps and steps, the role already taken: done's value, 0
+ * when the deadline passed, -errno. Driver steps wake the threads that nap
+ * on nap_gen (other pollers of a shared device) as the thread's steps do. */
+static int dw_progress_drive(struct dw_progress *p, const struct dw_drive *d)
 {
-        pid_t self = dw_progress_tid();
         int r;
-        for (;;) {
-                if ((r = done(ctx)) != 0)
-                        return r;
-                pid_t none = 0;
-                if (atomic_compare_exchange_strong(&p->driver, &none, self))
-                        break;
-                if ((r = dw_progress_wait_beside(p, fd)) < 0)
-                        return r;
-        }
         atomic_fetch_add(&p->drives, 1);
         /* fd, then the set: the sockets (the UDP socket is in it while a
          * driver drives, see dw_progress_udp_park), the watched fds, the wake
          * eventfd (a timer armed for earlier than this sleep's end). */
-        struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = p->epfd, .events = POLLIN}};
+        struct pollfd pfd[2] = {{.fd = d->fd, .events = POLLIN}, {.fd = p->epfd, .events = POLLIN}};
         bool stepped = false; /* the last thing done was this thread's step */
         pthread_mutex_lock(p->dev.lock);
-        uint64_t spin_ns = dw_progress_spin_budget(p);
+        uint64_t spin_ns = d->nap ? 0 : dw_progress_spin_budget(p);
         uint64_t spin_until = spin_ns ? dw_now_ns() + spin_ns : 0;
         bool slept = false;
         if (!p->udp_in_epoll) {
@@ -1083,10 +1088,17 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
         for (;;) {
                 /* Data already waiting keeps the set readable: no step
                  * before the first sleep. */
-                if ((r = done(ctx)) != 0)
+                if ((r = d->done(d->ctx)) != 0)
                         break;
                 int64_t t = dw_progress_sleep_prepare(p);
-                uint64_t wake_at = t < 0 ? UINT64_MAX : dw_now_ns() + (uint64_t)t;
+                uint64_t now = dw_now_ns();
+                if (d->deadline) {
+                        if (now >= d->deadline)
+                                break; /* r == 0 */
+                        if (t < 0 || (uint64_t)t > d->deadline - now)
+                                t = (int64_t)(d->deadline - now);
+                }
+                uint64_t wake_at = t < 0 ? UINT64_MAX : now + (uint64_t)t;
                 atomic_store_explicit(&p->driver_sleep_until, wake_at, memory_order_relaxed);
                 pthread_mutex_unlock(p->dev.lock);
                 int n = dw_progress_driver_pause(p, pfd, &spin_until, t, wake_at, &slept);
@@ -1096,7 +1108,7 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
                 stepped = false;
                 if (r < 0)
                         break; /* -EINTR lets a signal interrupt the wait */
-                if (pfd[0].revents && (r = done(ctx)) != 0)
+                if (pfd[0].revents && (r = d->done(d->ctx)) != 0)
                         break;
                 /* The sockets read directly first (what a ping-pong's
                  * message needs: one receive); when that found nothing, the
@@ -1104,13 +1116,54 @@ int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void
                  * streams than are read directly, the wake eventfd): a look. */
                 int w = dw_progress_run(p, DW_PROGRESS_BUDGET, NULL, 0, DW_RUN_READ | DW_RUN_OWN);
                 if (w == 0 && pfd[1].revents)
-                        dw_progress_run(p, DW_PROGRESS_BUDGET, NULL, 0,
-                                        DW_RUN_READ | DW_RUN_OWN | DW_RUN_LOOK);
+                        w = dw_progress_run(p, DW_PROGRESS_BUDGET, NULL, 0,
+                                            DW_RUN_READ | DW_RUN_OWN | DW_RUN_LOOK);
+                if (dw_progress_nap_due(p, w)) {
+                        pthread_mutex_unlock(p->dev.lock);
+                        dw_progress_nap_wake(p);
+                        pthread_mutex_lock(p->dev.lock);
+                }
                 stepped = true;
+                /* A nap ends with any work: the program may watch its
+                 * memory for an RDMA Write, which completes nothing. */
+                if (d->nap && w > 0 && (r = d->done(d->ctx)) == 0)
+                        break;
         }
         p->drained = r > 0 && stepped;
         dw_progress_driver_leave(p, spin_ns, slept);
         return r;
+}
+
+int dw_progress_wait(struct dw_progress *p, int fd, int (*done)(void *ctx), void *ctx)
+{
+        pid_t self = dw_progress_tid();
+        int r;
+        for (;;) {
+                if ((r = done(ctx)) != 0)
+                        return r;
+                pid_t none = 0;
+                if (atomic_compare_exchange_strong(&p->driver, &none, self))
+                        break;
+                if ((r = dw_progress_wait_beside(p, fd)) < 0)
+                        return r;
+        }
+        return dw_progress_drive(p, &(struct dw_drive){.fd = fd, .done = done, .ctx = ctx});
+}
+
+int dw_progress_nap_drive(struct dw_progress *p, int (*done)(void *ctx), void *ctx)
+{
+        /* A napping driver's role holds its tid negated: the thread then
+         * keeps the device shared (a channel's driver turns it back). */
+        pid_t none = 0;
+        if (!atomic_compare_exchange_strong(&p->driver, &none, -dw_progress_tid()))
+                return -EBUSY;
+        atomic_fetch_add_explicit(&p->nap_drives, 1, memory_order_relaxed);
+        return dw_progress_drive(p,
+                                 &(struct dw_drive){.fd = -1,
+                                                    .done = done,
+                                                    .ctx = ctx,
+                                                    .deadline = dw_now_ns() + DW_SHARED_NAP_MAX_NS,
+                                                    .nap = true});
 }
 
 /* Shared hosts. A busy-polling application drives progress well only while
@@ -1310,6 +1363,25 @@ static void dw_turns_take_over(struct dw_progress_turns *t)
         dw_progress_set_shared(t->p, true);
 }
 
+/* Shared: back to the application once it polls with a core of its own,
+ * window after window (c: app_reads now; polled: it polled since the last
+ * look). Running, and yielded to a napping poller. */
+static void dw_turns_watch_calm(struct dw_progress_turns *t, uint64_t c, bool polled)
+{
+        struct dw_progress *p = t->p;
+        if (t->watch.at_ns && dw_now_ns() - t->watch.at_ns >= DW_WAIT_WINDOW_NS) {
+                if (!polled || dw_app_waits(p, &t->watch)) {
+                        t->calm = 0;
+                } else if (++t->calm >= t->calm_need) {
+                        t->back_at_ns = dw_now_ns();
+                        dw_progress_set_shared(p, false);
+                }
+                t->seen = c;
+        } else if (!t->watch.at_ns) {
+                dw_app_waits(p, &t->watch); /* a baseline */
+        }
+}
+
 /* Leaves the device to the thread that drives it. */
 static inline void dw_turns_yield(struct dw_progress_turns *t)
 {
@@ -1332,6 +1404,12 @@ static bool dw_turns_yielded(struct dw_progress_turns *t)
         dw_progress_yield_sleep(p, t->park_ns);
         if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
                 return false;
+        if (atomic_load_explicit(&p->shared, memory_order_relaxed)) {
+                /* Yielded to a napping poller: it turns back as the running
+                 * thread would have it (the poller's waits for its core). */
+                uint64_t c = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
+                dw_turns_watch_calm(t, c, c - t->seen >= DW_PARK_READS);
+        }
         if (!dw_progress_driven(p, &t->seen_drives)) {
                 t->yielded = false;
                 t->seen = atomic_load_explicit(&p->app_reads, memory_order_relaxed);
@@ -1465,19 +1543,7 @@ static bool dw_turns_watch_app(struct dw_progress_turns *t, bool shared, int n)
         else if (!polled && t->looks)
                 t->looks--;
         if (shared) {
-                /* Back to the application once it polls with a core of its
-                 * own, window after window. */
-                if (t->watch.at_ns && dw_now_ns() - t->watch.at_ns >= DW_WAIT_WINDOW_NS) {
-                        if (!polled || dw_app_waits(p, &t->watch)) {
-                                t->calm = 0;
-                        } else if (++t->calm >= t->calm_need) {
-                                t->back_at_ns = dw_now_ns();
-                                dw_progress_set_shared(t->p, false);
-                        }
-                        t->seen = c;
-                } else if (!t->watch.at_ns) {
-                        dw_app_waits(p, &t->watch); /* a baseline */
-                }
+                dw_turns_watch_calm(t, c, polled);
                 return true;
         }
         if (polled) {
@@ -1514,13 +1580,18 @@ static bool dw_turns_run(struct dw_progress_turns *t)
                 return false;
         if (n == DW_TURN_AGAIN)
                 return true;
-        if (driven || atomic_load(&p->driver)) {
+        pid_t driver = atomic_load(&p->driver);
+        if (driven || driver) {
                 /* The wake-up (data, a timer, the eventfd) is the driver's:
-                 * it sleeps on the same set. */
+                 * it sleeps on the same set. A channel's driver is an
+                 * event-driven program, no poller to share for; a napping
+                 * poller drives only while the device is shared. */
                 t->seen_drives = atomic_load(&p->drives);
                 dw_turns_yield(t);
-                t->calm = 0;
-                dw_progress_set_shared(t->p, false);
+                if (driver > 0) {
+                        t->calm = 0;
+                        dw_progress_set_shared(t->p, false);
+                }
                 return true;
         }
         if (dw_turns_watch_app(t, shared, n) && !dw_progress_locked_run(t->p, t->evs, n))

@@ -164,6 +164,7 @@ struct dw_progress {
         _Atomic pid_t app_tid;
         _Atomic uint64_t takeovers;  /* times the device turned shared (written by the thread) */
         _Atomic uint64_t park_wakes; /* the parked thread's looks (written by the thread) */
+        _Atomic uint64_t nap_drives; /* naps that drove (dw_progress_nap_drive) */
         /* Shared: a poll that finds its CQ empty naps (dw_progress_nap) on
          * nap_gen instead of spinning, so that the core goes to whoever has
          * work; nappers counts the pollers asleep there. cq_pushes counts
@@ -290,6 +291,15 @@ static inline void dw_progress_nap_cancel(struct dw_progress *p, bool for_work)
  * (DW_SHARED_NAP_NS, doubled by each nap that ran out, up to
  * DW_SHARED_NAP_MAX_NS), then leaves the nappers. */
 void dw_progress_nap(struct dw_progress *p, uint32_t gen, bool for_work);
+
+/* A shared device's poll found its CQ empty and may nap: it naps as the
+ * driver (dw_progress_wait's role), asleep on the device's set and running
+ * the steps itself, until done(ctx) turns nonzero (its value is returned)
+ * or its nap bound passed (0). The thread yields to it and keeps the
+ * device shared. Each message then costs the program one wake-up, the
+ * poller's, instead of two (the thread's for the data, the poller's for
+ * the completion). -EBUSY: another thread drives; nap on nap_gen instead. */
+int dw_progress_nap_drive(struct dw_progress *p, int (*done)(void *ctx), void *ctx);
 
 /* One bounded step. Lock held. Returns work done (>= 0). */
 int dw_progress_step(struct dw_progress *p, int budget);

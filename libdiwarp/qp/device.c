@@ -879,6 +879,8 @@ void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *ou
         out->progress_takeovers = atomic_load_explicit(&dev->prog.takeovers, memory_order_relaxed);
         out->progress_park_wakes =
             atomic_load_explicit(&dev->prog.park_wakes, memory_order_relaxed);
+        out->progress_nap_drives =
+            atomic_load_explicit(&dev->prog.nap_drives, memory_order_relaxed);
         dw_rd_dev_counters(dev, out);
 }
 
@@ -1194,6 +1196,12 @@ int dwe_cq_resize(struct diwarp_cq *c, int cqe)
         return err;
 }
 
+/* dw_progress_nap_drive's test: the CQ holds a completion. */
+static int cq_nonempty(void *ctx)
+{
+        return dw_cq_count_peek(ctx) != 0;
+}
+
 int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
 {
         struct dw_cq_obj *cq = dw_cq_of(c);
@@ -1201,21 +1209,26 @@ int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
         bool shared = dw_progress_app_poll(&dev->prog);
         /* On a shared host the progress thread makes the progress; the lock
          * is taken only to pop, so a poller descheduled while it polls an
-         * empty CQ holds nothing the thread needs, and it naps until the
-         * thread pushes a completion (or a bound passed); not in the first
-         * empty polls after one that popped something, which a program makes
-         * before it acts on what it popped (dw_progress_poll_may_nap). */
+         * empty CQ holds nothing the thread needs, and it naps: as the
+         * device's driver, asleep on its sockets, so that a message wakes
+         * this poller alone (dw_progress_nap_drive), or, when another
+         * thread drives, until the thread pushes a completion (or a bound
+         * passed); not in the first empty polls after one that popped
+         * something, which a program makes before it acts on what it popped
+         * (dw_progress_poll_may_nap). */
         if (shared && dw_cq_count_peek(&cq->cq) == 0) {
                 if (!dw_progress_poll_may_nap())
                         return 0;
-                uint32_t gen = dw_progress_nap_begin(&dev->prog, false);
-                if (dw_cq_count_peek(&cq->cq) != 0) {
-                        dw_progress_nap_cancel(&dev->prog, false);
-                } else {
-                        dw_progress_nap(&dev->prog, gen, false);
+                int r = dw_progress_nap_drive(&dev->prog, cq_nonempty, &cq->cq);
+                if (r == -EBUSY) {
+                        uint32_t gen = dw_progress_nap_begin(&dev->prog, false);
                         if (dw_cq_count_peek(&cq->cq) == 0)
-                                return 0;
+                                dw_progress_nap(&dev->prog, gen, false);
+                        else
+                                dw_progress_nap_cancel(&dev->prog, false);
                 }
+                if (dw_cq_count_peek(&cq->cq) == 0)
+                        return 0;
         }
         pthread_mutex_lock(&dev->lock);
         if (!shared && dw_cq_count(&cq->cq) < (uint32_t)n)
