@@ -294,8 +294,10 @@ void dw_progress_nap(struct dw_progress *p, uint32_t gen, bool for_work);
 
 /* A shared device's poll found its CQ empty and may nap: it naps as the
  * driver (dw_progress_wait's role), asleep on the device's set and running
- * the steps itself, until done(ctx) turns nonzero (its value is returned)
- * or its nap bound passed (0). The thread yields to it and keeps the
+ * the steps itself, until done(ctx) turns nonzero (its value is returned),
+ * a step did other work, or DW_SHARED_NAP_MAX_NS passed (0 for both: a
+ * program may watch its memory for an RDMA Write, which completes nothing;
+ * -EINTR: a signal). The thread yields to it and keeps the
  * device shared. Each message then costs the program one wake-up, the
  * poller's, instead of two (the thread's for the data, the poller's for
  * the completion). -EBUSY: another thread drives; nap on nap_gen instead. */
