@@ -823,18 +823,28 @@ int dwe_device_port(struct diwarp_device *d, uint16_t *port, uint16_t *instance)
         return 0;
 }
 
+/* dw_progress_nap_drive's test for diwarp_progress: none; its nap ends
+ * with the first step that did work (or the bound). */
+static int progress_never_done(void *ctx)
+{
+        (void)ctx;
+        return 0;
+}
+
 int dwe_progress(struct diwarp_device *d, int budget)
 {
         struct dw_device *dev = dw_dev_of(d);
         /* On a shared host the progress thread makes the progress (see
-         * diwarp_cq_poll); the caller naps until the thread did some (or
+         * diwarp_cq_poll); the caller naps until some progress was made (or
          * the nap's bound passed), so that the core goes to whoever has
-         * work. A sched_yield here kept every such loop runnable: with 8
+         * work: as the driver, making it itself, unless another thread
+         * drives (then until the thread did some). A sched_yield here kept every such loop runnable: with 8
          * RD Write pairs on the 2 cores, each responder looping on
          * diwarp_progress, yields and their context switches were 30 % of
          * all CPU (perf). */
         if (dw_progress_app_poll(&dev->prog)) {
-                dw_progress_nap(&dev->prog, dw_progress_nap_begin(&dev->prog, true), true);
+                if (dw_progress_nap_drive(&dev->prog, progress_never_done, NULL) == -EBUSY)
+                        dw_progress_nap(&dev->prog, dw_progress_nap_begin(&dev->prog, true), true);
                 return 0;
         }
         pthread_mutex_lock(&dev->lock);
