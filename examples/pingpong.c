@@ -222,10 +222,11 @@ int main(int argc, char **argv)
                 diwarp_device_counters(c.dev, &ctr);
         ex_teardown(&c);
         printf("RESULT transport=%s op=%s size=%llu iters=%llu status=%s lat_us=%.2f "
-               "takeovers=%llu nap_drives=%llu\n",
+               "takeovers=%llu nap_drives=%llu timer_wakes=%llu\n",
                ex_transport_name(o.transport), ex_op_name(o.op), (unsigned long long)o.size,
                (unsigned long long)o.iters, ok ? "ok" : "fail", lat,
                (unsigned long long)ctr.progress_takeovers,
-               (unsigned long long)ctr.progress_nap_drives);
+               (unsigned long long)ctr.progress_nap_drives,
+               (unsigned long long)ctr.progress_timer_wakes);
         return ok ? 0 : 1;
 }

@@ -62,6 +62,7 @@ static const struct {
     {"progress_takeovers", offsetof(struct diwarp_counters, progress_takeovers)},
     {"progress_park_wakes", offsetof(struct diwarp_counters, progress_park_wakes)},
     {"progress_nap_drives", offsetof(struct diwarp_counters, progress_nap_drives)},
+    {"progress_timer_wakes", offsetof(struct diwarp_counters, progress_timer_wakes)},
     {"rx_dropped_token", offsetof(struct diwarp_counters, rx_dropped_token)},
     {"rx_dropped_rail", offsetof(struct diwarp_counters, rx_dropped_rail)},
     {"rx_dropped_peers", offsetof(struct diwarp_counters, rx_dropped_peers)},

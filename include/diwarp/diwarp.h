@@ -694,6 +694,11 @@ struct diwarp_counters {
          * on its sockets and read what came itself) instead of waiting for
          * the progress thread (docs/USAGE.md, "Progress"). */
         uint64_t progress_nap_drives;
+        /* Sleeps of a thread that drove the device from a wait (a napping
+         * poller, an event-driven wait) that a transport's timer ended
+         * rather than data: ACK delays, probes, retransmission timeouts
+         * (docs/USAGE.md, "Progress"). */
+        uint64_t progress_timer_wakes;
 };
 
 int diwarp_device_counters(struct diwarp_device *dev, struct diwarp_counters *out);

@@ -1103,6 +1103,8 @@ static int dw_progress_drive(struct dw_progress *p, const struct dw_drive *d)
                 pthread_mutex_unlock(p->dev.lock);
                 int n = dw_progress_driver_pause(p, pfd, &spin_until, t, wake_at, &slept);
                 r = n < 0 ? -errno : 0;
+                if (n == 0 && t >= 0 && (!d->deadline || wake_at < d->deadline))
+                        atomic_fetch_add_explicit(&p->timer_wakes, 1, memory_order_relaxed);
                 atomic_store_explicit(&p->driver_sleep_until, 0, memory_order_relaxed);
                 pthread_mutex_lock(p->dev.lock);
                 stepped = false;

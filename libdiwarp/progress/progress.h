@@ -165,6 +165,9 @@ struct dw_progress {
         _Atomic uint64_t takeovers;  /* times the device turned shared (written by the thread) */
         _Atomic uint64_t park_wakes; /* the parked thread's looks (written by the thread) */
         _Atomic uint64_t nap_drives; /* naps that drove (dw_progress_nap_drive) */
+        /* A driver's sleeps that ended at a transport's timer, not at data
+         * or at the end of its wait (dw_progress_drive). */
+        _Atomic uint64_t timer_wakes;
         /* Shared: a poll that finds its CQ empty naps (dw_progress_nap) on
          * nap_gen instead of spinning, so that the core goes to whoever has
          * work; nappers counts the pollers asleep there. cq_pushes counts

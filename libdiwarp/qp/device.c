@@ -838,8 +838,8 @@ int dwe_progress(struct diwarp_device *d, int budget)
          * diwarp_cq_poll); the caller naps until some progress was made (or
          * the nap's bound passed), so that the core goes to whoever has
          * work: as the driver, making it itself, unless another thread
-         * drives (then until the thread did some). A sched_yield here kept every such loop runnable: with 8
-         * RD Write pairs on the 2 cores, each responder looping on
+         * drives (then until the thread did some). A sched_yield here kept every such loop
+         * runnable: with 8 RD Write pairs on the 2 cores, each responder looping on
          * diwarp_progress, yields and their context switches were 30 % of
          * all CPU (perf). */
         if (dw_progress_app_poll(&dev->prog)) {
@@ -891,6 +891,8 @@ void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *ou
             atomic_load_explicit(&dev->prog.park_wakes, memory_order_relaxed);
         out->progress_nap_drives =
             atomic_load_explicit(&dev->prog.nap_drives, memory_order_relaxed);
+        out->progress_timer_wakes =
+            atomic_load_explicit(&dev->prog.timer_wakes, memory_order_relaxed);
         dw_rd_dev_counters(dev, out);
 }
 
