@@ -155,6 +155,8 @@ static void rd_deactivate(struct dw_rd_peer *p)
                 d->touched = NULL;
                 d->timers_dirty = true;
         }
+        if (d->timers_owner == p)
+                d->timers_owner = NULL;
         if (!p->active)
                 return;
         if (p->aprev)
@@ -782,6 +784,60 @@ static bool rd_peer_timers(struct dw_rd_dev *d, struct dw_rd_peer *p, uint64_t n
         return true;
 }
 
+/* Up to this many active peers, the earliest deadline is found anew
+ * (rd_timers_rescan) whenever the peer that set it moves it later; beyond,
+ * an early wake-up costs less than a scan per ACK. */
+#define RD_TIMERS_RESCAN_MAX 8
+
+/* The earliest of the active peers' deadlines, read without running their
+ * timers: a few comparisons each. Leaves timers_at as it is when more than
+ * RD_TIMERS_RESCAN_MAX peers are active. */
+static void rd_timers_rescan(struct dw_rd_dev *d)
+{
+        uint64_t next = UINT64_MAX;
+        struct dw_rd_peer *owner = NULL;
+        unsigned n = 0;
+        for (struct dw_rd_peer *q = d->active; q; q = q->anext) {
+                if (++n > RD_TIMERS_RESCAN_MAX)
+                        return;
+                uint64_t dl = dw_rel_next_deadline(&q->rel);
+                if (dl == UINT64_MAX && dw_rel_tx_inflight(&q->rel) == 0)
+                        dl = rd_read_deadline(q); /* what rd_peer_quiet would keep */
+                if (dl < next) {
+                        next = dl;
+                        owner = q;
+                }
+        }
+        d->timers_at = next;
+        d->timers_owner = owner;
+}
+
+/* The one peer that changed since the last step (`touched`) folds its next
+ * deadline into timers_at. An earlier one lowers it; a later one from the
+ * peer that set it is the device's when that peer is the only one active,
+ * else the few active peers are scanned. timers_at must not stay earlier
+ * than every peer's deadline: in a ping-pong the ACK that retires a Send
+ * moves its probe timer past the next message, and the stale earliest
+ * deadline woke a sleeping poller for nothing, on a shared core a context
+ * switch each (fi_pingpong over RC over RD, both ends on one core: 42-49 us
+ * a transfer before, 28-34 after; rd/README.md). */
+static void rd_fold_touched(struct dw_rd_dev *d, uint64_t now)
+{
+        struct dw_rd_peer *t = d->touched;
+        uint64_t dl = dw_rel_next_deadline(&t->rel);
+        bool only = d->active == t && !t->anext;
+        bool owner = d->timers_owner == t;
+        d->touched = NULL;
+        if (dl == UINT64_MAX && dw_rel_tx_inflight(&t->rel) == 0)
+                dl = rd_peer_quiet(d, t, now); /* may leave the active list */
+        if (dl < d->timers_at || only) {
+                d->timers_at = dl;
+                d->timers_owner = dl == UINT64_MAX ? NULL : t;
+        } else if (owner && dl > d->timers_at) {
+                rd_timers_rescan(d);
+        }
+}
+
 /* The timers: the idle sweep when due, then the walk over the active
  * peers when the earliest deadline known has come or peers changed. */
 static int rd_step_timers(struct dw_device *dev, struct dw_rd_dev *d)
@@ -792,15 +848,8 @@ static int rd_step_timers(struct dw_device *dev, struct dw_rd_dev *d)
          * device nobody uses keeps them, within the caps, until it is used). */
         if (d->nrd && now >= d->sweep_at)
                 rd_sweep(d, now);
-        if (d->touched && !d->timers_dirty) {
-                struct dw_rd_peer *t = d->touched;
-                uint64_t dl = dw_rel_next_deadline(&t->rel);
-                d->touched = NULL;
-                if (dl == UINT64_MAX && dw_rel_tx_inflight(&t->rel) == 0)
-                        dl = rd_peer_quiet(d, t, now);
-                if (dl < d->timers_at)
-                        d->timers_at = dl;
-        }
+        if (d->touched && !d->timers_dirty)
+                rd_fold_touched(d, now);
         if (!d->timers_dirty && now < d->timers_at) {
                 if (d->timers_at != UINT64_MAX) /* each step asks anew */
                         dw_progress_timer(&dev->prog, d->timers_at);
@@ -811,13 +860,16 @@ static int rd_step_timers(struct dw_device *dev, struct dw_rd_dev *d)
         d->ctl_sent = 0;
         int work = 0;
         uint64_t next = UINT64_MAX;
+        d->timers_owner = NULL;
         for (struct dw_rd_peer *p = d->active, *nx; p; p = nx) {
                 nx = p->anext;
                 uint64_t dl;
                 if (!rd_peer_timers(d, p, now, &dl))
                         continue;
-                if (dl < next)
+                if (dl < next) {
                         next = dl;
+                        d->timers_owner = p;
+                }
                 work++;
         }
         d->timers_at = next;

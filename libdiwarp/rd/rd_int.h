@@ -432,10 +432,12 @@ struct dw_rd_dev {
          * or when several peers changed state since the last step
          * (timers_dirty). A change of one peer only (`touched`, the common
          * case: a packet in or out) folds that peer's next deadline into
-         * timers_at instead, so a busy-polling step skips the walk. */
+         * timers_at instead, so a busy-polling step skips the walk
+         * (rd_fold_touched; timers_owner: the peer whose deadline
+         * timers_at is, NULL when unknown). */
         bool timers_dirty;
         uint64_t timers_at;
-        struct dw_rd_peer *touched;
+        struct dw_rd_peer *touched, *timers_owner;
         /* The latest clock read of the current progress step (step_no),
          * reused by the timers check at its end instead of a second read;
          * rx_clock: read as the step's receive began, for its first datagram
