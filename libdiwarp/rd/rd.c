@@ -791,7 +791,8 @@ static bool rd_peer_timers(struct dw_rd_dev *d, struct dw_rd_peer *p, uint64_t n
 
 /* The earliest of the active peers' deadlines, read without running their
  * timers: a few comparisons each. Leaves timers_at as it is when more than
- * RD_TIMERS_RESCAN_MAX peers are active. */
+ * RD_TIMERS_RESCAN_MAX peers are active, and asks for the walk when one of
+ * them has no deadline left (the walk takes it off the list). */
 static void rd_timers_rescan(struct dw_rd_dev *d)
 {
         uint64_t next = UINT64_MAX;
@@ -801,8 +802,15 @@ static void rd_timers_rescan(struct dw_rd_dev *d)
                 if (++n > RD_TIMERS_RESCAN_MAX)
                         return;
                 uint64_t dl = dw_rel_next_deadline(&q->rel);
-                if (dl == UINT64_MAX && dw_rel_tx_inflight(&q->rel) == 0)
+                if (dl == UINT64_MAX && dw_rel_tx_inflight(&q->rel) == 0) {
                         dl = rd_read_deadline(q); /* what rd_peer_quiet would keep */
+                        if (dl == UINT64_MAX) {
+                                /* q has nothing left: the walk (now) lets it
+                                 * leave the list, as the stale deadline's did. */
+                                d->timers_dirty = true;
+                                return;
+                        }
+                }
                 if (dl < next) {
                         next = dl;
                         owner = q;
