@@ -213,9 +213,12 @@ struct dw_progress {
          * spin_probe). Lock held. */
         unsigned spin_trust;
         unsigned spin_probe;
-        /* ... and no spin before spin_off_until: the core was taken from a
-         * spin at spin_stolen_at; spin_off_ns, the current off period. */
-        uint64_t spin_off_until, spin_off_ns, spin_stolen_at;
+        /* ... and no spin before spin_off_until: the spin was turned off
+         * at spin_stolen_at; spin_off_ns, the current off period. The core
+         * was last taken from a spin at spin_taken_at, spin_takes times in
+         * a row each soon after the one before. */
+        uint64_t spin_off_until, spin_off_ns, spin_stolen_at, spin_taken_at;
+        unsigned spin_takes;
         pthread_mutex_t yield_lock;
         pthread_cond_t yield_cond;
         bool yield_kick;
