@@ -22,6 +22,7 @@ meson test -C "$build" --print-errorlogs --num-processes 2 "$@" || rc=$?
 python3 - "$build/meson-logs/testlog.json" <<'PY' || rc=1
 import json, os, sys
 passed = failed = skipped = 0
+failures = []
 if not os.path.exists(sys.argv[1]):
     print("0 passed, 0 failed, 0 skipped (meson test wrote no log)")
     sys.exit(1)
@@ -35,7 +36,19 @@ with open(sys.argv[1]) as f:
             skipped += 1
         else:
             failed += 1
+            failures.append(r)
             print("FAILED:", r.get("name"), res)
+# Each failed test's own output again, last (its lines that name a failure,
+# then its last lines): a log that is cut to its head and tail still shows
+# why every test failed.
+for r in failures:
+    out = ((r.get("stdout") or "") + (r.get("stderr") or "")).splitlines()
+    print(f"--- last lines of {r.get('name')} ---")
+    lines = [l for l in out if l.strip()]
+    marks = ("[FAIL]", "[----]", "Assert", "CRASH", "FAIL:", "Sanitizer", "runtime error")
+    why = [l for l in lines if any(m in l for m in marks)][:15]
+    for line in why + ["..."] + lines[-15:]:
+        print("   ", line[:300])
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed or passed == 0 else 0)
 PY
