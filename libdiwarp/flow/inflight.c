@@ -37,17 +37,6 @@ _Static_assert(DW_INFLIGHT_MAX_CAP <= INT32_MAX, "grants are returned as int");
  * burns the CPU a preempted holder needs to get out. */
 #define LOCK_SPINS 128
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#elif defined(__aarch64__)
-        __asm__ __volatile__("yield" ::: "memory");
-#else
-        __asm__ __volatile__("" ::: "memory");
-#endif
-}
-
 static void sleep_ns(long ns)
 {
         struct timespec ts = {0, ns};
@@ -243,7 +232,7 @@ static bool lock_spin(struct dw_inflight_shm *s, uint64_t mine)
                     __atomic_compare_exchange_n(&s->lock, &v, mine, false, __ATOMIC_ACQUIRE,
                                                 __ATOMIC_RELAXED))
                         return true;
-                cpu_relax();
+                dw_cpu_relax();
         }
         return false;
 }
