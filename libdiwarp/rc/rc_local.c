@@ -7,6 +7,7 @@
 
 #include "dw.h"
 #include "rc/rc.h"
+#include "util/time.h"
 
 #define DW_RC_END_SLOTS 1024
 
@@ -121,11 +122,23 @@ bool dw_rc_end_peer_state(int slot, uint64_t *consumed, uint64_t *term_at, bool 
         return linked;
 }
 
-struct dw_rc_conn *dw_rc_end_lock_peer(int slot, struct dw_device *self, bool *locked)
+/* The other end's device lock is tried again for up to
+ * DW_RC_PEER_LOCK_SPIN_NS: its progress thread holds it for a step
+ * (microseconds), and a copy that gave up at the first try went on the
+ * stream instead (CI runs beside other tests saw copy counts fall short),
+ * the WR then waiting for that end to read it. Never blocks, and the
+ * registry's lock is not held between tries: the other end may be trying
+ * this end's lock the same way, or want the registry while it holds its
+ * own. */
+#define DW_RC_PEER_LOCK_SPIN_NS 20000u
+
+/* One try (dw_rc_end_lock_peer). *busy: the other end's device was locked. */
+static struct dw_rc_conn *lock_peer_once(int slot, struct dw_device *self, bool *locked, bool *busy)
 {
         struct dw_rc_conn *peer = NULL;
 
         *locked = false;
+        *busy = false;
         pthread_mutex_lock(&ends.lock);
         int o = ends.end[slot].other;
         if (o >= 0 && !atomic_load(&ends.end[o].waiting)) {
@@ -136,9 +149,24 @@ struct dw_rc_conn *dw_rc_end_lock_peer(int slot, struct dw_device *self, bool *l
                         /* Held from here, the other end cannot unregister. */
                         peer = e->conn;
                         *locked = true;
+                } else {
+                        *busy = true;
                 }
         }
         pthread_mutex_unlock(&ends.lock);
+        return peer;
+}
+
+struct dw_rc_conn *dw_rc_end_lock_peer(int slot, struct dw_device *self, bool *locked)
+{
+        bool busy;
+        struct dw_rc_conn *peer = lock_peer_once(slot, self, locked, &busy);
+        uint64_t until = busy ? dw_now_ns() + DW_RC_PEER_LOCK_SPIN_NS : 0;
+
+        while (busy && dw_now_ns() < until) {
+                dw_cpu_relax();
+                peer = lock_peer_once(slot, self, locked, &busy);
+        }
         return peer;
 }
 

@@ -50,9 +50,10 @@ bool dw_rc_end_linked(int slot);
  * drives nor waits for the other). False when it is not (or no longer) linked. */
 bool dw_rc_end_peer_state(int slot, uint64_t *consumed, uint64_t *term_at, bool *waiting);
 
-/* The other end's conn, with its device's lock taken (trylock), when it is
- * on another device; on the same device (lock already held by the caller)
- * the conn without locking. NULL when unlinked, or its device is busy.
+/* The other end's conn, with its device's lock taken (tried for a few
+ * microseconds, never waited for), when it is on another device; on the
+ * same device (lock already held by the caller) the conn without locking.
+ * NULL when unlinked, or its device stayed busy.
  * *locked says whether dw_rc_end_unlock_peer must release it. An other end
  * that is itself waiting (dw_rc_end_set_waiting) gives NULL. */
 struct dw_rc_conn *dw_rc_end_lock_peer(int slot, struct dw_device *self, bool *locked);
