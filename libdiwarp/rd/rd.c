@@ -747,6 +747,14 @@ static uint64_t rd_step_clock(const struct dw_device *dev, const struct dw_rd_de
         return d->step_no == dev->prog.steps && d->step_now ? d->step_now : dw_now_ns();
 }
 
+/* p's stream has no timer left and nothing in flight: unless a Read of
+ * ours waits for p (rd_read_deadline), it may leave the active list
+ * (rd_peer_quiet). dl: its next deadline (dw_rel_next_deadline). */
+static inline bool rd_rel_done(const struct dw_rd_peer *p, uint64_t dl)
+{
+        return dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0;
+}
+
 /* rel/'s timers of an active peer: false when it left the active list
  * (dead, its QP in error, or failed now), else true with its next deadline
  * in *dl. */
@@ -779,7 +787,7 @@ static bool rd_peer_timers(struct dw_rd_dev *d, struct dw_rd_peer *p, uint64_t n
                 return false;
         }
         *dl = dw_rel_next_deadline(&p->rel);
-        if (*dl == UINT64_MAX && dw_rel_tx_inflight(&p->rel) == 0)
+        if (rd_rel_done(p, *dl))
                 *dl = rd_peer_quiet(d, p, now);
         return true;
 }
@@ -802,7 +810,7 @@ static void rd_timers_rescan(struct dw_rd_dev *d)
                 if (++n > RD_TIMERS_RESCAN_MAX)
                         return;
                 uint64_t dl = dw_rel_next_deadline(&q->rel);
-                if (dl == UINT64_MAX && dw_rel_tx_inflight(&q->rel) == 0) {
+                if (rd_rel_done(q, dl)) {
                         dl = rd_read_deadline(q); /* what rd_peer_quiet would keep */
                         if (dl == UINT64_MAX) {
                                 /* q has nothing left: the walk (now) lets it
@@ -822,8 +830,8 @@ static void rd_timers_rescan(struct dw_rd_dev *d)
 
 /* The one peer that changed since the last step (`touched`) folds its next
  * deadline into timers_at. An earlier one lowers it; a later one from the
- * peer that set it is the device's when that peer is the only one active,
- * else the few active peers are scanned. timers_at must not stay earlier
+ * peer that set it, or from the only active peer, has the few active peers
+ * scanned (rd_timers_rescan). timers_at must not stay earlier
  * than every peer's deadline: in a ping-pong the ACK that retires a Send
  * moves its probe timer past the next message, and the stale earliest
  * deadline woke a sleeping poller for nothing, on a shared core a context
@@ -836,13 +844,13 @@ static void rd_fold_touched(struct dw_rd_dev *d, uint64_t now)
         bool only = d->active == t && !t->anext;
         bool owner = d->timers_owner == t;
         d->touched = NULL;
-        if (dl == UINT64_MAX && dw_rel_tx_inflight(&t->rel) == 0)
+        if (rd_rel_done(t, dl))
                 dl = rd_peer_quiet(d, t, now); /* may leave the active list */
-        if (dl < d->timers_at || only) {
+        if (dl < d->timers_at) {
                 d->timers_at = dl;
-                d->timers_owner = dl == UINT64_MAX ? NULL : t;
-        } else if (owner && dl > d->timers_at) {
-                rd_timers_rescan(d);
+                d->timers_owner = t;
+        } else if ((owner || only) && dl > d->timers_at) {
+                rd_timers_rescan(d); /* with t alone active, t's deadline */
         }
 }
 
