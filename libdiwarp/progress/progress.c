@@ -911,7 +911,9 @@ static int dw_progress_wait_beside(struct dw_progress *p, int fd)
  * than cores) the time a waiter spins is counted against it by the
  * scheduler, which then runs the hog a whole slice before it again, where a
  * waiter that sleeps preempts the hog when woken: beside a nice-19 `yes` per
- * core the spinning ping-pong took 139 us a round trip, the sleeping one 18.
+ * core the spinning ping-pong once took 139 us a round trip, the sleeping
+ * one 18 (on a later day of this VM that hog took the core far less often
+ * than a nice-0 one, and spinning on beside it paid; see below).
  * A spin sees this as a gap between two of its looks far longer than a
  * peer's turn on the same core (a message's handling, some microseconds):
  * DW_SPIN_STOLEN_NS or more, the core was taken from it. One such gap
