@@ -18,9 +18,13 @@
 # (rc) and x22-23 (rd) of the TCP pairs' latency, release and ASan builds
 # (RC 284-296 us a transfer, RC over RD 346-399, TCP 15.8-17.4); exempting
 # the first empty polls after a completion, x6.6 and x9.3 (release), x8.0
-# and x11.6 (ASan). The best round of each side counts (noise only adds
-# time); SHARED_DRAIN_BOUND (default rc 13, rd 17) is the largest ratio of
-# the two accepted. Needs root, `ip netns` and fi_pingpong, else skipped.
+# and x11.6 (ASan). Each round's ratio is taken within the round, and the
+# median of the rounds' ratios counts: a busy host's scheduler can hand one
+# round's TCP pairs a lucky run (9.2 us against 22 and 30 in the other
+# rounds of one CI run beside a build loop, fi_pingpong 143-172 us in all
+# three), and the best-of-each-side ratio it replaced read x15.6 there.
+# SHARED_DRAIN_BOUND (default rc 13, rd 17) is the largest median ratio
+# accepted. Needs root, `ip netns` and fi_pingpong, else skipped.
 #
 # While the fi_pingpong pairs run, `diwarp stat` is sampled: of the naps
 # that drove the devices, at most 2 % may have been ended by a transport's
@@ -63,7 +67,6 @@ ns_pair "$nsA" "$nsB" "$A" "$B" 2>"$TMPD/setup" ||
         { cat "$TMPD/setup" >&2; skip "cannot create network namespaces / veth here"; }
 
 core=0
-min() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 < b + 0) ? a : b }'; }
 # pairs NAME SERVER... -- CLIENT...: runs two pairs at once on $core, the
 # servers in A (port @PORT@: 19701 and 19702), the clients in B; each
 # client's output in $TMPD/NAME.PAIR, each server's in $TMPD/NAME.PAIR.srv.
@@ -112,8 +115,7 @@ slowest() {
         echo "$out"
 }
 
-best_tcp=
-best_fi=
+ratios=()
 shared=0
 for r in $(seq 1 "$rounds"); do
         raw=("$RAW_SOCK" --proto tcp --mode pingpong --block --size 8 --iters "$iters" --port @PORT@)
@@ -139,8 +141,7 @@ for r in $(seq 1 "$rounds"); do
         shared=$((shared + n))
         echo "round $r: blocking TCP pairs $tcp us one way; fi_pingpong ($mode) $f us a transfer;" \
                 "$n devices turned shared"
-        best_tcp=$(min "$tcp" "$best_tcp")
-        best_fi=$(min "$f" "$best_fi")
+        ratios+=("$(awk -v f="$f" -v t="$tcp" 'BEGIN { printf "%.2f", f / t }')")
 done
 [ "$shared" -gt 0 ] || fail "no device turned shared: the test did not reach the napping polls"
 # counter NAME: the sum over the sampled fi_pingpong processes' devices.
@@ -156,8 +157,8 @@ echo "sampled: $drives naps drove the devices, $twakes of them ended by a timer 
 [ "$drives" -gt 0 ] || fail "no sample of diwarp stat showed the fi_pingpong devices' naps"
 awk -v w="$twakes" -v d="$drives" -v p="$timer_pct" 'BEGIN { exit !(w * 100 <= d * p) }' ||
         fail "fi_pingpong over diwarp ($mode): $twakes of $drives driving naps were ended by a transport's timer (bound $timer_pct %): a deadline kept earlier than any peer's?"
-ratio=$(awk -v f="$best_fi" -v t="$best_tcp" 'BEGIN { printf "%.2f", f / t }')
-echo "best: fi_pingpong $best_fi us, blocking TCP $best_tcp us: x$ratio (bound x$bound)"
+ratio=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+echo "rounds' ratios of fi_pingpong to blocking TCP: ${ratios[*]}; median x$ratio (bound x$bound)"
 awk -v r="$ratio" -v b="$bound" 'BEGIN { exit !(r <= b) }' ||
         fail "fi_pingpong over diwarp ($mode) took x$ratio of blocking TCP pairs on the same core (bound x$bound)"
 echo "PASS: shared_drain $mode"
