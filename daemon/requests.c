@@ -834,28 +834,10 @@ static void stat_qps(uint32_t first, struct dw_ipc_stat_qps_rsp *out)
                                 uint32_t at = out->total++;
                                 if (at < first || out->n == DW_IPC_STAT_QPS_MAX)
                                         continue;
-                                struct dw_ipc_stat_qp *q = &out->q[out->n++];
-                                struct diwarp_counters k2;
-                                q->pid = c->pid;
-                                q->qpn = o->u.qp.qpn;
-                                q->type = o->u.qp.type;
-                                q->state = diwarp_qp_state(o->u.qp.qp);
-                                struct diwarp_qp_attr qa;
-                                struct diwarp_qp_init_attr ia;
-                                if ((o->u.qp.type == DIWARP_QPT_RC ||
-                                     o->u.qp.type == DIWARP_QPT_UC) &&
-                                    diwarp_qp_query(o->u.qp.qp, &qa, &ia) == 0) {
-                                        q->peer_qpn = qa.dest_qp_num;
-                                        q->peer = qa.dgid;
-                                }
-                                if (diwarp_qp_counters(o->u.qp.qp, &k2) == 0) {
-                                        q->tx_packets = k2.tx_packets;
-                                        q->tx_bytes = k2.tx_bytes;
-                                        q->rx_packets = k2.rx_packets;
-                                        q->rx_bytes = k2.rx_bytes;
-                                        q->retransmits = k2.retransmits;
-                                        q->rnr_naks = k2.rnr_naks;
-                                }
+                                struct diwarpdv_qp_stat *q = &out->q[out->n++];
+                                /* Fails only on a NULL argument. */
+                                (void)diwarpdv_qp_stat(o->u.qp.qp, q);
+                                q->pid = c->pid; /* the client's, not the daemon's */
                         }
         pthread_mutex_unlock(&D->lock);
 }

@@ -304,6 +304,8 @@ struct dw_qp *dw_qp_lookup(struct dw_device *dev, uint32_t qpn);
 /* diwarp_device_counters / diwarp_device_rails with the device lock held. */
 void dw_device_counters_locked(struct dw_device *dev, struct diwarp_counters *out);
 int dw_device_rails_locked(struct dw_device *dev, struct diwarp_rail_stats *out, int max);
+/* diwarpdv_qp_stat with the device lock held (pid: this process). */
+void dw_qp_stat_locked(const struct dw_qp *qp, struct diwarpdv_qp_stat *out);
 
 /* Writes a completion for a send WQE (if signaled or status != SUCCESS) and
  * pops it from the SQ; the WQE must be the SQ head (completions are in order). */

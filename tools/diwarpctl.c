@@ -105,7 +105,7 @@ static void print_counters(const struct diwarp_counters *ctr, bool all)
         printf("\n");
 }
 
-static void print_qp(const struct dw_ipc_stat_qp *x)
+static void print_qp(const struct diwarpdv_qp_stat *x)
 {
         char peer[64] = "-";
         const uint8_t *g = x->peer.raw;

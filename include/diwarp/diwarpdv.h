@@ -150,6 +150,22 @@ int diwarpdv_mbox_release(struct diwarp_qp *qp, const void *msg);
 int diwarpdv_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,
                            struct diwarpdv_rd_path *out);
 
+/* ---- A QP as `diwarp stat` lists it ---------------------------------------
+ *
+ * One QP's line: who owns it, what it is, its peer and its traffic. The host
+ * daemon answers `diwarp stat` with these for its clients' QPs, and every
+ * process publishes them for its own devices (docs/USAGE.md, "diwarp stat");
+ * both fill them through diwarpdv_qp_stat. */
+struct diwarpdv_qp_stat {
+        int32_t pid;               /* the process that owns the QP */
+        uint32_t qpn, type, state; /* enum diwarp_qp_type, enum diwarp_qp_state */
+        uint32_t peer_qpn;         /* RC/UC: the connected QP; 0 unknown */
+        union diwarp_gid peer;     /* its GID; zero for UD and RD (a peer per WR) */
+        uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, retransmits, rnr_naks;
+};
+/* Fills out for qp now; pid is the calling process. -EINVAL on bad arguments. */
+int diwarpdv_qp_stat(struct diwarp_qp *qp, struct diwarpdv_qp_stat *out);
+
 /* ---- The library's log and clock ------------------------------------------
  *
  * diwarp writes what it has to say to stderr, one line each, "diwarp:

@@ -563,6 +563,13 @@ int diwarp_disconnect(struct diwarp_qp *qp)
         return BE()->disconnect(qp);
 }
 
+int diwarpdv_qp_stat(struct diwarp_qp *qp, struct diwarpdv_qp_stat *out)
+{
+        if (!qp || !out)
+                return -EINVAL;
+        return BE()->qp_stat(qp, out);
+}
+
 /* ---- RD (diwarpdv.h) -------------------------------------------------------------- */
 
 int diwarpdv_query_rd_path(struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,

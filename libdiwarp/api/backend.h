@@ -115,6 +115,7 @@
         X(int, post_send_rd,                                                                       \
           (struct diwarp_qp *qp, struct diwarp_send_wr *wr, const struct diwarpdv_rd_dest *dest,   \
            struct diwarp_send_wr **bad_wr))                                                        \
+        X(int, qp_stat, (struct diwarp_qp *qp, struct diwarpdv_qp_stat *out))                     \
         X(int, query_rd_path,                                                                      \
           (struct diwarp_qp *qp, const struct diwarpdv_rd_dest *dest,                              \
            struct diwarpdv_rd_path *out))                                                          \

@@ -1725,6 +1725,36 @@ int dwc_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
         return counters(qp->dev, qp->h, out);
 }
 
+/* The daemon's QP as the engine's would be listed, composed of the answers
+ * the daemon gives for it (no request of its own). */
+int dwc_qp_stat(struct diwarp_qp *q, struct diwarpdv_qp_stat *out)
+{
+        struct diwarp_qp_attr attr;
+        struct diwarp_qp_init_attr init;
+        struct diwarp_counters ctr;
+        int err = dwc_qp_query(q, &attr, &init);
+        if (err == 0)
+                err = dwc_qp_counters(q, &ctr);
+        if (err)
+                return err;
+        memset(out, 0, sizeof(*out));
+        out->pid = (int32_t)getpid();
+        out->qpn = ((struct dwc_qp *)q)->qpn;
+        out->type = init.qp_type;
+        out->state = attr.qp_state;
+        if (init.qp_type == DIWARP_QPT_RC || init.qp_type == DIWARP_QPT_UC) {
+                out->peer_qpn = attr.dest_qp_num;
+                out->peer = attr.dgid;
+        }
+        out->tx_packets = ctr.tx_packets;
+        out->tx_bytes = ctr.tx_bytes;
+        out->rx_packets = ctr.rx_packets;
+        out->rx_bytes = ctr.rx_bytes;
+        out->retransmits = ctr.retransmits;
+        out->rnr_naks = ctr.rnr_naks;
+        return 0;
+}
+
 int dwc_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
                       struct diwarpdv_rd_path *out)
 {

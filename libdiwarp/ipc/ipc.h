@@ -266,19 +266,12 @@ struct dw_ipc_stat_rsp {
         struct dw_ipc_stat_client c[DW_IPC_STAT_MAX];
 };
 
-/* QPs of every client, DW_IPC_STAT_QPS_MAX at a time. */
-struct dw_ipc_stat_qp {
-        int32_t pid;
-        uint32_t qpn, type, state;
-        uint32_t peer_qpn;     /* RC/UC: the connected QP; 0 unknown */
-        union diwarp_gid peer; /* its GID; zero for UD and RD (a peer per WR) */
-        uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, retransmits, rnr_naks;
-};
+/* QPs of every client, DW_IPC_STAT_QPS_MAX at a time (the public record). */
 #define DW_IPC_STAT_QPS_MAX 24
 struct dw_ipc_stat_qps_rsp {
         uint32_t total; /* QPs of every client */
         uint32_t n;     /* listed here, from the first asked for */
-        struct dw_ipc_stat_qp q[DW_IPC_STAT_QPS_MAX];
+        struct diwarpdv_qp_stat q[DW_IPC_STAT_QPS_MAX];
 };
 
 struct dw_ipc_rsp {

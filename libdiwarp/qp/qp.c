@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api/backend.h"
 #include "dw.h"
@@ -815,6 +816,34 @@ int dwe_qp_counters(struct diwarp_qp *q, struct diwarp_counters *out)
         struct dw_qp *qp = dw_qp_of(q);
         pthread_mutex_lock(&qp->dev->lock);
         *out = qp->ctr;
+        pthread_mutex_unlock(&qp->dev->lock);
+        return 0;
+}
+
+void dw_qp_stat_locked(const struct dw_qp *qp, struct diwarpdv_qp_stat *out)
+{
+        memset(out, 0, sizeof(*out));
+        out->pid = (int32_t)getpid();
+        out->qpn = qp->qpn;
+        out->type = qp->type;
+        out->state = qp->state;
+        if (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) {
+                out->peer_qpn = qp->attr.dest_qp_num;
+                out->peer = qp->attr.dgid;
+        }
+        out->tx_packets = qp->ctr.tx_packets;
+        out->tx_bytes = qp->ctr.tx_bytes;
+        out->rx_packets = qp->ctr.rx_packets;
+        out->rx_bytes = qp->ctr.rx_bytes;
+        out->retransmits = qp->ctr.retransmits;
+        out->rnr_naks = qp->ctr.rnr_naks;
+}
+
+int dwe_qp_stat(struct diwarp_qp *q, struct diwarpdv_qp_stat *out)
+{
+        struct dw_qp *qp = dw_qp_of(q);
+        pthread_mutex_lock(&qp->dev->lock);
+        dw_qp_stat_locked(qp, out);
         pthread_mutex_unlock(&qp->dev->lock);
         return 0;
 }

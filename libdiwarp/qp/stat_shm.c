@@ -19,25 +19,6 @@
 
 /* ---- owner ---------------------------------------------------------------- */
 
-static void fill_qp(const struct dw_qp *qp, struct dw_ipc_stat_qp *q)
-{
-        memset(q, 0, sizeof(*q));
-        q->pid = (int32_t)getpid();
-        q->qpn = qp->qpn;
-        q->type = qp->type;
-        q->state = qp->state;
-        if (qp->type == DIWARP_QPT_RC || qp->type == DIWARP_QPT_UC) {
-                q->peer_qpn = qp->attr.dest_qp_num;
-                q->peer = qp->attr.dgid;
-        }
-        q->tx_packets = qp->ctr.tx_packets;
-        q->tx_bytes = qp->ctr.tx_bytes;
-        q->rx_packets = qp->ctr.rx_packets;
-        q->rx_bytes = qp->ctr.rx_bytes;
-        q->retransmits = qp->ctr.retransmits;
-        q->rnr_naks = qp->ctr.rnr_naks;
-}
-
 static void refresh(struct dw_device *dev, struct dw_stat_dev *s)
 {
         uint32_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
@@ -59,7 +40,7 @@ static void refresh(struct dw_device *dev, struct dw_stat_dev *s)
              i++)
                 if (dev->qps[i]) {
                         seen++;
-                        fill_qp(dev->qps[i], &s->qp[shown++]);
+                        dw_qp_stat_locked(dev->qps[i], &s->qp[shown++]);
                 }
         s->nqp = (uint32_t)dev->nqp;
         s->nqp_shown = shown;

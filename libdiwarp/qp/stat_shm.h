@@ -19,8 +19,7 @@
 #include <stdint.h>
 
 #include <diwarp/diwarp.h>
-
-#include "ipc/ipc.h"
+#include <diwarp/diwarpdv.h>
 
 #define DW_STAT_MAGIC     0x54535744u /* "DWST" */
 #define DW_STAT_VERSION   1u
@@ -42,7 +41,7 @@ struct dw_stat_dev {
         uint64_t updated_ns;                /* CLOCK_MONOTONIC of the last refresh */
         struct diwarp_counters ctr;         /* as diwarp_device_counters */
         struct diwarp_rail_stats rails[DIWARP_MAX_RAILS];
-        struct dw_ipc_stat_qp qp[DW_STAT_MAX_QP];
+        struct diwarpdv_qp_stat qp[DW_STAT_MAX_QP];
 };
 
 struct dw_device;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <diwarp/diwarp.h>
+#include <diwarp/diwarpdv.h>
 
 #include "wire/crc32c.h"
 #include "wire/mpa.h"
@@ -305,6 +306,40 @@ Test(rc, ib_connect_send_all_sizes)
                 cr_assert_eq(memcmp(A.buf, B.buf, n), 0, "size %u: data differs", n);
                 cr_assert_eq(B.buf[n], 0xee, "size %u: wrote past the message", n);
         }
+}
+
+/* diwarpdv_qp_stat: a QP's line in `diwarp stat` (the daemon's answer and
+ * every process's published statistics are filled by it). */
+Test(rc, qp_stat_names_the_peer_and_counts_the_traffic)
+{
+        /* Through the stream, where the QP's packet counters count it. */
+        setenv("DIWARP_LOCAL_COPY", "0", 1);
+        pair_ib(4096);
+        post_recv(&B, 1, 0, 512);
+        cr_assert_eq(post_send(&A, DIWARP_WR_SEND, 2, 0, 300, 0, 0, 0), 0);
+        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+        cr_assert_eq(wait_wc(&B, 5000).status, DIWARP_WC_SUCCESS);
+        struct diwarpdv_qp_stat st, sb;
+        struct diwarp_counters ctr;
+        union diwarp_gid gb;
+        cr_assert_eq(diwarpdv_qp_stat(A.qp, &st), 0);
+        cr_assert_eq(diwarp_qp_counters(A.qp, &ctr), 0);
+        cr_assert_eq(diwarp_device_gid(B.dev, &gb), 0);
+        cr_assert_eq(st.pid, getpid());
+        cr_assert_eq(st.qpn, diwarp_qp_num(A.qp));
+        cr_assert_eq(st.type, DIWARP_QPT_RC);
+        cr_assert_eq(st.state, DIWARP_QPS_RTS);
+        cr_assert_eq(st.peer_qpn, diwarp_qp_num(B.qp));
+        cr_assert_arr_eq(st.peer.raw, gb.raw, sizeof(gb.raw));
+        cr_assert_geq(st.tx_bytes, 300);
+        cr_assert_eq(st.tx_bytes, ctr.tx_bytes);
+        cr_assert_eq(st.tx_packets, ctr.tx_packets);
+        cr_assert_eq(st.rx_packets, ctr.rx_packets);
+        cr_assert_eq(diwarpdv_qp_stat(B.qp, &sb), 0);
+        cr_assert_eq(sb.peer_qpn, diwarp_qp_num(A.qp));
+        cr_assert_geq(sb.rx_bytes, 300);
+        cr_assert_eq(diwarpdv_qp_stat(NULL, &st), -EINVAL);
+        cr_assert_eq(diwarpdv_qp_stat(A.qp, NULL), -EINVAL);
 }
 
 Test(rc, write_and_read_all_sizes)
