@@ -295,7 +295,7 @@ static void build_imm(struct dw_rc_conn *c, struct dw_wqe *w, bool with_send)
         bool se = w->send_flags & DIWARP_SEND_SOLICITED;
 
         /* With a Send the Send carries the SE bit; a lone immediate carries it. */
-        dw_rdmap_hdr_init(&h, (!with_send && se) ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA);
+        dw_rdmap_hdr_init(&h, dw_rdmap_imm_opcode(!with_send && se));
         h.ddp.msn = c->msn_send++;
         memcpy(imm, &w->imm_data, 4);
         imm[4] = with_send ? DW_IMM_WITH_SEND : 0;

@@ -499,7 +499,7 @@ static inline int rd_build_sq(struct dw_rd_peer *p, uint64_t cookie, uint32_t se
         if (o->imm) {
                 struct dw_rdmap_hdr ri;
                 bool wr = op->kind == DW_WR_WRITE;
-                dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA);
+                dw_rdmap_hdr_init(&ri, dw_rdmap_imm_opcode(se));
                 ri.ddp.msn = w->msn;
                 ssize_t k = dw_rdmap_encode(&ri, t->imm, sizeof(t->imm));
                 if (k != DW_DGRAM_DDP_UNTAGGED_LEN)

@@ -309,6 +309,14 @@ static inline uint8_t dw_rdmap_send_opcode(const struct dw_wqe *w, bool se)
         return se ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND;
 }
 
+/* The opcode of an RFC 7306 Immediate Data message: the Solicited Event
+ * variant when se (the transport says which message of a Send with
+ * Immediate carries the SE bit). */
+static inline uint8_t dw_rdmap_imm_opcode(bool se)
+{
+        return se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA;
+}
+
 /* The Atomic Request of an atomic send WR (DIWARP_WR_ATOMIC_CMP_AND_SWP or
  * _FETCH_AND_ADD): the verbs' unmasked operations, so Compare-and-Swap
  * compares and swaps all 64 bits and Fetch-and-Add adds without fields.

@@ -18,6 +18,7 @@
 
 #include "dw.h"
 #include "rd/rd.h"
+#include "rdmap/rdmap.h"
 #include "util/time.h"
 #include "wire/dgram.h"
 #include "wire/rdmap.h"
@@ -83,7 +84,7 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
         struct dw_rdmap_hdr r;
         /* With immediate data the SE bit rides on the Immediate Data message,
          * the one that completes the receive. */
-        if (dw_rdmap_hdr_init(&r, se && !with_imm ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND) < 0)
+        if (dw_rdmap_hdr_init(&r, dw_rdmap_send_opcode(w, se && !with_imm)) < 0)
                 return -EINVAL;
         r.ddp.last = true;
         r.ddp.msn = msn;
@@ -103,7 +104,7 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
         }
         if (with_imm) {
                 struct dw_rdmap_hdr ri;
-                if (dw_rdmap_hdr_init(&ri, se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA) < 0)
+                if (dw_rdmap_hdr_init(&ri, dw_rdmap_imm_opcode(se)) < 0)
                         return -EINVAL;
                 ri.ddp.last = true;
                 ri.ddp.msn = msn + 1;
@@ -587,7 +588,7 @@ static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
                 dw_warn_limited(&qp->dev->log_limit,
                                 "QP %#x: receive wr_id %#llx: local protection error (lkey)",
                                 qp->qpn, (unsigned long long)w->wr_id);
-                wc.status = DIWARP_WC_LOC_PROT_ERR;
+                wc.status = dw_rdmap_recv_wc(sr);
                 dw_qp_complete_recv(qp, &wc, se);
                 dw_qp_recv_pop(qp);
                 dw_qp_to_error(qp, -1);

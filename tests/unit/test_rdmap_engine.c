@@ -436,6 +436,20 @@ Test(rdmap_atomic, request_from_wr)
         cr_expect_eq(v, 0x200000000ull, "the carry crosses bit 31");
 }
 
+/* The Immediate Data message's opcode (RFC 7306): SE from the transport's
+ * choice, and the receive path reads it as Immediate Data. */
+Test(rdmap_requester, imm_opcode)
+{
+        cr_expect_eq(dw_rdmap_imm_opcode(false), DW_RDMAP_IMM_DATA);
+        cr_expect_eq(dw_rdmap_imm_opcode(true), DW_RDMAP_IMM_DATA_SE);
+        for (int se = 0; se < 2; se++) {
+                const struct dw_rdmap_op *op = dw_rdmap_op(dw_rdmap_imm_opcode(se));
+                cr_assert_not_null(op);
+                cr_expect_eq(op->rx, DW_RDMAP_RX_IMM);
+                cr_expect(!dw_rdmap_is_send(dw_rdmap_imm_opcode(se)));
+        }
+}
+
 /* The Send family's RDMAP opcode from a WR (RFC 5040 §4.2): Invalidate from
  * the WR's opcode, SE from the transport's choice. */
 Test(rdmap_requester, send_opcode)
