@@ -33,6 +33,7 @@
 #include "util/log.h"
 #include "llp/udp.h"
 #include "progress/progress.h"
+#include "rdmap/rdmap.h"
 #include "wire/seal.h"
 
 /* ---- limits --------------------------------------------------------- */
@@ -220,6 +221,19 @@ struct dw_qp {
 static inline const struct dw_pd *dw_qp_recv_pd(const struct dw_qp *qp)
 {
         return qp->srq ? qp->srq->pd : qp->pd;
+}
+
+/* What rdmap/'s responder rules read of qp: its device's STag table, its
+ * PD and QPN, and its remote rights (none until the application sets them,
+ * as in ibverbs). */
+static inline struct dw_rdmap_qp dw_rdmap_qp_of(struct dw_qp *qp)
+{
+        return (struct dw_rdmap_qp){
+            .mrs = &qp->dev->mrs,
+            .pd = qp->pd,
+            .qpn = qp->qpn,
+            .access = (qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS) ? qp->attr.qp_access_flags : 0,
+        };
 }
 
 /* ---- converters between public handles and engine objects -------------- */

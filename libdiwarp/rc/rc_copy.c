@@ -97,8 +97,9 @@ static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe
         bool write = w->opcode == DIWARP_WR_RDMA_WRITE;
         int access = write ? DIWARP_ACCESS_REMOTE_WRITE : DIWARP_ACCESS_REMOTE_READ;
         uint8_t *host = NULL;
-        if ((!write && !p->ird) || dw_rdmap_check_remote(pq, access, w->rkey, w->remote_addr,
-                                                         w->total_len, &host) != DW_PROT_OK)
+        if ((!write && !p->ird) ||
+            dw_rdmap_check_remote(dw_rdmap_qp_of(pq), access, w->rkey, w->remote_addr, w->total_len,
+                                  &host) != DW_PROT_OK)
                 return false;
         rc_rx_comm_est(p);
         struct iovec mem = {host, w->total_len};

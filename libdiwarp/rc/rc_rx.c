@@ -138,7 +138,8 @@ static int rx_resolve_write(struct dw_rc_conn *c, uint32_t payload)
          * Immediate Data stood alone. */
         if (c->imm_pending && !rx_imm_alone(c, c->imm_value, false))
                 return -1;
-        if (dw_rdmap_write_accept(c->qp, h->ddp.stag, h->ddp.to, payload, &host, &ref) < 0) {
+        if (dw_rdmap_write_accept(dw_rdmap_qp_of(c->qp), h->ddp.stag, h->ddp.to, payload, &host,
+                                  &ref) < 0) {
                 char what[80];
                 snprintf(what, sizeof(what), "RDMA Write sink STag %#x TO %#llx len %zu",
                          h->ddp.stag, (unsigned long long)h->ddp.to, (size_t)payload);
@@ -383,7 +384,8 @@ static void rx_data_place(struct dw_rc_conn *c)
                 c->msn_expect_send++;
                 if (inv) {
                         struct dw_term_error te;
-                        enum diwarp_wc_status ws = dw_rdmap_send_invalidate(qp, h->inval_stag, &te);
+                        enum diwarp_wc_status ws =
+                            dw_rdmap_send_invalidate(dw_rdmap_qp_of(qp), h->inval_stag, &te);
                         if (ws != DIWARP_WC_SUCCESS) {
                                 rx_fail_recv(c, w, ws, te);
                                 rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
@@ -462,7 +464,7 @@ static void rx_irq_request(struct dw_rc_conn *c, const uint8_t *ext, size_t extl
         memcpy(e->term_hdr, c->rh_raw, DW_DDP_UNTAGGED_HDR_LEN);
         if (!atomic) {
                 struct dw_rdmap_rreq rq;
-                r = dw_rdmap_read_req_accept(qp, ext, extlen, &rq, &ref);
+                r = dw_rdmap_read_req_accept(dw_rdmap_qp_of(qp), ext, extlen, &rq, &ref);
                 if (r == -EACCES) {
                         rc_fail_refused(c, &ref, ext, "RDMA Read Request source");
                         return;
@@ -476,7 +478,8 @@ static void rx_irq_request(struct dw_rc_conn *c, const uint8_t *ext, size_t extl
                         e->src_to = rq.src_to;
                 }
         } else {
-                r = dw_rdmap_atomic_req_accept(qp, ext, extlen, &e->areq, NULL, &ref);
+                r = dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(qp), ext, extlen, &e->areq, NULL,
+                                               &ref);
                 if (r == -EACCES) {
                         rc_fail_refused(c, &ref, NULL, "Atomic Request target");
                         return;

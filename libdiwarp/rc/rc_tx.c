@@ -469,7 +469,8 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
 
         if (e->atomic) {
                 uint8_t *host = NULL;
-                enum dw_prot_status st = dw_rdmap_atomic_target(qp, &e->areq, &host);
+                enum dw_prot_status st =
+                    dw_rdmap_atomic_target(dw_rdmap_qp_of(qp), &e->areq, &host);
                 if (st != DW_PROT_OK) {
                         memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
                         c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN;
@@ -496,7 +497,7 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
         /* Checked again per segment: the region may have been deregistered or
          * invalidated since the request arrived. */
         enum dw_prot_status st =
-            dw_rdmap_read_source(qp, e->src_stag, e->src_to + e->done, seg, &host);
+            dw_rdmap_read_source(dw_rdmap_qp_of(qp), e->src_stag, e->src_to + e->done, seg, &host);
         if (st != DW_PROT_OK) {
                 memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
                 c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_RREQ_HDR_LEN;

@@ -177,7 +177,7 @@ void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
 
 void rd_recv_invalidate(struct dw_qp *qp, struct dw_recv_done *d, uint32_t stag)
 {
-        d->status = dw_rdmap_send_invalidate(qp, stag, NULL);
+        d->status = dw_rdmap_send_invalidate(dw_rdmap_qp_of(qp), stag, NULL);
         d->inval = d->status == DIWARP_WC_SUCCESS;
         d->inval_rkey = stag;
 }
@@ -198,7 +198,8 @@ void rd_tails_flush(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all)
                 /* The region may have gone since the segment was checked:
                  * checked again, and the bytes dropped if it did. */
                 uint8_t *host;
-                if (dw_rdmap_write_accept(s->qp, t->stag, t->to, t->len, &host, NULL) == 0)
+                if (dw_rdmap_write_accept(dw_rdmap_qp_of(s->qp), t->stag, t->to, t->len, &host,
+                                          NULL) == 0)
                         dw_copy_last_byte_last(host, t->bytes, t->len);
                 *t = s->tails[--s->ntails];
         }
@@ -414,7 +415,7 @@ static enum rd_verdict rd_rx_send(struct dw_rd_qp *s, struct dw_rd_peer *p,
          * the message completes, in order (rd_rx_complete). */
         struct dw_rdmap_refusal ref;
         if (dw_rdmap_send_inval(r->opcode) &&
-            dw_rdmap_send_inval_accept(s->qp, r->inval_stag, &ref) < 0)
+            dw_rdmap_send_inval_accept(dw_rdmap_qp_of(s->qp), r->inval_stag, &ref) < 0)
                 return rd_inval_refused(s, p, r, &ref, nak);
         struct rd_seg g = {.msn = r->ddp.msn,
                            .mo = r->ddp.mo,
@@ -485,7 +486,8 @@ static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
         uint8_t *host = NULL;
         struct dw_rdmap_refusal ref;
-        if (dw_rdmap_write_accept(qp, r->ddp.stag, r->ddp.to, plen, &host, &ref) < 0)
+        if (dw_rdmap_write_accept(dw_rdmap_qp_of(qp), r->ddp.stag, r->ddp.to, plen, &host, &ref) <
+            0)
                 return rd_refuse(s, p, &ref, nak, "RDMA Write to STag %#x TO %#llx len %zu",
                                  r->ddp.stag, (unsigned long long)r->ddp.to, plen);
         if (has_imm) {
@@ -558,7 +560,7 @@ static enum rd_verdict rd_rx_read_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 }
                 return rd_pull_serve(s, p, r, &rq, nak);
         }
-        if (dw_rdmap_read_req_accept(qp, pay, plen, &rq, &ref) < 0)
+        if (dw_rdmap_read_req_accept(dw_rdmap_qp_of(qp), pay, plen, &rq, &ref) < 0)
                 return rd_refuse(s, p, &ref, nak, "RDMA Read of STag %#x TO %#llx len %u",
                                  rq.src_stag, (unsigned long long)rq.src_to, rq.rdma_rd_sz);
         int idx = rd_irq_alloc(s);
@@ -590,7 +592,7 @@ static enum rd_verdict rd_rx_atomic_req(struct dw_rd_qp *s, struct dw_rd_peer *p
         struct dw_rdmap_atomic_req ar;
         struct dw_rdmap_refusal ref;
         uint8_t *host = NULL;
-        if (dw_rdmap_atomic_req_accept(qp, pay, plen, &ar, &host, &ref) < 0) {
+        if (dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(qp), pay, plen, &ar, &host, &ref) < 0) {
                 return rd_refuse(s, p, &ref, nak, "Atomic on STag %#x TO %#llx", ar.remote_stag,
                                  (unsigned long long)ar.remote_to);
         }
@@ -1327,7 +1329,8 @@ int dw_rd_rx_direct(struct dw_device *dev)
                     dw_mr_check_local(&dev->mrs, w->sge[0].lkey, qp->pd, DIWARP_ACCESS_LOCAL_WRITE,
                                       w->sge[0].addr + r.ddp.to, plen, &host) != DW_PROT_OK)
                         return rd_direct_skip(d);
-        } else if (dw_rdmap_write_accept(qp, r.ddp.stag, r.ddp.to, plen, &host, NULL) < 0) {
+        } else if (dw_rdmap_write_accept(dw_rdmap_qp_of(qp), r.ddp.stag, r.ddp.to, plen, &host,
+                                         NULL) < 0) {
                 return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
         }
         /* A Write's last segment keeps its tail out of the target until the

@@ -559,8 +559,8 @@ static inline int rd_build_response(struct dw_rd_peer *p, uint64_t cookie, uint3
                         uint8_t *host = NULL;
                         /* Checked per segment: the region may have gone since
                          * (rd_read_source_gone). */
-                        if (dw_rdmap_read_source(qp, e->src_stag, e->src_to + off, o->plen,
-                                                 &host) != DW_PROT_OK)
+                        if (dw_rdmap_read_source(dw_rdmap_qp_of(qp), e->src_stag, e->src_to + off,
+                                                 o->plen, &host) != DW_PROT_OK)
                                 return -EFAULT;
                         if (o->plen) {
                                 o->pay[0].iov_base = host;

@@ -202,10 +202,10 @@ enum diwarp_wc_status dw_rdmap_term_to_wc(struct dw_term_error t, int *event)
         return st;
 }
 
-enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_qp *qp, uint32_t stag,
+enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_rdmap_qp qp, uint32_t stag,
                                                struct dw_term_error *te)
 {
-        enum dw_prot_status st = dw_mr_invalidate_status(&qp->dev->mrs, stag, qp->pd, qp->qpn);
+        enum dw_prot_status st = dw_mr_invalidate_status(qp.mrs, stag, qp.pd, qp.qpn);
 
         if (st == DW_PROT_OK)
                 return DIWARP_WC_SUCCESS;
@@ -224,9 +224,9 @@ int dw_rdmap_refuse(struct dw_rdmap_refusal *ref, enum dw_prot_status st, enum d
         return -EACCES;
 }
 
-int dw_rdmap_send_inval_accept(struct dw_qp *qp, uint32_t stag, struct dw_rdmap_refusal *ref)
+int dw_rdmap_send_inval_accept(struct dw_rdmap_qp qp, uint32_t stag, struct dw_rdmap_refusal *ref)
 {
-        enum dw_prot_status st = dw_mr_invalidate_check(&qp->dev->mrs, stag, qp->pd, qp->qpn);
+        enum dw_prot_status st = dw_mr_invalidate_check(qp.mrs, stag, qp.pd, qp.qpn);
 
         if (st == DW_PROT_OK)
                 return 0;
@@ -241,7 +241,7 @@ static int malformed(struct dw_rdmap_refusal *ref, uint8_t opcode, const char *w
         return -EBADMSG;
 }
 
-int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+int dw_rdmap_read_req_accept(struct dw_rdmap_qp qp, const uint8_t *ext, size_t len,
                              struct dw_rdmap_rreq *rq, struct dw_rdmap_refusal *ref)
 {
         const char *why = NULL;
@@ -253,7 +253,7 @@ int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
         return st == DW_PROT_OK ? 0 : dw_rdmap_refuse(ref, st, DW_PROT_CTX_READ_SOURCE);
 }
 
-int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+int dw_rdmap_atomic_req_accept(struct dw_rdmap_qp qp, const uint8_t *ext, size_t len,
                                struct dw_rdmap_atomic_req *ar, uint8_t **host,
                                struct dw_rdmap_refusal *ref)
 {

@@ -25,7 +25,6 @@
 
 #include <diwarp/diwarp.h>
 
-#include "dw.h"
 #include "mem/mr.h"
 #include "queue/wq.h"
 #include "wire/dgram.h"
@@ -119,14 +118,24 @@ struct dw_term_error {
 
 /* ---- Remote access (the responder) ---- */
 
+/* What the responder's rules read of the QP they act for, and nothing
+ * more: the transport builds it from its QP (dw_rdmap_qp_of, dw.h), so
+ * rdmap/ knows no QP, device or transport. Passed by value: the hot checks
+ * are inline, and the copy folds away. */
+struct dw_rdmap_qp {
+        struct dw_mr_table *mrs; /* the device's STag table */
+        struct dw_pd *pd;        /* the QP's PD: an STag must belong to it */
+        uint32_t qpn;            /* a type 2 window must be bound to it */
+        int access;              /* the QP's remote rights: qp_access_flags, 0 until set */
+};
+
 /* The QP's own remote rights (ibverbs qp_access_flags): none until the
  * application sets them, as in ibverbs (a QP moved to INIT without the
- * access flags has qp_access_flags 0), natively connected QPs too. */
-static inline bool dw_rdmap_qp_allows(const struct dw_qp *qp, int access)
+ * access flags has qp_access_flags 0), natively connected QPs too.
+ * access: one or more DIWARP_ACCESS_REMOTE_* rights. */
+static inline bool dw_rdmap_qp_allows(struct dw_rdmap_qp qp, int access)
 {
-        if (!(qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS))
-                return false;
-        return (qp->attr.qp_access_flags & access) == access;
+        return access && (qp.access & access) == access;
 }
 
 /* The responder's check of a remote access to [to, to + len) of STag stag
@@ -134,8 +143,9 @@ static inline bool dw_rdmap_qp_allows(const struct dw_qp *qp, int access)
  * Write or Read needs none, an atomic always), then the STag table (key,
  * PD, rights, bounds: mem/), then for an atomic a naturally aligned 64-bit
  * word (len must be 8). *host (may be NULL) gets the host address. */
-static inline enum dw_prot_status dw_rdmap_check_remote(struct dw_qp *qp, int access, uint32_t stag,
-                                                        uint64_t to, uint64_t len, uint8_t **host)
+static inline enum dw_prot_status dw_rdmap_check_remote(struct dw_rdmap_qp qp, int access,
+                                                        uint32_t stag, uint64_t to, uint64_t len,
+                                                        uint8_t **host)
 {
         bool atomic = access == DIWARP_ACCESS_REMOTE_ATOMIC;
         uint8_t *h = NULL;
@@ -145,7 +155,7 @@ static inline enum dw_prot_status dw_rdmap_check_remote(struct dw_qp *qp, int ac
         if (atomic && len != 8)
                 return DW_PROT_BOUNDS;
         enum dw_prot_status st =
-            dw_mr_check_remote(&qp->dev->mrs, stag, qp->pd, qp->qpn, access, to, len, &h);
+            dw_mr_check_remote(qp.mrs, stag, qp.pd, qp.qpn, access, to, len, &h);
         if (st == DW_PROT_OK && atomic && ((uintptr_t)h & 7))
                 st = DW_PROT_BOUNDS;
         if (host)
@@ -158,8 +168,8 @@ static inline enum dw_prot_status dw_rdmap_check_remote(struct dw_qp *qp, int ac
  * then each Read Response segment again as it is built, since the region
  * may have been deregistered or invalidated in between. *host (may be
  * NULL) gets the segment's address. */
-static inline enum dw_prot_status dw_rdmap_read_source(struct dw_qp *qp, uint32_t stag, uint64_t to,
-                                                       uint64_t len, uint8_t **host)
+static inline enum dw_prot_status dw_rdmap_read_source(struct dw_rdmap_qp qp, uint32_t stag,
+                                                       uint64_t to, uint64_t len, uint8_t **host)
 {
         return dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_READ, stag, to, len, host);
 }
@@ -169,7 +179,7 @@ static inline enum dw_prot_status dw_rdmap_read_source(struct dw_qp *qp, uint32_
  * (dw_rdmap_atomic_req_accept) and again by a transport that executes it
  * later (RC: as it builds the Atomic Response). */
 static inline enum dw_prot_status
-dw_rdmap_atomic_target(struct dw_qp *qp, const struct dw_rdmap_atomic_req *ar, uint8_t **host)
+dw_rdmap_atomic_target(struct dw_rdmap_qp qp, const struct dw_rdmap_atomic_req *ar, uint8_t **host)
 {
         return dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_ATOMIC, ar->remote_stag,
                                      ar->remote_to, 8, host);
@@ -197,8 +207,8 @@ int dw_rdmap_refuse(struct dw_rdmap_refusal *ref, enum dw_prot_status st, enum d
  * Buffer errors (invalid STag, bounds, PD, TO wrap), a missing right RDMAP
  * Remote Protection "access rights". Inline: RC and RD call it for every
  * Write segment. */
-static inline int dw_rdmap_write_accept(struct dw_qp *qp, uint32_t stag, uint64_t to, uint64_t len,
-                                        uint8_t **host, struct dw_rdmap_refusal *ref)
+static inline int dw_rdmap_write_accept(struct dw_rdmap_qp qp, uint32_t stag, uint64_t to,
+                                        uint64_t len, uint8_t **host, struct dw_rdmap_refusal *ref)
 {
         enum dw_prot_status st =
             dw_rdmap_check_remote(qp, DIWARP_ACCESS_REMOTE_WRITE, stag, to, len, host);
@@ -212,12 +222,12 @@ static inline int dw_rdmap_write_accept(struct dw_qp *qp, uint32_t stag, uint64_
  * Source checked for REMOTE_READ (dw_rdmap_check_remote). Returns 0,
  * -EBADMSG when it does not decode, -EACCES when the check fails; *ref
  * says why. */
-int dw_rdmap_read_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+int dw_rdmap_read_req_accept(struct dw_rdmap_qp qp, const uint8_t *ext, size_t len,
                              struct dw_rdmap_rreq *rq, struct dw_rdmap_refusal *ref);
 
 /* The same for an Atomic Request: decoded into *ar, its target checked for
  * REMOTE_ATOMIC (an aligned 8-byte word), *host its address. */
-int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
+int dw_rdmap_atomic_req_accept(struct dw_rdmap_qp qp, const uint8_t *ext, size_t len,
                                struct dw_rdmap_atomic_req *ar, uint8_t **host,
                                struct dw_rdmap_refusal *ref);
 
@@ -228,7 +238,7 @@ int dw_rdmap_atomic_req_accept(struct dw_qp *qp, const uint8_t *ext, size_t len,
  * this QP), is invalidated (mem/). DIWARP_WC_SUCCESS, or
  * DIWARP_WC_REM_INV_REQ_ERR for the receive WR with *te (may be NULL) the
  * Terminate error: Remote Protection, "STag cannot be invalidated". */
-enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_qp *qp, uint32_t stag,
+enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_rdmap_qp qp, uint32_t stag,
                                                struct dw_term_error *te);
 /* Whether that Invalidate would succeed now, changing nothing: 0, or
  * -EACCES with *ref (may be NULL) its refusal (Remote Protection, "STag
@@ -236,7 +246,7 @@ enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_qp *qp, uint32_t stag,
  * the message before the message completes (RD): it checks each segment of
  * a Send with Invalidate as it arrives, so that a refusal reaches the sender
  * (its error NAK) instead of the segment's acknowledgment. */
-int dw_rdmap_send_inval_accept(struct dw_qp *qp, uint32_t stag, struct dw_rdmap_refusal *ref);
+int dw_rdmap_send_inval_accept(struct dw_rdmap_qp qp, uint32_t stag, struct dw_rdmap_refusal *ref);
 
 /* The receive WR's completion status when a Send cannot be placed in it:
  * err is what the scatter into the WR returned (dw_qp_scatter,

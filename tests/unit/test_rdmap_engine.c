@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dw.h"
 #include "rdmap/rdmap.h"
 #include "wire/ddp.h"
 
@@ -21,7 +22,8 @@
 #define RA  DIWARP_ACCESS_REMOTE_ATOMIC
 #define ALL (DIWARP_ACCESS_LOCAL_WRITE | RW | RR | RA)
 
-/* The fake transport's side: one device (its STag table), one QP on PD a. */
+/* The fake transport's side: one device (its STag table), one QP on PD a;
+ * rdmap/ sees the QP through dw_rdmap_qp_of, as the transports show it. */
 static struct dw_device *dev;
 static struct dw_qp qp;
 static struct dw_pd pd_a, pd_b;
@@ -153,21 +155,24 @@ Test(rdmap_access, response_time_recheck)
         struct dw_rdmap_atomic_req ar = {.remote_stag = stag, .remote_to = IOVA + 16};
 
         qp_rights(true, RR | RA);
-        cr_expect_eq(dw_rdmap_read_source(&qp, stag, IOVA + 100, 200, &host), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_read_source(dw_rdmap_qp_of(&qp), stag, IOVA + 100, 200, &host),
+                     DW_PROT_OK);
         cr_expect_eq(host, (uint8_t *)buf64 + 100);
-        cr_expect_eq(dw_rdmap_atomic_target(&qp, &ar, &host), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_atomic_target(dw_rdmap_qp_of(&qp), &ar, &host), DW_PROT_OK);
         cr_expect_eq(host, (uint8_t *)buf64 + 16);
         ar.remote_to = IOVA + 12; /* not a naturally aligned word */
-        cr_expect_eq(dw_rdmap_atomic_target(&qp, &ar, &host), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_rdmap_atomic_target(dw_rdmap_qp_of(&qp), &ar, &host), DW_PROT_BOUNDS);
         ar.remote_to = IOVA + 16;
-        cr_expect_eq(dw_rdmap_read_source(&qp, stag, IOVA + BUFSZ - 8, 16, &host), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_rdmap_read_source(dw_rdmap_qp_of(&qp), stag, IOVA + BUFSZ - 8, 16, &host),
+                     DW_PROT_BOUNDS);
         qp_rights(true, RW); /* the QP's rights were taken away */
-        cr_expect_eq(dw_rdmap_read_source(&qp, stag, IOVA, 8, &host), DW_PROT_ACCESS);
-        cr_expect_eq(dw_rdmap_atomic_target(&qp, &ar, &host), DW_PROT_ACCESS);
+        cr_expect_eq(dw_rdmap_read_source(dw_rdmap_qp_of(&qp), stag, IOVA, 8, &host),
+                     DW_PROT_ACCESS);
+        cr_expect_eq(dw_rdmap_atomic_target(dw_rdmap_qp_of(&qp), &ar, &host), DW_PROT_ACCESS);
         qp_rights(true, RR | RA);
         cr_assert_eq(dw_mr_deregister(&dev->mrs, mr), 0);
-        cr_expect_neq(dw_rdmap_read_source(&qp, stag, IOVA, 8, &host), DW_PROT_OK);
-        cr_expect_neq(dw_rdmap_atomic_target(&qp, &ar, &host), DW_PROT_OK);
+        cr_expect_neq(dw_rdmap_read_source(dw_rdmap_qp_of(&qp), stag, IOVA, 8, &host), DW_PROT_OK);
+        cr_expect_neq(dw_rdmap_atomic_target(dw_rdmap_qp_of(&qp), &ar, &host), DW_PROT_OK);
 }
 
 Test(rdmap_access, matrix)
@@ -188,8 +193,8 @@ Test(rdmap_access, matrix)
                         bool granted = qps[q].set && (qps[q].flags & acc);
                         for (uint64_t len = 0; len <= 8; len += 8) {
                                 uint8_t *host = NULL;
-                                enum dw_prot_status st =
-                                    dw_rdmap_check_remote(&qp, acc, stag, IOVA + 64, len, &host);
+                                enum dw_prot_status st = dw_rdmap_check_remote(
+                                    dw_rdmap_qp_of(&qp), acc, stag, IOVA + 64, len, &host);
                                 /* a zero-length Write or Read needs no QP right */
                                 bool ok = granted || (len == 0 && !atomic);
                                 if (atomic && len != 8)
@@ -203,7 +208,7 @@ Test(rdmap_access, matrix)
                                         cr_expect_eq(st, DW_PROT_ACCESS, "qp %u right %#x", q, acc);
                         }
                 }
-                cr_expect_eq(dw_rdmap_qp_allows(&qp, RW | RR),
+                cr_expect_eq(dw_rdmap_qp_allows(dw_rdmap_qp_of(&qp), RW | RR),
                              qps[q].set && (qps[q].flags & (RW | RR)) == (RW | RR), "qp %u", q);
         }
 }
@@ -212,17 +217,23 @@ Test(rdmap_access, mr_rights_and_pd)
 {
         qp_rights(true, RW | RR | RA);
         uint32_t ro = reg(&pd_a, RR);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RR, ro, IOVA, 16, NULL), DW_PROT_OK);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, ro, IOVA, 16, NULL), DW_PROT_ACCESS);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, ro, IOVA, 8, NULL), DW_PROT_ACCESS);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RR, ro, IOVA, 16, NULL),
+                     DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, ro, IOVA, 16, NULL),
+                     DW_PROT_ACCESS);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RA, ro, IOVA, 8, NULL),
+                     DW_PROT_ACCESS);
         uint32_t other = reg(&pd_b, ALL);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, other, IOVA, 16, NULL), DW_PROT_PD_MISMATCH);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, ro ^ 0xff, IOVA, 16, NULL),
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, other, IOVA, 16, NULL),
+                     DW_PROT_PD_MISMATCH);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, ro ^ 0xff, IOVA, 16, NULL),
                      DW_PROT_INVALID_STAG);
         /* bounds: the last byte is in, one more is not */
         uint32_t all = reg(&pd_a, ALL);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, all, IOVA, BUFSZ, NULL), DW_PROT_OK);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, all, IOVA + 1, BUFSZ, NULL), DW_PROT_BOUNDS);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, all, IOVA, BUFSZ, NULL),
+                     DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, all, IOVA + 1, BUFSZ, NULL),
+                     DW_PROT_BOUNDS);
 }
 
 Test(rdmap_access, atomic_alignment_and_length)
@@ -230,19 +241,28 @@ Test(rdmap_access, atomic_alignment_and_length)
         qp_rights(true, RA);
         uint32_t stag = reg(&pd_a, ALL);
         uint8_t *host = (uint8_t *)1;
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + 8, 8, &host), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RA, stag, IOVA + 8, 8, &host),
+                     DW_PROT_OK);
         cr_expect_eq(host, (uint8_t *)&buf64[1]);
         for (unsigned mis = 1; mis < 8; mis++)
-                cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + 8 + mis, 8, NULL),
-                             DW_PROT_BOUNDS, "misaligned by %u", mis);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + 8, 4, NULL), DW_PROT_BOUNDS);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + 8, 16, NULL), DW_PROT_BOUNDS);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + BUFSZ - 8, 8, NULL), DW_PROT_OK);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RA, stag, IOVA + BUFSZ, 8, NULL), DW_PROT_BOUNDS);
+                cr_expect_eq(
+                    dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RA, stag, IOVA + 8 + mis, 8, NULL),
+                    DW_PROT_BOUNDS, "misaligned by %u", mis);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RA, stag, IOVA + 8, 4, NULL),
+                     DW_PROT_BOUNDS);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RA, stag, IOVA + 8, 16, NULL),
+                     DW_PROT_BOUNDS);
+        cr_expect_eq(
+            dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RA, stag, IOVA + BUFSZ - 8, 8, NULL),
+            DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RA, stag, IOVA + BUFSZ, 8, NULL),
+                     DW_PROT_BOUNDS);
         /* Write and Read have no alignment rule */
         qp_rights(true, RW | RR);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, stag, IOVA + 3, 8, NULL), DW_PROT_OK);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RR, stag, IOVA + 5, 3, NULL), DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, stag, IOVA + 3, 8, NULL),
+                     DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RR, stag, IOVA + 5, 3, NULL),
+                     DW_PROT_OK);
 }
 
 /* A Read or Atomic Request as the responder gets it: decoded, its target
@@ -261,12 +281,13 @@ Test(rdmap_access, read_request_accept)
         struct dw_rdmap_refusal ref;
 
         qp_rights(true, RR);
-        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), 0);
+        cr_expect_eq(dw_rdmap_read_req_accept(dw_rdmap_qp_of(&qp), b, sizeof(b), &rq, &ref), 0);
         cr_expect(rq.src_stag == stag && rq.src_to == IOVA + 8 && rq.rdma_rd_sz == 100 &&
                   rq.sink_stag == 7 && rq.sink_to == 0x99);
 
         qp_rights(true, RW); /* no REMOTE_READ on the QP */
-        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), -EACCES);
+        cr_expect_eq(dw_rdmap_read_req_accept(dw_rdmap_qp_of(&qp), b, sizeof(b), &rq, &ref),
+                     -EACCES);
         cr_expect_eq(ref.st, DW_PROT_ACCESS);
         cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP &&
                   ref.te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
@@ -276,10 +297,12 @@ Test(rdmap_access, read_request_accept)
         qp_rights(true, RR);
         in.rdma_rd_sz = BUFSZ; /* runs 8 bytes past the region */
         dw_rdmap_rreq_encode(&in, b, sizeof(b));
-        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b), &rq, &ref), -EACCES);
+        cr_expect_eq(dw_rdmap_read_req_accept(dw_rdmap_qp_of(&qp), b, sizeof(b), &rq, &ref),
+                     -EACCES);
         cr_expect_eq(ref.te.ecode, DW_TERM_RDMAP_BASE_BOUNDS);
 
-        cr_expect_eq(dw_rdmap_read_req_accept(&qp, b, sizeof(b) - 1, &rq, &ref), -EBADMSG);
+        cr_expect_eq(dw_rdmap_read_req_accept(dw_rdmap_qp_of(&qp), b, sizeof(b) - 1, &rq, &ref),
+                     -EBADMSG);
         cr_expect_eq(ref.st, DW_PROT_OK);
         cr_expect(ref.te.etype == DW_TERM_RDMAP_REMOTE_OPERATION);
         cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_INVALID);
@@ -301,7 +324,8 @@ Test(rdmap_access, atomic_request_accept)
         uint8_t *host = NULL;
 
         qp_rights(true, RA);
-        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), 0);
+        cr_expect_eq(
+            dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(&qp), b, sizeof(b), &ar, &host, &ref), 0);
         cr_expect_eq(host, (uint8_t *)&buf64[2]);
         buf64[2] = 41;
         cr_expect_eq(dw_rdmap_atomic_exec((uint64_t *)host, &ar), 41);
@@ -309,7 +333,9 @@ Test(rdmap_access, atomic_request_accept)
 
         in.remote_to = IOVA + 20; /* not an aligned word */
         dw_rdmap_atomic_req_encode(&in, b, sizeof(b));
-        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EACCES);
+        cr_expect_eq(
+            dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(&qp), b, sizeof(b), &ar, &host, &ref),
+            -EACCES);
         cr_expect_eq(ref.st, DW_PROT_BOUNDS);
         cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP && ref.te.ecode == DW_TERM_RDMAP_BASE_BOUNDS);
         cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_REM_ACCESS);
@@ -317,11 +343,15 @@ Test(rdmap_access, atomic_request_accept)
         qp_rights(false, 0);
         in.remote_to = IOVA + 16;
         dw_rdmap_atomic_req_encode(&in, b, sizeof(b));
-        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EACCES);
+        cr_expect_eq(
+            dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(&qp), b, sizeof(b), &ar, &host, &ref),
+            -EACCES);
         cr_expect_eq(ref.st, DW_PROT_ACCESS);
 
         b[3] = 0x7; /* an AOpCode RFC 7306 does not define */
-        cr_expect_eq(dw_rdmap_atomic_req_accept(&qp, b, sizeof(b), &ar, &host, &ref), -EBADMSG);
+        cr_expect_eq(
+            dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(&qp), b, sizeof(b), &ar, &host, &ref),
+            -EBADMSG);
         cr_expect_eq(ref.te.ecode, DW_TERM_RDMAP_UNEXPECTED_OPCODE);
 }
 
@@ -795,19 +825,20 @@ Test(rdmap_access, send_with_invalidate)
         uint32_t theirs = reg(&pd_b, ALL);
         struct dw_term_error te = {0};
 
-        cr_expect_eq(dw_rdmap_send_invalidate(&qp, mine, &te), DIWARP_WC_SUCCESS);
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, mine, IOVA, 8, NULL), DW_PROT_INVALIDATED);
+        cr_expect_eq(dw_rdmap_send_invalidate(dw_rdmap_qp_of(&qp), mine, &te), DIWARP_WC_SUCCESS);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, mine, IOVA, 8, NULL),
+                     DW_PROT_INVALIDATED);
 
         const uint32_t refused[] = {mine, theirs, 0x7f7f7f00};
         for (unsigned i = 0; i < 3; i++) {
                 memset(&te, 0, sizeof(te));
-                cr_expect_eq(dw_rdmap_send_invalidate(&qp, refused[i], &te),
+                cr_expect_eq(dw_rdmap_send_invalidate(dw_rdmap_qp_of(&qp), refused[i], &te),
                              DIWARP_WC_REM_INV_REQ_ERR, "case %u", i);
                 cr_expect(te.layer == DW_TERM_LAYER_RDMAP &&
                               te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
                               te.ecode == DW_TERM_RDMAP_STAG_NOT_INVALIDATED,
                           "case %u", i);
-                cr_expect_eq(dw_rdmap_send_invalidate(&qp, refused[i], NULL),
+                cr_expect_eq(dw_rdmap_send_invalidate(dw_rdmap_qp_of(&qp), refused[i], NULL),
                              DIWARP_WC_REM_INV_REQ_ERR);
         }
         uint8_t *host = NULL;
@@ -826,18 +857,20 @@ Test(rdmap_access, send_inval_accept)
         uint32_t theirs = reg(&pd_b, ALL);
         struct dw_rdmap_refusal ref;
 
-        cr_expect_eq(dw_rdmap_send_inval_accept(&qp, mine, &ref), 0);
-        cr_expect_eq(dw_rdmap_send_inval_accept(&qp, mine, NULL), 0, "the check changed nothing");
-        cr_expect_eq(dw_rdmap_check_remote(&qp, RW, mine, IOVA, 8, NULL), DW_PROT_OK);
-        cr_expect_eq(dw_rdmap_send_invalidate(&qp, mine, NULL), DIWARP_WC_SUCCESS);
+        cr_expect_eq(dw_rdmap_send_inval_accept(dw_rdmap_qp_of(&qp), mine, &ref), 0);
+        cr_expect_eq(dw_rdmap_send_inval_accept(dw_rdmap_qp_of(&qp), mine, NULL), 0,
+                     "the check changed nothing");
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, mine, IOVA, 8, NULL),
+                     DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_send_invalidate(dw_rdmap_qp_of(&qp), mine, NULL), DIWARP_WC_SUCCESS);
 
         const uint32_t refused[] = {mine, theirs, 0x7f7f7f00};
         const enum dw_prot_status st[] = {DW_PROT_INVALIDATED, DW_PROT_PD_MISMATCH,
                                           DW_PROT_INVALID_STAG};
         for (unsigned i = 0; i < 3; i++) {
                 memset(&ref, 0, sizeof(ref));
-                cr_expect_eq(dw_rdmap_send_inval_accept(&qp, refused[i], &ref), -EACCES, "case %u",
-                             i);
+                cr_expect_eq(dw_rdmap_send_inval_accept(dw_rdmap_qp_of(&qp), refused[i], &ref),
+                             -EACCES, "case %u", i);
                 cr_expect_eq(ref.st, st[i], "case %u", i);
                 cr_expect(ref.te.layer == DW_TERM_LAYER_RDMAP &&
                               ref.te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
@@ -875,10 +908,12 @@ Test(rdmap_access, write_segment_accept)
         uint8_t *host = NULL;
 
         qp_rights(true, RW);
-        cr_expect_eq(dw_rdmap_write_accept(&qp, stag, IOVA + 100, 28, &host, &ref), 0);
+        cr_expect_eq(dw_rdmap_write_accept(dw_rdmap_qp_of(&qp), stag, IOVA + 100, 28, &host, &ref),
+                     0);
         cr_expect_eq(host, (uint8_t *)buf64 + 100);
-        cr_expect_eq(dw_rdmap_write_accept(&qp, stag, IOVA + BUFSZ - 28, 28, NULL, NULL), 0,
-                     "the region's last bytes");
+        cr_expect_eq(
+            dw_rdmap_write_accept(dw_rdmap_qp_of(&qp), stag, IOVA + BUFSZ - 28, 28, NULL, NULL), 0,
+            "the region's last bytes");
 
         const struct {
                 uint32_t stag;
@@ -900,8 +935,8 @@ Test(rdmap_access, write_segment_accept)
         for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 qp_rights(true, cases[i].qp_rw ? RW : RR);
                 memset(&ref, 0, sizeof(ref));
-                cr_expect_eq(dw_rdmap_write_accept(&qp, cases[i].stag, cases[i].to, cases[i].len,
-                                                   NULL, &ref),
+                cr_expect_eq(dw_rdmap_write_accept(dw_rdmap_qp_of(&qp), cases[i].stag, cases[i].to,
+                                                   cases[i].len, NULL, &ref),
                              -EACCES, "case %u", i);
                 cr_expect_eq(ref.st, cases[i].st, "case %u", i);
                 cr_expect(ref.te.layer == cases[i].te.layer && ref.te.etype == cases[i].te.etype &&
@@ -910,18 +945,19 @@ Test(rdmap_access, write_segment_accept)
                 cr_expect_str_eq(ref.why, dw_prot_status_str(cases[i].st));
                 cr_expect_eq(dw_rdmap_term_to_nak(ref.te), DW_DGRAM_NAK_REM_ACCESS);
                 cr_expect_eq(dw_rdmap_term_to_wc(ref.te, NULL), DIWARP_WC_REM_ACCESS_ERR);
-                cr_expect_eq(dw_rdmap_write_accept(&qp, cases[i].stag, cases[i].to, cases[i].len,
-                                                   NULL, NULL),
+                cr_expect_eq(dw_rdmap_write_accept(dw_rdmap_qp_of(&qp), cases[i].stag, cases[i].to,
+                                                   cases[i].len, NULL, NULL),
                              -EACCES, "case %u without a refusal to fill", i);
         }
         /* A zero-length Write needs no right of the QP (the RFC 6581 RTR
          * message may be one). */
         qp_rights(false, 0);
-        cr_expect_eq(dw_rdmap_write_accept(&qp, stag, IOVA, 0, NULL, &ref), 0);
+        cr_expect_eq(dw_rdmap_write_accept(dw_rdmap_qp_of(&qp), stag, IOVA, 0, NULL, &ref), 0);
         /* an invalidated region refuses as an invalid STag */
         qp_rights(true, RW);
-        cr_assert_eq(dw_rdmap_send_invalidate(&qp, stag, NULL), DIWARP_WC_SUCCESS);
-        cr_expect_eq(dw_rdmap_write_accept(&qp, stag, IOVA, 8, NULL, &ref), -EACCES);
+        cr_assert_eq(dw_rdmap_send_invalidate(dw_rdmap_qp_of(&qp), stag, NULL), DIWARP_WC_SUCCESS);
+        cr_expect_eq(dw_rdmap_write_accept(dw_rdmap_qp_of(&qp), stag, IOVA, 8, NULL, &ref),
+                     -EACCES);
         cr_expect(ref.st == DW_PROT_INVALIDATED && ref.te.layer == DW_TERM_LAYER_DDP &&
                   ref.te.ecode == DW_TERM_DDP_T_INVALID_STAG);
 }
