@@ -87,12 +87,8 @@ struct dw_rc_orq {
 /* An RDMA Read or Atomic request from the peer, waiting for our response (IRQ). */
 struct dw_rc_irq {
         bool atomic;
-        uint32_t sink_stag;
-        uint64_t sink_to;
-        uint32_t len;
-        uint32_t src_stag;
-        uint64_t src_to;
-        uint32_t done;
+        struct dw_rdmap_rreq rq; /* Read: the request as accepted */
+        uint32_t done;           /* Read Response bytes sent */
         struct dw_rdmap_atomic_req areq;
         uint8_t term_hdr[DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_RREQ_HDR_LEN]; /* for a Terminate */
 };

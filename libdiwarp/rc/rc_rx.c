@@ -471,11 +471,7 @@ static void rx_irq_request(struct dw_rc_conn *c, const uint8_t *ext, size_t extl
                 }
                 if (r >= 0) {
                         memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
-                        e->sink_stag = rq.sink_stag;
-                        e->sink_to = rq.sink_to;
-                        e->len = rq.rdma_rd_sz;
-                        e->src_stag = rq.src_stag;
-                        e->src_to = rq.src_to;
+                        e->rq = rq;
                 }
         } else {
                 r = dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(qp), ext, extlen, &e->areq, NULL,

@@ -490,14 +490,14 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
                 return 1;
         }
 
-        uint32_t seg = e->len - e->done;
+        uint32_t seg = e->rq.rdma_rd_sz - e->done;
         if (seg > seg_max(c, true))
                 seg = seg_max(c, true);
         uint8_t *host = NULL;
         /* Checked again per segment: the region may have been deregistered or
          * invalidated since the request arrived. */
-        enum dw_prot_status st =
-            dw_rdmap_read_source(dw_rdmap_qp_of(qp), e->src_stag, e->src_to + e->done, seg, &host);
+        enum dw_prot_status st = dw_rdmap_read_source(dw_rdmap_qp_of(qp), e->rq.src_stag,
+                                                      e->rq.src_to + e->done, seg, &host);
         if (st != DW_PROT_OK) {
                 memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
                 c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_RREQ_HDR_LEN;
@@ -505,15 +505,11 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
                              "RDMA Read source");
                 return -1;
         }
-        dw_rdmap_hdr_init(&h, DW_RDMAP_READ_RESP);
-        h.ddp.stag = e->sink_stag;
-        h.ddp.to = e->sink_to + e->done;
-        bool last = e->done + seg == e->len;
-        h.ddp.last = last;
+        dw_rdmap_read_resp_hdr(&e->rq, e->done, seg, &h);
         struct iovec pay = {host, seg};
         add_fpdu(c, &h, NULL, 0, &pay, seg ? 1 : 0, seg);
         e->done += seg;
-        if (last) {
+        if (h.ddp.last) {
                 c->irq_head = (c->irq_head + 1) % DW_RC_MAX_RD;
                 c->irq_count--;
         }

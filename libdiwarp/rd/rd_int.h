@@ -126,12 +126,8 @@ enum {
 struct rd_irq {
         struct dw_rd_peer *peer; /* NULL: free */
         bool atomic;
-        uint32_t msn; /* request's queue-1 MSN (Atomic: also the Response's) */
-        uint32_t sink_stag;
-        uint64_t sink_to;
-        uint32_t len;
-        uint32_t src_stag;
-        uint64_t src_to;
+        uint32_t msn;            /* request's queue-1 MSN (Atomic: also the Response's) */
+        struct dw_rdmap_rreq rq; /* Read: the request as accepted (a pull's names the Send) */
         uint32_t req_id;
         uint64_t orig; /* Atomic: the original value, kept for retransmission */
         uint32_t nseg, next_seg, sent, acked;
@@ -757,8 +753,8 @@ static inline uint32_t rd_cc_bytes(const struct dw_rd_peer *p, uint64_t cookie)
                 const struct rd_irq *e = &s->irq[ck_slot(cookie)];
                 if (e->atomic)
                         len = DW_RDMAP_ATOMIC_RESP_HDR_LEN;
-                else if (e->len > off)
-                        len = e->len - off;
+                else if (e->rq.rdma_rd_sz > off)
+                        len = e->rq.rdma_rd_sz - off;
         }
         return (uint32_t)(len < S ? len : S) + RD_CC_OVERHEAD;
 }

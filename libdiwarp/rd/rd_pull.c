@@ -242,10 +242,7 @@ enum rd_verdict rd_pull_serve(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 return RV_RNR;
         s->irq[idx] = (struct rd_irq){.peer = p,
                                       .msn = r->ddp.msn,
-                                      .sink_stag = rq->sink_stag,
-                                      .sink_to = rq->sink_to,
-                                      .len = rq->rdma_rd_sz,
-                                      .src_to = rq->src_to,
+                                      .rq = *rq,
                                       .nseg = (uint32_t)rd_nseg(rq->rdma_rd_sz, rd_peer_seg(p)),
                                       .pull = true,
                                       .wslot = (uint32_t)(w - qp->sq.ring)};

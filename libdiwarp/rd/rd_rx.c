@@ -569,11 +569,7 @@ static enum rd_verdict rd_rx_read_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
         struct rd_irq *e = &s->irq[idx];
         *e = (struct rd_irq){.peer = p,
                              .msn = r->ddp.msn,
-                             .sink_stag = rq.sink_stag,
-                             .sink_to = rq.sink_to,
-                             .len = rq.rdma_rd_sz,
-                             .src_stag = rq.src_stag,
-                             .src_to = rq.src_to,
+                             .rq = rq,
                              .nseg = (uint32_t)rd_nseg(rq.rdma_rd_sz, rd_peer_seg(p))};
         rd_irq_queue(s, idx);
         return RV_ACCEPT;

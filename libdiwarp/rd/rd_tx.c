@@ -548,19 +548,20 @@ static inline int rd_build_response(struct dw_rd_peer *p, uint64_t cookie, uint3
                 o->extlen = (size_t)dw_rdmap_atomic_resp_encode(&ar, o->ext, sizeof(o->ext));
         } else {
                 uint64_t off = (uint64_t)seg * S;
-                o->plen = e->len - off < S ? e->len - off : S;
+                uint32_t len = e->rq.rdma_rd_sz;
+                o->plen = len - off < S ? len - off : S;
                 if (e->pull) {
                         /* From the Send's own SGEs (lkeys checked). */
-                        o->npay = dw_qp_sge_iov(qp, qp->pd, &qp->sq.ring[e->wslot], e->src_to + off,
-                                                o->plen, 0, o->pay, DW_MAX_SGE);
+                        o->npay = dw_qp_sge_iov(qp, qp->pd, &qp->sq.ring[e->wslot],
+                                                e->rq.src_to + off, o->plen, 0, o->pay, DW_MAX_SGE);
                         if (o->npay < 0)
                                 return -EACCES;
                 } else {
                         uint8_t *host = NULL;
                         /* Checked per segment: the region may have gone since
                          * (rd_read_source_gone). */
-                        if (dw_rdmap_read_source(dw_rdmap_qp_of(qp), e->src_stag, e->src_to + off,
-                                                 o->plen, &host) != DW_PROT_OK)
+                        if (dw_rdmap_read_source(dw_rdmap_qp_of(qp), e->rq.src_stag,
+                                                 e->rq.src_to + off, o->plen, &host) != DW_PROT_OK)
                                 return -EFAULT;
                         if (o->plen) {
                                 o->pay[0].iov_base = host;
@@ -568,10 +569,7 @@ static inline int rd_build_response(struct dw_rd_peer *p, uint64_t cookie, uint3
                                 o->npay = 1;
                         }
                 }
-                dw_rdmap_hdr_init(&o->r, DW_RDMAP_READ_RESP);
-                o->r.ddp.stag = e->sink_stag;
-                o->r.ddp.to = e->sink_to + off;
-                o->r.ddp.last = off + o->plen == e->len;
+                dw_rdmap_read_resp_hdr(&e->rq, off, o->plen, &o->r);
         }
         return 0;
 }
@@ -807,7 +805,7 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
                                 /* A chunk of a receiver-paced Send is with the
                                  * receiver: the Send completes once all are. */
                                 struct dw_wqe *w = &s->qp->sq.ring[e->wslot];
-                                w->pull_done += e->len;
+                                w->pull_done += e->rq.rdma_rd_sz;
                                 rd_check_done(s, w);
                         }
                 }
@@ -1254,7 +1252,7 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                 /* A chunk of a receiver-paced Send is striped as its Send is. */
                 uint64_t len = e->atomic ? 0
                                : e->pull ? s->qp->sq.ring[e->wslot].total_len
-                                         : e->len;
+                                         : e->rq.rdma_rd_sz;
                 int rail = rd_seg_rail(s, p, len, ccb, now);
                 if (rail < 0)
                         return 0;

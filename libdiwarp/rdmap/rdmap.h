@@ -185,6 +185,19 @@ dw_rdmap_atomic_target(struct dw_rdmap_qp qp, const struct dw_rdmap_atomic_req *
                                      ar->remote_to, 8, host);
 }
 
+/* The header of a Read Response segment of the accepted Read Request rq:
+ * its len bytes at offset off of the Read go to the Data Sink's STag at TO
+ * + off, and the segment that ends the Read carries Last. The transport
+ * checks the segment's source first (dw_rdmap_read_source). */
+static inline void dw_rdmap_read_resp_hdr(const struct dw_rdmap_rreq *rq, uint64_t off,
+                                          uint32_t len, struct dw_rdmap_hdr *h)
+{
+        dw_rdmap_hdr_init(h, DW_RDMAP_READ_RESP);
+        h->ddp.stag = rq->sink_stag;
+        h->ddp.to = rq->sink_to + off;
+        h->ddp.last = off + len == rq->rdma_rd_sz;
+}
+
 /* What the responder's check of a request refused: the protection status
  * (DW_PROT_OK when the request did not decode), the Terminate error for it
  * (RC sends it, RD turns it into its error NAK: dw_rdmap_term_to_nak) and

@@ -466,6 +466,33 @@ Test(rdmap_atomic, request_from_wr)
         cr_expect_eq(v, 0x200000000ull, "the carry crosses bit 31");
 }
 
+/* A Read Response segment's header names the Data Sink at the segment's
+ * offset, and only the segment that ends the Read is Last. */
+Test(rdmap_responder, read_resp_hdr)
+{
+        struct dw_rdmap_rreq rq = {.sink_stag = 0xabcd01,
+                                   .sink_to = 0x7000,
+                                   .rdma_rd_sz = 3000,
+                                   .src_stag = 0x1234,
+                                   .src_to = 0x9000};
+        struct dw_rdmap_hdr h;
+        dw_rdmap_read_resp_hdr(&rq, 0, 1440, &h);
+        cr_expect_eq(h.opcode, DW_RDMAP_READ_RESP);
+        cr_expect(h.ddp.tagged);
+        cr_expect_eq(h.ddp.stag, 0xabcd01);
+        cr_expect_eq(h.ddp.to, 0x7000);
+        cr_expect(!h.ddp.last);
+        dw_rdmap_read_resp_hdr(&rq, 1440, 1440, &h);
+        cr_expect_eq(h.ddp.to, 0x7000 + 1440);
+        cr_expect(!h.ddp.last);
+        dw_rdmap_read_resp_hdr(&rq, 2880, 120, &h);
+        cr_expect_eq(h.ddp.to, 0x7000 + 2880);
+        cr_expect(h.ddp.last, "the segment that ends the Read");
+        rq.rdma_rd_sz = 0; /* a zero-length Read: one empty, last segment */
+        dw_rdmap_read_resp_hdr(&rq, 0, 0, &h);
+        cr_expect(h.ddp.last);
+}
+
 /* The Immediate Data message's opcode (RFC 7306): SE from the transport's
  * choice, and the receive path reads it as Immediate Data. */
 Test(rdmap_requester, imm_opcode)
