@@ -504,6 +504,9 @@ void dw_rd_tx_posted(struct dw_qp *qp);
  * make room: true when there were any. */
 bool dw_rd_sq_release(struct dw_qp *qp);
 void dw_rd_post_recv(struct dw_qp *qp);
+/* The receive queue is full: frees the slots of WQEs that completed out of
+ * order (rd_rq_compact). True when a slot is free now. */
+bool dw_rd_rq_make_room(struct dw_qp *qp);
 /* The QP is an application mailbox (diwarpdv_mbox_open): it takes no receive WRs. */
 bool dw_rd_mbox_app(const struct dw_qp *qp);
 /* Receives were posted to srq: Sends parked for its RD QPs go to them. */

@@ -1146,6 +1146,8 @@ int dwe_post_recv(struct diwarp_qp *q, struct diwarp_recv_wr *wr, struct diwarp_
                         break;
                 }
                 struct dw_wqe *w = dw_wq_reserve(&qp->rq);
+                if (!w && dw_qp_on_rd(qp) && dw_rd_rq_make_room(qp))
+                        w = dw_wq_reserve(&qp->rq);
                 if (!w) {
                         err = -ENOMEM;
                         break;

@@ -70,6 +70,38 @@ void dw_wq_advance(struct dw_wq *wq)
         wq->started++;
 }
 
+uint32_t dw_wq_drop_done(struct dw_wq *wq, dw_wq_moved_fn moved, void *ctx)
+{
+        uint32_t n = wq->count, keep = 0, started = wq->started;
+        for (uint32_t i = 0; i < n; i++) {
+                struct dw_wqe *w = dw_wq_at(wq, i);
+                if (w->flags & DW_WQE_DONE) {
+                        if (i < wq->started)
+                                started--;
+                        continue;
+                }
+                if (keep != i) {
+                        struct dw_wqe *to = dw_wq_at(wq, keep);
+                        /* The inline area belongs to the slot, not the WQE:
+                         * the bytes follow the WQE into its new slot's area. */
+                        uint8_t *area = to->inline_buf;
+                        if ((w->flags & DW_WQE_INLINE) && w->inline_len)
+                                memcpy(area, w->inline_buf, w->inline_len);
+                        *to = *w;
+                        to->inline_buf = area;
+                        if (to->flags & DW_WQE_INLINE)
+                                to->sge[0].addr = (uint64_t)(uintptr_t)area;
+                        if (moved)
+                                moved(ctx, w, to);
+                }
+                keep++;
+        }
+        wq->count = keep;
+        wq->started = started;
+        wq->tail = (wq->head + keep) % wq->capacity;
+        return n - keep;
+}
+
 static int copy_sges(struct dw_wq *wq, struct dw_wqe *wqe, const struct diwarp_sge *sg, int num_sge)
 {
         uint64_t total = 0;

@@ -128,6 +128,16 @@ static inline struct dw_wqe *dw_wq_next(struct dw_wq *wq)
 /* Marks dw_wq_next's WQE started (sets DW_WQE_STARTED). */
 void dw_wq_advance(struct dw_wq *wq);
 
+/* Removes the WQEs marked DW_WQE_DONE wherever they are in the ring and
+ * closes the gaps, keeping the order of the others: for a queue whose WQEs
+ * finish out of order (an RD receive queue serves many peers), whose done
+ * WQEs would otherwise hold their slots until every older one finished, and
+ * refuse posts the consumer is entitled to. moved(ctx, from, to), when not
+ * NULL, is told of each WQE that changes slot (before `from` is reused), for
+ * the pointers the engine keeps to it. Returns how many were removed. */
+typedef void (*dw_wq_moved_fn)(void *ctx, const struct dw_wqe *from, struct dw_wqe *to);
+uint32_t dw_wq_drop_done(struct dw_wq *wq, dw_wq_moved_fn moved, void *ctx);
+
 static inline uint32_t dw_wq_count(const struct dw_wq *wq)
 {
         return wq->count;

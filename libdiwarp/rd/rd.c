@@ -1304,6 +1304,14 @@ bool dw_rd_sq_release(struct dw_qp *qp)
         return dw_wq_count(&qp->sq) < n;
 }
 
+bool dw_rd_rq_make_room(struct dw_qp *qp)
+{
+        if (!qp->rd || !dw_wq_full(&qp->rq))
+                return false;
+        rd_rq_compact(qp->rd);
+        return !dw_wq_full(&qp->rq);
+}
+
 void dw_rd_post_recv(struct dw_qp *qp)
 {
         /* Bound to messages when their segments arrive, or now to those
@@ -1351,19 +1359,7 @@ void dw_rd_qp_error(struct dw_qp *qp)
         /* Receive WQEs that already completed (behind an older unfinished one)
          * leave the ring now, so the flush does not complete them twice. */
         struct dw_wq *rq = &qp->rq;
-        uint32_t keep = 0, n = dw_wq_count(rq);
-        for (uint32_t i = 0; i < n; i++) {
-                struct dw_wqe *w = dw_wq_at(rq, i);
-                if (w->flags & DW_WQE_DONE)
-                        continue;
-                if (keep != i)
-                        *dw_wq_at(rq, keep) = *w;
-                keep++;
-        }
-        if (keep != n) {
-                rq->count = keep;
-                rq->tail = (rq->head + keep) % rq->capacity;
-        }
+        rd_rq_compact(s);
         /* WQEs taken from an SRQ belong to this QP now: they flush here (the
          * generic flush only knows the SRQ's). */
         for (struct dw_wqe *w; qp->srq && (w = dw_wq_head(rq));) {

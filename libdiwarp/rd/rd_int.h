@@ -573,6 +573,11 @@ void rd_ack_flush(struct dw_rd_dev *d);
 void rd_recv_invalidate(struct dw_qp *qp, struct dw_recv_done *d, uint32_t stag);
 void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   enum diwarp_wc_status st);
+/* Frees the slots of receive WQEs that completed behind an older one still
+ * under way (messages of different peers complete in any order): the ring
+ * pops only from its head, and without this an application that reposts
+ * what completed would be refused (ENOMEM), or an SRQ's QP would RNR. */
+void rd_rq_compact(struct dw_rd_qp *s);
 int rd_irq_alloc(struct dw_rd_qp *s);
 void rd_irq_queue(struct dw_rd_qp *s, int idx);
 

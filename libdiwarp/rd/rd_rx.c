@@ -87,8 +87,11 @@ static bool rd_rq_have(struct dw_rd_qp *s, uint32_t need)
         if (!qp->srq)
                 return false;
         struct dw_srq *q = &qp->srq->q;
-        if (dw_wq_count(&q->wq) < need - have ||
-            qp->rq.capacity - dw_wq_count(&qp->rq) < need - have)
+        if (dw_wq_count(&q->wq) < need - have)
+                return false;
+        if (qp->rq.capacity - dw_wq_count(&qp->rq) < need - have)
+                rd_rq_compact(s);
+        if (qp->rq.capacity - dw_wq_count(&qp->rq) < need - have)
                 return false;
         for (; have < need; have++) {
                 struct dw_wqe *w = dw_wq_reserve(&qp->rq);
@@ -154,6 +157,26 @@ struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn
                 if (w->priv == p && w->msn == msn && !(w->flags & DW_WQE_DONE))
                         return w;
         return NULL;
+}
+
+/* A receive WQE changed slot: a pull filling it follows it. */
+static void rd_rq_moved(void *ctx, const struct dw_wqe *from, struct dw_wqe *to)
+{
+        struct dw_rd_qp *s = ctx;
+        for (int i = 0; i < RD_MAX_PULL; i++)
+                if (s->pull[i].peer && s->pull[i].w == from)
+                        s->pull[i].w = to;
+}
+
+void rd_rq_compact(struct dw_rd_qp *s)
+{
+        struct dw_wq *rq = &s->qp->rq;
+        uint32_t bound_done = 0;
+        for (uint32_t i = 0; i < s->rq_bound; i++)
+                if (dw_wq_at(rq, i)->flags & DW_WQE_DONE)
+                        bound_done++;
+        dw_wq_drop_done(rq, rd_rq_moved, s);
+        s->rq_bound -= bound_done;
 }
 
 static void rd_rq_pop_done(struct dw_rd_qp *s)

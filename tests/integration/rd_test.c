@@ -105,6 +105,14 @@
  *                          window and RTTs and the device's cc_* counters
  *                          equal its one path's; DIWARP_CC=off: no congestion
  *                          event, no pacing rate; under drops: a decrease
+ *   rd_test rqorder rd [srq]  receive WRs completing out of order: a 4-deep
+ *                          receive queue whose WRs 0 and 2 take large Sends
+ *                          from two peers that are not progressed, 1 and 3
+ *                          small Sends of a third that complete: reposting
+ *                          two WRs is accepted (their slots are free), they
+ *                          take two more, and the large Sends then complete
+ *                          byte-exact into WRs 0 and 2; with "srq", the
+ *                          same with the receives posted to a 4-deep SRQ
  *   rd_test dereg  rd|rc   both ways at once, under DIWARP_FAULT: Writes from
  *                          regions registered per message and deregistered
  *                          at the Write's completion, Reads of regions
@@ -156,6 +164,7 @@ static bool rc_mode;
 static size_t buf_len = 64 * MiB + 4096;
 static struct diwarp_srq *make_srq; /* qp_make puts new QPs on it when set */
 static uint32_t sq_depth = 4096;    /* max_send_wr of the QPs qp_make creates */
+static uint32_t rq_depth = 4096;    /* max_recv_wr of those QPs */
 static uint32_t max_sge = 2;        /* max_send_sge and max_recv_sge of those QPs */
 static bool side_channel;           /* side_open gives the CQ a completion channel */
 
@@ -224,7 +233,7 @@ static void qp_make(struct side *s, int qp_access)
             .send_cq = s->cq,
             .recv_cq = s->cq,
             .cap = {.max_send_wr = sq_depth,
-                    .max_recv_wr = 4096,
+                    .max_recv_wr = rq_depth,
                     .max_send_sge = max_sge,
                     .max_recv_sge = max_sge,
                     .max_inline_data = 64},
@@ -3959,6 +3968,168 @@ static int case_readgone(void)
         return 0;
 }
 
+/* Four Reads of a chunk each: both big Sends are pulled at once. */
+#define RQO_BIG   (256u * 1024)
+#define RQO_ENV   "DIWARP_RD_PULL_MIN=262144;DIWARP_RD_PULL_CHUNK=65536;DIWARP_RD_PULL_DEPTH=8"
+#define RQO_SMALL 1000u
+
+static uint64_t rqo_off(unsigned id)
+{
+        return (uint64_t)id * (RQO_BIG + 4096);
+}
+
+/* The server's pull counter once it stops growing (the pulls it can start
+ * without answers are all out). */
+static uint64_t rqo_pulls_settled(struct side *srv, uint64_t above, const char *what)
+{
+        uint64_t bytes, n, end = now_ms() + 10000;
+        while ((n = dev_pulls(srv, &bytes)) <= above) {
+                if (now_ms() > end)
+                        die("rqorder: the server never started pulling %s", what);
+                usleep(1000);
+        }
+        for (uint64_t m; usleep(50000), (m = dev_pulls(srv, &bytes)) != n;)
+                n = m;
+        return n;
+}
+
+/* n Sends of RQO_SMALL bytes from small to srv; their receives must complete
+ * as ids[0..n), byte-exact, from small. */
+static void rqo_smalls(struct side *srv, struct side *small, const unsigned *ids, unsigned n,
+                       unsigned seed)
+{
+        struct diwarp_wc wc[4];
+        for (unsigned i = 0; i < n; i++) {
+                fill(small->buf + i * RQO_SMALL, RQO_SMALL, seed + i);
+                post_one(small, srv, DIWARP_WR_SEND, seed + i, i * RQO_SMALL, RQO_SMALL, 0, 0);
+        }
+        if (poll_until(srv, small, wc, (int)n, 20000) != (int)n)
+                die("rqorder: Sends %u..: their receives did not complete behind the big ones",
+                    seed);
+        for (unsigned i = 0; i < n; i++) {
+                char what[64];
+                snprintf(what, sizeof(what), "rqorder receive %u", ids[i]);
+                expect_wc(&wc[i], ids[i], DIWARP_WC_SUCCESS, what);
+                if (wc[i].src_qp != small->qpn || wc[i].byte_len != RQO_SMALL)
+                        die("%s: src_qp %#x byte_len %u", what, wc[i].src_qp, wc[i].byte_len);
+                uint8_t ref[RQO_SMALL];
+                fill(ref, RQO_SMALL, seed + i);
+                verify(ref, srv->buf + rqo_off(ids[i]), RQO_SMALL, what, RQO_SMALL);
+        }
+        if (poll_until(small, srv, wc, (int)n, 20000) != (int)n)
+                die("rqorder: Sends %u..: the sender's completions missing", seed);
+}
+
+static struct diwarp_srq *rqo_srq; /* the server's receives go to it when set */
+
+static void rqo_post_recv(struct side *srv, unsigned id)
+{
+        struct diwarp_sge sge = {(uintptr_t)srv->buf + rqo_off(id), RQO_BIG, srv->lkey};
+        struct diwarp_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1};
+        struct diwarp_recv_wr *bad;
+        int rc = rqo_srq ? diwarp_post_srq_recv(rqo_srq, &wr, &bad)
+                         : diwarp_post_recv(srv->qp, &wr, &bad);
+        if (rc)
+                die("rqorder: posting receive %u (%s): %s", id, rqo_srq ? "SRQ" : "QP",
+                    strerror(-rc));
+}
+
+/* Receives of one RD QP complete in the order their messages finish, which
+ * across peers is not the order they were posted. The application may repost
+ * each receive as it completes: an ibverbs RQ of max_recv_wr holds that many
+ * outstanding WRs, whichever of them finished. */
+static int case_rqorder(bool on_srq)
+{
+        struct side srv, big[2], small;
+        struct env_saved sv, all;
+        int acc =
+            DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE | DIWARP_ACCESS_REMOTE_READ;
+        buf_len = 6 * (RQO_BIG + 4096);
+        env_push(RQO_ENV, &all);
+        side_open(&srv, acc);
+        /* The big senders answer the server's pulls only when the test drives
+         * them: their Sends stay under way for as long as the test wants. */
+        env_push("DIWARP_PROGRESS=app", &sv);
+        side_open(&big[0], acc);
+        side_open(&big[1], acc);
+        env_pop(&sv);
+        side_open(&small, acc);
+        env_pop(&all);
+        if (on_srq) {
+                struct diwarp_srq_attr sa = {.max_wr = 4, .max_sge = 1};
+                CHECK(diwarp_srq_create(srv.pd, &sa, NULL, &rqo_srq));
+                make_srq = rqo_srq;
+        }
+        rq_depth = 4;
+        qp_make(&srv, 0);
+        rq_depth = 4096;
+        make_srq = NULL;
+        qp_make(&big[0], 0);
+        qp_make(&big[1], 0);
+        qp_make(&small, 0);
+        qp_connect(&srv, &small, small.qpn);
+        for (int i = 0; i < 2; i++) {
+                qp_connect(&big[i], &srv, srv.qpn);
+                fill(big[i].buf, RQO_BIG, 77 + (uint32_t)i);
+        }
+        qp_connect(&small, &srv, srv.qpn);
+        for (unsigned id = 0; id < 4; id++)
+                rqo_post_recv(&srv, id);
+        /* Receive WR 0 takes big 0, 1 a small Send, 2 big 1, 3 a small Send. */
+        post_one(&big[0], &srv, DIWARP_WR_SEND, 0xb0, 0, RQO_BIG, 0, 0);
+        uint64_t pulls = rqo_pulls_settled(&srv, 0, "big 0");
+        rqo_smalls(&srv, &small, (unsigned[]){1}, 1, 10);
+        post_one(&big[1], &srv, DIWARP_WR_SEND, 0xb1, 0, RQO_BIG, 0, 0);
+        rqo_pulls_settled(&srv, pulls, "big 1");
+        rqo_smalls(&srv, &small, (unsigned[]){3}, 1, 20);
+        /* WRs 1 and 3 completed behind WRs 0 and 2: their two slots take
+         * reposts (of the QP's queue, or of the QP's share of the SRQ's),
+         * and WR 2 (being pulled into) moves to a new slot. */
+        for (unsigned id = 4; id < 6; id++)
+                rqo_post_recv(&srv, id);
+        rqo_smalls(&srv, &small, (unsigned[]){4, 5}, 2, 30);
+        /* Now the big senders run: both Sends complete into WRs 0 and 2,
+         * byte-exact. */
+        struct diwarp_wc wc[2];
+        int got = 0;
+        for (uint64_t end = now_ms() + 60000; got < 2 && now_ms() < end;) {
+                int n = diwarp_cq_poll(srv.cq, 2 - got, wc + got);
+                if (n < 0)
+                        die("cq_poll: %s", strerror(-n));
+                got += n;
+                diwarp_progress(big[0].dev, 64);
+                diwarp_progress(big[1].dev, 64);
+        }
+        if (got != 2)
+                die("rqorder: %d of the big Sends completed", got);
+        if (wc[0].wr_id > wc[1].wr_id) {
+                struct diwarp_wc t = wc[0];
+                wc[0] = wc[1];
+                wc[1] = t;
+        }
+        for (int i = 0; i < 2; i++) {
+                char what[64];
+                snprintf(what, sizeof(what), "rqorder big %d's receive", i);
+                expect_wc(&wc[i], 2 * (uint64_t)i, DIWARP_WC_SUCCESS, what);
+                if (wc[i].src_qp != big[i].qpn || wc[i].byte_len != RQO_BIG)
+                        die("%s: src_qp %#x byte_len %u", what, wc[i].src_qp, wc[i].byte_len);
+                verify(big[i].buf, srv.buf + rqo_off(2 * (unsigned)i), RQO_BIG, what, RQO_BIG);
+                wait_one(&big[i], &srv, 0xb0 + (uint64_t)i, DIWARP_WC_SUCCESS, what);
+        }
+        fprintf(stderr, "rqorder ok: %llu pulls before the big senders ran\n",
+                (unsigned long long)pulls);
+        side_close(&small);
+        side_close(&big[1]);
+        side_close(&big[0]);
+        if (rqo_srq) {
+                CHECK(diwarp_qp_destroy(srv.qp));
+                srv.qp = NULL;
+                CHECK(diwarp_srq_destroy(rqo_srq));
+        }
+        side_close(&srv);
+        return 0;
+}
+
 static int case_dereg(void)
 {
         struct side a, b;
@@ -4073,6 +4244,8 @@ int main(int argc, char **argv)
                 return case_cc();
         if (!strcmp(argv[1], "dereg"))
                 return case_dereg();
+        if (!strcmp(argv[1], "rqorder") && !rc_mode)
+                return case_rqorder(argc > 3 && !strcmp(argv[3], "srq"));
         if (!strcmp(argv[1], "readgone"))
                 return case_readgone();
         die("unknown case %s", argv[1]);

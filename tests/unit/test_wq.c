@@ -110,6 +110,122 @@ Test(wq, cursor_tracks_started_wqes)
         dw_wq_fini(&wq);
 }
 
+struct moved_log {
+        int n;
+        uint64_t ids[8];
+        const struct dw_wqe *from[8];
+        struct dw_wqe *to[8];
+};
+
+static void log_moved(void *ctx, const struct dw_wqe *from, struct dw_wqe *to)
+{
+        struct moved_log *m = ctx;
+
+        cr_assert_lt(m->n, 8);
+        m->ids[m->n] = to->wr_id;
+        m->from[m->n] = from;
+        m->to[m->n] = to;
+        m->n++;
+}
+
+Test(wq, drop_done_keeps_order_and_frees_the_slots)
+{
+        struct dw_wq wq;
+        struct moved_log m = {0};
+
+        cr_assert_eq(dw_wq_init(&wq, 5, 1, 0), 0);
+        /* Wrap the ring first: head at slot 3. */
+        for (int i = 0; i < 3; i++)
+                post_id(&wq, 100 + i);
+        for (int i = 0; i < 3; i++)
+                dw_wq_pop(&wq);
+        for (int i = 0; i < 5; i++)
+                post_id(&wq, i);
+        cr_assert(dw_wq_full(&wq));
+        dw_wq_advance(&wq);
+        dw_wq_advance(&wq);
+        dw_wq_advance(&wq);
+        /* 1 and 3 finish behind 0, which is still under way. */
+        dw_wq_at(&wq, 1)->flags |= DW_WQE_DONE;
+        dw_wq_at(&wq, 3)->flags |= DW_WQE_DONE;
+        struct dw_wqe *two = dw_wq_at(&wq, 2), *four = dw_wq_at(&wq, 4);
+
+        cr_assert_eq(dw_wq_drop_done(&wq, log_moved, &m), 2);
+        cr_assert_eq(dw_wq_count(&wq), 3);
+        uint64_t expect[] = {0, 2, 4};
+        for (uint32_t i = 0; i < 3; i++)
+                cr_assert_eq(dw_wq_at(&wq, i)->wr_id, expect[i], "position %u", i);
+        /* Three were started, one of them (1) is gone: 0 and 2 remain started. */
+        cr_assert_eq(wq.started, 2);
+        cr_assert_eq(dw_wq_next(&wq)->wr_id, 4);
+        /* Only the WQEs that changed slot are reported, with both slots. */
+        cr_assert_eq(m.n, 2);
+        cr_assert_eq(m.ids[0], 2);
+        cr_assert_eq(m.from[0], two);
+        cr_assert_eq(m.to[0], dw_wq_at(&wq, 1));
+        cr_assert_eq(m.ids[1], 4);
+        cr_assert_eq(m.from[1], four);
+        cr_assert_eq(m.to[1], dw_wq_at(&wq, 2));
+        /* The freed slots take posts again, after the kept ones. */
+        post_id(&wq, 5);
+        post_id(&wq, 6);
+        cr_assert(dw_wq_full(&wq));
+        uint64_t after[] = {0, 2, 4, 5, 6};
+        for (int i = 0; i < 5; i++) {
+                cr_assert_eq(dw_wq_head(&wq)->wr_id, after[i], "pop %d", i);
+                dw_wq_pop(&wq);
+        }
+        cr_assert(dw_wq_empty(&wq));
+        /* Nothing done: nothing moves. */
+        post_id(&wq, 7);
+        m.n = 0;
+        cr_assert_eq(dw_wq_drop_done(&wq, log_moved, &m), 0);
+        cr_assert_eq(m.n, 0);
+        cr_assert_eq(dw_wq_count(&wq), 1);
+        dw_wq_fini(&wq);
+}
+
+Test(wq, drop_done_moves_inline_bytes_with_the_wqe)
+{
+        struct dw_wq wq;
+        char text[3][8] = {"first", "second", "third"};
+
+        cr_assert_eq(dw_wq_init(&wq, 3, 1, 16), 0);
+        for (int i = 0; i < 3; i++) {
+                struct diwarp_sge sg = {.addr = (uintptr_t)text[i],
+                                        .length = (uint32_t)strlen(text[i])};
+                struct diwarp_send_wr wr = {.wr_id = (uint64_t)i,
+                                            .sg_list = &sg,
+                                            .num_sge = 1,
+                                            .opcode = DIWARP_WR_SEND,
+                                            .send_flags = DIWARP_SEND_INLINE};
+                struct dw_wqe *w = dw_wq_reserve(&wq);
+
+                cr_assert_eq(dw_wqe_from_send_wr(&wq, w, &wr), 0);
+                dw_wq_commit(&wq);
+        }
+        dw_wq_at(&wq, 0)->flags |= DW_WQE_DONE;
+        cr_assert_eq(dw_wq_drop_done(&wq, NULL, NULL), 1);
+        for (uint32_t i = 0; i < 2; i++) {
+                struct dw_wqe *w = dw_wq_at(&wq, i);
+                const char *want = text[i + 1];
+
+                /* Each WQE keeps the inline area of the slot it sits in now,
+                 * and that area holds its own bytes. */
+                cr_assert_eq(w->inline_buf, wq.inline_area + (size_t)(wq.head + i) % 3 * 16);
+                cr_assert_eq(w->sge[0].addr, (uint64_t)(uintptr_t)w->inline_buf);
+                cr_assert_eq(w->sge[0].length, strlen(want));
+                cr_assert_eq(memcmp(w->inline_buf, want, strlen(want)), 0, "wqe %u", i);
+        }
+        /* The freed slot's area is the next reservation's. */
+        struct dw_wqe *w = dw_wq_reserve(&wq);
+
+        cr_assert_not_null(w);
+        cr_assert_neq(w->inline_buf, dw_wq_at(&wq, 0)->inline_buf);
+        cr_assert_neq(w->inline_buf, dw_wq_at(&wq, 1)->inline_buf);
+        dw_wq_fini(&wq);
+}
+
 Test(wq, send_wr_fields_copied)
 {
         struct dw_wq wq;
