@@ -1436,16 +1436,6 @@ int dwe_post_send_rd(struct diwarp_qp *q, struct diwarp_send_wr *wr,
         return err;
 }
 
-void dw_rd_rails_down(struct dw_device *dev, bool down[DIWARP_MAX_RAILS])
-{
-        memset(down, 0, DIWARP_MAX_RAILS * sizeof(*down));
-        struct dw_rd_dev *d = rdd(dev);
-        for (uint32_t i = 0; d && d->paths.tab && i <= d->paths.mask; i++)
-                for (const struct dw_flow_path *f = d->paths.tab[i]; f; f = f->next)
-                        for (unsigned r = 0; r < f->nrails && r < DIWARP_MAX_RAILS; r++)
-                                down[r] |= f->rail[r]->down;
-}
-
 int dwe_query_rd_path(struct diwarp_qp *q, const struct diwarpdv_rd_dest *dest,
                       struct diwarpdv_rd_path *out)
 {

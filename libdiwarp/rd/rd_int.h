@@ -545,13 +545,37 @@ void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event,
  * a local protection error. */
 void rd_read_source_gone(struct dw_rd_peer *p);
 
-/* rd_tx.c */
-extern const struct dw_rel_ops rd_ops;
-/* Multirail: the stream's bytes in flight leave its rails' windows (it goes
- * away); a rail of p's device found down / answering again. */
+/* rd_rail.c: multirail */
+/* The stream's bytes in flight leave its rails' windows (it goes away); a
+ * rail of p's device found down / answering again; the kernel refused to
+ * send by it. */
 void rd_path_forget(struct dw_rd_peer *p);
 void rd_rail_down(struct dw_rd_peer *p, unsigned rail, uint64_t now, const char *why);
 void rd_rail_up(struct dw_rd_peer *p, unsigned rail);
+void rd_rail_neterr(struct dw_rd_peer *p, unsigned rail, int err, uint64_t now);
+/* The rail of a segment that is not striped: 0 unless down. */
+unsigned rd_home_rail(const struct dw_rd_peer *p);
+/* Whether path f's window lets `bytes` more go now (else notes when pacing
+ * will, in d->pace_wake). */
+bool rd_cc_room_on(struct dw_rd_dev *d, struct dw_flow_path *f, uint32_t bytes, uint64_t now);
+/* The rail of a new segment of a message of `len` bytes; -1: none has room. */
+int rd_seg_rail(struct dw_rd_qp *s, struct dw_rd_peer *p, uint64_t len, uint32_t ccb, uint64_t now);
+/* The multirail extensions of a datagram by `rail` to p; their length. */
+size_t rd_hdr_rails(struct dw_rd_peer *p, unsigned rail, struct dw_dgram_hdr *h);
+/* Nothing of the batch is pending on any of p's rails any more. */
+void rd_pending_clear(struct dw_rd_peer *p);
+/* A resend of psn (cookie, b bytes as cc counts them): the cookie it goes
+ * with, renamed to another rail when its own is down. */
+uint64_t rd_resend_rail(struct dw_rd_peer *p, uint32_t psn, uint64_t cookie, uint32_t b,
+                        uint64_t now);
+/* What a received datagram says of the peer's rails (list, challenge, the
+ * rail it came by); a datagram naming an origin that is no proven rail. */
+void rd_rx_rails(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint32_t from_ip,
+                 uint64_t now);
+void rd_drop_rail(struct dw_rd_qp *s, const struct dw_dgram_hdr *h, const struct sockaddr_in *from);
+
+/* rd_tx.c */
+extern const struct dw_rel_ops rd_ops;
 /* dw_rel_on_ack with rd_ops, then the path's window learns what it acked. */
 /* arrived: when the kernel received the ACK (≤ now; now when unknown). */
 int rd_on_ack(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now, uint64_t arrived);
@@ -785,6 +809,16 @@ static inline struct dw_flow_path *rd_rail_path(const struct dw_rd_peer *p, unsi
 static inline uint32_t rd_rail_ip(const struct dw_rd_peer *p, unsigned rail)
 {
         return rail && rail < p->path->nrails ? p->path->rail_ip[rail] : p->ip;
+}
+
+/* Whether a datagram to p's first address would carry our rail list now. */
+static inline bool rd_rails_due(const struct dw_rd_peer *p)
+{
+        struct dw_device *dev = p->s->qp->dev;
+        if (dev->nrails < 2)
+                return false;
+        uint64_t t = p->path->rails_told_at;
+        return !t || rdd(dev)->step_now - t >= RD_RAILS_EVERY_NS;
 }
 
 /* Multirail: segments of a multirail device leave room for a rail list, an

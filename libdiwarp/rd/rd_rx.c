@@ -877,65 +877,6 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         return true;
 }
 
-/* Multirail: a rail list without its proof. A wrong token is counted; either
- * way the peer device gets our challenge (at most once per
- * RD_RAILS_EVERY_NS), by an ACK to its first address, to echo in its next
- * list. */
-static void rd_rails_unproven(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t now)
-{
-        struct dw_flow_path *f = p->path;
-        struct dw_qp *qp = p->s->qp;
-        if (h->xflags2 & DW_DGRAM_X2_TOKEN) {
-                char pb[64];
-                qp->dev->ctr.rx_dropped_rail++;
-                qp->ctr.rx_dropped_rail++;
-                dw_warn_limited(&qp->dev->log_limit,
-                                "RD QP %#x peer %s: rail list with a wrong token (not our "
-                                "challenge): refused",
-                                qp->qpn, rd_peer_str(p, pb, sizeof(pb)));
-        }
-        if (f->chal_at && now - f->chal_at < RD_RAILS_EVERY_NS)
-                return;
-        if (!f->chal && dw_random64(&f->chal) < 0)
-                return;
-        f->chal_due = true;
-        f->chal_at = now ? now : 1;
-        rd_send_ack(p);
-}
-
-/* Multirail: the peer device's rail list, when this datagram carries it
- * with its proof (the echo of our challenge, or the connection's token that
- * every datagram of an RC-over-RD connection carries), a challenge it gives
- * us, and the rail the datagram came by (our answers go back that way). */
-static void rd_rx_rails(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint32_t from_ip,
-                        uint64_t now)
-{
-        struct dw_flow_path *f = p->path;
-        if (h->xflags2 & DW_DGRAM_X2_CHALLENGE) {
-                /* Our next list to that device echoes it, and goes at once. */
-                f->echo = h->challenge;
-                f->rails_told_at = 0;
-        }
-        if ((h->xflags & DW_DGRAM_X_RAILS) && !(h->xflags & DW_DGRAM_X_RAIL) &&
-            h->rails[0] == p->ip) {
-                bool proven = p->s->ctok_rx || (f->chal && h->token == f->chal);
-                if (!proven)
-                        rd_rails_unproven(p, h, now);
-                else if (dw_flow_path_set_rails(&rdd(p->s->qp->dev)->paths, f, h->rail_count,
-                                                h->rails, p->udp_mtu + RD_IP_UDP) < 0)
-                        dw_warn_limited(
-                            &p->s->qp->dev->log_limit,
-                            "RD QP %#x: no memory for the peer's rails: it stays on one",
-                            p->s->qp->qpn);
-        }
-        uint8_t rail = 0;
-        if (from_ip != p->ip)
-                for (unsigned r = 1; r < f->nrails; r++)
-                        if (f->rail_ip[r] == from_ip)
-                                rail = (uint8_t)r;
-        p->reply_rail = rail;
-}
-
 /* RC over RD: a datagram without the connection's token, or with another:
  * not the peer's (the token went only over the connection's TCP stream). */
 static __attribute__((noinline)) void rd_drop_token(struct dw_rd_qp *s,
@@ -968,24 +909,6 @@ static __attribute__((noinline)) void rd_drop_peers(struct dw_rd_qp *s,
                         qp->qpn, inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)),
                         ntohs(from->sin_port), s->npeers, rdd(qp->dev)->npeers,
                         qp->dev->cfg.rd_max_peers, qp->dev->cfg.rd_dev_peers);
-}
-
-/* Multirail: a datagram naming its stream by an origin (X-flag RAIL) that
- * rd_rail_ok refuses: the origin is no peer device whose rail list we hold
- * proven, or the datagram did not come from one of its rails. */
-static __attribute__((noinline)) void rd_drop_rail(struct dw_rd_qp *s, const struct dw_dgram_hdr *h,
-                                                   const struct sockaddr_in *from)
-{
-        struct dw_qp *qp = s->qp;
-        char ip[INET_ADDRSTRLEN], og[INET_ADDRSTRLEN];
-        struct in_addr o = {.s_addr = h->origin};
-        qp->dev->ctr.rx_dropped_rail++;
-        qp->ctr.rx_dropped_rail++;
-        dw_warn_limited(&qp->dev->log_limit,
-                        "RD QP %#x: datagram from %s:%u names origin %s (X-flag RAIL), which is "
-                        "no proven rail of that peer: dropped",
-                        qp->qpn, inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)),
-                        ntohs(from->sin_port), inet_ntop(AF_INET, &o, og, sizeof(og)));
 }
 
 bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from,
