@@ -396,6 +396,18 @@ bool rd_peer_resync(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint64_t
         if (p->s->rc || (!p->rx_resync && rd_idle(p, now) < d->idle_ticks / 4) ||
             p->rx_bind != p->rx_done || (p->rel.rx_map[0] | p->rel.rx_map[1]))
                 return false;
+        /* A late copy of the start we took: a datagram of its first window
+         * the peer resent before our ACK reached it (under load it can come
+         * seconds late, after an idle time or our own restart). A Send of
+         * that start completed here since, so it cannot be the peer's new
+         * start at the same place: a peer that kept the stream starts over
+         * at its next MSN, at or past ours; one that freed it, at a new
+         * random place. Taking it would deliver those Sends again. (With no
+         * Send completed since, a copy and a restart after Writes alone look
+         * the same, and the start is taken: refusing a real restart would
+         * lose its data.) */
+        if (h->start_psn == p->rel.rcv_first && dw_psn_before(h->start_msn, p->rx_done))
+                return false;
         if (h->start_psn == p->rel.rcv_nxt && h->start_msn == p->rx_done && p->rx_resync) {
                 p->rx_resync = false; /* the same place: nothing moves */
                 return true;

@@ -62,14 +62,14 @@ int dw_rel_peer_init(struct dw_rel_peer *r, const struct dw_rel_params *p,
         r->ring = ring;
         r->ring_mask = (uint16_t)(ring_len - 1);
         r->snd_nxt = r->snd_una = r->sack_high = tx_psn;
-        r->rcv_nxt = rx_psn;
+        r->rcv_nxt = r->rcv_first = rx_psn;
         r->rto_ns = p->rto_init_us * (uint32_t)NS_PER_US;
         return 0;
 }
 
 void dw_rel_rx_start(struct dw_rel_peer *r, uint32_t rx_psn)
 {
-        r->rcv_nxt = rx_psn;
+        r->rcv_nxt = r->rcv_first = rx_psn;
         r->rx_map[0] = r->rx_map[1] = 0;
         r->rx_unacked = 0;
         r->ack_deadline = 0;
@@ -691,7 +691,6 @@ uint32_t dw_rel_rx_data(struct dw_rel_peer *r, uint32_t psn, bool ack_req, uint6
                 unsigned i = psn & (DW_REL_RX_WINDOW - 1);
 
                 r->rx_map[i >> 6] |= 1ull << (i & 63);
-                r->stats.rx_ooo++;
                 /* A hole: SACK it now so the sender's fast retransmit can run
                  * (RFC 5681 §4.2 acks out-of-order segments immediately). */
                 r->flags |= DW_REL_F_ACK_NOW;

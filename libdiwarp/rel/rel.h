@@ -120,7 +120,6 @@ struct dw_rel_stats {
         uint32_t rto_expiries;
         uint32_t rnr_naks;
         uint32_t rx_dup;
-        uint32_t rx_ooo; /* accepted out of order */
         uint32_t rx_oow;
         uint32_t acks_built;
         uint32_t tail_probes; /* probes after 2 SRTT without ACK progress */
@@ -181,6 +180,10 @@ struct dw_rel_peer {
         uint64_t ack_deadline; /* ns; 0 = no delayed ACK owed */
         struct dw_rel_stats stats;
         uint32_t dsack_psn; /* the duplicate to report (DW_REL_F2_DSACK) */
+        /* The PSN the receive side started at (dw_rel_peer_init,
+         * dw_rel_rx_start): a stream start that names it again is a late copy
+         * of the one taken (the transport's to judge). */
+        uint32_t rcv_first;
         /* When the highest PSN received arrived, in 16 µs units mod 2^16
          * (the kernel's receive time when the caller knows it;
          * DW_REL_F2_RX_HIGH: one did): an ACK that reports that PSN says how

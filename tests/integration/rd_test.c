@@ -105,6 +105,10 @@
  *                          window and RTTs and the device's cc_* counters
  *                          equal its one path's; DIWARP_CC=off: no congestion
  *                          event, no pacing rate; under drops: a decrease
+ *   rd_test restart rd     a raw UDP socket as the peer: after the device
+ *                          started its side of the stream over (idle time),
+ *                          a late copy of the peer's first Send (START) is
+ *                          not delivered again, and its next Send once
  *   rd_test rqorder rd [srq]  receive WRs completing out of order: a 4-deep
  *                          receive queue whose WRs 0 and 2 take large Sends
  *                          from two peers that are not progressed, 1 and 3
@@ -152,7 +156,9 @@
  * header on the wire, its CRC32c, and the in-flight pool's shared memory. */
 #include "flow/inflight.h"
 #include "wire/crc32c.h"
+#include "wire/ddp.h"
 #include "wire/dgram.h"
+#include "wire/rdmap.h"
 
 /* Engine-internal (rd/rd.h): per-peer state size, reported by the fds case. */
 size_t dw_rd_peer_bytes(void);
@@ -2953,6 +2959,24 @@ static int raw_peer(uint32_t *qpn)
         return -1;
 }
 
+/* A device opened with the env_push list `env`, one RD QP on it, and a
+ * plain UDP socket on 127.0.0.1 (an address of this host) as its peer: the
+ * QP's address handle names the socket. Returns the socket. */
+static int raw_pair(struct side *a, struct side *peer, const char *env)
+{
+        struct env_saved sv;
+        env_push(env, &sv);
+        side_open(a, DIWARP_ACCESS_LOCAL_WRITE);
+        env_pop(&sv);
+        qp_make(a, 0);
+        memset(peer, 0, sizeof(*peer));
+        int fd = raw_peer(&peer->qpn);
+        static const uint8_t lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+        memcpy(peer->gid.raw, lo, sizeof(lo));
+        qp_connect(a, peer, peer->qpn);
+        return fd;
+}
+
 /* The first datagram of a 100-byte Send from a device opened with
  * DIWARP_RD_CRC=crc, as a plain UDP socket standing in for the peer reads
  * it: with the NOCRC X-flag (version 2) and no trailer, or with the CRC32c
@@ -2962,17 +2986,7 @@ static int raw_peer(uint32_t *qpn)
 static void crc_wire(int crc)
 {
         struct side a, peer;
-        struct env_saved sv;
-        env_push(crc ? "DIWARP_RD_CRC=1" : "DIWARP_RD_CRC=0", &sv);
-        side_open(&a, DIWARP_ACCESS_LOCAL_WRITE);
-        env_pop(&sv);
-        qp_make(&a, 0);
-        memset(&peer, 0, sizeof(peer));
-        int fd = raw_peer(&peer.qpn);
-        /* The raw socket is on 127.0.0.1, an address of this host. */
-        static const uint8_t lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-        memcpy(peer.gid.raw, lo, sizeof(lo));
-        qp_connect(&a, &peer, peer.qpn);
+        int fd = raw_pair(&a, &peer, crc ? "DIWARP_RD_CRC=1" : "DIWARP_RD_CRC=0");
         fill(a.buf, 100, 31);
         post_one(&a, &peer, DIWARP_WR_SEND, 1, 0, 100, 0, 0);
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -3026,6 +3040,161 @@ static void crc_wire(int crc)
         }
         close(fd);
         side_close(&a);
+}
+
+/* ------------------------------------------------- a late copy of a start */
+
+/* One datagram from the raw peer P to the device's QP: an RD Send of the
+ * bytes `msg` (DDP untagged, last, queue 0) at PSN psn and MSN msn, with
+ * START (P's first PSN and MSN = first) when first is not 0, and an ACK of
+ * every PSN of the device's stream before ack_psn. DIWARP_RD_CRC=0: NOCRC,
+ * no trailer. Returns its length. */
+static size_t rs_send_dgram(uint8_t *pkt, uint32_t dst_qpn, uint32_t src_qpn, uint32_t psn,
+                            uint32_t msn, uint32_t first, uint32_t ack_psn, const uint8_t *msg,
+                            uint32_t len)
+{
+        struct dw_dgram_hdr h = {.flags = DW_DGRAM_F_RD | DW_DGRAM_F_DATA | DW_DGRAM_F_ACK,
+                                 .xflags = DW_DGRAM_X_NOCRC,
+                                 .xflags2 = first ? DW_DGRAM_X2_START : 0,
+                                 .dst_qpn = dst_qpn,
+                                 .src_qpn = src_qpn,
+                                 .qkey = QKEY,
+                                 .psn = psn,
+                                 .ack_psn = ack_psn,
+                                 .start_psn = first,
+                                 .start_msn = first};
+        ssize_t n = dw_dgram_encode(&h, pkt, 256);
+        if (n < 0)
+                die("restart: encoding P's header: %s", strerror((int)-n));
+        uint8_t *d = pkt + n;
+        memset(d, 0, DW_DGRAM_DDP_UNTAGGED_LEN);
+        d[0] = DW_DDP_CTRL_L | DW_DDP_VERSION;
+        d[1] = DW_RDMAP_VERSION << 6 | DW_RDMAP_SEND;
+        d[10] = (uint8_t)(msn >> 24);
+        d[11] = (uint8_t)(msn >> 16);
+        d[12] = (uint8_t)(msn >> 8);
+        d[13] = (uint8_t)msn;
+        memcpy(d + DW_DGRAM_DDP_UNTAGGED_LEN, msg, len);
+        return (size_t)n + DW_DGRAM_DDP_UNTAGGED_LEN + len;
+}
+
+/* The next datagram the device sent P, decoded; false after timeout_ms. */
+static bool rs_recv(int fd, struct dw_dgram_hdr *h, struct sockaddr_in *from, unsigned timeout_ms)
+{
+        uint8_t pkt[2048];
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        for (;;) {
+                if (poll(&pfd, 1, (int)timeout_ms) != 1)
+                        return false;
+                socklen_t fl = sizeof(*from);
+                ssize_t n = recvfrom(fd, pkt, sizeof(pkt), 0, (struct sockaddr *)from, &fl);
+                const char *why = NULL;
+                if (n > 0 && dw_dgram_decode(pkt, (size_t)n, h, &why) >= 0)
+                        return true;
+        }
+}
+
+/* The device's next DATA datagram to P (ACK-only ones skipped). */
+static void rs_expect_data(int fd, struct dw_dgram_hdr *h, struct sockaddr_in *from,
+                           const char *what)
+{
+        uint64_t end = now_ms() + 5000;
+        do {
+                if (!rs_recv(fd, h, from, 1000))
+                        continue;
+                if (h->flags & DW_DGRAM_F_DATA)
+                        return;
+        } while (now_ms() < end);
+        die("restart: %s: no DATA datagram from the device", what);
+}
+
+/* A stream's sender resends the datagrams of its first window (they carry
+ * START) until the receiver's ACK reaches it; under load a copy can arrive
+ * seconds late. The receiver must not take such a copy as the sender's new
+ * start once it started its own side over (docs/PROTOCOL.md "Stream
+ * start"), or the Sends of that start are delivered again. Here a UDP
+ * socket plays the peer P: its first Send (START) is delivered, the stream
+ * idles until the device starts its own side over, then the very same
+ * datagram comes again: no second receive completes, and P's next Send is
+ * delivered once. */
+static int case_restart(void)
+{
+        struct side r, peer;
+        buf_len = 1 * MiB;
+        int fd = raw_pair(&r, &peer, "DIWARP_RD_IDLE_MS=100;DIWARP_RD_CRC=0;DIWARP_CREDIT=off");
+        for (unsigned k = 0; k < 4; k++)
+                post_recv(&r, 0x100 + k, 4096 * (uint64_t)(k + 1), 4096);
+        /* The device's first Send to P; P's first Send answers it and
+         * acknowledges it (the device's side is then synchronized). */
+        post_one(&r, &peer, DIWARP_WR_SEND, 1, 0, 8, 0, 0);
+        struct dw_dgram_hdr h;
+        struct sockaddr_in dev_addr;
+        rs_expect_data(fd, &h, &dev_addr, "the device's first Send");
+        if (!(h.xflags2 & DW_DGRAM_X2_START))
+                die("restart: the device's first Send carries no START");
+        const uint32_t first = 0x5eed0001u;
+        uint8_t m0[16], m1[16], pkt0[512], pkt[512];
+        memset(m0, 0xa0, sizeof(m0));
+        memset(m1, 0xa1, sizeof(m1));
+        size_t n0 =
+            rs_send_dgram(pkt0, r.qpn, peer.qpn, first, first, first, h.psn + 1, m0, sizeof(m0));
+        if (sendto(fd, pkt0, n0, 0, (struct sockaddr *)&dev_addr, sizeof(dev_addr)) != (ssize_t)n0)
+                die("restart: sendto: %s", strerror(errno));
+        struct diwarp_wc wc[4];
+        if (poll_until(&r, NULL, wc, 2, 5000) != 2)
+                die("restart: P's first Send or the device's Send did not complete");
+        for (int i = 0; i < 2; i++) {
+                if (wc[i].status != DIWARP_WC_SUCCESS)
+                        die("restart: wr_id %#llx: %s", (unsigned long long)wc[i].wr_id,
+                            diwarp_wc_status_str(wc[i].status));
+                if (wc[i].opcode == DIWARP_WC_RECV &&
+                    (wc[i].wr_id != 0x100 || wc[i].byte_len != sizeof(m0) ||
+                     memcmp(r.buf + 4096, m0, sizeof(m0)) != 0))
+                        die("restart: P's first Send: wr_id %#llx, %u bytes",
+                            (unsigned long long)wc[i].wr_id, wc[i].byte_len);
+        }
+        /* Idle past half the idle time: the device's next Send to P starts
+         * its side over (START again), and it takes P's next start. */
+        usleep(200 * 1000);
+        post_one(&r, &peer, DIWARP_WR_SEND, 2, 0, 8, 0, 0);
+        rs_expect_data(fd, &h, &dev_addr, "the device's Send after the idle time");
+        if (!(h.xflags2 & DW_DGRAM_X2_START))
+                die("restart: the device did not start its side over after the idle time");
+        /* The late copy of P's first datagram. */
+        if (sendto(fd, pkt0, n0, 0, (struct sockaddr *)&dev_addr, sizeof(dev_addr)) != (ssize_t)n0)
+                die("restart: sendto: %s", strerror(errno));
+        int got = poll_until(&r, NULL, wc, 1, 300);
+        if (got && wc[0].opcode == DIWARP_WC_RECV)
+                die("restart: the late copy of P's first Send was delivered again (wr_id %#llx, "
+                    "%u bytes)",
+                    (unsigned long long)wc[0].wr_id, wc[0].byte_len);
+        /* P goes on where it was: its next Send, acknowledging the device's. */
+        size_t n1 =
+            rs_send_dgram(pkt, r.qpn, peer.qpn, first + 1, first + 1, 0, h.psn + 1, m1, sizeof(m1));
+        if (sendto(fd, pkt, n1, 0, (struct sockaddr *)&dev_addr, sizeof(dev_addr)) != (ssize_t)n1)
+                die("restart: sendto: %s", strerror(errno));
+        int want = got ? 1 : 2; /* the device's second Send may have completed above */
+        if (poll_until(&r, NULL, wc, want, 5000) != want)
+                die("restart: P's second Send was not delivered");
+        bool recv_seen = false;
+        for (int i = 0; i < want; i++) {
+                if (wc[i].status != DIWARP_WC_SUCCESS)
+                        die("restart: wr_id %#llx: %s", (unsigned long long)wc[i].wr_id,
+                            diwarp_wc_status_str(wc[i].status));
+                if (wc[i].opcode != DIWARP_WC_RECV)
+                        continue;
+                recv_seen = true;
+                if (wc[i].wr_id != 0x101 || wc[i].byte_len != sizeof(m1) ||
+                    memcmp(r.buf + 2 * 4096, m1, sizeof(m1)) != 0)
+                        die("restart: P's second Send: wr_id %#llx, %u bytes",
+                            (unsigned long long)wc[i].wr_id, wc[i].byte_len);
+        }
+        if (!recv_seen || poll_until(&r, NULL, wc, 1, 200) != 0)
+                die("restart: P's second Send not delivered exactly once");
+        fprintf(stderr, "restart ok: a late copy of the first start was not taken\n");
+        close(fd);
+        side_close(&r);
+        return 0;
 }
 
 /* b's device refuses what a's sends (its datagrams lack the CRC32c b asks
@@ -4244,6 +4413,8 @@ int main(int argc, char **argv)
                 return case_cc();
         if (!strcmp(argv[1], "dereg"))
                 return case_dereg();
+        if (!strcmp(argv[1], "restart") && !rc_mode)
+                return case_restart();
         if (!strcmp(argv[1], "rqorder") && !rc_mode)
                 return case_rqorder(argc > 3 && !strcmp(argv[3], "srq"));
         if (!strcmp(argv[1], "readgone"))
