@@ -2040,6 +2040,15 @@ class Harness:
         for P in self.pl["cr_eps"]:
             family(f"a2a-{P}", P, 0, self.pl["cr_msgs"][P])
         family("a2a-64-act8", 64, 8, self.pl["cr_act8_msgs"], dests=8)
+        # Each device holds a stream per pair of its QPs and the others:
+        # about P x P / 2 with two processes, over the default cap of
+        # DIWARP_RD_DEV_PEERS (16384) at P = 256, where every case failed
+        # with "new stream refused". The cap is for strangers' streams;
+        # this all-to-all is the application's own.
+        for name, _desc, args, env in out:
+            P = int(args[args.index("--eps") + 1])
+            if P * P // 2 > 16384:
+                env["DIWARP_RD_DEV_PEERS"] = str(P * P)
         return out
 
     def run_credits(self, r):
