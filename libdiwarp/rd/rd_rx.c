@@ -220,7 +220,7 @@ void rd_tails_flush(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all)
                         return;
                 /* The region may have gone since the segment was checked:
                  * checked again, and the bytes dropped if it did. */
-                uint8_t *host;
+                uint8_t *host = NULL; /* set when the check passes (gcc -O2 cannot see it) */
                 if (dw_rdmap_write_accept(dw_rdmap_qp_of(s->qp), t->stag, t->to, t->len, &host,
                                           NULL) == 0)
                         dw_copy_last_byte_last(host, t->bytes, t->len);
