@@ -276,7 +276,11 @@ hostpool() {
         shm=diwarp-test-pool-$$
         env=(DIWARP_INFLIGHT_HOST=4 "DIWARP_INFLIGHT_SHM=$shm")
         for run in all kill; do
-                dur=$([ $run = all ] && echo 1500 || echo 2500)
+                # kill: clients 0 and 1 must still run when client 2 is
+                # killed, to reclaim its tokens; catching it holding one can
+                # take seconds on a busy host (a CI run once found both done
+                # at 2500 ms, and the pool kept the dead client's tokens)
+                dur=$([ $run = all ] && echo 1500 || echo 8000)
                 cpids=()
                 spids=()
                 for s in 0 1 2; do
@@ -317,6 +321,8 @@ hostpool() {
                         done
                         [ -n "$caught" ] ||
                                 { cat "$TMPD/pool-kill"; show; fail "client 2 never held a token while stopped (100 tries)"; }
+                        kill -0 "${cpids[0]}" 2>/dev/null || kill -0 "${cpids[1]}" 2>/dev/null ||
+                                { show; fail "kill: clients 0 and 1 ended before client 2 was caught holding a token ($caught tries): nobody left to reclaim it"; }
                         kill -9 "${cpids[2]}"
                         cat "$TMPD/pool-kill"
                         held=$(sed -n 's/^HELD //p' "$TMPD/pool-kill")
