@@ -249,10 +249,10 @@ static inline bool dw_progress_app_poll(struct dw_progress *p)
  * reply back until the nap's bound (Open MPI's NetPIPE, 4 ranks on the 2
  * cores, RC over RD: 260-800 us a one-way trip, where the first empty poll
  * alone exempt still left 260 and the first 4 gave 40; progress/README.md,
- * "Shared hosts"). So the first DW_SHARED_NAP_AFTER empty polls of a thread
- * after the last one that popped a completion return at once; later ones
- * nap. Per thread: the polls of one program thread follow each other. */
-#define DW_SHARED_NAP_AFTER 4u
+ * "Shared hosts"). So the first `after` (DIWARP_SHARED_NAP_AFTER, 4) empty
+ * polls of a thread after the last one that popped a completion return at
+ * once; later ones nap. Per thread: the polls of one program thread follow
+ * each other. */
 extern __thread unsigned dw_progress_empty_polls;
 
 /* A shared device's poll popped completions: the caller acts on them next. */
@@ -262,9 +262,9 @@ static inline void dw_progress_poll_got(void)
 }
 
 /* A shared device's poll found its CQ empty: may it nap now? */
-static inline bool dw_progress_poll_may_nap(void)
+static inline bool dw_progress_poll_may_nap(unsigned after)
 {
-        if (dw_progress_empty_polls >= DW_SHARED_NAP_AFTER)
+        if (dw_progress_empty_polls >= after)
                 return true;
         dw_progress_empty_polls++;
         return false;

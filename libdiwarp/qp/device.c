@@ -1229,7 +1229,7 @@ int dwe_cq_poll(struct diwarp_cq *c, int n, struct diwarp_wc *wc)
          * something, which a program makes before it acts on what it popped
          * (dw_progress_poll_may_nap). */
         if (shared && dw_cq_count_peek(&cq->cq) == 0) {
-                if (!dw_progress_poll_may_nap())
+                if (!dw_progress_poll_may_nap(dev->cfg.shared_nap_after))
                         return 0;
                 int r = dw_progress_nap_drive(&dev->prog, cq_nonempty, &cq->cq);
                 if (r == -EBUSY) {

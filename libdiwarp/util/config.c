@@ -54,6 +54,7 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->rd_dev_peers = DW_CONFIG_DEFAULT_RD_DEV_PEERS;
         cfg->rd_idle_ms = DW_CONFIG_DEFAULT_RD_IDLE_MS;
         cfg->wait_spin_us = DW_CONFIG_DEFAULT_WAIT_SPIN_US;
+        cfg->shared_nap_after = DW_CONFIG_DEFAULT_SHARED_NAP_AFTER;
         cfg->credit_cslots = DW_CONFIG_DEFAULT_CREDIT_CSLOTS;
         cfg->local_copy = -1;
         cfg->stripe_min = DW_CONFIG_DEFAULT_STRIPE_MIN;
@@ -468,6 +469,8 @@ static const struct setting settings[] = {
            "expected app, thread or daemon"),
     NUMBER("DIWARP_WAIT_SPIN_US", wait_spin_us, 0, DW_CONFIG_MAX_WAIT_SPIN_US,
            "expected microseconds 0..10000 (0: never spin)"),
+    NUMBER("DIWARP_SHARED_NAP_AFTER", shared_nap_after, 0, DW_CONFIG_MAX_SHARED_NAP_AFTER,
+           "expected a count 0..64 (0: nap at the first empty poll)"),
     CHOICE("DIWARP_IO", io, io_w, io_v, "expected plain or uring"),
     CHOICE("DIWARP_RC_CRC", rc_crc, zero_one, zero_one_v, "expected 0 or 1"),
     NUMBER("DIWARP_RC_FPDU", rc_fpdu, 0, 65535,

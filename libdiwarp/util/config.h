@@ -65,7 +65,11 @@ enum dw_rc_transport {
 #define DW_CONFIG_DEFAULT_RD_IDLE_MS   10000u
 #define DW_CONFIG_DEFAULT_WAIT_SPIN_US 50u
 #define DW_CONFIG_MAX_WAIT_SPIN_US     10000u
-#define DW_CONFIG_MIN_RD_IDLE_MS       100u
+/* A shared device's empty CQ polls that return at once after one that
+ * popped a completion (progress/progress.h, dw_progress_poll_may_nap). */
+#define DW_CONFIG_DEFAULT_SHARED_NAP_AFTER 4u
+#define DW_CONFIG_MAX_SHARED_NAP_AFTER     64u
+#define DW_CONFIG_MIN_RD_IDLE_MS           100u
 
 enum dw_credit_setting {
         DW_CREDIT_OFF = 0,
@@ -86,6 +90,7 @@ struct dw_config {
         int log_level;                /* DIWARP_LOG, enum dw_log_level */
         bool progress_thread;         /* DIWARP_PROGRESS=thread (the default) or app */
         uint32_t wait_spin_us;        /* DIWARP_WAIT_SPIN_US: completion-channel waits spin first */
+        uint32_t shared_nap_after;    /* DIWARP_SHARED_NAP_AFTER: empty polls before a nap */
         enum dw_io_backend io;        /* DIWARP_IO=plain|uring */
         bool rc_crc;                  /* DIWARP_RC_CRC=0|1 */
         uint32_t rc_fpdu;             /* DIWARP_RC_FPDU: 0 (one TCP segment) or bytes */

@@ -23,8 +23,16 @@
 # round's TCP pairs a lucky run (9.2 us against 22 and 30 in the other
 # rounds of one CI run beside a build loop, fi_pingpong 143-172 us in all
 # three), and the best-of-each-side ratio it replaced read x15.6 there.
-# SHARED_DRAIN_BOUND (default rc 13, rd 17) is the largest median ratio
-# accepted. Needs root, `ip netns` and fi_pingpong, else skipped.
+# How large that ratio is depends on the host as much as on diwarp: on
+# another VM (2026-12-02) the same code read x12-16 (rc) and x13-14 (rd),
+# the TCP pairs at 28-40 us, and with the polls napping at once
+# (DIWARP_SHARED_NAP_AFTER=0) x50-56 for both. So each round also runs the
+# fi_pingpong pairs with DIWARP_SHARED_NAP_AFTER=0, and the median of the
+# rounds' ratios of the default to that (SHARED_DRAIN_NAP_BOUND, default
+# 0.6; measured 0.24-0.28 here, about 0.43 on the first host) is what must
+# hold; the ratio to TCP stays bounded loosely (SHARED_DRAIN_BOUND, default
+# 30) against a collapse that hits both variants. Needs root, `ip netns` and
+# fi_pingpong, else skipped.
 #
 # While the fi_pingpong pairs run, `diwarp stat` is sampled: of the naps
 # that drove the devices, at most 2 % may have been ended by a transport's
@@ -40,11 +48,12 @@ rounds=${SHARED_DRAIN_ROUNDS:-3}
 iters=${SHARED_DRAIN_ITERS:-2000}
 env=()
 case $mode in
-rc) bound=13 ;;
-rd) bound=17 env=(DIWARP_RC_TRANSPORT=rd) ;;
+rc) ;;
+rd) env=(DIWARP_RC_TRANSPORT=rd) ;;
 *) fail "unknown mode $mode" ;;
 esac
-bound=${SHARED_DRAIN_BOUND:-$bound}
+bound=${SHARED_DRAIN_BOUND:-30}
+nap_bound=${SHARED_DRAIN_NAP_BOUND:-0.6}
 timer_pct=${SHARED_DRAIN_TIMER_PCT:-2}
 
 ns_require "shared_drain" # lib.sh
@@ -116,6 +125,7 @@ slowest() {
 }
 
 ratios=()
+naps=()
 shared=0
 for r in $(seq 1 "$rounds"); do
         raw=("$RAW_SOCK" --proto tcp --mode pingpong --block --size 8 --iters "$iters" --port @PORT@)
@@ -139,9 +149,15 @@ for r in $(seq 1 "$rounds"); do
         f=$(slowest fi 's/^8 \+[^ ]\+ \+[^ ]\+ \+[^ ]\+ \+[^ ]\+ \+[^ ]\+ \+\([0-9.]\+\) .*/\1/p')
         n=$(cat "$TMPD"/fi.* | grep -c "the progress thread makes progress")
         shared=$((shared + n))
+        # The same pairs with every empty poll napping at once.
+        fin=(env "${env[@]}" DIWARP_SHARED_NAP_AFTER=0 "$DIWARP" run fi_pingpong -p "verbs;ofi_rxm"
+                -e rdm -I "$iters" -S 8)
+        pairs finap "${fin[@]}" -B @PORT@ -- "${fin[@]}" -P @PORT@ "$A"
+        fn=$(slowest finap 's/^8 \+[^ ]\+ \+[^ ]\+ \+[^ ]\+ \+[^ ]\+ \+[^ ]\+ \+\([0-9.]\+\) .*/\1/p')
         echo "round $r: blocking TCP pairs $tcp us one way; fi_pingpong ($mode) $f us a transfer;" \
-                "$n devices turned shared"
+                "$n devices turned shared; napping at once $fn us"
         ratios+=("$(awk -v f="$f" -v t="$tcp" 'BEGIN { printf "%.2f", f / t }')")
+        naps+=("$(awk -v f="$f" -v t="$fn" 'BEGIN { printf "%.3f", f / t }')")
 done
 [ "$shared" -gt 0 ] || fail "no device turned shared: the test did not reach the napping polls"
 # counter NAME: the sum over the sampled fi_pingpong processes' devices.
@@ -157,8 +173,13 @@ echo "sampled: $drives naps drove the devices, $twakes of them ended by a timer 
 [ "$drives" -gt 0 ] || fail "no sample of diwarp stat showed the fi_pingpong devices' naps"
 awk -v w="$twakes" -v d="$drives" -v p="$timer_pct" 'BEGIN { exit !(w * 100 <= d * p) }' ||
         fail "fi_pingpong over diwarp ($mode): $twakes of $drives driving naps were ended by a transport's timer (bound $timer_pct %): a deadline kept earlier than any peer's?"
-ratio=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+ratio=$(median "${ratios[@]}")
+nap=$(median "${naps[@]}")
 echo "rounds' ratios of fi_pingpong to blocking TCP: ${ratios[*]}; median x$ratio (bound x$bound)"
+echo "rounds' ratios of fi_pingpong to itself napping at once: ${naps[*]}; median x$nap (bound x$nap_bound)"
+awk -v r="$nap" -v b="$nap_bound" 'BEGIN { exit !(r <= b) }' ||
+        fail "fi_pingpong over diwarp ($mode) took x$nap of its time with every empty poll napping (bound x$nap_bound): the polls that end a drain nap"
 awk -v r="$ratio" -v b="$bound" 'BEGIN { exit !(r <= b) }' ||
         fail "fi_pingpong over diwarp ($mode) took x$ratio of blocking TCP pairs on the same core (bound x$bound)"
 echo "PASS: shared_drain $mode"

@@ -42,6 +42,7 @@ static void assert_defaults(const struct dw_config *c)
         cr_assert_eq(c->log_level, DW_LOG_WARN);
         cr_assert(c->progress_thread);     /* independent progress, as an RNIC */
         cr_assert_eq(c->wait_spin_us, 50); /* completion-channel waits spin briefly */
+        cr_assert_eq(c->shared_nap_after, 4);
         cr_assert_eq(c->io, DW_IO_PLAIN);
         cr_assert(c->rc_crc);
         cr_assert(c->rd_direct);
@@ -169,6 +170,10 @@ Test(config, alternative_spellings)
         cr_assert_eq(c.wait_spin_us, 0);
         cr_assert_eq(parse1(&c, "DIWARP_WAIT_SPIN_US", "10000", NULL), 0);
         cr_assert_eq(c.wait_spin_us, 10000);
+        cr_assert_eq(parse1(&c, "DIWARP_SHARED_NAP_AFTER", "0", NULL), 0);
+        cr_assert_eq(c.shared_nap_after, 0);
+        cr_assert_eq(parse1(&c, "DIWARP_SHARED_NAP_AFTER", "64", NULL), 0);
+        cr_assert_eq(c.shared_nap_after, 64);
 }
 
 Test(config, bad_values_rejected_with_reason)
@@ -190,6 +195,8 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_WAIT_SPIN_US", "10001"},
             {"DIWARP_WAIT_SPIN_US", "-1"},
             {"DIWARP_WAIT_SPIN_US", "50us"},
+            {"DIWARP_SHARED_NAP_AFTER", "65"},
+            {"DIWARP_SHARED_NAP_AFTER", "-1"},
             {"DIWARP_IO", "epoll"},
             {"DIWARP_RC_CRC", "yes"},
             {"DIWARP_RC_CRC", "2"},
