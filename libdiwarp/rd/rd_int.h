@@ -569,10 +569,9 @@ void rd_pending_clear(struct dw_rd_peer *p);
 uint64_t rd_resend_rail(struct dw_rd_peer *p, uint32_t psn, uint64_t cookie, uint32_t b,
                         uint64_t now);
 /* What a received datagram says of the peer's rails (list, challenge, the
- * rail it came by); a datagram naming an origin that is no proven rail. */
+ * rail it came by). */
 void rd_rx_rails(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint32_t from_ip,
                  uint64_t now);
-void rd_drop_rail(struct dw_rd_qp *s, const struct dw_dgram_hdr *h, const struct sockaddr_in *from);
 
 /* rd_tx.c */
 extern const struct dw_rel_ops rd_ops;

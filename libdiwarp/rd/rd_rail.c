@@ -306,24 +306,6 @@ void rd_rx_rails(struct dw_rd_peer *p, const struct dw_dgram_hdr *h, uint32_t fr
         p->reply_rail = rail;
 }
 
-/* Multirail: a datagram naming its stream by an origin (X-flag RAIL) that
- * rd_rail_ok refuses: the origin is no peer device whose rail list we hold
- * proven, or the datagram did not come from one of its rails. */
-__attribute__((noinline)) void rd_drop_rail(struct dw_rd_qp *s, const struct dw_dgram_hdr *h,
-                                            const struct sockaddr_in *from)
-{
-        struct dw_qp *qp = s->qp;
-        char ip[INET_ADDRSTRLEN], og[INET_ADDRSTRLEN];
-        struct in_addr o = {.s_addr = h->origin};
-        qp->dev->ctr.rx_dropped_rail++;
-        qp->ctr.rx_dropped_rail++;
-        dw_warn_limited(&qp->dev->log_limit,
-                        "RD QP %#x: datagram from %s:%u names origin %s (X-flag RAIL), which is "
-                        "no proven rail of that peer: dropped",
-                        qp->qpn, inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)),
-                        ntohs(from->sin_port), inet_ntop(AF_INET, &o, og, sizeof(og)));
-}
-
 void dw_rd_rails_down(struct dw_device *dev, bool down[DIWARP_MAX_RAILS])
 {
         memset(down, 0, DIWARP_MAX_RAILS * sizeof(*down));

@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -877,38 +878,27 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         return true;
 }
 
-/* RC over RD: a datagram without the connection's token, or with another:
- * not the peer's (the token went only over the connection's TCP stream). */
-static __attribute__((noinline)) void rd_drop_token(struct dw_rd_qp *s,
-                                                    const struct sockaddr_in *from)
+/* A datagram refused before it reaches a stream (no proven rail, no
+ * connection token, no room for a new stream): counted under the counter
+ * at `field` (offsetof in struct diwarp_counters) on the QP and on its
+ * device, and one rate-limited line naming the QP, the sender and, after
+ * "dropped: ", why. Nothing is formatted for a line held back. */
+static __attribute__((noinline, format(printf, 4, 5))) void
+rd_drop_from(struct dw_rd_qp *s, size_t field, const struct sockaddr_in *from, const char *why, ...)
 {
         struct dw_qp *qp = s->qp;
-        char ip[INET_ADDRSTRLEN];
-        qp->dev->ctr.rx_dropped_token++;
-        qp->ctr.rx_dropped_token++;
-        dw_warn_limited(&qp->dev->log_limit,
-                        "RC QP %#x over RD: datagram from %s:%u without the connection's token "
-                        "(or with a wrong one): dropped",
-                        qp->qpn, inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)),
-                        ntohs(from->sin_port));
-}
-
-/* A stranger's new stream while the QP or the device holds as many as it
- * may (DIWARP_RD_MAX_PEERS, DIWARP_RD_DEV_PEERS) and none is idle enough
- * to go: dropped unanswered. */
-static __attribute__((noinline)) void rd_drop_peers(struct dw_rd_qp *s,
-                                                    const struct sockaddr_in *from)
-{
-        struct dw_qp *qp = s->qp;
-        char ip[INET_ADDRSTRLEN];
-        qp->dev->ctr.rx_dropped_peers++;
-        qp->ctr.rx_dropped_peers++;
-        dw_warn_limited(&qp->dev->log_limit,
-                        "RD QP %#x: new stream from %s:%u refused: the QP holds %u streams, the "
-                        "device %u (DIWARP_RD_MAX_PEERS %u, DIWARP_RD_DEV_PEERS %u)",
-                        qp->qpn, inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)),
-                        ntohs(from->sin_port), s->npeers, rdd(qp->dev)->npeers,
-                        qp->dev->cfg.rd_max_peers, qp->dev->cfg.rd_dev_peers);
+        (*(uint64_t *)((char *)&qp->dev->ctr + field))++;
+        (*(uint64_t *)((char *)&qp->ctr + field))++;
+        if (!dw_warn_limit_pass(&qp->dev->log_limit))
+                return;
+        char ip[INET_ADDRSTRLEN], reason[192];
+        va_list ap;
+        va_start(ap, why);
+        vsnprintf(reason, sizeof(reason), why, ap);
+        va_end(ap);
+        dw_log(DW_LOG_WARN, "%s QP %#x%s: datagram from %s:%u dropped: %s", s->rc ? "RC" : "RD",
+               qp->qpn, s->rc ? " over RD" : "",
+               inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip)), ntohs(from->sin_port), reason);
 }
 
 bool dw_rd_rx_keyed(struct dw_device *dev, uint8_t *pkt, size_t len, const struct sockaddr_in *from,
@@ -966,7 +956,11 @@ static inline struct dw_rd_peer *rd_rx_peer(struct dw_qp *qp, struct dw_rd_peer 
                         return NULL;
                 }
                 if (!rd_peer_room(s, now)) {
-                        rd_drop_peers(s, from);
+                        rd_drop_from(s, offsetof(struct diwarp_counters, rx_dropped_peers), from,
+                                     "a new stream, and the QP holds %u streams, the device %u "
+                                     "(DIWARP_RD_MAX_PEERS %u, DIWARP_RD_DEV_PEERS %u)",
+                                     s->npeers, rdd(qp->dev)->npeers, qp->dev->cfg.rd_max_peers,
+                                     qp->dev->cfg.rd_dev_peers);
                         return NULL;
                 }
                 p = rd_peer_new_rd(s, src, from->sin_port, h->src_qpn, h);
@@ -1121,13 +1115,18 @@ void dw_rd_rx(struct dw_device *dev, uint8_t *pkt, size_t body, size_t hl,
         }
         struct dw_rd_qp *s = qp->rd;
         if (s->ctok_rx && h->token != s->ctok_rx) {
-                rd_drop_token(s, from);
+                rd_drop_from(s, offsetof(struct diwarp_counters, rx_dropped_token), from,
+                             "without the connection's token, or with a wrong one");
                 return;
         }
         bool data = h->flags & DW_DGRAM_F_DATA;
         uint32_t src = rd_stream_ip(d, h, from);
         if (!src) {
-                rd_drop_rail(s, h, from);
+                const uint8_t *o = (const uint8_t *)&h->origin;
+                rd_drop_from(s, offsetof(struct diwarp_counters, rx_dropped_rail), from,
+                             "it names origin %u.%u.%u.%u (X-flag RAIL), which is no proven rail "
+                             "of that peer",
+                             o[0], o[1], o[2], o[3]);
                 return;
         }
         struct dw_rd_peer *p = rd_peer_find(s, src, from->sin_port, h->src_qpn);
