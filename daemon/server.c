@@ -782,6 +782,11 @@ static void *server_main(void *arg)
                  * flag (the clients read it after they publish). */
                 int n = 0;
                 if (serve_all(s) == 0) {
+                        /* A client the serving found broken (a ring index
+                         * beyond its entries) goes before the sleep, not at
+                         * the next event: with the spin off (a busy host)
+                         * that may never come. */
+                        drop_broken(s);
                         int64_t t = sleep_ns(s);
                         struct timespec ts = {t / 1000000000, t % 1000000000};
                         n = epoll_pwait2(s->epfd, evs, 32, t < 0 ? NULL : &ts, NULL);
