@@ -141,7 +141,7 @@ static void pend_reply(struct dw_cm_pend *p, struct dw_qp *qp, uint8_t reason)
         bool accept = reason == DW_IBCM_ACCEPT;
         uint16_t ird = qp ? dw_rc_offer_ird(qp) : 0, ord = qp ? dw_rc_offer_ord(qp) : 0;
         if (accept)
-                dw_rc_register_end(qp, p->fd);
+                dw_rc_register_end(qp, p->fd, NULL);
         if (dw_mpa_respond(&p->mpa, accept, ird, ord, pd, sizeof(pd)) < 0) {
                 pend_free(p, true);
                 return;
@@ -326,6 +326,7 @@ static void att_close_fd(struct dw_cm_att *a)
         a->watched = false;
         close(a->fd);
         a->fd = -1;
+        dw_rc_unregister_end(a->qp);
 }
 
 static void att_free(struct dw_cm_att *a)
@@ -408,6 +409,8 @@ static void att_start(struct dw_cm_att *a)
                 return;
         }
         a->fd = fd;
+        if (!dw_qp_on_rd(qp))
+                dw_rc_register_end(qp, fd, &qp->peer); /* before the Request lets the peer send */
         dw_mpa_init_initiator(&a->mpa, fd, inprog, dev->cfg.rc_crc, dw_rc_offer_ird(qp),
                               dw_rc_offer_ord(qp), pd, sizeof(pd));
         att_watch(a);
@@ -506,6 +509,14 @@ static int self_connect(struct dw_qp *qp)
         dw_dbg("RC QP %#x: connected to itself", qp->qpn);
         return dw_rc_handover(qp, &(struct dw_rc_stream){.fd = fd, .mc = &mc, .peer = &qp->peer},
                               DW_RC_SETUP_ATTACH);
+}
+
+void dw_cm_att_step(struct dw_qp *qp)
+{
+        struct dw_cm_att *a = qp->rc ? qp->rc->cm : NULL;
+
+        if (a && a->fd >= 0)
+                att_cb(qp->dev, a->fd, 0, a);
 }
 
 int dw_cm_ib_connect(struct dw_qp *qp)
@@ -1344,7 +1355,7 @@ int dwe_accept(struct diwarp_listener *l, uint64_t request_id, struct diwarp_qp 
                 if (r < 0)
                         unclaim_qp(qp);
         } else if (r == 0) {
-                dw_rc_register_end(qp, lc->fd); /* before the reply lets the peer send */
+                dw_rc_register_end(qp, lc->fd, NULL); /* before the reply lets the peer send */
         }
         pthread_mutex_unlock(&qp->dev->lock);
         if (r < 0) {

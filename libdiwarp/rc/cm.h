@@ -74,6 +74,11 @@ void dw_cm_dev_fini(struct dw_device *dev);
  * await (larger) the stream. 0 or -errno (-EINVAL: AV is not an IPv4 GID or
  * the QP names itself). */
 int dw_cm_ib_connect(struct dw_qp *qp);
+/* One step of qp's IB-style connect (smaller (GID, QPN)) while it waits for
+ * the Reply: with the Reply in, its stream attaches. For a responder in
+ * this process whose completion waits for this end (rc_local.h): it wrote
+ * the Reply before it could send, so it is there to be read. */
+void dw_cm_att_step(struct dw_qp *qp);
 /* Timers: retries, deadlines. Returns work done. */
 int dw_cm_progress(struct dw_device *dev);
 

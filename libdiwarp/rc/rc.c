@@ -492,7 +492,7 @@ int dw_rc_poll(struct dw_device *dev, int budget)
         return rc_poll_live(dev, rd);
 }
 
-void dw_rc_register_end(struct dw_qp *qp, int fd)
+void dw_rc_register_end(struct dw_qp *qp, int fd, const struct sockaddr_in *to)
 {
         struct dw_rc_conn *c = qp->rc;
         struct sockaddr_in local, remote;
@@ -500,9 +500,21 @@ void dw_rc_register_end(struct dw_qp *qp, int fd)
 
         if (!c || c->end_slot >= 0)
                 return;
+        if (to)
+                remote = *to;
         if (getsockname(fd, (struct sockaddr *)&local, &ll) == 0 && local.sin_family == AF_INET &&
-            getpeername(fd, (struct sockaddr *)&remote, &rl) == 0)
+            (to || getpeername(fd, (struct sockaddr *)&remote, &rl) == 0))
                 c->end_slot = dw_rc_end_register(qp->dev, c, &local, &remote);
+}
+
+void dw_rc_unregister_end(struct dw_qp *qp)
+{
+        struct dw_rc_conn *c = qp->rc;
+
+        if (!c || c->end_slot < 0)
+                return;
+        dw_rc_end_unregister(c->end_slot);
+        c->end_slot = -1;
 }
 
 /* Sizes a stream being attached from its MSS: the MULPDU, the FPDUs per
@@ -576,7 +588,7 @@ static int rc_attach(struct dw_qp *qp, int fd, const struct dw_mpa_conn *mc,
                 return -ENOSPC;
         }
         live_add(c);
-        dw_rc_register_end(qp, fd);
+        dw_rc_register_end(qp, fd, NULL);
         dw_info("RC QP %#x connected to %s (peer QP %#x, CRC %s, IRD %u, ORD %u, MULPDU %u)",
                 qp->qpn, dw_tcp_addr_str(peer, pb, sizeof(pb)), qp->attr.dest_qp_num,
                 c->crc ? "on" : "off", c->ird, rc_ord_limit(c), c->mulpdu);

@@ -262,11 +262,17 @@ enum dw_rc_setup {
  * transmitted), or, with s NULL, of a setup that failed. 0 or -errno. */
 int dw_rc_handover(struct dw_qp *qp, const struct dw_rc_stream *s, enum dw_rc_setup how);
 
-/* cm.c -> rc.c: the stream on fd will be qp's (an accepted connect, before its
- * MPA reply goes out): its end is registered now (rc_local.h), so an
- * initiator in this process, which may attach and send as soon as it has
- * the reply, finds it. dw_rc_handover registers it otherwise. */
-void dw_rc_register_end(struct dw_qp *qp, int fd);
+/* cm.c -> rc.c: the stream on fd will be qp's, its end is registered now
+ * (rc_local.h): by a responder before its MPA Reply goes out (the initiator
+ * may attach and send as soon as it has it), by an initiator before its
+ * Request goes out (the responder attaches and may send once its Reply is
+ * written, before the initiator has read it). to: the address connected to
+ * (a connect still in progress has no peer name yet); NULL reads the peer's
+ * name from fd. dw_rc_handover registers it otherwise. */
+void dw_rc_register_end(struct dw_qp *qp, int fd, const struct sockaddr_in *to);
+/* The attempt that registered qp's end failed (its socket is closed): the
+ * registration goes with it. */
+void dw_rc_unregister_end(struct dw_qp *qp);
 
 /* Graceful disconnect (diwarp_disconnect): what was handed to the socket
  * still goes out, then FIN; the QP moves to ERR. Over RD (no stream; also

@@ -11,9 +11,10 @@
  * before it (the WR then waits for the Terminate and completes with its
  * error). Between processes nothing changes.
  *
- * Every attached stream registers its end (local and remote address) in a
- * table that belongs to the device registry (the process state); the two
- * ends of one stream find each other there. A responder publishes how many
+ * Every stream registers its end (local and remote address) in a table that
+ * belongs to the device registry (the process state) before either end can
+ * send on it (dw_rc_register_end, rc.h); the two ends of one stream find
+ * each other there. A responder publishes how many
  * stream bytes it has consumed and where it terminated; the requester reads
  * them. The table has its own mutex, taken with or without a device lock
  * held; nothing waits for a device lock while holding it (only trylock).

@@ -3,6 +3,7 @@
  * Atomic Responses in turn, written with one writev per batch; a batch's
  * WQEs complete once it is out (after the other end consumed it, when that
  * end is in this process: rc_local.h). */
+#include "rc/cm.h"
 #include "rc/rc.h"
 #include "rc/rc_int.h"
 #include "rc/rc_local.h"
@@ -581,8 +582,17 @@ static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
                consumed < upto && term_at == DW_RC_END_NONE) {
                 bool locked;
                 struct dw_rc_conn *peer = dw_rc_end_lock_peer(c->end_slot, c->qp->dev, &locked);
-                bool held = false;
+                bool held = false, detached = false;
                 if (peer) {
+                        /* An IB-style initiator that has not read our Reply
+                         * yet (its progress did not run since): reading it
+                         * attaches its stream. */
+                        if (peer->fd < 0)
+                                dw_cm_att_step(peer->qp);
+                        /* Still no stream (a native initiator still in its
+                         * connect call): nothing to wait for here, the plain
+                         * iWARP order holds. */
+                        detached = peer->fd < 0;
                         /* As the progress step does: what arrived may give
                          * the peer something to send (Read Responses). */
                         if (rc_rx(peer) && peer->fd >= 0 && rc_tx_has_work(peer))
@@ -594,7 +604,7 @@ static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
                         held = peer->rx_wait_recv && !peer->rnr_deadline_ns;
                         dw_rc_end_unlock_peer(peer, locked);
                 }
-                if (held)
+                if (held || detached)
                         break;
                 uint64_t now = dw_now_ns();
                 if (!deadline) {

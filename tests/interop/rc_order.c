@@ -12,7 +12,8 @@
  *    posted waits for it, as InfiniBand's RNR retry would (rnr_retry 7: for
  *    ever), and a Send fails with RNR_RETRY_EXC_ERR once a bounded wait
  *    (rnr_retry 1) is over.
- * Once with the QPs on two device contexts, once on one context.
+ * With the QPs on two device contexts (each end connecting once), and on
+ * one context.
  * Exit 0 = all checks passed; each failure prints its line.
  */
 #include <infiniband/verbs.h>
@@ -172,7 +173,7 @@ static int post_recv(struct end *e, uint32_t lkey)
 static void placed_at_completion(struct end *a, struct end *b, int rounds)
 {
         struct ibv_wc wc;
-        int late = 0;
+        int late = 0, first_late = -1;
         for (int i = 0; i < rounds; i++) {
                 char pat = (char)('A' + i % 26);
                 memset(a->buf, pat, LEN);
@@ -184,7 +185,8 @@ static void placed_at_completion(struct end *a, struct end *b, int rounds)
                 REQUIRE(poll_one(a->cq, &wc) == 1);
                 CHECK(wc.status == IBV_WC_SUCCESS);
                 if (b->buf[0] != pat || b->buf[LEN - 1] != pat)
-                        late++;
+                        if (late++ == 0)
+                                first_late = i;
                 if (send) {
                         REQUIRE(poll_one(b->cq, &wc) == 1);
                         CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV &&
@@ -192,8 +194,10 @@ static void placed_at_completion(struct end *a, struct end *b, int rounds)
                 }
         }
         if (late)
-                fprintf(stderr, "%d of %d messages not yet placed at the requester's completion\n",
-                        late, rounds);
+                fprintf(stderr,
+                        "%d of %d messages not yet placed at the requester's completion, the "
+                        "first in round %d (a %s)\n",
+                        late, rounds, first_late, first_late % 2 ? "Send" : "Write");
         CHECK(late == 0);
 }
 
@@ -210,13 +214,21 @@ static void restart(struct end *a, struct end *b)
         CHECK(to_rts(a, b) == 0);
 }
 
-static void run(struct ibv_device *dev, bool one_context)
+/* b_first: b's context is opened first, so b's QP has the smaller QPN and
+ * connects (IB-style: the smaller (GID, QPN) does); a accepts, and sends
+ * as soon as its Reply is written, before b has read it. */
+static void run(struct ibv_device *dev, bool one_context, bool b_first)
 {
         struct end a = {0}, b = {0};
         struct ibv_wc wc;
 
-        open_end(&a, dev, NULL);
-        open_end(&b, dev, one_context ? a.ctx : NULL);
+        if (b_first) {
+                open_end(&b, dev, NULL);
+                open_end(&a, dev, one_context ? b.ctx : NULL);
+        } else {
+                open_end(&a, dev, NULL);
+                open_end(&b, dev, one_context ? a.ctx : NULL);
+        }
         REQUIRE(to_rts(&b, &a) == 0);
         REQUIRE(to_rts(&a, &b) == 0);
 
@@ -323,8 +335,9 @@ int main(void)
         int n = 0;
         struct ibv_device **list = ibv_get_device_list(&n);
         REQUIRE(list && n >= 1 && !strcmp(ibv_get_device_name(list[0]), "diwarp0"));
-        run(list[0], false);
-        run(list[0], true);
+        run(list[0], false, false);
+        run(list[0], false, true);
+        run(list[0], true, false);
         ibv_free_device_list(list);
         if (failures)
                 fprintf(stderr, "%d check(s) failed\n", failures);
