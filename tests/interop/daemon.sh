@@ -171,14 +171,27 @@ kill_client)
         bg=$!
         wait_for "$TMPD/holder" READY 20
         h=$(sed -n 's/^READY pid \([0-9]*\)$/\1/p' "$TMPD/holder")
-        # Two other clients in a long ping-pong across the kill (it must
-        # still run when the kill comes; on a busy host under the sanitizers
-        # 200 000 round trips through the daemon took over a minute, so the
-        # bound is generous and the count smaller).
+        # Two other clients in a long ping-pong across the kill: it must
+        # still run when the kill comes. Its rate through the daemon spans
+        # two orders of magnitude (50 000 round trips took 0.5 s on a quiet
+        # host, over a minute on a busy one under the sanitizers), so its
+        # length comes from a short one just before, under the same load:
+        # about 5 s of round trips.
         srv=$TMPD/pp.srv
-        S=("$DIWARP_PINGPONG" --transport rc --iters 50000 --validate --port @PORT@)
+        S=("$DIWARP_PINGPONG" --transport rc --iters 20000 --validate --port @PORT@)
         DIWARP_PROGRESS=daemon serve
-        DIWARP_PROGRESS=daemon timeout 150 "$DIWARP_PINGPONG" --transport rc --iters 50000 \
+        t0=$(date +%s%N)
+        DIWARP_PROGRESS=daemon timeout 60 "$DIWARP_PINGPONG" --transport rc --iters 20000 \
+                --validate --port "$port" 127.0.0.1 >"$TMPD/pp.cli" 2>&1 ||
+                { cat "$TMPD/pp.cli" "$srv" >&2; fail "the calibrating ping-pong failed"; }
+        ms=$((($(date +%s%N) - t0) / 1000000 + 1))
+        wait $spid || { cat "$srv" >&2; fail "the calibrating ping-pong's server failed"; }
+        iters=$((20000 * 5000 / ms))
+        [ $iters -ge 20000 ] || iters=20000
+        [ $iters -le 2000000 ] || iters=2000000
+        S=("$DIWARP_PINGPONG" --transport rc --iters $iters --validate --port @PORT@)
+        DIWARP_PROGRESS=daemon serve
+        DIWARP_PROGRESS=daemon timeout 150 "$DIWARP_PINGPONG" --transport rc --iters $iters \
                 --validate --port "$port" 127.0.0.1 >"$TMPD/pp.cli" 2>&1 &
         c=$!
         bg="$bg $spid $c"
@@ -201,7 +214,7 @@ kill_client)
         bg=
         expect "$TMPD/pp.cli" 'RESULT .*status=ok' "the ping-pong went on"
         no_clients 2
-        echo "ok: killed client freed within $ms ms; the ping-pong beside it completed"
+        echo "ok: killed client freed within $ms ms; the ping-pong beside it ($iters round trips) completed"
         ;;
 hostile)
         : "${DAEMON_FAULT:?}"
