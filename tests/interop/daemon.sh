@@ -197,7 +197,6 @@ kill_client)
         bg="$bg $spid $c"
         sleep 0.5
         "$DIWARP" stat | grep -q "client pid $h " || fail "the holder is not listed by diwarp stat"
-        before=$(stat_clients)
         kill -0 $c 2>/dev/null || fail "the ping-pong ended before the kill: nothing to go on across it"
         kill -9 $h
         t0=$(date +%s%N)
@@ -207,8 +206,10 @@ kill_client)
                 sleep 0.02
         done
         ms=$((($(date +%s%N) - t0) / 1000000))
-        after=$(stat_clients)
-        [ "$after" -eq $((before - 1)) ] || fail "clients $before -> $after"
+        # The other clients were kept: their ping-pong completes (a dropped
+        # client's QPs are freed, its next round trip would fail). Counting
+        # the clients instead raced with the ping-pong's own end beside CPU
+        # hogs (3 -> 0).
         wait $c || { cat "$TMPD/pp.cli" >&2; fail "the other clients' ping-pong failed"; }
         wait $spid || { cat "$srv" >&2; fail "the other clients' server failed"; }
         bg=
