@@ -589,9 +589,9 @@ static uint64_t local_peer_wait(struct dw_rc_conn *c, uint64_t upto)
                          * attaches its stream. */
                         if (peer->fd < 0)
                                 dw_cm_att_step(peer->qp);
-                        /* Still no stream (a native initiator still in its
-                         * connect call): nothing to wait for here, the plain
-                         * iWARP order holds. */
+                        /* An end with no stream (its Reply not all in, or
+                         * its attach failed) consumes nothing: the plain
+                         * iWARP order holds rather than a wait to the bound. */
                         detached = peer->fd < 0;
                         /* As the progress step does: what arrived may give
                          * the peer something to send (Read Responses). */
