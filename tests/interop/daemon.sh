@@ -18,6 +18,11 @@
 #                                  other clients goes on untouched
 #   daemon.sh hostile              malformed and hostile requests (daemon_fault)
 #   daemon.sh merge                overlapping registrations merge the client's segments
+#   daemon.sh nice                 --nice N: every thread of the daemon (its
+#                                  servers too) runs at N and the start line
+#                                  says so; a user who may not raise its
+#                                  priority gets a daemon at the nice it had
+#                                  and a line saying why; out of range: exit 2
 # Needs DIWARP (tools/diwarp of the build), DAEMON_FAULT, DAEMON_FATAL_VERBS,
 # DIWARP_PINGPONG and DIWARP_BW (set by meson).
 . "$(dirname "$0")/lib.sh"
@@ -234,6 +239,60 @@ merge)
                 { cat "$TMPD/merge" >&2; fail "overlapping registrations"; }
         expect "$TMPD/merge" '^OK merge' "merged segments kept their contents and carried messages"
         grep '^OK' "$TMPD/merge"
+        ;;
+nice)
+        : "${DIWARPD:?}" "${DIWARP_PINGPONG:?}"
+        # thread_nices PID: the nice of each of PID's threads, one per line
+        thread_nices() {
+                for t in /proc/"$1"/task/*; do
+                        awk '{print $19}' "$t/stat"
+                done
+        }
+        start_daemon --nice -7 --servers 2
+        log=${DIWARP_DAEMON_SOCKET%.sock}.log
+        expect "$log" 'spin [0-9]+ us, nice -7;' "the start line names the nice taken"
+        n=$(thread_nices "$dpid" | sort -u)
+        echo "nice of the daemon's $(thread_nices "$dpid" | wc -l) threads: $n"
+        [ "$n" = -7 ] || fail "threads of the daemon at '$n', not -7 alone"
+        # it serves at that priority
+        pair pp_nice "$DIWARP_PINGPONG" --transport ud --size 64 --iters 200 --validate
+        "$DIWARP" daemon stop >/dev/null || fail "diwarp daemon stop"
+        dpid=
+        # Inherited, untouched, without --nice.
+        want=$(($(nice) + 3))
+        [ $want -le 19 ] || want=19
+        nice -n 3 "$DIWARP" daemon start >/dev/null || fail "daemon start under nice +3"
+        dpid=$("$DIWARP" daemon status | sed -n 's/^diwarpd running: pid \([0-9]*\).*/\1/p')
+        expect "$log" "spin [0-9]+ us, nice $want;" "without --nice the daemon keeps the nice it inherited"
+        "$DIWARP" daemon stop >/dev/null
+        dpid=
+        # Not allowed to raise it: runs on at the nice it had, says why.
+        nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+        if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
+                echo "not root: the unprivileged case is not run"
+        elif ! nobody test -x "$DIWARPD"; then
+                echo "uid 65534 cannot reach $DIWARPD: the unprivileged case is not run"
+        else
+                sock=/tmp/diwarp-nice-$$.sock
+                nobody "$DIWARPD" --socket "$sock" --nice -7 >"$TMPD/unpriv" 2>&1 &
+                upid=$!
+                bg="$bg $upid"
+                wait_for "$TMPD/unpriv" 'listening' 10 || { cat "$TMPD/unpriv" >&2; fail "an unprivileged daemon did not start"; }
+                expect "$TMPD/unpriv" "nice $(nice): cannot take -7: Permission denied" \
+                        "an unprivileged daemon says it keeps its nice"
+                kill "$upid"
+                rm -f "$sock"
+        fi
+        # Out of range: refused before anything starts.
+        for bad in "--nice -21" "--nice 20" "--nice x"; do
+                "$DIWARPD" --socket "$TMPD/x.sock" $bad >"$TMPD/bad" 2>&1
+                r=$?
+                [ $r = 2 ] || fail "diwarpd $bad exited $r, not 2"
+                expect "$TMPD/bad" 'nice: -20..19' "diwarpd $bad names the range"
+        done
+        DIWARPD_NICE=30 "$DIWARPD" --socket "$TMPD/x.sock" >"$TMPD/bad" 2>&1
+        [ $? = 2 ] || fail "DIWARPD_NICE=30 was accepted"
+        expect "$TMPD/bad" 'DIWARPD_NICE=30: expected -20..19' "DIWARPD_NICE out of range names the range"
         ;;
 *)
         fail "unknown case $case"
