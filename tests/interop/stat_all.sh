@@ -3,7 +3,8 @@
 # devices (no daemon): two example programs exchanging messages both show,
 # each with its device counters moving and its RTS QP naming the other; the
 # object of a killed program is not listed and is removed; one that exits
-# removes its own.
+# removes its own. An RC QP set up through rdma_cm (rping under `diwarp
+# run`) names its peer's address with an unknown QPN as ADDRESS/-.
 . "$(dirname "$0")/lib.sh"
 : "${DIWARP_PINGPONG:?DIWARP_PINGPONG must name diwarp-pingpong}"
 need pgrep
@@ -80,4 +81,33 @@ wait $spid
 [ -z "$(shm_of "$s")" ] || fail "the server's object outlived its device"
 "$DIWARP" stat >"$TMPD/stat4" 2>/dev/null
 grep -q "^process pid $s " "$TMPD/stat4" && fail "the exited PID $s is still listed"
-echo "ok: both programs listed with moving counters; a killed one's object removed, an exited one's gone"
+
+# An RC QP connected through rdma_cm knows its peer's address but not its QP
+# number (MPA carries none): its line says ADDRESS/-, not a QPN of 0.
+if command -v rping >/dev/null 2>&1; then
+        srv=$TMPD/rping.srv
+        S=("$DIWARP" run -- rping -s -a 127.0.0.1 -p @PORT@ -C 1000000)
+        serve
+        timeout 60 "$DIWARP" run -- rping -c -a 127.0.0.1 -p "$port" -C 1000000 >"$TMPD/rping.cli" 2>&1 &
+        rwrap=$!
+        i=0
+        while :; do
+                "$DIWARP" stat >"$TMPD/stat5" 2>/dev/null
+                grep -Eq "^qp 0x[0-9a-f]+ pid [0-9]+ type RC state RTS peer 127\.0\.0\.1/" "$TMPD/stat5" && break
+                i=$((i + 1))
+                [ $i -lt 100 ] || { cat "$TMPD/stat5" "$srv" "$TMPD/rping.cli" >&2; fail "rping's QPs never showed in diwarp stat"; }
+                sleep 0.1
+        done
+        grep -E "type RC state RTS" "$TMPD/stat5"
+        grep -Eq "type RC state RTS peer 127\.0\.0\.1/- " "$TMPD/stat5" ||
+                fail "an rdma_cm QP does not show its unknown peer QPN as '-'"
+        ! grep -Eq "type RC .* peer [0-9.]+/0x000000 " "$TMPD/stat5" || fail "a QP shows peer QPN 0x000000"
+        kill $rwrap $spid 2>/dev/null
+        pkill -P $rwrap 2>/dev/null
+        pkill -P $spid 2>/dev/null
+        wait $rwrap $spid 2>/dev/null
+        echo "rping's RC QPs: peer 127.0.0.1/-"
+else
+        echo "rping not installed: the rdma_cm case is not run"
+fi
+echo "ok: both programs listed with moving counters; a killed one's object removed, an exited one's gone; an rdma_cm QP's unknown peer QPN shown as '-'"
