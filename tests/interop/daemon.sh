@@ -274,13 +274,23 @@ nice)
                 echo "uid 65534 cannot reach $DIWARPD: the unprivileged case is not run"
         else
                 sock=/tmp/diwarp-nice-$$.sock
-                nobody "$DIWARPD" --socket "$sock" --nice -7 >"$TMPD/unpriv" 2>&1 &
+                # not through the function: $! must be the daemon itself
+                # (setpriv execs it), not a subshell that would outlive
+                # neither kill
+                setpriv --reuid=65534 --regid=65534 --clear-groups \
+                        "$DIWARPD" --socket "$sock" --nice -7 >"$TMPD/unpriv" 2>&1 &
                 upid=$!
                 bg="$bg $upid"
                 wait_for "$TMPD/unpriv" 'listening' 10 || { cat "$TMPD/unpriv" >&2; fail "an unprivileged daemon did not start"; }
                 expect "$TMPD/unpriv" "nice $(nice): cannot take -7: Permission denied" \
                         "an unprivileged daemon says it keeps its nice"
                 kill "$upid"
+                i=0
+                while kill -0 "$upid" 2>/dev/null; do
+                        i=$((i + 1))
+                        [ $i -lt 50 ] || fail "the unprivileged daemon (pid $upid) did not stop on SIGTERM"
+                        sleep 0.1
+                done
                 rm -f "$sock"
         fi
         # Out of range: refused before anything starts.
