@@ -373,14 +373,15 @@ static int apply_options(const struct dd_options *o)
 /* The daemon is its host's progress engine, as the kernel's softirqs are
  * TCP's: its servers send the ACKs and run the timers of every client, so
  * a server that waits for its core behind CPU-bound programs that are not
- * its clients stalls all of them. A higher priority (--nice -10) fixes that
- * (RD through the daemon beside a nice-0 `yes` per core, 1 Gbit/s: 0.92-0.98
- * x TCP against 0.54-0.89 at nice 0), but the same priority beside its own
- * busy-polling clients preempts them at every wake-up (8 clients all to all:
- * 60 000 messages/s against 144 000), so it is the operator's choice, not
- * the default (daemon/README.md). Set before the servers start, which
- * inherit it; the start line says which nice the daemon runs at, and why
- * not the one asked for (no CAP_SYS_NICE, RLIMIT_NICE at its default). */
+ * its clients stalls all of them. A higher priority fixes that: RD and RC
+ * over RD through the daemons beside a nice-0 `yes` per core, 1 Gbit/s,
+ * 0.92-0.98 x TCP at nice -10 against 0.54-0.89 at 0. But the same priority
+ * beside its own busy-polling clients preempts them at every wake-up (8
+ * clients all to all: 60 000 messages/s against 144 000), so it is the
+ * operator's choice, not the default (daemon/README.md). Set before the
+ * servers start, which inherit it; the start line says which nice the
+ * daemon runs at, and why not the one asked for (no CAP_SYS_NICE,
+ * RLIMIT_NICE at its default). */
 static void take_nice(long want, char *said, size_t saidlen)
 {
         errno = 0;

@@ -112,11 +112,11 @@ static void print_qp(const struct diwarpdv_qp_stat *x)
         static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         /* A QPN of 0 is unknown, not QP 0: an rdma_cm (iWARP) connection
          * learns its peer's address but no QPN (MPA carries none). */
-        if (!memcmp(g, v4, 12) && (g[12] | g[13] | g[14] | g[15]) && x->peer_qpn)
-                snprintf(peer, sizeof(peer), "%u.%u.%u.%u/0x%06x", g[12], g[13], g[14], g[15],
-                         x->peer_qpn);
-        else if (!memcmp(g, v4, 12) && (g[12] | g[13] | g[14] | g[15]))
-                snprintf(peer, sizeof(peer), "%u.%u.%u.%u/-", g[12], g[13], g[14], g[15]);
+        char qpn[16] = "-";
+        if (x->peer_qpn)
+                snprintf(qpn, sizeof(qpn), "0x%06x", x->peer_qpn);
+        if (!memcmp(g, v4, 12) && (g[12] | g[13] | g[14] | g[15]))
+                snprintf(peer, sizeof(peer), "%u.%u.%u.%u/%s", g[12], g[13], g[14], g[15], qpn);
         printf("qp 0x%06x pid %d type %s state %s peer %s tx_packets %llu tx_bytes %llu "
                "rx_packets %llu rx_bytes %llu retransmits %llu rnr_naks %llu\n",
                x->qpn, x->pid, qp_type_str(x->type), qp_state_str(x->state), peer,

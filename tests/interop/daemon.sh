@@ -267,18 +267,17 @@ nice)
         "$DIWARP" daemon stop >/dev/null
         dpid=
         # Not allowed to raise it: runs on at the nice it had, says why.
-        nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+        # an array, not a function: run in the background through a function
+        # $! would name a subshell, which the kill below would not stop
+        as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
         if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
                 echo "not root: the unprivileged case is not run"
-        elif ! nobody test -x "$DIWARPD"; then
+        elif ! "${as_nobody[@]}" test -x "$DIWARPD"; then
                 echo "uid 65534 cannot reach $DIWARPD: the unprivileged case is not run"
         else
                 sock=/tmp/diwarp-nice-$$.sock
-                # not through the function: $! must be the daemon itself
-                # (setpriv execs it), not a subshell that would outlive
-                # neither kill
-                setpriv --reuid=65534 --regid=65534 --clear-groups \
-                        "$DIWARPD" --socket "$sock" --nice -7 >"$TMPD/unpriv" 2>&1 &
+                # $! is the daemon itself: setpriv execs it
+                "${as_nobody[@]}" "$DIWARPD" --socket "$sock" --nice -7 >"$TMPD/unpriv" 2>&1 &
                 upid=$!
                 bg="$bg $upid"
                 wait_for "$TMPD/unpriv" 'listening' 10 || { cat "$TMPD/unpriv" >&2; fail "an unprivileged daemon did not start"; }
