@@ -551,10 +551,15 @@ void dw_rc_close_lingering(int fd, bool external);
  * negative return fails the modify (the state is restored by the caller). */
 int dw_rc_qp_modify(struct dw_qp *qp, enum diwarp_qp_state old_state, int mask);
 /* A send WQE was committed to qp->sq (it stays there until completed with
- * dw_qp_complete_send, in order). May transmit at once or leave it for
- * dw_rc_progress. The post itself has succeeded already; a negative return
- * moves the QP to ERR (QP_FATAL), which flushes the WQE. */
+ * dw_qp_complete_send, in order). Transmits nothing: dw_rc_tx_posted does,
+ * once the whole list of the post is in the SQ. The post itself has
+ * succeeded already; a negative return moves the QP to ERR (QP_FATAL),
+ * which flushes the WQE. */
 int dw_rc_post_send(struct dw_qp *qp, struct dw_wqe *wqe);
+/* The end of a post_send: the WQEs it committed go out in one batch (one
+ * writev for a list of WRs, not one each), unless a batch is still being
+ * written; that batch's end picks them up. */
+void dw_rc_tx_posted(struct dw_qp *qp);
 /* A receive WQE was committed (the RC receive path takes it with dw_qp_recv_head). */
 void dw_rc_post_recv(struct dw_qp *qp);
 /* The QP went to ERR (by the application or an error): tear the stream down.

@@ -1059,6 +1059,8 @@ static int dw_post_send_locked(struct dw_qp *qp, struct diwarp_send_wr *wr,
                 dw_ud_tx(qp, DW_PROGRESS_BUDGET);
         else if (dw_qp_on_rd(qp))
                 dw_rd_tx_posted(qp);
+        else if (dw_qp_is_rc(qp) && qp->state != DIWARP_QPS_ERR)
+                dw_rc_tx_posted(qp);
         dw_progress_step_post(&dev->prog, DW_PROGRESS_BUDGET);
         return err;
 }

@@ -860,17 +860,20 @@ int dw_rc_post_send(struct dw_qp *qp, struct dw_wqe *wqe)
 {
         struct dw_rc_conn *c = qp->rc;
 
-        (void)wqe;
         if (!c)
                 return -EINVAL;
-        if (c->peer_closed && (c->fd < 0 || dw_wr_op(wqe->opcode)->response)) {
+        if (c->peer_closed && (c->fd < 0 || dw_wr_op(wqe->opcode)->response))
                 rc_peer_gone_fail(c);
-                return 0;
-        }
-        /* Before the stream is up the WQE just waits in the SQ. */
-        if (c->state == DW_RC_UP && c->iov_pos == c->iov_cnt)
-                rc_tx(c);
         return 0;
+}
+
+void dw_rc_tx_posted(struct dw_qp *qp)
+{
+        struct dw_rc_conn *c = qp->rc;
+
+        /* Before the stream is up the WQEs just wait in the SQ. */
+        if (c && c->state == DW_RC_UP && c->iov_pos == c->iov_cnt)
+                rc_tx(c);
 }
 
 void dw_rc_post_recv(struct dw_qp *qp)
