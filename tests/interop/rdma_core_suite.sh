@@ -5,6 +5,26 @@
 # that one crash cannot hide the rest. It passes when no test crashes, hangs,
 # errs or fails; the skips are listed with their reasons in
 # verbs-provider/README.md ("rdma-core's test suite").
+
+# Its rdma_cm tests listen on fixed ports. As root the suite runs in a network
+# namespace of its own, so both variants run at once and beside other tests;
+# without one, a lock file keeps two runs of the suite apart. The namespace
+# has a veth pair with a documentation address (192.0.2.1/24) as well as its
+# loopback, as a host has an interface: with only 127.0.0.1, the suite's
+# rdma_cm tests crash inside pyverbs (SIGSEGV in its device module).
+if [ -z "${DIWARP_SUITE_NETNS:-}" ] && [ "$(id -u)" = 0 ] &&
+        unshare -n true 2>/dev/null; then
+        export DIWARP_SUITE_NETNS=1
+        exec unshare -n bash -c 'ip link set lo up &&
+                ip link add dwsuite0 type veth peer name dwsuite1 &&
+                ip addr add 192.0.2.1/24 dev dwsuite0 &&
+                ip link set dwsuite1 up && ip link set dwsuite0 up &&
+                exec bash "$0" "$@"' "$0" "$@"
+fi
+if [ -z "${DIWARP_SUITE_NETNS:-}" ] &&
+        exec 9>>"${TMPDIR:-/tmp}/diwarp-rdma-core-suite.$(id -u).lock"; then
+        flock 9
+fi
 . "$(dirname "$0")/lib.sh"
 
 src=/usr/share/doc/rdma-core/tests
