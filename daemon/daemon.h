@@ -173,6 +173,34 @@ struct dd_daemon {
 
 struct dd_daemon *dd_daemon(void);
 
+/* `--nice auto` (priority.c): the acceptor's governor of the daemon's nice. */
+#define DD_GOV_CLIENTS 256
+#define DD_GOV_TICK_NS 250000000ull
+struct dd_gov_pid {
+        int32_t pid;
+        uint64_t ticks; /* its utime + stime at the last sample */
+};
+struct dd_gov {
+        bool on;              /* sampling (auto mode, and a boost not refused) */
+        int base, boost, now; /* nices: started with, boosted, current */
+        int over, under;      /* samples in a row above / below the thresholds */
+        long hz;              /* clock ticks a second */
+        uint64_t last_ns;     /* the last sample (0: none yet) */
+        uint64_t busy_ticks;  /* the host's user + nice + system then */
+        uint64_t self_ticks;  /* the daemon's own utime + stime then */
+        int nclients;
+        struct dd_gov_pid client[DD_GOV_CLIENTS];
+};
+/* Every thread of the daemon to nice (on Linux a nice is a thread's own),
+ * and its session's autogroup when it leads one. 0 or -errno. */
+int dd_nice_apply(int nice);
+void dd_gov_init(struct dd_gov *g, int base, int boost);
+/* A client process handed to a server: its CPU time is the daemon's own. */
+void dd_gov_client(struct dd_gov *g, int32_t pid);
+/* Samples when DD_GOV_TICK_NS passed since the last sample, and changes the
+ * nice of every thread of the daemon when the samples call for it. */
+void dd_gov_tick(struct dd_gov *g, uint64_t now_ns);
+
 int dd_server_start(struct dd_server *s, int id);
 /* What dd_server_start does but the thread: a server driven by its
  * caller's dd_server_turn calls instead (the daemon's fuzz target). */

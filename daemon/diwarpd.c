@@ -37,8 +37,16 @@
 
 static struct dd_daemon D = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* --nice / DIWARPD_NICE not given: the nice it inherited. */
+/* --nice inherit: the nice it inherited. */
 #define DD_NICE_KEEP 100
+/* --nice auto, the default: the inherited nice, DD_NICE_BOOST while load
+ * that is not the daemon's or its clients' keeps the cores busy
+ * (priority.c). */
+#define DD_NICE_AUTO  101
+#define DD_NICE_BOOST (-10)
+
+/* The governor of --nice auto (off otherwise), run by the acceptor. */
+static struct dd_gov G;
 
 struct dd_daemon *dd_daemon(void)
 {
@@ -239,9 +247,10 @@ static void usage(FILE *f)
                 "  --servers N    worker threads (default DIWARPD_SERVERS, else 1)\n"
                 "  --spin-us US   how long a server polls before it sleeps (default\n"
                 "                 DIWARPD_SPIN_US, else 50)\n"
-                "  --nice N       nice value of the daemon's threads, -20..19 (default\n"
-                "                 DIWARPD_NICE, else as inherited); -10 keeps its progress\n"
-                "                 ahead of CPU-bound programs that are not its clients\n"
+                "  --nice N       nice value of the daemon's threads: -20..19; auto, as\n"
+                "                 inherited but -10 while CPU-bound programs that are not\n"
+                "                 its clients keep the cores busy; inherit (default\n"
+                "                 DIWARPD_NICE, else auto)\n"
                 "  --group NAME   serve the members of this group too (default\n"
                 "                 DIWARPD_GROUP, else only the daemon's own uid); the\n"
                 "                 socket is then mode 0660 in that group\n"
@@ -250,6 +259,22 @@ static void usage(FILE *f)
                 "  --client-devices N  distinct devices (address, port base) one client\n"
                 "                      process uses at most (default DIWARPD_CLIENT_DEVICES,\n"
                 "                      else 4)\n");
+}
+
+/* A --nice / DIWARPD_NICE value: -20..19, "auto" or "inherit"; false when
+ * none. */
+static bool nice_value(const char *v, long *out)
+{
+        if (strcmp(v, "auto") == 0 || strcmp(v, "inherit") == 0) {
+                *out = strcmp(v, "auto") == 0 ? DD_NICE_AUTO : DD_NICE_KEEP;
+                return true;
+        }
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (!*v || *end || x < -20 || x > 19)
+                return false;
+        *out = x;
+        return true;
 }
 
 static long env_long(const char *name, long dflt, long lo, long hi)
@@ -270,7 +295,7 @@ static long env_long(const char *name, long dflt, long lo, long hi)
 struct dd_options {
         char path[108];
         long servers, spin, max_devs, client_devs;
-        long nice; /* DD_NICE_KEEP: as inherited */
+        long nice; /* DD_NICE_AUTO (default), DD_NICE_KEEP (as inherited) or a nice */
         const char *group;
 };
 
@@ -284,7 +309,13 @@ static int parse_options(int argc, char **argv, struct dd_options *o)
         }
         o->servers = env_long("DIWARPD_SERVERS", 1, 1, DD_MAX_SERVERS);
         o->spin = env_long("DIWARPD_SPIN_US", 50, 0, 1000000);
-        o->nice = env_long("DIWARPD_NICE", DD_NICE_KEEP, -20, 19);
+        o->nice = DD_NICE_AUTO;
+        const char *env_nice = getenv("DIWARPD_NICE");
+        if (env_nice && *env_nice && !nice_value(env_nice, &o->nice)) {
+                fprintf(stderr, "diwarpd: DIWARPD_NICE=%s: expected -20..19, auto or inherit\n",
+                        env_nice);
+                return 2;
+        }
         o->group = getenv("DIWARPD_GROUP");
         o->max_devs = env_long("DIWARPD_MAX_DEVICES", 16, 1, 4096);
         o->client_devs = env_long("DIWARPD_CLIENT_DEVICES", 4, 1, 4096);
@@ -319,9 +350,8 @@ static int parse_options(int argc, char **argv, struct dd_options *o)
                         }
                         break;
                 case 'i':
-                        o->nice = strtol(optarg, &end, 10);
-                        if (*end || o->nice < -20 || o->nice > 19) {
-                                fprintf(stderr, "diwarpd: --nice: -20..19\n");
+                        if (!nice_value(optarg, &o->nice)) {
+                                fprintf(stderr, "diwarpd: --nice: -20..19, auto or inherit\n");
                                 return 2;
                         }
                         break;
@@ -370,6 +400,27 @@ static int apply_options(const struct dd_options *o)
         return -1;
 }
 
+/* --nice auto: the governor starts at the inherited nice when the boost is
+ * allowed (tried once on this thread, then undone); else the start line says
+ * why not and the daemon keeps its nice. */
+static void take_nice_auto(int now, char *said, size_t saidlen)
+{
+        if (now <= DD_NICE_BOOST) {
+                snprintf(said, saidlen, "nice %d (auto: already at or above %d)", now,
+                         DD_NICE_BOOST);
+                return;
+        }
+        int err = dd_nice_apply(DD_NICE_BOOST);
+        dd_nice_apply(now);
+        if (err < 0) {
+                snprintf(said, saidlen, "nice %d (auto: cannot take %d: %s)", now, DD_NICE_BOOST,
+                         strerror(-err));
+                return;
+        }
+        dd_gov_init(&G, now, DD_NICE_BOOST);
+        snprintf(said, saidlen, "nice %d, auto: %d beside unrelated load", now, DD_NICE_BOOST);
+}
+
 /* The daemon is its host's progress engine, as the kernel's softirqs are
  * TCP's: its servers send the ACKs and run the timers of every client, so
  * a server that waits for its core behind CPU-bound programs that are not
@@ -377,11 +428,12 @@ static int apply_options(const struct dd_options *o)
  * over RD through the daemons beside a nice-0 `yes` per core, 1 Gbit/s,
  * 0.92-0.98 x TCP at nice -10 against 0.54-0.89 at 0. But the same priority
  * beside its own busy-polling clients preempts them at every wake-up (8
- * clients all to all: 60 000 messages/s against 144 000), so it is the
- * operator's choice, not the default (daemon/README.md). Set before the
- * servers start, which inherit it; the start line says which nice the
- * daemon runs at, and why not the one asked for (no CAP_SYS_NICE,
- * RLIMIT_NICE at its default). */
+ * clients all to all: 60 000 messages/s against 144 000), so by default
+ * (auto) the daemon takes it only while load that is neither its own nor
+ * its clients' keeps the cores busy (priority.c, daemon/README.md); a
+ * fixed nice is the operator's choice. Set before the servers start, which
+ * inherit it; the start line says which nice the daemon runs at, and why
+ * not the one asked for (no CAP_SYS_NICE, RLIMIT_NICE at its default). */
 static void take_nice(long want, char *said, size_t saidlen)
 {
         errno = 0;
@@ -390,14 +442,21 @@ static void take_nice(long want, char *said, size_t saidlen)
                 snprintf(said, saidlen, "nice unknown: %s", strerror(errno));
                 return;
         }
+        if (want == DD_NICE_AUTO) {
+                take_nice_auto(now, said, saidlen);
+                return;
+        }
         if (want == DD_NICE_KEEP || now == want) {
                 snprintf(said, saidlen, "nice %d", now);
                 return;
         }
-        if (setpriority(PRIO_PROCESS, 0, (int)want) < 0)
-                snprintf(said, saidlen, "nice %d: cannot take %ld: %s", now, want, strerror(errno));
-        else
+        int err = dd_nice_apply((int)want);
+        if (err < 0) {
+                dd_nice_apply(now);
+                snprintf(said, saidlen, "nice %d: cannot take %ld: %s", now, want, strerror(-err));
+        } else {
                 snprintf(said, saidlen, "nice %ld", want);
+        }
 }
 
 /* SIGTERM, SIGINT and SIGHUP arrive on the descriptor returned (the main
@@ -429,6 +488,7 @@ static void accept_all(int ls)
                         close(c);
                         continue;
                 }
+                dd_gov_client(&G, (int32_t)cr.pid);
                 dd_server_hand(least_loaded(), c, (int32_t)cr.pid, (uint32_t)cr.uid);
         }
 }
@@ -443,7 +503,8 @@ static void accept_until_signal(int ls, int sfd)
         epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
         while (!atomic_load(&D.stop)) {
                 struct epoll_event evs[4];
-                int n = epoll_wait(ep, evs, 4, 500);
+                int n = epoll_wait(ep, evs, 4, G.on ? (int)(DD_GOV_TICK_NS / 1000000) : 500);
+                dd_gov_tick(&G, diwarpdv_now_ns());
                 for (int i = 0; i < n; i++) {
                         if (evs[i].data.fd == sfd) {
                                 struct signalfd_siginfo si;

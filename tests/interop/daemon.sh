@@ -20,9 +20,15 @@
 #   daemon.sh merge                overlapping registrations merge the client's segments
 #   daemon.sh nice                 --nice N: every thread of the daemon (its
 #                                  servers too) runs at N and the start line
-#                                  says so; a user who may not raise its
-#                                  priority gets a daemon at the nice it had
-#                                  and a line saying why; out of range: exit 2
+#                                  says so; --nice inherit and the default
+#                                  (auto) start at the inherited nice; a user
+#                                  who may not raise its priority gets a
+#                                  daemon at the nice it had and a line saying
+#                                  why; out of range: exit 2
+#   daemon.sh nice_auto            --nice auto: the daemon stays at its nice
+#                                  while its own clients keep the cores busy,
+#                                  goes to -10 beside a nice-0 `yes` per core
+#                                  and back once they end
 # Needs DIWARP (tools/diwarp of the build), DAEMON_FAULT, DAEMON_FATAL_VERBS,
 # DIWARP_PINGPONG and DIWARP_BW (set by meson).
 . "$(dirname "$0")/lib.sh"
@@ -258,14 +264,24 @@ nice)
         pair pp_nice "$DIWARP_PINGPONG" --transport ud --size 64 --iters 200 --validate
         "$DIWARP" daemon stop >/dev/null || fail "diwarp daemon stop"
         dpid=
-        # Inherited, untouched, without --nice.
+        # Inherited, untouched, with --nice inherit; without --nice (auto)
+        # it starts there too (nice_auto checks the rest).
         want=$(($(nice) + 3))
         [ $want -le 19 ] || want=19
-        nice -n 3 "$DIWARP" daemon start >/dev/null || fail "daemon start under nice +3"
-        dpid=$("$DIWARP" daemon status | sed -n 's/^diwarpd running: pid \([0-9]*\).*/\1/p')
-        expect "$log" "spin [0-9]+ us, nice $want;" "without --nice the daemon keeps the nice it inherited"
-        "$DIWARP" daemon stop >/dev/null
-        dpid=
+        for how in "--nice inherit" ""; do
+                nice -n 3 "$DIWARP" daemon start $how >/dev/null || fail "daemon start $how under nice +3"
+                dpid=$("$DIWARP" daemon status | sed -n 's/^diwarpd running: pid \([0-9]*\).*/\1/p')
+                if [ -n "$how" ]; then
+                        expect "$log" "spin [0-9]+ us, nice $want;" "with $how the daemon keeps the nice it inherited"
+                else
+                        expect "$log" "spin [0-9]+ us, nice $want, auto: -10 beside unrelated load;" \
+                                "without --nice the daemon starts at the nice it inherited, in auto mode"
+                fi
+                n=$(thread_nices "$dpid" | sort -u)
+                [ "$n" = "$want" ] || fail "daemon ($how) threads at '$n', not $want"
+                "$DIWARP" daemon stop >/dev/null
+                dpid=
+        done
         # Not allowed to raise it: runs on at the nice it had, says why.
         # an array, not a function: run in the background through a function
         # $! would name a subshell, which the kill below would not stop
@@ -302,6 +318,95 @@ nice)
         DIWARPD_NICE=30 "$DIWARPD" --socket "$TMPD/x.sock" >"$TMPD/bad" 2>&1
         [ $? = 2 ] || fail "DIWARPD_NICE=30 was accepted"
         expect "$TMPD/bad" 'DIWARPD_NICE=30: expected -20..19' "DIWARPD_NICE out of range names the range"
+        ;;
+nice_auto)
+        : "${DIWARPD:?}" "${DIWARP_PINGPONG:?}"
+        if [ "$(id -u)" != 0 ]; then
+                echo "SKIP: not root: the boost may not be allowed" >&2
+                exit 77
+        fi
+        # the nice of every thread of the daemon, sorted and unique
+        nices() { for t in /proc/"$dpid"/task/*; do awk '{print $19}' "$t/stat"; done | sort -u; }
+        # host_busy: the host's user + nice + system time over 1 s, in
+        # hundredths of a core
+        host_busy() {
+                local a b hz
+                hz=$(getconf CLK_TCK)
+                a=$(awk '/^cpu /{print $2 + $3 + $4}' /proc/stat)
+                sleep 1
+                b=$(awk '/^cpu /{print $2 + $3 + $4}' /proc/stat)
+                echo $(((b - a) * 100 / hz))
+        }
+        # until_nices WANT SECONDS: waits for every thread at WANT
+        until_nices() {
+                local i=0
+                while [ "$(nices)" != "$1" ]; do
+                        i=$((i + 1))
+                        [ $i -le $(($2 * 10)) ] || return 1
+                        sleep 0.1
+                done
+        }
+        base=$(nice)
+        DIWARP_LOG=info start_daemon --nice auto
+        log=${DIWARP_DAEMON_SOCKET%.sock}.log
+        expect "$log" "spin [0-9]+ us, nice $base, auto: -10 beside unrelated load;" \
+                "the start line names the auto mode"
+        [ "$(nices)" = "$base" ] || fail "the daemon starts at '$(nices)', not $base"
+        quiet=$(host_busy)
+        if [ "$quiet" -ge 25 ]; then
+                echo "the host is busy before the test ($quiet % of a core): the own-load" \
+                        "and the return to $base are not checked"
+        else
+                # Its own clients busy: a ping-pong of two clients, sampled
+                # while it runs; the daemon must not raise itself above them.
+                (pair pp_own "$DIWARP_PINGPONG" --transport ud --size 64 --iters 150000) &
+                ppid=$!
+                bg="$bg $ppid"
+                samples=0
+                while kill -0 "$ppid" 2>/dev/null; do
+                        n=$(nices)
+                        [ "$n" = "$base" ] || fail "the daemon went to '$n' beside its own clients"
+                        samples=$((samples + 1))
+                        sleep 0.25
+                done
+                wait "$ppid" || fail "the ping-pong of its own clients failed"
+                echo "own clients busy: $samples samples, the daemon at $base in each"
+                [ $samples -ge 8 ] || echo "(the ping-pong lasted less than 2 s: a short check)"
+        fi
+        # Unrelated load: a nice-0 `yes` per core.
+        hogs=
+        for _ in $(seq "$(nproc)"); do
+                nice -n $((0 - base)) yes >/dev/null &
+                hogs="$hogs $!"
+        done
+        bg="$bg $hogs"
+        until_nices -10 5 || { kill $hogs; fail "beside a yes per core the daemon stays at '$(nices)', not -10"; }
+        expect "$log" "nice auto: $base -> -10 \(load not the daemon's or its clients': [0-9.]+ cores\)" \
+                "the boost is logged with the load"
+        # `diwarp daemon start` makes it a session leader: with autogroups
+        # on, its session's group takes the nice too
+        if [ -r /proc/"$dpid"/autogroup ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then
+                grep -q 'nice -10$' /proc/"$dpid"/autogroup ||
+                        fail "the daemon's autogroup: $(cat /proc/"$dpid"/autogroup), not nice -10"
+        fi
+        # it serves at that priority
+        pair pp_boost "$DIWARP_PINGPONG" --transport ud --size 64 --iters 200 --validate
+        kill $hogs
+        wait $hogs 2>/dev/null
+        if [ "$quiet" -lt 25 ]; then
+                until_nices "$base" 8 || fail "the hogs ended, the daemon stays at '$(nices)', not $base"
+                if [ -r /proc/"$dpid"/autogroup ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then
+                        grep -q "nice $base\$" /proc/"$dpid"/autogroup ||
+                                fail "the daemon's autogroup: $(cat /proc/"$dpid"/autogroup), not nice $base"
+                fi
+                expect "$log" "nice auto: -10 -> $base " "the return is logged"
+        fi
+        # "auto" in the environment, and its refusals.
+        "$DIWARP" daemon stop >/dev/null || fail "diwarp daemon stop"
+        dpid=
+        DIWARPD_NICE=autox "$DIWARPD" --socket "$TMPD/x.sock" >"$TMPD/bad" 2>&1
+        [ $? = 2 ] || fail "DIWARPD_NICE=autox was accepted"
+        expect "$TMPD/bad" 'expected -20..19, auto or inherit' "a bad DIWARPD_NICE names what is expected"
         ;;
 *)
         fail "unknown case $case"
