@@ -179,6 +179,7 @@ struct dd_daemon *dd_daemon(void);
 struct dd_gov_pid {
         int32_t pid;
         uint64_t ticks; /* its utime + stime at the last sample */
+        uint64_t born;  /* its start time: a pid reused names another process */
 };
 struct dd_gov {
         bool on;              /* sampling (auto mode, and a boost not refused) */

@@ -42,10 +42,11 @@ static uint64_t host_busy_ticks(void)
         return n == 3 ? user + nice + sys : 0;
 }
 
-/* utime + stime of a process (all its threads), in clock ticks; -1 when it
- * is gone. The command name in field 2 may hold spaces and parentheses: the
- * fields after it start past its last ')'. */
-static int64_t proc_ticks(int32_t pid)
+/* utime + stime of a process (all its threads), in clock ticks, and when it
+ * started (*start, to tell a reused pid); -1 when it is gone. The command
+ * name in field 2 may hold spaces and parentheses: the fields after it
+ * start past its last ')'. */
+static int64_t proc_ticks(int32_t pid, uint64_t *start)
 {
         char path[40], buf[1024];
         if (pid)
@@ -59,12 +60,16 @@ static int64_t proc_ticks(int32_t pid)
         fclose(f);
         buf[got] = 0;
         char *p = strrchr(buf, ')');
-        unsigned long long ut, st;
+        unsigned long long ut, st, born;
         /* state ppid pgrp session tty tpgid flags minflt cminflt majflt
-         * cmajflt utime stime */
-        if (!p ||
-            sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+         * cmajflt utime stime cutime cstime priority nice num_threads
+         * itrealvalue starttime */
+        if (!p || sscanf(p + 1,
+                         " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+                         "%*d %*d %llu",
+                         &ut, &st, &born) != 3)
                 return -1;
+        *start = born;
         return (int64_t)(ut + st);
 }
 
@@ -121,23 +126,27 @@ void dd_gov_client(struct dd_gov *g, int32_t pid)
                         return;
         if (g->nclients == DD_GOV_CLIENTS)
                 return; /* beyond: their time counts as unrelated (a boost errs safe) */
-        int64_t t = proc_ticks(pid);
-        g->client[g->nclients++] = (struct dd_gov_pid){pid, t < 0 ? 0 : (uint64_t)t};
+        uint64_t born = 0;
+        int64_t t = proc_ticks(pid, &born);
+        if (t < 0)
+                return;
+        g->client[g->nclients++] = (struct dd_gov_pid){pid, (uint64_t)t, born};
 }
 
 /* The own processes' ticks since the last sample: the daemon's and its
- * clients' (one that is gone leaves the list). */
+ * clients' (one that is gone, or whose pid now names another process,
+ * leaves the list). */
 static uint64_t own_ticks_since(struct dd_gov *g)
 {
-        uint64_t sum = 0;
-        int64_t self = proc_ticks(0);
+        uint64_t sum = 0, born;
+        int64_t self = proc_ticks(0, &born);
         if (self >= 0) {
                 sum += (uint64_t)self - g->self_ticks;
                 g->self_ticks = (uint64_t)self;
         }
         for (int i = 0; i < g->nclients;) {
-                int64_t t = proc_ticks(g->client[i].pid);
-                if (t < 0) {
+                int64_t t = proc_ticks(g->client[i].pid, &born);
+                if (t < 0 || born != g->client[i].born) {
                         g->client[i] = g->client[--g->nclients];
                         continue;
                 }
