@@ -59,16 +59,34 @@ void rd_rail_neterr(struct dw_rd_peer *p, unsigned rail, int err, uint64_t now)
         rd_rail_down(p, rail, now, why);
 }
 
-/* Whether another rail that is up had a datagram acknowledged after the
- * last one of `rail`: a receiver that stalls (descheduled) stops answering
- * on every rail at once, and that is no rail's failure. */
-static bool rd_rail_others_answer(const struct dw_rd_peer *p, unsigned rail)
+/* Whether another rail that is up answers while `rail` does not, so that
+ * `rail` (whose datagram psn is being resent) has failed: a receiver that
+ * stalls (descheduled) stops answering on every rail at once, and that is
+ * no rail's failure. Another rail answers when it had a datagram
+ * acknowledged after the last one of `rail`, or when a later PSN of this
+ * stream that it carried was acknowledged above psn (SACKed): the receiver
+ * took data sent after the one `rail` lost. The second holds when the send
+ * window is full behind the lost PSN and nothing new moves on any rail, so
+ * that no ACK comes after the last one both rails got in the same step
+ * (the rail was then never found down, and the resends of its head PSN ran
+ * the QP into its retry limit: netns_multirail_peerdown, once in a CI run).
+ * A stalled receiver acknowledges nothing above the lost PSN. */
+static bool rd_rail_others_answer(const struct dw_rd_peer *p, unsigned rail, uint32_t psn)
 {
         const struct dw_flow_path *f = rd_rail_path(p, rail);
         unsigned n = rd_rails(p);
         for (unsigned r = 0; r < n; r++) {
                 const struct dw_flow_path *g = rd_rail_path(p, r);
                 if (r != rail && !g->down && g->last_ack > f->last_ack)
+                        return true;
+        }
+        if (!p->rel.ring)
+                return false;
+        for (uint32_t q = psn + 1; dw_psn_before(q, p->rel.snd_nxt); q++) {
+                const struct dw_rel_txent *e = &p->rel.ring[q & p->rel.ring_mask];
+                unsigned r = ck_rail(e->cookie);
+                if ((e->flags & DW_REL_TXF_SACKED) && r != rail && r < n &&
+                    !rd_rail_path(p, r)->down)
                         return true;
         }
         return false;
@@ -228,7 +246,7 @@ uint64_t rd_resend_rail(struct dw_rd_peer *p, uint32_t psn, uint64_t cookie, uin
         struct dw_flow_path *f = rd_rail_path(p, rail);
         dw_cc_lost(&f->cc, DW_CC_LOSS_FAST, now);
         if (++f->retx_since_ack >= RD_RAIL_DOWN_RETX && now - f->last_ack >= RD_RAIL_DOWN_NS &&
-            !f->down && rd_rail_others_answer(p, rail))
+            !f->down && rd_rail_others_answer(p, rail, psn))
                 rd_rail_down(p, rail, now, "its datagrams go unacknowledged");
         if (!f->down)
                 return cookie;
