@@ -346,6 +346,14 @@ nice_auto)
                         sleep 0.1
                 done
         }
+        # autogroup_at NICE: with autogroups on, the daemon's session group
+        # (`diwarp daemon start` makes it a session leader) has that nice
+        autogroup_at() {
+                [ -r /proc/"$dpid"/autogroup ] &&
+                        [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ] || return 0
+                grep -q "nice $1\$" /proc/"$dpid"/autogroup ||
+                        fail "the daemon's autogroup: $(cat /proc/"$dpid"/autogroup), not nice $1"
+        }
         base=$(nice)
         DIWARP_LOG=info start_daemon --nice auto
         log=${DIWARP_DAEMON_SOCKET%.sock}.log
@@ -383,22 +391,14 @@ nice_auto)
         until_nices -10 5 || { kill $hogs; fail "beside a yes per core the daemon stays at '$(nices)', not -10"; }
         expect "$log" "nice auto: $base -> -10 \(load not the daemon's or its clients': [0-9.]+ cores\)" \
                 "the boost is logged with the load"
-        # `diwarp daemon start` makes it a session leader: with autogroups
-        # on, its session's group takes the nice too
-        if [ -r /proc/"$dpid"/autogroup ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then
-                grep -q 'nice -10$' /proc/"$dpid"/autogroup ||
-                        fail "the daemon's autogroup: $(cat /proc/"$dpid"/autogroup), not nice -10"
-        fi
+        autogroup_at -10
         # it serves at that priority
         pair pp_boost "$DIWARP_PINGPONG" --transport ud --size 64 --iters 200 --validate
         kill $hogs
         wait $hogs 2>/dev/null
         if [ "$quiet" -lt 25 ]; then
                 until_nices "$base" 8 || fail "the hogs ended, the daemon stays at '$(nices)', not $base"
-                if [ -r /proc/"$dpid"/autogroup ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then
-                        grep -q "nice $base\$" /proc/"$dpid"/autogroup ||
-                                fail "the daemon's autogroup: $(cat /proc/"$dpid"/autogroup), not nice $base"
-                fi
+                autogroup_at "$base"
                 expect "$log" "nice auto: -10 -> $base " "the return is logged"
         fi
         # "auto" in the environment, and its refusals.
