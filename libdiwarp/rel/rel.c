@@ -880,7 +880,13 @@ int dw_rel_timers(struct dw_rel_peer *r, uint64_t now, const struct dw_rel_ops *
                         r->rto_deadline = now + dw_rel_rto_ns(r);
                 } else if (r->rto_deadline && now >= r->rto_deadline && !rnr_waiting(r, now)) {
                         r->stats.rto_expiries++;
-                        if (++r->retries > p->retry_limit)
+                        if (r->retries < UINT8_MAX)
+                                r->retries++;
+                        /* A peer timeout, when set, alone ends a silent
+                         * stream: at µs RTTs the 12 expiries take 2 s, and a
+                         * peer whose program was not scheduled, not
+                         * progressed or stopped that long is not gone. */
+                        if (!p->peer_timeout_ms && r->retries > p->retry_limit)
                                 return set_fatal(r, -ETIMEDOUT, DW_REL_RETRY_EXCEEDED);
                         rto_probe(r, false);
                         if (r->backoff < MAX_BACKOFF) /* RFC 6298 (5.5) */

@@ -28,7 +28,7 @@
 #define DW_REL_DEF_RTO_INIT_US     5000u /* before the first RTT sample */
 #define DW_REL_DEF_RTO_MIN_US      1000u
 #define DW_REL_DEF_RTO_MAX_US      500000u
-#define DW_REL_DEF_RETRY_LIMIT     12u  /* RTO expiries in a row without progress */
+#define DW_REL_DEF_RETRY_LIMIT     12u  /* RTO expiries in a row, without a peer timeout */
 #define DW_REL_DEF_DUPTHRESH       3u   /* SACKed PSNs above a hole that make it lost */
 #define DW_REL_DEF_ACK_EVERY       2u   /* in-order packets per ACK */
 #define DW_REL_DEF_ACK_DELAY_US    50u  /* longest an owed ACK waits for a piggyback */
@@ -68,10 +68,10 @@ struct dw_rel_params {
         uint32_t ack_delay_us;
         uint32_t rnr_min_us;
         uint32_t rnr_max_us;
-        uint32_t peer_timeout_ms; /* 0 = no bound (tests only) */
+        uint32_t peer_timeout_ms; /* 0 = none, retry_limit ends it (tests only) */
         uint16_t window;          /* sizing hint for the caller's ring; power of 2 ≤ 128 */
         uint16_t ack_every;
-        uint8_t retry_limit;
+        uint8_t retry_limit;     /* ends a silent stream only when peer_timeout_ms is 0 */
         uint8_t rnr_retry_limit; /* DW_REL_RNR_INFINITE = never give up */
         uint8_t dupthresh;
 };
@@ -156,7 +156,7 @@ struct dw_rel_peer {
         uint32_t rnr_psn;   /* PSN of the current RNR episode */
         uint16_t ring_mask;
         uint8_t backoff; /* RTO doublings since the last valid RTT sample */
-        uint8_t retries; /* RTO expiries since the last ACK progress */
+        uint8_t retries; /* RTO expiries since the last ACK progress (saturates) */
         uint8_t rnr_retries;
         uint8_t flags;
         int16_t fatal; /* 0 or the negative errno every call now returns */

@@ -4137,9 +4137,13 @@ static int case_readgone(void)
         return 0;
 }
 
-/* Four Reads of a chunk each: both big Sends are pulled at once. */
-#define RQO_BIG   (256u * 1024)
-#define RQO_ENV   "DIWARP_RD_PULL_MIN=262144;DIWARP_RD_PULL_CHUNK=65536;DIWARP_RD_PULL_DEPTH=8"
+/* Four Reads of a chunk each: both big Sends are pulled at once. The big
+ * senders answer nothing while held: a peer timeout of a minute keeps the
+ * server's QP from giving them up on a loaded machine. */
+#define RQO_BIG (256u * 1024)
+#define RQO_ENV                                                                                    \
+        "DIWARP_RD_PULL_MIN=262144;DIWARP_RD_PULL_CHUNK=65536;DIWARP_RD_PULL_DEPTH=8;"             \
+        "DIWARP_PEER_TIMEOUT_MS=60000"
 #define RQO_SMALL 1000u
 
 static uint64_t rqo_off(unsigned id)
@@ -4154,7 +4158,8 @@ static uint64_t rqo_pulls_settled(struct side *srv, uint64_t above, const char *
         uint64_t bytes, n, end = now_ms() + 10000;
         while ((n = dev_pulls(srv, &bytes)) <= above) {
                 if (now_ms() > end)
-                        die("rqorder: the server never started pulling %s", what);
+                        die("rqorder: the server never started pulling %s (its QP state %d)", what,
+                            (int)diwarp_qp_state(srv->qp));
                 usleep(1000);
         }
         for (uint64_t m; usleep(50000), (m = dev_pulls(srv, &bytes)) != n;)
