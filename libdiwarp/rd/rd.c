@@ -1002,7 +1002,9 @@ static void rd_params(struct dw_rd_qp *s)
         struct dw_qp *qp = s->qp;
         dw_rel_params_default(&s->params);
         s->params.peer_timeout_ms = qp->dev->cfg.peer_timeout_ms;
-        s->params.stall = &rdd(qp->dev)->stall;
+        /* DIWARP_RD_LATE_ACKS=stream: each stream probes by its own RTT alone
+         * (what the device's learning is measured against). */
+        s->params.stall = qp->dev->cfg.rd_late_shared ? &rdd(qp->dev)->stall : NULL;
         if (!s->rc) {
                 /* RD QPs: a Send waits for its receive WR as long as the peer
                  * answers (RNR forever); a silent peer still ends it. */

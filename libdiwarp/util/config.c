@@ -29,6 +29,7 @@ void dw_config_defaults(struct dw_config *cfg)
         cfg->io = DW_IO_PLAIN;
         cfg->rc_crc = true;
         cfg->rd_direct = true;
+        cfg->rd_late_shared = true;
         cfg->rc_transport = DW_RC_TCP;
         cfg->peer_timeout_ms = DW_CONFIG_DEFAULT_PEER_TIMEOUT_MS;
         cfg->connect_timeout_ms = DW_CONFIG_DEFAULT_CONNECT_TIMEOUT_MS;
@@ -437,6 +438,7 @@ static const uint8_t cc_v[] = {0, 1, 0, 1};
 static const char *const credit_w[] = {"off", "static", "dynamic"};
 static const uint8_t credit_v[] = {DW_CREDIT_OFF, DW_CREDIT_ON_STATIC, DW_CREDIT_ON_DYNAMIC};
 static const char *const credit_rc_w[] = {"rnr", "park"};
+static const char *const late_w[] = {"stream", "device"};
 
 #define INFLIGHT_EXPECT "expected messages 0..1000000 (0 = no cap)"
 
@@ -476,6 +478,7 @@ static const struct setting settings[] = {
     NUMBER("DIWARP_RC_FPDU", rc_fpdu, 0, 65535,
            "expected bytes 0..65535 (0: an FPDU fills one TCP segment)"),
     CHOICE("DIWARP_RD_DIRECT", rd_direct, zero_one, zero_one_v, "expected 0 or 1"),
+    CHOICE("DIWARP_RD_LATE_ACKS", rd_late_shared, late_w, zero_one_v, "expected device or stream"),
     CHOICE("DIWARP_RC_TRANSPORT", rc_transport, rc_transport_w, rc_transport_v,
            "expected tcp or rd"),
     NUMBER("DIWARP_PEER_TIMEOUT_MS", peer_timeout_ms, 1, DW_CONFIG_MAX_TIMEOUT_MS,

@@ -95,6 +95,7 @@ struct dw_config {
         bool rc_crc;                  /* DIWARP_RC_CRC=0|1 */
         uint32_t rc_fpdu;             /* DIWARP_RC_FPDU: 0 (one TCP segment) or bytes */
         bool rd_direct;               /* DIWARP_RD_DIRECT=0|1: continuations placed first */
+        bool rd_late_shared; /* DIWARP_RD_LATE_ACKS=device|stream: late ACKs learned together */
         enum dw_rc_transport rc_transport; /* DIWARP_RC_TRANSPORT=tcp|rd */
         uint32_t peer_timeout_ms;          /* DIWARP_PEER_TIMEOUT_MS */
         uint32_t connect_timeout_ms;       /* DIWARP_CONNECT_TIMEOUT_MS */

@@ -46,6 +46,7 @@ static void assert_defaults(const struct dw_config *c)
         cr_assert_eq(c->io, DW_IO_PLAIN);
         cr_assert(c->rc_crc);
         cr_assert(c->rd_direct);
+        cr_assert(c->rd_late_shared); /* a device's streams learn late ACKs together */
         cr_assert_eq(c->rc_transport, DW_RC_TCP);
         cr_assert_eq(c->peer_timeout_ms, 5000);
         cr_assert_eq(c->connect_timeout_ms, 10000);
@@ -96,6 +97,8 @@ Test(config, every_variable_parsed)
             "0",
             "DIWARP_RD_DIRECT",
             "0",
+            "DIWARP_RD_LATE_ACKS",
+            "stream",
             "DIWARP_RC_TRANSPORT",
             "rd",
             "DIWARP_PEER_TIMEOUT_MS",
@@ -127,6 +130,7 @@ Test(config, every_variable_parsed)
         cr_assert_eq(c.io, DW_IO_URING);
         cr_assert_not(c.rc_crc);
         cr_assert_not(c.rd_direct);
+        cr_assert_not(c.rd_late_shared);
         cr_assert_eq(c.rc_transport, DW_RC_RD);
         cr_assert_eq(c.peer_timeout_ms, 250);
         cr_assert_eq(c.connect_timeout_ms, 3000);
@@ -201,6 +205,7 @@ Test(config, bad_values_rejected_with_reason)
             {"DIWARP_RC_CRC", "yes"},
             {"DIWARP_RC_CRC", "2"},
             {"DIWARP_RD_DIRECT", "yes"},
+            {"DIWARP_RD_LATE_ACKS", "0"},
             {"DIWARP_RC_TRANSPORT", "udp"},
             {"DIWARP_PEER_TIMEOUT_MS", "0"},
             {"DIWARP_PEER_TIMEOUT_MS", "3600001"},
