@@ -624,7 +624,17 @@ void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event,
 {
         struct dw_rd_qp *s = p->s;
         struct dw_qp *qp = s->qp;
-        char pb[64];
+        char pb[64], wb[112];
+        if (why == RD_WHY_REL && p->rel.fatal_reason == DW_REL_PEER_TIMEOUT) {
+                /* The one bound of a silent stream: say how long, and which
+                 * setting sets it. */
+                snprintf(wb, sizeof(wb),
+                         "silent for %u ms with data outstanding (DIWARP_PEER_TIMEOUT_MS)",
+                         s->params.peer_timeout_ms);
+                why = wb;
+        } else if (why == RD_WHY_REL) {
+                why = dw_rel_fatal_str(&p->rel);
+        }
         dw_warn_limited(&qp->dev->log_limit, "RD QP %#x peer %s: %s; QP to error", qp->qpn,
                         rd_peer_str(p, pb, sizeof(pb)), why);
         if (qp->state == DIWARP_QPS_ERR)
@@ -794,7 +804,7 @@ static bool rd_peer_timers(struct dw_rd_dev *d, struct dw_rd_peer *p, uint64_t n
                                         "in a valid memory region)"
                                       : "");
                 rd_peer_fail(p, st, DIWARP_EVENT_QP_FATAL,
-                             r == -ETIMEDOUT || r == -EREMOTEIO ? dw_rel_fatal_str(&p->rel) : why);
+                             r == -ETIMEDOUT || r == -EREMOTEIO ? RD_WHY_REL : why);
                 rd_deactivate(p);
                 return false;
         }

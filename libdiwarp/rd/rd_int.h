@@ -537,6 +537,9 @@ const char *rd_peer_str(const struct dw_rd_peer *p, char *buf, size_t len);
 void rd_retire(struct dw_rd_qp *s);
 void rd_check_done(struct dw_rd_qp *s, struct dw_wqe *w);
 void rd_complete_through(struct dw_rd_qp *s, struct dw_wqe *w, enum diwarp_wc_status status);
+/* why: the reason for the warn line, or RD_WHY_REL for rel/'s fatal reason
+ * (a silent peer named with its timeout). */
+#define RD_WHY_REL NULL
 void rd_peer_fail(struct dw_rd_peer *p, enum diwarp_wc_status status, int event, const char *why);
 /* A Read Response cannot be (re)sent: the region the peer's Read names was
  * deregistered or invalidated while the Read was served. The QP goes to

@@ -70,7 +70,7 @@ void rd_ack_flush(struct dw_rd_dev *d)
         if ((r == -EREMOTEIO || r == -ETIMEDOUT) && p->s->qp->state != DIWARP_QPS_ERR)
                 rd_peer_fail(
                     p, r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR : DIWARP_WC_RETRY_EXC_ERR,
-                    DIWARP_EVENT_QP_FATAL, dw_rel_fatal_str(&p->rel));
+                    DIWARP_EVENT_QP_FATAL, RD_WHY_REL);
 }
 
 /* ---------------------------------------------------------------- receive */
@@ -1028,7 +1028,7 @@ static inline bool rd_rx_acks(struct dw_qp *qp, struct dw_rd_peer *p, const stru
                         rd_peer_fail(p,
                                      r == -EREMOTEIO ? DIWARP_WC_RNR_RETRY_EXC_ERR
                                                      : DIWARP_WC_RETRY_EXC_ERR,
-                                     DIWARP_EVENT_QP_FATAL, dw_rel_fatal_str(&p->rel));
+                                     DIWARP_EVENT_QP_FATAL, RD_WHY_REL);
                         return true;
                 }
         }
