@@ -1,8 +1,9 @@
 /* RD reliability sublayer: a socket-free state machine per pseudo-stream
  * (local QP, remote QP). Selective repeat: PSNs, cumulative ACK + SACK,
  * fast retransmit on SACK holes, RTO from measured RTT (RFC 6298) with
- * exponential backoff and a retry limit, duplicate suppression, coalesced and
- * piggybacked ACKs, RNR back-off, and a bound on a silent peer.
+ * exponential backoff, duplicate suppression, coalesced and piggybacked ACKs,
+ * RNR back-off, and a bound on a silent peer (the one end of a silent stream;
+ * an RTO retry limit only for params without it).
  *
  * Nothing here sends, allocates, logs or reads a clock: the caller (rd/) passes
  * `now` (dw_now_ns()) and gets work back through struct dw_rel_ops. The caller
