@@ -86,10 +86,8 @@ struct dw_rc_orq {
 
 /* An RDMA Read or Atomic request from the peer, waiting for our response (IRQ). */
 struct dw_rc_irq {
-        bool atomic;
-        struct dw_rdmap_rreq rq; /* Read: the request as accepted */
-        uint32_t done;           /* Read Response bytes sent */
-        struct dw_rdmap_atomic_req areq;
+        struct dw_rdmap_resp resp; /* the request as accepted (an Atomic has run) */
+        uint32_t done;             /* Read Response bytes sent */
         uint8_t term_hdr[DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_RREQ_HDR_LEN]; /* for a Terminate */
 };
 

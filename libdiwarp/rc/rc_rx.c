@@ -462,25 +462,13 @@ static void rx_irq_request(struct dw_rc_conn *c, const uint8_t *ext, size_t extl
         struct dw_rc_irq *e = &c->irq[(c->irq_head + c->irq_count) % DW_RC_MAX_RD];
         memset(e, 0, sizeof(*e));
         memcpy(e->term_hdr, c->rh_raw, DW_DDP_UNTAGGED_HDR_LEN);
-        if (!atomic) {
-                struct dw_rdmap_rreq rq;
-                r = dw_rdmap_read_req_accept(dw_rdmap_qp_of(qp), ext, extlen, &rq, &ref);
-                if (r == -EACCES) {
-                        rc_fail_refused(c, &ref, ext, "RDMA Read Request source");
-                        return;
-                }
-                if (r >= 0) {
-                        memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
-                        e->rq = rq;
-                }
-        } else {
-                r = dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(qp), ext, extlen, &e->areq, NULL,
-                                               &ref);
-                if (r == -EACCES) {
-                        rc_fail_refused(c, &ref, NULL, "Atomic Request target");
-                        return;
-                }
-                e->atomic = r >= 0;
+        if (!atomic && extlen >= DW_RDMAP_RREQ_HDR_LEN)
+                memcpy(e->term_hdr + DW_DDP_UNTAGGED_HDR_LEN, ext, DW_RDMAP_RREQ_HDR_LEN);
+        r = dw_rdmap_resp_accept(dw_rdmap_qp_of(qp), &c->rh, ext, extlen, &e->resp, &ref);
+        if (r == -EACCES) {
+                rc_fail_refused(c, &ref, atomic ? NULL : ext,
+                                atomic ? "Atomic Request target" : "RDMA Read Request source");
+                return;
         }
         if (r < 0) {
                 rc_fail_with_term(c, true, ref.te.layer, ref.te.etype, ref.te.ecode, true, NULL,

@@ -460,45 +460,17 @@ static int tx_sq_fpdu(struct dw_rc_conn *c)
         }
 }
 
-/* Next FPDU of the head IRQ entry (Read Response segment or Atomic Response).
- */
+/* Next FPDU of the head IRQ entry: a Read Response segment (its source
+ * checked again: rdmap/) or the Atomic Response, whose value the Atomic
+ * gave as it was accepted. Atomic Responses are numbered on their own
+ * queue (3) in the order sent. */
 static int tx_irq_fpdu(struct dw_rc_conn *c)
 {
-        struct dw_qp *qp = c->qp;
         struct dw_rc_irq *e = &c->irq[c->irq_head];
-        struct dw_rdmap_hdr h;
+        struct dw_rdmap_resp_seg sg;
 
-        if (e->atomic) {
-                uint8_t *host = NULL;
-                enum dw_prot_status st =
-                    dw_rdmap_atomic_target(dw_rdmap_qp_of(qp), &e->areq, &host);
-                if (st != DW_PROT_OK) {
-                        memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
-                        c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_ATOMIC_REQ_HDR_LEN;
-                        rc_fail_prot(c, st, DW_PROT_CTX_ATOMIC, NULL, "Atomic target");
-                        return -1;
-                }
-                struct dw_rdmap_atomic_resp ar = {
-                    .req_id = e->areq.req_id,
-                    .orig_data = dw_rdmap_atomic_exec((uint64_t *)host, &e->areq)};
-                uint8_t ext[DW_RDMAP_ATOMIC_RESP_HDR_LEN];
-                dw_rdmap_atomic_resp_encode(&ar, ext, sizeof(ext));
-                dw_rdmap_hdr_init(&h, DW_RDMAP_ATOMIC_RESP);
-                h.ddp.msn = c->msn_aresp++;
-                add_fpdu(c, &h, ext, sizeof(ext), NULL, 0, 0);
-                c->irq_head = (c->irq_head + 1) % DW_RC_MAX_RD;
-                c->irq_count--;
-                return 1;
-        }
-
-        uint32_t seg = e->rq.rdma_rd_sz - e->done;
-        if (seg > seg_max(c, true))
-                seg = seg_max(c, true);
-        uint8_t *host = NULL;
-        /* Checked again per segment: the region may have been deregistered or
-         * invalidated since the request arrived. */
-        enum dw_prot_status st = dw_rdmap_read_source(dw_rdmap_qp_of(qp), e->rq.src_stag,
-                                                      e->rq.src_to + e->done, seg, &host);
+        enum dw_prot_status st =
+            dw_rdmap_resp_segment(dw_rdmap_qp_of(c->qp), &e->resp, e->done, seg_max(c, true), &sg);
         if (st != DW_PROT_OK) {
                 memcpy(c->rh_raw, e->term_hdr, DW_DDP_UNTAGGED_HDR_LEN);
                 c->rx_ulen = DW_DDP_UNTAGGED_HDR_LEN + DW_RDMAP_RREQ_HDR_LEN;
@@ -506,11 +478,12 @@ static int tx_irq_fpdu(struct dw_rc_conn *c)
                              "RDMA Read source");
                 return -1;
         }
-        dw_rdmap_read_resp_hdr(&e->rq, e->done, seg, &h);
-        struct iovec pay = {host, seg};
-        add_fpdu(c, &h, NULL, 0, &pay, seg ? 1 : 0, seg);
-        e->done += seg;
-        if (h.ddp.last) {
+        if (e->resp.atomic)
+                sg.h.ddp.msn = c->msn_aresp++;
+        struct iovec pay = {sg.src, sg.len};
+        add_fpdu(c, &sg.h, sg.extlen ? sg.ext : NULL, sg.extlen, &pay, sg.len ? 1 : 0, sg.len);
+        e->done += sg.len;
+        if (sg.ends) {
                 c->irq_head = (c->irq_head + 1) % DW_RC_MAX_RD;
                 c->irq_count--;
         }

@@ -125,11 +125,10 @@ enum {
 /* Responder work for one Read or Atomic Request. */
 struct rd_irq {
         struct dw_rd_peer *peer; /* NULL: free */
-        bool atomic;
-        uint32_t msn;            /* request's queue-1 MSN (Atomic: also the Response's) */
-        struct dw_rdmap_rreq rq; /* Read: the request as accepted (a pull's names the Send) */
-        uint32_t req_id;
-        uint64_t orig; /* Atomic: the original value, kept for retransmission */
+        /* The request as accepted (rdmap/; an Atomic has run and its value
+         * is kept for retransmission). Its MSN is also the Atomic
+         * Response's; a pull's rq names the Send. */
+        struct dw_rdmap_resp resp;
         uint32_t nseg, next_seg, sent, acked;
         /* A Read of a receiver-paced Send (PULLREQ): the source is the send
          * WQE in SQ slot wslot at byte src_to, not a memory region. */
@@ -782,10 +781,10 @@ static inline uint32_t rd_cc_bytes(const struct dw_rd_peer *p, uint64_t cookie)
                 len = RD_CCTL_LEN - DW_DGRAM_DDP_UNTAGGED_LEN;
         } else {
                 const struct rd_irq *e = &s->irq[ck_slot(cookie)];
-                if (e->atomic)
+                if (e->resp.atomic)
                         len = DW_RDMAP_ATOMIC_RESP_HDR_LEN;
-                else if (e->rq.rdma_rd_sz > off)
-                        len = e->rq.rdma_rd_sz - off;
+                else if (e->resp.rq.rdma_rd_sz > off)
+                        len = e->resp.rq.rdma_rd_sz - off;
         }
         return (uint32_t)(len < S ? len : S) + RD_CC_OVERHEAD;
 }

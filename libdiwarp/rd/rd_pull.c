@@ -241,8 +241,7 @@ enum rd_verdict rd_pull_serve(struct dw_rd_qp *s, struct dw_rd_peer *p,
         if (idx < 0)
                 return RV_RNR;
         s->irq[idx] = (struct rd_irq){.peer = p,
-                                      .msn = r->ddp.msn,
-                                      .rq = *rq,
+                                      .resp = {.msn = r->ddp.msn, .rq = *rq},
                                       .nseg = (uint32_t)rd_nseg(rq->rdma_rd_sz, rd_peer_seg(p)),
                                       .pull = true,
                                       .wslot = (uint32_t)(w - qp->sq.ring)};

@@ -561,73 +561,56 @@ static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
         return RV_ACCEPT;
 }
 
-/* An RDMA Read Request: checked, then queued for the responder (or a Read
- * of a receiver-paced Send, served from the sender's SGEs). */
-static enum rd_verdict rd_rx_read_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
-                                      const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
-                                      uint8_t *nak)
+/* A refused Read or Atomic Request: its error NAK, and a line naming what
+ * it asked for (decoded again: only a refusal needs it). */
+static enum rd_verdict rd_request_refused(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                          const struct rd_rx_seg *x,
+                                          const struct dw_rdmap_refusal *ref, uint8_t *nak)
+{
+        const char *why = NULL;
+        if (x->r.opcode == DW_RDMAP_ATOMIC_REQ) {
+                struct dw_rdmap_atomic_req ar = {0};
+                dw_rdmap_atomic_req_decode(x->pay, x->plen, &ar, &why);
+                return rd_refuse(s, p, ref, nak, "Atomic on STag %#x TO %#llx", ar.remote_stag,
+                                 (unsigned long long)ar.remote_to);
+        }
+        struct dw_rdmap_rreq rq = {0};
+        dw_rdmap_rreq_decode(x->pay, x->plen, &rq, &why);
+        return rd_refuse(s, p, ref, nak, "RDMA Read of STag %#x TO %#llx len %u", rq.src_stag,
+                         (unsigned long long)rq.src_to, rq.rdma_rd_sz);
+}
+
+/* A Read or Atomic Request: an IRQ entry made room for, the request
+ * accepted into it (rdmap/: checked; an Atomic runs here, once: rel/
+ * accepts each PSN once, and a response sent again carries the value kept)
+ * and queued for its response. A Read of a receiver-paced Send is served
+ * from the sender's SGEs instead (rd_pull_serve). */
+static enum rd_verdict rd_rx_request(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                     const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
+                                     uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
-        const char *why = NULL;
         const struct dw_rdmap_hdr *r = &x->r;
-        uint8_t *pay = x->pay;
-        size_t plen = x->plen;
 
-        struct dw_rdmap_rreq rq;
-        struct dw_rdmap_refusal ref;
         if (h->xflags & DW_DGRAM_X_PULLREQ) {
-                /* A Read of a receiver-paced Send: its source is the
-                 * sender's own SGEs, checked by rd_pull_serve. */
-                if (dw_rdmap_rreq_decode(pay, plen, &rq, &why) < 0) {
+                struct dw_rdmap_rreq rq;
+                const char *why = NULL;
+                if (dw_rdmap_rreq_decode(x->pay, x->plen, &rq, &why) < 0) {
                         *nak = dw_rdmap_term_to_nak(dw_rdmap_malformed_term(r->opcode));
                         return RV_NAK;
                 }
                 return rd_pull_serve(s, p, r, &rq, nak);
         }
-        if (dw_rdmap_read_req_accept(dw_rdmap_qp_of(qp), pay, plen, &rq, &ref) < 0)
-                return rd_refuse(s, p, &ref, nak, "RDMA Read of STag %#x TO %#llx len %u",
-                                 rq.src_stag, (unsigned long long)rq.src_to, rq.rdma_rd_sz);
         int idx = rd_irq_alloc(s);
         if (idx < 0)
                 return RV_RNR;
         struct rd_irq *e = &s->irq[idx];
-        *e = (struct rd_irq){.peer = p,
-                             .msn = r->ddp.msn,
-                             .rq = rq,
-                             .nseg = (uint32_t)rd_nseg(rq.rdma_rd_sz, rd_peer_seg(p))};
-        rd_irq_queue(s, idx);
-        return RV_ACCEPT;
-}
-
-/* An Atomic request: checked, executed once, and its response queued. */
-static enum rd_verdict rd_rx_atomic_req(struct dw_rd_qp *s, struct dw_rd_peer *p,
-                                        const struct dw_dgram_hdr *h, const struct rd_rx_seg *x,
-                                        uint8_t *nak)
-{
-        struct dw_qp *qp = s->qp;
-        const struct dw_rdmap_hdr *r = &x->r;
-        uint8_t *pay = x->pay;
-        size_t plen = x->plen;
-
-        struct dw_rdmap_atomic_req ar;
+        *e = (struct rd_irq){0};
         struct dw_rdmap_refusal ref;
-        uint8_t *host = NULL;
-        if (dw_rdmap_atomic_req_accept(dw_rdmap_qp_of(qp), pay, plen, &ar, &host, &ref) < 0) {
-                return rd_refuse(s, p, &ref, nak, "Atomic on STag %#x TO %#llx", ar.remote_stag,
-                                 (unsigned long long)ar.remote_to);
-        }
-        int idx = rd_irq_alloc(s);
-        if (idx < 0)
-                return RV_RNR;
-        struct rd_irq *e = &s->irq[idx];
-        /* Executed once, here: rel/ accepts each PSN once, and a
-         * retransmitted response carries the value kept in e. */
-        *e = (struct rd_irq){.peer = p,
-                             .atomic = true,
-                             .msn = r->ddp.msn,
-                             .req_id = ar.req_id,
-                             .orig = dw_rdmap_atomic_exec((uint64_t *)host, &ar),
-                             .nseg = 1};
+        if (dw_rdmap_resp_accept(dw_rdmap_qp_of(qp), r, x->pay, x->plen, &e->resp, &ref) < 0)
+                return rd_request_refused(s, p, x, &ref, nak);
+        e->peer = p;
+        e->nseg = e->resp.atomic ? 1 : (uint32_t)rd_nseg(e->resp.rq.rdma_rd_sz, rd_peer_seg(p));
         rd_irq_queue(s, idx);
         return RV_ACCEPT;
 }
@@ -707,7 +690,7 @@ typedef enum rd_verdict rd_rx_fn(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                  uint8_t *nak);
 static rd_rx_fn *const rd_rx_by_kind[DW_RDMAP_RX_NKINDS] = {
     [DW_RDMAP_RX_SEND] = rd_rx_send,           [DW_RDMAP_RX_WRITE] = rd_rx_write,
-    [DW_RDMAP_RX_READ_REQ] = rd_rx_read_req,   [DW_RDMAP_RX_ATOMIC_REQ] = rd_rx_atomic_req,
+    [DW_RDMAP_RX_READ_REQ] = rd_rx_request,    [DW_RDMAP_RX_ATOMIC_REQ] = rd_rx_request,
     [DW_RDMAP_RX_READ_RESP] = rd_rx_read_resp, [DW_RDMAP_RX_ATOMIC_RESP] = rd_rx_atomic_resp,
 };
 

@@ -352,35 +352,33 @@ static inline int rd_build_response(struct dw_rd_peer *p, uint64_t cookie, uint3
         struct dw_qp *qp = s->qp;
 
         struct rd_irq *e = &s->irq[ck_slot(cookie)];
-        if (e->atomic) {
-                struct dw_rdmap_atomic_resp ar = {.req_id = e->req_id, .orig_data = e->orig};
-                dw_rdmap_hdr_init(&o->r, DW_RDMAP_ATOMIC_RESP);
-                o->r.ddp.msn = e->msn;
-                o->extlen = (size_t)dw_rdmap_atomic_resp_encode(&ar, o->ext, sizeof(o->ext));
-        } else {
-                uint64_t off = (uint64_t)seg * S;
-                uint32_t len = e->rq.rdma_rd_sz;
+        uint64_t off = (uint64_t)seg * S;
+        if (e->pull) {
+                /* A Read of a receiver-paced Send: from the Send's own SGEs
+                 * (lkeys checked), not a memory region. */
+                uint32_t len = e->resp.rq.rdma_rd_sz;
                 o->plen = len - off < S ? len - off : S;
-                if (e->pull) {
-                        /* From the Send's own SGEs (lkeys checked). */
-                        o->npay = dw_qp_sge_iov(qp, qp->pd, &qp->sq.ring[e->wslot],
-                                                e->rq.src_to + off, o->plen, 0, o->pay, DW_MAX_SGE);
-                        if (o->npay < 0)
-                                return -EACCES;
-                } else {
-                        uint8_t *host = NULL;
-                        /* Checked per segment: the region may have gone since
-                         * (rd_read_source_gone). */
-                        if (dw_rdmap_read_source(dw_rdmap_qp_of(qp), e->rq.src_stag,
-                                                 e->rq.src_to + off, o->plen, &host) != DW_PROT_OK)
-                                return -EFAULT;
-                        if (o->plen) {
-                                o->pay[0].iov_base = host;
-                                o->pay[0].iov_len = o->plen;
-                                o->npay = 1;
-                        }
-                }
-                dw_rdmap_read_resp_hdr(&e->rq, off, o->plen, &o->r);
+                o->npay = dw_qp_sge_iov(qp, qp->pd, &qp->sq.ring[e->wslot], e->resp.rq.src_to + off,
+                                        o->plen, 0, o->pay, DW_MAX_SGE);
+                if (o->npay < 0)
+                        return -EACCES;
+                dw_rdmap_read_resp_hdr(&e->resp.rq, off, o->plen, &o->r);
+                return 0;
+        }
+        /* A region's source is checked per segment: it may have gone since
+         * (rd_read_source_gone). */
+        struct dw_rdmap_resp_seg sg;
+        if (dw_rdmap_resp_segment(dw_rdmap_qp_of(qp), &e->resp, off, S, &sg) != DW_PROT_OK)
+                return -EFAULT;
+        o->r = sg.h;
+        o->extlen = sg.extlen;
+        if (sg.extlen)
+                memcpy(o->ext, sg.ext, sg.extlen);
+        o->plen = sg.len;
+        if (sg.len) {
+                o->pay[0].iov_base = sg.src;
+                o->pay[0].iov_len = sg.len;
+                o->npay = 1;
         }
         return 0;
 }
@@ -616,7 +614,7 @@ static void ops_acked(void *ctx, uint32_t psn, uint64_t cookie)
                                 /* A chunk of a receiver-paced Send is with the
                                  * receiver: the Send completes once all are. */
                                 struct dw_wqe *w = &s->qp->sq.ring[e->wslot];
-                                w->pull_done += e->rq.rdma_rd_sz;
+                                w->pull_done += e->resp.rq.rdma_rd_sz;
                                 rd_check_done(s, w);
                         }
                 }
@@ -1017,9 +1015,9 @@ static int rd_next_irq(struct dw_rd_qp *s, uint64_t now, struct rd_txslot *t)
                 uint64_t cookie = rd_cookie(RD_CK_IRQ, idx, e->next_seg);
                 uint32_t ccb = rd_cc_bytes(p, cookie);
                 /* A chunk of a receiver-paced Send is striped as its Send is. */
-                uint64_t len = e->atomic ? 0
-                               : e->pull ? s->qp->sq.ring[e->wslot].total_len
-                                         : e->rq.rdma_rd_sz;
+                uint64_t len = e->resp.atomic ? 0
+                               : e->pull      ? s->qp->sq.ring[e->wslot].total_len
+                                              : e->resp.rq.rdma_rd_sz;
                 int rail = rd_seg_rail(s, p, len, ccb, now);
                 if (rail < 0)
                         return 0;

@@ -264,3 +264,45 @@ int dw_rdmap_atomic_req_accept(struct dw_rdmap_qp qp, const uint8_t *ext, size_t
         enum dw_prot_status st = dw_rdmap_atomic_target(qp, ar, host);
         return st == DW_PROT_OK ? 0 : dw_rdmap_refuse(ref, st, DW_PROT_CTX_ATOMIC);
 }
+
+int dw_rdmap_resp_accept(struct dw_rdmap_qp qp, const struct dw_rdmap_hdr *h, const uint8_t *ext,
+                         size_t len, struct dw_rdmap_resp *out, struct dw_rdmap_refusal *ref)
+{
+        *out =
+            (struct dw_rdmap_resp){.atomic = h->opcode == DW_RDMAP_ATOMIC_REQ, .msn = h->ddp.msn};
+        if (!out->atomic)
+                return dw_rdmap_read_req_accept(qp, ext, len, &out->rq, ref);
+        struct dw_rdmap_atomic_req ar;
+        uint8_t *host = NULL;
+        int r = dw_rdmap_atomic_req_accept(qp, ext, len, &ar, &host, ref);
+        if (r < 0)
+                return r;
+        out->req_id = ar.req_id;
+        out->orig = dw_rdmap_atomic_exec((uint64_t *)host, &ar);
+        return 0;
+}
+
+enum dw_prot_status dw_rdmap_resp_segment(struct dw_rdmap_qp qp, const struct dw_rdmap_resp *r,
+                                          uint64_t off, uint32_t max, struct dw_rdmap_resp_seg *seg)
+{
+        seg->src = NULL;
+        seg->len = 0;
+        seg->ends = true;
+        if (r->atomic) {
+                struct dw_rdmap_atomic_resp ar = {.req_id = r->req_id, .orig_data = r->orig};
+                dw_rdmap_hdr_init(&seg->h, DW_RDMAP_ATOMIC_RESP);
+                seg->h.ddp.msn = r->msn;
+                seg->extlen = (size_t)dw_rdmap_atomic_resp_encode(&ar, seg->ext, sizeof(seg->ext));
+                return DW_PROT_OK;
+        }
+        seg->extlen = 0;
+        uint64_t left = r->rq.rdma_rd_sz > off ? r->rq.rdma_rd_sz - off : 0;
+        seg->len = left < max ? (uint32_t)left : max;
+        enum dw_prot_status st =
+            dw_rdmap_read_source(qp, r->rq.src_stag, r->rq.src_to + off, seg->len, &seg->src);
+        if (st != DW_PROT_OK)
+                return st;
+        dw_rdmap_read_resp_hdr(&r->rq, off, seg->len, &seg->h);
+        seg->ends = seg->h.ddp.last;
+        return DW_PROT_OK;
+}

@@ -5,7 +5,9 @@
  * What is here exists once for both transports: the opcode table (what
  * each RDMAP message is to the engine), the responder's remote-access check
  * (the QP's rights, the STag table, atomic alignment) and its acceptance of
- * a Write segment or a Read or Atomic Request, the Send rules of placement
+ * a Write segment or a Read or Atomic Request, the responses to those
+ * requests (one record per IRQ entry: an Atomic runs as it is accepted,
+ * a Read is served segment by segment), the Send rules of placement
  * (SE, Invalidate, a Send that does not fit its receive WR), the RFC 7306 atomic
  * operations and the building of an Atomic Request from a WR, and the
  * classification of errors: a failed check to the Terminate layer/type/code
@@ -176,8 +178,7 @@ static inline enum dw_prot_status dw_rdmap_read_source(struct dw_rdmap_qp qp, ui
 
 /* The same for an Atomic Request's target: an aligned 8-byte word with
  * REMOTE_ATOMIC, checked as the request is accepted
- * (dw_rdmap_atomic_req_accept) and again by a transport that executes it
- * later (RC: as it builds the Atomic Response). */
+ * (dw_rdmap_atomic_req_accept), where it also runs (dw_rdmap_resp_accept). */
 static inline enum dw_prot_status
 dw_rdmap_atomic_target(struct dw_rdmap_qp qp, const struct dw_rdmap_atomic_req *ar, uint8_t **host)
 {
@@ -318,6 +319,54 @@ static inline uint64_t dw_rdmap_atomic_exec(uint64_t *p, const struct dw_rdmap_a
                         return old;
         }
 }
+
+/* ---- The responder's Read and Atomic Requests ---- */
+
+/* One accepted Read or Atomic Request, all its responses are built from:
+ * each transport keeps one in each entry of its queue of inbound requests
+ * (IRQ), beside what that transport tracks of its sending (RC: bytes sent;
+ * RD: segments sent and acknowledged, the peer, a pull's Send). */
+struct dw_rdmap_resp {
+        bool atomic;
+        uint32_t msn;            /* the request's queue-1 MSN */
+        struct dw_rdmap_rreq rq; /* Read: the request as accepted */
+        uint32_t req_id;         /* Atomic: the requester's Request Identifier */
+        uint64_t orig;           /* Atomic: the target's value before it ran */
+};
+
+/* The responder's acceptance of a Read Request or Atomic Request (h its
+ * decoded DDP/RDMAP header, ext and len the request's fields after it):
+ * decoded and checked (dw_rdmap_read_req_accept, dw_rdmap_atomic_req_accept)
+ * into *out. An Atomic runs here, once, as the request arrives: a message
+ * that follows it on the stream never changes the value it returns, and a
+ * response sent again (RD) carries the value kept. So the transport makes
+ * room for the entry first (a request it refuses for want of room must not
+ * have run). Returns 0, -EBADMSG (does not decode) or -EACCES; *ref says
+ * why. */
+int dw_rdmap_resp_accept(struct dw_rdmap_qp qp, const struct dw_rdmap_hdr *h, const uint8_t *ext,
+                         size_t len, struct dw_rdmap_resp *out, struct dw_rdmap_refusal *ref);
+
+/* One segment of a response, as dw_rdmap_resp_segment builds it. */
+struct dw_rdmap_resp_seg {
+        struct dw_rdmap_hdr h;                     /* the response's DDP/RDMAP header */
+        uint8_t ext[DW_RDMAP_ATOMIC_RESP_HDR_LEN]; /* Atomic Response: its fields */
+        size_t extlen;                             /* 0 for a Read Response */
+        uint8_t *src;                              /* Read Response: its payload */
+        uint32_t len;                              /* Read Response: payload bytes */
+        bool ends;                                 /* the response's last segment */
+};
+
+/* The segment of r's response that starts at byte off of the Read (an
+ * Atomic has one, off 0) and carries at most max bytes: a Read Response's
+ * header (dw_rdmap_read_resp_hdr) and source, checked again here since the
+ * region may have been deregistered or invalidated since the request came
+ * (dw_rdmap_read_source); an Atomic Response's header, MSN r->msn (RC
+ * numbers its own: it sets h.ddp.msn after), and fields with the value
+ * kept. Returns DW_PROT_OK, or the failed status of the Read's source
+ * (reported in context DW_PROT_CTX_READ_SOURCE). */
+enum dw_prot_status dw_rdmap_resp_segment(struct dw_rdmap_qp qp, const struct dw_rdmap_resp *r,
+                                          uint64_t off, uint32_t max,
+                                          struct dw_rdmap_resp_seg *seg);
 
 /* ---- The requester ---- */
 

@@ -143,9 +143,9 @@ Test(rdmap_op, receive_kinds)
 
 /* ---- remote access ----------------------------------------------------- */
 
-/* A Read's source and an atomic target are checked again as their
- * responses are built: a region deregistered since the request was
- * accepted refuses the next segment. */
+/* The checks of a Read's source (made again for each response segment: a
+ * region deregistered since the request was accepted refuses the next one)
+ * and of an atomic target: rights, alignment, bounds, a region gone. */
 Test(rdmap_access, response_time_recheck)
 {
         struct dw_mr *mr = NULL;
@@ -491,6 +491,128 @@ Test(rdmap_responder, read_resp_hdr)
         rq.rdma_rd_sz = 0; /* a zero-length Read: one empty, last segment */
         dw_rdmap_read_resp_hdr(&rq, 0, 0, &h);
         cr_expect(h.ddp.last);
+}
+
+/* The responder's record of a Read Request, as both transports keep it in
+ * their IRQ: accepted with its header's MSN, then served segment by segment
+ * from the region, each segment's source checked again. */
+Test(rdmap_responder, read_request_served, .init = setup, .fini = teardown)
+{
+        struct dw_mr *mr = NULL;
+        cr_assert_eq(dw_mr_register(&dev->mrs, &pd_a, buf64, BUFSZ, IOVA, ALL, &mr), 0);
+        struct dw_rdmap_rreq in = {.sink_stag = 0x55,
+                                   .sink_to = 0x7000,
+                                   .rdma_rd_sz = 3000,
+                                   .src_stag = mr->stag,
+                                   .src_to = IOVA + 64};
+        uint8_t b[DW_RDMAP_RREQ_HDR_LEN];
+        cr_assert_eq(dw_rdmap_rreq_encode(&in, b, sizeof(b)), DW_RDMAP_RREQ_HDR_LEN);
+        struct dw_rdmap_hdr h;
+        dw_rdmap_hdr_init(&h, DW_RDMAP_READ_REQ);
+        h.ddp.msn = 9;
+        struct dw_rdmap_resp r;
+        struct dw_rdmap_refusal ref;
+        struct dw_rdmap_resp_seg sg;
+
+        qp_rights(true, RR);
+        cr_assert_eq(dw_rdmap_resp_accept(dw_rdmap_qp_of(&qp), &h, b, sizeof(b), &r, &ref), 0);
+        cr_expect(!r.atomic);
+        cr_expect_eq(r.msn, 9);
+        cr_expect(r.rq.src_stag == mr->stag && r.rq.rdma_rd_sz == 3000);
+        uint64_t off = 0;
+        unsigned n = 0;
+        do {
+                cr_assert_eq(dw_rdmap_resp_segment(dw_rdmap_qp_of(&qp), &r, off, 1440, &sg),
+                             DW_PROT_OK);
+                cr_expect_eq(sg.h.opcode, DW_RDMAP_READ_RESP);
+                cr_expect_eq(sg.h.ddp.stag, 0x55);
+                cr_expect_eq(sg.h.ddp.to, 0x7000 + off);
+                cr_expect_eq(sg.src, (uint8_t *)buf64 + 64 + off);
+                cr_expect_eq(sg.len, off + 1440 <= 3000 ? 1440 : 3000 - off);
+                cr_expect_eq(sg.extlen, 0);
+                cr_expect_eq(sg.ends, sg.h.ddp.last);
+                off += sg.len;
+                n++;
+        } while (!sg.ends && n < 10);
+        cr_expect_eq(n, 3);
+        cr_expect_eq(off, 3000);
+
+        /* Deregistered after the request was accepted: the next segment is
+         * refused, with the status its Terminate or NAK reports. */
+        cr_assert_eq(dw_mr_deregister(&dev->mrs, mr), 0);
+        cr_expect_neq(dw_rdmap_resp_segment(dw_rdmap_qp_of(&qp), &r, 1440, 1440, &sg), DW_PROT_OK);
+
+        /* Refused as it comes: a source it may not read, or a request that
+         * does not decode. */
+        cr_expect_eq(dw_rdmap_resp_accept(dw_rdmap_qp_of(&qp), &h, b, sizeof(b), &r, &ref),
+                     -EACCES);
+        cr_expect_neq(ref.st, DW_PROT_OK);
+        cr_expect_eq(dw_rdmap_resp_accept(dw_rdmap_qp_of(&qp), &h, b, sizeof(b) - 1, &r, &ref),
+                     -EBADMSG);
+}
+
+/* A zero-length Read is one empty segment that ends it. */
+Test(rdmap_responder, zero_length_read, .init = setup, .fini = teardown)
+{
+        struct dw_rdmap_resp r = {.rq = {.sink_stag = 3, .rdma_rd_sz = 0, .src_stag = 0x77}};
+        struct dw_rdmap_resp_seg sg;
+        qp_rights(false, 0); /* a zero-length Read needs no right */
+        cr_expect_eq(dw_rdmap_resp_segment(dw_rdmap_qp_of(&qp), &r, 0, 1440, &sg), DW_PROT_OK);
+        cr_expect(sg.ends && sg.h.ddp.last);
+        cr_expect_eq(sg.len, 0);
+        cr_expect_eq(sg.h.ddp.stag, 3);
+}
+
+/* An Atomic runs once, as it is accepted; its response carries the value
+ * from then however often it is built (RD sends it again after a loss) and
+ * whatever the word holds since (a later Write on the stream). */
+Test(rdmap_responder, atomic_runs_once_at_acceptance, .init = setup, .fini = teardown)
+{
+        uint32_t stag = reg(&pd_a, ALL);
+        struct dw_rdmap_atomic_req in = {.aopcode = DW_ATOMIC_FETCH_ADD,
+                                         .req_id = 0xbeef,
+                                         .remote_stag = stag,
+                                         .remote_to = IOVA + 24,
+                                         .add_swap_data = 5};
+        uint8_t b[DW_RDMAP_ATOMIC_REQ_HDR_LEN];
+        cr_assert_eq(dw_rdmap_atomic_req_encode(&in, b, sizeof(b)), DW_RDMAP_ATOMIC_REQ_HDR_LEN);
+        struct dw_rdmap_hdr h;
+        dw_rdmap_hdr_init(&h, DW_RDMAP_ATOMIC_REQ);
+        h.ddp.msn = 4;
+        struct dw_rdmap_resp r;
+        struct dw_rdmap_refusal ref;
+        struct dw_rdmap_resp_seg sg;
+
+        buf64[3] = 100;
+        qp_rights(true, RA);
+        cr_assert_eq(dw_rdmap_resp_accept(dw_rdmap_qp_of(&qp), &h, b, sizeof(b), &r, &ref), 0);
+        cr_expect(r.atomic);
+        cr_expect_eq(buf64[3], 105, "executed as it was accepted");
+        cr_expect_eq(r.orig, 100);
+        buf64[3] = 7; /* a later Write */
+        for (int i = 0; i < 2; i++) {
+                cr_assert_eq(dw_rdmap_resp_segment(dw_rdmap_qp_of(&qp), &r, 0, 1440, &sg),
+                             DW_PROT_OK);
+                cr_expect_eq(sg.h.opcode, DW_RDMAP_ATOMIC_RESP);
+                cr_expect_eq(sg.h.ddp.msn, 4);
+                cr_expect(sg.ends);
+                cr_expect_eq(sg.len, 0);
+                struct dw_rdmap_atomic_resp ar;
+                const char *why = NULL;
+                cr_assert_eq(sg.extlen, DW_RDMAP_ATOMIC_RESP_HDR_LEN);
+                cr_assert_geq(dw_rdmap_atomic_resp_decode(sg.ext, sg.extlen, &ar, &why), 0);
+                cr_expect_eq(ar.req_id, 0xbeef);
+                cr_expect_eq(ar.orig_data, 100);
+        }
+        cr_expect_eq(buf64[3], 7, "building the response ran nothing again");
+
+        /* Refused: nothing runs. */
+        qp_rights(true, RR);
+        buf64[3] = 100;
+        cr_expect_eq(dw_rdmap_resp_accept(dw_rdmap_qp_of(&qp), &h, b, sizeof(b), &r, &ref),
+                     -EACCES);
+        cr_expect_eq(ref.st, DW_PROT_ACCESS);
+        cr_expect_eq(buf64[3], 100);
 }
 
 /* The Immediate Data message's opcode (RFC 7306): SE from the transport's
