@@ -314,15 +314,10 @@ static int tx_send_fpdu(struct dw_rc_conn *c, struct dw_wqe *w)
 
         if (seg > seg_max(c, false))
                 seg = seg_max(c, false);
-        dw_rdmap_hdr_init(&h, dw_rdmap_send_opcode(w, se));
-        if (dw_wr_op(w->opcode)->inval)
-                h.inval_stag = w->invalidate_rkey;
         if (c->cur_off == 0)
                 w->msn = c->msn_send;
-        h.ddp.msn = w->msn;
-        h.ddp.mo = (uint32_t)c->cur_off;
-        bool last = c->cur_off + seg == w->total_len;
-        h.ddp.last = last;
+        dw_rdmap_data_hdr(w, c->cur_off, seg, w->msn, se, &h);
+        bool last = h.ddp.last;
         int np = gather_src(c, c->cur_off, seg, pay);
         add_fpdu(c, &h, NULL, 0, pay, np, seg);
         c->cur_off += seg;
@@ -350,11 +345,8 @@ static int tx_write_fpdu(struct dw_rc_conn *c, struct dw_wqe *w)
         uint64_t seg = w->total_len - c->cur_off;
         if (seg > seg_max(c, true))
                 seg = seg_max(c, true);
-        dw_rdmap_hdr_init(&h, DW_RDMAP_WRITE);
-        h.ddp.stag = w->rkey;
-        h.ddp.to = w->remote_addr + c->cur_off;
-        bool last = c->cur_off + seg == w->total_len;
-        h.ddp.last = last;
+        dw_rdmap_data_hdr(w, c->cur_off, seg, 0, false, &h);
+        bool last = h.ddp.last;
         int np = gather_src(c, c->cur_off, seg, pay);
         add_fpdu(c, &h, NULL, 0, pay, np, seg);
         c->cur_off += seg;
@@ -383,14 +375,11 @@ static struct dw_rc_orq *orq_push(struct dw_rc_conn *c)
 static int tx_read_req(struct dw_rc_conn *c, struct dw_wqe *w)
 {
         struct dw_rdmap_hdr h;
-        struct dw_rdmap_rreq rq = {
-            .sink_stag = w->num_sge ? w->sge[0].lkey : 0,
-            .sink_to = w->num_sge ? w->sge[0].addr : 0,
-            .rdma_rd_sz = (uint32_t)w->total_len,
-            .src_stag = w->rkey,
-            .src_to = w->remote_addr,
-        };
+        struct dw_rdmap_rreq rq;
         uint8_t ext[DW_RDMAP_RREQ_HDR_LEN];
+
+        dw_rdmap_read_req_build(w, w->num_sge ? w->sge[0].lkey : 0, w->num_sge ? w->sge[0].addr : 0,
+                                &rq);
 
         dw_rdmap_rreq_encode(&rq, ext, sizeof(ext));
         dw_rdmap_hdr_init(&h, DW_RDMAP_READ_REQ);

@@ -260,32 +260,22 @@ static inline int rd_build_sq(struct dw_rd_peer *p, uint64_t cookie, uint32_t se
                 }
                 /* With immediate data the SE bit rides on the Immediate
                  * Data message, as on UD. */
-                dw_rdmap_hdr_init(&o->r, dw_rdmap_send_opcode(w, se && !op->imm));
-                if (op->inval)
-                        o->r.inval_stag = w->invalidate_rkey;
-                o->r.ddp.msn = w->msn;
-                o->r.ddp.mo = (uint32_t)off;
+                dw_rdmap_data_hdr(w, off, o->plen, w->msn, se && !op->imm, &o->r);
                 o->r.ddp.last = last;
                 o->imm = op->imm && last;
                 break;
         }
         case DW_WR_WRITE:
                 o->plen = w->total_len - off < S ? w->total_len - off : S;
-                dw_rdmap_hdr_init(&o->r, DW_RDMAP_WRITE);
-                o->r.ddp.stag = w->rkey;
-                o->r.ddp.to = w->remote_addr + off;
-                o->r.ddp.last = off + o->plen == w->total_len;
+                dw_rdmap_data_hdr(w, off, o->plen, 0, false, &o->r);
                 o->imm = op->imm && o->r.ddp.last;
                 break;
         case DW_WR_READ: {
                 /* The Data Sink STag names the request (its queue-1 MSN)
                  * and the sink TO counts from 0: the requester places
                  * responses by offset into its SGE list. */
-                struct dw_rdmap_rreq rq = {.sink_stag = w->msn,
-                                           .sink_to = 0,
-                                           .rdma_rd_sz = (uint32_t)w->total_len,
-                                           .src_stag = w->rkey,
-                                           .src_to = w->remote_addr};
+                struct dw_rdmap_rreq rq;
+                dw_rdmap_read_req_build(w, w->msn, 0, &rq);
                 dw_rdmap_hdr_init(&o->r, DW_RDMAP_READ_REQ);
                 o->r.ddp.msn = w->msn;
                 o->extlen = (size_t)dw_rdmap_rreq_encode(&rq, o->ext, sizeof(o->ext));

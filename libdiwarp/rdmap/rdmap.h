@@ -389,6 +389,45 @@ static inline uint8_t dw_rdmap_imm_opcode(bool se)
         return se ? DW_RDMAP_IMM_DATA_SE : DW_RDMAP_IMM_DATA;
 }
 
+/* The DDP/RDMAP header of the segment of send WR w (a Send of any kind, or
+ * an RDMA Write) that carries the WR's bytes [off, off + len): a Send's
+ * untagged on queue 0 with MSN msn, MO off, the WR's Invalidate STag and
+ * SE when se (dw_rdmap_send_opcode); a Write's tagged, the WR's remote
+ * STag at its address + off. Last on the segment that ends the WR's bytes
+ * (a transport that sends a Send's tail later, RD's receiver-paced Send,
+ * clears it). RC, RD and UD build every data segment with it. */
+static inline void dw_rdmap_data_hdr(const struct dw_wqe *w, uint64_t off, uint64_t len,
+                                     uint32_t msn, bool se, struct dw_rdmap_hdr *h)
+{
+        const struct dw_wr_op *op = dw_wr_op(w->opcode);
+        if (op->kind == DW_WR_WRITE) {
+                dw_rdmap_hdr_init(h, DW_RDMAP_WRITE);
+                h->ddp.stag = w->rkey;
+                h->ddp.to = w->remote_addr + off;
+        } else {
+                dw_rdmap_hdr_init(h, dw_rdmap_send_opcode(w, se));
+                if (op->inval)
+                        h->inval_stag = w->invalidate_rkey;
+                h->ddp.msn = msn;
+                h->ddp.mo = (uint32_t)off;
+        }
+        h->ddp.last = off + len == w->total_len;
+}
+
+/* The Read Request of a Read WR w: its whole length from the WR's remote
+ * STag and address, into the Data Sink the transport names (RC: its first
+ * SGE's lkey and address, placed as tagged DDP; RD: the request's MSN and
+ * TO 0, placed by offset into the SGE list). */
+static inline void dw_rdmap_read_req_build(const struct dw_wqe *w, uint32_t sink_stag,
+                                           uint64_t sink_to, struct dw_rdmap_rreq *out)
+{
+        *out = (struct dw_rdmap_rreq){.sink_stag = sink_stag,
+                                      .sink_to = sink_to,
+                                      .rdma_rd_sz = (uint32_t)w->total_len,
+                                      .src_stag = w->rkey,
+                                      .src_to = w->remote_addr};
+}
+
 /* The Atomic Request of an atomic send WR (DIWARP_WR_ATOMIC_CMP_AND_SWP or
  * _FETCH_AND_ADD): the verbs' unmasked operations, so Compare-and-Swap
  * compares and swaps all 64 bits and Fetch-and-Add adds without fields.

@@ -83,12 +83,8 @@ static ssize_t dw_ud_headers(struct dw_qp *qp, const struct dw_wqe *w, uint32_t 
         dw_seal_begin(seal, run, hdr);
         struct dw_rdmap_hdr r;
         /* With immediate data the SE bit rides on the Immediate Data message,
-         * the one that completes the receive. */
-        if (dw_rdmap_hdr_init(&r, dw_rdmap_send_opcode(w, se && !with_imm)) < 0)
-                return -EINVAL;
-        r.ddp.last = true;
-        r.ddp.msn = msn;
-        r.ddp.mo = 0;
+         * the one that completes the receive. One segment: the whole Send. */
+        dw_rdmap_data_hdr(w, 0, w->total_len, msn, se && !with_imm, &r);
         ssize_t m = dw_rdmap_encode(&r, hdr + n, cap - (size_t)n);
         if (m < 0)
                 return m;

@@ -654,6 +654,63 @@ Test(rdmap_requester, send_opcode)
                 }
 }
 
+/* The header of each data segment of a WR, as RC, RD and UD send it: a
+ * Write's tagged at the remote address + offset, a Send's untagged at its
+ * MO with the MSN given, Last only on the segment that ends the WR. */
+Test(rdmap_requester, data_segment_headers)
+{
+        struct dw_wqe w = {.opcode = DIWARP_WR_RDMA_WRITE,
+                           .total_len = 3000,
+                           .rkey = 0xabc,
+                           .remote_addr = 0x10000};
+        struct dw_rdmap_hdr h;
+        dw_rdmap_data_hdr(&w, 0, 1440, 0, false, &h);
+        cr_expect(h.opcode == DW_RDMAP_WRITE && h.ddp.tagged);
+        cr_expect(h.ddp.stag == 0xabc && h.ddp.to == 0x10000 && !h.ddp.last);
+        dw_rdmap_data_hdr(&w, 2880, 120, 0, false, &h);
+        cr_expect(h.ddp.to == 0x10000 + 2880 && h.ddp.last);
+        w.opcode = DIWARP_WR_RDMA_WRITE_WITH_IMM;
+        dw_rdmap_data_hdr(&w, 1440, 1560, 0, false, &h);
+        cr_expect(h.opcode == DW_RDMAP_WRITE && h.ddp.last);
+
+        w.opcode = DIWARP_WR_SEND_WITH_INV;
+        w.invalidate_rkey = 0x4242;
+        dw_rdmap_data_hdr(&w, 1440, 1440, 17, true, &h);
+        cr_expect(h.opcode == DW_RDMAP_SEND_SE_INVAL && !h.ddp.tagged);
+        cr_expect(h.ddp.qn == 0 && h.ddp.msn == 17 && h.ddp.mo == 1440 && !h.ddp.last);
+        cr_expect_eq(h.inval_stag, 0x4242);
+        w.opcode = DIWARP_WR_SEND;
+        dw_rdmap_data_hdr(&w, 2880, 120, 18, false, &h);
+        cr_expect(h.opcode == DW_RDMAP_SEND && h.ddp.msn == 18 && h.ddp.last);
+        w.total_len = 0; /* a zero-length Send: one segment, Last */
+        dw_rdmap_data_hdr(&w, 0, 0, 19, false, &h);
+        cr_expect(h.ddp.last && h.ddp.mo == 0);
+        /* what the decoder reads back is what was built */
+        uint8_t b[DW_DDP_MAX_HDR_LEN];
+        struct dw_rdmap_hdr back;
+        const char *why = NULL;
+        w.opcode = DIWARP_WR_SEND_WITH_INV;
+        w.total_len = 3000;
+        dw_rdmap_data_hdr(&w, 1440, 1440, 17, false, &h);
+        ssize_t n = dw_rdmap_encode(&h, b, sizeof(b));
+        cr_assert_gt(n, 0);
+        cr_assert_eq(dw_rdmap_decode(b, (size_t)n, &back, &why), n);
+        cr_expect(back.opcode == DW_RDMAP_SEND_INVAL && back.ddp.msn == 17 && back.ddp.mo == 1440 &&
+                  back.inval_stag == 0x4242 && !back.ddp.last);
+}
+
+/* A Read WR's request: its remote source and length, the sink as the
+ * transport names it. */
+Test(rdmap_requester, read_request_from_wr)
+{
+        struct dw_wqe w = {
+            .opcode = DIWARP_WR_RDMA_READ, .total_len = 5000, .rkey = 0x77, .remote_addr = 0x2000};
+        struct dw_rdmap_rreq rq;
+        dw_rdmap_read_req_build(&w, 0x31, 0x9000, &rq);
+        cr_expect(rq.src_stag == 0x77 && rq.src_to == 0x2000 && rq.rdma_rd_sz == 5000);
+        cr_expect(rq.sink_stag == 0x31 && rq.sink_to == 0x9000);
+}
+
 /* ---- error classification ---------------------------------------------- */
 
 static const enum dw_prot_status all_fail[] = {
