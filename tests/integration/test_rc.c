@@ -508,6 +508,49 @@ Test(rc, atomics)
         cr_assert_eq(*target, 7);
 }
 
+/* An Atomic and a Write to the same word, posted as one list, reach the
+ * responder in one stream batch: the Atomic runs as it arrives, before the
+ * Write behind it is placed (stream order), so it returns the value from
+ * before both and the Write's value is what stays. Run when its response
+ * was built instead, it returned the Write's value and added to it. */
+Test(rc, atomic_runs_before_the_write_behind_it)
+{
+        pair_ib(1 << 16);
+        uint64_t *target = (uint64_t *)(B.buf + 64);
+        for (int round = 0; round < 20; round++) {
+                *target = 1000;
+                uint64_t later = 5000 + (uint64_t)round;
+                memcpy(A.buf + 64, &later, 8);
+                memset(A.buf, 0, 8);
+                struct diwarp_sge asge = {(uintptr_t)A.buf, 8, A.lkey};
+                struct diwarp_sge wsge = {(uintptr_t)A.buf + 64, 8, A.lkey};
+                struct diwarp_send_wr wr[2] = {{.wr_id = 1,
+                                                .sg_list = &asge,
+                                                .num_sge = 1,
+                                                .opcode = DIWARP_WR_ATOMIC_FETCH_AND_ADD,
+                                                .send_flags = DIWARP_SEND_SIGNALED},
+                                               {.wr_id = 2,
+                                                .sg_list = &wsge,
+                                                .num_sge = 1,
+                                                .opcode = DIWARP_WR_RDMA_WRITE,
+                                                .send_flags = DIWARP_SEND_SIGNALED}};
+                wr[0].next = &wr[1];
+                wr[0].wr.atomic.remote_addr = (uintptr_t)target;
+                wr[0].wr.atomic.rkey = B.rkey;
+                wr[0].wr.atomic.compare_add = 23;
+                wr[1].wr.rdma.remote_addr = (uintptr_t)target;
+                wr[1].wr.rdma.rkey = B.rkey;
+                struct diwarp_send_wr *bad;
+                cr_assert_eq(diwarp_post_send(A.qp, wr, &bad), 0);
+                for (int i = 0; i < 2; i++)
+                        cr_assert_eq(wait_wc(&A, 5000).status, DIWARP_WC_SUCCESS);
+                cr_assert_eq(*(uint64_t *)A.buf, 1000, "round %d: the Atomic returned %llu", round,
+                             (unsigned long long)*(uint64_t *)A.buf);
+                cr_assert_eq(*target, later, "round %d: the word holds %llu", round,
+                             (unsigned long long)*target);
+        }
+}
+
 Test(rc, send_with_invalidate_and_local_invalidate)
 {
         pair_ib(1 << 16);
