@@ -589,8 +589,10 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
 
 /* rd_rx.c */
 /* What the receive path makes of a NEW DATA segment (RV_WINDOW: a message
- * whose MSN lies outside the receive window, dropped and counted). */
-enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE, RV_WINDOW };
+ * whose MSN lies outside the receive window, dropped and counted; RV_AHEAD:
+ * a Read or Atomic Request ahead of an earlier PSN of its stream, not
+ * accepted yet, so the sender sends it again). */
+enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE, RV_WINDOW, RV_AHEAD };
 void rd_ack_flush(struct dw_rd_dev *d);
 /* The Invalidate of a Send with Invalidate as its receive completes (into a
  * receive WR or the application mailbox): dw_rdmap_send_invalidate, then d

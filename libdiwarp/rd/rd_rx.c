@@ -601,6 +601,13 @@ static enum rd_verdict rd_rx_request(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 }
                 return rd_pull_serve(s, p, r, &rq, nak);
         }
+        /* Executed in stream order, as an RC responder does: an Atomic, or
+         * the Read whose response is built from memory as it goes out, must
+         * see every Write the requester posted before it. A request that
+         * overtook an earlier PSN (reordered, or that PSN lost) waits for it:
+         * not accepted now, so the sender resends it. */
+        if (h->psn != dw_rel_rx_cursor(&p->rel))
+                return RV_AHEAD;
         int idx = rd_irq_alloc(s);
         if (idx < 0)
                 return RV_RNR;
@@ -1075,6 +1082,7 @@ static inline void rd_rx_data(struct dw_qp *qp, struct dw_rd_peer *p, const stru
                 qp->ctr.rx_dropped_msn++;
                 return;
         case RV_GONE:
+        case RV_AHEAD:
                 return;
         }
 }

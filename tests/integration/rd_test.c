@@ -54,6 +54,12 @@
  *   rd_test fds            one UDP socket per device for 64 QPs x 64 peers
  *   rd_test heap           10 000 pseudo-streams per device: idle peer state
  *                          <= 256 bytes, heap growth per pseudo-stream
+ *   rd_test order  rd|rc   300 rounds of a Write, a Fetch-and-Add and a Read
+ *                          of one word, posted back to back (meson runs it
+ *                          under DIWARP_FAULT reorder and drop): the Atomic
+ *                          returns what the Write put there and the Read
+ *                          what the Atomic left, every round: the responder
+ *                          runs Reads and Atomics in stream order
  *   rd_test pingpong rd|rc  2000 Send exchanges between QPs whose send queues
  *                          hold one WR, each answer posted as soon as its
  *                          receive completes: every post accepted, every
@@ -4137,6 +4143,59 @@ static int case_readgone(void)
         return 0;
 }
 
+/* A Write, a Fetch-and-Add and a Read of one word of b, posted back to back,
+ * round after round: a responder that ran a request as it arrived, ahead of
+ * an earlier datagram (reordered or lost), would let the Atomic miss the
+ * Write before it, or the Read the Atomic. */
+#define ORD_ROUNDS 300
+static int case_order(void)
+{
+        struct side a, b;
+        buf_len = 4096;
+        int all = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
+                  DIWARP_ACCESS_REMOTE_READ | DIWARP_ACCESS_REMOTE_ATOMIC;
+        pair_open(&a, &b, all);
+        uint64_t *target = (uint64_t *)(b.buf + 64);
+        *target = 0;
+        uint64_t t0 = now_ms();
+        for (unsigned r = 0; r < ORD_ROUNDS; r++) {
+                uint64_t v = 1000000ull * (r + 1);
+                memcpy(a.buf + 256, &v, 8);
+                memset(a.buf, 0, 8);
+                memset(a.buf + 128, 0, 8);
+                post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 1, 256, 8, (uintptr_t)target, b.rkey);
+                struct diwarp_sge sge = {(uintptr_t)a.buf, 8, a.lkey};
+                struct diwarp_send_wr wr = {.wr_id = 2,
+                                            .sg_list = &sge,
+                                            .num_sge = 1,
+                                            .opcode = DIWARP_WR_ATOMIC_FETCH_AND_ADD,
+                                            .send_flags = DIWARP_SEND_SIGNALED};
+                wr.wr.atomic.remote_addr = (uintptr_t)target;
+                wr.wr.atomic.rkey = b.rkey;
+                wr.wr.atomic.compare_add = 1;
+                post(&a, &b, &wr);
+                post_one(&a, &b, DIWARP_WR_RDMA_READ, 3, 128, 8, (uintptr_t)target, b.rkey);
+                struct diwarp_wc wc[3];
+                if (poll_until(&a, &b, wc, 3, 60000) != 3)
+                        die("order round %u: not all three completed", r);
+                for (unsigned i = 0; i < 3; i++)
+                        expect_wc(&wc[i], i + 1, DIWARP_WC_SUCCESS, "order");
+                uint64_t got, read;
+                memcpy(&got, a.buf, 8);
+                memcpy(&read, a.buf + 128, 8);
+                if (got != v || read != v + 1)
+                        die("order round %u: the Atomic returned %llu (want %llu, the Write's), "
+                            "the Read %llu (want %llu)",
+                            r, (unsigned long long)got, (unsigned long long)v,
+                            (unsigned long long)read, (unsigned long long)(v + 1));
+        }
+        fprintf(stderr, "order ok: %u rounds in %llu ms\n", ORD_ROUNDS,
+                (unsigned long long)(now_ms() - t0));
+        side_close(&a);
+        side_close(&b);
+        return 0;
+}
+
 /* Four Reads of a chunk each: both big Sends are pulled at once. The big
  * senders answer nothing while held: a peer timeout of a minute keeps the
  * server's QP from giving them up on a loaded machine. */
@@ -4398,6 +4457,8 @@ int main(int argc, char **argv)
                 return case_fds(false);
         if (!strcmp(argv[1], "heap"))
                 return case_fds(true);
+        if (!strcmp(argv[1], "order"))
+                return case_order();
         if (!strcmp(argv[1], "pingpong"))
                 return case_pingpong();
         if (!strcmp(argv[1], "vanish"))
