@@ -388,6 +388,24 @@ static void post(struct side *a, struct side *b, struct diwarp_send_wr *wr)
         }
 }
 
+/* One signaled atomic WR from a to the word at target (rkey) of b, its
+ * result into the first 8 bytes of a's buffer. */
+static void post_atomic(struct side *a, struct side *b, enum diwarp_wr_opcode op, uint64_t id,
+                        uint64_t *target, uint32_t rkey, uint64_t compare_add, uint64_t swap)
+{
+        struct diwarp_sge sge = {(uintptr_t)a->buf, 8, a->lkey};
+        struct diwarp_send_wr wr = {.wr_id = id,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = op,
+                                    .send_flags = DIWARP_SEND_SIGNALED};
+        wr.wr.atomic.remote_addr = (uintptr_t)target;
+        wr.wr.atomic.rkey = rkey;
+        wr.wr.atomic.compare_add = compare_add;
+        wr.wr.atomic.swap = swap;
+        post(a, b, &wr);
+}
+
 static void post_recv(struct side *s, uint64_t id, uint64_t off, uint32_t len)
 {
         struct diwarp_sge sge = {(uintptr_t)s->buf + off, len, s->lkey};
@@ -548,29 +566,14 @@ static int case_ops(void)
         /* Atomics */
         uint64_t *target = (uint64_t *)(b.buf + 64);
         *target = 1000;
-        struct diwarp_sge sge = {(uintptr_t)a.buf, 8, a.lkey};
-        struct diwarp_send_wr wr = {.wr_id = 4,
-                                    .sg_list = &sge,
-                                    .num_sge = 1,
-                                    .opcode = DIWARP_WR_ATOMIC_FETCH_AND_ADD,
-                                    .send_flags = DIWARP_SEND_SIGNALED};
-        wr.wr.atomic.remote_addr = (uintptr_t)target;
-        wr.wr.atomic.rkey = b.rkey;
-        wr.wr.atomic.compare_add = 5;
-        post(&a, &b, &wr);
+        post_atomic(&a, &b, DIWARP_WR_ATOMIC_FETCH_AND_ADD, 4, target, b.rkey, 5, 0);
         if (poll_until(&a, &b, wc, 1, 10000) != 1)
                 die("fetch-add: no completion");
         expect_wc(wc, 4, DIWARP_WC_SUCCESS, "fetch-add");
         if (*(uint64_t *)a.buf != 1000 || *target != 1005)
                 die("fetch-add: got %llu, target %llu", (unsigned long long)*(uint64_t *)a.buf,
                     (unsigned long long)*target);
-        wr.opcode = DIWARP_WR_ATOMIC_CMP_AND_SWP;
-        wr.wr_id = 5;
-        wr.wr.atomic.remote_addr = (uintptr_t)target;
-        wr.wr.atomic.rkey = b.rkey;
-        wr.wr.atomic.compare_add = 1005;
-        wr.wr.atomic.swap = 77;
-        post(&a, &b, &wr);
+        post_atomic(&a, &b, DIWARP_WR_ATOMIC_CMP_AND_SWP, 5, target, b.rkey, 1005, 77);
         if (poll_until(&a, &b, wc, 1, 10000) != 1)
                 die("cmp-swap: no completion");
         expect_wc(wc, 5, DIWARP_WC_SUCCESS, "cmp-swap");
@@ -4164,16 +4167,7 @@ static int case_order(void)
                 memset(a.buf, 0, 8);
                 memset(a.buf + 128, 0, 8);
                 post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 1, 256, 8, (uintptr_t)target, b.rkey);
-                struct diwarp_sge sge = {(uintptr_t)a.buf, 8, a.lkey};
-                struct diwarp_send_wr wr = {.wr_id = 2,
-                                            .sg_list = &sge,
-                                            .num_sge = 1,
-                                            .opcode = DIWARP_WR_ATOMIC_FETCH_AND_ADD,
-                                            .send_flags = DIWARP_SEND_SIGNALED};
-                wr.wr.atomic.remote_addr = (uintptr_t)target;
-                wr.wr.atomic.rkey = b.rkey;
-                wr.wr.atomic.compare_add = 1;
-                post(&a, &b, &wr);
+                post_atomic(&a, &b, DIWARP_WR_ATOMIC_FETCH_AND_ADD, 2, target, b.rkey, 1, 0);
                 post_one(&a, &b, DIWARP_WR_RDMA_READ, 3, 128, 8, (uintptr_t)target, b.rkey);
                 struct diwarp_wc wc[3];
                 if (poll_until(&a, &b, wc, 3, 60000) != 3)
