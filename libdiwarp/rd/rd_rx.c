@@ -605,15 +605,18 @@ static enum rd_verdict rd_rx_request(struct dw_rd_qp *s, struct dw_rd_peer *p,
          * the Read whose response is built from memory as it goes out, must
          * see every Write the requester posted before it. A request that
          * overtook an earlier PSN (reordered, or that PSN lost) waits for it:
-         * not accepted now, so the sender resends it. */
+         * not accepted now, so the sender resends it; one refused anyway is
+         * refused at once. */
+        struct dw_rdmap_refusal ref;
         if (h->psn != dw_rel_rx_cursor(&p->rel))
-                return RV_AHEAD;
+                return dw_rdmap_resp_check(dw_rdmap_qp_of(qp), r, x->pay, x->plen, &ref) < 0
+                           ? rd_request_refused(s, p, x, &ref, nak)
+                           : RV_AHEAD;
         int idx = rd_irq_alloc(s);
         if (idx < 0)
                 return RV_RNR;
         struct rd_irq *e = &s->irq[idx];
         *e = (struct rd_irq){0};
-        struct dw_rdmap_refusal ref;
         if (dw_rdmap_resp_accept(dw_rdmap_qp_of(qp), r, x->pay, x->plen, &e->resp, &ref) < 0)
                 return rd_request_refused(s, p, x, &ref, nak);
         e->peer = p;

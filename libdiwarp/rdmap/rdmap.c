@@ -282,6 +282,17 @@ int dw_rdmap_resp_accept(struct dw_rdmap_qp qp, const struct dw_rdmap_hdr *h, co
         return 0;
 }
 
+int dw_rdmap_resp_check(struct dw_rdmap_qp qp, const struct dw_rdmap_hdr *h, const uint8_t *ext,
+                        size_t len, struct dw_rdmap_refusal *ref)
+{
+        if (h->opcode == DW_RDMAP_ATOMIC_REQ) {
+                struct dw_rdmap_atomic_req ar;
+                return dw_rdmap_atomic_req_accept(qp, ext, len, &ar, NULL, ref);
+        }
+        struct dw_rdmap_rreq rq;
+        return dw_rdmap_read_req_accept(qp, ext, len, &rq, ref);
+}
+
 enum dw_prot_status dw_rdmap_resp_segment(struct dw_rdmap_qp qp, const struct dw_rdmap_resp *r,
                                           uint64_t off, uint32_t max, struct dw_rdmap_resp_seg *seg)
 {

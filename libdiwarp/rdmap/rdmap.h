@@ -346,6 +346,14 @@ struct dw_rdmap_resp {
 int dw_rdmap_resp_accept(struct dw_rdmap_qp qp, const struct dw_rdmap_hdr *h, const uint8_t *ext,
                          size_t len, struct dw_rdmap_resp *out, struct dw_rdmap_refusal *ref);
 
+/* Whether dw_rdmap_resp_accept would accept that request now, running and
+ * recording nothing: 0, or its -EBADMSG / -EACCES with *ref. For a
+ * transport that accepts a request only in stream order (RD): one that
+ * arrives ahead of an earlier datagram waits, but a request it would
+ * refuse anyway gets its refusal at once. */
+int dw_rdmap_resp_check(struct dw_rdmap_qp qp, const struct dw_rdmap_hdr *h, const uint8_t *ext,
+                        size_t len, struct dw_rdmap_refusal *ref);
+
 /* One segment of a response, as dw_rdmap_resp_segment builds it. */
 struct dw_rdmap_resp_seg {
         struct dw_rdmap_hdr h;                     /* the response's DDP/RDMAP header */

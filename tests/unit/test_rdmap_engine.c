@@ -585,6 +585,9 @@ Test(rdmap_responder, atomic_runs_once_at_acceptance, .init = setup, .fini = tea
 
         buf64[3] = 100;
         qp_rights(true, RA);
+        /* The check alone runs nothing. */
+        cr_expect_eq(dw_rdmap_resp_check(dw_rdmap_qp_of(&qp), &h, b, sizeof(b), &ref), 0);
+        cr_expect_eq(buf64[3], 100);
         cr_assert_eq(dw_rdmap_resp_accept(dw_rdmap_qp_of(&qp), &h, b, sizeof(b), &r, &ref), 0);
         cr_expect(r.atomic);
         cr_expect_eq(buf64[3], 105, "executed as it was accepted");
@@ -613,6 +616,10 @@ Test(rdmap_responder, atomic_runs_once_at_acceptance, .init = setup, .fini = tea
                      -EACCES);
         cr_expect_eq(ref.st, DW_PROT_ACCESS);
         cr_expect_eq(buf64[3], 100);
+        cr_expect_eq(dw_rdmap_resp_check(dw_rdmap_qp_of(&qp), &h, b, sizeof(b), &ref), -EACCES);
+        cr_expect_eq(ref.st, DW_PROT_ACCESS);
+        cr_expect_eq(dw_rdmap_resp_check(dw_rdmap_qp_of(&qp), &h, b, sizeof(b) - 1, &ref),
+                     -EBADMSG);
 }
 
 /* The Immediate Data message's opcode (RFC 7306): SE from the transport's
