@@ -255,8 +255,8 @@ static void rd_peer_free(struct dw_rd_peer *p)
         rd_deactivate(p);
         rd_path_forget(p);
         rd_mbox_peer_gone(p, false);
-        if (s->ntails)
-                rd_tails_flush(s, p, true);
+        if (s->ntails || s->nahead)
+                rd_tails_flush(s, p, true); /* and forgets p's runs placed ahead */
         dw_flow_path_put(&d->paths, p->path);
         if (s->last_tx == p)
                 s->last_tx = NULL;

@@ -235,6 +235,23 @@ static_assert(DW_CONFIG_MAX_CREDIT_RING <= 65535,
 #define RD_TAIL_HOLD 64u
 #define RD_TAILS     8u
 
+/* A run of Write bytes placed ahead of an earlier, missing PSN of their
+ * stream (PSNs psn_lo..psn_hi, contiguous bytes [to, to + len) of STag
+ * stag). Write segments are placed as they arrive, so without this a late
+ * segment of an earlier Write (resent after a loss, or reordered) would
+ * overwrite bytes a later Write to the same place had already written: a
+ * late segment is placed around every run of a later PSN (rd_rx_write,
+ * rd_tails_flush), and a run is forgotten once the stream's cursor passes
+ * it. The segments of one Write make one run; with RD_AHEAD runs of a QP in
+ * use a segment that would start another is not accepted (the sender resends
+ * it). */
+struct rd_ahead {
+        struct dw_rd_peer *peer;
+        uint32_t psn_lo, psn_hi, stag;
+        uint64_t to, len;
+};
+#define RD_AHEAD 32u
+
 struct rd_tail {
         struct dw_rd_peer *peer;
         uint32_t psn, stag;
@@ -300,6 +317,9 @@ struct dw_rd_qp {
          * (RD_TAIL_HOLD). */
         uint32_t ntails;
         struct rd_tail tails[RD_TAILS];
+        /* Write bytes placed ahead of a missing PSN (struct rd_ahead). */
+        uint32_t nahead;
+        struct rd_ahead ahead[RD_AHEAD];
         struct dw_rd_qp *next, *prev; /* device list of RD QPs */
 };
 
@@ -614,6 +634,13 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p);
 /* Places, in PSN order, the held tails (RD_TAIL_HOLD) of p that the
  * stream's receive cursor passed, or all of p's (the stream goes). */
 void rd_tails_flush(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all);
+/* Whether len bytes at to of STag stag, of p's PSN psn, overlap a run placed
+ * by a later PSN of p (struct rd_ahead); room: whether a segment of psn
+ * there, ahead of the cursor, can be recorded. */
+bool rd_ahead_overlaps(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t psn,
+                       uint32_t stag, uint64_t to, uint64_t len);
+bool rd_ahead_room(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t psn,
+                   uint32_t stag, uint64_t to);
 /* Places a Send segment in receive WQE w bound to it: g->len bytes, the
  * first len1 of them at pay and the rest at pay2 (a segment parked across
  * the end of the ring); pull, the rd_pull entry rd_pull_start gave it (-1:

@@ -206,6 +206,107 @@ void rd_recv_invalidate(struct dw_qp *qp, struct dw_recv_done *d, uint32_t stag)
         d->inval_rkey = stag;
 }
 
+/* The run a segment of psn at to would extend: p's last run, of the same
+ * STag, ending where the segment starts, at the PSN before it. */
+static struct rd_ahead *rd_ahead_tail(const struct dw_rd_qp *s, const struct dw_rd_peer *p,
+                                      uint32_t psn, uint32_t stag, uint64_t to)
+{
+        for (uint32_t i = s->nahead; i-- > 0;) {
+                const struct rd_ahead *a = &s->ahead[i];
+                if (a->peer == p)
+                        return a->psn_hi + 1 == psn && a->stag == stag && a->to + a->len == to
+                                   ? (struct rd_ahead *)a
+                                   : NULL;
+        }
+        return NULL;
+}
+
+bool rd_ahead_room(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t psn,
+                   uint32_t stag, uint64_t to)
+{
+        return s->nahead < RD_AHEAD || rd_ahead_tail(s, p, psn, stag, to);
+}
+
+/* Records len bytes at to of stag as placed by p's psn, ahead of its
+ * cursor (the caller made sure of room: rd_ahead_room). */
+static void rd_ahead_note(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t psn, uint32_t stag,
+                          uint64_t to, uint64_t len)
+{
+        struct rd_ahead *a = rd_ahead_tail(s, p, psn, stag, to);
+        if (a) {
+                a->psn_hi = psn;
+                a->len += len;
+        } else if (s->nahead < RD_AHEAD) {
+                s->ahead[s->nahead++] = (struct rd_ahead){p, psn, psn, stag, to, len};
+        }
+}
+
+/* Forgets p's runs the cursor has passed (all of them with all). */
+static void rd_ahead_prune(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all)
+{
+        uint32_t cur = dw_rel_rx_cursor(&p->rel);
+        for (uint32_t i = 0; i < s->nahead;) {
+                struct rd_ahead *a = &s->ahead[i];
+                if (a->peer == p && (all || dw_psn_before(a->psn_hi, cur))) {
+                        /* In order: rd_ahead_tail takes a peer's last run. */
+                        memmove(a, a + 1, (s->nahead - i - 1) * sizeof(*a));
+                        s->nahead--;
+                        continue;
+                }
+                i++;
+        }
+}
+
+/* Whether run a is of a later PSN than psn and overlaps [to, to + len) of stag. */
+static bool rd_ahead_hit(const struct rd_ahead *a, const struct dw_rd_peer *p, uint32_t psn,
+                         uint32_t stag, uint64_t to, uint64_t len)
+{
+        return a->peer == p && a->stag == stag && dw_psn_before(psn, a->psn_lo) &&
+               a->to < to + len && to < a->to + a->len;
+}
+
+bool rd_ahead_overlaps(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t psn,
+                       uint32_t stag, uint64_t to, uint64_t len)
+{
+        for (uint32_t i = 0; i < s->nahead; i++)
+                if (rd_ahead_hit(&s->ahead[i], p, psn, stag, to, len))
+                        return true;
+        return false;
+}
+
+/* Places n bytes of p's psn at to of stag (host) from src, around every run
+ * a later PSN placed there (those bytes are newer); the last piece last
+ * byte last with lbl. */
+static void rd_place_under(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t psn,
+                           uint32_t stag, uint64_t to, uint8_t *host, const uint8_t *src,
+                           uint64_t n, bool lbl)
+{
+        uint64_t at = 0; /* bytes of the segment placed or skipped */
+        while (at < n) {
+                /* The next later run that overlaps what is left: its start
+                 * ends this piece, its end starts the next. */
+                uint64_t skip_lo = n, skip_hi = n;
+                for (uint32_t i = 0; i < s->nahead; i++) {
+                        const struct rd_ahead *a = &s->ahead[i];
+                        if (!rd_ahead_hit(a, p, psn, stag, to + at, n - at))
+                                continue;
+                        uint64_t lo = a->to > to + at ? a->to - to : at;
+                        uint64_t hi = a->to + a->len - to < n ? a->to + a->len - to : n;
+                        if (lo < skip_lo || (lo == skip_lo && hi > skip_hi)) {
+                                skip_lo = lo;
+                                skip_hi = hi;
+                        }
+                }
+                if (skip_lo > at) {
+                        if (lbl && skip_lo == n)
+                                dw_copy_last_byte_last(host + at, src + at, skip_lo - at);
+                        else
+                                memcpy(host + at, src + at, skip_lo - at);
+                }
+                at = skip_hi;
+        }
+}
+
 void rd_tails_flush(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all)
 {
         uint32_t cur = dw_rel_rx_cursor(&p->rel);
@@ -224,9 +325,11 @@ void rd_tails_flush(struct dw_rd_qp *s, struct dw_rd_peer *p, bool all)
                 uint8_t *host = NULL; /* set when the check passes (gcc -O2 cannot see it) */
                 if (dw_rdmap_write_accept(dw_rdmap_qp_of(s->qp), t->stag, t->to, t->len, &host,
                                           NULL) == 0)
-                        dw_copy_last_byte_last(host, t->bytes, t->len);
+                        rd_place_under(s, p, t->psn, t->stag, t->to, host, t->bytes, t->len, true);
                 *t = s->tails[--s->ntails];
         }
+        if (all && s->nahead)
+                rd_ahead_prune(s, p, true);
 }
 
 /* Completes, in order, every message of p whose last PSN is below the cursor
@@ -237,6 +340,8 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
         uint32_t cur = dw_rel_rx_cursor(&p->rel);
         if (s->ntails)
                 rd_tails_flush(s, p, false);
+        if (s->nahead)
+                rd_ahead_prune(s, p, false); /* after the tails: they are placed around runs */
         if (s->mbox_app)
                 rd_mbox_app_complete(s, p);
         for (;;) {
@@ -499,8 +604,15 @@ static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
         /* The message's last segment ahead of an earlier PSN of the stream:
          * its tail waits in a slot (RD_TAIL_HOLD), refused while none is
          * free, before anything is placed. */
-        bool tail_late = r->ddp.last && plen && h->psn != dw_rel_rx_cursor(&p->rel);
+        bool ahead = h->psn != dw_rel_rx_cursor(&p->rel);
+        bool tail_late = r->ddp.last && plen && ahead;
         if (tail_late && s->ntails == RD_TAILS)
+                return RV_WINDOW;
+        /* Bytes placed ahead of a missing PSN (all but a last segment's
+         * tail) are recorded (struct rd_ahead), refused while there is no
+         * room for them. */
+        uint32_t tail = r->ddp.last ? (plen < RD_TAIL_HOLD ? (uint32_t)plen : RD_TAIL_HOLD) : 0;
+        if (ahead && plen > tail && !rd_ahead_room(s, p, h->psn, r->ddp.stag, r->ddp.to))
                 return RV_WINDOW;
         if (has_imm) {
                 if (dw_psn_before(ri->ddp.msn, p->rx_done))
@@ -532,11 +644,16 @@ static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
          * program polling the message's last byte then finds the rest of it
          * in place. The direct path read the tail aside (d->rx_tail). */
         if (plen) {
-                uint32_t tail =
-                    r->ddp.last ? (plen < RD_TAIL_HOLD ? (uint32_t)plen : RD_TAIL_HOLD) : 0;
                 const uint8_t *src = d->rx_placed ? d->rx_tail : pay + plen - tail;
-                if (!d->rx_placed)
+                /* Around what later PSNs placed there already (struct
+                 * rd_ahead); the direct path placed none that overlaps. */
+                if (!d->rx_placed && s->nahead)
+                        rd_place_under(s, p, h->psn, r->ddp.stag, r->ddp.to, host, pay, plen - tail,
+                                       false);
+                else if (!d->rx_placed)
                         memcpy(host, pay, plen - tail);
+                if (ahead && plen > tail)
+                        rd_ahead_note(s, p, h->psn, r->ddp.stag, r->ddp.to, plen - tail);
                 if (tail_late) {
                         struct rd_tail *t = &s->tails[s->ntails++];
                         t->peer = p;
@@ -545,6 +662,9 @@ static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
                         t->to = r->ddp.to + plen - tail;
                         t->len = tail;
                         memcpy(t->bytes, src, tail);
+                } else if (tail && s->nahead) {
+                        rd_place_under(s, p, h->psn, r->ddp.stag, r->ddp.to + plen - tail,
+                                       host + plen - tail, src, tail, true);
                 } else if (tail) {
                         dw_copy_last_byte_last(host + plen - tail, src, tail);
                 }
@@ -1184,6 +1304,45 @@ static int rd_direct_skip(struct dw_rd_dev *d)
         return 0;
 }
 
+/* Where the direct path may read the peeked segment h/r of p (plen payload
+ * bytes; a Read Response when read, else a Write): the one-SGE Read sink or
+ * the Write target, after every check the bounce-buffer path makes before it
+ * places (rd_rx_segment, dw_qp_scatter); *tail the bytes of a Write's last
+ * segment read aside. NULL: the segment takes the bounce buffer. */
+static uint8_t *rd_direct_target(struct dw_rd_qp *s, struct dw_rd_peer *p,
+                                 const struct dw_dgram_hdr *h, const struct dw_rdmap_hdr *r,
+                                 size_t plen, bool read, uint32_t *tail)
+{
+        struct dw_qp *qp = s->qp;
+        uint8_t *host = NULL;
+        if (read) {
+                struct dw_wqe *w = rd_orq_find(s, p, r->ddp.stag, false);
+                if (!w || w->num_sge != 1 || r->ddp.to > w->total_len ||
+                    plen > w->total_len - r->ddp.to ||
+                    dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd,
+                                      DIWARP_ACCESS_LOCAL_WRITE, w->sge[0].addr + r->ddp.to, plen,
+                                      &host) != DW_PROT_OK)
+                        return NULL;
+                return host;
+        }
+        if (dw_rdmap_write_accept(dw_rdmap_qp_of(qp), r->ddp.stag, r->ddp.to, plen, &host, NULL) <
+            0)
+                return NULL; /* dw_rd_rx refuses it with a NAK */
+        /* A Write's last segment keeps its tail out of the target until the
+         * CRC is verified (rd_rx_write places it); one ahead of an earlier
+         * PSN needs a free tail slot. Its bytes must not overwrite what a
+         * later PSN placed there, and bytes placed ahead need a run to
+         * record them (struct rd_ahead). */
+        *tail = r->ddp.last ? RD_TAIL_HOLD : 0;
+        bool ahead = h->psn != dw_rel_rx_cursor(&p->rel);
+        if (*tail && ahead && s->ntails == RD_TAILS)
+                return NULL;
+        if (s->nahead && (rd_ahead_overlaps(s, p, h->psn, r->ddp.stag, r->ddp.to, plen) ||
+                          (ahead && !rd_ahead_room(s, p, h->psn, r->ddp.stag, r->ddp.to))))
+                return NULL;
+        return host;
+}
+
 /* When large RDMA Write segments (or Read Response segments into a one-SGE
  * sink) are streaming in, the next datagram is peeked at; if it is the one
  * d->rx_next names (same peer stream, the next PSN, not yet received, the same
@@ -1255,24 +1414,9 @@ int dw_rd_rx_direct(struct dw_device *dev)
             r.ddp.to != d->rx_next.to)
                 return rd_direct_skip(d);
         size_t plen = body - (size_t)(hl + rl);
-        uint8_t *host = NULL;
-        if (read) {
-                /* The checks of rd_rx_segment and dw_qp_scatter for a one-SGE sink. */
-                struct dw_wqe *w = rd_orq_find(s, p, r.ddp.stag, false);
-                if (!w || w->num_sge != 1 || r.ddp.to > w->total_len ||
-                    plen > w->total_len - r.ddp.to ||
-                    dw_mr_check_local(&dev->mrs, w->sge[0].lkey, qp->pd, DIWARP_ACCESS_LOCAL_WRITE,
-                                      w->sge[0].addr + r.ddp.to, plen, &host) != DW_PROT_OK)
-                        return rd_direct_skip(d);
-        } else if (dw_rdmap_write_accept(dw_rdmap_qp_of(qp), r.ddp.stag, r.ddp.to, plen, &host,
-                                         NULL) < 0) {
-                return rd_direct_skip(d); /* dw_rd_rx refuses it with a NAK */
-        }
-        /* A Write's last segment keeps its tail out of the target until the
-         * CRC is verified (rd_rx_write places it); one ahead of an earlier
-         * PSN needs a free tail slot. */
-        uint32_t tail = !read && r.ddp.last ? RD_TAIL_HOLD : 0;
-        if (tail && h.psn != dw_rel_rx_cursor(&p->rel) && s->ntails == RD_TAILS)
+        uint32_t tail = 0;
+        uint8_t *host = rd_direct_target(s, p, &h, &r, plen, read, &tail);
+        if (!host)
                 return rd_direct_skip(d);
         uint8_t trl[DW_SEAL_TRAILER_MAX];
         struct iovec iov[4] = {

@@ -54,12 +54,15 @@
  *   rd_test fds            one UDP socket per device for 64 QPs x 64 peers
  *   rd_test heap           10 000 pseudo-streams per device: idle peer state
  *                          <= 256 bytes, heap growth per pseudo-stream
- *   rd_test order  rd|rc   300 rounds of a Write, a Fetch-and-Add and a Read
- *                          of one word, posted back to back (meson runs it
- *                          under DIWARP_FAULT reorder and drop): the Atomic
- *                          returns what the Write put there and the Read
- *                          what the Atomic left, every round: the responder
- *                          runs Reads and Atomics in stream order
+ *   rd_test order  rd|rc   300 rounds of two 8 KiB Writes to the same
+ *                          bytes, a Fetch-and-Add of their first word and a
+ *                          Read of them, posted back to back (meson runs it
+ *                          under DIWARP_FAULT reorder and drop, in datagrams
+ *                          of MTU 1500): the Atomic returns what the second
+ *                          Write put there and the Read what the Atomic left
+ *                          and the rest of the second Write, every round:
+ *                          Reads and Atomics run in stream order, and a late
+ *                          segment never overwrites a later Write's bytes
  *   rd_test pingpong rd|rc  2000 Send exchanges between QPs whose send queues
  *                          hold one WR, each answer posted as soon as its
  *                          receive completes: every post accepted, every
@@ -4146,42 +4149,58 @@ static int case_readgone(void)
         return 0;
 }
 
-/* A Write, a Fetch-and-Add and a Read of one word of b, posted back to back,
- * round after round: a responder that ran a request as it arrived, ahead of
- * an earlier datagram (reordered or lost), would let the Atomic miss the
- * Write before it, or the Read the Atomic. */
+/* Two Writes to the same 8 KiB of b, then a Fetch-and-Add of its first word
+ * and a Read of it all, posted back to back, round after round: a responder
+ * that ran a request as it arrived, ahead of an earlier datagram (reordered
+ * or lost), would let the Atomic miss the Writes or the Read the Atomic; one
+ * that placed a late segment of the first Write over what the second had
+ * already written would leave the first's bytes. */
 #define ORD_ROUNDS 300
+#define ORD_LEN    8192u
 static int case_order(void)
 {
         struct side a, b;
-        buf_len = 4096;
+        buf_len = 8 * ORD_LEN;
         int all = DIWARP_ACCESS_LOCAL_WRITE | DIWARP_ACCESS_REMOTE_WRITE |
                   DIWARP_ACCESS_REMOTE_READ | DIWARP_ACCESS_REMOTE_ATOMIC;
         pair_open(&a, &b, all);
-        uint64_t *target = (uint64_t *)(b.buf + 64);
-        *target = 0;
+        uint8_t *target = b.buf + ORD_LEN; /* 8-aligned */
+        uint8_t *older = a.buf + 2 * ORD_LEN, *newer = a.buf + 3 * ORD_LEN;
+        uint8_t *sink = a.buf + 4 * ORD_LEN;
         uint64_t t0 = now_ms();
         for (unsigned r = 0; r < ORD_ROUNDS; r++) {
-                uint64_t v = 1000000ull * (r + 1);
-                memcpy(a.buf + 256, &v, 8);
+                memset(older, 0x11, ORD_LEN);
+                memset(newer, (int)(r % 200) + 0x20, ORD_LEN);
+                uint64_t v;
+                memcpy(&v, newer, 8);
                 memset(a.buf, 0, 8);
-                memset(a.buf + 128, 0, 8);
-                post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 1, 256, 8, (uintptr_t)target, b.rkey);
-                post_atomic(&a, &b, DIWARP_WR_ATOMIC_FETCH_AND_ADD, 2, target, b.rkey, 1, 0);
-                post_one(&a, &b, DIWARP_WR_RDMA_READ, 3, 128, 8, (uintptr_t)target, b.rkey);
-                struct diwarp_wc wc[3];
-                if (poll_until(&a, &b, wc, 3, 60000) != 3)
-                        die("order round %u: not all three completed", r);
-                for (unsigned i = 0; i < 3; i++)
+                memset(sink, 0, ORD_LEN);
+                post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 1, 2 * ORD_LEN, ORD_LEN, (uintptr_t)target,
+                         b.rkey);
+                post_one(&a, &b, DIWARP_WR_RDMA_WRITE, 2, 3 * ORD_LEN, ORD_LEN, (uintptr_t)target,
+                         b.rkey);
+                post_atomic(&a, &b, DIWARP_WR_ATOMIC_FETCH_AND_ADD, 3, (uint64_t *)target, b.rkey,
+                            1, 0);
+                post_one(&a, &b, DIWARP_WR_RDMA_READ, 4, 4 * ORD_LEN, ORD_LEN, (uintptr_t)target,
+                         b.rkey);
+                struct diwarp_wc wc[4];
+                if (poll_until(&a, &b, wc, 4, 60000) != 4)
+                        die("order round %u: not all four completed", r);
+                for (unsigned i = 0; i < 4; i++)
                         expect_wc(&wc[i], i + 1, DIWARP_WC_SUCCESS, "order");
                 uint64_t got, read;
                 memcpy(&got, a.buf, 8);
-                memcpy(&read, a.buf + 128, 8);
+                memcpy(&read, sink, 8);
                 if (got != v || read != v + 1)
-                        die("order round %u: the Atomic returned %llu (want %llu, the Write's), "
-                            "the Read %llu (want %llu)",
+                        die("order round %u: the Atomic returned %#llx (want %#llx, the second "
+                            "Write's), the Read %#llx (want %#llx)",
                             r, (unsigned long long)got, (unsigned long long)v,
                             (unsigned long long)read, (unsigned long long)(v + 1));
+                for (unsigned k = 8; k < ORD_LEN; k++)
+                        if (sink[k] != newer[k])
+                                die("order round %u: byte %u is %#x, the first Write's: a late "
+                                    "segment of it overwrote the second",
+                                    r, k, sink[k]);
         }
         fprintf(stderr, "order ok: %u rounds in %llu ms\n", ORD_ROUNDS,
                 (unsigned long long)(now_ms() - t0));
