@@ -276,10 +276,26 @@ bool rd_ahead_overlaps(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uin
 
 /* Places n bytes of p's psn at to of stag (host) from src, around every run
  * a later PSN placed there (those bytes are newer); the last piece last
- * byte last with lbl. */
-static void rd_place_under(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t psn,
-                           uint32_t stag, uint64_t to, uint8_t *host, const uint8_t *src,
-                           uint64_t n, bool lbl)
+ * byte last with lbl. Without runs (no PSN missing: the common case) one
+ * copy. */
+static void rd_place_runs(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t psn,
+                          uint32_t stag, uint64_t to, uint8_t *host, const uint8_t *src, uint64_t n,
+                          bool lbl);
+static inline void rd_place_under(const struct dw_rd_qp *s, const struct dw_rd_peer *p,
+                                  uint32_t psn, uint32_t stag, uint64_t to, uint8_t *host,
+                                  const uint8_t *src, uint64_t n, bool lbl)
+{
+        if (s->nahead)
+                rd_place_runs(s, p, psn, stag, to, host, src, n, lbl);
+        else if (lbl)
+                dw_copy_last_byte_last(host, src, n);
+        else
+                memcpy(host, src, n);
+}
+
+static void rd_place_runs(const struct dw_rd_qp *s, const struct dw_rd_peer *p, uint32_t psn,
+                          uint32_t stag, uint64_t to, uint8_t *host, const uint8_t *src, uint64_t n,
+                          bool lbl)
 {
         uint64_t at = 0; /* bytes of the segment placed or skipped */
         while (at < n) {
@@ -647,11 +663,9 @@ static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
                 const uint8_t *src = d->rx_placed ? d->rx_tail : pay + plen - tail;
                 /* Around what later PSNs placed there already (struct
                  * rd_ahead); the direct path placed none that overlaps. */
-                if (!d->rx_placed && s->nahead)
+                if (!d->rx_placed)
                         rd_place_under(s, p, h->psn, r->ddp.stag, r->ddp.to, host, pay, plen - tail,
                                        false);
-                else if (!d->rx_placed)
-                        memcpy(host, pay, plen - tail);
                 if (ahead && plen > tail)
                         rd_ahead_note(s, p, h->psn, r->ddp.stag, r->ddp.to, plen - tail);
                 if (tail_late) {
@@ -662,11 +676,9 @@ static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
                         t->to = r->ddp.to + plen - tail;
                         t->len = tail;
                         memcpy(t->bytes, src, tail);
-                } else if (tail && s->nahead) {
+                } else if (tail) {
                         rd_place_under(s, p, h->psn, r->ddp.stag, r->ddp.to + plen - tail,
                                        host + plen - tail, src, tail, true);
-                } else if (tail) {
-                        dw_copy_last_byte_last(host + plen - tail, src, tail);
                 }
         }
         if (w) {
