@@ -346,24 +346,9 @@ int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, i
  * message's SE bit says. Raises CQ_ERR on overflow. */
 void dw_qp_complete_recv(struct dw_qp *qp, struct diwarp_wc *wc, bool solicited);
 
-/* What a message that consumed a receive WR delivered, as RC and RD report
- * it: the one place its receive completion is made of (dw_qp_recv_done). */
-struct dw_recv_done {
-        enum diwarp_wc_status status;
-        uint32_t byte_len;
-        uint32_t src_qp;
-        bool write_imm; /* an RDMA Write with Immediate Data, or an Immediate Data
-                           message on its own: RECV_RDMA_WITH_IMM (else RECV) */
-        bool has_imm;   /* WITH_IMM, imm_data = imm */
-        uint32_t imm;
-        bool inval; /* WITH_INV, invalidated_rkey = inval_rkey (a Send with
-                       Invalidate whose Invalidate was carried out) */
-        uint32_t inval_rkey;
-        uint32_t vendor_err; /* of an error: the Terminate error that says why */
-};
-
-/* Completes receive WR wr_id with what d says (dw_qp_complete_recv). The
- * caller pops the WR. Inline: RD's fast receive path calls it per message. */
+/* Completes receive WR wr_id with what d says (dw_qp_complete_recv; d is
+ * rdmap/'s record, made by dw_rdmap_recv_end). The caller pops the WR. Inline: RD's fast receive
+ * path calls it per message. */
 static inline void dw_qp_recv_done(struct dw_qp *qp, uint64_t wr_id, const struct dw_recv_done *d,
                                    bool solicited)
 {

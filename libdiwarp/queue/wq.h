@@ -53,6 +53,7 @@ struct dw_wqe {
         uint32_t flags;    /* enum dw_wqe_flags */
         int status;        /* enum diwarp_wc_status once DONE */
         uint32_t byte_len; /* for the completion */
+        uint32_t recv_end; /* receive: how its message ended (rdmap/'s enum dw_rdmap_end_flags) */
         uint64_t ts_ns;
         void *priv;
         /* RD receiver-paced Send: bytes pushed as segments (send and

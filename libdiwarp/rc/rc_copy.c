@@ -88,10 +88,13 @@ static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe
                 copy_iov(tgt, n, loc, nloc);
                 c->msn_send++;
                 p->msn_expect_send++;
-                rc_rx_complete_recv(p, rw,
-                                    (struct dw_recv_done){.status = DIWARP_WC_SUCCESS,
-                                                          .byte_len = (uint32_t)w->total_len},
-                                    (w->send_flags & DIWARP_SEND_SOLICITED) != 0);
+                /* As the Send would have ended on the stream. */
+                struct dw_rdmap_msg_end e = dw_rdmap_send_end(
+                    dw_rdmap_send_opcode(w, (w->send_flags & DIWARP_SEND_SOLICITED) != 0),
+                    (uint32_t)w->total_len, 0);
+                struct dw_recv_done d;
+                bool solicited = dw_rdmap_recv_end(dw_rdmap_qp_of(pq), &e, &d, NULL);
+                rc_rx_complete_recv(p, rw, d, solicited);
                 return true;
         }
         bool write = w->opcode == DIWARP_WR_RDMA_WRITE;

@@ -365,8 +365,6 @@ static void rx_data_place(struct dw_rc_conn *c)
                 return;
         }
         default: {
-                bool se = dw_rdmap_send_se(h->opcode);
-                bool inv = dw_rdmap_send_inval(h->opcode);
                 if (!c->rx_wqe) { /* absorbed RTR Send */
                         c->rtr_send_expected = false;
                         c->msn_expect_send++;
@@ -376,31 +374,23 @@ static void rx_data_place(struct dw_rc_conn *c)
                 if (!h->ddp.last)
                         return;
                 struct dw_wqe *w = c->rx_wqe;
-                struct dw_recv_done d = {.status = DIWARP_WC_SUCCESS,
-                                         .byte_len = (uint32_t)c->rx_msg_len,
-                                         .inval = inv,
-                                         .inval_rkey = h->inval_stag};
-                c->rx_wqe = NULL;
-                c->msn_expect_send++;
-                if (inv) {
-                        struct dw_term_error te;
-                        enum diwarp_wc_status ws =
-                            dw_rdmap_send_invalidate(dw_rdmap_qp_of(qp), h->inval_stag, &te);
-                        if (ws != DIWARP_WC_SUCCESS) {
-                                rx_fail_recv(c, w, ws, te);
-                                rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
-                                                  DIWARP_EVENT_QP_ACCESS_ERR,
-                                                  "Send with Invalidate of an STag that cannot be "
-                                                  "invalidated");
-                                return;
-                        }
-                }
-                if (c->imm_pending) {
-                        d.has_imm = true;
-                        d.imm = c->imm_value;
+                struct dw_rdmap_msg_end e =
+                    dw_rdmap_send_end(h->opcode, (uint32_t)c->rx_msg_len, h->inval_stag);
+                if (c->imm_pending) { /* diwarp's Send with Immediate */
+                        dw_rdmap_end_imm(&e, c->imm_value, false);
                         c->imm_pending = false;
                 }
+                c->rx_wqe = NULL;
+                c->msn_expect_send++;
+                struct dw_recv_done d;
+                struct dw_term_error te;
+                bool se = dw_rdmap_recv_end(dw_rdmap_qp_of(qp), &e, &d, &te);
                 rc_rx_complete_recv(c, w, d, se);
+                if (d.status != DIWARP_WC_SUCCESS)
+                        rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
+                                          DIWARP_EVENT_QP_ACCESS_ERR,
+                                          "Send with Invalidate of an STag that cannot be "
+                                          "invalidated");
                 return;
         }
         }
@@ -426,15 +416,11 @@ static bool rx_imm_alone(struct dw_rc_conn *c, uint32_t imm, bool se)
         struct dw_wqe *w = rx_take_recv(c);
         if (!w)
                 return false;
-        uint32_t len = (uint32_t)c->rx_write_len;
+        struct dw_rdmap_msg_end e = dw_rdmap_imm_end((uint32_t)c->rx_write_len, imm, se);
         c->rx_write_len = 0;
-        rc_rx_complete_recv(c, w,
-                            (struct dw_recv_done){.status = DIWARP_WC_SUCCESS,
-                                                  .byte_len = len,
-                                                  .write_imm = true,
-                                                  .has_imm = true,
-                                                  .imm = imm},
-                            se);
+        struct dw_recv_done d;
+        bool solicited = dw_rdmap_recv_end(dw_rdmap_qp_of(c->qp), &e, &d, NULL);
+        rc_rx_complete_recv(c, w, d, solicited);
         return true;
 }
 

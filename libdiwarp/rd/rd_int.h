@@ -110,10 +110,6 @@ enum {
         RD_W_RESP = 1u << 9,     /* Read/Atomic: the response is complete */
         RD_W_LAST = 1u << 10,    /* last segment (or response) seen; psn = its PSN */
         RD_W_BOUND = 1u << 11,   /* receive: bound to (peer, msn) */
-        RD_W_IMM = 1u << 12,     /* receive: carries immediate data */
-        RD_W_INV = 1u << 13,     /* receive: Send with Invalidate */
-        RD_W_SE = 1u << 14,      /* receive: solicited */
-        RD_W_WIMM = 1u << 15,    /* receive: consumed by RDMA Write with Immediate */
         RD_W_INORQ = 1u << 16,   /* send: on the ORQ */
         RD_W_QUEUED = 1u << 17,  /* send: dw_rd_post_send resolved its peer */
         RD_W_TOKEN = 1u << 18,   /* send: holds an in-flight token (its first segment left) */
@@ -332,6 +328,17 @@ struct rd_seg {
         uint8_t opcode;      /* RDMAP */
         bool last, has_imm, imm_se;
 };
+
+/* How the Send whose last segment g is ends, len bytes in all (with its
+ * Immediate Data, diwarp's Send with Immediate): rdmap/'s record, kept in
+ * the receive WR or the mailbox entry until the message completes. */
+static inline struct dw_rdmap_msg_end rd_seg_end(const struct rd_seg *g, uint32_t len)
+{
+        struct dw_rdmap_msg_end e = dw_rdmap_send_end(g->opcode, len, g->inval_stag);
+        if (g->has_imm)
+                dw_rdmap_end_imm(&e, g->imm, g->imm_se);
+        return e;
+}
 
 /* One parked segment: where its bytes are in the ring and what to do with
  * them once a receive WQE is there. */
@@ -614,10 +621,6 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
  * accepted yet, so the sender sends it again). */
 enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE, RV_WINDOW, RV_AHEAD };
 void rd_ack_flush(struct dw_rd_dev *d);
-/* The Invalidate of a Send with Invalidate as its receive completes (into a
- * receive WR or the application mailbox): dw_rdmap_send_invalidate, then d
- * reports WITH_INV and the STag, or the status of the refusal. */
-void rd_recv_invalidate(struct dw_qp *qp, struct dw_recv_done *d, uint32_t stag);
 void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   enum diwarp_wc_status st);
 /* Frees the slots of receive WQEs that completed behind an older one still

@@ -536,16 +536,10 @@ void rd_mbox_app_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                                 continue;
                         if (!dw_psn_before(e->g.psn, cur))
                                 return;
-                        struct dw_recv_done d = {
-                            .status = DIWARP_WC_SUCCESS,
-                            .byte_len = e->g.len,
-                            .src_qp = p->rqpn,
-                            .has_imm = e->g.has_imm,
-                            .imm = e->g.imm,
-                        };
-                        if (dw_rdmap_send_inval(e->g.opcode))
-                                rd_recv_invalidate(s->qp, &d, e->g.inval_stag);
-                        bool se = dw_rdmap_send_se(e->g.opcode) || e->g.imm_se;
+                        struct dw_rdmap_msg_end end = rd_seg_end(&e->g, e->g.len);
+                        struct dw_recv_done d;
+                        bool se = dw_rdmap_recv_end(dw_rdmap_qp_of(s->qp), &end, &d, NULL);
+                        d.src_qp = p->rqpn;
                         e->delivered = true;
                         p->rx_done++;
                         p->rx_bind = p->rx_done;

@@ -96,13 +96,9 @@ enum rd_verdict rd_pull_start(struct dw_rd_qp *s, struct dw_rd_peer *p, struct d
         }
         w->flags |= RD_W_PULL;
         w->pull_pushed = h->pull_pushed;
-        w->byte_len = h->pull_len;
-        if (dw_rdmap_send_se(r->opcode))
-                w->flags |= RD_W_SE;
-        if (dw_rdmap_send_inval(r->opcode)) {
-                w->flags |= RD_W_INV;
-                w->invalidate_rkey = r->inval_stag;
-        }
+        /* Its length is known from the first segment: the end is noted now. */
+        struct dw_rdmap_msg_end e = dw_rdmap_send_end(r->opcode, h->pull_len, r->inval_stag);
+        dw_rdmap_wqe_end_note(w, &e);
         *idx = pull_take(s, w);
         if (*idx < 0)
                 s->pull_waiting++;

@@ -150,6 +150,7 @@ struct dw_wqe *rd_rx_bind(struct dw_rd_qp *s, struct dw_rd_peer *p, uint32_t msn
                         w->msn = m;
                         w->flags |= RD_W_BOUND;
                         w->byte_len = 0;
+                        w->recv_end = 0;
                 }
                 p->rx_bind = msn + 1;
         }
@@ -197,13 +198,6 @@ void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
         dw_qp_recv_done(s->qp, w->wr_id, &(struct dw_recv_done){.status = st, .src_qp = p->rqpn},
                         false);
         rd_rq_pop_done(s);
-}
-
-void rd_recv_invalidate(struct dw_qp *qp, struct dw_recv_done *d, uint32_t stag)
-{
-        d->status = dw_rdmap_send_invalidate(dw_rdmap_qp_of(qp), stag, NULL);
-        d->inval = d->status == DIWARP_WC_SUCCESS;
-        d->inval_rkey = stag;
 }
 
 /* The run a segment of psn at to would extend: p's last run, of the same
@@ -369,19 +363,13 @@ void rd_rx_complete(struct dw_rd_qp *s, struct dw_rd_peer *p)
                         }
                 if (!w || !(w->flags & RD_W_LAST) || !dw_psn_before(w->psn, cur))
                         break;
-                struct dw_recv_done d = {
-                    .status = DIWARP_WC_SUCCESS,
-                    .byte_len = w->byte_len,
-                    .src_qp = p->rqpn,
-                    .write_imm = (w->flags & RD_W_WIMM) != 0,
-                    .has_imm = (w->flags & RD_W_IMM) != 0,
-                    .imm = w->imm_data,
-                };
-                if (w->flags & RD_W_INV)
-                        rd_recv_invalidate(qp, &d, w->invalidate_rkey);
+                struct dw_rdmap_msg_end e = dw_rdmap_wqe_end(w);
+                struct dw_recv_done d;
+                bool solicited = dw_rdmap_recv_end(dw_rdmap_qp_of(qp), &e, &d, NULL);
+                d.src_qp = p->rqpn;
                 w->flags |= DW_WQE_DONE;
                 p->rx_done++;
-                dw_qp_recv_done(qp, w->wr_id, &d, (w->flags & RD_W_SE) != 0);
+                dw_qp_recv_done(qp, w->wr_id, &d, solicited);
         }
         rd_rq_pop_done(s);
         for (uint32_t i = 0; i < s->norq;) {
@@ -462,20 +450,9 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                 rd_pull_check(s, w);
         if (g->last) {
                 w->psn = g->psn;
-                w->byte_len = g->mo + g->len;
                 w->flags |= RD_W_LAST;
-                if (dw_rdmap_send_se(g->opcode))
-                        w->flags |= RD_W_SE;
-                if (dw_rdmap_send_inval(g->opcode)) {
-                        w->flags |= RD_W_INV;
-                        w->invalidate_rkey = g->inval_stag;
-                }
-                if (g->has_imm) {
-                        w->flags |= RD_W_IMM;
-                        w->imm_data = g->imm;
-                        if (g->imm_se)
-                                w->flags |= RD_W_SE;
-                }
+                struct dw_rdmap_msg_end end = rd_seg_end(g, g->mo + g->len);
+                dw_rdmap_wqe_end_note(w, &end);
         }
         qp->ctr.rx_bytes += g->len;
         return 0;
@@ -683,11 +660,10 @@ static enum rd_verdict rd_rx_write(struct dw_rd_qp *s, struct dw_rd_peer *p,
         }
         if (w) {
                 w->psn = h->psn;
-                w->byte_len = x->imm_len;
-                w->imm_data = x->imm_val;
-                w->flags |= RD_W_LAST | RD_W_IMM | RD_W_WIMM;
-                if (ri->opcode == DW_RDMAP_IMM_DATA_SE)
-                        w->flags |= RD_W_SE;
+                w->flags |= RD_W_LAST;
+                struct dw_rdmap_msg_end e =
+                    dw_rdmap_imm_end(x->imm_len, x->imm_val, ri->opcode == DW_RDMAP_IMM_DATA_SE);
+                dw_rdmap_wqe_end_note(w, &e);
         }
         qp->ctr.rx_bytes += plen;
         return RV_ACCEPT;
@@ -994,11 +970,12 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         p->rx_bind++;
         p->rx_done++;
         w->flags |= DW_WQE_DONE;
-        dw_qp_recv_done(qp, w->wr_id,
-                        &(struct dw_recv_done){.status = DIWARP_WC_SUCCESS,
-                                               .byte_len = (uint32_t)plen,
-                                               .src_qp = p->rqpn},
-                        c == RD_MSG1(DW_RDMAP_SEND_SE));
+        struct dw_rdmap_msg_end e = dw_rdmap_send_end(
+            c == RD_MSG1(DW_RDMAP_SEND_SE) ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND, (uint32_t)plen, 0);
+        struct dw_recv_done d;
+        bool solicited = dw_rdmap_recv_end(dw_rdmap_qp_of(qp), &e, &d, NULL);
+        d.src_qp = p->rqpn;
+        dw_qp_recv_done(qp, w->wr_id, &d, solicited);
         dw_wq_pop(&qp->rq);
         return true;
 }

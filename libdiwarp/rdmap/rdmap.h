@@ -8,7 +8,9 @@
  * a Write segment or a Read or Atomic Request, the responses to those
  * requests (one record per IRQ entry: an Atomic runs as it is accepted,
  * a Read is served segment by segment), the Send rules of placement
- * (SE, Invalidate, a Send that does not fit its receive WR), the RFC 7306 atomic
+ * (SE, Invalidate, a Send that does not fit its receive WR), the end of a
+ * message that consumes a receive WR and the completion it becomes (the
+ * Invalidate carried out there, once), the RFC 7306 atomic
  * operations and the building of an Atomic Request from a WR, and the
  * classification of errors: a failed check to the Terminate layer/type/code
  * (RFC 5040 §7, RFC 5041 §7) that RC sends in a Terminate and RD turns into
@@ -117,6 +119,12 @@ struct dw_term_error {
         uint8_t etype;
         uint8_t ecode;
 };
+
+/* diwarp_wc.vendor_err encoding of a Terminate error: layer << 12 | type << 8 | code. */
+static inline uint32_t dw_term_vendor_err(struct dw_term_error e)
+{
+        return (uint32_t)(e.layer & 0xf) << 12 | (uint32_t)(e.etype & 0xf) << 8 | e.ecode;
+}
 
 /* ---- Remote access (the responder) ---- */
 
@@ -270,6 +278,125 @@ int dw_rdmap_send_inval_accept(struct dw_rdmap_qp qp, uint32_t stag, struct dw_r
 static inline enum diwarp_wc_status dw_rdmap_recv_wc(int err)
 {
         return err == -EMSGSIZE ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR;
+}
+
+/* ---- A received message's end and its completion ---- */
+
+/* What a message that consumed a receive WR delivered: its receive
+ * completion, as RC, RD, RD's mailbox and UD report it (qp/'s
+ * dw_qp_recv_done writes it to the CQ). */
+struct dw_recv_done {
+        enum diwarp_wc_status status;
+        uint32_t byte_len;
+        uint32_t src_qp;
+        bool write_imm; /* an RDMA Write with Immediate Data, or an Immediate Data
+                           message on its own: RECV_RDMA_WITH_IMM (else RECV) */
+        bool has_imm;   /* WITH_IMM, imm_data = imm */
+        uint32_t imm;
+        bool inval; /* WITH_INV, invalidated_rkey = inval_rkey (a Send with
+                       Invalidate whose Invalidate was carried out) */
+        uint32_t inval_rkey;
+        uint32_t vendor_err; /* of an error: the Terminate error that says why */
+};
+
+/* How a message that consumes a receive WR ended, as its last segment told:
+ * a Send of the family (its length, SE, Invalidate STag), RFC 7306's
+ * Immediate Data after an RDMA Write (the Write's length) or on its own,
+ * diwarp's Send with Immediate (both). RC gathers it as the message ends and
+ * completes the WR at once; RD keeps it in the WR (dw_rdmap_wqe_end_note)
+ * until rel/'s cursor passes the message, and its application mailbox in
+ * the mailbox entry. The completion is made of it in one place,
+ * dw_rdmap_recv_end. */
+enum dw_rdmap_end_flags {
+        DW_RDMAP_END_SE = 1 << 0,   /* a solicited event */
+        DW_RDMAP_END_INV = 1 << 1,  /* a Send with Invalidate of inval_stag */
+        DW_RDMAP_END_IMM = 1 << 2,  /* Immediate Data: imm */
+        DW_RDMAP_END_WIMM = 1 << 3, /* no Send: Immediate Data after a Write or alone */
+};
+
+struct dw_rdmap_msg_end {
+        uint32_t len;        /* bytes of the Send, or of the Write before the Immediate Data */
+        uint32_t inval_stag; /* DW_RDMAP_END_INV */
+        uint32_t imm;        /* DW_RDMAP_END_IMM, network byte order */
+        uint8_t flags;       /* enum dw_rdmap_end_flags */
+};
+
+/* The end of a Send of the family, by its opcode, len bytes in all. */
+static inline struct dw_rdmap_msg_end dw_rdmap_send_end(unsigned int opcode, uint32_t len,
+                                                        uint32_t inval_stag)
+{
+        struct dw_rdmap_msg_end e = {.len = len};
+        if (dw_rdmap_send_se(opcode))
+                e.flags |= DW_RDMAP_END_SE;
+        if (dw_rdmap_send_inval(opcode)) {
+                e.flags |= DW_RDMAP_END_INV;
+                e.inval_stag = inval_stag;
+        }
+        return e;
+}
+
+/* Immediate Data imm goes with the message that ends as e (diwarp's Send
+ * with Immediate; a Write with Immediate's e is dw_rdmap_imm_end's). se: the
+ * Immediate Data message's own SE bit. */
+static inline void dw_rdmap_end_imm(struct dw_rdmap_msg_end *e, uint32_t imm, bool se)
+{
+        e->imm = imm;
+        e->flags |= DW_RDMAP_END_IMM | (se ? DW_RDMAP_END_SE : 0);
+}
+
+/* The end of an Immediate Data message that consumes a receive WR itself:
+ * after an RDMA Write of write_len bytes (0: on its own, RFC 7306). */
+static inline struct dw_rdmap_msg_end dw_rdmap_imm_end(uint32_t write_len, uint32_t imm, bool se)
+{
+        struct dw_rdmap_msg_end e = {.len = write_len, .flags = DW_RDMAP_END_WIMM};
+        dw_rdmap_end_imm(&e, imm, se);
+        return e;
+}
+
+/* Keeps e in receive WR w until the message completes (RD), in the WR's
+ * completion fields, and reads it back. */
+static inline void dw_rdmap_wqe_end_note(struct dw_wqe *w, const struct dw_rdmap_msg_end *e)
+{
+        w->byte_len = e->len;
+        w->invalidate_rkey = e->inval_stag;
+        w->imm_data = e->imm;
+        w->recv_end = e->flags;
+}
+
+static inline struct dw_rdmap_msg_end dw_rdmap_wqe_end(const struct dw_wqe *w)
+{
+        return (struct dw_rdmap_msg_end){.len = w->byte_len,
+                                         .inval_stag = w->invalidate_rkey,
+                                         .imm = w->imm_data,
+                                         .flags = (uint8_t)w->recv_end};
+}
+
+/* The receive completion of a message that ended as e says, made as the
+ * message completes, in message order: a Send with Invalidate's Invalidate
+ * is carried out here, once (dw_rdmap_send_invalidate); when it is refused
+ * the WR completes with REM_INV_REQ_ERR, the Terminate error in vendor_err
+ * and in *te (may be NULL: RD already refused the message's segments, so
+ * its sender knows). src_qp is the transport's. Returns whether the
+ * completion is solicited. */
+static inline bool dw_rdmap_recv_end(struct dw_rdmap_qp qp, const struct dw_rdmap_msg_end *e,
+                                     struct dw_recv_done *d, struct dw_term_error *te)
+{
+        *d = (struct dw_recv_done){.status = DIWARP_WC_SUCCESS,
+                                   .byte_len = e->len,
+                                   .write_imm = (e->flags & DW_RDMAP_END_WIMM) != 0,
+                                   .has_imm = (e->flags & DW_RDMAP_END_IMM) != 0,
+                                   .imm = e->imm};
+        if (e->flags & DW_RDMAP_END_INV) {
+                struct dw_term_error own;
+                if (!te)
+                        te = &own;
+                d->status = dw_rdmap_send_invalidate(qp, e->inval_stag, te);
+                d->inval = d->status == DIWARP_WC_SUCCESS;
+                d->inval_rkey = e->inval_stag;
+                if (!d->inval)
+                        d->vendor_err = dw_term_vendor_err(*te);
+        }
+        return (e->flags & DW_RDMAP_END_SE) != 0;
 }
 
 /* ---- Atomics (RFC 7306) ---- */
@@ -489,11 +616,5 @@ enum diwarp_wc_status dw_rdmap_nak_to_wc(uint8_t nak_code);
 /* The requester's completion status and async event (*event) for a
  * received Terminate. */
 enum diwarp_wc_status dw_rdmap_term_to_wc(struct dw_term_error e, int *event);
-
-/* diwarp_wc.vendor_err encoding of a Terminate error: layer << 12 | type << 8 | code. */
-static inline uint32_t dw_term_vendor_err(struct dw_term_error e)
-{
-        return (uint32_t)(e.layer & 0xf) << 12 | (uint32_t)(e.etype & 0xf) << 8 | e.ecode;
-}
 
 #endif

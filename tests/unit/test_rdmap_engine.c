@@ -1099,6 +1099,73 @@ Test(rdmap_access, send_inval_accept)
                      DW_PROT_OK, "a refused STag stays valid");
 }
 
+/* ---- A received message's end and its completion ----------------------- */
+
+/* What each kind of message end becomes: a Send's length and SE, diwarp's
+ * Send with Immediate (the Immediate's own SE counts), a Write with
+ * Immediate (RECV_RDMA_WITH_IMM with the Write's length), the same kept in
+ * a receive WR and read back. */
+Test(rdmap_recv_end, completions, .init = setup, .fini = teardown)
+{
+        struct dw_recv_done d;
+        struct dw_rdmap_msg_end e = dw_rdmap_send_end(DW_RDMAP_SEND, 100, 0x1234);
+        cr_expect(!dw_rdmap_recv_end(dw_rdmap_qp_of(&qp), &e, &d, NULL), "no SE");
+        cr_expect(d.status == DIWARP_WC_SUCCESS && d.byte_len == 100 && !d.has_imm &&
+                      !d.write_imm && !d.inval && d.inval_rkey == 0,
+                  "a plain Send reports its length only (no Invalidate STag)");
+
+        e = dw_rdmap_send_end(DW_RDMAP_SEND_SE, 7, 0);
+        cr_expect(dw_rdmap_recv_end(dw_rdmap_qp_of(&qp), &e, &d, NULL), "SE");
+
+        e = dw_rdmap_send_end(DW_RDMAP_SEND, 9, 0);
+        dw_rdmap_end_imm(&e, 0xa1b2c3d4, true);
+        cr_expect(dw_rdmap_recv_end(dw_rdmap_qp_of(&qp), &e, &d, NULL),
+                  "the Immediate Data's SE asks for the event");
+        cr_expect(d.byte_len == 9 && d.has_imm && d.imm == 0xa1b2c3d4 && !d.write_imm);
+
+        e = dw_rdmap_imm_end(4096, 0x55, false);
+        cr_expect(!dw_rdmap_recv_end(dw_rdmap_qp_of(&qp), &e, &d, NULL));
+        cr_expect(d.byte_len == 4096 && d.has_imm && d.imm == 0x55 && d.write_imm,
+                  "a Write with Immediate: RECV_RDMA_WITH_IMM, the Write's length");
+
+        struct dw_wqe w = {0};
+        struct dw_rdmap_msg_end kept = dw_rdmap_send_end(DW_RDMAP_SEND_SE, 33, 0);
+        dw_rdmap_end_imm(&kept, 0x77, false);
+        dw_rdmap_wqe_end_note(&w, &kept);
+        struct dw_rdmap_msg_end back = dw_rdmap_wqe_end(&w);
+        cr_expect(back.len == 33 && back.imm == 0x77 && back.flags == kept.flags &&
+                      back.inval_stag == 0,
+                  "kept in the receive WR and read back whole");
+}
+
+/* A Send with Invalidate's Invalidate is carried out as its end becomes a
+ * completion, once: the second end naming the same STag fails with
+ * REM_INV_REQ_ERR and the Terminate error in vendor_err and *te. */
+Test(rdmap_recv_end, invalidate_once, .init = setup, .fini = teardown)
+{
+        qp_rights(true, RW);
+        uint32_t mine = reg(&pd_a, ALL);
+        struct dw_recv_done d;
+        struct dw_term_error te = {0};
+        struct dw_rdmap_msg_end e = dw_rdmap_send_end(DW_RDMAP_SEND_SE_INVAL, 64, mine);
+
+        cr_expect(dw_rdmap_recv_end(dw_rdmap_qp_of(&qp), &e, &d, &te));
+        cr_expect(d.status == DIWARP_WC_SUCCESS && d.inval && d.inval_rkey == mine &&
+                  d.byte_len == 64 && d.vendor_err == 0);
+        cr_expect_eq(dw_rdmap_check_remote(dw_rdmap_qp_of(&qp), RW, mine, IOVA, 8, NULL),
+                     DW_PROT_INVALIDATED, "the STag is invalid after the completion");
+
+        dw_rdmap_recv_end(dw_rdmap_qp_of(&qp), &e, &d, &te);
+        cr_expect_eq(d.status, DIWARP_WC_REM_INV_REQ_ERR);
+        cr_expect(!d.inval, "no WITH_INV for an Invalidate not carried out");
+        cr_expect(te.layer == DW_TERM_LAYER_RDMAP && te.etype == DW_TERM_RDMAP_REMOTE_PROTECTION &&
+                  te.ecode == DW_TERM_RDMAP_STAG_NOT_INVALIDATED);
+        cr_expect_eq(d.vendor_err, dw_term_vendor_err(te));
+        dw_rdmap_recv_end(dw_rdmap_qp_of(&qp), &e, &d, NULL);
+        cr_expect(d.status == DIWARP_WC_REM_INV_REQ_ERR && d.vendor_err == dw_term_vendor_err(te),
+                  "the same without *te");
+}
+
 /* ---- Tagged placement -------------------------------------------------- */
 
 /* Terminate errors of a tagged sink: DDP Tagged Buffer, RDMAP Remote
