@@ -621,8 +621,10 @@ int rd_tx_qp(struct dw_rd_qp *s, int budget, bool *blocked);
  * accepted yet, so the sender sends it again). */
 enum rd_verdict { RV_ACCEPT, RV_DROP, RV_RNR, RV_NAK, RV_GONE, RV_WINDOW, RV_AHEAD };
 void rd_ack_flush(struct dw_rd_dev *d);
+/* Receive WR w fails with status st because of what the peer sent; te, the
+ * Terminate error RC would send for it, goes in vendor_err (as RC's). */
 void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
-                  enum diwarp_wc_status st);
+                  enum diwarp_wc_status st, struct dw_term_error te);
 /* Frees the slots of receive WQEs that completed behind an older one still
  * under way (messages of different peers complete in any order): the ring
  * pops only from its head, and without this an application that reposts

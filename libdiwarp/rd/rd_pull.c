@@ -90,7 +90,7 @@ enum rd_verdict rd_pull_start(struct dw_rd_qp *s, struct dw_rd_peer *p, struct d
                     "WR %#llx",
                     qp->qpn, h->pull_len, (unsigned long long)w->total_len,
                     (unsigned long long)w->wr_id);
-                rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR);
+                rd_recv_fail(s, p, w, DIWARP_WC_LOC_LEN_ERR, dw_rdmap_recv_term(-EMSGSIZE));
                 *nak = DW_DGRAM_NAK_INVALID;
                 return RV_NAK;
         }

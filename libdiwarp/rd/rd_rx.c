@@ -192,10 +192,12 @@ static void rd_rq_pop_done(struct dw_rd_qp *s)
 }
 
 void rd_recv_fail(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
-                  enum diwarp_wc_status st)
+                  enum diwarp_wc_status st, struct dw_term_error te)
 {
         w->flags |= DW_WQE_DONE;
-        dw_qp_recv_done(s->qp, w->wr_id, &(struct dw_recv_done){.status = st, .src_qp = p->rqpn},
+        dw_qp_recv_done(s->qp, w->wr_id,
+                        &(struct dw_recv_done){
+                            .status = st, .src_qp = p->rqpn, .vendor_err = dw_term_vendor_err(te)},
                         false);
         rd_rq_pop_done(s);
 }
@@ -437,7 +439,7 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                                 qp->qpn, (unsigned long long)w->wr_id);
         }
         if (e < 0) {
-                rd_recv_fail(s, p, w, dw_rdmap_recv_wc(e));
+                rd_recv_fail(s, p, w, dw_rdmap_recv_wc(e), dw_rdmap_recv_term(e));
                 *nak = dw_rdmap_term_to_nak(dw_rdmap_recv_term(e));
                 return -1;
         }
@@ -503,7 +505,7 @@ static enum rd_verdict rd_inval_refused(struct dw_rd_qp *s, struct dw_rd_peer *p
         if (!s->mbox_app && !(unbound && s->mb && s->mb->ent_count))
                 w = rd_rx_bind(s, p, r->ddp.msn);
         if (w && !(w->flags & RD_W_PULL))
-                rd_recv_fail(s, p, w, DIWARP_WC_REM_INV_REQ_ERR);
+                rd_recv_fail(s, p, w, DIWARP_WC_REM_INV_REQ_ERR, ref->te);
         return v;
 }
 

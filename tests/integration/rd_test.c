@@ -2111,6 +2111,10 @@ static int case_invfail(void)
                 if (poll_until(&b, &a, &wc, 1, 10000) != 1)
                         die("invfail %s: no receive completion", what[k]);
                 expect_wc(&wc, 0x71, DIWARP_WC_REM_INV_REQ_ERR, what[k]);
+                /* vendor_err: RDMAP, Remote Protection, "STag cannot be
+                 * invalidated" (RFC 5040 §4.8), as RC's Terminate says it. */
+                if (wc.vendor_err != (0x0u << 12 | 0x1u << 8 | 0x09u))
+                        die("invfail %s: receive vendor_err %#x", what[k], wc.vendor_err);
                 if (poll_until(&a, &b, &wc, 1, 10000) != 1)
                         die("invfail %s: no send completion", what[k]);
                 expect_wc(&wc, 2, DIWARP_WC_REM_ACCESS_ERR, what[k]);
