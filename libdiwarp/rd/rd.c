@@ -967,6 +967,7 @@ int dw_rd_dev_init(struct dw_device *dev)
         cp.enabled = dev->cfg.cc;
         cp.pacing = dev->cfg.cc_pacing;
         cp.target_ns = dev->cfg.cc_target_us * 1000u;
+        d->stamp_gap_ns = cp.target_ns / 2;
         d->nocrc = dev->seal.nocrc; /* DIWARP_RD_CRC=0, unless DIWARP_AUTH */
         d->pull_min = dev->cfg.pull_min;
         d->pull_chunk = dev->cfg.pull_chunk;

@@ -466,6 +466,10 @@ struct dw_rd_dev {
          * (taken while waiting for it rather than after it arrived). */
         uint64_t step_now, step_no;
         bool rx_clock;
+        /* A step that begins this long after the last clock reading reads
+         * even a lone datagram with its kernel stamp (dw_rd_rx_clock): half
+         * the congestion control's delay target (DIWARP_CC_TARGET_US). */
+        uint64_t stamp_gap_ns;
         /* hold_retire: dw_rd_rx is handling the ACK of a datagram whose Send
          * it already completed; held_step: the step in which send completions
          * were first held back since the last release (see rd_retire_held). */
