@@ -347,8 +347,8 @@ int dw_qp_modify_internal(struct dw_qp *qp, const struct diwarp_qp_attr *attr, i
 void dw_qp_complete_recv(struct dw_qp *qp, struct diwarp_wc *wc, bool solicited);
 
 /* Completes receive WR wr_id with what d says (dw_qp_complete_recv; d is
- * rdmap/'s record, made by dw_rdmap_recv_end). The caller pops the WR. Inline: RD's fast receive
- * path calls it per message. */
+ * rdmap/'s record, made by dw_rdmap_recv_end). The caller pops the WR.
+ * Inline: RD's fast receive path calls it per message. */
 static inline void dw_qp_recv_done(struct dw_qp *qp, uint64_t wr_id, const struct dw_recv_done *d,
                                    bool solicited)
 {
