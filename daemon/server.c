@@ -795,8 +795,19 @@ static void *server_main(void *arg)
                                 run_devs(s);
                 }
                 atomic_store(&s->page->sleeping, 0);
-                if (n > 0)
+                if (n > 0) {
+                        /* The rings before the devices: a receive a client
+                         * posted (its doorbell woke us) before the datagram
+                         * that needs it was sent must be in the engine when
+                         * the device reads that datagram, or UD drops it. A
+                         * Send from a client of another server waits for the
+                         * receive only DW_UD_HOLD_NS (1 ms) before it goes as
+                         * a datagram; a server slow to wake let it through
+                         * first (a UD ping-pong of daemon_nice lost a message
+                         * once in CI). */
+                        serve_all(s);
                         handle_events(s, evs, n);
+                }
                 drop_broken(s);
                 last_work = diwarpdv_now_ns();
         }
