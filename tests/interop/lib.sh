@@ -66,6 +66,15 @@ else:
 '
 }
 
+# perftest's result rows. A latency row: bytes iterations t_min t_max
+# t_typical t_avg t_stdev p99 p99.9. perftest squares each sample's deviation
+# from the mean into an int, which overflows once samples stray 46 341 us or
+# more (stalls of a busy host), and then prints t_stdev as -nan: perftest's
+# arithmetic, not a lost message, so the row counts, in that column only.
+PERFTEST_LAT_ROW='^ *[0-9]+([[:space:]]+[0-9.]+){5}[[:space:]]+(-?nan|[0-9.]+)([[:space:]]+[0-9.]+){2}'
+# A bandwidth row: bytes iterations BW-peak BW-average MsgRate.
+PERFTEST_BW_ROW='^ *[0-9]+([[:space:]]+[0-9.]+){4}'
+
 # port_lock PORT: for a program whose port is fixed (udaddy: 7174), holds a
 # machine-wide lock for the rest of this script so concurrent test runs take
 # turns, then waits until nothing else listens on PORT.

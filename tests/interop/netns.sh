@@ -259,8 +259,8 @@ rc_pingpong | ud_pingpong)
         ;;
 send_lat | write_bw)
         case $prog in
-        *_lat) row='^ *[0-9]+([[:space:]]+[0-9.]+){8}' ;;
-        *) row='^ *[0-9]+([[:space:]]+[0-9.]+){4}' ;;
+        *_lat) row=$PERFTEST_LAT_ROW ;; # lib.sh
+        *) row=$PERFTEST_BW_ROW ;;
         esac
         for f in "$srv" "$cli"; do
                 expect "$f" 'Transport type : IW' "$prog sees an iWARP device"

@@ -228,7 +228,7 @@ send_lat)
         for f in "$srv" "$cli"; do
                 expect "$f" "GID: $gA" "ib_send_lat shows A's GID"
                 expect "$f" "GID: $gB" "ib_send_lat shows B's GID"
-                expect "$f" '^ *[0-9]+([[:space:]]+[0-9.]+){8}' "ib_send_lat prints its result row"
+                expect "$f" "$PERFTEST_LAT_ROW" "ib_send_lat prints its result row"
         done
         ;;
 write_bw_cm)
@@ -237,7 +237,7 @@ write_bw_cm)
                 ib_write_bw -d diwarp0 -R -p $port -n 200 "$A"
         for f in "$srv" "$cli"; do
                 expect "$f" 'Transport type : IW' "ib_write_bw sees an iWARP device"
-                expect "$f" '^ *[0-9]+([[:space:]]+[0-9.]+){4}' "ib_write_bw prints its result row"
+                expect "$f" "$PERFTEST_BW_ROW" "ib_write_bw prints its result row"
         done
         ;;
 rc_pingpong)

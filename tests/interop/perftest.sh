@@ -40,22 +40,28 @@ case " $* " in
 *" -a "*) rows=23 ;;                             # 2 B .. 8 MiB
 esac
 case $prog in
-*_lat) # bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
-        row='^ *[0-9]+([[:space:]]+[0-9.]+){8}' ;;
-*) # bytes iterations BW-peak BW-average MsgRate
-        row='^ *[0-9]+([[:space:]]+[0-9.]+){4}' ;;
+*_lat) row=$PERFTEST_LAT_ROW ;; # lib.sh
+*) row=$PERFTEST_BW_ROW ;;
 esac
+# rows_or_fail SIDE FILE EXPECTED: the failure shows that side's table, last,
+# where a CI log's tail keeps it.
+rows_or_fail() {
+        local n
+        n=$(grep -Ec "$row" "$2")
+        [ "$n" -ge "$3" ] && return 0
+        echo "--- $1's result table:" >&2
+        sed -n '/#bytes/,$p' "$2" >&2
+        fail "$prog $1 printed $n result rows, expected $3"
+}
+rows_or_fail client "$cli" "$rows"
 # The client measures; the server of a Read/Atomic test is a passive target:
 # its latency test prints no table, its bandwidth test one summary row.
-n=$(grep -Ec "$row" "$cli")
-[ "$n" -ge "$rows" ] || fail "$prog client printed $n result rows, expected $rows"
 case $prog in
 ib_read_lat | ib_atomic_lat) srows=0 ;;
 ib_read_bw | ib_atomic_bw) srows=1 ;;
 *) srows=$rows ;;
 esac
-n=$(grep -Ec "$row" "$srv")
-[ "$n" -ge "$srows" ] || fail "$prog server printed $n result rows, expected $srows"
+rows_or_fail server "$srv" "$srows"
 # GID 0: the host's first address (ibv_devinfo -v under diwarp run), which
 # perftest prints as 16 decimal bytes.
 g0=$(timeout 30 "$DIWARP" run ibv_devinfo -v -d diwarp0 2>/dev/null |
