@@ -7,8 +7,9 @@
 # a list ran no faster than single posts (loopback, 64 B: 0.09 Mpps either
 # way; with the batch 0.86-1.65 against 0.09-0.12). Asserts: both runs exit 0 and
 # print their row, and the list's message rate is at least LIST_MIN_RATIO
-# (default 2) x the single posts'. Both runs share the host's load, so the
-# ratio holds on a busy machine where absolute rates do not.
+# (default 2) x the single posts', each the best of 3 alternated rounds. Both
+# share the host's load, so the ratio holds on a busy machine where absolute
+# rates do not.
 #   perftest_list.sh   (DIWARP_RC_TRANSPORT=rd in the environment: RC over RD)
 . "$(dirname "$0")/lib.sh"
 need ib_write_bw
@@ -35,8 +36,16 @@ run() {
                 { cat "$cli" >&2; fail "ib_write_bw --post_list $1 printed no result row"; }
 }
 
-single=$(run 1)
-list=$(run 16)
-echo "64 B Writes: one WR a post $single Mpps, lists of 16 $list Mpps"
+# Rounds alternate single posts and lists; each side keeps its best round.
+# A neighbour's load (CI runs two tests at once) only slows a run down, and
+# may land on one run of a round but not the other: one round measured 1.8x
+# where alone it measures 2.5-3x.
+best() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 > b + 0) ? a : b }'; }
+single='' list=''
+for round in 1 2 3; do
+        single=$(best "$(run 1)" "$single")
+        list=$(best "$(run 16)" "$list")
+done
+echo "64 B Writes, best of 3 alternated rounds: one WR a post $single Mpps, lists of 16 $list Mpps"
 awk -v l="$list" -v s="$single" -v m="$min" 'BEGIN { exit !(s > 0 && l >= m * s) }' ||
-        fail "lists of 16 WRs ran at $list Mpps against $single for single posts (need x$min)"
+        fail "lists of 16 WRs ran at $list Mpps against $single for single posts (best of 3 each, need x$min)"
