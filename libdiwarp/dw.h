@@ -231,6 +231,7 @@ static inline struct dw_rdmap_qp dw_rdmap_qp_of(struct dw_qp *qp)
         return (struct dw_rdmap_qp){
             .mrs = &qp->dev->mrs,
             .pd = qp->pd,
+            .recv_pd = dw_qp_recv_pd(qp),
             .qpn = qp->qpn,
             .access = (qp->attr_mask_set & DIWARP_QP_ACCESS_FLAGS) ? qp->attr.qp_access_flags : 0,
         };
@@ -397,27 +398,6 @@ void dw_async_qp(struct dw_qp *qp, enum diwarp_event_type type);
 void dw_async_cq(struct dw_device *dev, struct dw_cq *cq, enum diwarp_event_type type);
 void dw_async_srq(struct dw_device *dev, struct dw_srq_obj *srq, enum diwarp_event_type type);
 void dw_async_dev(struct dw_device *dev, enum diwarp_event_type type);
-
-/* Host iovecs for bytes [off, off + len) of a WQE's SGE list (a send WQE
- * posted inline, read with access 0: its inline area), each piece checked
- * against its lkey in pd for access (0: local read). The one walk of an SGE
- * list that both transports' placement (receive WQEs, Read sinks, atomic
- * results) and sources use. Returns the count (0 for len 0), -EMSGSIZE when
- * the range runs past the SGEs or needs more than max iovecs, -EACCES on a
- * protection failure. */
-int dw_qp_sge_iov(struct dw_qp *qp, const struct dw_pd *pd, const struct dw_wqe *w, uint64_t off,
-                  uint64_t len, int access, struct iovec *iov, int max);
-
-/* Scatters len bytes of src into the WQE's SGE list at byte offset off,
- * checking each SGE for LOCAL_WRITE access in pd (a receive WQE:
- * dw_qp_recv_pd; a Read sink or atomic result: the QP's). Returns 0,
- * -EMSGSIZE (does not fit) or -EACCES (protection: nothing written). */
-int dw_qp_scatter(struct dw_qp *qp, const struct dw_pd *pd, const struct dw_wqe *wqe, size_t off,
-                  const void *src, size_t len);
-
-/* Fills iov[] with the host addresses of a send WQE's SGEs (inline data
- * included), checking lkeys. Returns the iovec count, or -EACCES. */
-int dw_qp_gather(struct dw_qp *qp, const struct dw_wqe *wqe, struct iovec *iov, int max_iov);
 
 /* Address of a peer instance: ip + port_base + instance(qpn). */
 void dw_peer_addr(const struct dw_device *dev, struct in_addr ip, uint32_t qpn,

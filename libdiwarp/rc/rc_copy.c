@@ -81,7 +81,9 @@ static bool local_take(struct dw_rc_conn *c, struct dw_rc_conn *p, struct dw_wqe
         if (w->opcode == DIWARP_WR_SEND) {
                 struct dw_wqe *rw = dw_qp_recv_head(pq);
                 struct iovec tgt[DW_MAX_SGE];
-                int n = rw ? rc_recv_range_iov(pq, rw, 0, w->total_len, tgt, DW_MAX_SGE) : -ENOENT;
+                int n = rw ? dw_rdmap_send_target(dw_rdmap_qp_of(pq), rw, 0, w->total_len, tgt,
+                                                  DW_MAX_SGE)
+                           : -ENOENT;
                 if (n < 0)
                         return false;
                 rc_rx_comm_est(p);

@@ -104,19 +104,11 @@ void rc_peer_gone_fail(struct dw_rc_conn *c);
 void rc_stream_failed(struct dw_rc_conn *c, int err);
 /* iovecs for bytes [off, off+len) of a send WQE's SGE list (source, Read
  * sink, atomic result), each checked against its lkey in the QP's PD
- * (dw_qp_sge_iov): the count, -EMSGSIZE or -EACCES. */
+ * (dw_rdmap_wr_iov): the count, -EMSGSIZE or -EACCES. */
 static inline int rc_sge_range_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off,
                                    uint64_t len, int access, struct iovec *iov, int max)
 {
-        return dw_qp_sge_iov(qp, qp->pd, w, off, len, access, iov, max);
-}
-/* The same for a receive WQE, written into: its lkeys in the PD receive WRs
- * are checked in (dw_qp_recv_pd: the SRQ's when the QP has one). */
-static inline int rc_recv_range_iov(struct dw_qp *qp, const struct dw_wqe *w, uint64_t off,
-                                    uint64_t len, struct iovec *iov, int max)
-{
-        return dw_qp_sge_iov(qp, dw_qp_recv_pd(qp), w, off, len, DIWARP_ACCESS_LOCAL_WRITE, iov,
-                             max);
+        return dw_rdmap_wr_iov(&qp->dev->mrs, qp->pd, w, off, len, access, iov, max);
 }
 
 /* ---- rc_tx.c: FPDU building, batching and the writes */

@@ -186,8 +186,8 @@ static int rx_resolve_read_resp(struct dw_rc_conn *c, uint32_t payload)
                                   "RDMA Read Response outside the requested range");
                 return -1;
         }
-        int n = rc_sge_range_iov(c->qp, o->wqe, o->done, payload, DIWARP_ACCESS_LOCAL_WRITE, c->tgt,
-                                 DW_MAX_SGE);
+        int n = dw_rdmap_sink_target(dw_rdmap_qp_of(c->qp), o->wqe, o->done, payload, c->tgt,
+                                     DW_MAX_SGE);
         if (n < 0) {
                 struct dw_wqe *w = o->wqe;
                 rc_drop_wqe_refs(c);
@@ -257,17 +257,17 @@ static int rx_resolve_send(struct dw_rc_conn *c, uint32_t payload)
                                   "Send segment out of order (MO)");
                 return -1;
         }
-        int n = rc_recv_range_iov(c->qp, c->rx_wqe, c->rx_msg_len, payload, c->tgt, DW_MAX_SGE);
+        int n = dw_rdmap_send_target(dw_rdmap_qp_of(c->qp), c->rx_wqe, c->rx_msg_len, payload,
+                                     c->tgt, DW_MAX_SGE);
         if (n < 0) {
                 struct dw_wqe *w = c->rx_wqe;
-                bool too_long = n == -EMSGSIZE;
                 c->rx_wqe = NULL;
                 struct dw_term_error te = dw_rdmap_recv_term(n);
                 rx_fail_recv(c, w, dw_rdmap_recv_wc(n), te);
                 rc_fail_with_term(c, true, te.layer, te.etype, te.ecode, true, NULL,
-                                  too_long ? DIWARP_EVENT_QP_REQ_ERR : DIWARP_EVENT_QP_ACCESS_ERR,
-                                  too_long ? "Send longer than the receive WQE"
-                                           : "receive WQE SGE fails its lkey check");
+                                  n == -EMSGSIZE ? DIWARP_EVENT_QP_REQ_ERR
+                                                 : DIWARP_EVENT_QP_ACCESS_ERR,
+                                  dw_rdmap_recv_why(n));
                 return -1;
         }
         c->ntgt = n;
@@ -486,7 +486,7 @@ static void rx_atomic_resp(struct dw_rc_conn *c, const uint8_t *ext, size_t extl
         c->msn_expect_aresp++;
         struct dw_wqe *w = o->wqe;
         uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
-        if (dw_qp_scatter(qp, qp->pd, w, 0, &v, 8) < 0) {
+        if (dw_rdmap_sink_place(dw_rdmap_qp_of(qp), w, 0, &v, 8) < 0) {
                 rc_drop_wqe_refs(c);
                 rc_complete_through(c, w, DIWARP_WC_LOC_PROT_ERR, 0);
                 rc_fail_with_term(c, true, DW_TERM_LAYER_RDMAP, DW_TERM_RDMAP_LOCAL_CATASTROPHIC,

@@ -170,7 +170,7 @@ enum rd_verdict rd_pull_response(struct dw_rd_qp *s, struct dw_rd_peer *p,
         struct dw_wqe *w = pl->w;
         if (r->ddp.to > rr->len || plen > rr->len - r->ddp.to || rr->placed + plen > rr->len)
                 return RV_DROP;
-        if (dw_qp_scatter(s->qp, dw_qp_recv_pd(s->qp), w, rr->off + r->ddp.to, pay, plen) < 0) {
+        if (dw_rdmap_send_place(dw_rdmap_qp_of(s->qp), w, rr->off + r->ddp.to, pay, plen) < 0) {
                 rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
                              "receive WR of a receiver-paced Send fails its lkey check");
                 return RV_GONE;

@@ -422,25 +422,19 @@ int rd_send_place(struct dw_rd_qp *s, struct dw_rd_peer *p, struct dw_wqe *w,
                   int pull, uint8_t *nak)
 {
         struct dw_qp *qp = s->qp;
-        const struct dw_pd *pd = dw_qp_recv_pd(qp);
-        int e = dw_qp_scatter(qp, pd, w, g->mo, pay, len1);
+        struct dw_rdmap_qp rq = dw_rdmap_qp_of(qp);
+        int e = dw_rdmap_send_place(rq, w, g->mo, pay, len1);
         if (e == 0 && g->len > len1)
-                e = dw_qp_scatter(qp, pd, w, (size_t)g->mo + len1, pay2, g->len - len1);
+                e = dw_rdmap_send_place(rq, w, (uint64_t)g->mo + len1, pay2, g->len - len1);
         if (e < 0 && pull >= 0)
                 rd_pull_free(s, &s->pull[pull]);
         else if (e < 0 && pull == -2 && s->pull_waiting)
                 s->pull_waiting--;
-        if (e == -EMSGSIZE) {
-                dw_warn_limited(&qp->dev->log_limit,
-                                "RD QP %#x: Send of more than the %llu-byte receive WR %#llx",
-                                qp->qpn, (unsigned long long)w->total_len,
-                                (unsigned long long)w->wr_id);
-        } else if (e < 0) {
-                dw_warn_limited(&qp->dev->log_limit,
-                                "RD QP %#x: receive WR %#llx: local protection error (lkey)",
-                                qp->qpn, (unsigned long long)w->wr_id);
-        }
         if (e < 0) {
+                dw_warn_limited(&qp->dev->log_limit,
+                                "RD QP %#x: receive WR %#llx (%llu bytes), MO %u: %s", qp->qpn,
+                                (unsigned long long)w->wr_id, (unsigned long long)w->total_len,
+                                g->mo, dw_rdmap_recv_why(e));
                 rd_recv_fail(s, p, w, dw_rdmap_recv_wc(e), dw_rdmap_recv_term(e));
                 *nak = dw_rdmap_term_to_nak(dw_rdmap_recv_term(e));
                 return -1;
@@ -757,7 +751,7 @@ static enum rd_verdict rd_rx_read_resp(struct dw_rd_qp *s, struct dw_rd_peer *p,
         if (!w || r->ddp.to > w->total_len || plen > w->total_len - r->ddp.to)
                 return RV_DROP;
         struct dw_rd_dev *d = rdd(dev);
-        if (!d->rx_placed && dw_qp_scatter(qp, qp->pd, w, r->ddp.to, pay, plen) < 0) {
+        if (!d->rx_placed && dw_rdmap_sink_place(dw_rdmap_qp_of(qp), w, r->ddp.to, pay, plen) < 0) {
                 rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1, "RDMA Read sink fails its lkey check");
                 return RV_GONE;
         }
@@ -793,7 +787,7 @@ static enum rd_verdict rd_rx_atomic_resp(struct dw_rd_qp *s, struct dw_rd_peer *
         if (!w)
                 return RV_DROP;
         uint64_t v = ar.orig_data; /* host order, as ibverbs returns it */
-        if (dw_qp_scatter(qp, qp->pd, w, 0, &v, 8) < 0) {
+        if (dw_rdmap_sink_place(dw_rdmap_qp_of(qp), w, 0, &v, 8) < 0) {
                 rd_peer_fail(p, DIWARP_WC_LOC_PROT_ERR, -1,
                              "atomic result buffer fails its lkey check");
                 return RV_GONE;
@@ -953,19 +947,8 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         size_t plen = lay->seg_len - DW_DGRAM_DDP_UNTAGGED_LEN;
         if (!w || plen > w->total_len)
                 return false;
-        if (plen) {
-                /* dw_qp_scatter at offset 0, the single-SGE case inline */
-                uint8_t *host;
-                const struct dw_pd *pd = dw_qp_recv_pd(qp);
-                if (w->num_sge != 1 ||
-                    dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, pd, DIWARP_ACCESS_LOCAL_WRITE,
-                                      w->sge[0].addr, plen, &host) != DW_PROT_OK) {
-                        if (dw_qp_scatter(qp, pd, w, 0, pay, plen) < 0)
-                                return false;
-                } else {
-                        memcpy(host, pay, plen);
-                }
-        }
+        if (dw_rdmap_send_place(dw_rdmap_qp_of(qp), w, 0, pay, plen) < 0)
+                return false;
         qp->ctr.rx_bytes += plen;
         qp->dev->ctr.rx_packets++;
         qp->ctr.rx_packets++;
@@ -1300,7 +1283,7 @@ static int rd_direct_skip(struct dw_rd_dev *d)
 /* Where the direct path may read the peeked segment h/r of p (plen payload
  * bytes; a Read Response when read, else a Write): the one-SGE Read sink or
  * the Write target, after every check the bounce-buffer path makes before it
- * places (rd_rx_segment, dw_qp_scatter); *tail the bytes of a Write's last
+ * places (rd_rx_segment, dw_rdmap_sink_place); *tail the bytes of a Write's last
  * segment read aside. NULL: the segment takes the bounce buffer. */
 static uint8_t *rd_direct_target(struct dw_rd_qp *s, struct dw_rd_peer *p,
                                  const struct dw_dgram_hdr *h, const struct dw_rdmap_hdr *r,
@@ -1310,13 +1293,11 @@ static uint8_t *rd_direct_target(struct dw_rd_qp *s, struct dw_rd_peer *p,
         uint8_t *host = NULL;
         if (read) {
                 struct dw_wqe *w = rd_orq_find(s, p, r->ddp.stag, false);
-                if (!w || w->num_sge != 1 || r->ddp.to > w->total_len ||
-                    plen > w->total_len - r->ddp.to ||
-                    dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, qp->pd,
-                                      DIWARP_ACCESS_LOCAL_WRITE, w->sge[0].addr + r->ddp.to, plen,
-                                      &host) != DW_PROT_OK)
+                struct iovec sink;
+                if (!w || w->num_sge != 1 ||
+                    dw_rdmap_sink_target(dw_rdmap_qp_of(qp), w, r->ddp.to, plen, &sink, 1) != 1)
                         return NULL;
-                return host;
+                return sink.iov_base;
         }
         if (dw_rdmap_write_accept(dw_rdmap_qp_of(qp), r->ddp.stag, r->ddp.to, plen, &host, NULL) <
             0)

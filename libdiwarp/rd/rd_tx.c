@@ -293,7 +293,8 @@ static inline int rd_build_sq(struct dw_rd_peer *p, uint64_t cookie, uint32_t se
                 return -EINVAL;
         }
         if (o->plen) {
-                o->npay = dw_qp_sge_iov(qp, qp->pd, w, off, o->plen, 0, o->pay, DW_MAX_SGE);
+                o->npay =
+                    dw_rdmap_wr_iov(&qp->dev->mrs, qp->pd, w, off, o->plen, 0, o->pay, DW_MAX_SGE);
                 if (o->npay < 0)
                         return -EACCES;
         }
@@ -348,8 +349,8 @@ static inline int rd_build_response(struct dw_rd_peer *p, uint64_t cookie, uint3
                  * (lkeys checked), not a memory region. */
                 uint32_t len = e->resp.rq.rdma_rd_sz;
                 o->plen = len - off < S ? len - off : S;
-                o->npay = dw_qp_sge_iov(qp, qp->pd, &qp->sq.ring[e->wslot], e->resp.rq.src_to + off,
-                                        o->plen, 0, o->pay, DW_MAX_SGE);
+                o->npay = dw_rdmap_wr_iov(&qp->dev->mrs, qp->pd, &qp->sq.ring[e->wslot],
+                                          e->resp.rq.src_to + off, o->plen, 0, o->pay, DW_MAX_SGE);
                 if (o->npay < 0)
                         return -EACCES;
                 dw_rdmap_read_resp_hdr(&e->resp.rq, off, o->plen, &o->r);

@@ -2,6 +2,7 @@
 #include "rdmap/rdmap.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "wire/ddp.h"
 
@@ -316,4 +317,60 @@ enum dw_prot_status dw_rdmap_resp_segment(struct dw_rdmap_qp qp, const struct dw
         dw_rdmap_read_resp_hdr(&r->rq, off, seg->len, &seg->h);
         seg->ends = seg->h.ddp.last;
         return DW_PROT_OK;
+}
+
+/* ---- Where a segment's payload goes ---- */
+
+int dw_rdmap_wr_iov(struct dw_mr_table *mrs, const struct dw_pd *pd, const struct dw_wqe *w,
+                    uint64_t off, uint64_t len, int access, struct iovec *iov, int max)
+{
+        int n = 0;
+
+        if (len == 0)
+                return 0;
+        if ((w->flags & DW_WQE_INLINE) && access == 0) {
+                if (off + len > w->sge[0].length)
+                        return -EMSGSIZE;
+                iov[0].iov_base = (uint8_t *)(uintptr_t)w->sge[0].addr + off;
+                iov[0].iov_len = len;
+                return 1;
+        }
+        for (uint32_t i = 0; i < w->num_sge && len; i++) {
+                const struct diwarp_sge *s = &w->sge[i];
+                if (off >= s->length) {
+                        off -= s->length;
+                        continue;
+                }
+                uint64_t piece = s->length - off;
+                if (piece > len)
+                        piece = len;
+                uint8_t *host = NULL;
+                if (dw_mr_check_local(mrs, s->lkey, pd, access, s->addr + off, piece, &host) !=
+                    DW_PROT_OK)
+                        return -EACCES;
+                if (n == max)
+                        return -EMSGSIZE;
+                iov[n].iov_base = host;
+                iov[n].iov_len = piece;
+                n++;
+                len -= piece;
+                off = 0;
+        }
+        return len ? -EMSGSIZE : n;
+}
+
+int dw_rdmap_wr_scatter_sges(struct dw_mr_table *mrs, const struct dw_pd *pd,
+                             const struct dw_wqe *w, uint64_t off, const void *src, size_t len)
+{
+        struct iovec dst[DW_MAX_SGE];
+        /* Every piece is checked before any is written. */
+        int n = dw_rdmap_wr_iov(mrs, pd, w, off, len, DIWARP_ACCESS_LOCAL_WRITE, dst, DW_MAX_SGE);
+        if (n < 0)
+                return n;
+        const uint8_t *p = src;
+        for (int i = 0; i < n; i++) {
+                memcpy(dst[i].iov_base, p, dst[i].iov_len);
+                p += dst[i].iov_len;
+        }
+        return 0;
 }

@@ -7,7 +7,10 @@
  * (the QP's rights, the STag table, atomic alignment) and its acceptance of
  * a Write segment or a Read or Atomic Request, the responses to those
  * requests (one record per IRQ entry: an Atomic runs as it is accepted,
- * a Read is served segment by segment), the Send rules of placement
+ * a Read is served segment by segment), where each segment's payload
+ * lands (a Write's region, a Send's receive WR, a response's sink: the one
+ * walk of a WR's SGEs, which the transport's payload source fills), the
+ * Send rules of placement
  * (SE, Invalidate, a Send that does not fit its receive WR), the end of a
  * message that consumes a receive WR and the completion it becomes (the
  * Invalidate carried out there, once), the RFC 7306 atomic
@@ -26,6 +29,8 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
 
 #include <diwarp/diwarp.h>
 
@@ -133,10 +138,11 @@ static inline uint32_t dw_term_vendor_err(struct dw_term_error e)
  * rdmap/ knows no QP, device or transport. Passed by value: the hot checks
  * are inline, and the copy folds away. */
 struct dw_rdmap_qp {
-        struct dw_mr_table *mrs; /* the device's STag table */
-        struct dw_pd *pd;        /* the QP's PD: an STag must belong to it */
-        uint32_t qpn;            /* a type 2 window must be bound to it */
-        int access;              /* the QP's remote rights: qp_access_flags, 0 until set */
+        struct dw_mr_table *mrs;     /* the device's STag table */
+        struct dw_pd *pd;            /* the QP's PD: an STag must belong to it */
+        const struct dw_pd *recv_pd; /* its receive WRs' PD (the SRQ's, if any) */
+        uint32_t qpn;                /* a type 2 window must be bound to it */
+        int access;                  /* the QP's remote rights: qp_access_flags, 0 until set */
 };
 
 /* The QP's own remote rights (ibverbs qp_access_flags): none until the
@@ -271,13 +277,105 @@ enum diwarp_wc_status dw_rdmap_send_invalidate(struct dw_rdmap_qp qp, uint32_t s
 int dw_rdmap_send_inval_accept(struct dw_rdmap_qp qp, uint32_t stag, struct dw_rdmap_refusal *ref);
 
 /* The receive WR's completion status when a Send cannot be placed in it:
- * err is what the scatter into the WR returned (dw_qp_scatter,
- * dw_qp_sge_iov): -EMSGSIZE, longer than the WR, is LOC_LEN_ERR; any
+ * err is what the placement into the WR returned (dw_rdmap_send_target,
+ * dw_rdmap_send_place): -EMSGSIZE, longer than the WR, is LOC_LEN_ERR; any
  * other (the WR's own lkey failed) LOC_PROT_ERR. The peer's error is
  * dw_rdmap_recv_term(err). */
 static inline enum diwarp_wc_status dw_rdmap_recv_wc(int err)
 {
         return err == -EMSGSIZE ? DIWARP_WC_LOC_LEN_ERR : DIWARP_WC_LOC_PROT_ERR;
+}
+
+/* Why a Send could not be placed in its receive WR (err as for
+ * dw_rdmap_recv_wc): the reason of the transport's log line or Terminate. */
+static inline const char *dw_rdmap_recv_why(int err)
+{
+        return err == -EMSGSIZE ? "Send longer than its receive WR"
+                                : "receive WR's SGE fails its lkey check";
+}
+
+/* ---- Where a segment's payload goes: the SGEs of a WR ---- */
+
+/* The engine resolves where the payload of each segment that carries one
+ * lands, and the transport's payload source fills it: RC reads its stream
+ * into the iovecs (or copies from its staging buffer), RD and UD copy from
+ * the datagram. A Write's target is its STag's region
+ * (dw_rdmap_write_accept); a Send's the receive WR it fills
+ * (dw_rdmap_send_target, dw_rdmap_send_place); a Read Response's or an
+ * Atomic Response's the sink SGEs of the requester's WR
+ * (dw_rdmap_sink_target, dw_rdmap_sink_place). In what order a message's
+ * segments are placed stays the transport's. */
+
+/* Host iovecs for bytes [off, off + len) of a WR's SGE list (a send WR
+ * posted inline, read with access 0: its inline area), each piece checked
+ * against its lkey in pd for access (0: local read). The one walk of an SGE
+ * list: placement into receive WRs, Read sinks and atomic results, and the
+ * requesters' sources. Returns the count (0 for len 0), -EMSGSIZE when the
+ * range runs past the SGEs or needs more than max iovecs, -EACCES on a
+ * protection failure. */
+int dw_rdmap_wr_iov(struct dw_mr_table *mrs, const struct dw_pd *pd, const struct dw_wqe *w,
+                    uint64_t off, uint64_t len, int access, struct iovec *iov, int max);
+
+/* dw_rdmap_wr_scatter past its single-SGE case. */
+int dw_rdmap_wr_scatter_sges(struct dw_mr_table *mrs, const struct dw_pd *pd,
+                             const struct dw_wqe *w, uint64_t off, const void *src, size_t len);
+
+/* Copies len bytes of src into the WR's SGEs at byte offset off, each SGE
+ * checked for LOCAL_WRITE in pd, all of them before any byte is written (a
+ * protection failure leaves nothing behind). The single-SGE WR, the common
+ * one, without a call. Returns 0, -EMSGSIZE (does not fit) or -EACCES. */
+static inline int dw_rdmap_wr_scatter(struct dw_mr_table *mrs, const struct dw_pd *pd,
+                                      const struct dw_wqe *w, uint64_t off, const void *src,
+                                      size_t len)
+{
+        if (len == 0)
+                return 0;
+        if (off > w->total_len || len > w->total_len - off)
+                return -EMSGSIZE;
+        if (w->num_sge != 1)
+                return dw_rdmap_wr_scatter_sges(mrs, pd, w, off, src, len);
+        uint8_t *host;
+        if (dw_mr_check_local(mrs, w->sge[0].lkey, pd, DIWARP_ACCESS_LOCAL_WRITE,
+                              w->sge[0].addr + off, len, &host) != DW_PROT_OK)
+                return -EACCES;
+        memcpy(host, src, len);
+        return 0;
+}
+
+/* A Send segment's target: bytes [mo, mo + len) of the receive WR w its
+ * message fills, checked in qp.recv_pd. The count, or -EMSGSIZE / -EACCES,
+ * which dw_rdmap_recv_wc, dw_rdmap_recv_term and dw_rdmap_recv_why
+ * describe. */
+static inline int dw_rdmap_send_target(struct dw_rdmap_qp qp, const struct dw_wqe *w, uint64_t mo,
+                                       uint64_t len, struct iovec *iov, int max)
+{
+        return dw_rdmap_wr_iov(qp.mrs, qp.recv_pd, w, mo, len, DIWARP_ACCESS_LOCAL_WRITE, iov, max);
+}
+
+/* The same target, filled from a payload in memory (a datagram): 0, or
+ * -EMSGSIZE / -EACCES with nothing written. */
+static inline int dw_rdmap_send_place(struct dw_rdmap_qp qp, const struct dw_wqe *w, uint64_t mo,
+                                      const void *src, size_t len)
+{
+        return dw_rdmap_wr_scatter(qp.mrs, qp.recv_pd, w, mo, src, len);
+}
+
+/* A response's target in the requester's own WR: bytes [off, off + len) of
+ * a Read's sink SGEs, or an Atomic's result buffer, checked in the QP's
+ * PD. The count, or -EMSGSIZE / -EACCES (a sink deregistered since the WR
+ * was posted). */
+static inline int dw_rdmap_sink_target(struct dw_rdmap_qp qp, const struct dw_wqe *w, uint64_t off,
+                                       uint64_t len, struct iovec *iov, int max)
+{
+        return dw_rdmap_wr_iov(qp.mrs, qp.pd, w, off, len, DIWARP_ACCESS_LOCAL_WRITE, iov, max);
+}
+
+/* The same target, filled from memory: 0, or -EMSGSIZE / -EACCES with
+ * nothing written. */
+static inline int dw_rdmap_sink_place(struct dw_rdmap_qp qp, const struct dw_wqe *w, uint64_t off,
+                                      const void *src, size_t len)
+{
+        return dw_rdmap_wr_scatter(qp.mrs, qp.pd, w, off, src, len);
 }
 
 /* ---- A received message's end and its completion ---- */

@@ -122,8 +122,9 @@ static bool dw_ud_net_error(int e)
                e == EHOSTDOWN || e == ENETDOWN;
 }
 
-/* dw_qp_gather for a send WQE; the common single-SGE send (not inline) is
- * checked and mapped here without the general loop. Same result. */
+/* The whole source of a send WQE (dw_rdmap_wr_iov); the common single-SGE
+ * send (not inline) is checked and mapped here without the general loop.
+ * Same result. */
 static inline int dw_ud_gather(struct dw_qp *qp, const struct dw_wqe *w, struct iovec *iov)
 {
         if (w->num_sge == 1 && !(w->flags & DW_WQE_INLINE) && w->sge[0].length != 0) {
@@ -135,25 +136,7 @@ static inline int dw_ud_gather(struct dw_qp *qp, const struct dw_wqe *w, struct 
                 iov[0].iov_len = w->sge[0].length;
                 return 1;
         }
-        return dw_qp_gather(qp, w, iov, DW_MAX_SGE);
-}
-
-/* dw_qp_scatter at offset 0 of a receive WQE of at least len (> 0) bytes; a
- * single-SGE receive (the common case) is checked and copied here without
- * the general loop. Same result, all or nothing. */
-static inline int dw_ud_place(struct dw_qp *qp, const struct dw_wqe *w, const uint8_t *src,
-                              size_t len)
-{
-        if (w->num_sge == 1 && len <= w->sge[0].length) {
-                uint8_t *h;
-                if (dw_mr_check_local(&qp->dev->mrs, w->sge[0].lkey, dw_qp_recv_pd(qp),
-                                      DIWARP_ACCESS_LOCAL_WRITE, w->sge[0].addr, len,
-                                      &h) != DW_PROT_OK)
-                        return -EACCES;
-                memcpy(h, src, len);
-                return 0;
-        }
-        return dw_qp_scatter(qp, dw_qp_recv_pd(qp), w, 0, src, len);
+        return dw_rdmap_wr_iov(&qp->dev->mrs, qp->pd, w, 0, w->total_len, 0, iov, DW_MAX_SGE);
 }
 
 /* One datagram being built: headers, trailer and the iovecs gathering
@@ -570,15 +553,15 @@ static bool ud_deliver(struct dw_device *dev, const struct dw_dgram_ud *u,
                  * all or nothing) places GRH + payload. */
                 uint8_t *g = pkt - DW_GRH_LEN;
                 dw_ud_grh(g, &sgid, &dev->gid, (uint32_t)plen);
-                sr = dw_ud_place(qp, w, g, DW_GRH_LEN + plen);
+                sr = dw_rdmap_send_place(dw_rdmap_qp_of(qp), w, 0, g, DW_GRH_LEN + plen);
         } else {
                 uint8_t grh[DW_GRH_LEN];
                 size_t off = DW_GRH_LEN;
                 dw_ud_grh(grh, &sgid, &dev->gid, (uint32_t)plen);
-                sr = dw_qp_scatter(qp, dw_qp_recv_pd(qp), w, 0, grh, DW_GRH_LEN);
+                struct dw_rdmap_qp rq = dw_rdmap_qp_of(qp);
+                sr = dw_rdmap_send_place(rq, w, 0, grh, DW_GRH_LEN);
                 for (int i = 0; i < npay && sr == 0; off += pay[i].iov_len, i++)
-                        sr = dw_qp_scatter(qp, dw_qp_recv_pd(qp), w, off, pay[i].iov_base,
-                                           pay[i].iov_len);
+                        sr = dw_rdmap_send_place(rq, w, off, pay[i].iov_base, pay[i].iov_len);
         }
         if (sr < 0) {
                 dw_warn_limited(&qp->dev->log_limit,

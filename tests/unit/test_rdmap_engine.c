@@ -953,20 +953,19 @@ Test(rdmap_access, send_scatter_across_sges)
         uint8_t src[40];
         for (unsigned i = 0; i < sizeof(src); i++)
                 src[i] = (uint8_t)(i + 1);
-        cr_assert_eq(dw_qp_scatter(&qp, qp.pd, &w, 16, src, sizeof(src)), 0);
+        cr_assert_eq(dw_rdmap_send_place(dw_rdmap_qp_of(&qp), &w, 16, src, sizeof(src)), 0);
         const uint8_t *b = (const uint8_t *)buf64;
         cr_expect_eq(memcmp(b + 64 + 16, src, 16), 0, "first SGE from offset 16");
         cr_expect_eq(memcmp(b + 256, src + 16, 24), 0, "the rest at the second SGE");
         cr_expect(untouched(64, 16) && untouched(256 + 24, 8) && untouched(96, 160));
         /* the same walk as iovecs (RC reads the payload into them) */
         struct iovec iov[DW_MAX_SGE];
-        cr_expect_eq(
-            dw_qp_sge_iov(&qp, qp.pd, &w, 16, 40, DIWARP_ACCESS_LOCAL_WRITE, iov, DW_MAX_SGE), 2);
+        cr_expect_eq(dw_rdmap_send_target(dw_rdmap_qp_of(&qp), &w, 16, 40, iov, DW_MAX_SGE), 2);
         cr_expect(iov[0].iov_base == b + 80 && iov[0].iov_len == 16);
         cr_expect(iov[1].iov_base == b + 256 && iov[1].iov_len == 24);
-        cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 16, 40, DIWARP_ACCESS_LOCAL_WRITE, iov, 1),
-                     -EMSGSIZE, "more pieces than iovecs");
-        cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 0, 0, DIWARP_ACCESS_LOCAL_WRITE, iov, 1), 0);
+        cr_expect_eq(dw_rdmap_send_target(dw_rdmap_qp_of(&qp), &w, 16, 40, iov, 1), -EMSGSIZE,
+                     "more pieces than iovecs");
+        cr_expect_eq(dw_rdmap_send_target(dw_rdmap_qp_of(&qp), &w, 0, 0, iov, 1), 0);
 }
 
 /* A Send longer than its receive WR (or whose MO runs past it) is refused
@@ -979,13 +978,13 @@ Test(rdmap_access, send_longer_than_wr)
         recv_wr(&w, lkey);
         uint8_t src[65];
         memset(src, 0xab, sizeof(src));
-        int e = dw_qp_scatter(&qp, qp.pd, &w, 0, src, 65);
+        struct dw_rdmap_qp rq = dw_rdmap_qp_of(&qp);
+        int e = dw_rdmap_send_place(rq, &w, 0, src, 65);
         cr_expect_eq(e, -EMSGSIZE);
-        cr_expect_eq(dw_qp_scatter(&qp, qp.pd, &w, 60, src, 8), -EMSGSIZE,
-                     "MO + length past the WR");
-        cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 60, 8, DIWARP_ACCESS_LOCAL_WRITE,
-                                   (struct iovec[DW_MAX_SGE]){0}, DW_MAX_SGE),
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 60, src, 8), -EMSGSIZE, "MO + length past the WR");
+        cr_expect_eq(dw_rdmap_send_target(rq, &w, 60, 8, (struct iovec[DW_MAX_SGE]){0}, DW_MAX_SGE),
                      -EMSGSIZE);
+        cr_expect_str_eq(dw_rdmap_recv_why(e), "Send longer than its receive WR");
         cr_expect(untouched(0, BUFSZ), "nothing placed");
         cr_expect_eq(dw_rdmap_recv_wc(e), DIWARP_WC_LOC_LEN_ERR);
         struct dw_term_error te = dw_rdmap_recv_term(e);
@@ -993,7 +992,7 @@ Test(rdmap_access, send_longer_than_wr)
                   te.ecode == DW_TERM_DDP_U_MSG_TOO_LONG);
         cr_expect_eq(dw_rdmap_term_to_nak(te), DW_DGRAM_NAK_INVALID);
         /* exactly its length fits */
-        cr_expect_eq(dw_qp_scatter(&qp, qp.pd, &w, 0, src, 64), 0);
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 0, src, 64), 0);
 }
 
 /* A receive WR whose own lkey fails (another PD, no LOCAL_WRITE) is the
@@ -1011,10 +1010,11 @@ Test(rdmap_access, send_into_bad_lkey)
                 struct dw_wqe w;
                 recv_wr(&w, good);
                 w.sge[1].lkey = bad[i];
-                int e = dw_qp_scatter(&qp, qp.pd, &w, 0, src, 64);
+                int e = dw_rdmap_send_place(dw_rdmap_qp_of(&qp), &w, 0, src, 64);
                 cr_expect_eq(e, -EACCES, "case %u", i);
                 cr_expect(untouched(0, BUFSZ), "case %u: nothing placed", i);
                 cr_expect_eq(dw_rdmap_recv_wc(e), DIWARP_WC_LOC_PROT_ERR);
+                cr_expect_str_eq(dw_rdmap_recv_why(e), "receive WR's SGE fails its lkey check");
                 struct dw_term_error te = dw_rdmap_recv_term(e);
                 cr_expect(te.layer == DW_TERM_LAYER_RDMAP &&
                           te.etype == DW_TERM_RDMAP_REMOTE_OPERATION &&
@@ -1022,9 +1022,71 @@ Test(rdmap_access, send_into_bad_lkey)
                 cr_expect_eq(dw_rdmap_term_to_nak(te), DW_DGRAM_NAK_REM_OP);
                 /* a source is read with access 0: any registration of the PD */
                 struct iovec iov[DW_MAX_SGE];
-                cr_expect_eq(dw_qp_sge_iov(&qp, qp.pd, &w, 0, 64, 0, iov, DW_MAX_SGE),
+                cr_expect_eq(dw_rdmap_wr_iov(&dev->mrs, qp.pd, &w, 0, 64, 0, iov, DW_MAX_SGE),
                              bad[i] == read_only ? 2 : -EACCES, "case %u as a source", i);
         }
+}
+
+/* A single-SGE receive WR, which placement fills without its general walk:
+ * the same answers as the walk (fits, too long, MO past it, bad lkey with
+ * nothing written). */
+Test(rdmap_access, send_into_one_sge)
+{
+        uint32_t lkey = reg(&pd_a, DIWARP_ACCESS_LOCAL_WRITE);
+        uint32_t other_pd = reg(&pd_b, DIWARP_ACCESS_LOCAL_WRITE);
+        struct dw_wqe w;
+        memset(&w, 0, sizeof(w));
+        w.num_sge = 1;
+        w.sge[0] = (struct diwarp_sge){.addr = IOVA + 128, .length = 48, .lkey = lkey};
+        w.total_len = 48;
+        struct dw_rdmap_qp rq = dw_rdmap_qp_of(&qp);
+        uint8_t src[49];
+        memset(src, 0x5a, sizeof(src));
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 49, src, 1), -EMSGSIZE, "MO past the WR");
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 0, src, 49), -EMSGSIZE);
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 40, src, 9), -EMSGSIZE);
+        w.sge[0].lkey = other_pd;
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 0, src, 8), -EACCES, "another PD's lkey");
+        cr_expect(untouched(0, BUFSZ), "nothing placed");
+        w.sge[0].lkey = lkey;
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 40, src, 8), 0);
+        const uint8_t *b = (const uint8_t *)buf64;
+        cr_expect_eq(memcmp(b + 128 + 40, src, 8), 0);
+        cr_expect(untouched(128, 40) && untouched(128 + 48, 64), "only [40, 48) of the WR");
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 48, src, 0), 0, "nothing to place");
+}
+
+/* A QP on an SRQ takes its receive WRs from the SRQ, whose lkeys belong to
+ * the SRQ's PD, which may not be the QP's: a Send is placed in that PD,
+ * while a response's sink (the QP's own Read or Atomic WR) stays in the
+ * QP's PD. */
+Test(rdmap_access, receive_pd_of_srq)
+{
+        struct dw_srq_obj srq = {.pd = &pd_b};
+        uint32_t in_b = reg(&pd_b, DIWARP_ACCESS_LOCAL_WRITE);
+        uint32_t in_a = reg(&pd_a, DIWARP_ACCESS_LOCAL_WRITE);
+        uint8_t src[64];
+        memset(src, 0x77, sizeof(src));
+        struct dw_wqe w;
+        qp.srq = &srq;
+        struct dw_rdmap_qp rq = dw_rdmap_qp_of(&qp);
+        cr_expect(rq.recv_pd == &pd_b && rq.pd == &pd_a);
+        recv_wr(&w, in_a);
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 0, src, 64), -EACCES, "QP's PD, not the SRQ's");
+        cr_expect(untouched(0, BUFSZ));
+        recv_wr(&w, in_b);
+        cr_expect_eq(dw_rdmap_send_place(rq, &w, 0, src, 64), 0, "the SRQ's PD");
+        struct iovec iov[DW_MAX_SGE];
+        cr_expect_eq(dw_rdmap_sink_target(rq, &w, 0, 64, iov, DW_MAX_SGE), -EACCES,
+                     "a sink is the QP's own: the SRQ's PD does not serve it");
+        cr_expect_eq(dw_rdmap_sink_place(rq, &w, 0, src, 8), -EACCES);
+        recv_wr(&w, in_a);
+        cr_expect_eq(dw_rdmap_sink_target(rq, &w, 24, 16, iov, DW_MAX_SGE), 2);
+        uint64_t v = 0x0102030405060708ull;
+        cr_expect_eq(dw_rdmap_sink_place(rq, &w, 0, &v, 8), 0);
+        cr_expect_eq(memcmp((const uint8_t *)buf64 + 64, &v, 8), 0);
+        qp.srq = NULL;
+        cr_expect(dw_rdmap_qp_of(&qp).recv_pd == &pd_a, "without an SRQ: the QP's PD");
 }
 
 /* A Send with Invalidate: the STag of the QP's PD is invalidated (a Write
