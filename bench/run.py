@@ -2018,8 +2018,13 @@ class Harness:
             if act:
                 base += ["--active", str(act), "--dests", str(dests)]
             who = f"P={P}" + (f", {act} active, {dests} destinations each" if act else "")
+            # Every message a QP can receive: m from each endpoint, or with
+            # `act` active senders m from each of the at most min(act, dests)
+            # that name it (m x P there asked for 19 208 receives at P = 64,
+            # over the device's max_qp_wr of 16 384: the QP was refused).
+            senders = min(act, dests) if act else P
             out.append((f"{tag}-prepost", f"{who}, every receive posted first, credits off",
-                        base + ["--rq", str(m * P + 8)], {"DIWARP_CREDIT": "off"}))
+                        base + ["--rq", str(m * senders + 8)], {"DIWARP_CREDIT": "off"}))
             out.append((f"{tag}-off", f"{who}, 4 receives posted, credits off (RNR)",
                         base + ["--rq", "4"], {"DIWARP_CREDIT": "off"}))
             # 64 slots per sender: more than a sender ever has in flight (its
