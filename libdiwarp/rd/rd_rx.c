@@ -947,7 +947,8 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         size_t plen = lay->seg_len - DW_DGRAM_DDP_UNTAGGED_LEN;
         if (!w || plen > w->total_len)
                 return false;
-        if (dw_rdmap_send_place(dw_rdmap_qp_of(qp), w, 0, pay, plen) < 0)
+        struct dw_rdmap_qp rq = dw_rdmap_qp_of(qp);
+        if (dw_rdmap_send_place(rq, w, 0, pay, plen) < 0)
                 return false;
         qp->ctr.rx_bytes += plen;
         qp->dev->ctr.rx_packets++;
@@ -960,7 +961,7 @@ static bool rd_rx_fast(struct dw_rd_qp *s, struct dw_rd_peer *p, const struct dw
         struct dw_rdmap_msg_end e = dw_rdmap_send_end(
             c == RD_MSG1(DW_RDMAP_SEND_SE) ? DW_RDMAP_SEND_SE : DW_RDMAP_SEND, (uint32_t)plen, 0);
         struct dw_recv_done d;
-        bool solicited = dw_rdmap_recv_end(dw_rdmap_qp_of(qp), &e, &d, NULL);
+        bool solicited = dw_rdmap_recv_end(rq, &e, &d, NULL);
         d.src_qp = p->rqpn;
         dw_qp_recv_done(qp, w->wr_id, &d, solicited);
         dw_wq_pop(&qp->rq);
